@@ -1,0 +1,41 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+# Everything else here serves those two.
+
+BUILD_DIR   ?= build/release
+ASAN_DIR    ?= build/asan
+JOBS        ?= $(shell nproc)
+GENERATOR   := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
+
+.PHONY: all deps build build-asan test test-release test-asan demo bench clean
+
+all: build
+
+deps:
+	@tools/install-deps
+
+build: deps
+	@cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+build-asan: deps
+	@cmake -S . -B $(ASAN_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DSHOAL_SANITIZE=ON -DSHOAL_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(ASAN_DIR) -j $(JOBS)
+
+# Every test on the release build, then the unit tests again under ASan+UBSan.
+test: test-release test-asan
+
+test-release: build
+	@cd $(BUILD_DIR) && ctest $(CTEST_FLAGS)
+
+test-asan: build-asan
+	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
+
+demo:
+	@echo "make demo: not available yet; it arrives with the peerd issue (#4)." >&2; exit 1
+
+bench: build
+	@bench/cache/run
+
+clean:
+	rm -rf build
