@@ -1,0 +1,565 @@
+#include "common/http_server.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "common/http_range.h"
+#include "common/log.h"
+#include "http_test_util.h"
+
+namespace shoal::http {
+namespace {
+
+using namespace std::chrono_literals;
+using shoal::testing::get_req;
+using shoal::testing::raw_conn;
+
+// An io_context on two threads with a server on 127.0.0.1:0.
+class server_fixture {
+ public:
+  explicit server_fixture(handler h, server_options o = {}) {
+    if (std::getenv("SHOAL_TEST_TRACE")) log::init(log::format::text, log::level::trace, "test");
+    o.on_request_done = [this, user = o.on_request_done](const request_log& l) {
+      {
+        std::lock_guard lk(mu);
+        logs.push_back(l);
+      }
+      cv.notify_all();
+      if (user) user(l);
+    };
+    srv = std::make_unique<server>(ioc, o, std::move(h));
+    auto st = srv->listen("127.0.0.1", 0);
+    EXPECT_TRUE(st.has_value()) << (st ? "" : st.error().to_string());
+    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { ioc.run(); });
+  }
+  ~server_fixture() {
+    srv->stop(0ms);
+    work.reset();
+    // Give the stop a moment, then stop the context.
+    std::this_thread::sleep_for(20ms);
+    ioc.stop();
+    for (auto& t : threads) t.join();
+  }
+  std::uint16_t port() const { return srv->port(); }
+  bool wait_logs(std::size_t n, std::chrono::milliseconds t = 5000ms) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, t, [&] { return logs.size() >= n; });
+  }
+
+  net::io_context ioc;
+  net::executor_work_guard<net::io_context::executor_type> guard{ioc.get_executor()};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work{ioc.get_executor()};
+  std::unique_ptr<server> srv;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<request_log> logs;
+};
+
+response text_ok(std::string body) {
+  auto r = response::text(200, std::move(body));
+  r.rangeable = true;
+  return r;
+}
+
+std::string pattern(std::size_t n, unsigned seed = 7) {
+  std::string s(n, '\0');
+  std::mt19937 rng(seed);
+  for (auto& c : s) c = static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+TEST(HttpRange, Forms) {
+  auto r = parse_range("bytes=0-99", 1000);
+  EXPECT_EQ(r.kind, range_kind::single);
+  EXPECT_EQ(r.range.first, 0u);
+  EXPECT_EQ(r.range.last, 99u);
+  r = parse_range("bytes=900-", 1000);
+  EXPECT_EQ(r.kind, range_kind::single);
+  EXPECT_EQ(r.range.first, 900u);
+  EXPECT_EQ(r.range.last, 999u);
+  r = parse_range("bytes=-100", 1000);
+  EXPECT_EQ(r.kind, range_kind::single);
+  EXPECT_EQ(r.range.first, 900u);
+  r = parse_range("bytes=-5000", 1000);  // suffix longer than the body: the whole body
+  EXPECT_EQ(r.kind, range_kind::single);
+  EXPECT_EQ(r.range.first, 0u);
+  EXPECT_EQ(r.range.last, 999u);
+  r = parse_range("bytes=500-99999", 1000);  // last clamped
+  EXPECT_EQ(r.range.last, 999u);
+  EXPECT_EQ(parse_range("bytes=1000-", 1000).kind, range_kind::unsatisfiable);
+  EXPECT_EQ(parse_range("bytes=1000-2000", 1000).kind, range_kind::unsatisfiable);
+  EXPECT_EQ(parse_range("bytes=-0", 1000).kind, range_kind::unsatisfiable);
+  EXPECT_EQ(parse_range("bytes=0-", 0).kind, range_kind::unsatisfiable);
+  EXPECT_EQ(parse_range("", 1000).kind, range_kind::none);
+  EXPECT_EQ(parse_range("BYTES=0-1", 1000).kind, range_kind::single);
+  EXPECT_EQ(parse_range(" bytes = 0 - 1 ", 1000).kind, range_kind::single);
+  for (const char* bad : {"bytes=5-1", "bytes=abc", "bytes=", "bytes=-", "items=0-1", "bytes=0-1,5-6",
+                          "bytes=--1", "bytes=+1-2", "bytes=1-+2", "bytes=99999999999999999999999-",
+                          "0-1", "bytes=1.5-2", "bytes=0x10-"}) {
+    EXPECT_EQ(parse_range(bad, 1000).kind, range_kind::ignored) << bad;
+  }
+  EXPECT_EQ(content_range({0, 99}, 1000), "bytes 0-99/1000");
+  EXPECT_EQ(unsatisfied_range(1000), "bytes */1000");
+}
+
+TEST(HttpRange, RandomInputNeverCrashes) {
+  std::mt19937_64 rng(3);
+  const std::string alpha = "bytes=-,0123456789 \t;x";
+  for (int i = 0; i < 100000; ++i) {
+    std::string s;
+    for (std::size_t j = 0, n = rng() % 24; j < n; ++j) s += alpha[rng() % alpha.size()];
+    std::uint64_t size = rng() % 3 == 0 ? 0 : rng() % 5000;
+    auto r = parse_range(s, size);
+    if (r.kind == range_kind::single) {
+      EXPECT_LE(r.range.first, r.range.last);
+      EXPECT_LT(r.range.last, size);
+    }
+  }
+}
+
+TEST(HttpServer, KeepAliveGetAndHead) {
+  std::atomic<int> calls{0};
+  server_fixture f([&](request&& req, responder resp) {
+    ++calls;
+    EXPECT_EQ(req.path, "/hello");
+    EXPECT_EQ(req.query_param("ns").value_or(""), "docker.io");
+    resp.send(text_ok("hello world"));
+  });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.send_all(get_req("/hello?ns=docker.io")));
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello world");
+  EXPECT_EQ(r.header("accept-ranges"), "bytes");
+  EXPECT_FALSE(r.header("date").empty());
+  // Second request on the same connection.
+  ASSERT_TRUE(c.send_all(get_req("/hello?ns=docker.io", "", "HEAD")));
+  r = c.read_response(true);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-length"), "11");
+  EXPECT_TRUE(r.body.empty());
+  // And a third: the HEAD must not have left body bytes on the wire.
+  ASSERT_TRUE(c.send_all(get_req("/hello?ns=docker.io")));
+  r = c.read_response();
+  EXPECT_EQ(r.body, "hello world");
+  EXPECT_EQ(calls.load(), 3);
+}
+
+TEST(HttpServer, RangesOnStringBody) {
+  const std::string body = pattern(1000);
+  server_fixture f([&](request&&, responder resp) { resp.send(text_ok(body)); });
+  raw_conn c(f.port());
+  struct rc { std::string range; int status; std::string expect; std::string cr; };
+  std::vector<rc> cases = {
+      {"bytes=0-99", 206, body.substr(0, 100), "bytes 0-99/1000"},
+      {"bytes=990-", 206, body.substr(990), "bytes 990-999/1000"},
+      {"bytes=-10", 206, body.substr(990), "bytes 990-999/1000"},
+      {"bytes=0-0", 206, body.substr(0, 1), "bytes 0-0/1000"},
+      {"bytes=0-1,5-6", 200, body, ""},
+      {"bytes=junk", 200, body, ""},
+      {"bytes=1000-", 416, "", "bytes */1000"},
+  };
+  for (auto& k : cases) {
+    ASSERT_TRUE(c.send_all(get_req("/x", "Range: " + k.range + "\r\n")));
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, k.status) << k.range;
+    if (k.status != 416) {
+      EXPECT_EQ(r.body, k.expect) << k.range;
+    }
+    EXPECT_EQ(r.header("content-range"), k.cr) << k.range;
+  }
+}
+
+class temp_file {
+ public:
+  explicit temp_file(const std::string& content) {
+    char tmpl[] = "/tmp/shoal-http-test-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    path_ = tmpl;
+    std::size_t off = 0;
+    while (off < content.size()) {
+      ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  }
+  ~temp_file() { std::filesystem::remove(path_); }
+  std::shared_ptr<unique_fd> open() const {
+    return std::make_shared<unique_fd>(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(HttpServer, FileBodyWithSendfileAndRange) {
+  const std::string content = pattern(8 << 20, 11);
+  temp_file tf(content);
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.headers.set("Content-Type", "application/octet-stream");
+    r.body = file_body{tf.open(), 0, content.size()};
+    r.rangeable = true;
+    resp.send(std::move(r));
+  });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/blob")));
+  auto r = c.read_response(false, 20000ms);
+  EXPECT_EQ(r.status, 200);
+  ASSERT_TRUE(r.complete);
+  EXPECT_TRUE(r.body == content);
+  ASSERT_TRUE(c.send_all(get_req("/blob", "Range: bytes=1000000-2999999\r\n")));
+  r = c.read_response(false, 20000ms);
+  EXPECT_EQ(r.status, 206);
+  EXPECT_TRUE(r.body == content.substr(1000000, 2000000));
+  ASSERT_TRUE(f.wait_logs(2));
+  EXPECT_EQ(f.logs[0].body_bytes_sent, content.size());
+  EXPECT_FALSE(f.logs[0].aborted);
+}
+
+TEST(HttpServer, FileShorterThanAnnouncedAbortsConnection) {
+  const std::string content = pattern(100000, 12);
+  temp_file tf(content);
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.body = file_body{tf.open(), 0, content.size() + 5000};  // lies about the length
+    resp.send(std::move(r));
+  });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/blob")));
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_FALSE(r.complete);
+  EXPECT_TRUE(r.closed);
+  ASSERT_TRUE(f.wait_logs(1));
+  EXPECT_TRUE(f.logs[0].aborted);
+}
+
+// A producer whose bytes appear over time, as a cache object still being written does.
+struct growing_object {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string data;
+  bool finished = false;
+  bool failed = false;
+
+  void append(const std::string& s) {
+    { std::lock_guard lk(mu); data += s; }
+    cv.notify_all();
+  }
+  void finish(bool ok) {
+    { std::lock_guard lk(mu); finished = true; failed = !ok; }
+    cv.notify_all();
+  }
+};
+
+class growing_source final : public body_source {
+ public:
+  growing_source(std::shared_ptr<growing_object> o, std::uint64_t off, std::uint64_t len)
+      : obj_(std::move(o)), off_(off), end_(len == UINT64_MAX ? UINT64_MAX : off + len) {}
+  ~growing_source() override {
+    if (waiter_.joinable()) waiter_.join();
+  }
+  void next(std::size_t max, std::function<void(result<chunk>)> done) override {
+    if (waiter_.joinable()) waiter_.join();
+    // Wait on a helper thread, as a real producer signals from its own thread.
+    waiter_ = std::thread([this, max, done = std::move(done)] {
+      std::unique_lock lk(obj_->mu);
+      bool ok = obj_->cv.wait_for(lk, 10s, [&] {
+        return cancelled_ || obj_->failed || obj_->data.size() > off_ || obj_->finished;
+      });
+      if (cancelled_) return done(fail(errc::cancelled, "cancelled"));
+      if (!ok) return done(fail(errc::timeout, "producer stalled"));
+      if (obj_->failed) return done(fail(errc::digest_mismatch, "producer failed"));
+      if (off_ >= obj_->data.size() || off_ >= end_) return done(chunk::end());
+      std::size_t n = static_cast<std::size_t>(
+          std::min<std::uint64_t>({max, obj_->data.size() - off_, end_ - off_}));
+      std::string piece = obj_->data.substr(static_cast<std::size_t>(off_), n);
+      off_ += n;
+      lk.unlock();
+      done(chunk::bytes(std::move(piece)));
+    });
+  }
+  void cancel() override {
+    { std::lock_guard lk(obj_->mu); cancelled_ = true; }
+    obj_->cv.notify_all();
+  }
+
+ private:
+  std::shared_ptr<growing_object> obj_;
+  std::uint64_t off_, end_;
+  bool cancelled_ = false;
+  std::thread waiter_;
+};
+
+TEST(HttpServer, StreamsBytesBeforeTheProducerFinishes) {
+  auto obj = std::make_shared<growing_object>();
+  const std::string full = pattern(300000, 5);
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.rangeable = true;
+    r.body = stream_body{full.size(), [obj](std::uint64_t off, std::uint64_t len) {
+                           return std::make_unique<growing_source>(obj, off, len);
+                         }};
+    resp.send(std::move(r));
+  });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/inflight")));
+  obj->append(full.substr(0, 1000));
+  // The client sees the header and the first bytes while the rest does not exist yet.
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (got.find("\r\n\r\n") == std::string::npos || got.size() - got.find("\r\n\r\n") - 4 < 1000) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "first bytes did not arrive";
+    got += c.read_some(65536, 1000ms);
+  }
+  EXPECT_NE(got.find("Content-Length: 300000"), std::string::npos);
+  obj->append(full.substr(1000, 150000));
+  obj->append(full.substr(151000));
+  obj->finish(true);
+  while (got.size() - got.find("\r\n\r\n") - 4 < full.size()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline + 5s);
+    std::string s = c.read_some(65536, 1000ms);
+    got += s;
+  }
+  EXPECT_EQ(got.substr(got.find("\r\n\r\n") + 4), full);
+  // Range on the stream body.
+  ASSERT_TRUE(c.send_all(get_req("/inflight", "Range: bytes=299990-\r\n")));
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 206);
+  EXPECT_EQ(r.body, full.substr(299990));
+}
+
+TEST(HttpServer, ProducerFailureMidStreamClosesWithoutCompleteBody) {
+  auto obj = std::make_shared<growing_object>();
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.body = stream_body{100000, [obj](std::uint64_t off, std::uint64_t len) {
+                           return std::make_unique<growing_source>(obj, off, len);
+                         }};
+    resp.send(std::move(r));
+  });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/bad")));
+  obj->append(pattern(50000));
+  std::this_thread::sleep_for(50ms);
+  obj->finish(false);
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_FALSE(r.complete);
+  EXPECT_TRUE(r.closed);
+  EXPECT_LE(r.body.size(), 50000u);
+  ASSERT_TRUE(f.wait_logs(1));
+  EXPECT_TRUE(f.logs[0].aborted);
+  EXPECT_NE(f.logs[0].error.find("producer failed"), std::string::npos);
+}
+
+TEST(HttpServer, ChunkedWhenLengthUnknown) {
+  auto obj = std::make_shared<growing_object>();
+  const std::string full = pattern(70000, 9);
+  obj->append(full);
+  obj->finish(true);
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.body = stream_body{std::nullopt, [obj](std::uint64_t off, std::uint64_t len) {
+                           return std::make_unique<growing_source>(obj, off, len);
+                         }};
+    resp.send(std::move(r));
+  });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/chunked")));
+  auto r = c.read_response();
+  EXPECT_EQ(r.header("transfer-encoding"), "chunked");
+  EXPECT_TRUE(r.complete);
+  EXPECT_TRUE(r.body == full) << r.body.size() << " bytes";
+}
+
+TEST(HttpServer, HugeRequestLineGets431) {
+  server_fixture f([&](request&&, responder resp) { resp.send(text_ok("x")); });
+  raw_conn c(f.port());
+  std::string target = "/" + std::string(1 << 20, 'a');
+  c.send_all(get_req(target));
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 431);
+  EXPECT_TRUE(c.wait_closed(2000ms));
+}
+
+TEST(HttpServer, BodyLimitGets413) {
+  server_options o;
+  o.max_body_bytes = 1000;
+  server_fixture f([&](request&&, responder resp) { resp.send(text_ok("x")); }, o);
+  raw_conn c(f.port());
+  c.send_all("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'b'));
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 413);
+}
+
+TEST(HttpServer, GarbageGets400AndServerKeepsServing) {
+  server_fixture f([&](request&&, responder resp) { resp.send(text_ok("fine")); });
+  std::mt19937 rng(99);
+  for (int i = 0; i < 200; ++i) {
+    raw_conn c(f.port());
+    std::string junk;
+    for (int j = 0, n = 1 + static_cast<int>(rng() % 300); j < n; ++j) junk += static_cast<char>(rng());
+    if (i % 3 == 0) junk = "GET / HTTP/1.1\r\n" + junk + "\r\n\r\n";
+    c.send_all(junk + "\r\n\r\n");
+    auto r = c.read_response(false, 2000ms);
+    if (r.status != 0) {
+      EXPECT_TRUE(r.status == 400 || r.status == 200 || r.status == 431 || r.status == 413) << r.status;
+    }
+  }
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/ok")));
+  EXPECT_EQ(c.read_response().body, "fine");
+}
+
+TEST(HttpServer, IdleConnectionIsClosed) {
+  server_options o;
+  o.idle_timeout = 200ms;
+  server_fixture f([&](request&&, responder resp) { resp.send(text_ok("x")); }, o);
+  raw_conn c(f.port());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(c.wait_closed(3000ms));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2000ms);
+}
+
+TEST(HttpServer, ClientThatStopsReadingIsDroppedAfterWriteTimeout) {
+  const std::string content = pattern(32 << 20, 2);
+  temp_file tf(content);
+  server_options o;
+  o.write_timeout = 300ms;
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.body = file_body{tf.open(), 0, content.size()};
+    resp.send(std::move(r));
+  }, o);
+  raw_conn c(f.port(), 4096);
+  ASSERT_TRUE(c.send_all(get_req("/big")));
+  // Never read. The server must give up instead of holding the connection forever.
+  ASSERT_TRUE(f.wait_logs(1, 5000ms));
+  EXPECT_TRUE(f.logs[0].aborted);
+  EXPECT_LT(f.logs[0].body_bytes_sent, content.size());
+}
+
+TEST(HttpServer, HandlerThatForgetsToAnswerGives500) {
+  server_fixture f([&](request&&, responder) { /* drops the responder */ });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/forgot")));
+  EXPECT_EQ(c.read_response().status, 500);
+}
+
+TEST(HttpServer, HandlerThatThrowsGives500) {
+  server_fixture f([&](request&&, responder) { throw std::runtime_error("boom"); });
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/throw")));
+  EXPECT_EQ(c.read_response().status, 500);
+  ASSERT_TRUE(c.send_all(get_req("/throw")));
+  EXPECT_EQ(c.read_response().status, 500);
+}
+
+TEST(HttpServer, AsyncAnswerFromAnotherThread) {
+  std::vector<std::thread> workers;
+  std::mutex wm;
+  server_fixture f([&](request&& req, responder resp) {
+    std::lock_guard lk(wm);
+    workers.emplace_back([resp, p = req.path] {
+      std::this_thread::sleep_for(20ms);
+      resp.send(text_ok("async " + p));
+      resp.send(text_ok("second answer ignored"));
+    });
+  });
+  raw_conn c(f.port());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.send_all(get_req("/a" + std::to_string(i))));
+    EXPECT_EQ(c.read_response().body, "async /a" + std::to_string(i));
+  }
+  for (auto& t : workers) t.join();
+}
+
+TEST(HttpServer, GracefulStopFinishesActiveAndClosesIdle) {
+  std::atomic<bool> release{false};
+  std::thread worker;
+  server_fixture f([&](request&& req, responder resp) {
+    if (req.path == "/slow") {
+      worker = std::thread([resp, &release] {
+        for (int i = 0; i < 300 && !release; ++i) std::this_thread::sleep_for(10ms);
+        resp.send(text_ok("done"));
+      });
+    } else {
+      resp.send(text_ok("quick"));
+    }
+  });
+  raw_conn idle(f.port());
+  raw_conn active(f.port());
+  ASSERT_TRUE(idle.send_all(get_req("/q")));
+  EXPECT_EQ(idle.read_response().body, "quick");
+  ASSERT_TRUE(active.send_all(get_req("/slow")));
+  std::this_thread::sleep_for(50ms);
+  f.srv->stop(3000ms);
+  EXPECT_TRUE(idle.wait_closed(2000ms));
+  release = true;
+  auto r = active.read_response();
+  EXPECT_EQ(r.body, "done");
+  EXPECT_EQ(r.header("connection"), "close");
+  worker.join();
+  // No new connections are accepted.
+  raw_conn late(f.port());
+  if (late.connected()) {
+    late.send_all(get_req("/q"));
+    EXPECT_EQ(late.read_response(false, 1000ms).status, 0);
+  }
+}
+
+TEST(HttpServer, ManyConcurrentClients) {
+  server_fixture f([&](request&& req, responder resp) { resp.send(text_ok(req.path)); });
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 32; ++i) {
+    ts.emplace_back([&, i] {
+      raw_conn c(f.port());
+      for (int j = 0; j < 20; ++j) {
+        std::string p = "/c" + std::to_string(i) + "/" + std::to_string(j);
+        if (!c.send_all(get_req(p))) return;
+        if (c.read_response().body == p) ++ok;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 32 * 20);
+}
+
+TEST(HttpServer, SplitHostPort) {
+  auto a = split_host_port("127.0.0.1:8080");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->first, "127.0.0.1");
+  EXPECT_EQ(a->second, 8080);
+  auto b = split_host_port("[::1]:9");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->first, "::1");
+  EXPECT_EQ(split_host_port(":5000")->first, "0.0.0.0");
+  for (const char* bad : {"nohost", "1.2.3.4:", "1.2.3.4:70000", "1.2.3.4:x1", "[::1]9", "[::1"}) {
+    EXPECT_FALSE(split_host_port(bad)) << bad;
+  }
+  EXPECT_EQ(percent_decode("a%2Fb+c").value(), "a/b c");
+  EXPECT_FALSE(percent_decode("%zz"));
+  EXPECT_FALSE(percent_decode("%2"));
+  EXPECT_FALSE(percent_decode("%"));
+}
+
+}  // namespace
+}  // namespace shoal::http
