@@ -1,0 +1,84 @@
+#pragma once
+// Torrent metainfo for one content-addressed object: the schema registry-proxy serves and peerd
+// consumes, derived deterministically from the object's bytes so any holder can regenerate it.
+//
+// The info dict is BitTorrent v1 (SHA-1 pieces), private, single file:
+//   {length: <size>, name: "<64 hex of the sha256>", piece length: piece_size_for(size),
+//    pieces: <20-byte SHA-1 per piece>, private: 1}
+// Nothing else goes into the info dict, so the info-hash depends only on the bytes. Trackers live
+// outside it ("announce", "announce-list") and can change without changing the swarm.
+//
+// Why v1: every node runs libtorrent 2.0.8, hybrid torrents hash twice and announce two swarms,
+// v1 SHA-1 pieces are cheap to compute while the bytes stream in, and the sha256 of the whole
+// object remains the final word on integrity (docs/p2p.md).
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/digest.h"
+#include "common/error.h"
+
+namespace shoal {
+
+using sha1_hash = std::array<std::uint8_t, 20>;
+
+// The piece size rule: a power of two aiming at about 1024 pieces, at least 64 KiB, at most 4 MiB.
+//   1 MiB → 64 KiB (16 pieces); 256 MiB → 256 KiB; 1 GiB → 1 MiB; 10 GiB → 4 MiB (2560 pieces).
+// Small pieces start relaying sooner; the cap keeps per-piece overhead low for huge layers.
+[[nodiscard]] std::uint32_t piece_size_for(std::uint64_t size);
+
+struct object_metainfo {
+  digest object;                  // sha256 of the whole object
+  std::uint64_t size = 0;
+  std::uint32_t piece_size = 0;
+  std::vector<sha1_hash> pieces;  // one per piece, the last one may be short
+
+  [[nodiscard]] std::uint32_t piece_count() const { return static_cast<std::uint32_t>(pieces.size()); }
+  [[nodiscard]] std::uint64_t piece_offset(std::uint32_t i) const { return std::uint64_t{i} * piece_size; }
+  [[nodiscard]] std::uint32_t piece_length(std::uint32_t i) const;
+  // The bencoded info dict (canonical bytes) and its SHA-1: the swarm's identity.
+  [[nodiscard]] std::string info_dict() const;
+  [[nodiscard]] sha1_hash info_hash() const;
+  [[nodiscard]] std::string info_hash_hex() const;
+  // A complete .torrent: announce (first tracker), announce-list (one tier), info.
+  [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
+
+  // Parses and validates a .torrent for `expected` (name must be its hex, private flag set,
+  // piece size and count consistent with the rule and the length). Trackers are returned in
+  // `trackers_out` when given.
+  [[nodiscard]] static result<object_metainfo> parse(std::string_view torrent, const digest& expected,
+                                                     std::vector<std::string>* trackers_out = nullptr);
+};
+
+// Computes piece hashes (SHA-1) and the object digest (SHA-256) as bytes stream in, in order.
+class metainfo_builder {
+ public:
+  explicit metainfo_builder(std::uint64_t size);
+  ~metainfo_builder();
+  metainfo_builder(metainfo_builder&&) noexcept;
+  metainfo_builder& operator=(metainfo_builder&&) noexcept;
+
+  void update(const void* data, std::size_t n);
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return fed_; }
+  // Checks the total length and that the bytes hash to `expected`.
+  [[nodiscard]] result<object_metainfo> finish(const digest& expected);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  std::uint64_t size_ = 0;
+  std::uint64_t fed_ = 0;
+};
+
+// Builds metainfo for a file on disk (reads it once). Verifies it hashes to `expected`.
+[[nodiscard]] result<object_metainfo> metainfo_for_file(const std::string& path, const digest& expected);
+[[nodiscard]] result<object_metainfo> metainfo_for_fd(int fd, std::uint64_t size, const digest& expected);
+[[nodiscard]] sha1_hash sha1_of(std::string_view data);
+[[nodiscard]] std::string hex_of(const sha1_hash& h);
+
+}  // namespace shoal

@@ -1,0 +1,227 @@
+#include "common/metainfo.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/bencode.h"
+#include "common/fd.h"
+#include "common/sha256.h"
+
+namespace shoal {
+namespace {
+
+struct md_ctx {
+  EVP_MD_CTX* c = EVP_MD_CTX_new();
+  explicit md_ctx(const EVP_MD* md) { EVP_DigestInit_ex(c, md, nullptr); }
+  ~md_ctx() { EVP_MD_CTX_free(c); }
+  md_ctx(const md_ctx&) = delete;
+  md_ctx& operator=(const md_ctx&) = delete;
+};
+
+}  // namespace
+
+std::uint32_t piece_size_for(std::uint64_t size) {
+  constexpr std::uint64_t min_piece = 64 * 1024;
+  constexpr std::uint64_t max_piece = 4 * 1024 * 1024;
+  std::uint64_t target = size / 1024;
+  std::uint64_t p = min_piece;
+  while (p < target && p < max_piece) p <<= 1;
+  return static_cast<std::uint32_t>(p);
+}
+
+sha1_hash sha1_of(std::string_view data) {
+  sha1_hash h{};
+  unsigned int len = 0;
+  md_ctx ctx(EVP_sha1());
+  EVP_DigestUpdate(ctx.c, data.data(), data.size());
+  EVP_DigestFinal_ex(ctx.c, h.data(), &len);
+  return h;
+}
+
+std::string hex_of(const sha1_hash& h) { return to_hex(h); }
+
+std::uint32_t object_metainfo::piece_length(std::uint32_t i) const {
+  std::uint64_t off = piece_offset(i);
+  if (off >= size) return 0;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(piece_size, size - off));
+}
+
+std::string object_metainfo::info_dict() const {
+  std::string pieces_str;
+  pieces_str.reserve(pieces.size() * 20);
+  for (const auto& p : pieces) pieces_str.append(reinterpret_cast<const char*>(p.data()), p.size());
+  bencode::dict info;
+  info["length"] = static_cast<std::int64_t>(size);
+  info["name"] = object.hex();
+  info["piece length"] = static_cast<std::int64_t>(piece_size);
+  info["pieces"] = std::move(pieces_str);
+  info["private"] = 1;
+  return bencode::encode(bencode::value(std::move(info)));
+}
+
+sha1_hash object_metainfo::info_hash() const { return sha1_of(info_dict()); }
+std::string object_metainfo::info_hash_hex() const { return hex_of(info_hash()); }
+
+std::string object_metainfo::torrent_file(const std::vector<std::string>& trackers) const {
+  // Encode by hand around the canonical info dict so its bytes are exactly info_dict().
+  bencode::dict outer;
+  if (!trackers.empty()) {
+    outer["announce"] = trackers.front();
+    bencode::list tier;
+    for (const auto& t : trackers) tier.emplace_back(t);
+    outer["announce-list"] = bencode::list{bencode::value(std::move(tier))};
+  }
+  outer["created by"] = "shoal";
+  std::string out = "d";
+  auto put = [&out](const std::string& k, const std::string& encoded) {
+    out += std::to_string(k.size()) + ":" + k + encoded;
+  };
+  // Keys in sorted order: announce, announce-list, created by, info.
+  for (const auto& [k, v] : outer) put(k, bencode::encode(v));
+  put("info", info_dict());
+  out += "e";
+  return out;
+}
+
+result<object_metainfo> object_metainfo::parse(std::string_view torrent, const digest& expected,
+                                               std::vector<std::string>* trackers_out) {
+  bencode::limits lim;
+  lim.max_depth = 8;
+  lim.max_items = 4096;
+  auto root = bencode::decode(torrent, lim);
+  if (!root) return fail(root.error().wrap("metainfo for " + expected.short_str()));
+  auto bad = [&](const std::string& why) {
+    return fail(errc::protocol_error, "metainfo for " + expected.short_str() + ": " + why);
+  };
+  const auto* info = root->find("info");
+  if (!info || !info->is_dict()) return bad("no info dict");
+  const auto* len = info->find("length");
+  const auto* name = info->find("name");
+  const auto* plen = info->find("piece length");
+  const auto* pieces = info->find("pieces");
+  const auto* priv = info->find("private");
+  if (!len || !len->is_int() || len->as_int() < 0) return bad("missing or bad length");
+  if (!name || !name->is_string() || name->as_string() != expected.hex()) return bad("name is not the object's digest");
+  if (!plen || !plen->is_int()) return bad("missing piece length");
+  if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0) return bad("bad pieces");
+  if (!priv || !priv->is_int() || priv->as_int() != 1) return bad("torrent is not private");
+  if (info->as_dict().size() != 5) return bad("unexpected keys in the info dict");
+  object_metainfo m;
+  m.object = expected;
+  m.size = static_cast<std::uint64_t>(len->as_int());
+  if (static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.size)) return bad("piece length does not follow the rule");
+  m.piece_size = static_cast<std::uint32_t>(plen->as_int());
+  std::uint64_t want = m.size == 0 ? 0 : (m.size + m.piece_size - 1) / m.piece_size;
+  const auto& ps = pieces->as_string();
+  if (ps.size() / 20 != want) return bad("piece count does not match the length");
+  m.pieces.resize(static_cast<std::size_t>(want));
+  for (std::size_t i = 0; i < m.pieces.size(); ++i) std::memcpy(m.pieces[i].data(), ps.data() + 20 * i, 20);
+  if (m.info_dict() != info->raw) return bad("info dict is not in canonical form");
+  if (trackers_out) {
+    trackers_out->clear();
+    if (const auto* al = root->find("announce-list"); al && al->is_list()) {
+      for (const auto& tier : al->as_list()) {
+        if (!tier.is_list()) continue;
+        for (const auto& t : tier.as_list()) {
+          if (t.is_string()) trackers_out->push_back(t.as_string());
+        }
+      }
+    } else if (const auto* a = root->find("announce"); a && a->is_string()) {
+      trackers_out->push_back(a->as_string());
+    }
+  }
+  return m;
+}
+
+struct metainfo_builder::impl {
+  md_ctx sha256{EVP_sha256()};
+  md_ctx sha1{EVP_sha1()};
+  std::uint32_t piece_size = 0;
+  std::uint32_t in_piece = 0;
+  std::vector<sha1_hash> pieces;
+
+  void end_piece() {
+    sha1_hash h{};
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(sha1.c, h.data(), &n);
+    pieces.push_back(h);
+    EVP_DigestInit_ex(sha1.c, EVP_sha1(), nullptr);
+    in_piece = 0;
+  }
+};
+
+metainfo_builder::metainfo_builder(std::uint64_t size) : impl_(std::make_unique<impl>()), size_(size) {
+  impl_->piece_size = piece_size_for(size);
+  impl_->pieces.reserve(static_cast<std::size_t>((size + impl_->piece_size - 1) / impl_->piece_size));
+}
+metainfo_builder::~metainfo_builder() = default;
+metainfo_builder::metainfo_builder(metainfo_builder&&) noexcept = default;
+metainfo_builder& metainfo_builder::operator=(metainfo_builder&&) noexcept = default;
+
+void metainfo_builder::update(const void* data, std::size_t n) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  fed_ += n;
+  EVP_DigestUpdate(impl_->sha256.c, p, n);
+  while (n > 0) {
+    std::size_t take = std::min<std::size_t>(n, impl_->piece_size - impl_->in_piece);
+    EVP_DigestUpdate(impl_->sha1.c, p, take);
+    impl_->in_piece += static_cast<std::uint32_t>(take);
+    p += take;
+    n -= take;
+    if (impl_->in_piece == impl_->piece_size) impl_->end_piece();
+  }
+}
+
+result<object_metainfo> metainfo_builder::finish(const digest& expected) {
+  if (fed_ != size_) {
+    return fail(errc::size_mismatch, expected.short_str() + ": got " + std::to_string(fed_) +
+                                         " bytes, expected " + std::to_string(size_));
+  }
+  if (impl_->in_piece > 0) impl_->end_piece();
+  std::array<std::uint8_t, 32> d{};
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(impl_->sha256.c, d.data(), &n);
+  digest got{d};
+  if (got != expected) {
+    return fail(errc::digest_mismatch, "content hashes to " + got.str() + ", expected " + expected.str());
+  }
+  object_metainfo m;
+  m.object = expected;
+  m.size = size_;
+  m.piece_size = impl_->piece_size;
+  m.pieces = std::move(impl_->pieces);
+  return m;
+}
+
+result<object_metainfo> metainfo_for_fd(int fd, std::uint64_t size, const digest& expected) {
+  metainfo_builder b(size);
+  std::vector<char> buf(1 << 20);
+  std::uint64_t off = 0;
+  while (off < size) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off));
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(errno, "read " + expected.short_str());
+    }
+    if (n == 0) break;
+    b.update(buf.data(), static_cast<std::size_t>(n));
+    off += static_cast<std::uint64_t>(n);
+  }
+  return b.finish(expected);
+}
+
+result<object_metainfo> metainfo_for_file(const std::string& path, const digest& expected) {
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open " + path);
+  off_t end = ::lseek(fd.get(), 0, SEEK_END);
+  if (end < 0) return fail_errno(errno, "seek " + path);
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  return metainfo_for_fd(fd.get(), static_cast<std::uint64_t>(end), expected);
+}
+
+}  // namespace shoal
