@@ -1,0 +1,266 @@
+#include "tracker.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/bencode.h"
+#include "common/log.h"
+
+namespace shoal::scheduler {
+namespace {
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Node names and topology labels: short printable tokens.
+bool valid_label(std::string_view s) {
+  if (s.size() > 128) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':' || c == '/')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return out;
+}
+
+}  // namespace
+
+result<announce_request> parse_announce(const http::request& req, const std::string& source_ip,
+                                        const tracker_options& opts) {
+  announce_request a;
+  auto need_20 = [&](const char* name, std::array<std::uint8_t, 20>& out) -> status {
+    auto v = req.query_param(name);
+    if (!v) return fail(errc::invalid_argument, std::string("missing or malformed ") + name);
+    if (v->size() != 20) {
+      return fail(errc::invalid_argument, std::string(name) + " must be 20 bytes, got " + std::to_string(v->size()));
+    }
+    std::copy(v->begin(), v->end(), out.begin());
+    return {};
+  };
+  if (auto s = need_20("info_hash", a.info_hash); !s) return fail(s.error());
+  if (auto s = need_20("peer_id", a.peer_id); !s) return fail(s.error());
+  auto port = req.query_param("port");
+  std::uint64_t p = 0;
+  if (!port || !parse_u64(*port, p) || p == 0 || p > 65535) {
+    return fail(errc::invalid_argument, "port must be 1-65535, got \"" + printable(port.value_or("")) + "\"");
+  }
+  a.port = static_cast<std::uint16_t>(p);
+  for (auto [name, field] : {std::pair{"uploaded", &a.uploaded}, std::pair{"downloaded", &a.downloaded},
+                             std::pair{"left", &a.left}}) {
+    auto v = req.query_param(name);
+    if (v && !parse_u64(*v, *field)) {
+      return fail(errc::invalid_argument, std::string(name) + " is not a number: \"" + printable(*v) + "\"");
+    }
+  }
+  if (auto ev = req.query_param("event")) {
+    if (*ev == "started") a.event = announce_request::event_t::started;
+    else if (*ev == "completed") a.event = announce_request::event_t::completed;
+    else if (*ev == "stopped") a.event = announce_request::event_t::stopped;
+    else if (ev->empty() || *ev == "paused") a.event = announce_request::event_t::none;
+    else return fail(errc::invalid_argument, "unknown event \"" + printable(*ev) + "\"");
+  }
+  a.numwant = opts.default_numwant;
+  if (auto nw = req.query_param("numwant")) {
+    std::uint64_t n = 0;
+    if (!parse_u64(*nw, n)) return fail(errc::invalid_argument, "numwant is not a number");
+    a.numwant = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, opts.max_numwant));
+  }
+  if (auto c = req.query_param("compact")) a.compact = *c != "0";
+  for (auto [name, field] : {std::pair{"node", &a.node}, std::pair{"zone", &a.zone}, std::pair{"rack", &a.rack}}) {
+    if (auto v = req.query_param(name)) {
+      if (!valid_label(*v)) return fail(errc::invalid_argument, std::string(name) + " has invalid characters");
+      *field = *v;
+    }
+  }
+  if (auto role = req.query_param("role")) {
+    if (*role == "origin") a.origin = true;
+    else if (*role != "peer") return fail(errc::invalid_argument, "role must be peer or origin");
+  }
+  a.ip = source_ip;
+  if (opts.trust_announced_ip) {
+    auto ip = req.query_param("ip");
+    if (!ip) ip = req.query_param("ipv4");
+    if (ip) {
+      unsigned char buf[16];
+      if (inet_pton(AF_INET, ip->c_str(), buf) != 1 && inet_pton(AF_INET6, ip->c_str(), buf) != 1) {
+        return fail(errc::invalid_argument, "ip is not an address: \"" + printable(*ip) + "\"");
+      }
+      a.ip = *ip;
+    }
+  }
+  return a;
+}
+
+tracker::tracker(tracker_options opts, std::function<clock::time_point()> now)
+    : opts_(opts), now_(std::move(now)) {}
+
+std::string tracker::failure(const std::string& why) const {
+  bencode::dict d;
+  d["failure reason"] = why;
+  d["min interval"] = static_cast<std::int64_t>(opts_.min_interval.count());
+  return bencode::encode(bencode::value(std::move(d)));
+}
+
+void tracker::expire_locked(clock::time_point now) {
+  for (auto it = swarms_.begin(); it != swarms_.end();) {
+    auto& peers = it->second.peers;
+    for (auto p = peers.begin(); p != peers.end();) {
+      if (now - p->second.last_seen > opts_.peer_timeout) p = peers.erase(p);
+      else ++p;
+    }
+    if (peers.empty()) it = swarms_.erase(it);
+    else ++it;
+  }
+  last_expire_ = now;
+}
+
+void tracker::expire() {
+  std::lock_guard lk(mu_);
+  expire_locked(now_());
+}
+
+std::string tracker::announce(const announce_request& a) {
+  auto now = now_();
+  std::lock_guard lk(mu_);
+  ++stats_.announces;
+  if (now - last_expire_ > std::chrono::seconds(10)) expire_locked(now);
+  auto& sw = swarms_[a.info_hash];
+  std::string key = a.ip + ":" + std::to_string(a.port);
+  if (a.event == announce_request::event_t::stopped) {
+    sw.peers.erase(key);
+  } else {
+    auto& p = sw.peers[key];
+    p.node = a.node;
+    p.zone = a.zone;
+    p.rack = a.rack;
+    p.ip = a.ip;
+    p.port = a.port;
+    if (a.event == announce_request::event_t::completed || (p.left > 0 && a.left == 0)) ++sw.completed;
+    p.left = a.left;
+    p.origin = a.origin;
+    p.last_seen = now;
+  }
+
+  // Rank every other peer; lower tuple sorts first.
+  struct cand {
+    int seed_rank, topo_rank;
+    std::size_t load;
+    std::uint64_t left;
+    peer* p;
+  };
+  std::vector<cand> cands;
+  cands.reserve(sw.peers.size());
+  std::int64_t complete = 0, incomplete = 0;
+  for (auto& [k, p] : sw.peers) {
+    if (p.left == 0) ++complete;
+    else ++incomplete;
+    if (k == key || (!a.node.empty() && p.node == a.node)) continue;
+    // A complete requester only needs peers it can upload to.
+    if (a.left == 0 && p.left == 0) continue;
+    // Forget old handouts (the load estimate decays over the window).
+    auto& h = p.handouts;
+    h.erase(std::remove_if(h.begin(), h.end(), [&](auto t) { return now - t > opts_.load_window; }), h.end());
+    int topo = 2;
+    if (!a.rack.empty() && p.rack == a.rack && p.zone == a.zone) topo = 0;
+    else if (!a.zone.empty() && p.zone == a.zone) topo = 1;
+    cands.push_back({p.left == 0 ? 0 : 1, topo, h.size(), p.left, &p});
+  }
+  std::sort(cands.begin(), cands.end(), [](const cand& x, const cand& y) {
+    return std::tie(x.seed_rank, x.topo_rank, x.load, x.left) < std::tie(y.seed_rank, y.topo_rank, y.load, y.left);
+  });
+  std::vector<peer*> chosen;
+  std::size_t want = a.event == announce_request::event_t::stopped ? 0 : a.numwant;
+  // Origins always make the list, even when numwant is small.
+  for (auto& c : cands) {
+    if (c.p->origin) chosen.push_back(c.p);
+  }
+  for (auto& c : cands) {
+    if (chosen.size() >= want) break;
+    if (!c.p->origin) chosen.push_back(c.p);
+  }
+  if (want == 0) chosen.clear();
+
+  bencode::dict d;
+  auto interval = a.left == 0 ? opts_.seed_interval : opts_.interval;
+  d["interval"] = static_cast<std::int64_t>(interval.count());
+  d["min interval"] = static_cast<std::int64_t>(opts_.min_interval.count());
+  d["complete"] = complete;
+  d["incomplete"] = incomplete;
+  d["downloaded"] = static_cast<std::int64_t>(sw.completed);
+  std::string peers4, peers6;
+  bencode::list plist;
+  for (auto* p : chosen) {
+    // Handouts to downloaders count as load on the peer handed out (it will be asked for data).
+    if (a.left > 0) p->handouts.push_back(now);
+    if (a.compact) {
+      unsigned char buf[16];
+      if (inet_pton(AF_INET, p->ip.c_str(), buf) == 1) {
+        peers4.append(reinterpret_cast<char*>(buf), 4);
+        peers4 += static_cast<char>(p->port >> 8);
+        peers4 += static_cast<char>(p->port & 0xff);
+      } else if (inet_pton(AF_INET6, p->ip.c_str(), buf) == 1) {
+        peers6.append(reinterpret_cast<char*>(buf), 16);
+        peers6 += static_cast<char>(p->port >> 8);
+        peers6 += static_cast<char>(p->port & 0xff);
+      }
+    } else {
+      bencode::dict pd;
+      pd["ip"] = p->ip;
+      pd["port"] = static_cast<std::int64_t>(p->port);
+      plist.emplace_back(std::move(pd));
+    }
+  }
+  if (a.compact) {
+    d["peers"] = std::move(peers4);
+    if (!peers6.empty()) d["peers6"] = std::move(peers6);
+  } else {
+    d["peers"] = std::move(plist);
+  }
+  if (sw.peers.empty()) swarms_.erase(a.info_hash);
+  return bencode::encode(bencode::value(std::move(d)));
+}
+
+http::response tracker::handle(const http::request& req) {
+  std::string src = req.remote.address().to_string();
+  auto a = parse_announce(req, src, opts_);
+  if (!a) {
+    {
+      std::lock_guard lk(mu_);
+      ++stats_.bad_announces;
+    }
+    log::debug("bad announce", log::kv("from", src), log::kv("error", a.error().message));
+    return http::response::text(400, failure(a.error().message), "text/plain");
+  }
+  return http::response::text(200, announce(*a), "text/plain");
+}
+
+tracker_stats tracker::stats() const {
+  std::lock_guard lk(mu_);
+  tracker_stats s = stats_;
+  s.swarms = swarms_.size();
+  s.peers = 0;
+  for (const auto& [h, sw] : swarms_) s.peers += sw.peers.size();
+  return s;
+}
+
+std::vector<std::string> tracker::nodes_in(const std::array<std::uint8_t, 20>& info_hash) const {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> out;
+  auto it = swarms_.find(info_hash);
+  if (it == swarms_.end()) return out;
+  for (const auto& [k, p] : it->second.peers) out.push_back(p.node.empty() ? k : p.node);
+  return out;
+}
+
+}  // namespace shoal::scheduler

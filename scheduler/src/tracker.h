@@ -1,0 +1,115 @@
+#pragma once
+// The BitTorrent tracker (BEP 3 HTTP announce, BEP 23 compact peers), keyed by info-hash.
+//
+// Handout policy, in order: complete holders (seeds) first; then peers in the requester's rack,
+// then its zone; then the least loaded (fewest recent handouts, then most bytes left to fetch,
+// so that nearly-done peers are not swamped). Origins (registry-proxy) are always included when
+// they are in the swarm. A peer is never handed itself (same node name or same endpoint).
+//
+// Node identity and topology come from the announce URL that peerd configures:
+//   /announce?node=<name>&zone=<zone>&rack=<rack>&role=<peer|origin>&info_hash=...
+// (libtorrent appends its own parameters to a tracker URL that already has a query string.)
+//
+// Threading: thread-safe (one mutex); announce handling is O(swarm size) and never blocks.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "common/http_server.h"
+
+namespace shoal::scheduler {
+
+struct tracker_options {
+  std::chrono::seconds interval{15};          // re-announce interval while downloading
+  std::chrono::seconds seed_interval{60};     // re-announce interval for complete holders
+  std::chrono::seconds min_interval{5};       // "min interval" answered to clients
+  std::chrono::seconds peer_timeout{180};     // drop peers silent for this long
+  std::uint32_t default_numwant = 50;
+  std::uint32_t max_numwant = 200;
+  bool trust_announced_ip = false;            // use the ip= parameter instead of the source address
+  std::chrono::seconds load_window{30};       // handouts counted as load for this long
+};
+
+struct announce_request {
+  std::array<std::uint8_t, 20> info_hash{};
+  std::array<std::uint8_t, 20> peer_id{};
+  std::string ip;  // address the peer is reachable at
+  std::uint16_t port = 0;
+  std::uint64_t uploaded = 0, downloaded = 0, left = 0;
+  enum class event_t { none, started, completed, stopped } event = event_t::none;
+  std::uint32_t numwant = 0;
+  bool compact = true;
+  std::string node, zone, rack;
+  bool origin = false;
+};
+
+// Parses the query of an announce; `source_ip` is the TCP peer address. Errors name the field.
+[[nodiscard]] result<announce_request> parse_announce(const http::request& req, const std::string& source_ip,
+                                                      const tracker_options& opts);
+
+struct tracker_stats {
+  std::uint64_t announces = 0;
+  std::uint64_t bad_announces = 0;
+  std::uint64_t swarms = 0;
+  std::uint64_t peers = 0;
+};
+
+class tracker {
+ public:
+  using clock = std::chrono::steady_clock;
+  explicit tracker(tracker_options opts, std::function<clock::time_point()> now = clock::now);
+
+  // Records the announce and returns the bencoded response body.
+  [[nodiscard]] std::string announce(const announce_request& a);
+  // The HTTP face: GET /announce → 200 with a bencoded body (failure reason on bad input, 400).
+  [[nodiscard]] http::response handle(const http::request& req);
+
+  // Drops peers that stopped announcing. Called periodically and by announce().
+  void expire();
+  [[nodiscard]] tracker_stats stats() const;
+  // Holders of a swarm by node name (complete or not), for the scheduler's index and tests.
+  [[nodiscard]] std::vector<std::string> nodes_in(const std::array<std::uint8_t, 20>& info_hash) const;
+
+ private:
+  struct peer {
+    std::string node, zone, rack;
+    std::string ip;
+    std::uint16_t port = 0;
+    std::uint64_t left = 0;
+    bool origin = false;
+    clock::time_point last_seen;
+    std::vector<clock::time_point> handouts;  // recent handouts (load estimate)
+  };
+  struct swarm {
+    std::map<std::string, peer> peers;  // key: ip:port
+    std::uint64_t completed = 0;
+  };
+  struct hash_key {
+    std::size_t operator()(const std::array<std::uint8_t, 20>& h) const noexcept {
+      std::size_t v = 0;
+      for (int i = 0; i < 8; ++i) v = (v << 8) | h[static_cast<std::size_t>(i)];
+      return v;
+    }
+  };
+
+  std::string failure(const std::string& why) const;
+  void expire_locked(clock::time_point now);
+
+  tracker_options opts_;
+  std::function<clock::time_point()> now_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::array<std::uint8_t, 20>, swarm, hash_key> swarms_;
+  clock::time_point last_expire_{};
+  tracker_stats stats_;
+};
+
+}  // namespace shoal::scheduler

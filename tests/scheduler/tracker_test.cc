@@ -1,0 +1,175 @@
+#include "tracker.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/bencode.h"
+
+namespace shoal::scheduler {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string pct(std::string_view bytes) {
+  static const char* hx = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += '%';
+    out += hx[c >> 4];
+    out += hx[c & 15];
+  }
+  return out;
+}
+
+struct fake_clock {
+  tracker::clock::time_point t{std::chrono::seconds(1000)};
+  tracker::clock::time_point operator()() const { return t; }
+};
+
+class TrackerTest : public ::testing::Test {
+ protected:
+  TrackerTest() : trk_(opts(), [this] { return clock_.t; }) {}
+  static tracker_options opts() {
+    tracker_options o;
+    o.peer_timeout = 60s;
+    return o;
+  }
+
+  http::request make(const std::string& ip, std::uint16_t port, std::uint64_t left, const std::string& extra,
+                     char hash_byte = 'A') {
+    http::request r;
+    std::string ih(20, hash_byte), pid(20, static_cast<char>('a' + port % 26));
+    r.query = "node=n" + std::to_string(port) + "&" + extra + (extra.empty() ? "" : "&") + "info_hash=" + pct(ih) +
+              "&peer_id=" + pct(pid) + "&port=" + std::to_string(port) + "&uploaded=0&downloaded=0&left=" +
+              std::to_string(left) + "&compact=1";
+    r.remote = http::tcp::endpoint(http::net::ip::make_address(ip), 40000);
+    return r;
+  }
+
+  // Returns the compact peers as "ip:port" strings in handout order.
+  std::vector<std::string> peers_of(const http::response& resp) {
+    std::vector<std::string> out;
+    EXPECT_EQ(resp.status, 200u);
+    auto body = std::get<std::string>(resp.body);
+    auto v = bencode::decode(body);
+    EXPECT_TRUE(v) << body;
+    if (!v) return out;
+    const auto* p = v->find("peers");
+    EXPECT_TRUE(p && p->is_string());
+    const auto& s = p->as_string();
+    for (std::size_t i = 0; i + 6 <= s.size(); i += 6) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, s.data() + i, buf, sizeof buf);
+      unsigned port = (static_cast<unsigned char>(s[i + 4]) << 8) | static_cast<unsigned char>(s[i + 5]);
+      out.push_back(std::string(buf) + ":" + std::to_string(port));
+    }
+    return out;
+  }
+
+  fake_clock clock_;
+  tracker trk_;
+};
+
+TEST_F(TrackerTest, SeedsFirstThenRackThenZoneNeverSelf) {
+  (void)peers_of(trk_.handle(make("10.0.0.1", 6001, 0, "zone=z1&rack=r1&role=origin")));
+  (void)peers_of(trk_.handle(make("10.0.0.2", 6002, 500, "zone=z2&rack=r9")));
+  (void)peers_of(trk_.handle(make("10.0.0.3", 6003, 500, "zone=z1&rack=r2")));
+  (void)peers_of(trk_.handle(make("10.0.0.4", 6004, 500, "zone=z1&rack=r1")));
+  (void)peers_of(trk_.handle(make("10.0.0.5", 6005, 0, "zone=z2&rack=r9")));
+  auto got = peers_of(trk_.handle(make("10.0.0.6", 6006, 1000, "zone=z1&rack=r1")));
+  ASSERT_EQ(got.size(), 5u);
+  // Origin and the other seed first (origin ranks with seeds; it is in rack r1 so it leads).
+  EXPECT_EQ(got[0], "10.0.0.1:6001");
+  EXPECT_EQ(got[1], "10.0.0.5:6005");
+  EXPECT_EQ(got[2], "10.0.0.4:6004");  // same rack
+  EXPECT_EQ(got[3], "10.0.0.3:6003");  // same zone
+  EXPECT_EQ(got[4], "10.0.0.2:6002");  // elsewhere
+  for (const auto& g : got) EXPECT_NE(g, "10.0.0.6:6006");
+}
+
+TEST_F(TrackerTest, OriginAlwaysIncludedEvenWithSmallNumwant) {
+  for (int i = 0; i < 10; ++i) {
+    (void)trk_.handle(make("10.0.1." + std::to_string(i + 1), static_cast<std::uint16_t>(7000 + i), 0, ""));
+  }
+  (void)trk_.handle(make("10.0.2.1", 6881, 0, "role=origin"));
+  auto got = peers_of(trk_.handle(make("10.0.3.1", 6999, 10, "numwant=2")));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NE(std::find(got.begin(), got.end(), "10.0.2.1:6881"), got.end());
+}
+
+TEST_F(TrackerTest, LoadSpreadsAcrossEqualPeers) {
+  for (int i = 0; i < 4; ++i) {
+    (void)trk_.handle(make("10.0.1." + std::to_string(i + 1), static_cast<std::uint16_t>(7000 + i), 0, ""));
+  }
+  std::map<std::string, int> firsts;
+  for (int i = 0; i < 8; ++i) {
+    auto got = peers_of(trk_.handle(make("10.0.5." + std::to_string(i + 1), static_cast<std::uint16_t>(8000 + i), 10, "numwant=1")));
+    ASSERT_EQ(got.size(), 1u);
+    firsts[got[0]]++;
+  }
+  EXPECT_EQ(firsts.size(), 4u);  // every seed got handed out
+  for (auto& [k, n] : firsts) EXPECT_EQ(n, 2) << k;
+}
+
+TEST_F(TrackerTest, StoppedAndExpiredPeersLeave) {
+  (void)trk_.handle(make("10.0.0.1", 6001, 0, ""));
+  (void)trk_.handle(make("10.0.0.2", 6002, 0, ""));
+  (void)trk_.handle(make("10.0.0.1", 6001, 0, "event=stopped"));
+  auto got = peers_of(trk_.handle(make("10.0.0.3", 6003, 5, "")));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], "10.0.0.2:6002");
+  clock_.t += 61s;
+  trk_.expire();
+  got = peers_of(trk_.handle(make("10.0.0.4", 6004, 5, "")));
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(trk_.stats().peers, 1u);  // only the last announcer
+}
+
+TEST_F(TrackerTest, SwarmsAreSeparateByInfoHash) {
+  (void)trk_.handle(make("10.0.0.1", 6001, 0, "", 'A'));
+  auto got = peers_of(trk_.handle(make("10.0.0.2", 6002, 5, "", 'B')));
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(trk_.stats().swarms, 2u);
+}
+
+TEST_F(TrackerTest, MalformedAnnouncesGetFailureReason) {
+  auto base = make("10.0.0.1", 6001, 0, "");
+  std::vector<std::string> bad_queries = {
+      "",
+      "info_hash=short&peer_id=" + pct(std::string(20, 'p')) + "&port=1",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=0",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=70000",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1&left=-5",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1&event=explode",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1&node=a%20b",
+      "info_hash=%ZZ&peer_id=" + pct(std::string(20, 'p')) + "&port=1",
+      "info_hash=" + pct(std::string(21, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1",
+  };
+  for (const auto& q : bad_queries) {
+    auto r = base;
+    r.query = q;
+    auto resp = trk_.handle(r);
+    EXPECT_EQ(resp.status, 400u) << q;
+    auto v = bencode::decode(std::get<std::string>(resp.body));
+    ASSERT_TRUE(v) << q;
+    ASSERT_TRUE(v->find("failure reason")) << q;
+  }
+  EXPECT_EQ(trk_.stats().bad_announces, bad_queries.size());
+}
+
+TEST_F(TrackerTest, RandomQueriesNeverCrash) {
+  std::mt19937_64 rng(4);
+  const std::string alpha = "info_hashpeer_idport=&%0123456789ABCDEFleftevent";
+  for (int i = 0; i < 20000; ++i) {
+    http::request r;
+    for (std::size_t j = 0, n = rng() % 120; j < n; ++j) r.query += alpha[rng() % alpha.size()];
+    r.remote = http::tcp::endpoint(http::net::ip::make_address("10.1.2.3"), 1);
+    auto resp = trk_.handle(r);
+    EXPECT_TRUE(resp.status == 200 || resp.status == 400);
+  }
+}
+
+}  // namespace
+}  // namespace shoal::scheduler
