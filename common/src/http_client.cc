@@ -1,26 +1,15 @@
 #include "common/http_client.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <condition_variable>
-#include <deque>
-#include <exception>
 #include <mutex>
-#include <random>
-#include <thread>
-#include <unordered_map>
-
-#include <cstring>
 
 #include "common/log.h"
+#include "http_client_impl.h"
 #include "http_client_util.h"
 
 namespace shoal::http {
-
-using clock = std::chrono::steady_clock;
-using std::chrono::duration_cast;
-using std::chrono::milliseconds;
 
 bool ci_less::operator()(std::string_view a, std::string_view b) const noexcept {
   return std::lexicographical_compare(
@@ -28,16 +17,6 @@ bool ci_less::operator()(std::string_view a, std::string_view b) const noexcept 
         return std::tolower(x) < std::tolower(y);
       });
 }
-
-namespace {
-
-std::optional<std::string_view> first_header(const header_map& h, std::string_view name) {
-  auto it = h.find(name);
-  if (it == h.end()) return std::nullopt;
-  return std::string_view(it->second);
-}
-
-}  // namespace
 
 std::optional<std::string_view> response_head::header(std::string_view name) const {
   return first_header(headers, name);
@@ -49,181 +28,18 @@ std::optional<std::string_view> full_response::header(std::string_view name) con
 
 namespace {
 
-// Bodies of responses the client does not hand over (redirects, statuses it retries) are read
-// and dropped so the connection can be reused, up to this much; past it the connection is
-// closed instead.
-constexpr std::uint64_t kMaxDiscard = 1 << 20;
 // The loop wakes at least this often even with nothing due, as a safety net for timers.
 constexpr milliseconds kMaxPollWait{1000};
 // How often the loop re-checks a transfer whose stall timer is due but whose connection is
 // still being set up (the connect timeout governs that phase).
 constexpr milliseconds kConnectRecheck{50};
-constexpr long kBufferSize = 128 * 1024;
 
 void global_init_once() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-bool is_idempotent(std::string_view method) { return method == "GET" || method == "HEAD"; }
-bool is_redirect(int s) { return s == 301 || s == 302 || s == 303 || s == 307 || s == 308; }
-bool is_retryable_status(int s) { return s == 429 || s == 502 || s == 503 || s == 504; }
-
-bool valid_header_text(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
-
-std::string describe_exception(std::exception_ptr p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
 }  // namespace
-
-// What the client does with the response of the current attempt, decided when its head is
-// complete.
-enum class disposition {
-  undecided,        // head not complete yet
-  deliver,          // hand head and body to the caller
-  continue_resume,  // a 206 continuing a broken body: body to the caller, head not
-  redirect,         // follow Location; drop the body
-  retry_status,     // 429/502/503/504 that will be retried; drop the body
-};
-
-enum class transfer_state { waiting_slot, active, backoff };
-
-// One submitted request through all its attempts and redirect hops. Lives on the client thread
-// in impl::transfers_ from the moment the loop takes it from the inbox until on_complete.
-struct transfer {
-  request_id id = 0;
-  request req;
-  callbacks cb;
-  void* owner = nullptr;  // the client::impl running it (private type, hence void*)
-
-  // The current hop of the current attempt.
-  std::string url;
-  std::string method;
-  bool send_body = true;
-  bool creds_dropped = false;
-  bool other_origin = false;  // the hop's origin differs from the request's
-  detail::origin hop_origin;
-  detail::origin first_origin;
-  int hop_redirects = 0;
-
-  // Across attempts.
-  transfer_state state = transfer_state::waiting_slot;
-  int attempts = 0;
-  int failures = 0;  // consecutive failed attempts without body progress
-  int total_redirects = 0;
-  int resumes = 0;
-  std::uint64_t delivered = 0;
-  bool resumable = false;
-  std::uint64_t entity_first = 0;
-  std::uint64_t entity_end = 0;  // exclusive end of the delivered range
-  std::optional<std::uint64_t> entity_total;
-  std::string validator;  // strong ETag or Last-Modified of the first delivered response
-  bool resuming = false;  // the current attempt continues a broken body
-  int final_status = 0;
-  std::string final_url;
-  clock::time_point submitted;
-  std::optional<clock::time_point> deadline;
-  clock::time_point attempt_start;
-  clock::time_point last_progress;
-  clock::time_point retry_at;
-  std::optional<error> last_cause;
-
-  // The current attempt.
-  CURL* easy = nullptr;
-  curl_slist* slist = nullptr;
-  char errbuf[CURL_ERROR_SIZE] = {};
-  int status = 0;
-  std::string reason;
-  header_map headers;
-  bool head_done = false;
-  std::size_t header_bytes = 0;
-  disposition disp = disposition::undecided;
-  std::optional<error> forced;    // a failure the client decided (stall, limit, abort, policy)
-  bool forced_retryable = false;  // whether `forced` may be retried
-  bool caller_aborted = false;
-  std::uint64_t discarded = 0;
-  std::uint64_t attempt_delivered = 0;
-  curl_off_t last_upload = 0;
-  long os_errno = 0;  // kept from the easy handle before it is released
-  std::string location;
-  std::optional<milliseconds> retry_after;
-};
-
-// The multi loop. Everything except the inbox, the cancel list and the stop flag belongs to the
-// client thread.
-class client::impl {
- public:
-  explicit impl(client_options opts);
-  ~impl();
-
-  request_id submit(request req, callbacks cb);
-  void cancel(request_id id);
-  void stop();
-  bool on_thread() const noexcept { return std::this_thread::get_id() == thread_id_.load(); }
-
- private:
-  struct host_slots {
-    std::size_t active = 0;
-    std::deque<request_id> waiting;
-  };
-
-  void run();
-  void accept(std::unique_ptr<transfer> t);
-  void begin_attempt(transfer& t);
-  void start_hop(transfer& t);
-  void launch(transfer& t);
-  status setup_easy(transfer& t);
-  void detach(transfer& t);
-  void release_slot(const std::string& key);
-  void drain_messages();
-  void check_timers(clock::time_point now);
-  milliseconds next_wakeup(clock::time_point now);
-  void after_attempt(transfer& t, CURLcode code);
-  void follow_redirect(transfer& t);
-  void schedule_retry(transfer& t, milliseconds delay);
-  milliseconds backoff(int failures);
-  bool can_retry_status(const transfer& t, milliseconds delay) const;
-  error curl_failure(const transfer& t, CURLcode code);
-  void succeed(transfer& t);
-  void fail_transfer(transfer& t, error e);
-  void finish(transfer& t, result<completion> r);
-  void abort_now(request_id id, error e, bool retryable);
-
-  // curl callbacks, on the client thread inside curl_multi_perform.
-  static size_t header_cb(char* data, size_t size, size_t n, void* user);
-  static size_t write_cb(char* data, size_t size, size_t n, void* user);
-  static int xfer_cb(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t ulnow);
-  bool on_head_done(transfer& t);
-  static impl& self(transfer& t) { return *static_cast<impl*>(t.owner); }
-
-  client_options opts_;
-  CURLM* multi_ = nullptr;
-  std::atomic<request_id> next_id_{1};
-  std::atomic<std::thread::id> thread_id_{};
-
-  std::mutex mu_;
-  bool stopping_ = false;                           // guarded by mu_
-  std::vector<std::unique_ptr<transfer>> inbox_;    // guarded by mu_
-  std::vector<request_id> cancels_;                 // guarded by mu_
-
-  std::mutex join_mu_;
-  std::thread thread_;
-
-  // Client thread only.
-  std::unordered_map<request_id, std::unique_ptr<transfer>> transfers_;
-  std::unordered_map<std::string, host_slots> hosts_;
-  bool shutting_down_ = false;  // no new launches while cancelling everything
-  std::mt19937_64 rng_{std::random_device{}()};
-};
 
 client::impl::impl(client_options opts) : opts_(std::move(opts)) {
   global_init_once();
@@ -430,111 +246,6 @@ void client::impl::launch(transfer& t) {
   }
 }
 
-status client::impl::setup_easy(transfer& t) {
-  t.easy = curl_easy_init();
-  if (t.easy == nullptr) return fail(errc::internal, "curl_easy_init failed");
-  CURL* e = t.easy;
-  curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
-  curl_easy_setopt(e, CURLOPT_URL, t.url.c_str());
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errbuf);
-  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, kBufferSize);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
-  if (t.req.timeouts.connect.count() > 0) {
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(t.req.timeouts.connect.count()));
-  }
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &impl::header_cb);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &impl::write_cb);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &impl::xfer_cb);
-  curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
-  curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-  if (!opts_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, opts_.ca_file.c_str());
-  if (opts_.insecure) {
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-  }
-
-  const bool has_body = t.send_body && (!t.req.body.empty() || t.method == "POST" ||
-                                        t.method == "PUT" || t.method == "PATCH");
-  if (t.method == "HEAD") {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  } else if (t.method == "GET" && !has_body) {
-    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-  } else {
-    if (t.method != "POST") curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, t.method.c_str());
-    if (has_body) {
-      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
-                       static_cast<curl_off_t>(t.req.body.size()));
-      curl_easy_setopt(e, CURLOPT_POSTFIELDS, t.req.body.data());
-    }
-  }
-
-  // Headers: the caller's, minus credentials after an origin change, minus a Range the client
-  // replaces when resuming.
-  bool has_ua = false, has_ctype = false, has_expect = false;
-  auto add = [&t](const std::string& line) {
-    curl_slist* n = curl_slist_append(t.slist, line.c_str());
-    if (n == nullptr) return false;
-    t.slist = n;
-    return true;
-  };
-  bool ok = true;
-  for (const auto& [name, value] : t.req.headers) {
-    if (t.creds_dropped) {
-      if (detail::iequals(name, "Authorization")) continue;
-      bool cred = std::any_of(t.req.redirects.credential_headers.begin(),
-                              t.req.redirects.credential_headers.end(),
-                              [&](const std::string& c) { return detail::iequals(c, name); });
-      if (cred) continue;
-    }
-    if (t.resuming && (detail::iequals(name, "Range") || detail::iequals(name, "If-Range"))) {
-      continue;
-    }
-    if (!t.send_body && (detail::iequals(name, "Content-Type") ||
-                         detail::iequals(name, "Content-Length"))) {
-      continue;
-    }
-    has_ua |= detail::iequals(name, "User-Agent");
-    has_ctype |= detail::iequals(name, "Content-Type");
-    has_expect |= detail::iequals(name, "Expect");
-    // curl sends "Name;" as an empty header, while "Name:" would remove it.
-    ok = ok && add(value.empty() ? name + ";" : name + ": " + value);
-  }
-  if (t.resuming) {
-    // The rest of the delivered range: open-ended when it runs to the end of the entity.
-    std::string range = "Range: bytes=" + std::to_string(t.entity_first + t.delivered) + "-";
-    if (!t.entity_total || *t.entity_total != t.entity_end) {
-      range += std::to_string(t.entity_end - 1);
-    }
-    ok = ok && add(range);
-    // If-Range makes a server whose entity changed answer 200, which fails the resume instead
-    // of splicing two different entities together.
-    if (!t.validator.empty()) ok = ok && add("If-Range: " + t.validator);
-  }
-  if (!has_ua && !opts_.user_agent.empty()) ok = ok && add("User-Agent: " + opts_.user_agent);
-  // No 100-continue round trip, and no form content type invented by curl for raw bodies.
-  if (!has_expect) ok = ok && add("Expect:");
-  if (has_body && !has_ctype) ok = ok && add("Content-Type:");
-  if (!ok) return fail(errc::internal, "curl_slist_append failed");
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.slist);
-
-  if (t.req.customize && (!t.other_origin || t.req.redirects.customize_on_other_origin)) {
-    try {
-      t.req.customize(e);
-    } catch (...) {
-      return fail(errc::internal,
-                  "customize hook threw: " + describe_exception(std::current_exception()));
-    }
-  }
-  return {};
-}
-
 void client::impl::detach(transfer& t) {
   if (t.state == transfer_state::active) {
     if (t.easy != nullptr) {
@@ -546,8 +257,7 @@ void client::impl::detach(transfer& t) {
       curl_slist_free_all(t.slist);
       t.slist = nullptr;
     }
-    t.state = transfer_state::backoff;  // neutral: no slot, no handle, until rescheduled
-    t.retry_at = clock::time_point::max();
+    t.state = transfer_state::idle;
     release_slot(t.hop_origin.key());
   } else if (t.state == transfer_state::waiting_slot) {
     auto it = hosts_.find(t.hop_origin.key());
@@ -555,8 +265,9 @@ void client::impl::detach(transfer& t) {
       auto& w = it->second.waiting;
       w.erase(std::remove(w.begin(), w.end(), t.id), w.end());
     }
-    t.state = transfer_state::backoff;
-    t.retry_at = clock::time_point::max();
+    t.state = transfer_state::idle;
+  } else if (t.state == transfer_state::backoff) {
+    t.state = transfer_state::idle;
   }
 }
 
@@ -665,209 +376,6 @@ milliseconds client::impl::next_wakeup(clock::time_point now) {
   return duration_cast<milliseconds>(next - now) + milliseconds(1);
 }
 
-size_t client::impl::header_cb(char* data, size_t size, size_t n, void* user) {
-  transfer& t = *static_cast<transfer*>(user);
-  const size_t len = size * n;
-  t.last_progress = clock::now();
-  t.header_bytes += len;
-  if (t.header_bytes > self(t).opts_.max_header_bytes) {
-    t.forced = error{errc::too_large, "response headers exceed " +
-                                          std::to_string(self(t).opts_.max_header_bytes) +
-                                          " bytes"};
-    return 0;
-  }
-  std::string_view line(data, len);
-  if (auto sl = detail::parse_status_line(line)) {
-    // A new response: an interim 1xx has ended, or this is the first status line.
-    t.status = sl->status;
-    t.reason = std::move(sl->reason);
-    t.headers.clear();
-    t.head_done = false;
-    return len;
-  }
-  if (t.head_done || t.status == 0) return len;  // trailers, or noise before a status line
-  std::string_view content = detail::trim(line);
-  if (content.empty()) {
-    if (t.status < 200) return len;  // end of an interim response; the real one follows
-    t.head_done = true;
-    return self(t).on_head_done(t) ? len : 0;
-  }
-  if ((line.front() == ' ' || line.front() == '\t') && !t.headers.empty()) {
-    // Obsolete line folding: continues the previous header's value.
-    auto last = std::prev(t.headers.end());
-    last->second += " ";
-    last->second += content;
-    return len;
-  }
-  auto colon = content.find(':');
-  if (colon == std::string_view::npos || colon == 0) return len;  // not a header; ignore
-  t.headers.emplace(std::string(detail::trim(content.substr(0, colon))),
-                    std::string(detail::trim(content.substr(colon + 1))));
-  return len;
-}
-
-bool client::impl::on_head_done(transfer& t) {
-  const int s = t.status;
-  const auto& policy = t.req.redirects;
-  if (is_redirect(s) && policy.max_redirects > 0) {
-    if (auto loc = first_header(t.headers, "Location"); loc && !loc->empty()) {
-      if (t.hop_redirects >= policy.max_redirects) {
-        t.forced = error{errc::protocol_error,
-                         "too many redirects (" + std::to_string(policy.max_redirects) + ")"};
-        return false;
-      }
-      t.disp = disposition::redirect;
-      t.location = std::string(*loc);
-      return true;
-    }
-  }
-  if (is_retryable_status(s)) {
-    milliseconds delay = backoff(t.failures);
-    if (s == 429 || s == 503) {
-      if (auto ra = first_header(t.headers, "Retry-After")) {
-        if (auto d = detail::parse_retry_after(*ra)) {
-          t.retry_after = std::min(*d, opts_.max_retry_after);
-          delay = *t.retry_after;
-        }
-      }
-    }
-    if (can_retry_status(t, delay)) {
-      t.disp = disposition::retry_status;
-      return true;
-    }
-  }
-  if (t.resuming) {
-    const std::uint64_t want = t.entity_first + t.delivered;
-    std::optional<detail::content_range> cr;
-    if (auto v = first_header(t.headers, "Content-Range")) cr = detail::parse_content_range(*v);
-    bool ok = s == 206 && cr && cr->first == want && cr->last + 1 == t.entity_end &&
-              (!cr->total || !t.entity_total || *cr->total == *t.entity_total);
-    if (ok) {
-      t.disp = disposition::continue_resume;
-      return true;
-    }
-    std::string got = "status " + std::to_string(s);
-    if (s == 206) {
-      auto v = first_header(t.headers, "Content-Range");
-      got += " with Content-Range '" + std::string(v.value_or("")) + "'";
-    }
-    t.forced = error{errc::protocol_error, "resume at byte " + std::to_string(want) +
-                                               ": server answered " + got +
-                                               ", refusing to deliver bytes twice"};
-    t.forced_retryable = false;
-    return false;
-  }
-
-  t.disp = disposition::deliver;
-  t.final_status = s;
-  t.final_url = t.url;
-  t.resumable = false;
-  if (t.req.resume && t.method == "GET") {
-    if (s == 200) {
-      if (auto v = first_header(t.headers, "Content-Length")) {
-        if (auto len = detail::parse_u64(*v); len && *len > 0) {
-          t.resumable = true;
-          t.entity_first = 0;
-          t.entity_end = *len;
-          t.entity_total = *len;
-        }
-      }
-    } else if (s == 206) {
-      if (auto v = first_header(t.headers, "Content-Range")) {
-        if (auto cr = detail::parse_content_range(*v)) {
-          t.resumable = true;
-          t.entity_first = cr->first;
-          t.entity_end = cr->last + 1;
-          t.entity_total = cr->total;
-        }
-      }
-    }
-    t.validator.clear();
-    if (auto etag = first_header(t.headers, "ETag"); etag && !etag->starts_with("W/")) {
-      t.validator = std::string(*etag);
-    } else if (auto lm = first_header(t.headers, "Last-Modified")) {
-      t.validator = std::string(*lm);
-    }
-  }
-  if (t.cb.on_response) {
-    response_head head;
-    head.status = s;
-    head.reason = t.reason;
-    head.headers = t.headers;
-    head.url = t.url;
-    head.attempt = t.attempts;
-    bool go = false;
-    try {
-      go = t.cb.on_response(head);
-    } catch (...) {
-      t.forced = error{errc::internal,
-                       "on_response threw: " + describe_exception(std::current_exception())};
-      t.caller_aborted = true;
-      return false;
-    }
-    if (!go) {
-      t.forced = error{errc::cancelled, "aborted by on_response"};
-      t.caller_aborted = true;
-      return false;
-    }
-  }
-  return true;
-}
-
-size_t client::impl::write_cb(char* data, size_t size, size_t n, void* user) {
-  transfer& t = *static_cast<transfer*>(user);
-  const size_t len = size * n;
-  t.last_progress = clock::now();
-  switch (t.disp) {
-    case disposition::deliver:
-    case disposition::continue_resume: {
-      if (t.resuming && t.entity_first + t.delivered + len > t.entity_end) {
-        t.forced = error{errc::protocol_error, "resume: server sent more than the range"};
-        return 0;
-      }
-      if (t.cb.on_data) {
-        bool go = false;
-        try {
-          go = t.cb.on_data(std::string_view(data, len));
-        } catch (...) {
-          t.forced = error{errc::internal,
-                           "on_data threw: " + describe_exception(std::current_exception())};
-          t.caller_aborted = true;
-          return 0;
-        }
-        if (!go) {
-          t.forced = error{errc::cancelled, "aborted by on_data"};
-          t.caller_aborted = true;
-          return 0;
-        }
-      }
-      t.delivered += len;
-      t.attempt_delivered += len;
-      return len;
-    }
-    case disposition::redirect:
-    case disposition::retry_status:
-      t.discarded += len;
-      // Past the limit, closing the connection is cheaper than reading the rest.
-      return t.discarded > kMaxDiscard ? 0 : len;
-    case disposition::undecided:
-      break;
-  }
-  // Body bytes before a complete head cannot happen with HTTP; refuse them.
-  t.forced = error{errc::protocol_error, "body before response head"};
-  return 0;
-}
-
-int client::impl::xfer_cb(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t ulnow) {
-  transfer& t = *static_cast<transfer*>(user);
-  // Sending the request body is progress too: a large upload is not a stall.
-  if (ulnow > t.last_upload) {
-    t.last_upload = ulnow;
-    t.last_progress = clock::now();
-  }
-  return 0;
-}
-
 milliseconds client::impl::backoff(int failures) {
   const auto base = std::max<std::int64_t>(opts_.retry_base.count(), 1);
   const auto cap = std::max<std::int64_t>(opts_.retry_cap.count(), base);
@@ -883,22 +391,6 @@ bool client::impl::can_retry_status(const transfer& t, milliseconds delay) const
   if (t.resuming && !(t.req.resume && t.resumable)) return false;
   if (t.deadline && clock::now() + delay >= *t.deadline) return false;
   return true;
-}
-
-error client::impl::curl_failure(const transfer& t, CURLcode code) {
-  const errc ec = detail::map_curl_code(code);
-  std::string curl_text = t.errbuf[0] != '\0' ? std::string(t.errbuf) : curl_easy_strerror(code);
-  while (!curl_text.empty() && curl_text.back() == '\n') curl_text.pop_back();
-  const std::string where = t.hop_origin.host + ":" + t.hop_origin.port;
-  if (code == CURLE_COULDNT_CONNECT) {
-    const long os_err = t.os_errno;
-    std::string why = os_err != 0 ? std::strerror(static_cast<int>(os_err)) : "failed";
-    return error{ec, "connect to " + where + ": " + why + " (curl: " + curl_text + ")"};
-  }
-  if (code == CURLE_OPERATION_TIMEDOUT && t.status == 0) {
-    return error{ec, "connect to " + where + ": timed out (curl: " + curl_text + ")"};
-  }
-  return error{ec, curl_text};
 }
 
 void client::impl::after_attempt(transfer& t, CURLcode code) {

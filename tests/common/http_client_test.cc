@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/test_http_server.h"
+#include "support/test_tls.h"
 
 namespace shoal::http {
 namespace {
@@ -23,6 +24,7 @@ using namespace std::chrono_literals;
 using shoal::testing::recorded_request;
 using shoal::testing::reply;
 using shoal::testing::test_http_server;
+using shoal::testing::test_tls_identity;
 using steady = std::chrono::steady_clock;
 
 // Every wait in these tests is bounded by this.
@@ -186,6 +188,54 @@ TEST(HttpClient, ConnectRefusedFailsFastWithCause) {
   // Two backoffs of at least base/2 and (2*base)/2: 50 + 100 ms.
   EXPECT_GE(steady::now() - start, 150ms);
   EXPECT_LT(steady::now() - start, 3s);
+}
+
+// A loopback listener that never accepts, with its accept queue filled: further SYNs are
+// dropped, so a connect hangs until the client's connect timeout.
+struct black_hole {
+  int listen_fd = -1;
+  std::vector<int> fillers;
+  std::uint16_t port = 0;
+  black_hole() {
+    listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    ::listen(listen_fd, 0);
+    socklen_t len = sizeof sa;
+    ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    port = ntohs(sa.sin_port);
+    for (int i = 0; i < 4; ++i) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+      fillers.push_back(fd);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  ~black_hole() {
+    for (int fd : fillers) ::close(fd);
+    ::close(listen_fd);
+  }
+};
+
+TEST(HttpClient, ConnectTimeoutGovernsBeforeTheStallTimer) {
+  black_hole hole;
+  client c;
+  request r = get("http://127.0.0.1:" + std::to_string(hole.port) + "/");
+  r.timeouts.connect = 400ms;
+  r.timeouts.stall = 100ms;  // must not fire while connecting
+  r.max_retries = 0;
+  auto start = steady::now();
+  auto res = fetch(c, r);
+  auto took = steady::now() - start;
+  ASSERT_FALSE(res.has_value());
+  EXPECT_TRUE(res.error().is(errc::timeout)) << res.error().to_string();
+  EXPECT_NE(res.error().message.find("connect to 127.0.0.1:" + std::to_string(hole.port)),
+            std::string::npos)
+      << res.error().message;
+  EXPECT_GE(took, 380ms);
+  EXPECT_LT(took, 2s);
 }
 
 TEST(HttpClient, ServerThatNeverAnswersHitsStallTimeout) {
@@ -882,6 +932,41 @@ TEST(HttpClient, CustomizeHookRunsOnSameOriginAttemptsOnly) {
   EXPECT_EQ(reqs[1].header("Referer"), "from-customize");
   ASSERT_EQ(other.request_count(), 1u);
   EXPECT_FALSE(other.requests()[0].header("Referer").has_value());
+}
+
+TEST(HttpClient, HttpsWithCaFileAndResume) {
+  test_tls_identity id;
+  const std::string body = random_bytes(300'000, 7);
+  test_http_server srv(resumable_blob(body, 100'000), "127.0.0.1", id.server_ctx());
+  client_options o;
+  o.ca_file = id.ca_file();
+  client c(o);
+  request r = get(srv.url("/v2/blobs/y"));
+  r.resume = true;
+  auto res = fetch(c, r);
+  ASSERT_TRUE(res.has_value()) << res.error().to_string();
+  EXPECT_TRUE(res->body == body);
+  EXPECT_EQ(res->info.resumes, 1);
+  EXPECT_EQ(srv.requests().at(1).header("Range"), "bytes=100000-");
+}
+
+TEST(HttpClient, HttpsUntrustedCertificateIsRejectedWithoutRetry) {
+  test_tls_identity id;
+  test_http_server srv([](const recorded_request&) { return reply{}; }, "127.0.0.1",
+                       id.server_ctx());
+  client c;  // system CA store only
+  auto res = fetch(c, get(srv.url("/")));
+  ASSERT_FALSE(res.has_value());
+  EXPECT_TRUE(res.error().is(errc::unauthorized)) << res.error().to_string();
+  EXPECT_EQ(res.error().message.find("attempts"), std::string::npos) << res.error().message;
+  EXPECT_EQ(srv.request_count(), 0u);
+
+  client_options o;
+  o.insecure = true;
+  client lax(o);
+  auto ok = fetch(lax, get(srv.url("/")));
+  ASSERT_TRUE(ok.has_value()) << ok.error().to_string();
+  EXPECT_EQ(ok->status, 200);
 }
 
 }  // namespace

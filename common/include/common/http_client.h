@@ -72,8 +72,9 @@ struct timeouts {
 struct redirect_policy {
   // Hops followed per attempt; 0 hands 3xx responses to the caller as they are.
   int max_redirects = 5;
-  // Headers dropped, besides Authorization (always dropped), as soon as a hop changes
-  // scheme+host+port. Once dropped they stay dropped for the rest of the chain.
+  // Headers dropped, besides Authorization and Cookie (always dropped), as soon as a hop
+  // changes scheme+host+port. Once dropped they stay dropped for the rest of the chain, even if
+  // it comes back to the first origin.
   std::vector<std::string> credential_headers;
   // Whether request::customize also runs for hops to another origin. Off by default because a
   // customize hook may set credentials (SigV4, user:password) that must not follow redirects.

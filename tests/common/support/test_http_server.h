@@ -5,15 +5,19 @@
 // headers, body in timed pieces, a delay before the head, no answer at all, a close or a stall
 // in the middle of the body.
 //
+// With an SSL_CTX (see test_tls.h) it speaks HTTPS instead.
+//
 // Lifecycle: listening once constructed; stop() (or the destructor) wakes every connection
 // thread, including those holding a stalled socket, and joins them. Every wait inside is a poll
 // with a short timeout, so stop() returns within ~100 ms. Handlers run on connection threads.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <openssl/ssl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,8 +81,9 @@ class test_http_server {
  public:
   using handler = std::function<reply(const recorded_request&)>;
 
-  explicit test_http_server(handler h, const std::string& address = "127.0.0.1")
-      : handler_(std::move(h)), address_(address) {
+  explicit test_http_server(handler h, const std::string& address = "127.0.0.1",
+                            SSL_CTX* tls = nullptr)
+      : handler_(std::move(h)), address_(address), tls_(tls) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listen_fd_ < 0) throw std::runtime_error("socket failed");
     int one = 1;
@@ -117,7 +122,9 @@ class test_http_server {
   }
 
   std::uint16_t port() const { return port_; }
-  std::string base() const { return "http://" + address_ + ":" + std::to_string(port_); }
+  std::string base() const {
+    return (tls_ != nullptr ? "https://" : "http://") + address_ + ":" + std::to_string(port_);
+  }
   std::string url(std::string_view path) const { return base() + std::string(path); }
 
   std::vector<recorded_request> requests() const {
@@ -132,6 +139,29 @@ class test_http_server {
   int max_concurrent_connections() const { return max_open_.load(); }
 
  private:
+  // One accepted connection, plain or TLS. Reads and writes poll with short timeouts so that
+  // stop() is noticed quickly.
+  struct conn {
+    int fd = -1;
+    SSL* ssl = nullptr;
+  };
+
+  // >0: bytes read; 0: peer closed (or error); -1: nothing within `wait_ms`.
+  static ssize_t recv_some(conn& c, char* buf, std::size_t n, int wait_ms) {
+    if (c.ssl == nullptr || SSL_pending(c.ssl) == 0) {
+      pollfd p{c.fd, POLLIN, 0};
+      if (::poll(&p, 1, wait_ms) <= 0) return -1;
+    }
+    if (c.ssl == nullptr) {
+      ssize_t r = ::recv(c.fd, buf, n, 0);
+      return r < 0 ? 0 : r;
+    }
+    int r = SSL_read(c.ssl, buf, static_cast<int>(n));
+    if (r > 0) return r;
+    int err = SSL_get_error(c.ssl, r);
+    return err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ? -1 : 0;
+  }
+
   void accept_loop() {
     while (!stopped_.load()) {
       pollfd p{listen_fd_, POLLIN, 0};
@@ -140,30 +170,44 @@ class test_http_server {
       if (fd < 0) continue;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      int conn = ++accepted_;
+      int conn_no = ++accepted_;
       int open = ++open_;
       int prev = max_open_.load();
       while (open > prev && !max_open_.compare_exchange_weak(prev, open)) {
       }
       std::lock_guard lock(mu_);
-      conn_threads_.emplace_back([this, fd, conn] {
-        serve(fd, conn);
+      conn_threads_.emplace_back([this, fd, conn_no] {
+        conn c{fd, nullptr};
+        if (tls_ == nullptr || handshake(c)) serve(c, conn_no);
+        if (c.ssl != nullptr) SSL_free(c.ssl);
         ::close(fd);
         --open_;
       });
     }
   }
 
+  bool handshake(conn& c) {
+    ::fcntl(c.fd, F_SETFL, ::fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    c.ssl = SSL_new(tls_);
+    if (c.ssl == nullptr) return false;
+    SSL_set_fd(c.ssl, c.fd);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!stopped_.load() && std::chrono::steady_clock::now() < end) {
+      int r = SSL_accept(c.ssl);
+      if (r == 1) return true;
+      int err = SSL_get_error(c.ssl, r);
+      if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return false;
+      pollfd p{c.fd, static_cast<short>(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+      ::poll(&p, 1, 50);
+    }
+    return false;
+  }
+
   // Waits until the peer closes or the server stops.
-  void hold(int fd) {
+  void hold(conn& c) {
     char buf[4096];
     while (!stopped_.load()) {
-      pollfd p{fd, POLLIN, 0};
-      int r = ::poll(&p, 1, 20);
-      if (r > 0) {
-        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) return;
-      }
+      if (recv_some(c, buf, sizeof buf, 20) == 0) return;
     }
   }
 
@@ -174,29 +218,42 @@ class test_http_server {
     }
   }
 
-  bool send_all(int fd, std::string_view data) {
+  bool send_all(conn& c, std::string_view data) {
     while (!data.empty()) {
       if (stopped_.load()) return false;
-      pollfd p{fd, POLLOUT, 0};
+      pollfd p{c.fd, POLLOUT, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
-      ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data.remove_prefix(static_cast<std::size_t>(n));
+      if (c.ssl == nullptr) {
+        ssize_t n = ::send(c.fd, data.data(), data.size(), MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        data.remove_prefix(static_cast<std::size_t>(n));
+        continue;
+      }
+      int n = SSL_write(c.ssl, data.data(), static_cast<int>(data.size()));
+      if (n > 0) {
+        data.remove_prefix(static_cast<std::size_t>(n));
+        continue;
+      }
+      int err = SSL_get_error(c.ssl, n);
+      if (err == SSL_ERROR_WANT_READ) {
+        pollfd pr{c.fd, POLLIN, 0};
+        ::poll(&pr, 1, 50);
+      } else if (err != SSL_ERROR_WANT_WRITE) {
+        return false;
+      }
     }
     return true;
   }
 
-  // Reads one request from `buf` + the socket; false when the peer closed or the server stops.
-  bool read_request(int fd, std::string& buf, recorded_request& req) {
+  // Reads one request from `buf` + the connection; false when the peer closed or on stop.
+  bool read_request(conn& c, std::string& buf, recorded_request& req) {
     std::size_t head_end;
+    char tmp[16384];
     while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
       if (stopped_.load() || buf.size() > 256 * 1024) return false;
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char tmp[16384];
-      ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
-      if (n <= 0) return false;
-      buf.append(tmp, static_cast<std::size_t>(n));
+      ssize_t n = recv_some(c, tmp, sizeof tmp, 50);
+      if (n == 0) return false;
+      if (n > 0) buf.append(tmp, static_cast<std::size_t>(n));
     }
     std::string head = buf.substr(0, head_end);
     buf.erase(0, head_end + 4);
@@ -229,12 +286,9 @@ class test_http_server {
     }
     while (buf.size() < clen) {
       if (stopped_.load()) return false;
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char tmp[16384];
-      ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
-      if (n <= 0) return false;
-      buf.append(tmp, static_cast<std::size_t>(n));
+      ssize_t n = recv_some(c, tmp, sizeof tmp, 50);
+      if (n == 0) return false;
+      if (n > 0) buf.append(tmp, static_cast<std::size_t>(n));
     }
     req.body = buf.substr(0, clen);
     buf.erase(0, clen);
@@ -260,12 +314,12 @@ class test_http_server {
     }
   }
 
-  void serve(int fd, int conn) {
+  void serve(conn& c, int conn_no) {
     std::string buf;
     while (!stopped_.load()) {
       recorded_request req;
-      if (!read_request(fd, buf, req)) return;
-      req.connection = conn;
+      if (!read_request(c, buf, req)) return;
+      req.connection = conn_no;
       req.at = std::chrono::steady_clock::now();
       {
         std::lock_guard lock(mu_);
@@ -273,7 +327,7 @@ class test_http_server {
         requests_.push_back(req);
       }
       reply r = handler_(req);
-      if (r.no_response) return hold(fd);
+      if (r.no_response) return hold(c);
       sleep_for(r.head_delay);
       const bool head = req.method == "HEAD";
       std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " +
@@ -286,7 +340,7 @@ class test_http_server {
       const bool close = r.close || !r.send_content_length;
       if (close) out += "Connection: close\r\n";
       out += "\r\n";
-      if (!send_all(fd, out)) return;
+      if (!send_all(c, out)) return;
       if (!head) {
         std::string_view body = r.body;
         std::size_t limit = body.size();
@@ -297,10 +351,10 @@ class test_http_server {
         while (sent < limit) {
           if (sent > 0) sleep_for(r.chunk_delay);
           std::size_t n = std::min(piece, limit - sent);
-          if (!send_all(fd, body.substr(sent, n))) return;
+          if (!send_all(c, body.substr(sent, n))) return;
           sent += n;
         }
-        if (r.stall_after && sent == *r.stall_after) return hold(fd);
+        if (r.stall_after && sent == *r.stall_after) return hold(c);
         // Fewer bytes than announced (close_after, or a larger content_length): close.
         if (sent < r.content_length.value_or(r.body.size())) return;
       }
@@ -310,6 +364,7 @@ class test_http_server {
 
   handler handler_;
   std::string address_;
+  SSL_CTX* tls_ = nullptr;  // not owned
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
