@@ -44,6 +44,7 @@ status client::impl::setup_easy(transfer& t) {
   curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
   if (!opts_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, opts_.ca_file.c_str());
+  if (opts_.proxy) curl_easy_setopt(e, CURLOPT_PROXY, opts_.proxy->c_str());
   if (opts_.insecure) {
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);

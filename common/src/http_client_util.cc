@@ -198,7 +198,6 @@ errc map_curl_code(CURLcode code) noexcept {
     case CURLE_HTTP3:
       return errc::io_error;
     case CURLE_URL_MALFORMAT:
-    case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_BAD_FUNCTION_ARGUMENT:
     case CURLE_UNKNOWN_OPTION:
       return errc::invalid_argument;

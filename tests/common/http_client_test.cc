@@ -535,6 +535,44 @@ TEST(HttpClient, ResumeAnswered200IsErrorWithoutDuplicatedBytes) {
   EXPECT_EQ(srv.request_count(), 2u);
 }
 
+TEST(HttpClient, ResumesRepeatedlyWhileMakingProgress) {
+  // Every answer breaks after 20 000 bytes of its own body, alternately by closing and by
+  // stalling: five pieces need four resumes, more than max_retries, which counts only
+  // consecutive failures without progress.
+  const std::string body = random_bytes(100'000, 8);
+  test_http_server srv([&](const recorded_request& req) {
+    reply r;
+    std::uint64_t a = range_start(req);
+    r.body = body.substr(a);
+    if (a > 0) {
+      r.status = 206;
+      r.headers.emplace_back("Content-Range", "bytes " + std::to_string(a) + "-" +
+                                                  std::to_string(body.size() - 1) + "/" +
+                                                  std::to_string(body.size()));
+    }
+    if (r.body.size() > 20'000) {
+      if (req.index % 2 == 0) r.close_after = 20'000;
+      else r.stall_after = 20'000;
+    }
+    return r;
+  });
+  client c;
+  request r = get(srv.url("/blob"));
+  r.resume = true;
+  r.max_retries = 2;
+  r.timeouts.stall = 200ms;
+  auto res = fetch(c, r);
+  ASSERT_TRUE(res.has_value()) << res.error().to_string();
+  EXPECT_TRUE(res->body == body);
+  EXPECT_EQ(res->info.resumes, 4);
+  EXPECT_EQ(res->info.attempts, 5);
+  auto reqs = srv.requests();
+  ASSERT_EQ(reqs.size(), 5u);
+  for (std::size_t i = 1; i < reqs.size(); ++i) {
+    EXPECT_EQ(reqs[i].header("Range"), "bytes=" + std::to_string(i * 20'000) + "-");
+  }
+}
+
 TEST(HttpClient, NoResumeWithoutOptIn) {
   const std::string body = random_bytes(50'000, 6);
   test_http_server srv(resumable_blob(body, 10'000));
@@ -875,6 +913,30 @@ TEST(HttpClient, LimitsOnHeadersAndBody) {
   res = fetch(c, get(srv.url("/body")), 5000);
   ASSERT_TRUE(res.has_value());
   EXPECT_EQ(res->body.size(), 5000u);
+}
+
+TEST(HttpClient, GarbageFromTheServerIsAProtocolError) {
+  test_http_server srv([](const recorded_request& req) {
+    reply r;
+    if (req.target == "/junk") r.raw = "SSH-2.0-OpenSSH_9.2\r\n\r\n";
+    if (req.target == "/bad-status") r.raw = "HTTP/1.1 abc Whatever\r\n\r\n";
+    if (req.target == "/short") r.raw = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc";
+    return r;
+  });
+  client c;
+  request r = get(srv.url("/junk"));
+  r.max_retries = 0;
+  auto res = fetch(c, r);
+  ASSERT_FALSE(res.has_value());
+  EXPECT_TRUE(res.error().is(errc::protocol_error)) << res.error().to_string();
+  r.url = srv.url("/bad-status");
+  res = fetch(c, r);
+  ASSERT_FALSE(res.has_value());
+  EXPECT_TRUE(res.error().is(errc::protocol_error)) << res.error().to_string();
+  r.url = srv.url("/short");
+  res = fetch(c, r);
+  ASSERT_FALSE(res.has_value());
+  EXPECT_TRUE(res.error().is(errc::io_error)) << res.error().to_string();
 }
 
 TEST(HttpClient, BadRequestsAreErrorsNotCrashes) {

@@ -169,6 +169,9 @@ struct client_options {
   std::string ca_file;
   bool insecure = false;
   std::string user_agent = "shoal/0.1";
+  // Outbound proxy. Unset: curl's default, which honours http_proxy, https_proxy and no_proxy
+  // from the environment. Empty: never use a proxy. Otherwise the proxy's URL.
+  std::optional<std::string> proxy;
 };
 
 // The client: owns one background thread running a curl_multi loop, and every transfer on it.

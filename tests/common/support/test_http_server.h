@@ -75,6 +75,7 @@ struct reply {
   std::optional<std::size_t> close_after;  // close after this many body bytes
   std::optional<std::size_t> stall_after;  // stop after this many body bytes, hold the socket
   bool close = false;                      // close the connection after this reply
+  std::optional<std::string> raw;          // send exactly this instead of a response, close
 };
 
 class test_http_server {
@@ -328,6 +329,10 @@ class test_http_server {
       }
       reply r = handler_(req);
       if (r.no_response) return hold(c);
+      if (r.raw) {
+        send_all(c, *r.raw);
+        return;
+      }
       sleep_for(r.head_delay);
       const bool head = req.method == "HEAD";
       std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " +
