@@ -142,7 +142,10 @@ struct completion {
 // to your own executor) and must not block on the client (fetch(), stop(), destructor).
 // Exceptions thrown by a callback abort the request with errc::internal.
 struct callbacks {
-  // Called once per attempt for the response whose body follows. Return false to abort.
+  // Called for the response whose body follows: not for redirects the client follows, nor for
+  // statuses it retries, nor for the 206 of a resume. Called again only when an attempt failed
+  // before its first body byte and a retry follows (response_head::attempt tells). Return
+  // false to abort (errc::cancelled, no retry).
   std::function<bool(const response_head&)> on_response;
   // Called with each body chunk in order. Return false to abort (errc::cancelled, no retry).
   std::function<bool(std::string_view chunk)> on_data;
