@@ -58,7 +58,7 @@ client::impl::~impl() {
   if (multi_ != nullptr) curl_multi_cleanup(multi_);
 }
 
-request_id client::impl::submit(request req, callbacks cb) {
+request_id client::impl::submit(client_request req, callbacks cb) {
   auto t = std::make_unique<transfer>();
   const request_id id = next_id_.fetch_add(1);
   t->id = id;
@@ -511,7 +511,7 @@ void client::impl::finish(transfer& t, result<completion> r) {
 
 client::client(client_options opts) : impl_(std::make_unique<impl>(std::move(opts))) {}
 client::~client() { impl_->stop(); }
-request_id client::submit(request req, callbacks cb) {
+request_id client::submit(client_request req, callbacks cb) {
   return impl_->submit(std::move(req), std::move(cb));
 }
 void client::cancel(request_id id) { impl_->cancel(id); }
@@ -520,7 +520,7 @@ bool client::on_client_thread() const noexcept { return impl_->on_thread(); }
 
 // fetch
 
-result<full_response> fetch(client& c, request req, std::size_t max_body) {
+result<full_response> fetch(client& c, client_request req, std::size_t max_body) {
   if (c.on_client_thread()) {
     return fail(errc::internal, "http::fetch called on the client thread (would deadlock)");
   }

@@ -66,7 +66,7 @@ enum class transfer_state {
 // in impl::transfers_ from the moment the loop takes it from the inbox until on_complete.
 struct transfer {
   request_id id = 0;
-  request req;
+  client_request req;
   callbacks cb;
   void* owner = nullptr;  // the client::impl running it (private type, hence void*)
 
@@ -130,7 +130,7 @@ class client::impl {
   explicit impl(client_options opts);
   ~impl();
 
-  request_id submit(request req, callbacks cb);
+  request_id submit(client_request req, callbacks cb);
   void cancel(request_id id);
   void stop();
   bool on_thread() const noexcept { return std::this_thread::get_id() == thread_id_.load(); }

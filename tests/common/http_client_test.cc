@@ -87,8 +87,8 @@ struct collector {
   }
 };
 
-request get(std::string url) {
-  request r;
+client_request get(std::string url) {
+  client_request r;
   r.url = std::move(url);
   return r;
 }
@@ -165,7 +165,7 @@ TEST(HttpClient, ReusesKeepAliveConnection) {
 TEST(HttpClient, ConnectRefusedFailsFastWithCause) {
   const std::uint16_t port = closed_port();
   client c;
-  request r = get("http://127.0.0.1:" + std::to_string(port) + "/v2/");
+  client_request r = get("http://127.0.0.1:" + std::to_string(port) + "/v2/");
   r.max_retries = 0;
   auto start = steady::now();
   auto res = fetch(c, r);
@@ -222,7 +222,7 @@ struct black_hole {
 TEST(HttpClient, ConnectTimeoutGovernsBeforeTheStallTimer) {
   black_hole hole;
   client c;
-  request r = get("http://127.0.0.1:" + std::to_string(hole.port) + "/");
+  client_request r = get("http://127.0.0.1:" + std::to_string(hole.port) + "/");
   r.timeouts.connect = 400ms;
   r.timeouts.stall = 100ms;  // must not fire while connecting
   r.max_retries = 0;
@@ -245,7 +245,7 @@ TEST(HttpClient, ServerThatNeverAnswersHitsStallTimeout) {
     return r;
   });
   client c;
-  request r = get(srv.url("/hang"));
+  client_request r = get(srv.url("/hang"));
   r.timeouts.stall = 300ms;
   r.max_retries = 0;
   auto start = steady::now();
@@ -267,7 +267,7 @@ TEST(HttpClient, StallIsRetriedForGet) {
     return r;
   });
   client c;
-  request r = get(srv.url("/x"));
+  client_request r = get(srv.url("/x"));
   r.timeouts.stall = 200ms;
   auto res = fetch(c, r);
   ASSERT_TRUE(res.has_value()) << res.error().to_string();
@@ -285,7 +285,7 @@ TEST(HttpClient, StallOnReusedConnectionIsDetected) {
   });
   client c;
   ASSERT_TRUE(fetch(c, get(srv.url("/1"))).has_value());
-  request r = get(srv.url("/2"));
+  client_request r = get(srv.url("/2"));
   r.timeouts.stall = 300ms;
   r.max_retries = 0;
   auto start = steady::now();
@@ -307,7 +307,7 @@ TEST(HttpClient, BodyThatStallsMidwayFailsWithoutRetryOrDuplicates) {
   });
   client c;
   collector col;
-  request r = get(srv.url("/mid"));
+  client_request r = get(srv.url("/mid"));
   r.timeouts.stall = 300ms;
   auto start = steady::now();
   c.submit(r, col.make());
@@ -357,7 +357,7 @@ TEST(HttpClient, RetriesExhaustedDeliverTheLastAnswer) {
     return r;
   });
   client c;
-  request r = get(srv.url("/x"));
+  client_request r = get(srv.url("/x"));
   r.max_retries = 1;
   auto res = fetch(c, r);
   ASSERT_TRUE(res.has_value()) << res.error().to_string();
@@ -375,7 +375,7 @@ TEST(HttpClient, NoRetryForPost) {
     return r;
   });
   client c;
-  request r = get(srv.url("/upload"));
+  client_request r = get(srv.url("/upload"));
   r.method = "POST";
   r.body = "payload";
   auto res = fetch(c, r);
@@ -388,7 +388,7 @@ TEST(HttpClient, NoRetryForPost) {
   EXPECT_EQ(reqs[0].body, "payload");
 
   // A connection failure is not retried for POST either.
-  request refused = get("http://127.0.0.1:" + std::to_string(closed_port()) + "/");
+  client_request refused = get("http://127.0.0.1:" + std::to_string(closed_port()) + "/");
   refused.method = "POST";
   auto res2 = fetch(c, refused);
   ASSERT_FALSE(res2.has_value());
@@ -481,7 +481,7 @@ TEST(HttpClient, ResumesAfterServerClosesMidBody) {
   test_http_server srv(resumable_blob(body, 70'000));
   client c;
   collector col;
-  request r = get(srv.url("/v2/blobs/x"));
+  client_request r = get(srv.url("/v2/blobs/x"));
   r.resume = true;
   c.submit(r, col.make());
   ASSERT_TRUE(col.wait());
@@ -504,7 +504,7 @@ TEST(HttpClient, ResumeKeepsTheCallersRange) {
   const std::string body = random_bytes(200'000, 4);
   test_http_server srv(resumable_blob(body, 30'000));
   client c;
-  request r = get(srv.url("/blob"));
+  client_request r = get(srv.url("/blob"));
   r.headers.emplace_back("Range", "bytes=1000-99999");
   r.resume = true;
   auto res = fetch(c, r);
@@ -522,7 +522,7 @@ TEST(HttpClient, ResumeAnswered200IsErrorWithoutDuplicatedBytes) {
   test_http_server srv(resumable_blob(body, 40'000, /*answer_range_with_200=*/true));
   client c;
   collector col;
-  request r = get(srv.url("/blob"));
+  client_request r = get(srv.url("/blob"));
   r.resume = true;
   c.submit(r, col.make());
   ASSERT_TRUE(col.wait());
@@ -557,7 +557,7 @@ TEST(HttpClient, ResumesRepeatedlyWhileMakingProgress) {
     return r;
   });
   client c;
-  request r = get(srv.url("/blob"));
+  client_request r = get(srv.url("/blob"));
   r.resume = true;
   r.max_retries = 2;
   r.timeouts.stall = 200ms;
@@ -595,7 +595,7 @@ TEST(HttpClient, RedirectSameOriginKeepsAuthorization) {
     return r;
   });
   client c;
-  request r = get(srv.url("/a"));
+  client_request r = get(srv.url("/a"));
   r.headers.emplace_back("Authorization", "Bearer secret");
   auto res = fetch(c, r);
   ASSERT_TRUE(res.has_value()) << res.error().to_string();
@@ -621,7 +621,7 @@ void expect_credentials_dropped(const std::string& other_address) {
     return r;
   });
   client c;
-  request r = get(registry.url("/v2/x/blobs/sha256:1"));
+  client_request r = get(registry.url("/v2/x/blobs/sha256:1"));
   r.headers.emplace_back("Authorization", "Bearer secret");
   r.headers.emplace_back("X-Registry-Token", "also secret");
   r.headers.emplace_back("X-Trace", "kept");
@@ -689,7 +689,7 @@ TEST(HttpClient, SeeOtherTurnsPostIntoGet) {
     return r;
   });
   client c;
-  request r = get(srv.url("/form"));
+  client_request r = get(srv.url("/form"));
   r.method = "POST";
   r.body = "a=1";
   r.headers.emplace_back("Content-Type", "application/x-www-form-urlencoded");
@@ -712,7 +712,7 @@ TEST(HttpClient, HeadRequest) {
     return r;
   });
   client c;
-  request r = get(srv.url("/v2/x/manifests/latest"));
+  client_request r = get(srv.url("/v2/x/manifests/latest"));
   r.method = "HEAD";
   auto res = fetch(c, r);
   ASSERT_TRUE(res.has_value()) << res.error().to_string();
@@ -820,7 +820,7 @@ TEST(HttpClient, QueuedRequestsDoNotStallWhileWaitingForASlot) {
   o.max_connections_per_host = 1;
   client c(o);
   collector a, b;
-  request r = get(srv.url("/q"));
+  client_request r = get(srv.url("/q"));
   r.timeouts.stall = 300ms;
   r.max_retries = 0;
   c.submit(r, a.make());
@@ -883,7 +883,7 @@ TEST(HttpClient, TotalTimeout) {
     return r;
   });
   client c;
-  request r = get(srv.url("/"));
+  client_request r = get(srv.url("/"));
   r.timeouts.total = 300ms;
   auto start = steady::now();
   auto res = fetch(c, r);
@@ -924,7 +924,7 @@ TEST(HttpClient, GarbageFromTheServerIsAProtocolError) {
     return r;
   });
   client c;
-  request r = get(srv.url("/junk"));
+  client_request r = get(srv.url("/junk"));
   r.max_retries = 0;
   auto res = fetch(c, r);
   ASSERT_FALSE(res.has_value());
@@ -947,7 +947,7 @@ TEST(HttpClient, BadRequestsAreErrorsNotCrashes) {
   res = fetch(c, get("file:///etc/passwd"));
   ASSERT_FALSE(res.has_value());
   EXPECT_TRUE(res.error().is(errc::invalid_argument)) << res.error().to_string();
-  request r = get("http://127.0.0.1:1/");
+  client_request r = get("http://127.0.0.1:1/");
   r.headers.emplace_back("X-Evil", "a\r\nInjected: yes");
   res = fetch(c, r);
   ASSERT_FALSE(res.has_value());
@@ -956,7 +956,7 @@ TEST(HttpClient, BadRequestsAreErrorsNotCrashes) {
 
 TEST(HttpClient, ErrorMessagesRedactQueryAndUserInfo) {
   client c;
-  request r = get("http://user:pw@127.0.0.1:" + std::to_string(closed_port()) +
+  client_request r = get("http://user:pw@127.0.0.1:" + std::to_string(closed_port()) +
                   "/b?X-Amz-Signature=secret");
   r.max_retries = 0;
   auto res = fetch(c, r);
@@ -980,7 +980,7 @@ TEST(HttpClient, CustomizeHookRunsOnSameOriginAttemptsOnly) {
   });
   client c;
   std::atomic<int> calls{0};
-  request r = get(srv.url("/start"));
+  client_request r = get(srv.url("/start"));
   r.customize = [&](CURL* e) {
     calls++;
     curl_easy_setopt(e, CURLOPT_REFERER, "from-customize");
@@ -1003,7 +1003,7 @@ TEST(HttpClient, HttpsWithCaFileAndResume) {
   client_options o;
   o.ca_file = id.ca_file();
   client c(o);
-  request r = get(srv.url("/v2/blobs/y"));
+  client_request r = get(srv.url("/v2/blobs/y"));
   r.resume = true;
   auto res = fetch(c, r);
   ASSERT_TRUE(res.has_value()) << res.error().to_string();

@@ -2,10 +2,10 @@
 // The outbound HTTP client of Shoal, on libcurl's multi interface. Every outbound call goes
 // through it: registry-proxy fetching manifests and multi-GB blobs from upstream registries
 // (token auth, 307 redirects to blob storage), peerd fetching from registry-proxy, S3 later
-// (SigV4 through `request::customize`).
+// (SigV4 through `client_request::customize`).
 //
 //   http::client c;
-//   http::request r;
+//   http::client_request r;
 //   r.url = "https://registry-1.docker.io/v2/library/alpine/blobs/sha256:...";
 //   r.headers.emplace_back("Authorization", "Bearer " + token);
 //   r.resume = true;  // a broken transfer continues with a Range request
@@ -76,13 +76,13 @@ struct redirect_policy {
   // changes scheme+host+port. Once dropped they stay dropped for the rest of the chain, even if
   // it comes back to the first origin.
   std::vector<std::string> credential_headers;
-  // Whether request::customize also runs for hops to another origin. Off by default because a
+  // Whether client_request::customize also runs for hops to another origin. Off by default because a
   // customize hook may set credentials (SigV4, user:password) that must not follow redirects.
   bool customize_on_other_origin = false;
 };
 
 // One HTTP request, a plain value: the same request may be submitted again.
-struct request {
+struct client_request {
   std::string method = "GET";
   // http:// or https:// only. User info and query strings are redacted in error messages.
   std::string url;
@@ -191,7 +191,7 @@ class client {
   client& operator=(const client&) = delete;
 
   // Queues a request; the client takes ownership of both arguments.
-  request_id submit(request req, callbacks cb);
+  request_id submit(client_request req, callbacks cb);
   // Aborts one request: it completes with errc::cancelled unless it already completed.
   void cancel(request_id id);
   void stop();
@@ -217,7 +217,7 @@ struct full_response {
 // Blocking convenience for tools and tests: runs `req` on `c`, buffers the body up to max_body
 // bytes (beyond: errc::too_large), and returns the last delivered response. Must not be called
 // on the client thread (returns errc::internal). Bounded by the request's timeouts.
-[[nodiscard]] result<full_response> fetch(client& c, request req,
+[[nodiscard]] result<full_response> fetch(client& c, client_request req,
                                           std::size_t max_body = 64 * 1024 * 1024);
 
 }  // namespace shoal::http
