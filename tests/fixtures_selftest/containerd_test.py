@@ -41,7 +41,8 @@ class ContainerdPullTest(FixtureTestCase):
         """
         before = set(self.ctrd.content())
         mark = self.reg.mark()
-        self.ctrd.pull(ref, **pull_args)
+        result = self.ctrd.pull(ref, **pull_args)
+        self.assertNotIn("failed to decode hosts.toml", result.output)
         content = self.ctrd.content(verify=True)
         expected = {layout.top.digest: layout.top.size}
         for im in images:

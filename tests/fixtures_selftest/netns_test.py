@@ -81,7 +81,9 @@ class NetnsTest(FixtureTestCase):
         # Unshaped, the same path runs far faster: the limit really comes from tbf.
         b.set_shape(None)
         a.set_shape(None)
-        got, _ = curl_rate(f"http://{a.ip}:8080/blob", b.name)
+        got, busy = curl_rate(f"http://{a.ip}:8080/blob", b.name)
+        print(f"unshaped node a -> node b: {got / 1e6:.1f} Mbit/s (CPU {busy * 100:.0f}% busy)",
+              file=sys.stderr)
         self.assertGreater(got, 2 * want, f"unshaped {got / 1e6:.1f} Mbit/s")
 
     def test_nodes_only_reach_their_own_subnet(self):
@@ -157,9 +159,8 @@ class NetnsTest(FixtureTestCase):
         self.addCleanup(lambda: run(["ip", "netns", "del", live_ns], check=False))
         self.addCleanup(lambda: run(["ip", "netns", "del", dead_ns], check=False))
         self.addCleanup(lambda: run(["ip", "link", "del", dead_br], check=False))
-        removed = cleanup_stale()
-        self.assertIn(dead_ns, removed)
-        self.assertIn(dead_br, removed)
+        # (Another run's Network.create() may sweep them first, so check state, not the list.)
+        cleanup_stale()
         self.assertNotIn(dead_ns, list_namespaces())
         self.assertFalse(link_exists(dead_br))
         self.assertIn(live_ns, list_namespaces(), "a live run's namespace must survive")

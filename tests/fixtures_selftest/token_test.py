@@ -129,6 +129,18 @@ class TokenAuthBase(FixtureTestCase):
         self.assertTrue(any(t.user == "" and t.requested == ["repository:private/app:pull"]
                             and t.granted == [] for t in log))
 
+    def test_injected_issuer_failure(self):
+        self.issuer.fail_with = 503
+        try:
+            status, _, _ = http(f"{self.issuer.realm}?service={self.issuer.service}")
+            self.assertEqual(status, 503)
+            with self.assertRaises(FixtureError):
+                self.reg.pull(f"{self.reg.host_port}/public/app:v1", self.tmpdir() / "x",
+                              creds=False)
+        finally:
+            self.issuer.fail_with = None
+        self.assertEqual(self.issuer.issued[-1].status, 503)
+
     def test_registry_refuses_bad_tokens(self):
         access = [{"type": "repository", "name": "public/app", "actions": ["pull"]}]
         good = self.issuer.make_token("alice", access)

@@ -25,6 +25,7 @@ same root (restart tests). Not thread-safe.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,8 @@ from typing import Iterable, Sequence
 from .oci import Image, sha256_file
 from .procs import Daemon, FixtureError, run, wait_until
 
-SNAPSHOTTER = "overlayfs"
+# SHOAL_SNAPSHOTTER=native overrides the default where overlay mounts fail (a root on overlayfs).
+SNAPSHOTTER = os.environ.get("SHOAL_SNAPSHOTTER", "overlayfs")
 NAMESPACE = "shoal-test"
 
 
@@ -105,6 +107,11 @@ class Containerd:
 
     def log_text(self) -> str:
         return self.daemon.log_text() if self.daemon else ""
+
+    def log_grep(self, pattern: str) -> list[str]:
+        """Lines of the daemon's log that match the regular expression `pattern`."""
+        rx = re.compile(pattern)
+        return [line for line in self.log_text().splitlines() if rx.search(line)]
 
     def diagnostics(self) -> str:
         return self.daemon.diagnostics(40) if self.daemon else "(containerd never started)"

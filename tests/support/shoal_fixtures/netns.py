@@ -56,7 +56,7 @@ class Shape:
             return self.burst
         # At least 32 KiB, or 4 ms worth of the rate: small bursts under-shoot the rate with
         # GSO-sized packets, large ones let short transfers run above it.
-        bits = _parse_rate(self.rate)
+        bits = rate_bits(self.rate)
         return f"{max(32 * 1024, int(bits / 8 * 0.004))}b"
 
 
@@ -143,6 +143,8 @@ class Network:
     def create(self) -> "Network":
         if os.geteuid() != 0:
             raise FixtureError("network namespaces need root")
+        # Leftovers of killed runs would hold subnets and names; live runs are left alone.
+        cleanup_stale()
         self._created = True
         atexit.register(self.destroy)
         try:
@@ -289,7 +291,7 @@ def _pick_subnet() -> ipaddress.IPv4Network:
     raise FixtureError("no free 10.77.X.0/24 subnet found")
 
 
-def _parse_rate(rate: str) -> float:
+def rate_bits(rate: str) -> float:
     """bits per second from tc rate syntax (kbit, mbit, gbit, bit; kbps etc. are bytes)."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", rate.strip())
     if not m:
@@ -302,9 +304,4 @@ def _parse_rate(rate: str) -> float:
     if unit in byte_units:
         return value * byte_units[unit]
     raise ValueError(f"bad rate unit in {rate!r}")
-
-
-def rate_bits(rate: str) -> float:
-    """Public form of the tc rate parser (bits per second)."""
-    return _parse_rate(rate)
 

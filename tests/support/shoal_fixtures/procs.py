@@ -18,12 +18,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 _PR_SET_PDEATHSIG = 1
 
@@ -133,14 +134,23 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
     return env
 
 
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved once in the parent: between fork and exec (where other threads' locks may be held)
+# the child then only calls a function pointer.
+_prctl = _load_prctl()
+
+
 def _child_setup() -> None:
     # Runs in the child between fork and exec: ask the kernel to SIGKILL the child when the test
     # process dies, so a runner killed by a timeout leaves no daemons. Best effort.
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # noqa: BLE001
-        pass
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 _live: list["Daemon"] = []
@@ -394,17 +404,14 @@ def http_status(url: str, *, netns: str | None = None, timeout: float = 2,
 def _tcp_open_in_netns(netns: str, host: str, port: int) -> bool:
     code = ("import socket,sys\n"
             f"s=socket.create_connection(({host!r},{port}),timeout=1)\n")
-    cp = run(["python3", "-c", code], netns=netns, timeout=10, check=False)
+    cp = run([sys.executable, "-c", code], netns=netns, timeout=10, check=False)
     return cp.returncode == 0
 
 
-def stop_all(daemons: Iterable[Daemon]) -> None:
-    """Stops several daemons, continuing past failures; raises the first error at the end."""
-    first: BaseException | None = None
-    for d in daemons:
-        try:
-            d.stop()
-        except Exception as e:  # noqa: BLE001
-            first = first or e
-    if first is not None:
-        raise first
+def free_port_in_netns(netns: str, host: str) -> int:
+    """Like free_port(), for an address inside a network namespace."""
+    code = ("import socket\ns=socket.socket()\n"
+            f"s.bind(({host!r},0))\nprint(s.getsockname()[1])\n")
+    return int(run([sys.executable, "-c", code], netns=netns, timeout=10,
+                   what=f"free port in {netns}").stdout)
+

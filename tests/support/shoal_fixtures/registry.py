@@ -29,10 +29,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from .oci import ImageLayout
-from .procs import Daemon, FixtureError, free_port, run, tail
+from .procs import Daemon, FixtureError, free_port, free_port_in_netns, run, tail
 from .token_issuer import Rule, TokenIssuer
 
 _ACCESS_RE = re.compile(
@@ -119,7 +119,8 @@ class Registry:
         attempts = 1 if self._fixed_port else 3
         for attempt in range(attempts):
             if not self._fixed_port:
-                self.port = free_port(self.host) if not self.netns else _random_port()
+                self.port = free_port_in_netns(self.netns, self.host) if self.netns \
+                    else free_port(self.host)
             self._write_config()
             self.daemon = Daemon("docker-registry", ["docker-registry", "serve", self.config_path],
                                  log_path=self.log_path, stdout_path=self.access_log_path,
@@ -365,12 +366,3 @@ def _merge(dst: dict, src: Mapping[str, object]) -> None:
         else:
             dst[k] = v
 
-
-def _random_port() -> int:
-    # Inside a namespace the fixture created, nothing else listens: any high port is free.
-    return 20000 + secrets.randbelow(30000)
-
-
-def blob_url_paths(layout: ImageLayout, name: str) -> Sequence[str]:
-    """The /v2/<name>/blobs/<digest> paths a full pull of `layout` fetches (configs, layers)."""
-    return [f"/v2/{name}/blobs/{b.digest}" for im in layout.images for b in im.blobs()]
