@@ -138,8 +138,12 @@ class AnonymousRegistryTest(FixtureTestCase):
         reg = self.track(Registry(d / "r").start())
         layout = oci.make_image(d / "img", [oci.LayerSpec(size=1000, seed="r-restart")])
         reg.push(layout, "selftest/restart")
-        reg.stop()
+        port = reg.port
+        reg.kill()
+        with self.assertRaises(OSError):  # URLError: connection refused while down
+            reg.request("/v2/")
         reg.start()
+        self.assertEqual(reg.port, port, "a restart keeps the address")
         status, headers, _ = reg.request(f"/v2/selftest/restart/manifests/{layout.top.digest}",
                                          method="HEAD",
                                          headers={"Accept": layout.top.media_type})

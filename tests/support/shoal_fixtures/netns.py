@@ -148,15 +148,11 @@ class Network:
         self._created = True
         atexit.register(self.destroy)
         try:
-            self.subnet = ipaddress.ip_network(self._subnet_arg) if self._subnet_arg \
-                else _pick_subnet()
             run(["ip", "link", "add", self.bridge, "type", "bridge"])
-            if self.host_addr:
-                run(["ip", "addr", "add", f"{self.host_ip}/{self.subnet.prefixlen}",
-                     "dev", self.bridge])
+            self._claim_subnet()
             run(["ip", "link", "set", self.bridge, "up"])
             for i in range(self.count):
-                self.nodes.append(self._add_node(i))
+                self._add_node(i)
             if self.shape is not None:
                 for n in self.nodes:
                     n.set_shape(self.shape)
@@ -164,6 +160,24 @@ class Network:
             self.destroy()
             raise
         return self
+
+    def _claim_subnet(self) -> None:
+        """Picks the subnet and puts the host address on the bridge. Another run may pick the
+        same random subnet at the same moment; the route table then shows it twice, and the
+        later of the two (each sees the other) moves on to a new pick."""
+        for _ in range(8):
+            self.subnet = ipaddress.ip_network(self._subnet_arg) if self._subnet_arg \
+                else _pick_subnet()
+            if not self.host_addr:
+                return
+            run(["ip", "addr", "add", f"{self.host_ip}/{self.subnet.prefixlen}",
+                 "dev", self.bridge])
+            routes = run(["ip", "-4", "route", "show", str(self.subnet)], check=False).stdout
+            if self._subnet_arg or routes.count(str(self.subnet)) <= 1:
+                return
+            run(["ip", "addr", "del", f"{self.host_ip}/{self.subnet.prefixlen}",
+                 "dev", self.bridge], check=False)
+        raise FixtureError("could not claim a free 10.77.X.0/24 subnet")
 
     def _add_node(self, i: int) -> Node:
         assert self.subnet is not None
@@ -174,6 +188,7 @@ class Network:
             raise FixtureError(f"interface name too long: {veth} / {self.bridge}")
         run(["ip", "netns", "add", name])
         node = Node(self, i, name, ip, veth)
+        self.nodes.append(node)  # before the links exist, so destroy() sees a half-made node
         run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name])
         run(["ip", "link", "set", veth, "master", self.bridge])
         run(["ip", "link", "set", veth, "up"])

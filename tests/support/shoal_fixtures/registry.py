@@ -15,7 +15,7 @@ application log ("response completed", logrus text format) goes to stderr. The f
 stdout to `access.log` and stderr to `registry.log`.
 
 Lifecycle: `Registry(dir, …)`, `start()`, then `stop()`/`kill()`; `start()` again reuses the same
-storage (restart tests). Not thread-safe; the access log may be read at any time.
+port and storage (restart tests). Not thread-safe; the access log may be read at any time.
 """
 
 from __future__ import annotations
@@ -128,6 +128,8 @@ class Registry:
             try:
                 # A TCP probe, not an HTTP one, so the access log holds only the test's requests.
                 self.daemon.wait_tcp(self.port, self.host, timeout)
+                # A restart keeps the address, so clients configured with it stay valid.
+                self._fixed_port = self.port
                 return self
             except FixtureError:
                 in_use = "address already in use" in tail(self.log_path, 5)
