@@ -1,0 +1,274 @@
+"""A private containerd 1.6 (root, state, sockets and certs.d under one temp dir) driven by `ctr`.
+
+Several instances can run at once: each has its own root, state, gRPC/ttrpc sockets and `opt`
+dir, and the CRI plugin is disabled (it is not needed for pulls and would start a CNI/streaming
+stack). Pulls go through `ctr images pull --plain-http --hosts-dir <dir>/certs.d`, so the
+registry host configuration (mirror first, upstream as `server`) is exactly the `hosts.toml`
+that Kubernetes nodes use through the CRI plugin's `config_path`.
+
+Verified here (containerd 1.6.20, kernel 6.x, root on ext4):
+- Both the `overlayfs` and the `native` snapshotters load and unpack multi-layer images; the
+  fixture uses `overlayfs` (containerd's default and what nodes run). `native` remains selectable
+  for a filesystem where overlay mounts fail (e.g. a root that is itself overlayfs).
+- A hosts.toml holding only `server = …` makes ctr log "failed to decode hosts.toml: invalid
+  `host` tree" and fall back to defaults; so `configure_registry()` always writes at least one
+  `[host."…"]` table (the upstream itself when there is no mirror).
+- containerd appends `?ns=<registry host:port>` to every request it sends to a mirror host, and
+  moves on to the next host, then `server`, when a mirror refuses the connection or answers 404.
+- `ctr content ls` prints human-rounded sizes, so exact sizes come from the content store's files
+  (`root/io.containerd.content.v1.content/blobs/sha256/<hex>`).
+
+Lifecycle: `Containerd(dir)`, `start()`, `stop()`/`kill()`; `start()` again after a stop reuses the
+same root (restart tests). Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .oci import Image, sha256_file
+from .procs import Daemon, FixtureError, run, wait_until
+
+# SHOAL_SNAPSHOTTER=native overrides the default where overlay mounts fail (a root on overlayfs).
+SNAPSHOTTER = os.environ.get("SHOAL_SNAPSHOTTER", "overlayfs")
+NAMESPACE = "shoal-test"
+
+
+@dataclass
+class PullResult:
+    """What one `ctr images pull` did: the ref, the wall time, ctr's output, and the content
+    store afterwards (digest → exact size)."""
+
+    ref: str
+    seconds: float
+    output: str
+    content: dict[str, int]
+
+
+class Containerd:
+    """One private containerd daemon. See the module comment for layout and findings."""
+
+    def __init__(self, directory: str | os.PathLike, *, snapshotter: str = SNAPSHOTTER,
+                 namespace: str = NAMESPACE, netns: str | None = None,
+                 log_level: str = "info", extra_toml: str = "") -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.snapshotter = snapshotter
+        self.namespace = namespace
+        self.netns = netns
+        self.log_level = log_level
+        self.extra_toml = extra_toml
+        self.root = self.dir / "root"
+        self.state = self.dir / "state"
+        self.address = self.dir / "containerd.sock"
+        self.hosts_dir = self.dir / "certs.d"
+        self.hosts_dir.mkdir(exist_ok=True)
+        self.config_path = self.dir / "config.toml"
+        self.log_path = self.dir / "containerd.log"
+        self.daemon: Daemon | None = None
+        if len(str(self.address)) + len(".ttrpc") >= 108:
+            raise FixtureError(f"socket path too long for AF_UNIX: {self.address}")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30) -> "Containerd":
+        self._write_config()
+        self.daemon = Daemon(f"containerd({self.dir.name})",
+                             ["containerd", "--config", self.config_path],
+                             log_path=self.log_path, netns=self.netns).start()
+
+        def ready() -> bool:
+            self.daemon.check_alive("serving its socket")
+            if not self.address.exists():
+                return False
+            return run(self._ctr_argv("version"), timeout=10, check=False).returncode == 0
+        wait_until(ready, timeout, f"containerd serving {self.address}", interval=0.1,
+                   diagnostics=self.daemon.diagnostics)
+        return self
+
+    def stop(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+
+    def kill(self) -> None:
+        if self.daemon is not None:
+            self.daemon.kill()
+
+    def __enter__(self) -> "Containerd":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_text(self) -> str:
+        return self.daemon.log_text() if self.daemon else ""
+
+    def log_grep(self, pattern: str) -> list[str]:
+        """Lines of the daemon's log that match the regular expression `pattern`."""
+        rx = re.compile(pattern)
+        return [line for line in self.log_text().splitlines() if rx.search(line)]
+
+    def diagnostics(self) -> str:
+        return self.daemon.diagnostics(40) if self.daemon else "(containerd never started)"
+
+    # -- registry hosts --------------------------------------------------------------------------
+
+    def configure_registry(self, registry: str, *, mirrors: Sequence[str] = (),
+                           server: str | None = None,
+                           capabilities: Sequence[str] = ("pull", "resolve"),
+                           dial_timeout: str | None = None) -> Path:
+        """Writes `certs.d/<registry>/hosts.toml`: `mirrors` (URLs, tried in order) then
+        `server` (default `http://<registry>`). Returns the file's path.
+
+        `registry` is the host[:port] in image references (e.g. "127.0.0.1:5000").
+        `dial_timeout` (e.g. "200ms", as Spegel sets it) applies to the mirror hosts.
+        """
+        server = server or f"http://{registry}"
+        caps = ", ".join(f'"{c}"' for c in capabilities)
+        lines = [f'server = "{server}"', ""]
+        hosts = list(mirrors) or [server]
+        for url in hosts:
+            lines.append(f'[host."{url}"]')
+            lines.append(f"  capabilities = [{caps}]" if mirrors else
+                         '  capabilities = ["pull", "resolve", "push"]')
+            if dial_timeout and mirrors:
+                lines.append(f'  dial_timeout = "{dial_timeout}"')
+            lines.append("")
+        path = self.hosts_dir / registry / "hosts.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines))
+        return path
+
+    # -- ctr -------------------------------------------------------------------------------------
+
+    def ctr(self, *args: str, timeout: float = 120, check: bool = True):
+        """Runs `ctr --address … --namespace … <args>`; returns the CompletedProcess."""
+        return run(self._ctr_argv(*args), timeout=timeout, check=check,
+                   what=f"ctr {' '.join(args[:3])}")
+
+    def pull(self, ref: str, *, platform: str | None = None, all_platforms: bool = False,
+             user: tuple[str, str] | None = None, plain_http: bool = True,
+             timeout: float = 300, check: bool = True) -> PullResult:
+        """Pulls and unpacks `ref` with the instance's snapshotter through `certs.d`.
+
+        On failure (with `check`) raises FixtureError carrying ctr's output and the daemon log.
+        """
+        args = ["images", "pull", "--hosts-dir", str(self.hosts_dir),
+                "--snapshotter", self.snapshotter]
+        if plain_http:
+            args.append("--plain-http")
+        if platform:
+            args += ["--platform", platform]
+        if all_platforms:
+            args.append("--all-platforms")
+        if user:
+            args += ["--user", f"{user[0]}:{user[1]}"]
+        t0 = time.monotonic()
+        cp = run(self._ctr_argv(*args, ref), timeout=timeout, check=False)
+        seconds = time.monotonic() - t0
+        output = cp.stdout + cp.stderr
+        if check and cp.returncode != 0:
+            raise FixtureError(f"ctr images pull {ref}: exit status {cp.returncode}\n"
+                               f"{_strip_progress(output)[-3000:]}\n{self.diagnostics()}")
+        return PullResult(ref, seconds, output, self.content() if cp.returncode == 0 else {})
+
+    def images(self) -> list[str]:
+        """References of the images in this namespace."""
+        return [x for x in self.ctr("images", "ls", "-q").stdout.split() if x]
+
+    def remove_image(self, ref: str, sync: bool = True) -> None:
+        """Deletes the image record; with `sync`, waits for garbage collection of its content."""
+        self.ctr("images", "rm", *(["--sync"] if sync else []), ref)
+
+    def content_digests(self) -> list[str]:
+        """Digests in the content store as the API lists them (`ctr content ls -q`)."""
+        return sorted(x for x in self.ctr("content", "ls", "-q").stdout.split() if x)
+
+    def content(self, verify: bool = False) -> dict[str, int]:
+        """digest → exact size of every committed blob, read from the content store on disk.
+
+        Only digests the API also lists are returned (a blob file without metadata is
+        garbage). With `verify`, each file is hashed and a mismatch raises FixtureError.
+        """
+        listed = set(self.content_digests())
+        blobs = self.root / "io.containerd.content.v1.content" / "blobs" / "sha256"
+        out: dict[str, int] = {}
+        for digest in listed:
+            path = blobs / digest.removeprefix("sha256:")
+            if not path.exists():
+                raise FixtureError(f"containerd lists {digest} but {path} is missing")
+            if verify and sha256_file(path) != digest:
+                raise FixtureError(f"containerd content {path} does not match {digest}")
+            out[digest] = path.stat().st_size
+        return out
+
+    def snapshot_dirs(self) -> list[Path]:
+        """The filesystem root of every snapshot of this instance's snapshotter."""
+        base = self.root / f"io.containerd.snapshotter.v1.{self.snapshotter}" / "snapshots"
+        if not base.exists():
+            return []
+        dirs = sorted(p for p in base.iterdir() if p.is_dir())
+        # overlayfs keeps each snapshot's upper dir in <id>/fs; native uses <id> itself.
+        return [d / "fs" if (d / "fs").is_dir() else d for d in dirs]
+
+    def verify_unpacked(self, images: Iterable[Image], check_content: bool = True) -> int:
+        """Checks that every file of every layer of `images` exists in some snapshot with the
+        right size (and, with `check_content`, the right sha256). Returns the files checked.
+
+        Raises FixtureError naming the first missing or wrong file.
+        """
+        roots = self.snapshot_dirs()
+        checked = 0
+        for im in images:
+            for layer in im.layers:
+                for name, size, digest in layer.files:
+                    hits = [r / name for r in roots if (r / name).is_file()]
+                    if not hits:
+                        raise FixtureError(f"{name} of layer {layer.digest} is in no "
+                                           f"{self.snapshotter} snapshot under {self.root}")
+                    good = [h for h in hits if h.stat().st_size == size and
+                            (not check_content or sha256_file(h) == digest)]
+                    if not good:
+                        raise FixtureError(f"{name} of layer {layer.digest}: no snapshot copy "
+                                           f"has size {size} and digest {digest}")
+                    checked += 1
+        return checked
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _ctr_argv(self, *args: str) -> list[str]:
+        argv = ["ctr", "--address", str(self.address), "--namespace", self.namespace, *args]
+        return ["ip", "netns", "exec", self.netns, *argv] if self.netns else argv
+
+    def _write_config(self) -> None:
+        d = self.dir
+        self.config_path.write_text(f"""version = 2
+root = "{self.root}"
+state = "{self.state}"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = "{self.address}"
+
+[ttrpc]
+  address = "{self.address}.ttrpc"
+
+[debug]
+  level = "{self.log_level}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / 'opt'}"
+
+{self.extra_toml}
+""")
+
+
+def _strip_progress(text: str) -> str:
+    # ctr's progress bars are long lines of '+' and ANSI escapes: keep the informative lines.
+    keep = [ln for ln in text.splitlines() if "|" not in ln and "\x1b[" not in ln]
+    return "\n".join(keep)
