@@ -24,8 +24,10 @@ class walk_state {
   static void finish(binder& b) { b.finish_load(); }
 
   void add_error(std::string msg) {
-    if (errors.size() < k_max_errors) errors.push_back(std::move(msg));
-    else ++suppressed;
+    if (errors.size() < k_max_errors)
+      errors.push_back(std::move(msg));
+    else
+      ++suppressed;
   }
   [[nodiscard]] status result_status() const {
     if (errors.empty()) return {};
@@ -102,7 +104,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   for (std::size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
     }
     std::swap(prev, cur);
   }
@@ -166,9 +169,12 @@ result<node> set_document(const source& s) {
 std::string md_cell(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -189,8 +195,8 @@ status run_load(std::span<const source> layers, const root_fn& root) {
     if (doc->k == node::kind::null) continue;  // an empty file sets nothing
     st.file = layer.name;
     if (doc->k != node::kind::map) {
-      st.add_error(where(layer.name, doc->line) + ": expected a map of keys at the top level, got " +
-                   describe_node(*doc));
+      st.add_error(where(layer.name, doc->line) +
+                   ": expected a map of keys at the top level, got " + describe_node(*doc));
       continue;
     }
     binder b = st.root(&*doc);
@@ -439,8 +445,8 @@ void binder::require(std::string_view key) {
   if (!st_->check_required) return;
   // Inside a list item that no layer provided (a default item, or one set in code), there is no
   // file to have forgotten the key: only items read from a layer must carry their required keys.
-  if (const std::size_t close = path_.rfind(']'); close != std::string::npos &&
-                                                  !st_->origin.contains(path_.substr(0, close + 1))) {
+  if (const std::size_t close = path_.rfind(']');
+      close != std::string::npos && !st_->origin.contains(path_.substr(0, close + 1))) {
     return;
   }
   const std::string path = child_path(key);
@@ -500,7 +506,8 @@ void binder::record_default(std::string_view key, const std::string& flow) {
 
 void binder::diff_field(std::string_view key, const std::string& flow) {
   auto it = st_->defaults.find(child_schema(key));
-  if (it == st_->defaults.end() || it->second != flow) st_->diffs.emplace_back(child_path(key), flow);
+  if (it == st_->defaults.end() || it->second != flow)
+    st_->diffs.emplace_back(child_path(key), flow);
 }
 
 void binder::doc_row(std::string_view key, std::string type, std::string def, std::string doc) {

@@ -158,8 +158,8 @@ result<duration> duration::parse(std::string_view text) {
                    "ms\" (units: " + std::string(k_duration_units) + ")");
       }
       if (!s.empty()) return bad("duration " + show(text) + ": unexpected " + show(s));
-      return bad("duration " + show(text) + " has a number without a unit (units: " +
-                 std::string(k_duration_units) + ")");
+      return bad("duration " + show(text) +
+                 " has a number without a unit (units: " + std::string(k_duration_units) + ")");
     }
     const unit* un = find_unit(k_time_units, s.substr(0, u));
     if (un == nullptr) {
@@ -175,7 +175,8 @@ result<duration> duration::parse(std::string_view text) {
     u128 div = pow10(d.scale);
     if (scaled % div != 0) return bad("duration " + show(text) + " is finer than a nanosecond");
     total += scaled / div;
-    if (total > k_max) return bad("duration " + show(text) + " is too long (at most about 292 years)");
+    if (total > k_max)
+      return bad("duration " + show(text) + " is too long (at most about 292 years)");
     first = false;
   }
   return duration(std::chrono::nanoseconds(static_cast<std::int64_t>(total)));
@@ -184,10 +185,13 @@ result<duration> duration::parse(std::string_view text) {
 std::string duration::str() const {
   const auto ns = static_cast<std::int64_t>(ns_.count());
   if (ns == 0) return "0s";
-  static const std::pair<std::int64_t, std::string_view> units[] = {
-      {86400 * 1'000'000'000LL, "d"}, {3600 * 1'000'000'000LL, "h"}, {60 * 1'000'000'000LL, "m"},
-      {1'000'000'000LL, "s"},         {1'000'000LL, "ms"},           {1'000LL, "us"},
-      {1LL, "ns"}};
+  static const std::pair<std::int64_t, std::string_view> units[] = {{86400 * 1'000'000'000LL, "d"},
+                                                                    {3600 * 1'000'000'000LL, "h"},
+                                                                    {60 * 1'000'000'000LL, "m"},
+                                                                    {1'000'000'000LL, "s"},
+                                                                    {1'000'000LL, "ms"},
+                                                                    {1'000LL, "us"},
+                                                                    {1LL, "ns"}};
   for (const auto& [factor, name] : units) {
     if (ns % factor == 0) return std::to_string(ns / factor) + std::string(name);
   }
@@ -196,7 +200,8 @@ std::string duration::str() const {
 
 result<byte_size> byte_size::parse(std::string_view text) {
   std::string_view s = trim(text);
-  const std::string hint = " (units: " + std::string(k_byte_units) + ", or a plain number of bytes)";
+  const std::string hint =
+      " (units: " + std::string(k_byte_units) + ", or a plain number of bytes)";
   if (s.empty()) return bad("empty byte size; write e.g. \"512KiB\" or \"10MiB\"");
   if (s.front() == '-') return bad("byte size " + show(text) + " is negative");
   if (s.front() == '+') s.remove_prefix(1);
@@ -230,10 +235,11 @@ result<byte_size> byte_size::parse(std::string_view text) {
 std::string byte_size::str() const {
   if (bytes_ == 0) return "0";
   static const std::pair<std::uint64_t, std::string_view> units[] = {
-      {1ULL << 50, "PiB"},         {1ULL << 40, "TiB"},     {1ULL << 30, "GiB"},
-      {1ULL << 20, "MiB"},         {1ULL << 10, "KiB"},     {1'000'000'000'000'000ULL, "PB"},
-      {1'000'000'000'000ULL, "TB"}, {1'000'000'000ULL, "GB"}, {1'000'000ULL, "MB"},
-      {1'000ULL, "KB"}};
+      {1ULL << 50, "PiB"},          {1ULL << 40, "TiB"},
+      {1ULL << 30, "GiB"},          {1ULL << 20, "MiB"},
+      {1ULL << 10, "KiB"},          {1'000'000'000'000'000ULL, "PB"},
+      {1'000'000'000'000ULL, "TB"}, {1'000'000'000ULL, "GB"},
+      {1'000'000ULL, "MB"},         {1'000ULL, "KB"}};
   for (const auto& [factor, name] : units) {
     if (bytes_ % factor == 0) return std::to_string(bytes_ / factor) + std::string(name);
   }
@@ -244,10 +250,14 @@ namespace detail {
 
 std::string describe_node(const node& n) {
   switch (n.k) {
-    case node::kind::null: return "nothing (null)";
-    case node::kind::map: return "a map";
-    case node::kind::sequence: return "a list";
-    case node::kind::scalar: break;
+    case node::kind::null:
+      return "nothing (null)";
+    case node::kind::map:
+      return "a map";
+    case node::kind::sequence:
+      return "a list";
+    case node::kind::scalar:
+      break;
   }
   return n.quoted ? "the quoted string " + show(n.text) : show(n.text);
 }
@@ -395,8 +405,8 @@ std::string encode_scalar(const std::string& v) {
   // Plain only when a YAML reader can take it for nothing else than this string; everything
   // else is double-quoted, which round-trips any bytes.
   auto plain_char = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '/' || c == '@' || c == '+' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '/' || c == '@' || c == '+' || c == '-';
   };
   bool plain = !v.empty() && ((v[0] >= 'a' && v[0] <= 'z') || (v[0] >= 'A' && v[0] <= 'Z') ||
                               v[0] == '_' || v[0] == '/');
@@ -404,19 +414,29 @@ std::string encode_scalar(const std::string& v) {
   if (plain) {
     std::string lower;
     for (char c : v) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    static const std::string_view words[] = {"true", "false", "yes", "no", "on", "off", "null",
-                                             "y", "n"};
+    static const std::string_view words[] = {"true", "false", "yes", "no", "on",
+                                             "off",  "null",  "y",   "n"};
     for (auto w : words) plain = plain && lower != w;
   }
   if (plain) return v;
   std::string out = "\"";
   for (char c : v) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
           char buf[8];

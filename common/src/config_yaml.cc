@@ -222,7 +222,8 @@ result<node> parse_document(std::string_view text, std::string_view name) {
     if (!parser.HandleNextDocument(first)) return node{};  // no document at all
     builder second(name);
     if (parser.HandleNextDocument(second)) {
-      if (second.start_line() == first.start_line() && second.start_column() == first.start_column()) {
+      if (second.start_line() == first.start_line() &&
+          second.start_column() == first.start_column()) {
         const std::string c = char_at(text, first.start_line(), first.start_column());
         return fail(errc::config_error, at(name, first.start_line(), first.start_column()) +
                                             ": unexpected \"" + c + "\": not valid YAML here");
@@ -250,7 +251,8 @@ result<node> parse_document(std::string_view text, std::string_view name) {
 // where the quote was opened.
 void last_quoted(const node& n, const node*& best) {
   if (n.k == node::kind::scalar && n.quoted &&
-      (best == nullptr || n.line > best->line || (n.line == best->line && n.column > best->column))) {
+      (best == nullptr || n.line > best->line ||
+       (n.line == best->line && n.column > best->column))) {
     best = &n;
   }
   for (const auto& i : n.items) last_quoted(i, best);

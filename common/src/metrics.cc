@@ -31,10 +31,14 @@ void append_utf8(std::string& out, std::string_view s, bool label_value) {
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
-      if (c == '\\') out += "\\\\";
-      else if (c == '\n') out += "\\n";
-      else if (c == '"' && label_value) out += "\\\"";
-      else out += static_cast<char>(c);
+      if (c == '\\')
+        out += "\\\\";
+      else if (c == '\n')
+        out += "\\n";
+      else if (c == '"' && label_value)
+        out += "\\\"";
+      else
+        out += static_cast<char>(c);
       ++i;
       continue;
     }
@@ -92,9 +96,12 @@ void append_labels(std::string& out, const std::vector<std::string>& names,
 
 std::string_view type_text(metric_type t) {
   switch (t) {
-    case metric_type::counter: return "counter";
-    case metric_type::gauge: return "gauge";
-    case metric_type::histogram: return "histogram";
+    case metric_type::counter:
+      return "counter";
+    case metric_type::gauge:
+      return "gauge";
+    case metric_type::histogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -130,7 +137,8 @@ void check_shape(std::string_view name, std::string_view help, metric_type t,
                  const std::vector<std::string>& labels) {
   const std::string n(name);
   if (!valid_metric_name(name)) {
-    detail::programming_error("metric name \"" + n + "\" is not lower snake_case ([a-z_][a-z0-9_]*)");
+    detail::programming_error("metric name \"" + n +
+                              "\" is not lower snake_case ([a-z_][a-z0-9_]*)");
   }
   if (help.empty()) detail::programming_error("metric " + n + " has no help text");
   if (t == metric_type::counter && !ends_with(name, "_total")) {
@@ -217,7 +225,8 @@ std::vector<double> exponential_buckets(double start, double factor, int count) 
 }
 
 std::vector<double> linear_buckets(double start, double width, int count) {
-  if (!(width > 0) || count < 1) detail::programming_error("linear_buckets needs width > 0, count >= 1");
+  if (!(width > 0) || count < 1)
+    detail::programming_error("linear_buckets needs width > 0, count >= 1");
   std::vector<double> b;
   for (int i = 0; i < count; ++i) b.push_back(start + width * i);
   return b;
@@ -311,8 +320,10 @@ void family<Cell>::render(std::string& out) const {
       const auto s = cell->snap();
       for (std::size_t i = 0; i <= bounds_.size(); ++i) {
         std::string le;
-        if (i < bounds_.size()) append_number(le, bounds_[i]);
-        else le = "+Inf";
+        if (i < bounds_.size())
+          append_number(le, bounds_[i]);
+        else
+          le = "+Inf";
         out += name_;
         out += "_bucket";
         append_labels(out, labels_, values, &le);
@@ -375,9 +386,9 @@ counter_family& registry::counter(std::string_view name, std::string_view help,
   if (auto* f = find_or_check(name, help, metric_type::counter, labels, false)) {
     return static_cast<counter_family&>(*f);
   }
-  auto f = std::make_unique<counter_family>(std::string(name), std::string(help),
-                                            metric_type::counter, std::move(labels),
-                                            std::vector<double>{});
+  auto f =
+      std::make_unique<counter_family>(std::string(name), std::string(help), metric_type::counter,
+                                       std::move(labels), std::vector<double>{});
   auto& ref = *f;
   families_.emplace(std::string(name), std::move(f));
   return ref;
@@ -399,7 +410,8 @@ gauge_family& registry::gauge(std::string_view name, std::string_view help,
 histogram_family& registry::histogram(std::string_view name, std::string_view help,
                                       std::vector<std::string> labels,
                                       std::vector<double> buckets) {
-  if (buckets.empty()) detail::programming_error("histogram " + std::string(name) + " has no buckets");
+  if (buckets.empty())
+    detail::programming_error("histogram " + std::string(name) + " has no buckets");
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     if (!std::isfinite(buckets[i]) || (i > 0 && !(buckets[i - 1] < buckets[i]))) {
       detail::programming_error("histogram " + std::string(name) +
@@ -426,18 +438,18 @@ histogram_family& registry::histogram(std::string_view name, std::string_view he
 void registry::gauge_fn(std::string_view name, std::string_view help, std::function<double()> fn) {
   std::lock_guard lock(mu_);
   (void)find_or_check(name, help, metric_type::gauge, {}, true);
-  families_.emplace(std::string(name), std::make_unique<callback_family>(
-                                           std::string(name), std::string(help),
-                                           metric_type::gauge, std::move(fn)));
+  families_.emplace(std::string(name),
+                    std::make_unique<callback_family>(std::string(name), std::string(help),
+                                                      metric_type::gauge, std::move(fn)));
 }
 
 void registry::counter_fn(std::string_view name, std::string_view help,
                           std::function<double()> fn) {
   std::lock_guard lock(mu_);
   (void)find_or_check(name, help, metric_type::counter, {}, true);
-  families_.emplace(std::string(name), std::make_unique<callback_family>(
-                                           std::string(name), std::string(help),
-                                           metric_type::counter, std::move(fn)));
+  families_.emplace(std::string(name),
+                    std::make_unique<callback_family>(std::string(name), std::string(help),
+                                                      metric_type::counter, std::move(fn)));
 }
 
 std::string registry::expose() const {

@@ -91,8 +91,8 @@ void register_process_metrics(registry& reg) {
   });
   // The start time never changes: compute it once, at registration.
   const double start = boot_time_seconds() + stat_field(stat_fields(), 22) / ticks_per_second();
-  reg.gauge_fn("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-               [start] { return start; });
+  reg.gauge_fn("process_start_time_seconds",
+               "Start time of the process since unix epoch in seconds.", [start] { return start; });
 }
 
 }  // namespace shoal::metrics

@@ -123,9 +123,10 @@ TEST(ConfigFuzz, RandomBytesNeverCrash) {
 
 TEST(ConfigFuzz, MutatedValidDocumentsNeverCrash) {
   std::mt19937_64 rng(0x5eed0002);
-  const std::string pieces[] = {":", "- ", "\n", "  ", "\t", "\"", "'", "[", "]", "{", "}", "&x ",
-                                "*x", "---\n", "~", "0x", "-", "99999999999999999999", "#", ",",
-                                "? ", "!!str ", "|\n", "items", "sub", "name: "};
+  const std::string pieces[] = {
+      ":", "- ", "\n",  "  ",     "\t",    "\"",    "'",   "[",     "]",
+      "{", "}",  "&x ", "*x",     "---\n", "~",     "0x",  "-",     "99999999999999999999",
+      "#", ",",  "? ",  "!!str ", "|\n",   "items", "sub", "name: "};
   int loaded = 0;
   for (int iter = 0; iter < 3000; ++iter) {
     std::string s = k_seed_doc;
@@ -133,10 +134,18 @@ TEST(ConfigFuzz, MutatedValidDocumentsNeverCrash) {
     for (int e = 0; e < edits && !s.empty(); ++e) {
       const std::size_t pos = rng() % s.size();
       switch (rng() % 4) {
-        case 0: s[pos] = static_cast<char>(rng() & 0xff); break;
-        case 1: s.erase(pos, 1 + rng() % 8); break;
-        case 2: s.insert(pos, pieces[rng() % std::size(pieces)]); break;
-        case 3: s.insert(pos, s.substr(rng() % s.size(), rng() % 20)); break;
+        case 0:
+          s[pos] = static_cast<char>(rng() & 0xff);
+          break;
+        case 1:
+          s.erase(pos, 1 + rng() % 8);
+          break;
+        case 2:
+          s.insert(pos, pieces[rng() % std::size(pieces)]);
+          break;
+        case 3:
+          s.insert(pos, s.substr(rng() % s.size(), rng() % 20));
+          break;
       }
     }
     loaded += expect_clean_outcome(s) ? 1 : 0;
@@ -150,7 +159,8 @@ TEST(ConfigFuzz, DeepNestingAndHugeScalarsAreRefusedOrHandled) {
   expect_clean_outcome(std::string(5000, '[') + std::string(5000, ']'));
   expect_clean_outcome("sub:\n" + std::string(3000, ' ') + "on: true\n");
   std::string nested = "items:\n";
-  for (int i = 0; i < 200; ++i) nested += std::string(static_cast<std::size_t>(2 * i + 2), ' ') + "- \n";
+  for (int i = 0; i < 200; ++i)
+    nested += std::string(static_cast<std::size_t>(2 * i + 2), ' ') + "- \n";
   expect_clean_outcome(nested);
   expect_clean_outcome("listen: " + std::string(1 << 20, 'x') + "\n");
   expect_clean_outcome("max: " + std::string(5000, '9') + "KiB\n");

@@ -4,7 +4,6 @@
 #include "common/config.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -116,8 +115,8 @@ class temp_dir {
  public:
   temp_dir() {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/shoal-config-XXXXXX";
+    std::string tmpl =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/shoal-config-XXXXXX";
     char* p = mkdtemp(tmpl.data());
     EXPECT_NE(p, nullptr);
     path_ = tmpl;
@@ -137,7 +136,8 @@ class temp_dir {
   std::string path_;
 };
 
-std::string load_error(const std::string& text, proxy_config& cfg, const std::string& name = "proxy.yaml") {
+std::string load_error(const std::string& text, proxy_config& cfg,
+                       const std::string& name = "proxy.yaml") {
   auto st = load_string(text, name, cfg);
   if (st) return "(loaded)";
   EXPECT_TRUE(st.error().is(errc::config_error));
@@ -257,7 +257,8 @@ TEST(ConfigLoad, WrongTypesNameTheKeyPathFileAndLine) {
 }
 
 TEST(ConfigLoad, UnknownKeysAreErrorsEverywhereWithSuggestions) {
-  EXPECT_EQ(load_error("listne: x\n"), "proxy.yaml:1: listne: unknown key (did you mean \"listen\"?)");
+  EXPECT_EQ(load_error("listne: x\n"),
+            "proxy.yaml:1: listne: unknown key (did you mean \"listen\"?)");
   EXPECT_EQ(load_error("completely_else: 1\n"), "proxy.yaml:1: completely_else: unknown key");
   EXPECT_EQ(load_error("cache:\n  max_byte: 1GiB\n"),
             "proxy.yaml:2: cache.max_byte: unknown key (did you mean \"max_bytes\"?)");
@@ -285,13 +286,15 @@ TEST(ConfigLoad, MalformedYamlGivesFileLineAndColumn) {
   EXPECT_EQ(load_error("listen: 'unclosed\nworkers: 2\n"),
             "proxy.yaml:1:9: unclosed quote: the string runs to the end of the file");
   EXPECT_NE(load_error("listen: \"unclosed\nworkers: 2").find("proxy.yaml:2:"), std::string::npos);
-  EXPECT_EQ(load_error("mirrors: [a, b\nworkers: 2\n"), "proxy.yaml:2:8: end of sequence flow not found");
+  EXPECT_EQ(load_error("mirrors: [a, b\nworkers: 2\n"),
+            "proxy.yaml:2:8: end of sequence flow not found");
   EXPECT_EQ(load_error("listen: a: b\n"), "proxy.yaml:1:10: illegal map value");
   EXPECT_EQ(load_error("workers: 1\nworkers: 2\n"), "proxy.yaml:2:1: duplicate key \"workers\"");
   EXPECT_NE(load_error("  workers: 1\nlisten: x\n").find("proxy.yaml:2:1: a second YAML document"),
             std::string::npos);
-  EXPECT_NE(load_error("workers: 1\n---\nlisten: x\n").find("proxy.yaml:2:1: a second YAML document"),
-            std::string::npos);
+  EXPECT_NE(
+      load_error("workers: 1\n---\nlisten: x\n").find("proxy.yaml:2:1: a second YAML document"),
+      std::string::npos);
   // yaml-cpp's LoadAll loops forever on this one (found by the fuzz test).
   EXPECT_EQ(load_error(",\n"), "proxy.yaml:1:1: unexpected \",\": not valid YAML here");
   EXPECT_EQ(load_error("listen: \"\\q\"\n"), "proxy.yaml:1:12: unknown escape character: q");
@@ -320,8 +323,9 @@ TEST(ConfigValidate, BoundsOneOfRequiredAndChecksNameWhereTheValueWasSet) {
   EXPECT_EQ(load_error("\nworkers: 300\n"), "proxy.yaml:2: workers: must be at most 256, got 300");
   EXPECT_EQ(load_error("cache:\n  max_bytes: 1KiB\n"),
             "proxy.yaml:2: cache.max_bytes: must be at least 1MiB, got 1KiB");
-  EXPECT_EQ(load_error("upstreams:\n  - name: a\n    url: b\n    auth: kerberos\n"),
-            "proxy.yaml:4: upstreams[0].auth: must be one of anonymous, basic, bearer; got kerberos");
+  EXPECT_EQ(
+      load_error("upstreams:\n  - name: a\n    url: b\n    auth: kerberos\n"),
+      "proxy.yaml:4: upstreams[0].auth: must be one of anonymous, basic, bearer; got kerberos");
   EXPECT_EQ(load_error("upstreams:\n  - name: a\n  - url: b\n"),
             "proxy.yaml:2: upstreams[0].url: required key is missing\n"
             "proxy.yaml:3: upstreams[1].name: required key is missing");
@@ -407,7 +411,8 @@ TEST(ConfigLayers, MissingFileNamesThePath) {
   proxy_config cfg;
   auto st = load_file("/nonexistent/shoal/proxy.yaml", cfg);
   ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().message, "config file /nonexistent/shoal/proxy.yaml: No such file or directory");
+  EXPECT_EQ(st.error().message,
+            "config file /nonexistent/shoal/proxy.yaml: No such file or directory");
   temp_dir dir;
   st = load_file(dir.path(), cfg);
   ASSERT_FALSE(st);
@@ -452,28 +457,81 @@ TEST(ConfigPrint, CommentsEveryKeyAndNotesChangedDefaults) {
   cfg.upstreams = {{"hub", "https://h", "anonymous", {}, std::nullopt}};
   const std::string yaml = to_yaml(cfg);
   EXPECT_NE(yaml.find("# Address and port the HTTP API listens on.\nlisten: \"0.0.0.0:5050\"\n"),
-            std::string::npos) << yaml;
+            std::string::npos)
+      << yaml;
   EXPECT_NE(yaml.find("# How long a tag to digest answer is cached.\n# default: 1m\ntag_ttl: 5m\n"),
-            std::string::npos) << yaml;
-  EXPECT_NE(yaml.find("# Close idle connections after this long.\n# Unset: never.\nidle_timeout: null\n"),
-            std::string::npos) << yaml;
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(
+      yaml.find("# Close idle connections after this long.\n# Unset: never.\nidle_timeout: null\n"),
+      std::string::npos)
+      << yaml;
   EXPECT_NE(yaml.find("mirrors:\n  - a.example\n  - b.example\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("labels: {}\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("cache:\n  # Directory of the object store.\n  dir: /var/lib/shoal\n"),
-            std::string::npos) << yaml;
+            std::string::npos)
+      << yaml;
   EXPECT_NE(yaml.find("  eviction:\n    # Start evicting"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("upstreams:\n  # Name used in logs and metrics.\n"
                       "  - name: hub\n    # Base URL of the registry.\n    url: \"https://h\"\n"),
-            std::string::npos) << yaml;
+            std::string::npos)
+      << yaml;
   // Every line is a comment, a key, or a list item: no stray output.
   std::size_t keys = 0;
   for (std::size_t pos = 0; (pos = yaml.find(": ", pos)) != std::string::npos; ++pos) ++keys;
   EXPECT_GE(keys, 20u);
 }
 
+// Sections and lists nested inside list items, and items with nothing to print, exercise the
+// YAML emitter's indentation and "- " placement.
+struct leaf {
+  int n = 1;
+  bool operator==(const leaf&) const = default;
+};
+void describe(binder& b, leaf& l) { b.field("n", l.n, "N."); }
+struct nothing {
+  bool operator==(const nothing&) const = default;
+};
+void describe(binder&, nothing&) {}
+struct node_cfg {
+  leaf first;  // a section as the first key of a list item
+  std::vector<leaf> leaves;
+  std::vector<std::string> tags;
+  bool operator==(const node_cfg&) const = default;
+};
+void describe(binder& b, node_cfg& c) {
+  b.section("first", c.first, "First.");
+  b.list("leaves", c.leaves, "Leaves.");
+  b.field("tags", c.tags, "Tags.");
+}
+struct tree_cfg {
+  std::vector<node_cfg> nodes;
+  std::vector<nothing> empties;
+  nothing empty_section;
+  bool operator==(const tree_cfg&) const = default;
+};
+void describe(binder& b, tree_cfg& c) {
+  b.list("nodes", c.nodes, "Nodes.");
+  b.list("empties", c.empties, "Items without keys.");
+  b.section("empty_section", c.empty_section, "No keys.");
+}
+
 TEST(ConfigPrint, EmptyListAndEmptyItems) {
   proxy_config cfg;
   EXPECT_NE(to_yaml(cfg).find("upstreams: []\n"), std::string::npos);
+  tree_cfg tree;
+  tree.nodes = {{{5}, {{1}, {2}}, {"a", "b"}}, {}, {{7}, {}, {}}};
+  tree.empties = {{}, {}};
+  const std::string yaml = to_yaml(tree);
+  tree_cfg back;
+  auto st = load_string(yaml, "tree.yaml", back);
+  ASSERT_TRUE(st) << st.error().message << "\n" << yaml;
+  EXPECT_EQ(back, tree) << yaml;
+  EXPECT_NE(yaml.find("empties:\n  - {}\n  - {}\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("empty_section: {}\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  - first:\n      # N.\n      # default: 1\n      n: 5\n"),
+            std::string::npos)
+      << yaml;
 }
 
 TEST(ConfigDocs, TableHasEveryKeyWithTypeAndDefault) {
@@ -492,7 +550,8 @@ TEST(ConfigDocs, TableHasEveryKeyWithTypeAndDefault) {
       "| `labels` | map of string to string | `{}` |",
       "| `cache` | section |  | Local object store. See `cache` below. |",
       "| `cache.dir` | string | `/var/lib/shoal` |",
-      "| `cache.max_bytes` | byte size | `100GiB` | Total size of the objects kept. Minimum 1MiB. |",
+      "| `cache.max_bytes` | byte size | `100GiB` | Total size of the objects kept. Minimum 1MiB. "
+      "|",
       "| `cache.eviction` | section |",
       "| `cache.eviction.high_watermark` | double | `0.9` |",
       "| `cache.eviction.low_watermark` | double | `0.8` |",
@@ -500,7 +559,8 @@ TEST(ConfigDocs, TableHasEveryKeyWithTypeAndDefault) {
       "| `upstreams` | list of maps | `[]` |",
       "| `upstreams[].name` | string | *required* |",
       "| `upstreams[].url` | string | *required* |",
-      "| `upstreams[].auth` | string | `anonymous` | How to authenticate. One of: anonymous, basic, bearer. |",
+      "| `upstreams[].auth` | string | `anonymous` | How to authenticate. One of: anonymous, "
+      "basic, bearer. |",
       "| `upstreams[].prefixes` | list of string | `[]` |",
       "| `upstreams[].port` | uint16 (optional) | `null` | Port override. Minimum 1. |",
       "## `cache.eviction`",
@@ -561,10 +621,19 @@ TEST(ConfigCli, LayersFilesThenSetsAndReportsFiles) {
   ASSERT_TRUE(out) << out.error().message;
   EXPECT_FALSE(out->exit);
   EXPECT_EQ(out->files, (std::vector<std::string>{a, b, a}));
-  EXPECT_EQ(cfg.workers, 8);  // a.yaml given again last
+  EXPECT_EQ(cfg.workers, 8);     // a.yaml given again last
   EXPECT_EQ(cfg.listen, "y:2");  // --set after every file
   EXPECT_EQ(cfg.cache.max_bytes, byte_size::gib(2));
   EXPECT_EQ(cfg.labels, (std::map<std::string, std::string>{{"rack", "r1"}}));
+  // A whole list of sections can be set; its items' required keys are checked.
+  auto list = run_cli({"--set", "upstreams=[{name: a, url: \"http://a\"}, {name: b}]"}, cfg);
+  ASSERT_FALSE(list);
+  EXPECT_EQ(list.error().message,
+            "--set upstreams=[{name: a, url: \"http://a\"}, {name: b}]: upstreams[1].url: "
+            "required key is missing");
+  ASSERT_TRUE(run_cli({"--set", "upstreams=[{name: a, url: x}]"}, cfg));
+  ASSERT_EQ(cfg.upstreams.size(), 1u);
+  EXPECT_EQ(cfg.upstreams[0].url, "x");
 }
 
 TEST(ConfigCli, PrintConfigPrintsTheEffectiveConfigAndAsksToExit) {
@@ -574,7 +643,8 @@ TEST(ConfigCli, PrintConfigPrintsTheEffectiveConfigAndAsksToExit) {
   auto out = run_cli({"-c", a, "--print-config"}, cfg);
   ASSERT_TRUE(out) << out.error().message;
   EXPECT_TRUE(out->exit);
-  EXPECT_EQ(out->output.rfind("# Effective configuration of registry-proxy from " + a + "\n", 0), 0u);
+  EXPECT_EQ(out->output.rfind("# Effective configuration of registry-proxy from " + a + "\n", 0),
+            0u);
   EXPECT_NE(out->output.find("# default: 4\nworkers: 8\n"), std::string::npos) << out->output;
   proxy_config back;
   ASSERT_TRUE(load_string(out->output, "printed", back));

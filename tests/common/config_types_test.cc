@@ -20,11 +20,24 @@ TEST(ConfigDuration, ParsesUnitsFractionsAndCompounds) {
     std::chrono::nanoseconds want;
   };
   const ok_case cases[] = {
-      {"500ms", 500ms},     {"5s", 5s},           {"2m", 2min},      {"1h", 1h},
-      {"1h30m", 90min},     {"1h 30m", 90min},    {"1.5s", 1500ms},  {"7d", 168h},
-      {"0", 0ns},           {"0s", 0ns},          {"5 s", 5s},       {"10us", 10us},
-      {"10\xc2\xb5s", 10us}, {"250ns", 250ns},    {"+3s", 3s},       {" 4s ", 4s},
-      {"0.000000001s", 1ns}, {"2562047h", 2562047h},
+      {"500ms", 500ms},
+      {"5s", 5s},
+      {"2m", 2min},
+      {"1h", 1h},
+      {"1h30m", 90min},
+      {"1h 30m", 90min},
+      {"1.5s", 1500ms},
+      {"7d", 168h},
+      {"0", 0ns},
+      {"0s", 0ns},
+      {"5 s", 5s},
+      {"10us", 10us},
+      {"10\xc2\xb5s", 10us},
+      {"250ns", 250ns},
+      {"+3s", 3s},
+      {" 4s ", 4s},
+      {"0.000000001s", 1ns},
+      {"2562047h", 2562047h},
   };
   for (const auto& c : cases) {
     auto d = duration::parse(c.text);
@@ -68,8 +81,8 @@ TEST(ConfigDuration, PrintsShortestExactFormThatParsesBack) {
   EXPECT_EQ(duration(1500ms).str(), "1500ms");
   EXPECT_EQ(duration(48h).str(), "2d");
   EXPECT_EQ(duration(1ns).str(), "1ns");
-  const std::chrono::nanoseconds values[] = {0ns, 1ns, 999ns, 1us, 1500us, 59s, 61min, 25h,
-                                             std::chrono::nanoseconds::max()};
+  const std::chrono::nanoseconds values[] = {
+      0ns, 1ns, 999ns, 1us, 1500us, 59s, 61min, 25h, std::chrono::nanoseconds::max()};
   for (auto v : values) {
     auto back = duration::parse(duration(v).str());
     ASSERT_TRUE(back.has_value()) << duration(v).str() << ": " << back.error().message;
@@ -83,12 +96,18 @@ TEST(ConfigByteSize, ParsesBinaryDecimalAndPlainBytes) {
     std::uint64_t want;
   };
   const ok_case cases[] = {
-      {"512KiB", 512ull << 10},   {"10MiB", 10ull << 20},
-      {"2GiB", 2ull << 30},       {"1GB", 1'000'000'000},
-      {"500MB", 500'000'000},     {"1024", 1024},
-      {"0", 0},                   {"10 MiB", 10ull << 20},
-      {"1.5GiB", 3ull << 29},     {"1kB", 1000},
-      {"3B", 3},                  {"15PiB", 15ull << 50},
+      {"512KiB", 512ull << 10},
+      {"10MiB", 10ull << 20},
+      {"2GiB", 2ull << 30},
+      {"1GB", 1'000'000'000},
+      {"500MB", 500'000'000},
+      {"1024", 1024},
+      {"0", 0},
+      {"10 MiB", 10ull << 20},
+      {"1.5GiB", 3ull << 29},
+      {"1kB", 1000},
+      {"3B", 3},
+      {"15PiB", 15ull << 50},
       {"18446744073709551615", std::numeric_limits<std::uint64_t>::max()},
   };
   for (const auto& c : cases) {
@@ -130,8 +149,10 @@ TEST(ConfigByteSize, PrintsExactUnitsThatParseBack) {
   EXPECT_EQ(byte_size(1000).str(), "1KB");
   EXPECT_EQ(byte_size(1023).str(), "1023");
   EXPECT_EQ(byte_size(3ull << 29).str(), "1536MiB");
-  const std::uint64_t values[] = {0, 1, 1023, 1024, 1536, 1'000'000, 123456789,
-                                  std::numeric_limits<std::uint64_t>::max(), 1ull << 62};
+  const std::uint64_t values[] = {
+      0,         1,         1023,      1024,
+      1536,      1'000'000, 123456789, std::numeric_limits<std::uint64_t>::max(),
+      1ull << 62};
   for (auto v : values) {
     auto back = byte_size::parse(byte_size(v).str());
     ASSERT_TRUE(back.has_value()) << byte_size(v).str() << ": " << back.error().message;
@@ -159,7 +180,8 @@ TEST(ConfigScalars, IntegersAreStrictAboutTypeAndRange) {
             std::string::npos);
   EXPECT_NE(detail::decode_scalar(scalar("1.0"), i64).find("expected an integer, got \"1.0\""),
             std::string::npos);
-  EXPECT_NE(detail::decode_scalar(scalar("1e3"), i64).find("expected an integer"), std::string::npos);
+  EXPECT_NE(detail::decode_scalar(scalar("1e3"), i64).find("expected an integer"),
+            std::string::npos);
   EXPECT_NE(detail::decode_scalar(scalar("5", true), i64).find("remove the quotes"),
             std::string::npos);
 
@@ -173,8 +195,9 @@ TEST(ConfigScalars, IntegersAreStrictAboutTypeAndRange) {
   EXPECT_EQ(u64, std::numeric_limits<std::uint64_t>::max());
   EXPECT_NE(detail::decode_scalar(scalar("18446744073709551616"), u64).find("out of range"),
             std::string::npos);
-  EXPECT_NE(detail::decode_scalar(scalar("-5"), u64).find("expected a non-negative integer, got -5"),
-            std::string::npos);
+  EXPECT_NE(
+      detail::decode_scalar(scalar("-5"), u64).find("expected a non-negative integer, got -5"),
+      std::string::npos);
   std::uint16_t port = 0;
   EXPECT_NE(detail::decode_scalar(scalar("65536"), port).find("0 to 65535"), std::string::npos);
 }
@@ -185,7 +208,8 @@ TEST(ConfigScalars, BoolsDoublesAndStrings) {
   EXPECT_TRUE(b);
   EXPECT_EQ(detail::decode_scalar(scalar("FALSE"), b), "");
   EXPECT_FALSE(b);
-  EXPECT_NE(detail::decode_scalar(scalar("yes"), b).find("expected true or false"), std::string::npos);
+  EXPECT_NE(detail::decode_scalar(scalar("yes"), b).find("expected true or false"),
+            std::string::npos);
   EXPECT_NE(detail::decode_scalar(scalar("true", true), b).find("quoted"), std::string::npos);
 
   double d = 0;
@@ -209,11 +233,12 @@ TEST(ConfigScalars, BoolsDoublesAndStrings) {
 }
 
 TEST(ConfigScalars, StringsEncodeToYamlThatDecodesBack) {
-  const std::string values[] = {"plain",  "",          "true",   "null",  "~",      "0.0.0.0:5050",
-                                "#x",     "- a",       "a: b",   "\"q\"", "back\\", "line\nline",
-                                "tab\tx", "\x01\x7f", "caf\xc3\xa9", " lead", "trail ", "8080",
-                                "[x]",    "{y}",       "&a",     "*b",    "!t",     "%p",
-                                "@at",    "`tick`",    "a,b",    "?q",    "|",      ">"};
+  const std::string values[] = {"plain",        "",           "true",   "null",     "~",
+                                "0.0.0.0:5050", "#x",         "- a",    "a: b",     "\"q\"",
+                                "back\\",       "line\nline", "tab\tx", "\x01\x7f", "caf\xc3\xa9",
+                                " lead",        "trail ",     "8080",   "[x]",      "{y}",
+                                "&a",           "*b",         "!t",     "%p",       "@at",
+                                "`tick`",       "a,b",        "?q",     "|",        ">"};
   for (const auto& v : values) {
     const std::string text = "k: " + detail::encode_scalar(v) + "\n";
     auto doc = detail::parse_yaml(text, "t.yaml");

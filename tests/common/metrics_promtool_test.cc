@@ -23,8 +23,8 @@ class temp_dir {
  public:
   temp_dir() {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/shoal-metrics-XXXXXX";
+    std::string tmpl =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/shoal-metrics-XXXXXX";
     if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
   }
   ~temp_dir() {
@@ -54,8 +54,9 @@ check_result promtool_check(const std::string& exposition) {
   check_result r;
   const std::string promtool = find_promtool();
   if (promtool.empty()) {
-    r.output = "promtool not found in /usr/bin or /usr/local/bin: install the Debian package "
-               "`prometheus` (tools/install-deps)";
+    r.output =
+        "promtool not found in /usr/bin or /usr/local/bin: install the Debian package "
+        "`prometheus` (tools/install-deps)";
     return r;
   }
   temp_dir dir;
@@ -67,7 +68,8 @@ check_result promtool_check(const std::string& exposition) {
   const std::string out = dir.path() + "/promtool.out";
   std::ofstream(in, std::ios::binary) << exposition;
   // `timeout` bounds the run should promtool ever hang.
-  const std::string cmd = "timeout 60 " + promtool + " check metrics < '" + in + "' > '" + out + "' 2>&1";
+  const std::string cmd =
+      "timeout 60 " + promtool + " check metrics < '" + in + "' > '" + out + "' 2>&1";
   const int status = std::system(cmd.c_str());
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   std::ifstream o(out);
@@ -82,21 +84,24 @@ TEST(MetricsPromtool, RealisticRegistryPassesCheckMetrics) {
       << "promtool is missing: install the Debian package `prometheus` (tools/install-deps)";
   registry reg;
   register_process_metrics(reg);
-  auto& requests = reg.counter("shoal_http_requests_total", "HTTP requests served, by route and code.",
-                               {"route", "method", "code"});
+  auto& requests =
+      reg.counter("shoal_http_requests_total", "HTTP requests served, by route and code.",
+                  {"route", "method", "code"});
   requests.with({"/v2/{name}/blobs/{digest}", "GET", "200"}).inc(1234);
   requests.with({"/v2/{name}/manifests/{ref}", "HEAD", "404"}).inc(7);
   requests.with({"weird \"route\"\\ with\nnewline", "GET", "500"}).inc();
   requests.with({"\xe6\x97\xa5\xe6\x9c\xac/caf\xc3\xa9", "GET", "200"}).inc();
   requests.with({"invalid \xff utf8", "GET", "200"}).inc();
-  auto& bytes = reg.counter("shoal_upstream_bytes_total", "Bytes fetched from upstreams.", {"upstream"});
+  auto& bytes =
+      reg.counter("shoal_upstream_bytes_total", "Bytes fetched from upstreams.", {"upstream"});
   bytes.with({"docker-hub"}).inc(1ull << 40);
   reg.gauge("shoal_cache_objects", "Objects in the cache.").with().set(42);
   auto& fill = reg.gauge("shoal_cache_fill_ratio", "Cache fill ratio by tier.", {"tier"});
   fill.with({"nvme"}).set(0.73);
   fill.with({"nan"}).set(std::numeric_limits<double>::quiet_NaN());
   fill.with({"inf"}).set(std::numeric_limits<double>::infinity());
-  reg.gauge_fn("shoal_cache_bytes", "Bytes in the cache.\nComputed at scrape time.", [] { return 1e12; });
+  reg.gauge_fn("shoal_cache_bytes", "Bytes in the cache.\nComputed at scrape time.",
+               [] { return 1e12; });
   auto& lat = reg.histogram("shoal_http_request_duration_seconds", "Request latency.", {"route"},
                             default_buckets());
   for (int i = 0; i < 100; ++i) lat.with({"/v2/"}).observe(0.001 * i);

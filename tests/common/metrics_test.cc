@@ -55,14 +55,16 @@ TEST(Metrics, LabelLessMetricsAreExposedAsZeroAndLabelledOnesOnlyOnceUsed) {
   registry reg;
   (void)reg.counter("shoal_a_total", "A.");
   (void)reg.counter("shoal_b_total", "B.", {"x"});
-  EXPECT_EQ(reg.expose(), "# HELP shoal_a_total A.\n# TYPE shoal_a_total counter\nshoal_a_total 0\n");
+  EXPECT_EQ(reg.expose(),
+            "# HELP shoal_a_total A.\n# TYPE shoal_a_total counter\nshoal_a_total 0\n");
 }
 
 TEST(Metrics, HistogramBucketsAreCumulativeWithInfSumAndCount) {
   registry reg;
   auto& h = reg.histogram("shoal_latency_seconds", "Latency.", {"op"}, {0.25, 1, 10});
   auto& get = h.with({"get"});
-  for (double v : {0.125, 0.25, 5.0, 100.0, std::numeric_limits<double>::quiet_NaN()}) get.observe(v);
+  for (double v : {0.125, 0.25, 5.0, 100.0, std::numeric_limits<double>::quiet_NaN()})
+    get.observe(v);
   h.with({"put"}).observe(0.5);
   EXPECT_EQ(reg.expose(),
             "# HELP shoal_latency_seconds Latency.\n"
@@ -86,8 +88,8 @@ TEST(Metrics, HistogramBucketsAreCumulativeWithInfSumAndCount) {
 
 TEST(Metrics, HostileLabelValuesAndHelpAreEscaped) {
   registry reg;
-  auto& c = reg.counter("shoal_x_total", "Help with \\ backslash\nand newline and \"quotes\".",
-                        {"v"});
+  auto& c =
+      reg.counter("shoal_x_total", "Help with \\ backslash\nand newline and \"quotes\".", {"v"});
   c.with({"quote\"s"}).inc();
   c.with({"back\\slash"}).inc();
   c.with({"new\nline"}).inc();
@@ -100,7 +102,8 @@ TEST(Metrics, HostileLabelValuesAndHelpAreEscaped) {
             "# TYPE shoal_x_total counter\n"
             "shoal_x_total{v=\"\"} 1\n"
             "shoal_x_total{v=\"back\\\\slash\"} 1\n"
-            "shoal_x_total{v=\"bad\xef\xbf\xbd\xef\xbf\xbd(utf8\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"} 1\n"
+            "shoal_x_total{v=\"bad\xef\xbf\xbd\xef\xbf\xbd("
+            "utf8\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"} 1\n"
             "shoal_x_total{v=\"new\\nline\"} 1\n"
             "shoal_x_total{v=\"quote\\\"s\"} 1\n"
             "shoal_x_total{v=\"}{,=\t\"} 1\n"
@@ -181,10 +184,11 @@ TEST(Metrics, CallbacksRunAtScrapeTimeAndAFailingOneDropsOnlyItself) {
   reg.counter_fn("shoal_evictions_total", "Evictions.", [] { return 7.0; });
   reg.gauge_fn("shoal_broken", "Throws.", []() -> double { throw std::runtime_error("no"); });
   bytes = 42;
-  EXPECT_EQ(reg.expose(),
-            "# HELP shoal_cache_bytes Bytes.\n# TYPE shoal_cache_bytes gauge\nshoal_cache_bytes 42\n"
-            "# HELP shoal_evictions_total Evictions.\n# TYPE shoal_evictions_total counter\n"
-            "shoal_evictions_total 7\n");
+  EXPECT_EQ(
+      reg.expose(),
+      "# HELP shoal_cache_bytes Bytes.\n# TYPE shoal_cache_bytes gauge\nshoal_cache_bytes 42\n"
+      "# HELP shoal_evictions_total Evictions.\n# TYPE shoal_evictions_total counter\n"
+      "shoal_evictions_total 7\n");
 }
 
 TEST(Metrics, ScopedTimerObservesOnce) {
@@ -220,23 +224,72 @@ using MetricsDeathTest = ::testing::Test;
 
 TEST_F(MetricsDeathTest, RegistrationMistakesAbortWithTheMetricName) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH({ registry r; (void)r.counter("Bad-Name_total", "x"); },
-               "metric name \"Bad-Name_total\" is not lower snake_case");
-  EXPECT_DEATH({ registry r; (void)r.counter("shoal_requests", "x"); },
-               "counter shoal_requests must end in _total");
-  EXPECT_DEATH({ registry r; (void)r.gauge("shoal_things_total", "x"); },
-               "gauge shoal_things_total must not end in _total");
-  EXPECT_DEATH({ registry r; (void)r.gauge("shoal_peers_count", "x"); },
-               "must not end in _count");
-  EXPECT_DEATH({ registry r; (void)r.gauge("shoal_g", ""); }, "metric shoal_g has no help text");
-  EXPECT_DEATH({ registry r; (void)r.histogram("shoal_h", "x", {"le"}, {1}); },
-               "label name \"le\" is reserved");
-  EXPECT_DEATH({ registry r; (void)r.gauge("shoal_g", "x", {"__x"}); }, "label name \"__x\"");
-  EXPECT_DEATH({ registry r; (void)r.gauge("shoal_g", "x", {"a", "a"}); }, "label \"a\" given twice");
-  EXPECT_DEATH({ registry r; (void)r.histogram("shoal_h", "x", {}, {2, 1}); }, "strictly increasing");
-  EXPECT_DEATH({ registry r; (void)r.histogram("shoal_h", "x", {}, {}); }, "has no buckets");
-  EXPECT_DEATH({ registry r; r.gauge("shoal_g", "x", {"a"}).with({"1", "2"}); },
-               "metric shoal_g has 1 labels, with\\(\\) got 2 values");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.counter("Bad-Name_total", "x");
+      },
+      "metric name \"Bad-Name_total\" is not lower snake_case");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.counter("shoal_requests", "x");
+      },
+      "counter shoal_requests must end in _total");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.gauge("shoal_things_total", "x");
+      },
+      "gauge shoal_things_total must not end in _total");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.gauge("shoal_peers_count", "x");
+      },
+      "must not end in _count");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.gauge("shoal_g", "");
+      },
+      "metric shoal_g has no help text");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.histogram("shoal_h", "x", {"le"}, {1});
+      },
+      "label name \"le\" is reserved");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.gauge("shoal_g", "x", {"__x"});
+      },
+      "label name \"__x\"");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.gauge("shoal_g", "x", {"a", "a"});
+      },
+      "label \"a\" given twice");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.histogram("shoal_h", "x", {}, {2, 1});
+      },
+      "strictly increasing");
+  EXPECT_DEATH(
+      {
+        registry r;
+        (void)r.histogram("shoal_h", "x", {}, {});
+      },
+      "has no buckets");
+  EXPECT_DEATH(
+      {
+        registry r;
+        r.gauge("shoal_g", "x", {"a"}).with({"1", "2"});
+      },
+      "metric shoal_g has 1 labels, with\\(\\) got 2 values");
   EXPECT_DEATH(
       {
         registry r;

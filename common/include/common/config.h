@@ -6,7 +6,10 @@
 // required keys, cross-field checks), print the effective config as commented YAML, and render a
 // Markdown reference of every key with its type and default.
 //
-//   struct cache_config { std::string dir = "/var/lib/shoal"; byte_size max_bytes = byte_size::gib(100); };
+//   struct cache_config {
+//     std::string dir = "/var/lib/shoal";
+//     byte_size max_bytes = byte_size::gib(100);
+//   };
 //   void describe(binder& b, cache_config& c) {
 //     b.field("dir", c.dir, "Directory holding the object store.");
 //     b.field("max_bytes", c.max_bytes, "Evict above this size.", {.min = byte_size::mib(64)});
@@ -79,7 +82,8 @@ class byte_size {
 
   [[nodiscard]] constexpr std::uint64_t bytes() const noexcept { return bytes_; }
   [[nodiscard]] static result<byte_size> parse(std::string_view text);
-  // Largest exact binary unit, else largest exact decimal unit, else plain bytes: "10MiB", "1GB", "1000".
+  // Largest exact binary unit, else largest exact decimal unit, else plain bytes: "10MiB", "1GB",
+  // "1000".
   [[nodiscard]] std::string str() const;
 
   friend constexpr bool operator==(const byte_size&, const byte_size&) = default;
@@ -95,10 +99,10 @@ class byte_size {
 //   b.field("auth", c.auth, "...", {.one_of = {"anonymous", "basic", "bearer"}});
 template <class T>
 struct field_options {
-  std::optional<T> min;    // inclusive lower bound (numbers, duration, byte_size)
-  std::optional<T> max;    // inclusive upper bound
-  std::vector<T> one_of;   // allowed values; empty means any
-  bool required = false;   // some config layer must set the key: the default is only a placeholder
+  std::optional<T> min;   // inclusive lower bound (numbers, duration, byte_size)
+  std::optional<T> max;   // inclusive upper bound
+  std::vector<T> one_of;  // allowed values; empty means any
+  bool required = false;  // some config layer must set the key: the default is only a placeholder
 };
 
 namespace detail {
@@ -110,11 +114,11 @@ struct entry;
 struct node {
   enum class kind : std::uint8_t { null, scalar, sequence, map };
   kind k = kind::null;
-  bool quoted = false;        // quoted or block scalar: a string, never a number or a bool
-  std::string text;           // scalar text as written (after YAML unescaping)
-  std::vector<node> items;    // sequence items
-  std::vector<entry> entries; // map entries in file order; keys are unique
-  int line = 0;               // 1-based; 0 when the node did not come from a file (--set)
+  bool quoted = false;         // quoted or block scalar: a string, never a number or a bool
+  std::string text;            // scalar text as written (after YAML unescaping)
+  std::vector<node> items;     // sequence items
+  std::vector<entry> entries;  // map entries in file order; keys are unique
+  int line = 0;                // 1-based; 0 when the node did not come from a file (--set)
   int column = 0;
 };
 struct entry {
@@ -126,32 +130,50 @@ struct entry {
 
 class walk_state;
 
-template <class T> struct is_optional : std::false_type {};
-template <class T> struct is_optional<std::optional<T>> : std::true_type {};
-template <class T> struct is_vector : std::false_type {};
-template <class T> struct is_vector<std::vector<T>> : std::true_type {};
-template <class T> struct is_string_map : std::false_type {};
-template <class T> struct is_string_map<std::map<std::string, T>> : std::true_type {};
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
+template <class T>
+struct is_string_map : std::false_type {};
+template <class T>
+struct is_string_map<std::map<std::string, T>> : std::true_type {};
 
 template <class T>
-concept config_integer = std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char> &&
-                         sizeof(T) >= 2;
+concept config_integer =
+    std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char> && sizeof(T) >= 2;
 template <class T>
 concept config_scalar = std::same_as<T, bool> || config_integer<T> || std::same_as<T, double> ||
-                        std::same_as<T, std::string> || std::same_as<T, duration> ||
-                        std::same_as<T, byte_size>;
-
-template <class T> struct option_value { using type = T; };
-template <class T> struct option_value<std::optional<T>> { using type = T; };
-template <class T> struct option_value<std::vector<T>> { using type = T; };
-template <class T> struct option_value<std::map<std::string, T>> { using type = T; };
-template <class T> using option_value_t = typename option_value<T>::type;
+    std::same_as<T, std::string> || std::same_as<T, duration> || std::same_as<T, byte_size>;
 
 template <class T>
-inline constexpr bool is_field_type =
-    config_scalar<T> ||
-    ((is_optional<T>::value || is_vector<T>::value || is_string_map<T>::value) &&
-     config_scalar<option_value_t<T>>);
+struct option_value {
+  using type = T;
+};
+template <class T>
+struct option_value<std::optional<T>> {
+  using type = T;
+};
+template <class T>
+struct option_value<std::vector<T>> {
+  using type = T;
+};
+template <class T>
+struct option_value<std::map<std::string, T>> {
+  using type = T;
+};
+template <class T>
+using option_value_t = typename option_value<T>::type;
+
+template <class T>
+inline constexpr bool is_field_type = config_scalar<T> ||
+                                      ((is_optional<T>::value || is_vector<T>::value ||
+                                        is_string_map<T>::value) &&
+                                       config_scalar<option_value_t<T>>);
 
 // Scalar codecs (config_types.cc). decode_* return an empty string on success, else the reason
 // ("expected an integer, got a map").
@@ -178,7 +200,8 @@ template <config_integer T>
 std::string decode_scalar(const node& n, T& out) {
   if constexpr (std::is_signed_v<T>) {
     std::int64_t v = 0;
-    std::string why = decode_int64(n, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v);
+    std::string why =
+        decode_int64(n, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v);
     if (why.empty()) out = static_cast<T>(v);
     return why;
   } else {
@@ -252,8 +275,10 @@ std::vector<std::string> block(const T& v) {
 
 template <class U>
 std::string check_bounds(const U& v, const field_options<U>& o) {
-  if (o.min && v < *o.min) return "must be at least " + encode_scalar(*o.min) + ", got " + encode_scalar(v);
-  if (o.max && *o.max < v) return "must be at most " + encode_scalar(*o.max) + ", got " + encode_scalar(v);
+  if (o.min && v < *o.min)
+    return "must be at least " + encode_scalar(*o.min) + ", got " + encode_scalar(v);
+  if (o.max && *o.max < v)
+    return "must be at most " + encode_scalar(*o.max) + ", got " + encode_scalar(v);
   if (!o.one_of.empty()) {
     bool found = false;
     std::string allowed;
@@ -350,11 +375,11 @@ class binder {
 
   detail::walk_state* st_;
   mode mode_;
-  std::string path_;         // "upstreams[1]": for error messages
-  std::string schema_path_;  // "upstreams[]": for defaults and docs
-  const detail::node* node_; // load mode: the map this struct is read from
+  std::string path_;          // "upstreams[1]": for error messages
+  std::string schema_path_;   // "upstreams[]": for defaults and docs
+  const detail::node* node_;  // load mode: the map this struct is read from
   std::vector<std::string> declared_;
-  int table_ = 0;            // docs mode: the table this struct's rows go to
+  int table_ = 0;  // docs mode: the table this struct's rows go to
 };
 
 // Where a layer comes from: a file's text, or a "--set key.path=value" override.
@@ -375,8 +400,8 @@ using root_fn = std::function<void(binder&)>;
 [[nodiscard]] status run_load(std::span<const source> layers, const root_fn& root);
 [[nodiscard]] status run_validate(const root_fn& root);
 [[nodiscard]] std::string run_print(const root_fn& root, const root_fn& defaults_root);
-[[nodiscard]] std::vector<std::pair<std::string, std::string>> run_diff(const root_fn& root,
-                                                                        const root_fn& defaults_root);
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> run_diff(
+    const root_fn& root, const root_fn& defaults_root);
 [[nodiscard]] std::string run_docs(const root_fn& defaults_root, std::string_view title);
 [[nodiscard]] result<std::string> read_text_file(const std::string& path);
 
@@ -422,9 +447,9 @@ template <class T>
 
 // What a daemon's main() does after parse_daemon_args.
 struct cli_outcome {
-  bool exit = false;                 // print `output` to stdout and exit 0 (help, print-config)
+  bool exit = false;  // print `output` to stdout and exit 0 (help, print-config)
   std::string output;
-  std::vector<std::string> files;    // config files loaded, in order
+  std::vector<std::string> files;  // config files loaded, in order
 };
 
 // The command line every daemon shares: -c/--config FILE (repeatable, later wins),

@@ -2,15 +2,17 @@
 // Metrics: counters, gauges and histograms with labels, exposed in the Prometheus text format
 // 0.0.4 (what `promtool check metrics` accepts).
 //
-//   metrics::registry reg;                                   // one per daemon, built in app.cc
-//   auto& req = reg.counter("shoal_http_requests_total", "HTTP requests served.", {"route", "code"});
-//   metrics::counter& ok = req.with({"/v2/blobs", "200"});   // look up once, keep the reference
-//   ok.inc();                                                // lock-free, any thread
+//   metrics::registry reg;  // one per daemon, built in app.cc
+//   auto& req = reg.counter("shoal_http_requests_total", "HTTP requests served.",
+//                           {"route", "code"});
+//   metrics::counter& ok = req.with({"/v2/blobs", "200"});  // look up once, keep the reference
+//   ok.inc();                                               // lock-free, any thread
 //   auto& lat = reg.histogram("shoal_http_request_seconds", "Request latency.", {"route"},
 //                             metrics::default_buckets());
 //   lat.with({"/v2/blobs"}).observe(0.012);
-//   reg.gauge_fn("shoal_cache_bytes", "Bytes in the cache.", [&] { return double(cache.bytes()); });
-//   std::string body = reg.expose();                         // serve with content_type
+//   reg.gauge_fn("shoal_cache_bytes", "Bytes in the cache.",
+//                [&] { return double(cache.bytes()); });
+//   std::string body = reg.expose();  // serve with metrics::content_type
 //
 // Registration mistakes are programming errors and abort the process with a message naming the
 // metric: a name that is not lower snake_case ([a-z_][a-z0-9_]*), a counter not ending in
@@ -116,7 +118,8 @@ namespace detail {
 // What every family shares; the registry owns families through this base.
 class family_base {
  public:
-  family_base(std::string name, std::string help, metric_type type, std::vector<std::string> labels);
+  family_base(std::string name, std::string help, metric_type type,
+              std::vector<std::string> labels);
   virtual ~family_base() = default;
   family_base(const family_base&) = delete;
   family_base& operator=(const family_base&) = delete;
