@@ -1,0 +1,84 @@
+#pragma once
+// What every Shoal daemon shares at run time: logging and HTTP listener config sections, an
+// io_context on a small thread pool that runs until SIGTERM/SIGINT, and the operational
+// endpoints (/metrics in Prometheus text, /healthz and /readyz as JSON).
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+
+namespace shoal::daemon {
+
+struct log_config {
+  std::string level = "info";   // trace|debug|info|warn|error
+  std::string format = "text";  // text|json
+  std::string file;             // empty: stderr
+};
+void describe(config::binder& b, log_config& c);
+[[nodiscard]] status init_logging(const log_config& c, std::string_view component);
+
+struct http_config {
+  std::string listen;  // host:port
+  config::byte_size max_header_bytes = config::byte_size::kib(64);
+  config::byte_size max_body_bytes = config::byte_size::mib(1);
+  config::duration idle_timeout = std::chrono::seconds(60);
+  config::duration read_timeout = std::chrono::seconds(30);
+  config::duration write_timeout = std::chrono::seconds(60);
+};
+// `default_listen` documents the daemon's own default.
+void describe(config::binder& b, http_config& c);
+[[nodiscard]] http::server_options server_options_from(const http_config& c, std::string name);
+
+// An io_context running on `threads` threads. run() blocks until SIGTERM or SIGINT (or stop()),
+// calls `on_signal` once on an io thread (the daemon begins its graceful shutdown there), then
+// waits until the context runs out of work or `drain` passes, and joins the threads.
+class runtime {
+ public:
+  explicit runtime(unsigned threads);
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  [[nodiscard]] boost::asio::io_context& io() noexcept { return io_; }
+  void run(std::function<void()> on_signal, std::chrono::milliseconds drain = std::chrono::seconds(10));
+  // Requests the same shutdown a signal would. Safe from any thread.
+  void stop();
+
+ private:
+  void begin_stop();  // on an io thread
+
+  boost::asio::io_context io_;
+  unsigned threads_;
+  std::atomic<bool> stopping_{false};
+  std::function<void()> on_stop_;
+  std::chrono::milliseconds drain_{10000};
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  boost::asio::signal_set signals_{io_, SIGINT, SIGTERM};
+  boost::asio::steady_timer drain_timer_{io_};
+};
+
+// Health as /healthz reports it: "ok" (200) or "degraded"/"failing" with reasons (503 when failing).
+struct health {
+  std::string status = "ok";
+  std::vector<std::string> reasons;
+};
+
+// Answers /metrics, /healthz and /readyz; returns false (and does not answer) for other paths.
+bool serve_ops(const http::request& req, const http::responder& resp, const metrics::registry& reg,
+               const std::function<health()>& check);
+
+}  // namespace shoal::daemon
