@@ -72,15 +72,26 @@ void runtime::begin_stop() {
   if (on_stop_) on_stop_();
   // Let in-flight work finish; then stop the context whatever is left.
   work_.reset();
-  drain_timer_.expires_after(drain_);
+  drain_deadline_ = std::chrono::steady_clock::now() + drain_;
+  tick_drain();
+}
+
+void runtime::tick_drain() {
+  if (std::chrono::steady_clock::now() >= drain_deadline_ || (drained_ && drained_())) {
+    io_.stop();
+    return;
+  }
+  drain_timer_.expires_after(std::chrono::milliseconds(50));
   drain_timer_.async_wait([this](boost::system::error_code e) {
-    if (!e) io_.stop();
+    if (!e) tick_drain();
   });
 }
 
-void runtime::run(std::function<void()> on_signal, std::chrono::milliseconds drain) {
+void runtime::run(std::function<void()> on_signal, std::chrono::milliseconds drain,
+                  std::function<bool()> drained) {
   on_stop_ = std::move(on_signal);
   drain_ = drain;
+  drained_ = std::move(drained);
   work_.emplace(io_.get_executor());
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;

@@ -54,18 +54,23 @@ class runtime {
   runtime& operator=(const runtime&) = delete;
 
   [[nodiscard]] boost::asio::io_context& io() noexcept { return io_; }
-  void run(std::function<void()> on_signal, std::chrono::milliseconds drain = std::chrono::seconds(10));
+  // `drained` (optional) tells when in-flight work is done, so shutdown need not wait out `drain`.
+  void run(std::function<void()> on_signal, std::chrono::milliseconds drain = std::chrono::seconds(10),
+           std::function<bool()> drained = {});
   // Requests the same shutdown a signal would. Safe from any thread.
   void stop();
 
  private:
   void begin_stop();  // on an io thread
+  void tick_drain();
 
   boost::asio::io_context io_;
   unsigned threads_;
   std::atomic<bool> stopping_{false};
   std::function<void()> on_stop_;
   std::chrono::milliseconds drain_{10000};
+  std::function<bool()> drained_;
+  std::chrono::steady_clock::time_point drain_deadline_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   boost::asio::signal_set signals_{io_, SIGINT, SIGTERM};
   boost::asio::steady_timer drain_timer_{io_};
