@@ -154,7 +154,8 @@ struct metainfo_builder::impl {
   }
 };
 
-metainfo_builder::metainfo_builder(std::uint64_t size) : impl_(std::make_unique<impl>()), size_(size) {
+metainfo_builder::metainfo_builder(std::uint64_t size, bool hash_object)
+    : impl_(std::make_unique<impl>()), size_(size), hash_object_(hash_object) {
   impl_->piece_size = piece_size_for(size);
   impl_->pieces.reserve(static_cast<std::size_t>((size + impl_->piece_size - 1) / impl_->piece_size));
 }
@@ -165,7 +166,7 @@ metainfo_builder& metainfo_builder::operator=(metainfo_builder&&) noexcept = def
 void metainfo_builder::update(const void* data, std::size_t n) {
   const auto* p = static_cast<const std::uint8_t*>(data);
   fed_ += n;
-  EVP_DigestUpdate(impl_->sha256.c, p, n);
+  if (hash_object_) EVP_DigestUpdate(impl_->sha256.c, p, n);
   while (n > 0) {
     std::size_t take = std::min<std::size_t>(n, impl_->piece_size - impl_->in_piece);
     EVP_DigestUpdate(impl_->sha1.c, p, take);
@@ -182,12 +183,14 @@ result<object_metainfo> metainfo_builder::finish(const digest& expected) {
                                          " bytes, expected " + std::to_string(size_));
   }
   if (impl_->in_piece > 0) impl_->end_piece();
-  std::array<std::uint8_t, 32> d{};
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(impl_->sha256.c, d.data(), &n);
-  digest got{d};
-  if (got != expected) {
-    return fail(errc::digest_mismatch, "content hashes to " + got.str() + ", expected " + expected.str());
+  if (hash_object_) {
+    std::array<std::uint8_t, 32> d{};
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(impl_->sha256.c, d.data(), &n);
+    digest got{d};
+    if (got != expected) {
+      return fail(errc::digest_mismatch, "content hashes to " + got.str() + ", expected " + expected.str());
+    }
   }
   object_metainfo m;
   m.object = expected;

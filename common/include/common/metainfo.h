@@ -58,7 +58,9 @@ struct object_metainfo {
 // Computes piece hashes (SHA-1) and the object digest (SHA-256) as bytes stream in, in order.
 class metainfo_builder {
  public:
-  explicit metainfo_builder(std::uint64_t size);
+  // With `hash_object` false the whole-object sha256 is not computed (the caller verifies the
+  // digest elsewhere, e.g. a cache commit) and finish() checks only the length.
+  explicit metainfo_builder(std::uint64_t size, bool hash_object = true);
   ~metainfo_builder();
   metainfo_builder(metainfo_builder&&) noexcept;
   metainfo_builder& operator=(metainfo_builder&&) noexcept;
@@ -73,6 +75,7 @@ class metainfo_builder {
   std::unique_ptr<impl> impl_;
   std::uint64_t size_ = 0;
   std::uint64_t fed_ = 0;
+  bool hash_object_ = true;
 };
 
 // Builds metainfo for a file on disk (reads it once). Verifies it hashes to `expected`.

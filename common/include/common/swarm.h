@@ -1,0 +1,86 @@
+#pragma once
+// The libtorrent session as Shoal runs it, shared by registry-proxy (the origin seed) and peerd:
+// the LAN tuning table (research/libtorrent.md), adding a verified object as a seed without
+// rehashing, tracker URLs that carry the node's identity, and an alert pump thread.
+//
+// libtorrent 2.0.8 specifics handled here: torrents are added neither auto-managed nor paused
+// (otherwise the 4th download silently queues), uTP is off (slow on LAN, and preferred for
+// outgoing connections by default), DHT/LSD/UPnP/NAT-PMP off, encryption off, the alert
+// categories we use are enabled (the default mask is errors only), min_announce_interval is
+// lowered so the tracker's short interval is honoured.
+//
+// Threading: lt::session's API is thread-safe; alert callbacks run on the pump thread.
+
+#include <libtorrent/session.hpp>
+#include <libtorrent/torrent_handle.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/metainfo.h"
+
+namespace shoal::swarm {
+
+struct settings {
+  std::string listen = "0.0.0.0:6881";  // host:port; pin it to the data-plane address
+  int connections_limit = 4000;
+  std::uint64_t upload_rate_limit = 0;    // bytes/s, 0 unlimited
+  std::uint64_t download_rate_limit = 0;  // bytes/s, 0 unlimited
+  // Several daemons on one host (tests, the demo) share an IP.
+  bool allow_multiple_connections_per_ip = true;
+  int min_announce_interval_s = 5;
+  int peer_connect_timeout_s = 3;
+  int max_queued_disk_bytes = 64 << 20;
+  int send_buffer_watermark = 8 << 20;
+  int aio_threads = 4;
+  std::string user_agent = "shoal/0.1";
+};
+
+// The settings_pack Shoal uses, from the table above (documented in docs/p2p.md).
+[[nodiscard]] lt::settings_pack lan_settings(const settings& s);
+
+// "<announce>?node=n1&zone=z&rack=r&role=peer" (or with '&' when the URL already has a query).
+[[nodiscard]] std::string tracker_url(const std::string& announce, const std::string& node, const std::string& zone,
+                                      const std::string& rack, const std::string& role);
+
+// 20 raw bytes → "0123..." hex, and back.
+[[nodiscard]] std::string hash_hex(const lt::sha1_hash& h);
+
+class session {
+ public:
+  [[nodiscard]] static result<std::unique_ptr<session>> start(const settings& s);
+  ~session();
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+
+  [[nodiscard]] lt::session& raw() { return *ses_; }
+  // The port actually bound (useful with port 0 in tests); 0 when not listening.
+  [[nodiscard]] std::uint16_t listen_port() const;
+
+  // Adds a complete, verified object as a seed: seed_mode with every piece marked verified, so
+  // nothing is rehashed. `save_path` is the directory holding the file named <hex digest>.
+  [[nodiscard]] result<lt::torrent_handle> add_seed(const object_metainfo& m, const std::string& save_path,
+                                                    const std::vector<std::string>& trackers);
+  void remove(const lt::torrent_handle& h);
+
+  // Called on the pump thread for every alert (after the built-in error logging).
+  void on_alert(std::function<void(lt::alert*)> cb);
+  void stop();
+
+ private:
+  session() = default;
+  void pump();
+
+  std::unique_ptr<lt::session> ses_;
+  std::thread pump_;
+  std::atomic<bool> stop_{false};
+  std::function<void(lt::alert*)> cb_;
+  std::mutex cb_mu_;
+};
+
+}  // namespace shoal::swarm

@@ -1,0 +1,56 @@
+#include "access.h"
+
+#include "common/log.h"
+
+namespace shoal::proxy {
+
+access_verdict access_checker::check(const selection& sel, const digest& d, const std::string& object_path,
+                                     const credential& cred) {
+  auto vis = st_.get_visibility(d);
+  if (vis && vis->is_public) return {true, 0, {}};
+  if (cred.anonymous()) {
+    std::lock_guard lk(mu_);
+    ++counters_.denied;
+    return {false, 401, "authentication required"};
+  }
+  const std::string repo_key = sel.up->cfg.name + "/" + sel.repo;
+  const std::string key = cred.hash + "|" + repo_key + "|" + d.hex();
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(mu_);
+    auto it = positive_.find(key);
+    if (it != positive_.end() && it->second > now) {
+      ++counters_.cached_allow;
+      return {true, 0, {}};
+    }
+  }
+  auto resp = uc_.call(*sel.up, sel.repo, &cred, "HEAD", object_path, {{"Accept", "*/*"}}, 0);
+  if (!resp) {
+    log::warn("access check failed", log::kv("repo", repo_key), log::kv("error", resp.error().message));
+    return {false, resp.error().is(errc::timeout) ? 504u : 502u, "upstream access check failed: " + resp.error().message};
+  }
+  if (resp->status == 200) {
+    std::lock_guard lk(mu_);
+    if (positive_.size() > 100000) {
+      for (auto it = positive_.begin(); it != positive_.end();) {
+        if (it->second <= now) it = positive_.erase(it);
+        else ++it;
+      }
+    }
+    positive_[key] = now + ttl_;
+    ++counters_.upstream_allow;
+    (void)st_.add_visibility(d, false, repo_key);
+    return {true, 0, {}};
+  }
+  std::lock_guard lk(mu_);
+  ++counters_.denied;
+  unsigned s = resp->status == 401 || resp->status == 403 || resp->status == 404 ? static_cast<unsigned>(resp->status) : 502u;
+  return {false, s, "upstream refused this credential for " + repo_key + " (HTTP " + std::to_string(resp->status) + ")"};
+}
+
+access_checker::counters access_checker::get_counters() const {
+  std::lock_guard lk(mu_);
+  return counters_;
+}
+
+}  // namespace shoal::proxy

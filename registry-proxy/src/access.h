@@ -1,0 +1,51 @@
+#pragma once
+// Private content is not served to strangers: an object fetched with a client's credentials from
+// a repository the upstream does not serve anonymously is served from the cache to a later
+// client only after the upstream confirmed, with that client's own credential (a HEAD of the
+// same object in the same repository), that it may pull it. Positive answers are cached briefly,
+// keyed by a salted hash of the credential; the credential itself is never kept.
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "state_db.h"
+#include "upstream.h"
+
+namespace shoal::proxy {
+
+struct access_verdict {
+  bool allowed = false;
+  unsigned status = 0;  // when denied: 401, 403, 404 or 502
+  std::string message;
+};
+
+class access_checker {
+ public:
+  access_checker(upstream_client& uc, state_db& st, std::chrono::milliseconds positive_ttl)
+      : uc_(uc), st_(st), ttl_(positive_ttl) {}
+
+  // Blocking (worker thread). `object_path` is the upstream path to HEAD, e.g.
+  // "/v2/<repo>/blobs/<digest>". `is_public`: the object is known to be served anonymously.
+  [[nodiscard]] access_verdict check(const selection& sel, const digest& d, const std::string& object_path,
+                                     const credential& cred);
+
+  struct counters {
+    std::uint64_t cached_allow = 0, upstream_allow = 0, denied = 0;
+  };
+  [[nodiscard]] counters get_counters() const;
+
+ private:
+  upstream_client& uc_;
+  state_db& st_;
+  std::chrono::milliseconds ttl_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> positive_;  // key → expiry
+  counters counters_;
+};
+
+}  // namespace shoal::proxy

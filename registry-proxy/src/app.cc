@@ -1,0 +1,223 @@
+#include "app.h"
+
+#include <openssl/rand.h>
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.h"
+#include "common/sha256.h"
+
+namespace shoal::proxy {
+
+namespace {
+
+std::string random_salt() {
+  unsigned char b[32];
+  if (RAND_bytes(b, sizeof b) != 1) {
+    // Fall back to something process-unique; the salt only has to be unguessable by clients.
+    auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+    return sha256_of(std::to_string(t) + std::to_string(::getpid())).hex();
+  }
+  return to_hex(std::span<const std::uint8_t>(b, sizeof b));
+}
+
+}  // namespace
+
+app::app(const proxy_config& cfg)
+    : cfg_(cfg), rt_(static_cast<unsigned>(cfg.io_threads)), pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
+
+app::~app() {
+  stop();
+  if (server_) server_->stop(std::chrono::milliseconds(0));
+  if (blobs_) blobs_->shutdown();
+  if (http_client_) http_client_->stop();
+  pool_.join();
+  if (seeder_) seeder_->stop();
+  cache_events_.reset();
+  if (store_) store_->stop();
+}
+
+result<std::unique_ptr<app>> app::build(const proxy_config& cfg) {
+  std::unique_ptr<app> a(new app(cfg));
+  if (auto s = a->init(); !s) return fail(s.error());
+  return a;
+}
+
+status app::init() {
+  salt_ = random_salt();
+  http_client_ = std::make_unique<http::client>();
+
+  cache::options co;
+  co.root = cfg_.cache.dir;
+  co.quota_bytes = cfg_.cache.quota.bytes();
+  co.fs_share = cfg_.cache.fs_share;
+  co.high_watermark = cfg_.cache.high_watermark;
+  co.low_watermark = cfg_.cache.low_watermark;
+  co.idle_ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg_.cache.idle_ttl.get());
+  co.adopt_orphans = cfg_.cache.adopt_orphans;
+  co.scrub_bytes_per_sec = cfg_.cache.scrub_rate.bytes();
+  auto st = cache::store::open(co);
+  if (!st) return fail(st.error().wrap("cache " + co.root));
+  store_ = std::move(*st);
+  store_->start_background();
+  const auto& rec = store_->last_reconcile();
+  log::info("cache opened", log::kv("dir", co.root), log::kv("objects", rec.rows_loaded),
+            log::kv("temp_removed", rec.temp_files_removed), log::kv("rows_dropped", rec.rows_dropped),
+            log::kv("orphans_adopted", rec.orphans_adopted), log::kv("seconds", rec.seconds));
+
+  auto sdb = state_db::open(cfg_.state_dir);
+  if (!sdb) return fail(sdb.error());
+  state_ = std::move(*sdb);
+
+  auto ups = upstream_set::build(cfg_.upstreams, cfg_.default_upstream);
+  if (!ups) return fail(ups.error());
+  ups_ = std::make_unique<upstream_set>(std::move(*ups));
+  uc_ = std::make_unique<upstream_client>(*http_client_);
+  access_ = std::make_unique<access_checker>(
+      *uc_, *state_, std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.access.positive_ttl.get()));
+
+  blob_metrics bm;
+  bm.upstream_gets = &reg_.counter("shoal_proxy_upstream_blob_gets_total", "Blob GETs sent upstream.").with({});
+  bm.upstream_bytes = &reg_.counter("shoal_proxy_upstream_bytes_total", "Blob bytes received from upstreams.").with({});
+  bm.joins = &reg_.counter("shoal_proxy_singleflight_joins_total",
+                           "Blob requests that joined a fetch already in flight.").with({});
+  bm.digest_mismatch = &reg_.counter("shoal_proxy_digest_mismatch_total",
+                                     "Objects discarded because upstream bytes did not match the digest.").with({});
+  bm.served_cache_bytes = &reg_.counter("shoal_proxy_cache_served_bytes_total",
+                                        "Blob bytes served from the cache (whole-object responses).").with({});
+  bm.fetch_failures = &reg_.counter("shoal_proxy_upstream_failures_total",
+                                    "Blob fetches that failed on the network or timed out.").with({});
+  blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
+
+  manifest_metrics mm;
+  mm.upstream_requests = &reg_.counter("shoal_proxy_upstream_manifest_requests_total",
+                                       "Manifest requests sent upstream.").with({});
+  mm.stale_served = &reg_.counter("shoal_proxy_stale_manifests_total",
+                                  "Tag answers served stale because upstream failed.").with({});
+  mm.tag_hits = &reg_.counter("shoal_proxy_tag_cache_hits_total", "Tag answers served from the tag cache.").with({});
+  mm.digest_mismatch = &reg_.counter("shoal_proxy_manifest_digest_mismatch_total",
+                                     "Manifests refused because their bytes did not match.").with({});
+  manifests_ = std::make_unique<manifest_service>(pool_, *store_, *state_, *uc_, *access_, cfg_.manifests, mm);
+
+  if (cfg_.torrent.enabled) {
+    auto sd = seeder::start(cfg_.torrent, *store_, *state_);
+    if (!sd) return fail(sd.error().wrap("torrent"));
+    seeder_ = std::move(*sd);
+    blobs_->on_committed([s = seeder_.get()](const digest& d, const object_metainfo& m) { s->seed(d, m); });
+  }
+  cache_events_ = store_->on_event([this](const cache::event& e) {
+    if (e.type == cache::event_type::committed) return;
+    // The object left the cache: stop seeding it and forget what we knew about it.
+    auto d = e.id;
+    boost::asio::post(pool_, [this, d] {
+      if (seeder_) seeder_->unload(d);
+      (void)state_->forget(d);
+    });
+  });
+
+  register_metrics();
+
+  handler_deps hd{*ups_, *manifests_, *blobs_, reg_};
+  hd.credential_salt = salt_;
+  if (seeder_) {
+    hd.trackers = seeder_->trackers();
+    hd.seed_endpoint = seeder_->endpoint();
+    hd.on_metainfo_served = [this](const digest& d) {
+      boost::asio::post(pool_, [this, d] { seeder_->seed(d); });
+    };
+  }
+  hd.metainfo_wait = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());
+  hd.health = [this] {
+    daemon::health h;
+    auto s = store_->get_stats();
+    if (s.capacity_bytes > 0 && s.bytes + s.inflight_bytes > s.capacity_bytes) {
+      h.status = "degraded";
+      h.reasons.push_back("cache over capacity");
+    }
+    return h;
+  };
+  handler_ = std::make_unique<proxy_handler>(std::move(hd));
+
+  auto so = daemon::server_options_from(cfg_.http, "shoal-registry-proxy");
+  auto& req_total = reg_.counter("shoal_proxy_requests_total", "HTTP requests answered.", {"route", "method", "code"});
+  auto& bytes_total = reg_.counter("shoal_proxy_response_bytes_total", "Response body bytes sent.", {"route"});
+  auto& aborted = reg_.counter("shoal_proxy_responses_aborted_total",
+                               "Responses cut short (client gone, source failed, timeout).", {"route"});
+  auto& latency = reg_.histogram("shoal_proxy_request_seconds", "Time to answer a request completely.", {"route"},
+                                 metrics::default_buckets());
+  so.on_request_done = [&req_total, &bytes_total, &aborted, &latency](const http::request_log& l) {
+    std::string route = route_of(l.target);
+    std::string method = l.method == "GET" || l.method == "HEAD" ? l.method : "other";
+    req_total.with({route, method, std::to_string(l.status)}).inc();
+    bytes_total.with({route}).inc(l.body_bytes_sent);
+    if (l.aborted) aborted.with({route}).inc();
+    latency.with({route}).observe(std::chrono::duration<double>(l.duration).count());
+    log::debug("request", log::kv("method", l.method), log::kv("target", l.target), log::kv("status", l.status),
+               log::kv("bytes", l.body_bytes_sent), log::kv("aborted", l.aborted), log::kv("error", l.error),
+               log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+  };
+  server_ = std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
+    (*handler_)(std::move(r), std::move(resp));
+  });
+  auto hp = http::split_host_port(cfg_.http.listen);
+  if (!hp) return fail(hp.error().wrap("http.listen"));
+  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
+  log::info("registry-proxy listening", log::kv("address", cfg_.http.listen), log::kv("port", server_->port()),
+            log::kv("upstreams", ups_->all().size()));
+  return {};
+}
+
+void app::register_metrics() {
+  metrics::register_process_metrics(reg_);
+  auto* s = store_.get();
+  reg_.gauge_fn("shoal_cache_bytes", "Bytes of committed objects in the cache.",
+                [s] { return static_cast<double>(s->get_stats().bytes); });
+  reg_.gauge_fn("shoal_cache_objects", "Committed objects in the cache.",
+                [s] { return static_cast<double>(s->get_stats().objects); });
+  reg_.gauge_fn("shoal_cache_capacity_bytes", "Cache capacity.",
+                [s] { return static_cast<double>(s->get_stats().capacity_bytes); });
+  reg_.gauge_fn("shoal_cache_inflight_bytes", "Bytes reserved by writes in progress.",
+                [s] { return static_cast<double>(s->get_stats().inflight_bytes); });
+  reg_.counter_fn("shoal_cache_hits_total", "Reads of cached objects.",
+                  [s] { return static_cast<double>(s->get_stats().hits); });
+  reg_.counter_fn("shoal_cache_misses_total", "Reads of absent objects.",
+                  [s] { return static_cast<double>(s->get_stats().misses); });
+  reg_.counter_fn("shoal_cache_evictions_total", "Objects evicted.",
+                  [s] { return static_cast<double>(s->get_stats().evictions); });
+  reg_.counter_fn("shoal_cache_scrub_mismatches_total", "Objects quarantined by the scrubber.",
+                  [s] { return static_cast<double>(s->get_stats().scrub_mismatches); });
+  auto* b = blobs_.get();
+  reg_.gauge_fn("shoal_proxy_fetches_in_flight", "Upstream blob fetches in flight.",
+                [b] { return static_cast<double>(b->inflight_count()); });
+  auto* a = access_.get();
+  reg_.counter_fn("shoal_proxy_access_checks_upstream_total", "Private-content checks answered by upstream.",
+                  [a] { return static_cast<double>(a->get_counters().upstream_allow); });
+  reg_.counter_fn("shoal_proxy_access_denied_total", "Requests for private content refused.",
+                  [a] { return static_cast<double>(a->get_counters().denied); });
+  auto* u = uc_.get();
+  reg_.counter_fn("shoal_proxy_token_fetches_total", "Bearer tokens fetched from upstream realms.",
+                  [u] { return static_cast<double>(u->get_counters().token_fetches); });
+  if (seeder_) {
+    auto* sd = seeder_.get();
+    reg_.gauge_fn("shoal_proxy_torrents_loaded", "Objects currently seeded.",
+                  [sd] { return static_cast<double>(sd->loaded()); });
+    reg_.counter_fn("shoal_proxy_p2p_uploaded_bytes_total", "Payload bytes uploaded to the swarm.",
+                    [sd] { return static_cast<double>(sd->uploaded_bytes()); });
+  }
+}
+
+int app::run() {
+  rt_.run(
+      [this] {
+        log::info("registry-proxy stopping");
+        if (server_) server_->stop(std::chrono::milliseconds(5000));
+        if (blobs_) blobs_->shutdown();
+      },
+      std::chrono::seconds(6), [this] { return server_->connections() == 0; });
+  log::info("registry-proxy stopped");
+  return 0;
+}
+
+void app::stop() { rt_.stop(); }
+
+}  // namespace shoal::proxy

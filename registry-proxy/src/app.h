@@ -1,0 +1,63 @@
+#pragma once
+// Wiring of the registry-proxy daemon: builds every part in dependency order from the config and
+// runs it until a signal. Nothing here is global; tests build an app on temp dirs and port 0.
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <memory>
+
+#include "access.h"
+#include "blobs.h"
+#include "cache/store.h"
+#include "common/daemon.h"
+#include "common/http_client.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "config.h"
+#include "handler.h"
+#include "manifests.h"
+#include "seeder.h"
+#include "state_db.h"
+#include "upstream.h"
+
+namespace shoal::proxy {
+
+class app {
+ public:
+  [[nodiscard]] static result<std::unique_ptr<app>> build(const proxy_config& cfg);
+  ~app();
+  app(const app&) = delete;
+  app& operator=(const app&) = delete;
+
+  // Serves until SIGTERM/SIGINT or stop(); returns the process exit code.
+  int run();
+  void stop();
+
+  [[nodiscard]] std::uint16_t http_port() const { return server_ ? server_->port() : 0; }
+  [[nodiscard]] metrics::registry& metrics() { return reg_; }
+
+ private:
+  explicit app(const proxy_config& cfg);
+  [[nodiscard]] status init();
+  void register_metrics();
+
+  proxy_config cfg_;
+  daemon::runtime rt_;
+  boost::asio::thread_pool pool_;
+  metrics::registry reg_;
+  std::unique_ptr<http::client> http_client_;
+  std::unique_ptr<cache::store> store_;
+  std::unique_ptr<state_db> state_;
+  std::unique_ptr<upstream_set> ups_;
+  std::unique_ptr<upstream_client> uc_;
+  std::unique_ptr<access_checker> access_;
+  std::unique_ptr<blob_service> blobs_;
+  std::unique_ptr<manifest_service> manifests_;
+  std::unique_ptr<seeder> seeder_;
+  std::unique_ptr<proxy_handler> handler_;
+  std::unique_ptr<http::server> server_;
+  cache::subscription cache_events_;
+  std::string salt_;
+};
+
+}  // namespace shoal::proxy

@@ -1,0 +1,662 @@
+#include "blobs.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "common/log.h"
+#include "common/oci.h"
+
+namespace shoal::proxy {
+
+namespace net = boost::asio;
+
+http::response oci_error(unsigned status, oci::error_code code, std::string_view message) {
+  auto r = http::response::json(status, oci::error_body(code, message));
+  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+  if (status == 401) r.headers.set("WWW-Authenticate", "Basic realm=\"shoal registry-proxy\"");
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// blob_fetch: one upstream transfer shared by every client that wants the object.
+
+class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
+ public:
+  enum class phase { starting, streaming, committed, failed };
+
+  struct snapshot {
+    phase ph = phase::starting;
+    std::optional<std::uint64_t> size;
+    bool is_public = false;
+    std::string client_hash;  // credential the fetch acted with (when private)
+    unsigned status = 0;
+    std::string message, retry_after;
+    std::shared_ptr<cache::inflight_object> inflight;
+    std::uint64_t available = 0;
+  };
+
+  blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred)
+      : svc_(svc), sel_(std::move(sel)), id_(d), client_(std::move(cred)) {}
+
+  const digest& id() const { return id_; }
+
+  void start() {
+    net::post(svc_.pool(), [self = shared_from_this()] { self->attempt(); });
+  }
+
+  void cancel() {
+    http::request_id rid;
+    {
+      std::lock_guard lk(mu_);
+      cancelled_ = true;
+      rid = req_id_;
+    }
+    if (rid) svc_.upstreams().http().cancel(rid);
+  }
+
+  // Runs `cb` once the response head is known (streaming, committed or failed).
+  void when_head(std::function<void()> cb) {
+    {
+      std::lock_guard lk(mu_);
+      if (ph_ == phase::starting) {
+        head_waiters_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
+  }
+
+  // Runs `cb` once the fetch has ended (committed or failed).
+  void when_done(std::function<void()> cb) {
+    {
+      std::lock_guard lk(mu_);
+      if (ph_ == phase::starting || ph_ == phase::streaming) {
+        done_waiters_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
+  }
+
+  snapshot snap() {
+    std::lock_guard lk(mu_);
+    snapshot s;
+    s.ph = ph_;
+    s.size = size_;
+    s.is_public = who_ == acting_as::proxy;
+    s.client_hash = who_ == acting_as::client ? client_.hash : std::string();
+    s.status = status_;
+    s.message = message_;
+    s.retry_after = retry_after_;
+    s.inflight = inflight_;
+    s.available = inflight_ ? inflight_->available() : 0;
+    return s;
+  }
+
+ private:
+  // On a worker thread: pick the credential, then start the streaming GET.
+  void attempt() {
+    bool cancelled;
+    {
+      std::lock_guard lk(mu_);
+      cancelled = cancelled_;
+    }
+    if (cancelled) return fail_and_fire(503, "registry-proxy is shutting down");
+    const credential* cred = who_ == acting_as::client ? &client_ : nullptr;
+    auto auth = svc_.upstreams().authorization(*sel_.up, sel_.repo, cred, auth_round_ > 0);
+    if (!auth) {
+      // A token realm that refuses us: as the proxy, the client may still have credentials.
+      if (who_ == acting_as::proxy && !client_.anonymous()) {
+        who_ = acting_as::client;
+        auth_round_ = 0;
+        return attempt();
+      }
+      unsigned s = auth.error().is(errc::unauthorized) ? 401 : auth.error().is(errc::timeout) ? 504 : 502;
+      return fail_and_fire(s, auth.error().message);
+    }
+    auto req = svc_.upstreams().make_request(*sel_.up, "GET", "/v2/" + sel_.repo + "/blobs/" + id_.str());
+    req.resume = true;
+    req.headers.emplace_back("Accept", "*/*");
+    if (*auth) req.headers.emplace_back("Authorization", **auth);
+    if (svc_.counters().upstream_gets) svc_.counters().upstream_gets->inc();
+    http::callbacks cb;
+    auto self = shared_from_this();
+    cb.on_response = [self](const http::response_head& h) { return self->on_response(h); };
+    cb.on_data = [self](std::string_view c) { return self->on_data(c); };
+    cb.on_complete = [self](result<http::completion> r) { self->on_complete(std::move(r)); };
+    auto rid = svc_.upstreams().http().submit(std::move(req), std::move(cb));
+    std::lock_guard lk(mu_);
+    req_id_ = rid;
+  }
+
+  // Client thread.
+  bool on_response(const http::response_head& h) {
+    next_ = next_step::none;
+    err_body_.clear();
+    if (h.status == 200) {
+      if (auto dcd = h.header("Docker-Content-Digest"); dcd && *dcd != id_.str()) {
+        capture_error(502, "upstream announced digest " + std::string(*dcd) + " for " + id_.str());
+        return false;
+      }
+      std::optional<std::uint64_t> size;
+      if (auto cl = h.header("Content-Length")) {
+        std::uint64_t v = 0;
+        auto s = std::string(*cl);
+        if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() < 20) v = std::stoull(s);
+        else return capture_error(502, "upstream sent a bad Content-Length"), false;
+        size = v;
+      }
+      // Visibility is recorded before the object can become visible, so no reader ever sees it
+      // without knowing whether it is public.
+      std::string repo_key = who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
+      (void)svc_.state().add_visibility(id_, who_ == acting_as::proxy, repo_key);
+      auto ticket = svc_.store().begin_write(id_, size, cache::object_kind::blob);
+      if (!ticket) {
+        capture_error(ticket.error().is(errc::no_space) ? 507 : 500, "cache: " + ticket.error().message);
+        return false;
+      }
+      if (ticket->role == cache::write_role::present) {
+        set_phase(phase::committed, 0, {});
+        return false;
+      }
+      if (ticket->role == cache::write_role::follower) {
+        // Someone else in this process is writing it (it cannot be us): follow that write.
+        auto infl = ticket->inflight;
+        {
+          std::lock_guard lk(mu_);
+          inflight_ = infl;
+          size_ = size;
+        }
+        set_phase(phase::streaming, 0, {});
+        auto self = shared_from_this();
+        infl->wait_for(UINT64_MAX - 1, [self](const cache::progress& p) {
+          if (p.state == cache::write_state::committed) self->set_phase(phase::committed, 0, {});
+          else self->set_phase(phase::failed, 502, p.err ? p.err->message : "write failed");
+          self->svc_.finish_fetch(self);
+        });
+        follower_ = true;
+        return false;
+      }
+      writer_ = std::move(ticket->writer);
+      if (size) pieces_.emplace(*size, false);
+      {
+        std::lock_guard lk(mu_);
+        inflight_ = ticket->inflight;
+        size_ = size;
+      }
+      set_phase(phase::streaming, 0, {});
+      return true;
+    }
+    if (h.status == 401 && auth_round_ == 0 &&
+        svc_.upstreams().note_challenge(*sel_.up, h.headers, who_ == acting_as::client ? &client_ : nullptr)) {
+      next_ = next_step::retry_auth;
+      return false;
+    }
+    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy && !client_.anonymous()) {
+      next_ = next_step::retry_as_client;
+      return false;
+    }
+    // An answer we pass on to the clients: keep a bounded copy of the body for the log.
+    capture_status_ = static_cast<unsigned>(h.status);
+    if (auto ra = h.header("Retry-After")) retry_after_capture_ = std::string(*ra);
+    return true;
+  }
+
+  bool on_data(std::string_view chunk) {
+    if (writer_) {
+      auto st = writer_->write(chunk);
+      if (!st) {
+        capture_error(st.error().is(errc::no_space) ? 507 : 500, "cache write: " + st.error().message);
+        return false;
+      }
+      if (pieces_) pieces_->update(chunk.data(), chunk.size());
+      if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(chunk.size());
+      return true;
+    }
+    if (err_body_.size() < 4096) err_body_.append(chunk.substr(0, 4096 - err_body_.size()));
+    return true;
+  }
+
+  void on_complete(result<http::completion> r) {
+    if (follower_) return;
+    auto step = next_;
+    next_ = next_step::none;
+    if (step == next_step::retry_auth) {
+      ++auth_round_;
+      return start();
+    }
+    if (step == next_step::retry_as_client) {
+      who_ = acting_as::client;
+      auth_round_ = 0;
+      return start();
+    }
+    if (pending_error_) {
+      if (writer_) writer_->abort(pending_message_);
+      writer_.reset();
+      return fail_and_fire(pending_status_, pending_message_);
+    }
+    bool already_committed;
+    {
+      std::lock_guard lk(mu_);
+      already_committed = ph_ == phase::committed;
+    }
+    if (already_committed) return svc_.finish_fetch(shared_from_this());
+    if (!r) {
+      std::string msg = "upstream " + sel_.up->cfg.name + ": " + r.error().message;
+      if (writer_) writer_->abort(msg);
+      writer_.reset();
+      if (svc_.counters().fetch_failures) svc_.counters().fetch_failures->inc();
+      return fail_and_fire(r.error().is(errc::timeout) ? 504 : 502, msg);
+    }
+    if (writer_) {
+      net::post(svc_.pool(), [self = shared_from_this()] { self->commit(); });
+      return;
+    }
+    unsigned s = capture_status_;
+    std::string msg = "upstream " + sel_.up->cfg.name + " answered HTTP " + std::to_string(s);
+    {
+      std::lock_guard lk(mu_);
+      retry_after_ = retry_after_capture_;
+    }
+    fail_and_fire(s, msg);
+  }
+
+  // Worker thread.
+  void commit() {
+    auto info = writer_->commit();
+    writer_.reset();
+    if (!info) {
+      std::string msg = info.error().message;
+      if (info.error().is(errc::digest_mismatch) || info.error().is(errc::size_mismatch)) {
+        if (svc_.counters().digest_mismatch) svc_.counters().digest_mismatch->inc();
+        log::error("upstream sent wrong bytes; object discarded", log::kv("digest", id_.str()),
+                   log::kv("upstream", sel_.up->cfg.name), log::kv("repo", sel_.repo), log::kv("error", msg));
+      } else {
+        log::error("cache commit failed", log::kv("digest", id_.str()), log::kv("error", msg));
+      }
+      return fail_and_fire(502, "object " + id_.short_str() + " from upstream " + sel_.up->cfg.name + ": " + msg);
+    }
+    std::optional<object_metainfo> meta;
+    if (pieces_) {
+      auto m = pieces_->finish(id_);
+      if (m) meta = std::move(*m);
+    }
+    if (!meta) {
+      // Unknown length up front: hash the committed file once.
+      auto rd = svc_.store().open_read(id_);
+      if (rd) {
+        auto m = metainfo_for_fd(rd->fd(), rd->size(), id_);
+        if (m) meta = std::move(*m);
+      }
+    }
+    if (meta) (void)svc_.state().put_metainfo(id_, meta->torrent_file({}));
+    log::info("blob cached", log::kv("digest", id_.str()), log::kv("bytes", info->size),
+              log::kv("upstream", sel_.up->cfg.name), log::kv("public", who_ == acting_as::proxy));
+    set_phase(phase::committed, 0, {});
+    if (meta) svc_.notify_committed(id_, *meta);
+    svc_.finish_fetch(shared_from_this());
+  }
+
+  void capture_error(unsigned status, std::string msg) {
+    pending_error_ = true;
+    pending_status_ = status;
+    pending_message_ = std::move(msg);
+  }
+
+  void fail_and_fire(unsigned status, std::string msg) {
+    set_phase(phase::failed, status, std::move(msg));
+    svc_.finish_fetch(shared_from_this());
+  }
+
+  void set_phase(phase p, unsigned status, std::string msg) {
+    std::vector<std::function<void()>> heads, dones;
+    {
+      std::lock_guard lk(mu_);
+      if (ph_ == phase::committed || ph_ == phase::failed) return;
+      ph_ = p;
+      if (p == phase::failed) {
+        status_ = status;
+        message_ = std::move(msg);
+      }
+      if (p != phase::starting) heads.swap(head_waiters_);
+      if (p == phase::committed || p == phase::failed) dones.swap(done_waiters_);
+    }
+    for (auto& f : heads) f();
+    for (auto& f : dones) f();
+  }
+
+  enum class next_step { none, retry_auth, retry_as_client };
+
+  blob_service& svc_;
+  selection sel_;
+  digest id_;
+  credential client_;
+  acting_as who_ = acting_as::proxy;
+  int auth_round_ = 0;
+  next_step next_ = next_step::none;
+
+  // Client-thread state (one transfer at a time).
+  std::unique_ptr<cache::object_writer> writer_;
+  std::optional<metainfo_builder> pieces_;
+  std::string err_body_;
+  unsigned capture_status_ = 0;
+  std::string retry_after_capture_;
+  bool pending_error_ = false;
+  unsigned pending_status_ = 0;
+  std::string pending_message_;
+  bool follower_ = false;
+
+  std::mutex mu_;
+  phase ph_ = phase::starting;
+  bool cancelled_ = false;
+  http::request_id req_id_ = 0;
+  std::optional<std::uint64_t> size_;
+  std::shared_ptr<cache::inflight_object> inflight_;
+  unsigned status_ = 0;
+  std::string message_, retry_after_;
+  std::vector<std::function<void()>> head_waiters_, done_waiters_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Streaming the bytes of an in-flight object to one client.
+
+namespace {
+
+class inflight_source final : public http::body_source {
+ public:
+  inflight_source(std::shared_ptr<cache::inflight_object> obj, std::uint64_t off, std::uint64_t len)
+      : obj_(std::move(obj)),
+        pos_(std::make_shared<std::atomic<std::uint64_t>>(off)),
+        end_(len == UINT64_MAX ? UINT64_MAX : off + len) {}
+
+  void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
+    std::uint64_t off = pos_->load();
+    if (off >= end_) return done(http::chunk::end());
+    // The callback may run now or later on the writer's thread, possibly after this source is
+    // gone (the client left): it owns everything it touches.
+    auto obj = obj_;
+    auto pos = pos_;
+    std::uint64_t end = end_;
+    obj->wait_for(off, [obj, pos, off, end, max_bytes, done = std::move(done)](const cache::progress& p) {
+      if (p.state == cache::write_state::failed) {
+        return done(fail(p.err ? *p.err : error{errc::io_error, "write failed"}));
+      }
+      if (p.available > off) {
+        std::uint64_t n = std::min<std::uint64_t>({p.available - off, end - off, max_bytes});
+        pos->store(off + n);
+        return done(http::chunk::file_region(obj->fd(), off, n));
+      }
+      if (p.state == cache::write_state::committed) {
+        if (end == UINT64_MAX) return done(http::chunk::end());
+        return done(fail(errc::size_mismatch, "object ended before the requested range"));
+      }
+      done(fail(errc::internal, "woken without progress"));
+    });
+  }
+
+ private:
+  std::shared_ptr<cache::inflight_object> obj_;
+  std::shared_ptr<std::atomic<std::uint64_t>> pos_;
+  std::uint64_t end_;
+};
+
+http::response blob_headers(const digest& d) {
+  http::response r;
+  r.status = 200;
+  r.headers.set("Docker-Content-Digest", d.str());
+  r.headers.set("Content-Type", "application/octet-stream");
+  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+  r.headers.set("ETag", "\"" + d.str() + "\"");
+  r.rangeable = true;
+  return r;
+}
+
+http::response failure_response(unsigned status, const std::string& message, const std::string& retry_after,
+                                oci::error_code not_found_code) {
+  switch (status) {
+    case 401: return oci_error(401, oci::error_code::unauthorized, message);
+    case 403: return oci_error(403, oci::error_code::denied, message);
+    case 404: return oci_error(404, not_found_code, message);
+    case 429: {
+      auto r = oci_error(429, oci::error_code::toomanyrequests, message);
+      if (!retry_after.empty()) r.headers.set("Retry-After", retry_after);
+      return r;
+    }
+    case 503: return oci_error(503, oci::error_code::unsupported, message);
+    case 504: return oci_error(504, oci::error_code::unsupported, message);
+    case 507: return oci_error(507, oci::error_code::unsupported, message);
+    default: return oci_error(status >= 500 ? status : 502, oci::error_code::unsupported, message);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// blob_service
+
+blob_service::blob_service(net::io_context& io, net::thread_pool& pool, cache::store& store, state_db& st,
+                           upstream_client& uc, access_checker& access, blob_metrics m)
+    : io_(io), pool_(pool), store_(store), st_(st), uc_(uc), access_(access), m_(m) {}
+
+blob_service::~blob_service() { shutdown(); }
+
+std::size_t blob_service::inflight_count() const {
+  std::lock_guard lk(mu_);
+  return fetches_.size();
+}
+
+void blob_service::shutdown() {
+  stopping_ = true;
+  std::vector<std::shared_ptr<blob_fetch>> all;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [d, f] : fetches_) all.push_back(f);
+  }
+  for (auto& f : all) f->cancel();
+}
+
+void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
+  std::lock_guard lk(mu_);
+  auto it = fetches_.find(f->id());
+  if (it != fetches_.end() && it->second == f) fetches_.erase(it);
+}
+
+std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d, const credential& cred,
+                                                        bool& started) {
+  std::shared_ptr<blob_fetch> f;
+  {
+    std::lock_guard lk(mu_);
+    auto it = fetches_.find(d);
+    if (it != fetches_.end()) {
+      started = false;
+      if (m_.joins) m_.joins->inc();
+      return it->second;
+    }
+    f = std::make_shared<blob_fetch>(*this, sel, d, cred);
+    fetches_[d] = f;
+  }
+  started = true;
+  f->start();
+  return f;
+}
+
+void blob_service::serve(const selection& sel, const digest& d, const credential& cred, bool head,
+                         http::responder resp) {
+  net::post(pool_, [this, sel, d, cred, head, resp] {
+    if (store_.contains(d)) return serve_cached(sel, d, cred, head, resp);
+    std::shared_ptr<blob_fetch> f;
+    {
+      std::lock_guard lk(mu_);
+      auto it = fetches_.find(d);
+      if (it != fetches_.end()) f = it->second;
+    }
+    if (!f && head) return head_upstream(sel, d, cred, resp);
+    if (stopping_) return resp.send(oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down"));
+    if (!f) {
+      bool started = false;
+      f = join_or_start(sel, d, cred, started);
+    } else if (m_.joins) {
+      m_.joins->inc();
+    }
+    serve_from_fetch(f, sel, cred, head, resp);
+  });
+}
+
+void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel,
+                                    const credential& cred, bool head, http::responder resp) {
+  f->when_head([this, f, sel, cred, head, resp] {
+    auto s = f->snap();
+    if (s.ph == blob_fetch::phase::failed) {
+      return resp.send(failure_response(s.status, s.message, s.retry_after, oci::error_code::blob_unknown));
+    }
+    if (s.ph == blob_fetch::phase::committed) {
+      net::post(pool_, [this, sel, d = f->id(), cred, head, resp] { serve_cached(sel, d, cred, head, resp); });
+      return;
+    }
+    auto respond = [f, s, head, resp] {
+      auto r = blob_headers(f->id());
+      if (!s.size) r.rangeable = false;
+      auto infl = s.inflight;
+      r.body = http::stream_body{s.size, [infl](std::uint64_t off, std::uint64_t len) {
+                                   return std::make_unique<inflight_source>(infl, off, len);
+                                 }};
+      (void)head;
+      resp.send(std::move(r));
+    };
+    if (s.is_public || (!s.client_hash.empty() && s.client_hash == cred.hash)) return respond();
+    // Fetched privately for another client: this client proves its own access first.
+    net::post(pool_, [this, f, sel, cred, resp, respond] {
+      auto v = access_.check(sel, f->id(), "/v2/" + sel.repo + "/blobs/" + f->id().str(), cred);
+      if (!v.allowed) return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
+      respond();
+    });
+  });
+}
+
+void blob_service::serve_cached(const selection& sel, const digest& d, const credential& cred, bool head,
+                                http::responder resp) {
+  auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
+  if (!v.allowed) return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
+  auto rd = store_.open_read(d);
+  if (!rd) {
+    if (rd.error().is(errc::not_found)) {
+      // Evicted between the check and the open: fetch it again.
+      if (head) return head_upstream(sel, d, cred, resp);
+      bool started = false;
+      auto f = join_or_start(sel, d, cred, started);
+      return serve_from_fetch(f, sel, cred, head, resp);
+    }
+    return resp.send(oci_error(500, oci::error_code::unsupported, "cache read: " + rd.error().message));
+  }
+  auto r = blob_headers(d);
+  std::uint64_t size = rd->size();
+  if (m_.served_cache_bytes && !head) m_.served_cache_bytes->inc(size);
+  r.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
+  resp.send(std::move(r));
+}
+
+void blob_service::head_upstream(const selection& sel, const digest& d, const credential& cred, http::responder resp) {
+  const std::string path = "/v2/" + sel.repo + "/blobs/" + d.str();
+  auto r = uc_.call(*sel.up, sel.repo, nullptr, "HEAD", path, {{"Accept", "*/*"}}, 0);
+  if (r && (r->status == 401 || r->status == 403 || r->status == 404) && !cred.anonymous()) {
+    r = uc_.call(*sel.up, sel.repo, &cred, "HEAD", path, {{"Accept", "*/*"}}, 0);
+  }
+  if (!r) {
+    return resp.send(failure_response(r.error().is(errc::timeout) ? 504 : 502,
+                                      "upstream " + sel.up->cfg.name + ": " + r.error().message, {},
+                                      oci::error_code::blob_unknown));
+  }
+  if (r->status != 200) {
+    std::string ra(r->header("Retry-After").value_or(""));
+    return resp.send(failure_response(static_cast<unsigned>(r->status),
+                                      "upstream " + sel.up->cfg.name + " answered HTTP " + std::to_string(r->status), ra,
+                                      oci::error_code::blob_unknown));
+  }
+  http::response out = blob_headers(d);
+  out.rangeable = false;
+  if (auto cl = r->header("Content-Length")) out.headers.set("Content-Length", std::string(*cl));
+  resp.send(std::move(out));
+}
+
+result<metainfo_answer> blob_service::cached_metainfo(const digest& d) {
+  metainfo_answer a;
+  if (auto t = st_.get_metainfo(d)) {
+    auto m = object_metainfo::parse(*t, d);
+    if (m) {
+      a.meta = std::move(*m);
+      a.torrent = std::move(*t);
+      a.size = a.meta->size;
+      return a;
+    }
+  }
+  auto rd = store_.open_read(d);
+  if (!rd) return fail(rd.error());
+  auto m = metainfo_for_fd(rd->fd(), rd->size(), d);
+  if (!m) return fail(m.error());
+  a.torrent = m->torrent_file({});
+  (void)st_.put_metainfo(d, a.torrent);
+  a.size = m->size;
+  a.meta = std::move(*m);
+  return a;
+}
+
+void blob_service::metainfo(const selection& sel, const digest& d, const credential& cred,
+                            std::chrono::milliseconds wait, std::function<void(metainfo_answer)> done) {
+  auto answer_cached = [this, sel, d, cred, done] {
+    auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
+    if (!v.allowed) {
+      metainfo_answer a;
+      a.status = v.status;
+      a.message = v.message;
+      return done(std::move(a));
+    }
+    auto a = cached_metainfo(d);
+    if (!a) {
+      metainfo_answer e;
+      e.status = a.error().is(errc::not_found) ? 404 : 500;
+      e.message = a.error().message;
+      return done(std::move(e));
+    }
+    done(std::move(*a));
+  };
+  net::post(pool_, [this, sel, d, cred, wait, done, answer_cached] {
+    if (store_.contains(d)) return answer_cached();
+    if (stopping_) {
+      metainfo_answer a;
+      a.status = 503;
+      a.message = "registry-proxy is shutting down";
+      return done(std::move(a));
+    }
+    bool started = false;
+    auto f = join_or_start(sel, d, cred, started);
+    auto fired = std::make_shared<std::atomic<bool>>(false);
+    auto timer = std::make_shared<net::steady_timer>(io_, wait);
+    f->when_done([this, f, fired, timer, done, answer_cached] {
+      if (fired->exchange(true)) return;
+      timer->cancel();
+      auto s = f->snap();
+      if (s.ph == blob_fetch::phase::committed) {
+        net::post(pool_, answer_cached);
+        return;
+      }
+      metainfo_answer a;
+      a.status = s.status ? s.status : 502;
+      a.message = s.message;
+      a.retry_after = s.retry_after;
+      done(std::move(a));
+    });
+    timer->async_wait([f, fired, done](boost::system::error_code ec) {
+      if (ec || fired->exchange(true)) return;
+      auto s = f->snap();
+      metainfo_answer a;
+      a.status = 202;
+      a.bytes_done = s.available;
+      a.size = s.size.value_or(0);
+      a.message = "fetch in progress";
+      a.retry_after = "1";
+      done(std::move(a));
+    });
+  });
+}
+
+}  // namespace shoal::proxy

@@ -1,0 +1,107 @@
+#pragma once
+// Blobs: served from the cache with sendfile, or fetched from upstream exactly once however many
+// clients ask at the same time (single flight). Every waiting client is streamed the bytes as
+// they arrive; a Range on an in-flight blob is answered as soon as its bytes exist. The bytes are
+// hashed while they stream (sha256 for the object, sha1 per piece for its metainfo); a digest
+// mismatch discards the object and aborts the clients' connections. A broken upstream transfer
+// resumes with a Range request.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "access.h"
+#include "cache/store.h"
+#include "common/http_server.h"
+#include "common/metainfo.h"
+#include "common/metrics.h"
+#include "state_db.h"
+#include "upstream.h"
+
+namespace shoal::proxy {
+
+class blob_fetch;
+
+// The answer to a metainfo request.
+struct metainfo_answer {
+  unsigned status = 200;  // 200 torrent; 202 not ready yet; 4xx/5xx error
+  std::string torrent;    // status 200: the .torrent bytes without trackers (caller adds them)
+  std::optional<object_metainfo> meta;
+  std::uint64_t bytes_done = 0, size = 0;  // status 202: progress
+  std::string message;
+  std::string www_authenticate, retry_after;
+};
+
+struct blob_metrics {
+  metrics::counter* upstream_gets = nullptr;
+  metrics::counter* upstream_bytes = nullptr;
+  metrics::counter* joins = nullptr;
+  metrics::counter* digest_mismatch = nullptr;
+  metrics::counter* served_cache_bytes = nullptr;
+  metrics::counter* fetch_failures = nullptr;
+};
+
+class blob_service {
+ public:
+  blob_service(boost::asio::io_context& io, boost::asio::thread_pool& pool, cache::store& store, state_db& st,
+               upstream_client& uc, access_checker& access, blob_metrics m);
+  ~blob_service();
+
+  // GET or HEAD of /v2/<name>/blobs/<digest>, the upstream already chosen. Answers via `resp`.
+  void serve(const selection& sel, const digest& d, const credential& cred, bool head, http::responder resp);
+
+  // The metainfo of `d`, fetching the object if needed and waiting at most `wait` for it.
+  void metainfo(const selection& sel, const digest& d, const credential& cred, std::chrono::milliseconds wait,
+                std::function<void(metainfo_answer)> done);
+
+  // Called (on a worker thread) after an object is committed and its metainfo stored.
+  void on_committed(std::function<void(const digest&, const object_metainfo&)> cb) { committed_cb_ = std::move(cb); }
+
+  [[nodiscard]] std::size_t inflight_count() const;
+  // Stops accepting new fetches and cancels the ones in flight (shutdown).
+  void shutdown();
+
+  // Shared by the fetch machinery.
+  void finish_fetch(const std::shared_ptr<blob_fetch>& f);
+  [[nodiscard]] boost::asio::thread_pool& pool() { return pool_; }
+  [[nodiscard]] cache::store& store() { return store_; }
+  [[nodiscard]] state_db& state() { return st_; }
+  [[nodiscard]] upstream_client& upstreams() { return uc_; }
+  [[nodiscard]] const blob_metrics& counters() const { return m_; }
+  void notify_committed(const digest& d, const object_metainfo& m) {
+    if (committed_cb_) committed_cb_(d, m);
+  }
+
+ private:
+  void serve_cached(const selection& sel, const digest& d, const credential& cred, bool head, http::responder resp);
+  void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel, const credential& cred, bool head,
+                        http::responder resp);
+  void head_upstream(const selection& sel, const digest& d, const credential& cred, http::responder resp);
+  std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started);
+  [[nodiscard]] result<metainfo_answer> cached_metainfo(const digest& d);
+
+  boost::asio::io_context& io_;
+  boost::asio::thread_pool& pool_;
+  cache::store& store_;
+  state_db& st_;
+  upstream_client& uc_;
+  access_checker& access_;
+  blob_metrics m_;
+  std::function<void(const digest&, const object_metainfo&)> committed_cb_;
+  mutable std::mutex mu_;
+  std::map<digest, std::shared_ptr<blob_fetch>> fetches_;
+  std::atomic<bool> stopping_{false};
+};
+
+// The spec's JSON error answer.
+[[nodiscard]] http::response oci_error(unsigned status, oci::error_code code, std::string_view message);
+
+}  // namespace shoal::proxy

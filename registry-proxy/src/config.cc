@@ -1,0 +1,100 @@
+#include "config.h"
+
+#include "common/oci.h"
+
+namespace shoal::proxy {
+
+void describe(config::binder& b, upstream_config& c) {
+  b.field("name", c.name,
+          "Registry host as clients name it (containerd's ns= value), e.g. docker.io or "
+          "127.0.0.1:5000.",
+          {.required = true});
+  b.field("url", c.url, "Base URL of the registry API, e.g. https://registry-1.docker.io.",
+          {.required = true});
+  b.field("aliases", c.aliases, "Other ns= values that select this upstream.");
+  b.field("prefix", c.prefix,
+          "Path prefix selecting this upstream for clients that send no ns= "
+          "(/v2/<prefix>/<repo>/...). Empty: the name.");
+  b.field("docker_hub", c.docker_hub, "Docker Hub naming: single-component names become library/<name>.");
+  b.field("auth", c.auth,
+          "Credentials registry-proxy itself uses upstream. Bearer tokens are obtained "
+          "automatically whenever the upstream challenges.",
+          {.one_of = {"anonymous", "basic"}});
+  b.field("credentials_file", c.credentials_file, "For auth: basic, a file containing user:password.");
+  b.field("insecure_tls", c.insecure_tls, "Skip TLS certificate verification (testing only).");
+  b.field("ca_file", c.ca_file, "CA bundle for this upstream's TLS (empty: the system store).");
+  b.field("connect_timeout", c.connect_timeout, "TCP/TLS connect timeout per attempt.", {.min = 10ms});
+  b.field("stall_timeout", c.stall_timeout, "Give up on a transfer with no bytes for this long.",
+          {.min = 100ms});
+  b.field("max_retries", c.max_retries, "Retries of idempotent requests (and resumes of broken blob transfers).",
+          {.min = 0, .max = 20});
+  b.check(c.name.empty() || oci::valid_registry_host(c.name), "upstreams[].name is not a valid registry host");
+  b.check(c.url.empty() || c.url.rfind("http://", 0) == 0 || c.url.rfind("https://", 0) == 0,
+          "upstreams[].url must start with http:// or https://");
+  b.check(c.auth != "basic" || !c.credentials_file.empty(), "upstreams[].auth basic needs credentials_file");
+}
+
+void describe(config::binder& b, cache_config& c) {
+  b.field("dir", c.dir, "Directory of the object store (objects/, tmp/, index/).");
+  b.field("quota", c.quota, "Capacity in bytes; 0 means fs_share of the filesystem.");
+  b.field("fs_share", c.fs_share, "Share of the filesystem used when quota is 0.", {.min = 0.01, .max = 1.0});
+  b.field("high_watermark", c.high_watermark, "Start evicting above this share of capacity.",
+          {.min = 0.05, .max = 1.0});
+  b.field("low_watermark", c.low_watermark, "Evict down to this share of capacity.", {.min = 0.01, .max = 1.0});
+  b.field("idle_ttl", c.idle_ttl, "Evict objects unread this long (0: never).");
+  b.field("adopt_orphans", c.adopt_orphans,
+          "At start-up, index again unindexed object files that verify (else remove them).");
+  b.field("scrub_rate", c.scrub_rate, "Background re-verification rate in bytes/s (0: off).");
+  b.check(c.low_watermark < c.high_watermark, "cache.low_watermark must be below cache.high_watermark");
+}
+
+void describe(config::binder& b, manifest_config& c) {
+  b.field("tag_ttl", c.tag_ttl, "How long a tag's resolution is reused before asking upstream again.");
+  b.field("stale_if_error", c.stale_if_error,
+          "When upstream fails, serve an expired tag answer up to this old (with a Warning header).");
+  b.field("max_size", c.max_size, "Largest manifest accepted from upstream.",
+          {.min = config::byte_size::kib(4), .max = config::byte_size::mib(64)});
+}
+
+void describe(config::binder& b, access_config& c) {
+  b.field("positive_ttl", c.positive_ttl,
+          "How long upstream's confirmation that a credential may pull a private repository is "
+          "reused (keyed by a hash of the credential; the credential is never stored).",
+          {.min = 1s});
+}
+
+void describe(config::binder& b, torrent_config& c) {
+  b.field("enabled", c.enabled, "Seed cached objects over BitTorrent and serve their metainfo.");
+  b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
+  b.field("announce_ip", c.announce_ip, "Address announced to the tracker (empty: the tracker sees the source).");
+  b.field("trackers", c.trackers, "Tracker announce URLs written into every metainfo.");
+  b.field("node_name", c.node_name, "Name this origin announces to the tracker.");
+  b.field("upload_rate_limit", c.upload_rate_limit, "Upload cap in bytes/s (0: unlimited).");
+  b.field("max_loaded_torrents", c.max_loaded_torrents,
+          "Objects seeded at once; the least recently requested beyond this are unloaded.",
+          {.min = 1, .max = 1000000});
+  b.field("idle_unload", c.idle_unload, "Unload a seeded object nobody asked for in this long.", {.min = 1s});
+  b.field("metainfo_wait", c.metainfo_wait,
+          "How long a metainfo request for an object still being fetched waits before answering "
+          "202 with progress.",
+          {.min = 100ms, .max = 10min});
+  b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
+}
+
+void describe(config::binder& b, proxy_config& c) {
+  b.section("http", c.http, "The HTTP API (OCI pull API, metainfo, metrics, health).");
+  b.section("log", c.log, "Logging.");
+  b.field("io_threads", c.io_threads, "Threads running the network event loop.", {.min = 1, .max = 64});
+  b.field("worker_threads", c.worker_threads,
+          "Threads for blocking work (disk, index, upstream control calls).", {.min = 1, .max = 256});
+  b.section("cache", c.cache, "The local object store.");
+  b.field("state_dir", c.state_dir, "Directory of registry-proxy's own index (tags, visibility, metainfo).");
+  b.list("upstreams", c.upstreams, "Upstream registries.");
+  b.field("default_upstream", c.default_upstream,
+          "Upstream (by name) for requests with neither ns= nor a known prefix; empty: the first.");
+  b.section("manifests", c.manifests, "Manifest caching.");
+  b.section("access", c.access, "Private content checks.");
+  b.section("torrent", c.torrent, "The P2P origin.");
+}
+
+}  // namespace shoal::proxy

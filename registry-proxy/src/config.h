@@ -1,0 +1,84 @@
+#pragma once
+// registry-proxy's configuration: every key declared once, with its default and doc string.
+// `shoal-registry-proxy --print-config-docs` renders the reference (docs/config/registry-proxy.md).
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/daemon.h"
+
+namespace shoal::proxy {
+
+using namespace std::chrono_literals;
+
+struct upstream_config {
+  std::string name;                  // registry host as clients name it: "docker.io", "127.0.0.1:5000"
+  std::string url;                   // base URL: "https://registry-1.docker.io"
+  std::vector<std::string> aliases;  // other ns= values that mean this upstream
+  std::string prefix;                // path prefix for clients without ns= (empty: the name)
+  bool docker_hub = false;           // single-component names become library/<name>
+  std::string auth = "anonymous";    // anonymous | basic
+  std::string credentials_file;      // basic: a file holding "user:password"
+  bool insecure_tls = false;
+  std::string ca_file;
+  config::duration connect_timeout = 5s;
+  config::duration stall_timeout = 30s;
+  int max_retries = 3;
+};
+void describe(config::binder& b, upstream_config& c);
+
+struct cache_config {
+  std::string dir = "/var/lib/shoal/registry-proxy/cache";
+  config::byte_size quota;  // 0: a share of the filesystem
+  double fs_share = 0.9;
+  double high_watermark = 0.85;
+  double low_watermark = 0.70;
+  config::duration idle_ttl = 0s;
+  bool adopt_orphans = true;
+  config::byte_size scrub_rate = config::byte_size::mib(64);
+};
+void describe(config::binder& b, cache_config& c);
+
+struct manifest_config {
+  config::duration tag_ttl = 60s;             // a tag's answer is reused this long
+  config::duration stale_if_error = 24h * 7;  // serve an expired tag this long when upstream fails
+  config::byte_size max_size = config::byte_size::mib(4);
+};
+void describe(config::binder& b, manifest_config& c);
+
+struct access_config {
+  config::duration positive_ttl = 60s;  // an upstream "yes, this credential may pull" is reused
+};
+void describe(config::binder& b, access_config& c);
+
+struct torrent_config {
+  bool enabled = true;
+  std::string listen = "0.0.0.0:6881";      // BitTorrent listen address (data plane)
+  std::string announce_ip;                  // ip= sent to the tracker (empty: its source address)
+  std::vector<std::string> trackers;        // announce URLs put in every metainfo
+  std::string node_name = "registry-proxy"; // identity sent to the tracker
+  config::byte_size upload_rate_limit;      // bytes/s, 0: unlimited
+  int max_loaded_torrents = 2000;           // objects seeded at once (least recently used unloaded)
+  config::duration idle_unload = 10min;     // unload a torrent with no activity this long
+  config::duration metainfo_wait = 20s;     // how long a metainfo request waits for a fetch
+  int connections_limit = 4000;
+};
+void describe(config::binder& b, torrent_config& c);
+
+struct proxy_config {
+  daemon::http_config http{.listen = "0.0.0.0:5050"};
+  daemon::log_config log;
+  int io_threads = 2;
+  int worker_threads = 8;  // blocking work: disk, index, upstream control calls
+  cache_config cache;
+  std::string state_dir = "/var/lib/shoal/registry-proxy/state";  // tag cache, visibility, metainfo
+  std::vector<upstream_config> upstreams;
+  std::string default_upstream;  // upstream for requests with neither ns= nor a known prefix
+  manifest_config manifests;
+  access_config access;
+  torrent_config torrent;
+};
+void describe(config::binder& b, proxy_config& c);
+
+}  // namespace shoal::proxy

@@ -1,0 +1,122 @@
+#include "handler.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/oci.h"
+#include "routes.h"
+
+namespace shoal::proxy {
+
+proxy_handler::proxy_handler(handler_deps d) : d_(std::move(d)) {}
+
+std::string route_of(std::string_view target) {
+  auto q = target.find('?');
+  std::string_view path = target.substr(0, q);
+  if (path.rfind("/shoal/v1/metainfo/", 0) == 0) return "metainfo";
+  if (path.rfind("/v2", 0) == 0) {
+    if (path.rfind("/blobs/") != std::string_view::npos) return "blob";
+    if (path.rfind("/manifests/") != std::string_view::npos) return "manifest";
+    if (path == "/v2" || path == "/v2/") return "base";
+    return "v2_other";
+  }
+  if (path == "/metrics" || path == "/healthz" || path == "/readyz") return "ops";
+  return "other";
+}
+
+void proxy_handler::operator()(http::request&& req, http::responder resp) {
+  if (daemon::serve_ops(req, resp, d_.metrics, d_.health)) return;
+  if (req.path.rfind("/v2", 0) == 0) return handle_v2(std::move(req), resp);
+  if (req.path.rfind("/shoal/v1/metainfo/", 0) == 0) return handle_metainfo(std::move(req), resp);
+  resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
+}
+
+void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) {
+  const bool head = req.method == http::verb::head;
+  if (req.method != http::verb::get && req.method != http::verb::head) {
+    auto r = oci_error(405, oci::error_code::unsupported, "registry-proxy serves the pull API only (GET, HEAD)");
+    r.headers.set("Allow", "GET, HEAD");
+    return resp.send(std::move(r));
+  }
+  route_error err;
+  auto route = parse_v2_path(req.path, err);
+  if (!route) {
+    return resp.send(oci_error(err.status, err.code, err.message));
+  }
+  if (route->kind == route_kind::base) {
+    auto r = http::response::json(200, "{}");
+    r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+    return resp.send(std::move(r));
+  }
+  auto ns = req.query_param("ns");
+  auto sel = d_.upstreams.select(ns, route->name);
+  if (!sel) {
+    unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
+    return resp.send(oci_error(s, s == 404 ? oci::error_code::name_unknown : oci::error_code::name_invalid,
+                               sel.error().message));
+  }
+  credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
+  const http::responder& out = resp;
+  if (route->kind == route_kind::manifest) {
+    std::string accept(req.header("Accept"));
+    d_.manifests.serve(*sel, route->manifest, cred, std::move(accept), head, out);
+  } else {
+    d_.blobs.serve(*sel, route->blob, cred, head, out);
+  }
+}
+
+void proxy_handler::handle_metainfo(http::request&& req, const http::responder& resp) {
+  std::string_view rest = std::string_view(req.path).substr(std::string_view("/shoal/v1/metainfo/").size());
+  auto d = digest::parse(rest);
+  if (!d) {
+    return resp.send(oci_error(400, oci::error_code::digest_invalid, d.error().message));
+  }
+  auto repo = req.query_param("repo");
+  if (!repo || !oci::valid_name(*repo)) {
+    return resp.send(oci_error(400, oci::error_code::name_invalid,
+                               "metainfo needs repo=<repository> (the repository the object is pulled from)"));
+  }
+  auto sel = d_.upstreams.select(req.query_param("ns"), *repo);
+  if (!sel) {
+    unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
+    return resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));
+  }
+  credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
+  auto wait = d_.metainfo_wait;
+  if (auto w = req.query_param("wait_ms")) {
+    // Clients may ask for a shorter wait, never a longer one.
+    try {
+      auto v = std::stoll(*w);
+      if (v >= 0) wait = std::min(wait, std::chrono::milliseconds(v));
+    } catch (...) {
+    }
+  }
+  auto dig = *d;
+  d_.blobs.metainfo(*sel, dig, cred, wait, [this, resp, dig](metainfo_answer a) {
+    if (a.status == 200 && a.meta) {
+      auto r = http::response::text(200, a.meta->torrent_file(d_.trackers), "application/x-bittorrent");
+      r.headers.set("Shoal-Info-Hash", a.meta->info_hash_hex());
+      r.headers.set("Shoal-Piece-Size", std::to_string(a.meta->piece_size));
+      r.headers.set("Shoal-Object-Size", std::to_string(a.meta->size));
+      if (!d_.seed_endpoint.empty()) r.headers.set("Shoal-Seed", d_.seed_endpoint);
+      if (d_.on_metainfo_served) d_.on_metainfo_served(dig);
+      return resp.send(std::move(r));
+    }
+    if (a.status == 202) {
+      nlohmann::json j = {{"status", "fetching"}, {"bytes", a.bytes_done}, {"size", a.size}};
+      auto r = http::response::json(202, j.dump());
+      r.headers.set("Retry-After", a.retry_after.empty() ? "1" : a.retry_after);
+      return resp.send(std::move(r));
+    }
+    oci::error_code code = a.status == 404 ? oci::error_code::blob_unknown
+                           : a.status == 401 ? oci::error_code::unauthorized
+                           : a.status == 403 ? oci::error_code::denied
+                           : a.status == 429 ? oci::error_code::toomanyrequests
+                                             : oci::error_code::unsupported;
+    auto r = oci_error(a.status ? a.status : 502, code, a.message);
+    if (!a.retry_after.empty()) r.headers.set("Retry-After", a.retry_after);
+    resp.send(std::move(r));
+  });
+}
+
+}  // namespace shoal::proxy

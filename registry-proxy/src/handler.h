@@ -1,0 +1,46 @@
+#pragma once
+// The HTTP face of registry-proxy: the OCI pull API (/v2/...), the metainfo endpoint
+// (/shoal/v1/metainfo/<digest>), and the operational endpoints. Routing, validation and error
+// answers live here; the work is done by the blob and manifest services.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "blobs.h"
+#include "common/daemon.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "manifests.h"
+#include "upstream.h"
+
+namespace shoal::proxy {
+
+struct handler_deps {
+  upstream_set& upstreams;
+  manifest_service& manifests;
+  blob_service& blobs;
+  metrics::registry& metrics;
+  std::string credential_salt;
+  std::vector<std::string> trackers;       // announce URLs for metainfo answers
+  std::string seed_endpoint;               // "ip:port" of our BitTorrent listener (Shoal-Seed)
+  std::chrono::milliseconds metainfo_wait{20000};
+  std::function<void(const digest&)> on_metainfo_served;  // the seeder loads the torrent
+  std::function<daemon::health()> health;
+};
+
+class proxy_handler {
+ public:
+  explicit proxy_handler(handler_deps d);
+  void operator()(http::request&& req, http::responder resp);
+
+ private:
+  void handle_v2(http::request&& req, const http::responder& resp);
+  void handle_metainfo(http::request&& req, const http::responder& resp);
+  handler_deps d_;
+};
+
+// The metrics label for a request target: base, manifest, blob, metainfo, ops, v2_other, other.
+[[nodiscard]] std::string route_of(std::string_view target);
+
+}  // namespace shoal::proxy

@@ -1,0 +1,190 @@
+#include "seeder.h"
+
+#include <libtorrent/alert_types.hpp>
+#include <libtorrent/session_stats.hpp>
+#include <libtorrent/torrent_status.hpp>
+
+#include "common/log.h"
+
+namespace shoal::proxy {
+
+result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::store& store, state_db& st) {
+  std::unique_ptr<seeder> s(new seeder(cfg, store, st));
+  swarm::settings ss;
+  ss.listen = cfg.listen;
+  ss.connections_limit = cfg.connections_limit;
+  ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
+  auto ses = swarm::session::start(ss);
+  if (!ses) return fail(ses.error());
+  s->ses_ = std::move(*ses);
+  auto* self = s.get();
+  static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
+  s->ses_->on_alert([self](lt::alert* a) {
+    if (auto* st = lt::alert_cast<lt::session_stats_alert>(a)) {
+      auto c = st->counters();
+      if (sent_idx >= 0) self->uploaded_.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
+    }
+  });
+  s->sweeper_ = std::thread([self] {
+    std::unique_lock lk(self->sweep_mu_);
+    while (!self->stop_.load()) {
+      self->sweep_cv_.wait_for(lk, std::chrono::seconds(5));
+      if (self->stop_.load()) break;
+      lk.unlock();
+      self->sweep();
+      lk.lock();
+    }
+  });
+  log::info("origin seeder started", log::kv("listen", cfg.listen), log::kv("port", s->ses_->listen_port()));
+  return s;
+}
+
+seeder::~seeder() { stop(); }
+
+void seeder::stop() {
+  if (stop_.exchange(true)) return;
+  sweep_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+  std::vector<digest> all;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [d, e] : loaded_) all.push_back(d);
+  }
+  for (const auto& d : all) (void)store_.unpin(d, "seeder");
+  if (ses_) ses_->stop();
+}
+
+std::vector<std::string> seeder::trackers() const {
+  std::vector<std::string> out;
+  for (const auto& t : cfg_.trackers) out.push_back(swarm::tracker_url(t, cfg_.node_name, "", "", "origin") +
+                                                     (cfg_.announce_ip.empty() ? "" : "&ip=" + cfg_.announce_ip));
+  return out;
+}
+
+std::string seeder::endpoint() const {
+  std::string host = cfg_.announce_ip;
+  if (host.empty()) {
+    auto colon = cfg_.listen.rfind(':');
+    host = cfg_.listen.substr(0, colon);
+  }
+  return host + ":" + std::to_string(ses_ ? ses_->listen_port() : 0);
+}
+
+std::size_t seeder::loaded() const {
+  std::lock_guard lk(mu_);
+  return loaded_.size();
+}
+
+void seeder::seed(const digest& d) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = loaded_.find(d);
+    if (it != loaded_.end()) {
+      it->second.last_used = std::chrono::steady_clock::now();
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return;
+    }
+  }
+  auto t = st_.get_metainfo(d);
+  if (!t) return;
+  auto m = object_metainfo::parse(*t, d);
+  if (!m) return;
+  seed(d, *m);
+}
+
+void seeder::seed(const digest& d, const object_metainfo& m) {
+  if (stop_.load()) return;
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(mu_);
+    auto it = loaded_.find(d);
+    if (it != loaded_.end()) {
+      it->second.last_used = now;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return;
+    }
+  }
+  // Pin first: the file must not be evicted while libtorrent may read it.
+  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  if (auto p = store_.pin(d, "seeder", expiry); !p) {
+    log::debug("not seeding an object that left the cache", log::kv("digest", d.str()), log::kv("error", p.error().message));
+    return;
+  }
+  auto h = ses_->add_seed(m, store_.shard_dir(d), trackers());
+  if (!h) {
+    log::warn("cannot seed", log::kv("digest", d.str()), log::kv("error", h.error().message));
+    (void)store_.unpin(d, "seeder");
+    return;
+  }
+  std::vector<digest> evict;
+  {
+    std::lock_guard lk(mu_);
+    if (loaded_.count(d)) {
+      // Lost a race with another loader: keep theirs.
+      ses_->remove(*h);
+      return;
+    }
+    lru_.push_front(d);
+    loaded_[d] = entry{*h, now, lru_.begin()};
+    while (loaded_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {
+      digest victim = lru_.back();
+      evict.push_back(victim);
+      auto vit = loaded_.find(victim);
+      ses_->remove(vit->second.h);
+      lru_.pop_back();
+      loaded_.erase(vit);
+    }
+  }
+  for (const auto& v : evict) (void)store_.unpin(v, "seeder");
+  log::debug("seeding", log::kv("digest", d.str()), log::kv("info_hash", m.info_hash_hex()));
+}
+
+void seeder::unload(const digest& d) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = loaded_.find(d);
+    if (it == loaded_.end()) return;
+    ses_->remove(it->second.h);
+    lru_.erase(it->second.lru);
+    loaded_.erase(it);
+  }
+  (void)store_.unpin(d, "seeder");
+}
+
+void seeder::sweep() {
+  auto now = std::chrono::steady_clock::now();
+  auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
+  std::vector<std::pair<digest, lt::torrent_handle>> snapshot;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [d, e] : loaded_) snapshot.emplace_back(d, e.h);
+  }
+  ses_->raw().post_session_stats();
+  std::vector<digest> idle_ones;
+  for (auto& [d, h] : snapshot) {
+    if (!h.is_valid()) continue;
+    auto st = h.status();
+    std::lock_guard lk(mu_);
+    auto it = loaded_.find(d);
+    if (it == loaded_.end()) continue;
+    if (st.num_peers > 0) {
+      it->second.last_used = now;
+    } else if (now - it->second.last_used > idle) {
+      idle_ones.push_back(d);
+    }
+  }
+  for (const auto& d : idle_ones) {
+    log::debug("unloading idle torrent", log::kv("digest", d.str()));
+    unload(d);
+  }
+  // Renew pins of what stays loaded.
+  std::vector<digest> keep;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [d, e] : loaded_) keep.push_back(d);
+  }
+  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  for (const auto& d : keep) (void)store_.pin(d, "seeder", expiry);
+}
+
+}  // namespace shoal::proxy

@@ -1,0 +1,72 @@
+#pragma once
+// The origin seed: every committed object can be seeded from the cache file itself (no copy, no
+// rehash). Seeding everything forever would load thousands of torrents into one session, which
+// libtorrent handles badly, so torrents are loaded on demand (when an object is committed, and
+// whenever its metainfo is served: someone is about to join its swarm), kept while peers use
+// them, and unloaded after `idle_unload` or when more than `max_loaded` are loaded (least
+// recently used first). A loaded object is pinned in the cache so eviction never pulls a file
+// from under libtorrent.
+
+#include <chrono>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/store.h"
+#include "common/metainfo.h"
+#include "common/swarm.h"
+#include "config.h"
+#include "state_db.h"
+
+namespace shoal::proxy {
+
+class seeder {
+ public:
+  [[nodiscard]] static result<std::unique_ptr<seeder>> start(const torrent_config& cfg, cache::store& store,
+                                                             state_db& st);
+  ~seeder();
+  seeder(const seeder&) = delete;
+  seeder& operator=(const seeder&) = delete;
+
+  // Loads (or refreshes) the torrent of a committed object. Blocking; worker threads only.
+  void seed(const digest& d, const object_metainfo& m);
+  // Loads it from the stored metainfo, if the object is here.
+  void seed(const digest& d);
+  void unload(const digest& d);
+  void stop();
+
+  // "ip:port" peers can connect to (the announce_ip or listen address, with the bound port).
+  [[nodiscard]] std::string endpoint() const;
+  [[nodiscard]] std::size_t loaded() const;
+  [[nodiscard]] std::uint64_t uploaded_bytes() const { return uploaded_.load(); }
+  [[nodiscard]] std::vector<std::string> trackers() const;
+
+ private:
+  seeder(torrent_config cfg, cache::store& store, state_db& st) : cfg_(std::move(cfg)), store_(store), st_(st) {}
+  void sweep();
+
+  struct entry {
+    lt::torrent_handle h;
+    std::chrono::steady_clock::time_point last_used;
+    std::list<digest>::iterator lru;
+  };
+
+  torrent_config cfg_;
+  cache::store& store_;
+  state_db& st_;
+  std::unique_ptr<swarm::session> ses_;
+  mutable std::mutex mu_;
+  std::map<digest, entry> loaded_;
+  std::list<digest> lru_;  // front: most recently used
+  std::atomic<std::uint64_t> uploaded_{0};
+  std::thread sweeper_;
+  std::atomic<bool> stop_{false};
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+};
+
+}  // namespace shoal::proxy

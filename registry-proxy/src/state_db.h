@@ -1,0 +1,66 @@
+#pragma once
+// registry-proxy's own small index, in RocksDB beside the object store: tag resolutions, manifest
+// media types, object visibility (public, or private to the repositories it was fetched from),
+// and each object's metainfo (piece hashes) so it is computed once. Values are versioned JSON.
+// Thread-safe; every call does blocking RocksDB work (call it from worker threads).
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/digest.h"
+#include "common/error.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace shoal::proxy {
+
+struct tag_entry {
+  digest dig;
+  std::string media_type;
+  std::int64_t fetched_ms = 0;  // wall clock, ms since epoch
+  bool is_public = false;
+};
+
+struct visibility {
+  bool is_public = false;
+  std::vector<std::string> repos;  // "<upstream>/<repo>" it was fetched from with client credentials
+};
+
+class state_db {
+ public:
+  [[nodiscard]] static result<std::unique_ptr<state_db>> open(const std::string& dir);
+  ~state_db();
+  state_db(const state_db&) = delete;
+  state_db& operator=(const state_db&) = delete;
+
+  [[nodiscard]] std::optional<tag_entry> get_tag(const std::string& key) const;
+  [[nodiscard]] status put_tag(const std::string& key, const tag_entry& e);
+
+  [[nodiscard]] std::optional<std::string> get_media_type(const digest& d) const;
+  [[nodiscard]] status put_media_type(const digest& d, const std::string& mt);
+
+  [[nodiscard]] std::optional<visibility> get_visibility(const digest& d) const;
+  // Merges: public stays public; a repository is added once.
+  [[nodiscard]] status add_visibility(const digest& d, bool is_public, const std::string& repo);
+
+  [[nodiscard]] std::optional<std::string> get_metainfo(const digest& d) const;
+  [[nodiscard]] status put_metainfo(const digest& d, const std::string& info_dict);
+
+  // Forgets everything about an object (it left the cache).
+  [[nodiscard]] status forget(const digest& d);
+
+ private:
+  explicit state_db(rocksdb::DB* db) : db_(db) {}
+  [[nodiscard]] std::optional<std::string> get(const std::string& key) const;
+  [[nodiscard]] status put(const std::string& key, const std::string& value);
+  rocksdb::DB* db_;
+  mutable std::mutex mu_;  // serializes read-modify-write of visibility
+};
+
+}  // namespace shoal::proxy
