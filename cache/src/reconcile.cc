@@ -239,6 +239,7 @@ status core::reconcile() {
     fixes.del(object_key(it->first));
     if (it->second.labels) {
       for (const std::string& l : *it->second.labels) fixes.del(label_key(it->first, l));
+      rep.labels_dropped += it->second.labels->size();
     }
     ++rep.rows_dropped;
     it = table_.erase(it);
