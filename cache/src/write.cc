@@ -181,6 +181,9 @@ error object_writer::fail(error e) {
   bool mismatch = e.is(errc::digest_mismatch) || e.is(errc::size_mismatch);
   core_->abandon(inflight_, tmp_name_, reserved_, e, mismatch);
   reserved_ = 0;
+  // A finished writer needs the store no more; letting go means a handle kept around by the
+  // caller does not keep the store's index open after the store itself is closed.
+  core_.reset();
   return e;
 }
 
@@ -345,6 +348,7 @@ result<object_info> object_writer::commit() {
   if (!info) return std::unexpected(fail(info.error()));
   done_ = true;
   reserved_ = 0;
+  core_.reset();
   return info;
 }
 
