@@ -32,6 +32,7 @@ result<std::shared_ptr<core>> core::open(const options& opts) {
   auto idx = index::open(c->layout_.index_dir(), {});
   if (!idx) return std::unexpected(idx.error().wrap("open cache " + opts.root));
   c->index_ = std::move(*idx);
+  if (opts.write_threads > 0) c->pool_ = std::make_unique<io_pool>(opts.write_threads);
   c->refresh_capacity();
   if (c->capacity() == 0) {
     return fail(errc::config_error, "open cache " + opts.root + ": capacity is 0 bytes");
@@ -61,7 +62,8 @@ void core::stop() {
   bg_cv_.notify_all();
   if (maintenance_thread_.joinable()) maintenance_thread_.join();
   if (scrub_thread_.joinable()) scrub_thread_.join();
-  if (!closed_.exchange(true)) flush_access();
+  closed_.store(true, std::memory_order_release);
+  flush_access();  // cheap when nothing is dirty; the destructor calls stop() once more
 }
 
 void core::refresh_capacity() {

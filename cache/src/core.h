@@ -32,6 +32,7 @@
 #include "cache/writer.h"
 #include "codec.h"
 #include "index.h"
+#include "io_pool.h"
 #include "layout.h"
 
 namespace shoal::cache::detail {
@@ -113,8 +114,9 @@ class core : public std::enable_shared_from_this<core> {
   // ---- used by object_writer
   [[nodiscard]] time_point now() const { return opts_.clock ? opts_.clock() : clock::now(); }
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
-  // Accounts `bytes` more for an in-flight write, evicting first if the store would overflow.
-  [[nodiscard]] status reserve(std::uint64_t bytes);
+  // Accounts `bytes` more for an in-flight write. If the store would overflow it evicts first
+  // (when `may_evict`) or fails with errc::no_space.
+  [[nodiscard]] status reserve(std::uint64_t bytes, bool may_evict = true);
   void unreserve(std::uint64_t bytes) noexcept;
   // After ENOSPC from the filesystem: evicts enough for `need` bytes (or down to the low
   // watermark). Returns true if anything was freed.
@@ -128,6 +130,8 @@ class core : public std::enable_shared_from_this<core> {
   // in-flight state for followers. `mismatch` counts it as a verification failure.
   void abandon(const std::shared_ptr<inflight_object>& in, const std::string& tmp_name,
                std::uint64_t reserved, const error& e, bool mismatch);
+  // Pool for overlapping writes with hashing; null when options.write_threads == 0.
+  [[nodiscard]] io_pool* pool() noexcept { return pool_.get(); }
   void count_no_space() noexcept { ctr_.no_space.fetch_add(1, std::memory_order_relaxed); }
 
  private:
@@ -181,6 +185,7 @@ class core : public std::enable_shared_from_this<core> {
   const options opts_;
   layout layout_;
   std::unique_ptr<index> index_;
+  std::unique_ptr<io_pool> pool_;
   reconcile_report reconcile_;
   std::atomic<std::uint64_t> capacity_{0};
   std::atomic<std::uint64_t> committed_bytes_{0};

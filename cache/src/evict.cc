@@ -66,7 +66,10 @@ void core::finish_removal(std::vector<victim>& victims, event_type type, evict_r
 
 std::uint64_t core::evict_pass(std::uint64_t target, std::int64_t idle_cutoff_ms,
                                evict_reason reason) {
-  std::lock_guard el(evict_mu_);
+  // One selection at a time, so that concurrent passes do not both evict for the same shortfall.
+  // The lock is released before files are deleted and events published: take_locked() has
+  // already lowered the usage the next pass sees, and callbacks may call back into the store.
+  std::unique_lock el(evict_mu_);
   std::int64_t now_ms = to_ms(now());
   struct cand {
     std::int64_t last;
@@ -110,6 +113,7 @@ std::uint64_t core::evict_pass(std::uint64_t target, std::int64_t idle_cutoff_ms
       (is_idle ? idle : lru).push_back(std::move(v));
     }
   }
+  el.unlock();
   std::uint64_t n = lru.size() + idle.size();
   if (n > 0) {
     ctr_.evictions.fetch_add(n, std::memory_order_relaxed);

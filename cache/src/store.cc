@@ -74,6 +74,7 @@ status options::validate() const {
   if (access_flush_interval.count() <= 0) return bad("access_flush_interval", "must be positive");
   if (maintenance_interval.count() <= 0) return bad("maintenance_interval", "must be positive");
   if (reconcile_threads == 0) return bad("reconcile_threads", "must be at least 1");
+  if (write_threads > 64) return bad("write_threads", "at most 64");
   return {};
 }
 

@@ -165,6 +165,35 @@ result<std::size_t> inflight_object::pread(std::uint64_t offset, std::span<std::
 // ---------------------------------------------------------------------------------------------
 // object_writer
 
+namespace {
+
+// Writes below this size are not worth a hand-off to the pool.
+constexpr std::size_t parallel_threshold = 128 << 10;
+// Ask the kernel to start writing back every this many bytes.
+constexpr std::uint64_t writeback_step = 8 << 20;
+
+struct io_outcome {
+  std::size_t done = 0;  // bytes written
+  int err = 0;           // errno of the call that stopped short; 0 when all were written
+};
+
+io_outcome write_fully(int fd, std::span<const std::byte> data, std::uint64_t offset) {
+  io_outcome out;
+  while (out.done < data.size()) {
+    ssize_t n = ::pwrite(fd, data.data() + out.done, data.size() - out.done,
+                         static_cast<off_t>(offset + out.done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      out.err = errno;
+      return out;
+    }
+    out.done += static_cast<std::size_t>(n);
+  }
+  return out;
+}
+
+}  // namespace
+
 object_writer::object_writer(std::shared_ptr<detail::core> core,
                              std::shared_ptr<inflight_object> inflight, std::string tmp_name)
     : core_(std::move(core)), inflight_(std::move(inflight)), tmp_name_(std::move(tmp_name)) {}
@@ -210,14 +239,16 @@ status object_writer::ensure_reserved(std::uint64_t end) {
   if (end <= reserved_) return {};
   // Without an expected size, reserve ahead in 4 MiB steps so that a stream of small writes does
   // not consult the capacity on every call.
-  std::uint64_t want = end;
-  if (!inflight_->expected_size()) want = std::max<std::uint64_t>(end, reserved_ + (4ull << 20));
-  if (auto st = core_->reserve(want - reserved_); !st) {
-    if (want == end) return st;
-    if (auto st2 = core_->reserve(end - reserved_); !st2) return st2;
-    want = end;
+  // The step ahead is taken only if it fits without evicting anything.
+  if (!inflight_->expected_size()) {
+    std::uint64_t ahead = std::max<std::uint64_t>(end, reserved_ + (4ull << 20));
+    if (core_->reserve(ahead - reserved_, false)) {
+      reserved_ = ahead;
+      return {};
+    }
   }
-  reserved_ = want;
+  if (auto st = core_->reserve(end - reserved_); !st) return st;
+  reserved_ = end;
   return {};
 }
 
@@ -263,37 +294,47 @@ status object_writer::write_bytes(std::uint64_t offset, std::span<const std::byt
     return std::unexpected(fail(st.error().wrap("write " + id().str())));
   }
   int fd = inflight_->fd();
-  const std::byte* p = data.data();
-  std::size_t left = data.size();
-  std::uint64_t off = offset;
-  bool retried = false;
-  while (left > 0) {
-    ssize_t n = ::pwrite(fd, p, left, static_cast<off_t>(off));
-    if (n < 0) {
-      int err = errno;
-      if (err == EINTR) continue;
-      if ((err == ENOSPC || err == EDQUOT) && !retried) {
-        retried = true;
-        std::uint64_t need = left;
-        if (auto exp = inflight_->expected_size()) need = std::max<std::uint64_t>(need, *exp - off);
-        core_->make_room(need);
-        continue;
-      }
-      if (err == ENOSPC || err == EDQUOT) {
-        core_->count_no_space();
-        return std::unexpected(fail(error{
-            errc::no_space, "write " + id().str() + ": filesystem full after evicting (" +
-                                std::string(std::strerror(err)) + "), " +
-                                std::to_string(off) + " bytes written"}));
-      }
-      return std::unexpected(fail(errno_error(err, "write " + id().str() + " to temp file")));
-    }
-    p += n;
-    off += static_cast<std::uint64_t>(n);
-    left -= static_cast<std::size_t>(n);
+  // In-order writes are hashed on this thread while the pool copies the bytes into the file.
+  const bool in_order = offset == contiguous_;
+  detail::io_pool* pool = core_->pool();
+  io_outcome out;
+  bool hashed = false;
+  if (pool && in_order && data.size() >= parallel_threshold) {
+    std::future<void> done = pool->submit([&] { out = write_fully(fd, data, offset); });
+    hasher_.update(data.data(), data.size());  // wasted only if the write fails for good
+    hashed = true;
+    done.wait();
+  } else {
+    out = write_fully(fd, data, offset);
   }
-  if (offset == contiguous_) {
-    hasher_.update(data.data(), data.size());
+  if (out.err == ENOSPC || out.err == EDQUOT) {
+    // The filesystem is full: evict once and retry the rest, else fail cleanly.
+    std::uint64_t off = offset + out.done;
+    std::uint64_t need = data.size() - out.done;
+    if (auto exp = inflight_->expected_size()) need = std::max<std::uint64_t>(need, *exp - off);
+    core_->make_room(need);
+    io_outcome again = write_fully(fd, data.subspan(out.done), off);
+    out.done += again.done;
+    out.err = again.err;
+    if (out.err == ENOSPC || out.err == EDQUOT) {
+      core_->count_no_space();
+      return std::unexpected(fail(error{
+          errc::no_space, "write " + id().str() + ": filesystem full after evicting (" +
+                              std::string(std::strerror(out.err)) + "), " +
+                              std::to_string(offset + out.done) + " bytes written"}));
+    }
+  }
+  if (out.err != 0) {
+    return std::unexpected(fail(errno_error(out.err, "write " + id().str() + " to temp file")));
+  }
+  if (in_order && !hashed) hasher_.update(data.data(), data.size());
+  // Start writeback early so that commit's fdatasync finds little left to do.
+  if (end > writeback_from_ && end - writeback_from_ >= writeback_step) {
+    ::sync_file_range(fd, static_cast<off_t>(writeback_from_),
+                      static_cast<off_t>(end - writeback_from_), SYNC_FILE_RANGE_WRITE);
+    writeback_from_ = end;
+  }
+  if (in_order) {
     contiguous_ = end;
   } else {
     auto& e = pending_[offset];
@@ -455,8 +496,11 @@ result<write_ticket> core::begin_write(const digest& id, std::optional<std::uint
   return fail(errc::busy, "begin_write " + id.str() + ": object kept changing state; try again");
 }
 
-status core::reserve(std::uint64_t bytes) {
+status core::reserve(std::uint64_t bytes, bool may_evict) {
   std::uint64_t cap = capacity();
+  if (usage() + bytes > cap && !may_evict) {
+    return fail(errc::no_space, "no room to reserve " + std::to_string(bytes) + " bytes ahead");
+  }
   if (usage() + bytes > cap) {
     std::uint64_t target = std::min(low_bytes(), cap >= bytes ? cap - bytes : 0);
     evict_pass(target, INT64_MIN, evict_reason::watermark);

@@ -277,6 +277,19 @@ TEST_F(CacheEvict, AWriteThatDoesNotFitEvictsFirstOrFailsClearly) {
   EXPECT_EQ(s->get_stats().inflight_bytes, 0u);
 }
 
+TEST_F(CacheEvict, SmallWriteOfUnknownSizeEvictsNothing) {
+  open();
+  fill(0, 8);  // 800 of 1000
+  std::string small = random_bytes(100, 80);
+  auto t = s->begin_write(sha256_of(small), std::nullopt, object_kind::manifest);
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(t->writer->write(small));
+  ASSERT_TRUE(t->writer->commit());
+  EXPECT_EQ(present(8).size(), 8u);  // the write's read-ahead reservation did not evict
+  EXPECT_TRUE(events.empty());
+  EXPECT_EQ(s->usage_bytes(), 900u);
+}
+
 TEST_F(CacheEvict, BackgroundThreadKeepsUsageUnderTheHighWatermark) {
   options o = test_options(dir.path(), 1000, clk);
   o.maintenance_interval = 20ms;

@@ -48,6 +48,10 @@ struct options {
   // Pins and labels are written with a synced WAL (true) or left to the OS (false).
   bool sync_metadata = true;
 
+  // Threads that copy a writer's bytes into its temp file while the writer's own thread hashes
+  // them (large writes only). 0: the writer's thread does both, one after the other.
+  unsigned write_threads = 2;
+
   // Threads used by start-up reconciliation to stat and (if needed) rehash files. >= 1.
   unsigned reconcile_threads = 2;
 
