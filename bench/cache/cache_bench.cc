@@ -92,7 +92,8 @@ ingest_result ingest(const std::string& root, std::uint64_t total, const std::st
   // The digest is needed up front (it is in the URL); compute it outside the measured span.
   sha256_hasher h;
   for (std::uint64_t off = 0; off < total; off += pattern.size()) {
-    h.update(std::string_view(pattern).substr(0, std::min<std::uint64_t>(pattern.size(), total - off)));
+    h.update(
+        std::string_view(pattern).substr(0, std::min<std::uint64_t>(pattern.size(), total - off)));
   }
   digest id = h.finish();
   options o;
@@ -141,7 +142,8 @@ spawn_result run(std::vector<std::string> argv) {
   close(p[1]);
   spawn_result r;
   char buf[4096];
-  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) r.out.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;)
+    r.out.append(buf, static_cast<std::size_t>(n));
   close(p[0]);
   int status = 0;
   rusage ru{};
@@ -161,7 +163,8 @@ double raw_write_mib_s(const std::string& path, std::uint64_t total, const std::
   constexpr std::size_t chunk = 1 << 20;
   for (std::uint64_t off = 0; off < total; off += chunk) {
     std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, total - off));
-    if (write(fd, pattern.data() + off % pattern.size(), n) != static_cast<ssize_t>(n)) die("write");
+    if (write(fd, pattern.data() + off % pattern.size(), n) != static_cast<ssize_t>(n))
+      die("write");
   }
   if (fdatasync(fd) != 0) die("fdatasync");
   double wall = std::chrono::duration<double>(steady::now() - t0).count();
@@ -335,14 +338,20 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) die("missing value for " + a);
       return argv[++i];
     };
-    if (a == "--json") json_path = next();
-    else if (a == "--dir") base = next();
-    else if (a == "--ingest-mib") ingest_mib = std::stoull(next());
-    else if (a == "--objects") objects = std::stoull(next());
-    else if (a == "--meta-on-disk") meta_on_disk = true;
+    if (a == "--json")
+      json_path = next();
+    else if (a == "--dir")
+      base = next();
+    else if (a == "--ingest-mib")
+      ingest_mib = std::stoull(next());
+    else if (a == "--objects")
+      objects = std::stoull(next());
+    else if (a == "--meta-on-disk")
+      meta_on_disk = true;
     else if (a == "-h" || a == "--help") {
-      std::printf("usage: cache_bench [--json FILE] [--dir DIR] [--ingest-mib N] [--objects N] "
-                  "[--meta-on-disk]\n");
+      std::printf(
+          "usage: cache_bench [--json FILE] [--dir DIR] [--ingest-mib N] [--objects N] "
+          "[--meta-on-disk]\n");
       return 0;
     } else {
       die("unknown argument " + a);
@@ -415,9 +424,10 @@ int main(int argc, char** argv) {
   {
     std::string meta = work + "/meta";
     std::filesystem::create_directories(meta);
-    bool meta_tmpfs = !meta_on_disk &&
-                      mount("shoal-cache-bench", meta.c_str(), "tmpfs", 0,
-                            ("size=2g,nr_inodes=" + std::to_string(objects + 100'000)).c_str()) == 0;
+    bool meta_tmpfs =
+        !meta_on_disk &&
+        mount("shoal-cache-bench", meta.c_str(), "tmpfs", 0,
+              ("size=2g,nr_inodes=" + std::to_string(objects + 100'000)).c_str()) == 0;
     str["metadata_fs"] = meta_tmpfs ? "tmpfs" : "disk";
     meta_result m = metadata(meta + "/store", objects, threads);
     num["objects"] = static_cast<double>(m.objects);

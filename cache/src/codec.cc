@@ -39,9 +39,9 @@ status check_version(std::string_view what, std::string_view v, std::size_t min_
                 std::string(what) + " row has unknown version " + std::to_string(ver));
   }
   if (v.size() < min_size) {
-    return fail(errc::protocol_error, std::string(what) + " row too short: " +
-                                          std::to_string(v.size()) + " bytes, need " +
-                                          std::to_string(min_size));
+    return fail(errc::protocol_error, std::string(what) +
+                                          " row too short: " + std::to_string(v.size()) +
+                                          " bytes, need " + std::to_string(min_size));
   }
   return {};
 }
@@ -63,17 +63,22 @@ result<parsed_key> parse_key(std::string_view key) {
   if (key.empty()) return fail(errc::protocol_error, "empty index key");
   parsed_key out;
   switch (key[0]) {
-    case static_cast<char>(record::object): out.type = record::object; break;
-    case static_cast<char>(record::pin): out.type = record::pin; break;
-    case static_cast<char>(record::label): out.type = record::label; break;
+    case static_cast<char>(record::object):
+      out.type = record::object;
+      break;
+    case static_cast<char>(record::pin):
+      out.type = record::pin;
+      break;
+    case static_cast<char>(record::label):
+      out.type = record::label;
+      break;
     case static_cast<char>(record::meta):
       out.type = record::meta;
       out.suffix = key.substr(1);
       return out;
     default:
-      return fail(errc::protocol_error,
-                  "index key has unknown record type " +
-                      std::to_string(static_cast<unsigned char>(key[0])));
+      return fail(errc::protocol_error, "index key has unknown record type " +
+                                            std::to_string(static_cast<unsigned char>(key[0])));
   }
   if (key.size() < 1 + digest::size) {
     return fail(errc::protocol_error, "index key too short: " + std::to_string(key.size()));

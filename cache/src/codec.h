@@ -32,7 +32,7 @@ inline constexpr std::size_t max_owner_or_label = 255;
 struct object_row {
   std::uint64_t size = 0;
   object_kind kind = object_kind::blob;
-  std::int64_t created_ms = 0;      // unix milliseconds
+  std::int64_t created_ms = 0;  // unix milliseconds
   std::int64_t last_access_ms = 0;
   std::int64_t last_scrub_ms = 0;
   std::uint64_t hits = 0;

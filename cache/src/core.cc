@@ -267,8 +267,10 @@ status core::pin(const digest& id, std::string_view owner, std::optional<time_po
     auto& v = pins_[id];
     auto it = std::find_if(v.begin(), v.end(), [&](const pin_rec& p) { return p.owner == owner; });
     if (it != v.end()) {
-      if (existed) *it = before;
-      else v.erase(it);
+      if (existed)
+        *it = before;
+      else
+        v.erase(it);
     }
     if (v.empty()) pins_.erase(id);
     return std::unexpected(st.error().wrap("pin " + id.str()));
@@ -284,10 +286,9 @@ status core::unpin(const digest& id, std::string_view owner) {
   {
     std::lock_guard lk(mu_);
     auto pit = pins_.find(id);
-    auto it = pit == pins_.end()
-                  ? std::vector<pin_rec>::iterator{}
-                  : std::find_if(pit->second.begin(), pit->second.end(),
-                                 [&](const pin_rec& p) { return p.owner == owner; });
+    auto it = pit == pins_.end() ? std::vector<pin_rec>::iterator{}
+                                 : std::find_if(pit->second.begin(), pit->second.end(),
+                                                [&](const pin_rec& p) { return p.owner == owner; });
     if (pit == pins_.end() || it == pit->second.end()) {
       return fail(errc::not_found, id.str() + " has no pin by \"" + std::string(owner) + "\"");
     }
@@ -311,8 +312,10 @@ status core::unpin(const digest& id, std::string_view owner) {
     std::lock_guard lk(mu_);
     auto& v = pins_[id];
     auto it = std::find_if(v.begin(), v.end(), [&](const pin_rec& p) { return p.owner == owner; });
-    if (it == v.end()) v.push_back(before);
-    else *it = before;
+    if (it == v.end())
+      v.push_back(before);
+    else
+      *it = before;
     return std::unexpected(st.error().wrap("unpin " + id.str()));
   }
   return {};

@@ -61,9 +61,9 @@ struct pin_rec {
 
 // Where install() finds the verified file it moves into objects/.
 struct install_source {
-  int dirfd = -1;          // directory of `name` (tmp fd, or AT_FDCWD for adopted paths)
-  std::string name;        // path relative to dirfd
-  bool in_place = false;   // already at the object path (libtorrent wrote it there)
+  int dirfd = -1;         // directory of `name` (tmp fd, or AT_FDCWD for adopted paths)
+  std::string name;       // path relative to dirfd
+  bool in_place = false;  // already at the object path (libtorrent wrote it there)
 };
 
 class core : public std::enable_shared_from_this<core> {
@@ -151,8 +151,8 @@ class core : public std::enable_shared_from_this<core> {
   struct counters {
     std::atomic<std::uint64_t> hits{0}, misses{0}, commits{0}, adoptions{0}, mismatches{0},
         aborted{0}, coalesced{0}, no_space{0}, evictions{0}, evicted_bytes{0}, ttl_evictions{0},
-        removals{0}, access_flushes{0}, scrubbed_objects{0}, scrubbed_bytes{0},
-        scrub_mismatches{0}, scrub_missing{0};
+        removals{0}, access_flushes{0}, scrubbed_objects{0}, scrubbed_bytes{0}, scrub_mismatches{0},
+        scrub_missing{0};
   };
 
   [[nodiscard]] status reconcile();
@@ -171,8 +171,7 @@ class core : public std::enable_shared_from_this<core> {
 
   // Deletes files and rows of taken victims, clears removing_, publishes events.
   void finish_removal(std::vector<victim>& victims, event_type type, evict_reason reason);
-  std::uint64_t evict_pass(std::uint64_t target, std::int64_t idle_cutoff_ms,
-                           evict_reason reason);
+  std::uint64_t evict_pass(std::uint64_t target, std::int64_t idle_cutoff_ms, evict_reason reason);
   void prune_expired_pins();
   void quarantine(const digest& id, int fd);
   void publish(const event& ev);
@@ -197,12 +196,12 @@ class core : public std::enable_shared_from_this<core> {
   std::mutex db_mu_;
   mutable std::mutex mu_;
   std::condition_variable removing_cv_;
-  std::unordered_map<digest, entry> table_;                                  // mu_
-  std::unordered_map<digest, std::shared_ptr<inflight_object>> inflight_;    // mu_
-  std::unordered_map<digest, std::vector<pin_rec>> pins_;                    // mu_
-  std::unordered_set<digest> removing_;                                      // mu_
-  std::vector<digest> dirty_;                                                // mu_
-  std::array<kind_stats, object_kind_count> by_kind_{};                      // mu_
+  std::unordered_map<digest, entry> table_;                                // mu_
+  std::unordered_map<digest, std::shared_ptr<inflight_object>> inflight_;  // mu_
+  std::unordered_map<digest, std::vector<pin_rec>> pins_;                  // mu_
+  std::unordered_set<digest> removing_;                                    // mu_
+  std::vector<digest> dirty_;                                              // mu_
+  std::array<kind_stats, object_kind_count> by_kind_{};                    // mu_
 
   mutable std::mutex listeners_mu_;
   std::vector<std::shared_ptr<listener>> listeners_;
@@ -214,7 +213,7 @@ class core : public std::enable_shared_from_this<core> {
   std::thread maintenance_thread_;
   std::thread scrub_thread_;
   std::atomic<std::int64_t> last_flush_ns_{0};  // steady clock of the last access flush
-  std::mutex scrub_mu_;             // one scrub pass at a time
+  std::mutex scrub_mu_;                         // one scrub pass at a time
 };
 
 }  // namespace shoal::cache::detail

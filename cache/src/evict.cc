@@ -60,7 +60,8 @@ void core::finish_removal(std::vector<victim>& victims, event_type type, evict_r
   }
   removing_cv_.notify_all();
   for (const victim& v : victims) {
-    publish(event{type, v.id, v.size, v.kind, type == event_type::evicted ? reason : evict_reason::none});
+    publish(event{type, v.id, v.size, v.kind,
+                  type == event_type::evicted ? reason : evict_reason::none});
   }
 }
 
@@ -169,8 +170,8 @@ void core::run_maintenance(bool force_flush) {
   using namespace std::chrono;
   auto steady_now = steady_clock::now().time_since_epoch();
   auto now_ns = duration_cast<nanoseconds>(steady_now).count();
-  if (force_flush ||
-      now_ns - last_flush_ns_.load() >= duration_cast<nanoseconds>(opts_.access_flush_interval).count()) {
+  if (force_flush || now_ns - last_flush_ns_.load() >=
+                         duration_cast<nanoseconds>(opts_.access_flush_interval).count()) {
     last_flush_ns_.store(now_ns);
     flush_access();
   }

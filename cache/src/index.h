@@ -51,8 +51,8 @@ class index {
   [[nodiscard]] status put(std::string_view key, std::string_view value, bool sync);
   [[nodiscard]] status write(batch& b, bool sync);
   // Calls fn for every record in key order.
-  [[nodiscard]] status scan(const std::function<void(std::string_view key,
-                                                     std::string_view value)>& fn) const;
+  [[nodiscard]] status scan(
+      const std::function<void(std::string_view key, std::string_view value)>& fn) const;
   // Clears a background error (after ENOSPC was relieved) so writes are accepted again.
   [[nodiscard]] status resume();
   // Persists the memtable to SST files (bulk loads; makes the next open fast).

@@ -70,7 +70,7 @@ struct shard_result {
     object_kind kind;
   };
   std::vector<adoption> adopted;
-  std::vector<std::uint8_t> shards_changed;                // need a directory fsync
+  std::vector<std::uint8_t> shards_changed;  // need a directory fsync
 };
 
 }  // namespace
@@ -138,18 +138,17 @@ status core::reconcile() {
   reconcile_report rep;
 
   // 1. Temp files: every write in progress died with the previous process.
-  auto st = for_each_dirent(layout_.tmp_fd(), layout_.tmp_dir(),
-                            [&](std::string_view name, unsigned char type) {
-                              std::string n(name);
-                              if (type == DT_DIR) {
-                                log::warn("cache: leaving unexpected directory in tmp/",
-                                          log::kv("name", n));
-                                return;
-                              }
-                              if (::unlinkat(layout_.tmp_fd(), n.c_str(), 0) == 0) {
-                                ++rep.temp_files_removed;
-                              }
-                            });
+  auto st = for_each_dirent(
+      layout_.tmp_fd(), layout_.tmp_dir(), [&](std::string_view name, unsigned char type) {
+        std::string n(name);
+        if (type == DT_DIR) {
+          log::warn("cache: leaving unexpected directory in tmp/", log::kv("name", n));
+          return;
+        }
+        if (::unlinkat(layout_.tmp_fd(), n.c_str(), 0) == 0) {
+          ++rep.temp_files_removed;
+        }
+      });
   if (!st) return st;
 
   // 2. The index.
@@ -171,7 +170,8 @@ status core::reconcile() {
       auto ds = for_each_dirent(sfd, spath, [&](std::string_view name, unsigned char type) {
         std::string n(name);
         if (type == DT_DIR) {
-          log::warn("cache: leaving unexpected directory in objects/", log::kv("path", spath + "/" + n));
+          log::warn("cache: leaving unexpected directory in objects/",
+                    log::kv("path", spath + "/" + n));
           return;
         }
         auto id = digest::from_hex(name);

@@ -24,7 +24,8 @@ void core::quarantine(const digest& id, int fd) {
     if (!table_.contains(id)) return;
     // The object may have been evicted and committed again (good bytes, new inode) since the
     // scrub opened it; only the inode that failed is quarantined.
-    struct stat a {}, b {};
+    struct stat a {
+    }, b{};
     if (::fstat(fd, &a) != 0 || ::fstatat(shard, hex.c_str(), &b, AT_SYMLINK_NOFOLLOW) != 0 ||
         a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
       return;
@@ -37,8 +38,8 @@ void core::quarantine(const digest& id, int fd) {
               log::kv("digest", id.short_str()), log::kv("errno", errno));
     ::unlinkat(shard, hex.c_str(), 0);
   }
-  log::error("cache: object failed verification and was quarantined",
-             log::kv("digest", id.str()), log::kv("file", layout_.quarantine_dir() + "/" + qname));
+  log::error("cache: object failed verification and was quarantined", log::kv("digest", id.str()),
+             log::kv("file", layout_.quarantine_dir() + "/" + qname));
   finish_removal(v, event_type::quarantined, evict_reason::none);
 }
 

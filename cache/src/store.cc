@@ -17,10 +17,14 @@ namespace shoal::cache {
 
 std::string_view to_string(object_kind k) noexcept {
   switch (k) {
-    case object_kind::blob: return "blob";
-    case object_kind::dataset_file: return "dataset_file";
-    case object_kind::manifest: return "manifest";
-    case object_kind::metainfo: return "metainfo";
+    case object_kind::blob:
+      return "blob";
+    case object_kind::dataset_file:
+      return "dataset_file";
+    case object_kind::manifest:
+      return "manifest";
+    case object_kind::metainfo:
+      return "metainfo";
   }
   return "unknown";
 }
@@ -35,21 +39,30 @@ std::optional<object_kind> parse_object_kind(std::string_view s) noexcept {
 
 std::string_view to_string(event_type t) noexcept {
   switch (t) {
-    case event_type::committed: return "committed";
-    case event_type::evicted: return "evicted";
-    case event_type::quarantined: return "quarantined";
-    case event_type::removed: return "removed";
+    case event_type::committed:
+      return "committed";
+    case event_type::evicted:
+      return "evicted";
+    case event_type::quarantined:
+      return "quarantined";
+    case event_type::removed:
+      return "removed";
   }
   return "unknown";
 }
 
 std::string_view to_string(evict_reason r) noexcept {
   switch (r) {
-    case evict_reason::none: return "none";
-    case evict_reason::watermark: return "watermark";
-    case evict_reason::idle_ttl: return "idle_ttl";
-    case evict_reason::no_space: return "no_space";
-    case evict_reason::requested: return "requested";
+    case evict_reason::none:
+      return "none";
+    case evict_reason::watermark:
+      return "watermark";
+    case evict_reason::idle_ttl:
+      return "idle_ttl";
+    case evict_reason::no_space:
+      return "no_space";
+    case evict_reason::requested:
+      return "requested";
   }
   return "unknown";
 }
@@ -66,8 +79,8 @@ status options::validate() const {
     return bad("high_watermark", "must be in (0, 1], got " + std::to_string(high_watermark));
   }
   if (!(low_watermark > 0.0 && low_watermark < high_watermark)) {
-    return bad("low_watermark", "must be in (0, high_watermark), got " +
-                                    std::to_string(low_watermark));
+    return bad("low_watermark",
+               "must be in (0, high_watermark), got " + std::to_string(low_watermark));
   }
   if (idle_ttl.count() < 0) return bad("idle_ttl", "must not be negative");
   if (scrub_interval.count() <= 0) return bad("scrub_interval", "must be positive");
@@ -102,8 +115,8 @@ int object_reader::release() noexcept { return std::exchange(fd_, -1); }
 status object_reader::check_range(std::uint64_t offset, std::uint64_t length) const {
   if (offset > size_ || length > size_ - offset) {
     return fail(errc::range_not_satisfiable,
-                "range " + std::to_string(offset) + "+" + std::to_string(length) +
-                    " outside " + id_.short_str() + " of " + std::to_string(size_) + " bytes");
+                "range " + std::to_string(offset) + "+" + std::to_string(length) + " outside " +
+                    id_.short_str() + " of " + std::to_string(size_) + " bytes");
   }
   return {};
 }
@@ -176,8 +189,8 @@ result<write_ticket> store::begin_write(const digest& id, std::optional<std::uin
   return core_->begin_write(id, expected, kind);
 }
 
-result<write_ticket> store::begin_write(std::string_view id,
-                                        std::optional<std::uint64_t> expected, object_kind kind) {
+result<write_ticket> store::begin_write(std::string_view id, std::optional<std::uint64_t> expected,
+                                        object_kind kind) {
   auto d = digest::parse(id);
   if (!d) return std::unexpected(d.error().wrap("begin_write"));
   return core_->begin_write(*d, expected, kind);

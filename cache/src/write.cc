@@ -226,9 +226,9 @@ status object_writer::write(std::span<const std::byte> data) {
 }
 
 status object_writer::write(std::string_view data) {
-  return write_bytes(contiguous_,
-                     std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()),
-                                                data.size()));
+  return write_bytes(
+      contiguous_,
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size()));
 }
 
 status object_writer::write_at(std::uint64_t offset, std::span<const std::byte> data) {
@@ -262,7 +262,8 @@ status object_writer::hash_from_file(std::uint64_t from, std::uint64_t to) {
       if (errno == EINTR) continue;
       return fail_errno(errno, "re-read " + id().str() + " for hashing");
     }
-    if (n == 0) return ::shoal::fail(errc::io_error, "re-read " + id().str() + ": unexpected end of file");
+    if (n == 0)
+      return ::shoal::fail(errc::io_error, "re-read " + id().str() + ": unexpected end of file");
     hasher_.update(buf.data(), static_cast<std::size_t>(n));
     from += static_cast<std::uint64_t>(n);
   }
@@ -284,10 +285,10 @@ status object_writer::write_bytes(std::uint64_t offset, std::span<const std::byt
   }
   if (offset < contiguous_) {
     // Not fatal for the write: the caller asked for something meaningless.
-    return ::shoal::fail(errc::invalid_argument,
-                         "write of " + id().str() + " at " + std::to_string(offset) +
-                             " rewrites bytes already written (up to " +
-                             std::to_string(contiguous_) + ")");
+    return ::shoal::fail(errc::invalid_argument, "write of " + id().str() + " at " +
+                                                     std::to_string(offset) +
+                                                     " rewrites bytes already written (up to " +
+                                                     std::to_string(contiguous_) + ")");
   }
   if (auto st = ensure_reserved(end); !st) {
     core_->count_no_space();
@@ -318,10 +319,10 @@ status object_writer::write_bytes(std::uint64_t offset, std::span<const std::byt
     out.err = again.err;
     if (out.err == ENOSPC || out.err == EDQUOT) {
       core_->count_no_space();
-      return std::unexpected(fail(error{
-          errc::no_space, "write " + id().str() + ": filesystem full after evicting (" +
-                              std::string(std::strerror(out.err)) + "), " +
-                              std::to_string(offset + out.done) + " bytes written"}));
+      return std::unexpected(
+          fail(error{errc::no_space, "write " + id().str() + ": filesystem full after evicting (" +
+                                         std::string(std::strerror(out.err)) + "), " +
+                                         std::to_string(offset + out.done) + " bytes written"}));
     }
   }
   if (out.err != 0) {
@@ -360,22 +361,21 @@ result<object_info> object_writer::commit() {
   }
   if (core_->closed()) return std::unexpected(fail(error{errc::cancelled, "cache is closed"}));
   if (!pending_.empty()) {
-    return std::unexpected(fail(error{
-        errc::size_mismatch, "commit " + id().str() + ": bytes missing between " +
-                                 std::to_string(contiguous_) + " and " +
-                                 std::to_string(pending_.begin()->first)}));
+    return std::unexpected(
+        fail(error{errc::size_mismatch, "commit " + id().str() + ": bytes missing between " +
+                                            std::to_string(contiguous_) + " and " +
+                                            std::to_string(pending_.begin()->first)}));
   }
   std::uint64_t size = contiguous_;
   if (auto exp = inflight_->expected_size(); exp && size != *exp) {
-    return std::unexpected(fail(error{errc::size_mismatch,
-                                      "commit " + id().str() + ": got " + std::to_string(size) +
-                                          " bytes, expected " + std::to_string(*exp)}));
+    return std::unexpected(
+        fail(error{errc::size_mismatch, "commit " + id().str() + ": got " + std::to_string(size) +
+                                            " bytes, expected " + std::to_string(*exp)}));
   }
   digest got = hasher_.finish();
   if (got != id()) {
-    return std::unexpected(fail(error{errc::digest_mismatch, "commit " + id().str() +
-                                                                 ": content hashes to " +
-                                                                 got.str()}));
+    return std::unexpected(fail(
+        error{errc::digest_mismatch, "commit " + id().str() + ": content hashes to " + got.str()}));
   }
   int fd = inflight_->fd();
   if (auto st = detail::fdatasync_fd(fd, "fdatasync " + tmp_name_); !st) {
@@ -451,8 +451,8 @@ result<write_ticket> core::begin_write(const digest& id, std::optional<std::uint
         continue;
       }
       if (err == ENOSPC || err == EDQUOT) count_no_space();
-      return fail_errno(err, "begin_write " + id.str() + ": create " + layout_.tmp_dir() + "/" +
-                                 tmp);
+      return fail_errno(err,
+                        "begin_write " + id.str() + ": create " + layout_.tmp_dir() + "/" + tmp);
     }
     std::shared_ptr<inflight_object> in(new inflight_object(id, kind, expected, fd));
     inflight_.emplace(id, in);
@@ -479,12 +479,13 @@ result<write_ticket> core::begin_write(const digest& id, std::optional<std::uint
         }
         if (err == ENOSPC || err == EDQUOT) {
           count_no_space();
-          return std::unexpected(w->fail(error{
-              errc::no_space, "begin_write " + id.str() + ": no room for " +
-                                  std::to_string(*expected) + " bytes even after evicting (" +
-                                  std::strerror(err) + ")"}));
+          return std::unexpected(w->fail(
+              error{errc::no_space, "begin_write " + id.str() + ": no room for " +
+                                        std::to_string(*expected) + " bytes even after evicting (" +
+                                        std::strerror(err) + ")"}));
         }
-        return std::unexpected(w->fail(errno_error(err, "begin_write " + id.str() + ": fallocate")));
+        return std::unexpected(
+            w->fail(errno_error(err, "begin_write " + id.str() + ": fallocate")));
       }
     }
     write_ticket t;
@@ -514,11 +515,11 @@ status core::reserve(std::uint64_t bytes, bool may_evict) {
           if (auto it = table_.find(id); it != table_.end()) protected_bytes += it->second.size;
         }
       }
-      return fail(errc::no_space,
-                  "cache full: need " + std::to_string(bytes) + " more bytes; capacity " +
-                      std::to_string(cap) + ", used " + std::to_string(usage()) + " (" +
-                      std::to_string(protected_bytes) + " pinned, " +
-                      std::to_string(reserved_bytes_.load()) + " in flight)");
+      return fail(errc::no_space, "cache full: need " + std::to_string(bytes) +
+                                      " more bytes; capacity " + std::to_string(cap) + ", used " +
+                                      std::to_string(usage()) + " (" +
+                                      std::to_string(protected_bytes) + " pinned, " +
+                                      std::to_string(reserved_bytes_.load()) + " in flight)");
     }
   }
   reserved_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -579,7 +580,8 @@ result<object_info> core::install(const std::shared_ptr<inflight_object>& in,
   {
     std::lock_guard lk(mu_);
     insert_locked(id, std::move(e));
-    if (auto it = inflight_.find(id); it != inflight_.end() && it->second == in) inflight_.erase(it);
+    if (auto it = inflight_.find(id); it != inflight_.end() && it->second == in)
+      inflight_.erase(it);
     info = info_locked(id, table_.at(id), now_ms);
   }
   unreserve(reserved);
@@ -657,9 +659,8 @@ status core::adopt_file(const std::string& path, const digest& id, object_kind k
   }
   auto got = sha256_fd(fd, 0, size);
   if (!got || *got != id) {
-    error e = got ? error{errc::digest_mismatch,
-                          "adopt " + path + ": content hashes to " + got->str() + ", expected " +
-                              id.str()}
+    error e = got ? error{errc::digest_mismatch, "adopt " + path + ": content hashes to " +
+                                                     got->str() + ", expected " + id.str()}
                   : got.error().wrap("adopt " + path);
     // A bad file sitting at the object path would otherwise look like an object to a reader
     // that bypasses the index (libtorrent seeding); it goes.

@@ -125,8 +125,8 @@ void parse(const std::string& text, child_log& log) {
 TEST(CacheCrash, KillNineAtRandomPointsLeavesAConsistentStore) {
   temp_dir dir;
   std::string root = dir.path() + "/cache";
-  const std::uint64_t seed = static_cast<std::uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count());
+  const std::uint64_t seed =
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   child_log log;
@@ -153,15 +153,16 @@ TEST(CacheCrash, KillNineAtRandomPointsLeavesAConsistentStore) {
     ASSERT_TRUE(WIFSIGNALED(status)) << "child exited on its own with " << WEXITSTATUS(status);
     std::string text;
     char buf[4096];
-    for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<std::size_t>(n));
     ::close(p[0]);
     parse(text, log);
 
     auto s = open_store(crash_options(root));
     ASSERT_TRUE(s) << "iteration " << iterations;
     const auto& rep = s->last_reconcile();
-    debris_fixed += rep.temp_files_removed + rep.rows_dropped + rep.orphans_adopted +
-                    rep.orphans_removed;
+    debris_fixed +=
+        rep.temp_files_removed + rep.rows_dropped + rep.orphans_adopted + rep.orphans_removed;
     EXPECT_EQ(rep.bad_rows_dropped, 0u);
     // 1. Every indexed object is a complete, verified, read-only file.
     std::set<std::string> indexed;

@@ -55,8 +55,8 @@ TEST_F(CacheReconcile, CleanStartChangesNothing) {
   auto s = open_store(test_options(dir.path()));
   const auto& rep = s->last_reconcile();
   EXPECT_EQ(rep.rows_loaded, 3u);
-  EXPECT_EQ(rep.temp_files_removed + rep.rows_dropped + rep.orphans_adopted +
-                rep.orphans_removed + rep.malformed_removed + rep.bad_rows_dropped,
+  EXPECT_EQ(rep.temp_files_removed + rep.rows_dropped + rep.orphans_adopted + rep.orphans_removed +
+                rep.malformed_removed + rep.bad_rows_dropped,
             0u);
   expect_consistent(*s);
 }
@@ -140,13 +140,13 @@ TEST_F(CacheReconcile, MalformedNamesAreRemovedDirectoriesLeftAlone) {
   std::string hex = sha256_of("x").hex();  // 2d711642...
   std::string shard = objects() + "/" + hex.substr(0, 2);
   std::vector<std::string> names = {
-      hex.substr(0, 63),                             // short
-      hex + "0",                                     // long
-      std::string(1, 'D') + hex.substr(1),           // wrong shard and upper case
-      hex.substr(0, 2) + std::string(62, 'F'),       // upper case
-      hex.substr(0, 63) + "g",                       // non-hex
-      hex + ".0123456789abcdef.part",                // a temp name in the wrong place
-      "sha256:" + hex,                               // prefixed
+      hex.substr(0, 63),                        // short
+      hex + "0",                                // long
+      std::string(1, 'D') + hex.substr(1),      // wrong shard and upper case
+      hex.substr(0, 2) + std::string(62, 'F'),  // upper case
+      hex.substr(0, 63) + "g",                  // non-hex
+      hex + ".0123456789abcdef.part",           // a temp name in the wrong place
+      "sha256:" + hex,                          // prefixed
       "README",
   };
   for (const auto& n : names) write_file(shard + "/" + n, "junk");
@@ -177,14 +177,14 @@ TEST_F(CacheReconcile, UndecodableIndexRecordsAndStrayLabelsAreDropped) {
     auto idx = detail::index::open(dir.path() + "/index", {});
     ASSERT_TRUE(idx) << idx.error().to_string();
     detail::index::batch b;
-    b.put("Zunknown-type", "x");                                         // unknown record type
-    b.put(std::string("O") + "short", "x");                              // short key
-    b.put(detail::object_key(sha256_of("bad value")), "\x07garbage");   // unknown version
+    b.put("Zunknown-type", "x");                                       // unknown record type
+    b.put(std::string("O") + "short", "x");                            // short key
+    b.put(detail::object_key(sha256_of("bad value")), "\x07garbage");  // unknown version
     b.put(detail::object_key(sha256_of("short value")), std::string(1, '\x01'));
     std::string bad_kind = detail::encode(detail::object_row{1, object_kind::blob, 1, 1, 1, 0});
     bad_kind[1] = 9;
     b.put(detail::object_key(sha256_of("bad kind")), bad_kind);
-    b.put(detail::pin_key(gone, "owner"), "\x01");                       // pin too short
+    b.put(detail::pin_key(gone, "owner"), "\x01");  // pin too short
     b.put(detail::label_key(gone, "image:x"), detail::encode_label(1));
     b.put(detail::label_key(sha256_of("no row"), "image:z"), detail::encode_label(1));
     b.put(detail::label_key(sha256_of(c[0]), "image:y"), detail::encode_label(1));

@@ -115,7 +115,8 @@ TEST(CacheScrub, ThrottleBoundsTheRate) {
   options o = test_options(dir.path());
   o.scrub_bytes_per_sec = 4 << 20;  // 4 MiB/s
   auto s = open_store(o);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(put(*s, random_bytes(512 << 10, 70 + static_cast<std::uint64_t>(i))));
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(put(*s, random_bytes(512 << 10, 70 + static_cast<std::uint64_t>(i))));
   auto start = std::chrono::steady_clock::now();
   scrub_report r = s->scrub_once(UINT64_MAX, true);
   auto took = std::chrono::steady_clock::now() - start;

@@ -61,8 +61,8 @@ inline std::span<const std::byte> as_bytes(std::string_view s) {
 struct fake_clock {
   std::atomic<std::int64_t> ms{1'700'000'000'000};
   time_point now() const {
-    return time_point(std::chrono::duration_cast<clock::duration>(
-        std::chrono::milliseconds(ms.load())));
+    return time_point(
+        std::chrono::duration_cast<clock::duration>(std::chrono::milliseconds(ms.load())));
   }
   void advance(std::chrono::milliseconds d) { ms += d.count(); }
 };

@@ -103,8 +103,8 @@ class inflight_object {
   std::atomic<bool> has_waiters_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::optional<error> error_;     // guarded by mu_
-  std::vector<waiter> waiters_;    // guarded by mu_
+  std::optional<error> error_;   // guarded by mu_
+  std::vector<waiter> waiters_;  // guarded by mu_
 };
 
 }  // namespace shoal::cache

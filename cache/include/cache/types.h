@@ -73,25 +73,25 @@ struct stats {
   // Gauges.
   std::array<kind_stats, object_kind_count> by_kind{};
   std::uint64_t objects = 0;
-  std::uint64_t bytes = 0;             // committed object bytes
+  std::uint64_t bytes = 0;  // committed object bytes
   std::uint64_t inflight_objects = 0;
-  std::uint64_t inflight_bytes = 0;    // bytes reserved by writes in progress
+  std::uint64_t inflight_bytes = 0;  // bytes reserved by writes in progress
   std::uint64_t capacity_bytes = 0;
-  std::uint64_t pinned_objects = 0;    // digests with an unexpired pin (present or not)
+  std::uint64_t pinned_objects = 0;  // digests with an unexpired pin (present or not)
   // Counters since open.
-  std::uint64_t hits = 0;              // open_read of a committed object
-  std::uint64_t misses = 0;            // open_read of an absent object
-  std::uint64_t commits = 0;           // objects committed by a writer
-  std::uint64_t adoptions = 0;         // files adopted through adopt_file
-  std::uint64_t commit_mismatches = 0; // writes refused because hash or size was wrong
-  std::uint64_t aborted_writes = 0;    // writes abandoned by their owner or failed on I/O
-  std::uint64_t coalesced_writes = 0;  // begin_write calls that followed an in-flight write
-  std::uint64_t no_space_errors = 0;   // writes that failed with no_space after eviction
+  std::uint64_t hits = 0;               // open_read of a committed object
+  std::uint64_t misses = 0;             // open_read of an absent object
+  std::uint64_t commits = 0;            // objects committed by a writer
+  std::uint64_t adoptions = 0;          // files adopted through adopt_file
+  std::uint64_t commit_mismatches = 0;  // writes refused because hash or size was wrong
+  std::uint64_t aborted_writes = 0;     // writes abandoned by their owner or failed on I/O
+  std::uint64_t coalesced_writes = 0;   // begin_write calls that followed an in-flight write
+  std::uint64_t no_space_errors = 0;    // writes that failed with no_space after eviction
   std::uint64_t evictions = 0;
   std::uint64_t evicted_bytes = 0;
-  std::uint64_t ttl_evictions = 0;     // subset of evictions caused by idle_ttl
-  std::uint64_t removals = 0;          // explicit remove()
-  std::uint64_t access_flushes = 0;    // batched last-access writes to the index
+  std::uint64_t ttl_evictions = 0;   // subset of evictions caused by idle_ttl
+  std::uint64_t removals = 0;        // explicit remove()
+  std::uint64_t access_flushes = 0;  // batched last-access writes to the index
   std::uint64_t scrubbed_objects = 0;
   std::uint64_t scrubbed_bytes = 0;
   std::uint64_t scrub_mismatches = 0;  // objects quarantined by scrub
@@ -111,12 +111,12 @@ struct scrub_report {
 struct reconcile_report {
   std::uint64_t rows_loaded = 0;
   std::uint64_t temp_files_removed = 0;
-  std::uint64_t rows_dropped = 0;        // file missing or of the wrong size
-  std::uint64_t bad_rows_dropped = 0;    // undecodable keys or values
-  std::uint64_t orphans_adopted = 0;     // unindexed files whose content matched their name
-  std::uint64_t orphans_removed = 0;     // unindexed files that did not verify (or adoption off)
-  std::uint64_t malformed_removed = 0;   // files whose name is not a digest of their shard
-  std::uint64_t labels_dropped = 0;      // labels of objects that are gone
+  std::uint64_t rows_dropped = 0;       // file missing or of the wrong size
+  std::uint64_t bad_rows_dropped = 0;   // undecodable keys or values
+  std::uint64_t orphans_adopted = 0;    // unindexed files whose content matched their name
+  std::uint64_t orphans_removed = 0;    // unindexed files that did not verify (or adoption off)
+  std::uint64_t malformed_removed = 0;  // files whose name is not a digest of their shard
+  std::uint64_t labels_dropped = 0;     // labels of objects that are gone
   double seconds = 0;
 };
 

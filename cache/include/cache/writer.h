@@ -68,8 +68,8 @@ class object_writer {
   std::shared_ptr<inflight_object> inflight_;
   std::string tmp_name_;  // name inside tmp/
   sha256_hasher hasher_;
-  std::uint64_t contiguous_ = 0;  // bytes [0, contiguous_) written and hashed
-  std::uint64_t reserved_ = 0;    // bytes accounted against capacity
+  std::uint64_t contiguous_ = 0;      // bytes [0, contiguous_) written and hashed
+  std::uint64_t reserved_ = 0;        // bytes accounted against capacity
   std::uint64_t writeback_from_ = 0;  // start of the range not yet handed to writeback
   std::map<std::uint64_t, std::uint64_t> pending_;  // out-of-order ranges: start -> end
   bool done_ = false;
