@@ -80,6 +80,13 @@ void must_ok(const status& s, const char* what) {
   if (!s) die(std::string(what) + ": " + s.error().to_string());
 }
 
+double resident_mib() {
+  std::ifstream f("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
 struct ingest_result {
   double mib_s = 0, cpu = 0;
   std::string path;
@@ -201,6 +208,7 @@ void remove_tree(const std::string& dir, unsigned threads) {
 struct meta_result {
   double setup_s = 0, reconcile_s = 0, reconcile_cpu = 0, stat_ops_s = 0, stat_cpu = 0;
   double open_ops_s = 0;
+  double memory_mib = 0;  // resident memory added by opening the store (table + RocksDB)
   std::uint64_t objects = 0;
 };
 
@@ -277,9 +285,11 @@ meta_result metadata(const std::string& root, std::uint64_t n, unsigned threads)
   o.quota_bytes = 1ull << 40;
   o.scrub_bytes_per_sec = 0;
   o.reconcile_threads = threads;
+  double rss0 = resident_mib();
   span_meter m;
   auto s = must(store::open(o), "open 1M store");
   m.stop();
+  res.memory_mib = resident_mib() - rss0;
   res.reconcile_s = m.wall;
   res.reconcile_cpu = m.cpu / m.wall;
   const auto& rep = s->last_reconcile();
@@ -437,6 +447,7 @@ int main(int argc, char** argv) {
     num["stat_ops_s"] = m.stat_ops_s;
     num["stat_cpu"] = m.stat_cpu;
     num["open_read_ops_s"] = m.open_ops_s;
+    num["index_memory_mib"] = m.memory_mib;
     if (meta_tmpfs) {
       umount2(meta.c_str(), MNT_DETACH);
     } else {
@@ -469,6 +480,7 @@ int main(int argc, char** argv) {
   std::printf("%-34s %14.0f %8.2f   >= 200000 %s\n", "contains/stat ops/s (1 thread)",
               num["stat_ops_s"], num["stat_cpu"], yes(ok_stat));
   std::printf("%-34s %14.0f\n", "open_read ops/s (1 thread)", num["open_read_ops_s"]);
+  std::printf("%-34s %14.0f\n", "memory of the open store, MiB", num["index_memory_mib"]);
 
   if (!json_path.empty()) {
     std::ofstream f(json_path);
