@@ -1,0 +1,138 @@
+#pragma once
+// store: the content-addressed object store on local disk (see docs/cache.md).
+//
+//   <root>/objects/sha256/<hh>/<64hex>   committed objects, read-only (0444)
+//   <root>/tmp/<64hex>.<random>.part     writes in progress
+//   <root>/quarantine/                   objects that failed a scrub
+//   <root>/index/                        RocksDB: one row per object, pins, labels
+//
+// Lifecycle: open() reconciles the directory with the index (crash debris is removed or
+// adopted) and loads the index into memory; start_background() starts the maintenance thread
+// (access flush, eviction, pin expiry) and the scrub thread; stop() (or destruction) ends them
+// and flushes. After stop() new writes fail with errc::cancelled; reads still work.
+//
+// Threading: every method is thread-safe and may block on disk or RocksDB, so call it from
+// worker threads, never from an event loop. contains() and stat() only consult memory.
+// Event callbacks run on the thread that caused the event, with no store lock held.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/inflight.h"
+#include "cache/options.h"
+#include "cache/reader.h"
+#include "cache/types.h"
+#include "cache/writer.h"
+#include "common/digest.h"
+#include "common/error.h"
+
+namespace shoal::cache {
+
+namespace detail {
+class core;
+}
+
+// Keeps an event callback registered; unregisters on destruction or reset(). After reset()
+// returns the callback is not running and will not run again (it may reset itself from inside).
+class subscription {
+ public:
+  subscription() = default;
+  subscription(subscription&&) noexcept = default;
+  subscription& operator=(subscription&& o) noexcept;
+  subscription(const subscription&) = delete;
+  subscription& operator=(const subscription&) = delete;
+  ~subscription() { reset(); }
+  void reset();
+
+ private:
+  friend class detail::core;
+  std::function<void()> cancel_;
+};
+
+class store {
+ public:
+  // Creates the layout if needed, opens the index, reconciles, loads. Fails with the reason
+  // (invalid options, permissions, the root already opened by another process, ...).
+  [[nodiscard]] static result<std::unique_ptr<store>> open(const options& opts);
+  ~store();
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+
+  void start_background();
+  void stop();
+
+  // ---- write path
+  // Starts a write of `id` or joins one in progress (see write_ticket). `expected_size`, when
+  // known, is reserved against capacity up front (evicting if needed) and checked at commit.
+  [[nodiscard]] result<write_ticket> begin_write(const digest& id,
+                                                 std::optional<std::uint64_t> expected_size,
+                                                 object_kind kind);
+  // The same with the digest as text (as it arrives in a URL); malformed digests fail with their
+  // digest_errc code.
+  [[nodiscard]] result<write_ticket> begin_write(std::string_view id,
+                                                 std::optional<std::uint64_t> expected_size,
+                                                 object_kind kind);
+  // Takes a complete file written by someone else (libtorrent) into the store: verifies size and
+  // hash, makes it read-only and renames it to its object path (it may already be there). The
+  // file must be on the cache's filesystem. On failure the file is left where it was, except a
+  // file already at the object path that does not verify, which is removed.
+  [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind);
+  // The write in progress for `id`, if any (to stream an arriving object without joining it).
+  [[nodiscard]] std::shared_ptr<inflight_object> find_inflight(const digest& id) const;
+
+  // ---- read path
+  // Opens a committed object and counts a hit (or a miss: errc::not_found).
+  [[nodiscard]] result<object_reader> open_read(const digest& id);
+  [[nodiscard]] result<object_reader> open_read(std::string_view id);
+  [[nodiscard]] std::optional<object_info> stat(const digest& id) const;
+  [[nodiscard]] result<object_info> stat(std::string_view id) const;
+  [[nodiscard]] bool contains(const digest& id) const;
+  // Every committed object (for resyncs and tools; copies the table).
+  [[nodiscard]] std::vector<object_info> list() const;
+  // Where the object lives (or would live). libtorrent seeds from <shard dir>/<64hex>.
+  [[nodiscard]] std::string object_path(const digest& id) const;
+  [[nodiscard]] std::string shard_dir(const digest& id) const;
+
+  // ---- pins and labels
+  // A pin protects `id` (present, in flight or not yet fetched) from eviction and removal.
+  // Pins are counted per owner: pin twice, unpin twice. A new expiry extends the pin (the later
+  // one wins; nullopt = never). Expired pins stop protecting and are pruned.
+  [[nodiscard]] status pin(const digest& id, std::string_view owner,
+                           std::optional<time_point> expiry = std::nullopt);
+  // Drops one count of `owner`'s pin; errc::not_found if it has none.
+  [[nodiscard]] status unpin(const digest& id, std::string_view owner);
+  // Labels name what references an object (an image, a dataset); the object must be present.
+  [[nodiscard]] status add_label(const digest& id, std::string_view label);
+  [[nodiscard]] status remove_label(const digest& id, std::string_view label);
+
+  // ---- lifecycle of objects
+  // Deletes a committed object: errc::busy if pinned or in flight, errc::not_found if absent.
+  [[nodiscard]] status remove(const digest& id);
+  // Evicts least recently used unpinned objects until usage <= target_bytes; returns bytes freed.
+  std::uint64_t evict_to(std::uint64_t target_bytes);
+  // One maintenance pass now: flush access times, prune expired pins, idle TTL, watermarks.
+  void run_maintenance();
+  // Writes batched last-access/hit updates to the index now.
+  void flush_access();
+  // Rehashes up to `max_bytes` of committed objects, least recently scrubbed first; quarantines
+  // mismatches. `throttle` applies scrub_bytes_per_sec.
+  scrub_report scrub_once(std::uint64_t max_bytes = UINT64_MAX, bool throttle = false);
+
+  [[nodiscard]] subscription on_event(std::function<void(const event&)> cb);
+  [[nodiscard]] stats get_stats() const;
+  [[nodiscard]] const reconcile_report& last_reconcile() const noexcept;
+  [[nodiscard]] std::uint64_t capacity_bytes() const noexcept;
+  [[nodiscard]] std::uint64_t usage_bytes() const noexcept;
+
+ private:
+  explicit store(std::shared_ptr<detail::core> c) : core_(std::move(c)) {}
+  std::shared_ptr<detail::core> core_;
+};
+
+}  // namespace shoal::cache

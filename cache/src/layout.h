@@ -1,0 +1,72 @@
+#pragma once
+// The on-disk layout under the cache root and small POSIX helpers around it. The layout holds an
+// open fd for every directory it names (256 shard directories included) so that hot paths use
+// openat/renameat/unlinkat and fsync without re-resolving paths.
+//
+// Lifecycle: created once by core::open, immutable afterwards; read from any thread.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/digest.h"
+#include "common/error.h"
+
+namespace shoal::cache::detail {
+
+class layout {
+ public:
+  static constexpr std::size_t shard_count = 256;
+
+  layout() = default;
+  layout(layout&&) noexcept;
+  layout& operator=(layout&&) noexcept;
+  layout(const layout&) = delete;
+  layout& operator=(const layout&) = delete;
+  ~layout();
+
+  // mkdir -p of every directory (0755) and open fds on them.
+  [[nodiscard]] static result<layout> create(const std::string& root);
+
+  [[nodiscard]] const std::string& root() const noexcept { return root_; }
+  [[nodiscard]] const std::string& objects_dir() const noexcept { return objects_; }
+  [[nodiscard]] const std::string& tmp_dir() const noexcept { return tmp_; }
+  [[nodiscard]] const std::string& quarantine_dir() const noexcept { return quarantine_; }
+  [[nodiscard]] const std::string& index_dir() const noexcept { return index_; }
+
+  [[nodiscard]] int shard_fd(std::uint8_t shard) const noexcept { return shard_fds_[shard]; }
+  [[nodiscard]] int shard_fd(const digest& d) const noexcept { return shard_fds_[d.bytes()[0]]; }
+  [[nodiscard]] int objects_fd() const noexcept { return objects_fd_; }
+  [[nodiscard]] int tmp_fd() const noexcept { return tmp_fd_; }
+  [[nodiscard]] int quarantine_fd() const noexcept { return quarantine_fd_; }
+
+  [[nodiscard]] std::string shard_path(std::uint8_t shard) const;
+  [[nodiscard]] std::string shard_path(const digest& d) const { return shard_path(d.bytes()[0]); }
+  [[nodiscard]] std::string object_path(const digest& d) const;
+
+ private:
+  void close_all() noexcept;
+
+  std::string root_, objects_, tmp_, quarantine_, index_;
+  int objects_fd_ = -1, tmp_fd_ = -1, quarantine_fd_ = -1;
+  std::array<int, shard_count> shard_fds_ = [] {
+    std::array<int, shard_count> a{};
+    a.fill(-1);
+    return a;
+  }();
+};
+
+// Two lowercase hex characters of a shard number ("0a").
+[[nodiscard]] std::string shard_name(std::uint8_t shard);
+// A random 16-hex-character suffix for temp file names.
+[[nodiscard]] std::string random_suffix();
+// fsync/fdatasync with EINTR handling and an error that names `what`.
+[[nodiscard]] status fsync_fd(int fd, std::string_view what);
+[[nodiscard]] status fdatasync_fd(int fd, std::string_view what);
+// mkdir -p; ok if it already exists as a directory.
+[[nodiscard]] status make_dirs(const std::string& path);
+// Closes fd if >= 0, ignoring errors (used on error paths and in destructors).
+void close_quietly(int fd) noexcept;
+
+}  // namespace shoal::cache::detail
