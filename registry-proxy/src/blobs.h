@@ -22,6 +22,7 @@
 #include "cache/store.h"
 #include "common/http_server.h"
 #include "common/metainfo.h"
+#include "common/oci.h"
 #include "common/metrics.h"
 #include "state_db.h"
 #include "upstream.h"

@@ -106,6 +106,7 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
   }
   // Pin first: the file must not be evicted while libtorrent may read it.
   auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  if (!store_.contains(d)) return;
   if (auto p = store_.pin(d, "seeder", expiry); !p) {
     log::debug("not seeding an object that left the cache", log::kv("digest", d.str()), log::kv("error", p.error().message));
     return;
@@ -184,7 +185,10 @@ void seeder::sweep() {
     for (auto& [d, e] : loaded_) keep.push_back(d);
   }
   auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
-  for (const auto& d : keep) (void)store_.pin(d, "seeder", expiry);
+  // pin + unpin extends the expiry and leaves the count (one per loaded torrent) unchanged.
+  for (const auto& d : keep) {
+    if (store_.pin(d, "seeder", expiry)) (void)store_.unpin(d, "seeder");
+  }
 }
 
 }  // namespace shoal::proxy
