@@ -134,6 +134,9 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] io_pool* pool() noexcept { return pool_.get(); }
   void count_no_space() noexcept { ctr_.no_space.fetch_add(1, std::memory_order_relaxed); }
 
+  // Moves the object's file (if it is still the inode `fd` refers to) to quarantine/ and forgets it.
+  void quarantine(const digest& id, int fd);
+
  private:
   explicit core(const options& opts) : opts_(opts) {}
 
@@ -173,7 +176,6 @@ class core : public std::enable_shared_from_this<core> {
   void finish_removal(std::vector<victim>& victims, event_type type, evict_reason reason);
   std::uint64_t evict_pass(std::uint64_t target, std::int64_t idle_cutoff_ms, evict_reason reason);
   void prune_expired_pins();
-  void quarantine(const digest& id, int fd);
   void publish(const event& ev);
   void wake_maintenance();
   void maintenance_loop();

@@ -3,6 +3,8 @@
 
 #include "cache/store.h"
 
+#include "common/sha256.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -246,6 +248,16 @@ void store::run_maintenance() { core_->run_maintenance(true); }
 void store::flush_access() { core_->flush_access(); }
 scrub_report store::scrub_once(std::uint64_t max_bytes, bool throttle) {
   return core_->scrub(max_bytes, throttle, INT64_MAX);
+}
+
+status store::verify(const digest& id) {
+  auto rd = core_->open_read(id);
+  if (!rd) return fail(rd.error());
+  auto got = sha256_fd(rd->fd(), 0, rd->size());
+  if (!got) return fail(got.error().wrap("verify " + id.short_str()));
+  if (*got == id) return {};
+  core_->quarantine(id, rd->fd());
+  return fail(errc::digest_mismatch, "object " + id.str() + " hashes to " + got->str() + "; quarantined");
 }
 
 subscription store::on_event(std::function<void(const event&)> cb) {

@@ -123,6 +123,10 @@ class store {
   // Rehashes up to `max_bytes` of committed objects, least recently scrubbed first; quarantines
   // mismatches. `throttle` applies scrub_bytes_per_sec.
   scrub_report scrub_once(std::uint64_t max_bytes = UINT64_MAX, bool throttle = false);
+  // Rehashes one committed object now (a caller saw it misbehave, e.g. a piece failed its hash
+  // while being uploaded). A mismatch quarantines it (event `quarantined`) and returns
+  // errc::digest_mismatch; an intact object returns success and stays.
+  [[nodiscard]] status verify(const digest& id);
 
   [[nodiscard]] subscription on_event(std::function<void(const event&)> cb);
   [[nodiscard]] stats get_stats() const;

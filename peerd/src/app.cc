@@ -1,0 +1,205 @@
+#include "app.h"
+
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include <filesystem>
+
+#include "common/heartbeat.h"
+#include "common/log.h"
+
+namespace shoal::peerd {
+
+app::app(const peerd_config& cfg)
+    : cfg_(cfg), rt_(static_cast<unsigned>(cfg.io_threads)), pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
+
+app::~app() {
+  stop_ = true;
+  hb_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (server_) server_->stop(std::chrono::milliseconds(0));
+  if (swarm_) swarm_->stop();
+  if (http_client_) http_client_->stop();
+  pool_.join();
+  cache_events_.reset();
+  if (store_) store_->stop();
+}
+
+result<std::unique_ptr<app>> app::build(const peerd_config& cfg) {
+  std::unique_ptr<app> a(new app(cfg));
+  if (auto s = a->init(); !s) return fail(s.error());
+  return a;
+}
+
+status app::init() {
+  if (cfg_.node.name.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    cfg_.node.name = host;
+  }
+  if (cfg_.swarm.partial_dir.empty()) {
+    cfg_.swarm.partial_dir = std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/partial";
+  }
+  http_client_ = std::make_unique<http::client>();
+  cache::options co;
+  co.root = cfg_.cache.dir;
+  co.quota_bytes = cfg_.cache.quota.bytes();
+  co.fs_share = cfg_.cache.fs_share;
+  co.high_watermark = cfg_.cache.high_watermark;
+  co.low_watermark = cfg_.cache.low_watermark;
+  co.idle_ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg_.cache.idle_ttl.get());
+  co.scrub_bytes_per_sec = cfg_.cache.scrub_rate.bytes();
+  auto st = cache::store::open(co);
+  if (!st) return fail(st.error().wrap("cache " + co.root));
+  store_ = std::move(*st);
+  store_->start_background();
+
+  auto sdb = state_db::open(std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/state");
+  if (!sdb) return fail(sdb.error());
+  state_ = std::move(*sdb);
+
+  auto sw = swarm_manager::start(cfg_.swarm, cfg_.node, cfg_.upstream.scheduler,
+                                 swarm_manager::deps{*store_, *state_, *http_client_, pool_});
+  if (!sw) return fail(sw.error().wrap("swarm"));
+  swarm_ = std::move(*sw);
+  cache_events_ = store_->on_event([this](const cache::event& e) {
+    if (e.type == cache::event_type::committed) return;
+    auto d = e.id;
+    boost::asio::post(pool_, [this, d] { (void)state_->forget(d); });
+  });
+  mirror_ = std::make_unique<mirror>(mirror::deps{cfg_, *store_, *swarm_, *http_client_, pool_, reg_});
+  register_metrics();
+
+  auto so = daemon::server_options_from(cfg_.http, "shoal-peerd");
+  auto& req_total = reg_.counter("shoal_peerd_requests_total", "HTTP requests answered.", {"kind", "code"});
+  auto& aborted = reg_.counter("shoal_peerd_responses_aborted_total", "Responses cut short.", {"kind"});
+  so.on_request_done = [&req_total, &aborted](const http::request_log& l) {
+    std::string_view t = l.target;
+    std::string kind = t.find("/blobs/") != std::string_view::npos       ? "blob"
+                       : t.find("/manifests/") != std::string_view::npos ? "manifest"
+                       : t.rfind("/shoal/", 0) == 0                      ? "api"
+                                                                         : "other";
+    req_total.with({kind, std::to_string(l.status)}).inc();
+    if (l.aborted) aborted.with({kind}).inc();
+    log::debug("request", log::kv("method", l.method), log::kv("target", l.target), log::kv("status", l.status),
+               log::kv("bytes", l.body_bytes_sent), log::kv("aborted", l.aborted), log::kv("error", l.error),
+               log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+  };
+  server_ = std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
+    (*mirror_)(std::move(r), std::move(resp));
+  });
+  auto hp = http::split_host_port(cfg_.http.listen);
+  if (!hp) return fail(hp.error().wrap("http.listen"));
+  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
+  if (!cfg_.upstream.scheduler.empty()) heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  log::info("peerd listening", log::kv("node", cfg_.node.name), log::kv("address", cfg_.http.listen),
+            log::kv("bt", swarm_->endpoint()), log::kv("registry_proxy", cfg_.upstream.registry_proxy));
+  return {};
+}
+
+void app::register_metrics() {
+  metrics::register_process_metrics(reg_);
+  auto* s = store_.get();
+  reg_.gauge_fn("shoal_cache_bytes", "Bytes of committed objects in the cache.",
+                [s] { return static_cast<double>(s->get_stats().bytes); });
+  reg_.gauge_fn("shoal_cache_objects", "Committed objects in the cache.",
+                [s] { return static_cast<double>(s->get_stats().objects); });
+  reg_.gauge_fn("shoal_cache_capacity_bytes", "Cache capacity.",
+                [s] { return static_cast<double>(s->get_stats().capacity_bytes); });
+  reg_.counter_fn("shoal_cache_evictions_total", "Objects evicted.",
+                  [s] { return static_cast<double>(s->get_stats().evictions); });
+  auto* w = swarm_.get();
+  const auto* c = &w->counters();
+  reg_.counter_fn("shoal_peerd_bytes_from_origin_total", "Payload bytes received from registry-proxy over BitTorrent.",
+                  [c] { return static_cast<double>(c->from_origin.load()); });
+  reg_.counter_fn("shoal_peerd_bytes_from_peers_total", "Payload bytes received from other nodes.",
+                  [c] { return static_cast<double>(c->from_peers.load()); });
+  reg_.counter_fn("shoal_peerd_bytes_from_http_fallback_total", "Bytes fetched from registry-proxy over HTTP after a stall.",
+                  [c] { return static_cast<double>(c->from_http.load()); });
+  reg_.counter_fn("shoal_peerd_bytes_served_local_total", "Blob bytes served to local clients.",
+                  [c] { return static_cast<double>(c->served_local.load()); });
+  reg_.counter_fn("shoal_peerd_bytes_uploaded_total", "Payload bytes uploaded to peers.",
+                  [c] { return static_cast<double>(c->uploaded.load()); });
+  reg_.counter_fn("shoal_peerd_hash_failures_total", "Pieces rejected because they failed their hash check.",
+                  [c] { return static_cast<double>(c->hash_failures.load()); });
+  reg_.counter_fn("shoal_peerd_quarantined_total", "Held objects found corrupt while seeding.",
+                  [c] { return static_cast<double>(c->quarantined.load()); });
+  reg_.counter_fn("shoal_peerd_http_fallbacks_total", "Ranges fetched over HTTP because the swarm stalled.",
+                  [c] { return static_cast<double>(c->fallbacks.load()); });
+  reg_.gauge_fn("shoal_peerd_downloads_active", "Objects being downloaded.",
+                [w] { return static_cast<double>(w->active_downloads()); });
+  reg_.gauge_fn("shoal_peerd_torrents_loaded", "Torrents loaded in the session.",
+                [w] { return static_cast<double>(w->loaded_torrents()); });
+}
+
+void app::heartbeat_loop() {
+  std::uint64_t seq = 0;
+  std::string epoch;
+  std::string base = cfg_.upstream.scheduler;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  std::unique_lock lk(hb_mu_);
+  auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.heartbeat_interval.get());
+  bool first = true;
+  while (!stop_.load()) {
+    if (!first) hb_cv_.wait_for(lk, interval);
+    first = false;
+    if (stop_.load()) break;
+    lk.unlock();
+    heartbeat::message m;
+    m.node = cfg_.node.name;
+    if (!cfg_.node.zone.empty()) m.labels["zone"] = cfg_.node.zone;
+    if (!cfg_.node.rack.empty()) m.labels["rack"] = cfg_.node.rack;
+    auto ep = swarm_->endpoint();
+    m.ip = ep.substr(0, ep.rfind(':'));
+    m.bt_port = swarm_->listen_port();
+    m.http_port = server_->port();
+    m.epoch = epoch;
+    m.seq = ++seq;
+    m.full = true;
+    for (auto& [d, ih] : swarm_->holdings()) {
+      heartbeat::held_object o;
+      o.id = d;
+      o.info_hash = ih;
+      if (auto info = store_->stat(d)) o.size = info->size;
+      m.objects.push_back(std::move(o));
+    }
+    auto cs = store_->get_stats();
+    m.cache_capacity = cs.capacity_bytes;
+    m.cache_used = cs.bytes;
+    http::client_request r;
+    r.method = "POST";
+    r.url = base + "/v1/heartbeat";
+    r.body = heartbeat::encode(m);
+    r.headers.emplace_back("Content-Type", "application/json");
+    r.timeouts.connect = std::chrono::milliseconds(2000);
+    r.timeouts.stall = std::chrono::milliseconds(5000);
+    auto f = http::fetch(*http_client_, std::move(r), 1 << 20);
+    if (!f) {
+      log::debug("heartbeat failed", log::kv("error", f.error().message));
+    } else if (f->status == 200) {
+      auto rep = heartbeat::decode_reply(f->body);
+      if (rep) epoch = rep->epoch;
+    } else {
+      log::warn("heartbeat refused", log::kv("status", f->status), log::kv("body", f->body.substr(0, 200)));
+    }
+    lk.lock();
+  }
+}
+
+int app::run() {
+  rt_.run(
+      [this] {
+        log::info("peerd stopping");
+        stop_ = true;
+        hb_cv_.notify_all();
+        if (server_) server_->stop(std::chrono::milliseconds(3000));
+      },
+      std::chrono::seconds(4), [this] { return server_->connections() == 0; });
+  log::info("peerd stopped");
+  return 0;
+}
+
+void app::stop() { rt_.stop(); }
+
+}  // namespace shoal::peerd

@@ -1,0 +1,70 @@
+#include "config.h"
+
+namespace shoal::peerd {
+
+void describe(config::binder& b, node_config& c) {
+  b.field("name", c.name, "Unique name of this node (empty: the host name).");
+  b.field("zone", c.zone, "Zone label: peers in the same zone are preferred.");
+  b.field("rack", c.rack, "Rack label: peers in the same rack are preferred most.");
+}
+
+void describe(config::binder& b, upstream_config& c) {
+  b.field("registry_proxy", c.registry_proxy, "Base URL of registry-proxy (manifests, metainfo, HTTP fallback).");
+  b.field("scheduler", c.scheduler, "Base URL of the scheduler (tracker and heartbeats). Empty: none.");
+  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward registry-proxy and the scheduler.",
+          {.min = 10ms});
+  b.field("request_timeout", c.request_timeout, "Stall timeout for manifests and other small requests.",
+          {.min = 100ms});
+  b.field("metainfo_wait", c.metainfo_wait,
+          "Long-poll for the metainfo of an object registry-proxy is still fetching; repeated while it "
+          "makes progress.",
+          {.min = 100ms});
+}
+
+void describe(config::binder& b, cache_config& c) {
+  b.field("dir", c.dir, "Directory of the object store.");
+  b.field("quota", c.quota, "Capacity in bytes; 0 means fs_share of the filesystem.");
+  b.field("fs_share", c.fs_share, "Share of the filesystem used when quota is 0.", {.min = 0.01, .max = 1.0});
+  b.field("high_watermark", c.high_watermark, "Start evicting above this share of capacity.", {.min = 0.05, .max = 1.0});
+  b.field("low_watermark", c.low_watermark, "Evict down to this share of capacity.", {.min = 0.01, .max = 1.0});
+  b.field("idle_ttl", c.idle_ttl, "Evict objects unread this long (0: never).");
+  b.field("scrub_rate", c.scrub_rate, "Background re-verification rate in bytes/s (0: off).");
+  b.check(c.low_watermark < c.high_watermark, "cache.low_watermark must be below cache.high_watermark");
+}
+
+void describe(config::binder& b, swarm_config& c) {
+  b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
+  b.field("announce_ip", c.announce_ip, "Address announced to the tracker (empty: the tracker sees the source).");
+  b.field("partial_dir", c.partial_dir,
+          "Directory of downloads in progress; must be on the cache's filesystem (empty: next to cache.dir).");
+  b.field("upload_rate_limit", c.upload_rate_limit, "Upload cap for seeding, bytes/s (0: unlimited).");
+  b.field("download_rate_limit", c.download_rate_limit, "Download cap, bytes/s (0: unlimited).");
+  b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
+  b.field("max_loaded_torrents", c.max_loaded_torrents,
+          "Torrents loaded at once; idle ones beyond this are unloaded and reloaded when a peer asks.", {.min = 1});
+  b.field("seed_idle_unload", c.seed_idle_unload, "Unload a seeded object no peer used for this long.", {.min = 1s});
+  b.field("stall_timeout", c.stall_timeout,
+          "When the swarm delivers no piece for this long, fetch missing ranges from registry-proxy over HTTP.",
+          {.min = 100ms});
+  b.field("fallback_deadline", c.fallback_deadline,
+          "When no byte arrives from any source for this long, fail the request so containerd falls back.",
+          {.min = 1s});
+  b.field("streaming_window", c.streaming_window,
+          "Pieces ahead of a client's read position that get deadlines (streaming priority).", {.min = 1, .max = 256});
+  b.field("heartbeat_interval", c.heartbeat_interval, "How often the node reports its holdings to the scheduler.",
+          {.min = 1s});
+}
+
+void describe(config::binder& b, peerd_config& c) {
+  b.section("http", c.http, "The HTTP API: containerd's mirror endpoint, status, pull.");
+  b.section("log", c.log, "Logging.");
+  b.field("io_threads", c.io_threads, "Threads running the network event loop.", {.min = 1, .max = 64});
+  b.field("worker_threads", c.worker_threads, "Threads for blocking work (disk, index, control calls).",
+          {.min = 1, .max = 256});
+  b.section("node", c.node, "This node's identity and topology.");
+  b.section("upstream", c.upstream, "registry-proxy and the scheduler.");
+  b.section("cache", c.cache, "The local object store.");
+  b.section("swarm", c.swarm, "BitTorrent.");
+}
+
+}  // namespace shoal::peerd

@@ -1,0 +1,29 @@
+// shoal-peerd: the node daemon (containerd mirror, swarm, local cache).
+#include <cstdio>
+
+#include "app.h"
+#include "common/log.h"
+
+int main(int argc, char** argv) {
+  shoal::peerd::peerd_config cfg;
+  auto args = shoal::config::parse_daemon_args(argc, argv, "shoal-peerd", cfg);
+  if (!args) {
+    std::fprintf(stderr, "shoal-peerd: %s\n", args.error().message.c_str());
+    return 2;
+  }
+  if (args->exit) {
+    std::fputs(args->output.c_str(), stdout);
+    return 0;
+  }
+  if (auto s = shoal::daemon::init_logging(cfg.log, "peerd"); !s) {
+    std::fprintf(stderr, "shoal-peerd: %s\n", s.error().message.c_str());
+    return 2;
+  }
+  auto app = shoal::peerd::app::build(cfg);
+  if (!app) {
+    shoal::log::error("cannot start", shoal::log::kv("error", app.error().message));
+    std::fprintf(stderr, "shoal-peerd: %s\n", app.error().message.c_str());
+    return 1;
+  }
+  return (*app)->run();
+}

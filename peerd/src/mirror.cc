@@ -1,0 +1,501 @@
+#include "mirror.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <future>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/oci.h"
+
+namespace shoal::peerd {
+
+namespace net = boost::asio;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+http::response oci_error(unsigned status, oci::error_code code, std::string_view message) {
+  auto r = http::response::json(status, oci::error_body(code, message));
+  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+  return r;
+}
+
+std::string url_escape(std::string_view s) {
+  static const char* hx = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hx[c >> 4];
+      out += hx[c & 15];
+    }
+  }
+  return out;
+}
+
+// Streams an object being downloaded (or just downloaded) to one client, in order.
+class download_source final : public http::body_source {
+ public:
+  download_source(std::shared_ptr<download> dl, std::uint64_t off, std::uint64_t len, std::atomic<std::uint64_t>* served)
+      : st_(std::make_shared<state>()), served_(served) {
+    st_->dl = std::move(dl);
+    st_->off = off;
+    st_->end = len == UINT64_MAX ? st_->dl->meta().size : off + len;
+  }
+
+  void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
+    auto st = st_;
+    if (st->off >= st->end) return done(http::chunk::end());
+    const auto& m = st->dl->meta();
+    std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
+    auto slice = [st, max_bytes, served = served_](const piece_buffer& buf, std::uint32_t p) -> http::chunk {
+      const auto& mm = st->dl->meta();
+      std::uint64_t poff = mm.piece_offset(p);
+      std::uint64_t from = st->off - poff;
+      std::uint64_t n = std::min<std::uint64_t>({buf->size() - from, st->end - st->off, max_bytes});
+      std::string out = buf->substr(static_cast<std::size_t>(from), static_cast<std::size_t>(n));
+      st->off += n;
+      if (served) served->fetch_add(n);
+      return http::chunk::bytes(std::move(out));
+    };
+    if (st->buf && st->buf_piece == piece) return done(slice(st->buf, piece));
+    st->dl->read_piece(piece, [st, piece, slice, done = std::move(done)](result<piece_buffer> b) {
+      if (!b) return done(fail(b.error()));
+      st->buf = *b;
+      st->buf_piece = piece;
+      done(slice(st->buf, piece));
+    });
+  }
+
+ private:
+  struct state {
+    std::shared_ptr<download> dl;
+    std::uint64_t off = 0, end = 0;
+    piece_buffer buf;
+    std::uint32_t buf_piece = UINT32_MAX;
+  };
+  std::shared_ptr<state> st_;
+  std::atomic<std::uint64_t>* served_;
+};
+
+}  // namespace
+
+// The single flight of "get the metainfo, start the download" for one object.
+struct mirror::job {
+  std::mutex mu;
+  bool finished = false;
+  std::shared_ptr<download> dl;
+  unsigned status = 0;  // when no download: the HTTP status to answer
+  std::string message;
+  std::vector<std::function<void()>> waiters;
+  std::uint64_t last_bytes = 0;
+  steady::time_point last_progress = steady::now();
+};
+
+mirror::mirror(deps d) : d_(d) {
+  cache_hits_ = &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.").with({});
+  swarm_fetches_ = &d_.metrics.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.").with({});
+  forward_errors_ = &d_.metrics.counter("shoal_peerd_forward_errors_total",
+                                        "Requests registry-proxy could not answer (unreachable or timed out).").with({});
+}
+
+std::string mirror::proxy_url(const std::string& path_and_query) const {
+  std::string base = d_.cfg.upstream.registry_proxy;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + path_and_query;
+}
+
+void mirror::operator()(http::request&& req, http::responder resp) {
+  auto health = [this] {
+    daemon::health h;
+    return h;
+  };
+  if (daemon::serve_ops(req, resp, d_.metrics, health)) return;
+  if (req.path == "/shoal/v1/status") return handle_status(resp);
+  if (req.path == "/shoal/v1/pull") return handle_pull(req, resp);
+  if (req.path.rfind("/v2", 0) != 0) return resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
+  if (req.method != http::verb::get && req.method != http::verb::head) {
+    return resp.send(oci_error(405, oci::error_code::unsupported, "peerd serves the pull API only"));
+  }
+  if (req.path == "/v2" || req.path == "/v2/") {
+    auto r = http::response::json(200, "{}");
+    r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+    return resp.send(std::move(r));
+  }
+  // /v2/<name>/blobs/<digest>: ours; everything else under /v2 goes to registry-proxy.
+  auto b = req.path.rfind("/blobs/");
+  if (b != std::string::npos) {
+    std::string name = req.path.substr(4, b - 4);
+    auto d = digest::parse(std::string_view(req.path).substr(b + 7));
+    if (!d) return resp.send(oci_error(400, oci::error_code::digest_invalid, d.error().message));
+    if (!oci::valid_name(name)) return resp.send(oci_error(400, oci::error_code::name_invalid, "invalid repository name"));
+    auto ns = req.query_param("ns").value_or("");
+    if (!ns.empty() && !oci::valid_registry_host(ns)) {
+      return resp.send(oci_error(400, oci::error_code::name_invalid, "ns is not a registry host"));
+    }
+    std::string auth(req.header("Authorization"));
+    return serve_blob(ns, name, *d, auth, req.method == http::verb::head, resp);
+  }
+  net::post(d_.pool, [this, req = std::move(req), resp]() mutable { forward(req, resp); });
+}
+
+void mirror::forward(const http::request& req, const http::responder& resp) {
+  http::client_request r;
+  r.method = req.method == http::verb::head ? "HEAD" : "GET";
+  r.url = proxy_url(req.target);
+  for (const char* h : {"Accept", "Authorization"}) {
+    auto v = req.header(h);
+    if (!v.empty()) r.headers.emplace_back(h, std::string(v));
+  }
+  r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+  r.max_retries = 1;
+  auto f = http::fetch(d_.http, std::move(r), 8u << 20);
+  if (!f) {
+    forward_errors_->inc();
+    unsigned s = f.error().is(errc::timeout) ? 504 : 502;
+    return resp.send(oci_error(s, oci::error_code::unsupported, "registry-proxy: " + f.error().message));
+  }
+  http::response out;
+  out.status = static_cast<unsigned>(f->status);
+  for (const char* h : {"Content-Type", "Docker-Content-Digest", "Docker-Distribution-API-Version", "Warning",
+                        "WWW-Authenticate", "Retry-After", "ETag", "OCI-Namespace"}) {
+    if (auto v = f->header(h)) out.headers.set(h, std::string(*v));
+  }
+  if (req.method == http::verb::head) {
+    if (auto v = f->header("Content-Length")) out.headers.set("Content-Length", std::string(*v));
+  } else {
+    out.body = std::move(f->body);
+  }
+  resp.send(std::move(out));
+}
+
+void mirror::serve_blob(const std::string& ns, const std::string& repo, const digest& d, const std::string& auth,
+                        bool head, const http::responder& resp) {
+  net::post(d_.pool, [this, ns, repo, d, auth, head, resp] {
+    // 1. The local cache.
+    if (auto rd = d_.store.open_read(d)) {
+      http::response r;
+      r.status = 200;
+      r.headers.set("Docker-Content-Digest", d.str());
+      r.headers.set("Content-Type", "application/octet-stream");
+      r.rangeable = true;
+      std::uint64_t size = rd->size();
+      r.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
+      cache_hits_->inc();
+      if (!head) d_.swarm.counters_mut().served_local.fetch_add(size);
+      return resp.send(std::move(r));
+    }
+    // 2. A download in progress.
+    if (auto dl = d_.swarm.find(d)) return respond_from_download(dl, head, resp);
+    // 3. HEAD of something we do not have: registry-proxy knows.
+    if (head) {
+      http::request fake;
+      fake.method = http::verb::head;
+      fake.target = "/v2/" + repo + "/blobs/" + d.str() + (ns.empty() ? "" : "?ns=" + url_escape(ns));
+      if (!auth.empty()) fake.headers.set("Authorization", auth);
+      return forward(fake, resp);
+    }
+    // 4. Fetch it through the swarm (one metainfo request per object, however many ask).
+    std::shared_ptr<job> j;
+    bool leader = false;
+    {
+      std::lock_guard lk(mu_);
+      auto it = jobs_.find(d);
+      if (it != jobs_.end()) {
+        j = it->second;
+      } else {
+        j = std::make_shared<job>();
+        jobs_[d] = j;
+        leader = true;
+      }
+    }
+    auto respond = [this, j, head, resp] {
+      std::shared_ptr<download> dl;
+      unsigned status;
+      std::string message;
+      {
+        std::lock_guard lk(j->mu);
+        dl = j->dl;
+        status = j->status;
+        message = j->message;
+      }
+      if (dl) return respond_from_download(dl, head, resp);
+      // The object may have become cached meanwhile (someone else completed it).
+      oci::error_code code = status == 404 ? oci::error_code::blob_unknown
+                             : status == 401 ? oci::error_code::unauthorized
+                             : status == 403 ? oci::error_code::denied
+                             : status == 429 ? oci::error_code::toomanyrequests
+                                             : oci::error_code::unsupported;
+      resp.send(oci_error(status ? status : 502, code, message));
+    };
+    {
+      std::lock_guard lk(j->mu);
+      if (j->finished) {
+        // fallthrough to respond below
+      } else {
+        j->waiters.push_back(respond);
+        if (!leader) return;
+      }
+    }
+    if (!leader) return respond();
+    swarm_fetches_->inc();
+    unsigned status = 0;
+    auto dl = start_download(ns, repo, d, auth, status);
+    std::vector<std::function<void()>> waiters;
+    {
+      std::lock_guard lk(j->mu);
+      j->finished = true;
+      if (dl) {
+        j->dl = *dl;
+      } else {
+        j->status = status ? status : 502;
+        j->message = dl.error().message;
+      }
+      waiters.swap(j->waiters);
+    }
+    {
+      std::lock_guard lk(mu_);
+      jobs_.erase(d);
+    }
+    for (auto& w : waiters) w();
+  });
+}
+
+void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp) {
+  http::response r;
+  r.status = 200;
+  r.headers.set("Docker-Content-Digest", dl->id().str());
+  r.headers.set("Content-Type", "application/octet-stream");
+  r.rangeable = true;
+  auto* served = &d_.swarm.counters_mut().served_local;
+  r.body = http::stream_body{dl->meta().size, [dl, served](std::uint64_t off, std::uint64_t len) {
+                               return std::make_unique<download_source>(dl, off, len, served);
+                             }};
+  (void)head;
+  resp.send(std::move(r));
+}
+
+result<std::shared_ptr<download>> mirror::start_download(const std::string& ns, const std::string& repo,
+                                                         const digest& d, const std::string& auth,
+                                                         unsigned& status_out) {
+  // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  const auto deadline = std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
+  std::uint64_t last_bytes = 0;
+  auto last_progress = steady::now();
+  for (int round = 0; round < 100000; ++round) {
+    std::string q = "/shoal/v1/metainfo/" + d.str() + "?repo=" + url_escape(repo) +
+                    "&wait_ms=" + std::to_string(wait.count());
+    if (!ns.empty()) q += "&ns=" + url_escape(ns);
+    http::client_request r;
+    r.url = proxy_url(q);
+    if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.stall = wait + std::chrono::seconds(5);
+    r.max_retries = 1;
+    auto f = http::fetch(d_.http, std::move(r), 64u << 20);
+    if (!f) {
+      forward_errors_->inc();
+      status_out = f.error().is(errc::timeout) ? 504 : 502;
+      return fail(f.error().wrap("metainfo from registry-proxy"));
+    }
+    if (f->status == 200) {
+      auto m = object_metainfo::parse(f->body, d);
+      if (!m) {
+        status_out = 502;
+        return fail(m.error());
+      }
+      std::vector<std::string> seeds;
+      if (auto s = f->header("Shoal-Seed")) seeds.emplace_back(*s);
+      fallback_info fb;
+      fb.url = proxy_url("/v2/" + repo + "/blobs/" + d.str() + (ns.empty() ? "" : "?ns=" + url_escape(ns)));
+      fb.authorization = auth;
+      auto dl = d_.swarm.fetch(d, f->body, *m, seeds, std::move(fb));
+      if (!dl && dl.error().is(errc::already_exists)) {
+        status_out = 503;
+        return fail(errc::busy, "object became available locally; retry");
+      }
+      if (!dl) status_out = 500;
+      return dl;
+    }
+    if (f->status == 202) {
+      auto j = nlohmann::json::parse(f->body, nullptr, false);
+      std::uint64_t bytes = 0;
+      if (j.is_object() && j.contains("bytes") && j["bytes"].is_number_unsigned()) bytes = j["bytes"].get<std::uint64_t>();
+      auto now = steady::now();
+      if (round == 0 || bytes > last_bytes) {
+        last_bytes = bytes;
+        last_progress = now;
+      } else if (now - last_progress > deadline) {
+        status_out = 504;
+        return fail(errc::timeout, "registry-proxy made no progress fetching " + d.short_str());
+      }
+      continue;
+    }
+    status_out = static_cast<unsigned>(f->status);
+    std::string msg = "registry-proxy answered HTTP " + std::to_string(f->status);
+    auto j = nlohmann::json::parse(f->body, nullptr, false);
+    if (j.is_object() && j.contains("errors") && j["errors"].is_array() && !j["errors"].empty() &&
+        j["errors"][0].is_object() && j["errors"][0].contains("message") && j["errors"][0]["message"].is_string()) {
+      msg += ": " + j["errors"][0]["message"].get<std::string>();
+    }
+    return fail(errc::upstream_error, msg);
+  }
+  status_out = 504;
+  return fail(errc::timeout, "metainfo never became ready");
+}
+
+status mirror::ensure_blob(const std::string& ns, const std::string& repo, const digest& d,
+                           const std::string& authorization) {
+  if (d_.store.contains(d)) return {};
+  std::shared_ptr<download> dl = d_.swarm.find(d);
+  if (!dl) {
+    unsigned s = 0;
+    auto r = start_download(ns, repo, d, authorization, s);
+    if (!r) {
+      if (d_.store.contains(d)) return {};
+      return fail(r.error());
+    }
+    dl = *r;
+  }
+  // Wait for the last piece: reading it completes only when it exists.
+  std::promise<status> p;
+  auto fut = p.get_future();
+  std::uint32_t last = dl->meta().piece_count() == 0 ? 0 : dl->meta().piece_count() - 1;
+  if (dl->meta().piece_count() == 0) return {};
+  dl->read_piece(last, [&p](result<piece_buffer> b) {
+    if (!b) p.set_value(fail(b.error()));
+    else p.set_value({});
+  });
+  auto st = fut.get();
+  if (!st) return st;
+  // Then until it is committed to the cache.
+  for (int i = 0; i < 6000 && !d_.store.contains(d); ++i) {
+    if (dl->current() == download::state::failed) return fail(*dl->failure());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!d_.store.contains(d)) return fail(errc::timeout, "object downloaded but not committed");
+  return {};
+}
+
+void mirror::handle_status(const http::responder& resp) {
+  net::post(d_.pool, [this, resp] {
+    const auto& c = d_.swarm.counters();
+    auto cs = d_.store.get_stats();
+    nlohmann::json j;
+    j["node"] = d_.cfg.node.name;
+    j["cache"] = {{"objects", cs.objects},       {"bytes", cs.bytes},       {"capacity", cs.capacity_bytes},
+                  {"inflight_bytes", cs.inflight_bytes}, {"hits", cs.hits}, {"evictions", cs.evictions}};
+    j["bytes"] = {{"from_origin", c.from_origin.load()}, {"from_peers", c.from_peers.load()},
+                  {"from_http_fallback", c.from_http.load()}, {"served_local", c.served_local.load()},
+                  {"uploaded_to_peers", c.uploaded.load()}};
+    j["downloads"] = nlohmann::json::array();
+    for (const auto& s : d_.swarm.status()) {
+      j["downloads"].push_back({{"digest", s.id.str()}, {"pieces_done", s.done}, {"pieces", s.total}, {"size", s.size},
+                                {"peers", s.peers}, {"download_rate", s.download_rate}, {"upload_rate", s.upload_rate}});
+    }
+    j["torrents_loaded"] = d_.swarm.loaded_torrents();
+    j["counters"] = {{"downloads_ok", c.downloads_ok.load()}, {"downloads_failed", c.downloads_failed.load()},
+                     {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
+                     {"http_fallbacks", c.fallbacks.load()}};
+    resp.send(http::response::json(200, j.dump()));
+  });
+}
+
+void mirror::handle_pull(const http::request& req, const http::responder& resp) {
+  if (req.method != http::verb::post) return resp.send(http::response::json(405, R"({"error":"use POST"})"));
+  auto body = nlohmann::json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("image") || !body["image"].is_string()) {
+    return resp.send(http::response::json(400, R"({"error":"body must be {\"image\": \"<reference>\"}"})"));
+  }
+  auto ref = oci::parse_image_ref(body["image"].get<std::string>());
+  if (!ref) {
+    nlohmann::json e = {{"error", ref.error().message}};
+    return resp.send(http::response::json(400, e.dump()));
+  }
+  std::string platform = body.value("platform", "linux/amd64");
+  std::string auth(req.header("Authorization"));
+  net::post(d_.pool, [this, ref = *ref, platform, auth, resp] {
+    auto t0 = steady::now();
+    const std::string accept = std::string(oci::media::accept_all);
+    auto get_manifest = [&](const std::string& reference) -> result<std::pair<std::string, nlohmann::json>> {
+      http::client_request r;
+      r.url = proxy_url("/v2/" + ref.repository + "/manifests/" + reference + "?ns=" + url_escape(ref.registry));
+      r.headers.emplace_back("Accept", accept);
+      if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
+      r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+      r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+      auto f = http::fetch(d_.http, std::move(r), 8u << 20);
+      if (!f) return fail(f.error());
+      if (f->status != 200) return fail(errc::upstream_error, "manifest " + reference + ": HTTP " + std::to_string(f->status));
+      auto j = nlohmann::json::parse(f->body, nullptr, false);
+      if (j.is_discarded()) return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
+      return std::make_pair(std::string(f->header("Content-Type").value_or("")), j);
+    };
+    nlohmann::json out;
+    auto top = get_manifest(ref.dig ? ref.dig->str() : ref.tag);
+    if (!top) {
+      out["error"] = top.error().message;
+      return resp.send(http::response::json(502, out.dump()));
+    }
+    nlohmann::json manifest = top->second;
+    if (manifest.contains("manifests")) {
+      // An index: pick the platform.
+      std::string want_os = platform.substr(0, platform.find('/'));
+      std::string want_arch = platform.substr(platform.find('/') + 1);
+      std::string chosen;
+      for (const auto& m : manifest["manifests"]) {
+        if (!m.is_object() || !m.contains("platform")) continue;
+        if (m["platform"].value("os", "") == want_os && m["platform"].value("architecture", "") == want_arch) {
+          chosen = m.value("digest", "");
+          break;
+        }
+      }
+      if (chosen.empty()) {
+        out["error"] = "no manifest for platform " + platform;
+        return resp.send(http::response::json(404, out.dump()));
+      }
+      auto sub = get_manifest(chosen);
+      if (!sub) {
+        out["error"] = sub.error().message;
+        return resp.send(http::response::json(502, out.dump()));
+      }
+      manifest = sub->second;
+    }
+    std::vector<std::pair<digest, std::uint64_t>> blobs;
+    auto add = [&](const nlohmann::json& desc) {
+      if (!desc.is_object()) return;
+      auto dd = digest::parse(desc.value("digest", ""));
+      if (dd) blobs.emplace_back(*dd, desc.value("size", std::uint64_t{0}));
+    };
+    if (manifest.contains("config")) add(manifest["config"]);
+    if (manifest.contains("layers") && manifest["layers"].is_array()) {
+      for (const auto& l : manifest["layers"]) add(l);
+    }
+    std::uint64_t total = 0;
+    nlohmann::json results = nlohmann::json::array();
+    bool ok = true;
+    for (const auto& [dd, size] : blobs) {
+      bool had = d_.store.contains(dd);
+      auto st = ensure_blob(ref.registry, ref.repository, dd, auth);
+      total += size;
+      results.push_back({{"digest", dd.str()}, {"size", size}, {"cached_before", had},
+                         {"ok", static_cast<bool>(st)}, {"error", st ? std::string() : st.error().message}});
+      ok = ok && static_cast<bool>(st);
+    }
+    out["image"] = ref.str();
+    out["blobs"] = results;
+    out["bytes"] = total;
+    out["seconds"] = std::chrono::duration<double>(steady::now() - t0).count();
+    out["ok"] = ok;
+    resp.send(http::response::json(ok ? 200 : 502, out.dump()));
+  });
+}
+
+}  // namespace shoal::peerd

@@ -1,0 +1,66 @@
+#pragma once
+// containerd's mirror endpoint on the node (the same OCI pull subset as registry-proxy):
+// manifests are forwarded to registry-proxy with ns= and the client's Authorization; a cached
+// blob is served from the local cache with sendfile and Range; a missing blob is fetched through
+// the swarm and streamed to the client in order as its pieces arrive. Also the node's own API:
+// /shoal/v1/status and /shoal/v1/pull (warm the cache with an image).
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cache/store.h"
+#include "common/daemon.h"
+#include "common/http_client.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "config.h"
+#include "swarm.h"
+
+namespace shoal::peerd {
+
+class mirror {
+ public:
+  struct deps {
+    const peerd_config& cfg;
+    cache::store& store;
+    swarm_manager& swarm;
+    http::client& http;
+    boost::asio::thread_pool& pool;
+    metrics::registry& metrics;
+  };
+  explicit mirror(deps d);
+  void operator()(http::request&& req, http::responder resp);
+
+  // Blocking: makes sure the blob is in the local cache (fetching it through the swarm); used by
+  // the pull API. Returns once it is committed, or the error.
+  [[nodiscard]] status ensure_blob(const std::string& ns, const std::string& repo, const digest& d,
+                                   const std::string& authorization);
+
+ private:
+  struct job;
+  void forward(const http::request& req, const http::responder& resp);
+  void serve_blob(const std::string& ns, const std::string& repo, const digest& d, const std::string& auth,
+                  bool head, const http::responder& resp);
+  void respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp);
+  // Gets the metainfo (long-polling while registry-proxy fetches) and starts the download.
+  [[nodiscard]] result<std::shared_ptr<download>> start_download(const std::string& ns, const std::string& repo,
+                                                                 const digest& d, const std::string& auth,
+                                                                 unsigned& status_out);
+  void handle_pull(const http::request& req, const http::responder& resp);
+  void handle_status(const http::responder& resp);
+  std::string proxy_url(const std::string& path_and_query) const;
+
+  deps d_;
+  std::mutex mu_;
+  std::map<digest, std::shared_ptr<job>> jobs_;  // metainfo fetch in progress, per object
+  metrics::counter* cache_hits_;
+  metrics::counter* swarm_fetches_;
+  metrics::counter* forward_errors_;
+};
+
+}  // namespace shoal::peerd

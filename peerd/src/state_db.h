@@ -1,0 +1,46 @@
+#pragma once
+// peerd's side index: the metainfo of every object it holds (so any holder can serve its swarm
+// later without rehashing) and the info-hash → digest map the on-demand seeder needs. RocksDB
+// on disk, mirrored in memory for lookups from libtorrent's network thread. Thread-safe.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/digest.h"
+#include "common/error.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace shoal::peerd {
+
+class state_db {
+ public:
+  [[nodiscard]] static result<std::unique_ptr<state_db>> open(const std::string& dir);
+  ~state_db();
+  state_db(const state_db&) = delete;
+  state_db& operator=(const state_db&) = delete;
+
+  // Stores the torrent of an object (info-hash given as 40 hex characters).
+  [[nodiscard]] status put(const digest& d, const std::string& info_hash_hex, const std::string& torrent);
+  [[nodiscard]] std::optional<std::string> torrent(const digest& d) const;
+  [[nodiscard]] std::optional<digest> by_info_hash(const std::string& info_hash_hex) const;
+  [[nodiscard]] std::optional<std::string> info_hash(const digest& d) const;
+  [[nodiscard]] status forget(const digest& d);
+  // Every (digest, info-hash) known.
+  [[nodiscard]] std::vector<std::pair<digest, std::string>> all() const;
+
+ private:
+  explicit state_db(rocksdb::DB* db) : db_(db) {}
+  rocksdb::DB* db_;
+  mutable std::mutex mu_;
+  std::map<std::string, digest> by_hash_;
+  std::map<digest, std::string> hash_of_;
+};
+
+}  // namespace shoal::peerd

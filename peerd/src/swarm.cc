@@ -1,0 +1,743 @@
+#include "swarm.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <libtorrent/add_torrent_params.hpp>
+#include <libtorrent/alert_types.hpp>
+#include <libtorrent/extensions.hpp>
+#include <libtorrent/session_stats.hpp>
+#include <libtorrent/torrent_info.hpp>
+#include <libtorrent/torrent_status.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include <filesystem>
+
+#include "common/fd.h"
+#include "common/log.h"
+
+namespace shoal::peerd {
+
+namespace net = boost::asio;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// Loads the torrent of an object this node holds when a peer asks for it (unloaded seeds).
+struct on_demand_plugin final : lt::plugin {
+  explicit on_demand_plugin(swarm_manager* m) : mgr(m) {}
+  bool on_unknown_torrent(lt::info_hash_t const& ih, lt::peer_connection_handle const&,
+                          lt::add_torrent_params& p) override {
+    return mgr->prepare_on_demand(ih.v1, p);
+  }
+  swarm_manager* mgr;
+};
+
+std::string ih_of(const lt::torrent_handle& h) { return swarm::hash_hex(h.info_hashes().v1); }
+
+result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std::uint64_t len) {
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open " + path);
+  auto buf = std::make_shared<std::string>(static_cast<std::size_t>(len), '\0');
+  std::uint64_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd.get(), buf->data() + done, static_cast<std::size_t>(len - done), static_cast<off_t>(off + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(errno, "read " + path);
+    }
+    if (n == 0) return fail(errc::size_mismatch, path + " ended early");
+    done += static_cast<std::uint64_t>(n);
+  }
+  return piece_buffer(std::move(buf));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// download
+
+download::state download::current() const {
+  std::lock_guard lk(mu_);
+  return st_;
+}
+
+std::optional<error> download::failure() const {
+  std::lock_guard lk(mu_);
+  return err_;
+}
+
+std::uint32_t download::pieces_done() const {
+  std::lock_guard lk(mu_);
+  return done_;
+}
+
+void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb) {
+  if (i >= meta_.piece_count()) return cb(fail(errc::invalid_argument, "piece out of range"));
+  std::unique_lock lk(mu_);
+  if (st_ == state::failed) {
+    auto e = *err_;
+    lk.unlock();
+    return cb(fail(e));
+  }
+  if (st_ == state::complete) {
+    std::string path = object_path_;
+    lk.unlock();
+    std::uint64_t off = meta_.piece_offset(i);
+    std::uint64_t len = meta_.piece_length(i);
+    net::post(mgr_->pool(), [path, off, len, cb = std::move(cb)] { cb(pread_range(path, off, len)); });
+    return;
+  }
+  if (have_[i]) {
+    bool issue = reading_[i].empty();
+    reading_[i].push_back(std::move(cb));
+    lk.unlock();
+    if (issue) mgr_->request_piece(shared_from_this(), i);
+    return;
+  }
+  waiting_[i].push_back(std::move(cb));
+  bool moved = i < cursor_ || cursor_ == 0 || waiting_.begin()->first == i;
+  cursor_ = waiting_.begin()->first;
+  auto h = h_;
+  std::uint32_t total = meta_.piece_count();
+  lk.unlock();
+  if (moved && h.is_valid()) {
+    // Streaming priority: deadlines for the pieces right after the reader's position.
+    int window = mgr_->streaming_window();
+    for (std::uint32_t j = i; j < std::min<std::uint32_t>(total, i + static_cast<std::uint32_t>(window)); ++j) {
+      h.set_piece_deadline(lt::piece_index_t(static_cast<int>(j)), static_cast<int>(100 * (j - i + 1)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// swarm_manager
+
+result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& cfg, const node_config& node,
+                                                             const std::string& scheduler_url, deps d) {
+  std::unique_ptr<swarm_manager> m(new swarm_manager(cfg, node, scheduler_url, d));
+  swarm::settings ss;
+  ss.listen = cfg.listen;
+  ss.connections_limit = cfg.connections_limit;
+  ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
+  ss.download_rate_limit = cfg.download_rate_limit.bytes();
+  auto ses = swarm::session::start(ss);
+  if (!ses) return shoal::fail(ses.error());
+  m->ses_ = std::move(*ses);
+  // Per-block alerts attribute every byte to its source (registry-proxy or a peer).
+  lt::settings_pack extra;
+  extra.set_int(lt::settings_pack::alert_mask,
+                lt::alert_category::error | lt::alert_category::status | lt::alert_category::storage |
+                    lt::alert_category::tracker | lt::alert_category::performance_warning |
+                    lt::alert_category::piece_progress | lt::alert_category::block_progress);
+  m->ses_->raw().apply_settings(extra);
+  m->ses_->raw().add_extension(std::make_shared<on_demand_plugin>(m.get()));
+  auto* self = m.get();
+  m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
+  m->monitor_ = std::thread([self] { self->monitor(); });
+  log::info("swarm started", log::kv("listen", cfg.listen), log::kv("port", m->ses_->listen_port()));
+  return m;
+}
+
+swarm_manager::~swarm_manager() { stop(); }
+
+void swarm_manager::stop() {
+  if (stop_.exchange(true)) return;
+  mon_cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  std::vector<std::shared_ptr<download>> dls;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [d, dl] : downloads_) dls.push_back(dl);
+  }
+  for (auto& dl : dls) fail(dl, error{errc::cancelled, "peerd is shutting down"});
+  if (ses_) ses_->stop();
+}
+
+std::string swarm_manager::endpoint() const {
+  std::string host = cfg_.announce_ip;
+  if (host.empty()) host = cfg_.listen.substr(0, cfg_.listen.rfind(':'));
+  return host + ":" + std::to_string(listen_port());
+}
+
+std::vector<std::string> swarm_manager::trackers() const {
+  if (scheduler_.empty()) return {};
+  std::string t = swarm::tracker_url(scheduler_ + "/announce", node_.name, node_.zone, node_.rack, "peer");
+  if (!cfg_.announce_ip.empty()) t += "&ip=" + cfg_.announce_ip;
+  return {t};
+}
+
+std::shared_ptr<download> swarm_manager::find(const digest& d) const {
+  std::lock_guard lk(mu_);
+  auto it = downloads_.find(d);
+  return it == downloads_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<download> swarm_manager::by_hash(const std::string& ih) const {
+  std::lock_guard lk(mu_);
+  auto it = by_ih_.find(ih);
+  return it == by_ih_.end() ? nullptr : it->second;
+}
+
+std::size_t swarm_manager::active_downloads() const {
+  std::lock_guard lk(mu_);
+  return downloads_.size();
+}
+
+std::size_t swarm_manager::loaded_torrents() const {
+  std::lock_guard lk(mu_);
+  return downloads_.size() + seeds_.size();
+}
+
+result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const std::string& torrent,
+                                                       const object_metainfo& m, const std::vector<std::string>& seeds,
+                                                       fallback_info fb) {
+  if (stop_.load()) return shoal::fail(errc::cancelled, "peerd is shutting down");
+  std::string ih = m.info_hash_hex();
+  std::string partial = cfg_.partial_dir + "/" + d.hex().substr(0, 2);
+  std::error_code ec;
+  std::filesystem::create_directories(partial, ec);
+  if (ec) return shoal::fail(ec, "create " + partial + ": " + ec.message());
+  std::shared_ptr<download> dl;
+  {
+    std::lock_guard lk(mu_);
+    auto it = downloads_.find(d);
+    if (it != downloads_.end()) return it->second;
+    if (seeds_.count(ih)) return shoal::fail(errc::already_exists, "object is already held and seeded");
+    dl = std::make_shared<download>(d, m, partial);
+    dl->mgr_ = this;
+    dl->fallback_ = std::move(fb);
+    dl->started_ = dl->last_progress_ = steady::now();
+    dl->torrent_ = torrent;
+    downloads_[d] = dl;
+    by_ih_[ih] = dl;
+  }
+  lt::error_code lec;
+  auto ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), lec);
+  if (lec) {
+    fail(dl, error{errc::protocol_error, "metainfo: " + lec.message()});
+    return shoal::fail(errc::protocol_error, "metainfo for " + d.short_str() + ": " + lec.message());
+  }
+  lt::add_torrent_params p;
+  p.ti = ti;
+  p.save_path = partial;
+  p.flags = lt::torrent_flags::update_subscribe;  // neither auto-managed nor paused
+  p.trackers = trackers();
+  for (const auto& s : seeds) {
+    auto colon = s.rfind(':');
+    if (colon == std::string::npos) continue;
+    boost::system::error_code aec;
+    auto addr = lt::make_address(s.substr(0, colon), aec);
+    if (aec) continue;
+    try {
+      auto port = static_cast<std::uint16_t>(std::stoi(s.substr(colon + 1)));
+      p.peers.emplace_back(addr, port);
+      std::lock_guard lk(mu_);
+      origin_ip_ = addr.to_string();
+    } catch (...) {
+    }
+  }
+  auto h = ses_->raw().add_torrent(std::move(p), lec);
+  if (lec) {
+    fail(dl, error{errc::internal, "add torrent: " + lec.message()});
+    return shoal::fail(errc::internal, "add torrent for " + d.short_str() + ": " + lec.message());
+  }
+  {
+    std::lock_guard lk(dl->mu_);
+    dl->h_ = h;
+  }
+  log::info("download started", log::kv("digest", d.str()), log::kv("size", m.size), log::kv("pieces", m.piece_count()),
+            log::kv("info_hash", ih));
+  return dl;
+}
+
+void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece) {
+  lt::torrent_handle h;
+  {
+    std::lock_guard lk(dl->mu_);
+    h = dl->h_;
+  }
+  if (h.is_valid()) h.read_piece(lt::piece_index_t(static_cast<int>(piece)));
+}
+
+void swarm_manager::on_alert(lt::alert* a) {
+  if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) {
+    auto dl = by_hash(ih_of(pf->handle));
+    if (!dl) return;
+    auto p = static_cast<std::uint32_t>(static_cast<int>(pf->piece_index));
+    bool issue = false;
+    {
+      std::lock_guard lk(dl->mu_);
+      if (p < dl->have_.size() && !dl->have_[p]) {
+        dl->have_[p] = true;
+        ++dl->done_;
+      }
+      dl->last_progress_ = steady::now();
+      auto it = dl->waiting_.find(p);
+      if (it != dl->waiting_.end()) {
+        auto& r = dl->reading_[p];
+        issue = r.empty();
+        for (auto& cb : it->second) r.push_back(std::move(cb));
+        dl->waiting_.erase(it);
+      }
+    }
+    if (issue) pf->handle.read_piece(pf->piece_index);
+    return;
+  }
+  if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) {
+    auto dl = by_hash(ih_of(rp->handle));
+    if (!dl) return;
+    auto p = static_cast<std::uint32_t>(static_cast<int>(rp->piece));
+    std::vector<download::piece_cb> cbs;
+    {
+      std::lock_guard lk(dl->mu_);
+      auto it = dl->reading_.find(p);
+      if (it == dl->reading_.end()) return;
+      cbs = std::move(it->second);
+      dl->reading_.erase(it);
+    }
+    if (rp->error) {
+      for (auto& cb : cbs) cb(shoal::fail(errc::io_error, "read piece " + std::to_string(p) + ": " + rp->error.message()));
+      return;
+    }
+    auto buf = std::make_shared<const std::string>(rp->buffer.get(), static_cast<std::size_t>(rp->size));
+    for (auto& cb : cbs) cb(piece_buffer(buf));
+    return;
+  }
+  if (auto* bf = lt::alert_cast<lt::block_finished_alert>(a)) {
+    auto dl = by_hash(ih_of(bf->handle));
+    if (!dl) return;
+    auto piece = static_cast<std::uint32_t>(static_cast<int>(bf->piece_index));
+    std::uint64_t plen = dl->meta().piece_length(piece);
+    std::uint64_t start = static_cast<std::uint64_t>(bf->block_index) * lt::default_block_size;
+    std::uint64_t n = start < plen ? std::min<std::uint64_t>(lt::default_block_size, plen - start) : 0;
+    std::string ip = bf->endpoint.address().to_string();
+    bool origin;
+    {
+      std::lock_guard lk(mu_);
+      origin = !origin_ip_.empty() && ip == origin_ip_;
+    }
+    (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
+    std::lock_guard lk(dl->mu_);
+    dl->last_progress_ = steady::now();
+    return;
+  }
+  if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
+    auto dl = by_hash(ih_of(tf->handle));
+    if (!dl) return;
+    // Every piece passed its hash: move the file into the cache's object directory.
+    tf->handle.move_storage(d_.store.shard_dir(dl->id()), lt::move_flags_t::always_replace_files);
+    return;
+  }
+  if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
+    auto dl = by_hash(ih_of(sm->handle));
+    if (!dl) return;
+    net::post(d_.pool, [this, dl] { complete(dl); });
+    return;
+  }
+  if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
+    auto dl = by_hash(ih_of(smf->handle));
+    if (dl) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
+    return;
+  }
+  if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) {
+    counters_.hash_failures.fetch_add(1);
+    std::string ih = ih_of(hf->handle);
+    std::optional<digest> seed_of;
+    {
+      std::lock_guard lk(mu_);
+      auto it = seeds_.find(ih);
+      if (it != seeds_.end()) seed_of = it->second.id;
+    }
+    if (seed_of) {
+      // A piece of an object we hold failed its hash while being uploaded: the file is corrupt.
+      quarantine(*seed_of, "piece " + std::to_string(static_cast<int>(hf->piece_index)) + " failed its hash check");
+    } else {
+      log::warn("rejected a piece that failed its hash check", log::kv("info_hash", ih),
+                log::kv("piece", static_cast<int>(hf->piece_index)));
+    }
+    return;
+  }
+  if (auto* te = lt::alert_cast<lt::torrent_error_alert>(a)) {
+    std::string ih = ih_of(te->handle);
+    if (auto dl = by_hash(ih)) {
+      fail(dl, error{errc::io_error, "torrent error: " + te->error.message()});
+      return;
+    }
+    std::lock_guard lk(mu_);
+    auto it = seeds_.find(ih);
+    if (it != seeds_.end()) {
+      ses_->remove(it->second.h);
+      lru_.erase(it->second.lru);
+      seeds_.erase(it);
+    }
+    return;
+  }
+  if (auto* fe = lt::alert_cast<lt::file_error_alert>(a)) {
+    std::string ih = ih_of(fe->handle);
+    if (auto dl = by_hash(ih)) {
+      fail(dl, error{errc::io_error, "file error: " + fe->error.message()});
+      return;
+    }
+    std::lock_guard lk(mu_);
+    auto it = seeds_.find(ih);
+    if (it != seeds_.end()) {
+      ses_->remove(it->second.h);
+      lru_.erase(it->second.lru);
+      seeds_.erase(it);
+    }
+    return;
+  }
+  if (auto* at = lt::alert_cast<lt::add_torrent_alert>(a)) {
+    if (at->error) return;
+    std::string ih = ih_of(at->handle);
+    auto d = d_.state.by_info_hash(ih);
+    if (!d || by_hash(ih)) return;
+    // An on-demand seed (the plugin added it).
+    touch_seed(ih, *d, at->handle);
+    net::post(d_.pool, [this, d = *d] {
+      auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+      (void)d_.store.pin(d, "swarm", expiry);
+    });
+    log::info("loaded a seed on demand", log::kv("digest", d->str()), log::kv("info_hash", ih));
+    return;
+  }
+  if (auto* ss = lt::alert_cast<lt::session_stats_alert>(a)) {
+    static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
+    auto c = ss->counters();
+    if (sent_idx >= 0) counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
+    return;
+  }
+}
+
+void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h) {
+  std::vector<lt::torrent_handle> drop;
+  {
+    std::lock_guard lk(mu_);
+    auto it = seeds_.find(ih);
+    if (it != seeds_.end()) {
+      it->second.last_used = steady::now();
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return;
+    }
+    lru_.push_front(ih);
+    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), true};
+    while (seeds_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {
+      std::string victim = lru_.back();
+      lru_.pop_back();
+      auto vit = seeds_.find(victim);
+      drop.push_back(vit->second.h);
+      seeds_.erase(vit);
+    }
+  }
+  for (auto& x : drop) ses_->remove(x);
+}
+
+bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_params& p) {
+  if (stop_.load()) return false;
+  std::string ih = swarm::hash_hex(h);
+  auto d = d_.state.by_info_hash(ih);
+  if (!d || !d_.store.contains(*d)) return false;
+  auto t = d_.state.torrent(*d);
+  if (!t) return false;
+  lt::error_code ec;
+  auto ti = std::make_shared<lt::torrent_info>(t->data(), static_cast<int>(t->size()), ec);
+  if (ec) return false;
+  p.ti = ti;
+  p.save_path = d_.store.shard_dir(*d);
+  // Seed mode without trusted pieces: each piece is hashed before its first upload.
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe;
+  p.trackers = trackers();
+  return true;
+}
+
+void swarm_manager::complete(const std::shared_ptr<download>& dl) {
+  const digest& d = dl->id();
+  std::string path = d_.store.object_path(d);
+  auto st = d_.store.adopt_file(path, d, cache::object_kind::blob);
+  if (!st) {
+    // Every piece hash passed but the whole object does not verify: never keep or serve it.
+    log::error("downloaded object does not verify", log::kv("digest", d.str()), log::kv("error", st.error().message));
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    return fail(dl, st.error());
+  }
+  std::string ih = dl->meta().info_hash_hex();
+  (void)d_.state.put(d, ih, dl->torrent_);
+  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+  (void)d_.store.pin(d, "swarm", expiry);
+  lt::torrent_handle h;
+  std::vector<std::pair<std::uint32_t, std::vector<download::piece_cb>>> pending;
+  {
+    std::lock_guard lk(dl->mu_);
+    dl->st_ = download::state::complete;
+    dl->object_path_ = path;
+    h = dl->h_;
+    for (auto& [p, cbs] : dl->waiting_) pending.emplace_back(p, std::move(cbs));
+    dl->waiting_.clear();
+  }
+  {
+    std::lock_guard lk(mu_);
+    downloads_.erase(d);
+    by_ih_.erase(ih);
+    lru_.push_front(ih);
+    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), false};
+  }
+  for (auto& [p, cbs] : pending) {
+    for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
+  }
+  counters_.downloads_ok.fetch_add(1);
+  auto secs = std::chrono::duration<double>(steady::now() - dl->started_).count();
+  log::info("object downloaded", log::kv("digest", d.str()), log::kv("bytes", dl->meta().size),
+            log::kv("seconds", secs));
+}
+
+void swarm_manager::fail(const std::shared_ptr<download>& dl, error e) {
+  std::vector<download::piece_cb> cbs;
+  lt::torrent_handle h;
+  {
+    std::lock_guard lk(dl->mu_);
+    if (dl->st_ != download::state::running) return;
+    dl->st_ = download::state::failed;
+    dl->err_ = e;
+    h = dl->h_;
+    for (auto& [p, v] : dl->waiting_) {
+      for (auto& cb : v) cbs.push_back(std::move(cb));
+    }
+    for (auto& [p, v] : dl->reading_) {
+      for (auto& cb : v) cbs.push_back(std::move(cb));
+    }
+    dl->waiting_.clear();
+    dl->reading_.clear();
+  }
+  {
+    std::lock_guard lk(mu_);
+    auto it = downloads_.find(dl->id());
+    if (it != downloads_.end() && it->second == dl) downloads_.erase(it);
+    by_ih_.erase(dl->meta().info_hash_hex());
+  }
+  if (h.is_valid() && ses_) ses_->raw().remove_torrent(h, lt::session::delete_files);
+  counters_.downloads_failed.fetch_add(1);
+  log::warn("download failed", log::kv("digest", dl->id().str()), log::kv("error", e.message));
+  for (auto& cb : cbs) cb(shoal::fail(e));
+}
+
+void swarm_manager::quarantine(const digest& d, const std::string& why) {
+  counters_.quarantined.fetch_add(1);
+  log::error("held object is corrupt; quarantining it", log::kv("digest", d.str()), log::kv("reason", why));
+  std::string ih;
+  lt::torrent_handle h;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = seeds_.begin(); it != seeds_.end(); ++it) {
+      if (it->second.id == d) {
+        ih = it->first;
+        h = it->second.h;
+        lru_.erase(it->second.lru);
+        seeds_.erase(it);
+        break;
+      }
+    }
+  }
+  if (h.is_valid()) ses_->remove(h);
+  net::post(d_.pool, [this, d] {
+    (void)d_.store.unpin(d, "swarm");
+    auto st = d_.store.verify(d);
+    if (st) {
+      log::warn("object verified intact after a failed piece; keeping it", log::kv("digest", d.str()));
+      return;
+    }
+    log::error("object quarantined", log::kv("digest", d.str()), log::kv("error", st.error().message));
+    (void)d_.state.forget(d);
+  });
+}
+
+void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
+  std::uint32_t first = UINT32_MAX, count = 0;
+  {
+    std::lock_guard lk(dl->mu_);
+    if (dl->fallback_inflight_ || dl->st_ != download::state::running || dl->fallback_.url.empty()) return;
+    std::uint32_t n = dl->meta_.piece_count();
+    std::uint32_t start = dl->waiting_.empty() ? 0 : dl->waiting_.begin()->first;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      std::uint32_t p = (start + k) % n;
+      if (!dl->have_[p]) {
+        first = p;
+        break;
+      }
+    }
+    if (first == UINT32_MAX) return;
+    // A run of missing pieces, about 4 MiB or one piece.
+    std::uint64_t budget = std::max<std::uint64_t>(4u << 20, dl->meta_.piece_size);
+    std::uint64_t bytes = 0;
+    for (std::uint32_t p = first; p < n && !dl->have_[p] && bytes < budget; ++p) {
+      ++count;
+      bytes += dl->meta_.piece_length(p);
+    }
+    dl->fallback_inflight_ = true;
+  }
+  const auto& m = dl->meta();
+  std::uint64_t from = m.piece_offset(first);
+  std::uint64_t to = m.piece_offset(first + count - 1) + m.piece_length(first + count - 1) - 1;
+  counters_.fallbacks.fetch_add(1);
+  log::info("swarm stalled; fetching a range from registry-proxy", log::kv("digest", dl->id().str()),
+            log::kv("first_piece", first), log::kv("pieces", count));
+  http::client_request r;
+  r.url = dl->fallback_.url;
+  r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
+  if (!dl->fallback_.authorization.empty()) r.headers.emplace_back("Authorization", dl->fallback_.authorization);
+  r.timeouts.connect = std::chrono::milliseconds(2000);
+  r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2;
+  r.max_retries = 1;
+  struct state_t {
+    std::string buf;
+    std::uint32_t next;
+    int status = 0;
+  };
+  auto st = std::make_shared<state_t>();
+  st->next = first;
+  http::callbacks cb;
+  cb.on_response = [st](const http::response_head& h) {
+    st->status = h.status;
+    return h.status == 206 || h.status == 200;
+  };
+  cb.on_data = [this, dl, st, first, from](std::string_view chunk) {
+    if (st->status == 200 && st->buf.empty() && st->next == first && from > 0) {
+      // The server ignored the range: give up on this fallback (never feed wrong offsets).
+      return false;
+    }
+    st->buf.append(chunk);
+    counters_.from_http.fetch_add(chunk.size());
+    const auto& m = dl->meta();
+    lt::torrent_handle h;
+    {
+      std::lock_guard lk(dl->mu_);
+      dl->last_progress_ = steady::now();
+      h = dl->h_;
+    }
+    while (st->next < m.piece_count() && st->buf.size() >= m.piece_length(st->next)) {
+      std::size_t len = m.piece_length(st->next);
+      std::vector<char> piece(st->buf.begin(), st->buf.begin() + static_cast<std::ptrdiff_t>(len));
+      st->buf.erase(0, len);
+      if (h.is_valid()) h.add_piece(lt::piece_index_t(static_cast<int>(st->next)), std::move(piece));
+      ++st->next;
+    }
+    return true;
+  };
+  cb.on_complete = [dl, st](result<http::completion> res) {
+    std::lock_guard lk(dl->mu_);
+    dl->fallback_inflight_ = false;
+    if (!res || (st->status != 206 && st->status != 200)) {
+      log::warn("HTTP fallback failed", log::kv("digest", dl->id().str()), log::kv("status", st->status),
+                log::kv("error", res ? std::string() : res.error().message));
+    }
+  };
+  d_.http.submit(std::move(r), std::move(cb));
+}
+
+void swarm_manager::monitor() {
+  auto next_sweep = steady::now();
+  std::unique_lock lk(mon_mu_);
+  while (!stop_.load()) {
+    mon_cv_.wait_for(lk, std::chrono::milliseconds(250));
+    if (stop_.load()) break;
+    lk.unlock();
+    auto now = steady::now();
+    std::vector<std::shared_ptr<download>> dls;
+    {
+      std::lock_guard g(mu_);
+      for (auto& [d, dl] : downloads_) dls.push_back(dl);
+    }
+    auto stall = std::chrono::duration_cast<steady::duration>(cfg_.stall_timeout.get());
+    auto deadline = std::chrono::duration_cast<steady::duration>(cfg_.fallback_deadline.get());
+    for (auto& dl : dls) {
+      steady::time_point last;
+      bool inflight;
+      {
+        std::lock_guard g(dl->mu_);
+        last = dl->last_progress_;
+        inflight = dl->fallback_inflight_;
+      }
+      if (now - last > deadline) {
+        fail(dl, error{errc::timeout, "no data from the swarm or registry-proxy for " +
+                                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(deadline).count()) + "s"});
+      } else if (now - last > stall && !inflight) {
+        start_fallback(dl);
+      }
+    }
+    if (now >= next_sweep) {
+      next_sweep = now + std::chrono::seconds(5);
+      ses_->raw().post_session_stats();
+      // Unload seeds nobody used for a while.
+      auto idle = std::chrono::duration_cast<steady::duration>(cfg_.seed_idle_unload.get());
+      std::vector<std::pair<std::string, lt::torrent_handle>> snap;
+      {
+        std::lock_guard g(mu_);
+        for (auto& [ih, s] : seeds_) snap.emplace_back(ih, s.h);
+      }
+      std::vector<lt::torrent_handle> drop;
+      std::vector<digest> keep;
+      for (auto& [ih, h] : snap) {
+        int peers = h.is_valid() ? h.status().num_peers : 0;
+        std::lock_guard g(mu_);
+        auto it = seeds_.find(ih);
+        if (it == seeds_.end()) continue;
+        if (peers > 0) it->second.last_used = now;
+        if (now - it->second.last_used > idle) {
+          drop.push_back(it->second.h);
+          lru_.erase(it->second.lru);
+          seeds_.erase(it);
+        } else {
+          keep.push_back(it->second.id);
+        }
+      }
+      for (auto& h : drop) ses_->remove(h);
+      auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+      for (const auto& d : keep) {
+        if (d_.store.pin(d, "swarm", expiry)) (void)d_.store.unpin(d, "swarm");
+      }
+    }
+    lk.lock();
+  }
+}
+
+std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {
+  auto all = d_.state.all();
+  std::vector<std::pair<digest, std::string>> out;
+  for (auto& e : all) {
+    if (d_.store.contains(e.first)) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<swarm_manager::download_status> swarm_manager::status() const {
+  std::vector<std::shared_ptr<download>> dls;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [d, dl] : downloads_) dls.push_back(dl);
+  }
+  std::vector<download_status> out;
+  for (auto& dl : dls) {
+    download_status s;
+    s.id = dl->id();
+    s.total = dl->meta().piece_count();
+    s.done = dl->pieces_done();
+    s.size = dl->meta().size;
+    lt::torrent_handle h;
+    {
+      std::lock_guard lk(dl->mu_);
+      h = dl->h_;
+    }
+    if (h.is_valid()) {
+      auto st = h.status();
+      s.peers = st.num_peers;
+      s.download_rate = st.download_payload_rate;
+      s.upload_rate = st.upload_payload_rate;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace shoal::peerd

@@ -1,0 +1,200 @@
+#pragma once
+// peerd's swarm: one libtorrent session where objects are downloaded (pieces in whatever order
+// suits the swarm, with deadlines near each local reader's position) and seeded afterwards.
+//
+// Downloads live in a partial directory on the cache's filesystem. When every piece has passed
+// its hash, the file is moved into the cache's object directory and adopted (the cache verifies
+// the object's sha256 before it becomes visible), and the torrent keeps seeding from there.
+//
+// Seeds are not kept loaded forever: after `seed_idle_unload` without peers, or beyond
+// `max_loaded_torrents` (least recently used first), a seed is unloaded. Any node still holds
+// the object, reports it to the scheduler (holdings), and when a peer connects for an unloaded
+// info-hash, the torrent is loaded on the spot (libtorrent's on_unknown_torrent plugin hook) in
+// seed mode without trusted pieces: each piece is verified on its first upload, so an object
+// corrupted on disk is detected, never sent, and quarantined.
+//
+// If the swarm stalls (no piece for `stall_timeout`), missing pieces are fetched from
+// registry-proxy over HTTP with Range and injected with add_piece (libtorrent checks their
+// hashes too). If nothing arrives from any source for `fallback_deadline`, the download fails
+// and the local readers get an error (containerd then tries its next host).
+//
+// Threading: libtorrent's network thread, our alert pump thread, and a monitor thread; public
+// methods are thread-safe.
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/store.h"
+#include "common/http_client.h"
+#include "common/metainfo.h"
+#include "common/swarm.h"
+#include "config.h"
+#include "state_db.h"
+
+namespace shoal::peerd {
+
+using piece_buffer = std::shared_ptr<const std::string>;
+
+// Where bytes came from, for status and the demo report.
+struct source_counters {
+  std::atomic<std::uint64_t> from_origin{0};   // BitTorrent blocks from registry-proxy
+  std::atomic<std::uint64_t> from_peers{0};    // BitTorrent blocks from other nodes
+  std::atomic<std::uint64_t> from_http{0};     // HTTP fallback ranges from registry-proxy
+  std::atomic<std::uint64_t> served_local{0};  // bytes served to local clients
+  std::atomic<std::uint64_t> uploaded{0};      // payload uploaded to peers (session total)
+  std::atomic<std::uint64_t> hash_failures{0}; // pieces rejected (bad data from a peer or HTTP)
+  std::atomic<std::uint64_t> quarantined{0};   // local objects found corrupt while seeding
+  std::atomic<std::uint64_t> fallbacks{0};     // HTTP fallback ranges fetched
+  std::atomic<std::uint64_t> downloads_ok{0}, downloads_failed{0};
+};
+
+// How to fetch ranges of the object from registry-proxy when the swarm stalls.
+struct fallback_info {
+  std::string url;            // full blob URL on registry-proxy (with ns=)
+  std::string authorization;  // the client's Authorization header, if any
+};
+
+class swarm_manager;
+
+class download : public std::enable_shared_from_this<download> {
+ public:
+  enum class state { running, complete, failed };
+
+  download(const digest& d, object_metainfo m, std::string partial_dir)
+      : id_(d), meta_(std::move(m)), partial_dir_(std::move(partial_dir)), have_(meta_.piece_count(), false) {}
+
+  [[nodiscard]] const digest& id() const { return id_; }
+  [[nodiscard]] const object_metainfo& meta() const { return meta_; }
+  [[nodiscard]] state current() const;
+  [[nodiscard]] std::optional<error> failure() const;
+  [[nodiscard]] std::uint32_t pieces_done() const;
+
+  // Delivers the verified bytes of piece `i` once it exists (or an error), on some internal
+  // thread; keep the callback short. Also tells the swarm a local reader needs this piece soon.
+  void read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb);
+
+ private:
+  friend class swarm_manager;
+  using piece_cb = std::function<void(result<piece_buffer>)>;
+
+  digest id_;
+  object_metainfo meta_;
+  std::string partial_dir_;
+  swarm_manager* mgr_ = nullptr;
+  lt::torrent_handle h_;
+  fallback_info fallback_;
+  std::string torrent_;
+
+  mutable std::mutex mu_;
+  state st_ = state::running;
+  std::optional<error> err_;
+  std::vector<bool> have_;
+  std::uint32_t done_ = 0;
+  std::map<std::uint32_t, std::vector<piece_cb>> waiting_;  // piece not finished yet
+  std::map<std::uint32_t, std::vector<piece_cb>> reading_;  // read_piece issued
+  std::string object_path_;                                 // once complete
+  std::chrono::steady_clock::time_point started_, last_progress_;
+  bool fallback_inflight_ = false;
+  std::uint32_t cursor_ = 0;  // lowest piece a reader waits for
+};
+
+class swarm_manager {
+ public:
+  struct deps {
+    cache::store& store;
+    state_db& state;
+    http::client& http;
+    boost::asio::thread_pool& pool;
+  };
+  [[nodiscard]] static result<std::unique_ptr<swarm_manager>> start(const swarm_config& cfg, const node_config& node,
+                                                                    const std::string& scheduler_url, deps d);
+  ~swarm_manager();
+  swarm_manager(const swarm_manager&) = delete;
+  swarm_manager& operator=(const swarm_manager&) = delete;
+
+  // Starts, or joins, the download of an object. `seeds` are endpoints to connect to at once
+  // (registry-proxy's Shoal-Seed), in addition to the tracker's answers.
+  [[nodiscard]] result<std::shared_ptr<download>> fetch(const digest& d, const std::string& torrent,
+                                                        const object_metainfo& m, const std::vector<std::string>& seeds,
+                                                        fallback_info fb);
+  [[nodiscard]] std::shared_ptr<download> find(const digest& d) const;
+
+  // Info-hashes of every complete object held here (for the scheduler's holder index).
+  [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
+  [[nodiscard]] const source_counters& counters() const { return counters_; }
+  [[nodiscard]] source_counters& counters_mut() { return counters_; }
+  [[nodiscard]] std::size_t active_downloads() const;
+  [[nodiscard]] std::size_t loaded_torrents() const;
+  // JSON-ready snapshot of active downloads: digest, pieces done/total, rate.
+  struct download_status {
+    digest id;
+    std::uint32_t done = 0, total = 0;
+    std::uint64_t size = 0;
+    int peers = 0;
+    std::int64_t download_rate = 0, upload_rate = 0;
+  };
+  [[nodiscard]] std::vector<download_status> status() const;
+  [[nodiscard]] std::uint16_t listen_port() const { return ses_ ? ses_->listen_port() : 0; }
+  [[nodiscard]] std::string endpoint() const;
+  void stop();
+
+  [[nodiscard]] boost::asio::thread_pool& pool() { return d_.pool; }
+  [[nodiscard]] int streaming_window() const { return cfg_.streaming_window; }
+
+  // Internal (plugin and download callbacks).
+  bool prepare_on_demand(const lt::sha1_hash& ih, lt::add_torrent_params& p);
+  void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
+
+ private:
+  swarm_manager(const swarm_config& cfg, const node_config& node, std::string scheduler_url, deps d)
+      : cfg_(cfg), node_(node), scheduler_(std::move(scheduler_url)), d_(d) {}
+  void on_alert(lt::alert* a);
+  void monitor();
+  void complete(const std::shared_ptr<download>& dl);
+  void fail(const std::shared_ptr<download>& dl, error e);
+  void start_fallback(const std::shared_ptr<download>& dl);
+  void quarantine(const digest& d, const std::string& why);
+  void touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h);
+  std::vector<std::string> trackers() const;
+  std::shared_ptr<download> by_hash(const std::string& ih) const;
+
+  swarm_config cfg_;
+  node_config node_;
+  std::string scheduler_;
+  deps d_;
+  std::unique_ptr<swarm::session> ses_;
+  source_counters counters_;
+  std::string origin_ip_;  // registry-proxy's BitTorrent address (attribution)
+
+  mutable std::mutex mu_;
+  std::map<digest, std::shared_ptr<download>> downloads_;   // running
+  std::map<std::string, std::shared_ptr<download>> by_ih_;  // running, by info-hash hex
+  struct seed_entry {
+    digest id;
+    lt::torrent_handle h;
+    std::chrono::steady_clock::time_point last_used;
+    std::list<std::string>::iterator lru;
+    bool lazy = false;  // loaded on demand: pieces verified on first upload
+  };
+  std::map<std::string, seed_entry> seeds_;  // by info-hash hex
+  std::list<std::string> lru_;
+
+  std::thread monitor_;
+  std::atomic<bool> stop_{false};
+  std::mutex mon_mu_;
+  std::condition_variable mon_cv_;
+};
+
+}  // namespace shoal::peerd
