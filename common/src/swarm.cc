@@ -2,6 +2,7 @@
 
 #include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/alert_types.hpp>
+#include <libtorrent/error_code.hpp>
 #include <libtorrent/settings_pack.hpp>
 #include <libtorrent/torrent_info.hpp>
 
@@ -14,6 +15,7 @@ lt::settings_pack lan_settings(const settings& s) {
   sp p;
   p.set_str(sp::listen_interfaces, s.listen);
   p.set_str(sp::user_agent, s.user_agent);
+  p.set_str(sp::peer_fingerprint, s.peer_fingerprint);
   p.set_bool(sp::enable_dht, false);
   p.set_bool(sp::enable_lsd, false);
   p.set_bool(sp::enable_upnp, false);
@@ -100,6 +102,14 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
   } catch (const std::exception& e) {
     return fail(errc::internal, std::string("start libtorrent session: ") + e.what());
   }
+  out->trace_ = log::enabled(log::level::trace);
+  if (out->trace_) {
+    // Connection-level alerts help debugging; they are too chatty otherwise.
+    lt::settings_pack extra;
+    extra.set_int(lt::settings_pack::alert_mask, lan_settings(s).get_int(lt::settings_pack::alert_mask) |
+                                                     lt::alert_category::connect | lt::alert_category::peer);
+    out->ses_->apply_settings(extra);
+  }
   out->pump_ = std::thread([p = out.get()] { p->pump(); });
   return out;
 }
@@ -138,6 +148,7 @@ void session::pump() {
       cb = cb_;
     }
     for (auto* a : alerts) {
+      if (trace_) log::trace("libtorrent", log::kv("type", a->what()), log::kv("message", a->message()));
       if (lt::alert_cast<lt::listen_failed_alert>(a) || lt::alert_cast<lt::torrent_error_alert>(a) ||
           lt::alert_cast<lt::file_error_alert>(a) || lt::alert_cast<lt::alerts_dropped_alert>(a)) {
         log::error("libtorrent", log::kv("alert", a->what()), log::kv("message", a->message()));
@@ -167,10 +178,11 @@ result<lt::torrent_handle> session::add_seed(const object_metainfo& m, const std
   p.ti = ti;
   p.save_path = save_path;
   // Not auto-managed, not paused; seed_mode with every piece verified: no rehash, no lazy checks.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);
+  if (ec == lt::errors::duplicate_torrent) return fail(errc::already_exists, "already seeding " + m.object.short_str());
   if (ec) return fail(errc::internal, "add seed " + m.object.short_str() + ": " + ec.message());
   return h;
 }

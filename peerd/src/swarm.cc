@@ -130,7 +130,9 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   extra.set_int(lt::settings_pack::alert_mask,
                 lt::alert_category::error | lt::alert_category::status | lt::alert_category::storage |
                     lt::alert_category::tracker | lt::alert_category::performance_warning |
-                    lt::alert_category::piece_progress | lt::alert_category::block_progress);
+                    lt::alert_category::piece_progress | lt::alert_category::block_progress |
+                    (log::enabled(log::level::trace) ? lt::alert_category::connect | lt::alert_category::peer
+                                                     : lt::alert_category_t{}));
   m->ses_->raw().apply_settings(extra);
   m->ses_->raw().add_extension(std::make_shared<on_demand_plugin>(m.get()));
   auto* self = m.get();
@@ -222,7 +224,10 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = partial;
-  p.flags = lt::torrent_flags::update_subscribe;  // neither auto-managed nor paused
+  // Neither auto-managed nor paused; our tracker URL (with this node's identity) replaces the
+  // torrent's own announce list.
+  p.flags = lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers |
+            lt::torrent_flags::duplicate_is_error;
   p.trackers = trackers();
   for (const auto& s : seeds) {
     auto colon = s.rfind(':');
@@ -233,8 +238,6 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     try {
       auto port = static_cast<std::uint16_t>(std::stoi(s.substr(colon + 1)));
       p.peers.emplace_back(addr, port);
-      std::lock_guard lk(mu_);
-      origin_ip_ = addr.to_string();
     } catch (...) {
     }
   }
@@ -262,6 +265,7 @@ void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint
 }
 
 void swarm_manager::on_alert(lt::alert* a) {
+  if (log::enabled(log::level::trace)) log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
   if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) {
     auto dl = by_hash(ih_of(pf->handle));
     if (!dl) return;
@@ -298,6 +302,15 @@ void swarm_manager::on_alert(lt::alert* a) {
       dl->reading_.erase(it);
     }
     if (rp->error) {
+      {
+        // A read that raced with the move into the cache: complete() re-reads it from the file.
+        std::lock_guard lk(dl->mu_);
+        if (dl->st_ == download::state::running && dl->done_ == dl->meta_.piece_count()) {
+          auto& w = dl->waiting_[p];
+          for (auto& cb : cbs) w.push_back(std::move(cb));
+          return;
+        }
+      }
       for (auto& cb : cbs) cb(shoal::fail(errc::io_error, "read piece " + std::to_string(p) + ": " + rp->error.message()));
       return;
     }
@@ -312,12 +325,10 @@ void swarm_manager::on_alert(lt::alert* a) {
     std::uint64_t plen = dl->meta().piece_length(piece);
     std::uint64_t start = static_cast<std::uint64_t>(bf->block_index) * lt::default_block_size;
     std::uint64_t n = start < plen ? std::min<std::uint64_t>(lt::default_block_size, plen - start) : 0;
-    std::string ip = bf->endpoint.address().to_string();
-    bool origin;
-    {
-      std::lock_guard lk(mu_);
-      origin = !origin_ip_.empty() && ip == origin_ip_;
-    }
+    // Pieces injected from the HTTP fallback come without a peer: they are counted there.
+    if (bf->endpoint.port() == 0) return;
+    // registry-proxy identifies itself by its peer-id prefix.
+    bool origin = std::equal(swarm::origin_fingerprint.begin(), swarm::origin_fingerprint.end(), bf->pid.begin());
     (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
     std::lock_guard lk(dl->mu_);
     dl->last_progress_ = steady::now();
@@ -447,7 +458,7 @@ bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_pa
   p.ti = ti;
   p.save_path = d_.store.shard_dir(*d);
   // Seed mode without trusted pieces: each piece is hashed before its first upload.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers;
   p.trackers = trackers();
   return true;
 }
@@ -474,8 +485,12 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
     dl->st_ = download::state::complete;
     dl->object_path_ = path;
     h = dl->h_;
+    // Readers waiting for a piece, or for a read_piece answer that will no longer be routed
+    // here, are served from the committed file instead.
     for (auto& [p, cbs] : dl->waiting_) pending.emplace_back(p, std::move(cbs));
+    for (auto& [p, cbs] : dl->reading_) pending.emplace_back(p, std::move(cbs));
     dl->waiting_.clear();
+    dl->reading_.clear();
   }
   {
     std::lock_guard lk(mu_);

@@ -176,7 +176,6 @@ class swarm_manager {
   deps d_;
   std::unique_ptr<swarm::session> ses_;
   source_counters counters_;
-  std::string origin_ip_;  // registry-proxy's BitTorrent address (attribution)
 
   mutable std::mutex mu_;
   std::map<digest, std::shared_ptr<download>> downloads_;   // running

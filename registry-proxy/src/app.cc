@@ -120,7 +120,7 @@ status app::init() {
   handler_deps hd{*ups_, *manifests_, *blobs_, reg_};
   hd.credential_salt = salt_;
   if (seeder_) {
-    hd.trackers = seeder_->trackers();
+    hd.trackers = cfg_.torrent.trackers;  // plain URLs: each peer adds its own identity
     hd.seed_endpoint = seeder_->endpoint();
     hd.on_metainfo_served = [this](const digest& d) {
       boost::asio::post(pool_, [this, d] { seeder_->seed(d); });

@@ -14,6 +14,7 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
   ss.listen = cfg.listen;
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
+  ss.peer_fingerprint = std::string(swarm::origin_fingerprint);
   auto ses = swarm::session::start(ss);
   if (!ses) return fail(ses.error());
   s->ses_ = std::move(*ses);
@@ -113,18 +114,16 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
   }
   auto h = ses_->add_seed(m, store_.shard_dir(d), trackers());
   if (!h) {
-    log::warn("cannot seed", log::kv("digest", d.str()), log::kv("error", h.error().message));
+    // Already loaded by a concurrent seed() of the same object: theirs stands, drop our pin.
+    if (!h.error().is(errc::already_exists)) {
+      log::warn("cannot seed", log::kv("digest", d.str()), log::kv("error", h.error().message));
+    }
     (void)store_.unpin(d, "seeder");
     return;
   }
   std::vector<digest> evict;
   {
     std::lock_guard lk(mu_);
-    if (loaded_.count(d)) {
-      // Lost a race with another loader: keep theirs.
-      ses_->remove(*h);
-      return;
-    }
     lru_.push_front(d);
     loaded_[d] = entry{*h, now, lru_.begin()};
     while (loaded_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {

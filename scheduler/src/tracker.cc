@@ -138,7 +138,15 @@ std::string tracker::announce(const announce_request& a) {
   auto& sw = swarms_[a.info_hash];
   std::string key = a.ip + ":" + std::to_string(a.port);
   if (a.event == announce_request::event_t::stopped) {
-    sw.peers.erase(key);
+    auto h = holdings_.find(key);
+    if (h != holdings_.end() && h->second.count(a.info_hash)) {
+      auto& p = sw.peers[key];
+      p.holder = true;
+      p.left = 0;
+      p.last_seen = now;
+    } else {
+      sw.peers.erase(key);
+    }
   } else {
     auto& p = sw.peers[key];
     p.node = a.node;
@@ -149,6 +157,7 @@ std::string tracker::announce(const announce_request& a) {
     if (a.event == announce_request::event_t::completed || (p.left > 0 && a.left == 0)) ++sw.completed;
     p.left = a.left;
     p.origin = a.origin;
+    p.holder = false;
     p.last_seen = now;
   }
 
@@ -229,6 +238,39 @@ std::string tracker::announce(const announce_request& a) {
   }
   if (sw.peers.empty()) swarms_.erase(a.info_hash);
   return bencode::encode(bencode::value(std::move(d)));
+}
+
+void tracker::set_holdings(const std::string& node, const std::string& ip, std::uint16_t port, const std::string& zone,
+                           const std::string& rack, const std::vector<std::array<std::uint8_t, 20>>& info_hashes,
+                           bool full) {
+  auto now = now_();
+  std::lock_guard lk(mu_);
+  std::string key = ip + ":" + std::to_string(port);
+  auto& held = holdings_[key];
+  if (full) held.clear();
+  for (const auto& ih : info_hashes) held.insert(ih);
+  std::unordered_map<std::array<std::uint8_t, 20>, bool, hash_key> listed;
+  for (const auto& ih : info_hashes) {
+    listed[ih] = true;
+    auto& p = swarms_[ih].peers[key];
+    if (p.node.empty()) p.node = node;
+    p.zone = zone;
+    p.rack = rack;
+    p.ip = ip;
+    p.port = port;
+    p.left = 0;
+    p.holder = true;
+    p.last_seen = now;
+  }
+  if (!full) return;
+  for (auto it = swarms_.begin(); it != swarms_.end();) {
+    auto pit = it->second.peers.find(key);
+    if (pit != it->second.peers.end() && pit->second.holder && !listed.count(it->first)) {
+      it->second.peers.erase(pit);
+    }
+    if (it->second.peers.empty()) it = swarms_.erase(it);
+    else ++it;
+  }
 }
 
 http::response tracker::handle(const http::request& req) {

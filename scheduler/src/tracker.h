@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -73,6 +74,12 @@ class tracker {
   // The HTTP face: GET /announce → 200 with a bencoded body (failure reason on bad input, 400).
   [[nodiscard]] http::response handle(const http::request& req);
 
+  // A node's complete objects as reported by its heartbeat: it becomes a holder (a seed) of each
+  // swarm even when the torrent is not loaded there (peerd loads it when a peer connects).
+  // With `full`, swarms the node no longer lists drop its holder entry.
+  void set_holdings(const std::string& node, const std::string& ip, std::uint16_t port, const std::string& zone,
+                    const std::string& rack, const std::vector<std::array<std::uint8_t, 20>>& info_hashes, bool full);
+
   // Drops peers that stopped announcing. Called periodically and by announce().
   void expire();
   [[nodiscard]] tracker_stats stats() const;
@@ -86,6 +93,7 @@ class tracker {
     std::uint16_t port = 0;
     std::uint64_t left = 0;
     bool origin = false;
+    bool holder = false;  // from a heartbeat, not an announce
     clock::time_point last_seen;
     std::vector<clock::time_point> handouts;  // recent handouts (load estimate)
   };
@@ -108,6 +116,9 @@ class tracker {
   std::function<clock::time_point()> now_;
   mutable std::mutex mu_;
   std::unordered_map<std::array<std::uint8_t, 20>, swarm, hash_key> swarms_;
+  // What each node endpoint (ip:port) last reported holding: a "stopped" announce for one of
+  // these keeps the node as a holder (it unloaded the torrent, it did not drop the object).
+  std::unordered_map<std::string, std::set<std::array<std::uint8_t, 20>>> holdings_;
   clock::time_point last_expire_{};
   tracker_stats stats_;
 };

@@ -39,7 +39,13 @@ struct settings {
   int send_buffer_watermark = 8 << 20;
   int aio_threads = 4;
   std::string user_agent = "shoal/0.1";
+  // The 8-character peer-id prefix. Origins use "-SO0100-", nodes "-SN0100-", so a node can tell
+  // which bytes came from registry-proxy whatever address or port the connection used.
+  std::string peer_fingerprint = "-SN0100-";
 };
+
+inline constexpr std::string_view origin_fingerprint = "-SO0100-";
+inline constexpr std::string_view node_fingerprint = "-SN0100-";
 
 // The settings_pack Shoal uses, from the table above (documented in docs/p2p.md).
 [[nodiscard]] lt::settings_pack lan_settings(const settings& s);
@@ -64,6 +70,7 @@ class session {
 
   // Adds a complete, verified object as a seed: seed_mode with every piece marked verified, so
   // nothing is rehashed. `save_path` is the directory holding the file named <hex digest>.
+  // Adding a torrent that is already loaded fails with errc::already_exists.
   [[nodiscard]] result<lt::torrent_handle> add_seed(const object_metainfo& m, const std::string& save_path,
                                                     const std::vector<std::string>& trackers);
   void remove(const lt::torrent_handle& h);
@@ -79,6 +86,7 @@ class session {
   std::unique_ptr<lt::session> ses_;
   std::thread pump_;
   std::atomic<bool> stop_{false};
+  bool trace_ = false;
   std::function<void(lt::alert*)> cb_;
   std::mutex cb_mu_;
 };
