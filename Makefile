@@ -31,8 +31,11 @@ test-release: build
 test-asan: build-asan
 	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
 
-demo:
-	@echo "make demo: not available yet; it arrives with the peerd issue (#4)." >&2; exit 1
+# The demo: a registry, registry-proxy, the scheduler and NODES peerd nodes with containerd, in
+# network namespaces with shaped links, all pulling one image at once. Needs root.
+NODES ?= 4
+demo: build
+	@tools/demo --nodes $(NODES) $(DEMO_ARGS)
 
 bench: build
 	@bench/cache/run

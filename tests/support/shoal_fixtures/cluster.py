@@ -1,0 +1,167 @@
+"""A whole Shoal cluster on one machine, in network namespaces with shaped links.
+
+Node 0 runs the upstream registry, node 1 registry-proxy and the scheduler (tracker), nodes 2..
+each run peerd and a containerd whose hosts.toml points at that peerd (with the registry itself
+as containerd's fallback `server`). Used by `make demo`, the multi-node tests and
+bench/fanout/run.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import oci
+from .containerd import Containerd
+from .netns import Network, Shape
+from .nodes import Peerd, Scheduler
+from .registry import Registry
+from .shoal import RegistryProxy
+
+
+@dataclass
+class NodeResult:
+    node: str
+    seconds: float
+    ok: bool
+    error: str = ""
+
+
+@dataclass
+class Cluster:
+    workdir: Path
+    nodes: int = 4
+    rate: str | None = "200mbit"        # every link (nodes, registry, registry-proxy)
+    infra_rate: str | None = None       # registry and registry-proxy links, if different
+    torrent: bool = True
+    peerd_extra: Mapping[str, Any] | None = None
+    proxy_extra: Mapping[str, Any] | None = None
+    log_level: str = "info"
+    snapshotter: str | None = None
+    net: Network | None = None
+    registry: Registry | None = None
+    proxy: RegistryProxy | None = None
+    scheduler: Scheduler | None = None
+    peerds: list[Peerd] = field(default_factory=list)
+    containerds: list[Containerd] = field(default_factory=list)
+    _stack: list[Any] = field(default_factory=list)
+
+    def start(self) -> "Cluster":
+        self.workdir = Path(self.workdir)
+        shape = Shape(self.rate) if self.rate else None
+        self.net = Network(self.nodes + 2, shape=shape, host_addr=False).create()
+        self._stack.append(self.net)
+        infra_shape = Shape(self.infra_rate) if self.infra_rate else shape
+        if infra_shape is not shape:
+            self.net.nodes[0].set_shape(infra_shape)
+            self.net.nodes[1].set_shape(infra_shape)
+        n0, n1 = self.net.nodes[0], self.net.nodes[1]
+        self.registry = Registry(self.workdir / "registry", host=n0.ip, port=5000, netns=n0.name).start()
+        self._stack.append(self.registry)
+        self.scheduler = Scheduler(self.workdir / "scheduler", host=n1.ip, port=7070, netns=n1.name,
+                                   log_level=self.log_level).start()
+        self._stack.append(self.scheduler)
+        self.proxy = RegistryProxy(self.workdir / "registry-proxy", host=n1.ip, port=5050, netns=n1.name,
+                                   upstreams=[{"name": self.registry.host_port, "url": self.registry.url}],
+                                   torrent=self.torrent, trackers=[self.scheduler.url + "/announce"],
+                                   bt_port=6881, extra=self.proxy_extra, log_level=self.log_level)
+        self.proxy.daemon.start()
+        self.proxy.daemon.wait_tcp(5050, n1.ip, timeout=30)
+        self._stack.append(self.proxy)
+        for i in range(self.nodes):
+            node = self.net.nodes[i + 2]
+            p = Peerd(self.workdir / f"node{i + 1}" / "peerd", name=f"node{i + 1}", registry_proxy=self.proxy.url,
+                      scheduler=self.scheduler.url, host=node.ip, http_port=65001, bt_port=6881, netns=node.name,
+                      zone="z1", rack=f"r{(i % 2) + 1}", extra=self.peerd_extra, log_level=self.log_level)
+            p.start()
+            self._stack.append(p)
+            self.peerds.append(p)
+            kw = {"netns": node.name}
+            if self.snapshotter:
+                kw["snapshotter"] = self.snapshotter
+            c = Containerd(self.workdir / f"node{i + 1}" / "containerd", **kw).start()
+            self._stack.append(c)
+            c.configure_registry(self.registry.host_port, mirrors=[p.url], server=self.registry.url)
+            self.containerds.append(c)
+        return self
+
+    def push(self, layers: Sequence[oci.LayerSpec], name: str = "demo/app", tag: str = "v1",
+             fmt: str = "oci") -> tuple[oci.ImageLayout, str]:
+        layout = oci.make_image(self.workdir / f"image-{name.replace('/', '_')}-{tag}", list(layers), fmt=fmt, tag=tag)
+        ref = self.registry.push(layout, name, tag)
+        return layout, ref
+
+    def pull_all(self, ref: str, *, nodes: Sequence[int] | None = None, timeout: float = 600) -> list[NodeResult]:
+        """Pulls `ref` with containerd on the given nodes (default all) at the same moment."""
+        idx = list(range(self.nodes)) if nodes is None else list(nodes)
+        results: dict[int, NodeResult] = {}
+
+        def one(i: int) -> NodeResult:
+            t0 = time.monotonic()
+            try:
+                self.containerds[i].pull(ref, timeout=timeout)
+                return NodeResult(f"node{i + 1}", time.monotonic() - t0, True)
+            except Exception as e:  # noqa: BLE001 - reported per node
+                return NodeResult(f"node{i + 1}", time.monotonic() - t0, False, str(e)[-2000:])
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(idx)) as ex:
+            futs = {ex.submit(one, i): i for i in idx}
+            for f in concurrent.futures.as_completed(futs):
+                results[futs[f]] = f.result()
+        return [results[i] for i in idx]
+
+    def byte_report(self) -> dict[str, Any]:
+        """Where the bytes came from, from every daemon's own counters."""
+        statuses = [p.status() for p in self.peerds]
+        from_origin = sum(s.get("bytes", {}).get("from_origin", 0) for s in statuses)
+        from_http = sum(s.get("bytes", {}).get("from_http_fallback", 0) for s in statuses)
+        from_peers = sum(s.get("bytes", {}).get("from_peers", 0) for s in statuses)
+        proxy_metrics = self.proxy_metrics()
+        self.registry.wait_log_quiet()
+        upstream_bytes = sum(e.size for e in self.registry.access_log() if e.blob and e.method == "GET")
+        return {
+            "upstream_bytes": upstream_bytes,
+            "upstream_blob_gets": sum(1 for e in self.registry.access_log() if e.blob and e.method == "GET"),
+            "proxy_upstream_bytes": proxy_metrics.get("shoal_proxy_upstream_bytes_total", 0.0),
+            "from_registry_proxy_p2p": from_origin,
+            "from_registry_proxy_http": from_http,
+            "from_peers": from_peers,
+            "per_node": {p.name: s.get("bytes", {}) for p, s in zip(self.peerds, statuses)},
+        }
+
+    def proxy_metrics(self) -> dict[str, float]:
+        from .procs import run
+        out = run(["curl", "-s", "-m", "5", self.proxy.url + "/metrics"], netns=self.net.nodes[1].name,
+                  check=False).stdout
+        m: dict[str, float] = {}
+        for line in out.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    m[k] = float(v)
+                except ValueError:
+                    pass
+        return m
+
+    def diagnostics(self) -> str:
+        parts = []
+        for x in self._stack:
+            try:
+                parts.append(x.diagnostics())
+            except Exception:  # noqa: BLE001
+                pass
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        while self._stack:
+            x = self._stack.pop()
+            try:
+                if isinstance(x, Network):
+                    x.destroy()
+                else:
+                    x.stop()
+            except Exception:  # noqa: BLE001 - teardown must go on
+                pass
