@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include "common/bencode.h"
@@ -225,6 +226,117 @@ result<object_metainfo> metainfo_for_file(const std::string& path, const digest&
   if (end < 0) return fail_errno(errno, "seek " + path);
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   return metainfo_for_fd(fd.get(), static_cast<std::uint64_t>(end), expected);
+}
+
+}  // namespace shoal
+
+namespace shoal {
+
+std::vector<std::pair<digest, std::uint64_t>> pack_order(std::vector<std::pair<digest, std::uint64_t>> files) {
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  files.erase(std::unique(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+              files.end());
+  return files;
+}
+
+std::uint64_t pack_metainfo::total_size() const {
+  std::uint64_t t = 0;
+  for (const auto& f : files) t += f.second;
+  return t;
+}
+
+std::string pack_metainfo::info_dict() const {
+  bencode::list fl;
+  for (const auto& [d, size] : files) {
+    bencode::dict f;
+    f["length"] = static_cast<std::int64_t>(size);
+    std::string hex = d.hex();
+    f["path"] = bencode::list{bencode::value(hex.substr(0, 2)), bencode::value(hex)};
+    fl.emplace_back(std::move(f));
+  }
+  std::string pieces_str;
+  pieces_str.reserve(pieces.size() * 20);
+  for (const auto& p : pieces) pieces_str.append(reinterpret_cast<const char*>(p.data()), p.size());
+  bencode::dict info;
+  info["files"] = std::move(fl);
+  info["name"] = "sha256";
+  info["piece length"] = static_cast<std::int64_t>(piece_size);
+  info["pieces"] = std::move(pieces_str);
+  info["private"] = 1;
+  return bencode::encode(bencode::value(std::move(info)));
+}
+
+sha1_hash pack_metainfo::info_hash() const { return sha1_of(info_dict()); }
+std::string pack_metainfo::info_hash_hex() const { return hex_of(info_hash()); }
+
+std::string pack_metainfo::torrent_file(const std::vector<std::string>& trackers) const {
+  bencode::dict outer;
+  if (!trackers.empty()) {
+    outer["announce"] = trackers.front();
+    bencode::list tier;
+    for (const auto& t : trackers) tier.emplace_back(t);
+    outer["announce-list"] = bencode::list{bencode::value(std::move(tier))};
+  }
+  outer["created by"] = "shoal";
+  std::string out = "d";
+  for (const auto& [k, v] : outer) out += std::to_string(k.size()) + ":" + k + bencode::encode(v);
+  out += "4:info" + info_dict() + "e";
+  return out;
+}
+
+result<pack_metainfo> pack_metainfo::parse(std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected) {
+  bencode::limits lim;
+  lim.max_depth = 8;
+  lim.max_items = 8u << 20;
+  auto root = bencode::decode(torrent, lim);
+  if (!root) return fail(root.error().wrap("pack metainfo"));
+  auto bad = [](const std::string& why) { return fail(errc::protocol_error, "pack metainfo: " + why); };
+  const auto* info = root->find("info");
+  if (!info || !info->is_dict()) return bad("no info dict");
+  pack_metainfo m;
+  m.files = pack_order(std::move(expected));
+  const auto* plen = info->find("piece length");
+  const auto* pieces = info->find("pieces");
+  if (!plen || !plen->is_int() || static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.total_size())) {
+    return bad("piece length does not follow the rule");
+  }
+  m.piece_size = static_cast<std::uint32_t>(plen->as_int());
+  if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0) return bad("bad pieces");
+  std::uint64_t want = (m.total_size() + m.piece_size - 1) / m.piece_size;
+  if (pieces->as_string().size() / 20 != want) return bad("piece count does not match the files");
+  m.pieces.resize(static_cast<std::size_t>(want));
+  for (std::size_t i = 0; i < m.pieces.size(); ++i) std::memcpy(m.pieces[i].data(), pieces->as_string().data() + 20 * i, 20);
+  // The whole info dict must be exactly what these files and pieces give.
+  if (m.info_dict() != info->raw) return bad("info dict does not describe the expected objects");
+  return m;
+}
+
+result<pack_metainfo> build_pack(
+    const std::vector<std::pair<digest, std::uint64_t>>& in,
+    const std::function<result<std::size_t>(const digest&, std::uint64_t, char*, std::size_t)>& read) {
+  pack_metainfo m;
+  m.files = pack_order(in);
+  metainfo_builder pieces(m.total_size(), false);
+  std::vector<char> buf(1 << 20);
+  for (const auto& [d, size] : m.files) {
+    sha256_hasher h;
+    std::uint64_t off = 0;
+    while (off < size) {
+      auto n = read(d, off, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off)));
+      if (!n) return fail(n.error().wrap("pack member " + d.short_str()));
+      if (*n == 0) return fail(errc::size_mismatch, "pack member " + d.short_str() + " ended early");
+      h.update(buf.data(), *n);
+      pieces.update(buf.data(), *n);
+      off += *n;
+    }
+    if (h.finish() != d) return fail(errc::digest_mismatch, "pack member " + d.short_str() + " does not match its digest");
+  }
+  // The placeholder digest only names the pack in messages: the members were verified above.
+  auto r = pieces.finish(digest{});
+  if (!r) return fail(r.error());
+  m.piece_size = r->piece_size;
+  m.pieces = std::move(r->pieces);
+  return m;
 }
 
 }  // namespace shoal

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -54,6 +55,36 @@ struct object_metainfo {
   [[nodiscard]] static result<object_metainfo> parse(std::string_view torrent, const digest& expected,
                                                      std::vector<std::string>* trackers_out = nullptr);
 };
+
+// A pack: several small objects in one multi-file torrent, so a dataset of millions of small
+// files does not mean millions of swarms. The info dict is
+//   {files: [{length, path: ["<hh>", "<64 hex>"]}...], name: "sha256", piece length, pieces,
+//    private: 1}
+// with files sorted by digest and unique, so downloading into a directory D places each file at
+// D/sha256/<hh>/<hex>: exactly the cache's object layout. The piece size follows
+// piece_size_for(total bytes).
+struct pack_metainfo {
+  std::vector<std::pair<digest, std::uint64_t>> files;  // sorted by digest, unique
+  std::uint32_t piece_size = 0;
+  std::vector<sha1_hash> pieces;
+
+  [[nodiscard]] std::uint64_t total_size() const;
+  [[nodiscard]] std::string info_dict() const;
+  [[nodiscard]] sha1_hash info_hash() const;
+  [[nodiscard]] std::string info_hash_hex() const;
+  [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
+  // Validates against the objects the pack must hold (any order; duplicates removed).
+  [[nodiscard]] static result<pack_metainfo> parse(std::string_view torrent,
+                                                   std::vector<std::pair<digest, std::uint64_t>> expected);
+};
+
+// Sorts and deduplicates the objects of a pack (the order their bytes must be fed in).
+[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> pack_order(std::vector<std::pair<digest, std::uint64_t>> files);
+// Builds a pack's metainfo from its objects' bytes, read through `read(digest, offset, buf, n)`
+// (returns bytes read, 0 at end, or an error) in pack order; verifies every object's sha256.
+[[nodiscard]] result<pack_metainfo> build_pack(
+    const std::vector<std::pair<digest, std::uint64_t>>& files,
+    const std::function<result<std::size_t>(const digest&, std::uint64_t, char*, std::size_t)>& read);
 
 // Computes piece hashes (SHA-1) and the object digest (SHA-256) as bytes stream in, in order.
 class metainfo_builder {
