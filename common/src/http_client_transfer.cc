@@ -108,8 +108,10 @@ status client::impl::setup_easy(transfer& t) {
     if (!t.validator.empty()) ok = ok && add("If-Range: " + t.validator);
   }
   if (!has_ua && !opts_.user_agent.empty()) ok = ok && add("User-Agent: " + opts_.user_agent);
-  // No 100-continue round trip, and no form content type invented by curl for raw bodies.
-  if (!has_expect) ok = ok && add("Expect:");
+  // No 100-continue round trip, and no form content type invented by curl for raw bodies. Only
+  // when there is a body: a removal entry for a header that is never sent would still be listed
+  // among the signed headers by libcurl's SigV4 signer, and S3 would refuse the signature.
+  if (!has_expect && has_body) ok = ok && add("Expect:");
   if (has_body && !has_ctype) ok = ok && add("Content-Type:");
   if (!ok) return fail(errc::internal, "curl_slist_append failed");
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.slist);
