@@ -311,7 +311,13 @@ result<std::optional<std::string>> sysfs::link_basename(std::string_view p) cons
   auto slash = target.rfind('/');
   std::string base(slash == std::string_view::npos ? target : target.substr(slash + 1));
   if (base.empty() || base == "." || base == "..") {
-    return fail(sys_error(errc::sysfs_garbage, full + ": link target has no name"));
+    // A target like "../.." names its directory only once resolved.
+    auto resolved = resolve(p);
+    if (!resolved) return fail(resolved.error());
+    base = resolved->substr(resolved->rfind('/') + 1);
+    if (base.empty()) {
+      return fail(sys_error(errc::sysfs_garbage, full + ": link points at the root"));
+    }
   }
   return std::optional<std::string>{std::move(base)};
 }
