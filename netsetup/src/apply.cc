@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "json_text.h"
 #include "netsetup/errc.h"
 #include "netsetup/plan.h"
 #include "netsetup/tool_output.h"
@@ -76,8 +77,9 @@ class journal {
     path_ = path;
     return {};
   }
-  status append(const nlohmann::json& record) {
+  status append(nlohmann::json record) {
     if (!fd_) return {};
+    detail::make_printable(record);
     std::string line = record.dump() + "\n";
     std::size_t off = 0;
     while (off < line.size()) {

@@ -9,6 +9,7 @@
 #include "netsetup/errc.h"
 #include "netsetup/inventory.h"
 #include "netsetup/sysfs.h"
+#include "json_text.h"
 
 namespace shoal::netsetup {
 namespace {
@@ -349,6 +350,40 @@ void read_rdma(ctx& c, const json& j, const std::string& path, rdma_device& d) {
 
 }  // namespace
 
+namespace detail {
+
+void make_printable(nlohmann::json& j) {
+  auto clean = [](std::string& s) {
+    for (auto& c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u > 0x7e) c = '?';
+    }
+  };
+  if (j.is_string()) {
+    clean(j.get_ref<std::string&>());
+  } else if (j.is_array()) {
+    for (auto& e : j) make_printable(e);
+  } else if (j.is_object()) {
+    // Keys cannot be edited in place: rebuild the object when one needs cleaning.
+    bool dirty_keys = false;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      for (unsigned char c : it.key()) dirty_keys = dirty_keys || c < 0x20 || c > 0x7e;
+      make_printable(it.value());
+    }
+    if (dirty_keys) {
+      nlohmann::json out = nlohmann::json::object();
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        std::string k = it.key();
+        clean(k);
+        out[k] = std::move(it.value());
+      }
+      j = std::move(out);
+    }
+  }
+}
+
+}  // namespace detail
+
 std::string hex4(std::uint32_t id) { return hex_digits(id, 4); }
 
 const pci_function* node_inventory::find_gpu(std::string_view bdf) const {
@@ -457,6 +492,7 @@ nlohmann::json to_json(const node_inventory& inv) {
                                 {"path", std::string(to_string(r.path))}});
   }
   doc["warnings"] = inv.warnings;
+  detail::make_printable(doc);
   return doc;
 }
 

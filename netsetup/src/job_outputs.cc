@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
 #include "netsetup/affinity.h"
 #include "netsetup/discover.h"
 #include "netsetup/errc.h"
@@ -157,7 +158,9 @@ json sriov_device_plugin_config(const node_inventory& inv, const policy& pol) {
                         {"resourcePrefix", pol.cluster.resource_prefix},
                         {"selectors", json::array({sel})}});
   }
-  return json{{"resourceList", list}};
+  json out{{"resourceList", list}};
+  detail::make_printable(out);
+  return out;
 }
 
 result<json> network_attachment_definitions(const node_inventory& inv, const policy& pol) {
@@ -187,8 +190,9 @@ result<json> network_attachment_definitions(const node_inventory& inv, const pol
           {"namespace", pol.cluster.network_namespace},
           {"annotations", {{"k8s.v1.cni.cncf.io/resourceName", resource}}}}},
         // spec.config is the CNI configuration as a JSON string, not an object.
-        {"spec", {{"config", cni.dump()}}}});
+        {"spec", {{"config", cni.dump(-1, ' ', false, json::error_handler_t::replace)}}}});
   }
+  detail::make_printable(out);
   return out;
 }
 
@@ -205,8 +209,10 @@ json rdma_shared_device_plugin_config(const node_inventory& inv, const policy& p
                         {"rdmaHcaMax", pol.cluster.rdma_hca_max},
                         {"selectors", sel}});
   }
-  return json{{"periodicUpdateInterval", pol.cluster.periodic_update_interval},
-              {"configList", list}};
+  json out{{"periodicUpdateInterval", pol.cluster.periodic_update_interval},
+           {"configList", list}};
+  detail::make_printable(out);
+  return out;
 }
 
 result<json> cluster_configs(const node_inventory& inv, const policy& pol) {

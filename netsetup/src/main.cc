@@ -39,6 +39,11 @@ struct options {
   std::string gpus;
 };
 
+// Never throws: strings that are not UTF-8 are replaced, not reported.
+std::string pretty(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "shoal-netsetup: %s\n", msg.c_str());
   return 2;
@@ -97,14 +102,14 @@ int run(const std::string& cmd, const options& o, const ns::policy& pol) {
     return inv.error().code == ns::make_error_code(ns::errc::bad_document) ? 2 : 1;
   }
   if (cmd == "discover") {
-    std::printf("%s\n", ns::to_json(*inv).dump(2).c_str());
+    std::printf("%s\n", pretty(ns::to_json(*inv)).c_str());
     return 0;
   }
   if (cmd == "plan" || cmd == "apply") {
     ns::plan p = ns::make_plan(*inv, pol);
     if (cmd == "plan") {
       if (o.json) {
-        std::printf("%s\n", ns::to_json(p).dump(2).c_str());
+        std::printf("%s\n", pretty(ns::to_json(p)).c_str());
         return 0;
       }
       std::printf("plan for %s: %zu operation(s)\n", p.node.c_str(), p.ops.size());
@@ -164,9 +169,9 @@ int run(const std::string& cmd, const options& o, const ns::policy& pol) {
       all.insert(all.end(), r.begin(), r.end());
     }
     if (o.json) {
-      std::printf("%s\n", nlohmann::json{{"passed", ns::passed(all)}, {"checks", ns::to_json(all)}}
-                              .dump(2)
-                              .c_str());
+      std::printf("%s\n",
+                  pretty(nlohmann::json{{"passed", ns::passed(all)}, {"checks", ns::to_json(all)}})
+                      .c_str());
     } else {
       print_checks(all);
       std::printf("%s\n", ns::passed(all) ? "PASSED" : "FAILED");
@@ -184,7 +189,7 @@ int run(const std::string& cmd, const options& o, const ns::policy& pol) {
     if (o.json) {
       nlohmann::json j = nlohmann::json::object();
       for (const auto& [k, v] : env->vars) j[k] = v;
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", pretty(j).c_str());
     } else {
       std::printf("%s", ns::to_shell(*env).c_str());
     }
@@ -194,7 +199,7 @@ int run(const std::string& cmd, const options& o, const ns::policy& pol) {
   if (cmd == "cluster-config") {
     auto cfg = ns::cluster_configs(*inv, pol);
     if (!cfg) return usage_error(cfg.error().message);
-    std::printf("%s\n", cfg->dump(2).c_str());
+    std::printf("%s\n", pretty(*cfg).c_str());
     return 0;
   }
   return usage_error("unknown command " + cmd);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
 #include "netsetup/affinity.h"
 
 namespace shoal::netsetup {
@@ -361,7 +362,9 @@ nlohmann::json to_json(const plan& p) {
     }
     ops.push_back(std::move(j));
   }
-  return nlohmann::json{{"node", p.node}, {"ops", ops}, {"problems", p.problems}};
+  nlohmann::json j{{"node", p.node}, {"ops", ops}, {"problems", p.problems}};
+  detail::make_printable(j);
+  return j;
 }
 
 }  // namespace shoal::netsetup

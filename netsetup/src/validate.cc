@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
 #include "netsetup/affinity.h"
 #include "netsetup/plan.h"
 
@@ -496,6 +497,7 @@ nlohmann::json to_json(const std::vector<check_result>& results) {
                                  {"subject", r.subject},
                                  {"message", r.message}});
   }
+  detail::make_printable(arr);
   return arr;
 }
 
