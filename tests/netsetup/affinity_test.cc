@@ -20,7 +20,7 @@ pci_function fn(std::string rc, std::vector<std::string> bridges, int numa) {
   return f;
 }
 
-TEST(Affinity, ClassifiesLikeNccl) {
+TEST(NetsetupAffinity, ClassifiesLikeNccl) {
   // GPU behind switch downstream port 19:00.0, upstream port 18:00.0, root port 17:01.0.
   auto gpu = fn("pci0000:17", {"0000:17:01.0", "0000:18:00.0", "0000:19:00.0"}, 0);
   // Same switch, other downstream port: PIX.
@@ -48,7 +48,7 @@ TEST(Affinity, ClassifiesLikeNccl) {
   EXPECT_LT(path_type::phb, path_type::sys);
 }
 
-TEST(Affinity, DgxA100TwoGpusShareADualPortNicOnePortEach) {
+TEST(NetsetupAffinity, DgxA100TwoGpusShareADualPortNicOnePortEach) {
   auto f = dgx_a100(node_state::converged);
   auto inv = f.discover();
   auto rails = assign_rails(inv);
@@ -66,7 +66,7 @@ TEST(Affinity, DgxA100TwoGpusShareADualPortNicOnePortEach) {
   EXPECT_EQ(classify(inv.gpus[0], inv.find_nic(f.pfs[2])->pci), path_type::phb);
 }
 
-TEST(Affinity, H100OneNicPerGpu) {
+TEST(NetsetupAffinity, H100OneNicPerGpu) {
   auto f = h100(node_state::converged);
   auto rails = assign_rails(f.discover());
   ASSERT_EQ(rails.size(), 8u);
@@ -76,7 +76,7 @@ TEST(Affinity, H100OneNicPerGpu) {
   }
 }
 
-TEST(Affinity, VelaVmSpreadsEightGpusOverFourVfs) {
+TEST(NetsetupAffinity, VelaVmSpreadsEightGpusOverFourVfs) {
   auto f = vela_vm();
   auto rails = assign_rails(f.discover());
   ASSERT_EQ(rails.size(), 8u);
@@ -89,7 +89,7 @@ TEST(Affinity, VelaVmSpreadsEightGpusOverFourVfs) {
   for (const auto& [dev, n] : load) EXPECT_EQ(n, 2) << dev;
 }
 
-TEST(Affinity, NearestWinsOverBalance) {
+TEST(NetsetupAffinity, NearestWinsOverBalance) {
   // Two GPUs behind one switch with one NIC there; a second NIC on the other socket. Both GPUs
   // take the near NIC: distance first, balance only among equally near NICs.
   sysfs_tree t;
@@ -121,7 +121,7 @@ TEST(Affinity, NearestWinsOverBalance) {
   EXPECT_TRUE(tools.calls.empty());  // run_tools = false
 }
 
-TEST(Affinity, InfinibandPortsAreNotRoceRails) {
+TEST(NetsetupAffinity, InfinibandPortsAreNotRoceRails) {
   sysfs_tree t;
   auto hb = t.host_bridge("0000:10", 0);
   auto rp = t.bridge(hb, "0000:10:01.0");

@@ -33,7 +33,7 @@ std::string write_file(const std::string& path, const std::string& text) {
   return path;
 }
 
-class Cli : public ::testing::Test {
+class NetsetupCli : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(cli)) << cli;
@@ -46,7 +46,7 @@ class Cli : public ::testing::Test {
   std::string doc_a_, doc_b_;
 };
 
-TEST_F(Cli, DiscoverPrintsTheDocument) {
+TEST_F(NetsetupCli, DiscoverPrintsTheDocument) {
   auto r = run_cli({"--sysfs-root", a_.tree->root(), "--node-name", "n1", "--no-tools",
                     "discover"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -58,7 +58,7 @@ TEST_F(Cli, DiscoverPrintsTheDocument) {
   EXPECT_TRUE(doc["netdevs"][0]["qos"]["pfc"].is_null());  // --no-tools
 }
 
-TEST_F(Cli, DiscoverReportsGarbageAndExitsNonZero) {
+TEST_F(NetsetupCli, DiscoverReportsGarbageAndExitsNonZero) {
   a_.tree->write(a_.tree->netdev_dir("ens1np0") + "/mtu", "nine thousand\n");
   auto r = run_cli({"--sysfs-root", a_.tree->root(), "--no-tools", "discover"});
   EXPECT_EQ(r.exit_code, 1);
@@ -67,7 +67,7 @@ TEST_F(Cli, DiscoverReportsGarbageAndExitsNonZero) {
       << r.err;
 }
 
-TEST_F(Cli, ValidateAcrossPeers) {
+TEST_F(NetsetupCli, ValidateAcrossPeers) {
   auto r = run_cli({"--from", doc_a_, "validate", "--peer", doc_b_});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("cluster.gid"), std::string::npos);
@@ -93,7 +93,7 @@ TEST_F(Cli, ValidateAcrossPeers) {
       << u.err;
 }
 
-TEST_F(Cli, PlanApplyDryRunAndNcclEnv) {
+TEST_F(NetsetupCli, PlanApplyDryRunAndNcclEnv) {
   auto fresh = h100(node_state::fresh);
   const std::string doc = write_file(fresh.tree->root() + "/fresh.json",
                                      to_json(fresh.discover()).dump());
@@ -127,7 +127,7 @@ TEST_F(Cli, PlanApplyDryRunAndNcclEnv) {
   EXPECT_EQ(bad_gpu.exit_code, 2);
 }
 
-TEST_F(Cli, ClusterConfigNeedsIpamAndPolicyErrorsAreUsageErrors) {
+TEST_F(NetsetupCli, ClusterConfigNeedsIpamAndPolicyErrorsAreUsageErrors) {
   auto no_ipam = run_cli({"--from", doc_a_, "cluster-config"});
   EXPECT_EQ(no_ipam.exit_code, 2);
   EXPECT_NE(no_ipam.err.find("cluster.ipam is empty"), std::string::npos);

@@ -10,7 +10,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(ProcessRunner, CapturesStdoutStderrAndExitCode) {
+TEST(NetsetupProcessRunner, CapturesStdoutStderrAndExitCode) {
   process_runner r;
   auto res = r.run({"sh", "-c", "echo out; echo err >&2; exit 3"}, 5s);
   ASSERT_TRUE(res) << res.error().message;
@@ -22,7 +22,7 @@ TEST(ProcessRunner, CapturesStdoutStderrAndExitCode) {
   EXPECT_EQ(ok->exit_code, 0);
 }
 
-TEST(ProcessRunner, StdinIsEmptyAndArgumentsAreNotParsedByAShell) {
+TEST(NetsetupProcessRunner, StdinIsEmptyAndArgumentsAreNotParsedByAShell) {
   process_runner r;
   auto res = r.run({"cat"}, 5s);  // would hang on an inherited terminal
   ASSERT_TRUE(res);
@@ -32,7 +32,7 @@ TEST(ProcessRunner, StdinIsEmptyAndArgumentsAreNotParsedByAShell) {
   EXPECT_EQ(echo->out, "a b $HOME 'q'\n");
 }
 
-TEST(ProcessRunner, MissingToolIsAnErrorSayingSo) {
+TEST(NetsetupProcessRunner, MissingToolIsAnErrorSayingSo) {
   process_runner r;
   auto res = r.run({"shoal-no-such-tool", "-a"}, 5s);
   ASSERT_FALSE(res);
@@ -42,7 +42,7 @@ TEST(ProcessRunner, MissingToolIsAnErrorSayingSo) {
   EXPECT_FALSE(r.run({}, 5s));
 }
 
-TEST(ProcessRunner, AHangingToolIsKilledAtTheDeadline) {
+TEST(NetsetupProcessRunner, AHangingToolIsKilledAtTheDeadline) {
   process_runner r;
   const auto t0 = std::chrono::steady_clock::now();
   auto res = r.run({"sleep", "30"}, 300ms);
@@ -56,7 +56,7 @@ TEST(ProcessRunner, AHangingToolIsKilledAtTheDeadline) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
 }
 
-TEST(ProcessRunner, OutputIsCapped) {
+TEST(NetsetupProcessRunner, OutputIsCapped) {
   process_runner r;
   auto res = r.run({"sh", "-c", "head -c 3000000 /dev/zero"}, 10s);
   ASSERT_TRUE(res) << res.error().message;

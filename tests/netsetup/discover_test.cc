@@ -14,7 +14,7 @@ namespace {
 
 using namespace testing;
 
-TEST(Discover, DgxA100FindsGpusNicsAndTheirPcieChains) {
+TEST(NetsetupDiscover, DgxA100FindsGpusNicsAndTheirPcieChains) {
   auto f = dgx_a100(node_state::converged);
   auto inv = f.discover();
   ASSERT_EQ(inv.gpus.size(), 8u);
@@ -49,7 +49,7 @@ TEST(Discover, DgxA100FindsGpusNicsAndTheirPcieChains) {
   EXPECT_EQ(n->sriov->vfs[3].index, 3);
 }
 
-TEST(Discover, NetdevLinkQosAndEcnState) {
+TEST(NetsetupDiscover, NetdevLinkQosAndEcnState) {
   auto f = dgx_a100(node_state::converged);
   auto inv = f.discover();
   const netdev_info* nd = inv.find_netdev("ens2f0np0");
@@ -75,7 +75,7 @@ TEST(Discover, NetdevLinkQosAndEcnState) {
   EXPECT_TRUE(inv.warnings.empty()) << inv.warnings.front();
 }
 
-TEST(Discover, RdmaDevicesMapToNetdevsWithTheRoceV2Ipv4GidIndex) {
+TEST(NetsetupDiscover, RdmaDevicesMapToNetdevsWithTheRoceV2Ipv4GidIndex) {
   auto f = h100(node_state::converged, 2);
   auto inv = f.discover();
   ASSERT_EQ(inv.rdma.size(), 8u);
@@ -96,7 +96,7 @@ TEST(Discover, RdmaDevicesMapToNetdevsWithTheRoceV2Ipv4GidIndex) {
   EXPECT_EQ(p.default_roce_tos, 106);
 }
 
-TEST(Discover, GidIndexFollowsTheTableNotAConvention) {
+TEST(NetsetupDiscover, GidIndexFollowsTheTableNotAConvention) {
   auto f = h100(node_state::converged);
   // An extra address (a VLAN netdev) puts a RoCE v2 IPv4 entry at 3 that is not on ens0np0;
   // the netdev's own entry moves to 5.
@@ -114,7 +114,7 @@ TEST(Discover, GidIndexFollowsTheTableNotAConvention) {
   EXPECT_EQ(p.roce_v2_ipv4, "10.0.0.9");
 }
 
-TEST(Discover, VelaVmSeesOnlyVfs) {
+TEST(NetsetupDiscover, VelaVmSeesOnlyVfs) {
   auto f = vela_vm();
   auto inv = f.discover();
   ASSERT_EQ(inv.gpus.size(), 8u);
@@ -135,7 +135,7 @@ TEST(Discover, VelaVmSeesOnlyVfs) {
   EXPECT_EQ(inv.find_rdma("mlx5_0")->ports[0].roce_v2_ipv4_index, 3);
 }
 
-TEST(Discover, VfsInUseHaveNoHostNetdev) {
+TEST(NetsetupDiscover, VfsInUseHaveNoHostNetdev) {
   auto f = h100(node_state::converged);
   // A VF handed to a pod: its netdev moved into the pod's namespace.
   for (int v = 0; v < 3; ++v) {
@@ -151,7 +151,7 @@ TEST(Discover, VfsInUseHaveNoHostNetdev) {
   EXPECT_EQ(vfs[3].netdevs.size(), 1u);
 }
 
-TEST(Discover, MissingToolIsOneWarningAndEmptyQos) {
+TEST(NetsetupDiscover, MissingToolIsOneWarningAndEmptyQos) {
   auto f = h100(node_state::converged);
   f.tools->not_installed = {"dcb"};
   auto inv = f.discover();
@@ -165,7 +165,7 @@ TEST(Discover, MissingToolIsOneWarningAndEmptyQos) {
   EXPECT_EQ(dcb_calls, 1);  // not retried for every netdev
 }
 
-TEST(Discover, QosTrustFromTheMlx5SysfsFile) {
+TEST(NetsetupDiscover, QosTrustFromTheMlx5SysfsFile) {
   auto f = h100(node_state::converged);
   f.tree->write(f.tree->netdev_dir("ens1np0") + "/qos/trust", "pcp\n");
   auto inv = f.discover();
@@ -174,7 +174,7 @@ TEST(Discover, QosTrustFromTheMlx5SysfsFile) {
   EXPECT_EQ(inv.find_netdev("ens0np0")->qos.trust_source, "dcb");
 }
 
-TEST(Discover, ExtraNetdevsAreDescribedAndUnknownOnesWarn) {
+TEST(NetsetupDiscover, ExtraNetdevsAreDescribedAndUnknownOnesWarn) {
   auto f = h100(node_state::converged);
   netdev_spec v;
   v.name = "veth0";
@@ -199,7 +199,7 @@ TEST(Discover, ExtraNetdevsAreDescribedAndUnknownOnesWarn) {
   EXPECT_TRUE(warned);
 }
 
-TEST(Discover, DocumentRoundTripsThroughJson) {
+TEST(NetsetupDiscover, DocumentRoundTripsThroughJson) {
   for (auto* make : {+[] { return dgx_a100(node_state::converged); },
                      +[] { return dgx_a100(node_state::fresh); }, +[] { return vela_vm(); }}) {
     auto f = make();
@@ -213,7 +213,7 @@ TEST(Discover, DocumentRoundTripsThroughJson) {
   }
 }
 
-TEST(Discover, DocumentFieldSpelling) {
+TEST(NetsetupDiscover, DocumentFieldSpelling) {
   auto f = h100(node_state::converged);
   auto doc = to_json(f.discover());
   const auto& nic = doc["nics"][0];
@@ -226,7 +226,7 @@ TEST(Discover, DocumentFieldSpelling) {
   EXPECT_EQ(doc["rdma"][0]["ports"][0]["roce_v2_ipv4_index"], 3);
 }
 
-TEST(Discover, IsBdfAndClasses) {
+TEST(NetsetupDiscover, IsBdfAndClasses) {
   EXPECT_TRUE(is_bdf("0000:17:00.0"));
   EXPECT_TRUE(is_bdf("0001:af:1f.7"));
   EXPECT_FALSE(is_bdf("0000:17:00.8"));

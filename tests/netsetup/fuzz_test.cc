@@ -54,7 +54,7 @@ std::string mutate(std::mt19937& rng, std::string s) {
   return s;
 }
 
-TEST(Fuzz, SysfsValueParsers) {
+TEST(NetsetupFuzz, SysfsValueParsers) {
   std::mt19937 rng(1);
   for (int i = 0; i < 20000; ++i) {
     const std::string s = random_bytes(rng, 48);
@@ -73,7 +73,7 @@ TEST(Fuzz, SysfsValueParsers) {
   }
 }
 
-TEST(Fuzz, DiscoveryOverATreeWithOneFileOfGarbage) {
+TEST(NetsetupFuzz, DiscoveryOverATreeWithOneFileOfGarbage) {
   auto f = vela_vm();
   std::vector<std::string> files;
   for (auto it = std::filesystem::recursive_directory_iterator(f.tree->root() + "/sys");
@@ -107,7 +107,7 @@ TEST(Fuzz, DiscoveryOverATreeWithOneFileOfGarbage) {
   EXPECT_TRUE(f.try_discover());
 }
 
-TEST(Fuzz, ToolOutputParsers) {
+TEST(NetsetupFuzz, ToolOutputParsers) {
   const std::vector<std::string> seeds = {
       render_dcb_pfc(dcb_pfc{{false, false, false, true, false, false, false, false}, 8, 0, false}),
       R"({"default_prio":[0],"dscp_prio":[[24,3],[26,3],[48,6]],"pcp_prio":[["0nd",0]]})",
@@ -161,7 +161,7 @@ void mutate_json(std::mt19937& rng, nlohmann::json& j, int depth = 0) {
   mutate_json(rng, *it, depth + 1);
 }
 
-TEST(Fuzz, PeerDocumentsAndEverythingThatConsumesThem) {
+TEST(NetsetupFuzz, PeerDocumentsAndEverythingThatConsumesThem) {
   std::vector<nlohmann::json> seeds;
   {
     auto a = h100(node_state::converged);

@@ -15,7 +15,7 @@ namespace {
 
 using namespace testing;
 
-TEST(NcclEnv, PodGetsItsGpusRailsInExactMatchForm) {
+TEST(NetsetupNcclEnv, PodGetsItsGpusRailsInExactMatchForm) {
   auto f = h100(node_state::converged);
   auto inv = f.discover();
   std::vector<std::string> gpus = {f.gpus[2], "3"};  // a BDF and an index
@@ -30,7 +30,7 @@ TEST(NcclEnv, PodGetsItsGpusRailsInExactMatchForm) {
   EXPECT_EQ(to_shell(*env).substr(0, 39), "export NCCL_IB_HCA='=mlx5_2:1,mlx5_3:1'");
 }
 
-TEST(NcclEnv, SharedNicAppearsOnceAndAllGpusIsTheDefault) {
+TEST(NetsetupNcclEnv, SharedNicAppearsOnceAndAllGpusIsTheDefault) {
   auto f = dgx_a100(node_state::converged);
   auto inv = f.discover();
   auto env = make_nccl_env(inv, {}, policy{});
@@ -43,7 +43,7 @@ TEST(NcclEnv, SharedNicAppearsOnceAndAllGpusIsTheDefault) {
   EXPECT_EQ(*venv->get("NCCL_IB_HCA"), "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1");
 }
 
-TEST(NcclEnv, DifferentGidIndicesLeaveTheChoiceToNccl) {
+TEST(NetsetupNcclEnv, DifferentGidIndicesLeaveTheChoiceToNccl) {
   auto f = h100(node_state::converged);
   const std::string pd = "/sys/class/infiniband/mlx5_1/ports/1";
   f.tree->write(pd + "/gid_attrs/types/3", "IB/RoCE v1\n");
@@ -63,7 +63,7 @@ TEST(NcclEnv, DifferentGidIndicesLeaveTheChoiceToNccl) {
   ASSERT_EQ(env->notes.size(), 1u);
 }
 
-TEST(NcclEnv, UnknownGpusAreErrors) {
+TEST(NetsetupNcclEnv, UnknownGpusAreErrors) {
   auto f = h100(node_state::converged);
   auto inv = f.discover();
   for (std::string bad : {"0000:ff:00.0", "8", "-1", "x", ""}) {
@@ -75,7 +75,7 @@ TEST(NcclEnv, UnknownGpusAreErrors) {
   EXPECT_EQ(to_shell(nccl_env{{{"A", "it's"}}, {}}), "export A='it'\\''s'\n");
 }
 
-TEST(ClusterConfig, SriovDevicePluginResourceList) {
+TEST(NetsetupClusterConfig, SriovDevicePluginResourceList) {
   auto f = h100(node_state::converged);
   policy pol;
   auto j = sriov_device_plugin_config(f.discover(), pol);
@@ -104,7 +104,7 @@ TEST(ClusterConfig, SriovDevicePluginResourceList) {
   EXPECT_FALSE(vj["resourceList"][2]["selectors"][0].contains("pfNames"));
 }
 
-TEST(ClusterConfig, NetworkAttachmentDefinitions) {
+TEST(NetsetupClusterConfig, NetworkAttachmentDefinitions) {
   auto f = h100(node_state::converged);
   auto inv = f.discover();
   policy pol;
@@ -133,7 +133,7 @@ TEST(ClusterConfig, NetworkAttachmentDefinitions) {
   EXPECT_FALSE(network_attachment_definitions(inv, pol));
 }
 
-TEST(ClusterConfig, RdmaSharedDevicePlugin) {
+TEST(NetsetupClusterConfig, RdmaSharedDevicePlugin) {
   auto f = dgx_a100(node_state::converged);
   policy pol;
   pol.cluster.rdma_hca_max = 63;

@@ -43,7 +43,7 @@ std::vector<std::string> whats_for(const plan& p, const std::string& subject) {
   return w;
 }
 
-TEST(Plan, FreshNodeGetsEveryChangeInOrderWithReasons) {
+TEST(NetsetupPlan, FreshNodeGetsEveryChangeInOrderWithReasons) {
   auto f = h100(node_state::fresh);
   plan p = make_plan(f.discover(), policy{});
   EXPECT_TRUE(p.problems.empty()) << p.problems.front();
@@ -83,7 +83,7 @@ TEST(Plan, FreshNodeGetsEveryChangeInOrderWithReasons) {
   EXPECT_EQ(j["ops"][0]["write"]["value"], "8");
 }
 
-TEST(Plan, ConvergedNodeNeedsNothing) {
+TEST(NetsetupPlan, ConvergedNodeNeedsNothing) {
   for (auto* make : {+[] { return h100(node_state::converged); },
                      +[] { return dgx_a100(node_state::converged); }}) {
     auto f = make();
@@ -93,7 +93,7 @@ TEST(Plan, ConvergedNodeNeedsNothing) {
   }
 }
 
-TEST(Plan, ChangingAVfCountResetsFirstAndSaysItIsDisruptive) {
+TEST(NetsetupPlan, ChangingAVfCountResetsFirstAndSaysItIsDisruptive) {
   auto f = dgx_a100(node_state::converged);
   f.tree->write("/sys/bus/pci/devices/" + f.pfs[3] + "/sriov_numvfs", "4\n");
   plan p = make_plan(f.discover(), policy{});
@@ -104,7 +104,7 @@ TEST(Plan, ChangingAVfCountResetsFirstAndSaysItIsDisruptive) {
   EXPECT_EQ(p.ops[1].value, "8");
 }
 
-TEST(Plan, WhatCannotBeDoneHereIsAProblemNotAnOp) {
+TEST(NetsetupPlan, WhatCannotBeDoneHereIsAProblemNotAnOp) {
   auto f = h100(node_state::fresh);
   f.tree->write("/sys/bus/pci/devices/" + f.pfs[1] + "/sriov_totalvfs", "4\n");
   f.tools->devs.erase("ens2np0");  // no DCB on this netdev
@@ -130,7 +130,7 @@ TEST(Plan, WhatCannotBeDoneHereIsAProblemNotAnOp) {
                                       "enable ECN roce_rp on priority 3"}));
 }
 
-TEST(Plan, VmWithVfsOnlyLeavesQosToTheHost) {
+TEST(NetsetupPlan, VmWithVfsOnlyLeavesQosToTheHost) {
   auto f = vela_vm();
   plan p = make_plan(f.discover(), policy{});
   for (const auto& op : p.ops) {
@@ -141,7 +141,7 @@ TEST(Plan, VmWithVfsOnlyLeavesQosToTheHost) {
   EXPECT_NE(p.problems[0].find("a VF"), std::string::npos);
 }
 
-class Apply : public ::testing::Test {
+class NetsetupApply : public ::testing::Test {
  protected:
   void SetUp() override {
     f_ = h100(node_state::fresh);
@@ -165,7 +165,7 @@ class Apply : public ::testing::Test {
   std::string journal_;
 };
 
-TEST_F(Apply, ConvergesAndASecondApplyDoesNothing) {
+TEST_F(NetsetupApply, ConvergesAndASecondApplyDoesNothing) {
   plan p = make_plan(f_.discover(), policy{});
   ASSERT_EQ(p.ops.size(), 80u);
   std::vector<std::string> progress;
@@ -201,7 +201,7 @@ TEST_F(Apply, ConvergesAndASecondApplyDoesNothing) {
   EXPECT_EQ(journal_lines().size(), 80u);  // nothing changed, nothing recorded
 }
 
-TEST_F(Apply, DryRunChangesNothing) {
+TEST_F(NetsetupApply, DryRunChangesNothing) {
   plan p = make_plan(f_.discover(), policy{});
   const auto before = snapshot(f_.tree->root());
   auto rep = run(p, true);
@@ -214,7 +214,7 @@ TEST_F(Apply, DryRunChangesNothing) {
   EXPECT_FALSE(std::filesystem::exists(journal_));
 }
 
-TEST_F(Apply, StopsAtTheFirstFailureWithItsMessageAndARecord) {
+TEST_F(NetsetupApply, StopsAtTheFirstFailureWithItsMessageAndARecord) {
   f_.tools->fail_with["dcb pfc set dev ens2np0"] = 1;
   plan p = make_plan(f_.discover(), policy{});
   auto rep = run(p);
@@ -245,7 +245,7 @@ TEST_F(Apply, StopsAtTheFirstFailureWithItsMessageAndARecord) {
   EXPECT_TRUE(make_plan(f_.discover(), policy{}).ops.empty());
 }
 
-TEST_F(Apply, VerifyCatchesAChangeThatDidNotTakeEffect) {
+TEST_F(NetsetupApply, VerifyCatchesAChangeThatDidNotTakeEffect) {
   f_.tools->no_effect.insert("ip link set dev ens0np0 mtu");
   auto rep = run(make_plan(f_.discover(), policy{}));
   EXPECT_FALSE(rep.ok);
@@ -256,7 +256,7 @@ TEST_F(Apply, VerifyCatchesAChangeThatDidNotTakeEffect) {
   EXPECT_EQ(rep.outcomes.size(), 2u);  // the VFs of the first PF, then the MTU
 }
 
-TEST_F(Apply, AMissingToolFailsTheOpThatNeedsIt) {
+TEST_F(NetsetupApply, AMissingToolFailsTheOpThatNeedsIt) {
   plan p = make_plan(f_.discover(), policy{});
   f_.tools->not_installed.insert("cma_roce_tos");
   auto rep = run(p);
@@ -265,7 +265,7 @@ TEST_F(Apply, AMissingToolFailsTheOpThatNeedsIt) {
       << rep.failure;
 }
 
-TEST_F(Apply, JournalErrorsAreErrors) {
+TEST_F(NetsetupApply, JournalErrorsAreErrors) {
   plan p = make_plan(f_.discover(), policy{});
   apply_options o;
   o.journal_path = f_.tree->root() + "/sys/bus/pci/devices/" + f_.pfs[0] + "/vendor/journal";

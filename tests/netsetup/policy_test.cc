@@ -7,7 +7,7 @@
 namespace shoal::netsetup {
 namespace {
 
-TEST(Policy, DefaultsAreTheRoceConvention) {
+TEST(NetsetupPolicy, DefaultsAreTheRoceConvention) {
   policy p;
   EXPECT_EQ(p.mtu, 9000);
   EXPECT_EQ(p.trust, "dscp");
@@ -26,7 +26,7 @@ TEST(Policy, DefaultsAreTheRoceConvention) {
   }
 }
 
-TEST(Policy, LoadsYamlAndPrintsItBack) {
+TEST(NetsetupPolicy, LoadsYamlAndPrintsItBack) {
   policy p;
   auto st = config::load_string(R"(
 interfaces: [ens1f0np0, ens2f0np0]
@@ -49,7 +49,7 @@ cluster:
   EXPECT_EQ(back.interfaces, p.interfaces);
 }
 
-TEST(Policy, RefusesInconsistentOrOutOfRangeValues) {
+TEST(NetsetupPolicy, RefusesInconsistentOrOutOfRangeValues) {
   struct bad_case {
     const char* yaml;
     const char* message;

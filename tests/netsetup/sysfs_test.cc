@@ -19,7 +19,7 @@ using namespace testing;
 
 bool has_code(const error& e, errc c) { return e.code == make_error_code(c); }
 
-TEST(Sysfs, ReadsValuesUnderTheRoot) {
+TEST(NetsetupSysfs, ReadsValuesUnderTheRoot) {
   sysfs_tree t;
   t.write("/sys/x/mtu", "9000\n");
   t.write("/sys/x/vendor", "0x15b3\n");
@@ -35,7 +35,7 @@ TEST(Sysfs, ReadsValuesUnderTheRoot) {
   EXPECT_TRUE(fs.list_optional("/sys/nodir")->empty());
 }
 
-TEST(Sysfs, GarbageIsAnErrorNamingThePath) {
+TEST(NetsetupSysfs, GarbageIsAnErrorNamingThePath) {
   sysfs_tree t;
   t.write("/sys/x/empty", "");
   t.write("/sys/x/abc", "abc\n");
@@ -70,7 +70,7 @@ TEST(Sysfs, GarbageIsAnErrorNamingThePath) {
   EXPECT_TRUE(has_code(e7.error(), errc::sysfs_missing));
 }
 
-TEST(Sysfs, HugeFilesAreRefused) {
+TEST(NetsetupSysfs, HugeFilesAreRefused) {
   sysfs_tree t;
   t.write("/sys/x/big", std::string(100 * 1024, '1'));
   auto r = sysfs(t.root()).read("/sys/x/big");
@@ -78,7 +78,7 @@ TEST(Sysfs, HugeFilesAreRefused) {
   EXPECT_NE(r.error().message.find("64 KiB"), std::string::npos);
 }
 
-TEST(Sysfs, ResolvesRelativeLinkChainsLikeTheKernel) {
+TEST(NetsetupSysfs, ResolvesRelativeLinkChainsLikeTheKernel) {
   sysfs_tree t;
   auto hb = t.host_bridge("0000:17", 0);
   auto rp = t.bridge(hb, "0000:17:01.0");
@@ -91,7 +91,7 @@ TEST(Sysfs, ResolvesRelativeLinkChainsLikeTheKernel) {
   EXPECT_FALSE(fs.link_basename("/sys/bus/pci/devices/0000:18:00.0/vendor")->has_value());
 }
 
-TEST(Sysfs, DanglingLoopingAndEscapingLinks) {
+TEST(NetsetupSysfs, DanglingLoopingAndEscapingLinks) {
   sysfs_tree t;
   t.mkdirs("/sys/a");
   t.symlink("/sys/a/dangling", "/sys/devices/nowhere");
@@ -114,7 +114,7 @@ TEST(Sysfs, DanglingLoopingAndEscapingLinks) {
   EXPECT_EQ(*fs.resolve("/sys/a/climb"), "/sys/a/target");
 }
 
-TEST(Sysfs, WriteNeedsAnExistingAttribute) {
+TEST(NetsetupSysfs, WriteNeedsAnExistingAttribute) {
   sysfs_tree t;
   t.write("/sys/x/mtu", "1500\n");
   sysfs fs(t.root());
@@ -126,7 +126,7 @@ TEST(Sysfs, WriteNeedsAnExistingAttribute) {
   EXPECT_NE(w.error().message.find("/sys/x/new"), std::string::npos);
 }
 
-TEST(Sysfs, LinkSpeedParsing) {
+TEST(NetsetupSysfs, LinkSpeedParsing) {
   EXPECT_EQ(*parse_link_speed("16.0 GT/s PCIe", "f"), 16.0);
   EXPECT_EQ(*parse_link_speed("8 GT/s", "f"), 8.0);
   EXPECT_EQ(*parse_link_speed("2.5 GT/s PCIe\n", "f"), 2.5);
@@ -146,7 +146,7 @@ struct broken_file {
   std::function<std::string(node_fixture&)> damage;  // returns the path the error must name
 };
 
-TEST(Sysfs, DiscoveryRefusesGarbageWithTheFileName) {
+TEST(NetsetupSysfs, DiscoveryRefusesGarbageWithTheFileName) {
   const std::vector<broken_file> cases = {
       {"empty mtu",
        [](node_fixture& f) {

@@ -1,8 +1,10 @@
 #include "sysfs_tree.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +23,18 @@ std::string hex(std::uint32_t v, int width) {
 }
 
 std::string parent_of(const std::string& p) { return p.substr(0, p.rfind('/')); }
+
+// Trees of test processes that were killed (a ctest timeout sends SIGKILL: no destructors) would
+// stay in /dev/shm; their names carry the pid, so the next run removes those of dead processes.
+void sweep_stale(const std::string& base) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename();
+    if (!name.starts_with("shoal-netsetup-")) continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + 15));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+}
 
 }  // namespace
 
@@ -48,7 +62,8 @@ sysfs_tree::sysfs_tree() {
   const char* tmp = std::getenv("TMPDIR");
   std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "";
   if (base.empty()) base = ::access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
-  std::string tmpl = base + "/shoal-netsetup-XXXXXX";
+  sweep_stale(base);
+  std::string tmpl = base + "/shoal-netsetup-" + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   root_ = tmpl;
   mkdirs("/sys/bus/pci/devices");

@@ -9,7 +9,7 @@
 namespace shoal::netsetup {
 namespace {
 
-TEST(ToolOutput, DcbPfcShow) {
+TEST(NetsetupToolOutput, DcbPfcShow) {
   // dcb -j pfc show dev eth0
   auto p = parse_dcb_pfc(
       R"({"pfc_cap":8,"macsec_bypass":false,"delay":4096,)"
@@ -31,7 +31,7 @@ TEST(ToolOutput, DcbPfcShow) {
   EXPECT_EQ(parse_dcb_pfc(render_dcb_pfc(*p), "x").value(), *p);
 }
 
-TEST(ToolOutput, DcbAppShow) {
+TEST(NetsetupToolOutput, DcbAppShow) {
   // dcb -j app show dev eth0: DSCP keys are numbers in JSON even without -N.
   auto a = parse_dcb_app(
       R"({"default_prio":[0],"dscp_prio":[[48,6],[24,3],[26,3]],)"
@@ -46,7 +46,7 @@ TEST(ToolOutput, DcbAppShow) {
   EXPECT_EQ(parse_dcb_app(render_dcb_app(*a), "x").value(), *a);
 }
 
-TEST(ToolOutput, DcbEtsAndApptrust) {
+TEST(NetsetupToolOutput, DcbEtsAndApptrust) {
   auto e = parse_dcb_ets(
       R"({"willing":false,"ets_cap":8,"cbs":false,"tc_bw":[0,0,0,100,0,0,0,0],)"
       R"("pg_bw":[0,0,0,0,0,0,0,0],"tc_tsa":["strict","strict","strict","ets","strict",)"
@@ -66,7 +66,7 @@ TEST(ToolOutput, DcbEtsAndApptrust) {
             std::vector<std::string>{"dscp"});
 }
 
-TEST(ToolOutput, EthtoolPause) {
+TEST(NetsetupToolOutput, EthtoolPause) {
   auto p = parse_ethtool_pause("Pause parameters for ens1f0:\nAutonegotiate:\ton\nRX:\t\ton\n"
                                "TX:\t\toff\nRX negotiated: on\nTX negotiated: off\n\n",
                                "ethtool -a ens1f0");
@@ -78,7 +78,7 @@ TEST(ToolOutput, EthtoolPause) {
   EXPECT_EQ(parse_ethtool_pause(render_ethtool_pause("x", off), "x").value(), off);
 }
 
-TEST(ToolOutput, ShapesThatAreNotTheToolsAreErrorsNamingTheCommand) {
+TEST(NetsetupToolOutput, ShapesThatAreNotTheToolsAreErrorsNamingTheCommand) {
   const char* cmd = "dcb -j pfc show dev eth0";
   for (const char* bad : {"", "not json", "[]", "{}", R"({"prio_pfc":[true]})",
                           R"({"prio_pfc":[0,0,0,1,0,0,0,0]})", R"({"prio_pfc":"on"})",

@@ -30,7 +30,7 @@ std::string dump(const std::vector<const check_result*>& rs) {
   return s;
 }
 
-TEST(Validate, ConvergedNodesPass) {
+TEST(NetsetupValidate, ConvergedNodesPass) {
   for (auto* make : {+[] { return h100(node_state::converged); },
                      +[] { return dgx_a100(node_state::converged); }}) {
     auto f = make();
@@ -47,7 +47,7 @@ TEST(Validate, ConvergedNodesPass) {
   }
 }
 
-TEST(Validate, FreshNodeFailsTheChecksThePlanWouldFix) {
+TEST(NetsetupValidate, FreshNodeFailsTheChecksThePlanWouldFix) {
   auto f = h100(node_state::fresh);
   auto rs = validate_node(f.discover(), policy{});
   EXPECT_FALSE(passed(rs));
@@ -58,7 +58,7 @@ TEST(Validate, FreshNodeFailsTheChecksThePlanWouldFix) {
                                            "roce.default_tos", "sriov.vfs_available"}));
 }
 
-TEST(Validate, VelaVmPassesWithQosLeftToTheHost) {
+TEST(NetsetupValidate, VelaVmPassesWithQosLeftToTheHost) {
   auto f = vela_vm();
   auto rs = validate_node(f.discover(), policy{});
   // The VM's RDMA-CM ToS is unset (a warning); its GPUs sit at PHB from every VF (a warning).
@@ -90,7 +90,7 @@ struct broken_node {
   const char* message;  // a substring of the failure message
 };
 
-TEST(Validate, EachBrokenNodeIsCaughtByItsNamedCheck) {
+TEST(NetsetupValidate, EachBrokenNodeIsCaughtByItsNamedCheck) {
   const std::vector<broken_node> cases = {
       {"no RoCE v2 GID",
        [](node_fixture& f) {
@@ -191,7 +191,7 @@ TEST(Validate, EachBrokenNodeIsCaughtByItsNamedCheck) {
   }
 }
 
-TEST(Validate, GpuFartherThanThePolicyAllowsIsAWarning) {
+TEST(NetsetupValidate, GpuFartherThanThePolicyAllowsIsAWarning) {
   auto f = h100(node_state::converged);
   policy pol;
   pol.max_gpu_nic_distance = "PIX";
@@ -224,7 +224,7 @@ check_result find(const std::vector<check_result>& rs, const std::string& name) 
   return {};
 }
 
-TEST(ValidateCluster, ConsistentNodesPass) {
+TEST(NetsetupValidateCluster, ConsistentNodesPass) {
   std::vector<node_fixture> fs;
   for (int n = 0; n < 3; ++n) fs.push_back(h100(node_state::converged, n));
   auto nodes = cluster_of(fs);
@@ -237,7 +237,7 @@ TEST(ValidateCluster, ConsistentNodesPass) {
   EXPECT_EQ(find(rs, "cluster.qos").node, "cluster");
 }
 
-TEST(ValidateCluster, CatchesDifferencesBetweenNodes) {
+TEST(NetsetupValidateCluster, CatchesDifferencesBetweenNodes) {
   struct cross_case {
     const char* what;
     std::function<void(node_fixture&)> damage_node1;
@@ -295,7 +295,7 @@ TEST(ValidateCluster, CatchesDifferencesBetweenNodes) {
   }
 }
 
-TEST(ValidateCluster, RailCountsAndVmsAndOneNode) {
+TEST(NetsetupValidateCluster, RailCountsAndVmsAndOneNode) {
   std::vector<node_fixture> fs;
   fs.push_back(h100(node_state::converged, 0));
   fs.push_back(dgx_a100(node_state::converged, 1));
@@ -312,7 +312,7 @@ TEST(ValidateCluster, RailCountsAndVmsAndOneNode) {
   EXPECT_EQ(single[0].status, check_status::skip);
 }
 
-TEST(ValidateCluster, GarbageAddressesInAPeerDocumentAreReportedNotTrusted) {
+TEST(NetsetupValidateCluster, GarbageAddressesInAPeerDocumentAreReportedNotTrusted) {
   std::vector<node_fixture> fs;
   fs.push_back(h100(node_state::converged, 0));
   fs.push_back(h100(node_state::converged, 1));
@@ -327,7 +327,7 @@ TEST(ValidateCluster, GarbageAddressesInAPeerDocumentAreReportedNotTrusted) {
   EXPECT_NE(r.message.find("\"999.1.1.1\""), std::string::npos) << r.message;
 }
 
-TEST(Validate, ResultsAsJson) {
+TEST(NetsetupValidate, ResultsAsJson) {
   auto f = h100(node_state::converged);
   auto j = to_json(validate_node(f.discover(), policy{}));
   ASSERT_TRUE(j.is_array());
