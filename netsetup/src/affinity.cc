@@ -9,10 +9,14 @@ namespace shoal::netsetup {
 
 std::string_view to_string(path_type p) {
   switch (p) {
-    case path_type::pix: return "PIX";
-    case path_type::pxb: return "PXB";
-    case path_type::phb: return "PHB";
-    case path_type::sys: return "SYS";
+    case path_type::pix:
+      return "PIX";
+    case path_type::pxb:
+      return "PXB";
+    case path_type::phb:
+      return "PHB";
+    case path_type::sys:
+      return "SYS";
   }
   return "SYS";
 }
@@ -79,8 +83,7 @@ std::vector<rail> assign_rails(const node_inventory& inv) {
     }
     ++load[best];
     const auto& c = cands[best];
-    auto [it, inserted] =
-        rail_index.emplace(c.nic->pci.bdf, static_cast<int>(rail_index.size()));
+    auto [it, inserted] = rail_index.emplace(c.nic->pci.bdf, static_cast<int>(rail_index.size()));
     rails.push_back(rail{it->second, g.bdf, c.nic->pci.bdf,
                          c.dev != nullptr ? c.dev->name : c.nic->rdma_devices.front(), c.port,
                          c.netdev, std::get<0>(best_key)});

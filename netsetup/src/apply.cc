@@ -4,7 +4,6 @@
 #include <cctype>
 #include <ctime>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
@@ -33,9 +32,9 @@ result<std::string> run_tool(command_runner& runner, const std::vector<std::stri
   if (!r) return fail(r.error());
   if (r->exit_code != 0) {
     std::string e = r->err.substr(0, r->err.find('\n'));
-    return fail(make_error_code(errc::command_failed),
-                join_argv(argv) + ": exit " + std::to_string(r->exit_code) +
-                    (e.empty() ? "" : ": " + e));
+    return fail(
+        make_error_code(errc::command_failed),
+        join_argv(argv) + ": exit " + std::to_string(r->exit_code) + (e.empty() ? "" : ": " + e));
   }
   return std::move(r->out);
 }
@@ -43,10 +42,13 @@ result<std::string> run_tool(command_runner& runner, const std::vector<std::stri
 std::string expected_text(const verify_spec& v) {
   switch (v.k) {
     case verify_spec::kind::file_int:
-    case verify_spec::kind::traffic_class: return std::to_string(v.expect);
+    case verify_spec::kind::traffic_class:
+      return std::to_string(v.expect);
     case verify_spec::kind::file_text:
-    case verify_spec::kind::trust: return v.text;
-    case verify_spec::kind::link_up: return "up";
+    case verify_spec::kind::trust:
+      return v.text;
+    case verify_spec::kind::link_up:
+      return "up";
     case verify_spec::kind::pfc: {
       // Appending in steps: g++ 12 warns falsely (-Wrestrict) on "literal" + std::string.
       std::string s = "PFC on ";
@@ -56,11 +58,12 @@ std::string expected_text(const verify_spec& v) {
     }
     case verify_spec::kind::dscp_map: {
       std::string s;
-      for (auto [d, p] : v.dscp) s += std::string(s.empty() ? "" : " ") + std::to_string(d) + ":" +
-                                      std::to_string(p);
+      for (auto [d, p] : v.dscp)
+        s += std::string(s.empty() ? "" : " ") + std::to_string(d) + ":" + std::to_string(p);
       return s;
     }
-    case verify_spec::kind::pause_off: return "rx off tx off";
+    case verify_spec::kind::pause_off:
+      return "rx off tx off";
   }
   return {};
 }
@@ -164,7 +167,8 @@ result<bool> check_state(const verify_spec& v, const sysfs& fs, command_runner& 
       if (!a) return fail(a.error());
       actual.clear();
       for (auto [d, p] : a->dscp_prio) {
-        actual += std::string(actual.empty() ? "" : " ") + std::to_string(d) + ":" + std::to_string(p);
+        actual +=
+            std::string(actual.empty() ? "" : " ") + std::to_string(d) + ":" + std::to_string(p);
       }
       for (auto [d, p] : v.dscp) {
         int matches = 0, others = 0;
@@ -243,9 +247,14 @@ result<apply_report> apply(const plan& p, const sysfs& fs, command_runner& runne
           ++rep.changed;
         }
       }
-      nlohmann::json rec{{"run", run_id},        {"time", now_iso()},    {"node", p.node},
-                         {"subject", op.subject}, {"what", op.what},      {"why", op.why},
-                         {"before", op.before},   {"after", out.after},
+      nlohmann::json rec{{"run", run_id},
+                         {"time", now_iso()},
+                         {"node", p.node},
+                         {"subject", op.subject},
+                         {"what", op.what},
+                         {"why", op.why},
+                         {"before", op.before},
+                         {"after", out.after},
                          {"result", out.s == op_outcome::state::changed ? "changed" : "failed"},
                          {"message", out.message}};
       if (op.k == plan_op::kind::write) {

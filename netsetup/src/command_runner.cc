@@ -139,14 +139,15 @@ result<command_result> process_runner::run(const std::vector<std::string>& argv,
   if (timed_out) ::kill(pid, SIGKILL);
   bool reap_timeout = false;
   // After the pipes close the child is exiting; give it a short grace period to be reaped.
-  auto reap_deadline = timed_out ? std::chrono::steady_clock::now()
-                                 : std::max(deadline, std::chrono::steady_clock::now() +
-                                                          std::chrono::milliseconds(100));
+  auto reap_deadline =
+      timed_out
+          ? std::chrono::steady_clock::now()
+          : std::max(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
   res.exit_code = reap(pid, reap_deadline, reap_timeout);
   if (timed_out || reap_timeout) {
-    return fail(error{make_error_code(errc::command_failed),
-                      join_argv(argv) + ": timed out after " + std::to_string(timeout.count()) +
-                          " ms"});
+    return fail(
+        error{make_error_code(errc::command_failed),
+              join_argv(argv) + ": timed out after " + std::to_string(timeout.count()) + " ms"});
   }
   return res;
 }

@@ -110,8 +110,8 @@ result<pci_function> read_function(const sysfs& fs, const std::string& bdf) {
   }
   for (std::size_t i = 1; i < parts.size(); ++i) {
     if (!is_bdf(parts[i])) {
-      return garbage(fs.path(base), "links to " + *kpath + ": \"" + parts[i] +
-                                        "\" is not a PCI address");
+      return garbage(fs.path(base),
+                     "links to " + *kpath + ": \"" + parts[i] + "\" is not a PCI address");
     }
   }
   f.root_complex = parts.front();
@@ -207,8 +207,9 @@ class tool_probe {
     if (!r) {
       if (r.error().message.find("cannot run") != std::string::npos) {
         missing_.insert(argv[0]);
-        warnings_.push_back(r.error().message + " (tool unavailable; QoS state it reports is "
-                                                "left empty)");
+        warnings_.push_back(r.error().message +
+                            " (tool unavailable; QoS state it reports is "
+                            "left empty)");
       } else {
         warnings_.push_back(r.error().message);
       }
@@ -243,14 +244,16 @@ class tool_probe {
   std::set<std::string> missing_;
 };
 
-result<std::optional<std::array<bool, 8>>> read_ecn_enable(const sysfs& fs, const std::string& dir) {
+result<std::optional<std::array<bool, 8>>> read_ecn_enable(const sysfs& fs,
+                                                           const std::string& dir) {
   if (!fs.is_dir(dir)) return std::optional<std::array<bool, 8>>{};
   std::array<bool, 8> a{};
   for (int p = 0; p < 8; ++p) {
     const std::string f = dir + "/" + std::to_string(p);
     auto v = fs.read_int(f);
     if (!v) return fail(v.error());
-    if (*v != 0 && *v != 1) return garbage(fs.path(f), "expected 0 or 1, got " + std::to_string(*v));
+    if (*v != 0 && *v != 1)
+      return garbage(fs.path(f), "expected 0 or 1, got " + std::to_string(*v));
     a[static_cast<std::size_t>(p)] = *v == 1;
   }
   return std::optional<std::array<bool, 8>>{a};
@@ -278,8 +281,8 @@ result<netdev_info> read_netdev(const sysfs& fs, const std::string& name, tool_p
   if (!oper) return fail(oper.error());
   n.operstate = *oper;
   if (n.operstate.empty() || n.operstate.size() > 32) {
-    return garbage(fs.path(base + "/operstate"), "expected a state like \"up\", got " +
-                                                     quote_excerpt(n.operstate));
+    return garbage(fs.path(base + "/operstate"),
+                   "expected a state like \"up\", got " + quote_excerpt(n.operstate));
   }
   auto mtu = fs.read_int(base + "/mtu");
   if (!mtu) return fail(mtu.error());
@@ -327,8 +330,8 @@ result<netdev_info> read_netdev(const sysfs& fs, const std::string& name, tool_p
   if (!trust) return fail(trust.error());
   if (*trust) {
     if (**trust != "dscp" && **trust != "pcp") {
-      return garbage(fs.path(base + "/qos/trust"), "expected dscp or pcp, got " +
-                                                       quote_excerpt(**trust));
+      return garbage(fs.path(base + "/qos/trust"),
+                     "expected dscp or pcp, got " + quote_excerpt(**trust));
     }
     n.qos.trust = **trust;
     n.qos.trust_source = "sysfs";

@@ -2,14 +2,13 @@
 
 #include <charconv>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
 #include "netsetup/affinity.h"
 #include "netsetup/errc.h"
 #include "netsetup/inventory.h"
 #include "netsetup/sysfs.h"
-#include "json_text.h"
 
 namespace shoal::netsetup {
 namespace {
@@ -63,7 +62,8 @@ json qos_json(const netdev_qos& q) {
   }
   j["prio_tc"] = opt(q.prio_tc);
   if (q.pause) {
-    j["global_pause"] = json{{"autoneg", q.pause->autoneg}, {"rx", q.pause->rx}, {"tx", q.pause->tx}};
+    j["global_pause"] =
+        json{{"autoneg", q.pause->autoneg}, {"rx", q.pause->rx}, {"tx", q.pause->tx}};
   } else {
     j["global_pause"] = nullptr;
   }
@@ -121,8 +121,8 @@ void get(ctx& c, const json& obj, const char* key, const std::string& path, int&
   if (v == nullptr) return;
   std::int64_t x = 0;
   if (!as_int(*v, lo, hi, x)) {
-    return c.bad(path + "." + key, "expected an integer in " + std::to_string(lo) + ".." +
-                                       std::to_string(hi));
+    return c.bad(path + "." + key,
+                 "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
   }
   out = static_cast<int>(x);
 }
@@ -154,8 +154,8 @@ void get(ctx& c, const json& obj, const char* key, const std::string& path, bool
   out = v->get<bool>();
 }
 
-void get_hex(ctx& c, const json& obj, const char* key, const std::string& path,
-             std::uint32_t& out, std::size_t digits) {
+void get_hex(ctx& c, const json& obj, const char* key, const std::string& path, std::uint32_t& out,
+             std::size_t digits) {
   std::string s;
   get(c, obj, key, path, s);
   if (!c.ok()) return;
@@ -465,8 +465,8 @@ nlohmann::json to_json(const node_inventory& inv) {
     for (const auto& p : d.ports) {
       json gids = json::array();
       for (const auto& g : p.gids) {
-        gids.push_back(json{{"index", g.index}, {"gid", g.gid}, {"type", g.type},
-                            {"netdev", g.netdev}});
+        gids.push_back(
+            json{{"index", g.index}, {"gid", g.gid}, {"type", g.type}, {"netdev", g.netdev}});
       }
       ports.push_back(json{{"port", p.port},
                            {"state", p.state},

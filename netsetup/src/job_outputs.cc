@@ -2,9 +2,8 @@
 
 #include <charconv>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "json_text.h"
 #include "netsetup/affinity.h"
@@ -51,8 +50,8 @@ result<nccl_env> make_nccl_env(const node_inventory& inv, std::span<const std::s
       wanted.push_back(inv.gpus[idx].bdf);
       continue;
     }
-    return fail(make_error_code(errc::bad_request), "GPU \"" + g.substr(0, 64) + "\" is not on " +
-                                                        inv.node);
+    return fail(make_error_code(errc::bad_request),
+                "GPU \"" + g.substr(0, 64) + "\" is not on " + inv.node);
   }
   if (wanted.empty()) {
     return fail(make_error_code(errc::bad_request), inv.node + " has no GPUs");
@@ -66,8 +65,8 @@ result<nccl_env> make_nccl_env(const node_inventory& inv, std::span<const std::s
       if (x.gpu == g) r = &x;
     }
     if (r == nullptr) {
-      return fail(make_error_code(errc::bad_request), "GPU " + g + " on " + inv.node +
-                                                          " has no RDMA NIC");
+      return fail(make_error_code(errc::bad_request),
+                  "GPU " + g + " on " + inv.node + " has no RDMA NIC");
     }
     if (seen.insert(r->rdma_device + ":" + std::to_string(r->port)).second) chosen.push_back(r);
   }
@@ -120,8 +119,10 @@ std::string to_shell(const nccl_env& env) {
   for (const auto& [k, v] : env.vars) {
     std::string q;
     for (char ch : v) {
-      if (ch == '\'') q += "'\\''";
-      else q += ch;
+      if (ch == '\'')
+        q += "'\\''";
+      else
+        q += ch;
     }
     s += "export " + k + "='" + q + "'\n";
   }
@@ -178,19 +179,17 @@ result<json> network_attachment_definitions(const node_inventory& inv, const pol
     const std::string name = pol.cluster.network_name_base + std::to_string(r.index);
     const std::string resource = pol.cluster.resource_prefix + "/" +
                                  pol.cluster.sriov_resource_base + std::to_string(r.index);
-    json cni{{"cniVersion", pol.cluster.cni_version},
-             {"name", name},
-             {"type", "sriov"},
-             {"ipam", ipam}};
-    out.push_back(json{
-        {"apiVersion", "k8s.cni.cncf.io/v1"},
-        {"kind", "NetworkAttachmentDefinition"},
-        {"metadata",
-         {{"name", name},
-          {"namespace", pol.cluster.network_namespace},
-          {"annotations", {{"k8s.v1.cni.cncf.io/resourceName", resource}}}}},
-        // spec.config is the CNI configuration as a JSON string, not an object.
-        {"spec", {{"config", cni.dump(-1, ' ', false, json::error_handler_t::replace)}}}});
+    json cni{
+        {"cniVersion", pol.cluster.cni_version}, {"name", name}, {"type", "sriov"}, {"ipam", ipam}};
+    out.push_back(
+        json{{"apiVersion", "k8s.cni.cncf.io/v1"},
+             {"kind", "NetworkAttachmentDefinition"},
+             {"metadata",
+              {{"name", name},
+               {"namespace", pol.cluster.network_namespace},
+               {"annotations", {{"k8s.v1.cni.cncf.io/resourceName", resource}}}}},
+             // spec.config is the CNI configuration as a JSON string, not an object.
+             {"spec", {{"config", cni.dump(-1, ' ', false, json::error_handler_t::replace)}}}});
   }
   detail::make_printable(out);
   return out;
@@ -204,13 +203,13 @@ json rdma_shared_device_plugin_config(const node_inventory& inv, const policy& p
     json sel{{"vendors", json::array({hex4(nic->pci.vendor)})},
              {"deviceIDs", json::array({hex4(nic->pci.device)})}};
     if (!r.netdev.empty()) sel["ifNames"] = json::array({r.netdev});
-    list.push_back(json{{"resourceName", pol.cluster.shared_resource_base + std::to_string(r.index)},
-                        {"resourcePrefix", pol.cluster.resource_prefix},
-                        {"rdmaHcaMax", pol.cluster.rdma_hca_max},
-                        {"selectors", sel}});
+    list.push_back(
+        json{{"resourceName", pol.cluster.shared_resource_base + std::to_string(r.index)},
+             {"resourcePrefix", pol.cluster.resource_prefix},
+             {"rdmaHcaMax", pol.cluster.rdma_hca_max},
+             {"selectors", sel}});
   }
-  json out{{"periodicUpdateInterval", pol.cluster.periodic_update_interval},
-           {"configList", list}};
+  json out{{"periodicUpdateInterval", pol.cluster.periodic_update_interval}, {"configList", list}};
   detail::make_printable(out);
   return out;
 }

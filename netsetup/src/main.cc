@@ -3,15 +3,14 @@
 //
 // Exit status: 0 success; 1 a check or an op failed; 2 bad usage, policy or input document.
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/config.h"
 #include "netsetup/command_runner.h"
@@ -86,10 +85,14 @@ void print_checks(const std::vector<ns::check_result>& results) {
 
 const char* state_word(ns::op_outcome::state s) {
   switch (s) {
-    case ns::op_outcome::state::changed: return "changed";
-    case ns::op_outcome::state::already: return "already";
-    case ns::op_outcome::state::would_change: return "dry-run";
-    case ns::op_outcome::state::failed: return "FAILED";
+    case ns::op_outcome::state::changed:
+      return "changed";
+    case ns::op_outcome::state::already:
+      return "already";
+    case ns::op_outcome::state::would_change:
+      return "dry-run";
+    case ns::op_outcome::state::failed:
+      return "FAILED";
   }
   return "?";
 }
@@ -222,7 +225,8 @@ int main(int argc, char** argv) {
                  "cluster-config)");
   app.add_flag("--no-tools", o.no_tools, "Do not run dcb/ethtool during discovery");
   app.add_flag("--print-policy", print_policy, "Print the effective policy as YAML and exit");
-  app.add_flag("--print-policy-docs", policy_docs, "Print the policy reference (Markdown) and exit");
+  app.add_flag("--print-policy-docs", policy_docs,
+               "Print the policy reference (Markdown) and exit");
   app.add_subcommand("discover", "Print this node's discovery document (JSON)");
   auto* plan = app.add_subcommand("plan", "Print the ordered changes the policy needs, and why");
   plan->add_flag("--json", o.json, "JSON output");

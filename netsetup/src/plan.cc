@@ -1,9 +1,8 @@
 #include "netsetup/plan.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "json_text.h"
 #include "netsetup/affinity.h"
@@ -21,7 +20,8 @@ std::string list_prios(const std::array<bool, 8>& a) {
 
 std::string dscp_text(const std::vector<std::pair<int, int>>& m) {
   std::string s;
-  for (auto [d, p] : m) s += std::string(s.empty() ? "" : " ") + std::to_string(d) + ":" + std::to_string(p);
+  for (auto [d, p] : m)
+    s += std::string(s.empty() ? "" : " ") + std::to_string(d) + ":" + std::to_string(p);
   return s.empty() ? "no entries" : s;
 }
 
@@ -32,8 +32,10 @@ bool dscp_map_ok(const std::vector<std::pair<int, int>>& have,
     bool found = false, other = false;
     for (auto [hd, hp] : have) {
       if (hd != d) continue;
-      if (hp == p) found = true;
-      else other = true;
+      if (hp == p)
+        found = true;
+      else
+        other = true;
     }
     if (!found || other) return false;
   }
@@ -114,8 +116,10 @@ void plan_qos(plan& p, const netdev_info& nd, const policy& pol) {
   const auto& q = nd.qos;
   // Trust.
   if (!q.trust) {
-    p.problems.push_back(n + ": trust mode unreadable (no qos/trust, dcb apptrust failed); "
-                             "cannot set trust " + pol.trust);
+    p.problems.push_back(n +
+                         ": trust mode unreadable (no qos/trust, dcb apptrust failed); "
+                         "cannot set trust " +
+                         pol.trust);
   } else if (*q.trust != pol.trust) {
     verify_spec v;
     v.netdev = n;
@@ -151,15 +155,17 @@ void plan_qos(plan& p, const netdev_info& nd, const policy& pol) {
     std::vector<std::string> argv = {"dcb", "app", "replace", "dev", n, "dscp-prio"};
     for (auto [d, pr] : want) argv.push_back(std::to_string(d) + ":" + std::to_string(pr));
     p.ops.push_back(command_op(n, "map " + dscp_text(want) + " (dscp:priority)",
-                               "the APP table has " + dscp_text(*q.dscp_prio) +
-                                   "; RoCE (DSCP " + std::to_string(pol.data_dscp()) +
+                               "the APP table has " + dscp_text(*q.dscp_prio) + "; RoCE (DSCP " +
+                                   std::to_string(pol.data_dscp()) +
                                    ") and CNPs need explicit entries",
                                dscp_text(*q.dscp_prio), std::move(argv), v));
   }
   // PFC on the one lossless priority.
   if (!q.pfc) {
-    p.problems.push_back(n + ": PFC state unreadable (dcb pfc show failed); cannot enable PFC "
-                             "on priority " + std::to_string(pol.pfc_priority));
+    p.problems.push_back(n +
+                         ": PFC state unreadable (dcb pfc show failed); cannot enable PFC "
+                         "on priority " +
+                         std::to_string(pol.pfc_priority));
   } else {
     std::array<bool, 8> want_pfc{};
     want_pfc[static_cast<std::size_t>(pol.pfc_priority)] = true;
@@ -168,14 +174,14 @@ void plan_qos(plan& p, const netdev_info& nd, const policy& pol) {
       v.k = verify_spec::kind::pfc;
       v.netdev = n;
       v.expect = pol.pfc_priority;
-      p.ops.push_back(command_op(
-          n, "enable PFC on priority " + std::to_string(pol.pfc_priority) + " only",
-          "PFC is on " + list_prios(*q.pfc) + "; RoCE needs it on priority " +
-              std::to_string(pol.pfc_priority) + " and nowhere else",
-          list_prios(*q.pfc),
-          {"dcb", "pfc", "set", "dev", n, "prio-pfc", "all:off",
-           std::to_string(pol.pfc_priority) + ":on"},
-          v));
+      p.ops.push_back(
+          command_op(n, "enable PFC on priority " + std::to_string(pol.pfc_priority) + " only",
+                     "PFC is on " + list_prios(*q.pfc) + "; RoCE needs it on priority " +
+                         std::to_string(pol.pfc_priority) + " and nowhere else",
+                     list_prios(*q.pfc),
+                     {"dcb", "pfc", "set", "dev", n, "prio-pfc", "all:off",
+                      std::to_string(pol.pfc_priority) + ":on"},
+                     v));
     }
   }
   // Global pause.
@@ -186,13 +192,14 @@ void plan_qos(plan& p, const netdev_info& nd, const policy& pol) {
       verify_spec v;
       v.k = verify_spec::kind::pause_off;
       v.netdev = n;
-      std::string before = std::string("rx ") + (q.pause->rx ? "on" : "off") + " tx " +
-                           (q.pause->tx ? "on" : "off");
-      p.ops.push_back(command_op(n, "turn global pause off",
-                                 "global pause is " + before + "; it stalls every priority and "
-                                 "must be off when PFC is used",
-                                 before, {"ethtool", "-A", n, "autoneg", "off", "rx", "off", "tx", "off"},
-                                 v));
+      std::string before =
+          std::string("rx ") + (q.pause->rx ? "on" : "off") + " tx " + (q.pause->tx ? "on" : "off");
+      p.ops.push_back(
+          command_op(n, "turn global pause off",
+                     "global pause is " + before +
+                         "; it stalls every priority and "
+                         "must be off when PFC is used",
+                     before, {"ethtool", "-A", n, "autoneg", "off", "rx", "off", "tx", "off"}, v));
     }
   }
 }
@@ -201,8 +208,10 @@ void plan_ecn(plan& p, const netdev_info& nd, const policy& pol) {
   const std::string& n = nd.name;
   const auto prio = static_cast<std::size_t>(pol.ecn_priority);
   if (!nd.ecn.np || !nd.ecn.rp) {
-    p.problems.push_back(n + ": no ECN knobs (ecn/roce_np, ecn/roce_rp); cannot enable ECN on "
-                             "priority " + std::to_string(pol.ecn_priority));
+    p.problems.push_back(n +
+                         ": no ECN knobs (ecn/roce_np, ecn/roce_rp); cannot enable ECN on "
+                         "priority " +
+                         std::to_string(pol.ecn_priority));
     return;
   }
   struct point {
@@ -213,13 +222,13 @@ void plan_ecn(plan& p, const netdev_info& nd, const policy& pol) {
   for (const point& pt : {point{"roce_np", *nd.ecn.np, "notification point (CNP generation)"},
                           point{"roce_rp", *nd.ecn.rp, "reaction point (DCQCN rate control)"}}) {
     if (pt.state[prio]) continue;
-    const std::string path = "/sys/class/net/" + n + "/ecn/" + pt.dir + "/enable/" +
-                             std::to_string(pol.ecn_priority);
-    p.ops.push_back(write_op(n, std::string("enable ECN ") + pt.dir + " on priority " +
-                                    std::to_string(pol.ecn_priority),
-                             std::string("the ECN ") + pt.role + " is off on priority " +
-                                 std::to_string(pol.ecn_priority),
-                             "0", path, "1", file_int(path, 1)));
+    const std::string path =
+        "/sys/class/net/" + n + "/ecn/" + pt.dir + "/enable/" + std::to_string(pol.ecn_priority);
+    p.ops.push_back(write_op(
+        n, std::string("enable ECN ") + pt.dir + " on priority " + std::to_string(pol.ecn_priority),
+        std::string("the ECN ") + pt.role + " is off on priority " +
+            std::to_string(pol.ecn_priority),
+        "0", path, "1", file_int(path, 1)));
   }
   if (nd.ecn.cnp_dscp && *nd.ecn.cnp_dscp != pol.cnp_dscp) {
     const std::string path = "/sys/class/net/" + n + "/ecn/roce_np/cnp_dscp";
@@ -247,12 +256,11 @@ void plan_rdma(plan& p, const rdma_device& dev, const policy& pol) {
       v.path = "/sys/class/infiniband/" + dev.name + "/tc/" + std::to_string(port.port) +
                "/traffic_class";
       v.expect = pol.traffic_class;
-      p.ops.push_back(write_op(subject, "set verbs traffic class " + std::to_string(pol.traffic_class),
-                               "verbs QPs default to traffic class " +
-                                   std::to_string(*port.traffic_class) +
-                                   "; unmarked RoCE would miss the lossless priority",
-                               std::to_string(*port.traffic_class), v.path,
-                               std::to_string(pol.traffic_class), v));
+      p.ops.push_back(write_op(
+          subject, "set verbs traffic class " + std::to_string(pol.traffic_class),
+          "verbs QPs default to traffic class " + std::to_string(*port.traffic_class) +
+              "; unmarked RoCE would miss the lossless priority",
+          std::to_string(*port.traffic_class), v.path, std::to_string(pol.traffic_class), v));
     }
     if (pol.rdma_cm_tos >= 0 && port.default_roce_tos != pol.rdma_cm_tos) {
       const std::string path = "/sys/kernel/config/rdma_cm/" + dev.name + "/ports/" +
@@ -266,7 +274,8 @@ void plan_rdma(plan& p, const rdma_device& dev, const policy& pol) {
       argv.push_back(std::to_string(pol.rdma_cm_tos));
       const std::string before =
           port.default_roce_tos ? std::to_string(*port.default_roce_tos) : "unset";
-      p.ops.push_back(command_op(subject, "set RDMA-CM default ToS " + std::to_string(pol.rdma_cm_tos),
+      p.ops.push_back(command_op(subject,
+                                 "set RDMA-CM default ToS " + std::to_string(pol.rdma_cm_tos),
                                  "RDMA-CM connections default to ToS " + before +
                                      "; applications that set none would miss the lossless "
                                      "priority",
@@ -306,9 +315,12 @@ plan make_plan(const node_inventory& inv, const policy& pol) {
     if (nic != nullptr && !vf && pol.vfs_per_pf > 0) plan_sriov(p, *nic, pol);
     if (nd->mtu != pol.mtu) {
       p.ops.push_back(command_op(name, "set MTU " + std::to_string(pol.mtu),
-                                 "MTU is " + std::to_string(nd->mtu) + "; every RoCE endpoint "
-                                 "needs " + std::to_string(pol.mtu) + " (NCCL drops to the "
-                                 "smallest MTU of a pair)",
+                                 "MTU is " + std::to_string(nd->mtu) +
+                                     "; every RoCE endpoint "
+                                     "needs " +
+                                     std::to_string(pol.mtu) +
+                                     " (NCCL drops to the "
+                                     "smallest MTU of a pair)",
                                  std::to_string(nd->mtu),
                                  {"ip", "link", "set", "dev", name, "mtu", std::to_string(pol.mtu)},
                                  file_int("/sys/class/net/" + name + "/mtu", pol.mtu)));
@@ -321,8 +333,9 @@ plan make_plan(const node_inventory& inv, const policy& pol) {
                                  "down", {"ip", "link", "set", "dev", name, "up"}, v));
     }
     if (vf) {
-      p.problems.push_back(name + ": a VF; trust, DSCP map, PFC, pause and ECN belong to the "
-                                  "host's PF and are not set from here");
+      p.problems.push_back(name +
+                           ": a VF; trust, DSCP map, PFC, pause and ECN belong to the "
+                           "host's PF and are not set from here");
     } else {
       plan_qos(p, *nd, pol);
       plan_ecn(p, *nd, pol);

@@ -115,16 +115,16 @@ result<std::uint32_t> parse_hex(std::string_view text, std::string_view where) {
   if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
     digits.remove_prefix(2);
   } else {
-    return fail(make_error_code(errc::sysfs_garbage),
-                std::string(where) + ": expected a hex number like 0x15b3, got " +
-                    quote_excerpt(t));
+    return fail(
+        make_error_code(errc::sysfs_garbage),
+        std::string(where) + ": expected a hex number like 0x15b3, got " + quote_excerpt(t));
   }
   std::uint32_t v = 0;
   auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, 16);
   if (ec != std::errc{} || ptr != digits.data() + digits.size()) {
-    return fail(make_error_code(errc::sysfs_garbage),
-                std::string(where) + ": expected a hex number like 0x15b3, got " +
-                    quote_excerpt(t));
+    return fail(
+        make_error_code(errc::sysfs_garbage),
+        std::string(where) + ": expected a hex number like 0x15b3, got " + quote_excerpt(t));
   }
   return v;
 }

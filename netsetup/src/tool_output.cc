@@ -1,7 +1,6 @@
 #include "netsetup/tool_output.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "netsetup/errc.h"
@@ -115,13 +114,11 @@ result<dcb_ets> parse_dcb_ets(std::string_view text, std::string_view what) {
   auto j = parse_object(text, what);
   if (!j) return fail(j.error());
   dcb_ets e;
-  std::string why = check_array8(*j, "prio_tc", [&](std::size_t i, const json& v) {
-    return get_int(v, 0, 7, e.prio_tc[i]);
-  });
+  std::string why = check_array8(
+      *j, "prio_tc", [&](std::size_t i, const json& v) { return get_int(v, 0, 7, e.prio_tc[i]); });
   if (why.empty()) {
-    why = check_array8(*j, "tc_bw", [&](std::size_t i, const json& v) {
-      return get_int(v, 0, 100, e.tc_bw[i]);
-    });
+    why = check_array8(
+        *j, "tc_bw", [&](std::size_t i, const json& v) { return get_int(v, 0, 100, e.tc_bw[i]); });
   }
   if (why.empty()) {
     why = check_array8(*j, "tc_tsa", [&](std::size_t i, const json& v) {
@@ -172,9 +169,12 @@ result<pause_state> parse_ethtool_pause(std::string_view text, std::string_view 
     while (!val.empty() && (val.front() == ' ' || val.front() == '\t')) val.remove_prefix(1);
     while (!val.empty() && (val.back() == ' ' || val.back() == '\r')) val.remove_suffix(1);
     auto flag = [&](bool& out) -> bool {
-      if (val == "on") out = true;
-      else if (val == "off") out = false;
-      else return false;
+      if (val == "on")
+        out = true;
+      else if (val == "off")
+        out = false;
+      else
+        return false;
       return true;
     };
     if (key == "RX") {

@@ -2,9 +2,8 @@
 
 #include <charconv>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "json_text.h"
 #include "netsetup/affinity.h"
@@ -18,8 +17,8 @@ struct collector {
   const std::string& node;
   void add(std::string name, severity sev, check_status st, std::string subject,
            std::string message) {
-    out.push_back(check_result{std::move(name), sev, st, node, std::move(subject),
-                               std::move(message)});
+    out.push_back(
+        check_result{std::move(name), sev, st, node, std::move(subject), std::move(message)});
   }
   void pass(std::string name, std::string subject, std::string msg, severity s = severity::error) {
     add(std::move(name), s, check_status::pass, std::move(subject), std::move(msg));
@@ -94,8 +93,8 @@ void check_pcie(collector& c, const pci_function& f, const std::string& what) {
   if (width_ok && speed_ok) {
     c.pass("pcie.link", f.bdf, state);
   } else {
-    c.fail("pcie.link", f.bdf, "degraded PCIe link: " + state +
-                                   "; reseat the card or check the riser and slot");
+    c.fail("pcie.link", f.bdf,
+           "degraded PCIe link: " + state + "; reseat the card or check the riser and slot");
   }
 }
 
@@ -107,8 +106,9 @@ void check_qos(collector& c, const netdev_info& nd, const policy& pol) {
   } else if (*q.trust == pol.trust) {
     c.pass("qos.trust", n, "trust " + *q.trust);
   } else {
-    c.fail("qos.trust", n, "trust is " + (q.trust->empty() ? "none" : *q.trust) + ", want " +
-                               pol.trust + ": RoCE lands on the wrong priority");
+    c.fail("qos.trust", n,
+           "trust is " + (q.trust->empty() ? "none" : *q.trust) + ", want " + pol.trust +
+               ": RoCE lands on the wrong priority");
   }
   if (!q.dscp_prio) {
     c.fail("qos.dscp_map", n, "DSCP map unreadable (dcb app show failed)");
@@ -117,16 +117,18 @@ void check_qos(collector& c, const netdev_info& nd, const policy& pol) {
     bool explicit_entry = false;
     for (auto [d, p] : *q.dscp_prio) explicit_entry = explicit_entry || d == pol.data_dscp();
     if (got == pol.pfc_priority && explicit_entry) {
-      c.pass("qos.dscp_map", n, "DSCP " + std::to_string(pol.data_dscp()) + " -> priority " +
-                                    std::to_string(got));
+      c.pass("qos.dscp_map", n,
+             "DSCP " + std::to_string(pol.data_dscp()) + " -> priority " + std::to_string(got));
     } else if (!explicit_entry) {
-      c.fail("qos.dscp_map", n, "no APP entry for DSCP " + std::to_string(pol.data_dscp()) +
-                                    " (relies on the driver default); want priority " +
-                                    std::to_string(pol.pfc_priority));
+      c.fail("qos.dscp_map", n,
+             "no APP entry for DSCP " + std::to_string(pol.data_dscp()) +
+                 " (relies on the driver default); want priority " +
+                 std::to_string(pol.pfc_priority));
     } else {
-      c.fail("qos.dscp_map", n, "DSCP " + std::to_string(pol.data_dscp()) + " -> priority " +
-                                    (got < 0 ? "conflicting" : std::to_string(got)) + ", want " +
-                                    std::to_string(pol.pfc_priority));
+      c.fail("qos.dscp_map", n,
+             "DSCP " + std::to_string(pol.data_dscp()) + " -> priority " +
+                 (got < 0 ? "conflicting" : std::to_string(got)) + ", want " +
+                 std::to_string(pol.pfc_priority));
     }
   }
   if (!q.pfc) {
@@ -137,11 +139,13 @@ void check_qos(collector& c, const netdev_info& nd, const policy& pol) {
     if (*q.pfc == want) {
       c.pass("qos.pfc", n, "PFC on priority " + prios(*q.pfc) + " only");
     } else if (!(*q.pfc)[static_cast<std::size_t>(pol.pfc_priority)]) {
-      c.fail("qos.pfc", n, "PFC is on " + prios(*q.pfc) + " but off on priority " +
-                               std::to_string(pol.pfc_priority) + ": RoCE is lossy");
+      c.fail("qos.pfc", n,
+             "PFC is on " + prios(*q.pfc) + " but off on priority " +
+                 std::to_string(pol.pfc_priority) + ": RoCE is lossy");
     } else {
-      c.fail("qos.pfc", n, "PFC is on " + prios(*q.pfc) + "; want priority " +
-                               std::to_string(pol.pfc_priority) + " only");
+      c.fail("qos.pfc", n,
+             "PFC is on " + prios(*q.pfc) + "; want priority " + std::to_string(pol.pfc_priority) +
+                 " only");
     }
   }
   if (!pol.disable_global_pause) {
@@ -149,9 +153,9 @@ void check_qos(collector& c, const netdev_info& nd, const policy& pol) {
   } else if (!q.pause) {
     c.fail("qos.global_pause", n, "global pause unreadable (ethtool -a failed)");
   } else if (q.pause->rx || q.pause->tx) {
-    c.fail("qos.global_pause", n, std::string("global pause is on (rx ") +
-                                      (q.pause->rx ? "on" : "off") + ", tx " +
-                                      (q.pause->tx ? "on" : "off") + ")");
+    c.fail("qos.global_pause", n,
+           std::string("global pause is on (rx ") + (q.pause->rx ? "on" : "off") + ", tx " +
+               (q.pause->tx ? "on" : "off") + ")");
   } else {
     c.pass("qos.global_pause", n, "global pause off");
   }
@@ -161,24 +165,25 @@ void check_qos(collector& c, const netdev_info& nd, const policy& pol) {
   } else if ((*nd.ecn.np)[ep] && (*nd.ecn.rp)[ep]) {
     c.pass("ecn.enabled", n, "ECN on priority " + std::to_string(pol.ecn_priority));
   } else {
-    c.fail("ecn.enabled", n, std::string("ECN on priority ") + std::to_string(pol.ecn_priority) +
-                                 ": notification point " + ((*nd.ecn.np)[ep] ? "on" : "off") +
-                                 ", reaction point " + ((*nd.ecn.rp)[ep] ? "on" : "off"));
+    c.fail("ecn.enabled", n,
+           std::string("ECN on priority ") + std::to_string(pol.ecn_priority) +
+               ": notification point " + ((*nd.ecn.np)[ep] ? "on" : "off") + ", reaction point " +
+               ((*nd.ecn.rp)[ep] ? "on" : "off"));
   }
 }
 
 void check_port(collector& c, const rdma_device& d, const rdma_port& p, const policy& pol) {
   const std::string subject = d.name + " port " + std::to_string(p.port);
   if (p.roce_v2_ipv4_index) {
-    c.pass("roce.gid", subject, "RoCE v2 IPv4 GID at index " +
-                                    std::to_string(*p.roce_v2_ipv4_index) + " (" +
-                                    p.roce_v2_ipv4 + ") on " + p.netdev);
+    c.pass("roce.gid", subject,
+           "RoCE v2 IPv4 GID at index " + std::to_string(*p.roce_v2_ipv4_index) + " (" +
+               p.roce_v2_ipv4 + ") on " + p.netdev);
   } else {
     std::string seen;
     for (const auto& g : p.gids) {
       if (seen.size() > 200) break;
-      seen += std::string(seen.empty() ? "" : "; ") + std::to_string(g.index) + " " + g.type + " on " +
-              (g.netdev.empty() ? "?" : g.netdev);
+      seen += std::string(seen.empty() ? "" : "; ") + std::to_string(g.index) + " " + g.type +
+              " on " + (g.netdev.empty() ? "?" : g.netdev);
     }
     c.fail("roce.gid", subject,
            "no RoCE v2 IPv4 GID on " + (p.netdev.empty() ? std::string("its netdev") : p.netdev) +
@@ -218,17 +223,17 @@ void check_sriov(collector& c, const nic_info& nic, const policy& pol) {
   int free = 0;
   for (const auto& vf : s.vfs) free += vf.netdevs.empty() ? 0 : 1;
   if (s.num_vfs < pol.vfs_per_pf) {
-    c.fail("sriov.vfs_available", bdf, std::to_string(s.num_vfs) + " VFs exist (firmware allows " +
-                                           std::to_string(s.total_vfs) + "), policy wants " +
-                                           std::to_string(pol.vfs_per_pf));
+    c.fail("sriov.vfs_available", bdf,
+           std::to_string(s.num_vfs) + " VFs exist (firmware allows " +
+               std::to_string(s.total_vfs) + "), policy wants " + std::to_string(pol.vfs_per_pf));
   } else if (free < pol.min_free_vfs) {
-    c.fail("sriov.vfs_available", bdf, "VFs exhausted: " + std::to_string(s.num_vfs - free) +
-                                           " of " + std::to_string(s.num_vfs) +
-                                           " in use, need " + std::to_string(pol.min_free_vfs) +
-                                           " free");
+    c.fail("sriov.vfs_available", bdf,
+           "VFs exhausted: " + std::to_string(s.num_vfs - free) + " of " +
+               std::to_string(s.num_vfs) + " in use, need " + std::to_string(pol.min_free_vfs) +
+               " free");
   } else {
-    c.pass("sriov.vfs_available", bdf, std::to_string(free) + " of " +
-                                           std::to_string(s.num_vfs) + " VFs free");
+    c.pass("sriov.vfs_available", bdf,
+           std::to_string(free) + " of " + std::to_string(s.num_vfs) + " VFs free");
   }
 }
 
@@ -238,9 +243,12 @@ std::string_view to_string(severity s) { return s == severity::error ? "error" :
 
 std::string_view to_string(check_status s) {
   switch (s) {
-    case check_status::pass: return "pass";
-    case check_status::fail: return "fail";
-    case check_status::skip: return "skip";
+    case check_status::pass:
+      return "pass";
+    case check_status::fail:
+      return "fail";
+    case check_status::skip:
+      return "skip";
   }
   return "skip";
 }
@@ -267,8 +275,9 @@ std::vector<check_result> validate_node(const node_inventory& inv, const policy&
           const bool ok = (p.state.empty() || p.state == "ACTIVE") &&
                           (p.phys_state.empty() || p.phys_state == "LinkUp");
           ports_ok = ports_ok && ok;
-          if (!ok) port_state += " " + d->name + "/" + std::to_string(p.port) + " " + p.state +
-                                 " " + p.phys_state;
+          if (!ok)
+            port_state +=
+                " " + d->name + "/" + std::to_string(p.port) + " " + p.state + " " + p.phys_state;
         }
       }
     }
@@ -276,19 +285,19 @@ std::vector<check_result> validate_node(const node_inventory& inv, const policy&
       c.pass("link.up", name,
              "up" + (nd->speed_mbps ? " at " + std::to_string(*nd->speed_mbps) + " Mb/s" : ""));
     } else {
-      c.fail("link.up", name, "link is " + nd->operstate +
-                                  (nd->admin_up ? "" : " (administratively down)") +
-                                  (port_state.empty() ? "" : "; RDMA port" + port_state));
+      c.fail("link.up", name,
+             "link is " + nd->operstate + (nd->admin_up ? "" : " (administratively down)") +
+                 (port_state.empty() ? "" : "; RDMA port" + port_state));
     }
     if (nd->mtu == pol.mtu) {
       c.pass("link.mtu", name, "MTU " + std::to_string(nd->mtu));
     } else {
-      c.fail("link.mtu", name, "MTU " + std::to_string(nd->mtu) + ", want " +
-                                   std::to_string(pol.mtu));
+      c.fail("link.mtu", name,
+             "MTU " + std::to_string(nd->mtu) + ", want " + std::to_string(pol.mtu));
     }
     if (vf) {
-      for (const char* n : {"qos.trust", "qos.dscp_map", "qos.pfc", "qos.global_pause",
-                            "ecn.enabled"}) {
+      for (const char* n :
+           {"qos.trust", "qos.dscp_map", "qos.pfc", "qos.global_pause", "ecn.enabled"}) {
         c.skip(n, name, "a VF: QoS and ECN are set on the host's PF and not visible here");
       }
     } else {
@@ -338,12 +347,12 @@ std::vector<check_result> validate_cluster(std::span<const node_inventory> nodes
     c.skip("cluster.mtu", "cluster", "fewer than two nodes");
     return out;
   }
-  std::map<std::string, std::set<std::string>> mtus;       // MTU → nodes
-  std::map<std::string, std::set<std::string>> qos;        // QoS signature → nodes
-  std::map<std::string, std::set<std::string>> lossless;   // lossless priority → nodes
-  std::map<std::string, std::set<std::string>> rail_count; // number of rails → nodes
+  std::map<std::string, std::set<std::string>> mtus;        // MTU → nodes
+  std::map<std::string, std::set<std::string>> qos;         // QoS signature → nodes
+  std::map<std::string, std::set<std::string>> lossless;    // lossless priority → nodes
+  std::map<std::string, std::set<std::string>> rail_count;  // number of rails → nodes
   std::vector<std::string> gid_problems;
-  std::map<std::string, std::string> ip_owner;             // IPv4 → node/port
+  std::map<std::string, std::string> ip_owner;  // IPv4 → node/port
   std::map<int, std::map<std::uint32_t, std::set<std::string>>> rail_subnets;
   std::set<std::string> qos_unknown;
   for (const auto& inv : nodes) {
@@ -357,14 +366,13 @@ std::vector<check_result> validate_cluster(std::span<const node_inventory> nodes
         continue;
       }
       const auto ep = static_cast<std::size_t>(pol.ecn_priority);
-      std::string sig = "trust " + *nd->qos.trust + ", DSCP " + std::to_string(pol.data_dscp()) +
-                        "->" + std::to_string(priority_of(*nd->qos.dscp_prio, pol.data_dscp())) +
-                        ", CNP DSCP " + std::to_string(pol.cnp_dscp) + "->" +
-                        std::to_string(priority_of(*nd->qos.dscp_prio, pol.cnp_dscp)) +
-                        ", PFC " + prios(*nd->qos.pfc) + ", ECN " +
-                        (nd->ecn.np && nd->ecn.rp && (*nd->ecn.np)[ep] && (*nd->ecn.rp)[ep]
-                             ? "on"
-                             : "off");
+      std::string sig =
+          "trust " + *nd->qos.trust + ", DSCP " + std::to_string(pol.data_dscp()) + "->" +
+          std::to_string(priority_of(*nd->qos.dscp_prio, pol.data_dscp())) + ", CNP DSCP " +
+          std::to_string(pol.cnp_dscp) + "->" +
+          std::to_string(priority_of(*nd->qos.dscp_prio, pol.cnp_dscp)) + ", PFC " +
+          prios(*nd->qos.pfc) + ", ECN " +
+          (nd->ecn.np && nd->ecn.rp && (*nd->ecn.np)[ep] && (*nd->ecn.rp)[ep] ? "on" : "off");
       qos[sig].insert(inv.node);
       // The priority the job's traffic class lands on must be the one with PFC.
       const int lands = priority_of(*nd->qos.dscp_prio, pol.data_dscp());
@@ -420,8 +428,8 @@ std::vector<check_result> validate_cluster(std::span<const node_inventory> nodes
   if (mtus.size() == 1) {
     c.pass("cluster.mtu", "cluster", "MTU " + mtus.begin()->first + " on every node");
   } else {
-    c.fail("cluster.mtu", "cluster", "MTUs differ: " + describe_groups(mtus) +
-                                         " (NCCL would use the smallest)");
+    c.fail("cluster.mtu", "cluster",
+           "MTUs differ: " + describe_groups(mtus) + " (NCCL would use the smallest)");
   }
   if (qos.empty()) {
     c.skip("cluster.qos", "cluster", "QoS not visible on any node (VFs)");
@@ -463,8 +471,8 @@ std::vector<check_result> validate_cluster(std::span<const node_inventory> nodes
     }
   }
   if (gid_problems.empty()) {
-    c.pass("cluster.gid", "cluster", std::to_string(ip_owner.size()) +
-                                         " RoCE v2 IPv4 GIDs, all present and distinct");
+    c.pass("cluster.gid", "cluster",
+           std::to_string(ip_owner.size()) + " RoCE v2 IPv4 GIDs, all present and distinct");
   } else {
     std::string s;
     for (const auto& p : gid_problems) s += std::string(s.empty() ? "" : "; ") + p;

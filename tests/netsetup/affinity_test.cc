@@ -1,10 +1,11 @@
 // GPU↔NIC path types and rail assignment on the reference topologies and on hand-made chains.
 
+#include "netsetup/affinity.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "netsetup/affinity.h"
 #include "topologies.h"
 
 namespace shoal::netsetup {

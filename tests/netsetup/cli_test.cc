@@ -6,7 +6,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "netsetup/command_runner.h"
@@ -47,8 +46,8 @@ class NetsetupCli : public ::testing::Test {
 };
 
 TEST_F(NetsetupCli, DiscoverPrintsTheDocument) {
-  auto r = run_cli({"--sysfs-root", a_.tree->root(), "--node-name", "n1", "--no-tools",
-                    "discover"});
+  auto r =
+      run_cli({"--sysfs-root", a_.tree->root(), "--node-name", "n1", "--no-tools", "discover"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["schema"], 1);
@@ -95,8 +94,8 @@ TEST_F(NetsetupCli, ValidateAcrossPeers) {
 
 TEST_F(NetsetupCli, PlanApplyDryRunAndNcclEnv) {
   auto fresh = h100(node_state::fresh);
-  const std::string doc = write_file(fresh.tree->root() + "/fresh.json",
-                                     to_json(fresh.discover()).dump());
+  const std::string doc =
+      write_file(fresh.tree->root() + "/fresh.json", to_json(fresh.discover()).dump());
   auto plan = run_cli({"--from", doc, "plan"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_NE(plan.out.find("plan for h100-0: 80 operation(s)"), std::string::npos) << plan.out;
@@ -131,8 +130,8 @@ TEST_F(NetsetupCli, ClusterConfigNeedsIpamAndPolicyErrorsAreUsageErrors) {
   auto no_ipam = run_cli({"--from", doc_a_, "cluster-config"});
   EXPECT_EQ(no_ipam.exit_code, 2);
   EXPECT_NE(no_ipam.err.find("cluster.ipam is empty"), std::string::npos);
-  const std::string pol = write_file(a_.tree->root() + "/policy.yaml",
-                                     "cluster:\n  ipam: '{\"type\": \"dhcp\"}'\n");
+  const std::string pol =
+      write_file(a_.tree->root() + "/policy.yaml", "cluster:\n  ipam: '{\"type\": \"dhcp\"}'\n");
   auto cfg = run_cli({"--policy", pol, "--from", doc_a_, "cluster-config"});
   ASSERT_EQ(cfg.exit_code, 0) << cfg.err;
   auto j = nlohmann::json::parse(cfg.out);

@@ -1,8 +1,9 @@
 // The real command runner: output capture, exit codes, timeouts, missing tools, output caps.
 
+#include "netsetup/command_runner.h"
+
 #include <gtest/gtest.h>
 
-#include "netsetup/command_runner.h"
 #include "netsetup/errc.h"
 
 namespace shoal::netsetup {

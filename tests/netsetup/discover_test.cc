@@ -1,12 +1,13 @@
 // Discovery against real-shaped sysfs trees: what each topology yields, field by field, and the
 // discovery document's JSON round trip.
 
+#include "netsetup/discover.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "netsetup/affinity.h"
-#include "netsetup/discover.h"
 #include "topologies.h"
 
 namespace shoal::netsetup {
@@ -26,8 +27,7 @@ TEST(NetsetupDiscover, DgxA100FindsGpusNicsAndTheirPcieChains) {
   EXPECT_EQ(g0.class_code, 0x030200u);
   EXPECT_EQ(g0.driver, "nvidia");
   EXPECT_EQ(g0.root_complex, "pci0000:10");
-  EXPECT_EQ(g0.bridges,
-            (std::vector<std::string>{"0000:10:01.0", "0000:11:00.0", "0000:12:00.0"}));
+  EXPECT_EQ(g0.bridges, (std::vector<std::string>{"0000:10:01.0", "0000:11:00.0", "0000:12:00.0"}));
   EXPECT_EQ(g0.numa_node, 0);
   EXPECT_EQ(inv.gpus[7].numa_node, 1);
   EXPECT_EQ(g0.link.current_speed_gts, 16.0);

@@ -34,7 +34,7 @@ result<command_result> fake_tools::run(const std::vector<std::string>& argv,
   if (argv.empty()) return shoal::fail(make_error_code(errc::bad_request), "empty command");
   if (not_installed.contains(argv[0])) {
     return shoal::fail(make_error_code(errc::command_failed),
-                join_argv(argv) + ": cannot run: No such file or directory");
+                       join_argv(argv) + ": cannot run: No such file or directory");
   }
   const std::string joined = join_argv(argv);
   for (const auto& [prefix, code] : fail_with) {
@@ -105,16 +105,21 @@ command_result fake_tools::dcb(const std::vector<std::string>& a) {
 command_result fake_tools::ethtool(const std::vector<std::string>& a) {
   if (a.size() < 3) return bad(1, "ethtool: bad command line\n");
   auto it = devs.find(a[2]);
-  if (it == devs.end()) return bad(76, "Cannot get device pause settings: Operation not supported\n");
+  if (it == devs.end())
+    return bad(76, "Cannot get device pause settings: Operation not supported\n");
   pause_state& p = it->second.pause;
   if (a[1] == "-a") return ok(render_ethtool_pause(a[2], p));
   if (a[1] == "-A") {
     for (std::size_t k = 3; k + 1 < a.size(); k += 2) {
       const bool on = a[k + 1] == "on";
-      if (a[k] == "autoneg") p.autoneg = on;
-      else if (a[k] == "rx") p.rx = on;
-      else if (a[k] == "tx") p.tx = on;
-      else return bad(1, "ethtool: bad command line\n");
+      if (a[k] == "autoneg")
+        p.autoneg = on;
+      else if (a[k] == "rx")
+        p.rx = on;
+      else if (a[k] == "tx")
+        p.tx = on;
+      else
+        return bad(1, "ethtool: bad command line\n");
     }
     return ok();
   }
@@ -146,9 +151,12 @@ command_result fake_tools::ip(const std::vector<std::string>& a) {
 command_result fake_tools::cma_roce_tos(const std::vector<std::string>& a) {
   std::string dev, port = "1", tos;
   for (std::size_t k = 1; k + 1 < a.size(); k += 2) {
-    if (a[k] == "-d") dev = a[k + 1];
-    else if (a[k] == "-p") port = a[k + 1];
-    else if (a[k] == "-t") tos = a[k + 1];
+    if (a[k] == "-d")
+      dev = a[k + 1];
+    else if (a[k] == "-p")
+      port = a[k + 1];
+    else if (a[k] == "-t")
+      tos = a[k + 1];
   }
   if (dev.empty() || tos.empty() || tree_ == nullptr) return bad(1, "usage: cma_roce_tos\n");
   tree_->write("/sys/kernel/config/rdma_cm/" + dev + "/ports/" + port + "/default_roce_tos",

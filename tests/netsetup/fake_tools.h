@@ -33,9 +33,9 @@ class fake_tools final : public command_runner {
 
   std::map<std::string, dev_state> devs;
   std::vector<std::vector<std::string>> calls;
-  std::set<std::string> not_installed;  // tool names that "are not installed"
+  std::set<std::string> not_installed;   // tool names that "are not installed"
   std::map<std::string, int> fail_with;  // argv prefix (joined with spaces) → exit code
-  std::set<std::string> no_effect;      // argv prefixes that exit 0 but change nothing
+  std::set<std::string> no_effect;       // argv prefixes that exit 0 but change nothing
 
   // Calls that change state (anything but show / ethtool -a).
   [[nodiscard]] std::vector<std::string> mutating_calls() const;

@@ -6,9 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "netsetup/errc.h"
 #include "netsetup/job_outputs.h"
@@ -45,10 +44,18 @@ std::string mutate(std::mt19937& rng, std::string s) {
   for (int e = 0; e < edits && !s.empty(); ++e) {
     const std::size_t at = rng() % s.size();
     switch (rng() % 4) {
-      case 0: s[at] = static_cast<char>(rng() & 0xff); break;
-      case 1: s.erase(at, 1 + rng() % 8); break;
-      case 2: s.insert(at, s.substr(at, 1 + rng() % 16)); break;
-      default: s.insert(at, random_bytes(rng, 8)); break;
+      case 0:
+        s[at] = static_cast<char>(rng() & 0xff);
+        break;
+      case 1:
+        s.erase(at, 1 + rng() % 8);
+        break;
+      case 2:
+        s.insert(at, s.substr(at, 1 + rng() % 16));
+        break;
+      default:
+        s.insert(at, random_bytes(rng, 8));
+        break;
     }
   }
   return s;
@@ -140,15 +147,33 @@ void mutate_json(std::mt19937& rng, nlohmann::json& j, int depth = 0) {
   const bool container = j.is_object() || j.is_array();
   if (!container || j.empty() || depth > 8 || rng() % 6 == 0) {
     switch (rng() % 9) {
-      case 0: j = nullptr; break;
-      case 1: j = static_cast<std::int64_t>(rng()) - (1LL << 31); break;
-      case 2: j = -1; break;
-      case 3: j = "garbage"; break;
-      case 4: j = nlohmann::json::array({1, "x", nullptr}); break;
-      case 5: j = nlohmann::json::object({{"k", 1}}); break;
-      case 6: j = 1e300; break;
-      case 7: j = true; break;
-      default: j = std::string(1 + rng() % 300, 'a'); break;
+      case 0:
+        j = nullptr;
+        break;
+      case 1:
+        j = static_cast<std::int64_t>(rng()) - (1LL << 31);
+        break;
+      case 2:
+        j = -1;
+        break;
+      case 3:
+        j = "garbage";
+        break;
+      case 4:
+        j = nlohmann::json::array({1, "x", nullptr});
+        break;
+      case 5:
+        j = nlohmann::json::object({{"k", 1}});
+        break;
+      case 6:
+        j = 1e300;
+        break;
+      case 7:
+        j = true;
+        break;
+      default:
+        j = std::string(1 + rng() % 300, 'a');
+        break;
     }
     return;
   }

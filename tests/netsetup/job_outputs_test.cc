@@ -2,12 +2,13 @@
 // read (sriov-network-device-plugin pkg/types, k8s-rdma-shared-dev-plugin pkg/types,
 // network-attachment-definition-client types.go).
 
+#include "netsetup/job_outputs.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "netsetup/errc.h"
-#include "netsetup/job_outputs.h"
 #include "topologies.h"
 
 namespace shoal::netsetup {

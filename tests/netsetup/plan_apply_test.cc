@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "netsetup/plan.h"
@@ -50,27 +49,26 @@ TEST(NetsetupPlan, FreshNodeGetsEveryChangeInOrderWithReasons) {
   EXPECT_EQ(p.node, "h100-0");
   EXPECT_EQ(whats_for(p, f.pfs[0]), std::vector<std::string>{"create 8 VFs"});
   EXPECT_EQ(whats_for(p, "ens0np0"),
-            (std::vector<std::string>{"set MTU 9000", "set trust dscp",
-                                      "map 26:3 48:6 (dscp:priority)",
-                                      "enable PFC on priority 3 only", "turn global pause off",
-                                      "enable ECN roce_np on priority 3",
-                                      "enable ECN roce_rp on priority 3"}));
-  EXPECT_EQ(whats_for(p, "mlx5_0 port 1"),
-            (std::vector<std::string>{"set verbs traffic class 106",
-                                      "set RDMA-CM default ToS 106"}));
+            (std::vector<std::string>{
+                "set MTU 9000", "set trust dscp", "map 26:3 48:6 (dscp:priority)",
+                "enable PFC on priority 3 only", "turn global pause off",
+                "enable ECN roce_np on priority 3", "enable ECN roce_rp on priority 3"}));
+  EXPECT_EQ(
+      whats_for(p, "mlx5_0 port 1"),
+      (std::vector<std::string>{"set verbs traffic class 106", "set RDMA-CM default ToS 106"}));
   EXPECT_EQ(p.ops.size(), 8u * 10u);
   // SR-IOV first, then link, QoS, ECN, RDMA defaults: the order of the first netdev's ops.
   EXPECT_EQ(p.ops[0].subject, f.pfs[0]);
   EXPECT_EQ(p.ops[1].what, "set MTU 9000");
   const plan_op& mtu = p.ops[1];
   EXPECT_EQ(mtu.k, plan_op::kind::command);
-  EXPECT_EQ(mtu.argv, (std::vector<std::string>{"ip", "link", "set", "dev", "ens0np0", "mtu",
-                                                "9000"}));
+  EXPECT_EQ(mtu.argv,
+            (std::vector<std::string>{"ip", "link", "set", "dev", "ens0np0", "mtu", "9000"}));
   EXPECT_NE(mtu.why.find("MTU is 1500"), std::string::npos);
   EXPECT_EQ(mtu.before, "1500");
   const plan_op& pfc = p.ops[4];
-  EXPECT_EQ(pfc.argv, (std::vector<std::string>{"dcb", "pfc", "set", "dev", "ens0np0",
-                                                "prio-pfc", "all:off", "3:on"}));
+  EXPECT_EQ(pfc.argv, (std::vector<std::string>{"dcb", "pfc", "set", "dev", "ens0np0", "prio-pfc",
+                                                "all:off", "3:on"}));
   EXPECT_EQ(p.ops[0].k, plan_op::kind::write);
   EXPECT_EQ(p.ops[0].path, "/sys/bus/pci/devices/" + f.pfs[0] + "/sriov_numvfs");
   EXPECT_EQ(p.ops[0].value, "8");

@@ -1,8 +1,8 @@
 // The policy YAML: documented defaults, loading, and the rules that tie its fields together.
 
-#include <gtest/gtest.h>
-
 #include "netsetup/policy.h"
+
+#include <gtest/gtest.h>
 
 namespace shoal::netsetup {
 namespace {
@@ -20,8 +20,8 @@ TEST(NetsetupPolicy, DefaultsAreTheRoceConvention) {
   EXPECT_EQ(p.vfs_per_pf, 8);
   EXPECT_TRUE(config::validate(p));
   const std::string docs = config::to_markdown<policy>("policy");
-  for (const char* key : {"mtu", "pfc_priority", "traffic_class", "vfs_per_pf", "gdr_level",
-                          "ipam", "rdma_hca_max"}) {
+  for (const char* key : {"mtu", "pfc_priority", "traffic_class", "vfs_per_pf", "gdr_level", "ipam",
+                          "rdma_hca_max"}) {
     EXPECT_NE(docs.find(key), std::string::npos) << key;
   }
 }

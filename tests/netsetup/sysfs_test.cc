@@ -1,6 +1,8 @@
 // The sysfs reader: values, links, and garbage (empty files, non-numbers, dangling or looping
 // links, missing directories) turned into errors that name the path.
 
+#include "netsetup/sysfs.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +10,6 @@
 
 #include "netsetup/discover.h"
 #include "netsetup/errc.h"
-#include "netsetup/sysfs.h"
 #include "sysfs_tree.h"
 #include "topologies.h"
 

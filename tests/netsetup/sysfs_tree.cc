@@ -84,7 +84,9 @@ void sysfs_tree::kernel_device_link(const std::string& link, const std::string& 
   fs::create_symlink("../../../" + bdf, real(link));
 }
 
-void sysfs_tree::mkdirs(const std::string& kernel_path) { fs::create_directories(real(kernel_path)); }
+void sysfs_tree::mkdirs(const std::string& kernel_path) {
+  fs::create_directories(real(kernel_path));
+}
 
 void sysfs_tree::write(const std::string& kernel_path, const std::string& content) {
   mkdirs(parent_of(kernel_path));
@@ -123,8 +125,8 @@ pci_node sysfs_tree::host_bridge(const std::string& domain_bus, int numa) {
 }
 
 void sysfs_tree::function(const pci_node& parent, const std::string& bdf, std::uint32_t vendor,
-                          std::uint32_t device, std::uint32_t class_code,
-                          const std::string& driver, const link_spec* link) {
+                          std::uint32_t device, std::uint32_t class_code, const std::string& driver,
+                          const link_spec* link) {
   const std::string k = parent.kpath + "/" + bdf;
   mkdirs(k);
   write(k + "/vendor", hex(vendor, 4) + "\n");
@@ -168,8 +170,7 @@ void sysfs_tree::gpu(const pci_node& parent, const std::string& bdf, const link_
   function(parent, bdf, 0x10de, device, 0x030200, "nvidia", &link);
 }
 
-void sysfs_tree::netdev(const std::string& fn_kpath, const std::string& bdf,
-                        const netdev_spec& n) {
+void sysfs_tree::netdev(const std::string& fn_kpath, const std::string& bdf, const netdev_spec& n) {
   const std::string d = fn_kpath + "/net/" + n.name;
   mkdirs(d);
   write(d + "/operstate", n.operstate + "\n");

@@ -30,7 +30,7 @@ struct link_spec {
 struct gid_spec {
   int index = 0;
   std::string gid;
-  std::string type;    // "RoCE v2", "IB/RoCE v1"
+  std::string type;  // "RoCE v2", "IB/RoCE v1"
   std::string netdev;
 };
 
@@ -41,10 +41,10 @@ struct netdev_spec {
   int mtu = 9000;
   std::optional<int> speed = 200000;
   std::string address = "0c:42:a1:00:00:01";
-  bool ecn = true;                  // mlx5 ecn/ directories exist
-  std::array<bool, 8> ecn_np{};     // roce_np/enable/<p>
+  bool ecn = true;               // mlx5 ecn/ directories exist
+  std::array<bool, 8> ecn_np{};  // roce_np/enable/<p>
   std::array<bool, 8> ecn_rp{};
-  std::optional<int> cnp_dscp;      // roce_np/cnp_dscp
+  std::optional<int> cnp_dscp;  // roce_np/cnp_dscp
   std::optional<int> cnp_802p_prio;
   std::optional<std::string> qos_trust;  // MLNX_OFED /sys/class/net/<if>/qos/trust
 };
@@ -54,7 +54,7 @@ struct port_spec {
   std::string state = "4: ACTIVE";
   std::string phys_state = "5: LinkUp";
   std::string link_layer = "Ethernet";
-  int gid_table_len = 8;            // entries not in `gids` are all-zero GIDs without types
+  int gid_table_len = 8;  // entries not in `gids` are all-zero GIDs without types
   std::vector<gid_spec> gids;
   std::optional<int> traffic_class;     // mlx5 tc/<port>/traffic_class
   std::optional<int> default_roce_tos;  // configfs rdma_cm (creates the device dir)
@@ -95,7 +95,9 @@ class sysfs_tree {
   sysfs_tree& operator=(const sysfs_tree&) = delete;
 
   [[nodiscard]] const std::string& root() const { return root_; }
-  [[nodiscard]] std::string real(const std::string& kernel_path) const { return root_ + kernel_path; }
+  [[nodiscard]] std::string real(const std::string& kernel_path) const {
+    return root_ + kernel_path;
+  }
 
   // "0000:17" → /sys/devices/pci0000:17
   pci_node host_bridge(const std::string& domain_bus, int numa);

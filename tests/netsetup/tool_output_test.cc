@@ -1,20 +1,20 @@
 // Parsers of dcb JSON and ethtool pause text, on output in the shapes iproute2 and ethtool print
 // (dcb/dcb_pfc.c, dcb_app.c, dcb_ets.c, dcb_apptrust.c; ethtool netlink/pause.c).
 
+#include "netsetup/tool_output.h"
+
 #include <gtest/gtest.h>
 
 #include "netsetup/errc.h"
-#include "netsetup/tool_output.h"
 
 namespace shoal::netsetup {
 namespace {
 
 TEST(NetsetupToolOutput, DcbPfcShow) {
   // dcb -j pfc show dev eth0
-  auto p = parse_dcb_pfc(
-      R"({"pfc_cap":8,"macsec_bypass":false,"delay":4096,)"
-      R"("prio_pfc":[false,false,false,true,false,false,false,false]})",
-      "dcb -j pfc show dev eth0");
+  auto p = parse_dcb_pfc(R"({"pfc_cap":8,"macsec_bypass":false,"delay":4096,)"
+                         R"("prio_pfc":[false,false,false,true,false,false,false,false]})",
+                         "dcb -j pfc show dev eth0");
   ASSERT_TRUE(p) << p.error().message;
   EXPECT_EQ(p->pfc_cap, 8);
   EXPECT_EQ(p->delay, 4096);
@@ -33,10 +33,9 @@ TEST(NetsetupToolOutput, DcbPfcShow) {
 
 TEST(NetsetupToolOutput, DcbAppShow) {
   // dcb -j app show dev eth0: DSCP keys are numbers in JSON even without -N.
-  auto a = parse_dcb_app(
-      R"({"default_prio":[0],"dscp_prio":[[48,6],[24,3],[26,3]],)"
-      R"("pcp_prio":[["0nd",0],["3nd",3]],"ethtype_prio":[["8906",3]]})",
-      "dcb -j app show dev eth0");
+  auto a = parse_dcb_app(R"({"default_prio":[0],"dscp_prio":[[48,6],[24,3],[26,3]],)"
+                         R"("pcp_prio":[["0nd",0],["3nd",3]],"ethtype_prio":[["8906",3]]})",
+                         "dcb -j app show dev eth0");
   ASSERT_TRUE(a) << a.error().message;
   EXPECT_EQ(a->dscp_prio, (std::vector<std::pair<int, int>>{{24, 3}, {26, 3}, {48, 6}}));
   EXPECT_EQ(a->default_prio, std::vector<int>{0});
@@ -67,9 +66,10 @@ TEST(NetsetupToolOutput, DcbEtsAndApptrust) {
 }
 
 TEST(NetsetupToolOutput, EthtoolPause) {
-  auto p = parse_ethtool_pause("Pause parameters for ens1f0:\nAutonegotiate:\ton\nRX:\t\ton\n"
-                               "TX:\t\toff\nRX negotiated: on\nTX negotiated: off\n\n",
-                               "ethtool -a ens1f0");
+  auto p = parse_ethtool_pause(
+      "Pause parameters for ens1f0:\nAutonegotiate:\ton\nRX:\t\ton\n"
+      "TX:\t\toff\nRX negotiated: on\nTX negotiated: off\n\n",
+      "ethtool -a ens1f0");
   ASSERT_TRUE(p) << p.error().message;
   EXPECT_TRUE(p->autoneg);
   EXPECT_TRUE(p->rx);
@@ -90,9 +90,9 @@ TEST(NetsetupToolOutput, ShapesThatAreNotTheToolsAreErrorsNamingTheCommand) {
     EXPECT_EQ(r.error().code, make_error_code(errc::command_output));
     EXPECT_TRUE(r.error().message.starts_with(cmd)) << r.error().message;
   }
-  for (const char* bad : {R"({"dscp_prio":[[64,3]]})", R"({"dscp_prio":[[26,8]]})",
-                          R"({"dscp_prio":[[26]]})", R"({"dscp_prio":[["26",3]]})",
-                          R"({"dscp_prio":{"26":3}})", R"({"default_prio":[9]})"}) {
+  for (const char* bad :
+       {R"({"dscp_prio":[[64,3]]})", R"({"dscp_prio":[[26,8]]})", R"({"dscp_prio":[[26]]})",
+        R"({"dscp_prio":[["26",3]]})", R"({"dscp_prio":{"26":3}})", R"({"default_prio":[9]})"}) {
     EXPECT_FALSE(parse_dcb_app(bad, "x")) << bad;
   }
   EXPECT_FALSE(parse_dcb_apptrust(R"({"order":"dscp"})", "x"));

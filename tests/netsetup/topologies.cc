@@ -114,11 +114,11 @@ node_fixture dgx_a100(node_state s, int node) {
     }
     for (int port = 0; port < 2; ++port) {
       const int rail = sw * 2 + port;
-      const std::string nd = "ens" + std::to_string(sw) + "f" + std::to_string(port) + "np" +
-                             std::to_string(port);
+      const std::string nd =
+          "ens" + std::to_string(sw) + "f" + std::to_string(port) + "np" + std::to_string(port);
       const std::string rd = "mlx5_" + std::to_string(rail);
-      t.nic(down[2], rail_nic(s, bdf(b + 5, 0, port), 0x101b, 0x101c, nd, rd, rail, node,
-                              b + 6 + port));
+      t.nic(down[2],
+            rail_nic(s, bdf(b + 5, 0, port), 0x101b, 0x101c, nd, rd, rail, node, b + 6 + port));
       f.netdevs.push_back(nd);
       f.rdma.push_back(rd);
       f.pfs.push_back(bdf(b + 5, 0, port));

@@ -1,14 +1,14 @@
 // Validation: converged nodes pass; each broken node is caught by its named check; cross-node
 // checks over several nodes' discovery documents.
 
+#include "netsetup/validate.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
-#include "netsetup/validate.h"
 #include "topologies.h"
 
 namespace shoal::netsetup {
@@ -54,8 +54,8 @@ TEST(NetsetupValidate, FreshNodeFailsTheChecksThePlanWouldFix) {
   std::set<std::string> failed;
   for (const auto* r : failures(rs)) failed.insert(r->name);
   EXPECT_EQ(failed, (std::set<std::string>{"link.mtu", "qos.trust", "qos.dscp_map", "qos.pfc",
-                                           "qos.global_pause", "ecn.enabled",
-                                           "roce.default_tos", "sriov.vfs_available"}));
+                                           "qos.global_pause", "ecn.enabled", "roce.default_tos",
+                                           "sriov.vfs_available"}));
 }
 
 TEST(NetsetupValidate, VelaVmPassesWithQosLeftToTheHost) {
@@ -111,8 +111,7 @@ TEST(NetsetupValidate, EachBrokenNodeIsCaughtByItsNamedCheck) {
       {"MTU mismatch",
        [](node_fixture& f) { f.tree->write(f.tree->netdev_dir("ens2np0") + "/mtu", "1500\n"); },
        "link.mtu", "ens2np0", "MTU 1500, want 9000"},
-      {"PFC off",
-       [](node_fixture& f) { f.tools->devs["ens1np0"].pfc.enabled.fill(false); },
+      {"PFC off", [](node_fixture& f) { f.tools->devs["ens1np0"].pfc.enabled.fill(false); },
        "qos.pfc", "ens1np0", "off on priority 3: RoCE is lossy"},
       {"PFC on the wrong priority",
        [](node_fixture& f) {
@@ -121,8 +120,8 @@ TEST(NetsetupValidate, EachBrokenNodeIsCaughtByItsNamedCheck) {
        },
        "qos.pfc", "ens1np0", "PFC is on 4 but off on priority 3"},
       {"PFC on too many priorities",
-       [](node_fixture& f) { f.tools->devs["ens1np0"].pfc.enabled[0] = true; },
-       "qos.pfc", "ens1np0", "PFC is on 0,3; want priority 3 only"},
+       [](node_fixture& f) { f.tools->devs["ens1np0"].pfc.enabled[0] = true; }, "qos.pfc",
+       "ens1np0", "PFC is on 0,3; want priority 3 only"},
       {"VFs exhausted",
        [](node_fixture& f) {
          for (int v = 0; v < 8; ++v) {
@@ -155,22 +154,21 @@ TEST(NetsetupValidate, EachBrokenNodeIsCaughtByItsNamedCheck) {
                        "2.5 GT/s PCIe\n");
        },
        "pcie.link", "", "GPU at x16 2.5 GT/s"},
-      {"trust pcp",
-       [](node_fixture& f) { f.tools->devs["ens0np0"].trust = {"pcp"}; },
-       "qos.trust", "ens0np0", "trust is pcp, want dscp"},
+      {"trust pcp", [](node_fixture& f) { f.tools->devs["ens0np0"].trust = {"pcp"}; }, "qos.trust",
+       "ens0np0", "trust is pcp, want dscp"},
       {"DSCP 26 on the wrong priority",
-       [](node_fixture& f) { f.tools->devs["ens0np0"].app.dscp_prio = {{26, 0}, {48, 6}}; },
+       [](node_fixture& f) {
+         f.tools->devs["ens0np0"].app.dscp_prio = {{26, 0}, {48, 6}};
+       },
        "qos.dscp_map", "ens0np0", "DSCP 26 -> priority 0, want 3"},
-      {"global pause on",
-       [](node_fixture& f) { f.tools->devs["ens0np0"].pause.rx = true; },
+      {"global pause on", [](node_fixture& f) { f.tools->devs["ens0np0"].pause.rx = true; },
        "qos.global_pause", "ens0np0", "global pause is on (rx on, tx off)"},
       {"ECN off",
        [](node_fixture& f) {
          f.tree->write(f.tree->netdev_dir("ens5np0") + "/ecn/roce_rp/enable/3", "0\n");
        },
        "ecn.enabled", "ens5np0", "reaction point off"},
-      {"dcb not installed",
-       [](node_fixture& f) { f.tools->not_installed.insert("dcb"); },
+      {"dcb not installed", [](node_fixture& f) { f.tools->not_installed.insert("dcb"); },
        "qos.pfc", "ens0np0", "PFC state unreadable"},
   };
   for (const auto& c : cases) {
@@ -202,8 +200,8 @@ TEST(NetsetupValidate, GpuFartherThanThePolicyAllowsIsAWarning) {
   bool warned = false;
   for (const auto* r : failures(rs)) {
     if (r->name == "topology.gpu_nic" && r->subject == f.gpus[0]) {
-      warned = r->sev == severity::warning &&
-               r->message.find("farther than PIX") != std::string::npos;
+      warned =
+          r->sev == severity::warning && r->message.find("farther than PIX") != std::string::npos;
     }
   }
   EXPECT_TRUE(warned) << dump(failures(rs));

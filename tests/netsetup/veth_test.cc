@@ -7,19 +7,17 @@
 // (a guard object); namespaces left by a killed run are swept by the next one.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "netsetup/command_runner.h"
 #include "netsetup/discover.h"

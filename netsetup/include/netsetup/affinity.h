@@ -35,7 +35,7 @@ struct rail {
   std::string nic;          // NIC function BDF
   std::string rdma_device;  // "mlx5_0"
   int port = 1;
-  std::string netdev;       // "ens1f0np0"
+  std::string netdev;  // "ens1f0np0"
   path_type path = path_type::sys;
   friend bool operator==(const rail&, const rail&) = default;
 };

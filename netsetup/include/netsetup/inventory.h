@@ -8,13 +8,12 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
 #include "netsetup/tool_output.h"
@@ -48,11 +47,11 @@ struct pci_function {
 
 // A virtual function of a PF, as seen from the host.
 struct vf_info {
-  int index = 0;                           // N of virtfnN
+  int index = 0;  // N of virtfnN
   std::string bdf;
-  std::uint32_t device = 0;                // VF device id (differs from the PF's)
+  std::uint32_t device = 0;  // VF device id (differs from the PF's)
   std::string driver;
-  std::vector<std::string> netdevs;        // empty when the VF's netdev moved into a pod
+  std::vector<std::string> netdevs;  // empty when the VF's netdev moved into a pod
   std::vector<std::string> rdma_devices;
   friend bool operator==(const vf_info&, const vf_info&) = default;
 };
@@ -68,10 +67,10 @@ struct sriov_info {
 struct nic_info {
   pci_function pci;
   bool is_vf = false;
-  std::string physfn;                      // the PF's BDF when the PF is visible
+  std::string physfn;  // the PF's BDF when the PF is visible
   std::vector<std::string> netdevs;
   std::vector<std::string> rdma_devices;
-  std::optional<sriov_info> sriov;         // present on SR-IOV capable PFs
+  std::optional<sriov_info> sriov;  // present on SR-IOV capable PFs
   friend bool operator==(const nic_info&, const nic_info&) = default;
 };
 
@@ -97,9 +96,9 @@ struct netdev_ecn {
 
 struct netdev_info {
   std::string name;
-  std::string pci;              // BDF of the backing function, "" for virtual devices
-  std::string operstate;        // "up", "down", "lowerlayerdown", "unknown", ...
-  bool admin_up = false;        // IFF_UP in `flags`
+  std::string pci;        // BDF of the backing function, "" for virtual devices
+  std::string operstate;  // "up", "down", "lowerlayerdown", "unknown", ...
+  bool admin_up = false;  // IFF_UP in `flags`
   int mtu = 0;
   std::optional<int> speed_mbps;
   std::string address;
@@ -118,15 +117,15 @@ struct gid_entry {
 
 struct rdma_port {
   int port = 1;
-  std::string state;       // "ACTIVE", "DOWN", ... (the word after "4: ")
-  std::string phys_state;  // "LinkUp", "Disabled", ...
-  std::string link_layer;  // "Ethernet" or "InfiniBand"
-  std::string netdev;      // the netdev this port carries
-  std::vector<gid_entry> gids;             // configured (non-zero) entries only
-  std::optional<int> roce_v2_ipv4_index;   // lowest RoCE v2 IPv4 GID on `netdev`
-  std::string roce_v2_ipv4;                // its address, "10.0.0.1"
-  std::optional<int> default_roce_tos;     // configfs rdma_cm default_roce_tos
-  std::optional<int> traffic_class;        // mlx5 tc/<port>/traffic_class
+  std::string state;                      // "ACTIVE", "DOWN", ... (the word after "4: ")
+  std::string phys_state;                 // "LinkUp", "Disabled", ...
+  std::string link_layer;                 // "Ethernet" or "InfiniBand"
+  std::string netdev;                     // the netdev this port carries
+  std::vector<gid_entry> gids;            // configured (non-zero) entries only
+  std::optional<int> roce_v2_ipv4_index;  // lowest RoCE v2 IPv4 GID on `netdev`
+  std::string roce_v2_ipv4;               // its address, "10.0.0.1"
+  std::optional<int> default_roce_tos;    // configfs rdma_cm default_roce_tos
+  std::optional<int> traffic_class;       // mlx5 tc/<port>/traffic_class
   friend bool operator==(const rdma_port&, const rdma_port&) = default;
 };
 
@@ -140,10 +139,10 @@ struct rdma_device {
 struct node_inventory {
   int schema = inventory_schema;
   std::string node;
-  std::vector<pci_function> gpus;   // sorted by BDF
-  std::vector<nic_info> nics;       // sorted by BDF; VFs with a visible PF sit in their PF
-  std::vector<netdev_info> netdevs; // sorted by name
-  std::vector<rdma_device> rdma;    // sorted by name
+  std::vector<pci_function> gpus;     // sorted by BDF
+  std::vector<nic_info> nics;         // sorted by BDF; VFs with a visible PF sit in their PF
+  std::vector<netdev_info> netdevs;   // sorted by name
+  std::vector<rdma_device> rdma;      // sorted by name
   std::vector<std::string> warnings;  // what could not be read, and why
 
   [[nodiscard]] const pci_function* find_gpu(std::string_view bdf) const;

@@ -4,12 +4,11 @@
 // `resourceList`, Multus NetworkAttachmentDefinitions, k8s-rdma-shared-dev-plugin `configList`.
 // Field names are spelled exactly as those projects read them (sources in docs/netsetup.md).
 
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
 #include "netsetup/inventory.h"
@@ -27,8 +26,7 @@ struct nccl_env {
 // `gpus` are GPU BDFs, or decimal indices into inv.gpus ("0", "3"); empty means every GPU.
 // Errors: an unknown GPU, or a GPU without an RDMA rail (errc::bad_request).
 [[nodiscard]] result<nccl_env> make_nccl_env(const node_inventory& inv,
-                                             std::span<const std::string> gpus,
-                                             const policy& pol);
+                                             std::span<const std::string> gpus, const policy& pol);
 // "export NAME='value'" lines for a shell; values are single-quoted.
 [[nodiscard]] std::string to_shell(const nccl_env& env);
 

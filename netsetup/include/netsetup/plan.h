@@ -7,11 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
 #include "netsetup/command_runner.h"
@@ -24,14 +23,14 @@ namespace shoal::netsetup {
 // How an op's effect is read back, both to skip ops already in place and to verify after.
 struct verify_spec {
   enum class kind : std::uint8_t {
-    file_int,      // `path` holds the integer `expect`
-    file_text,     // `path` holds `text`
-    traffic_class, // `path` (mlx5 tc/<port>/traffic_class) ends with the number `expect`
-    link_up,       // IFF_UP in /sys/class/net/<netdev>/flags
-    pfc,           // `dcb -j pfc show`: PFC on priority `expect` only
-    dscp_map,      // `dcb -j app show`: each (dscp, prio) in `dscp` is the only entry for its dscp
-    trust,         // `dcb -j apptrust show` order is exactly `text`
-    pause_off,     // `ethtool -a`: RX and TX pause off
+    file_int,       // `path` holds the integer `expect`
+    file_text,      // `path` holds `text`
+    traffic_class,  // `path` (mlx5 tc/<port>/traffic_class) ends with the number `expect`
+    link_up,        // IFF_UP in /sys/class/net/<netdev>/flags
+    pfc,            // `dcb -j pfc show`: PFC on priority `expect` only
+    dscp_map,       // `dcb -j app show`: each (dscp, prio) in `dscp` is the only entry for its dscp
+    trust,          // `dcb -j apptrust show` order is exactly `text`
+    pause_off,      // `ethtool -a`: RX and TX pause off
   };
   kind k = kind::file_int;
   std::string netdev;
@@ -44,15 +43,15 @@ struct verify_spec {
 struct plan_op {
   enum class kind : std::uint8_t { write, command };
   kind k = kind::write;
-  std::string subject;             // what the op acts on: "ens1f0", "mlx5_0 port 1", a PF BDF
-  std::string what;                // "set MTU 9000"
-  std::string why;                 // "MTU is 1500; the policy wants 9000 on every RDMA netdev"
-  std::string before;              // the state discovery saw
-  std::string path;                // write: the kernel path
-  std::string value;               // write: the value
-  std::vector<std::string> argv;   // command
+  std::string subject;            // what the op acts on: "ens1f0", "mlx5_0 port 1", a PF BDF
+  std::string what;               // "set MTU 9000"
+  std::string why;                // "MTU is 1500; the policy wants 9000 on every RDMA netdev"
+  std::string before;             // the state discovery saw
+  std::string path;               // write: the kernel path
+  std::string value;              // write: the value
+  std::vector<std::string> argv;  // command
   verify_spec verify;
-  bool disruptive = false;         // destroys state in use (resetting VFs)
+  bool disruptive = false;  // destroys state in use (resetting VFs)
 };
 
 struct plan {

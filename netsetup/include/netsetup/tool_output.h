@@ -58,8 +58,7 @@ struct pause_state {
 // `dcb -j apptrust show dev X`: {"order":["dscp"]} → {"dscp"}.
 [[nodiscard]] result<std::vector<std::string>> parse_dcb_apptrust(std::string_view json,
                                                                   std::string_view what);
-[[nodiscard]] result<pause_state> parse_ethtool_pause(std::string_view text,
-                                                      std::string_view what);
+[[nodiscard]] result<pause_state> parse_ethtool_pause(std::string_view text, std::string_view what);
 
 // Renderers of the same formats, used by test doubles so canned output comes from one place.
 [[nodiscard]] std::string render_dcb_pfc(const dcb_pfc& p);

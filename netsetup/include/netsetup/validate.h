@@ -9,11 +9,10 @@
 // Across nodes:
 //   cluster.mtu  cluster.qos  cluster.priority  cluster.gid  cluster.rails
 
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "netsetup/inventory.h"
 #include "netsetup/policy.h"
@@ -24,7 +23,7 @@ enum class severity : std::uint8_t { error, warning };
 enum class check_status : std::uint8_t { pass, fail, skip };
 
 struct check_result {
-  std::string name;     // "qos.pfc"
+  std::string name;  // "qos.pfc"
   severity sev = severity::error;
   check_status status = check_status::pass;
   std::string node;
@@ -32,8 +31,7 @@ struct check_result {
   std::string message;
 };
 
-[[nodiscard]] std::vector<check_result> validate_node(const node_inventory& inv,
-                                                      const policy& pol);
+[[nodiscard]] std::vector<check_result> validate_node(const node_inventory& inv, const policy& pol);
 [[nodiscard]] std::vector<check_result> validate_cluster(std::span<const node_inventory> nodes,
                                                          const policy& pol);
 // No check of severity error failed.
