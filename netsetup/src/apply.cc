@@ -223,7 +223,12 @@ result<apply_report> apply(const plan& p, const sysfs& fs, command_runner& runne
       out.s = op_outcome::state::would_change;
     } else {
       status done;
-      if (op.k == plan_op::kind::write) {
+      if (op.disruptive && !opts.allow_disruptive) {
+        // Removing VFs tears down the pods using them: only on explicit request.
+        done = fail(make_error_code(errc::bad_request),
+                    "refused, disruptive (" + op.why +
+                        "); run again allowing disruptive changes (--allow-disruptive)");
+      } else if (op.k == plan_op::kind::write) {
         done = fs.write(op.path, op.value);
       } else {
         auto r = run_tool(runner, op.argv, opts.tool_timeout);

@@ -22,8 +22,6 @@ class category_impl final : public std::error_category {
         return "command failed";
       case errc::command_output:
         return "command output does not parse";
-      case errc::verify_failed:
-        return "change did not verify";
       case errc::bad_document:
         return "malformed discovery document";
       case errc::bad_request:

@@ -33,6 +33,7 @@ struct options {
   bool no_tools = false;
   bool json = false;
   bool dry_run = false;
+  bool allow_disruptive = false;
   std::string journal = "/var/lib/shoal/netsetup-journal.jsonl";
   std::vector<std::string> peers;
   std::string gpus;
@@ -125,6 +126,7 @@ int run(const std::string& cmd, const options& o, const ns::policy& pol) {
     if (!o.from.empty()) return usage_error("apply needs live discovery, not --from");
     ns::apply_options ao;
     ao.dry_run = o.dry_run;
+    ao.allow_disruptive = o.allow_disruptive;
     ao.journal_path = o.journal;
     ao.progress = [](const ns::op_outcome& out) {
       std::printf("[%s] %s: %s -- %s", state_word(out.s), out.op->subject.c_str(),
@@ -232,6 +234,8 @@ int main(int argc, char** argv) {
   plan->add_flag("--json", o.json, "JSON output");
   auto* apply = app.add_subcommand("apply", "Apply the plan, verifying each change");
   apply->add_flag("--dry-run", o.dry_run, "Show what would change; change nothing");
+  apply->add_flag("--allow-disruptive", o.allow_disruptive,
+                  "Allow changes that tear down state in use (resetting a VF count)");
   apply->add_option("--journal", o.journal, "JSON-lines record of every change")
       ->capture_default_str();
   auto* validate = app.add_subcommand("validate", "Run the named checks (and cross-node checks)");

@@ -263,6 +263,27 @@ TEST_F(NetsetupApply, AMissingToolFailsTheOpThatNeedsIt) {
       << rep.failure;
 }
 
+TEST(NetsetupApplyDisruptive, ResettingVfsNeedsExplicitPermission) {
+  auto f = dgx_a100(node_state::converged);
+  const std::string numvfs = "/sys/bus/pci/devices/" + f.pfs[3] + "/sriov_numvfs";
+  f.tree->write(numvfs, "4\n");
+  plan p = make_plan(f.discover(), policy{});
+  ASSERT_EQ(p.ops.size(), 2u);
+  apply_options o;
+  auto refused = apply(p, f.fs(), *f.tools, o);
+  ASSERT_TRUE(refused);
+  EXPECT_FALSE(refused->ok);
+  EXPECT_NE(refused->failure.find("refused, disruptive"), std::string::npos) << refused->failure;
+  EXPECT_NE(refused->failure.find("--allow-disruptive"), std::string::npos);
+  EXPECT_EQ(f.tree->read(numvfs), "4\n");
+  o.allow_disruptive = true;
+  auto done = apply(p, f.fs(), *f.tools, o);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->ok) << done->failure;
+  EXPECT_EQ(done->changed, 2);
+  EXPECT_EQ(f.tree->read(numvfs), "8\n");
+}
+
 TEST_F(NetsetupApply, JournalErrorsAreErrors) {
   plan p = make_plan(f_.discover(), policy{});
   apply_options o;

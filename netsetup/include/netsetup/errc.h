@@ -14,7 +14,6 @@ enum class errc {
   sysfs_io,        // reading or writing a sysfs file failed for another reason
   command_failed,  // a tool (dcb, ethtool, ip) could not run, timed out or exited non-zero
   command_output,  // a tool ran but printed something we cannot parse
-  verify_failed,   // an applied change did not read back as expected
   bad_document,    // a discovery document or a peer's document is malformed
   bad_request,     // an API caller asked for something impossible (unknown GPU, empty policy)
 };

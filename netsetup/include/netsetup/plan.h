@@ -81,6 +81,8 @@ struct op_outcome {
 
 struct apply_options {
   bool dry_run = false;
+  // Ops marked disruptive (removing VFs that may be in use) fail unless this is set.
+  bool allow_disruptive = false;
   std::string journal_path;  // JSON lines, appended; empty = no journal
   std::chrono::milliseconds tool_timeout{10000};
   std::function<void(const op_outcome&)> progress;  // called after each op, on this thread
