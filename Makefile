@@ -7,7 +7,7 @@ JOBS        ?= $(shell nproc)
 GENERATOR   := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 
-.PHONY: all deps build build-asan test test-release test-asan demo bench clean
+.PHONY: all deps build build-asan test test-release test-asan demo bench docs clean
 
 all: build
 
@@ -39,6 +39,13 @@ demo: build
 
 bench: build
 	@bench/cache/run
+
+# Regenerates the configuration references in docs/config/ from the daemons.
+docs: build
+	@$(BUILD_DIR)/registry-proxy/shoal-registry-proxy --print-config-docs > docs/config/registry-proxy.md
+	@$(BUILD_DIR)/peerd/shoal-peerd --print-config-docs > docs/config/peerd.md
+	@$(BUILD_DIR)/netsetup/shoal-netsetup --print-policy-docs > docs/config/netsetup-policy.md
+	@if [ -x $(BUILD_DIR)/scheduler/shoal-scheduler ]; then $(BUILD_DIR)/scheduler/shoal-scheduler --print-config-docs > docs/config/scheduler.md; fi
 
 clean:
 	rm -rf build
