@@ -10,6 +10,25 @@ namespace shoal::proxy {
 
 proxy_handler::proxy_handler(handler_deps d) : d_(std::move(d)) {}
 
+namespace {
+
+// The ns= parameter as sent. An ns= that is present but does not percent-decode is an error,
+// not an absent parameter: falling back to the default upstream would answer for a registry
+// other than the one the client named.
+result<std::optional<std::string>> ns_param(const http::request& req) {
+  if (auto v = req.query_param("ns")) return v;
+  std::string_view q = req.query;
+  while (!q.empty()) {
+    auto amp = q.find('&');
+    std::string_view kv = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
+    if (kv.substr(0, kv.find('=')) == "ns") return fail(errc::invalid_argument, "ns is not percent-encoded correctly");
+  }
+  return std::optional<std::string>();
+}
+
+}  // namespace
+
 std::string route_of(std::string_view target) {
   auto q = target.find('?');
   std::string_view path = target.substr(0, q);
@@ -48,8 +67,9 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
     r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
     return resp.send(std::move(r));
   }
-  auto ns = req.query_param("ns");
-  auto sel = d_.upstreams.select(ns, route->name);
+  auto ns = ns_param(req);
+  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
+  auto sel = d_.upstreams.select(*ns, route->name);
   if (!sel) {
     unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
     return resp.send(oci_error(s, s == 404 ? oci::error_code::name_unknown : oci::error_code::name_invalid,
@@ -76,7 +96,9 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
     return resp.send(oci_error(400, oci::error_code::name_invalid,
                                "metainfo needs repo=<repository> (the repository the object is pulled from)"));
   }
-  auto sel = d_.upstreams.select(req.query_param("ns"), *repo);
+  auto ns = ns_param(req);
+  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
+  auto sel = d_.upstreams.select(*ns, *repo);
   if (!sel) {
     unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
     return resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));
