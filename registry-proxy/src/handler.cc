@@ -78,6 +78,15 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
     return resp.send(oci_error(err.status, err.code, err.message));
   }
   if (route->kind == route_kind::base) {
+    // Docker-style clients (skopeo, docker) learn whether to send credentials from this ping
+    // alone: a 200 makes them pull anonymously for good, and a private repository then fails
+    // with 401 even when the user gave credentials. So an anonymous ping is challenged (as
+    // Docker Hub does); clients without credentials go on anonymously, the others come back
+    // with them. Whether the credentials are any good is for the upstream to say, per request.
+    if (req.header("Authorization").empty()) {
+      return resp.send(oci_error(401, oci::error_code::unauthorized,
+                                 "send credentials for private repositories; anonymous pulls of public ones work without"));
+    }
     auto r = http::response::json(200, "{}");
     r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
     return resp.send(std::move(r));
