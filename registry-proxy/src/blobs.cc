@@ -580,7 +580,7 @@ void blob_service::head_upstream(const selection& sel, const digest& d, const cr
     r = uc_.call(*sel.up, sel.repo, &cred, "HEAD", path, {{"Accept", "*/*"}}, 0);
   }
   if (!r) {
-    return resp.send(failure_response(r.error().is(errc::timeout) ? 504 : 502,
+    return resp.send(failure_response(gateway_status(r.error()),
                                       "upstream " + sel.up->cfg.name + ": " + r.error().message, {},
                                       oci::error_code::blob_unknown));
   }
