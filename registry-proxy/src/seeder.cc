@@ -94,6 +94,7 @@ void seeder::seed(const digest& d) {
 
 void seeder::seed(const digest& d, const object_metainfo& m) {
   if (stop_.load()) return;
+  std::lock_guard load(load_mu_);
   auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lk(mu_);
@@ -121,8 +122,9 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
   {
     std::lock_guard lk(mu_);
     if (loaded_.count(d)) {
-      // Lost a race with another loader: keep theirs.
-      ses_->remove(*h);
+      // Unreachable while loads are serialized. The handle is the other loader's torrent (the
+      // same info-hash), so only our pin is dropped.
+      (void)store_.unpin(d, "seeder");
       return;
     }
     lru_.push_front(d);
