@@ -158,6 +158,39 @@ class StubFaultsTest(FixtureTestCase):
         self.assertEqual((s, pc.sha256(body)), (200, digest))
         self.assertEqual(len(self.stub.requests(digest, "GET")), 2)
 
+    def test_a_client_leaving_does_not_cancel_the_shared_fetch(self):
+        data = rand_bytes(2 * MIB, "leaver")
+        digest = self.stub.add_blob(data, hold_at=MIB)
+        conn, resp = self.proxy.open(self.blob_path(digest))
+        self.assertEqual(self.read_exact(resp, 100_000), data[:100_000])
+        conn.close()
+        self.stub.release()
+        wait_until(lambda: self.stub.script(digest).gets_finished == 1, 10, "upstream finished")
+        s, _, body = self.proxy.get(self.blob_path(digest))
+        self.assertEqual((s, pc.sha256(body)), (200, digest))
+        self.assertEqual(len(self.stub.requests(digest, "GET")), 1,
+                         "the object must have been cached although its only client left")
+
+    def test_shutdown_with_a_fetch_in_flight(self):
+        data = rand_bytes(2 * MIB, "shutdown")
+        digest = self.stub.add_blob(data, hold_at=MIB)
+        proxy = self.track(RegistryProxy(self.tmpdir() / "p", upstreams=[
+            upstream("patient.test", self.stub.url, stall_timeout="10s")]).start())
+        conn, resp = proxy.open(self.blob_path(digest))
+        self.addCleanup(conn.close)
+        self.assertEqual(self.read_exact(resp, 1000), data[:1000])
+        t0 = time.monotonic()
+        status = proxy.stop()
+        self.assertLess(time.monotonic() - t0, 9, "shutdown must not wait for a held upstream")
+        self.assertEqual(status, 0)
+        _, complete = pc.read_body_until_close(resp)
+        self.assertFalse(complete)
+        # The next start reconciles the cache (the partial write is gone) and fetches again.
+        self.stub.release()
+        proxy.start()
+        s, _, body = proxy.get(self.blob_path(digest))
+        self.assertEqual((s, pc.sha256(body)), (200, digest))
+
     # -- upstream answers we pass on ---------------------------------------------------------------
 
     def test_429_is_passed_through_with_retry_after(self):
@@ -189,6 +222,38 @@ class StubFaultsTest(FixtureTestCase):
         self.assertEqual((s, pc.error_code(body)), (404, "MANIFEST_UNKNOWN"))
         s, _, body = self.proxy.get(f"/shoal/v1/metainfo/{missing}?repo=team/x&ns=patient.test")
         self.assertEqual((s, pc.error_code(body)), (404, "BLOB_UNKNOWN"))
+
+    def test_manifests_with_wrong_bytes_or_too_large_are_refused(self):
+        good = b'{"schemaVersion":2,"mediaType":"%s","layers":[]}' % pc.OCI_MANIFEST.encode()
+        other = pc.sha256(b"some other manifest")
+        before = self.proxy.metric("shoal_proxy_manifest_digest_mismatch_total")
+        # Asked by digest, upstream sends bytes that hash to something else.
+        self.stub.add_manifest("team/x", other, good, pc.OCI_MANIFEST,
+                               headers={"Docker-Content-Digest": other})
+        s, _, body = self.proxy.get(f"/v2/team/x/manifests/{other}?ns=patient.test",
+                                    headers={"Accept": pc.OCI_MANIFEST})
+        self.assertEqual(s, 502, body[:200])
+        self.assertIn(pc.sha256(good), pc.error_message(body))
+        # A tag whose announced digest does not match its bytes.
+        self.stub.add_manifest("team/x", "lying", good, pc.OCI_MANIFEST,
+                               headers={"Docker-Content-Digest": other})
+        s, _, body = self.proxy.get("/v2/team/x/manifests/lying?ns=patient.test",
+                                    headers={"Accept": pc.OCI_MANIFEST})
+        self.assertEqual(s, 502, body[:200])
+        self.assertEqual(self.proxy.metric("shoal_proxy_manifest_digest_mismatch_total") - before,
+                         2)
+        # Neither was cached: asked again, upstream is asked again.
+        n = len(self.stub.requests("/manifests/lying"))
+        self.proxy.get("/v2/team/x/manifests/lying?ns=patient.test",
+                       headers={"Accept": pc.OCI_MANIFEST})
+        self.assertEqual(len(self.stub.requests("/manifests/lying")), n + 1)
+        # Larger than manifests.max_size (4 MiB by default).
+        huge = b'{"schemaVersion":2,"x":"' + b"x" * (5 * MIB) + b'"}'
+        self.stub.add_manifest("team/x", "huge", huge, pc.OCI_MANIFEST)
+        s, _, body = self.proxy.get("/v2/team/x/manifests/huge?ns=patient.test",
+                                    headers={"Accept": pc.OCI_MANIFEST})
+        self.assertEqual(s, 502, body[:200])
+        self.assertRegex(pc.error_message(body), r"(?i)(exceeds|too large)")
 
     # -- slow or dead upstreams --------------------------------------------------------------------
 

@@ -76,6 +76,18 @@ class StubRequest:
     headers: dict[str, str]
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver API
+        # Clients hanging up mid-request (registry-proxy refusing a body, a test closing its
+        # connection) are part of the script, not errors worth a traceback.
+        import sys
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class StubUpstream:
     """See the module comment."""
 
@@ -106,8 +118,7 @@ class StubUpstream:
             def log_message(self, fmt: str, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer((self.host, 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="stub-upstream",
                                         daemon=True)
         self._thread.start()
@@ -204,10 +215,16 @@ class StubUpstream:
             req.send_response(200)
             req.send_header("Content-Type", ms.media_type)
             req.send_header("Content-Length", str(len(ms.data)))
-            req.send_header("Docker-Content-Digest", digest_of(ms.data))
+            # `headers` may override the digest header (an upstream that lies about it).
+            extra = {"Docker-Content-Digest": digest_of(ms.data), **ms.headers}
+            for k, v in extra.items():
+                req.send_header(k, v)
             req.end_headers()
             if method == "GET":
-                req.wfile.write(ms.data)
+                try:
+                    req.wfile.write(ms.data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client refused the body (too large)
             return
         return self._error(req, 404, "UNSUPPORTED", "no such path on the stub")
 
