@@ -374,7 +374,8 @@ class ProxyApiTest(FixtureTestCase):
         self.assertEqual((s, h.get("docker-content-digest")), (200, one.top.digest))
         self.a.push(two, "team/ttl")
         s, h, _ = self.proxy.get(by_tag, headers=accept)
-        if time.monotonic() - t0 < TAG_TTL * 0.8:
+        within_ttl = time.monotonic() - t0 < TAG_TTL * 0.8
+        if within_ttl:  # (a very slow machine may have let the TTL pass already)
             self.assertEqual(h.get("docker-content-digest"), one.top.digest,
                              "a tag must be reused within its TTL")
         time.sleep(max(0.0, TAG_TTL + 0.3 - (time.monotonic() - t0)))
@@ -383,7 +384,7 @@ class ProxyApiTest(FixtureTestCase):
                          "after its TTL a tag must be resolved upstream again")
         self.a.wait_log_quiet()
         gets = self.a.count_manifest_requests("v1", repo="team/ttl", since=mark)
-        self.assertEqual(gets, 2, "one upstream GET per TTL period")
+        self.assertEqual(gets, 2 if within_ttl else 3, "one upstream GET per TTL period")
 
     def test_metrics_pass_promtool_with_bounded_labels(self):
         self.proxy.get(self.ns("/v2/team/app/manifests/v1"))

@@ -31,7 +31,8 @@ class HerdTest(FixtureTestCase):
         super().setUpClass()
         d = cls.class_tmpdir("shoal-proxy-herd-")
         host, netns = "127.0.0.1", None
-        if os.geteuid() == 0:
+        cls.shaped = os.geteuid() == 0
+        if cls.shaped:
             net = cls.class_track(Network(1, shape=Shape("200mbit")).create())
             host, netns = net.nodes[0].ip, net.nodes[0].name
         cls.reg = cls.class_track(Registry(d / "registry", host=host, netns=netns).start())
@@ -90,7 +91,8 @@ class HerdTest(FixtureTestCase):
         self.assertEqual(self.proxy.metric("shoal_proxy_upstream_blob_gets_total") - gets0, 1)
         joins = self.proxy.metric("shoal_proxy_singleflight_joins_total") - joins0
         print(f"\nherd: {CLIENTS} clients, 1 upstream GET, {joins:.0f} joined the fetch in flight")
-        self.assertGreaterEqual(joins, CLIENTS // 2, "most of the herd must join the fetch")
+        if self.shaped:  # on plain loopback the blob may be cached before the herd arrives
+            self.assertGreaterEqual(joins, CLIENTS // 2, "most of the herd must join the fetch")
 
     def test_mixed_herd_get_range_head_and_metainfo(self):
         layer = self.layout.images[0].layers[1]
