@@ -32,7 +32,8 @@ access_verdict access_checker::check(const selection& sel, const digest& d, cons
   auto resp = uc_.call(*sel.up, sel.repo, &cred, "HEAD", object_path, {{"Accept", accept}}, 0);
   if (!resp) {
     log::warn("access check failed", log::kv("repo", repo_key), log::kv("error", resp.error().message));
-    return {false, gateway_status(resp.error()), "upstream access check failed: " + resp.error().message};
+    return {false, gateway_status(resp.error()),
+            "upstream access check failed: " + resp.error().message};
   }
   if (resp->status == 200) {
     std::lock_guard lk(mu_);

@@ -384,16 +384,19 @@ class inflight_source final : public http::body_source {
  private:
   // The callback may run now or later on the writer's thread, possibly after this source is
   // gone (the client left): it owns everything it touches.
-  static void wait(std::shared_ptr<cache::inflight_object> obj, std::shared_ptr<std::atomic<std::uint64_t>> pos,
-                   std::uint64_t off, std::uint64_t end, std::size_t max_bytes, std::uint64_t wait_at,
+  static void wait(std::shared_ptr<cache::inflight_object> obj,
+                   std::shared_ptr<std::atomic<std::uint64_t>> pos, std::uint64_t off,
+                   std::uint64_t end, std::size_t max_bytes, std::uint64_t wait_at,
                    std::function<void(result<http::chunk>)> done) {
-    obj->wait_for(wait_at, [obj, pos, off, end, max_bytes, done = std::move(done)](const cache::progress& p) mutable {
+    auto cb = [obj, pos, off, end, max_bytes,
+               done = std::move(done)](const cache::progress& p) mutable {
       if (p.state == cache::write_state::failed) {
         return done(fail(p.err ? *p.err : error{errc::io_error, "write failed"}));
       }
       const auto total = obj->expected_size();
       std::uint64_t sendable = p.available;
-      const bool holding = p.state != cache::write_state::committed && total && *total > 0 && sendable >= *total;
+      const bool holding = p.state != cache::write_state::committed && total && *total > 0 &&
+                           sendable >= *total;
       if (holding) sendable = *total - 1;
       if (sendable > off) {
         std::uint64_t n = std::min<std::uint64_t>({sendable - off, end - off, max_bytes});
@@ -410,7 +413,8 @@ class inflight_source final : public http::body_source {
         return done(fail(errc::size_mismatch, "object ended before the requested range"));
       }
       done(fail(errc::internal, "woken without progress"));
-    });
+    };
+    obj->wait_for(wait_at, std::move(cb));
   }
 
   std::shared_ptr<cache::inflight_object> obj_;

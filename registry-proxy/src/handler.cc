@@ -22,7 +22,9 @@ result<std::optional<std::string>> ns_param(const http::request& req) {
     auto amp = q.find('&');
     std::string_view kv = q.substr(0, amp);
     q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
-    if (kv.substr(0, kv.find('=')) == "ns") return fail(errc::invalid_argument, "ns is not percent-encoded correctly");
+    if (kv.substr(0, kv.find('=')) == "ns") {
+      return fail(errc::invalid_argument, "ns is not percent-encoded correctly");
+    }
   }
   return std::optional<std::string>();
 }
@@ -85,7 +87,8 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
     // with them. Whether the credentials are any good is for the upstream to say, per request.
     if (req.header("Authorization").empty()) {
       return resp.send(oci_error(401, oci::error_code::unauthorized,
-                                 "send credentials for private repositories; anonymous pulls of public ones work without"));
+                                 "send credentials for private repositories; anonymous pulls of "
+                                 "public ones work without"));
     }
     auto r = http::response::json(200, "{}");
     r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
