@@ -1,6 +1,7 @@
 #include "access.h"
 
 #include "common/log.h"
+#include "common/oci.h"
 
 namespace shoal::proxy {
 
@@ -24,10 +25,15 @@ access_verdict access_checker::check(const selection& sel, const digest& d, cons
       return {true, 0, {}};
     }
   }
-  auto resp = uc_.call(*sel.up, sel.repo, &cred, "HEAD", object_path, {{"Accept", "*/*"}}, 0);
+  // A manifest HEAD must list the manifest media types: registries answer 404 for an OCI
+  // manifest or index the client does not say it accepts, which would deny everyone.
+  const bool manifest = object_path.find("/manifests/") != std::string::npos;
+  const std::string accept = manifest ? std::string(oci::media::accept_all) : std::string("*/*");
+  auto resp = uc_.call(*sel.up, sel.repo, &cred, "HEAD", object_path, {{"Accept", accept}}, 0);
   if (!resp) {
     log::warn("access check failed", log::kv("repo", repo_key), log::kv("error", resp.error().message));
-    return {false, resp.error().is(errc::timeout) ? 504u : 502u, "upstream access check failed: " + resp.error().message};
+    return {false, gateway_status(resp.error()),
+            "upstream access check failed: " + resp.error().message};
   }
   if (resp->status == 200) {
     std::lock_guard lk(mu_);

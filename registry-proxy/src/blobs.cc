@@ -362,6 +362,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
 namespace {
 
+// The bytes of an object still being written are sent as they arrive, except its last byte,
+// which is held back until the write has committed (size and sha256 verified). If the bytes turn
+// out not to match the digest, a client reading up to the end of the object is therefore cut off
+// one byte short of its Content-Length and can never take wrong bytes for the blob. A range
+// that ends before the last byte is answered as soon as its bytes exist: those bytes are not
+// verified yet, and the client checks the digest of whatever it assembles.
 class inflight_source final : public http::body_source {
  public:
   inflight_source(std::shared_ptr<cache::inflight_object> obj, std::uint64_t off, std::uint64_t len)
@@ -372,29 +378,45 @@ class inflight_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     std::uint64_t off = pos_->load();
     if (off >= end_) return done(http::chunk::end());
-    // The callback may run now or later on the writer's thread, possibly after this source is
-    // gone (the client left): it owns everything it touches.
-    auto obj = obj_;
-    auto pos = pos_;
-    std::uint64_t end = end_;
-    obj->wait_for(off, [obj, pos, off, end, max_bytes, done = std::move(done)](const cache::progress& p) {
+    wait(obj_, pos_, off, end_, max_bytes, off, std::move(done));
+  }
+
+ private:
+  // The callback may run now or later on the writer's thread, possibly after this source is
+  // gone (the client left): it owns everything it touches.
+  static void wait(std::shared_ptr<cache::inflight_object> obj,
+                   std::shared_ptr<std::atomic<std::uint64_t>> pos, std::uint64_t off,
+                   std::uint64_t end, std::size_t max_bytes, std::uint64_t wait_at,
+                   std::function<void(result<http::chunk>)> done) {
+    auto cb = [obj, pos, off, end, max_bytes,
+               done = std::move(done)](const cache::progress& p) mutable {
       if (p.state == cache::write_state::failed) {
         return done(fail(p.err ? *p.err : error{errc::io_error, "write failed"}));
       }
-      if (p.available > off) {
-        std::uint64_t n = std::min<std::uint64_t>({p.available - off, end - off, max_bytes});
+      const auto total = obj->expected_size();
+      std::uint64_t sendable = p.available;
+      const bool holding = p.state != cache::write_state::committed && total && *total > 0 &&
+                           sendable >= *total;
+      if (holding) sendable = *total - 1;
+      if (sendable > off) {
+        std::uint64_t n = std::min<std::uint64_t>({sendable - off, end - off, max_bytes});
         pos->store(off + n);
         return done(http::chunk::file_region(obj->fd(), off, n));
+      }
+      if (holding) {
+        // Only the held-back byte is missing: wake up when the write commits or fails (no more
+        // bytes can arrive past the expected size).
+        return wait(obj, pos, off, end, max_bytes, *total, std::move(done));
       }
       if (p.state == cache::write_state::committed) {
         if (end == UINT64_MAX) return done(http::chunk::end());
         return done(fail(errc::size_mismatch, "object ended before the requested range"));
       }
       done(fail(errc::internal, "woken without progress"));
-    });
+    };
+    obj->wait_for(wait_at, std::move(cb));
   }
 
- private:
   std::shared_ptr<cache::inflight_object> obj_;
   std::shared_ptr<std::atomic<std::uint64_t>> pos_;
   std::uint64_t end_;
@@ -562,7 +584,7 @@ void blob_service::head_upstream(const selection& sel, const digest& d, const cr
     r = uc_.call(*sel.up, sel.repo, &cred, "HEAD", path, {{"Accept", "*/*"}}, 0);
   }
   if (!r) {
-    return resp.send(failure_response(r.error().is(errc::timeout) ? 504 : 502,
+    return resp.send(failure_response(gateway_status(r.error()),
                                       "upstream " + sel.up->cfg.name + ": " + r.error().message, {},
                                       oci::error_code::blob_unknown));
   }

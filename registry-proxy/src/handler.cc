@@ -10,6 +10,42 @@ namespace shoal::proxy {
 
 proxy_handler::proxy_handler(handler_deps d) : d_(std::move(d)) {}
 
+namespace {
+
+// The ns= parameter as sent. An ns= that is present but does not percent-decode is an error,
+// not an absent parameter: falling back to the default upstream would answer for a registry
+// other than the one the client named.
+result<std::optional<std::string>> ns_param(const http::request& req) {
+  if (auto v = req.query_param("ns")) return v;
+  std::string_view q = req.query;
+  while (!q.empty()) {
+    auto amp = q.find('&');
+    std::string_view kv = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
+    if (kv.substr(0, kv.find('=')) == "ns") {
+      return fail(errc::invalid_argument, "ns is not percent-encoded correctly");
+    }
+  }
+  return std::optional<std::string>();
+}
+
+// Every line of a header the client may repeat, joined into one comma-separated list (RFC 9110
+// §5.3). Go clients (skopeo, containerd) send one Accept line per media type: reading only the
+// first line would ask upstream for that type alone (a schema 1 rewrite, or 404 for an index).
+std::string joined_header(const http::request& req, std::string_view name) {
+  std::string out;
+  auto [b, e] = req.headers.equal_range(name);
+  for (auto it = b; it != e; ++it) {
+    std::string_view v = it->value();
+    if (v.empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += v;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string route_of(std::string_view target) {
   auto q = target.find('?');
   std::string_view path = target.substr(0, q);
@@ -44,12 +80,23 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
     return resp.send(oci_error(err.status, err.code, err.message));
   }
   if (route->kind == route_kind::base) {
+    // Docker-style clients (skopeo, docker) learn whether to send credentials from this ping
+    // alone: a 200 makes them pull anonymously for good, and a private repository then fails
+    // with 401 even when the user gave credentials. So an anonymous ping is challenged (as
+    // Docker Hub does); clients without credentials go on anonymously, the others come back
+    // with them. Whether the credentials are any good is for the upstream to say, per request.
+    if (req.header("Authorization").empty()) {
+      return resp.send(oci_error(401, oci::error_code::unauthorized,
+                                 "send credentials for private repositories; anonymous pulls of "
+                                 "public ones work without"));
+    }
     auto r = http::response::json(200, "{}");
     r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
     return resp.send(std::move(r));
   }
-  auto ns = req.query_param("ns");
-  auto sel = d_.upstreams.select(ns, route->name);
+  auto ns = ns_param(req);
+  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
+  auto sel = d_.upstreams.select(*ns, route->name);
   if (!sel) {
     unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
     return resp.send(oci_error(s, s == 404 ? oci::error_code::name_unknown : oci::error_code::name_invalid,
@@ -58,7 +105,7 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
   credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
   const http::responder& out = resp;
   if (route->kind == route_kind::manifest) {
-    std::string accept(req.header("Accept"));
+    std::string accept = joined_header(req, "Accept");
     d_.manifests.serve(*sel, route->manifest, cred, std::move(accept), head, out);
   } else {
     d_.blobs.serve(*sel, route->blob, cred, head, out);
@@ -76,7 +123,9 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
     return resp.send(oci_error(400, oci::error_code::name_invalid,
                                "metainfo needs repo=<repository> (the repository the object is pulled from)"));
   }
-  auto sel = d_.upstreams.select(req.query_param("ns"), *repo);
+  auto ns = ns_param(req);
+  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
+  auto sel = d_.upstreams.select(*ns, *repo);
   if (!sel) {
     unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
     return resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));

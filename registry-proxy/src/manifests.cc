@@ -83,8 +83,10 @@ manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
     out.is_public = false;
   }
   if (!r) {
-    out.transport_error = true;
-    out.status = r.error().is(errc::timeout) ? 504 : r.error().is(errc::too_large) ? 502 : 502;
+    // A token realm refusing the client's credentials is an answer, not an outage: no stale
+    // tag for it.
+    out.status = gateway_status(r.error());
+    out.transport_error = out.status != 401;
     out.message = "upstream " + sel.up->cfg.name + ": " + r.error().message;
     return out;
   }

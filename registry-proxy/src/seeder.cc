@@ -95,6 +95,7 @@ void seeder::seed(const digest& d) {
 
 void seeder::seed(const digest& d, const object_metainfo& m) {
   if (stop_.load()) return;
+  std::lock_guard load(load_mu_);
   auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lk(mu_);
@@ -124,6 +125,12 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
   std::vector<digest> evict;
   {
     std::lock_guard lk(mu_);
+    if (loaded_.count(d)) {
+      // Unreachable while loads are serialized. The handle is the other loader's torrent (the
+      // same info-hash), so only our pin is dropped.
+      (void)store_.unpin(d, "seeder");
+      return;
+    }
     lru_.push_front(d);
     loaded_[d] = entry{*h, now, lru_.begin()};
     while (loaded_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {

@@ -59,6 +59,10 @@ class seeder {
   cache::store& store_;
   state_db& st_;
   std::unique_ptr<swarm::session> ses_;
+  // Serializes loading. Two loaders of one object (its commit and a metainfo request arrive
+  // together) would both reach add_seed(), and libtorrent hands the second the first one's
+  // handle for the same info-hash: the loser must never remove() it.
+  std::mutex load_mu_;
   mutable std::mutex mu_;
   std::map<digest, entry> loaded_;
   std::list<digest> lru_;  // front: most recently used

@@ -43,6 +43,12 @@ std::string trim(std::string s) {
 
 }  // namespace
 
+unsigned gateway_status(const error& e) {
+  if (e.is(errc::unauthorized)) return 401;
+  if (e.is(errc::timeout)) return 504;
+  return 502;
+}
+
 std::string base64_encode(std::string_view in) {
   static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;

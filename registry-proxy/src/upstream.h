@@ -107,6 +107,11 @@ class upstream_client {
   counters counters_;
 };
 
+// The status a client gets when talking to an upstream failed without an HTTP answer: 401 when
+// the token realm refused the credentials (the client's own, or ours), 504 on a timeout, 502
+// for anything else (refused connection, TLS, protocol).
+[[nodiscard]] unsigned gateway_status(const error& e);
+
 [[nodiscard]] std::string base64_encode(std::string_view in);
 [[nodiscard]] std::optional<std::string> base64_decode(std::string_view in);
 

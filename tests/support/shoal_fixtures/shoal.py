@@ -6,6 +6,7 @@ and is stopped (SIGTERM, then SIGKILL) at cleanup.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -13,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .procs import Daemon, FixtureError, free_port
+from .procs import Daemon, FixtureError, free_port, run
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -62,11 +63,22 @@ def to_yaml(value: Any, indent: int = 0) -> str:
     return json.dumps(value)
 
 
+def upstream(name: str, url: str, **fields: Any) -> dict[str, Any]:
+    """One `upstreams:` entry: name (the ns= value), url, plus any other upstream_config key
+    (prefix, aliases, docker_hub, auth, credentials_file, connect_timeout, stall_timeout,
+    max_retries)."""
+    return {"name": name, "url": url, **fields}
+
+
 class RegistryProxy:
     """shoal-registry-proxy with a generated config.
 
-    upstreams: list of dicts as in the config (name, url, auth, ...).
+    upstreams: list of dicts as in the config (name, url, auth, ...); see `upstream()`.
     extra: merged over the generated config (nested dicts merge).
+
+    Lifecycle: construct (writes the config), `start()`, `stop()`/`kill()`; `restart()` keeps
+    the port, cache and state (restart tests). The daemon runs with `no_proxy=*` so an
+    http_proxy in the test environment never reroutes its upstream calls.
     """
 
     def __init__(self, directory: str | os.PathLike, *, upstreams: Sequence[Mapping[str, Any]],
@@ -94,7 +106,9 @@ class RegistryProxy:
         self.config_path = self.dir / "registry-proxy.yaml"
         self.config_path.write_text(to_yaml(cfg) + "\n")
         self.daemon = Daemon("registry-proxy", [str(binary("shoal-registry-proxy")), "-c", str(self.config_path)],
-                             log_path=self.dir / "registry-proxy.log", netns=netns)
+                             log_path=self.dir / "registry-proxy.log", netns=netns,
+                             env={"no_proxy": "*", "NO_PROXY": "*"})
+        self.name = f"registry-proxy({self.dir.name})"
 
     @property
     def url(self) -> str:
@@ -111,6 +125,21 @@ class RegistryProxy:
 
     def stop(self) -> int | None:
         return self.daemon.stop()
+
+    def restart(self, timeout: float = 20) -> "RegistryProxy":
+        """SIGTERM, wait, start again on the same port, cache and state."""
+        self.daemon.stop()
+        return self.start(timeout)
+
+    @property
+    def bt_endpoint(self) -> str:
+        return f"{self.host}:{self.bt_port}"
+
+    def print_config(self, *extra_args: str) -> str:
+        """The binary's `--print-config` output for this instance's config file."""
+        cp = run([str(binary("shoal-registry-proxy")), "-c", str(self.config_path), *extra_args,
+                  "--print-config"], what="shoal-registry-proxy --print-config", timeout=30)
+        return cp.stdout
 
     def kill(self) -> int | None:
         return self.daemon.kill()
@@ -139,6 +168,18 @@ class RegistryProxy:
     def metric(self, name: str, labels: str = "") -> float:
         key = f"{name}{{{labels}}}" if labels else name
         return self.metrics().get(key, 0.0)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def open(self, path: str, headers: Mapping[str, str] | None = None, method: str = "GET",
+             timeout: float = 30) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Sends one request on a fresh connection and returns it with the response, whose body
+        the caller reads at its own pace (streaming tests) and then closes the connection."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        conn.request(method, path, headers=dict(headers or {}))
+        return conn, conn.getresponse()
 
     def get(self, path: str, headers: Mapping[str, str] | None = None, method: str = "GET",
             timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
