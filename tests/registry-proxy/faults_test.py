@@ -40,6 +40,8 @@ class StubFaultsTest(FixtureTestCase):
         cls.stub = cls.class_track(StubUpstream().start())
         cls.hole = cls.class_track(Blackhole())
         cls.closed_port = free_port()
+        creds = d / "creds"
+        creds.write_text("proxyuser:proxypass\n")
         cls.proxy = cls.class_track(RegistryProxy(d / "proxy", upstreams=[
             # Patient: holds of a few seconds are expected; breaks are resumed.
             upstream("patient.test", cls.stub.url, stall_timeout="10s", max_retries=3),
@@ -50,6 +52,8 @@ class StubFaultsTest(FixtureTestCase):
                      connect_timeout="1s", max_retries=0),
             upstream("blackhole.test", f"http://127.0.0.1:{cls.hole.port}",
                      connect_timeout="1s", max_retries=0),
+            # registry-proxy's own Basic credentials (they must not follow redirects).
+            upstream("creds.test", cls.stub.url, auth="basic", credentials_file=str(creds)),
         ]).start())
 
     def setUp(self):
@@ -210,6 +214,25 @@ class StubFaultsTest(FixtureTestCase):
                 self.assertEqual(h.get("retry-after"), "9")
                 if method == "GET":
                     self.assertEqual(pc.error_code(body), "TOOMANYREQUESTS")
+
+    def test_redirect_to_blob_storage_never_carries_authorization(self):
+        # The registry answers 307 to "blob storage" on another host (127.0.0.2), as Docker Hub
+        # and S3-backed registries do; registry-proxy follows it, and its Authorization (here its
+        # own Basic credentials) must stay with the registry.
+        data = os.urandom(300_000)
+        storage = self.track(StubUpstream(host="127.0.0.2").start())
+        d = storage.add_blob(data)
+        self.stub.add_blob(data, redirect_to=f"{storage.url}/v2/team/x/blobs/{d}?X-Amz-Signature=abc")
+        s, h, body = self.proxy.get(self.blob_path(d, "creds.test"))
+        self.assertEqual(s, 200, body[:200])
+        self.assertEqual(body, data)
+        upstream_gets = [r for r in self.stub.requests(d, method="GET")]
+        self.assertTrue(upstream_gets)
+        self.assertTrue(upstream_gets[0].headers.get("authorization", "").startswith("Basic "))
+        stored = storage.requests(d, method="GET")
+        self.assertEqual(len(stored), 1)
+        self.assertEqual(stored[0].query, "X-Amz-Signature=abc")
+        self.assertNotIn("authorization", stored[0].headers)
 
     def test_upstream_404_is_blob_unknown(self):
         missing = "sha256:" + "1" * 64

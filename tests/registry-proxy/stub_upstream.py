@@ -16,6 +16,7 @@ Blob behaviours (`BlobScript`), applied to GET (HEAD answers the headers only):
   - `hang_after=N`: send N bytes, then stall (no bytes) until `release()`.
   - `hang_headers=True`: read the request and answer nothing until `release()`.
   - `status=S` (+ `headers`): answer S with a JSON error body (429 with Retry-After, 404, 500).
+  - `redirect_to=URL`: answer GET and HEAD with 307 and `Location: URL` (blob storage, a CDN).
 Manifests are served from `manifests[(repo, ref)] = ManifestScript(...)` the same way.
 
 Lifecycle: `StubUpstream().start()`, `stop()`; serves on 127.0.0.1 from daemon threads. The
@@ -52,6 +53,7 @@ class BlobScript:
     hang_headers: bool = False
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    redirect_to: str | None = None
     # How many GETs have started and finished sending their body (for the test's assertions).
     gets_started: int = 0
     gets_finished: int = 0
@@ -237,6 +239,12 @@ class StubUpstream:
             return self._error(req, s.status, "TOOMANYREQUESTS" if s.status == 429 else
                                ("BLOB_UNKNOWN" if s.status == 404 else "UNKNOWN"), "scripted",
                                s.headers)
+        if s.redirect_to is not None:
+            req.send_response(307)
+            req.send_header("Location", s.redirect_to)
+            req.send_header("Content-Length", "0")
+            req.end_headers()
+            return
         body = s.data
         if s.wrong:
             body = bytes(b ^ 0x5A for b in body[:1]) + body[1:]
