@@ -6,7 +6,11 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "common/bencode.h"
 #include "common/fd.h"
@@ -199,6 +203,64 @@ result<object_metainfo> metainfo_builder::finish(const digest& expected) {
   m.piece_size = impl_->piece_size;
   m.pieces = std::move(impl_->pieces);
   return m;
+}
+
+struct async_metainfo_builder::impl {
+  metainfo_builder b;
+  std::size_t max_queued;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> q;
+  std::size_t queued = 0;
+  bool closed = false;
+  std::thread worker;
+
+  impl(std::uint64_t size, bool hash_object, std::size_t maxq) : b(size, hash_object), max_queued(maxq) {
+    worker = std::thread([this] { run(); });
+  }
+  void run() {
+    std::unique_lock lk(mu);
+    for (;;) {
+      cv.wait(lk, [this] { return closed || !q.empty(); });
+      if (q.empty()) return;
+      std::string chunk = std::move(q.front());
+      q.pop_front();
+      lk.unlock();
+      b.update(chunk.data(), chunk.size());
+      lk.lock();
+      queued -= chunk.size();
+      cv.notify_all();
+    }
+  }
+  void close() {
+    {
+      std::lock_guard lk(mu);
+      if (closed) return;
+      closed = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+};
+
+async_metainfo_builder::async_metainfo_builder(std::uint64_t size, bool hash_object, std::size_t max_queued)
+    : impl_(std::make_unique<impl>(size, hash_object, max_queued)) {}
+
+async_metainfo_builder::~async_metainfo_builder() { impl_->close(); }
+
+void async_metainfo_builder::update(const void* data, std::size_t n) {
+  if (n == 0) return;
+  std::unique_lock lk(impl_->mu);
+  impl_->cv.wait(lk, [this, n] { return impl_->queued == 0 || impl_->queued + n <= impl_->max_queued; });
+  impl_->q.emplace_back(static_cast<const char*>(data), n);
+  impl_->queued += n;
+  lk.unlock();
+  impl_->cv.notify_all();
+}
+
+result<object_metainfo> async_metainfo_builder::finish(const digest& expected) {
+  impl_->close();
+  return impl_->b.finish(expected);
 }
 
 result<object_metainfo> metainfo_for_fd(int fd, std::uint64_t size, const digest& expected) {

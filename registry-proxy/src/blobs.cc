@@ -178,7 +178,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         return false;
       }
       writer_ = std::move(ticket->writer);
-      if (size) pieces_.emplace(*size, false);
+      if (size) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
       {
         std::lock_guard lk(mu_);
         inflight_ = ticket->inflight;
@@ -337,7 +337,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
   // Client-thread state (one transfer at a time).
   std::unique_ptr<cache::object_writer> writer_;
-  std::optional<metainfo_builder> pieces_;
+  std::unique_ptr<async_metainfo_builder> pieces_;
   std::string err_body_;
   unsigned capture_status_ = 0;
   std::string retry_after_capture_;

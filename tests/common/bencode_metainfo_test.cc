@@ -95,6 +95,27 @@ TEST(Metainfo, DeterministicAndParsesBack) {
   EXPECT_EQ(object_metainfo::parse(t2, d)->info_hash(), m1->info_hash());
 }
 
+TEST(Metainfo, AsyncBuilderMatchesSynchronous) {
+  std::string data = random_bytes(5u << 20, 4);
+  digest d = sha256_of(data);
+  metainfo_builder sync(data.size());
+  sync.update(data.data(), data.size());
+  auto a = sync.finish(d);
+  ASSERT_TRUE(a);
+  // A tiny queue forces the producer to wait for the hashing thread.
+  async_metainfo_builder async(data.size(), true, 100000);
+  for (std::size_t off = 0; off < data.size(); off += 16384) {
+    async.update(data.data() + off, std::min<std::size_t>(16384, data.size() - off));
+  }
+  auto b = async.finish(d);
+  ASSERT_TRUE(b) << b.error().to_string();
+  EXPECT_EQ(a->info_hash(), b->info_hash());
+  async_metainfo_builder short_one(data.size(), false);
+  short_one.update(data.data(), 100);
+  EXPECT_FALSE(short_one.finish(d));
+  { async_metainfo_builder abandoned(data.size(), true); abandoned.update(data.data(), 10); }
+}
+
 TEST(Metainfo, RejectsWrongBytesAndForgedTorrents) {
   std::string data = random_bytes(100000, 2);
   digest d = sha256_of(data);

@@ -109,6 +109,24 @@ class metainfo_builder {
   bool hash_object_ = true;
 };
 
+// A metainfo_builder fed from one thread and run on another, so piece hashing does not slow the
+// thread receiving the bytes (registry-proxy's upstream transfers). update() copies the chunk
+// into a bounded queue (blocking when `max_queued` bytes wait); finish() drains it.
+class async_metainfo_builder {
+ public:
+  async_metainfo_builder(std::uint64_t size, bool hash_object, std::size_t max_queued = 32u << 20);
+  ~async_metainfo_builder();
+  async_metainfo_builder(const async_metainfo_builder&) = delete;
+  async_metainfo_builder& operator=(const async_metainfo_builder&) = delete;
+
+  void update(const void* data, std::size_t n);
+  [[nodiscard]] result<object_metainfo> finish(const digest& expected);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
 // Builds metainfo for a file on disk (reads it once). Verifies it hashes to `expected`.
 [[nodiscard]] result<object_metainfo> metainfo_for_file(const std::string& path, const digest& expected);
 [[nodiscard]] result<object_metainfo> metainfo_for_fd(int fd, std::uint64_t size, const digest& expected);
