@@ -16,6 +16,7 @@
 
 #include "common/fd.h"
 #include "common/log.h"
+#include "common/sha256.h"
 
 namespace shoal::peerd {
 
@@ -135,6 +136,25 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
                                                      : lt::alert_category_t{}));
   m->ses_->raw().apply_settings(extra);
   m->ses_->raw().add_extension(std::make_shared<on_demand_plugin>(m.get()));
+  // libtorrent 2.0.8 refuses every incoming connection, before the handshake that would reach
+  // on_unknown_torrent, while the session holds no torrent (session_impl::incoming_connection:
+  // "rejected, there are no torrents"). Once every seed is unloaded a holder could then never
+  // serve again, so a sentinel torrent of one byte stays loaded: no trackers, no peers, upload
+  // mode, its file never exists.
+  {
+    metainfo_builder b(1);
+    b.update("", 1);
+    auto sm = b.finish(sha256_of(std::string_view("", 1)));
+    auto st = sm ? sm->torrent_file({}) : std::string();
+    lt::error_code ec;
+    auto ti = std::make_shared<lt::torrent_info>(st.data(), static_cast<int>(st.size()), ec);
+    lt::add_torrent_params p;
+    p.ti = ti;
+    p.save_path = cfg.partial_dir + "/.sentinel";
+    p.flags = lt::torrent_flags::upload_mode;
+    if (!ec && sm) m->ses_->raw().add_torrent(std::move(p), ec);
+    if (ec || !sm) log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", ec.message()));
+  }
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });
