@@ -372,6 +372,24 @@ void swarm_manager::on_alert(lt::alert* a) {
     if (dl) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
     return;
   }
+  if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) {
+    // A seed that goes back to checking or downloading has left seed mode: libtorrent 2.0.8
+    // does that, without a hash_failed_alert, when a piece fails its check on first upload
+    // (peer_connection::on_seed_mode_hashed). The file in the cache is corrupt; left alone,
+    // libtorrent would rewrite the piece inside the committed object.
+    using ts = lt::torrent_status;
+    bool was_seed = sc->prev_state == ts::seeding || sc->prev_state == ts::finished;
+    bool left = sc->state == ts::checking_files || sc->state == ts::downloading;
+    if (!was_seed || !left) return;
+    std::optional<digest> seed_of;
+    {
+      std::lock_guard lk(mu_);
+      auto it = seeds_.find(ih_of(sc->handle));
+      if (it != seeds_.end()) seed_of = it->second.id;
+    }
+    if (seed_of) quarantine(*seed_of, "a piece failed its hash check before upload (seed mode left)");
+    return;
+  }
   if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) {
     counters_.hash_failures.fetch_add(1);
     std::string ih = ih_of(hf->handle);
