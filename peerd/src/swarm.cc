@@ -350,8 +350,8 @@ void swarm_manager::on_alert(lt::alert* a) {
     // registry-proxy identifies itself by its peer-id prefix.
     bool origin = std::equal(swarm::origin_fingerprint.begin(), swarm::origin_fingerprint.end(), bf->pid.begin());
     (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
-    std::lock_guard lk(dl->mu_);
-    dl->last_progress_ = steady::now();
+    // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes back
+    // from a new port). Only a piece that passes its hash moves last_progress_.
     return;
   }
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
@@ -666,7 +666,6 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
     lt::torrent_handle h;
     {
       std::lock_guard lk(dl->mu_);
-      dl->last_progress_ = steady::now();
       h = dl->h_;
     }
     while (st->next < m.piece_count() && st->buf.size() >= m.piece_length(st->next)) {

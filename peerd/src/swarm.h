@@ -105,6 +105,7 @@ class download : public std::enable_shared_from_this<download> {
   std::map<std::uint32_t, std::vector<piece_cb>> waiting_;  // piece not finished yet
   std::map<std::uint32_t, std::vector<piece_cb>> reading_;  // read_piece issued
   std::string object_path_;                                 // once complete
+  // last_progress_: the last piece that passed its hash (stall and deadline are measured from it).
   std::chrono::steady_clock::time_point started_, last_progress_;
   bool fallback_inflight_ = false;
   std::uint32_t cursor_ = 0;  // lowest piece a reader waits for
