@@ -352,6 +352,8 @@ void swarm_manager::on_alert(lt::alert* a) {
     (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
     // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes back
     // from a new port). Only a piece that passes its hash moves last_progress_.
+    std::lock_guard lk(dl->mu_);
+    dl->last_peer_block_ = steady::now();
     return;
   }
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
@@ -629,6 +631,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
       bytes += dl->meta_.piece_length(p);
     }
     dl->fallback_inflight_ = true;
+    dl->fallback_chain_ = false;
+    dl->fallback_started_ = steady::now();
   }
   const auto& m = dl->meta();
   std::uint64_t from = m.piece_offset(first);
@@ -680,7 +684,9 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   cb.on_complete = [dl, st](result<http::completion> res) {
     std::lock_guard lk(dl->mu_);
     dl->fallback_inflight_ = false;
-    if (!res || (st->status != 206 && st->status != 200)) {
+    bool ok = res && (st->status == 206 || st->status == 200);
+    dl->fallback_chain_ = ok;
+    if (!ok) {
       log::warn("HTTP fallback failed", log::kv("digest", dl->id().str()), log::kv("status", st->status),
                 log::kv("error", res ? std::string() : res.error().message));
     }
@@ -705,16 +711,19 @@ void swarm_manager::monitor() {
     auto deadline = std::chrono::duration_cast<steady::duration>(cfg_.fallback_deadline.get());
     for (auto& dl : dls) {
       steady::time_point last;
-      bool inflight;
+      bool inflight, chain;
       {
         std::lock_guard g(dl->mu_);
         last = dl->last_progress_;
         inflight = dl->fallback_inflight_;
+        // The last range arrived and verified, and no peer sent anything meanwhile.
+        chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&
+                dl->last_peer_block_ < dl->fallback_started_;
       }
       if (now - last > deadline) {
         fail(dl, error{errc::timeout, "no data from the swarm or registry-proxy for " +
                                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(deadline).count()) + "s"});
-      } else if (now - last > stall && !inflight) {
+      } else if ((now - last > stall || chain) && !inflight) {
         start_fallback(dl);
       }
     }
