@@ -266,6 +266,27 @@ TEST(Swarm, StalledSwarmFallsBackToHttpRanges) {
   }
 }
 
+// After one stall, the ranges of a swarm that stays silent follow each other at once: waiting a
+// stall_timeout before each 4 MiB range made a 1 GiB object take 256 stall timeouts.
+TEST(Swarm, HttpRangesChainOnceTheSwarmIsSilent) {
+  auto bytes = testing::bytes_of(12 << 20, 11);
+  auto m = meta_of(bytes);
+  ht::test_http_server srv([&](const ht::recorded_request& r) { return range_reply(bytes, r); });
+  auto cfg = fast_cfg();
+  cfg.stall_timeout = config::duration(1500ms);
+  cfg.fallback_deadline = config::duration(6s);
+  node b("b", cfg);
+  auto t0 = steady::now();
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto got = read_all(**dl);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(*got == bytes);
+  auto secs = std::chrono::duration<double>(steady::now() - t0).count();
+  EXPECT_EQ(srv.request_count(), 3u);  // 3 ranges of 4 MiB
+  EXPECT_LT(secs, 1.5 + 2.0) << "ranges waited for a stall timeout each";
+}
+
 TEST(Swarm, WrongBytesOverHttpAreRejected) {
   auto bytes = testing::bytes_of(1 << 20, 5);
   auto m = meta_of(bytes);
