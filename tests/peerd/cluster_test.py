@@ -130,6 +130,7 @@ class ClusterTest(FixtureTestCase):
         size = sum(b.size for b in img.blobs())
         mark = self.c.registry.mark()
         before = [self.bytes_of(i) for i in range(NODES)]
+        proxy_up0 = self.c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0)
         t0 = time.monotonic()
         results = self.c.pull_all(ref, timeout=120)
         wall = time.monotonic() - t0
@@ -159,6 +160,25 @@ class ClusterTest(FixtureTestCase):
             self.assertLessEqual(got, size * 1.3, f"node{i + 1}: {x}")
         self.assertLess(from_proxy, size * 2.0, "registry-proxy served far more than one copy")
         self.assertGreater(from_peers, size * (NODES - 2), "peers served too little")
+        # Attribution by peer-id prefix (-SO0100- is registry-proxy, -SN0100- a node): what nodes
+        # counted as from peers is what nodes uploaded, and what they counted as from the origin
+        # is at most what registry-proxy uploaded (both sides' statistics lag up to 5 s).
+        from_origin = sum(x["from_origin"] for x in d)
+        self.assertGreater(from_origin, 0)
+        end, up, proxy_up = time.monotonic() + 12, 0.0, 0.0
+        while time.monotonic() < end:
+            up = sum(self.bytes_of(i)["uploaded_to_peers"] - before[i]["uploaded_to_peers"] for i in range(NODES))
+            proxy_up = self.c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0) - proxy_up0
+            if abs(up - from_peers) <= 0.1 * from_peers and proxy_up >= from_origin:
+                break
+            time.sleep(0.5)
+        print(f"01: nodes uploaded {up / MiB:.1f} MiB (received from peers {from_peers / MiB:.1f}); registry-proxy "
+              f"uploaded {proxy_up / MiB:.1f} MiB ({proxy_up / size:.2f} copies; nodes credit it with "
+              f"{from_origin / MiB:.1f})", file=sys.stderr)
+        self.assertLessEqual(abs(up - from_peers), 0.1 * from_peers, "bytes from nodes misattributed")
+        self.assertGreaterEqual(proxy_up, from_origin * 0.99, "bytes credited to registry-proxy it never sent")
+        # Without P2P registry-proxy would send 4 copies.
+        self.assertLess(proxy_up, size * 2.5, "registry-proxy uploaded far more than one copy")
         # The scheduler learnt every holding from heartbeats.
         for i in range(NODES):
             self.wait(lambda i=i: self.node_record(f"node{i + 1}").get("objects", 0) >= len(img.blobs()), 15,
@@ -380,7 +400,8 @@ class ClusterTest(FixtureTestCase):
                 c.ctr("content", "rm", b.digest, check=False)
             t0 = time.monotonic()
             r = c.pull(ref, timeout=120)
-            self.timings["09 retry after kill -9"] = time.monotonic() - t0
+            how = "pull had failed" if not first.content else "pull had fallen back to the registry"
+            self.timings[f"09 retry after kill -9 ({how})"] = time.monotonic() - t0
         finally:
             self.c.shape_node(node, None)
         c.verify_unpacked(layout.images)
