@@ -49,6 +49,9 @@ struct bad_case {
   const char* must_mention;
 };
 
+// Names the case in ctest's list instead of dumping its bytes.
+void PrintTo(const bad_case& c, std::ostream* os) { *os << c.name; }
+
 class PeerdConfigRefuses : public ::testing::TestWithParam<bad_case> {};
 
 TEST_P(PeerdConfigRefuses, WithAMessageNamingTheKey) {
