@@ -53,6 +53,10 @@ void describe(config::binder& b, swarm_config& c) {
           "Pieces ahead of a client's read position that get deadlines (streaming priority).", {.min = 1, .max = 256});
   b.field("heartbeat_interval", c.heartbeat_interval, "How often the node reports its holdings to the scheduler.",
           {.min = 1s});
+  // The monitor fails a download after fallback_deadline without data; a deadline that is not
+  // after the stall timeout would fail it before the HTTP fallback ever got a chance.
+  b.check(c.stall_timeout.get() < c.fallback_deadline.get(),
+          "swarm.fallback_deadline must be longer than swarm.stall_timeout");
 }
 
 void describe(config::binder& b, peerd_config& c) {

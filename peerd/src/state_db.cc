@@ -34,12 +34,17 @@ result<std::unique_ptr<state_db>> state_db::open(const std::string& dir) {
 state_db::~state_db() { delete db_; }
 
 status state_db::put(const digest& d, const std::string& info_hash_hex, const std::string& torrent) {
+  std::lock_guard lk(mu_);
   rocksdb::WriteBatch b;
   b.Put("t/" + d.hex(), torrent);
   b.Put("h/" + info_hash_hex, d.hex());
+  // An object whose torrent changed (a new piece-size rule) must not stay reachable, or be
+  // forgotten incompletely, through its old info-hash.
+  auto old = hash_of_.find(d);
+  if (old != hash_of_.end() && old->second != info_hash_hex) b.Delete("h/" + old->second);
   auto st = db_->Write(rocksdb::WriteOptions(), &b);
   if (!st.ok()) return fail(errc::io_error, "peerd state write: " + st.ToString());
-  std::lock_guard lk(mu_);
+  if (old != hash_of_.end() && old->second != info_hash_hex) by_hash_.erase(old->second);
   by_hash_[info_hash_hex] = d;
   hash_of_[d] = info_hash_hex;
   return {};

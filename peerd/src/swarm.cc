@@ -16,6 +16,7 @@
 
 #include "common/fd.h"
 #include "common/log.h"
+#include "common/sha256.h"
 
 namespace shoal::peerd {
 
@@ -135,6 +136,25 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
                                                      : lt::alert_category_t{}));
   m->ses_->raw().apply_settings(extra);
   m->ses_->raw().add_extension(std::make_shared<on_demand_plugin>(m.get()));
+  // libtorrent 2.0.8 refuses every incoming connection, before the handshake that would reach
+  // on_unknown_torrent, while the session holds no torrent (session_impl::incoming_connection:
+  // "rejected, there are no torrents"). Once every seed is unloaded a holder could then never
+  // serve again, so a sentinel torrent of one byte stays loaded: no trackers, no peers, upload
+  // mode, its file never exists.
+  {
+    metainfo_builder b(1);
+    b.update("", 1);
+    auto sm = b.finish(sha256_of(std::string_view("", 1)));
+    auto st = sm ? sm->torrent_file({}) : std::string();
+    lt::error_code ec;
+    auto ti = std::make_shared<lt::torrent_info>(st.data(), static_cast<int>(st.size()), ec);
+    lt::add_torrent_params p;
+    p.ti = ti;
+    p.save_path = cfg.partial_dir + "/.sentinel";
+    p.flags = lt::torrent_flags::upload_mode;
+    if (!ec && sm) m->ses_->raw().add_torrent(std::move(p), ec);
+    if (ec || !sm) log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", ec.message()));
+  }
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });
@@ -330,8 +350,10 @@ void swarm_manager::on_alert(lt::alert* a) {
     // registry-proxy identifies itself by its peer-id prefix.
     bool origin = std::equal(swarm::origin_fingerprint.begin(), swarm::origin_fingerprint.end(), bf->pid.begin());
     (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
+    // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes back
+    // from a new port). Only a piece that passes its hash moves last_progress_.
     std::lock_guard lk(dl->mu_);
-    dl->last_progress_ = steady::now();
+    dl->last_peer_block_ = steady::now();
     return;
   }
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
@@ -350,6 +372,24 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
     auto dl = by_hash(ih_of(smf->handle));
     if (dl) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
+    return;
+  }
+  if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) {
+    // A seed that goes back to checking or downloading has left seed mode: libtorrent 2.0.8
+    // does that, without a hash_failed_alert, when a piece fails its check on first upload
+    // (peer_connection::on_seed_mode_hashed). The file in the cache is corrupt; left alone,
+    // libtorrent would rewrite the piece inside the committed object.
+    using ts = lt::torrent_status;
+    bool was_seed = sc->prev_state == ts::seeding || sc->prev_state == ts::finished;
+    bool left = sc->state == ts::checking_files || sc->state == ts::downloading;
+    if (!was_seed || !left) return;
+    std::optional<digest> seed_of;
+    {
+      std::lock_guard lk(mu_);
+      auto it = seeds_.find(ih_of(sc->handle));
+      if (it != seeds_.end()) seed_of = it->second.id;
+    }
+    if (seed_of) quarantine(*seed_of, "a piece failed its hash check before upload (seed mode left)");
     return;
   }
   if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) {
@@ -591,6 +631,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
       bytes += dl->meta_.piece_length(p);
     }
     dl->fallback_inflight_ = true;
+    dl->fallback_chain_ = false;
+    dl->fallback_started_ = steady::now();
   }
   const auto& m = dl->meta();
   std::uint64_t from = m.piece_offset(first);
@@ -628,7 +670,6 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
     lt::torrent_handle h;
     {
       std::lock_guard lk(dl->mu_);
-      dl->last_progress_ = steady::now();
       h = dl->h_;
     }
     while (st->next < m.piece_count() && st->buf.size() >= m.piece_length(st->next)) {
@@ -643,7 +684,9 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   cb.on_complete = [dl, st](result<http::completion> res) {
     std::lock_guard lk(dl->mu_);
     dl->fallback_inflight_ = false;
-    if (!res || (st->status != 206 && st->status != 200)) {
+    bool ok = res && (st->status == 206 || st->status == 200);
+    dl->fallback_chain_ = ok;
+    if (!ok) {
       log::warn("HTTP fallback failed", log::kv("digest", dl->id().str()), log::kv("status", st->status),
                 log::kv("error", res ? std::string() : res.error().message));
     }
@@ -668,16 +711,19 @@ void swarm_manager::monitor() {
     auto deadline = std::chrono::duration_cast<steady::duration>(cfg_.fallback_deadline.get());
     for (auto& dl : dls) {
       steady::time_point last;
-      bool inflight;
+      bool inflight, chain;
       {
         std::lock_guard g(dl->mu_);
         last = dl->last_progress_;
         inflight = dl->fallback_inflight_;
+        // The last range arrived and verified, and no peer sent anything meanwhile.
+        chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&
+                dl->last_peer_block_ < dl->fallback_started_;
       }
       if (now - last > deadline) {
         fail(dl, error{errc::timeout, "no data from the swarm or registry-proxy for " +
                                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(deadline).count()) + "s"});
-      } else if (now - last > stall && !inflight) {
+      } else if ((now - last > stall || chain) && !inflight) {
         start_fallback(dl);
       }
     }

@@ -105,8 +105,13 @@ class download : public std::enable_shared_from_this<download> {
   std::map<std::uint32_t, std::vector<piece_cb>> waiting_;  // piece not finished yet
   std::map<std::uint32_t, std::vector<piece_cb>> reading_;  // read_piece issued
   std::string object_path_;                                 // once complete
+  // last_progress_: the last piece that passed its hash (stall and deadline are measured from it).
   std::chrono::steady_clock::time_point started_, last_progress_;
   bool fallback_inflight_ = false;
+  // Once the swarm has stalled, HTTP ranges follow each other without another stall_timeout
+  // while each range verifies and no peer delivers a block; a peer block ends the chain.
+  bool fallback_chain_ = false;
+  std::chrono::steady_clock::time_point fallback_started_, last_peer_block_;
   std::uint32_t cursor_ = 0;  // lowest piece a reader waits for
 };
 

@@ -146,6 +146,62 @@ class Cluster:
                     pass
         return m
 
+    # -- per-node access (tests) -----------------------------------------------------------------
+
+    def netns(self, i: int) -> str:
+        """The network namespace of peerd node i (0-based, as in `peerds`)."""
+        return self.net.nodes[i + 2].name
+
+    def node_ip(self, i: int) -> str:
+        return self.net.nodes[i + 2].ip
+
+    @property
+    def infra_netns(self) -> str:
+        """The namespace of registry-proxy and the scheduler."""
+        return self.net.nodes[1].name
+
+    def curl(self, i: int | None, *args: str, timeout: float = 60, check: bool = False):
+        """Runs curl inside node i's namespace (None: the registry-proxy/scheduler node)."""
+        from .procs import run
+        ns = self.infra_netns if i is None else self.netns(i)
+        return run(["curl", "-s", "--globoff", "-m", str(int(timeout)), *args], netns=ns, timeout=timeout + 10,
+                   check=check)
+
+    def metrics_of(self, url: str, i: int | None = None) -> dict[str, float]:
+        """Parses a /metrics page fetched from node i (None: the infra node)."""
+        m: dict[str, float] = {}
+        for line in self.curl(i, url + "/metrics", timeout=10).stdout.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    m[k] = float(v)
+                except ValueError:
+                    pass
+        return m
+
+    def shape_node(self, i: int, rate: str | None) -> None:
+        """Reshapes node i's link (None: back to the cluster's rate)."""
+        r = rate or self.rate
+        self.net.nodes[i + 2].set_shape(Shape(r) if r else None)
+
+    def restart_peerd(self, i: int, timeout: float = 30) -> Peerd:
+        p = self.peerds[i]
+        if p.daemon.alive:
+            p.stop()
+        return p.start(timeout=timeout)
+
+    def restart_proxy(self, timeout: float = 30) -> RegistryProxy:
+        if self.proxy.daemon.alive:
+            self.proxy.stop()
+        self.proxy.daemon.start()
+        self.proxy.daemon.wait_tcp(self.proxy.port, self.proxy.host, timeout=timeout)
+        return self.proxy
+
+    def restart_scheduler(self, timeout: float = 30) -> Scheduler:
+        if self.scheduler.daemon.alive:
+            self.scheduler.stop()
+        return self.scheduler.start(timeout=timeout)
+
     def diagnostics(self) -> str:
         parts = []
         for x in self._stack:

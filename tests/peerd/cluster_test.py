@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+"""Issue #4 end to end: 4 nodes in network namespaces (links shaped to 200 Mbit/s), the real
+registry, registry-proxy seeding over BitTorrent, the scheduler's tracker, peerd and containerd on
+every node (hosts.toml: peerd first, the registry as `server`).
+
+One cluster serves every test of the class; each test pushes its own image, so no test depends on
+another's objects. The tests run in name order because faults (killed daemons) are restored at the
+end of each.
+
+  01 every node pulls the same image at once: digests verify, one registry GET per blob, registry-
+     proxy serves about one copy, peers the rest; heartbeat holdings and real libtorrent announces
+     reach the tracker, whose handout puts the origin first, then the same rack, never the asker
+  02 /metrics of every peerd and of the scheduler pass promtool; /shoal/v1/status has bytes by source
+  03 POST /shoal/v1/pull warms a node: containerd's pull is then served entirely from its cache
+  04 streaming: on a slow link the first bytes of a big blob reach the client long before its end
+  05 a seeding node killed mid-transfer: the pulls complete from the rest
+  06 registry-proxy killed once the swarm has the pieces: the pull completes from peers
+  07 the tracker down: pulls still complete (Shoal-Seed, HTTP fallback); the scheduler restarts
+     empty and rebuilds its holder index from heartbeats
+  08 registry-proxy unreachable: containerd falls back to the registry, in bounded time
+  09 peerd kill -9 mid-download: after restart no partial object is visible, the retry succeeds
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+import unittest
+import urllib.parse
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[0] / "support"))
+sys.path.insert(0, str(HERE))
+
+from bt_fake_peer import Torrent, bdecode, compact_peers  # noqa: E402
+from shoal_fixtures import FixtureTestCase, oci  # noqa: E402
+from shoal_fixtures.cluster import Cluster  # noqa: E402
+
+MiB = 1 << 20
+NODES = 4
+PEERD = {"upstream": {"connect_timeout": "1s", "request_timeout": "3s", "metainfo_wait": "2s"},
+         "swarm": {"stall_timeout": "3s", "fallback_deadline": "15s"}}
+
+
+def sha256_hex(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root (network namespaces, containerd)")
+class ClusterTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        t0 = time.monotonic()
+        cls.c = cls.class_track(Cluster(cls.class_tmpdir("shoal-peerd-cluster-"), nodes=NODES, rate="200mbit",
+                                        peerd_extra=PEERD))
+        cls.c.start()
+        cls.timings: dict[str, float] = {"cluster start": time.monotonic() - t0}
+
+    @classmethod
+    def tearDownClass(cls):
+        print("\n" + "\n".join(f"  {k:<40} {v:6.1f} s" for k, v in cls.timings.items()), file=sys.stderr)
+        super().tearDownClass()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def push(self, name: str, sizes: list[int]):
+        layers = [oci.LayerSpec(size=s, seed=f"{name}-{i}", compression="none") for i, s in enumerate(sizes)]
+        layout, ref = self.c.push(layers, name=f"test/{name}")
+        return layout, ref, layout.images[0]
+
+    def status(self, i: int) -> dict:
+        return self.c.peerds[i].status()
+
+    def bytes_of(self, i: int) -> dict:
+        return self.status(i).get("bytes", {})
+
+    def wait(self, pred, timeout: float, what: str):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.2)
+        self.fail(f"timed out after {timeout}s waiting for {what}")
+
+    def download_progress(self, i: int, digest: str) -> float:
+        for d in self.status(i).get("downloads", []):
+            if d["digest"] == digest and d["pieces"]:
+                return d["pieces_done"] / d["pieces"]
+        return 0.0
+
+    def fetch_bytes(self, i: int | None, url: str, timeout: float = 15) -> tuple[int, bytes]:
+        """GET from node i's namespace (None: infra), binary-safe: (status, body)."""
+        path = self.tmpdir() / "body"
+        cp = self.c.curl(i, "-o", str(path), "-w", "%{http_code}", url, timeout=timeout)
+        return int(cp.stdout.strip() or 0), path.read_bytes() if path.exists() else b""
+
+    def torrent_of(self, digest: str, repo: str) -> Torrent:
+        """The object's metainfo from registry-proxy (which fetches it from the registry first)."""
+        url = (f"{self.c.proxy.url}/shoal/v1/metainfo/{digest}?repo={repo}&wait_ms=5000"
+               f"&ns={self.c.registry.host_port}")
+        for _ in range(20):
+            code, body = self.fetch_bytes(None, url)
+            if code == 200:
+                return Torrent(body)
+            time.sleep(0.5)
+        self.fail(f"no metainfo for {digest}")
+
+    def registry_gets(self, digest: str, since: int) -> list:
+        self.c.registry.wait_log_quiet()
+        return [e for e in self.c.registry.access_log(since=since)
+                if e.blob and e.blob[1] == digest and e.method == "GET"]
+
+    def node_record(self, name: str) -> dict:
+        for n in self.c.scheduler.nodes(netns=self.c.infra_netns):
+            if n["node"] == name:
+                return n
+        return {}
+
+    # -- tests -----------------------------------------------------------------------------------
+
+    def test_01_concurrent_pull_everywhere(self):
+        layout, ref, img = self.push("everywhere", [24 * MiB, 16 * MiB, 8 * MiB])
+        size = sum(b.size for b in img.blobs())
+        mark = self.c.registry.mark()
+        before = [self.bytes_of(i) for i in range(NODES)]
+        proxy_up0 = self.c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0)
+        t0 = time.monotonic()
+        results = self.c.pull_all(ref, timeout=120)
+        wall = time.monotonic() - t0
+        self.timings["01 4 nodes pull 48 MiB at once"] = wall
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        for c in self.c.containerds:
+            c.verify_unpacked(layout.images)
+        # One GET per blob at the registry, whatever the number of nodes.
+        self.c.registry.wait_log_quiet()
+        gets = self.c.registry.blob_gets(since=mark)
+        for b in img.blobs():
+            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+        # Where the bytes came from (per node deltas).
+        time.sleep(0.5)
+        after = [self.bytes_of(i) for i in range(NODES)]
+        d = [{k: after[i].get(k, 0) - before[i].get(k, 0) for k in after[i]} for i in range(NODES)]
+        from_proxy = sum(x["from_origin"] + x["from_http_fallback"] for x in d)
+        from_peers = sum(x["from_peers"] for x in d)
+        print(f"\n01: {NODES} nodes x {size / MiB:.1f} MiB in {wall:.1f}s; registry-proxy served "
+              f"{from_proxy / MiB:.1f} MiB ({from_proxy / size:.2f} copies), peers {from_peers / MiB:.1f} MiB",
+              file=sys.stderr)
+        for i, x in enumerate(d):
+            got = x["from_origin"] + x["from_http_fallback"] + x["from_peers"]
+            # Each node received its copy (a little more when the endgame requests twice).
+            self.assertGreaterEqual(got, size * 0.98, f"node{i + 1}: {x}")
+            self.assertLessEqual(got, size * 1.3, f"node{i + 1}: {x}")
+        self.assertLess(from_proxy, size * 2.0, "registry-proxy served far more than one copy")
+        self.assertGreater(from_peers, size * (NODES - 2), "peers served too little")
+        # Attribution by peer-id prefix (-SO0100- is registry-proxy, -SN0100- a node): what nodes
+        # counted as from peers is what nodes uploaded, and what they counted as from the origin
+        # is at most what registry-proxy uploaded (both sides' statistics lag up to 5 s).
+        from_origin = sum(x["from_origin"] for x in d)
+        self.assertGreater(from_origin, 0)
+        end, up, proxy_up = time.monotonic() + 12, 0.0, 0.0
+        while time.monotonic() < end:
+            up = sum(self.bytes_of(i)["uploaded_to_peers"] - before[i]["uploaded_to_peers"] for i in range(NODES))
+            proxy_up = self.c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0) - proxy_up0
+            if abs(up - from_peers) <= 0.1 * from_peers and proxy_up >= from_origin:
+                break
+            time.sleep(0.5)
+        print(f"01: nodes uploaded {up / MiB:.1f} MiB (received from peers {from_peers / MiB:.1f}); registry-proxy "
+              f"uploaded {proxy_up / MiB:.1f} MiB ({proxy_up / size:.2f} copies; nodes credit it with "
+              f"{from_origin / MiB:.1f})", file=sys.stderr)
+        self.assertLessEqual(abs(up - from_peers), 0.1 * from_peers, "bytes from nodes misattributed")
+        self.assertGreaterEqual(proxy_up, from_origin * 0.99, "bytes credited to registry-proxy it never sent")
+        # Without P2P registry-proxy would send 4 copies.
+        self.assertLess(proxy_up, size * 2.5, "registry-proxy uploaded far more than one copy")
+        # The scheduler learnt every holding from heartbeats.
+        for i in range(NODES):
+            self.wait(lambda i=i: self.node_record(f"node{i + 1}").get("objects", 0) >= len(img.blobs()), 15,
+                      f"node{i + 1}'s holdings at the scheduler")
+        # Real libtorrent announces reached the tracker; its handout for a newcomer in rack r1
+        # lists the origin first, then rack r1 holders, then rack r2, each once.
+        sched = self.c.metrics_of(self.c.scheduler.url)
+        self.assertGreater(sched.get("shoal_tracker_announces_total", 0), 4 * len(img.blobs()))
+        layer = img.layers[0]
+        t = self.torrent_of(layer.digest, "test/everywhere")
+        probe = urllib.parse.quote_from_bytes(t.info_hash, safe="")
+        pid = urllib.parse.quote_from_bytes(b"-SN0100-probe0000000", safe="")
+        url = (f"{self.c.scheduler.url}/announce?node=node1&zone=z1&rack=r1&role=peer&info_hash={probe}"
+               f"&peer_id={pid}&port=9&uploaded=0&downloaded=0&left=1&compact=1&numwant=50"
+               f"&ip={self.c.net.nodes[1].ip}")
+        code, body = self.fetch_bytes(0, url)
+        self.assertEqual(code, 200, body)
+        reply, _ = bdecode(body)
+        self.c.curl(0, "-o", "/dev/null", url + "&event=stopped")
+        peers = [h for h, _ in compact_peers(reply[b"peers"])]
+        ip = {i: self.c.node_ip(i) for i in range(NODES)}
+        self.assertEqual(peers[0], self.c.net.nodes[1].ip, f"registry-proxy not first: {peers}")
+        self.assertNotIn(ip[0], peers, "node1 was handed itself")
+        self.assertEqual(len(peers), len(set(peers)), f"duplicates (announce vs heartbeat): {peers}")
+        self.assertEqual(peers[1], ip[2], f"same-rack holder (node3) not next: {peers}")
+        self.assertEqual(sorted(peers[2:]), sorted([ip[1], ip[3]]), peers)
+
+    def test_02_metrics_and_status(self):
+        import subprocess
+        for url, i, what in [(self.c.scheduler.url, None, "scheduler")] + \
+                [(p.url, i, p.name) for i, p in enumerate(self.c.peerds)]:
+            with self.subTest(what):
+                text = self.c.curl(i, url + "/metrics", timeout=10).stdout
+                self.assertIn("# TYPE", text)
+                p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                                   timeout=30)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        for i in range(NODES):
+            st = self.status(i)
+            self.assertEqual(st["node"], f"node{i + 1}")
+            self.assertEqual(set(st["bytes"]), {"from_origin", "from_peers", "from_http_fallback", "served_local",
+                                                "uploaded_to_peers"})
+        # uploaded_to_peers comes from libtorrent's session statistics, refreshed every 5 s.
+        self.wait(lambda: sum(self.bytes_of(i)["uploaded_to_peers"] for i in range(NODES)) > 0, 12,
+                  "uploaded_to_peers to show the uploads of test 01 (or of this cluster)")
+
+    def test_03_pull_api_warms_the_cache(self):
+        layout, ref, img = self.push("warm", [8 * MiB, 4 * MiB])
+        size = sum(b.size for b in img.blobs())
+        t0 = time.monotonic()
+        code, body = self.c.peerds[0].pull(ref, timeout=120)
+        self.timings["03 pull API warm (12 MiB)"] = time.monotonic() - t0
+        self.assertEqual(code, 200, body)
+        self.assertTrue(body["ok"], body)
+        self.assertEqual({b["digest"] for b in body["blobs"]}, {b.digest for b in img.blobs()})
+        mark = self.c.registry.mark()
+        before = self.bytes_of(0)
+        hits = self.c.metrics_of(self.c.peerds[0].url, 0).get("shoal_peerd_blob_cache_hits_total", 0)
+        r = self.c.containerds[0].pull(ref, timeout=60)
+        self.c.containerds[0].verify_unpacked(layout.images)
+        after = self.bytes_of(0)
+        self.assertEqual(self.registry_gets(img.layers[0].digest, mark), [])
+        for k in ("from_origin", "from_peers", "from_http_fallback"):
+            self.assertEqual(after[k], before[k], f"{k} moved during a pull of a warm image")
+        self.assertGreaterEqual(after["served_local"] - before["served_local"], size)
+        self.assertGreaterEqual(self.c.metrics_of(self.c.peerds[0].url, 0)["shoal_peerd_blob_cache_hits_total"],
+                                hits + len(img.blobs()))
+        self.timings["03 containerd pull of the warm image"] = r.seconds
+
+    def test_04_first_bytes_arrive_long_before_the_last(self):
+        layout, ref, img = self.push("stream", [24 * MiB])
+        layer = img.layers[0]
+        self.torrent_of(layer.digest, "test/stream")  # registry-proxy has it: only the swarm is timed
+        self.c.shape_node(3, "40mbit")
+        try:
+            url = f"{self.c.peerds[3].url}/v2/test/stream/blobs/{layer.digest}?ns={self.c.registry.host_port}"
+            path = self.tmpdir() / "blob"
+            cp = self.c.curl(3, "-o", str(path), "-w", "%{http_code} %{time_starttransfer} %{time_total}", url,
+                             timeout=60, check=True)
+            code, ttfb, total = cp.stdout.split()
+            digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        finally:
+            self.c.shape_node(3, None)
+        ttfb, total = float(ttfb), float(total)
+        self.timings["04 24 MiB over 40 Mbit/s: first byte"] = ttfb
+        self.timings["04 24 MiB over 40 Mbit/s: last byte"] = total
+        self.assertEqual(code, "200")
+        self.assertEqual(digest, layer.digest)
+        self.assertGreater(total, 4.0, "the shaped link was not slow: nothing measured")
+        self.assertLess(ttfb, total * 0.3, f"first byte after {ttfb:.1f}s of {total:.1f}s: not streamed")
+
+    def test_05_seed_killed_mid_transfer(self):
+        layout, ref, img = self.push("seedkill", [32 * MiB])
+        layer = img.layers[0]
+        self.c.containerds[0].pull(ref, timeout=60)
+        # node1 holds it; nodes 2 and 3 pull together while node1 is killed in the middle.
+        self.c.shape_node(1, "100mbit")
+        self.c.shape_node(2, "100mbit")
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                t0 = time.monotonic()
+                fut = ex.submit(self.c.pull_all, ref, nodes=[1, 2], timeout=120)
+                self.wait(lambda: self.download_progress(1, layer.digest) > 0.15 or fut.done(), 60,
+                          "node2's download to be under way")
+                self.assertFalse(fut.done(), "too fast to kill anything mid-transfer")
+                killed_at = self.download_progress(1, layer.digest)
+                self.c.peerds[0].kill()
+                results = fut.result(150)
+                self.timings["05 pulls with a seed killed at %d%%" % (100 * killed_at)] = time.monotonic() - t0
+        finally:
+            self.c.shape_node(1, None)
+            self.c.shape_node(2, None)
+            self.c.restart_peerd(0)
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        for i in (1, 2):
+            self.c.containerds[i].verify_unpacked(layout.images)
+
+    def test_06_registry_proxy_killed_once_the_swarm_has_the_pieces(self):
+        layout, ref, img = self.push("proxykill", [32 * MiB])
+        layer = img.layers[0]
+        mark = self.c.registry.mark()
+        self.c.containerds[0].pull(ref, timeout=60)
+        self.c.shape_node(1, "60mbit")
+        before = self.bytes_of(1)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                t0 = time.monotonic()
+                fut = ex.submit(self.c.containerds[1].pull, ref, timeout=120)
+                self.wait(lambda: self.download_progress(1, layer.digest) > 0.1 or fut.done(), 60,
+                          "node2's download to be under way")
+                self.assertFalse(fut.done())
+                self.c.proxy.kill()
+                r = fut.result(150)
+                self.timings["06 pull with registry-proxy killed"] = time.monotonic() - t0
+        finally:
+            self.c.shape_node(1, None)
+            self.c.restart_proxy()
+        self.c.containerds[1].verify_unpacked(layout.images)
+        after = self.bytes_of(1)
+        got_from_peers = after["from_peers"] - before["from_peers"]
+        self.assertGreater(got_from_peers, layer.size * 0.5, f"{before} -> {after}")
+        # The layer never went to the registry again: the swarm finished it.
+        self.assertEqual(len(self.registry_gets(layer.digest, mark)), 1)
+
+    def test_07_tracker_down(self):
+        layout, ref, img = self.push("notracker", [16 * MiB, 4 * MiB])
+        self.c.scheduler.kill()
+        try:
+            t0 = time.monotonic()
+            results = self.c.pull_all(ref, nodes=[2, 3], timeout=120)
+            self.timings["07 2 pulls with the tracker down"] = time.monotonic() - t0
+        finally:
+            self.c.restart_scheduler()
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        for i in (2, 3):
+            self.c.containerds[i].verify_unpacked(layout.images)
+        # The restarted scheduler knows nothing until heartbeats arrive (every 2 s here).
+        t0 = time.monotonic()
+        self.wait(lambda: all(self.node_record(f"node{i + 1}").get("objects", 0) >= 2 for i in range(NODES)), 20,
+                  "every node to be known again with its holdings")
+        self.timings["07 scheduler rebuilt from heartbeats"] = time.monotonic() - t0
+
+    def test_08_registry_proxy_unreachable_containerd_falls_back(self):
+        layout, ref, img = self.push("fallback", [4 * MiB])
+        mark = self.c.registry.mark()
+        self.c.proxy.kill()
+        try:
+            r = self.c.containerds[1].pull(ref, timeout=120)
+            self.timings["08 pull, registry-proxy down (refused)"] = r.seconds
+        finally:
+            self.c.restart_proxy()
+        self.c.containerds[1].verify_unpacked(layout.images)
+        # containerd fetched from the registry itself (its `server`), from node2's address.
+        gets = self.registry_gets(img.layers[0].digest, mark)
+        self.assertTrue(gets and all(e.remote == self.c.node_ip(1) for e in gets), gets)
+        self.assertLess(r.seconds, 30)
+        # A registry-proxy that accepts connections and never answers (stopped): still bounded.
+        layout2, ref2, img2 = self.push("fallback-hung", [2 * MiB])
+        self.c.proxy.daemon.send_signal(signal.SIGSTOP)
+        try:
+            r = self.c.containerds[2].pull(ref2, timeout=180)
+            self.timings["08 pull, registry-proxy hung (SIGSTOP)"] = r.seconds
+        finally:
+            self.c.proxy.daemon.send_signal(signal.SIGCONT)
+        self.c.containerds[2].verify_unpacked(layout2.images)
+        self.assertLess(r.seconds, 120)
+
+    def test_09_peerd_kill9_mid_download_then_retry(self):
+        layout, ref, img = self.push("crash", [32 * MiB])
+        layer = img.layers[0]
+        self.torrent_of(layer.digest, "test/crash")
+        node = 3
+        self.c.shape_node(node, "40mbit")
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                fut = ex.submit(self.c.containerds[node].pull, ref, timeout=120, check=False)
+                self.wait(lambda: self.download_progress(node, layer.digest) > 0.2 or fut.done(), 60,
+                          "the download to be under way")
+                self.assertFalse(fut.done())
+                self.c.peerds[node].kill()
+                first = fut.result(150)
+            self.c.restart_peerd(node)
+            # No partial object is visible: the cache does not hold the layer, and what it holds
+            # verifies.
+            objects = Path(self.c.peerds[node].dir) / "cache" / "objects" / "sha256"
+            self.assertFalse((objects / layer.digest[7:9] / layer.digest[7:]).exists(),
+                             "a partial download became a cache object")
+            for f in objects.glob("*/*"):
+                self.assertEqual(hashlib.sha256(f.read_bytes()).hexdigest(), f.name, f"{f} does not verify")
+            st = self.status(node)
+            self.assertEqual(st["cache"]["objects"], len(list(objects.glob("*/*"))))
+            # The retry goes through peerd again (containerd forgets the image and its content).
+            c = self.c.containerds[node]
+            if first.content:
+                c.remove_image(ref)
+            for b in img.blobs():
+                c.ctr("content", "rm", b.digest, check=False)
+            t0 = time.monotonic()
+            r = c.pull(ref, timeout=120)
+            how = "pull had failed" if not first.content else "pull had fallen back to the registry"
+            self.timings[f"09 retry after kill -9 ({how})"] = time.monotonic() - t0
+        finally:
+            self.c.shape_node(node, None)
+        c.verify_unpacked(layout.images)
+        self.assertTrue((objects / layer.digest[7:9] / layer.digest[7:]).exists(), "the retry did not commit")
+        self.assertEqual(hashlib.sha256((objects / layer.digest[7:9] / layer.digest[7:]).read_bytes()).hexdigest(),
+                         layer.digest[7:])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""peerd as containerd's mirror, on loopback, against a scripted registry-proxy (fake_proxy.py).
+
+What is pinned down here (no BitTorrent peers: every blob comes through the HTTP fallback after
+swarm.stall_timeout, which is what a stalled swarm looks like):
+  - /v2/ is answered locally; manifests are forwarded with ns= and the client's Authorization
+    and Accept, and the answer (status, digest, type, WWW-Authenticate) comes back unchanged;
+  - a missing blob asks registry-proxy for its metainfo (repo, ns, Authorization), streams to
+    the client in order while it arrives (first bytes long before the last), then is cached and
+    served from the cache with Range and HEAD; concurrent readers share one download;
+  - HEAD and Range of a blob while it downloads;
+  - bad requests are refused without reaching registry-proxy;
+  - registry-proxy refusing connections, or accepting and never answering: every answer is an
+    error within a bounded time (containerd then falls back to its next host);
+  - /shoal/v1/status reports bytes by source; /metrics passes `promtool check metrics`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[0] / "support"))
+sys.path.insert(0, str(HERE))
+
+from fake_proxy import FakeProxy  # noqa: E402
+from shoal_fixtures import FixtureTestCase, free_port  # noqa: E402
+from shoal_fixtures.nodes import Peerd  # noqa: E402
+
+STALL, DEADLINE, REQUEST_TIMEOUT, METAINFO_WAIT = 1.0, 4.0, 2.0, 1.0
+
+
+def request(port: int, method: str, path: str, headers: dict[str, str] | None = None,
+            timeout: float = 30) -> tuple[int, dict[str, str], bytes, float]:
+    """One request on a fresh connection: (status, lower-case headers, body, seconds)."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, body, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def timed_get(port: int, path: str, timeout: float = 60) -> tuple[int, bytes, float, float]:
+    """GET reading the body as it comes: (status, body, seconds to first byte, seconds total)."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        first = r.read(1)
+        ttfb = time.monotonic() - t0
+        rest = r.read()
+        return r.status, first + rest, ttfb, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+
+
+def metrics(port: int) -> dict[str, float]:
+    _, _, body, _ = request(port, "GET", "/metrics")
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            try:
+                out[k] = float(v)
+            except ValueError:
+                pass
+    return out
+
+
+class MirrorTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-peerd-mirror-")
+        cls.fake = cls.class_track(FakeProxy())
+        swarm = {"stall_timeout": f"{STALL}s", "fallback_deadline": f"{DEADLINE}s"}
+        upstream = {"request_timeout": f"{REQUEST_TIMEOUT}s", "metainfo_wait": f"{METAINFO_WAIT}s",
+                    "connect_timeout": "500ms"}
+        cls.peerd = cls.class_track(Peerd(d / "peerd", name="mirror-node", registry_proxy=cls.fake.url,
+                                          extra={"swarm": swarm, "upstream": upstream}).start())
+        # A second node whose registry-proxy address refuses connections.
+        dead = f"http://127.0.0.1:{free_port()}"
+        cls.orphan = cls.class_track(Peerd(d / "orphan", name="orphan-node", registry_proxy=dead,
+                                           extra={"swarm": swarm, "upstream": upstream}).start())
+        cls.port = cls.peerd.http_port
+
+    def test_v2_base_is_answered_locally(self):
+        n = len(self.fake.requests())
+        status, headers, _, _ = request(self.port, "GET", "/v2/")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers.get("docker-distribution-api-version"), "registry/2.0")
+        self.assertEqual(len(self.fake.requests()), n, "GET /v2/ reached registry-proxy")
+
+    def test_manifest_forwarded_with_ns_authorization_and_accept(self):
+        body = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}'
+        dig = "sha256:" + hashlib.sha256(body).hexdigest()
+        self.fake.manifests[("team/app", "v1")] = (200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json",
+                                                         "Docker-Content-Digest": dig}, body)
+        accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
+        hdrs = {"Authorization": "Bearer token-of-the-client", "Accept": accept}
+        status, headers, got, _ = request(self.port, "GET", "/v2/team/app/manifests/v1?ns=registry.example:5000", hdrs)
+        self.assertEqual(status, 200)
+        self.assertEqual(got, body)
+        self.assertEqual(headers.get("docker-content-digest"), dig)
+        self.assertEqual(headers.get("content-type"), "application/vnd.oci.image.manifest.v1+json")
+        seen = [s for s in self.fake.requests("/v2/team/app/manifests/v1") if s.method == "GET"]
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0].query.get("ns"), "registry.example:5000")
+        self.assertEqual(seen[0].headers.get("authorization"), "Bearer token-of-the-client")
+        self.assertEqual(seen[0].headers.get("accept"), accept)
+        # HEAD goes through as HEAD, with the length and no body.
+        status, headers, got, _ = request(self.port, "HEAD", "/v2/team/app/manifests/v1?ns=registry.example:5000", hdrs)
+        self.assertEqual(status, 200)
+        self.assertEqual(headers.get("content-length"), str(len(body)))
+        self.assertEqual(headers.get("docker-content-digest"), dig)
+        self.assertTrue(any(s.method == "HEAD" for s in self.fake.requests("/v2/team/app/manifests/v1")))
+
+    def test_upstream_refusals_pass_through(self):
+        self.fake.manifests[("private/app", "v1")] = (
+            401, {"Content-Type": "application/json", "WWW-Authenticate": 'Bearer realm="http://auth/token"'},
+            b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}')
+        status, headers, _, _ = request(self.port, "GET", "/v2/private/app/manifests/v1?ns=r.example")
+        self.assertEqual(status, 401)
+        self.assertEqual(headers.get("www-authenticate"), 'Bearer realm="http://auth/token"')
+        status, _, _, _ = request(self.port, "GET", "/v2/team/app/manifests/nope?ns=r.example")
+        self.assertEqual(status, 404)
+
+    def test_blob_miss_asks_for_metainfo_with_repo_ns_and_credentials(self):
+        missing = "sha256:" + "ab" * 32
+        status, _, body, _ = request(self.port, "GET", f"/v2/team/app/blobs/{missing}?ns=r.example:5000",
+                                     {"Authorization": "Basic dTpw"})
+        self.assertEqual(status, 404)
+        self.assertIn(b"BLOB_UNKNOWN", body)
+        seen = self.fake.requests(f"/shoal/v1/metainfo/{missing}")
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0].query.get("repo"), "team/app")
+        self.assertEqual(seen[0].query.get("ns"), "r.example:5000")
+        self.assertEqual(seen[0].headers.get("authorization"), "Basic dTpw")
+        # registry-proxy's refusal of the client's credentials reaches the client as such.
+        denied = "sha256:" + "cd" * 32
+        self.fake.metainfo_status[denied] = (401, b'{"errors":[{"code":"UNAUTHORIZED","message":"no"}]}')
+        status, _, body, _ = request(self.port, "GET", f"/v2/team/app/blobs/{denied}?ns=r.example:5000")
+        self.assertEqual(status, 401)
+        # A metainfo that is not a valid torrent for the digest is a 502, never a download.
+        bogus = "sha256:" + "ef" * 32
+        self.fake.metainfo_status[bogus] = (200, b"d4:infod6:lengthi5eee")
+        status, _, _, _ = request(self.port, "GET", f"/v2/team/app/blobs/{bogus}?ns=r.example:5000")
+        self.assertEqual(status, 502)
+        self.assertEqual(self.peerd.status().get("downloads"), [])
+
+    def test_bad_requests_never_reach_registry_proxy(self):
+        n = len(self.fake.requests())
+        cases = [
+            ("GET", "/v2/team/app/blobs/sha256:abc", 400),                      # short digest
+            ("GET", "/v2/team/app/blobs/md5:" + "0" * 32, 400),                  # unknown algorithm
+            ("GET", "/v2/Team/App/blobs/sha256:" + "0" * 64, 400),               # upper-case name
+            ("GET", "/v2/team/app/blobs/sha256:" + "0" * 64 + "?ns=bad%20host", 400),
+            ("PUT", "/v2/team/app/blobs/uploads/", 405),
+            ("DELETE", "/v2/team/app/manifests/v1", 405),
+            ("GET", "/nothing/here", 404),
+        ]
+        for method, path, want in cases:
+            with self.subTest(path=path, method=method):
+                status, _, _, _ = request(self.port, method, path)
+                self.assertEqual(status, want)
+        self.assertEqual(len(self.fake.requests()), n, [s.path for s in self.fake.requests()[n:]])
+
+    def test_missing_blob_streams_in_order_then_is_served_from_the_cache(self):
+        data = os.urandom(4 << 20)
+        dig = self.fake.add_blob(data)
+        self.fake.rate = 1.5e6  # 4 MiB in ~2.8 s after the stall timeout
+        try:
+            path = f"/v2/team/app/blobs/{dig}?ns=r.example:5000"
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                a = ex.submit(timed_get, self.port, path)
+                time.sleep(0.3)
+                b = ex.submit(timed_get, self.port, path)
+                (sa, body_a, ttfb_a, total_a), (sb, body_b, _, _) = a.result(60), b.result(60)
+        finally:
+            self.fake.rate = None
+        self.assertEqual((sa, sb), (200, 200))
+        self.assertEqual(hashlib.sha256(body_a).hexdigest(), dig[7:], "client A got wrong bytes")
+        self.assertEqual(hashlib.sha256(body_b).hexdigest(), dig[7:], "client B got wrong bytes")
+        print(f"\nstreaming over the HTTP fallback: first byte {ttfb_a:.2f}s, complete {total_a:.2f}s")
+        # The first piece reaches the client long before the object is complete.
+        self.assertLess(ttfb_a, total_a * 0.6, (ttfb_a, total_a))
+        self.assertGreaterEqual(ttfb_a, STALL * 0.8, "bytes before the stall timeout: where from?")
+        # One metainfo request and about one copy fetched over HTTP, for two readers.
+        self.assertEqual(len(self.fake.requests(f"/shoal/v1/metainfo/{dig}")), 1)
+        fetched = sum(s.bytes_sent for s in self.fake.requests(f"/v2/team/app/blobs/{dig}"))
+        self.assertLessEqual(fetched, len(data) * 1.1)
+        # Every fallback request carried the repository's ns.
+        for s in self.fake.requests(f"/v2/team/app/blobs/{dig}"):
+            self.assertEqual(s.query.get("ns"), "r.example:5000")
+        # Now cached: full GET, Range and HEAD come from the cache, registry-proxy sees nothing.
+        self._wait_cached(dig)
+        n = len(self.fake.requests())
+        status, _, got, secs = request(self.port, "GET", path)
+        self.assertEqual((status, got == data), (200, True))
+        status, headers, got, _ = request(self.port, "GET", path, {"Range": "bytes=1000-1999"})
+        self.assertEqual(status, 206)
+        self.assertEqual(got, data[1000:2000])
+        self.assertEqual(headers.get("content-range"), f"bytes 1000-1999/{len(data)}")
+        status, headers, got, _ = request(self.port, "GET", path, {"Range": f"bytes={len(data) - 10}-"})
+        self.assertEqual((status, got), (206, data[-10:]))
+        status, headers, got, _ = request(self.port, "HEAD", path)
+        self.assertEqual((status, got), (200, b""))
+        self.assertEqual(headers.get("content-length"), str(len(data)))
+        self.assertEqual(headers.get("docker-content-digest"), dig)
+        status, _, _, _ = request(self.port, "GET", path, {"Range": f"bytes={len(data) + 5}-"})
+        self.assertEqual(status, 416)
+        self.assertEqual(len(self.fake.requests()), n, "a cached blob went to registry-proxy")
+        st = self.peerd.status()
+        self.assertGreaterEqual(st["bytes"]["from_http_fallback"], len(data))
+        self.assertEqual(st["bytes"]["from_peers"], 0)
+        self.assertEqual(st["bytes"]["from_origin"], 0)
+        self.assertGreaterEqual(st["counters"]["http_fallbacks"], 1)
+
+    def test_head_and_range_while_downloading(self):
+        data = os.urandom(3 << 20)
+        dig = self.fake.add_blob(data)
+        path = f"/v2/team/app/blobs/{dig}?ns=r.example"
+        self.fake.rate = 1e6
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                full = ex.submit(timed_get, self.port, path)
+                self._wait(lambda: self.peerd.status().get("downloads"), 10, "the download to start")
+                status, headers, body, secs = request(self.port, "HEAD", path, timeout=15)
+                self.assertEqual((status, body), (200, b""))
+                self.assertEqual(headers.get("content-length"), str(len(data)))
+                self.assertLess(secs, 2.0, "HEAD waited for the download")
+                status, headers, body, _ = request(self.port, "GET", path, {"Range": "bytes=2000000-2000099"},
+                                                   timeout=30)
+                self.assertEqual(status, 206)
+                self.assertEqual(body, data[2000000:2000100])
+                s, got, _, _ = full.result(60)
+        finally:
+            self.fake.rate = None
+        self.assertEqual((s, got == data), (200, True))
+
+    def test_hung_registry_proxy_gets_a_bounded_error(self):
+        self.fake.hang = True
+        try:
+            t0 = time.monotonic()
+            status, _, _, secs = request(self.port, "GET", "/v2/team/app/manifests/hung?ns=r.example", timeout=60)
+            self.assertIn(status, (502, 504))
+            # Two attempts (one retry), each ended by upstream.request_timeout of silence.
+            self.assertLess(secs, 2 * REQUEST_TIMEOUT + 3, "manifest answer not bounded by upstream.request_timeout")
+            self.assertEqual(len(self.fake.requests("/v2/team/app/manifests/hung")), 2)
+            missing = "sha256:" + "12" * 32
+            status, _, _, secs = request(self.port, "GET", f"/v2/team/app/blobs/{missing}?ns=r.example", timeout=60)
+            self.assertIn(status, (502, 504))
+            # The metainfo long-poll gives up after metainfo_wait plus 5 s of silence, twice.
+            self.assertLess(secs, 2 * (METAINFO_WAIT + 5) + 3, "blob answer not bounded")
+            print(f"\nhung registry-proxy: errors after {time.monotonic() - t0:.1f}s for a manifest and a blob")
+        finally:
+            self.fake.hang = False
+
+    def test_unreachable_registry_proxy_fails_fast(self):
+        port = self.orphan.http_port
+        before = metrics(port).get("shoal_peerd_forward_errors_total", 0)
+        for path in ("/v2/team/app/manifests/v1?ns=r.example", "/v2/team/app/blobs/sha256:" + "34" * 32 + "?ns=r.example"):
+            with self.subTest(path=path):
+                status, _, _, secs = request(port, "GET", path, timeout=30)
+                self.assertEqual(status, 502)
+                self.assertLess(secs, 3.0)
+        code, body = self.orphan.pull("127.0.0.1:5000/team/app:v1", timeout=30)
+        self.assertEqual(code, 502, body)
+        self.assertGreaterEqual(metrics(port).get("shoal_peerd_forward_errors_total", 0), before + 2)
+
+    def test_pull_api_refuses_bad_input(self):
+        for method, body, want in (("GET", None, 405), ("POST", b"not json", 400), ("POST", b'{"img": "x"}', 400),
+                                   ("POST", b'{"image": 42}', 400), ("POST", b'{"image": "UPPER/Case::"}', 400)):
+            with self.subTest(body=body):
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                c.request(method, "/shoal/v1/pull", body=body, headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                self.assertEqual(r.status, want)
+                self.assertIn("error", json.loads(r.read()))
+                c.close()
+
+    def test_status_and_metrics(self):
+        st = self.peerd.status()
+        self.assertEqual(st["node"], "mirror-node")
+        for k in ("from_origin", "from_peers", "from_http_fallback", "served_local", "uploaded_to_peers"):
+            self.assertIsInstance(st["bytes"][k], int, k)
+        for k in ("downloads_ok", "downloads_failed", "hash_failures", "quarantined", "http_fallbacks"):
+            self.assertIsInstance(st["counters"][k], int, k)
+        self.assertIsInstance(st["downloads"], list)
+        _, _, text, _ = request(self.port, "GET", "/metrics")
+        p = promtool_check(text.decode())
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        m = metrics(self.port)
+        for name in ("shoal_peerd_hash_failures_total", "shoal_peerd_bytes_from_peers_total",
+                     "shoal_peerd_bytes_from_http_fallback_total", "shoal_peerd_quarantined_total",
+                     "shoal_peerd_downloads_active", "shoal_cache_bytes"):
+            self.assertIn(name, m)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _wait(self, pred, timeout, what):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.1)
+        self.fail(f"timed out after {timeout}s waiting for {what}")
+
+    def _wait_cached(self, dig):
+        self._wait(lambda: not any(d["digest"] == dig for d in self.peerd.status().get("downloads", [])), 15,
+                   f"{dig} to be committed")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,134 @@
+// peerd's side index (state_db): what it remembers across restarts, what forget() removes, and
+// how it treats a damaged index.
+
+#include "state_db.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <fstream>
+
+#include "common/sha256.h"
+#include "test_util.h"
+
+namespace shoal::peerd {
+namespace {
+
+using testing::temp_dir;
+
+std::string ih(char c) { return std::string(40, c); }
+
+TEST(StateDb, PutThenLookUpEveryWay) {
+  temp_dir t;
+  auto db = state_db::open(t.path() + "/state");
+  ASSERT_TRUE(db) << db.error().message;
+  auto d = sha256_of("object one");
+  ASSERT_TRUE((*db)->put(d, ih('a'), "torrent bytes"));
+  EXPECT_EQ((*db)->torrent(d), "torrent bytes");
+  EXPECT_EQ((*db)->by_info_hash(ih('a')), d);
+  EXPECT_EQ((*db)->info_hash(d), ih('a'));
+  EXPECT_FALSE((*db)->by_info_hash(ih('b')));
+  EXPECT_FALSE((*db)->torrent(sha256_of("other")));
+  auto all = (*db)->all();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].first, d);
+  EXPECT_EQ(all[0].second, ih('a'));
+}
+
+TEST(StateDb, SurvivesReopen) {
+  temp_dir t;
+  auto d1 = sha256_of("one"), d2 = sha256_of("two");
+  {
+    auto db = state_db::open(t.path());
+    ASSERT_TRUE(db);
+    ASSERT_TRUE((*db)->put(d1, ih('1'), "t1"));
+    ASSERT_TRUE((*db)->put(d2, ih('2'), "t2"));
+  }
+  auto db = state_db::open(t.path());
+  ASSERT_TRUE(db) << db.error().message;
+  EXPECT_EQ((*db)->by_info_hash(ih('1')), d1);
+  EXPECT_EQ((*db)->by_info_hash(ih('2')), d2);
+  EXPECT_EQ((*db)->torrent(d2), "t2");
+  EXPECT_EQ((*db)->all().size(), 2u);
+}
+
+TEST(StateDb, ForgetRemovesBothDirectionsDurably) {
+  temp_dir t;
+  auto d1 = sha256_of("one"), d2 = sha256_of("two");
+  {
+    auto db = state_db::open(t.path());
+    ASSERT_TRUE(db);
+    ASSERT_TRUE((*db)->put(d1, ih('1'), "t1"));
+    ASSERT_TRUE((*db)->put(d2, ih('2'), "t2"));
+    ASSERT_TRUE((*db)->forget(d1));
+    EXPECT_FALSE((*db)->by_info_hash(ih('1')));
+    EXPECT_FALSE((*db)->info_hash(d1));
+    EXPECT_FALSE((*db)->torrent(d1));
+    // Forgetting what is not there is not an error.
+    EXPECT_TRUE((*db)->forget(sha256_of("never stored")));
+  }
+  auto db = state_db::open(t.path());
+  ASSERT_TRUE(db);
+  EXPECT_FALSE((*db)->by_info_hash(ih('1')));
+  EXPECT_FALSE((*db)->torrent(d1));
+  EXPECT_EQ((*db)->by_info_hash(ih('2')), d2);
+  ASSERT_EQ((*db)->all().size(), 1u);
+}
+
+// The info-hash of an object changes only if the piece-size rule does (a new version); the old
+// mapping must not keep pointing at the object, in memory or after a restart.
+TEST(StateDb, PutWithANewInfoHashReplacesTheOldOne) {
+  temp_dir t;
+  auto d = sha256_of("object");
+  {
+    auto db = state_db::open(t.path());
+    ASSERT_TRUE(db);
+    ASSERT_TRUE((*db)->put(d, ih('a'), "old"));
+    ASSERT_TRUE((*db)->put(d, ih('b'), "new"));
+    EXPECT_FALSE((*db)->by_info_hash(ih('a')));
+    EXPECT_EQ((*db)->by_info_hash(ih('b')), d);
+    EXPECT_EQ((*db)->all().size(), 1u);
+  }
+  auto db = state_db::open(t.path());
+  ASSERT_TRUE(db);
+  EXPECT_FALSE((*db)->by_info_hash(ih('a')));
+  EXPECT_EQ((*db)->by_info_hash(ih('b')), d);
+  EXPECT_EQ((*db)->torrent(d), "new");
+  ASSERT_TRUE((*db)->forget(d));
+  EXPECT_TRUE((*db)->all().empty());
+}
+
+// Rows written by something else (a bug, a bad disk) are skipped at load, not trusted.
+TEST(StateDb, DamagedRowsAreIgnoredAtOpen) {
+  temp_dir t;
+  auto good = sha256_of("good");
+  {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, t.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put({}, "h/" + ih('1'), good.hex()).ok());
+    ASSERT_TRUE(db->Put({}, "h/" + ih('2'), "not hex").ok());
+    ASSERT_TRUE(db->Put({}, "h/short", good.hex()).ok());
+    ASSERT_TRUE(db->Put({}, "t/" + good.hex(), "torrent").ok());
+  }
+  auto db = state_db::open(t.path());
+  ASSERT_TRUE(db) << db.error().message;
+  EXPECT_EQ((*db)->by_info_hash(ih('1')), good);
+  EXPECT_FALSE((*db)->by_info_hash(ih('2')));
+  EXPECT_FALSE((*db)->by_info_hash("short"));
+  EXPECT_EQ((*db)->all().size(), 1u);
+}
+
+TEST(StateDb, OpenOnAFileIsAnError) {
+  temp_dir t;
+  std::string f = t.path() + "/file";
+  std::ofstream(f) << "x";
+  auto db = state_db::open(f);
+  ASSERT_FALSE(db);
+  EXPECT_NE(db.error().message.find(f), std::string::npos) << db.error().message;
+}
+
+}  // namespace
+}  // namespace shoal::peerd

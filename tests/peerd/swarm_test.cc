@@ -1,0 +1,407 @@
+// peerd's swarm_manager on loopback, without a tracker: two or three managers (each with its own
+// cache and state index) and a scripted HTTP server standing in for registry-proxy's blob URL.
+//
+// What is pinned down here:
+//   - a node holding an object whose torrent is not loaded serves it when a peer connects
+//     (libtorrent's on_unknown_torrent hook → prepare_on_demand → a lazy seed);
+//   - such a lazy seed whose file is corrupt on disk never uploads the bad piece and quarantines
+//     the object (cache verify → quarantine, state forgotten);
+//   - a downloader rejects bad pieces from a loaded seed (hash failures counted) and its readers
+//     get an error, never wrong bytes;
+//   - a stalled swarm falls back to HTTP ranges; wrong bytes over HTTP are rejected too; a server
+//     ignoring Range is never trusted; with no source at all the download fails within
+//     fallback_deadline.
+
+#include "swarm.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "../common/support/test_http_server.h"
+#include "common/log.h"
+#include "common/sha256.h"
+#include "test_util.h"
+
+namespace shoal::peerd {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::temp_dir;
+namespace ht = ::shoal::testing;
+using steady = std::chrono::steady_clock;
+
+// One node: its cache, state index, HTTP client, worker pool and swarm.
+struct node {
+  explicit node(const std::string& name, swarm_config cfg = {}) {
+    // SHOAL_TRACE=1 shows every libtorrent alert (debugging a failure by hand).
+    if (std::getenv("SHOAL_TRACE")) log::init(log::format::text, log::level::trace, "swarm_test");
+    cache::options co;
+    co.root = dir.path() + "/cache";
+    co.quota_bytes = 1ull << 30;
+    co.scrub_bytes_per_sec = 0;
+    auto st = cache::store::open(co);
+    if (!st) throw std::runtime_error(st.error().message);
+    store = std::move(*st);
+    auto sdb = state_db::open(dir.path() + "/state");
+    if (!sdb) throw std::runtime_error(sdb.error().message);
+    state = std::move(*sdb);
+    cfg.listen = "127.0.0.1:0";
+    cfg.partial_dir = dir.path() + "/partial";
+    node_config nc;
+    nc.name = name;
+    auto sw = swarm_manager::start(cfg, nc, "", swarm_manager::deps{*store, *state, http, pool});
+    if (!sw) throw std::runtime_error(sw.error().message);
+    swarm = std::move(*sw);
+  }
+  ~node() {
+    swarm->stop();
+    http.stop();
+    pool.join();
+    store->stop();
+  }
+
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(swarm->listen_port()); }
+
+  // Puts a complete object into the cache and the state index, without loading its torrent:
+  // the situation of a node whose seed was unloaded (or that restarted).
+  void hold(const std::string& bytes, const object_metainfo& m) {
+    std::string tmp = dir.path() + "/cache/in.tmp";
+    std::ofstream(tmp, std::ios::binary) << bytes;
+    auto st = store->adopt_file(tmp, m.object, cache::object_kind::blob);
+    if (!st) throw std::runtime_error(st.error().message);
+    auto p = state->put(m.object, m.info_hash_hex(), m.torrent_file({}));
+    if (!p) throw std::runtime_error(p.error().message);
+  }
+
+  temp_dir dir;
+  std::unique_ptr<cache::store> store;
+  std::unique_ptr<state_db> state;
+  http::client http;
+  boost::asio::thread_pool pool{4};
+  std::unique_ptr<swarm_manager> swarm;
+};
+
+swarm_config fast_cfg() {
+  swarm_config c;
+  c.stall_timeout = config::duration(300ms);
+  // Above 2 s: a holder drops the first connection for an unloaded seed (the torrent is still
+  // checking its resume data) and the downloader reconnects after min_reconnect_time (2 s).
+  c.fallback_deadline = config::duration(3s);
+  c.seed_idle_unload = config::duration(60s);
+  return c;
+}
+
+object_metainfo meta_of(const std::string& bytes) {
+  metainfo_builder b(bytes.size());
+  b.update(bytes.data(), bytes.size());
+  auto m = b.finish(sha256_of(bytes));
+  if (!m) throw std::runtime_error(m.error().message);
+  return *m;
+}
+
+// Reads every piece in order; returns the bytes, or the first error.
+result<std::string> read_all(download& dl, std::chrono::seconds limit = 20s) {
+  std::string out;
+  for (std::uint32_t i = 0; i < dl.meta().piece_count(); ++i) {
+    auto p = std::make_shared<std::promise<result<piece_buffer>>>();
+    auto f = p->get_future();
+    dl.read_piece(i, [p](result<piece_buffer> b) { p->set_value(std::move(b)); });
+    if (f.wait_for(limit) != std::future_status::ready) {
+      return fail(errc::timeout, "piece " + std::to_string(i) + " never arrived");
+    }
+    auto b = f.get();
+    if (!b) return fail(b.error());
+    out += **b;
+  }
+  return out;
+}
+
+template <class F>
+bool wait_for(F pred, std::chrono::milliseconds limit) {
+  auto end = steady::now() + limit;
+  while (steady::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+void corrupt(const std::string& path, std::uint64_t off) {
+  ::chmod(path.c_str(), 0644);
+  int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << path;
+  char junk[64];
+  std::memset(junk, 0x5a, sizeof junk);
+  ASSERT_EQ(::pwrite(fd, junk, sizeof junk, static_cast<off_t>(off)), static_cast<ssize_t>(sizeof junk));
+  ::close(fd);
+  ::chmod(path.c_str(), 0444);
+}
+
+// A stand-in for registry-proxy's blob URL answering Range requests from `bytes`.
+ht::reply range_reply(const std::string& bytes, const ht::recorded_request& r) {
+  ht::reply out;
+  auto range = r.header("Range");
+  if (!range || range->rfind("bytes=", 0) != 0) {
+    out.body = bytes;
+    return out;
+  }
+  auto dash = range->find('-');
+  std::uint64_t from = std::stoull(range->substr(6, dash - 6));
+  std::uint64_t to = std::stoull(range->substr(dash + 1));
+  out.status = 206;
+  out.body = bytes.substr(from, to - from + 1);
+  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" + std::to_string(to) + "/" +
+                                                std::to_string(bytes.size()));
+  return out;
+}
+
+TEST(Swarm, UnloadedHolderServesOnDemand) {
+  node a("a", fast_cfg()), b("b", fast_cfg());
+  auto bytes = testing::bytes_of(3 << 20, 1);
+  auto m = meta_of(bytes);
+  a.hold(bytes, m);
+  EXPECT_EQ(a.swarm->loaded_torrents(), 0u);
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {a.endpoint()}, {});
+  ASSERT_TRUE(dl) << dl.error().message;
+  auto got = read_all(**dl);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(*got == bytes);
+  ASSERT_TRUE(wait_for([&] { return b.store->contains(m.object); }, 10s));
+  // Every byte came from the other node (peer-id prefix -SN), none from an origin or HTTP.
+  EXPECT_EQ(b.swarm->counters().from_peers.load(), bytes.size());
+  EXPECT_EQ(b.swarm->counters().from_origin.load(), 0u);
+  EXPECT_EQ(b.swarm->counters().from_http.load(), 0u);
+  // The holder loaded the torrent on demand and still holds its object.
+  EXPECT_EQ(a.swarm->loaded_torrents(), 1u);
+  EXPECT_TRUE(a.store->contains(m.object));
+  EXPECT_EQ(a.swarm->counters().quarantined.load(), 0u);
+  // The downloader now holds it too, and lists it for the scheduler.
+  auto h = b.swarm->holdings();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].second, m.info_hash_hex());
+}
+
+TEST(Swarm, CorruptUnloadedHolderQuarantinesAndNeverUploadsBadBytes) {
+  node a("a", fast_cfg()), b("b", fast_cfg());
+  auto bytes = testing::bytes_of(2 << 20, 2);
+  auto m = meta_of(bytes);
+  a.hold(bytes, m);
+  corrupt(a.store->object_path(m.object), m.piece_offset(5) + 100);
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {a.endpoint()}, {});
+  ASSERT_TRUE(dl) << dl.error().message;
+  auto t0 = steady::now();
+  auto got = read_all(**dl, 15s);
+  auto secs = std::chrono::duration<double>(steady::now() - t0).count();
+  // No other source: the download fails (fallback_deadline) instead of hanging or serving junk.
+  ASSERT_FALSE(got) << "a corrupt holder delivered a whole object";
+  EXPECT_LT(secs, 10.0);
+  EXPECT_EQ((*dl)->current(), download::state::failed);
+  EXPECT_FALSE(b.store->contains(m.object));
+  // The holder found out and quarantined the object: gone from its cache and its index.
+  ASSERT_TRUE(wait_for([&] { return !a.store->contains(m.object); }, 10s)) << "holder kept a corrupt object";
+  EXPECT_GE(a.swarm->counters().quarantined.load(), 1u);
+  EXPECT_FALSE(a.state->by_info_hash(m.info_hash_hex()));
+  EXPECT_TRUE(a.swarm->holdings().empty());
+}
+
+TEST(Swarm, BadPiecesFromALoadedSeedAreRejected) {
+  node a("a", fast_cfg()), b("b", fast_cfg()), c("c", fast_cfg());
+  auto bytes = testing::bytes_of(2 << 20, 3);
+  auto m = meta_of(bytes);
+  // a becomes a loaded seed the normal way (it downloaded the object from c), then its file is
+  // damaged behind libtorrent's back: it trusts its verified pieces and uploads the bad bytes.
+  c.hold(bytes, m);
+  auto first = a.swarm->fetch(m.object, m.torrent_file({}), m, {c.endpoint()}, {});
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(read_all(**first));
+  ASSERT_TRUE(wait_for([&] { return a.store->contains(m.object); }, 10s));
+  corrupt(a.store->object_path(m.object), m.piece_offset(7) + 5);
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {a.endpoint()}, {});
+  ASSERT_TRUE(dl) << dl.error().message;
+  // The bad seed is banned, comes back from a new port and sends the bad piece again, while the
+  // good pieces keep arriving; once nothing verifies any more the download must fail within
+  // fallback_deadline (3 s), not hang while the bad bytes keep coming.
+  auto reader = std::async(std::launch::async, [&] { return read_all(**dl, 40s); });
+  std::uint32_t done = 0;
+  auto last_change = steady::now();
+  while (reader.wait_for(50ms) != std::future_status::ready) {
+    if ((*dl)->pieces_done() != done) {
+      done = (*dl)->pieces_done();
+      last_change = steady::now();
+    }
+  }
+  auto got = reader.get();
+  ASSERT_FALSE(got) << "wrong bytes were accepted";
+  EXPECT_LT(std::chrono::duration<double>(steady::now() - last_change).count(), 3.0 + 3.0)
+      << got.error().message;
+  EXPECT_EQ((*dl)->current(), download::state::failed);
+  EXPECT_GE(b.swarm->counters().hash_failures.load(), 1u);
+  EXPECT_FALSE(b.store->contains(m.object));
+}
+
+TEST(Swarm, StalledSwarmFallsBackToHttpRanges) {
+  auto bytes = testing::bytes_of(3 << 20, 4);
+  auto m = meta_of(bytes);
+  ht::test_http_server srv([&](const ht::recorded_request& r) { return range_reply(bytes, r); });
+  node b("b", fast_cfg());
+  fallback_info fb{srv.url("/v2/x/blobs/" + m.object.str()), "Bearer secret"};
+  auto t0 = steady::now();
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, fb);
+  ASSERT_TRUE(dl);
+  auto got = read_all(**dl);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(*got == bytes);
+  EXPECT_LT(std::chrono::duration<double>(steady::now() - t0).count(), 15.0);
+  ASSERT_TRUE(wait_for([&] { return b.store->contains(m.object); }, 10s));
+  EXPECT_EQ(b.swarm->counters().from_http.load(), bytes.size());
+  EXPECT_GE(b.swarm->counters().fallbacks.load(), 1u);
+  // Every range request carried the client's credentials and asked for whole pieces.
+  auto reqs = srv.requests();
+  ASSERT_FALSE(reqs.empty());
+  for (const auto& r : reqs) {
+    EXPECT_EQ(r.header("Authorization").value_or(""), "Bearer secret");
+    auto range = r.header("Range").value_or("");
+    ASSERT_EQ(range.rfind("bytes=", 0), 0u) << range;
+    EXPECT_EQ(std::stoull(range.substr(6)) % m.piece_size, 0u) << range;
+  }
+}
+
+// After one stall, the ranges of a swarm that stays silent follow each other at once: waiting a
+// stall_timeout before each 4 MiB range made a 1 GiB object take 256 stall timeouts.
+TEST(Swarm, HttpRangesChainOnceTheSwarmIsSilent) {
+  auto bytes = testing::bytes_of(12 << 20, 11);
+  auto m = meta_of(bytes);
+  ht::test_http_server srv([&](const ht::recorded_request& r) { return range_reply(bytes, r); });
+  auto cfg = fast_cfg();
+  cfg.stall_timeout = config::duration(1500ms);
+  cfg.fallback_deadline = config::duration(6s);
+  node b("b", cfg);
+  auto t0 = steady::now();
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto got = read_all(**dl);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(*got == bytes);
+  auto secs = std::chrono::duration<double>(steady::now() - t0).count();
+  EXPECT_EQ(srv.request_count(), 3u);  // 3 ranges of 4 MiB
+  EXPECT_LT(secs, 1.5 + 2.0) << "ranges waited for a stall timeout each";
+}
+
+TEST(Swarm, WrongBytesOverHttpAreRejected) {
+  auto bytes = testing::bytes_of(1 << 20, 5);
+  auto m = meta_of(bytes);
+  auto wrong = bytes;
+  wrong[m.piece_offset(3) + 7] ^= 1;
+  ht::test_http_server srv([&](const ht::recorded_request& r) { return range_reply(wrong, r); });
+  node b("b", fast_cfg());
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto t0 = steady::now();
+  auto got = read_all(**dl, 15s);
+  ASSERT_FALSE(got) << "a piece with a flipped bit was accepted";
+  // Bytes keep arriving, but none verify: the download still fails within the deadline.
+  EXPECT_LT(std::chrono::duration<double>(steady::now() - t0).count(), 10.0) << got.error().message;
+  EXPECT_EQ((*dl)->current(), download::state::failed);
+  EXPECT_GE(b.swarm->counters().hash_failures.load(), 1u);
+  EXPECT_FALSE(b.store->contains(m.object));
+}
+
+TEST(Swarm, ServerIgnoringRangeIsNotTrustedAndNothingHangs) {
+  auto bytes = testing::bytes_of(1 << 20, 6);
+  auto m = meta_of(bytes);
+  // Pieces 0-3 come right; after that the server answers every range with the whole object
+  // from offset 0 (200), which must never be fed in at the requested offset.
+  std::atomic<int> n{0};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (n++ == 0) {
+      auto rr = r;
+      rr.headers = {{"Range", "bytes=0-" + std::to_string(m.piece_offset(4) - 1)}};
+      return range_reply(bytes, rr);
+    }
+    ht::reply out;
+    out.body = bytes;
+    return out;
+  });
+  node b("b", fast_cfg());
+  auto t0 = steady::now();
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto got = read_all(**dl, 20s);
+  ASSERT_FALSE(got);
+  EXPECT_LT(std::chrono::duration<double>(steady::now() - t0).count(), 12.0);
+  EXPECT_EQ((*dl)->current(), download::state::failed);
+  EXPECT_EQ(b.swarm->counters().hash_failures.load(), 0u);
+}
+
+TEST(Swarm, NoSourceAtAllFailsWithinTheDeadline) {
+  auto bytes = testing::bytes_of(512 << 10, 7);
+  auto m = meta_of(bytes);
+  node b("b", fast_cfg());
+  auto t0 = steady::now();
+  // A blob URL nobody listens on, and no peers.
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {"http://127.0.0.1:1/blob", ""});
+  ASSERT_TRUE(dl);
+  auto got = read_all(**dl, 20s);
+  ASSERT_FALSE(got);
+  auto secs = std::chrono::duration<double>(steady::now() - t0).count();
+  EXPECT_GE(secs, 2.7);  // fallback_deadline is 3 s
+  EXPECT_LT(secs, 6.0);
+  EXPECT_EQ((*dl)->failure()->code, make_error_code(errc::timeout));
+  // A later read of a failed download answers at once with the same error.
+  auto again = read_all(**dl, 1s);
+  ASSERT_FALSE(again);
+}
+
+TEST(Swarm, FetchIsSingleFlightAndRejectsBadMetainfo) {
+  auto bytes = testing::bytes_of(256 << 10, 8);
+  auto m = meta_of(bytes);
+  node b("b", fast_cfg());
+  auto x = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {});
+  auto y = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {});
+  ASSERT_TRUE(x && y);
+  EXPECT_EQ(x->get(), y->get());
+  EXPECT_EQ(b.swarm->active_downloads(), 1u);
+  auto other = meta_of(testing::bytes_of(256 << 10, 9));
+  auto bad = b.swarm->fetch(other.object, "d4:infoi1ee", other, {}, {});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(b.swarm->active_downloads(), 1u);
+  // Out-of-range reads are refused, not crashed on.
+  std::promise<result<piece_buffer>> p;
+  (*x)->read_piece(m.piece_count() + 5, [&](result<piece_buffer> r) { p.set_value(std::move(r)); });
+  EXPECT_FALSE(p.get_future().get());
+}
+
+TEST(Swarm, PrepareOnDemandOnlyForHeldObjects) {
+  node a("a", fast_cfg());
+  auto bytes = testing::bytes_of(256 << 10, 10);
+  auto m = meta_of(bytes);
+  lt::add_torrent_params p;
+  lt::sha1_hash ih(reinterpret_cast<const char*>(m.info_hash().data()));
+  EXPECT_FALSE(a.swarm->prepare_on_demand(ih, p)) << "unknown info-hash";
+  a.hold(bytes, m);
+  lt::add_torrent_params q;
+  ASSERT_TRUE(a.swarm->prepare_on_demand(ih, q));
+  EXPECT_TRUE(q.flags & lt::torrent_flags::seed_mode);
+  EXPECT_FALSE(q.flags & lt::torrent_flags::paused);
+  EXPECT_FALSE(q.flags & lt::torrent_flags::auto_managed);
+  // No trusted pieces: each is verified before its first upload.
+  EXPECT_TRUE(q.verified_pieces.empty());
+  EXPECT_EQ(q.save_path, a.store->shard_dir(m.object));
+  // Indexed but no longer in the cache (evicted): not served.
+  ASSERT_TRUE(a.store->remove(m.object));
+  lt::add_torrent_params r;
+  EXPECT_FALSE(a.swarm->prepare_on_demand(ih, r));
+}
+
+}  // namespace
+}  // namespace shoal::peerd
