@@ -97,6 +97,18 @@ std::string_view request::header(std::string_view name) const {
   return it->value();
 }
 
+std::string request::header_list(std::string_view name) const {
+  std::string out;
+  auto [b, e] = headers.equal_range(name);
+  for (auto it = b; it != e; ++it) {
+    std::string_view v = it->value();
+    if (v.empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += v;
+  }
+  return out;
+}
+
 response response::text(unsigned status, std::string body, std::string content_type) {
   response r;
   r.status = status;

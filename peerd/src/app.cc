@@ -41,6 +41,26 @@ status app::init() {
   if (cfg_.swarm.partial_dir.empty()) {
     cfg_.swarm.partial_dir = std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/partial";
   }
+  {
+    // Downloads never survive a restart (each is re-requested by its client), so whatever is in
+    // the partial directory now is debris of a crash: remove it, it is outside the cache quota.
+    std::error_code ec;
+    std::uint64_t bytes = 0, files = 0;
+    if (std::filesystem::exists(cfg_.swarm.partial_dir, ec)) {
+      for (auto it = std::filesystem::recursive_directory_iterator(cfg_.swarm.partial_dir, ec);
+           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->is_regular_file(ec)) {
+          bytes += it->file_size(ec);
+          ++files;
+        }
+      }
+      std::filesystem::remove_all(cfg_.swarm.partial_dir, ec);
+      if (ec) return fail(ec, "clean " + cfg_.swarm.partial_dir + ": " + ec.message());
+    }
+    std::filesystem::create_directories(cfg_.swarm.partial_dir, ec);
+    if (ec) return fail(ec, "create " + cfg_.swarm.partial_dir + ": " + ec.message());
+    if (files) log::info("removed unfinished downloads", log::kv("files", files), log::kv("bytes", bytes));
+  }
   http_client_ = std::make_unique<http::client>();
   cache::options co;
   co.root = cfg_.cache.dir;

@@ -23,8 +23,8 @@ struct upstream_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
   std::string scheduler;                                  // base URL of the scheduler (tracker, heartbeats); empty: none
   config::duration connect_timeout = 2s;
-  config::duration request_timeout = 30s;  // manifests and other small requests
-  config::duration metainfo_wait = 20s;    // long-poll per metainfo request
+  config::duration request_timeout = 10s;  // manifests and other small requests
+  config::duration metainfo_wait = 5s;     // long-poll per metainfo request
 };
 void describe(config::binder& b, upstream_config& c);
 

@@ -148,13 +148,13 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
   http::client_request r;
   r.method = req.method == http::verb::head ? "HEAD" : "GET";
   r.url = proxy_url(req.target);
-  for (const char* h : {"Accept", "Authorization"}) {
-    auto v = req.header(h);
-    if (!v.empty()) r.headers.emplace_back(h, std::string(v));
-  }
+  if (auto accept = req.header_list("Accept"); !accept.empty()) r.headers.emplace_back("Accept", accept);
+  if (auto auth = req.header("Authorization"); !auth.empty()) r.headers.emplace_back("Authorization", std::string(auth));
   r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
-  r.max_retries = 1;
+  // containerd waits on us: a hung registry-proxy must turn into an error it can fall back on,
+  // not into a second full stall timeout.
+  r.max_retries = 0;
   auto f = http::fetch(d_.http, std::move(r), 8u << 20);
   if (!f) {
     forward_errors_->inc();
@@ -297,8 +297,8 @@ result<std::shared_ptr<download>> mirror::start_download(const std::string& ns, 
     r.url = proxy_url(q);
     if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-    r.timeouts.stall = wait + std::chrono::seconds(5);
-    r.max_retries = 1;
+    r.timeouts.stall = wait + std::chrono::seconds(3);
+    r.max_retries = 0;
     auto f = http::fetch(d_.http, std::move(r), 64u << 20);
     if (!f) {
       forward_errors_->inc();

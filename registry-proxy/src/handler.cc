@@ -29,21 +29,6 @@ result<std::optional<std::string>> ns_param(const http::request& req) {
   return std::optional<std::string>();
 }
 
-// Every line of a header the client may repeat, joined into one comma-separated list (RFC 9110
-// §5.3). Go clients (skopeo, containerd) send one Accept line per media type: reading only the
-// first line would ask upstream for that type alone (a schema 1 rewrite, or 404 for an index).
-std::string joined_header(const http::request& req, std::string_view name) {
-  std::string out;
-  auto [b, e] = req.headers.equal_range(name);
-  for (auto it = b; it != e; ++it) {
-    std::string_view v = it->value();
-    if (v.empty()) continue;
-    if (!out.empty()) out += ", ";
-    out += v;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string route_of(std::string_view target) {
@@ -105,7 +90,7 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
   credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
   const http::responder& out = resp;
   if (route->kind == route_kind::manifest) {
-    std::string accept = joined_header(req, "Accept");
+    std::string accept = req.header_list("Accept");
     d_.manifests.serve(*sel, route->manifest, cred, std::move(accept), head, out);
   } else {
     d_.blobs.serve(*sel, route->blob, cred, head, out);

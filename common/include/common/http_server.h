@@ -54,6 +54,9 @@ struct request {
   // Value of a query parameter (percent-decoded); nullopt when absent.
   [[nodiscard]] std::optional<std::string> query_param(std::string_view name) const;
   [[nodiscard]] std::string_view header(std::string_view name) const;
+  // Every line of a header the client may repeat, joined with ", " (RFC 9110 §5.3). Go clients
+  // (containerd, skopeo) send one Accept line per media type.
+  [[nodiscard]] std::string header_list(std::string_view name) const;
 };
 
 // One piece of a streamed body.
