@@ -116,11 +116,23 @@ void tracker::expire_locked(clock::time_point now) {
   for (auto it = swarms_.begin(); it != swarms_.end();) {
     auto& peers = it->second.peers;
     for (auto p = peers.begin(); p != peers.end();) {
-      if (now - p->second.last_seen > opts_.peer_timeout) p = peers.erase(p);
+      auto seen = p->second.last_seen;
+      if (p->second.holder) {
+        if (auto h = holder_seen_.find(p->first); h != holder_seen_.end()) seen = std::max(seen, h->second);
+      }
+      if (now - seen > opts_.peer_timeout) p = peers.erase(p);
       else ++p;
     }
     if (peers.empty()) it = swarms_.erase(it);
     else ++it;
+  }
+  for (auto it = holder_seen_.begin(); it != holder_seen_.end();) {
+    if (now - it->second > opts_.peer_timeout) {
+      holdings_.erase(it->first);
+      it = holder_seen_.erase(it);
+    } else {
+      ++it;
+    }
   }
   last_expire_ = now;
 }
@@ -246,6 +258,7 @@ void tracker::set_holdings(const std::string& node, const std::string& ip, std::
   auto now = now_();
   std::lock_guard lk(mu_);
   std::string key = ip + ":" + std::to_string(port);
+  holder_seen_[key] = now;
   auto& held = holdings_[key];
   if (full) held.clear();
   for (const auto& ih : info_hashes) held.insert(ih);
@@ -268,6 +281,34 @@ void tracker::set_holdings(const std::string& node, const std::string& ip, std::
     if (pit != it->second.peers.end() && pit->second.holder && !listed.count(it->first)) {
       it->second.peers.erase(pit);
     }
+    if (it->second.peers.empty()) it = swarms_.erase(it);
+    else ++it;
+  }
+}
+
+void tracker::remove_holdings(const std::string& ip, std::uint16_t port,
+                              const std::vector<std::array<std::uint8_t, 20>>& info_hashes) {
+  std::lock_guard lk(mu_);
+  std::string key = ip + ":" + std::to_string(port);
+  auto held = holdings_.find(key);
+  for (const auto& ih : info_hashes) {
+    if (held != holdings_.end()) held->second.erase(ih);
+    auto sw = swarms_.find(ih);
+    if (sw == swarms_.end()) continue;
+    auto p = sw->second.peers.find(key);
+    if (p != sw->second.peers.end() && p->second.holder) sw->second.peers.erase(p);
+    if (sw->second.peers.empty()) swarms_.erase(sw);
+  }
+}
+
+void tracker::drop_holder(const std::string& ip, std::uint16_t port) {
+  std::lock_guard lk(mu_);
+  std::string key = ip + ":" + std::to_string(port);
+  holdings_.erase(key);
+  holder_seen_.erase(key);
+  for (auto it = swarms_.begin(); it != swarms_.end();) {
+    auto p = it->second.peers.find(key);
+    if (p != it->second.peers.end() && p->second.holder) it->second.peers.erase(p);
     if (it->second.peers.empty()) it = swarms_.erase(it);
     else ++it;
   }

@@ -77,8 +77,15 @@ class tracker {
   // A node's complete objects as reported by its heartbeat: it becomes a holder (a seed) of each
   // swarm even when the torrent is not loaded there (peerd loads it when a peer connects).
   // With `full`, swarms the node no longer lists drop its holder entry.
+  // Every call (also with an empty delta) refreshes the node's holder entries: they expire
+  // `peer_timeout` after the node's last heartbeat, not after the heartbeat that listed them.
   void set_holdings(const std::string& node, const std::string& ip, std::uint16_t port, const std::string& zone,
                     const std::string& rack, const std::vector<std::array<std::uint8_t, 20>>& info_hashes, bool full);
+  // A heartbeat delta's removed objects: the node stops being a holder of these swarms.
+  void remove_holdings(const std::string& ip, std::uint16_t port,
+                       const std::vector<std::array<std::uint8_t, 20>>& info_hashes);
+  // The node was dropped by the index: every holder entry of the endpoint goes.
+  void drop_holder(const std::string& ip, std::uint16_t port);
 
   // Drops peers that stopped announcing. Called periodically and by announce().
   void expire();
@@ -119,6 +126,8 @@ class tracker {
   // What each node endpoint (ip:port) last reported holding: a "stopped" announce for one of
   // these keeps the node as a holder (it unloaded the torrent, it did not drop the object).
   std::unordered_map<std::string, std::set<std::array<std::uint8_t, 20>>> holdings_;
+  // Last heartbeat per holder endpoint: keeps its holder entries alive.
+  std::unordered_map<std::string, clock::time_point> holder_seen_;
   clock::time_point last_expire_{};
   tracker_stats stats_;
 };

@@ -159,6 +159,37 @@ TEST_F(TrackerTest, MalformedAnnouncesGetFailureReason) {
   EXPECT_EQ(trk_.stats().bad_announces, bad_queries.size());
 }
 
+TEST_F(TrackerTest, HeartbeatHoldersFollowDeltasAndStayAliveWhileTheNodeHeartbeats) {
+  std::array<std::uint8_t, 20> a{}, b{};
+  a.fill('A');
+  b.fill('B');
+  trk_.set_holdings("n1", "10.0.0.1", 6001, "z1", "r1", {a, b}, true);
+  EXPECT_EQ(trk_.nodes_in(a), std::vector<std::string>{"n1"});
+  // Heartbeats with empty deltas keep the holder alive past peer_timeout (60 s here).
+  for (int i = 0; i < 10; ++i) {
+    clock_.t += 10s;
+    trk_.set_holdings("n1", "10.0.0.1", 6001, "z1", "r1", {}, false);
+  }
+  trk_.expire();
+  EXPECT_EQ(trk_.nodes_in(a), std::vector<std::string>{"n1"});
+  // A delta removing b drops only b.
+  trk_.remove_holdings("10.0.0.1", 6001, {b});
+  EXPECT_TRUE(trk_.nodes_in(b).empty());
+  EXPECT_EQ(trk_.nodes_in(a), std::vector<std::string>{"n1"});
+  // A stopped announce for a still-held object keeps the node a holder.
+  auto stop = make("10.0.0.1", 6001, 0, "event=stopped", 'A');
+  (void)trk_.handle(stop);
+  EXPECT_EQ(trk_.nodes_in(a).size(), 1u);
+  // The node dropped by the index leaves every swarm.
+  trk_.drop_holder("10.0.0.1", 6001);
+  EXPECT_TRUE(trk_.nodes_in(a).empty());
+  // Silent for longer than peer_timeout: the holder expires.
+  trk_.set_holdings("n2", "10.0.0.2", 6002, "z1", "r1", {a}, true);
+  clock_.t += 61s;
+  trk_.expire();
+  EXPECT_TRUE(trk_.nodes_in(a).empty());
+}
+
 TEST_F(TrackerTest, RandomQueriesNeverCrash) {
   std::mt19937_64 rng(4);
   const std::string alpha = "info_hashpeer_idport=&%0123456789ABCDEFleftevent";
