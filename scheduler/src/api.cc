@@ -75,7 +75,11 @@ api::api(api_deps d)
                                "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
                                {"api"}, metrics::default_buckets())),
       requests_(d.reg.counter("shoal_scheduler_api_requests_total", "REST requests answered, by route and status.",
-                              {"route", "code"})) {}
+                              {"route", "code"})) {
+  // Every series exists from the start, so dashboards and alerts see zeros rather than gaps.
+  for (const char* a : {"place", "filter", "prioritize", "prewarm", "images"}) (void)latency_.with({a});
+  for (const char* r : {"unknown_node", "epoch", "gap"}) (void)resyncs_.with({r});
+}
 
 bool api::heavy(const http::request& req) {
   std::string_view p = req.path;

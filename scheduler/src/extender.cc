@@ -154,7 +154,11 @@ extender::extender(placer& p, extender_options o, metrics::registry& reg)
                             {"verb", "result"})),
       latency_(reg.histogram("shoal_scheduler_placement_duration_seconds",
                              "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
-                             {"api"}, metrics::default_buckets())) {}
+                             {"api"}, metrics::default_buckets())) {
+  for (const char* verb : {"filter", "prioritize"}) {
+    for (const char* result : {"ok", "bad_request", "error"}) (void)requests_.with({verb, result});
+  }
+}
 
 std::vector<extender::verdict> extender::evaluate(const extender_args& a, std::vector<std::string>& errors) {
   job_spec job;
