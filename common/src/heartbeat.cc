@@ -46,7 +46,9 @@ class reader {
     if (it == j_.end() || it->is_null()) return nullptr;
     return &*it;
   }
-  [[nodiscard]] std::string where(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  [[nodiscard]] std::string where(const char* key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
 
   status str(const char* key, std::string& out, std::size_t max_len) const {
     const json* v = find(key);
@@ -54,7 +56,8 @@ class reader {
     if (!v->is_string()) return fail(errc::invalid_argument, where(key) + " must be a string");
     const auto& s = v->get_ref<const std::string&>();
     if (s.size() > max_len) {
-      return fail(errc::invalid_argument, where(key) + " is longer than " + std::to_string(max_len));
+      return fail(errc::invalid_argument,
+                  where(key) + " is longer than " + std::to_string(max_len));
     }
     if (!printable(s)) return fail(errc::invalid_argument, where(key) + " has control characters");
     out = s;
@@ -67,14 +70,17 @@ class reader {
       return fail(errc::invalid_argument, where(key) + " must be a non-negative integer");
     }
     auto n = v->get<std::uint64_t>();
-    if (n > max) return fail(errc::invalid_argument, where(key) + " is out of range (max " + std::to_string(max) + ")");
+    if (n > max)
+      return fail(errc::invalid_argument,
+                  where(key) + " is out of range (max " + std::to_string(max) + ")");
     out = n;
     return {};
   }
   status boolean(const char* key, bool& out) const {
     const json* v = find(key);
     if (!v) return {};
-    if (!v->is_boolean()) return fail(errc::invalid_argument, where(key) + " must be true or false");
+    if (!v->is_boolean())
+      return fail(errc::invalid_argument, where(key) + " must be true or false");
     out = v->get<bool>();
     return {};
   }
@@ -83,7 +89,8 @@ class reader {
     if (!out) return {};
     if (!out->is_array()) return fail(errc::invalid_argument, where(key) + " must be a list");
     if (out->size() > max_items) {
-      return fail(errc::too_large, where(key) + " has more than " + std::to_string(max_items) + " entries");
+      return fail(errc::too_large,
+                  where(key) + " has more than " + std::to_string(max_items) + " entries");
     }
     return {};
   }
@@ -93,20 +100,24 @@ class reader {
   std::string path_;
 };
 
-#define SHOAL_TRY(expr)                        \
-  do {                                         \
+#define SHOAL_TRY(expr)                                 \
+  do {                                                  \
     if (auto s_ = (expr); !s_) return fail(s_.error()); \
   } while (0)
 
-status parse_document(const reader& r, const json& obj, const char* key, bool object_only, std::string& out) {
+status parse_document(const reader& r, const json& obj, const char* key, bool object_only,
+                      std::string& out) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return {};
   if (!it->is_object() && (object_only || !it->is_array())) {
-    return fail(errc::invalid_argument, r.where(key) + (object_only ? " must be an object" : " must be an object or a list"));
+    return fail(
+        errc::invalid_argument,
+        r.where(key) + (object_only ? " must be an object" : " must be an object or a list"));
   }
   out = dump(*it);
   if (out.size() > max_document_bytes) {
-    return fail(errc::too_large, r.where(key) + " is larger than " + std::to_string(max_document_bytes) + " bytes");
+    return fail(errc::too_large,
+                r.where(key) + " is larger than " + std::to_string(max_document_bytes) + " bytes");
   }
   return {};
 }
@@ -126,7 +137,8 @@ result<held_object> parse_object(const json& o, const std::string& path) {
   }
   SHOAL_TRY(r.u64("size", h.size, max_object_size));
   SHOAL_TRY(r.str("kind", h.kind, 32));
-  if (!token(h.kind, 32)) return fail(errc::invalid_argument, path + ".kind must be a lower-case token");
+  if (!token(h.kind, 32))
+    return fail(errc::invalid_argument, path + ".kind must be a lower-case token");
   return h;
 }
 
@@ -135,14 +147,20 @@ result<order_report> parse_report(const json& o, const std::string& path) {
   reader r(o, path);
   order_report rep;
   SHOAL_TRY(r.str("id", rep.id, 128));
-  if (!valid_order_id(rep.id)) return fail(errc::invalid_argument, path + ".id is missing or invalid");
+  if (!valid_order_id(rep.id))
+    return fail(errc::invalid_argument, path + ".id is missing or invalid");
   std::string st;
   SHOAL_TRY(r.str("state", st, 16));
-  if (st == "queued") rep.state = order_state::queued;
-  else if (st == "running") rep.state = order_state::running;
-  else if (st == "done") rep.state = order_state::done;
-  else if (st == "failed") rep.state = order_state::failed;
-  else return fail(errc::invalid_argument, path + ".state must be queued, running, done or failed");
+  if (st == "queued")
+    rep.state = order_state::queued;
+  else if (st == "running")
+    rep.state = order_state::running;
+  else if (st == "done")
+    rep.state = order_state::done;
+  else if (st == "failed")
+    rep.state = order_state::failed;
+  else
+    return fail(errc::invalid_argument, path + ".state must be queued, running, done or failed");
   SHOAL_TRY(r.u64("bytes_done", rep.bytes_done, max_object_size * 1024));
   SHOAL_TRY(r.u64("bytes_total", rep.bytes_total, max_object_size * 1024));
   SHOAL_TRY(r.str("error", rep.error, 4096));
@@ -154,7 +172,8 @@ result<prewarm_order> parse_order(const json& o, const std::string& path) {
   reader r(o, path);
   prewarm_order ord;
   SHOAL_TRY(r.str("id", ord.id, 128));
-  if (!valid_order_id(ord.id)) return fail(errc::invalid_argument, path + ".id is missing or invalid");
+  if (!valid_order_id(ord.id))
+    return fail(errc::invalid_argument, path + ".id is missing or invalid");
   SHOAL_TRY(r.str("image", ord.image, 1024));
   SHOAL_TRY(r.str("dataset", ord.dataset, 512));
   if (ord.image.empty() == ord.dataset.empty()) {
@@ -189,10 +208,14 @@ result<prewarm_order> parse_order(const json& o, const std::string& path) {
 
 std::string_view to_string(order_state s) noexcept {
   switch (s) {
-    case order_state::queued: return "queued";
-    case order_state::running: return "running";
-    case order_state::done: return "done";
-    case order_state::failed: return "failed";
+    case order_state::queued:
+      return "queued";
+    case order_state::running:
+      return "running";
+    case order_state::done:
+      return "done";
+    case order_state::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -200,7 +223,8 @@ std::string_view to_string(order_state s) noexcept {
 bool valid_node_name(std::string_view s) noexcept {
   if (s.empty() || s.size() > 253) return false;
   for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
   }
   return true;
 }
@@ -208,7 +232,9 @@ bool valid_node_name(std::string_view s) noexcept {
 bool valid_label_key(std::string_view s) noexcept {
   if (s.empty() || s.size() > 128) return false;
   for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '/')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == '/'))
+      return false;
   }
   return true;
 }
@@ -216,7 +242,9 @@ bool valid_label_key(std::string_view s) noexcept {
 bool valid_order_id(std::string_view s) noexcept {
   if (s.empty() || s.size() > 128) return false;
   for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == ':'))
+      return false;
   }
   return true;
 }
@@ -226,12 +254,16 @@ bool json_too_deep(std::string_view text, int limit) noexcept {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > limit) return true;
     } else if (c == ']' || c == '}') {
@@ -254,7 +286,8 @@ std::string encode(const message& m) {
   j["full"] = m.full;
   json objs = json::array();
   for (const auto& o : m.objects) {
-    objs.push_back({{"digest", o.id.str()}, {"info_hash", o.info_hash}, {"size", o.size}, {"kind", o.kind}});
+    objs.push_back(
+        {{"digest", o.id.str()}, {"info_hash", o.info_hash}, {"size", o.size}, {"kind", o.kind}});
   }
   j["objects"] = std::move(objs);
   json rm = json::array();
@@ -274,7 +307,9 @@ std::string encode(const message& m) {
   j["health_reasons"] = m.health_reasons;
   json orders = json::array();
   for (const auto& o : m.orders) {
-    json x = {{"id", o.id}, {"state", to_string(o.state)}, {"bytes_done", o.bytes_done},
+    json x = {{"id", o.id},
+              {"state", to_string(o.state)},
+              {"bytes_done", o.bytes_done},
               {"bytes_total", o.bytes_total}};
     if (!o.error.empty()) x["error"] = o.error;
     orders.push_back(std::move(x));
@@ -284,28 +319,42 @@ std::string encode(const message& m) {
 }
 
 result<message> decode(std::string_view text) {
-  if (text.size() > max_message_bytes) return fail(errc::too_large, "heartbeat larger than 256 MiB");
-  if (json_too_deep(text)) return fail(errc::invalid_argument, "heartbeat nests deeper than " + std::to_string(max_json_depth));
+  if (text.size() > max_message_bytes)
+    return fail(errc::too_large, "heartbeat larger than 256 MiB");
+  if (json_too_deep(text))
+    return fail(errc::invalid_argument,
+                "heartbeat nests deeper than " + std::to_string(max_json_depth));
   auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::invalid_argument, "heartbeat is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "heartbeat is not a JSON object");
   message m;
   reader r(j, "");
   std::uint64_t schema = 0;
   SHOAL_TRY(r.u64("schema", schema, 1000));
-  if (schema < static_cast<std::uint64_t>(min_schema_version) || schema > static_cast<std::uint64_t>(schema_version)) {
-    return fail(errc::invalid_argument, "heartbeat schema " + std::to_string(schema) + " is not supported (want " +
-                                            std::to_string(min_schema_version) + ".." + std::to_string(schema_version) + ")");
+  if (schema < static_cast<std::uint64_t>(min_schema_version) ||
+      schema > static_cast<std::uint64_t>(schema_version)) {
+    return fail(errc::invalid_argument, "heartbeat schema " + std::to_string(schema) +
+                                            " is not supported (want " +
+                                            std::to_string(min_schema_version) + ".." +
+                                            std::to_string(schema_version) + ")");
   }
   m.schema = static_cast<int>(schema);
   SHOAL_TRY(r.str("node", m.node, 253));
-  if (!valid_node_name(m.node)) return fail(errc::invalid_argument, "heartbeat node name is missing or invalid");
+  if (!valid_node_name(m.node))
+    return fail(errc::invalid_argument, "heartbeat node name is missing or invalid");
   if (const json* labels = r.find("labels")) {
     if (!labels->is_object()) return fail(errc::invalid_argument, "labels must be an object");
-    if (labels->size() > max_labels) return fail(errc::too_large, "labels has more than " + std::to_string(max_labels) + " entries");
+    if (labels->size() > max_labels)
+      return fail(errc::too_large,
+                  "labels has more than " + std::to_string(max_labels) + " entries");
     for (const auto& [k, v] : labels->items()) {
-      if (!valid_label_key(k)) return fail(errc::invalid_argument, "label key \"" + dump(json(k.substr(0, 64))) + "\" is invalid");
-      if (!v.is_string() || v.get_ref<const std::string&>().size() > 256 || !printable(v.get_ref<const std::string&>())) {
-        return fail(errc::invalid_argument, "labels." + k + " must be a printable string of at most 256 bytes");
+      if (!valid_label_key(k))
+        return fail(errc::invalid_argument,
+                    "label key \"" + dump(json(k.substr(0, 64))) + "\" is invalid");
+      if (!v.is_string() || v.get_ref<const std::string&>().size() > 256 ||
+          !printable(v.get_ref<const std::string&>())) {
+        return fail(errc::invalid_argument,
+                    "labels." + k + " must be a printable string of at most 256 bytes");
       }
       m.labels[k] = v.get<std::string>();
     }
@@ -326,7 +375,8 @@ result<message> decode(std::string_view text) {
   SHOAL_TRY(r.str("epoch", m.epoch, 64));
   SHOAL_TRY(r.u64("seq", m.seq, std::uint64_t{1} << 62));
   SHOAL_TRY(r.boolean("full", m.full));
-  if (m.schema < 2 && !m.full) return fail(errc::invalid_argument, "schema 1 heartbeats carry full lists only");
+  if (m.schema < 2 && !m.full)
+    return fail(errc::invalid_argument, "schema 1 heartbeats carry full lists only");
   const json* objs = nullptr;
   SHOAL_TRY(r.array("objects", objs, max_objects));
   if (objs) {
@@ -341,7 +391,8 @@ result<message> decode(std::string_view text) {
   const json* removed = nullptr;
   SHOAL_TRY(r.array("removed", removed, max_objects));
   if (removed) {
-    if (m.full && !removed->empty()) return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
+    if (m.full && !removed->empty())
+      return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
     std::size_t i = 0;
     for (const auto& x : *removed) {
       std::string p = "removed[" + std::to_string(i++) + "]";
@@ -384,7 +435,8 @@ result<message> decode(std::string_view text) {
   if (reasons) {
     for (const auto& x : *reasons) {
       if (!x.is_string() || x.get_ref<const std::string&>().size() > 512) {
-        return fail(errc::invalid_argument, "health_reasons entries must be strings of at most 512 bytes");
+        return fail(errc::invalid_argument,
+                    "health_reasons entries must be strings of at most 512 bytes");
       }
       m.health_reasons.push_back(x.get<std::string>());
     }
@@ -406,7 +458,10 @@ std::string encode(const reply& r) {
   json j = {{"schema", r.schema}, {"epoch", r.epoch}, {"ack_seq", r.ack_seq}, {"resync", r.resync}};
   json orders = json::array();
   for (const auto& o : r.orders) {
-    json x = {{"id", o.id}, {"platform", o.platform}, {"registry", o.registry}, {"repository", o.repository},
+    json x = {{"id", o.id},
+              {"platform", o.platform},
+              {"registry", o.registry},
+              {"repository", o.repository},
               {"pin_seconds", o.pin_seconds}};
     if (!o.image.empty()) x["image"] = o.image;
     if (!o.dataset.empty()) x["dataset"] = o.dataset;
@@ -423,7 +478,8 @@ result<reply> decode_reply(std::string_view text) {
   if (text.size() > (64u << 20)) return fail(errc::too_large, "heartbeat reply larger than 64 MiB");
   if (json_too_deep(text)) return fail(errc::protocol_error, "heartbeat reply nests too deep");
   auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::protocol_error, "heartbeat reply is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::protocol_error, "heartbeat reply is not a JSON object");
   reply rep;
   reader r(j, "reply");
   auto wrap = [](const error& e) { return error(errc::protocol_error, e.message); };
@@ -431,7 +487,8 @@ result<reply> decode_reply(std::string_view text) {
   if (auto s = r.u64("schema", schema, 1000); !s) return fail(wrap(s.error()));
   rep.schema = static_cast<int>(schema);
   if (auto s = r.str("epoch", rep.epoch, 64); !s) return fail(wrap(s.error()));
-  if (auto s = r.u64("ack_seq", rep.ack_seq, std::uint64_t{1} << 62); !s) return fail(wrap(s.error()));
+  if (auto s = r.u64("ack_seq", rep.ack_seq, std::uint64_t{1} << 62); !s)
+    return fail(wrap(s.error()));
   if (auto s = r.boolean("resync", rep.resync); !s) return fail(wrap(s.error()));
   const json* orders = nullptr;
   if (auto s = r.array("orders", orders, max_orders); !s) return fail(wrap(s.error()));

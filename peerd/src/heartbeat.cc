@@ -3,9 +3,8 @@
 #include <sys/utsname.h>
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/log.h"
 #include "prewarm.h"
@@ -17,12 +16,18 @@ std::string local_platform() {
   std::string arch = "amd64";
   if (::uname(&u) == 0) {
     std::string m = u.machine;
-    if (m == "x86_64") arch = "amd64";
-    else if (m == "aarch64" || m == "arm64") arch = "arm64";
-    else if (m == "ppc64le") arch = "ppc64le";
-    else if (m == "s390x") arch = "s390x";
-    else if (m == "riscv64") arch = "riscv64";
-    else arch = m;
+    if (m == "x86_64")
+      arch = "amd64";
+    else if (m == "aarch64" || m == "arm64")
+      arch = "arm64";
+    else if (m == "ppc64le")
+      arch = "ppc64le";
+    else if (m == "s390x")
+      arch = "s390x";
+    else if (m == "riscv64")
+      arch = "riscv64";
+    else
+      arch = m;
   }
   return "linux/" + arch;
 }
@@ -81,9 +86,11 @@ heartbeat::message heartbeat_sender::build_message() {
     if (!f) {
       m.health = "degraded";
       m.health_reasons.push_back("netsetup report " + node.netsetup_report + " cannot be read");
-    } else if (text.size() > heartbeat::max_document_bytes || doc.is_discarded() || !doc.is_object()) {
+    } else if (text.size() > heartbeat::max_document_bytes || doc.is_discarded() ||
+               !doc.is_object()) {
       m.health = "degraded";
-      m.health_reasons.push_back("netsetup report " + node.netsetup_report + " is not a JSON object of at most 1 MiB");
+      m.health_reasons.push_back("netsetup report " + node.netsetup_report +
+                                 " is not a JSON object of at most 1 MiB");
     } else {
       m.netsetup = std::move(text);
     }
@@ -155,14 +162,15 @@ result<heartbeat::reply> heartbeat_sender::send(const heartbeat::message& m) {
   auto f = http::fetch(d_.http, std::move(r), 64u << 20);
   if (!f) return fail(f.error());
   if (f->status != 200) {
-    return fail(errc::upstream_error, "scheduler answered HTTP " + std::to_string(f->status) + ": " +
-                                          f->body.substr(0, 200));
+    return fail(errc::upstream_error, "scheduler answered HTTP " + std::to_string(f->status) +
+                                          ": " + f->body.substr(0, 200));
   }
   return heartbeat::decode_reply(f->body);
 }
 
 void heartbeat_sender::loop() {
-  auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.heartbeat_interval.get());
+  auto interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.heartbeat_interval.get());
   bool immediate = true;
   while (!stop_.load()) {
     if (!immediate) {
@@ -176,7 +184,8 @@ void heartbeat_sender::loop() {
     if (!r) {
       log::debug("heartbeat failed", log::kv("error", r.error().message), log::kv("seq", m.seq));
     } else if (r->resync) {
-      log::info("scheduler asked for a full heartbeat", log::kv("epoch", r->epoch), log::kv("seq", m.seq));
+      log::info("scheduler asked for a full heartbeat", log::kv("epoch", r->epoch),
+                log::kv("seq", m.seq));
     }
     // A resync is answered at once, but only once in a row: a scheduler refusing even full lists
     // must not make us spin.

@@ -1,7 +1,6 @@
 #include "prewarm.h"
 
 #include <boost/asio/post.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -28,7 +27,8 @@ std::string url_escape(std::string_view s) {
 
 }  // namespace
 
-prewarm_executor::prewarm_executor(deps d, options o) : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel)) {}
+prewarm_executor::prewarm_executor(deps d, options o)
+    : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel)) {}
 
 prewarm_executor::~prewarm_executor() {
   request_stop();
@@ -63,7 +63,8 @@ void prewarm_executor::submit(const std::vector<heartbeat::prewarm_order>& order
       j->order = o;
       if (jobs_.size() >= opts_.max_orders) {
         j->state = heartbeat::order_state::failed;
-        j->error = "too many prewarm orders on this node (" + std::to_string(opts_.max_orders) + ")";
+        j->error =
+            "too many prewarm orders on this node (" + std::to_string(opts_.max_orders) + ")";
         j->ended = std::chrono::steady_clock::now();
       } else {
         queue_.push_back(j);
@@ -84,7 +85,8 @@ std::uint64_t prewarm_executor::bytes_done(const heartbeat::prewarm_order& o) co
       done += ob.size;
     } else if (auto dl = d_.swarm.find(ob.id)) {
       std::uint64_t piece = dl->meta().piece_size;
-      done += std::min<std::uint64_t>(ob.size, static_cast<std::uint64_t>(dl->pieces_done()) * piece);
+      done +=
+          std::min<std::uint64_t>(ob.size, static_cast<std::uint64_t>(dl->pieces_done()) * piece);
     }
   }
   return done;
@@ -97,7 +99,8 @@ std::vector<heartbeat::order_report> prewarm_executor::reports() {
     std::lock_guard lk(mu_);
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       auto& j = *it->second;
-      bool ended = j.state == heartbeat::order_state::done || j.state == heartbeat::order_state::failed;
+      bool ended =
+          j.state == heartbeat::order_state::done || j.state == heartbeat::order_state::failed;
       if (ended && now - j.ended > opts_.keep) {
         it = jobs_.erase(it);
         continue;
@@ -138,8 +141,8 @@ void prewarm_executor::run() {
       j->ended = std::chrono::steady_clock::now();
       cb = on_change_;
     }
-    log::info("prewarm order ended", log::kv("id", j->order.id), log::kv("state", heartbeat::to_string(j->state)),
-              log::kv("error", j->error));
+    log::info("prewarm order ended", log::kv("id", j->order.id),
+              log::kv("state", heartbeat::to_string(j->state)), log::kv("error", j->error));
     if (cb) cb();
   }
 }
@@ -169,7 +172,8 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
       platform = it != d_.cfg.node.labels.end() ? it->second : "linux/amd64";
     }
     auto objs = resolve_image(d_.http, d_.cfg.upstream.registry_proxy, o.image, platform,
-                              std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get()));
+                              std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  d_.cfg.upstream.request_timeout.get()));
     if (!objs) return failed(objs.error().message);
     o.objects = std::move(*objs);
     std::lock_guard lk(mu_);
@@ -179,7 +183,8 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
     auto until = cache::clock::now() + std::chrono::seconds(o.pin_seconds);
     for (const auto& ob : o.objects) {
       if (auto s = d_.store.pin(ob.id, "prewarm:" + o.id, until); !s) {
-        log::warn("prewarm pin failed", log::kv("digest", ob.id.str()), log::kv("error", s.error().message));
+        log::warn("prewarm pin failed", log::kv("digest", ob.id.str()),
+                  log::kv("error", s.error().message));
       }
     }
   }
@@ -209,32 +214,35 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
   }
   if (!first_error.empty()) return failed(first_error);
   for (const auto& ob : o.objects) {
-    if (!d_.store.contains(ob.id)) return failed(ob.id.str() + " is not in the cache after its fetch");
+    if (!d_.store.contains(ob.id))
+      return failed(ob.id.str() + " is not in the cache after its fetch");
   }
   std::lock_guard lk(mu_);
   j->state = heartbeat::order_state::done;
 }
 
-result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(http::client& c,
-                                                                            const std::string& registry_proxy,
-                                                                            const std::string& image,
-                                                                            const std::string& platform,
-                                                                            std::chrono::milliseconds timeout) {
+result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(
+    http::client& c, const std::string& registry_proxy, const std::string& image,
+    const std::string& platform, std::chrono::milliseconds timeout) {
   auto ref = oci::parse_image_ref(image);
   if (!ref) return fail(ref.error());
   std::string base = registry_proxy;
   while (!base.empty() && base.back() == '/') base.pop_back();
   auto get = [&](const std::string& reference) -> result<nlohmann::json> {
     http::client_request r;
-    r.url = base + "/v2/" + ref->repository + "/manifests/" + reference + "?ns=" + url_escape(ref->registry);
+    r.url = base + "/v2/" + ref->repository + "/manifests/" + reference +
+            "?ns=" + url_escape(ref->registry);
     r.headers.emplace_back("Accept", std::string(oci::media::accept_all));
     r.timeouts.connect = std::chrono::milliseconds(3000);
     r.timeouts.stall = timeout;
     auto f = http::fetch(c, std::move(r), 8u << 20);
     if (!f) return fail(f.error().wrap("manifest " + reference));
-    if (f->status != 200) return fail(errc::upstream_error, "manifest " + reference + ": HTTP " + std::to_string(f->status));
+    if (f->status != 200)
+      return fail(errc::upstream_error,
+                  "manifest " + reference + ": HTTP " + std::to_string(f->status));
     auto j = nlohmann::json::parse(f->body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
+    if (j.is_discarded() || !j.is_object())
+      return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
     return j;
   };
   auto top = get(ref->dig ? ref->dig->str() : ref->tag);
@@ -242,7 +250,8 @@ result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(htt
   nlohmann::json m = *top;
   if (m.contains("manifests") && m["manifests"].is_array()) {
     auto slash = platform.find('/');
-    std::string os = platform.substr(0, slash), arch = slash == std::string::npos ? "" : platform.substr(slash + 1);
+    std::string os = platform.substr(0, slash),
+                arch = slash == std::string::npos ? "" : platform.substr(slash + 1);
     if (auto s2 = arch.find('/'); s2 != std::string::npos) arch = arch.substr(0, s2);
     std::string chosen;
     for (const auto& e : m["manifests"]) {
@@ -260,8 +269,8 @@ result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(htt
   }
   std::vector<heartbeat::order_object> out;
   auto add = [&](const nlohmann::json& desc) -> status {
-    if (!desc.is_object() || !desc.contains("digest") || !desc["digest"].is_string() || !desc.contains("size") ||
-        !desc["size"].is_number_unsigned()) {
+    if (!desc.is_object() || !desc.contains("digest") || !desc["digest"].is_string() ||
+        !desc.contains("size") || !desc["size"].is_number_unsigned()) {
       return fail(errc::protocol_error, "manifest of " + image + " has a malformed descriptor");
     }
     auto d = digest::parse(desc["digest"].get<std::string>());
@@ -269,7 +278,8 @@ result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(htt
     out.push_back({*d, desc["size"].get<std::uint64_t>()});
     return {};
   };
-  if (!m.contains("config")) return fail(errc::protocol_error, "manifest of " + image + " has no config");
+  if (!m.contains("config"))
+    return fail(errc::protocol_error, "manifest of " + image + " has no config");
   if (auto s = add(m["config"]); !s) return fail(s.error());
   if (m.contains("layers") && m["layers"].is_array()) {
     for (const auto& l : m["layers"]) {

@@ -15,9 +15,8 @@
 // fetches fail fast) → destructor (joins). Threading: public methods are thread-safe; one
 // executor thread plus a small pool for the objects of the running order.
 
-#include <boost/asio/thread_pool.hpp>
-
 #include <atomic>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -66,8 +65,8 @@ class prewarm_executor {
 
   // Resolves an image for a platform through registry-proxy into its config and layers.
   [[nodiscard]] static result<std::vector<heartbeat::order_object>> resolve_image(
-      http::client& c, const std::string& registry_proxy, const std::string& image, const std::string& platform,
-      std::chrono::milliseconds timeout);
+      http::client& c, const std::string& registry_proxy, const std::string& image,
+      const std::string& platform, std::chrono::milliseconds timeout);
 
  private:
   struct job {

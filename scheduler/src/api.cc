@@ -25,10 +25,13 @@ constexpr std::size_t max_api_body = 1u << 20;
 
 // The request body as a JSON object, or the error response.
 result<json> body_object(const http::request& req) {
-  if (req.body.size() > max_api_body) return fail(errc::too_large, "request body larger than 1 MiB");
-  if (heartbeat::json_too_deep(req.body)) return fail(errc::invalid_argument, "request body nests too deep");
+  if (req.body.size() > max_api_body)
+    return fail(errc::too_large, "request body larger than 1 MiB");
+  if (heartbeat::json_too_deep(req.body))
+    return fail(errc::invalid_argument, "request body nests too deep");
   auto j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::invalid_argument, "request body must be a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "request body must be a JSON object");
   return j;
 }
 
@@ -37,13 +40,16 @@ unsigned status_of(const error& e) {
   if (e.is(errc::not_found)) return 404;
   if (e.is(errc::busy)) return 429;
   if (e.is(errc::timeout)) return 504;
-  if (e.is(errc::invalid_argument) || e.is(errc::invalid_digest) || e.code.category() == digest_category()) return 400;
+  if (e.is(errc::invalid_argument) || e.is(errc::invalid_digest) ||
+      e.code.category() == digest_category())
+    return 400;
   return 502;
 }
 
 std::string route_label(std::string_view path) {
-  for (std::string_view p : {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
-                             "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce"}) {
+  for (std::string_view p :
+       {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
+        "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce"}) {
     if (path.rfind(p, 0) == 0) return std::string(p);
   }
   return "other";
@@ -66,18 +72,24 @@ std::string random_id(std::string_view prefix) {
 
 api::api(api_deps d)
     : d_(d),
-      heartbeats_(&d.reg.counter("shoal_scheduler_heartbeats_total", "Heartbeats accepted.").with({})),
-      bad_heartbeats_(&d.reg.counter("shoal_scheduler_bad_heartbeats_total", "Heartbeats refused as malformed.").with({})),
-      resyncs_(d.reg.counter("shoal_scheduler_resyncs_total",
-                             "Heartbeat deltas refused with a resync request, by reason (unknown_node, epoch, gap).",
-                             {"reason"})),
-      latency_(d.reg.histogram("shoal_scheduler_placement_duration_seconds",
-                               "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
-                               {"api"}, metrics::default_buckets())),
-      requests_(d.reg.counter("shoal_scheduler_api_requests_total", "REST requests answered, by route and status.",
-                              {"route", "code"})) {
+      heartbeats_(
+          &d.reg.counter("shoal_scheduler_heartbeats_total", "Heartbeats accepted.").with({})),
+      bad_heartbeats_(
+          &d.reg.counter("shoal_scheduler_bad_heartbeats_total", "Heartbeats refused as malformed.")
+               .with({})),
+      resyncs_(d.reg.counter(
+          "shoal_scheduler_resyncs_total",
+          "Heartbeat deltas refused with a resync request, by reason (unknown_node, epoch, gap).",
+          {"reason"})),
+      latency_(d.reg.histogram(
+          "shoal_scheduler_placement_duration_seconds",
+          "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
+          {"api"}, metrics::default_buckets())),
+      requests_(d.reg.counter("shoal_scheduler_api_requests_total",
+                              "REST requests answered, by route and status.", {"route", "code"})) {
   // Every series exists from the start, so dashboards and alerts see zeros rather than gaps.
-  for (const char* a : {"place", "filter", "prioritize", "prewarm", "images"}) (void)latency_.with({a});
+  for (const char* a : {"place", "filter", "prioritize", "prewarm", "images"})
+    (void)latency_.with({a});
   for (const char* r : {"unknown_node", "epoch", "gap"}) (void)resyncs_.with({r});
 }
 
@@ -95,7 +107,9 @@ http::response api::serve(const http::request& req) {
     requests_.with({route_label(path), std::to_string(r.status)}).inc();
     return r;
   };
-  auto need = [&](http::verb v) { return req.method == v || (v == http::verb::get && req.method == http::verb::head); };
+  auto need = [&](http::verb v) {
+    return req.method == v || (v == http::verb::get && req.method == http::verb::head);
+  };
   if (path == "/announce") return d_.trk.handle(req);
   if (path == "/v1/heartbeat") {
     if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
@@ -103,13 +117,15 @@ http::response api::serve(const http::request& req) {
   }
   if (path == "/v1/extender/filter" || path == "/v1/extender/prioritize") {
     if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
-    return finish(path == "/v1/extender/filter" ? d_.ext.filter(req.body) : d_.ext.prioritize(req.body));
+    return finish(path == "/v1/extender/filter" ? d_.ext.filter(req.body)
+                                                : d_.ext.prioritize(req.body));
   }
   if (path == "/v1/place") {
     if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
     return finish(on_place(req));
   }
-  if (path == "/v1/prewarm" && req.method == http::verb::post) return finish(on_prewarm_create(req));
+  if (path == "/v1/prewarm" && req.method == http::verb::post)
+    return finish(on_prewarm_create(req));
   if (path == "/v1/prewarm" || path.rfind("/v1/prewarm/", 0) == 0) {
     if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
     return finish(on_prewarm_get(path.substr(std::string_view("/v1/prewarm").size())));
@@ -122,10 +138,14 @@ http::response api::serve(const http::request& req) {
     auto rest = http::percent_decode(rest_raw, false);
     if (!rest) return finish(json_error(400, "malformed percent-encoding in the path"));
     switch (fn) {
-      case 0: return finish(on_nodes(*rest));
-      case 1: return finish(on_object(*rest));
-      case 2: return finish(on_image(req, *rest));
-      default: return finish(on_dataset(*rest));
+      case 0:
+        return finish(on_nodes(*rest));
+      case 1:
+        return finish(on_object(*rest));
+      case 2:
+        return finish(on_image(req, *rest));
+      default:
+        return finish(on_dataset(*rest));
     }
   }
   return finish(json_error(404, "no such endpoint"));
@@ -135,14 +155,15 @@ http::response api::on_heartbeat(const http::request& req) {
   auto m = heartbeat::decode(req.body);
   if (!m) {
     bad_heartbeats_->inc();
-    log::warn("bad heartbeat", log::kv("from", req.remote.address().to_string()), log::kv("error", m.error().message));
+    log::warn("bad heartbeat", log::kv("from", req.remote.address().to_string()),
+              log::kv("error", m.error().message));
     return json_error(m.error().is(errc::too_large) ? 413 : 400, m.error().message);
   }
   auto out = d_.index.apply(*m, req.remote.address().to_string());
   if (out.resync) {
     resyncs_.with({out.resync_reason}).inc();
-    log::info("heartbeat delta refused: resync", log::kv("node", m->node), log::kv("reason", out.resync_reason),
-              log::kv("seq", m->seq));
+    log::info("heartbeat delta refused: resync", log::kv("node", m->node),
+              log::kv("reason", out.resync_reason), log::kv("seq", m->seq));
   }
   if (m->bt_port != 0) {
     auto label = [&](const char* k) {
@@ -153,8 +174,8 @@ http::response api::on_heartbeat(const http::request& req) {
     if (out.full) {
       d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack, out.added, true);
     } else {
-      d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack, out.resync ? std::vector<info_hash>{} : out.added,
-                          false);
+      d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack,
+                          out.resync ? std::vector<info_hash>{} : out.added, false);
       if (!out.removed.empty()) d_.trk.remove_holdings(out.ip, m->bt_port, out.removed);
     }
   }
@@ -168,7 +189,8 @@ http::response api::on_heartbeat(const http::request& req) {
   return http::response::json(200, heartbeat::encode(r));
 }
 
-json api::node_json(const node_summary& n, const std::map<std::string, std::uint32_t>& reserved) const {
+json api::node_json(const node_summary& n,
+                    const std::map<std::string, std::uint32_t>& reserved) const {
   node_view nv;
   nv.name = n.name;
   nv.netsetup = n.netsetup;
@@ -227,11 +249,16 @@ http::response api::on_object(std::string_view rest) {
   json holders = json::array();
   std::size_t healthy = 0;
   for (const auto& h : o->holders) {
-    holders.push_back({{"node", h.node}, {"healthy", h.healthy}, {"zone", h.zone}, {"rack", h.rack}});
+    holders.push_back(
+        {{"node", h.node}, {"healthy", h.healthy}, {"zone", h.zone}, {"rack", h.rack}});
     healthy += h.healthy;
   }
-  json out = {{"digest", d->str()},  {"size", o->ref.size},          {"info_hash", o->info_hash},
-              {"kind", o->kind},     {"holders", std::move(holders)}, {"holder_count", o->holders.size()},
+  json out = {{"digest", d->str()},
+              {"size", o->ref.size},
+              {"info_hash", o->info_hash},
+              {"kind", o->kind},
+              {"holders", std::move(holders)},
+              {"holder_count", o->holders.size()},
               {"healthy_holders", healthy}};
   return http::response::json(200, dump(out));
 }
@@ -243,11 +270,12 @@ json api::holders_json(std::span<const object_ref> objects, const std::string& p
   for (const auto& n : d_.index.nodes()) {
     if (!platform.empty() && n.platform != platform) continue;
     auto h = d_.index.held(n.name, objects);
-    nodes.push_back({{"node", n.name},
-                     {"healthy", n.healthy},
-                     {"objects_present", h.count},
-                     {"bytes_present", h.bytes},
-                     {"fraction", total ? static_cast<double>(h.bytes) / static_cast<double>(total) : 1.0}});
+    nodes.push_back(
+        {{"node", n.name},
+         {"healthy", n.healthy},
+         {"objects_present", h.count},
+         {"bytes_present", h.bytes},
+         {"fraction", total ? static_cast<double>(h.bytes) / static_cast<double>(total) : 1.0}});
   }
   return nodes;
 }
@@ -260,7 +288,8 @@ http::response api::on_image(const http::request& req, std::string_view rest) {
   if (platform.empty() || platform.size() > 64 || platform.find('/') == std::string::npos) {
     return json_error(400, "platform must be os/arch[/variant]");
   }
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
   auto r = d_.res.resolve_many({{std::string(rest), platform}}, wait);
   if (!r[0]) return json_error(status_of(r[0].error()), r[0].error().message);
   json objs = json::array();
@@ -285,7 +314,9 @@ http::response api::on_dataset(std::string_view rest) {
     list.push_back({{"digest", o.id.str()}, {"size", o.size}});
     bytes += o.size;
   }
-  json out = {{"dataset", std::string(rest)}, {"objects", std::move(list)}, {"bytes", bytes},
+  json out = {{"dataset", std::string(rest)},
+              {"objects", std::move(list)},
+              {"bytes", bytes},
               {"nodes", holders_json(*objs, "")}};
   return http::response::json(200, dump(out));
 }
@@ -303,14 +334,17 @@ http::response api::on_place(const http::request& req) {
     dry_run = it->get<bool>();
   }
   if (auto it = body->find("standby"); it != body->end()) {
-    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 1024) return json_error(400, "standby must be 0..1024");
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 1024)
+      return json_error(400, "standby must be 0..1024");
     standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
   }
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
   auto r = d_.place.place(*job, standby, !dry_run, wait);
   if (!r) return json_error(status_of(r.error()), r.error().message);
   auto out = to_json(r->p, r->view, *job, d_.place.network());
-  log::info("placed", log::kv("feasible", r->p.feasible), log::kv("nodes", job->nodes), log::kv("gpus", job->gpus),
+  log::info("placed", log::kv("feasible", r->p.feasible), log::kv("nodes", job->nodes),
+            log::kv("gpus", job->gpus),
             log::kv("chosen", r->p.chosen.empty() ? std::string() : r->p.chosen.front()),
             log::kv("segment", r->p.segment), log::kv("reason", r->p.reason));
   return http::response::json(200, dump(out));
@@ -321,12 +355,16 @@ http::response api::on_prewarm_create(const http::request& req) {
   auto body = body_object(req);
   if (!body) return json_error(status_of(body.error()), body.error().message);
   const json& b = *body;
-  static const std::set<std::string> known = {"images", "datasets", "nodes", "selector", "job", "standby"};
+  static const std::set<std::string> known = {"images",   "datasets", "nodes",
+                                              "selector", "job",      "standby"};
   for (const auto& [k, v] : b.items()) {
-    if (!known.count(k)) return json_error(400, "unknown prewarm field \"" + k.substr(0, 64) + "\"");
+    if (!known.count(k))
+      return json_error(400, "unknown prewarm field \"" + k.substr(0, 64) + "\"");
   }
-  int targets = (b.contains("nodes") ? 1 : 0) + (b.contains("selector") ? 1 : 0) + (b.contains("job") ? 1 : 0);
-  if (targets != 1) return json_error(400, "a prewarm needs exactly one of nodes, selector and job");
+  int targets = (b.contains("nodes") ? 1 : 0) + (b.contains("selector") ? 1 : 0) +
+                (b.contains("job") ? 1 : 0);
+  if (targets != 1)
+    return json_error(400, "a prewarm needs exactly one of nodes, selector and job");
   // The images and datasets: top level, else the job's.
   json what = json::object();
   for (const char* k : {"images", "datasets"}) {
@@ -336,15 +374,18 @@ http::response api::on_prewarm_create(const http::request& req) {
   if (!spec) return json_error(400, spec.error().message);
   std::uint32_t standby = 0;
   if (auto it = b.find("standby"); it != b.end()) {
-    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 64) return json_error(400, "standby must be 0..64");
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 64)
+      return json_error(400, "standby must be 0..64");
     standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
   }
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
   std::vector<planned_node> planned;
   std::string platform_override;
   json job_answer;
   if (auto it = b.find("nodes"); it != b.end()) {
-    if (!it->is_array() || it->empty() || it->size() > 10000) return json_error(400, "nodes must be a non-empty list of node names");
+    if (!it->is_array() || it->empty() || it->size() > 10000)
+      return json_error(400, "nodes must be a non-empty list of node names");
     std::set<std::string> seen;
     std::vector<std::string> unknown;
     for (const auto& n : *it) {
@@ -362,7 +403,8 @@ http::response api::on_prewarm_create(const http::request& req) {
       return json_error(404, "unknown node(s): " + list);
     }
   } else if (auto it = b.find("selector"); it != b.end()) {
-    if (!it->is_object() || it->empty() || it->size() > 32) return json_error(400, "selector must be a non-empty object of labels");
+    if (!it->is_object() || it->empty() || it->size() > 32)
+      return json_error(400, "selector must be a non-empty object of labels");
     for (const auto& n : d_.index.nodes()) {
       if (!n.healthy) continue;
       bool match = true;
@@ -384,14 +426,16 @@ http::response api::on_prewarm_create(const http::request& req) {
     if (!placed) return json_error(status_of(placed.error()), placed.error().message);
     job_answer = to_json(placed->p, placed->view, *job, d_.place.network());
     if (!placed->p.feasible) {
-      return http::response::json(409, dump(json{{"error", "the job cannot be placed: " + placed->p.reason},
-                                                 {"placement", job_answer}}));
+      return http::response::json(
+          409, dump(json{{"error", "the job cannot be placed: " + placed->p.reason},
+                         {"placement", job_answer}}));
     }
     for (const auto& n : placed->p.chosen) planned.push_back({n, "primary", {}});
     for (const auto& n : placed->p.standby) planned.push_back({n, "standby", {}});
     platform_override = job->platform;
   }
-  if (spec->images.empty() && spec->datasets.empty()) return json_error(400, "nothing to prewarm: no images or datasets");
+  if (spec->images.empty() && spec->datasets.empty())
+    return json_error(400, "nothing to prewarm: no images or datasets");
 
   // Resolve every image for every platform among the targets.
   std::map<std::string, std::string> platform_of;
@@ -399,8 +443,8 @@ http::response api::on_prewarm_create(const http::request& req) {
   for (const auto& p : planned) {
     auto n = d_.index.node(p.node);
     std::string plat = !platform_override.empty() ? platform_override
-                       : n                         ? n->platform
-                                                   : d_.cfg.resolver.default_platform;
+                       : n                        ? n->platform
+                                                  : d_.cfg.resolver.default_platform;
     platform_of[p.node] = plat;
     platforms.insert(plat);
   }

@@ -19,9 +19,8 @@
 
 #include <chrono>
 #include <functional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/http_server.h"
 #include "common/metrics.h"
@@ -67,8 +66,10 @@ class api {
   http::response on_place(const http::request& req);
   http::response on_prewarm_create(const http::request& req);
   http::response on_prewarm_get(std::string_view rest);
-  nlohmann::json node_json(const node_summary& n, const std::map<std::string, std::uint32_t>& reserved) const;
-  nlohmann::json holders_json(std::span<const object_ref> objects, const std::string& platform) const;
+  nlohmann::json node_json(const node_summary& n,
+                           const std::map<std::string, std::uint32_t>& reserved) const;
+  nlohmann::json holders_json(std::span<const object_ref> objects,
+                              const std::string& platform) const;
 
   api_deps d_;
   metrics::counter* heartbeats_;

@@ -46,7 +46,9 @@ status app::init() {
   std::string epoch = to_hex(std::span<const std::uint8_t>(b, sizeof b));
 
   tracker_options to;
-  auto secs = [](const config::duration& d) { return std::chrono::duration_cast<std::chrono::seconds>(d.get()); };
+  auto secs = [](const config::duration& d) {
+    return std::chrono::duration_cast<std::chrono::seconds>(d.get());
+  };
   to.interval = secs(cfg_.tracker.interval);
   to.seed_interval = secs(cfg_.tracker.seed_interval);
   to.min_interval = secs(cfg_.tracker.min_interval);
@@ -66,8 +68,9 @@ status app::init() {
   co.max_connections_per_host = static_cast<std::size_t>(cfg_.resolver.threads) + 2;
   http_client_ = std::make_unique<http::client>(co);
   manifests_ = std::make_unique<registry_proxy_source>(
-      *http_client_, registry_proxy_options{cfg_.resolver.registry_proxy, ms(cfg_.resolver.connect_timeout),
-                                            ms(cfg_.resolver.request_timeout)});
+      *http_client_,
+      registry_proxy_options{cfg_.resolver.registry_proxy, ms(cfg_.resolver.connect_timeout),
+                             ms(cfg_.resolver.request_timeout)});
   resolver_options ro;
   ro.tag_ttl = ms(cfg_.resolver.tag_ttl);
   ro.max_manifests = cfg_.resolver.max_manifests;
@@ -95,22 +98,24 @@ status app::init() {
   eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
 
-  api_ = std::make_unique<api>(
-      api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_, *prewarm_, *extender_, reg_});
+  api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
+                                        *prewarm_, *extender_, reg_});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
-  server_ = std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
-    handle(std::move(r), std::move(resp));
-  });
+  server_ = std::make_unique<http::server>(
+      rt_.io(), so,
+      [this](http::request&& r, http::responder resp) { handle(std::move(r), std::move(resp)); });
   auto hp = http::split_host_port(cfg_.http.listen);
   if (!hp) return fail(hp.error().wrap("http.listen"));
   if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
   schedule_maintenance();
-  log::info("scheduler listening", log::kv("address", cfg_.http.listen), log::kv("port", server_->port()),
-            log::kv("epoch", epoch), log::kv("registry_proxy", cfg_.resolver.registry_proxy),
+  log::info("scheduler listening", log::kv("address", cfg_.http.listen),
+            log::kv("port", server_->port()), log::kv("epoch", epoch),
+            log::kv("registry_proxy", cfg_.resolver.registry_proxy),
             log::kv("extender_mode", cfg_.extender.mode));
-  for (const auto& [k, v] : config::non_defaults(cfg_)) log::info("config", log::kv("key", k), log::kv("value", v));
+  for (const auto& [k, v] : config::non_defaults(cfg_))
+    log::info("config", log::kv("key", k), log::kv("value", v));
   return {};
 }
 
@@ -121,7 +126,8 @@ void app::register_metrics() {
                   [t] { return static_cast<double>(t->stats().announces); });
   reg_.counter_fn("shoal_tracker_bad_announces_total", "Announces refused as malformed.",
                   [t] { return static_cast<double>(t->stats().bad_announces); });
-  reg_.gauge_fn("shoal_tracker_swarms", "Swarms known.", [t] { return static_cast<double>(t->stats().swarms); });
+  reg_.gauge_fn("shoal_tracker_swarms", "Swarms known.",
+                [t] { return static_cast<double>(t->stats().swarms); });
   reg_.gauge_fn("shoal_tracker_peers", "Peer entries across swarms.",
                 [t] { return static_cast<double>(t->stats().peers); });
   auto* idx = index_.get();
@@ -133,17 +139,23 @@ void app::register_metrics() {
                 [idx] { return static_cast<double>(idx->stats().objects); });
   reg_.gauge_fn("shoal_scheduler_index_holdings", "(node, object) pairs in the cache index.",
                 [idx] { return static_cast<double>(idx->stats().holdings); });
-  dropped_ = &reg_.counter("shoal_scheduler_nodes_dropped_total", "Nodes forgotten after missing heartbeats.").with({});
+  dropped_ = &reg_.counter("shoal_scheduler_nodes_dropped_total",
+                           "Nodes forgotten after missing heartbeats.")
+                  .with({});
   auto* res = resolver_.get();
-  reg_.counter_fn("shoal_scheduler_resolver_cache_hits_total", "Manifest and tag lookups answered from memory.",
+  reg_.counter_fn("shoal_scheduler_resolver_cache_hits_total",
+                  "Manifest and tag lookups answered from memory.",
                   [res] { return static_cast<double>(res->stats().hits); });
-  reg_.counter_fn("shoal_scheduler_resolver_fetches_total", "Manifests fetched from registry-proxy.",
+  reg_.counter_fn("shoal_scheduler_resolver_fetches_total",
+                  "Manifests fetched from registry-proxy.",
                   [res] { return static_cast<double>(res->stats().fetches); });
   reg_.counter_fn("shoal_scheduler_resolver_errors_total", "Manifest fetches that failed.",
                   [res] { return static_cast<double>(res->stats().errors); });
-  prewarm_orders_ = &reg_.gauge("shoal_scheduler_prewarm_orders",
-                                "Prewarm orders (one per image or dataset per node) by state.", {"state"});
-  for (const char* s : {"pending", "queued", "running", "done", "failed"}) prewarm_orders_->with({s}).set(0);
+  prewarm_orders_ =
+      &reg_.gauge("shoal_scheduler_prewarm_orders",
+                  "Prewarm orders (one per image or dataset per node) by state.", {"state"});
+  for (const char* s : {"pending", "queued", "running", "done", "failed"})
+    prewarm_orders_->with({s}).set(0);
 }
 
 void app::schedule_maintenance() {
@@ -165,14 +177,16 @@ void app::maintenance() {
   tracker_->expire();
   prewarm_->tick();
   auto c = prewarm_->counts();
-  for (const auto& [state, n] : c.orders) prewarm_orders_->with({state}).set(static_cast<double>(n));
+  for (const auto& [state, n] : c.orders)
+    prewarm_orders_->with({state}).set(static_cast<double>(n));
 }
 
 void app::handle(http::request&& req, http::responder resp) {
   auto health = [] { return daemon::health{}; };
   if (daemon::serve_ops(req, resp, reg_, health)) return;
   if (api::is_heartbeat(req)) {
-    boost::asio::post(heartbeat_pool_, [this, req = std::move(req), resp] { resp.send(api_->serve(req)); });
+    boost::asio::post(heartbeat_pool_,
+                      [this, req = std::move(req), resp] { resp.send(api_->serve(req)); });
     return;
   }
   if (api::heavy(req)) {

@@ -10,7 +10,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
-
 #include <memory>
 #include <string>
 

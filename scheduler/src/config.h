@@ -18,14 +18,14 @@ struct tracker_config {
   config::duration peer_timeout = 180s;  // drop peers (and heartbeat holders) silent this long
   int default_numwant = 50;
   int max_numwant = 200;
-  bool trust_announced_ip = true;        // use ip= from peerd (its data-plane address)
+  bool trust_announced_ip = true;  // use ip= from peerd (its data-plane address)
 };
 void describe(config::binder& b, tracker_config& c);
 
 // Liveness of nodes, from their heartbeats.
 struct nodes_config {
-  config::duration unhealthy_after = 30s;  // no heartbeat this long: unhealthy (not placed on)
-  config::duration drop_after = 5min;      // no heartbeat this long: forgotten with its objects
+  config::duration unhealthy_after = 30s;     // no heartbeat this long: unhealthy (not placed on)
+  config::duration drop_after = 5min;         // no heartbeat this long: forgotten with its objects
   config::duration heartbeat_interval = 10s;  // what peerds are configured with (documentation
                                               // and the restart test: resync within one period)
 };
@@ -65,18 +65,18 @@ void describe(config::binder& b, placement_config& c);
 
 // The kube-scheduler extender.
 struct extender_config {
-  std::string mode = "soft";          // soft (prioritize only) | hard (filter too)
-  std::string max_missing = "10%";    // hard mode: filter nodes missing more ("10%" or "2GiB")
+  std::string mode = "soft";              // soft (prioritize only) | hard (filter too)
+  std::string max_missing = "10%";        // hard mode: filter nodes missing more ("10%" or "2GiB")
   config::duration resolve_timeout = 2s;  // answer with what is known after this long
   config::byte_size max_request_bytes = config::byte_size::mib(32);
 };
 void describe(config::binder& b, extender_config& c);
 
 struct prewarm_config {
-  config::duration timeout = 30min;     // a prewarm not complete by then fails
-  config::duration retention = 1h;      // finished prewarms are reported this long
-  std::uint32_t max_prewarms = 1000;    // kept at once (oldest finished dropped first)
-  config::duration pin_for = 1h;        // nodes pin prewarmed objects this long
+  config::duration timeout = 30min;   // a prewarm not complete by then fails
+  config::duration retention = 1h;    // finished prewarms are reported this long
+  std::uint32_t max_prewarms = 1000;  // kept at once (oldest finished dropped first)
+  config::duration pin_for = 1h;      // nodes pin prewarmed objects this long
 };
 void describe(config::binder& b, prewarm_config& c);
 

@@ -19,20 +19,32 @@ std::vector<object_ref> dedup(std::span<const object_ref> objects) {
 
 std::string_view to_string(source s) noexcept {
   switch (s) {
-    case source::local: return "local";
-    case source::rack: return "rack";
-    case source::zone: return "zone";
-    case source::cluster: return "cluster";
-    case source::origin: return "origin";
-    case source::upstream: return "upstream";
+    case source::local:
+      return "local";
+    case source::rack:
+      return "rack";
+    case source::zone:
+      return "zone";
+    case source::cluster:
+      return "cluster";
+    case source::origin:
+      return "origin";
+    case source::upstream:
+      return "upstream";
   }
   return "unknown";
 }
 
 cost_model cost_model::from(const cost_config& c) {
   cost_model m;
-  auto bw = [](const config::byte_size& b) { return std::max<double>(1.0, static_cast<double>(b.bytes())); };
-  m.bandwidth = {0, bw(c.rack_bandwidth), bw(c.zone_bandwidth), bw(c.cluster_bandwidth), bw(c.origin_bandwidth),
+  auto bw = [](const config::byte_size& b) {
+    return std::max<double>(1.0, static_cast<double>(b.bytes()));
+  };
+  m.bandwidth = {0,
+                 bw(c.rack_bandwidth),
+                 bw(c.zone_bandwidth),
+                 bw(c.cluster_bandwidth),
+                 bw(c.origin_bandwidth),
                  bw(c.upstream_bandwidth)};
   m.ingress = bw(c.node_ingress);
   m.parallel = c.model == "parallel";
@@ -59,7 +71,8 @@ double cost_model::cold_seconds(std::uint64_t bytes) const {
   return seconds(b);
 }
 
-evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects, const cost_model& m)
+evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
+                     const cost_model& m)
     : v_(v), m_(m) {
   objs_.reserve(objects.size());
   for (const auto& o : objects) {
@@ -98,9 +111,12 @@ node_cost evaluator::cost(std::uint32_t node) const {
     if (p.holders && std::binary_search(p.holders->begin(), p.holders->end(), node)) {
       s = source::local;
     } else if (p.any_healthy) {
-      if (!rack_key.empty() && std::binary_search(p.racks.begin(), p.racks.end(), rack_key)) s = source::rack;
-      else if (!n.zone.empty() && std::binary_search(p.zones.begin(), p.zones.end(), n.zone)) s = source::zone;
-      else s = source::cluster;
+      if (!rack_key.empty() && std::binary_search(p.racks.begin(), p.racks.end(), rack_key))
+        s = source::rack;
+      else if (!n.zone.empty() && std::binary_search(p.zones.begin(), p.zones.end(), n.zone))
+        s = source::zone;
+      else
+        s = source::cluster;
     } else if (p.seen_before) {
       s = source::origin;
     }

@@ -40,8 +40,10 @@ result<pod_info> parse_pod(const json& pod) {
   if (!pod.is_object()) return fail(errc::invalid_argument, "Pod must be a v1.Pod object");
   pod_info p;
   if (const json* md = member(pod, "metadata")) {
-    if (const json* n = member(*md, "name"); n && n->is_string()) p.name = n->get<std::string>().substr(0, 253);
-    if (const json* n = member(*md, "namespace"); n && n->is_string()) p.ns = n->get<std::string>().substr(0, 253);
+    if (const json* n = member(*md, "name"); n && n->is_string())
+      p.name = n->get<std::string>().substr(0, 253);
+    if (const json* n = member(*md, "namespace"); n && n->is_string())
+      p.ns = n->get<std::string>().substr(0, 253);
     if (const json* a = member(*md, "annotations"); a && a->is_object()) {
       auto get = [&](std::string_view key) -> std::optional<std::string> {
         auto it = a->find(std::string(key));
@@ -65,12 +67,15 @@ result<pod_info> parse_pod(const json& pod) {
       }
       if (auto m = get(annotation_placement)) {
         std::string mode = trim(*m);
-        if (mode == "soft" || mode == "hard") p.mode = mode;
-        else p.warnings.push_back(std::string(annotation_placement) + " must be soft or hard");
+        if (mode == "soft" || mode == "hard")
+          p.mode = mode;
+        else
+          p.warnings.push_back(std::string(annotation_placement) + " must be soft or hard");
       }
       if (auto t = get(annotation_max_missing)) {
         p.max_missing = parse_threshold(*t);
-        if (!p.max_missing) p.warnings.push_back(std::string(annotation_max_missing) + " must be like 10% or 2GiB");
+        if (!p.max_missing)
+          p.warnings.push_back(std::string(annotation_max_missing) + " must be like 10% or 2GiB");
       }
     }
   }
@@ -100,9 +105,11 @@ result<pod_info> parse_pod(const json& pod) {
 }
 
 result<extender_args> parse_extender_args(std::string_view body, std::size_t max_nodes) {
-  if (heartbeat::json_too_deep(body)) return fail(errc::invalid_argument, "ExtenderArgs nests too deep");
+  if (heartbeat::json_too_deep(body))
+    return fail(errc::invalid_argument, "ExtenderArgs nests too deep");
   auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::invalid_argument, "ExtenderArgs is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "ExtenderArgs is not a JSON object");
   extender_args a;
   const json* pod = member(j, "Pod");
   if (!pod) return fail(errc::invalid_argument, "ExtenderArgs has no Pod");
@@ -112,26 +119,34 @@ result<extender_args> parse_extender_args(std::string_view body, std::size_t max
   const json* names = member(j, "NodeNames");
   const json* nodes = member(j, "Nodes");
   if (names) {
-    if (!names->is_array()) return fail(errc::invalid_argument, "NodeNames must be a list of strings");
-    if (names->size() > max_nodes) return fail(errc::too_large, "NodeNames has more than " + std::to_string(max_nodes) + " entries");
+    if (!names->is_array())
+      return fail(errc::invalid_argument, "NodeNames must be a list of strings");
+    if (names->size() > max_nodes)
+      return fail(errc::too_large,
+                  "NodeNames has more than " + std::to_string(max_nodes) + " entries");
     for (const auto& n : *names) {
-      if (!n.is_string()) return fail(errc::invalid_argument, "NodeNames must be a list of strings");
+      if (!n.is_string())
+        return fail(errc::invalid_argument, "NodeNames must be a list of strings");
       a.names.push_back(n.get<std::string>());
     }
     a.names_form = true;
   } else if (nodes) {
-    if (!nodes->is_object()) return fail(errc::invalid_argument, "Nodes must be a v1.NodeList object");
+    if (!nodes->is_object())
+      return fail(errc::invalid_argument, "Nodes must be a v1.NodeList object");
     const json* items = member(*nodes, "items");
     a.node_items = json::array();
     if (items) {
       if (!items->is_array()) return fail(errc::invalid_argument, "Nodes.items must be a list");
-      if (items->size() > max_nodes) return fail(errc::too_large, "Nodes.items has more than " + std::to_string(max_nodes) + " entries");
+      if (items->size() > max_nodes)
+        return fail(errc::too_large,
+                    "Nodes.items has more than " + std::to_string(max_nodes) + " entries");
       std::size_t i = 0;
       for (const auto& n : *items) {
         const json* md = member(n, "metadata");
         const json* name = md ? member(*md, "name") : nullptr;
         if (!name || !name->is_string()) {
-          return fail(errc::invalid_argument, "Nodes.items[" + std::to_string(i) + "].metadata.name is missing");
+          return fail(errc::invalid_argument,
+                      "Nodes.items[" + std::to_string(i) + "].metadata.name is missing");
         }
         a.names.push_back(name->get<std::string>());
         a.node_items.push_back(n);
@@ -149,18 +164,21 @@ result<extender_args> parse_extender_args(std::string_view body, std::size_t max
 extender::extender(placer& p, extender_options o, metrics::registry& reg)
     : placer_(p),
       opts_(std::move(o)),
-      requests_(reg.counter("shoal_scheduler_extender_requests_total",
-                            "kube-scheduler extender calls by verb and result (ok, bad_request, error).",
-                            {"verb", "result"})),
-      latency_(reg.histogram("shoal_scheduler_placement_duration_seconds",
-                             "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
-                             {"api"}, metrics::default_buckets())) {
+      requests_(
+          reg.counter("shoal_scheduler_extender_requests_total",
+                      "kube-scheduler extender calls by verb and result (ok, bad_request, error).",
+                      {"verb", "result"})),
+      latency_(reg.histogram(
+          "shoal_scheduler_placement_duration_seconds",
+          "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
+          {"api"}, metrics::default_buckets())) {
   for (const char* verb : {"filter", "prioritize"}) {
     for (const char* result : {"ok", "bad_request", "error"}) (void)requests_.with({verb, result});
   }
 }
 
-std::vector<extender::verdict> extender::evaluate(const extender_args& a, std::vector<std::string>& errors) {
+std::vector<extender::verdict> extender::evaluate(const extender_args& a,
+                                                  std::vector<std::string>& errors) {
   job_spec job;
   job.images = a.pod.images;
   job.datasets = a.pod.datasets;
@@ -207,12 +225,15 @@ http::response extender::filter(std::string_view body) {
   metrics::scoped_timer t(latency_.with({"filter"}));
   if (body.size() > opts_.max_request_bytes) {
     requests_.with({"filter", "bad_request"}).inc();
-    return http::response::json(413, dump(filter_error("request larger than " + std::to_string(opts_.max_request_bytes) + " bytes")));
+    return http::response::json(
+        413, dump(filter_error("request larger than " + std::to_string(opts_.max_request_bytes) +
+                               " bytes")));
   }
   auto a = parse_extender_args(body);
   if (!a) {
     requests_.with({"filter", "bad_request"}).inc();
-    return http::response::json(a.error().is(errc::too_large) ? 413 : 400, dump(filter_error(a.error().message)));
+    return http::response::json(a.error().is(errc::too_large) ? 413 : 400,
+                                dump(filter_error(a.error().message)));
   }
   std::string mode = a->pod.mode.empty() ? opts_.mode : a->pod.mode;
   threshold limit = a->pod.max_missing.value_or(opts_.max_missing);
@@ -221,8 +242,10 @@ http::response extender::filter(std::string_view body) {
   json failed = json::object();
   std::string err;
   auto keep = [&](std::size_t i) {
-    if (a->names_form) passed_names.push_back(a->names[i]);
-    else passed_items.push_back(a->node_items[i]);
+    if (a->names_form)
+      passed_names.push_back(a->names[i]);
+    else
+      passed_items.push_back(a->node_items[i]);
   };
   if (mode != "hard") {
     for (std::size_t i = 0; i < a->names.size(); ++i) keep(i);
@@ -242,7 +265,8 @@ http::response extender::filter(std::string_view body) {
           failed[v.node] = "shoal: this node's peerd is unhealthy";
         } else if (limit.exceeded(v.cost)) {
           failed[v.node] = "shoal: node lacks " + std::to_string(v.cost.missing()) + " of " +
-                           std::to_string(v.cost.bytes_total) + " bytes (hard placement allows " + limit.str() + ")";
+                           std::to_string(v.cost.bytes_total) + " bytes (hard placement allows " +
+                           limit.str() + ")";
         } else {
           keep(i);
         }
@@ -254,15 +278,17 @@ http::response extender::filter(std::string_view body) {
     out = filter_error(err);
   } else {
     json list = a->node_list_meta.is_null() ? json::object() : a->node_list_meta;
-    out = {{"Nodes", a->names_form ? json(nullptr) : json{{"metadata", list}, {"items", passed_items}}},
+    out = {{"Nodes",
+            a->names_form ? json(nullptr) : json{{"metadata", list}, {"items", passed_items}}},
            {"NodeNames", a->names_form ? passed_names : json(nullptr)},
            {"FailedNodes", json::object()},
            {"FailedAndUnresolvableNodes", failed},
            {"Error", ""}};
   }
   requests_.with({"filter", err.empty() ? "ok" : "error"}).inc();
-  log::debug("extender filter", log::kv("pod", a->pod.ns + "/" + a->pod.name), log::kv("mode", mode),
-             log::kv("nodes", a->names.size()), log::kv("failed", failed.size()), log::kv("error", err));
+  log::debug("extender filter", log::kv("pod", a->pod.ns + "/" + a->pod.name),
+             log::kv("mode", mode), log::kv("nodes", a->names.size()),
+             log::kv("failed", failed.size()), log::kv("error", err));
   return http::response::json(200, dump(out));
 }
 
@@ -270,12 +296,15 @@ http::response extender::prioritize(std::string_view body) {
   metrics::scoped_timer t(latency_.with({"prioritize"}));
   if (body.size() > opts_.max_request_bytes) {
     requests_.with({"prioritize", "bad_request"}).inc();
-    return http::response::json(413, dump(json{{"error", "request larger than " + std::to_string(opts_.max_request_bytes) + " bytes"}}));
+    return http::response::json(
+        413, dump(json{{"error", "request larger than " + std::to_string(opts_.max_request_bytes) +
+                                     " bytes"}}));
   }
   auto a = parse_extender_args(body);
   if (!a) {
     requests_.with({"prioritize", "bad_request"}).inc();
-    return http::response::json(a.error().is(errc::too_large) ? 413 : 400, dump(json{{"error", a.error().message}}));
+    return http::response::json(a.error().is(errc::too_large) ? 413 : 400,
+                                dump(json{{"error", a.error().message}}));
   }
   std::vector<std::string> errors;
   auto verdicts = evaluate(*a, errors);
@@ -283,8 +312,8 @@ http::response extender::prioritize(std::string_view body) {
   for (const auto& v : verdicts) out.push_back({{"Host", v.node}, {"Score", v.score}});
   requests_.with({"prioritize", "ok"}).inc();
   if (!errors.empty()) {
-    log::info("extender prioritize without some images", log::kv("pod", a->pod.ns + "/" + a->pod.name),
-              log::kv("error", errors.front()));
+    log::info("extender prioritize without some images",
+              log::kv("pod", a->pod.ns + "/" + a->pod.name), log::kv("error", errors.front()));
   }
   return http::response::json(200, dump(out));
 }

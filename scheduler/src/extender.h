@@ -26,11 +26,10 @@
 // Threading: thread-safe; calls block on resolution (worker threads).
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/http_server.h"
 #include "common/metrics.h"
@@ -56,12 +55,13 @@ struct pod_info {
 
 struct extender_args {
   pod_info pod;
-  bool names_form = true;           // NodeNames (nodeCacheCapable) vs Nodes
-  std::vector<std::string> names;   // in request order
-  nlohmann::json node_items;        // Nodes form: the items, to echo back
-  nlohmann::json node_list_meta;    // Nodes form: the list's metadata
+  bool names_form = true;          // NodeNames (nodeCacheCapable) vs Nodes
+  std::vector<std::string> names;  // in request order
+  nlohmann::json node_items;       // Nodes form: the items, to echo back
+  nlohmann::json node_list_meta;   // Nodes form: the list's metadata
 };
-[[nodiscard]] result<extender_args> parse_extender_args(std::string_view body, std::size_t max_nodes = 100'000);
+[[nodiscard]] result<extender_args> parse_extender_args(std::string_view body,
+                                                        std::size_t max_nodes = 100'000);
 
 struct extender_options {
   std::string mode = "soft";
@@ -85,7 +85,8 @@ class extender {
     int score = 0;
   };
   // The evaluation both verbs use (exposed for tests).
-  [[nodiscard]] std::vector<verdict> evaluate(const extender_args& a, std::vector<std::string>& errors);
+  [[nodiscard]] std::vector<verdict> evaluate(const extender_args& a,
+                                              std::vector<std::string>& errors);
 
  private:
   placer& placer_;

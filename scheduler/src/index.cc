@@ -20,11 +20,13 @@ bool parse_info_hash(std::string_view hex, info_hash& out) {
   return true;
 }
 
-cluster_index::cluster_index(index_options opts, std::string epoch, std::function<clock::time_point()> now)
+cluster_index::cluster_index(index_options opts, std::string epoch,
+                             std::function<clock::time_point()> now)
     : opts_(std::move(opts)), epoch_(std::move(epoch)), now_(std::move(now)) {}
 
 std::string cluster_index::platform_of(const std::map<std::string, std::string>& labels) const {
-  if (auto it = labels.find("platform"); it != labels.end() && !it->second.empty()) return it->second;
+  if (auto it = labels.find("platform"); it != labels.end() && !it->second.empty())
+    return it->second;
   auto os = labels.find("kubernetes.io/os");
   auto arch = labels.find("kubernetes.io/arch");
   if (os != labels.end() && arch != labels.end() && !os->second.empty() && !arch->second.empty()) {
@@ -42,7 +44,8 @@ void cluster_index::remember(const digest& d) {
   }
 }
 
-void cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o, std::vector<info_hash>* hashes) {
+void cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o,
+                               std::vector<info_hash>* hashes) {
   auto& e = objects_[o.id];
   if (o.size != 0) e.size = o.size;
   if (!o.info_hash.empty()) e.info_hash = o.info_hash;
@@ -235,7 +238,8 @@ std::optional<object_summary> cluster_index::object(const digest& d) const {
     };
     s.holders.push_back({nm->second, healthy_locked(n->second, now), get("zone"), get("rack")});
   }
-  std::sort(s.holders.begin(), s.holders.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
+  std::sort(s.holders.begin(), s.holders.end(),
+            [](const auto& a, const auto& b) { return a.node < b.node; });
   return s;
 }
 
@@ -286,7 +290,8 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
   return v;
 }
 
-cluster_index::held_summary cluster_index::held(std::string_view node, std::span<const object_ref> objects) const {
+cluster_index::held_summary cluster_index::held(std::string_view node,
+                                                std::span<const object_ref> objects) const {
   std::shared_lock lk(mu_);
   held_summary s;
   auto it = nodes_.find(node);

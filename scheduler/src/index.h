@@ -57,8 +57,8 @@ struct node_summary {
   std::string rdma, netsetup;  // JSON text
   std::string health;          // as reported
   std::vector<std::string> health_reasons;
-  bool healthy = false;        // reported ok/degraded and heard from recently
-  double last_seen_s = 0;      // seconds since the last heartbeat
+  bool healthy = false;    // reported ok/degraded and heard from recently
+  double last_seen_s = 0;  // seconds since the last heartbeat
   std::uint64_t cache_capacity = 0, cache_used = 0;
   std::size_t objects = 0;
   std::uint64_t bytes_held = 0;
@@ -93,7 +93,8 @@ struct index_stats {
 class cluster_index {
  public:
   using clock = std::chrono::steady_clock;
-  cluster_index(index_options opts, std::string epoch, std::function<clock::time_point()> now = clock::now);
+  cluster_index(index_options opts, std::string epoch,
+                std::function<clock::time_point()> now = clock::now);
   cluster_index(const cluster_index&) = delete;
   cluster_index& operator=(const cluster_index&) = delete;
 

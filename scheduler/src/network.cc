@@ -4,9 +4,12 @@ namespace shoal::scheduler {
 
 std::string_view to_string(validation v) noexcept {
   switch (v) {
-    case validation::unknown: return "unknown";
-    case validation::passed: return "passed";
-    case validation::failed: return "failed";
+    case validation::unknown:
+      return "unknown";
+    case validation::passed:
+      return "passed";
+    case validation::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -36,7 +39,8 @@ network_verdict document_network_model::verdict(const node_view& n) const {
   if (auto s = it->find("settings"); s != it->end() && !s->is_null()) {
     v.settings_key = s->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  if (auto e = it->find("error"); e != it->end() && e->is_string()) v.detail = e->get<std::string>().substr(0, 512);
+  if (auto e = it->find("error"); e != it->end() && e->is_string())
+    v.detail = e->get<std::string>().substr(0, 512);
   return v;
 }
 
@@ -50,7 +54,8 @@ status document_network_model::gang_consistent(std::span<const node_view* const>
       key = v.settings_key;
       first = n->name;
     } else if (v.settings_key != key) {
-      return fail(errc::invalid_argument, "network settings of " + n->name + " differ from " + first);
+      return fail(errc::invalid_argument,
+                  "network settings of " + n->name + " differ from " + first);
     }
   }
   return {};

@@ -14,10 +14,9 @@
 // Threading: implementations are immutable and safe from any thread.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "cost.h"

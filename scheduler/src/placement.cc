@@ -16,13 +16,17 @@ status check_string_list(const json& j, const char* key, std::size_t max_items, 
                          std::vector<std::string>& out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return {};
-  if (!it->is_array()) return fail(errc::invalid_argument, std::string(key) + " must be a list of strings");
+  if (!it->is_array())
+    return fail(errc::invalid_argument, std::string(key) + " must be a list of strings");
   if (it->size() > max_items) {
-    return fail(errc::invalid_argument, std::string(key) + " has more than " + std::to_string(max_items) + " entries");
+    return fail(errc::invalid_argument,
+                std::string(key) + " has more than " + std::to_string(max_items) + " entries");
   }
   for (const auto& x : *it) {
-    if (!x.is_string() || x.get_ref<const std::string&>().empty() || x.get_ref<const std::string&>().size() > max_len) {
-      return fail(errc::invalid_argument, std::string(key) + " entries must be non-empty strings of at most " +
+    if (!x.is_string() || x.get_ref<const std::string&>().empty() ||
+        x.get_ref<const std::string&>().size() > max_len) {
+      return fail(errc::invalid_argument, std::string(key) +
+                                              " entries must be non-empty strings of at most " +
                                               std::to_string(max_len) + " bytes");
     }
     out.push_back(x.get<std::string>());
@@ -30,12 +34,13 @@ status check_string_list(const json& j, const char* key, std::size_t max_items, 
   return {};
 }
 
-status check_uint(const json& j, const char* key, std::uint32_t lo, std::uint32_t hi, std::uint32_t& out) {
+status check_uint(const json& j, const char* key, std::uint32_t lo, std::uint32_t hi,
+                  std::uint32_t& out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return {};
   if (!it->is_number_unsigned() || it->get<std::uint64_t>() < lo || it->get<std::uint64_t>() > hi) {
-    return fail(errc::invalid_argument,
-                std::string(key) + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+    return fail(errc::invalid_argument, std::string(key) + " must be an integer in " +
+                                            std::to_string(lo) + ".." + std::to_string(hi));
   }
   out = static_cast<std::uint32_t>(it->get<std::uint64_t>());
   return {};
@@ -47,12 +52,13 @@ double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 
 result<job_spec> parse_job(const json& j) {
   if (!j.is_object()) return fail(errc::invalid_argument, "job must be a JSON object");
-  static const std::set<std::string> known = {"images",  "datasets",   "nodes",
-                                              "gpus",    "selector",   "exclude",
-                                              "candidates", "require_network_validation", "platform",
-                                              "dry_run", "standby",    "target"};
+  static const std::set<std::string> known = {
+      "images",   "datasets", "nodes",      "gpus",
+      "selector", "exclude",  "candidates", "require_network_validation",
+      "platform", "dry_run",  "standby",    "target"};
   for (const auto& [k, v] : j.items()) {
-    if (!known.count(k)) return fail(errc::invalid_argument, "unknown job field \"" + k.substr(0, 64) + "\"");
+    if (!known.count(k))
+      return fail(errc::invalid_argument, "unknown job field \"" + k.substr(0, 64) + "\"");
   }
   job_spec job;
   if (auto s = check_string_list(j, "images", 64, 512, job.images); !s) return fail(s.error());
@@ -62,30 +68,37 @@ result<job_spec> parse_job(const json& j) {
   }
   if (auto s = check_string_list(j, "datasets", 64, 330, job.datasets); !s) return fail(s.error());
   for (const auto& d : job.datasets) {
-    if (!valid_dataset_ref(d)) return fail(errc::invalid_argument, "datasets: \"" + d + "\" is not name@version");
+    if (!valid_dataset_ref(d))
+      return fail(errc::invalid_argument, "datasets: \"" + d + "\" is not name@version");
   }
   if (auto s = check_uint(j, "nodes", 1, 1024, job.nodes); !s) return fail(s.error());
   if (auto s = check_uint(j, "gpus", 0, 4096, job.gpus); !s) return fail(s.error());
   if (auto it = j.find("selector"); it != j.end() && !it->is_null()) {
     if (!it->is_object() || it->size() > 32) {
-      return fail(errc::invalid_argument, "selector must be an object of at most 32 label: value pairs");
+      return fail(errc::invalid_argument,
+                  "selector must be an object of at most 32 label: value pairs");
     }
     for (const auto& [k, v] : it->items()) {
-      if (!heartbeat::valid_label_key(k) || !v.is_string() || v.get_ref<const std::string&>().size() > 256) {
-        return fail(errc::invalid_argument, "selector \"" + k.substr(0, 64) + "\" must be a label key with a string value");
+      if (!heartbeat::valid_label_key(k) || !v.is_string() ||
+          v.get_ref<const std::string&>().size() > 256) {
+        return fail(errc::invalid_argument,
+                    "selector \"" + k.substr(0, 64) + "\" must be a label key with a string value");
       }
       job.selector[k] = v.get<std::string>();
     }
   }
   if (auto s = check_string_list(j, "exclude", 10000, 253, job.exclude); !s) return fail(s.error());
-  if (auto s = check_string_list(j, "candidates", 100000, 253, job.candidates); !s) return fail(s.error());
+  if (auto s = check_string_list(j, "candidates", 100000, 253, job.candidates); !s)
+    return fail(s.error());
   if (auto it = j.find("require_network_validation"); it != j.end() && !it->is_null()) {
-    if (!it->is_boolean()) return fail(errc::invalid_argument, "require_network_validation must be true or false");
+    if (!it->is_boolean())
+      return fail(errc::invalid_argument, "require_network_validation must be true or false");
     job.require_network_validation = it->get<bool>();
   }
   if (auto it = j.find("platform"); it != j.end() && !it->is_null()) {
     if (!it->is_string() || it->get_ref<const std::string&>().size() > 64 ||
-        std::count(it->get_ref<const std::string&>().begin(), it->get_ref<const std::string&>().end(), '/') < 1) {
+        std::count(it->get_ref<const std::string&>().begin(),
+                   it->get_ref<const std::string&>().end(), '/') < 1) {
       return fail(errc::invalid_argument, "platform must be \"os/arch[/variant]\"");
     }
     job.platform = it->get<std::string>();
@@ -105,8 +118,9 @@ std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job
   return {out.begin(), out.end()};
 }
 
-std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs, const job_spec& job,
-                                      const cost_model& m, const network_model& net,
+std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
+                                      const job_spec& job, const cost_model& m,
+                                      const network_model& net,
                                       const std::map<std::string, std::uint32_t>& reserved,
                                       const evaluate_options& o) {
   std::set<std::string> cand(job.candidates.begin(), job.candidates.end());
@@ -137,14 +151,16 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
       }
     }
     if (job.gpus > e.gpus_free()) {
-      e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " + std::to_string(e.gpus_free()) +
-                          " free (" + std::to_string(e.gpus_capacity) + " capacity, " +
+      e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " +
+                          std::to_string(e.gpus_free()) + " free (" +
+                          std::to_string(e.gpus_capacity) + " capacity, " +
                           std::to_string(e.gpus_reserved) + " reserved)");
     }
-    if (e.net.state == validation::failed) e.reasons.push_back("network validation failed: " + e.net.detail);
+    if (e.net.state == validation::failed)
+      e.reasons.push_back("network validation failed: " + e.net.detail);
     else if (require && e.net.state != validation::passed) {
-      e.reasons.push_back("network validation required, state " + std::string(to_string(e.net.state)) + ": " +
-                          e.net.detail);
+      e.reasons.push_back("network validation required, state " +
+                          std::string(to_string(e.net.state)) + ": " + e.net.detail);
     }
     if (o.strict_resolution) {
       if (auto er = objs.errors.find(e.platform); er != objs.errors.end()) {
@@ -154,8 +170,10 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     auto& ev = evals_by_platform[e.platform];
     if (!ev) {
       auto it = objs.by_platform.find(e.platform);
-      ev = std::make_unique<evaluator>(v, it == objs.by_platform.end() ? std::span<const object_ref>(none)
-                                                                       : std::span<const object_ref>(it->second),
+      ev = std::make_unique<evaluator>(v,
+                                       it == objs.by_platform.end()
+                                           ? std::span<const object_ref>(none)
+                                           : std::span<const object_ref>(it->second),
                                        m);
     }
     e.cost = ev->cost(i);
@@ -178,8 +196,8 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
   return out;
 }
 
-placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job, std::uint32_t standby,
-                 const network_model& net) {
+placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,
+                 std::uint32_t standby, const network_model& net) {
   placement p;
   std::vector<const node_eval*> eligible;
   for (const auto& e : evals) {
@@ -202,8 +220,10 @@ placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_
     std::size_t no_fabric = 0;
     for (const auto* e : eligible) {
       const auto& f = v.nodes[e->index].fabric;
-      if (f.empty()) ++no_fabric;
-      else by_fabric[f].push_back(e);
+      if (f.empty())
+        ++no_fabric;
+      else
+        by_fabric[f].push_back(e);
     }
     struct best_t {
       double max_s = 0, sum_s = 0;
@@ -259,16 +279,21 @@ placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_
       }
     }
     if (!best.found) {
-      p.reason = "no fabric segment has " + std::to_string(k) + " eligible nodes with consistent network settings";
-      if (largest_n > 0) p.reason += " (largest: " + largest + " with " + std::to_string(largest_n) + ")";
-      if (no_fabric > 0) p.reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
+      p.reason = "no fabric segment has " + std::to_string(k) +
+                 " eligible nodes with consistent network settings";
+      if (largest_n > 0)
+        p.reason += " (largest: " + largest + " with " + std::to_string(largest_n) + ")";
+      if (no_fabric > 0)
+        p.reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
       if (!inconsistent.empty()) p.reason += "; " + inconsistent;
     } else {
       p.feasible = true;
       p.segment = best.fabric;
       for (std::size_t i = 0; i < best.group.size(); ++i) {
-        if (i < k) p.chosen.push_back(best.group[i]->name);
-        else if (p.standby.size() < standby) p.standby.push_back(best.group[i]->name);
+        if (i < k)
+          p.chosen.push_back(best.group[i]->name);
+        else if (p.standby.size() < standby)
+          p.standby.push_back(best.group[i]->name);
       }
     }
   }
@@ -292,11 +317,13 @@ json to_json(const node_eval& e) {
           {"bytes_missing", e.cost.missing()},
           {"missing_by_source", std::move(miss)},
           {"estimated_seconds", round3(e.cost.seconds)},
-          {"gpus", {{"capacity", e.gpus_capacity}, {"reserved", e.gpus_reserved}, {"free", e.gpus_free()}}},
+          {"gpus",
+           {{"capacity", e.gpus_capacity}, {"reserved", e.gpus_reserved}, {"free", e.gpus_free()}}},
           {"network", {{"validation", to_string(e.net.state)}, {"detail", e.net.detail}}}};
 }
 
-json to_json(const placement& p, const cluster_view& v, const job_spec& job, const network_model& net) {
+json to_json(const placement& p, const cluster_view& v, const job_spec& job,
+             const network_model& net) {
   json out;
   out["feasible"] = p.feasible;
   if (!p.reason.empty()) out["reason"] = p.reason;
@@ -312,7 +339,8 @@ json to_json(const placement& p, const cluster_view& v, const job_spec& job, con
   out["objects"] = std::move(objs);
   out["errors"] = p.objects.errors;
   if (!p.reservation.empty()) {
-    out["reservation"] = {{"id", p.reservation}, {"gpus_per_node", job.gpus}, {"seconds", p.reserved_for_s}};
+    out["reservation"] = {
+        {"id", p.reservation}, {"gpus_per_node", job.gpus}, {"seconds", p.reserved_for_s}};
   } else {
     out["reservation"] = nullptr;
   }
@@ -324,15 +352,17 @@ json to_json(const placement& p, const cluster_view& v, const job_spec& job, con
     n["gpus"]["requested"] = job.gpus;
     n["gpus"]["fit"] = job.gpus <= e.gpus_free();
     n["role"] = chosen.count(e.name) ? "chosen" : standby.count(e.name) ? "standby" : "";
-    n["network_plan"] = chosen.count(e.name) || standby.count(e.name) ? net.plan(v.nodes[e.index], job.gpus) : json();
+    n["network_plan"] = chosen.count(e.name) || standby.count(e.name)
+                            ? net.plan(v.nodes[e.index], job.gpus)
+                            : json();
     nodes.push_back(std::move(n));
   }
   out["nodes"] = std::move(nodes);
   return out;
 }
 
-placer::placer(cluster_index& idx, resolver& res, dataset_catalog& ds, const network_model& net, placer_options o,
-               std::function<clock::time_point()> now)
+placer::placer(cluster_index& idx, resolver& res, dataset_catalog& ds, const network_model& net,
+               placer_options o, std::function<clock::time_point()> now)
     : idx_(idx), res_(res), ds_(ds), net_(net), opts_(o), now_(std::move(now)) {}
 
 std::map<std::string, std::uint32_t> placer::reserved() {
@@ -341,7 +371,8 @@ std::map<std::string, std::uint32_t> placer::reserved() {
   std::map<std::string, std::uint32_t> out;
   for (auto it = reservations_.begin(); it != reservations_.end();) {
     auto& list = it->second;
-    list.erase(std::remove_if(list.begin(), list.end(), [&](const reservation& r) { return r.until <= now; }),
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const reservation& r) { return r.until <= now; }),
                list.end());
     if (list.empty()) {
       it = reservations_.erase(it);
@@ -406,8 +437,9 @@ result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standb
   }
   result_t out;
   out.view = idx_.view(all);
-  auto evals = evaluate_nodes(out.view, *objs, job, opts_.cost, net_, reserved(),
-                              {.require_validation = opts_.require_network_validation, .strict_resolution = true});
+  auto evals = evaluate_nodes(
+      out.view, *objs, job, opts_.cost, net_, reserved(),
+      {.require_validation = opts_.require_network_validation, .strict_resolution = true});
   out.p = choose(std::move(evals), out.view, job, standby, net_);
   out.p.objects = std::move(*objs);
   if (reserve && out.p.feasible && job.gpus > 0) {

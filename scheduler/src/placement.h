@@ -22,11 +22,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cost.h"
 #include "index.h"
@@ -37,9 +36,9 @@ namespace shoal::scheduler {
 
 struct job_spec {
   std::vector<std::string> images;
-  std::vector<std::string> datasets;  // "name@version"
-  std::uint32_t nodes = 1;            // K
-  std::uint32_t gpus = 0;             // G, per node
+  std::vector<std::string> datasets;            // "name@version"
+  std::uint32_t nodes = 1;                      // K
+  std::uint32_t gpus = 0;                       // G, per node
   std::map<std::string, std::string> selector;  // heartbeat labels that must match
   std::vector<std::string> exclude;             // node names never chosen
   std::vector<std::string> candidates;          // when not empty: only these
@@ -79,7 +78,7 @@ struct placement {
   std::string segment;               // fabric of a gang ("" for one node)
   std::vector<node_eval> nodes;      // eligible first, by rank; then the others by name
   job_objects objects;
-  std::string reservation;           // reservation id ("" when none)
+  std::string reservation;  // reservation id ("" when none)
   double reserved_for_s = 0;
 };
 
@@ -91,14 +90,14 @@ struct evaluate_options {
 };
 
 // Evaluates every node of the view (GPU reservations by node name) and ranks the eligible ones.
-[[nodiscard]] std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
-                                                    const job_spec& job, const cost_model& m,
-                                                    const network_model& net,
-                                                    const std::map<std::string, std::uint32_t>& reserved,
-                                                    const evaluate_options& o);
+[[nodiscard]] std::vector<node_eval> evaluate_nodes(
+    const cluster_view& v, const job_objects& objs, const job_spec& job, const cost_model& m,
+    const network_model& net, const std::map<std::string, std::uint32_t>& reserved,
+    const evaluate_options& o);
 // Chooses K nodes (a gang inside one segment when K > 1) and `standby` more.
-[[nodiscard]] placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,
-                               std::uint32_t standby, const network_model& net);
+[[nodiscard]] placement choose(std::vector<node_eval> evals, const cluster_view& v,
+                               const job_spec& job, std::uint32_t standby,
+                               const network_model& net);
 
 // JSON of a placement answer (docs/scheduler.md shows one).
 [[nodiscard]] nlohmann::json to_json(const placement& p, const cluster_view& v, const job_spec& job,
@@ -114,8 +113,8 @@ struct placer_options {
 class placer {
  public:
   using clock = std::chrono::steady_clock;
-  placer(cluster_index& idx, resolver& res, dataset_catalog& ds, const network_model& net, placer_options o,
-         std::function<clock::time_point()> now = clock::now);
+  placer(cluster_index& idx, resolver& res, dataset_catalog& ds, const network_model& net,
+         placer_options o, std::function<clock::time_point()> now = clock::now);
   placer(const placer&) = delete;
   placer& operator=(const placer&) = delete;
 
@@ -130,7 +129,8 @@ class placer {
                                        std::chrono::milliseconds wait);
   // Resolution only: the job's objects for these platforms (strict: a bad reference or an unknown
   // dataset is an error; per-platform failures go to `errors`).
-  [[nodiscard]] result<job_objects> resolve(const job_spec& job, const std::vector<std::string>& platforms,
+  [[nodiscard]] result<job_objects> resolve(const job_spec& job,
+                                            const std::vector<std::string>& platforms,
                                             std::chrono::milliseconds wait, bool strict_datasets);
   // GPUs reserved per node now (expired reservations pruned).
   [[nodiscard]] std::map<std::string, std::uint32_t> reserved();

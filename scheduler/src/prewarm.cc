@@ -11,18 +11,24 @@ using nlohmann::json;
 
 std::string_view to_string(part_state s) noexcept {
   switch (s) {
-    case part_state::pending: return "pending";
-    case part_state::running: return "running";
-    case part_state::done: return "done";
-    case part_state::failed: return "failed";
+    case part_state::pending:
+      return "pending";
+    case part_state::running:
+      return "running";
+    case part_state::done:
+      return "done";
+    case part_state::failed:
+      return "failed";
   }
   return "unknown";
 }
 
-prewarm_manager::prewarm_manager(cluster_index& idx, prewarm_options o, std::function<clock::time_point()> now)
+prewarm_manager::prewarm_manager(cluster_index& idx, prewarm_options o,
+                                 std::function<clock::time_point()> now)
     : idx_(idx), opts_(o), now_(std::move(now)) {}
 
-status prewarm_manager::create(const std::string& id, std::vector<planned_node> nodes, json summary) {
+status prewarm_manager::create(const std::string& id, std::vector<planned_node> nodes,
+                               json summary) {
   if (!heartbeat::valid_order_id(id)) return fail(errc::invalid_argument, "invalid prewarm id");
   auto now = now_();
   std::lock_guard lk(mu_);
@@ -31,12 +37,14 @@ status prewarm_manager::create(const std::string& id, std::vector<planned_node> 
     // Make room by dropping the oldest finished prewarm.
     auto oldest = records_.end();
     for (auto it = records_.begin(); it != records_.end(); ++it) {
-      if (it->second.finished && (oldest == records_.end() || *it->second.finished < *oldest->second.finished)) {
+      if (it->second.finished &&
+          (oldest == records_.end() || *it->second.finished < *oldest->second.finished)) {
         oldest = it;
       }
     }
     if (oldest == records_.end()) {
-      return fail(errc::busy, "too many prewarms in progress (" + std::to_string(records_.size()) + ")");
+      return fail(errc::busy,
+                  "too many prewarms in progress (" + std::to_string(records_.size()) + ")");
     }
     records_.erase(oldest);
   }
@@ -76,38 +84,44 @@ void prewarm_manager::update_part(record& r, part& p, clock::time_point now) {
   auto finish = [&](part_state s, std::string err) {
     p.state = s;
     p.error = std::move(err);
-    log::info("prewarm node finished", log::kv("id", r.id), log::kv("node", p.node), log::kv("state", to_string(s)),
-              log::kv("error", p.error));
+    log::info("prewarm node finished", log::kv("id", r.id), log::kv("node", p.node),
+              log::kv("state", to_string(s)), log::kv("error", p.error));
   };
   if (held.count == p.objects.size()) return finish(part_state::done, "");
   for (const auto& t : p.orders) {
     if (t.report && t.report->state == heartbeat::order_state::failed) {
       std::string what = t.order.image.empty() ? t.order.dataset : t.order.image;
-      return finish(part_state::failed, what + ": " + (t.report->error.empty() ? "failed" : t.report->error));
+      return finish(part_state::failed,
+                    what + ": " + (t.report->error.empty() ? "failed" : t.report->error));
     }
   }
   auto node = idx_.node(p.node);
   if (!node) return finish(part_state::failed, "node dropped: no heartbeat for too long");
   if (!node->healthy) {
     if (node->health == "failing") {
-      std::string why = node->health_reasons.empty() ? std::string("failing") : node->health_reasons.front();
+      std::string why =
+          node->health_reasons.empty() ? std::string("failing") : node->health_reasons.front();
       return finish(part_state::failed, "node failing: " + why);
     }
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.0f", node->last_seen_s);
     return finish(part_state::failed, std::string("node lost: no heartbeat for ") + buf + "s");
   }
-  if (node->schema < 2) return finish(part_state::failed, "the node's peerd does not take prewarm orders (heartbeat schema 1)");
+  if (node->schema < 2)
+    return finish(part_state::failed,
+                  "the node's peerd does not take prewarm orders (heartbeat schema 1)");
   if (now - r.created > opts_.timeout) {
-    return finish(part_state::failed, "timed out after " +
-                                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(opts_.timeout).count()) + "s");
+    return finish(part_state::failed,
+                  "timed out after " +
+                      std::to_string(
+                          std::chrono::duration_cast<std::chrono::seconds>(opts_.timeout).count()) +
+                      "s");
   }
   p.state = p.reported ? part_state::running : part_state::pending;
 }
 
-std::vector<heartbeat::prewarm_order> prewarm_manager::on_heartbeat(const std::string& node,
-                                                                    const std::vector<heartbeat::order_report>& reports,
-                                                                    int schema) {
+std::vector<heartbeat::prewarm_order> prewarm_manager::on_heartbeat(
+    const std::string& node, const std::vector<heartbeat::order_report>& reports, int schema) {
   auto now = now_();
   std::map<std::string, const heartbeat::order_report*> by_id;
   for (const auto& rep : reports) by_id[rep.id] = &rep;
@@ -121,8 +135,10 @@ std::vector<heartbeat::prewarm_order> prewarm_manager::on_heartbeat(const std::s
       bool all = true;
       for (auto& t : p.orders) {
         auto it = by_id.find(t.order.id);
-        if (it != by_id.end()) t.report = *it->second;
-        else all = false;
+        if (it != by_id.end())
+          t.report = *it->second;
+        else
+          all = false;
       }
       p.reported = all;
       update_part(r, p, now);
@@ -135,7 +151,8 @@ std::vector<heartbeat::prewarm_order> prewarm_manager::on_heartbeat(const std::s
   return out;
 }
 
-std::string prewarm_manager::overall(const record& r, std::map<std::string, std::string>* replacements) const {
+std::string prewarm_manager::overall(const record& r,
+                                     std::map<std::string, std::string>* replacements) const {
   bool any_open = false, any_failed = false;
   for (const auto& p : r.parts) {
     if (p.state == part_state::pending || p.state == part_state::running) any_open = true;
@@ -159,7 +176,8 @@ std::string prewarm_manager::overall(const record& r, std::map<std::string, std:
   }
   bool primaries_open = false;
   for (const auto& p : r.parts) {
-    if (p.role != "standby" && (p.state == part_state::pending || p.state == part_state::running)) primaries_open = true;
+    if (p.role != "standby" && (p.state == part_state::pending || p.state == part_state::running))
+      primaries_open = true;
   }
   if (!any_failed) return any_open ? "running" : "done";
   bool job = false;
@@ -230,12 +248,17 @@ json prewarm_manager::to_json(const record& r, clock::time_point now) const {
       }
       orders.push_back(std::move(o));
     }
-    std::uint64_t shown = p.state == part_state::done ? p.bytes_total : std::min(p.bytes_total, std::max(reported, p.bytes_present));
+    std::uint64_t shown = p.state == part_state::done
+                              ? p.bytes_total
+                              : std::min(p.bytes_total, std::max(reported, p.bytes_present));
     total += p.bytes_total;
     done += shown;
-    json pj = {{"node", p.node},           {"role", p.role},
-               {"state", to_string(p.state)}, {"bytes_total", p.bytes_total},
-               {"bytes_present", p.bytes_present}, {"bytes_done", shown},
+    json pj = {{"node", p.node},
+               {"role", p.role},
+               {"state", to_string(p.state)},
+               {"bytes_total", p.bytes_total},
+               {"bytes_present", p.bytes_present},
+               {"bytes_done", shown},
                {"orders", std::move(orders)}};
     if (!p.error.empty()) pj["error"] = p.error;
     parts.push_back(std::move(pj));
@@ -268,12 +291,13 @@ json prewarm_manager::list() {
       done += p.state == part_state::done;
       failed += p.state == part_state::failed;
     }
-    out.push_back({{"id", id},
-                   {"state", overall(r, nullptr)},
-                   {"nodes", r.parts.size()},
-                   {"nodes_done", done},
-                   {"nodes_failed", failed},
-                   {"age_s", std::round(std::chrono::duration<double>(now - r.created).count() * 10) / 10}});
+    out.push_back(
+        {{"id", id},
+         {"state", overall(r, nullptr)},
+         {"nodes", r.parts.size()},
+         {"nodes_done", done},
+         {"nodes_failed", failed},
+         {"age_s", std::round(std::chrono::duration<double>(now - r.created).count() * 10) / 10}});
   }
   return out;
 }
@@ -287,11 +311,17 @@ prewarm_counts prewarm_manager::counts() {
     for (const auto& p : r.parts) {
       for (const auto& t : p.orders) {
         std::string s;
-        if (p.state == part_state::done) s = "done";
-        else if (t.report && t.report->state == heartbeat::order_state::done && p.state == part_state::failed) s = "done";
-        else if (p.state == part_state::failed) s = "failed";
-        else if (t.report) s = std::string(heartbeat::to_string(t.report->state));
-        else s = "pending";
+        if (p.state == part_state::done)
+          s = "done";
+        else if (t.report && t.report->state == heartbeat::order_state::done &&
+                 p.state == part_state::failed)
+          s = "done";
+        else if (p.state == part_state::failed)
+          s = "failed";
+        else if (t.report)
+          s = std::string(heartbeat::to_string(t.report->state));
+        else
+          s = "pending";
         ++c.orders[s];
       }
     }

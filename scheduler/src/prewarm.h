@@ -24,11 +24,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/heartbeat.h"
 #include "cost.h"
@@ -61,18 +60,19 @@ struct prewarm_counts {
 class prewarm_manager {
  public:
   using clock = std::chrono::steady_clock;
-  prewarm_manager(cluster_index& idx, prewarm_options o, std::function<clock::time_point()> now = clock::now);
+  prewarm_manager(cluster_index& idx, prewarm_options o,
+                  std::function<clock::time_point()> now = clock::now);
   prewarm_manager(const prewarm_manager&) = delete;
   prewarm_manager& operator=(const prewarm_manager&) = delete;
 
   // Registers a prewarm; `id` must be unique (valid_order_id). Fails with errc::busy when
   // max_prewarms are active.
-  [[nodiscard]] status create(const std::string& id, std::vector<planned_node> nodes, nlohmann::json summary);
+  [[nodiscard]] status create(const std::string& id, std::vector<planned_node> nodes,
+                              nlohmann::json summary);
   // From the heartbeat path, after the index applied the same heartbeat: records the node's
   // reports and returns the orders to (re)send it.
-  [[nodiscard]] std::vector<heartbeat::prewarm_order> on_heartbeat(const std::string& node,
-                                                                  const std::vector<heartbeat::order_report>& reports,
-                                                                  int schema);
+  [[nodiscard]] std::vector<heartbeat::prewarm_order> on_heartbeat(
+      const std::string& node, const std::vector<heartbeat::order_report>& reports, int schema);
   // Progress from the index, lost nodes, timeouts, retention.
   void tick();
   [[nodiscard]] std::optional<nlohmann::json> progress(const std::string& id);
@@ -106,7 +106,8 @@ class prewarm_manager {
   };
 
   void update_part(record& r, part& p, clock::time_point now);
-  [[nodiscard]] std::string overall(const record& r, std::map<std::string, std::string>* replacements) const;
+  [[nodiscard]] std::string overall(const record& r,
+                                    std::map<std::string, std::string>* replacements) const;
   [[nodiscard]] nlohmann::json to_json(const record& r, clock::time_point now) const;
 
   cluster_index& idx_;

@@ -1,7 +1,6 @@
 #include "resolver.h"
 
 #include <boost/asio/post.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "common/heartbeat.h"
@@ -33,11 +32,13 @@ std::string url_escape(std::string_view s) {
 result<object_ref> parse_descriptor(const json& d, const std::string& where) {
   if (!d.is_object()) return fail(errc::protocol_error, where + " is not an object");
   auto dg = d.find("digest");
-  if (dg == d.end() || !dg->is_string()) return fail(errc::protocol_error, where + " has no digest");
+  if (dg == d.end() || !dg->is_string())
+    return fail(errc::protocol_error, where + " has no digest");
   auto parsed = digest::parse(dg->get_ref<const std::string&>());
   if (!parsed) return fail(parsed.error().wrap(where + ".digest"));
   auto sz = d.find("size");
-  if (sz == d.end() || !sz->is_number_unsigned() || sz->get<std::uint64_t>() > heartbeat::max_object_size) {
+  if (sz == d.end() || !sz->is_number_unsigned() ||
+      sz->get<std::uint64_t>() > heartbeat::max_object_size) {
     return fail(errc::protocol_error, where + " has no valid size");
   }
   return object_ref{*parsed, sz->get<std::uint64_t>()};
@@ -60,7 +61,8 @@ result<manifest_source::manifest> registry_proxy_source::get(const std::string& 
                                                              const std::string& repository,
                                                              const std::string& reference) {
   http::client_request r;
-  r.url = opts_.base_url + "/v2/" + repository + "/manifests/" + reference + "?ns=" + url_escape(registry);
+  r.url = opts_.base_url + "/v2/" + repository + "/manifests/" + reference +
+          "?ns=" + url_escape(registry);
   r.headers.emplace_back("Accept", std::string(oci::media::accept_all));
   r.timeouts.connect = opts_.connect_timeout;
   r.timeouts.stall = opts_.request_timeout;
@@ -71,21 +73,26 @@ result<manifest_source::manifest> registry_proxy_source::get(const std::string& 
   if (!f) return fail(f.error().wrap("manifest " + what + " from registry-proxy"));
   if (f->status == 404) return fail(errc::not_found, "manifest " + what + " not found");
   if (f->status == 401 || f->status == 403) {
-    return fail(errc::unauthorized, "manifest " + what + ": registry-proxy answered " + std::to_string(f->status));
+    return fail(errc::unauthorized,
+                "manifest " + what + ": registry-proxy answered " + std::to_string(f->status));
   }
   if (f->status != 200) {
-    return fail(errc::upstream_error, "manifest " + what + ": registry-proxy answered HTTP " + std::to_string(f->status));
+    return fail(errc::upstream_error,
+                "manifest " + what + ": registry-proxy answered HTTP " + std::to_string(f->status));
   }
   return manifest{std::string(f->header("Content-Type").value_or("")), std::move(f->body)};
 }
 
 result<manifest_content> parse_manifest(std::string_view body) {
-  if (heartbeat::json_too_deep(body, 32)) return fail(errc::protocol_error, "manifest nests too deep");
+  if (heartbeat::json_too_deep(body, 32))
+    return fail(errc::protocol_error, "manifest nests too deep");
   auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::protocol_error, "manifest is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::protocol_error, "manifest is not a JSON object");
   auto sv = j.find("schemaVersion");
   if (sv == j.end() || !sv->is_number_integer() || sv->get<std::int64_t>() != 2) {
-    return fail(errc::protocol_error, "manifest schemaVersion is not 2 (Docker schema 1 is not supported)");
+    return fail(errc::protocol_error,
+                "manifest schemaVersion is not 2 (Docker schema 1 is not supported)");
   }
   manifest_content out;
   if (auto ms = j.find("manifests"); ms != j.end()) {
@@ -109,7 +116,8 @@ result<manifest_content> parse_manifest(std::string_view body) {
     return out;
   }
   auto cfg = j.find("config");
-  if (cfg == j.end()) return fail(errc::protocol_error, "manifest has neither config nor manifests");
+  if (cfg == j.end())
+    return fail(errc::protocol_error, "manifest has neither config nor manifests");
   auto c = parse_descriptor(*cfg, "config");
   if (!c) return fail(c.error());
   out.objects.push_back(*c);
@@ -142,7 +150,10 @@ bool platform_matches(std::string_view want, std::string_view have) {
 }
 
 resolver::resolver(manifest_source& src, resolver_options o, std::function<clock::time_point()> now)
-    : src_(src), opts_(o), now_(std::move(now)), pool_(static_cast<std::size_t>(std::max(1, o.threads))) {}
+    : src_(src),
+      opts_(o),
+      now_(std::move(now)),
+      pool_(static_cast<std::size_t>(std::max(1, o.threads))) {}
 
 resolver::~resolver() {
   pool_.stop();
@@ -169,11 +180,9 @@ void resolver::cache_parsed(const digest& d, std::shared_ptr<const parsed> p) {
   }
 }
 
-result<std::shared_ptr<const resolver::parsed>> resolver::fetch_and_parse(const std::string& registry,
-                                                                          const std::string& repository,
-                                                                          const std::string& reference,
-                                                                          const std::optional<digest>& expect,
-                                                                          digest& actual) {
+result<std::shared_ptr<const resolver::parsed>> resolver::fetch_and_parse(
+    const std::string& registry, const std::string& repository, const std::string& reference,
+    const std::optional<digest>& expect, digest& actual) {
   auto m = src_.get(registry, repository, reference);
   if (!m) return fail(m.error());
   actual = sha256_of(m->body);
@@ -181,7 +190,8 @@ result<std::shared_ptr<const resolver::parsed>> resolver::fetch_and_parse(const 
     return fail(errc::digest_mismatch, "manifest " + reference + " hashes to " + actual.str());
   }
   auto c = parse_manifest(m->body);
-  if (!c) return fail(c.error().wrap("manifest " + registry + "/" + repository + "@" + actual.str()));
+  if (!c)
+    return fail(c.error().wrap("manifest " + registry + "/" + repository + "@" + actual.str()));
   auto p = std::make_shared<parsed>();
   p->is_index = c->is_index;
   for (const auto& [d, plat] : c->platforms) {
@@ -201,7 +211,8 @@ result<std::shared_ptr<const resolver::parsed>> resolver::fetch_and_parse(const 
 }
 
 result<std::shared_ptr<const resolver::parsed>> resolver::by_digest(const std::string& registry,
-                                                                    const std::string& repository, const digest& d) {
+                                                                    const std::string& repository,
+                                                                    const digest& d) {
   {
     std::lock_guard lk(mu_);
     auto it = manifests_.find(d);
@@ -218,7 +229,8 @@ result<std::shared_ptr<const resolver::parsed>> resolver::by_digest(const std::s
   return p;
 }
 
-result<digest> resolver::by_tag(const std::string& registry, const std::string& repository, const std::string& tag) {
+result<digest> resolver::by_tag(const std::string& registry, const std::string& repository,
+                                const std::string& tag) {
   std::string key = registry + "/" + repository + ":" + tag;
   auto now = now_();
   std::optional<digest> stale;
@@ -240,7 +252,8 @@ result<digest> resolver::by_tag(const std::string& registry, const std::string& 
     ++stats_.errors;
     if (stale && !p.error().is(errc::not_found)) {
       ++stats_.stale;
-      log::warn("using a stale tag resolution", log::kv("ref", key), log::kv("error", p.error().message));
+      log::warn("using a stale tag resolution", log::kv("ref", key),
+                log::kv("error", p.error().message));
       return *stale;
     }
     return fail(p.error());
@@ -296,11 +309,13 @@ result<resolved_image> resolver::resolve(const std::string& ref_text, const std:
         if (!chosen && platform_matches(platform, plat)) chosen = e.d;
       }
       if (!chosen) {
-        return fail(errc::not_found, out.ref + " has no image for " + platform + " (index has: " + have + ")");
+        return fail(errc::not_found,
+                    out.ref + " has no image for " + platform + " (index has: " + have + ")");
       }
       auto child = by_digest(ref->registry, ref->repository, *chosen);
       if (!child) return fail(child.error());
-      if ((*child)->is_index) return fail(errc::protocol_error, out.ref + ": an index inside an index");
+      if ((*child)->is_index)
+        return fail(errc::protocol_error, out.ref + ": an index inside an index");
       out.manifest = *chosen;
       out.objects = (*child)->objects;
     } else {
@@ -317,21 +332,24 @@ result<resolved_image> resolver::resolve(const std::string& ref_text, const std:
 }
 
 std::vector<result<resolved_image>> resolver::resolve_many(
-    const std::vector<std::pair<std::string, std::string>>& ref_platforms, std::chrono::milliseconds wait) {
+    const std::vector<std::pair<std::string, std::string>>& ref_platforms,
+    std::chrono::milliseconds wait) {
   std::vector<std::shared_future<result<resolved_image>>> futs;
   futs.reserve(ref_platforms.size());
   for (const auto& [ref, platform] : ref_platforms) {
     auto p = std::make_shared<std::promise<result<resolved_image>>>();
     futs.push_back(p->get_future().share());
-    boost::asio::post(pool_, [this, p, ref = ref, platform = platform] { p->set_value(resolve(ref, platform)); });
+    boost::asio::post(
+        pool_, [this, p, ref = ref, platform = platform] { p->set_value(resolve(ref, platform)); });
   }
   auto deadline = clock::now() + wait;
   std::vector<result<resolved_image>> out;
   out.reserve(futs.size());
   for (std::size_t i = 0; i < futs.size(); ++i) {
     if (futs[i].wait_until(deadline) != std::future_status::ready) {
-      out.push_back(fail(errc::timeout, "resolving " + ref_platforms[i].first + " takes longer than " +
-                                            std::to_string(wait.count()) + "ms (still running)"));
+      out.push_back(fail(errc::timeout, "resolving " + ref_platforms[i].first +
+                                            " takes longer than " + std::to_string(wait.count()) +
+                                            "ms (still running)"));
       continue;
     }
     try {
@@ -350,16 +368,19 @@ result<std::vector<object_ref>> no_datasets::lookup(const std::string& name_at_v
 
 bool valid_dataset_ref(std::string_view s) {
   auto at = s.rfind('@');
-  if (at == std::string_view::npos || at == 0 || at > 200 || s.size() - at - 1 > 128 || at + 1 == s.size()) {
+  if (at == std::string_view::npos || at == 0 || at > 200 || s.size() - at - 1 > 128 ||
+      at + 1 == s.size()) {
     return false;
   }
   for (char c : s.substr(0, at)) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' || c == '/')) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+          c == '/')) {
       return false;
     }
   }
   for (char c : s.substr(at + 1)) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
+      return false;
   }
   return true;
 }

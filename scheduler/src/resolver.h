@@ -13,7 +13,6 @@
 // public method is thread-safe; resolve() blocks (worker threads only, never an io thread).
 
 #include <boost/asio/thread_pool.hpp>
-
 #include <chrono>
 #include <functional>
 #include <future>
@@ -42,7 +41,8 @@ class manifest_source {
   };
   virtual ~manifest_source() = default;
   // GET /v2/<repository>/manifests/<reference>?ns=<registry>. Blocking; thread-safe.
-  [[nodiscard]] virtual result<manifest> get(const std::string& registry, const std::string& repository,
+  [[nodiscard]] virtual result<manifest> get(const std::string& registry,
+                                             const std::string& repository,
                                              const std::string& reference) = 0;
 };
 
@@ -86,7 +86,8 @@ struct resolver_stats {
 class resolver {
  public:
   using clock = std::chrono::steady_clock;
-  resolver(manifest_source& src, resolver_options o, std::function<clock::time_point()> now = clock::now);
+  resolver(manifest_source& src, resolver_options o,
+           std::function<clock::time_point()> now = clock::now);
   ~resolver();
   resolver(const resolver&) = delete;
   resolver& operator=(const resolver&) = delete;
@@ -96,7 +97,8 @@ class resolver {
   // Resolves several in parallel and waits at most `wait`; those still running answer
   // errc::timeout (they go on in the background and fill the cache for the next call).
   [[nodiscard]] std::vector<result<resolved_image>> resolve_many(
-      const std::vector<std::pair<std::string, std::string>>& ref_platforms, std::chrono::milliseconds wait);
+      const std::vector<std::pair<std::string, std::string>>& ref_platforms,
+      std::chrono::milliseconds wait);
   [[nodiscard]] resolver_stats stats() const;
 
  private:
@@ -114,21 +116,21 @@ class resolver {
     clock::time_point fetched;
   };
   [[nodiscard]] result<std::shared_ptr<const parsed>> by_digest(const std::string& registry,
-                                                                const std::string& repository, const digest& d);
+                                                                const std::string& repository,
+                                                                const digest& d);
   [[nodiscard]] result<digest> by_tag(const std::string& registry, const std::string& repository,
                                       const std::string& tag);
-  [[nodiscard]] result<std::shared_ptr<const parsed>> fetch_and_parse(const std::string& registry,
-                                                                      const std::string& repository,
-                                                                      const std::string& reference,
-                                                                      const std::optional<digest>& expect,
-                                                                      digest& actual);
+  [[nodiscard]] result<std::shared_ptr<const parsed>> fetch_and_parse(
+      const std::string& registry, const std::string& repository, const std::string& reference,
+      const std::optional<digest>& expect, digest& actual);
   void cache_parsed(const digest& d, std::shared_ptr<const parsed> p);
 
   manifest_source& src_;
   resolver_options opts_;
   std::function<clock::time_point()> now_;
   mutable std::mutex mu_;
-  std::unordered_map<digest, std::pair<std::shared_ptr<const parsed>, std::list<digest>::iterator>> manifests_;
+  std::unordered_map<digest, std::pair<std::shared_ptr<const parsed>, std::list<digest>::iterator>>
+      manifests_;
   std::list<digest> lru_;  // front: most recent
   std::map<std::string, tag_entry> tags_;
   std::map<std::string, std::shared_future<result<resolved_image>>> inflight_;
@@ -151,7 +153,8 @@ struct manifest_content {
 class dataset_catalog {
  public:
   virtual ~dataset_catalog() = default;
-  [[nodiscard]] virtual result<std::vector<object_ref>> lookup(const std::string& name_at_version) = 0;
+  [[nodiscard]] virtual result<std::vector<object_ref>> lookup(
+      const std::string& name_at_version) = 0;
 };
 
 class no_datasets final : public dataset_catalog {

@@ -149,7 +149,8 @@ TEST_F(ApiTest, NodesObjectsImagesAndDatasets) {
   EXPECT_EQ(call(http::verb::get, "/v1/images/127.0.0.1%3A5000%2Fteam%2Fapp%3Av1").status, 200u);
   EXPECT_EQ(call(http::verb::get, "/v1/images/Bad..Ref").status, 400u);
   EXPECT_EQ(call(http::verb::get, "/v1/images/127.0.0.1:5000/team/app:v9").status, 404u);
-  EXPECT_EQ(call(http::verb::get, "/v1/images/127.0.0.1:5000/team/app:v1?platform=amd64").status, 400u);
+  EXPECT_EQ(call(http::verb::get, "/v1/images/127.0.0.1:5000/team/app:v1?platform=amd64").status,
+            400u);
 
   r = call(http::verb::get, "/v1/datasets/imagenet@1");
   EXPECT_EQ(r.status, 404u);
@@ -165,7 +166,8 @@ TEST_F(ApiTest, NodesObjectsImagesAndDatasets) {
 TEST_F(ApiTest, PlaceAnswersAndRefusesBadBodies) {
   beat(full_hb("warm", {held("base", 100 * MiB)}, {}, 1));
   beat(full_hb("cold", {}, {}, 1));
-  auto r = call(http::verb::post, "/v1/place", R"({"images":["127.0.0.1:5000/team/app:v1"],"dry_run":true})");
+  auto r = call(http::verb::post, "/v1/place",
+                R"({"images":["127.0.0.1:5000/team/app:v1"],"dry_run":true})");
   ASSERT_EQ(r.status, 200u) << std::get<std::string>(r.body);
   auto j = js(r);
   EXPECT_EQ(j["feasible"], true);
@@ -185,7 +187,8 @@ TEST_F(ApiTest, PlaceAnswersAndRefusesBadBodies) {
 TEST_F(ApiTest, PrewarmOnNodesEndToEnd) {
   beat(full_hb("n1", {}, {}, 1));
   beat(full_hb("n2", {held("base", 100 * MiB)}, {}, 1));
-  auto r = call(http::verb::post, "/v1/prewarm", R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["n1","n2"]})");
+  auto r = call(http::verb::post, "/v1/prewarm",
+                R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["n1","n2"]})");
   ASSERT_EQ(r.status, 202u) << std::get<std::string>(r.body);
   auto j = js(r);
   std::string id = j["id"];
@@ -201,7 +204,8 @@ TEST_F(ApiTest, PrewarmOnNodesEndToEnd) {
   EXPECT_EQ(rep.orders[0].repository, "team/app");
   EXPECT_EQ(rep.orders[0].objects.size(), 3u);
   EXPECT_EQ(rep.orders[0].pin_seconds, 3600u);
-  auto all = std::vector<heartbeat::held_object>{held("cfg", 500), held("base", 100 * MiB), held("top", 10 * MiB)};
+  auto all = std::vector<heartbeat::held_object>{held("cfg", 500), held("base", 100 * MiB),
+                                                 held("top", 10 * MiB)};
   auto done = full_hb("n1", all, {}, 3);
   done.orders = {{id + ".0", heartbeat::order_state::done, 110 * MiB + 500, 110 * MiB + 500, ""}};
   EXPECT_TRUE(beat(done).orders.empty());
@@ -223,7 +227,8 @@ TEST_F(ApiTest, PrewarmTargetsAndErrors) {
   beat(full_hb("a1", {}, {{"pool", "a"}}, 1));
   beat(full_hb("a2", {held("base", 100 * MiB)}, {{"pool", "a"}}, 1));
   beat(full_hb("b1", {}, {{"pool", "b"}}, 1));
-  auto r = call(http::verb::post, "/v1/prewarm", R"({"images":["127.0.0.1:5000/team/app:v1"],"selector":{"pool":"a"}})");
+  auto r = call(http::verb::post, "/v1/prewarm",
+                R"({"images":["127.0.0.1:5000/team/app:v1"],"selector":{"pool":"a"}})");
   ASSERT_EQ(r.status, 202u) << std::get<std::string>(r.body);
   EXPECT_EQ(js(r)["nodes"].size(), 2u);
   // A job: placed (a2 first: it has the base), plus one standby.
@@ -243,18 +248,23 @@ TEST_F(ApiTest, PrewarmTargetsAndErrors) {
   };
   for (auto c : std::vector<tc>{
            {R"({"images":["127.0.0.1:5000/team/app:v1"]})", 400, "exactly one of"},
-           {R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["a1"],"selector":{"pool":"a"}})", 400, "exactly one of"},
-           {R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["ghost"]})", 404, "unknown node(s): ghost"},
-           {R"({"images":["127.0.0.1:5000/team/app:v1"],"selector":{"pool":"zzz"}})", 404, "matches no healthy node"},
+           {R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["a1"],"selector":{"pool":"a"}})",
+            400, "exactly one of"},
+           {R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["ghost"]})", 404,
+            "unknown node(s): ghost"},
+           {R"({"images":["127.0.0.1:5000/team/app:v1"],"selector":{"pool":"zzz"}})", 404,
+            "matches no healthy node"},
            {R"({"nodes":["a1"]})", 400, "nothing to prewarm"},
            {R"({"images":["127.0.0.1:5000/team/app:v404"],"nodes":["a1"]})", 502, "not found"},
            {R"({"datasets":["imagenet@1"],"nodes":["a1"]})", 404, "unknown dataset"},
-           {R"({"images":["127.0.0.1:5000/team/app:v1"],"job":{"nodes":2,"gpus":8}})", 409, "cannot be placed"},
+           {R"({"images":["127.0.0.1:5000/team/app:v1"],"job":{"nodes":2,"gpus":8}})", 409,
+            "cannot be placed"},
            {R"({"images":["x"],"nodes":["a1"],"colour":"red"})", 400, "unknown prewarm field"},
        }) {
     r = call(http::verb::post, "/v1/prewarm", c.body);
     EXPECT_EQ(r.status, c.status) << c.body << " → " << std::get<std::string>(r.body);
-    EXPECT_NE(js(r)["error"].get<std::string>().find(c.needle), std::string::npos) << std::get<std::string>(r.body);
+    EXPECT_NE(js(r)["error"].get<std::string>().find(c.needle), std::string::npos)
+        << std::get<std::string>(r.body);
   }
   EXPECT_EQ(call(http::verb::get, "/v1/prewarm/pw-nope").status, 404u);
   EXPECT_EQ(call(http::verb::get, "/v1/prewarm/bad id").status, 400u);

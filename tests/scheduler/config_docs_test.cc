@@ -24,16 +24,18 @@ TEST(ConfigDocs, CommittedReferenceIsUpToDate) {
 TEST(ConfigDocs, DefaultsValidateAndBadValuesAreRefused) {
   scheduler_config c;
   EXPECT_TRUE(config::validate(c));
-  for (const char* bad : {"extender: {mode: medium}", "extender: {max_missing: lots}",
-                          "placement: {cost: {model: quantum}}", "nodes: {unhealthy_after: 10m, drop_after: 5m}",
-                          "placement: {cost: {upstream_bandwidth: 0}}"}) {
+  for (const char* bad :
+       {"extender: {mode: medium}", "extender: {max_missing: lots}",
+        "placement: {cost: {model: quantum}}", "nodes: {unhealthy_after: 10m, drop_after: 5m}",
+        "placement: {cost: {upstream_bandwidth: 0}}"}) {
     scheduler_config x;
     EXPECT_FALSE(config::load_string(bad, "test.yaml", x)) << bad;
   }
   scheduler_config ok;
-  ASSERT_TRUE(config::load_string("extender: {mode: hard, max_missing: 2GiB}\nresolver: {registry_proxy: "
-                                  "\"http://rp:5050\"}",
-                                  "test.yaml", ok));
+  ASSERT_TRUE(
+      config::load_string("extender: {mode: hard, max_missing: 2GiB}\nresolver: {registry_proxy: "
+                          "\"http://rp:5050\"}",
+                          "test.yaml", ok));
   EXPECT_EQ(ok.extender.mode, "hard");
   EXPECT_EQ(ok.resolver.registry_proxy, "http://rp:5050");
 }

@@ -88,8 +88,8 @@ TEST(Cost, SharedLayersCountOnce) {
   cluster c;
   c.node("n", "z", "r", {});
   // Two images of one pod sharing a 500 MiB base.
-  std::vector<object_ref> job = {obj("base", 500 * MiB), obj("app1", 10 * MiB), obj("base", 500 * MiB),
-                                 obj("app2", 20 * MiB)};
+  std::vector<object_ref> job = {obj("base", 500 * MiB), obj("app1", 10 * MiB),
+                                 obj("base", 500 * MiB), obj("app2", 20 * MiB)};
   auto costs = c.costs(job, default_model());
   EXPECT_EQ(costs["n"].bytes_total, 530 * MiB);
 }
@@ -102,8 +102,10 @@ TEST(Cost, WorkedExampleFromTheDocs) {
   c.node("C", "z1", "r2", {});
   c.node("D", "z2", "r7", {});
   c.node("E", "z2", "r7", {held("app", 256 * MiB)});
-  (void)c.idx.apply(full_hb("E", {}, {{"zone", "z2"}, {"rack", "r7"}}, 2), "ip");  // app: origin only
-  std::vector<object_ref> job = {obj("base", 2048 * MiB), obj("libs", 512 * MiB), obj("app", 256 * MiB)};
+  (void)c.idx.apply(full_hb("E", {}, {{"zone", "z2"}, {"rack", "r7"}}, 2),
+                    "ip");  // app: origin only
+  std::vector<object_ref> job = {obj("base", 2048 * MiB), obj("libs", 512 * MiB),
+                                 obj("app", 256 * MiB)};
   auto dm = default_model();
   ASSERT_FALSE(dm.parallel);  // serial is the default
   auto ser = c.costs(job, dm);
@@ -161,7 +163,8 @@ TEST(Cost, ThresholdsParseAndApply) {
   auto z = parse_threshold(" 0 ");
   ASSERT_TRUE(z);
   EXPECT_TRUE(z->exceeded(c));
-  for (const char* bad : {"", "%", "-5%", "101%", "ten", "10%%", "1.5.5%"}) EXPECT_FALSE(parse_threshold(bad)) << bad;
+  for (const char* bad : {"", "%", "-5%", "101%", "ten", "10%%", "1.5.5%"})
+    EXPECT_FALSE(parse_threshold(bad)) << bad;
 }
 
 // --- ImageLocality, the in-tree baseline (pkg/scheduler/framework/plugins/imagelocality) -----
@@ -183,7 +186,8 @@ std::int64_t image_locality(const std::string& node, const std::vector<image>& p
   const std::int64_t max_threshold = 1000 * MiB * static_cast<std::int64_t>(pod.size());
   auto has = [&](const std::string& n, const image& img) {
     const auto& h = held.at(n);
-    return std::all_of(img.layers.begin(), img.layers.end(), [&](const object_ref& l) { return h.count(l.id) > 0; });
+    return std::all_of(img.layers.begin(), img.layers.end(),
+                       [&](const object_ref& l) { return h.count(l.id) > 0; });
   };
   std::int64_t sum = 0;
   for (const auto& img : pod) {
@@ -196,7 +200,8 @@ std::int64_t image_locality(const std::string& node, const std::vector<image>& p
   return 100 * (sum - min_threshold) / (max_threshold - min_threshold);
 }
 
-std::string image_locality_pick(const std::vector<image>& pod, const std::map<std::string, std::set<digest>>& held) {
+std::string image_locality_pick(const std::vector<image>& pod,
+                                const std::map<std::string, std::set<digest>>& held) {
   std::string best;
   std::int64_t best_score = -1;
   for (const auto& [n, h] : held) {  // ties: first by name, like any fixed order
@@ -277,7 +282,8 @@ TEST(ImageLocalityComparison, WidelyReplicatedImage) {
   image q{"Q", {obj("q", 400 * MiB)}};
   scenario s;
   s.node("node01", "r1", p.layers);
-  for (int i = 2; i <= 10; ++i) s.node("node" + std::string(i < 10 ? "0" : "") + std::to_string(i), "r1", q.layers);
+  for (int i = 2; i <= 10; ++i)
+    s.node("node" + std::string(i < 10 ? "0" : "") + std::to_string(i), "r1", q.layers);
   std::vector<image> pod = {p, q};
   auto il = image_locality_pick(pod, s.held);
   EXPECT_NE(il, "node01");

@@ -63,7 +63,8 @@ TEST(Deploy, EveryDocumentHasApiVersionAndKind) {
     ASSERT_TRUE(d.node["apiVersion"] && d.node["kind"]) << d.file;
     kinds.insert(d.node["kind"].as<std::string>());
   }
-  for (const char* k : {"KubeSchedulerConfiguration", "ConfigMap", "Deployment", "DaemonSet", "Service", "Namespace"}) {
+  for (const char* k : {"KubeSchedulerConfiguration", "ConfigMap", "Deployment", "DaemonSet",
+                        "Service", "Namespace"}) {
     EXPECT_TRUE(kinds.count(k)) << k;
   }
 }

@@ -21,21 +21,22 @@ json make_pod(const std::string& init_image, const std::vector<std::string>& ima
   json containers = json::array();
   int i = 0;
   for (const auto& img : images) {
-    containers.push_back({{"name", "c" + std::to_string(i++)},
-                          {"image", img},
-                          {"command", {"/bin/sh", "-c", "sleep 3600"}},
-                          {"ports", {{{"containerPort", 8080}, {"protocol", "TCP"}}}},
-                          {"env", {{{"name", "MODE"}, {"value", "train"}}}},
-                          {"resources",
-                           {{"limits", {{"cpu", "4"}, {"memory", "16Gi"}, {"nvidia.com/gpu", "8"}}},
-                            {"requests", {{"cpu", "4"}, {"memory", "16Gi"}, {"nvidia.com/gpu", "8"}}}}},
-                          {"volumeMounts",
-                           {{{"name", "kube-api-access-x7k2p"},
-                             {"readOnly", true},
-                             {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"}}}},
-                          {"terminationMessagePath", "/dev/termination-log"},
-                          {"terminationMessagePolicy", "File"},
-                          {"imagePullPolicy", "IfNotPresent"}});
+    containers.push_back(
+        {{"name", "c" + std::to_string(i++)},
+         {"image", img},
+         {"command", {"/bin/sh", "-c", "sleep 3600"}},
+         {"ports", {{{"containerPort", 8080}, {"protocol", "TCP"}}}},
+         {"env", {{{"name", "MODE"}, {"value", "train"}}}},
+         {"resources",
+          {{"limits", {{"cpu", "4"}, {"memory", "16Gi"}, {"nvidia.com/gpu", "8"}}},
+           {"requests", {{"cpu", "4"}, {"memory", "16Gi"}, {"nvidia.com/gpu", "8"}}}}},
+         {"volumeMounts",
+          {{{"name", "kube-api-access-x7k2p"},
+            {"readOnly", true},
+            {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"}}}},
+         {"terminationMessagePath", "/dev/termination-log"},
+         {"terminationMessagePolicy", "File"},
+         {"imagePullPolicy", "IfNotPresent"}});
   }
   json ann = json::object();
   for (const auto& [k, v] : annotations) ann[k] = v;
@@ -66,7 +67,8 @@ json make_pod(const std::string& init_image, const std::vector<std::string>& ima
            {{"volumes",
              {{{"name", "kube-api-access-x7k2p"},
                {"projected",
-                {{"sources", {{{"serviceAccountToken", {{"expirationSeconds", 3607}, {"path", "token"}}}}}},
+                {{"sources",
+                  {{{"serviceAccountToken", {{"expirationSeconds", 3607}, {"path", "token"}}}}}},
                  {"defaultMode", 420}}}}}},
             {"initContainers",
              {{{"name", "fetch"},
@@ -102,7 +104,8 @@ json make_node(const std::string& name) {
   n["spec"] = {{"podCIDR", "10.244.0.0/24"}};
   n["status"]["capacity"] = {{"cpu", "64"}, {"nvidia.com/gpu", "8"}};
   n["status"]["allocatable"] = {{"cpu", "63"}, {"nvidia.com/gpu", "8"}};
-  json image = {{"names", json::array({"docker.io/library/nginx:latest"})}, {"sizeBytes", 70000000}};
+  json image = {{"names", json::array({"docker.io/library/nginx:latest"})},
+                {"sizeBytes", 70000000}};
   n["status"]["images"] = json::array({image});
   return n;
 }
@@ -114,7 +117,8 @@ class ExtenderTest : public ::testing::Test {
         res_(src_, resolver_options{}, clock_.fn()),
         placer_(idx_, res_, ds_, net_, placer_opts(), clock_.fn()),
         ext_(placer_, ext_opts(), reg_) {
-    auto app = image_manifest({{"app-base", 800 * MiB}, {"app-top", 200 * MiB}}, "app-config", 1000);
+    auto app =
+        image_manifest({{"app-base", 800 * MiB}, {"app-top", 200 * MiB}}, "app-config", 1000);
     src_.put("registry.local:5000", "team/app", app, "v1.2");
     auto nginx = image_manifest({{"nginx-l1", 30 * MiB}}, "nginx-config", 1000);
     src_.put("docker.io", "library/nginx", nginx, "latest");
@@ -123,16 +127,18 @@ class ExtenderTest : public ::testing::Test {
     auto label = [](const std::string& rack) {
       return std::map<std::string, std::string>{{"zone", "z1"}, {"rack", rack}};
     };
-    (void)idx_.apply(full_hb("node-a", {held("app-base", 800 * MiB), held("app-top", 200 * MiB),
-                                        held("app-config", 1000)},
-                             label("r1")),
-                     "ip");
+    (void)idx_.apply(
+        full_hb("node-a",
+                {held("app-base", 800 * MiB), held("app-top", 200 * MiB), held("app-config", 1000)},
+                label("r1")),
+        "ip");
     (void)idx_.apply(full_hb("node-b", {held("app-base", 800 * MiB)}, label("r1")), "ip");
     (void)idx_.apply(full_hb("node-c", {}, label("r2")), "ip");
     // nginx and the init image are on a fourth node: no node's estimate is dominated by an
     // upstream fetch all would share.
-    (void)idx_.apply(full_hb("node-x", {held("nginx-l1", 30 * MiB), held("nginx-config", 1000),
-                                        held("init-l1", 50 * MiB), held("init-config", 1000)},
+    (void)idx_.apply(full_hb("node-x",
+                             {held("nginx-l1", 30 * MiB), held("nginx-config", 1000),
+                              held("init-l1", 50 * MiB), held("init-config", 1000)},
                              label("r3")),
                      "ip");
   }
@@ -159,15 +165,20 @@ class ExtenderTest : public ::testing::Test {
   static json args_nodes(const json& pod, const std::vector<std::string>& names) {
     json items = json::array();
     for (const auto& n : names) items.push_back(make_node(n));
-    return {{"Pod", pod}, {"Nodes", {{"metadata", {{"resourceVersion", "42"}}}, {"items", items}}}, {"NodeNames", nullptr}};
+    return {{"Pod", pod},
+            {"Nodes", {{"metadata", {{"resourceVersion", "42"}}}, {"items", items}}},
+            {"NodeNames", nullptr}};
   }
-  static json body_of(const http::response& r) { return json::parse(std::get<std::string>(r.body)); }
+  static json body_of(const http::response& r) {
+    return json::parse(std::get<std::string>(r.body));
+  }
   double metric(const std::string& verb, const std::string& result) {
-    return static_cast<double>(reg_.counter("shoal_scheduler_extender_requests_total",
-                                            "kube-scheduler extender calls by verb and result (ok, bad_request, error).",
-                                            {"verb", "result"})
-                                   .with({verb, result})
-                                   .value());
+    return static_cast<double>(
+        reg_.counter("shoal_scheduler_extender_requests_total",
+                     "kube-scheduler extender calls by verb and result (ok, bad_request, error).",
+                     {"verb", "result"})
+            .with({verb, result})
+            .value());
   }
 
   fake_clock clock_;
@@ -206,7 +217,8 @@ TEST_F(ExtenderTest, ParsesImagesAndAnnotationsFromAFullPod) {
 }
 
 TEST_F(ExtenderTest, PrioritizeScoresEveryNodeWithExactGoFieldNames) {
-  auto r = ext_.prioritize(args_names(pod(), {"node-c", "node-a", "node-b", "node-unknown"}).dump());
+  auto r =
+      ext_.prioritize(args_names(pod(), {"node-c", "node-a", "node-b", "node-unknown"}).dump());
   ASSERT_EQ(r.status, 200u);
   auto j = body_of(r);
   ASSERT_TRUE(j.is_array());
@@ -257,7 +269,8 @@ TEST_F(ExtenderTest, HardModeFiltersNodesMissingTooMuch) {
   EXPECT_EQ(j["NodeNames"], json({"node-a"}));
   auto failed = j["FailedAndUnresolvableNodes"];
   ASSERT_EQ(failed.size(), 3u) << j.dump();
-  EXPECT_NE(failed["node-b"].get<std::string>().find("hard placement allows 10%"), std::string::npos);
+  EXPECT_NE(failed["node-b"].get<std::string>().find("hard placement allows 10%"),
+            std::string::npos);
   EXPECT_NE(failed["node-unknown"].get<std::string>().find("no heartbeat"), std::string::npos);
   EXPECT_TRUE(j["FailedNodes"].empty());
   // A looser per-pod threshold lets node-b through (it lacks ~26%).
@@ -265,7 +278,8 @@ TEST_F(ExtenderTest, HardModeFiltersNodesMissingTooMuch) {
   j = body_of(ext_.filter(args_names(p, {"node-a", "node-b", "node-c"}).dump()));
   EXPECT_EQ(j["NodeNames"], json({"node-a", "node-b"}));
   // Nodes form: the failed node's item is not echoed.
-  j = body_of(ext_.filter(args_nodes(pod({{"shoal.io/placement", "hard"}}), {"node-a", "node-c"}).dump()));
+  j = body_of(
+      ext_.filter(args_nodes(pod({{"shoal.io/placement", "hard"}}), {"node-a", "node-c"}).dump()));
   ASSERT_EQ(j["Nodes"]["items"].size(), 1u);
   EXPECT_EQ(j["Nodes"]["items"][0]["metadata"]["name"], "node-a");
   EXPECT_TRUE(j["FailedAndUnresolvableNodes"].contains("node-c"));
@@ -333,13 +347,16 @@ TEST_F(ExtenderTest, PodWithoutImagesScoresZeroAndPassesHardFilter) {
 }
 
 TEST_F(ExtenderTest, ManyNodesAnswerQuickly) {
-  for (int i = 0; i < 2000; ++i) (void)idx_.apply(full_hb("bulk-" + std::to_string(i), {held("app-base", 800 * MiB)}), "ip");
+  for (int i = 0; i < 2000; ++i)
+    (void)idx_.apply(full_hb("bulk-" + std::to_string(i), {held("app-base", 800 * MiB)}), "ip");
   std::vector<std::string> names;
   for (int i = 0; i < 2000; ++i) names.push_back("bulk-" + std::to_string(i));
   auto body = args_names(pod(), names).dump();
   auto t0 = std::chrono::steady_clock::now();
   auto r = ext_.prioritize(body);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   ASSERT_EQ(r.status, 200u);
   EXPECT_EQ(body_of(r).size(), 2000u);
   EXPECT_LT(ms, 2000);

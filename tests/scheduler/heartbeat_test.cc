@@ -5,9 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "test_util.h"
 
@@ -20,7 +19,8 @@ using scheduler::testing::dg;
 message sample() {
   message m;
   m.node = "node-1.rack2";
-  m.labels = {{"zone", "z1"}, {"rack", "r2"}, {"fabric", "f1"}, {"topology.kubernetes.io/zone", "z1"}};
+  m.labels = {
+      {"zone", "z1"}, {"rack", "r2"}, {"fabric", "f1"}, {"topology.kubernetes.io/zone", "z1"}};
   m.ip = "10.1.2.3";
   m.bt_port = 6881;
   m.http_port = 65001;
@@ -104,7 +104,8 @@ TEST(Heartbeat, ReplyRoundTripWithOrders) {
 }
 
 TEST(Heartbeat, AcceptsSchemaOneFullLists) {
-  json j = {{"schema", 1}, {"node", "n1"}, {"full", true}, {"objects", json::array()}, {"health", "ok"}};
+  json j = {
+      {"schema", 1}, {"node", "n1"}, {"full", true}, {"objects", json::array()}, {"health", "ok"}};
   auto d = decode(j.dump());
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_EQ(d->schema, 1);
@@ -142,14 +143,11 @@ TEST(Heartbeat, RefusesMalformedFieldsByName) {
       {"objects not list", [](json& j) { j["objects"] = json::object(); }, "objects"},
       {"digest", [](json& j) { j["objects"][0]["digest"] = "sha256:XYZ"; }, "objects[0].digest"},
       {"info hash", [](json& j) { j["objects"][1]["info_hash"] = "abc"; }, "objects[1].info_hash"},
-      {"absurd size", [](json& j) { j["objects"][0]["size"] = std::uint64_t{1} << 60; }, "objects[0].size"},
+      {"absurd size", [](json& j) { j["objects"][0]["size"] = std::uint64_t{1} << 60; },
+       "objects[0].size"},
       {"kind", [](json& j) { j["objects"][0]["kind"] = "Blob!"; }, "objects[0].kind"},
       {"removed entry", [](json& j) { j["removed"][0] = 7; }, "removed[0]"},
-      {"removed in full",
-       [](json& j) {
-         j["full"] = true;
-       },
-       "removed must be empty"},
+      {"removed in full", [](json& j) { j["full"] = true; }, "removed must be empty"},
       {"gpus count", [](json& j) { j["gpus"][0]["count"] = 100000; }, "gpus[0].count"},
       {"netsetup array", [](json& j) { j["netsetup"] = json::array(); }, "netsetup"},
       {"rdma string", [](json& j) { j["rdma"] = "x"; }, "rdma"},
@@ -157,14 +155,19 @@ TEST(Heartbeat, RefusesMalformedFieldsByName) {
       {"order id", [](json& j) { j["orders"][0]["id"] = "a b"; }, "orders[0].id"},
       {"order state", [](json& j) { j["orders"][0]["state"] = "paused"; }, "orders[0].state"},
       {"order bytes", [](json& j) { j["orders"][0]["bytes_done"] = "1"; }, "orders[0].bytes_done"},
-      {"node control char", [](json& j) { j["epoch"] = std::string{'a', '\x01', 'b'}; }, "epoch"},
+      {"node control char",
+       [](json& j) {
+         j["epoch"] = std::string{'a', '\x01', 'b'};
+       },
+       "epoch"},
   };
   for (const auto& c : cases) {
     json j = base;
     c.mutate(j);
     auto d = decode(j.dump());
     ASSERT_FALSE(d) << c.what << " was accepted";
-    EXPECT_NE(d.error().message.find(c.needle), std::string::npos) << c.what << ": " << d.error().message;
+    EXPECT_NE(d.error().message.find(c.needle), std::string::npos)
+        << c.what << ": " << d.error().message;
   }
 }
 
@@ -173,7 +176,8 @@ TEST(Heartbeat, RefusesNonObjectsDeepNestingAndHugeDocuments) {
   EXPECT_FALSE(decode("[]"));
   EXPECT_FALSE(decode("null"));
   EXPECT_FALSE(decode("{\"schema\":2,\"node\":\"n\""));
-  std::string deep = R"({"schema":2,"node":"n","labels":)" + std::string(10000, '[') + std::string(10000, ']') + "}";
+  std::string deep = R"({"schema":2,"node":"n","labels":)" + std::string(10000, '[') +
+                     std::string(10000, ']') + "}";
   auto d = decode(deep);
   ASSERT_FALSE(d);
   EXPECT_NE(d.error().message.find("deeper"), std::string::npos);
@@ -195,7 +199,8 @@ TEST(Heartbeat, ReplyDecoderIsStrictToo) {
   auto r = decode_reply(R"({"epoch":"e","orders":[{"id":"x","objects":[]}]})");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("exactly one of image and dataset"), std::string::npos);
-  auto r2 = decode_reply(R"({"epoch":"e","orders":[{"id":"x","image":"a","objects":[{"digest":"sha256:1","size":1}]}]})");
+  auto r2 = decode_reply(
+      R"({"epoch":"e","orders":[{"id":"x","image":"a","objects":[{"digest":"sha256:1","size":1}]}]})");
   ASSERT_FALSE(r2);
   EXPECT_NE(r2.error().message.find("objects[0].digest"), std::string::npos);
 }
@@ -220,9 +225,15 @@ TEST(Heartbeat, FuzzDecoderWithBoundedRandomInputs) {
     for (int e = 0; e < edits && !s.empty(); ++e) {
       std::size_t pos = rng() % s.size();
       switch (rng() % 3) {
-        case 0: s[pos] = alphabet[rng() % alphabet.size()]; break;
-        case 1: s.erase(pos, 1 + rng() % 4); break;
-        default: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+        case 0:
+          s[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          s.erase(pos, 1 + rng() % 4);
+          break;
+        default:
+          s.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
       }
     }
     check_accepted(decode(s));
@@ -230,11 +241,16 @@ TEST(Heartbeat, FuzzDecoderWithBoundedRandomInputs) {
   // Random JSON values of bounded size placed at every known key.
   std::function<json(int)> random_json = [&](int depth) -> json {
     switch (rng() % (depth > 3 ? 5 : 7)) {
-      case 0: return nullptr;
-      case 1: return static_cast<bool>(rng() % 2);
-      case 2: return static_cast<std::int64_t>(rng()) >> (rng() % 64);
-      case 3: return std::string(rng() % 5, static_cast<char>('a' + rng() % 26));
-      case 4: return static_cast<double>(rng() % 1000) / 7.0;
+      case 0:
+        return nullptr;
+      case 1:
+        return static_cast<bool>(rng() % 2);
+      case 2:
+        return static_cast<std::int64_t>(rng()) >> (rng() % 64);
+      case 3:
+        return std::string(rng() % 5, static_cast<char>('a' + rng() % 26));
+      case 4:
+        return static_cast<double>(rng() % 1000) / 7.0;
       case 5: {
         json a = json::array();
         for (int k = 0; k < static_cast<int>(rng() % 4); ++k) a.push_back(random_json(depth + 1));
@@ -242,21 +258,24 @@ TEST(Heartbeat, FuzzDecoderWithBoundedRandomInputs) {
       }
       default: {
         json o = json::object();
-        for (int k = 0; k < static_cast<int>(rng() % 4); ++k) o["k" + std::to_string(rng() % 5)] = random_json(depth + 1);
+        for (int k = 0; k < static_cast<int>(rng() % 4); ++k)
+          o["k" + std::to_string(rng() % 5)] = random_json(depth + 1);
         return o;
       }
     }
   };
-  const std::vector<std::string> keys = {"schema", "node",  "labels", "ip",    "bt_port",  "http_port",
-                                         "epoch",  "seq",   "full",   "objects", "removed", "cache",
-                                         "gpus",   "rdma",  "netsetup", "health", "health_reasons", "orders"};
+  const std::vector<std::string> keys = {
+      "schema", "node", "labels",   "ip",      "bt_port",        "http_port",
+      "epoch",  "seq",  "full",     "objects", "removed",        "cache",
+      "gpus",   "rdma", "netsetup", "health",  "health_reasons", "orders"};
   auto basej = json::parse(base);
   for (int i = 0; i < 1000; ++i) {
     json j = basej;
     j[keys[rng() % keys.size()]] = random_json(0);
     check_accepted(decode(j.dump()));
     if (j["objects"].is_array() && !j["objects"].empty() && j["objects"][0].is_object()) {
-      j["objects"][0][std::vector<std::string>{"digest", "size", "kind", "info_hash"}[rng() % 4]] = random_json(0);
+      j["objects"][0][std::vector<std::string>{"digest", "size", "kind", "info_hash"}[rng() % 4]] =
+          random_json(0);
       check_accepted(decode(j.dump()));
     }
   }

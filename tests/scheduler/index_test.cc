@@ -141,10 +141,12 @@ TEST_F(IndexTest, FailingHealthMakesANodeUnhealthy) {
 }
 
 TEST_F(IndexTest, ViewCarriesTopologyPlatformGpusAndHolders) {
-  auto m = full_hb("n2", {held("a", 10)}, {{"zone", "z1"}, {"rack", "r1"}, {"fabric", "f1"}, {"platform", "linux/arm64"}});
+  auto m = full_hb("n2", {held("a", 10)},
+                   {{"zone", "z1"}, {"rack", "r1"}, {"fabric", "f1"}, {"platform", "linux/arm64"}});
   m.gpus = {{"A100", 4}, {"A100", 4}};
   (void)idx_.apply(m, "ip");
-  (void)idx_.apply(full_hb("n1", {}, {{"kubernetes.io/os", "linux"}, {"kubernetes.io/arch", "amd64"}}), "ip");
+  (void)idx_.apply(
+      full_hb("n1", {}, {{"kubernetes.io/os", "linux"}, {"kubernetes.io/arch", "amd64"}}), "ip");
   std::vector<digest> want = {dg("a"), dg("nowhere")};
   auto v = idx_.view(want);
   ASSERT_EQ(v.nodes.size(), 2u);

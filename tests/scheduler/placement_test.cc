@@ -27,7 +27,8 @@ class fake_network final : public network_model {
   status gang_consistent(std::span<const node_view* const> nodes) const override {
     for (const auto* a : nodes) {
       for (const auto* b : nodes) {
-        if (incompatible.count({a->name, b->name})) return fail(errc::invalid_argument, a->name + " vs " + b->name);
+        if (incompatible.count({a->name, b->name}))
+          return fail(errc::invalid_argument, a->name + " vs " + b->name);
       }
     }
     return {};
@@ -59,7 +60,8 @@ class PlacementTest : public ::testing::Test {
     (void)idx_.apply(m, "ip");
   }
   placement run(const job_spec& job, const std::vector<object_ref>& objs, std::uint32_t standby = 0,
-                const std::map<std::string, std::uint32_t>& reserved = {}, evaluate_options o = {}) {
+                const std::map<std::string, std::uint32_t>& reserved = {},
+                evaluate_options o = {}) {
     std::vector<digest> ids;
     for (const auto& x : objs) ids.push_back(x.id);
     view_ = idx_.view(ids);
@@ -105,7 +107,8 @@ TEST_F(PlacementTest, OneNodeGoesWhereTheDataIsAndEveryNodeIsExplained) {
   EXPECT_TRUE(j["nodes"][0]["network_plan"].is_object());  // the seam: plan for chosen nodes
   EXPECT_EQ(j["nodes"][1]["role"], "standby");
   EXPECT_TRUE(j["nodes"][2]["network_plan"].is_null());
-  EXPECT_GT(j["nodes"][2]["estimated_seconds"].get<double>(), j["nodes"][0]["estimated_seconds"].get<double>());
+  EXPECT_GT(j["nodes"][2]["estimated_seconds"].get<double>(),
+            j["nodes"][0]["estimated_seconds"].get<double>());
 }
 
 TEST_F(PlacementTest, IneligibleNodesSayWhy) {
@@ -135,8 +138,10 @@ TEST_F(PlacementTest, IneligibleNodesSayWhy) {
     return e && !e->reasons.empty() ? e->reasons.front() : std::string();
   };
   EXPECT_NE(why("few-gpus").find("needs 4 GPUs, 2 free"), std::string::npos) << why("few-gpus");
-  EXPECT_NE(why("other-zone").find("label zone=z1 does not match (z2)"), std::string::npos) << why("other-zone");
-  EXPECT_NE(why("netfail").find("network validation failed: link.mtu"), std::string::npos) << why("netfail");
+  EXPECT_NE(why("other-zone").find("label zone=z1 does not match (z2)"), std::string::npos)
+      << why("other-zone");
+  EXPECT_NE(why("netfail").find("network validation failed: link.mtu"), std::string::npos)
+      << why("netfail");
   EXPECT_EQ(why("excluded"), "excluded");
   EXPECT_NE(why("sick").find("unhealthy"), std::string::npos) << why("sick");
 }
@@ -174,7 +179,8 @@ TEST_F(PlacementTest, GangStaysInsideOneFabricSegment) {
   p = run(job, {obj("big", 1000 * MiB)}, 1);
   ASSERT_TRUE(p.feasible) << p.reason;
   EXPECT_EQ(p.segment, "f1");
-  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()), (std::set<std::string>{"f1-a", "f1-b"}));
+  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()),
+            (std::set<std::string>{"f1-a", "f1-b"}));
   EXPECT_TRUE(p.standby.empty());  // f1 has no third node; standby never leaves the segment
   // Four nodes: no segment has four.
   job.nodes = 4;
@@ -198,7 +204,8 @@ TEST_F(PlacementTest, GangNeedsEnoughGpusOnEveryMember) {
   job.nodes = 2;
   p = run(job, {});
   ASSERT_TRUE(p.feasible);
-  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()), (std::set<std::string>{"a", "c"}));
+  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()),
+            (std::set<std::string>{"a", "c"}));
 }
 
 TEST_F(PlacementTest, GangUsesOnlyConsistentNetworkSettings) {
@@ -214,16 +221,19 @@ TEST_F(PlacementTest, GangUsesOnlyConsistentNetworkSettings) {
   job.nodes = 3;
   auto p = run(job, {});
   ASSERT_TRUE(p.feasible) << p.reason;
-  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()), (std::set<std::string>{"a", "b", "d"}));
+  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()),
+            (std::set<std::string>{"a", "b", "d"}));
   // Requiring validation drops d: no consistent group of three is left.
   job.require_network_validation = true;
   p = run(job, {});
   EXPECT_FALSE(p.feasible);
-  EXPECT_NE(find(p, "d")->reasons.front().find("network validation required, state unknown"), std::string::npos);
+  EXPECT_NE(find(p, "d")->reasons.front().find("network validation required, state unknown"),
+            std::string::npos);
   job.nodes = 2;
   p = run(job, {});
   ASSERT_TRUE(p.feasible);
-  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()), (std::set<std::string>{"a", "b"}));
+  EXPECT_EQ(std::set<std::string>(p.chosen.begin(), p.chosen.end()),
+            (std::set<std::string>{"a", "b"}));
   // The cluster-level check (netsetup's validate_cluster) can still refuse a set.
   net_.incompatible.insert({"a", "b"});
   p = run(job, {});
@@ -237,7 +247,9 @@ TEST_F(PlacementTest, EvaluatingFiveThousandNodesIsFast) {
     for (int l = 0; l < 40; ++l) {
       if ((i + l) % 3 == 0) objs.push_back(held("layer" + std::to_string(l), 10 * MiB));
     }
-    add({.name = "n" + std::to_string(i), .rack = "r" + std::to_string(i % 50), .fabric = "f" + std::to_string(i % 10),
+    add({.name = "n" + std::to_string(i),
+         .rack = "r" + std::to_string(i % 50),
+         .fabric = "f" + std::to_string(i % 10),
          .objs = objs});
   }
   std::vector<object_ref> job_objs;
@@ -246,16 +258,20 @@ TEST_F(PlacementTest, EvaluatingFiveThousandNodesIsFast) {
   job.nodes = 8;
   auto t0 = std::chrono::steady_clock::now();
   auto p = run(job, job_objs);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   ASSERT_TRUE(p.feasible) << p.reason;
   EXPECT_EQ(p.chosen.size(), 8u);
   // Generous bound (ASan, a loaded machine): kube-scheduler allows 5 s for the whole call.
   EXPECT_LT(ms, 2500) << "placement over 5000 nodes × 40 objects took " << ms << " ms";
-  std::printf("[ measure ] 5000 nodes × 40 objects, 8-node gang: %lld ms\n", static_cast<long long>(ms));
+  std::printf("[ measure ] 5000 nodes × 40 objects, 8-node gang: %lld ms\n",
+              static_cast<long long>(ms));
 }
 
 TEST(ParseJob, AcceptsTheDocumentedShapeAndRefusesTypos) {
-  auto j = json::parse(R"({"images":["nginx","127.0.0.1:5000/team/app:v1"],"datasets":["imagenet@2024-01"],
+  auto j = json::parse(
+      R"({"images":["nginx","127.0.0.1:5000/team/app:v1"],"datasets":["imagenet@2024-01"],
                            "nodes":2,"gpus":8,"selector":{"zone":"z1"},"exclude":["n3"],
                            "require_network_validation":true,"platform":"linux/arm64"})");
   auto job = parse_job(j);
@@ -281,7 +297,8 @@ TEST(ParseJob, AcceptsTheDocumentedShapeAndRefusesTypos) {
                                 {R"([])", "JSON object"}}) {
     auto r = parse_job(json::parse(c.body));
     ASSERT_FALSE(r) << c.body;
-    EXPECT_NE(r.error().message.find(c.needle), std::string::npos) << c.body << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find(c.needle), std::string::npos)
+        << c.body << ": " << r.error().message;
   }
 }
 
@@ -313,8 +330,10 @@ TEST_F(PlacerTest, ResolvesPerPlatformAndReservesGpus) {
   auto arm = image_manifest({{"arm-l1", 100 * MiB}}, "arm-config");
   src_.put("docker.io", "library/app", amd);
   src_.put("docker.io", "library/app", arm);
-  src_.put("docker.io", "library/app", index_manifest({{"linux/amd64", amd}, {"linux/arm64/v8", arm}}), "latest");
-  auto add = [&](const std::string& n, const std::string& plat, std::vector<heartbeat::held_object> objs) {
+  src_.put("docker.io", "library/app",
+           index_manifest({{"linux/amd64", amd}, {"linux/arm64/v8", arm}}), "latest");
+  auto add = [&](const std::string& n, const std::string& plat,
+                 std::vector<heartbeat::held_object> objs) {
     auto m = full_hb(n, std::move(objs), {{"platform", plat}, {"zone", "z"}, {"rack", "r"}});
     m.gpus = {{"H100", 8}};
     (void)idx_.apply(m, "ip");

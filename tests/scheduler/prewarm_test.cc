@@ -30,7 +30,8 @@ class PrewarmTest : public ::testing::Test {
     return o;
   }
   // A node heartbeats with these holdings and reports; returns the orders it is sent.
-  std::vector<heartbeat::prewarm_order> beat(const std::string& node, std::vector<heartbeat::held_object> objs,
+  std::vector<heartbeat::prewarm_order> beat(const std::string& node,
+                                             std::vector<heartbeat::held_object> objs,
                                              std::vector<heartbeat::order_report> reports = {}) {
     auto m = full_hb(node, std::move(objs), {}, ++seq_[node], "epoch");
     m.orders = reports;
@@ -85,7 +86,8 @@ TEST_F(PrewarmTest, OrdersGoOutUntilReportedAndCompletionComesFromTheIndex) {
   // Not reported yet: sent again.
   EXPECT_EQ(beat("n1", {}).size(), 1u);
   // Reported: no longer sent; progress shows.
-  EXPECT_TRUE(beat("n1", {held("l1", 100)}, {{"pw-1.0", order_state::running, 250, 400, ""}}).empty());
+  EXPECT_TRUE(
+      beat("n1", {held("l1", 100)}, {{"pw-1.0", order_state::running, 250, 400, ""}}).empty());
   s = status();
   EXPECT_EQ(part(s, "n1")["state"], "running");
   EXPECT_EQ(part(s, "n1")["bytes_done"], 250);
@@ -137,7 +139,8 @@ TEST_F(PrewarmTest, ANodeThatDisappearsMidPrewarmIsReportedLost) {
   auto s = status();
   EXPECT_EQ(part(s, "n2")["state"], "done");
   EXPECT_EQ(part(s, "n1")["state"], "failed");
-  EXPECT_NE(part(s, "n1")["error"].get<std::string>().find("node lost: no heartbeat for 12s"), std::string::npos)
+  EXPECT_NE(part(s, "n1")["error"].get<std::string>().find("node lost: no heartbeat for 12s"),
+            std::string::npos)
       << part(s, "n1")["error"];
   EXPECT_EQ(s["state"], "failed");
   // Terminal stays terminal: the node coming back does not reopen it.
@@ -157,7 +160,8 @@ TEST_F(PrewarmTest, ADroppedNodeIsReportedToo) {
 
 TEST_F(PrewarmTest, FailedPrimaryIsReplacedByAWarmStandby) {
   for (const char* n : {"p1", "p2", "s1"}) beat(n, {});
-  ASSERT_TRUE(pw_.create("pw-1", {plan("p1", "primary"), plan("p2", "primary"), plan("s1", "standby")}, {}));
+  ASSERT_TRUE(pw_.create(
+      "pw-1", {plan("p1", "primary"), plan("p2", "primary"), plan("s1", "standby")}, {}));
   beat("p2", {held("l1", 100), held("l2", 300)});
   beat("s1", {held("l1", 100), held("l2", 300)});
   clock_.advance(11s);

@@ -31,7 +31,8 @@ class ResolverTest : public ::testing::Test {
 TEST_F(ResolverTest, ShortNamesNormalizeToDockerHubLibrary) {
   auto body = image_manifest({{"l1", 100}, {"l2", 200}});
   src_.put("docker.io", "library/nginx", body, "latest");
-  for (const char* ref : {"nginx", "nginx:latest", "docker.io/nginx", "index.docker.io/library/nginx:latest"}) {
+  for (const char* ref :
+       {"nginx", "nginx:latest", "docker.io/nginx", "index.docker.io/library/nginx:latest"}) {
     auto r = res_.resolve(ref, "linux/amd64");
     ASSERT_TRUE(r) << ref << ": " << r.error().message;
     EXPECT_EQ(r->ref, "docker.io/library/nginx:latest");
@@ -66,7 +67,8 @@ TEST_F(ResolverTest, IndexIsNarrowedToThePlatform) {
   auto arm = image_manifest({{"arm", 2}}, "c-arm");
   src_.put("docker.io", "library/multi", amd);
   src_.put("docker.io", "library/multi", arm);
-  src_.put("docker.io", "library/multi", index_manifest({{"linux/amd64", amd}, {"linux/arm64/v8", arm}}), "1.0");
+  src_.put("docker.io", "library/multi",
+           index_manifest({{"linux/amd64", amd}, {"linux/arm64/v8", arm}}), "1.0");
   auto a = res_.resolve("multi:1.0", "linux/amd64");
   ASSERT_TRUE(a) << a.error().message;
   EXPECT_TRUE(a->index.has_value());
@@ -78,7 +80,8 @@ TEST_F(ResolverTest, IndexIsNarrowedToThePlatform) {
   ASSERT_TRUE(v8);
   auto none = res_.resolve("multi:1.0", "linux/s390x");
   ASSERT_FALSE(none);
-  EXPECT_NE(none.error().message.find("has no image for linux/s390x"), std::string::npos) << none.error().message;
+  EXPECT_NE(none.error().message.find("has no image for linux/s390x"), std::string::npos)
+      << none.error().message;
   EXPECT_NE(none.error().message.find("linux/arm64/v8"), std::string::npos);
   EXPECT_EQ(none.error().message.find("unknown"), std::string::npos);  // attestations skipped
 }
@@ -152,7 +155,8 @@ TEST_F(ResolverTest, ResolveManyAnswersByTheDeadlineAndFinishesInTheBackground) 
 
 TEST_F(ResolverTest, ManifestCacheIsBounded) {
   for (int i = 0; i < 40; ++i) {
-    src_.put("docker.io", "library/a" + std::to_string(i), image_manifest({{"l" + std::to_string(i), 1}}), "v");
+    src_.put("docker.io", "library/a" + std::to_string(i),
+             image_manifest({{"l" + std::to_string(i), 1}}), "v");
     ASSERT_TRUE(res_.resolve("a" + std::to_string(i) + ":v", "linux/amd64"));
   }
   int before = src_.fetches();
@@ -167,11 +171,12 @@ TEST(ParseManifest, StrictAboutShapes) {
     const char* body;
     const char* needle;
   };
-  for (auto c : std::vector<tc>{{"[]", "not a JSON object"},
-                                {R"({"schemaVersion":1,"fsLayers":[]})", "schema 1"},
-                                {R"({"schemaVersion":2})", "neither config nor manifests"},
-                                {R"({"schemaVersion":2,"config":{"digest":"sha256:00","size":1}})", "config.digest"},
-                                {R"({"schemaVersion":2,"manifests":{}})", "not a list"}}) {
+  for (auto c : std::vector<tc>{
+           {"[]", "not a JSON object"},
+           {R"({"schemaVersion":1,"fsLayers":[]})", "schema 1"},
+           {R"({"schemaVersion":2})", "neither config nor manifests"},
+           {R"({"schemaVersion":2,"config":{"digest":"sha256:00","size":1}})", "config.digest"},
+           {R"({"schemaVersion":2,"manifests":{}})", "not a list"}}) {
     auto r = parse_manifest(c.body);
     ASSERT_FALSE(r) << c.body;
     EXPECT_NE(r.error().message.find(c.needle), std::string::npos) << r.error().message;

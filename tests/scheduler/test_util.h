@@ -9,11 +9,10 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/heartbeat.h"
 #include "common/sha256.h"
@@ -39,7 +38,9 @@ struct fake_clock {
 inline digest dg(std::string_view name) { return sha256_of(name); }
 inline object_ref obj(std::string_view name, std::uint64_t size) { return {dg(name), size}; }
 
-inline std::string ih_of(std::string_view name) { return dg(std::string("ih:") + std::string(name)).hex().substr(0, 40); }
+inline std::string ih_of(std::string_view name) {
+  return dg(std::string("ih:") + std::string(name)).hex().substr(0, 40);
+}
 
 inline heartbeat::held_object held(std::string_view name, std::uint64_t size) {
   heartbeat::held_object h;
@@ -51,8 +52,8 @@ inline heartbeat::held_object held(std::string_view name, std::uint64_t size) {
 
 // A full heartbeat from `node` holding the named objects.
 inline heartbeat::message full_hb(const std::string& node, std::vector<heartbeat::held_object> objs,
-                                  std::map<std::string, std::string> labels = {}, std::uint64_t seq = 1,
-                                  std::string epoch = "") {
+                                  std::map<std::string, std::string> labels = {},
+                                  std::uint64_t seq = 1, std::string epoch = "") {
   heartbeat::message m;
   m.node = node;
   m.labels = std::move(labels);
@@ -65,8 +66,10 @@ inline heartbeat::message full_hb(const std::string& node, std::vector<heartbeat
   return m;
 }
 
-inline heartbeat::message delta_hb(const std::string& node, std::uint64_t seq, const std::string& epoch,
-                                   std::vector<heartbeat::held_object> added, std::vector<digest> removed = {}) {
+inline heartbeat::message delta_hb(const std::string& node, std::uint64_t seq,
+                                   const std::string& epoch,
+                                   std::vector<heartbeat::held_object> added,
+                                   std::vector<digest> removed = {}) {
   heartbeat::message m;
   m.node = node;
   m.ip = "10.0.0.1";
@@ -90,20 +93,25 @@ inline std::string image_manifest(const std::vector<std::pair<std::string, std::
                         {"size", config_size}}}};
   j["layers"] = nlohmann::json::array();
   for (const auto& [name, size] : layers) {
-    j["layers"].push_back(
-        {{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"}, {"digest", dg(name).str()}, {"size", size}});
+    j["layers"].push_back({{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"},
+                           {"digest", dg(name).str()},
+                           {"size", size}});
   }
   return j.dump();
 }
 
-inline std::string index_manifest(const std::vector<std::pair<std::string, std::string>>& platform_bodies) {
-  nlohmann::json j = {{"schemaVersion", 2}, {"mediaType", "application/vnd.oci.image.index.v1+json"}};
+inline std::string index_manifest(
+    const std::vector<std::pair<std::string, std::string>>& platform_bodies) {
+  nlohmann::json j = {{"schemaVersion", 2},
+                      {"mediaType", "application/vnd.oci.image.index.v1+json"}};
   j["manifests"] = nlohmann::json::array();
   for (const auto& [plat, body] : platform_bodies) {
     auto s1 = plat.find('/');
     auto s2 = plat.find('/', s1 + 1);
-    nlohmann::json p = {{"os", plat.substr(0, s1)},
-                        {"architecture", plat.substr(s1 + 1, s2 == std::string::npos ? std::string::npos : s2 - s1 - 1)}};
+    nlohmann::json p = {
+        {"os", plat.substr(0, s1)},
+        {"architecture",
+         plat.substr(s1 + 1, s2 == std::string::npos ? std::string::npos : s2 - s1 - 1)}};
     if (s2 != std::string::npos) p["variant"] = plat.substr(s2 + 1);
     j["manifests"].push_back({{"mediaType", "application/vnd.oci.image.manifest.v1+json"},
                               {"digest", sha256_of(body).str()},
@@ -122,7 +130,8 @@ inline std::string index_manifest(const std::vector<std::pair<std::string, std::
 class fake_source final : public manifest_source {
  public:
   // Registers a manifest under its digest, and under `tag` when given.
-  void put(const std::string& registry, const std::string& repo, const std::string& body, const std::string& tag = "") {
+  void put(const std::string& registry, const std::string& repo, const std::string& body,
+           const std::string& tag = "") {
     std::lock_guard lk(mu_);
     auto d = sha256_of(body).str();
     bodies_[registry + "/" + repo + "@" + d] = body;
@@ -141,7 +150,8 @@ class fake_source final : public manifest_source {
     ++fetches_;
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     if (failing_) return fail(errc::unavailable, "registry-proxy is down");
-    std::string key = registry + "/" + repository + (reference.rfind("sha256:", 0) == 0 ? "@" : ":") + reference;
+    std::string key =
+        registry + "/" + repository + (reference.rfind("sha256:", 0) == 0 ? "@" : ":") + reference;
     std::lock_guard lk(mu_);
     auto it = bodies_.find(key);
     if (it == bodies_.end()) return fail(errc::not_found, "manifest " + key + " not found");

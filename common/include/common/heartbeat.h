@@ -35,7 +35,7 @@ inline constexpr int min_schema_version = 1;
 
 // Bounds the decoder enforces (a heartbeat is untrusted input).
 inline constexpr std::size_t max_message_bytes = 256u << 20;
-inline constexpr std::size_t max_objects = 4'000'000;     // per message, objects and removed each
+inline constexpr std::size_t max_objects = 4'000'000;  // per message, objects and removed each
 inline constexpr std::size_t max_labels = 64;
 inline constexpr std::size_t max_gpu_groups = 64;
 inline constexpr std::uint32_t max_gpus_per_group = 4096;
@@ -103,10 +103,10 @@ struct order_object {
 
 // A prewarm order for one image or one dataset on this node.
 struct prewarm_order {
-  std::string id;        // unique; the node reports progress under it
-  std::string image;     // normalized reference ("docker.io/library/nginx:latest"), or ""
-  std::string dataset;   // "name@version", or ""
-  std::string platform;  // the platform `objects` were resolved for ("linux/amd64")
+  std::string id;          // unique; the node reports progress under it
+  std::string image;       // normalized reference ("docker.io/library/nginx:latest"), or ""
+  std::string dataset;     // "name@version", or ""
+  std::string platform;    // the platform `objects` were resolved for ("linux/amd64")
   std::string registry;    // ns= for registry-proxy ("docker.io")
   std::string repository;  // repository the objects belong to ("library/nginx")
   // Resolved by the scheduler for this node's platform. Empty for an image: the node resolves
