@@ -442,6 +442,14 @@ result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standb
       {.require_validation = opts_.require_network_validation, .strict_resolution = true});
   out.p = choose(std::move(evals), out.view, job, standby, net_);
   out.p.objects = std::move(*objs);
+  if (!out.p.feasible) {
+    for (const auto& [plat, errs] : out.p.objects.errors) {
+      if (!errs.empty()) {
+        out.p.reason += "; cannot resolve for " + plat + ": " + errs.front();
+        break;
+      }
+    }
+  }
   if (reserve && out.p.feasible && job.gpus > 0) {
     std::lock_guard lk(mu_);
     std::string id = "rsv-" + std::to_string(next_reservation_++);

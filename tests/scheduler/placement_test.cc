@@ -376,6 +376,7 @@ TEST_F(PlacerTest, UnresolvableImagesMakeNodesIneligibleWithTheReason) {
   auto r = placer_.place(job, 0, false, 2s);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_FALSE(r->p.feasible);
+  EXPECT_NE(r->p.reason.find("cannot resolve for linux/"), std::string::npos) << r->p.reason;
   for (const auto& e : r->p.nodes) {
     std::string all;
     for (const auto& why : e.reasons) all += why + "\n";
