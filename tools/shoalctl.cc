@@ -2,21 +2,25 @@
 //
 //   shoalctl status                 cache use, downloads, rates, where bytes came from
 //   shoalctl pull IMAGE             warm this node's cache with an image (with progress)
-//   shoalctl nodes                  nodes known to the scheduler
+//   shoalctl nodes                  nodes known to the scheduler (health, GPUs, cache, network)
+//   shoalctl place IMAGE...         where a job would go, every node explained
+//   shoalctl prewarm IMAGE...       warm nodes (--node, --selector or --job) and follow progress
+//   shoalctl prewarm status [ID]    prewarms and their progress
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
 //            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070).
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/http_client.h"
 
@@ -42,18 +46,27 @@ std::string human(double bytes) {
 }
 
 int usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: shoalctl [--peerd URL] [--scheduler URL] COMMAND\n"
-               "  status             this node: cache use, downloads, rates, where bytes came from\n"
-               "  pull IMAGE [--platform OS/ARCH]\n"
-               "                     warm this node's cache with an image, showing progress\n"
-               "  nodes              nodes known to the scheduler\n");
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: shoalctl [--peerd URL] [--scheduler URL] COMMAND\n"
+      "  status             this node: cache use, downloads, rates, where bytes came from\n"
+      "  pull IMAGE [--platform OS/ARCH]\n"
+      "                     warm this node's cache with an image, showing progress\n"
+      "  nodes              nodes known to the scheduler\n"
+      "  place IMAGE... [--nodes K] [--gpus G] [--dataset NAME@VER]... [--selector K=V]...\n"
+      "        [--standby N] [--dry-run] [--json]\n"
+      "                     where a job would run, with bytes present/missing and time per node\n"
+      "  prewarm IMAGE... (--node N... | --selector K=V... | --job [--nodes K] [--gpus G] "
+      "[--standby N])\n"
+      "        [--dataset NAME@VER]... [--no-wait] [--timeout SECONDS]\n"
+      "                     warm nodes through the scheduler, showing progress until done\n"
+      "  prewarm status [ID]  list prewarms, or show one\n");
   return code;
 }
 
-shoal::result<shoal::http::full_response> request(shoal::http::client& c, const std::string& method,
-                                                  const std::string& url, const std::string& body = {},
-                                                  std::chrono::milliseconds stall = std::chrono::seconds(30)) {
+shoal::result<shoal::http::full_response> request(
+    shoal::http::client& c, const std::string& method, const std::string& url,
+    const std::string& body = {}, std::chrono::milliseconds stall = std::chrono::seconds(30)) {
   shoal::http::client_request r;
   r.method = method;
   r.url = url;
@@ -76,40 +89,48 @@ int cmd_status(shoal::http::client& c, const std::string& peerd) {
     std::fprintf(stderr, "shoalctl: peerd answered HTTP %d\n", r->status);
     return 1;
   }
-  auto num = [](const json& o, const char* k) { return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0; };
+  auto num = [](const json& o, const char* k) {
+    return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0;
+  };
   const auto& cache = j["cache"];
   double cap = num(cache, "capacity");
   std::printf("node        %s\n", j.value("node", "?").c_str());
   std::printf("cache       %s of %s (%.1f%%), %.0f objects, %.0f hits, %.0f evictions\n",
-              human(num(cache, "bytes")).c_str(), human(cap).c_str(), cap > 0 ? 100.0 * num(cache, "bytes") / cap : 0.0,
-              num(cache, "objects"), num(cache, "hits"), num(cache, "evictions"));
+              human(num(cache, "bytes")).c_str(), human(cap).c_str(),
+              cap > 0 ? 100.0 * num(cache, "bytes") / cap : 0.0, num(cache, "objects"),
+              num(cache, "hits"), num(cache, "evictions"));
   const auto& b = j["bytes"];
-  std::printf("bytes in    from peers %s, from registry-proxy %s (BitTorrent) + %s (HTTP fallback)\n",
-              human(num(b, "from_peers")).c_str(), human(num(b, "from_origin")).c_str(),
-              human(num(b, "from_http_fallback")).c_str());
-  std::printf("bytes out   to local clients %s, to peers %s\n", human(num(b, "served_local")).c_str(),
-              human(num(b, "uploaded_to_peers")).c_str());
+  std::printf(
+      "bytes in    from peers %s, from registry-proxy %s (BitTorrent) + %s (HTTP fallback)\n",
+      human(num(b, "from_peers")).c_str(), human(num(b, "from_origin")).c_str(),
+      human(num(b, "from_http_fallback")).c_str());
+  std::printf("bytes out   to local clients %s, to peers %s\n",
+              human(num(b, "served_local")).c_str(), human(num(b, "uploaded_to_peers")).c_str());
   std::printf("swarms      %.0f torrents loaded, %zu downloading\n", num(j, "torrents_loaded"),
               j["downloads"].is_array() ? j["downloads"].size() : 0);
   if (j["downloads"].is_array()) {
     for (const auto& d : j["downloads"]) {
       double done = num(d, "pieces_done"), total = num(d, "pieces");
-      std::printf("  %s  %5.1f%%  %s  down %s/s  up %s/s  %.0f peers\n", d.value("digest", "").substr(0, 19).c_str(),
+      std::printf("  %s  %5.1f%%  %s  down %s/s  up %s/s  %.0f peers\n",
+                  d.value("digest", "").substr(0, 19).c_str(),
                   total > 0 ? 100.0 * done / total : 100.0, human(num(d, "size")).c_str(),
-                  human(num(d, "download_rate")).c_str(), human(num(d, "upload_rate")).c_str(), num(d, "peers"));
+                  human(num(d, "download_rate")).c_str(), human(num(d, "upload_rate")).c_str(),
+                  num(d, "peers"));
     }
   }
   return 0;
 }
 
-int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string& image, const std::string& platform) {
+int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string& image,
+             const std::string& platform) {
   json body = {{"image", image}, {"platform", platform}};
   std::atomic<bool> done{false};
   // Progress: poll the node's status while the pull runs.
   std::thread progress([&] {
     bool tty = ::isatty(2);
     while (!done.load()) {
-      for (int i = 0; i < 5 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 5 && !done.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (done.load()) break;
       auto r = request(c, "GET", peerd + "/shoal/v1/status", {}, std::chrono::seconds(5));
       if (!r || r->status != 200) continue;
@@ -117,15 +138,17 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
       if (j.is_discarded() || !j["downloads"].is_array()) continue;
       double have = 0, total = 0, rate = 0;
       for (const auto& d : j["downloads"]) {
-        double size = d.value("size", 0.0), pieces = d.value("pieces", 0.0), done_p = d.value("pieces_done", 0.0);
+        double size = d.value("size", 0.0), pieces = d.value("pieces", 0.0),
+               done_p = d.value("pieces_done", 0.0);
         total += size;
         have += pieces > 0 ? size * done_p / pieces : size;
         rate += d.value("download_rate", 0.0);
       }
       if (total <= 0) continue;
       double eta = rate > 0 ? (total - have) / rate : 0;
-      std::fprintf(stderr, "%s  %s / %s  %5.1f%%  %s/s  ETA %.0fs%s", tty ? "\r" : "", human(have).c_str(),
-                   human(total).c_str(), 100.0 * have / total, human(rate).c_str(), eta, tty ? "   " : "\n");
+      std::fprintf(stderr, "%s  %s / %s  %5.1f%%  %s/s  ETA %.0fs%s", tty ? "\r" : "",
+                   human(have).c_str(), human(total).c_str(), 100.0 * have / total,
+                   human(rate).c_str(), eta, tty ? "   " : "\n");
     }
   });
   auto r = request(c, "POST", peerd + "/shoal/v1/pull", body.dump(), std::chrono::minutes(30));
@@ -142,22 +165,25 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
     return 1;
   }
   if (j.contains("error")) {
-    std::fprintf(stderr, "shoalctl: pull %s: %s\n", image.c_str(), j["error"].get<std::string>().c_str());
+    std::fprintf(stderr, "shoalctl: pull %s: %s\n", image.c_str(),
+                 j["error"].get<std::string>().c_str());
     return 1;
   }
   int cached = 0, fetched = 0, failed = 0;
   for (const auto& b : j["blobs"]) {
     if (!b.value("ok", false)) {
       ++failed;
-      std::fprintf(stderr, "  %s: %s\n", b.value("digest", "").c_str(), b.value("error", "").c_str());
+      std::fprintf(stderr, "  %s: %s\n", b.value("digest", "").c_str(),
+                   b.value("error", "").c_str());
     } else if (b.value("cached_before", false)) {
       ++cached;
     } else {
       ++fetched;
     }
   }
-  std::printf("%s: %s in %.1fs (%d blobs fetched, %d already cached%s)\n", j.value("image", image).c_str(),
-              human(j.value("bytes", 0.0)).c_str(), j.value("seconds", 0.0), fetched, cached,
+  std::printf("%s: %s in %.1fs (%d blobs fetched, %d already cached%s)\n",
+              j.value("image", image).c_str(), human(j.value("bytes", 0.0)).c_str(),
+              j.value("seconds", 0.0), fetched, cached,
               failed ? (", " + std::to_string(failed) + " FAILED").c_str() : "");
   return failed || r->status != 200 ? 1 : 0;
 }
@@ -165,7 +191,8 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
 int cmd_nodes(shoal::http::client& c, const std::string& scheduler) {
   auto r = request(c, "GET", scheduler + "/v1/nodes");
   if (!r) {
-    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(), r.error().message.c_str());
+    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
+                 r.error().message.c_str());
     return 1;
   }
   auto j = json::parse(r->body, nullptr, false);
@@ -173,13 +200,257 @@ int cmd_nodes(shoal::http::client& c, const std::string& scheduler) {
     std::fprintf(stderr, "shoalctl: scheduler answered HTTP %d\n", r->status);
     return 1;
   }
-  std::printf("%-20s %-8s %-16s %8s %12s %10s\n", "NODE", "HEALTHY", "ADDRESS", "OBJECTS", "CACHE", "SEEN");
+  std::printf("%-16s %-8s %-12s %-10s %-8s %-7s %8s %11s %8s %-8s\n", "NODE", "HEALTHY", "PLATFORM",
+              "ZONE/RACK", "FABRIC", "GPUS", "OBJECTS", "CACHE", "SEEN", "NETWORK");
   for (const auto& n : j) {
-    std::printf("%-20s %-8s %-16s %8zu %12s %9.1fs\n", n.value("node", "").c_str(), n.value("healthy", false) ? "yes" : "no",
-                n.value("ip", "").c_str(), n.value("objects", std::size_t{0}), human(n.value("cache_used", 0.0)).c_str(),
-                n.value("last_seen_s", 0.0));
+    if (!n.is_object()) continue;
+    std::string zr, fabric;
+    if (n.contains("labels") && n["labels"].is_object()) {
+      const auto& l = n["labels"];
+      zr = l.value("zone", "-") + "/" + l.value("rack", "-");
+      fabric = l.value("fabric", "-");
+    }
+    std::string gpus =
+        std::to_string(n.value("gpus_total", 0u) -
+                       std::min(n.value("gpus_total", 0u), n.value("gpus_reserved", 0u))) +
+        "/" + std::to_string(n.value("gpus_total", 0u));
+    std::string net = n.contains("network") && n["network"].is_object()
+                          ? n["network"].value("validation", "")
+                          : "";
+    std::printf("%-16s %-8s %-12s %-10s %-8s %-7s %8zu %11s %7.1fs %-8s\n",
+                n.value("node", "").c_str(), n.value("healthy", false) ? "yes" : "no",
+                n.value("platform", "").c_str(), zr.c_str(), fabric.c_str(), gpus.c_str(),
+                n.value("objects", std::size_t{0}), human(n.value("cache_used", 0.0)).c_str(),
+                n.value("last_seen_s", 0.0), net.c_str());
   }
   return 0;
+}
+
+// Command options after the command word: flags with values, repeatable ones collected in order.
+struct cmd_options {
+  std::vector<std::string> words;
+  std::vector<std::string> datasets, nodes, selectors;
+  unsigned k = 1, gpus = 0, standby = 0;
+  bool job = false, dry_run = false, as_json = false, wait = true;
+  double timeout = 1800;
+};
+
+bool parse_selectors(const std::vector<std::string>& in, json& out) {
+  out = json::object();
+  for (const auto& s : in) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "shoalctl: --selector wants KEY=VALUE, got %s\n", s.c_str());
+      return false;
+    }
+    out[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  return true;
+}
+
+std::string missing_summary(const json& n) {
+  std::string out;
+  if (!n.contains("missing_by_source") || !n["missing_by_source"].is_object()) return out;
+  for (const char* s : {"rack", "zone", "cluster", "origin", "upstream"}) {
+    double v = n["missing_by_source"].value(s, 0.0);
+    if (v <= 0) continue;
+    out += (out.empty() ? "" : " ") + std::string(s) + ":" + human(v);
+  }
+  return out.empty() ? "-" : out;
+}
+
+int cmd_place(shoal::http::client& c, const std::string& scheduler, const cmd_options& o) {
+  json body = {{"images", o.words},
+               {"nodes", o.k},
+               {"gpus", o.gpus},
+               {"dry_run", o.dry_run},
+               {"standby", o.standby}};
+  if (!o.datasets.empty()) body["datasets"] = o.datasets;
+  json sel;
+  if (!parse_selectors(o.selectors, sel)) return 2;
+  if (!sel.empty()) body["selector"] = sel;
+  auto r = request(c, "POST", scheduler + "/v1/place", body.dump(), std::chrono::seconds(30));
+  if (!r) {
+    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
+                 r.error().message.c_str());
+    return 1;
+  }
+  auto j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    std::fprintf(stderr, "shoalctl: scheduler answered HTTP %d\n", r->status);
+    return 1;
+  }
+  if (o.as_json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return r->status == 200 && j.value("feasible", false) ? 0 : 1;
+  }
+  if (r->status != 200) {
+    std::fprintf(stderr, "shoalctl: place: %s\n",
+                 j.value("error", "HTTP " + std::to_string(r->status)).c_str());
+    return 1;
+  }
+  if (!j.value("feasible", false)) {
+    std::printf("not placeable: %s\n", j.value("reason", "").c_str());
+  } else {
+    std::string chosen;
+    for (const auto& n : j["chosen"]) chosen += (chosen.empty() ? "" : ", ") + n.get<std::string>();
+    std::printf("chosen: %s%s%s\n", chosen.c_str(),
+                j.value("segment", "").empty() ? "" : "  (fabric ",
+                j.value("segment", "").empty() ? "" : (j.value("segment", "") + ")").c_str());
+    if (j.contains("standby") && !j["standby"].empty()) {
+      std::string sb;
+      for (const auto& n : j["standby"]) sb += (sb.empty() ? "" : ", ") + n.get<std::string>();
+      std::printf("standby: %s\n", sb.c_str());
+    }
+  }
+  std::printf("%-5s %-16s %-8s %10s %10s %9s %-6s %s\n", "RANK", "NODE", "ROLE", "PRESENT",
+              "MISSING", "EST", "GPUS", "FROM / WHY NOT");
+  for (const auto& n : j["nodes"]) {
+    std::string rank = n.value("rank", 0) ? std::to_string(n.value("rank", 0)) : "-";
+    std::string gpus = n.contains("gpus") ? std::to_string(n["gpus"].value("free", 0u)) + "/" +
+                                                std::to_string(n["gpus"].value("capacity", 0u))
+                                          : "";
+    std::string why;
+    if (n.value("eligible", false)) {
+      why = missing_summary(n);
+    } else if (n.contains("reasons") && n["reasons"].is_array() && !n["reasons"].empty()) {
+      why = n["reasons"][0].get<std::string>();
+    }
+    std::printf("%-5s %-16s %-8s %10s %10s %8.1fs %-6s %s\n", rank.c_str(),
+                n.value("node", "").c_str(), n.value("role", "").c_str(),
+                human(n.value("bytes_present", 0.0)).c_str(),
+                human(n.value("bytes_missing", 0.0)).c_str(), n.value("estimated_seconds", 0.0),
+                gpus.c_str(), why.c_str());
+  }
+  return j.value("feasible", false) ? 0 : 1;
+}
+
+// Prints one prewarm's progress; returns its state.
+std::string show_prewarm(const json& j, bool tty) {
+  double total = j.value("bytes_total", 0.0), done = j.value("bytes_done", 0.0);
+  std::printf("%sprewarm %s  %s  %s / %s  %5.1f%%\n", tty ? "\033[2K" : "",
+              j.value("id", "").c_str(), j.value("state", "").c_str(), human(done).c_str(),
+              human(total).c_str(), total > 0 ? 100.0 * done / total : 100.0);
+  if (j.contains("nodes") && j["nodes"].is_array()) {
+    for (const auto& n : j["nodes"]) {
+      double nt = n.value("bytes_total", 0.0), nd = n.value("bytes_done", 0.0);
+      std::printf("%s  %-16s %-8s %-8s %10s / %-10s %5.1f%%  %s\n", tty ? "\033[2K" : "",
+                  n.value("node", "").c_str(), n.value("role", "").c_str(),
+                  n.value("state", "").c_str(), human(nd).c_str(), human(nt).c_str(),
+                  nt > 0 ? 100.0 * nd / nt : 100.0, n.value("error", "").c_str());
+    }
+  }
+  if (j.contains("replacements") && j["replacements"].is_object()) {
+    for (const auto& [failed, by] : j["replacements"].items()) {
+      std::printf("%s  %s replaced by standby %s\n", tty ? "\033[2K" : "", failed.c_str(),
+                  by.get<std::string>().c_str());
+    }
+  }
+  return j.value("state", "");
+}
+
+int follow_prewarm(shoal::http::client& c, const std::string& scheduler, const std::string& id,
+                   double timeout) {
+  bool tty = ::isatty(1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  int lines = 0;
+  for (;;) {
+    auto r = request(c, "GET", scheduler + "/v1/prewarm/" + id, {}, std::chrono::seconds(10));
+    if (!r || r->status != 200) {
+      std::fprintf(stderr, "shoalctl: prewarm %s: %s\n", id.c_str(),
+                   r ? ("HTTP " + std::to_string(r->status)).c_str() : r.error().message.c_str());
+      return 1;
+    }
+    auto j = json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return 1;
+    if (tty && lines > 0) std::printf("\033[%dA", lines);
+    std::string st = show_prewarm(j, tty);
+    std::fflush(stdout);
+    lines =
+        1 +
+        (j.contains("nodes") && j["nodes"].is_array() ? static_cast<int>(j["nodes"].size()) : 0) +
+        (j.contains("replacements") && j["replacements"].is_object()
+             ? static_cast<int>(j["replacements"].size())
+             : 0);
+    if (st == "done") return 0;
+    if (st == "failed") return 1;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "shoalctl: prewarm %s still %s after %.0fs\n", id.c_str(), st.c_str(),
+                   timeout);
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  }
+}
+
+int cmd_prewarm(shoal::http::client& c, const std::string& scheduler, const cmd_options& o) {
+  if (!o.words.empty() && o.words[0] == "status") {
+    if (o.words.size() == 1) {
+      auto r = request(c, "GET", scheduler + "/v1/prewarm");
+      auto j = r ? json::parse(r->body, nullptr, false) : json();
+      if (!r || r->status != 200 || !j.is_array()) {
+        std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
+                     r ? ("HTTP " + std::to_string(r->status)).c_str() : r.error().message.c_str());
+        return 1;
+      }
+      std::printf("%-18s %-8s %6s %6s %6s %8s\n", "ID", "STATE", "NODES", "DONE", "FAILED", "AGE");
+      for (const auto& p : j) {
+        std::printf("%-18s %-8s %6zu %6zu %6zu %7.0fs\n", p.value("id", "").c_str(),
+                    p.value("state", "").c_str(), p.value("nodes", std::size_t{0}),
+                    p.value("nodes_done", std::size_t{0}), p.value("nodes_failed", std::size_t{0}),
+                    p.value("age_s", 0.0));
+      }
+      return 0;
+    }
+    auto r = request(c, "GET", scheduler + "/v1/prewarm/" + o.words[1]);
+    auto j = r ? json::parse(r->body, nullptr, false) : json();
+    if (!r || r->status != 200 || !j.is_object()) {
+      std::fprintf(
+          stderr, "shoalctl: prewarm %s: %s\n", o.words[1].c_str(),
+          r ? (j.is_object() ? j.value("error", "") : "HTTP " + std::to_string(r->status)).c_str()
+            : r.error().message.c_str());
+      return 1;
+    }
+    return show_prewarm(j, false) == "failed" ? 1 : 0;
+  }
+  json body = json::object();
+  if (!o.words.empty()) body["images"] = o.words;
+  if (!o.datasets.empty()) body["datasets"] = o.datasets;
+  int targets = (o.nodes.empty() ? 0 : 1) + (o.selectors.empty() ? 0 : 1) + (o.job ? 1 : 0);
+  if (targets != 1) {
+    std::fprintf(stderr, "shoalctl: prewarm needs exactly one of --node, --selector and --job\n");
+    return 2;
+  }
+  if (!o.nodes.empty()) body["nodes"] = o.nodes;
+  if (!o.selectors.empty()) {
+    json sel;
+    if (!parse_selectors(o.selectors, sel)) return 2;
+    body["selector"] = sel;
+  }
+  if (o.job) {
+    body["job"] = {{"images", o.words}, {"nodes", o.k}, {"gpus", o.gpus}};
+    if (!o.datasets.empty()) body["job"]["datasets"] = o.datasets;
+    body["standby"] = o.standby;
+  }
+  auto r = request(c, "POST", scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30));
+  if (!r) {
+    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
+                 r.error().message.c_str());
+    return 1;
+  }
+  auto j = json::parse(r->body, nullptr, false);
+  if (r->status != 202 || !j.is_object()) {
+    std::fprintf(stderr, "shoalctl: prewarm: %s\n",
+                 j.is_object() ? j.value("error", "HTTP " + std::to_string(r->status)).c_str()
+                               : ("HTTP " + std::to_string(r->status)).c_str());
+    return 1;
+  }
+  std::string id = j.value("id", "");
+  if (!o.wait) {
+    std::printf("%s\n", id.c_str());
+    return 0;
+  }
+  return follow_prewarm(c, scheduler, id, o.timeout);
 }
 
 }  // namespace
@@ -189,6 +460,7 @@ int main(int argc, char** argv) {
   std::string scheduler = env_or("SHOAL_SCHEDULER", "http://127.0.0.1:7070");
   std::string platform = "linux/amd64";
   std::vector<std::string> args;
+  cmd_options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string& out) {
@@ -196,24 +468,77 @@ int main(int argc, char** argv) {
       out = argv[++i];
       return true;
     };
+    auto number = [&](unsigned& out) {
+      std::string v;
+      if (!value(v)) return false;
+      char* end = nullptr;
+      unsigned long n = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n > 100000) return false;
+      out = static_cast<unsigned>(n);
+      return true;
+    };
+    auto push = [&](std::vector<std::string>& list) {
+      std::string v;
+      if (!value(v)) return false;
+      list.push_back(v);
+      return true;
+    };
+    bool ok = true;
     if (a == "-h" || a == "--help") return usage(0);
-    if (a == "--peerd") {
-      if (!value(peerd)) return usage(2);
-    } else if (a == "--scheduler") {
-      if (!value(scheduler)) return usage(2);
-    } else if (a == "--platform") {
-      if (!value(platform)) return usage(2);
+    if (a == "--peerd")
+      ok = value(peerd);
+    else if (a == "--scheduler")
+      ok = value(scheduler);
+    else if (a == "--platform")
+      ok = value(platform);
+    else if (a == "--nodes")
+      ok = number(o.k);
+    else if (a == "--gpus")
+      ok = number(o.gpus);
+    else if (a == "--standby")
+      ok = number(o.standby);
+    else if (a == "--dataset")
+      ok = push(o.datasets);
+    else if (a == "--node")
+      ok = push(o.nodes);
+    else if (a == "--selector")
+      ok = push(o.selectors);
+    else if (a == "--job")
+      o.job = true;
+    else if (a == "--dry-run")
+      o.dry_run = true;
+    else if (a == "--json")
+      o.as_json = true;
+    else if (a == "--no-wait")
+      o.wait = false;
+    else if (a == "--timeout") {
+      std::string v;
+      ok = value(v);
+      if (ok) {
+        char* end = nullptr;
+        o.timeout = std::strtod(v.c_str(), &end);
+        ok = !v.empty() && *end == '\0' && o.timeout > 0;
+      }
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "shoalctl: unknown option %s\n", a.c_str());
       return usage(2);
     } else {
       args.push_back(a);
     }
+    if (!ok) {
+      std::fprintf(stderr, "shoalctl: %s needs a valid value\n", a.c_str());
+      return usage(2);
+    }
   }
   if (args.empty()) return usage(2);
+  while (!scheduler.empty() && scheduler.back() == '/') scheduler.pop_back();
   shoal::http::client c;
+  o.words.assign(args.begin() + 1, args.end());
   if (args[0] == "status" && args.size() == 1) return cmd_status(c, peerd);
   if (args[0] == "pull" && args.size() == 2) return cmd_pull(c, peerd, args[1], platform);
   if (args[0] == "nodes" && args.size() == 1) return cmd_nodes(c, scheduler);
+  if (args[0] == "place" && args.size() >= 1) return cmd_place(c, scheduler, o);
+  if (args[0] == "prewarm" && (args.size() >= 2 || !o.datasets.empty()))
+    return cmd_prewarm(c, scheduler, o);
   return usage(2);
 }

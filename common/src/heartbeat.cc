@@ -1,10 +1,277 @@
 #include "common/heartbeat.h"
 
+#include <arpa/inet.h>
+
 #include <nlohmann/json.hpp>
 
 namespace shoal::heartbeat {
 
 using nlohmann::json;
+
+namespace {
+
+// dump() that never throws: strings we did not parse ourselves may hold invalid UTF-8.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool is_hex40(std::string_view s) {
+  if (s.size() != 40) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+bool printable(std::string_view s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+bool token(std::string_view s, std::size_t max) {
+  if (s.empty() || s.size() > max) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+// Reads fields of one JSON object with exact types; the first problem is kept with its path.
+class reader {
+ public:
+  reader(const json& obj, std::string path) : j_(obj), path_(std::move(path)) {}
+
+  [[nodiscard]] const json* find(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  [[nodiscard]] std::string where(const char* key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+
+  status str(const char* key, std::string& out, std::size_t max_len) const {
+    const json* v = find(key);
+    if (!v) return {};
+    if (!v->is_string()) return fail(errc::invalid_argument, where(key) + " must be a string");
+    const auto& s = v->get_ref<const std::string&>();
+    if (s.size() > max_len) {
+      return fail(errc::invalid_argument,
+                  where(key) + " is longer than " + std::to_string(max_len));
+    }
+    if (!printable(s)) return fail(errc::invalid_argument, where(key) + " has control characters");
+    out = s;
+    return {};
+  }
+  status u64(const char* key, std::uint64_t& out, std::uint64_t max) const {
+    const json* v = find(key);
+    if (!v) return {};
+    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<std::int64_t>() >= 0)) {
+      return fail(errc::invalid_argument, where(key) + " must be a non-negative integer");
+    }
+    auto n = v->get<std::uint64_t>();
+    if (n > max)
+      return fail(errc::invalid_argument,
+                  where(key) + " is out of range (max " + std::to_string(max) + ")");
+    out = n;
+    return {};
+  }
+  status boolean(const char* key, bool& out) const {
+    const json* v = find(key);
+    if (!v) return {};
+    if (!v->is_boolean())
+      return fail(errc::invalid_argument, where(key) + " must be true or false");
+    out = v->get<bool>();
+    return {};
+  }
+  status array(const char* key, const json*& out, std::size_t max_items) const {
+    out = find(key);
+    if (!out) return {};
+    if (!out->is_array()) return fail(errc::invalid_argument, where(key) + " must be a list");
+    if (out->size() > max_items) {
+      return fail(errc::too_large,
+                  where(key) + " has more than " + std::to_string(max_items) + " entries");
+    }
+    return {};
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+#define SHOAL_TRY(expr)                                 \
+  do {                                                  \
+    if (auto s_ = (expr); !s_) return fail(s_.error()); \
+  } while (0)
+
+status parse_document(const reader& r, const json& obj, const char* key, bool object_only,
+                      std::string& out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return {};
+  if (!it->is_object() && (object_only || !it->is_array())) {
+    return fail(
+        errc::invalid_argument,
+        r.where(key) + (object_only ? " must be an object" : " must be an object or a list"));
+  }
+  out = dump(*it);
+  if (out.size() > max_document_bytes) {
+    return fail(errc::too_large,
+                r.where(key) + " is larger than " + std::to_string(max_document_bytes) + " bytes");
+  }
+  return {};
+}
+
+result<held_object> parse_object(const json& o, const std::string& path) {
+  if (!o.is_object()) return fail(errc::invalid_argument, path + " is not an object");
+  reader r(o, path);
+  held_object h;
+  std::string d;
+  SHOAL_TRY(r.str("digest", d, 128));
+  auto dg = digest::parse(d);
+  if (!dg) return fail(dg.error().wrap(path + ".digest"));
+  h.id = *dg;
+  SHOAL_TRY(r.str("info_hash", h.info_hash, 40));
+  if (!h.info_hash.empty() && !is_hex40(h.info_hash)) {
+    return fail(errc::invalid_argument, path + ".info_hash is not 40 lower-case hex characters");
+  }
+  SHOAL_TRY(r.u64("size", h.size, max_object_size));
+  SHOAL_TRY(r.str("kind", h.kind, 32));
+  if (!token(h.kind, 32))
+    return fail(errc::invalid_argument, path + ".kind must be a lower-case token");
+  return h;
+}
+
+result<order_report> parse_report(const json& o, const std::string& path) {
+  if (!o.is_object()) return fail(errc::invalid_argument, path + " is not an object");
+  reader r(o, path);
+  order_report rep;
+  SHOAL_TRY(r.str("id", rep.id, 128));
+  if (!valid_order_id(rep.id))
+    return fail(errc::invalid_argument, path + ".id is missing or invalid");
+  std::string st;
+  SHOAL_TRY(r.str("state", st, 16));
+  if (st == "queued")
+    rep.state = order_state::queued;
+  else if (st == "running")
+    rep.state = order_state::running;
+  else if (st == "done")
+    rep.state = order_state::done;
+  else if (st == "failed")
+    rep.state = order_state::failed;
+  else
+    return fail(errc::invalid_argument, path + ".state must be queued, running, done or failed");
+  SHOAL_TRY(r.u64("bytes_done", rep.bytes_done, max_object_size * 1024));
+  SHOAL_TRY(r.u64("bytes_total", rep.bytes_total, max_object_size * 1024));
+  SHOAL_TRY(r.str("error", rep.error, 4096));
+  return rep;
+}
+
+result<prewarm_order> parse_order(const json& o, const std::string& path) {
+  if (!o.is_object()) return fail(errc::invalid_argument, path + " is not an object");
+  reader r(o, path);
+  prewarm_order ord;
+  SHOAL_TRY(r.str("id", ord.id, 128));
+  if (!valid_order_id(ord.id))
+    return fail(errc::invalid_argument, path + ".id is missing or invalid");
+  SHOAL_TRY(r.str("image", ord.image, 1024));
+  SHOAL_TRY(r.str("dataset", ord.dataset, 512));
+  if (ord.image.empty() == ord.dataset.empty()) {
+    return fail(errc::invalid_argument, path + " needs exactly one of image and dataset");
+  }
+  SHOAL_TRY(r.str("platform", ord.platform, 64));
+  SHOAL_TRY(r.str("registry", ord.registry, 255));
+  SHOAL_TRY(r.str("repository", ord.repository, 255));
+  SHOAL_TRY(r.u64("pin_seconds", ord.pin_seconds, 365ull * 24 * 3600));
+  const json* objs = nullptr;
+  SHOAL_TRY(r.array("objects", objs, max_order_objects));
+  if (objs) {
+    std::size_t i = 0;
+    for (const auto& x : *objs) {
+      std::string p = path + ".objects[" + std::to_string(i++) + "]";
+      if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+      reader xr(x, p);
+      std::string d;
+      SHOAL_TRY(xr.str("digest", d, 128));
+      auto dg = digest::parse(d);
+      if (!dg) return fail(dg.error().wrap(p + ".digest"));
+      order_object oo;
+      oo.id = *dg;
+      SHOAL_TRY(xr.u64("size", oo.size, max_object_size));
+      ord.objects.push_back(oo);
+    }
+  }
+  return ord;
+}
+
+}  // namespace
+
+std::string_view to_string(order_state s) noexcept {
+  switch (s) {
+    case order_state::queued:
+      return "queued";
+    case order_state::running:
+      return "running";
+    case order_state::done:
+      return "done";
+    case order_state::failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+bool valid_node_name(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
+  }
+  return true;
+}
+
+bool valid_label_key(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == '/'))
+      return false;
+  }
+  return true;
+}
+
+bool valid_order_id(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == ':'))
+      return false;
+  }
+  return true;
+}
+
+bool json_too_deep(std::string_view text, int limit) noexcept {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"')
+      in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
 
 std::string encode(const message& m) {
   json j;
@@ -19,123 +286,221 @@ std::string encode(const message& m) {
   j["full"] = m.full;
   json objs = json::array();
   for (const auto& o : m.objects) {
-    objs.push_back({{"digest", o.id.str()}, {"info_hash", o.info_hash}, {"size", o.size}, {"kind", o.kind}});
+    objs.push_back(
+        {{"digest", o.id.str()}, {"info_hash", o.info_hash}, {"size", o.size}, {"kind", o.kind}});
   }
   j["objects"] = std::move(objs);
   json rm = json::array();
   for (const auto& d : m.removed) rm.push_back(d.str());
   j["removed"] = std::move(rm);
   j["cache"] = {{"capacity", m.cache_capacity}, {"used", m.cache_used}};
+  json gpus = json::array();
+  for (const auto& g : m.gpus) gpus.push_back({{"model", g.model}, {"count", g.count}});
+  j["gpus"] = std::move(gpus);
+  // Documents travel as JSON values, not strings; an unparsable one is dropped (never sent).
+  for (auto [key, text] : {std::pair{"rdma", &m.rdma}, std::pair{"netsetup", &m.netsetup}}) {
+    if (text->empty()) continue;
+    auto doc = json::parse(*text, nullptr, false);
+    if (!doc.is_discarded()) j[key] = std::move(doc);
+  }
   j["health"] = m.health;
-  return j.dump();
-}
-
-namespace {
-
-bool is_hex40(const std::string& s) {
-  if (s.size() != 40) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  j["health_reasons"] = m.health_reasons;
+  json orders = json::array();
+  for (const auto& o : m.orders) {
+    json x = {{"id", o.id},
+              {"state", to_string(o.state)},
+              {"bytes_done", o.bytes_done},
+              {"bytes_total", o.bytes_total}};
+    if (!o.error.empty()) x["error"] = o.error;
+    orders.push_back(std::move(x));
   }
-  return true;
+  j["orders"] = std::move(orders);
+  return dump(j);
 }
-
-bool valid_node(const std::string& s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 result<message> decode(std::string_view text) {
-  if (text.size() > (256u << 20)) return fail(errc::too_large, "heartbeat larger than 256 MiB");
+  if (text.size() > max_message_bytes)
+    return fail(errc::too_large, "heartbeat larger than 256 MiB");
+  if (json_too_deep(text))
+    return fail(errc::invalid_argument,
+                "heartbeat nests deeper than " + std::to_string(max_json_depth));
   auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::invalid_argument, "heartbeat is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "heartbeat is not a JSON object");
   message m;
-  try {
-    m.schema = j.value("schema", 0);
-    if (m.schema != schema_version) {
-      return fail(errc::invalid_argument, "heartbeat schema " + std::to_string(m.schema) + " is not supported (want " +
-                                              std::to_string(schema_version) + ")");
-    }
-    m.node = j.value("node", "");
-    if (!valid_node(m.node)) return fail(errc::invalid_argument, "heartbeat node name is missing or invalid");
-    if (j.contains("labels")) {
-      if (!j["labels"].is_object()) return fail(errc::invalid_argument, "heartbeat labels must be an object");
-      for (auto& [k, v] : j["labels"].items()) {
-        if (!v.is_string() || k.size() > 128 || v.get<std::string>().size() > 256) {
-          return fail(errc::invalid_argument, "heartbeat label " + k.substr(0, 64) + " is invalid");
-        }
-        m.labels[k] = v.get<std::string>();
+  reader r(j, "");
+  std::uint64_t schema = 0;
+  SHOAL_TRY(r.u64("schema", schema, 1000));
+  if (schema < static_cast<std::uint64_t>(min_schema_version) ||
+      schema > static_cast<std::uint64_t>(schema_version)) {
+    return fail(errc::invalid_argument, "heartbeat schema " + std::to_string(schema) +
+                                            " is not supported (want " +
+                                            std::to_string(min_schema_version) + ".." +
+                                            std::to_string(schema_version) + ")");
+  }
+  m.schema = static_cast<int>(schema);
+  SHOAL_TRY(r.str("node", m.node, 253));
+  if (!valid_node_name(m.node))
+    return fail(errc::invalid_argument, "heartbeat node name is missing or invalid");
+  if (const json* labels = r.find("labels")) {
+    if (!labels->is_object()) return fail(errc::invalid_argument, "labels must be an object");
+    if (labels->size() > max_labels)
+      return fail(errc::too_large,
+                  "labels has more than " + std::to_string(max_labels) + " entries");
+    for (const auto& [k, v] : labels->items()) {
+      if (!valid_label_key(k))
+        return fail(errc::invalid_argument,
+                    "label key \"" + dump(json(k.substr(0, 64))) + "\" is invalid");
+      if (!v.is_string() || v.get_ref<const std::string&>().size() > 256 ||
+          !printable(v.get_ref<const std::string&>())) {
+        return fail(errc::invalid_argument,
+                    "labels." + k + " must be a printable string of at most 256 bytes");
       }
+      m.labels[k] = v.get<std::string>();
     }
-    m.ip = j.value("ip", "");
-    auto port = j.value("bt_port", 0);
-    if (port < 0 || port > 65535) return fail(errc::invalid_argument, "heartbeat bt_port out of range");
-    m.bt_port = static_cast<std::uint16_t>(port);
-    auto hport = j.value("http_port", 0);
-    if (hport < 0 || hport > 65535) return fail(errc::invalid_argument, "heartbeat http_port out of range");
-    m.http_port = static_cast<std::uint16_t>(hport);
-    m.epoch = j.value("epoch", "");
-    m.seq = j.value("seq", std::uint64_t{0});
-    m.full = j.value("full", true);
-    m.health = j.value("health", "ok");
-    if (j.contains("objects")) {
-      if (!j["objects"].is_array()) return fail(errc::invalid_argument, "heartbeat objects must be a list");
-      std::size_t i = 0;
-      for (const auto& o : j["objects"]) {
-        if (!o.is_object()) return fail(errc::invalid_argument, "heartbeat objects[" + std::to_string(i) + "] is not an object");
-        held_object h;
-        auto d = digest::parse(o.value("digest", ""));
-        if (!d) return fail(d.error().wrap("heartbeat objects[" + std::to_string(i) + "].digest"));
-        h.id = *d;
-        h.info_hash = o.value("info_hash", "");
-        if (!h.info_hash.empty() && !is_hex40(h.info_hash)) {
-          return fail(errc::invalid_argument, "heartbeat objects[" + std::to_string(i) + "].info_hash is not 40 hex");
-        }
-        h.size = o.value("size", std::uint64_t{0});
-        h.kind = o.value("kind", "blob");
-        m.objects.push_back(std::move(h));
-        ++i;
+  }
+  SHOAL_TRY(r.str("ip", m.ip, 64));
+  if (!m.ip.empty()) {
+    unsigned char buf[16];
+    if (inet_pton(AF_INET, m.ip.c_str(), buf) != 1 && inet_pton(AF_INET6, m.ip.c_str(), buf) != 1) {
+      return fail(errc::invalid_argument, "ip is not an IPv4 or IPv6 address");
+    }
+  }
+  std::uint64_t port = 0;
+  SHOAL_TRY(r.u64("bt_port", port, 65535));
+  m.bt_port = static_cast<std::uint16_t>(port);
+  port = 0;
+  SHOAL_TRY(r.u64("http_port", port, 65535));
+  m.http_port = static_cast<std::uint16_t>(port);
+  SHOAL_TRY(r.str("epoch", m.epoch, 64));
+  SHOAL_TRY(r.u64("seq", m.seq, std::uint64_t{1} << 62));
+  SHOAL_TRY(r.boolean("full", m.full));
+  if (m.schema < 2 && !m.full)
+    return fail(errc::invalid_argument, "schema 1 heartbeats carry full lists only");
+  const json* objs = nullptr;
+  SHOAL_TRY(r.array("objects", objs, max_objects));
+  if (objs) {
+    m.objects.reserve(objs->size());
+    std::size_t i = 0;
+    for (const auto& o : *objs) {
+      auto h = parse_object(o, "objects[" + std::to_string(i++) + "]");
+      if (!h) return fail(h.error());
+      m.objects.push_back(std::move(*h));
+    }
+  }
+  const json* removed = nullptr;
+  SHOAL_TRY(r.array("removed", removed, max_objects));
+  if (removed) {
+    if (m.full && !removed->empty())
+      return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
+    std::size_t i = 0;
+    for (const auto& x : *removed) {
+      std::string p = "removed[" + std::to_string(i++) + "]";
+      if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
+      auto d = digest::parse(x.get_ref<const std::string&>());
+      if (!d) return fail(d.error().wrap(p));
+      m.removed.push_back(*d);
+    }
+  }
+  if (const json* cache = r.find("cache")) {
+    if (!cache->is_object()) return fail(errc::invalid_argument, "cache must be an object");
+    reader cr(*cache, "cache");
+    SHOAL_TRY(cr.u64("capacity", m.cache_capacity, max_object_size * 1024));
+    SHOAL_TRY(cr.u64("used", m.cache_used, max_object_size * 1024));
+  }
+  const json* gpus = nullptr;
+  SHOAL_TRY(r.array("gpus", gpus, max_gpu_groups));
+  if (gpus) {
+    std::size_t i = 0;
+    for (const auto& g : *gpus) {
+      std::string p = "gpus[" + std::to_string(i++) + "]";
+      if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+      reader gr(g, p);
+      gpu_group grp;
+      SHOAL_TRY(gr.str("model", grp.model, 128));
+      std::uint64_t n = 0;
+      SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
+      grp.count = static_cast<std::uint32_t>(n);
+      m.gpus.push_back(std::move(grp));
+    }
+  }
+  SHOAL_TRY(parse_document(r, j, "rdma", false, m.rdma));
+  SHOAL_TRY(parse_document(r, j, "netsetup", true, m.netsetup));
+  SHOAL_TRY(r.str("health", m.health, 16));
+  if (m.health != "ok" && m.health != "degraded" && m.health != "failing") {
+    return fail(errc::invalid_argument, "health must be ok, degraded or failing");
+  }
+  const json* reasons = nullptr;
+  SHOAL_TRY(r.array("health_reasons", reasons, 32));
+  if (reasons) {
+    for (const auto& x : *reasons) {
+      if (!x.is_string() || x.get_ref<const std::string&>().size() > 512) {
+        return fail(errc::invalid_argument,
+                    "health_reasons entries must be strings of at most 512 bytes");
       }
+      m.health_reasons.push_back(x.get<std::string>());
     }
-    if (j.contains("removed")) {
-      if (!j["removed"].is_array()) return fail(errc::invalid_argument, "heartbeat removed must be a list");
-      for (const auto& r : j["removed"]) {
-        auto d = digest::parse(r.is_string() ? r.get<std::string>() : std::string());
-        if (!d) return fail(d.error().wrap("heartbeat removed"));
-        m.removed.push_back(*d);
-      }
+  }
+  const json* orders = nullptr;
+  SHOAL_TRY(r.array("orders", orders, max_orders));
+  if (orders) {
+    std::size_t i = 0;
+    for (const auto& o : *orders) {
+      auto rep = parse_report(o, "orders[" + std::to_string(i++) + "]");
+      if (!rep) return fail(rep.error());
+      m.orders.push_back(std::move(*rep));
     }
-    if (j.contains("cache") && j["cache"].is_object()) {
-      m.cache_capacity = j["cache"].value("capacity", std::uint64_t{0});
-      m.cache_used = j["cache"].value("used", std::uint64_t{0});
-    }
-  } catch (const json::exception& e) {
-    return fail(errc::invalid_argument, std::string("heartbeat field has the wrong type: ") + e.what());
   }
   return m;
 }
 
 std::string encode(const reply& r) {
-  return json{{"epoch", r.epoch}, {"ack_seq", r.ack_seq}, {"resync", r.resync}}.dump();
+  json j = {{"schema", r.schema}, {"epoch", r.epoch}, {"ack_seq", r.ack_seq}, {"resync", r.resync}};
+  json orders = json::array();
+  for (const auto& o : r.orders) {
+    json x = {{"id", o.id},
+              {"platform", o.platform},
+              {"registry", o.registry},
+              {"repository", o.repository},
+              {"pin_seconds", o.pin_seconds}};
+    if (!o.image.empty()) x["image"] = o.image;
+    if (!o.dataset.empty()) x["dataset"] = o.dataset;
+    json objs = json::array();
+    for (const auto& ob : o.objects) objs.push_back({{"digest", ob.id.str()}, {"size", ob.size}});
+    x["objects"] = std::move(objs);
+    orders.push_back(std::move(x));
+  }
+  j["orders"] = std::move(orders);
+  return dump(j);
 }
 
 result<reply> decode_reply(std::string_view text) {
+  if (text.size() > (64u << 20)) return fail(errc::too_large, "heartbeat reply larger than 64 MiB");
+  if (json_too_deep(text)) return fail(errc::protocol_error, "heartbeat reply nests too deep");
   auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::protocol_error, "heartbeat reply is not a JSON object");
-  reply r;
-  try {
-    r.epoch = j.value("epoch", "");
-    r.ack_seq = j.value("ack_seq", std::uint64_t{0});
-    r.resync = j.value("resync", false);
-  } catch (const json::exception& e) {
-    return fail(errc::protocol_error, std::string("heartbeat reply: ") + e.what());
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::protocol_error, "heartbeat reply is not a JSON object");
+  reply rep;
+  reader r(j, "reply");
+  auto wrap = [](const error& e) { return error(errc::protocol_error, e.message); };
+  std::uint64_t schema = 1;
+  if (auto s = r.u64("schema", schema, 1000); !s) return fail(wrap(s.error()));
+  rep.schema = static_cast<int>(schema);
+  if (auto s = r.str("epoch", rep.epoch, 64); !s) return fail(wrap(s.error()));
+  if (auto s = r.u64("ack_seq", rep.ack_seq, std::uint64_t{1} << 62); !s)
+    return fail(wrap(s.error()));
+  if (auto s = r.boolean("resync", rep.resync); !s) return fail(wrap(s.error()));
+  const json* orders = nullptr;
+  if (auto s = r.array("orders", orders, max_orders); !s) return fail(wrap(s.error()));
+  if (orders) {
+    std::size_t i = 0;
+    for (const auto& o : *orders) {
+      auto ord = parse_order(o, "reply.orders[" + std::to_string(i++) + "]");
+      if (!ord) return fail(wrap(ord.error()));
+      rep.orders.push_back(std::move(*ord));
+    }
   }
-  return r;
+  return rep;
 }
 
 }  // namespace shoal::heartbeat

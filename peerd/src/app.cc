@@ -6,7 +6,6 @@
 
 #include <filesystem>
 
-#include "common/heartbeat.h"
 #include "common/log.h"
 
 namespace shoal::peerd {
@@ -15,12 +14,12 @@ app::app(const peerd_config& cfg)
     : cfg_(cfg), rt_(static_cast<unsigned>(cfg.io_threads)), pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
 
 app::~app() {
-  stop_ = true;
-  hb_cv_.notify_all();
-  if (heartbeat_.joinable()) heartbeat_.join();
+  if (prewarm_) prewarm_->request_stop();
+  heartbeat_.reset();
   if (server_) server_->stop(std::chrono::milliseconds(0));
   if (swarm_) swarm_->stop();
   if (http_client_) http_client_->stop();
+  prewarm_.reset();
   pool_.join();
   cache_events_.reset();
   if (store_) store_->stop();
@@ -112,7 +111,15 @@ status app::init() {
   auto hp = http::split_host_port(cfg_.http.listen);
   if (!hp) return fail(hp.error().wrap("http.listen"));
   if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
-  if (!cfg_.upstream.scheduler.empty()) heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  if (!cfg_.upstream.scheduler.empty()) {
+    prewarm_ = std::make_unique<prewarm_executor>(
+        prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_}, prewarm_executor::options{});
+    heartbeat_ = std::make_unique<heartbeat_sender>(heartbeat_sender::deps{
+        cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()});
+    prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
+    prewarm_->start();
+    heartbeat_->start();
+  }
   log::info("peerd listening", log::kv("node", cfg_.node.name), log::kv("address", cfg_.http.listen),
             log::kv("bt", swarm_->endpoint()), log::kv("registry_proxy", cfg_.upstream.registry_proxy));
   return {};
@@ -153,66 +160,11 @@ void app::register_metrics() {
                 [w] { return static_cast<double>(w->loaded_torrents()); });
 }
 
-void app::heartbeat_loop() {
-  std::uint64_t seq = 0;
-  std::string epoch;
-  std::string base = cfg_.upstream.scheduler;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  std::unique_lock lk(hb_mu_);
-  auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.heartbeat_interval.get());
-  bool first = true;
-  while (!stop_.load()) {
-    if (!first) hb_cv_.wait_for(lk, interval);
-    first = false;
-    if (stop_.load()) break;
-    lk.unlock();
-    heartbeat::message m;
-    m.node = cfg_.node.name;
-    if (!cfg_.node.zone.empty()) m.labels["zone"] = cfg_.node.zone;
-    if (!cfg_.node.rack.empty()) m.labels["rack"] = cfg_.node.rack;
-    auto ep = swarm_->endpoint();
-    m.ip = ep.substr(0, ep.rfind(':'));
-    m.bt_port = swarm_->listen_port();
-    m.http_port = server_->port();
-    m.epoch = epoch;
-    m.seq = ++seq;
-    m.full = true;
-    for (auto& [d, ih] : swarm_->holdings()) {
-      heartbeat::held_object o;
-      o.id = d;
-      o.info_hash = ih;
-      if (auto info = store_->stat(d)) o.size = info->size;
-      m.objects.push_back(std::move(o));
-    }
-    auto cs = store_->get_stats();
-    m.cache_capacity = cs.capacity_bytes;
-    m.cache_used = cs.bytes;
-    http::client_request r;
-    r.method = "POST";
-    r.url = base + "/v1/heartbeat";
-    r.body = heartbeat::encode(m);
-    r.headers.emplace_back("Content-Type", "application/json");
-    r.timeouts.connect = std::chrono::milliseconds(2000);
-    r.timeouts.stall = std::chrono::milliseconds(5000);
-    auto f = http::fetch(*http_client_, std::move(r), 1 << 20);
-    if (!f) {
-      log::debug("heartbeat failed", log::kv("error", f.error().message));
-    } else if (f->status == 200) {
-      auto rep = heartbeat::decode_reply(f->body);
-      if (rep) epoch = rep->epoch;
-    } else {
-      log::warn("heartbeat refused", log::kv("status", f->status), log::kv("body", f->body.substr(0, 200)));
-    }
-    lk.lock();
-  }
-}
-
 int app::run() {
   rt_.run(
       [this] {
         log::info("peerd stopping");
-        stop_ = true;
-        hb_cv_.notify_all();
+        if (prewarm_) prewarm_->request_stop();
         if (server_) server_->stop(std::chrono::milliseconds(3000));
       },
       std::chrono::seconds(4), [this] { return server_->connections() == 0; });

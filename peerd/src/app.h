@@ -4,10 +4,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
-#include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <thread>
 
 #include "cache/store.h"
 #include "common/daemon.h"
@@ -15,7 +12,9 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "config.h"
+#include "heartbeat.h"
 #include "mirror.h"
+#include "prewarm.h"
 #include "state_db.h"
 #include "swarm.h"
 
@@ -34,7 +33,6 @@ class app {
   explicit app(const peerd_config& cfg);
   [[nodiscard]] status init();
   void register_metrics();
-  void heartbeat_loop();
 
   peerd_config cfg_;
   daemon::runtime rt_;
@@ -47,10 +45,8 @@ class app {
   std::unique_ptr<mirror> mirror_;
   std::unique_ptr<http::server> server_;
   cache::subscription cache_events_;
-  std::thread heartbeat_;
-  std::atomic<bool> stop_{false};
-  std::mutex hb_mu_;
-  std::condition_variable hb_cv_;
+  std::unique_ptr<prewarm_executor> prewarm_;
+  std::unique_ptr<heartbeat_sender> heartbeat_;
 };
 
 }  // namespace shoal::peerd

@@ -2,10 +2,22 @@
 
 namespace shoal::peerd {
 
+void describe(config::binder& b, gpu_config& c) {
+  b.field("model", c.model, "GPU model, e.g. H100-SXM5-80GB.");
+  b.field("count", c.count, "How many GPUs of this model the node has.", {.min = 0, .max = 4096});
+}
+
 void describe(config::binder& b, node_config& c) {
   b.field("name", c.name, "Unique name of this node (empty: the host name).");
   b.field("zone", c.zone, "Zone label: peers in the same zone are preferred.");
   b.field("rack", c.rack, "Rack label: peers in the same rack are preferred most.");
+  b.field("fabric", c.fabric, "RoCE fabric segment label: the scheduler places a multi-node job inside one.");
+  b.field("labels", c.labels,
+          "More labels sent with heartbeats (the scheduler's selectors match them). `platform` (os/arch) "
+          "defaults to this machine's.");
+  b.list("gpus", c.gpus, "GPUs of this node, reported to the scheduler (GPU fit of placements).");
+  b.field("netsetup_report", c.netsetup_report,
+          "Path of netsetup's discovery document (JSON) attached to heartbeats; empty: none.");
 }
 
 void describe(config::binder& b, upstream_config& c) {

@@ -2,6 +2,7 @@
 // peerd's configuration: every key declared once with its default and doc string.
 // `shoal-peerd --print-config-docs` renders the reference (docs/config/peerd.md).
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,10 +13,21 @@ namespace shoal::peerd {
 
 using namespace std::chrono_literals;
 
+// GPUs of one model on this node (reported to the scheduler as capacity).
+struct gpu_config {
+  std::string model;
+  int count = 0;
+};
+void describe(config::binder& b, gpu_config& c);
+
 struct node_config {
   std::string name;  // unique node name (default: the host name)
   std::string zone;
   std::string rack;
+  std::string fabric;                         // RoCE fabric segment (gangs stay inside one)
+  std::map<std::string, std::string> labels;  // more heartbeat labels (platform: os/arch)
+  std::vector<gpu_config> gpus;
+  std::string netsetup_report;  // netsetup's discovery document (JSON file) sent with heartbeats
 };
 void describe(config::binder& b, node_config& c);
 

@@ -2,7 +2,7 @@
 
 #include <openssl/rand.h>
 
-#include <nlohmann/json.hpp>
+#include <boost/asio/post.hpp>
 
 #include "common/log.h"
 
@@ -10,16 +10,19 @@ namespace shoal::scheduler {
 
 namespace {
 
-std::array<std::uint8_t, 20> parse_ih(const std::string& hex) {
-  std::array<std::uint8_t, 20> out{};
-  auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  for (std::size_t i = 0; i < 20 && 2 * i + 1 < hex.size(); ++i) {
-    out[i] = static_cast<std::uint8_t>(v(hex[2 * i]) << 4 | v(hex[2 * i + 1]));
-  }
-  return out;
+template <class D>
+std::chrono::milliseconds ms(const D& d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d.get());
 }
 
 }  // namespace
+
+app::app(const scheduler_config& cfg)
+    : cfg_(cfg),
+      rt_(static_cast<unsigned>(cfg.io_threads)),
+      workers_(static_cast<std::size_t>(cfg.worker_threads)),
+      heartbeat_pool_(2),
+      timer_(rt_.io()) {}
 
 result<std::unique_ptr<app>> app::build(const scheduler_config& cfg) {
   std::unique_ptr<app> a(new app(cfg));
@@ -29,14 +32,23 @@ result<std::unique_ptr<app>> app::build(const scheduler_config& cfg) {
 
 app::~app() {
   if (server_) server_->stop(std::chrono::milliseconds(0));
+  timer_.cancel();
+  if (http_client_) http_client_->stop();
+  workers_.stop();
+  workers_.join();
+  heartbeat_pool_.stop();
+  heartbeat_pool_.join();
 }
 
 status app::init() {
   unsigned char b[8];
-  RAND_bytes(b, sizeof b);
-  epoch_ = to_hex(std::span<const std::uint8_t>(b, sizeof b));
+  if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
+  std::string epoch = to_hex(std::span<const std::uint8_t>(b, sizeof b));
+
   tracker_options to;
-  auto secs = [](const config::duration& d) { return std::chrono::duration_cast<std::chrono::seconds>(d.get()); };
+  auto secs = [](const config::duration& d) {
+    return std::chrono::duration_cast<std::chrono::seconds>(d.get());
+  };
   to.interval = secs(cfg_.tracker.interval);
   to.seed_interval = secs(cfg_.tracker.seed_interval);
   to.min_interval = secs(cfg_.tracker.min_interval);
@@ -45,97 +57,156 @@ status app::init() {
   to.max_numwant = static_cast<std::uint32_t>(cfg_.tracker.max_numwant);
   to.trust_announced_ip = cfg_.tracker.trust_announced_ip;
   tracker_ = std::make_unique<tracker>(to);
+
+  index_options io;
+  io.unhealthy_after = ms(cfg_.nodes.unhealthy_after);
+  io.drop_after = ms(cfg_.nodes.drop_after);
+  io.default_platform = cfg_.resolver.default_platform;
+  index_ = std::make_unique<cluster_index>(io, epoch);
+
+  http::client_options co;
+  co.max_connections_per_host = static_cast<std::size_t>(cfg_.resolver.threads) + 2;
+  http_client_ = std::make_unique<http::client>(co);
+  manifests_ = std::make_unique<registry_proxy_source>(
+      *http_client_,
+      registry_proxy_options{cfg_.resolver.registry_proxy, ms(cfg_.resolver.connect_timeout),
+                             ms(cfg_.resolver.request_timeout)});
+  resolver_options ro;
+  ro.tag_ttl = ms(cfg_.resolver.tag_ttl);
+  ro.max_manifests = cfg_.resolver.max_manifests;
+  ro.threads = cfg_.resolver.threads;
+  resolver_ = std::make_unique<resolver>(*manifests_, ro);
+  datasets_ = std::make_unique<no_datasets>();
+  network_ = std::make_unique<document_network_model>();
+
+  placer_options po;
+  po.cost = cost_model::from(cfg_.placement.cost);
+  po.require_network_validation = cfg_.placement.require_network_validation;
+  po.reservation_ttl = ms(cfg_.placement.reservation_ttl);
+  placer_ = std::make_unique<placer>(*index_, *resolver_, *datasets_, *network_, po);
+
+  prewarm_options pw;
+  pw.timeout = ms(cfg_.prewarm.timeout);
+  pw.retention = ms(cfg_.prewarm.retention);
+  pw.max_prewarms = cfg_.prewarm.max_prewarms;
+  prewarm_ = std::make_unique<prewarm_manager>(*index_, pw);
+
+  extender_options eo;
+  eo.mode = cfg_.extender.mode;
+  eo.max_missing = parse_threshold(cfg_.extender.max_missing).value_or(threshold{});
+  eo.resolve_timeout = ms(cfg_.extender.resolve_timeout);
+  eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
+  extender_ = std::make_unique<extender>(*placer_, eo, reg_);
+
+  api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
+                                        *prewarm_, *extender_, reg_});
+  register_metrics();
+
+  auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
+  server_ = std::make_unique<http::server>(
+      rt_.io(), so,
+      [this](http::request&& r, http::responder resp) { handle(std::move(r), std::move(resp)); });
+  auto hp = http::split_host_port(cfg_.http.listen);
+  if (!hp) return fail(hp.error().wrap("http.listen"));
+  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
+  schedule_maintenance();
+  log::info("scheduler listening", log::kv("address", cfg_.http.listen),
+            log::kv("port", server_->port()), log::kv("epoch", epoch),
+            log::kv("registry_proxy", cfg_.resolver.registry_proxy),
+            log::kv("extender_mode", cfg_.extender.mode));
+  for (const auto& [k, v] : config::non_defaults(cfg_))
+    log::info("config", log::kv("key", k), log::kv("value", v));
+  return {};
+}
+
+void app::register_metrics() {
   metrics::register_process_metrics(reg_);
-  heartbeats_ = &reg_.counter("shoal_scheduler_heartbeats_total", "Heartbeats accepted.").with({});
-  bad_heartbeats_ = &reg_.counter("shoal_scheduler_bad_heartbeats_total", "Heartbeats refused as malformed.").with({});
   auto* t = tracker_.get();
   reg_.counter_fn("shoal_tracker_announces_total", "Announces answered.",
                   [t] { return static_cast<double>(t->stats().announces); });
   reg_.counter_fn("shoal_tracker_bad_announces_total", "Announces refused as malformed.",
                   [t] { return static_cast<double>(t->stats().bad_announces); });
-  reg_.gauge_fn("shoal_tracker_swarms", "Swarms known.", [t] { return static_cast<double>(t->stats().swarms); });
-  reg_.gauge_fn("shoal_tracker_peers", "Peer entries across swarms.", [t] { return static_cast<double>(t->stats().peers); });
-  reg_.gauge_fn("shoal_scheduler_nodes", "Nodes that sent a heartbeat.", [this] {
-    std::lock_guard lk(mu_);
-    return static_cast<double>(nodes_.size());
-  });
+  reg_.gauge_fn("shoal_tracker_swarms", "Swarms known.",
+                [t] { return static_cast<double>(t->stats().swarms); });
+  reg_.gauge_fn("shoal_tracker_peers", "Peer entries across swarms.",
+                [t] { return static_cast<double>(t->stats().peers); });
+  auto* idx = index_.get();
+  reg_.gauge_fn("shoal_scheduler_nodes", "Nodes known (heartbeating, or not yet dropped).",
+                [idx] { return static_cast<double>(idx->stats().nodes); });
+  reg_.gauge_fn("shoal_scheduler_nodes_healthy", "Nodes heartbeating and not failing.",
+                [idx] { return static_cast<double>(idx->stats().healthy_nodes); });
+  reg_.gauge_fn("shoal_scheduler_index_objects", "Distinct objects held by at least one node.",
+                [idx] { return static_cast<double>(idx->stats().objects); });
+  reg_.gauge_fn("shoal_scheduler_index_holdings", "(node, object) pairs in the cache index.",
+                [idx] { return static_cast<double>(idx->stats().holdings); });
+  dropped_ = &reg_.counter("shoal_scheduler_nodes_dropped_total",
+                           "Nodes forgotten after missing heartbeats.")
+                  .with({});
+  auto* res = resolver_.get();
+  reg_.counter_fn("shoal_scheduler_resolver_cache_hits_total",
+                  "Manifest and tag lookups answered from memory.",
+                  [res] { return static_cast<double>(res->stats().hits); });
+  reg_.counter_fn("shoal_scheduler_resolver_fetches_total",
+                  "Manifests fetched from registry-proxy.",
+                  [res] { return static_cast<double>(res->stats().fetches); });
+  reg_.counter_fn("shoal_scheduler_resolver_errors_total", "Manifest fetches that failed.",
+                  [res] { return static_cast<double>(res->stats().errors); });
+  prewarm_orders_ =
+      &reg_.gauge("shoal_scheduler_prewarm_orders",
+                  "Prewarm orders (one per image or dataset per node) by state.", {"state"});
+  for (const char* s : {"pending", "queued", "running", "done", "failed"})
+    prewarm_orders_->with({s}).set(0);
+}
 
-  auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
-  server_ = std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
-    handle(std::move(r), std::move(resp));
+void app::schedule_maintenance() {
+  timer_.expires_after(std::chrono::seconds(1));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    // Off the io thread: expiry walks every node.
+    boost::asio::post(heartbeat_pool_, [this] { maintenance(); });
+    schedule_maintenance();
   });
-  auto hp = http::split_host_port(cfg_.http.listen);
-  if (!hp) return fail(hp.error().wrap("http.listen"));
-  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
-  log::info("scheduler listening", log::kv("address", cfg_.http.listen), log::kv("port", server_->port()),
-            log::kv("epoch", epoch_));
-  return {};
+}
+
+void app::maintenance() {
+  for (const auto& d : index_->expire()) {
+    dropped_->inc();
+    if (d.bt_port != 0) tracker_->drop_holder(d.ip, d.bt_port);
+    log::warn("node dropped: no heartbeat", log::kv("node", d.name));
+  }
+  tracker_->expire();
+  prewarm_->tick();
+  auto c = prewarm_->counts();
+  for (const auto& [state, n] : c.orders)
+    prewarm_orders_->with({state}).set(static_cast<double>(n));
 }
 
 void app::handle(http::request&& req, http::responder resp) {
   auto health = [] { return daemon::health{}; };
   if (daemon::serve_ops(req, resp, reg_, health)) return;
-  if (req.path == "/announce") return resp.send(tracker_->handle(req));
-  if (req.path == "/v1/heartbeat") {
-    if (req.method != http::verb::post) return resp.send(http::response::json(405, R"({"error":"use POST"})"));
-    return resp.send(on_heartbeat(req));
+  if (api::is_heartbeat(req)) {
+    boost::asio::post(heartbeat_pool_,
+                      [this, req = std::move(req), resp] { resp.send(api_->serve(req)); });
+    return;
   }
-  if (req.path == "/v1/nodes") return resp.send(nodes_json());
-  resp.send(http::response::json(404, R"({"error":"no such endpoint"})"));
-}
-
-http::response app::on_heartbeat(const http::request& req) {
-  auto m = heartbeat::decode(req.body);
-  if (!m) {
-    bad_heartbeats_->inc();
-    nlohmann::json e = {{"error", m.error().message}};
-    return http::response::json(400, e.dump());
+  if (api::heavy(req)) {
+    boost::asio::post(workers_, [this, req = std::move(req), resp] {
+      if (resp.client_gone()) return;
+      resp.send(api_->serve(req));
+    });
+    return;
   }
-  std::string ip = m->ip.empty() ? req.remote.address().to_string() : m->ip;
-  std::vector<std::array<std::uint8_t, 20>> hashes;
-  hashes.reserve(m->objects.size());
-  for (const auto& o : m->objects) {
-    if (!o.info_hash.empty()) hashes.push_back(parse_ih(o.info_hash));
-  }
-  std::string zone = m->labels.count("zone") ? m->labels.at("zone") : "";
-  std::string rack = m->labels.count("rack") ? m->labels.at("rack") : "";
-  if (m->bt_port != 0) tracker_->set_holdings(m->node, ip, m->bt_port, zone, rack, hashes, m->full);
-  heartbeat::reply r;
-  r.epoch = epoch_;
-  r.ack_seq = m->seq;
-  r.resync = m->epoch != epoch_ && !m->full;
-  {
-    std::lock_guard lk(mu_);
-    auto& n = nodes_[m->node];
-    n.last = std::move(*m);
-    n.seen = std::chrono::steady_clock::now();
-  }
-  heartbeats_->inc();
-  return http::response::json(200, heartbeat::encode(r));
-}
-
-http::response app::nodes_json() const {
-  nlohmann::json out = nlohmann::json::array();
-  auto now = std::chrono::steady_clock::now();
-  std::lock_guard lk(mu_);
-  for (const auto& [name, n] : nodes_) {
-    double age = std::chrono::duration<double>(now - n.seen).count();
-    out.push_back({{"node", name},
-                   {"labels", n.last.labels},
-                   {"ip", n.last.ip},
-                   {"bt_port", n.last.bt_port},
-                   {"objects", n.last.objects.size()},
-                   {"cache_used", n.last.cache_used},
-                   {"cache_capacity", n.last.cache_capacity},
-                   {"last_seen_s", age},
-                   {"healthy", age < std::chrono::duration<double>(cfg_.node_timeout.get()).count()}});
-  }
-  return http::response::json(200, out.dump());
+  resp.send(api_->serve(req));
 }
 
 int app::run() {
-  rt_.run([this] { server_->stop(std::chrono::milliseconds(2000)); }, std::chrono::seconds(3),
-          [this] { return server_->connections() == 0; });
+  rt_.run(
+      [this] {
+        log::info("scheduler stopping");
+        timer_.cancel();
+        server_->stop(std::chrono::milliseconds(2000));
+      },
+      std::chrono::seconds(3), [this] { return server_->connections() == 0; });
   return 0;
 }
 

@@ -1,17 +1,30 @@
 #pragma once
-// Wiring of the scheduler daemon: the tracker, the heartbeat receiver that feeds it holders,
-// and the REST API. Soft state only: everything is rebuilt from heartbeats after a restart.
+// Wiring of the scheduler daemon: the tracker, the cluster cache index fed by heartbeats, the
+// resolver (registry-proxy), placement, the extender, prewarm, and the HTTP API. Soft state only:
+// everything is rebuilt from heartbeats after a restart (a new epoch makes every peerd resend its
+// full list at its next heartbeat).
+//
+// Lifecycle: build() → run() (blocks until SIGTERM/SIGINT or stop()) → destructor. Threading:
+// the HTTP server on `io_threads`; heartbeats on their own small pool; placement, resolution and
+// the extender on `worker_threads`; a 1 s maintenance timer on the io context.
 
-#include <map>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "api.h"
 #include "common/daemon.h"
-#include "common/heartbeat.h"
+#include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "config.h"
+#include "extender.h"
+#include "index.h"
+#include "network.h"
+#include "placement.h"
+#include "prewarm.h"
+#include "resolver.h"
 #include "tracker.h"
 
 namespace shoal::scheduler {
@@ -20,32 +33,40 @@ class app {
  public:
   [[nodiscard]] static result<std::unique_ptr<app>> build(const scheduler_config& cfg);
   ~app();
+  app(const app&) = delete;
+  app& operator=(const app&) = delete;
   int run();
   void stop();
   [[nodiscard]] std::uint16_t http_port() const { return server_ ? server_->port() : 0; }
 
  private:
-  explicit app(const scheduler_config& cfg) : cfg_(cfg), rt_(static_cast<unsigned>(cfg.io_threads)) {}
+  explicit app(const scheduler_config& cfg);
   [[nodiscard]] status init();
   void handle(http::request&& req, http::responder resp);
-  http::response on_heartbeat(const http::request& req);
-  http::response nodes_json() const;
-
-  struct node_state {
-    heartbeat::message last;
-    std::chrono::steady_clock::time_point seen;
-  };
+  void register_metrics();
+  void schedule_maintenance();
+  void maintenance();
 
   scheduler_config cfg_;
   daemon::runtime rt_;
+  boost::asio::thread_pool workers_;
+  boost::asio::thread_pool heartbeat_pool_;
   metrics::registry reg_;
+  std::unique_ptr<http::client> http_client_;
   std::unique_ptr<tracker> tracker_;
+  std::unique_ptr<cluster_index> index_;
+  std::unique_ptr<registry_proxy_source> manifests_;
+  std::unique_ptr<resolver> resolver_;
+  std::unique_ptr<dataset_catalog> datasets_;
+  std::unique_ptr<network_model> network_;
+  std::unique_ptr<placer> placer_;
+  std::unique_ptr<prewarm_manager> prewarm_;
+  std::unique_ptr<extender> extender_;
+  std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;
-  std::string epoch_;
-  mutable std::mutex mu_;
-  std::map<std::string, node_state> nodes_;
-  metrics::counter* heartbeats_ = nullptr;
-  metrics::counter* bad_heartbeats_ = nullptr;
+  boost::asio::steady_timer timer_;
+  metrics::gauge_family* prewarm_orders_ = nullptr;
+  metrics::counter* dropped_ = nullptr;
 };
 
 }  // namespace shoal::scheduler

@@ -1,25 +1,138 @@
 #include "config.h"
 
+#include "cost.h"
+
 namespace shoal::scheduler {
 
 void describe(config::binder& b, tracker_config& c) {
-  b.field("interval", c.interval, "Re-announce interval answered to downloading peers.", {.min = 1s});
-  b.field("seed_interval", c.seed_interval, "Re-announce interval answered to complete holders.", {.min = 1s});
-  b.field("min_interval", c.min_interval, "Minimum re-announce interval (peerd sets libtorrent's to match).",
+  b.field("interval", c.interval, "Re-announce interval answered to downloading peers.",
           {.min = 1s});
-  b.field("peer_timeout", c.peer_timeout, "Forget peers and heartbeat holders silent for this long.", {.min = 5s});
-  b.field("default_numwant", c.default_numwant, "Peers handed out when the announce does not say.", {.min = 1, .max = 1000});
-  b.field("max_numwant", c.max_numwant, "Most peers handed out per announce.", {.min = 1, .max = 5000});
+  b.field("seed_interval", c.seed_interval, "Re-announce interval answered to complete holders.",
+          {.min = 1s});
+  b.field("min_interval", c.min_interval,
+          "Minimum re-announce interval (peerd sets libtorrent's to match).", {.min = 1s});
+  b.field("peer_timeout", c.peer_timeout,
+          "Forget peers that stopped announcing, and heartbeat holders of nodes silent, this long.",
+          {.min = 5s});
+  b.field("default_numwant", c.default_numwant, "Peers handed out when the announce does not say.",
+          {.min = 1, .max = 1000});
+  b.field("max_numwant", c.max_numwant, "Most peers handed out per announce.",
+          {.min = 1, .max = 5000});
   b.field("trust_announced_ip", c.trust_announced_ip,
-          "Use the ip= parameter of announces (peerd's data-plane address) instead of the source address.");
+          "Use the ip= parameter of announces (peerd's data-plane address) instead of the source "
+          "address.");
+}
+
+void describe(config::binder& b, nodes_config& c) {
+  b.field("unhealthy_after", c.unhealthy_after,
+          "A node without a heartbeat this long is unhealthy: never placed on, not counted as a "
+          "source, "
+          "and its prewarms fail.",
+          {.min = 1s});
+  b.field("drop_after", c.drop_after,
+          "A node without a heartbeat this long is forgotten, with everything it held.",
+          {.min = 1s});
+  b.field(
+      "heartbeat_interval", c.heartbeat_interval,
+      "The heartbeat interval peerds use (swarm.heartbeat_interval there); reported by /v1/nodes.",
+      {.min = 1s});
+  b.check(c.unhealthy_after < c.drop_after, "nodes.unhealthy_after must be below nodes.drop_after");
+}
+
+void describe(config::binder& b, resolver_config& c) {
+  b.field("registry_proxy", c.registry_proxy, "Base URL of registry-proxy (image manifests).");
+  b.field("default_platform", c.default_platform,
+          "Platform (os/arch[/variant]) of nodes whose heartbeat has no `platform` label.");
+  b.field(
+      "tag_ttl", c.tag_ttl,
+      "How long a tag's resolution is reused; digests are cached until evicted by max_manifests.");
+  b.field("max_manifests", c.max_manifests,
+          "Manifests and indexes kept in memory, least recently used evicted.",
+          {.min = 16u, .max = 1'000'000u});
+  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward registry-proxy.",
+          {.min = 10ms});
+  b.field("request_timeout", c.request_timeout, "Stall timeout of a manifest request.",
+          {.min = 100ms});
+  b.field("threads", c.threads, "Manifest fetches run at once.", {.min = 1, .max = 64});
+}
+
+void describe(config::binder& b, cost_config& c) {
+  b.field("rack_bandwidth", c.rack_bandwidth, "Bytes/s a node gets from holders in its own rack.",
+          {.min = config::byte_size(1)});
+  b.field("zone_bandwidth", c.zone_bandwidth, "Bytes/s from holders in its zone (other racks).",
+          {.min = config::byte_size(1)});
+  b.field("cluster_bandwidth", c.cluster_bandwidth,
+          "Bytes/s from holders elsewhere in the cluster.", {.min = config::byte_size(1)});
+  b.field("origin_bandwidth", c.origin_bandwidth,
+          "Bytes/s from registry-proxy for objects it already holds (no node does).",
+          {.min = config::byte_size(1)});
+  b.field("upstream_bandwidth", c.upstream_bandwidth,
+          "Bytes/s from the upstream registry for objects nobody in the cluster has seen.",
+          {.min = config::byte_size(1)});
+  b.field("node_ingress", c.node_ingress, "Bytes/s a node can receive in total (its link).",
+          {.min = config::byte_size(1)});
+  b.field("model", c.model,
+          "How source classes combine: serial (the sum of each class's bytes/bandwidth: every byte "
+          "counts) "
+          "or parallel (the slowest class, at least missing/node_ingress).",
+          {.one_of = {"serial", "parallel"}});
+}
+
+void describe(config::binder& b, placement_config& c) {
+  b.section("cost", c.cost, "The time-to-ready estimate.");
+  b.field(
+      "require_network_validation", c.require_network_validation,
+      "Gangs go only to nodes whose netsetup validation passed (false: nodes without a result are "
+      "\"unknown\" and allowed; failed ones never are).");
+  b.field("reservation_ttl", c.reservation_ttl,
+          "GPUs of the nodes /v1/place chooses are reserved this long (dry_run reserves nothing).");
+  b.field("resolve_timeout", c.resolve_timeout,
+          "Longest wait for image resolution in /v1/place and /v1/prewarm.", {.min = 10ms});
+}
+
+void describe(config::binder& b, extender_config& c) {
+  b.field("mode", c.mode,
+          "soft: filter passes every node, prioritize scores them; hard: filter also removes nodes "
+          "missing "
+          "more than max_missing. A pod overrides it with the annotation shoal.io/placement.",
+          {.one_of = {"soft", "hard"}});
+  b.field("max_missing", c.max_missing,
+          "Hard mode: most data a node may lack, as a share (\"10%\") or a size (\"2GiB\"). A pod "
+          "overrides "
+          "it with shoal.io/max-missing.");
+  b.field("resolve_timeout", c.resolve_timeout,
+          "Answer with what is known after this long (kube-scheduler's default timeout is 5s).",
+          {.min = 10ms});
+  b.field("max_request_bytes", c.max_request_bytes,
+          "Largest filter/prioritize request body accepted.", {.min = config::byte_size::kib(16)});
+  b.check(parse_threshold(c.max_missing).has_value(),
+          "extender.max_missing must be a share (\"10%\") or a size");
+}
+
+void describe(config::binder& b, prewarm_config& c) {
+  b.field("timeout", c.timeout, "A prewarm not complete this long after it started fails.",
+          {.min = 1s});
+  b.field("retention", c.retention, "Finished prewarms stay visible this long.", {.min = 1s});
+  b.field("max_prewarms", c.max_prewarms,
+          "Prewarms kept at once; the oldest finished ones go first.",
+          {.min = 1u, .max = 1'000'000u});
+  b.field("pin_for", c.pin_for,
+          "Nodes pin prewarmed objects against eviction this long (0: no pin).");
 }
 
 void describe(config::binder& b, scheduler_config& c) {
-  b.section("http", c.http, "The HTTP API (tracker /announce, heartbeats, REST).");
+  b.section("http", c.http, "The HTTP API (tracker /announce, heartbeats, REST, extender).");
   b.section("log", c.log, "Logging.");
-  b.field("io_threads", c.io_threads, "Threads running the network event loop.", {.min = 1, .max = 64});
+  b.field("io_threads", c.io_threads, "Threads running the network event loop.",
+          {.min = 1, .max = 64});
+  b.field("worker_threads", c.worker_threads,
+          "Threads answering placement, prewarm and extender requests.", {.min = 1, .max = 256});
   b.section("tracker", c.tracker, "The BitTorrent tracker.");
-  b.field("node_timeout", c.node_timeout, "A node without a heartbeat this long is reported unhealthy.", {.min = 1s});
+  b.section("nodes", c.nodes, "Node liveness from heartbeats.");
+  b.section("resolver", c.resolver, "Image references to layers, through registry-proxy.");
+  b.section("placement", c.placement, "Placement: cost model, gangs, GPU reservations.");
+  b.section("extender", c.extender, "The kube-scheduler extender (filter and prioritize verbs).");
+  b.section("prewarm", c.prewarm, "Prewarm orders.");
 }
 
 }  // namespace shoal::scheduler

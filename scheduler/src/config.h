@@ -1,5 +1,8 @@
 #pragma once
 // The scheduler's configuration: every key declared once with its default and doc string.
+// `shoal-scheduler --print-config-docs` renders the reference (docs/config/scheduler.md).
+
+#include <string>
 
 #include "common/config.h"
 #include "common/daemon.h"
@@ -15,16 +18,79 @@ struct tracker_config {
   config::duration peer_timeout = 180s;  // drop peers (and heartbeat holders) silent this long
   int default_numwant = 50;
   int max_numwant = 200;
-  bool trust_announced_ip = true;        // use ip= from peerd (its data-plane address)
+  bool trust_announced_ip = true;  // use ip= from peerd (its data-plane address)
 };
 void describe(config::binder& b, tracker_config& c);
+
+// Liveness of nodes, from their heartbeats.
+struct nodes_config {
+  config::duration unhealthy_after = 30s;     // no heartbeat this long: unhealthy (not placed on)
+  config::duration drop_after = 5min;         // no heartbeat this long: forgotten with its objects
+  config::duration heartbeat_interval = 10s;  // what peerds are configured with (documentation
+                                              // and the restart test: resync within one period)
+};
+void describe(config::binder& b, nodes_config& c);
+
+// Image references → layers, through registry-proxy.
+struct resolver_config {
+  std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
+  std::string default_platform = "linux/amd64";  // for nodes whose heartbeat has no platform label
+  config::duration tag_ttl = 60s;                // a tag's resolution is reused this long
+  std::uint32_t max_manifests = 4096;            // manifests cached by digest (LRU beyond)
+  config::duration connect_timeout = 2s;
+  config::duration request_timeout = 10s;
+  int threads = 4;  // concurrent manifest fetches
+};
+void describe(config::binder& b, resolver_config& c);
+
+// The time-to-ready estimate: bandwidth of each source class, in bytes per second.
+struct cost_config {
+  config::byte_size rack_bandwidth = config::byte_size::mib(1024);    // a holder in the same rack
+  config::byte_size zone_bandwidth = config::byte_size::mib(512);     // a holder in the same zone
+  config::byte_size cluster_bandwidth = config::byte_size::mib(256);  // any other holder
+  config::byte_size origin_bandwidth = config::byte_size::mib(128);   // registry-proxy's cache
+  config::byte_size upstream_bandwidth = config::byte_size::mib(32);  // the upstream registry
+  config::byte_size node_ingress = config::byte_size::mib(1024);      // the node's own link
+  std::string model = "serial";  // serial | parallel (how source classes combine)
+};
+void describe(config::binder& b, cost_config& c);
+
+struct placement_config {
+  cost_config cost;
+  bool require_network_validation = false;  // gangs: only nodes whose netsetup validation passed
+  config::duration reservation_ttl = 2min;  // GPUs reserved by /v1/place are held this long
+  config::duration resolve_timeout = 3s;    // longest wait for image resolution in /v1/place
+};
+void describe(config::binder& b, placement_config& c);
+
+// The kube-scheduler extender.
+struct extender_config {
+  std::string mode = "soft";              // soft (prioritize only) | hard (filter too)
+  std::string max_missing = "10%";        // hard mode: filter nodes missing more ("10%" or "2GiB")
+  config::duration resolve_timeout = 2s;  // answer with what is known after this long
+  config::byte_size max_request_bytes = config::byte_size::mib(32);
+};
+void describe(config::binder& b, extender_config& c);
+
+struct prewarm_config {
+  config::duration timeout = 30min;   // a prewarm not complete by then fails
+  config::duration retention = 1h;    // finished prewarms are reported this long
+  std::uint32_t max_prewarms = 1000;  // kept at once (oldest finished dropped first)
+  config::duration pin_for = 1h;      // nodes pin prewarmed objects this long
+};
+void describe(config::binder& b, prewarm_config& c);
 
 struct scheduler_config {
   daemon::http_config http{.listen = "0.0.0.0:7070", .max_body_bytes = config::byte_size::mib(64)};
   daemon::log_config log;
   int io_threads = 2;
+  int worker_threads = 4;
   tracker_config tracker;
-  config::duration node_timeout = 60s;  // a node without heartbeat this long is unhealthy
+  nodes_config nodes;
+  resolver_config resolver;
+  placement_config placement;
+  extender_config extender;
+  prewarm_config prewarm;
 };
 void describe(config::binder& b, scheduler_config& c);
 

@@ -21,7 +21,8 @@ bool parse_u64(std::string_view s, std::uint64_t& out) {
 bool valid_label(std::string_view s) {
   if (s.size() > 128) return false;
   for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':' || c == '/')) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == ':' || c == '/')) {
       return false;
     }
   }
@@ -43,7 +44,8 @@ result<announce_request> parse_announce(const http::request& req, const std::str
     auto v = req.query_param(name);
     if (!v) return fail(errc::invalid_argument, std::string("missing or malformed ") + name);
     if (v->size() != 20) {
-      return fail(errc::invalid_argument, std::string(name) + " must be 20 bytes, got " + std::to_string(v->size()));
+      return fail(errc::invalid_argument,
+                  std::string(name) + " must be 20 bytes, got " + std::to_string(v->size()));
     }
     std::copy(v->begin(), v->end(), out.begin());
     return {};
@@ -53,22 +55,29 @@ result<announce_request> parse_announce(const http::request& req, const std::str
   auto port = req.query_param("port");
   std::uint64_t p = 0;
   if (!port || !parse_u64(*port, p) || p == 0 || p > 65535) {
-    return fail(errc::invalid_argument, "port must be 1-65535, got \"" + printable(port.value_or("")) + "\"");
+    return fail(errc::invalid_argument,
+                "port must be 1-65535, got \"" + printable(port.value_or("")) + "\"");
   }
   a.port = static_cast<std::uint16_t>(p);
-  for (auto [name, field] : {std::pair{"uploaded", &a.uploaded}, std::pair{"downloaded", &a.downloaded},
-                             std::pair{"left", &a.left}}) {
+  for (auto [name, field] : {std::pair{"uploaded", &a.uploaded},
+                             std::pair{"downloaded", &a.downloaded}, std::pair{"left", &a.left}}) {
     auto v = req.query_param(name);
     if (v && !parse_u64(*v, *field)) {
-      return fail(errc::invalid_argument, std::string(name) + " is not a number: \"" + printable(*v) + "\"");
+      return fail(errc::invalid_argument,
+                  std::string(name) + " is not a number: \"" + printable(*v) + "\"");
     }
   }
   if (auto ev = req.query_param("event")) {
-    if (*ev == "started") a.event = announce_request::event_t::started;
-    else if (*ev == "completed") a.event = announce_request::event_t::completed;
-    else if (*ev == "stopped") a.event = announce_request::event_t::stopped;
-    else if (ev->empty() || *ev == "paused") a.event = announce_request::event_t::none;
-    else return fail(errc::invalid_argument, "unknown event \"" + printable(*ev) + "\"");
+    if (*ev == "started")
+      a.event = announce_request::event_t::started;
+    else if (*ev == "completed")
+      a.event = announce_request::event_t::completed;
+    else if (*ev == "stopped")
+      a.event = announce_request::event_t::stopped;
+    else if (ev->empty() || *ev == "paused")
+      a.event = announce_request::event_t::none;
+    else
+      return fail(errc::invalid_argument, "unknown event \"" + printable(*ev) + "\"");
   }
   a.numwant = opts.default_numwant;
   if (auto nw = req.query_param("numwant")) {
@@ -77,15 +86,19 @@ result<announce_request> parse_announce(const http::request& req, const std::str
     a.numwant = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, opts.max_numwant));
   }
   if (auto c = req.query_param("compact")) a.compact = *c != "0";
-  for (auto [name, field] : {std::pair{"node", &a.node}, std::pair{"zone", &a.zone}, std::pair{"rack", &a.rack}}) {
+  for (auto [name, field] :
+       {std::pair{"node", &a.node}, std::pair{"zone", &a.zone}, std::pair{"rack", &a.rack}}) {
     if (auto v = req.query_param(name)) {
-      if (!valid_label(*v)) return fail(errc::invalid_argument, std::string(name) + " has invalid characters");
+      if (!valid_label(*v))
+        return fail(errc::invalid_argument, std::string(name) + " has invalid characters");
       *field = *v;
     }
   }
   if (auto role = req.query_param("role")) {
-    if (*role == "origin") a.origin = true;
-    else if (*role != "peer") return fail(errc::invalid_argument, "role must be peer or origin");
+    if (*role == "origin")
+      a.origin = true;
+    else if (*role != "peer")
+      return fail(errc::invalid_argument, "role must be peer or origin");
   }
   a.ip = source_ip;
   if (opts.trust_announced_ip) {
@@ -116,11 +129,28 @@ void tracker::expire_locked(clock::time_point now) {
   for (auto it = swarms_.begin(); it != swarms_.end();) {
     auto& peers = it->second.peers;
     for (auto p = peers.begin(); p != peers.end();) {
-      if (now - p->second.last_seen > opts_.peer_timeout) p = peers.erase(p);
-      else ++p;
+      auto seen = p->second.last_seen;
+      if (p->second.holder) {
+        if (auto h = holder_seen_.find(p->first); h != holder_seen_.end())
+          seen = std::max(seen, h->second);
+      }
+      if (now - seen > opts_.peer_timeout)
+        p = peers.erase(p);
+      else
+        ++p;
     }
-    if (peers.empty()) it = swarms_.erase(it);
-    else ++it;
+    if (peers.empty())
+      it = swarms_.erase(it);
+    else
+      ++it;
+  }
+  for (auto it = holder_seen_.begin(); it != holder_seen_.end();) {
+    if (now - it->second > opts_.peer_timeout) {
+      holdings_.erase(it->first);
+      it = holder_seen_.erase(it);
+    } else {
+      ++it;
+    }
   }
   last_expire_ = now;
 }
@@ -154,7 +184,8 @@ std::string tracker::announce(const announce_request& a) {
     p.rack = a.rack;
     p.ip = a.ip;
     p.port = a.port;
-    if (a.event == announce_request::event_t::completed || (p.left > 0 && a.left == 0)) ++sw.completed;
+    if (a.event == announce_request::event_t::completed || (p.left > 0 && a.left == 0))
+      ++sw.completed;
     p.left = a.left;
     p.origin = a.origin;
     p.holder = false;
@@ -172,21 +203,27 @@ std::string tracker::announce(const announce_request& a) {
   cands.reserve(sw.peers.size());
   std::int64_t complete = 0, incomplete = 0;
   for (auto& [k, p] : sw.peers) {
-    if (p.left == 0) ++complete;
-    else ++incomplete;
+    if (p.left == 0)
+      ++complete;
+    else
+      ++incomplete;
     if (k == key || (!a.node.empty() && p.node == a.node)) continue;
     // A complete requester only needs peers it can upload to.
     if (a.left == 0 && p.left == 0) continue;
     // Forget old handouts (the load estimate decays over the window).
     auto& h = p.handouts;
-    h.erase(std::remove_if(h.begin(), h.end(), [&](auto t) { return now - t > opts_.load_window; }), h.end());
+    h.erase(std::remove_if(h.begin(), h.end(), [&](auto t) { return now - t > opts_.load_window; }),
+            h.end());
     int topo = 2;
-    if (!a.rack.empty() && p.rack == a.rack && p.zone == a.zone) topo = 0;
-    else if (!a.zone.empty() && p.zone == a.zone) topo = 1;
+    if (!a.rack.empty() && p.rack == a.rack && p.zone == a.zone)
+      topo = 0;
+    else if (!a.zone.empty() && p.zone == a.zone)
+      topo = 1;
     cands.push_back({p.left == 0 ? 0 : 1, topo, h.size(), p.left, &p});
   }
   std::sort(cands.begin(), cands.end(), [](const cand& x, const cand& y) {
-    return std::tie(x.seed_rank, x.topo_rank, x.load, x.left) < std::tie(y.seed_rank, y.topo_rank, y.load, y.left);
+    return std::tie(x.seed_rank, x.topo_rank, x.load, x.left) <
+           std::tie(y.seed_rank, y.topo_rank, y.load, y.left);
   });
   std::vector<peer*> chosen;
   std::size_t want = a.event == announce_request::event_t::stopped ? 0 : a.numwant;
@@ -240,12 +277,14 @@ std::string tracker::announce(const announce_request& a) {
   return bencode::encode(bencode::value(std::move(d)));
 }
 
-void tracker::set_holdings(const std::string& node, const std::string& ip, std::uint16_t port, const std::string& zone,
-                           const std::string& rack, const std::vector<std::array<std::uint8_t, 20>>& info_hashes,
+void tracker::set_holdings(const std::string& node, const std::string& ip, std::uint16_t port,
+                           const std::string& zone, const std::string& rack,
+                           const std::vector<std::array<std::uint8_t, 20>>& info_hashes,
                            bool full) {
   auto now = now_();
   std::lock_guard lk(mu_);
   std::string key = ip + ":" + std::to_string(port);
+  holder_seen_[key] = now;
   auto& held = holdings_[key];
   if (full) held.clear();
   for (const auto& ih : info_hashes) held.insert(ih);
@@ -268,8 +307,40 @@ void tracker::set_holdings(const std::string& node, const std::string& ip, std::
     if (pit != it->second.peers.end() && pit->second.holder && !listed.count(it->first)) {
       it->second.peers.erase(pit);
     }
-    if (it->second.peers.empty()) it = swarms_.erase(it);
-    else ++it;
+    if (it->second.peers.empty())
+      it = swarms_.erase(it);
+    else
+      ++it;
+  }
+}
+
+void tracker::remove_holdings(const std::string& ip, std::uint16_t port,
+                              const std::vector<std::array<std::uint8_t, 20>>& info_hashes) {
+  std::lock_guard lk(mu_);
+  std::string key = ip + ":" + std::to_string(port);
+  auto held = holdings_.find(key);
+  for (const auto& ih : info_hashes) {
+    if (held != holdings_.end()) held->second.erase(ih);
+    auto sw = swarms_.find(ih);
+    if (sw == swarms_.end()) continue;
+    auto p = sw->second.peers.find(key);
+    if (p != sw->second.peers.end() && p->second.holder) sw->second.peers.erase(p);
+    if (sw->second.peers.empty()) swarms_.erase(sw);
+  }
+}
+
+void tracker::drop_holder(const std::string& ip, std::uint16_t port) {
+  std::lock_guard lk(mu_);
+  std::string key = ip + ":" + std::to_string(port);
+  holdings_.erase(key);
+  holder_seen_.erase(key);
+  for (auto it = swarms_.begin(); it != swarms_.end();) {
+    auto p = it->second.peers.find(key);
+    if (p != it->second.peers.end() && p->second.holder) it->second.peers.erase(p);
+    if (it->second.peers.empty())
+      it = swarms_.erase(it);
+    else
+      ++it;
   }
 }
 

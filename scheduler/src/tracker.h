@@ -30,14 +30,14 @@
 namespace shoal::scheduler {
 
 struct tracker_options {
-  std::chrono::seconds interval{15};          // re-announce interval while downloading
-  std::chrono::seconds seed_interval{60};     // re-announce interval for complete holders
-  std::chrono::seconds min_interval{5};       // "min interval" answered to clients
-  std::chrono::seconds peer_timeout{180};     // drop peers silent for this long
+  std::chrono::seconds interval{15};       // re-announce interval while downloading
+  std::chrono::seconds seed_interval{60};  // re-announce interval for complete holders
+  std::chrono::seconds min_interval{5};    // "min interval" answered to clients
+  std::chrono::seconds peer_timeout{180};  // drop peers silent for this long
   std::uint32_t default_numwant = 50;
   std::uint32_t max_numwant = 200;
-  bool trust_announced_ip = false;            // use the ip= parameter instead of the source address
-  std::chrono::seconds load_window{30};       // handouts counted as load for this long
+  bool trust_announced_ip = false;       // use the ip= parameter instead of the source address
+  std::chrono::seconds load_window{30};  // handouts counted as load for this long
 };
 
 struct announce_request {
@@ -54,7 +54,8 @@ struct announce_request {
 };
 
 // Parses the query of an announce; `source_ip` is the TCP peer address. Errors name the field.
-[[nodiscard]] result<announce_request> parse_announce(const http::request& req, const std::string& source_ip,
+[[nodiscard]] result<announce_request> parse_announce(const http::request& req,
+                                                      const std::string& source_ip,
                                                       const tracker_options& opts);
 
 struct tracker_stats {
@@ -77,14 +78,23 @@ class tracker {
   // A node's complete objects as reported by its heartbeat: it becomes a holder (a seed) of each
   // swarm even when the torrent is not loaded there (peerd loads it when a peer connects).
   // With `full`, swarms the node no longer lists drop its holder entry.
-  void set_holdings(const std::string& node, const std::string& ip, std::uint16_t port, const std::string& zone,
-                    const std::string& rack, const std::vector<std::array<std::uint8_t, 20>>& info_hashes, bool full);
+  // Every call (also with an empty delta) refreshes the node's holder entries: they expire
+  // `peer_timeout` after the node's last heartbeat, not after the heartbeat that listed them.
+  void set_holdings(const std::string& node, const std::string& ip, std::uint16_t port,
+                    const std::string& zone, const std::string& rack,
+                    const std::vector<std::array<std::uint8_t, 20>>& info_hashes, bool full);
+  // A heartbeat delta's removed objects: the node stops being a holder of these swarms.
+  void remove_holdings(const std::string& ip, std::uint16_t port,
+                       const std::vector<std::array<std::uint8_t, 20>>& info_hashes);
+  // The node was dropped by the index: every holder entry of the endpoint goes.
+  void drop_holder(const std::string& ip, std::uint16_t port);
 
   // Drops peers that stopped announcing. Called periodically and by announce().
   void expire();
   [[nodiscard]] tracker_stats stats() const;
   // Holders of a swarm by node name (complete or not), for the scheduler's index and tests.
-  [[nodiscard]] std::vector<std::string> nodes_in(const std::array<std::uint8_t, 20>& info_hash) const;
+  [[nodiscard]] std::vector<std::string> nodes_in(
+      const std::array<std::uint8_t, 20>& info_hash) const;
 
  private:
   struct peer {
@@ -119,6 +129,8 @@ class tracker {
   // What each node endpoint (ip:port) last reported holding: a "stopped" announce for one of
   // these keeps the node as a holder (it unloaded the torrent, it did not drop the object).
   std::unordered_map<std::string, std::set<std::array<std::uint8_t, 20>>> holdings_;
+  // Last heartbeat per holder endpoint: keeps its holder entries alive.
+  std::unordered_map<std::string, clock::time_point> holder_seen_;
   clock::time_point last_expire_{};
   tracker_stats stats_;
 };

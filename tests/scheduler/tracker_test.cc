@@ -37,13 +37,13 @@ class TrackerTest : public ::testing::Test {
     return o;
   }
 
-  http::request make(const std::string& ip, std::uint16_t port, std::uint64_t left, const std::string& extra,
-                     char hash_byte = 'A') {
+  http::request make(const std::string& ip, std::uint16_t port, std::uint64_t left,
+                     const std::string& extra, char hash_byte = 'A') {
     http::request r;
     std::string ih(20, hash_byte), pid(20, static_cast<char>('a' + port % 26));
-    r.query = "node=n" + std::to_string(port) + "&" + extra + (extra.empty() ? "" : "&") + "info_hash=" + pct(ih) +
-              "&peer_id=" + pct(pid) + "&port=" + std::to_string(port) + "&uploaded=0&downloaded=0&left=" +
-              std::to_string(left) + "&compact=1";
+    r.query = "node=n" + std::to_string(port) + "&" + extra + (extra.empty() ? "" : "&") +
+              "info_hash=" + pct(ih) + "&peer_id=" + pct(pid) + "&port=" + std::to_string(port) +
+              "&uploaded=0&downloaded=0&left=" + std::to_string(left) + "&compact=1";
     r.remote = http::tcp::endpoint(http::net::ip::make_address(ip), 40000);
     return r;
   }
@@ -62,7 +62,8 @@ class TrackerTest : public ::testing::Test {
     for (std::size_t i = 0; i + 6 <= s.size(); i += 6) {
       char buf[INET_ADDRSTRLEN];
       inet_ntop(AF_INET, s.data() + i, buf, sizeof buf);
-      unsigned port = (static_cast<unsigned char>(s[i + 4]) << 8) | static_cast<unsigned char>(s[i + 5]);
+      unsigned port =
+          (static_cast<unsigned char>(s[i + 4]) << 8) | static_cast<unsigned char>(s[i + 5]);
       out.push_back(std::string(buf) + ":" + std::to_string(port));
     }
     return out;
@@ -91,7 +92,8 @@ TEST_F(TrackerTest, SeedsFirstThenRackThenZoneNeverSelf) {
 
 TEST_F(TrackerTest, OriginAlwaysIncludedEvenWithSmallNumwant) {
   for (int i = 0; i < 10; ++i) {
-    (void)trk_.handle(make("10.0.1." + std::to_string(i + 1), static_cast<std::uint16_t>(7000 + i), 0, ""));
+    (void)trk_.handle(
+        make("10.0.1." + std::to_string(i + 1), static_cast<std::uint16_t>(7000 + i), 0, ""));
   }
   (void)trk_.handle(make("10.0.2.1", 6881, 0, "role=origin"));
   auto got = peers_of(trk_.handle(make("10.0.3.1", 6999, 10, "numwant=2")));
@@ -101,11 +103,13 @@ TEST_F(TrackerTest, OriginAlwaysIncludedEvenWithSmallNumwant) {
 
 TEST_F(TrackerTest, LoadSpreadsAcrossEqualPeers) {
   for (int i = 0; i < 4; ++i) {
-    (void)trk_.handle(make("10.0.1." + std::to_string(i + 1), static_cast<std::uint16_t>(7000 + i), 0, ""));
+    (void)trk_.handle(
+        make("10.0.1." + std::to_string(i + 1), static_cast<std::uint16_t>(7000 + i), 0, ""));
   }
   std::map<std::string, int> firsts;
   for (int i = 0; i < 8; ++i) {
-    auto got = peers_of(trk_.handle(make("10.0.5." + std::to_string(i + 1), static_cast<std::uint16_t>(8000 + i), 10, "numwant=1")));
+    auto got = peers_of(trk_.handle(make("10.0.5." + std::to_string(i + 1),
+                                         static_cast<std::uint16_t>(8000 + i), 10, "numwant=1")));
     ASSERT_EQ(got.size(), 1u);
     firsts[got[0]]++;
   }
@@ -139,13 +143,19 @@ TEST_F(TrackerTest, MalformedAnnouncesGetFailureReason) {
   std::vector<std::string> bad_queries = {
       "",
       "info_hash=short&peer_id=" + pct(std::string(20, 'p')) + "&port=1",
-      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=0",
-      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=70000",
-      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1&left=-5",
-      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1&event=explode",
-      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1&node=a%20b",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) +
+          "&port=0",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) +
+          "&port=70000",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) +
+          "&port=1&left=-5",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) +
+          "&port=1&event=explode",
+      "info_hash=" + pct(std::string(20, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) +
+          "&port=1&node=a%20b",
       "info_hash=%ZZ&peer_id=" + pct(std::string(20, 'p')) + "&port=1",
-      "info_hash=" + pct(std::string(21, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) + "&port=1",
+      "info_hash=" + pct(std::string(21, 'h')) + "&peer_id=" + pct(std::string(20, 'p')) +
+          "&port=1",
   };
   for (const auto& q : bad_queries) {
     auto r = base;
@@ -157,6 +167,37 @@ TEST_F(TrackerTest, MalformedAnnouncesGetFailureReason) {
     ASSERT_TRUE(v->find("failure reason")) << q;
   }
   EXPECT_EQ(trk_.stats().bad_announces, bad_queries.size());
+}
+
+TEST_F(TrackerTest, HeartbeatHoldersFollowDeltasAndStayAliveWhileTheNodeHeartbeats) {
+  std::array<std::uint8_t, 20> a{}, b{};
+  a.fill('A');
+  b.fill('B');
+  trk_.set_holdings("n1", "10.0.0.1", 6001, "z1", "r1", {a, b}, true);
+  EXPECT_EQ(trk_.nodes_in(a), std::vector<std::string>{"n1"});
+  // Heartbeats with empty deltas keep the holder alive past peer_timeout (60 s here).
+  for (int i = 0; i < 10; ++i) {
+    clock_.t += 10s;
+    trk_.set_holdings("n1", "10.0.0.1", 6001, "z1", "r1", {}, false);
+  }
+  trk_.expire();
+  EXPECT_EQ(trk_.nodes_in(a), std::vector<std::string>{"n1"});
+  // A delta removing b drops only b.
+  trk_.remove_holdings("10.0.0.1", 6001, {b});
+  EXPECT_TRUE(trk_.nodes_in(b).empty());
+  EXPECT_EQ(trk_.nodes_in(a), std::vector<std::string>{"n1"});
+  // A stopped announce for a still-held object keeps the node a holder.
+  auto stop = make("10.0.0.1", 6001, 0, "event=stopped", 'A');
+  (void)trk_.handle(stop);
+  EXPECT_EQ(trk_.nodes_in(a).size(), 1u);
+  // The node dropped by the index leaves every swarm.
+  trk_.drop_holder("10.0.0.1", 6001);
+  EXPECT_TRUE(trk_.nodes_in(a).empty());
+  // Silent for longer than peer_timeout: the holder expires.
+  trk_.set_holdings("n2", "10.0.0.2", 6002, "z1", "r1", {a}, true);
+  clock_.t += 61s;
+  trk_.expire();
+  EXPECT_TRUE(trk_.nodes_in(a).empty());
 }
 
 TEST_F(TrackerTest, RandomQueriesNeverCrash) {

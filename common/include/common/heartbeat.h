@@ -1,12 +1,28 @@
 #pragma once
-// The heartbeat peerd sends to the scheduler: who the node is, where its BitTorrent listener is,
-// and which complete objects it holds (so the tracker can hand it out as a holder even when the
-// object's torrent is not loaded). Versioned JSON; both daemons use these functions so the wire
-// format lives in one place.
+// The heartbeat peerd sends to the scheduler, and the scheduler's reply. Versioned JSON; both
+// daemons use these functions so the wire format lives in one place (docs/scheduler.md documents
+// every field).
+//
+// A message says who the node is (name, labels, GPUs, RDMA and netsetup documents, health), where
+// its BitTorrent listener is, how full its cache is, which objects it holds, and how far it got
+// with the prewarm orders it was given. The object list is either complete (`full`) or a delta
+// against the previous message (`added` in `objects`, and `removed`) with `seq` exactly one
+// higher than the previous message's. The scheduler answers `resync` when it cannot apply a delta
+// (a gap in `seq`, a node it does not know, or an `epoch` that is not its own, i.e. it restarted);
+// the node then sends its full list at once. The reply also carries prewarm orders, so the
+// scheduler never needs to connect to a node.
+//
+// Schema 2 adds GPUs, RDMA/netsetup documents, health reasons and prewarm orders and reports to
+// schema 1. decode() accepts schema 1 messages (full lists only, no orders) so a scheduler can be
+// upgraded before its peerds. Unknown keys are ignored: fields may be added within a schema
+// version; anything incompatible bumps it.
+//
+// Thread-safety: plain values and pure functions.
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/digest.h"
@@ -14,41 +30,112 @@
 
 namespace shoal::heartbeat {
 
-inline constexpr int schema_version = 1;
+inline constexpr int schema_version = 2;
+inline constexpr int min_schema_version = 1;
+
+// Bounds the decoder enforces (a heartbeat is untrusted input).
+inline constexpr std::size_t max_message_bytes = 256u << 20;
+inline constexpr std::size_t max_objects = 4'000'000;  // per message, objects and removed each
+inline constexpr std::size_t max_labels = 64;
+inline constexpr std::size_t max_gpu_groups = 64;
+inline constexpr std::uint32_t max_gpus_per_group = 4096;
+inline constexpr std::size_t max_document_bytes = 1u << 20;  // rdma / netsetup JSON, serialized
+inline constexpr std::size_t max_orders = 1024;
+inline constexpr std::size_t max_order_objects = 100'000;
+inline constexpr std::uint64_t max_object_size = std::uint64_t{1} << 50;  // 1 PiB
+inline constexpr int max_json_depth = 64;
 
 struct held_object {
   digest id;
-  std::string info_hash;  // 40 hex characters (v1 info-hash of its torrent)
+  std::string info_hash;  // 40 hex characters (v1 info-hash of its torrent); "" when unknown
   std::uint64_t size = 0;
-  std::string kind = "blob";
+  std::string kind = "blob";  // short lower-case token: blob, dataset_file, ...
+};
+
+// GPUs of one model on the node (capacity, not availability).
+struct gpu_group {
+  std::string model;
+  std::uint32_t count = 0;
+};
+
+enum class order_state { queued, running, done, failed };
+[[nodiscard]] std::string_view to_string(order_state s) noexcept;
+
+// How far the node got with one prewarm order (sent in every heartbeat while the node remembers
+// the order, terminal states included).
+struct order_report {
+  std::string id;
+  order_state state = order_state::queued;
+  std::uint64_t bytes_done = 0;
+  std::uint64_t bytes_total = 0;
+  std::string error;  // failed: why
 };
 
 struct message {
   int schema = schema_version;
   std::string node;
-  std::map<std::string, std::string> labels;  // zone, rack, fabric, ...
+  std::map<std::string, std::string> labels;  // zone, rack, fabric, platform, ...
   std::string ip;                             // BitTorrent address peers connect to
   std::uint16_t bt_port = 0;
   std::uint16_t http_port = 0;
   std::string epoch;      // the scheduler epoch this node last saw ("" at start)
-  std::uint64_t seq = 0;  // increases with every message
-  bool full = true;       // `objects` is the complete list (else: deltas in added/removed)
-  std::vector<held_object> objects;   // full: every held object; delta: added ones
-  std::vector<digest> removed;        // delta: objects no longer held
+  std::uint64_t seq = 0;  // one more than the previous message's, from 1
+  bool full = true;       // `objects` is the complete list (else: deltas in objects/removed)
+  std::vector<held_object> objects;  // full: every held object; delta: added ones
+  std::vector<digest> removed;       // delta: objects no longer held
   std::uint64_t cache_capacity = 0, cache_used = 0;
-  std::string health = "ok";
+  std::vector<gpu_group> gpus;
+  // netsetup's documents, carried as JSON text and not interpreted here: `rdma` the RDMA NICs
+  // (object or array), `netsetup` the discovery/validation document (object, {"schema":1,...}).
+  // Empty when the node has none.
+  std::string rdma;
+  std::string netsetup;
+  std::string health = "ok";  // ok | degraded | failing
+  std::vector<std::string> health_reasons;
+  std::vector<order_report> orders;
+};
+
+// One object of a prewarm order, with where to fetch it from (registry-proxy's ns= and repo).
+struct order_object {
+  digest id;
+  std::uint64_t size = 0;
+};
+
+// A prewarm order for one image or one dataset on this node.
+struct prewarm_order {
+  std::string id;          // unique; the node reports progress under it
+  std::string image;       // normalized reference ("docker.io/library/nginx:latest"), or ""
+  std::string dataset;     // "name@version", or ""
+  std::string platform;    // the platform `objects` were resolved for ("linux/amd64")
+  std::string registry;    // ns= for registry-proxy ("docker.io")
+  std::string repository;  // repository the objects belong to ("library/nginx")
+  // Resolved by the scheduler for this node's platform. Empty for an image: the node resolves
+  // `image` itself through registry-proxy.
+  std::vector<order_object> objects;
+  std::uint64_t pin_seconds = 0;  // keep the objects from eviction this long (0: no pin)
 };
 
 struct reply {
+  int schema = schema_version;
   std::string epoch;
   std::uint64_t ack_seq = 0;
-  bool resync = false;  // the scheduler wants a full list next time
+  bool resync = false;  // the scheduler wants a full list, now
+  std::vector<prewarm_order> orders;
 };
 
 [[nodiscard]] std::string encode(const message& m);
-// Strict: unknown schema, bad digests, bad info-hashes, absurd sizes are errors naming the field.
+// Strict: unknown schema, bad names, digests, info-hashes, sizes, ports, addresses, documents,
+// oversized lists and wrong JSON types are errors naming the field.
 [[nodiscard]] result<message> decode(std::string_view json);
 [[nodiscard]] std::string encode(const reply& r);
 [[nodiscard]] result<reply> decode_reply(std::string_view json);
+
+// Shared validators (also used by the scheduler's REST API for names and labels).
+[[nodiscard]] bool valid_node_name(std::string_view s) noexcept;
+[[nodiscard]] bool valid_label_key(std::string_view s) noexcept;
+[[nodiscard]] bool valid_order_id(std::string_view s) noexcept;
+// True when `text` nests arrays/objects deeper than `limit` (checked before parsing, so a
+// hostile document cannot make a recursive parser or destructor run out of stack).
+[[nodiscard]] bool json_too_deep(std::string_view text, int limit = max_json_depth) noexcept;
 
 }  // namespace shoal::heartbeat

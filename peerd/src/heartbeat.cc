@@ -1,0 +1,197 @@
+#include "heartbeat.h"
+
+#include <sys/utsname.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log.h"
+#include "prewarm.h"
+
+namespace shoal::peerd {
+
+std::string local_platform() {
+  struct utsname u {};
+  std::string arch = "amd64";
+  if (::uname(&u) == 0) {
+    std::string m = u.machine;
+    if (m == "x86_64")
+      arch = "amd64";
+    else if (m == "aarch64" || m == "arm64")
+      arch = "arm64";
+    else if (m == "ppc64le")
+      arch = "ppc64le";
+    else if (m == "s390x")
+      arch = "s390x";
+    else if (m == "riscv64")
+      arch = "riscv64";
+    else
+      arch = m;
+  }
+  return "linux/" + arch;
+}
+
+heartbeat_sender::heartbeat_sender(deps d) : d_(std::move(d)), platform_(local_platform()) {
+  url_ = d_.cfg.upstream.scheduler;
+  while (!url_.empty() && url_.back() == '/') url_.pop_back();
+  url_ += "/v1/heartbeat";
+}
+
+heartbeat_sender::~heartbeat_sender() { stop(); }
+
+void heartbeat_sender::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void heartbeat_sender::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void heartbeat_sender::poke() {
+  {
+    std::lock_guard lk(mu_);
+    poked_ = true;
+  }
+  cv_.notify_all();
+}
+
+heartbeat::message heartbeat_sender::build_message() {
+  const auto& node = d_.cfg.node;
+  heartbeat::message m;
+  m.node = node.name;
+  m.labels = node.labels;
+  if (!m.labels.count("platform")) m.labels["platform"] = platform_;
+  if (!node.zone.empty()) m.labels["zone"] = node.zone;
+  if (!node.rack.empty()) m.labels["rack"] = node.rack;
+  if (!node.fabric.empty()) m.labels["fabric"] = node.fabric;
+  for (const auto& g : node.gpus) {
+    if (g.count > 0) m.gpus.push_back({g.model, static_cast<std::uint32_t>(g.count)});
+  }
+  auto ep = d_.swarm.endpoint();
+  m.ip = ep.substr(0, ep.rfind(':'));
+  m.bt_port = d_.swarm.listen_port();
+  m.http_port = d_.http_port ? d_.http_port() : 0;
+  if (!node.netsetup_report.empty()) {
+    std::ifstream f(node.netsetup_report, std::ios::binary);
+    std::stringstream ss;
+    if (f) ss << f.rdbuf();
+    std::string text = ss.str();
+    auto doc = nlohmann::json::parse(text, nullptr, false);
+    if (!f) {
+      m.health = "degraded";
+      m.health_reasons.push_back("netsetup report " + node.netsetup_report + " cannot be read");
+    } else if (text.size() > heartbeat::max_document_bytes || doc.is_discarded() ||
+               !doc.is_object()) {
+      m.health = "degraded";
+      m.health_reasons.push_back("netsetup report " + node.netsetup_report +
+                                 " is not a JSON object of at most 1 MiB");
+    } else {
+      m.netsetup = std::move(text);
+    }
+  }
+  auto cs = d_.store.get_stats();
+  m.cache_capacity = cs.capacity_bytes;
+  m.cache_used = cs.bytes;
+  // Prewarm reports before the holdings: an order reported done has its objects listed below.
+  if (d_.prewarm) m.orders = d_.prewarm->reports();
+
+  std::map<digest, std::string> hashes;
+  for (auto& [d, ih] : d_.swarm.holdings()) hashes.emplace(d, std::move(ih));
+  std::map<digest, heartbeat::held_object> now;
+  for (const auto& info : d_.store.list()) {
+    heartbeat::held_object o;
+    o.id = info.id;
+    o.size = info.size;
+    o.kind = std::string(cache::to_string(info.kind));
+    if (auto it = hashes.find(info.id); it != hashes.end()) o.info_hash = it->second;
+    now.emplace(info.id, std::move(o));
+  }
+  m.epoch = epoch_;
+  m.seq = seq_ + 1;
+  m.full = need_full_;
+  if (m.full) {
+    m.objects.reserve(now.size());
+    for (auto& [d, o] : now) m.objects.push_back(o);
+  } else {
+    for (auto& [d, o] : now) {
+      auto it = acked_.find(d);
+      if (it == acked_.end() || it->second != o.info_hash) m.objects.push_back(o);
+    }
+    for (const auto& [d, ih] : acked_) {
+      if (!now.count(d)) m.removed.push_back(d);
+    }
+  }
+  return m;
+}
+
+bool heartbeat_sender::on_reply(const heartbeat::message& sent, const result<heartbeat::reply>& r) {
+  seq_ = sent.seq;
+  if (!r) {
+    // The scheduler may or may not have applied it: only a full list is safe next.
+    need_full_ = true;
+    return false;
+  }
+  epoch_ = r->epoch;
+  if (d_.prewarm && !r->orders.empty()) d_.prewarm->submit(r->orders);
+  if (r->resync) {
+    need_full_ = true;
+    return true;
+  }
+  if (sent.full) acked_.clear();
+  for (const auto& o : sent.objects) acked_[o.id] = o.info_hash;
+  for (const auto& d : sent.removed) acked_.erase(d);
+  need_full_ = false;
+  return false;
+}
+
+result<heartbeat::reply> heartbeat_sender::send(const heartbeat::message& m) {
+  http::client_request r;
+  r.method = "POST";
+  r.url = url_;
+  r.body = heartbeat::encode(m);
+  r.headers.emplace_back("Content-Type", "application/json");
+  r.timeouts.connect = std::chrono::milliseconds(2000);
+  r.timeouts.stall = std::chrono::milliseconds(10000);
+  r.max_retries = 0;
+  auto f = http::fetch(d_.http, std::move(r), 64u << 20);
+  if (!f) return fail(f.error());
+  if (f->status != 200) {
+    return fail(errc::upstream_error, "scheduler answered HTTP " + std::to_string(f->status) +
+                                          ": " + f->body.substr(0, 200));
+  }
+  return heartbeat::decode_reply(f->body);
+}
+
+void heartbeat_sender::loop() {
+  auto interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.heartbeat_interval.get());
+  bool immediate = true;
+  while (!stop_.load()) {
+    if (!immediate) {
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, interval, [&] { return stop_.load() || poked_; });
+      poked_ = false;
+      if (stop_.load()) break;
+    }
+    auto m = build_message();
+    auto r = send(m);
+    if (!r) {
+      log::debug("heartbeat failed", log::kv("error", r.error().message), log::kv("seq", m.seq));
+    } else if (r->resync) {
+      log::info("scheduler asked for a full heartbeat", log::kv("epoch", r->epoch),
+                log::kv("seq", m.seq));
+    }
+    // A resync is answered at once, but only once in a row: a scheduler refusing even full lists
+    // must not make us spin.
+    bool again = on_reply(m, r);
+    immediate = again && !m.full;
+  }
+}
+
+}  // namespace shoal::peerd

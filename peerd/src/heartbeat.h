@@ -1,0 +1,86 @@
+#pragma once
+// peerd's heartbeat to the scheduler (schema in common/heartbeat.h): the node's inventory
+// (labels, GPUs, netsetup document, health, cache use), its cache index, and the progress of its
+// prewarm orders; the reply brings the scheduler's epoch, resync requests and new orders.
+//
+// The cache index goes as deltas: each message lists the objects added and removed since the
+// last one the scheduler acknowledged, with `seq` one higher. A full list goes instead at start,
+// after any heartbeat that failed (the scheduler may or may not have applied it), and when the
+// scheduler answers `resync` (a gap, or it restarted: a new epoch), in which case it goes at
+// once rather than a period later, so a restarted scheduler is whole again within one period.
+//
+// Lifecycle: start() runs a thread; stop() (or the destructor) ends it. Threading: the loop owns
+// its state; poke() is safe from any thread. build_message()/on_reply() are the loop's steps,
+// public for tests.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cache/store.h"
+#include "common/heartbeat.h"
+#include "common/http_client.h"
+#include "config.h"
+#include "swarm.h"
+
+namespace shoal::peerd {
+
+class prewarm_executor;
+
+class heartbeat_sender {
+ public:
+  struct deps {
+    const peerd_config& cfg;
+    cache::store& store;
+    swarm_manager& swarm;
+    http::client& http;
+    std::function<std::uint16_t()> http_port;
+    prewarm_executor* prewarm = nullptr;  // may be null
+  };
+  explicit heartbeat_sender(deps d);
+  ~heartbeat_sender();
+  heartbeat_sender(const heartbeat_sender&) = delete;
+  heartbeat_sender& operator=(const heartbeat_sender&) = delete;
+
+  void start();
+  void stop();
+  // Sends the next heartbeat soon (a prewarm order ended).
+  void poke();
+
+  // One round, without the network: the message to send now.
+  [[nodiscard]] heartbeat::message build_message();
+  // What the scheduler answered to the message build_message() returned (an error when the
+  // request failed). Returns true when the next message should go at once (resync).
+  bool on_reply(const heartbeat::message& sent, const result<heartbeat::reply>& r);
+  [[nodiscard]] std::uint64_t seq() const { return seq_; }
+  [[nodiscard]] const std::string& epoch() const { return epoch_; }
+
+ private:
+  void loop();
+  [[nodiscard]] result<heartbeat::reply> send(const heartbeat::message& m);
+
+  deps d_;
+  std::string url_;
+  std::string platform_;
+  // What the scheduler holds for this node after the last acknowledged message: digest → info-hash.
+  std::map<digest, std::string> acked_;
+  bool need_full_ = true;
+  std::uint64_t seq_ = 0;
+  std::string epoch_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool poked_ = false;
+};
+
+// This machine's platform in OCI terms ("linux/amd64", "linux/arm64").
+[[nodiscard]] std::string local_platform();
+
+}  // namespace shoal::peerd

@@ -1,0 +1,527 @@
+#include "api.h"
+
+#include <openssl/rand.h>
+
+#include <set>
+
+#include "common/heartbeat.h"
+#include "common/log.h"
+#include "common/oci.h"
+
+namespace shoal::scheduler {
+
+using nlohmann::json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json parse_doc(const std::string& text) {
+  auto j = json::parse(text, nullptr, false);
+  return j.is_discarded() ? json() : j;
+}
+
+constexpr std::size_t max_api_body = 1u << 20;
+
+// The request body as a JSON object, or the error response.
+result<json> body_object(const http::request& req) {
+  if (req.body.size() > max_api_body)
+    return fail(errc::too_large, "request body larger than 1 MiB");
+  if (heartbeat::json_too_deep(req.body))
+    return fail(errc::invalid_argument, "request body nests too deep");
+  auto j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "request body must be a JSON object");
+  return j;
+}
+
+unsigned status_of(const error& e) {
+  if (e.is(errc::too_large)) return 413;
+  if (e.is(errc::not_found)) return 404;
+  if (e.is(errc::busy)) return 429;
+  if (e.is(errc::timeout)) return 504;
+  if (e.is(errc::invalid_argument) || e.is(errc::invalid_digest) ||
+      e.code.category() == digest_category())
+    return 400;
+  return 502;
+}
+
+std::string route_label(std::string_view path) {
+  for (std::string_view p :
+       {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
+        "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce"}) {
+    if (path.rfind(p, 0) == 0) return std::string(p);
+  }
+  return "other";
+}
+
+}  // namespace
+
+http::response json_error(unsigned status, std::string_view msg) {
+  return http::response::json(status, dump(json{{"error", std::string(msg)}}));
+}
+
+std::string random_id(std::string_view prefix) {
+  unsigned char b[6];
+  if (RAND_bytes(b, sizeof b) != 1) {
+    auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+    for (std::size_t i = 0; i < sizeof b; ++i) b[i] = static_cast<unsigned char>(t >> (8 * i));
+  }
+  return std::string(prefix) + to_hex(std::span<const std::uint8_t>(b, sizeof b));
+}
+
+api::api(api_deps d)
+    : d_(d),
+      heartbeats_(
+          &d.reg.counter("shoal_scheduler_heartbeats_total", "Heartbeats accepted.").with({})),
+      bad_heartbeats_(
+          &d.reg.counter("shoal_scheduler_bad_heartbeats_total", "Heartbeats refused as malformed.")
+               .with({})),
+      resyncs_(d.reg.counter(
+          "shoal_scheduler_resyncs_total",
+          "Heartbeat deltas refused with a resync request, by reason (unknown_node, epoch, gap).",
+          {"reason"})),
+      latency_(d.reg.histogram(
+          "shoal_scheduler_placement_duration_seconds",
+          "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
+          {"api"}, metrics::default_buckets())),
+      requests_(d.reg.counter("shoal_scheduler_api_requests_total",
+                              "REST requests answered, by route and status.", {"route", "code"})) {
+  // Every series exists from the start, so dashboards and alerts see zeros rather than gaps.
+  for (const char* a : {"place", "filter", "prioritize", "prewarm", "images"})
+    (void)latency_.with({a});
+  for (const char* r : {"unknown_node", "epoch", "gap"}) (void)resyncs_.with({r});
+}
+
+bool api::heavy(const http::request& req) {
+  std::string_view p = req.path;
+  return p == "/v1/place" || p.rfind("/v1/images/", 0) == 0 || p.rfind("/v1/datasets/", 0) == 0 ||
+         p.rfind("/v1/extender/", 0) == 0 || (p == "/v1/prewarm" && req.method == http::verb::post);
+}
+
+bool api::is_heartbeat(const http::request& req) { return req.path == "/v1/heartbeat"; }
+
+http::response api::serve(const http::request& req) {
+  std::string_view path = req.path;
+  auto finish = [&](http::response r) {
+    requests_.with({route_label(path), std::to_string(r.status)}).inc();
+    return r;
+  };
+  auto need = [&](http::verb v) {
+    return req.method == v || (v == http::verb::get && req.method == http::verb::head);
+  };
+  if (path == "/announce") return d_.trk.handle(req);
+  if (path == "/v1/heartbeat") {
+    if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
+    return finish(on_heartbeat(req));
+  }
+  if (path == "/v1/extender/filter" || path == "/v1/extender/prioritize") {
+    if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
+    return finish(path == "/v1/extender/filter" ? d_.ext.filter(req.body)
+                                                : d_.ext.prioritize(req.body));
+  }
+  if (path == "/v1/place") {
+    if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
+    return finish(on_place(req));
+  }
+  if (path == "/v1/prewarm" && req.method == http::verb::post)
+    return finish(on_prewarm_create(req));
+  if (path == "/v1/prewarm" || path.rfind("/v1/prewarm/", 0) == 0) {
+    if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
+    return finish(on_prewarm_get(path.substr(std::string_view("/v1/prewarm").size())));
+  }
+  for (auto [prefix, fn] : std::initializer_list<std::pair<std::string_view, int>>{
+           {"/v1/nodes", 0}, {"/v1/objects/", 1}, {"/v1/images/", 2}, {"/v1/datasets/", 3}}) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
+    auto rest_raw = path.substr(prefix.size());
+    auto rest = http::percent_decode(rest_raw, false);
+    if (!rest) return finish(json_error(400, "malformed percent-encoding in the path"));
+    switch (fn) {
+      case 0:
+        return finish(on_nodes(*rest));
+      case 1:
+        return finish(on_object(*rest));
+      case 2:
+        return finish(on_image(req, *rest));
+      default:
+        return finish(on_dataset(*rest));
+    }
+  }
+  return finish(json_error(404, "no such endpoint"));
+}
+
+http::response api::on_heartbeat(const http::request& req) {
+  auto m = heartbeat::decode(req.body);
+  if (!m) {
+    bad_heartbeats_->inc();
+    log::warn("bad heartbeat", log::kv("from", req.remote.address().to_string()),
+              log::kv("error", m.error().message));
+    return json_error(m.error().is(errc::too_large) ? 413 : 400, m.error().message);
+  }
+  auto out = d_.index.apply(*m, req.remote.address().to_string());
+  if (out.resync) {
+    resyncs_.with({out.resync_reason}).inc();
+    log::info("heartbeat delta refused: resync", log::kv("node", m->node),
+              log::kv("reason", out.resync_reason), log::kv("seq", m->seq));
+  }
+  if (m->bt_port != 0) {
+    auto label = [&](const char* k) {
+      auto it = m->labels.find(k);
+      return it == m->labels.end() ? std::string() : it->second;
+    };
+    std::string zone = label("zone"), rack = label("rack");
+    if (out.full) {
+      d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack, out.added, true);
+    } else {
+      d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack,
+                          out.resync ? std::vector<info_hash>{} : out.added, false);
+      if (!out.removed.empty()) d_.trk.remove_holdings(out.ip, m->bt_port, out.removed);
+    }
+  }
+  heartbeat::reply r;
+  r.epoch = d_.index.epoch();
+  r.ack_seq = m->seq;
+  r.resync = out.resync;
+  auto orders = d_.prewarm.on_heartbeat(m->node, m->orders, m->schema);
+  if (m->schema >= 2) r.orders = std::move(orders);
+  heartbeats_->inc();
+  return http::response::json(200, heartbeat::encode(r));
+}
+
+json api::node_json(const node_summary& n,
+                    const std::map<std::string, std::uint32_t>& reserved) const {
+  node_view nv;
+  nv.name = n.name;
+  nv.netsetup = n.netsetup;
+  auto verdict = d_.place.network().verdict(nv);
+  json gpus = json::array();
+  std::uint32_t total = 0;
+  for (const auto& g : n.gpus) {
+    gpus.push_back({{"model", g.model}, {"count", g.count}});
+    total += g.count;
+  }
+  auto r = reserved.find(n.name);
+  return {{"node", n.name},
+          {"labels", n.labels},
+          {"platform", n.platform},
+          {"ip", n.ip},
+          {"bt_port", n.bt_port},
+          {"http_port", n.http_port},
+          {"healthy", n.healthy},
+          {"health", n.health},
+          {"health_reasons", n.health_reasons},
+          {"last_seen_s", std::round(n.last_seen_s * 100) / 100},
+          {"objects", n.objects},
+          {"bytes_held", n.bytes_held},
+          {"cache_used", n.cache_used},
+          {"cache_capacity", n.cache_capacity},
+          {"gpus", std::move(gpus)},
+          {"gpus_total", total},
+          {"gpus_reserved", r == reserved.end() ? 0u : r->second},
+          {"network", {{"validation", to_string(verdict.state)}, {"detail", verdict.detail}}},
+          {"rdma", n.rdma.empty() ? json() : parse_doc(n.rdma)},
+          {"netsetup", n.netsetup.empty() ? json() : parse_doc(n.netsetup)},
+          {"seq", n.seq},
+          {"synced", n.synced},
+          {"schema", n.schema}};
+}
+
+http::response api::on_nodes(std::string_view rest) {
+  auto reserved = d_.place.reserved();
+  if (rest.empty() || rest == "/") {
+    json out = json::array();
+    for (const auto& n : d_.index.nodes()) out.push_back(node_json(n, reserved));
+    return http::response::json(200, dump(out));
+  }
+  if (rest.front() != '/') return json_error(404, "no such endpoint");
+  rest.remove_prefix(1);
+  auto n = d_.index.node(rest);
+  if (!n) return json_error(404, "unknown node " + std::string(rest.substr(0, 253)));
+  return http::response::json(200, dump(node_json(*n, reserved)));
+}
+
+http::response api::on_object(std::string_view rest) {
+  auto d = digest::parse(rest);
+  if (!d) return json_error(400, d.error().message);
+  auto o = d_.index.object(*d);
+  if (!o) return json_error(404, "no node holds " + d->str());
+  json holders = json::array();
+  std::size_t healthy = 0;
+  for (const auto& h : o->holders) {
+    holders.push_back(
+        {{"node", h.node}, {"healthy", h.healthy}, {"zone", h.zone}, {"rack", h.rack}});
+    healthy += h.healthy;
+  }
+  json out = {{"digest", d->str()},
+              {"size", o->ref.size},
+              {"info_hash", o->info_hash},
+              {"kind", o->kind},
+              {"holders", std::move(holders)},
+              {"holder_count", o->holders.size()},
+              {"healthy_holders", healthy}};
+  return http::response::json(200, dump(out));
+}
+
+json api::holders_json(std::span<const object_ref> objects, const std::string& platform) const {
+  std::uint64_t total = 0;
+  for (const auto& o : objects) total += o.size;
+  json nodes = json::array();
+  for (const auto& n : d_.index.nodes()) {
+    if (!platform.empty() && n.platform != platform) continue;
+    auto h = d_.index.held(n.name, objects);
+    nodes.push_back(
+        {{"node", n.name},
+         {"healthy", n.healthy},
+         {"objects_present", h.count},
+         {"bytes_present", h.bytes},
+         {"fraction", total ? static_cast<double>(h.bytes) / static_cast<double>(total) : 1.0}});
+  }
+  return nodes;
+}
+
+http::response api::on_image(const http::request& req, std::string_view rest) {
+  metrics::scoped_timer t(latency_.with({"images"}));
+  auto ref = oci::parse_image_ref(rest);
+  if (!ref) return json_error(400, ref.error().message);
+  std::string platform = req.query_param("platform").value_or(d_.cfg.resolver.default_platform);
+  if (platform.empty() || platform.size() > 64 || platform.find('/') == std::string::npos) {
+    return json_error(400, "platform must be os/arch[/variant]");
+  }
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  auto r = d_.res.resolve_many({{std::string(rest), platform}}, wait);
+  if (!r[0]) return json_error(status_of(r[0].error()), r[0].error().message);
+  json objs = json::array();
+  for (const auto& o : r[0]->objects) objs.push_back({{"digest", o.id.str()}, {"size", o.size}});
+  json out = {{"ref", r[0]->ref},
+              {"platform", platform},
+              {"manifest", r[0]->manifest.str()},
+              {"index", r[0]->index ? json(r[0]->index->str()) : json()},
+              {"objects", std::move(objs)},
+              {"bytes", r[0]->bytes()},
+              {"nodes", holders_json(r[0]->objects, platform)}};
+  return http::response::json(200, dump(out));
+}
+
+http::response api::on_dataset(std::string_view rest) {
+  if (!valid_dataset_ref(rest)) return json_error(400, "datasets are named name@version");
+  auto objs = d_.datasets.lookup(std::string(rest));
+  if (!objs) return json_error(status_of(objs.error()), objs.error().message);
+  json list = json::array();
+  std::uint64_t bytes = 0;
+  for (const auto& o : *objs) {
+    list.push_back({{"digest", o.id.str()}, {"size", o.size}});
+    bytes += o.size;
+  }
+  json out = {{"dataset", std::string(rest)},
+              {"objects", std::move(list)},
+              {"bytes", bytes},
+              {"nodes", holders_json(*objs, "")}};
+  return http::response::json(200, dump(out));
+}
+
+http::response api::on_place(const http::request& req) {
+  metrics::scoped_timer t(latency_.with({"place"}));
+  auto body = body_object(req);
+  if (!body) return json_error(status_of(body.error()), body.error().message);
+  auto job = parse_job(*body);
+  if (!job) return json_error(400, job.error().message);
+  bool dry_run = false;
+  std::uint32_t standby = 0;
+  if (auto it = body->find("dry_run"); it != body->end()) {
+    if (!it->is_boolean()) return json_error(400, "dry_run must be true or false");
+    dry_run = it->get<bool>();
+  }
+  if (auto it = body->find("standby"); it != body->end()) {
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 1024)
+      return json_error(400, "standby must be 0..1024");
+    standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
+  }
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  auto r = d_.place.place(*job, standby, !dry_run, wait);
+  if (!r) return json_error(status_of(r.error()), r.error().message);
+  auto out = to_json(r->p, r->view, *job, d_.place.network());
+  log::info("placed", log::kv("feasible", r->p.feasible), log::kv("nodes", job->nodes),
+            log::kv("gpus", job->gpus),
+            log::kv("chosen", r->p.chosen.empty() ? std::string() : r->p.chosen.front()),
+            log::kv("segment", r->p.segment), log::kv("reason", r->p.reason));
+  return http::response::json(200, dump(out));
+}
+
+http::response api::on_prewarm_create(const http::request& req) {
+  metrics::scoped_timer t(latency_.with({"prewarm"}));
+  auto body = body_object(req);
+  if (!body) return json_error(status_of(body.error()), body.error().message);
+  const json& b = *body;
+  static const std::set<std::string> known = {"images",   "datasets", "nodes",
+                                              "selector", "job",      "standby"};
+  for (const auto& [k, v] : b.items()) {
+    if (!known.count(k))
+      return json_error(400, "unknown prewarm field \"" + k.substr(0, 64) + "\"");
+  }
+  int targets = (b.contains("nodes") ? 1 : 0) + (b.contains("selector") ? 1 : 0) +
+                (b.contains("job") ? 1 : 0);
+  if (targets != 1)
+    return json_error(400, "a prewarm needs exactly one of nodes, selector and job");
+  // The images and datasets: top level, else the job's.
+  json what = json::object();
+  for (const char* k : {"images", "datasets"}) {
+    if (b.contains(k)) what[k] = b[k];
+  }
+  auto spec = parse_job(what);
+  if (!spec) return json_error(400, spec.error().message);
+  std::uint32_t standby = 0;
+  if (auto it = b.find("standby"); it != b.end()) {
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 64)
+      return json_error(400, "standby must be 0..64");
+    standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
+  }
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  std::vector<planned_node> planned;
+  std::string platform_override;
+  json job_answer;
+  if (auto it = b.find("nodes"); it != b.end()) {
+    if (!it->is_array() || it->empty() || it->size() > 10000)
+      return json_error(400, "nodes must be a non-empty list of node names");
+    std::set<std::string> seen;
+    std::vector<std::string> unknown;
+    for (const auto& n : *it) {
+      if (!n.is_string() || !heartbeat::valid_node_name(n.get_ref<const std::string&>())) {
+        return json_error(400, "nodes must be a list of node names");
+      }
+      const auto& name = n.get_ref<const std::string&>();
+      if (!seen.insert(name).second) continue;
+      if (!d_.index.node(name)) unknown.push_back(name);
+      planned.push_back({name, "target", {}});
+    }
+    if (!unknown.empty()) {
+      std::string list;
+      for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
+      return json_error(404, "unknown node(s): " + list);
+    }
+  } else if (auto it = b.find("selector"); it != b.end()) {
+    if (!it->is_object() || it->empty() || it->size() > 32)
+      return json_error(400, "selector must be a non-empty object of labels");
+    for (const auto& n : d_.index.nodes()) {
+      if (!n.healthy) continue;
+      bool match = true;
+      for (const auto& [k, v] : it->items()) {
+        auto l = n.labels.find(k);
+        match = match && v.is_string() && l != n.labels.end() && l->second == v.get<std::string>();
+      }
+      if (match) planned.push_back({n.name, "target", {}});
+    }
+    if (planned.empty()) return json_error(404, "the selector matches no healthy node");
+  } else {
+    auto job = parse_job(b["job"]);
+    if (!job) return json_error(400, "job: " + job.error().message);
+    if (spec->images.empty() && spec->datasets.empty()) {
+      spec->images = job->images;
+      spec->datasets = job->datasets;
+    }
+    auto placed = d_.place.place(*job, standby, false, wait);
+    if (!placed) return json_error(status_of(placed.error()), placed.error().message);
+    job_answer = to_json(placed->p, placed->view, *job, d_.place.network());
+    if (!placed->p.feasible) {
+      return http::response::json(
+          409, dump(json{{"error", "the job cannot be placed: " + placed->p.reason},
+                         {"placement", job_answer}}));
+    }
+    for (const auto& n : placed->p.chosen) planned.push_back({n, "primary", {}});
+    for (const auto& n : placed->p.standby) planned.push_back({n, "standby", {}});
+    platform_override = job->platform;
+  }
+  if (spec->images.empty() && spec->datasets.empty())
+    return json_error(400, "nothing to prewarm: no images or datasets");
+
+  // Resolve every image for every platform among the targets.
+  std::map<std::string, std::string> platform_of;
+  std::set<std::string> platforms;
+  for (const auto& p : planned) {
+    auto n = d_.index.node(p.node);
+    std::string plat = !platform_override.empty() ? platform_override
+                       : n                        ? n->platform
+                                                  : d_.cfg.resolver.default_platform;
+    platform_of[p.node] = plat;
+    platforms.insert(plat);
+  }
+  auto objs = d_.place.resolve(*spec, {platforms.begin(), platforms.end()}, wait, true);
+  if (!objs) return json_error(status_of(objs.error()), objs.error().message);
+  for (const auto& [plat, errs] : objs->errors) {
+    if (!errs.empty()) return json_error(502, "cannot resolve for " + plat + ": " + errs.front());
+  }
+  std::string id = random_id("pw-");
+  std::uint64_t pin = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(d_.cfg.prewarm.pin_for.get()).count());
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& plat : platforms) {
+    for (const auto& img : spec->images) pairs.emplace_back(img, plat);
+  }
+  // Cached by now: resolve() above fetched them.
+  auto resolved = d_.res.resolve_many(pairs, wait);
+  std::map<std::pair<std::string, std::string>, const resolved_image*> by_key;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    if (!resolved[i]) return json_error(502, resolved[i].error().message);
+    by_key[pairs[i]] = &*resolved[i];
+  }
+  std::vector<std::vector<object_ref>> dataset_objs;
+  for (const auto& ds : spec->datasets) {
+    auto o = d_.datasets.lookup(ds);
+    if (!o) return json_error(status_of(o.error()), o.error().message);
+    dataset_objs.push_back(*o);
+  }
+  for (auto& p : planned) {
+    const auto& plat = platform_of[p.node];
+    for (std::size_t k = 0; k < spec->images.size(); ++k) {
+      const auto* img = by_key.at({spec->images[k], plat});
+      heartbeat::prewarm_order o;
+      o.id = id + "." + std::to_string(k);
+      o.image = img->ref;
+      o.platform = plat;
+      o.registry = img->registry;
+      o.repository = img->repository;
+      o.pin_seconds = pin;
+      for (const auto& x : img->objects) o.objects.push_back({x.id, x.size});
+      p.orders.push_back(std::move(o));
+    }
+    for (std::size_t k = 0; k < spec->datasets.size(); ++k) {
+      heartbeat::prewarm_order o;
+      o.id = id + ".d" + std::to_string(k);
+      o.dataset = spec->datasets[k];
+      o.platform = plat;
+      o.pin_seconds = pin;
+      for (const auto& x : dataset_objs[k]) o.objects.push_back({x.id, x.size});
+      p.orders.push_back(std::move(o));
+    }
+  }
+  json summary = {{"images", spec->images}, {"datasets", spec->datasets}};
+  if (b.contains("nodes")) summary["nodes"] = b["nodes"];
+  if (b.contains("selector")) summary["selector"] = b["selector"];
+  if (b.contains("job")) {
+    summary["job"] = b["job"];
+    summary["standby"] = standby;
+  }
+  if (auto s = d_.prewarm.create(id, std::move(planned), summary); !s) {
+    return json_error(status_of(s.error()), s.error().message);
+  }
+  auto st = d_.prewarm.progress(id);
+  json out = st ? *st : json::object();
+  out["status_url"] = "/v1/prewarm/" + id;
+  if (!job_answer.is_null()) out["placement"] = std::move(job_answer);
+  return http::response::json(202, dump(out));
+}
+
+http::response api::on_prewarm_get(std::string_view rest) {
+  if (rest.empty() || rest == "/") return http::response::json(200, dump(d_.prewarm.list()));
+  if (rest.front() != '/') return json_error(404, "no such endpoint");
+  rest.remove_prefix(1);
+  if (!heartbeat::valid_order_id(rest)) return json_error(400, "invalid prewarm id");
+  auto st = d_.prewarm.progress(std::string(rest));
+  if (!st) return json_error(404, "unknown prewarm " + std::string(rest));
+  return http::response::json(200, dump(*st));
+}
+
+}  // namespace shoal::scheduler

@@ -1,0 +1,98 @@
+#pragma once
+// The kube-scheduler extender: the `filter` and `prioritize` verbs of
+// k8s.io/kube-scheduler/extender/v1, with its exact JSON (Go field names, no json tags):
+//
+//   request  ExtenderArgs          {"Pod": v1.Pod, "Nodes": v1.NodeList | null,
+//                                   "NodeNames": ["n1", ...] | null}
+//   filter   ExtenderFilterResult  {"Nodes": v1.NodeList | null, "NodeNames": [...] | null,
+//                                   "FailedNodes": {"n": "why"},
+//                                   "FailedAndUnresolvableNodes": {"n": "why"}, "Error": ""}
+//   prioritize HostPriorityList    [{"Host": "n1", "Score": 0..10}, ...]
+//
+// `NodeNames` comes when the extender is configured nodeCacheCapable (deploy/ does), the full
+// `Nodes` list otherwise; the answer uses the same form. The pod's images are its init
+// containers' and containers' images; its datasets the annotation `shoal.io/datasets`
+// ("name@version,name@version"). Mode: `shoal.io/placement: soft|hard` on the pod, else the
+// config. Soft: filter passes every node and prioritize scores each 0..10 by the share of the
+// cold-start time the node saves (cost.h). Hard: filter also removes nodes missing more than
+// `shoal.io/max-missing` (or the config's max_missing) as FailedAndUnresolvableNodes, since
+// preempting pods cannot bring data to a node.
+//
+// Images not resolved within `resolve_timeout` are left out of the scores (kube-scheduler gives
+// an extender 5 s by default); the resolution goes on and serves the next attempt. In hard mode
+// an unresolved image makes filter answer `Error` (kube-scheduler skips an ignorable extender
+// that errs, and retries the pod otherwise).
+//
+// Threading: thread-safe; calls block on resolution (worker threads).
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "cost.h"
+#include "placement.h"
+
+namespace shoal::scheduler {
+
+inline constexpr std::string_view annotation_datasets = "shoal.io/datasets";
+inline constexpr std::string_view annotation_placement = "shoal.io/placement";
+inline constexpr std::string_view annotation_max_missing = "shoal.io/max-missing";
+
+struct pod_info {
+  std::string name, ns;
+  std::vector<std::string> images;  // init containers first, then containers; unique
+  std::vector<std::string> datasets;
+  std::string mode;  // "" (config), soft, hard
+  std::optional<threshold> max_missing;
+  std::vector<std::string> warnings;  // annotations or images we ignored, and why
+};
+// Reads what matters from a v1.Pod; unusable parts become warnings, a non-object pod an error.
+[[nodiscard]] result<pod_info> parse_pod(const nlohmann::json& pod);
+
+struct extender_args {
+  pod_info pod;
+  bool names_form = true;          // NodeNames (nodeCacheCapable) vs Nodes
+  std::vector<std::string> names;  // in request order
+  nlohmann::json node_items;       // Nodes form: the items, to echo back
+  nlohmann::json node_list_meta;   // Nodes form: the list's metadata
+};
+[[nodiscard]] result<extender_args> parse_extender_args(std::string_view body,
+                                                        std::size_t max_nodes = 100'000);
+
+struct extender_options {
+  std::string mode = "soft";
+  threshold max_missing;
+  std::chrono::milliseconds resolve_timeout{2000};
+  std::size_t max_request_bytes = 32u << 20;
+};
+
+class extender {
+ public:
+  extender(placer& p, extender_options o, metrics::registry& reg);
+  // POST bodies of the two verbs; always a JSON answer (400 on malformed input, 413 too large).
+  [[nodiscard]] http::response filter(std::string_view body);
+  [[nodiscard]] http::response prioritize(std::string_view body);
+
+  struct verdict {
+    std::string node;
+    bool known = false;  // the index has the node
+    bool healthy = false;
+    node_cost cost;
+    int score = 0;
+  };
+  // The evaluation both verbs use (exposed for tests).
+  [[nodiscard]] std::vector<verdict> evaluate(const extender_args& a,
+                                              std::vector<std::string>& errors);
+
+ private:
+  placer& placer_;
+  extender_options opts_;
+  metrics::counter_family& requests_;
+  metrics::histogram_family& latency_;
+};
+
+}  // namespace shoal::scheduler

@@ -1,0 +1,319 @@
+#include "index.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace shoal::scheduler {
+
+bool parse_info_hash(std::string_view hex, info_hash& out) {
+  if (hex.size() != 40) return false;
+  auto v = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < 20; ++i) {
+    int hi = v(hex[2 * i]), lo = v(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+cluster_index::cluster_index(index_options opts, std::string epoch,
+                             std::function<clock::time_point()> now)
+    : opts_(std::move(opts)), epoch_(std::move(epoch)), now_(std::move(now)) {}
+
+std::string cluster_index::platform_of(const std::map<std::string, std::string>& labels) const {
+  if (auto it = labels.find("platform"); it != labels.end() && !it->second.empty())
+    return it->second;
+  auto os = labels.find("kubernetes.io/os");
+  auto arch = labels.find("kubernetes.io/arch");
+  if (os != labels.end() && arch != labels.end() && !os->second.empty() && !arch->second.empty()) {
+    return os->second + "/" + arch->second;
+  }
+  return opts_.default_platform;
+}
+
+void cluster_index::remember(const digest& d) {
+  if (opts_.max_seen == 0 || !seen_.insert(d).second) return;
+  seen_order_.push_back(d);
+  while (seen_order_.size() > opts_.max_seen) {
+    seen_.erase(seen_order_.front());
+    seen_order_.pop_front();
+  }
+}
+
+void cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o,
+                               std::vector<info_hash>* hashes) {
+  auto& e = objects_[o.id];
+  if (o.size != 0) e.size = o.size;
+  if (!o.info_hash.empty()) e.info_hash = o.info_hash;
+  if (!o.kind.empty()) e.kind = o.kind;
+  if (n.held.insert(o.id).second) {
+    auto pos = std::lower_bound(e.holders.begin(), e.holders.end(), n.id);
+    if (pos == e.holders.end() || *pos != n.id) e.holders.insert(pos, n.id);
+    n.bytes_held += e.size;
+    ++holdings_;
+  }
+  remember(o.id);
+  info_hash ih;
+  if (hashes && !e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) hashes->push_back(ih);
+}
+
+void cluster_index::remove_holder(node_entry& n, const digest& d, std::vector<info_hash>* hashes) {
+  if (n.held.erase(d) == 0) return;
+  --holdings_;
+  auto it = objects_.find(d);
+  if (it == objects_.end()) return;
+  auto& e = it->second;
+  n.bytes_held -= std::min(n.bytes_held, e.size);
+  auto pos = std::lower_bound(e.holders.begin(), e.holders.end(), n.id);
+  if (pos != e.holders.end() && *pos == n.id) e.holders.erase(pos);
+  info_hash ih;
+  if (hashes && !e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) hashes->push_back(ih);
+  if (e.holders.empty()) objects_.erase(it);
+}
+
+apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip) {
+  auto now = now_();
+  std::unique_lock lk(mu_);
+  apply_outcome out;
+  auto it = nodes_.find(m.node);
+  bool known = it != nodes_.end();
+  if (!known) {
+    node_entry fresh;
+    fresh.id = next_id_++;
+    names_[fresh.id] = m.node;
+    it = nodes_.emplace(m.node, std::move(fresh)).first;
+  }
+  node_entry& n = it->second;
+  n.inv.schema = m.schema;
+  n.inv.node = m.node;
+  n.inv.labels = m.labels;
+  n.inv.ip = m.ip;
+  n.inv.bt_port = m.bt_port;
+  n.inv.http_port = m.http_port;
+  n.inv.epoch = m.epoch;
+  n.inv.cache_capacity = m.cache_capacity;
+  n.inv.cache_used = m.cache_used;
+  n.inv.gpus = m.gpus;
+  n.inv.rdma = m.rdma;
+  n.inv.netsetup = m.netsetup;
+  n.inv.health = m.health;
+  n.inv.health_reasons = m.health_reasons;
+  n.ip = m.ip.empty() ? std::string(source_ip) : m.ip;
+  n.last_seen = now;
+  out.ip = n.ip;
+
+  if (m.full) {
+    std::unordered_set<digest> listed;
+    listed.reserve(m.objects.size());
+    for (const auto& o : m.objects) {
+      listed.insert(o.id);
+      add_holder(n, o, &out.added);
+    }
+    std::vector<digest> gone;
+    for (const auto& d : n.held) {
+      if (!listed.count(d)) gone.push_back(d);
+    }
+    for (const auto& d : gone) remove_holder(n, d, nullptr);
+    n.seq = m.seq;
+    n.synced = true;
+    out.full = true;
+    return out;
+  }
+  if (!known || !n.synced) {
+    out.resync = true;
+    out.resync_reason = "unknown_node";
+  } else if (m.epoch != epoch_) {
+    out.resync = true;
+    out.resync_reason = "epoch";
+  } else if (m.seq != n.seq + 1) {
+    out.resync = true;
+    out.resync_reason = "gap";
+  }
+  if (out.resync) {
+    // Until the full list arrives, what we have is kept (it is the best guess) but no further
+    // delta is applied on top of it.
+    n.synced = false;
+    return out;
+  }
+  for (const auto& o : m.objects) add_holder(n, o, &out.added);
+  for (const auto& d : m.removed) remove_holder(n, d, &out.removed);
+  n.seq = m.seq;
+  return out;
+}
+
+std::vector<dropped_node> cluster_index::expire() {
+  auto now = now_();
+  std::unique_lock lk(mu_);
+  std::vector<dropped_node> out;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    auto& n = it->second;
+    if (now - n.last_seen < opts_.drop_after) {
+      ++it;
+      continue;
+    }
+    out.push_back({it->first, n.ip, n.inv.bt_port});
+    std::vector<digest> held(n.held.begin(), n.held.end());
+    for (const auto& d : held) remove_holder(n, d, nullptr);
+    names_.erase(n.id);
+    it = nodes_.erase(it);
+  }
+  return out;
+}
+
+bool cluster_index::healthy_locked(const node_entry& n, clock::time_point now) const {
+  return now - n.last_seen < opts_.unhealthy_after && n.inv.health != "failing";
+}
+
+node_summary cluster_index::summary_locked(const node_entry& n, clock::time_point now) const {
+  node_summary s;
+  s.name = n.inv.node;
+  s.labels = n.inv.labels;
+  s.platform = platform_of(n.inv.labels);
+  s.ip = n.ip;
+  s.bt_port = n.inv.bt_port;
+  s.http_port = n.inv.http_port;
+  s.gpus = n.inv.gpus;
+  s.rdma = n.inv.rdma;
+  s.netsetup = n.inv.netsetup;
+  s.health = n.inv.health;
+  s.health_reasons = n.inv.health_reasons;
+  s.healthy = healthy_locked(n, now);
+  s.last_seen_s = std::chrono::duration<double>(now - n.last_seen).count();
+  s.cache_capacity = n.inv.cache_capacity;
+  s.cache_used = n.inv.cache_used;
+  s.objects = n.held.size();
+  s.bytes_held = n.bytes_held;
+  s.seq = n.seq;
+  s.synced = n.synced;
+  s.schema = n.inv.schema;
+  return s;
+}
+
+std::vector<node_summary> cluster_index::nodes() const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  std::vector<node_summary> out;
+  out.reserve(nodes_.size());
+  for (const auto& [name, n] : nodes_) out.push_back(summary_locked(n, now));
+  return out;
+}
+
+std::optional<node_summary> cluster_index::node(std::string_view name) const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return std::nullopt;
+  return summary_locked(it->second, now);
+}
+
+bool cluster_index::healthy(std::string_view name) const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  auto it = nodes_.find(name);
+  return it != nodes_.end() && healthy_locked(it->second, now);
+}
+
+std::optional<object_summary> cluster_index::object(const digest& d) const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  auto it = objects_.find(d);
+  if (it == objects_.end()) return std::nullopt;
+  object_summary s;
+  s.ref = {d, it->second.size};
+  s.info_hash = it->second.info_hash;
+  s.kind = it->second.kind;
+  for (auto id : it->second.holders) {
+    auto nm = names_.find(id);
+    if (nm == names_.end()) continue;
+    auto n = nodes_.find(nm->second);
+    if (n == nodes_.end()) continue;
+    const auto& labels = n->second.inv.labels;
+    auto get = [&](const char* k) {
+      auto l = labels.find(k);
+      return l == labels.end() ? std::string() : l->second;
+    };
+    s.holders.push_back({nm->second, healthy_locked(n->second, now), get("zone"), get("rack")});
+  }
+  std::sort(s.holders.begin(), s.holders.end(),
+            [](const auto& a, const auto& b) { return a.node < b.node; });
+  return s;
+}
+
+cluster_view cluster_index::view(std::span<const digest> objects) const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  cluster_view v;
+  v.nodes.reserve(nodes_.size());
+  std::unordered_map<std::uint32_t, std::uint32_t> index_of;  // node id → index in v.nodes
+  for (const auto& [name, n] : nodes_) {
+    node_view nv;
+    nv.name = name;
+    nv.labels = n.inv.labels;
+    auto get = [&](const char* k) {
+      auto l = n.inv.labels.find(k);
+      return l == n.inv.labels.end() ? std::string() : l->second;
+    };
+    nv.zone = get("zone");
+    nv.rack = get("rack");
+    nv.fabric = get("fabric");
+    nv.platform = platform_of(n.inv.labels);
+    nv.healthy = healthy_locked(n, now);
+    nv.health = now - n.last_seen < opts_.unhealthy_after ? n.inv.health : "unreachable";
+    for (const auto& g : n.inv.gpus) {
+      nv.gpus += g.count;
+      if (nv.gpu_model.empty()) nv.gpu_model = g.model;
+    }
+    nv.netsetup = n.inv.netsetup;
+    index_of[n.id] = static_cast<std::uint32_t>(v.nodes.size());
+    v.nodes.push_back(std::move(nv));
+  }
+  for (const auto& d : objects) {
+    if (v.objects.count(d)) continue;
+    object_view ov;
+    ov.ref.id = d;
+    ov.seen_before = seen_.count(d) > 0;
+    auto it = objects_.find(d);
+    if (it != objects_.end()) {
+      ov.ref.size = it->second.size;
+      for (auto id : it->second.holders) {
+        auto x = index_of.find(id);
+        if (x != index_of.end()) ov.holders.push_back(x->second);
+      }
+      std::sort(ov.holders.begin(), ov.holders.end());
+    }
+    v.objects.emplace(d, std::move(ov));
+  }
+  return v;
+}
+
+cluster_index::held_summary cluster_index::held(std::string_view node,
+                                                std::span<const object_ref> objects) const {
+  std::shared_lock lk(mu_);
+  held_summary s;
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return s;
+  for (const auto& o : objects) {
+    if (it->second.held.count(o.id)) {
+      ++s.count;
+      s.bytes += o.size;
+    }
+  }
+  return s;
+}
+
+index_stats cluster_index::stats() const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  index_stats s;
+  s.nodes = nodes_.size();
+  for (const auto& [name, n] : nodes_) s.healthy_nodes += healthy_locked(n, now) ? 1 : 0;
+  s.objects = objects_.size();
+  s.holdings = holdings_;
+  return s;
+}
+
+}  // namespace shoal::scheduler

@@ -1,0 +1,164 @@
+#pragma once
+// The cluster cache index: what every node is (inventory from its heartbeats) and which objects
+// it holds, kept as soft state. Heartbeats carry the node's full object list or a delta with a
+// sequence number; a delta the index cannot apply (an unknown node, a gap in the sequence, or an
+// epoch from before this scheduler started) is refused with "resync", and the node sends its
+// full list at once. A node silent for `unhealthy_after` is unhealthy (not a placement target,
+// not a source); silent for `drop_after`, it is forgotten with everything it held.
+//
+// Lifecycle: built by the app with the scheduler's epoch (random per start); lives until exit.
+// Threading: thread-safe; one shared_mutex (heartbeats write, queries read). All queries copy
+// what they return.
+
+#include <array>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/heartbeat.h"
+#include "cost.h"
+
+namespace shoal::scheduler {
+
+using info_hash = std::array<std::uint8_t, 20>;
+
+struct index_options {
+  std::chrono::milliseconds unhealthy_after{30'000};
+  std::chrono::milliseconds drop_after{300'000};
+  std::string default_platform = "linux/amd64";
+  std::size_t max_seen = 1'000'000;  // digests remembered as "has been in the cluster"
+};
+
+// What applying one heartbeat did, for the tracker and the reply.
+struct apply_outcome {
+  bool resync = false;
+  std::string resync_reason;  // unknown_node | epoch | gap
+  bool full = false;          // a full list replaced the node's holdings
+  std::string ip;             // the node's BitTorrent address (message ip, or the source address)
+  std::vector<info_hash> added;    // full: every held info-hash; delta: added ones
+  std::vector<info_hash> removed;  // delta only
+};
+
+struct node_summary {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  std::string platform;
+  std::string ip;
+  std::uint16_t bt_port = 0, http_port = 0;
+  std::vector<heartbeat::gpu_group> gpus;
+  std::string rdma, netsetup;  // JSON text
+  std::string health;          // as reported
+  std::vector<std::string> health_reasons;
+  bool healthy = false;    // reported ok/degraded and heard from recently
+  double last_seen_s = 0;  // seconds since the last heartbeat
+  std::uint64_t cache_capacity = 0, cache_used = 0;
+  std::size_t objects = 0;
+  std::uint64_t bytes_held = 0;
+  std::uint64_t seq = 0;
+  bool synced = false;  // the index has the node's full list
+  int schema = 0;
+};
+
+struct holder_info {
+  std::string node;
+  bool healthy = false;
+  std::string zone, rack;
+};
+
+struct object_summary {
+  object_ref ref;
+  std::string info_hash;
+  std::string kind;
+  std::vector<holder_info> holders;
+};
+
+struct dropped_node {
+  std::string name;
+  std::string ip;
+  std::uint16_t bt_port = 0;
+};
+
+struct index_stats {
+  std::size_t nodes = 0, healthy_nodes = 0, objects = 0, holdings = 0;
+};
+
+class cluster_index {
+ public:
+  using clock = std::chrono::steady_clock;
+  cluster_index(index_options opts, std::string epoch,
+                std::function<clock::time_point()> now = clock::now);
+  cluster_index(const cluster_index&) = delete;
+  cluster_index& operator=(const cluster_index&) = delete;
+
+  [[nodiscard]] const std::string& epoch() const noexcept { return epoch_; }
+  // Records the node's inventory and applies its object list (full) or delta (if it can).
+  [[nodiscard]] apply_outcome apply(const heartbeat::message& m, std::string_view source_ip);
+  // Forgets nodes silent for drop_after; returns them (their tracker entries go too).
+  [[nodiscard]] std::vector<dropped_node> expire();
+
+  [[nodiscard]] std::vector<node_summary> nodes() const;
+  [[nodiscard]] std::optional<node_summary> node(std::string_view name) const;
+  [[nodiscard]] bool healthy(std::string_view name) const;
+  [[nodiscard]] std::optional<object_summary> object(const digest& d) const;
+  // Every node, and these objects with their holders: the input of the cost model.
+  [[nodiscard]] cluster_view view(std::span<const digest> objects) const;
+  // How many of `objects` the node holds, and their bytes (0 for an unknown node).
+  struct held_summary {
+    std::size_t count = 0;
+    std::uint64_t bytes = 0;
+  };
+  [[nodiscard]] held_summary held(std::string_view node, std::span<const object_ref> objects) const;
+  [[nodiscard]] index_stats stats() const;
+  // The platform of a node (label `platform`, or kubernetes.io/os + kubernetes.io/arch), else
+  // the default.
+  [[nodiscard]] std::string platform_of(const std::map<std::string, std::string>& labels) const;
+
+ private:
+  struct object_entry {
+    std::uint64_t size = 0;
+    std::string info_hash;  // 40 hex, "" when unknown
+    std::string kind;
+    std::vector<std::uint32_t> holders;  // node ids, sorted
+  };
+  struct node_entry {
+    std::uint32_t id = 0;
+    heartbeat::message inv;  // last inventory (objects, removed and orders cleared)
+    std::string ip;
+    clock::time_point last_seen;
+    std::unordered_set<digest> held;
+    std::uint64_t bytes_held = 0;
+    std::uint64_t seq = 0;
+    bool synced = false;
+  };
+
+  void add_holder(node_entry& n, const heartbeat::held_object& o, std::vector<info_hash>* hashes);
+  void remove_holder(node_entry& n, const digest& d, std::vector<info_hash>* hashes);
+  void remember(const digest& d);
+  [[nodiscard]] bool healthy_locked(const node_entry& n, clock::time_point now) const;
+  [[nodiscard]] node_summary summary_locked(const node_entry& n, clock::time_point now) const;
+
+  index_options opts_;
+  std::string epoch_;
+  std::function<clock::time_point()> now_;
+  mutable std::shared_mutex mu_;
+  std::map<std::string, node_entry, std::less<>> nodes_;
+  std::unordered_map<std::uint32_t, std::string> names_;  // id → name
+  std::uint32_t next_id_ = 1;
+  std::unordered_map<digest, object_entry> objects_;
+  std::size_t holdings_ = 0;
+  std::unordered_set<digest> seen_;
+  std::deque<digest> seen_order_;
+};
+
+// "0123..." (40 hex) → bytes; false when malformed.
+[[nodiscard]] bool parse_info_hash(std::string_view hex, info_hash& out);
+
+}  // namespace shoal::scheduler

@@ -1,0 +1,464 @@
+#include "placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "common/oci.h"
+
+namespace shoal::scheduler {
+
+using nlohmann::json;
+
+namespace {
+
+status check_string_list(const json& j, const char* key, std::size_t max_items, std::size_t max_len,
+                         std::vector<std::string>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_array())
+    return fail(errc::invalid_argument, std::string(key) + " must be a list of strings");
+  if (it->size() > max_items) {
+    return fail(errc::invalid_argument,
+                std::string(key) + " has more than " + std::to_string(max_items) + " entries");
+  }
+  for (const auto& x : *it) {
+    if (!x.is_string() || x.get_ref<const std::string&>().empty() ||
+        x.get_ref<const std::string&>().size() > max_len) {
+      return fail(errc::invalid_argument, std::string(key) +
+                                              " entries must be non-empty strings of at most " +
+                                              std::to_string(max_len) + " bytes");
+    }
+    out.push_back(x.get<std::string>());
+  }
+  return {};
+}
+
+status check_uint(const json& j, const char* key, std::uint32_t lo, std::uint32_t hi,
+                  std::uint32_t& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_number_unsigned() || it->get<std::uint64_t>() < lo || it->get<std::uint64_t>() > hi) {
+    return fail(errc::invalid_argument, std::string(key) + " must be an integer in " +
+                                            std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  out = static_cast<std::uint32_t>(it->get<std::uint64_t>());
+  return {};
+}
+
+double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
+
+}  // namespace
+
+result<job_spec> parse_job(const json& j) {
+  if (!j.is_object()) return fail(errc::invalid_argument, "job must be a JSON object");
+  static const std::set<std::string> known = {
+      "images",   "datasets", "nodes",      "gpus",
+      "selector", "exclude",  "candidates", "require_network_validation",
+      "platform", "dry_run",  "standby",    "target"};
+  for (const auto& [k, v] : j.items()) {
+    if (!known.count(k))
+      return fail(errc::invalid_argument, "unknown job field \"" + k.substr(0, 64) + "\"");
+  }
+  job_spec job;
+  if (auto s = check_string_list(j, "images", 64, 512, job.images); !s) return fail(s.error());
+  for (const auto& i : job.images) {
+    auto r = oci::parse_image_ref(i);
+    if (!r) return fail(r.error().wrap("images"));
+  }
+  if (auto s = check_string_list(j, "datasets", 64, 330, job.datasets); !s) return fail(s.error());
+  for (const auto& d : job.datasets) {
+    if (!valid_dataset_ref(d))
+      return fail(errc::invalid_argument, "datasets: \"" + d + "\" is not name@version");
+  }
+  if (auto s = check_uint(j, "nodes", 1, 1024, job.nodes); !s) return fail(s.error());
+  if (auto s = check_uint(j, "gpus", 0, 4096, job.gpus); !s) return fail(s.error());
+  if (auto it = j.find("selector"); it != j.end() && !it->is_null()) {
+    if (!it->is_object() || it->size() > 32) {
+      return fail(errc::invalid_argument,
+                  "selector must be an object of at most 32 label: value pairs");
+    }
+    for (const auto& [k, v] : it->items()) {
+      if (!heartbeat::valid_label_key(k) || !v.is_string() ||
+          v.get_ref<const std::string&>().size() > 256) {
+        return fail(errc::invalid_argument,
+                    "selector \"" + k.substr(0, 64) + "\" must be a label key with a string value");
+      }
+      job.selector[k] = v.get<std::string>();
+    }
+  }
+  if (auto s = check_string_list(j, "exclude", 10000, 253, job.exclude); !s) return fail(s.error());
+  if (auto s = check_string_list(j, "candidates", 100000, 253, job.candidates); !s)
+    return fail(s.error());
+  if (auto it = j.find("require_network_validation"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      return fail(errc::invalid_argument, "require_network_validation must be true or false");
+    job.require_network_validation = it->get<bool>();
+  }
+  if (auto it = j.find("platform"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get_ref<const std::string&>().size() > 64 ||
+        std::count(it->get_ref<const std::string&>().begin(),
+                   it->get_ref<const std::string&>().end(), '/') < 1) {
+      return fail(errc::invalid_argument, "platform must be \"os/arch[/variant]\"");
+    }
+    job.platform = it->get<std::string>();
+  }
+  return job;
+}
+
+std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job) {
+  if (!job.platform.empty()) return {job.platform};
+  std::set<std::string> out;
+  std::set<std::string> cand(job.candidates.begin(), job.candidates.end());
+  std::set<std::string> excl(job.exclude.begin(), job.exclude.end());
+  for (const auto& n : v.nodes) {
+    if (!n.healthy || excl.count(n.name) || (!cand.empty() && !cand.count(n.name))) continue;
+    out.insert(n.platform);
+  }
+  return {out.begin(), out.end()};
+}
+
+std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
+                                      const job_spec& job, const cost_model& m,
+                                      const network_model& net,
+                                      const std::map<std::string, std::uint32_t>& reserved,
+                                      const evaluate_options& o) {
+  std::set<std::string> cand(job.candidates.begin(), job.candidates.end());
+  std::set<std::string> excl(job.exclude.begin(), job.exclude.end());
+  bool require = job.require_network_validation.value_or(o.require_validation);
+  static const std::vector<object_ref> none;
+  std::map<std::string, std::unique_ptr<evaluator>> evals_by_platform;
+  std::vector<node_eval> out;
+  out.reserve(v.nodes.size());
+  for (std::uint32_t i = 0; i < v.nodes.size(); ++i) {
+    const auto& n = v.nodes[i];
+    node_eval e;
+    e.index = i;
+    e.name = n.name;
+    e.platform = job.platform.empty() ? n.platform : job.platform;
+    e.health = n.health;
+    e.gpus_capacity = n.gpus;
+    if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
+    e.net = net.verdict(n);
+    if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
+    if (!cand.empty() && !cand.count(n.name)) e.reasons.push_back("not among the candidates");
+    if (excl.count(n.name)) e.reasons.push_back("excluded");
+    for (const auto& [k, want] : job.selector) {
+      auto l = n.labels.find(k);
+      if (l == n.labels.end() || l->second != want) {
+        e.reasons.push_back("label " + k + "=" + want + " does not match (" +
+                            (l == n.labels.end() ? std::string("absent") : l->second) + ")");
+      }
+    }
+    if (job.gpus > e.gpus_free()) {
+      e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " +
+                          std::to_string(e.gpus_free()) + " free (" +
+                          std::to_string(e.gpus_capacity) + " capacity, " +
+                          std::to_string(e.gpus_reserved) + " reserved)");
+    }
+    if (e.net.state == validation::failed)
+      e.reasons.push_back("network validation failed: " + e.net.detail);
+    else if (require && e.net.state != validation::passed) {
+      e.reasons.push_back("network validation required, state " +
+                          std::string(to_string(e.net.state)) + ": " + e.net.detail);
+    }
+    if (o.strict_resolution) {
+      if (auto er = objs.errors.find(e.platform); er != objs.errors.end()) {
+        for (const auto& msg : er->second) e.reasons.push_back(msg);
+      }
+    }
+    auto& ev = evals_by_platform[e.platform];
+    if (!ev) {
+      auto it = objs.by_platform.find(e.platform);
+      ev = std::make_unique<evaluator>(v,
+                                       it == objs.by_platform.end()
+                                           ? std::span<const object_ref>(none)
+                                           : std::span<const object_ref>(it->second),
+                                       m);
+    }
+    e.cost = ev->cost(i);
+    e.eligible = e.reasons.empty();
+    out.push_back(std::move(e));
+  }
+  std::sort(out.begin(), out.end(), [](const node_eval& a, const node_eval& b) {
+    if (a.eligible != b.eligible) return a.eligible;
+    if (!a.eligible) return a.name < b.name;
+    if (a.cost.seconds != b.cost.seconds) return a.cost.seconds < b.cost.seconds;
+    bool ah = a.health == "ok", bh = b.health == "ok";
+    if (ah != bh) return ah;
+    if (a.cost.missing() != b.cost.missing()) return a.cost.missing() < b.cost.missing();
+    return a.name < b.name;
+  });
+  int rank = 0;
+  for (auto& e : out) {
+    if (e.eligible) e.rank = ++rank;
+  }
+  return out;
+}
+
+placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,
+                 std::uint32_t standby, const network_model& net) {
+  placement p;
+  std::vector<const node_eval*> eligible;
+  for (const auto& e : evals) {
+    if (e.eligible) eligible.push_back(&e);
+  }
+  const std::uint32_t k = std::max<std::uint32_t>(1, job.nodes);
+  if (eligible.size() < k) {
+    p.reason = "needs " + std::to_string(k) + " eligible node" + (k > 1 ? "s" : "") + ", found " +
+               std::to_string(eligible.size()) + " of " + std::to_string(evals.size()) + " known";
+  } else if (k == 1) {
+    p.feasible = true;
+    p.chosen.push_back(eligible[0]->name);
+    p.segment = v.nodes[eligible[0]->index].fabric;
+    for (std::size_t i = 1; i < eligible.size() && p.standby.size() < standby; ++i) {
+      p.standby.push_back(eligible[i]->name);
+    }
+  } else {
+    // Gang: one fabric segment, consistent network settings, lowest (max, sum) time-to-ready.
+    std::map<std::string, std::vector<const node_eval*>> by_fabric;
+    std::size_t no_fabric = 0;
+    for (const auto* e : eligible) {
+      const auto& f = v.nodes[e->index].fabric;
+      if (f.empty())
+        ++no_fabric;
+      else
+        by_fabric[f].push_back(e);
+    }
+    struct best_t {
+      double max_s = 0, sum_s = 0;
+      std::string fabric;
+      std::vector<const node_eval*> group;
+      bool found = false;
+    } best;
+    std::string largest;
+    std::size_t largest_n = 0;
+    std::string inconsistent;
+    for (const auto& [fabric, members] : by_fabric) {
+      std::set<std::string> keys;
+      for (const auto* e : members) {
+        if (!e->net.settings_key.empty()) keys.insert(e->net.settings_key);
+      }
+      std::vector<std::vector<const node_eval*>> groups;
+      if (keys.empty()) {
+        groups.push_back(members);
+      } else {
+        for (const auto& key : keys) {
+          std::vector<const node_eval*> g;
+          for (const auto* e : members) {
+            if (e->net.settings_key == key || e->net.settings_key.empty()) g.push_back(e);
+          }
+          groups.push_back(std::move(g));
+        }
+      }
+      for (const auto& g : groups) {
+        if (g.size() > largest_n) {
+          largest_n = g.size();
+          largest = fabric;
+        }
+        if (g.size() < k) continue;
+        std::vector<const node_eval*> picked(g.begin(), g.begin() + k);
+        std::vector<const node_view*> views;
+        for (const auto* e : picked) views.push_back(&v.nodes[e->index]);
+        if (auto s = net.gang_consistent(views); !s) {
+          inconsistent = fabric + ": " + s.error().message;
+          continue;
+        }
+        double mx = 0, sum = 0;
+        for (const auto* e : picked) {
+          mx = std::max(mx, e->cost.seconds);
+          sum += e->cost.seconds;
+        }
+        if (!best.found || mx < best.max_s || (mx == best.max_s && sum < best.sum_s)) {
+          best.found = true;
+          best.max_s = mx;
+          best.sum_s = sum;
+          best.fabric = fabric;
+          best.group = g;
+        }
+      }
+    }
+    if (!best.found) {
+      p.reason = "no fabric segment has " + std::to_string(k) +
+                 " eligible nodes with consistent network settings";
+      if (largest_n > 0)
+        p.reason += " (largest: " + largest + " with " + std::to_string(largest_n) + ")";
+      if (no_fabric > 0)
+        p.reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
+      if (!inconsistent.empty()) p.reason += "; " + inconsistent;
+    } else {
+      p.feasible = true;
+      p.segment = best.fabric;
+      for (std::size_t i = 0; i < best.group.size(); ++i) {
+        if (i < k)
+          p.chosen.push_back(best.group[i]->name);
+        else if (p.standby.size() < standby)
+          p.standby.push_back(best.group[i]->name);
+      }
+    }
+  }
+  p.nodes = std::move(evals);
+  return p;
+}
+
+json to_json(const node_eval& e) {
+  json miss = json::object();
+  for (std::size_t s = 1; s < source_count; ++s) {
+    miss[std::string(to_string(static_cast<source>(s)))] = e.cost.by_source[s];
+  }
+  return {{"node", e.name},
+          {"rank", e.rank},
+          {"eligible", e.eligible},
+          {"reasons", e.reasons},
+          {"platform", e.platform},
+          {"health", e.health},
+          {"bytes_total", e.cost.bytes_total},
+          {"bytes_present", e.cost.present()},
+          {"bytes_missing", e.cost.missing()},
+          {"missing_by_source", std::move(miss)},
+          {"estimated_seconds", round3(e.cost.seconds)},
+          {"gpus",
+           {{"capacity", e.gpus_capacity}, {"reserved", e.gpus_reserved}, {"free", e.gpus_free()}}},
+          {"network", {{"validation", to_string(e.net.state)}, {"detail", e.net.detail}}}};
+}
+
+json to_json(const placement& p, const cluster_view& v, const job_spec& job,
+             const network_model& net) {
+  json out;
+  out["feasible"] = p.feasible;
+  if (!p.reason.empty()) out["reason"] = p.reason;
+  out["chosen"] = p.chosen;
+  out["standby"] = p.standby;
+  out["segment"] = p.segment;
+  json objs = json::object();
+  for (const auto& [plat, list] : p.objects.by_platform) {
+    std::uint64_t bytes = 0;
+    for (const auto& o : list) bytes += o.size;
+    objs[plat] = {{"count", list.size()}, {"bytes", bytes}};
+  }
+  out["objects"] = std::move(objs);
+  out["errors"] = p.objects.errors;
+  if (!p.reservation.empty()) {
+    out["reservation"] = {
+        {"id", p.reservation}, {"gpus_per_node", job.gpus}, {"seconds", p.reserved_for_s}};
+  } else {
+    out["reservation"] = nullptr;
+  }
+  std::set<std::string> chosen(p.chosen.begin(), p.chosen.end());
+  std::set<std::string> standby(p.standby.begin(), p.standby.end());
+  json nodes = json::array();
+  for (const auto& e : p.nodes) {
+    json n = to_json(e);
+    n["gpus"]["requested"] = job.gpus;
+    n["gpus"]["fit"] = job.gpus <= e.gpus_free();
+    n["role"] = chosen.count(e.name) ? "chosen" : standby.count(e.name) ? "standby" : "";
+    n["network_plan"] = chosen.count(e.name) || standby.count(e.name)
+                            ? net.plan(v.nodes[e.index], job.gpus)
+                            : json();
+    nodes.push_back(std::move(n));
+  }
+  out["nodes"] = std::move(nodes);
+  return out;
+}
+
+placer::placer(cluster_index& idx, resolver& res, dataset_catalog& ds, const network_model& net,
+               placer_options o, std::function<clock::time_point()> now)
+    : idx_(idx), res_(res), ds_(ds), net_(net), opts_(o), now_(std::move(now)) {}
+
+std::map<std::string, std::uint32_t> placer::reserved() {
+  auto now = now_();
+  std::lock_guard lk(mu_);
+  std::map<std::string, std::uint32_t> out;
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    auto& list = it->second;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const reservation& r) { return r.until <= now; }),
+               list.end());
+    if (list.empty()) {
+      it = reservations_.erase(it);
+      continue;
+    }
+    std::uint32_t sum = 0;
+    for (const auto& r : list) sum += r.gpus;
+    out[it->first] = sum;
+    ++it;
+  }
+  return out;
+}
+
+result<job_objects> placer::resolve(const job_spec& job, const std::vector<std::string>& platforms,
+                                    std::chrono::milliseconds wait, bool strict_datasets) {
+  job_objects out;
+  std::vector<object_ref> dataset_objects;
+  std::vector<std::string> dataset_errors;
+  for (const auto& d : job.datasets) {
+    auto r = ds_.lookup(d);
+    if (!r) {
+      if (strict_datasets) return fail(r.error());
+      dataset_errors.push_back(d + ": " + r.error().message);
+      continue;
+    }
+    dataset_objects.insert(dataset_objects.end(), r->begin(), r->end());
+  }
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& plat : platforms) {
+    for (const auto& img : job.images) pairs.emplace_back(img, plat);
+  }
+  auto results = res_.resolve_many(pairs, wait);
+  std::map<std::string, std::vector<object_ref>> lists;
+  for (const auto& plat : platforms) lists[plat];
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [img, plat] = pairs[i];
+    if (!results[i]) {
+      if (results[i].error().is(errc::invalid_argument)) return fail(results[i].error());
+      out.errors[plat].push_back(img + ": " + results[i].error().message);
+      continue;
+    }
+    auto& l = lists[plat];
+    l.insert(l.end(), results[i]->objects.begin(), results[i]->objects.end());
+  }
+  for (auto& [plat, l] : lists) {
+    l.insert(l.end(), dataset_objects.begin(), dataset_objects.end());
+    out.by_platform[plat] = dedup(l);
+    for (const auto& e : dataset_errors) out.errors[plat].push_back(e);
+  }
+  return out;
+}
+
+result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standby, bool reserve,
+                                       std::chrono::milliseconds wait) {
+  auto nodes_only = idx_.view({});
+  auto platforms = platforms_of(nodes_only, job);
+  auto objs = resolve(job, platforms, wait, true);
+  if (!objs) return fail(objs.error());
+  std::vector<digest> all;
+  for (const auto& [plat, list] : objs->by_platform) {
+    for (const auto& o : list) all.push_back(o.id);
+  }
+  result_t out;
+  out.view = idx_.view(all);
+  auto evals = evaluate_nodes(
+      out.view, *objs, job, opts_.cost, net_, reserved(),
+      {.require_validation = opts_.require_network_validation, .strict_resolution = true});
+  out.p = choose(std::move(evals), out.view, job, standby, net_);
+  out.p.objects = std::move(*objs);
+  if (!out.p.feasible) {
+    for (const auto& [plat, errs] : out.p.objects.errors) {
+      if (!errs.empty()) {
+        out.p.reason += "; cannot resolve for " + plat + ": " + errs.front();
+        break;
+      }
+    }
+  }
+  if (reserve && out.p.feasible && job.gpus > 0) {
+    std::lock_guard lk(mu_);
+    std::string id = "rsv-" + std::to_string(next_reservation_++);
+    auto until = now_() + opts_.reservation_ttl;
+    for (const auto& n : out.p.chosen) reservations_[n].push_back({id, job.gpus, until});
+    out.p.reservation = id;
+    out.p.reserved_for_s = std::chrono::duration<double>(opts_.reservation_ttl).count();
+  }
+  return out;
+}
+
+}  // namespace shoal::scheduler

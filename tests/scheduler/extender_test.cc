@@ -1,0 +1,367 @@
+// The kube-scheduler extender with v1.Pod and v1.NodeList JSON as kube-scheduler sends them:
+// init containers, digests, tags, short names, private registries with ports; both the NodeNames
+// (nodeCacheCapable) and the Nodes forms; soft and hard modes; malformed and oversized bodies.
+#include "extender.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace shoal::scheduler {
+namespace {
+
+using namespace testing;
+using nlohmann::json;
+
+constexpr std::uint64_t MiB = 1 << 20;
+
+// A pod as kube-scheduler serializes it (client-go's JSON of a v1.Pod fetched from the API).
+json make_pod(const std::string& init_image, const std::vector<std::string>& images,
+              const std::map<std::string, std::string>& annotations) {
+  json containers = json::array();
+  int i = 0;
+  for (const auto& img : images) {
+    containers.push_back(
+        {{"name", "c" + std::to_string(i++)},
+         {"image", img},
+         {"command", {"/bin/sh", "-c", "sleep 3600"}},
+         {"ports", {{{"containerPort", 8080}, {"protocol", "TCP"}}}},
+         {"env", {{{"name", "MODE"}, {"value", "train"}}}},
+         {"resources",
+          {{"limits", {{"cpu", "4"}, {"memory", "16Gi"}, {"nvidia.com/gpu", "8"}}},
+           {"requests", {{"cpu", "4"}, {"memory", "16Gi"}, {"nvidia.com/gpu", "8"}}}}},
+         {"volumeMounts",
+          {{{"name", "kube-api-access-x7k2p"},
+            {"readOnly", true},
+            {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"}}}},
+         {"terminationMessagePath", "/dev/termination-log"},
+         {"terminationMessagePolicy", "File"},
+         {"imagePullPolicy", "IfNotPresent"}});
+  }
+  json ann = json::object();
+  for (const auto& [k, v] : annotations) ann[k] = v;
+  return {{"metadata",
+           {{"name", "trainer-0"},
+            {"generateName", "trainer-"},
+            {"namespace", "ml"},
+            {"uid", "5f1c3a52-9c1e-4d8e-a0f1-3b0d1f0b9e21"},
+            {"resourceVersion", "884211"},
+            {"creationTimestamp", "2026-11-30T10:00:00Z"},
+            {"labels", {{"app", "trainer"}, {"controller-revision-hash", "trainer-7c9d"}}},
+            {"annotations", ann},
+            {"ownerReferences",
+             {{{"apiVersion", "apps/v1"},
+               {"kind", "StatefulSet"},
+               {"name", "trainer"},
+               {"uid", "0d3f"},
+               {"controller", true},
+               {"blockOwnerDeletion", true}}}},
+            {"managedFields",
+             {{{"manager", "kube-controller-manager"},
+               {"operation", "Update"},
+               {"apiVersion", "v1"},
+               {"time", "2026-11-30T10:00:00Z"},
+               {"fieldsType", "FieldsV1"},
+               {"fieldsV1", {{"f:metadata", {{"f:labels", json::object()}}}}}}}}}},
+          {"spec",
+           {{"volumes",
+             {{{"name", "kube-api-access-x7k2p"},
+               {"projected",
+                {{"sources",
+                  {{{"serviceAccountToken", {{"expirationSeconds", 3607}, {"path", "token"}}}}}},
+                 {"defaultMode", 420}}}}}},
+            {"initContainers",
+             {{{"name", "fetch"},
+               {"image", init_image},
+               {"resources", json::object()},
+               {"terminationMessagePath", "/dev/termination-log"},
+               {"terminationMessagePolicy", "File"},
+               {"imagePullPolicy", "IfNotPresent"}}}},
+            {"containers", containers},
+            {"restartPolicy", "Always"},
+            {"terminationGracePeriodSeconds", 30},
+            {"dnsPolicy", "ClusterFirst"},
+            {"nodeSelector", {{"nvidia.com/gpu.present", "true"}}},
+            {"serviceAccountName", "default"},
+            {"serviceAccount", "default"},
+            {"securityContext", json::object()},
+            {"schedulerName", "default-scheduler"},
+            {"tolerations",
+             {{{"key", "node.kubernetes.io/not-ready"},
+               {"operator", "Exists"},
+               {"effect", "NoExecute"},
+               {"tolerationSeconds", 300}}}},
+            {"priority", 0},
+            {"enableServiceLinks", true},
+            {"preemptionPolicy", "PreemptLowerPriority"}}},
+          {"status", {{"phase", "Pending"}, {"qosClass", "Guaranteed"}}}};
+}
+
+json make_node(const std::string& name) {
+  json n;
+  n["metadata"] = {{"name", name}, {"uid", "uid-" + name}, {"resourceVersion", "1"}};
+  n["metadata"]["labels"] = {{"kubernetes.io/hostname", name}, {"kubernetes.io/arch", "amd64"}};
+  n["spec"] = {{"podCIDR", "10.244.0.0/24"}};
+  n["status"]["capacity"] = {{"cpu", "64"}, {"nvidia.com/gpu", "8"}};
+  n["status"]["allocatable"] = {{"cpu", "63"}, {"nvidia.com/gpu", "8"}};
+  json image = {{"names", json::array({"docker.io/library/nginx:latest"})},
+                {"sizeBytes", 70000000}};
+  n["status"]["images"] = json::array({image});
+  return n;
+}
+
+class ExtenderTest : public ::testing::Test {
+ protected:
+  ExtenderTest()
+      : idx_(index_options{}, "e", clock_.fn()),
+        res_(src_, resolver_options{}, clock_.fn()),
+        placer_(idx_, res_, ds_, net_, placer_opts(), clock_.fn()),
+        ext_(placer_, ext_opts(), reg_) {
+    auto app =
+        image_manifest({{"app-base", 800 * MiB}, {"app-top", 200 * MiB}}, "app-config", 1000);
+    src_.put("registry.local:5000", "team/app", app, "v1.2");
+    auto nginx = image_manifest({{"nginx-l1", 30 * MiB}}, "nginx-config", 1000);
+    src_.put("docker.io", "library/nginx", nginx, "latest");
+    init_body_ = image_manifest({{"init-l1", 50 * MiB}}, "init-config", 1000);
+    src_.put("registry.local:5000", "tools/init", init_body_);
+    auto label = [](const std::string& rack) {
+      return std::map<std::string, std::string>{{"zone", "z1"}, {"rack", rack}};
+    };
+    (void)idx_.apply(
+        full_hb("node-a",
+                {held("app-base", 800 * MiB), held("app-top", 200 * MiB), held("app-config", 1000)},
+                label("r1")),
+        "ip");
+    (void)idx_.apply(full_hb("node-b", {held("app-base", 800 * MiB)}, label("r1")), "ip");
+    (void)idx_.apply(full_hb("node-c", {}, label("r2")), "ip");
+    // nginx and the init image are on a fourth node: no node's estimate is dominated by an
+    // upstream fetch all would share.
+    (void)idx_.apply(full_hb("node-x",
+                             {held("nginx-l1", 30 * MiB), held("nginx-config", 1000),
+                              held("init-l1", 50 * MiB), held("init-config", 1000)},
+                             label("r3")),
+                     "ip");
+  }
+  static placer_options placer_opts() {
+    placer_options o;
+    o.cost = cost_model::from(cost_config{});
+    return o;
+  }
+  static extender_options ext_opts() {
+    extender_options o;
+    o.mode = "soft";
+    o.max_missing = *parse_threshold("10%");
+    o.resolve_timeout = 2s;
+    o.max_request_bytes = 1u << 20;
+    return o;
+  }
+  json pod(const std::map<std::string, std::string>& ann = {}) {
+    return make_pod("registry.local:5000/tools/init@" + sha256_of(init_body_).str(),
+                    {"nginx", "registry.local:5000/team/app:v1.2"}, ann);
+  }
+  static json args_names(const json& pod, const std::vector<std::string>& names) {
+    return {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}};
+  }
+  static json args_nodes(const json& pod, const std::vector<std::string>& names) {
+    json items = json::array();
+    for (const auto& n : names) items.push_back(make_node(n));
+    return {{"Pod", pod},
+            {"Nodes", {{"metadata", {{"resourceVersion", "42"}}}, {"items", items}}},
+            {"NodeNames", nullptr}};
+  }
+  static json body_of(const http::response& r) {
+    return json::parse(std::get<std::string>(r.body));
+  }
+  double metric(const std::string& verb, const std::string& result) {
+    return static_cast<double>(
+        reg_.counter("shoal_scheduler_extender_requests_total",
+                     "kube-scheduler extender calls by verb and result (ok, bad_request, error).",
+                     {"verb", "result"})
+            .with({verb, result})
+            .value());
+  }
+
+  fake_clock clock_;
+  cluster_index idx_;
+  fake_source src_;
+  resolver res_;
+  fake_datasets ds_;
+  document_network_model net_;
+  placer placer_;
+  metrics::registry reg_;
+  extender ext_;
+  std::string init_body_;
+};
+
+TEST_F(ExtenderTest, ParsesImagesAndAnnotationsFromAFullPod) {
+  auto p = parse_pod(pod({{"shoal.io/datasets", " imagenet@2024, bad-one ,coco@1"},
+                          {"shoal.io/placement", "hard"},
+                          {"shoal.io/max-missing", "2GiB"}}));
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->name, "trainer-0");
+  EXPECT_EQ(p->ns, "ml");
+  ASSERT_EQ(p->images.size(), 3u);
+  EXPECT_EQ(p->images[0].rfind("registry.local:5000/tools/init@sha256:", 0), 0u);  // init first
+  EXPECT_EQ(p->images[1], "nginx");
+  EXPECT_EQ(p->datasets, (std::vector<std::string>{"imagenet@2024", "coco@1"}));
+  EXPECT_EQ(p->mode, "hard");
+  ASSERT_TRUE(p->max_missing);
+  EXPECT_EQ(p->max_missing->bytes, 2ull << 30);
+  ASSERT_EQ(p->warnings.size(), 1u);
+  EXPECT_NE(p->warnings[0].find("bad-one"), std::string::npos);
+  // Duplicates (same normalized reference) count once; bad references become warnings.
+  auto q = parse_pod(make_pod("nginx:latest", {"docker.io/library/nginx", "Bad//Ref", ""}, {}));
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->images, std::vector<std::string>{"nginx:latest"});
+  EXPECT_EQ(q->warnings.size(), 1u);
+}
+
+TEST_F(ExtenderTest, PrioritizeScoresEveryNodeWithExactGoFieldNames) {
+  auto r =
+      ext_.prioritize(args_names(pod(), {"node-c", "node-a", "node-b", "node-unknown"}).dump());
+  ASSERT_EQ(r.status, 200u);
+  auto j = body_of(r);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 4u);
+  std::map<std::string, int> score;
+  for (const auto& h : j) {
+    ASSERT_EQ(h.size(), 2u) << h.dump();
+    ASSERT_TRUE(h.contains("Host") && h.contains("Score")) << h.dump();
+    int s = h["Score"].get<int>();
+    EXPECT_GE(s, 0);
+    EXPECT_LE(s, 10);
+    score[h["Host"]] = s;
+  }
+  EXPECT_EQ(j[0]["Host"], "node-c");  // request order
+  EXPECT_GT(score["node-a"], score["node-b"]);
+  EXPECT_GT(score["node-b"], score["node-c"]);
+  EXPECT_EQ(score["node-unknown"], 0);
+  EXPECT_EQ(metric("prioritize", "ok"), 1);
+}
+
+TEST_F(ExtenderTest, SoftFilterPassesEveryNodeInBothForms) {
+  auto r = ext_.filter(args_names(pod(), {"node-a", "node-c", "node-unknown"}).dump());
+  ASSERT_EQ(r.status, 200u);
+  auto j = body_of(r);
+  EXPECT_TRUE(j["Nodes"].is_null());
+  EXPECT_EQ(j["NodeNames"], json({"node-a", "node-c", "node-unknown"}));
+  EXPECT_TRUE(j["FailedNodes"].is_object() && j["FailedNodes"].empty());
+  EXPECT_TRUE(j["FailedAndUnresolvableNodes"].empty());
+  EXPECT_EQ(j["Error"], "");
+
+  auto in = args_nodes(pod(), {"node-a", "node-c"});
+  r = ext_.filter(in.dump());
+  ASSERT_EQ(r.status, 200u);
+  j = body_of(r);
+  EXPECT_TRUE(j["NodeNames"].is_null());
+  ASSERT_TRUE(j["Nodes"].is_object());
+  EXPECT_EQ(j["Nodes"]["items"], in["Nodes"]["items"]);  // whole v1.Node objects echoed
+  EXPECT_EQ(j["Nodes"]["metadata"]["resourceVersion"], "42");
+}
+
+TEST_F(ExtenderTest, HardModeFiltersNodesMissingTooMuch) {
+  // node-a lacks nginx (30 MiB + config) and init (50 MiB + config): ~7% of ~1.08 GiB.
+  auto p = pod({{"shoal.io/placement", "hard"}});
+  auto r = ext_.filter(args_names(p, {"node-a", "node-b", "node-c", "node-unknown"}).dump());
+  ASSERT_EQ(r.status, 200u);
+  auto j = body_of(r);
+  EXPECT_EQ(j["Error"], "");
+  EXPECT_EQ(j["NodeNames"], json({"node-a"}));
+  auto failed = j["FailedAndUnresolvableNodes"];
+  ASSERT_EQ(failed.size(), 3u) << j.dump();
+  EXPECT_NE(failed["node-b"].get<std::string>().find("hard placement allows 10%"),
+            std::string::npos);
+  EXPECT_NE(failed["node-unknown"].get<std::string>().find("no heartbeat"), std::string::npos);
+  EXPECT_TRUE(j["FailedNodes"].empty());
+  // A looser per-pod threshold lets node-b through (it lacks ~26%).
+  p = pod({{"shoal.io/placement", "hard"}, {"shoal.io/max-missing", "30%"}});
+  j = body_of(ext_.filter(args_names(p, {"node-a", "node-b", "node-c"}).dump()));
+  EXPECT_EQ(j["NodeNames"], json({"node-a", "node-b"}));
+  // Nodes form: the failed node's item is not echoed.
+  j = body_of(
+      ext_.filter(args_nodes(pod({{"shoal.io/placement", "hard"}}), {"node-a", "node-c"}).dump()));
+  ASSERT_EQ(j["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(j["Nodes"]["items"][0]["metadata"]["name"], "node-a");
+  EXPECT_TRUE(j["FailedAndUnresolvableNodes"].contains("node-c"));
+}
+
+TEST_F(ExtenderTest, HardModeWithoutResolutionAnswersError) {
+  src_.fail_all(true);
+  auto p = make_pod("busybox:1.36", {"never-seen/image:v1"}, {{"shoal.io/placement", "hard"}});
+  auto r = ext_.filter(args_names(p, {"node-a"}).dump());
+  ASSERT_EQ(r.status, 200u);
+  auto j = body_of(r);
+  EXPECT_NE(j["Error"].get<std::string>().find("cannot check"), std::string::npos) << j.dump();
+  EXPECT_EQ(metric("filter", "error"), 1);
+  // Soft mode never errs: prioritize scores what it knows (nothing: all zero).
+  r = ext_.prioritize(args_names(p, {"node-a"}).dump());
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(body_of(r)[0]["Score"], 0);
+}
+
+TEST_F(ExtenderTest, MalformedRequestsGetA400WithAJsonError) {
+  auto big_nest = "{\"Pod\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "not a JSON object"},
+      {"[1,2]", "not a JSON object"},
+      {"{}", "no Pod"},
+      {R"({"Pod":"x","NodeNames":["a"]})", "v1.Pod"},
+      {R"({"Pod":{},"NodeNames":"a"})", "NodeNames must be a list"},
+      {R"({"Pod":{},"NodeNames":[1]})", "NodeNames must be a list"},
+      {R"({"Pod":{}})", "neither NodeNames nor Nodes"},
+      {R"({"Pod":{},"Nodes":{"items":[{"metadata":{}}]}})", "metadata.name"},
+      {R"({"Pod":{},"Nodes":[]})", "v1.NodeList"},
+      {big_nest, "nests too deep"},
+  };
+  for (const auto& [body, needle] : cases) {
+    auto r = ext_.filter(body);
+    EXPECT_EQ(r.status, 400u) << body.substr(0, 60);
+    auto j = body_of(r);
+    ASSERT_TRUE(j.contains("Error")) << j.dump();
+    EXPECT_NE(j["Error"].get<std::string>().find(needle), std::string::npos) << j["Error"];
+    EXPECT_TRUE(j["Nodes"].is_null());
+    auto p = ext_.prioritize(body);
+    EXPECT_EQ(p.status, 400u);
+    EXPECT_NE(body_of(p)["error"].get<std::string>().find(needle), std::string::npos);
+  }
+  EXPECT_EQ(metric("filter", "bad_request"), static_cast<double>(cases.size()));
+}
+
+TEST_F(ExtenderTest, OversizedRequestsGetA413) {
+  auto p = pod();
+  p["metadata"]["annotations"]["padding"] = std::string(2u << 20, 'x');
+  auto r = ext_.filter(args_names(p, {"node-a"}).dump());
+  EXPECT_EQ(r.status, 413u);
+  EXPECT_NE(body_of(r)["Error"].get<std::string>().find("larger than"), std::string::npos);
+  EXPECT_EQ(ext_.prioritize(args_names(p, {"node-a"}).dump()).status, 413u);
+}
+
+TEST_F(ExtenderTest, PodWithoutImagesScoresZeroAndPassesHardFilter) {
+  json p = {{"metadata", {{"name", "empty"}, {"annotations", {{"shoal.io/placement", "hard"}}}}},
+            {"spec", {{"containers", json::array()}}}};
+  auto j = body_of(ext_.filter(args_names(p, {"node-a", "node-c"}).dump()));
+  EXPECT_EQ(j["NodeNames"], json({"node-a", "node-c"}));
+  auto s = body_of(ext_.prioritize(args_names(p, {"node-a", "node-c"}).dump()));
+  EXPECT_EQ(s[0]["Score"], 0);
+  EXPECT_EQ(s[1]["Score"], 0);
+}
+
+TEST_F(ExtenderTest, ManyNodesAnswerQuickly) {
+  for (int i = 0; i < 2000; ++i)
+    (void)idx_.apply(full_hb("bulk-" + std::to_string(i), {held("app-base", 800 * MiB)}), "ip");
+  std::vector<std::string> names;
+  for (int i = 0; i < 2000; ++i) names.push_back("bulk-" + std::to_string(i));
+  auto body = args_names(pod(), names).dump();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = ext_.prioritize(body);
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(body_of(r).size(), 2000u);
+  EXPECT_LT(ms, 2000);
+  std::printf("[ measure ] prioritize over 2000 nodes: %lld ms\n", static_cast<long long>(ms));
+}
+
+}  // namespace
+}  // namespace shoal::scheduler

@@ -1,0 +1,206 @@
+// The cluster cache index: full lists and deltas, resync on unknown node / epoch / gap, health
+// and dropping of silent nodes, and the views placement uses.
+#include "index.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace shoal::scheduler {
+namespace {
+
+using namespace testing;
+
+class IndexTest : public ::testing::Test {
+ protected:
+  IndexTest() : idx_(opts(), "epoch-1", clock_.fn()) {}
+  static index_options opts() {
+    index_options o;
+    o.unhealthy_after = 30s;
+    o.drop_after = 120s;
+    return o;
+  }
+  std::vector<std::string> holders(std::string_view name) {
+    std::vector<std::string> out;
+    if (auto o = idx_.object(dg(name))) {
+      for (const auto& h : o->holders) out.push_back(h.node);
+    }
+    return out;
+  }
+  fake_clock clock_;
+  cluster_index idx_;
+};
+
+TEST_F(IndexTest, FullListThenDeltasApplyInOrder) {
+  auto r = idx_.apply(full_hb("n1", {held("a", 100), held("b", 200)}, {}, 1, ""), "10.0.0.9");
+  EXPECT_FALSE(r.resync);
+  EXPECT_TRUE(r.full);
+  EXPECT_EQ(r.added.size(), 2u);
+  EXPECT_EQ(holders("a"), std::vector<std::string>{"n1"});
+
+  r = idx_.apply(delta_hb("n1", 2, "epoch-1", {held("c", 300)}, {dg("a")}), "10.0.0.9");
+  EXPECT_FALSE(r.resync) << r.resync_reason;
+  EXPECT_EQ(r.added.size(), 1u);
+  EXPECT_EQ(r.removed.size(), 1u);
+  EXPECT_TRUE(holders("a").empty());
+  EXPECT_EQ(holders("c"), std::vector<std::string>{"n1"});
+  auto n = idx_.node("n1");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->objects, 2u);
+  EXPECT_EQ(n->bytes_held, 500u);
+  EXPECT_EQ(n->seq, 2u);
+  EXPECT_TRUE(n->synced);
+  auto st = idx_.stats();
+  EXPECT_EQ(st.objects, 2u);
+  EXPECT_EQ(st.holdings, 2u);
+}
+
+TEST_F(IndexTest, DeltaFromUnknownNodeAsksForResync) {
+  auto r = idx_.apply(delta_hb("n1", 5, "epoch-1", {held("a", 1)}), "10.0.0.9");
+  EXPECT_TRUE(r.resync);
+  EXPECT_EQ(r.resync_reason, "unknown_node");
+  EXPECT_TRUE(holders("a").empty());
+  // The node is known (inventory) but not synced until its full list.
+  auto n = idx_.node("n1");
+  ASSERT_TRUE(n);
+  EXPECT_FALSE(n->synced);
+  r = idx_.apply(full_hb("n1", {held("a", 1)}, {}, 6, "epoch-1"), "10.0.0.9");
+  EXPECT_FALSE(r.resync);
+  EXPECT_EQ(holders("a"), std::vector<std::string>{"n1"});
+}
+
+TEST_F(IndexTest, DeltaWithAnotherEpochAsksForResync) {
+  (void)idx_.apply(full_hb("n1", {held("a", 1)}, {}, 1, ""), "ip");
+  auto r = idx_.apply(delta_hb("n1", 2, "old-epoch", {held("b", 1)}), "ip");
+  EXPECT_TRUE(r.resync);
+  EXPECT_EQ(r.resync_reason, "epoch");
+  EXPECT_TRUE(holders("b").empty());
+}
+
+TEST_F(IndexTest, GapInSequenceAsksForResyncAndBlocksFurtherDeltas) {
+  (void)idx_.apply(full_hb("n1", {held("a", 1)}, {}, 1, "epoch-1"), "ip");
+  auto r = idx_.apply(delta_hb("n1", 3, "epoch-1", {held("b", 1)}), "ip");
+  EXPECT_TRUE(r.resync);
+  EXPECT_EQ(r.resync_reason, "gap");
+  // Even a delta that would follow on is refused until the full list comes.
+  r = idx_.apply(delta_hb("n1", 4, "epoch-1", {held("c", 1)}), "ip");
+  EXPECT_TRUE(r.resync);
+  EXPECT_TRUE(holders("c").empty());
+  // The holdings known before the gap are kept meanwhile (best guess).
+  EXPECT_EQ(holders("a"), std::vector<std::string>{"n1"});
+  r = idx_.apply(full_hb("n1", {held("b", 1), held("c", 1)}, {}, 5, "epoch-1"), "ip");
+  EXPECT_FALSE(r.resync);
+  EXPECT_TRUE(holders("a").empty());
+  EXPECT_EQ(holders("b"), std::vector<std::string>{"n1"});
+  r = idx_.apply(delta_hb("n1", 6, "epoch-1", {}, {dg("b")}), "ip");
+  EXPECT_FALSE(r.resync);
+  EXPECT_TRUE(holders("b").empty());
+}
+
+TEST_F(IndexTest, RepeatedOrReplayedDeltaIsAGap) {
+  (void)idx_.apply(full_hb("n1", {}, {}, 10, "epoch-1"), "ip");
+  EXPECT_FALSE(idx_.apply(delta_hb("n1", 11, "epoch-1", {held("a", 1)}), "ip").resync);
+  // The same seq again (a retried request) must not be applied twice.
+  EXPECT_TRUE(idx_.apply(delta_hb("n1", 11, "epoch-1", {held("a", 1)}), "ip").resync);
+}
+
+TEST_F(IndexTest, SilentNodesTurnUnhealthyThenAreDroppedWithTheirObjects) {
+  (void)idx_.apply(full_hb("n1", {held("a", 10)}, {{"zone", "z"}}, 1), "ip1");
+  (void)idx_.apply(full_hb("n2", {held("a", 10)}, {{"zone", "z"}}, 1), "ip2");
+  clock_.advance(20s);
+  (void)idx_.apply(delta_hb("n2", 2, "epoch-1", {}), "ip2");
+  EXPECT_TRUE(idx_.healthy("n1"));
+  clock_.advance(15s);  // n1 silent 35 s, n2 15 s
+  EXPECT_FALSE(idx_.healthy("n1"));
+  EXPECT_TRUE(idx_.healthy("n2"));
+  auto o = idx_.object(dg("a"));
+  ASSERT_TRUE(o);
+  ASSERT_EQ(o->holders.size(), 2u);
+  EXPECT_FALSE(o->holders[0].healthy);
+  EXPECT_TRUE(o->holders[1].healthy);
+  EXPECT_TRUE(idx_.expire().empty());
+  clock_.advance(90s);  // n1 silent 125 s: dropped; n2 105 s: kept
+  auto dropped = idx_.expire();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].name, "n1");
+  EXPECT_EQ(dropped[0].ip, "10.0.0.1");
+  EXPECT_EQ(holders("a"), std::vector<std::string>{"n2"});
+  EXPECT_FALSE(idx_.node("n1"));
+  EXPECT_EQ(idx_.stats().nodes, 1u);
+}
+
+TEST_F(IndexTest, FailingHealthMakesANodeUnhealthy) {
+  auto m = full_hb("n1", {}, {}, 1);
+  m.health = "failing";
+  (void)idx_.apply(m, "ip");
+  EXPECT_FALSE(idx_.healthy("n1"));
+  m.health = "degraded";
+  m.seq = 2;
+  (void)idx_.apply(m, "ip");
+  EXPECT_TRUE(idx_.healthy("n1"));
+}
+
+TEST_F(IndexTest, ViewCarriesTopologyPlatformGpusAndHolders) {
+  auto m = full_hb("n2", {held("a", 10)},
+                   {{"zone", "z1"}, {"rack", "r1"}, {"fabric", "f1"}, {"platform", "linux/arm64"}});
+  m.gpus = {{"A100", 4}, {"A100", 4}};
+  (void)idx_.apply(m, "ip");
+  (void)idx_.apply(
+      full_hb("n1", {}, {{"kubernetes.io/os", "linux"}, {"kubernetes.io/arch", "amd64"}}), "ip");
+  std::vector<digest> want = {dg("a"), dg("nowhere")};
+  auto v = idx_.view(want);
+  ASSERT_EQ(v.nodes.size(), 2u);
+  EXPECT_EQ(v.nodes[0].name, "n1");
+  EXPECT_EQ(v.nodes[0].platform, "linux/amd64");
+  EXPECT_EQ(v.nodes[1].platform, "linux/arm64");
+  EXPECT_EQ(v.nodes[1].gpus, 8u);
+  EXPECT_EQ(v.nodes[1].fabric, "f1");
+  EXPECT_EQ(v.objects.at(dg("a")).holders, std::vector<std::uint32_t>{1});
+  EXPECT_TRUE(v.objects.at(dg("a")).seen_before);
+  EXPECT_TRUE(v.objects.at(dg("nowhere")).holders.empty());
+  EXPECT_FALSE(v.objects.at(dg("nowhere")).seen_before);
+}
+
+TEST_F(IndexTest, ObjectsOnceHeldAreRememberedAsSeen) {
+  (void)idx_.apply(full_hb("n1", {held("a", 10)}), "ip");
+  (void)idx_.apply(full_hb("n1", {}, {}, 2), "ip");
+  EXPECT_FALSE(idx_.object(dg("a")));
+  std::vector<digest> want = {dg("a")};
+  auto v = idx_.view(want);
+  EXPECT_TRUE(v.objects.at(dg("a")).holders.empty());
+  EXPECT_TRUE(v.objects.at(dg("a")).seen_before);
+}
+
+TEST_F(IndexTest, HeldCountsOnlyTheNodesObjects) {
+  (void)idx_.apply(full_hb("n1", {held("a", 10), held("b", 20)}), "ip");
+  std::vector<object_ref> want = {obj("a", 10), obj("c", 5)};
+  auto h = idx_.held("n1", want);
+  EXPECT_EQ(h.count, 1u);
+  EXPECT_EQ(h.bytes, 10u);
+  EXPECT_EQ(idx_.held("nobody", want).count, 0u);
+}
+
+TEST_F(IndexTest, ManyNodesAndObjectsStayConsistent) {
+  // 50 nodes × 200 objects with overlapping sets, then deltas removing half: holder counts match.
+  for (int n = 0; n < 50; ++n) {
+    std::vector<heartbeat::held_object> objs;
+    for (int o = n; o < n + 200; ++o) objs.push_back(held("o" + std::to_string(o), 1));
+    (void)idx_.apply(full_hb("n" + std::to_string(n), objs, {}, 1, "epoch-1"), "ip");
+  }
+  EXPECT_EQ(idx_.stats().holdings, 50u * 200u);
+  for (int n = 0; n < 50; ++n) {
+    std::vector<digest> rm;
+    for (int o = n; o < n + 100; ++o) rm.push_back(dg("o" + std::to_string(o)));
+    auto r = idx_.apply(delta_hb("n" + std::to_string(n), 2, "epoch-1", {}, rm), "ip");
+    ASSERT_FALSE(r.resync);
+  }
+  EXPECT_EQ(idx_.stats().holdings, 50u * 100u);
+  std::size_t sum = 0;
+  for (int o = 0; o < 250; ++o) {
+    if (auto x = idx_.object(dg("o" + std::to_string(o)))) sum += x->holders.size();
+  }
+  EXPECT_EQ(sum, 50u * 100u);
+}
+
+}  // namespace
+}  // namespace shoal::scheduler
