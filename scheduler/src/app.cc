@@ -77,7 +77,15 @@ status app::init() {
   ro.threads = cfg_.resolver.threads;
   resolver_ = std::make_unique<resolver>(*manifests_, ro);
   datasets_ = std::make_unique<no_datasets>();
-  network_ = std::make_unique<document_network_model>();
+  {
+    netsetup::policy pol;
+    if (!cfg_.placement.netsetup_policy.empty()) {
+      if (auto st = config::load_file(cfg_.placement.netsetup_policy, pol); !st) {
+        return fail(st.error().wrap("placement.netsetup_policy"));
+      }
+    }
+    network_ = std::make_unique<netsetup_network_model>(std::move(pol));
+  }
 
   placer_options po;
   po.cost = cost_model::from(cfg_.placement.cost);

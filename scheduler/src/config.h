@@ -58,6 +58,7 @@ void describe(config::binder& b, cost_config& c);
 struct placement_config {
   cost_config cost;
   bool require_network_validation = false;  // gangs: only nodes whose netsetup validation passed
+  std::string netsetup_policy;              // netsetup policy YAML for validation and plans ("": defaults)
   config::duration reservation_ttl = 2min;  // GPUs reserved by /v1/place are held this long
   config::duration resolve_timeout = 3s;    // longest wait for image resolution in /v1/place
 };

@@ -1,5 +1,10 @@
 #include "network.h"
 
+#include "netsetup/affinity.h"
+#include "netsetup/inventory.h"
+#include "netsetup/job_outputs.h"
+#include "netsetup/validate.h"
+
 namespace shoal::scheduler {
 
 std::string_view to_string(validation v) noexcept {
@@ -64,6 +69,105 @@ status document_network_model::gang_consistent(std::span<const node_view* const>
 nlohmann::json document_network_model::plan(const node_view&, std::uint32_t) const {
   // netsetup's make_nccl_env and the VF assignment come here once the library is linked.
   return nullptr;
+}
+
+namespace {
+
+// A netsetup inventory when the document is one (it has a "schema" and GPUs/NICs); nullopt for
+// anything else, so the caller can fall back to the simple validation member.
+std::optional<result<netsetup::node_inventory>> inventory_of(const node_view& n) {
+  if (n.netsetup.empty()) return std::nullopt;
+  auto doc = nlohmann::json::parse(n.netsetup, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("schema") || !doc.contains("nics")) return std::nullopt;
+  return netsetup::inventory_from_json(doc);
+}
+
+std::string failures(const std::vector<netsetup::check_result>& rs, std::size_t max = 4) {
+  std::string out;
+  std::size_t n = 0;
+  for (const auto& r : rs) {
+    if (r.sev != netsetup::severity::error || r.status == netsetup::check_status::pass) continue;
+    if (++n > max) {
+      out += "; ...";
+      break;
+    }
+    if (!out.empty()) out += "; ";
+    out += r.name + " (" + r.subject + "): " + r.message;
+  }
+  return out;
+}
+
+}  // namespace
+
+network_verdict netsetup_network_model::verdict(const node_view& n) const {
+  auto inv = inventory_of(n);
+  if (!inv) return fallback_.verdict(n);
+  network_verdict v;
+  if (!*inv) {
+    v.state = validation::failed;
+    v.detail = "netsetup document does not parse: " + inv->error().message.substr(0, 400);
+    return v;
+  }
+  auto rs = netsetup::validate_node(**inv, pol_);
+  v.state = netsetup::passed(rs) ? validation::passed : validation::failed;
+  v.detail = v.state == validation::passed ? "all netsetup checks passed" : failures(rs).substr(0, 1000);
+  // Consistency across nodes is netsetup's cluster validation (gang_consistent); the key only
+  // separates nodes whose MTU or priority differ so mismatched nodes never share a gang.
+  v.settings_key = "policy-mtu=" + std::to_string(pol_.mtu) + ";prio=" + std::to_string(pol_.pfc_priority);
+  return v;
+}
+
+status netsetup_network_model::gang_consistent(std::span<const node_view* const> nodes) const {
+  std::vector<netsetup::node_inventory> invs;
+  std::vector<const node_view*> rest;
+  for (const auto* n : nodes) {
+    auto inv = inventory_of(*n);
+    if (!inv) {
+      rest.push_back(n);
+      continue;
+    }
+    if (!*inv) return fail(errc::invalid_argument, n->name + ": netsetup document does not parse");
+    invs.push_back(std::move(**inv));
+  }
+  if (invs.size() > 1) {
+    auto rs = netsetup::validate_cluster(invs, pol_);
+    if (!netsetup::passed(rs)) return fail(errc::invalid_argument, "network settings differ: " + failures(rs));
+  }
+  return fallback_.gang_consistent(rest);
+}
+
+nlohmann::json netsetup_network_model::plan(const node_view& n, std::uint32_t gpus) const {
+  auto inv = inventory_of(n);
+  if (!inv || !*inv) return nullptr;
+  auto rails = netsetup::assign_rails(**inv);
+  std::vector<std::string> chosen;
+  nlohmann::json per_gpu = nlohmann::json::array();
+  for (std::uint32_t i = 0; i < gpus && i < rails.size(); ++i) {
+    const auto& r = rails[i];
+    chosen.push_back(r.gpu);
+    per_gpu.push_back({{"gpu", r.gpu},
+                       {"nic", r.nic},
+                       {"rdma_device", r.rdma_device},
+                       {"port", r.port},
+                       {"netdev", r.netdev},
+                       {"path", std::string(netsetup::to_string(r.path))},
+                       {"rail", r.index}});
+  }
+  nlohmann::json out = {{"gpus", per_gpu}};
+  if (chosen.size() < gpus) {
+    out["error"] = "node has " + std::to_string(rails.size()) + " GPU rails, the job wants " + std::to_string(gpus);
+    return out;
+  }
+  auto env = netsetup::make_nccl_env(**inv, chosen, pol_);
+  if (!env) {
+    out["error"] = env.error().message;
+    return out;
+  }
+  nlohmann::json vars = nlohmann::json::object();
+  for (const auto& [k, v] : env->vars) vars[k] = v;
+  out["nccl_env"] = vars;
+  out["notes"] = env->notes;
+  return out;
 }
 
 }  // namespace shoal::scheduler

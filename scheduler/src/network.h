@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "cost.h"
+#include "netsetup/policy.h"
 
 namespace shoal::scheduler {
 
@@ -49,6 +50,22 @@ class document_network_model final : public network_model {
   [[nodiscard]] network_verdict verdict(const node_view& n) const override;
   [[nodiscard]] status gang_consistent(std::span<const node_view* const> nodes) const override;
   [[nodiscard]] nlohmann::json plan(const node_view& n, std::uint32_t gpus) const override;
+};
+
+// netsetup's own answers, from the discovery document (schema 1) the node attaches to its
+// heartbeat: validate_node for the verdict, validate_cluster for a gang, and the rails (GPU →
+// NIC) plus make_nccl_env for the plan. A node whose document is not a netsetup inventory but
+// carries a `validation` member is judged by document_network_model (older nodes, tests).
+class netsetup_network_model final : public network_model {
+ public:
+  explicit netsetup_network_model(netsetup::policy pol) : pol_(std::move(pol)) {}
+  [[nodiscard]] network_verdict verdict(const node_view& n) const override;
+  [[nodiscard]] status gang_consistent(std::span<const node_view* const> nodes) const override;
+  [[nodiscard]] nlohmann::json plan(const node_view& n, std::uint32_t gpus) const override;
+
+ private:
+  netsetup::policy pol_;
+  document_network_model fallback_;
 };
 
 }  // namespace shoal::scheduler
