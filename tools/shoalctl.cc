@@ -6,9 +6,13 @@
 //   shoalctl place IMAGE...         where a job would go, every node explained
 //   shoalctl prewarm IMAGE...       warm nodes (--node, --selector or --job) and follow progress
 //   shoalctl prewarm status [ID]    prewarms and their progress
+//   shoalctl dataset declare FILE   declare a dataset to registry-proxy (JSON declaration)
+//   shoalctl dataset prefetch NAME@VERSION   fetch it onto this node, with progress, and make its view
+//   shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
-//            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070).
+//            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070),
+//            --registry-proxy URL (default $SHOAL_REGISTRY_PROXY or http://127.0.0.1:5050).
 
 #include <unistd.h>
 
@@ -60,7 +64,14 @@ int usage(int code) {
       "[--standby N])\n"
       "        [--dataset NAME@VER]... [--no-wait] [--timeout SECONDS]\n"
       "                     warm nodes through the scheduler, showing progress until done\n"
-      "  prewarm status [ID]  list prewarms, or show one\n");
+      "  prewarm status [ID]  list prewarms, or show one\n"
+      "  dataset declare FILE [--registry-proxy URL]\n"
+      "                     declare a dataset (JSON: name, version, origin, include, exclude)\n"
+      "  dataset prefetch NAME@VERSION [--no-wait] [--timeout SECONDS]\n"
+      "                     fetch a dataset onto this node (progress bar, summary) and make its view\n"
+      "  dataset ls         datasets on this node\n"
+      "  dataset status NAME@VERSION [--json]\n"
+      "  dataset rm NAME@VERSION   remove the view and unpin its objects\n");
   return code;
 }
 
@@ -453,11 +464,165 @@ int cmd_prewarm(shoal::http::client& c, const std::string& scheduler, const cmd_
   return follow_prewarm(c, scheduler, id, o.timeout);
 }
 
+// ---- datasets
+
+double num_of(const json& o, const char* k) { return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0; }
+
+std::string pct(double part, double whole) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", whole > 0 ? 100.0 * part / whole : 0.0);
+  return buf;
+}
+
+// One progress line: bar, bytes, rate, ETA, where the bytes came from.
+std::string progress_line(const json& j) {
+  double done = num_of(j, "bytes_done"), total = num_of(j, "bytes");
+  double frac = total > 0 ? done / total : (j.value("state", "") == "ready" ? 1.0 : 0.0);
+  int width = 24, fill = static_cast<int>(frac * width + 0.5);
+  std::string bar = "[" + std::string(static_cast<std::size_t>(std::clamp(fill, 0, width)), '#') +
+                    std::string(static_cast<std::size_t>(width - std::clamp(fill, 0, width)), '.') + "]";
+  double peers = num_of(j, "from_peers"), origin = num_of(j, "from_origin") + num_of(j, "from_http");
+  double moved = peers + origin;
+  std::string eta = j.contains("eta_seconds") && j["eta_seconds"].is_number()
+                        ? std::to_string(static_cast<long>(j["eta_seconds"].get<double>())) + "s"
+                        : "-";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s %5.1f%%  %s / %s  %s/s  ETA %s  peers %s origin %s  groups %.0f/%.0f  %s", bar.c_str(),
+                100.0 * frac, human(done).c_str(), human(total).c_str(), human(num_of(j, "rate")).c_str(),
+                eta.c_str(), pct(peers, moved).c_str(), pct(origin, moved).c_str(), num_of(j, "groups_done"),
+                num_of(j, "groups"), j.value("state", "").c_str());
+  return buf;
+}
+
+void dataset_summary(const json& j) {
+  double secs = num_of(j, "seconds"), total = num_of(j, "bytes");
+  double peers = num_of(j, "from_peers"), bt = num_of(j, "from_origin"), http = num_of(j, "from_http"),
+         local = num_of(j, "local_bytes");
+  double moved = peers + bt + http;
+  std::printf("%s %s: %.0f files, %s in %.1fs (%s/s)\n", j.value("dataset", "").c_str(), j.value("state", "").c_str(),
+              num_of(j, "files"), human(total).c_str(), secs, human(secs > 0 ? moved / secs : 0).c_str());
+  std::printf("  from peers %s (%s), from registry-proxy %s (BitTorrent) + %s (HTTP), already here %s\n",
+              human(peers).c_str(), pct(peers, moved).c_str(), human(bt).c_str(), human(http).c_str(),
+              human(local).c_str());
+  if (j.contains("view") && j["view"].is_string()) std::printf("  view %s\n", j["view"].get<std::string>().c_str());
+  if (!j.value("error", "").empty()) std::printf("  error: %s\n", j.value("error", "").c_str());
+}
+
+int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::string& proxy, const cmd_options& o) {
+  const auto& w = o.words;
+  if (w.empty()) return usage(2);
+  auto fail_with = [](const std::string& what, const shoal::result<shoal::http::full_response>& r) {
+    if (!r) {
+      std::fprintf(stderr, "shoalctl: %s: %s\n", what.c_str(), r.error().message.c_str());
+      return 1;
+    }
+    auto j = json::parse(r->body, nullptr, false);
+    std::string why = j.is_object() ? j.value("error", "") : "";
+    std::fprintf(stderr, "shoalctl: %s: HTTP %d%s\n", what.c_str(), r->status, why.empty() ? "" : (": " + why).c_str());
+    return 1;
+  };
+  if (w[0] == "declare" && w.size() == 2) {
+    std::FILE* f = std::fopen(w[1].c_str(), "rb");
+    if (!f) {
+      std::fprintf(stderr, "shoalctl: cannot read %s\n", w[1].c_str());
+      return 1;
+    }
+    std::string body;
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) body.append(buf, n);
+    std::fclose(f);
+    auto r = request(c, "POST", proxy + "/shoal/v1/datasets", body);
+    if (!r || (r->status != 200 && r->status != 202)) return fail_with("declare", r);
+    auto j = json::parse(r->body, nullptr, false);
+    std::printf("%s: %s\n", j.value("dataset", "").c_str(), j.value("state", "").c_str());
+    return 0;
+  }
+  if (w[0] == "ls" && w.size() == 1) {
+    auto r = request(c, "GET", peerd + "/shoal/v1/datasets");
+    auto j = r ? json::parse(r->body, nullptr, false) : json();
+    if (!r || r->status != 200 || !j.is_array()) return fail_with("dataset ls", r);
+    if (o.as_json) {
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    std::printf("%-40s %-13s %9s %11s %7s  %s\n", "DATASET", "STATE", "FILES", "SIZE", "PRESENT", "VIEW");
+    for (const auto& d : j) {
+      std::printf("%-40s %-13s %9.0f %11s %7s  %s\n", d.value("dataset", "").c_str(), d.value("state", "").c_str(),
+                  num_of(d, "files"), human(num_of(d, "bytes")).c_str(),
+                  pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(),
+                  d.contains("view") && d["view"].is_string() ? d["view"].get<std::string>().c_str() : "-");
+    }
+    return 0;
+  }
+  if (w.size() != 2) return usage(2);
+  const std::string& ref = w[1];
+  if (w[0] == "status") {
+    auto r = request(c, "GET", peerd + "/shoal/v1/datasets/" + ref);
+    auto j = r ? json::parse(r->body, nullptr, false) : json();
+    if (!r || r->status != 200 || !j.is_object()) return fail_with("dataset status " + ref, r);
+    if (o.as_json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("%s\n", progress_line(j).c_str());
+      dataset_summary(j);
+    }
+    return j.value("state", "") == "failed" ? 1 : 0;
+  }
+  if (w[0] == "rm") {
+    auto r = request(c, "DELETE", peerd + "/shoal/v1/datasets/" + ref, {}, std::chrono::seconds(60));
+    if (!r || r->status != 200) return fail_with("dataset rm " + ref, r);
+    auto j = json::parse(r->body, nullptr, false);
+    std::printf("%s removed (%.0f objects unpinned)\n", ref.c_str(), num_of(j, "unpinned"));
+    return 0;
+  }
+  if (w[0] != "prefetch") return usage(2);
+  json body = {{"dataset", ref}};
+  auto r = request(c, "POST", peerd + "/shoal/v1/datasets/prefetch", body.dump());
+  if (!r || (r->status != 200 && r->status != 202)) return fail_with("dataset prefetch " + ref, r);
+  if (!o.wait) {
+    std::printf("%s\n", progress_line(json::parse(r->body, nullptr, false)).c_str());
+    return 0;
+  }
+  bool tty = ::isatty(2);
+  auto t0 = std::chrono::steady_clock::now();
+  auto last_line = t0 - std::chrono::hours(1);
+  json j;
+  for (;;) {
+    auto s = request(c, "GET", peerd + "/shoal/v1/datasets/" + ref, {}, std::chrono::seconds(10));
+    if (s && s->status == 200) {
+      j = json::parse(s->body, nullptr, false);
+      if (j.is_object()) {
+        std::string st = j.value("state", "");
+        auto now = std::chrono::steady_clock::now();
+        // On a terminal the bar redraws in place; in a log, one line every 5 seconds.
+        if (tty) {
+          std::fprintf(stderr, "\r\033[2K%s", progress_line(j).c_str());
+        } else if (now - last_line >= std::chrono::seconds(5) || st == "ready" || st == "failed") {
+          std::fprintf(stderr, "%s\n", progress_line(j).c_str());
+          last_line = now;
+        }
+        if (st == "ready" || st == "failed") break;
+      }
+    } else if (!s) {
+      std::fprintf(stderr, "%sshoalctl: peerd: %s%s", tty ? "\r\033[2K" : "", s.error().message.c_str(), tty ? "" : "\n");
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o.timeout) {
+      std::fprintf(stderr, "\nshoalctl: %s not ready after %.0fs\n", ref.c_str(), o.timeout);
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  dataset_summary(j);
+  return j.value("state", "") == "ready" ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string peerd = env_or("SHOAL_PEERD", "http://127.0.0.1:65001");
   std::string scheduler = env_or("SHOAL_SCHEDULER", "http://127.0.0.1:7070");
+  std::string proxy = env_or("SHOAL_REGISTRY_PROXY", "http://127.0.0.1:5050");
   std::string platform = "linux/amd64";
   std::vector<std::string> args;
   cmd_options o;
@@ -489,6 +654,8 @@ int main(int argc, char** argv) {
       ok = value(peerd);
     else if (a == "--scheduler")
       ok = value(scheduler);
+    else if (a == "--registry-proxy")
+      ok = value(proxy);
     else if (a == "--platform")
       ok = value(platform);
     else if (a == "--nodes")
@@ -540,5 +707,10 @@ int main(int argc, char** argv) {
   if (args[0] == "place" && args.size() >= 1) return cmd_place(c, scheduler, o);
   if (args[0] == "prewarm" && (args.size() >= 2 || !o.datasets.empty()))
     return cmd_prewarm(c, scheduler, o);
+  if (args[0] == "dataset") {
+    while (!proxy.empty() && proxy.back() == '/') proxy.pop_back();
+    while (!peerd.empty() && peerd.back() == '/') peerd.pop_back();
+    return cmd_dataset(c, peerd, proxy, o);
+  }
   return usage(2);
 }

@@ -400,4 +400,84 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
   return m;
 }
 
+std::vector<std::pair<digest, std::uint64_t>> group_objects(const manifest& m, const group& g) {
+  std::vector<std::pair<digest, std::uint64_t>> out;
+  out.reserve(g.files.size());
+  for (auto i : g.files) {
+    if (i < m.files.size()) out.emplace_back(m.files[i].id, m.files[i].size);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  out.erase(std::unique(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+            out.end());
+  return out;
+}
+
+digest pack_key(const std::vector<std::pair<digest, std::uint64_t>>& objects) {
+  sha256_hasher h;
+  for (const auto& [d, size] : objects) {
+    std::string line = d.str() + " " + std::to_string(size) + "\n";
+    h.update(line.data(), line.size());
+  }
+  return h.finish();
+}
+
+std::vector<std::pair<digest, std::uint64_t>> manifest_objects(const manifest& m) {
+  std::vector<std::pair<digest, std::uint64_t>> out;
+  out.reserve(m.files.size());
+  for (const auto& f : m.files) {
+    if (f.size > 0) out.emplace_back(f.id, f.size);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  out.erase(std::unique(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+            out.end());
+  return out;
+}
+
+result<std::vector<listing_entry>> parse_autoindex(std::string_view text, std::size_t max_entries) {
+  if (text.size() > (512u << 20)) return fail(errc::too_large, "directory listing larger than 512 MiB");
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return fail(errc::protocol_error, "directory listing is not a JSON array (nginx: autoindex on; autoindex_format json;)");
+  }
+  std::vector<listing_entry> out;
+  for (const auto& e : j) {
+    if (out.size() >= max_entries) return fail(errc::too_large, "directory listing has more than " + std::to_string(max_entries) + " entries");
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("type") || !e["type"].is_string()) {
+      return fail(errc::protocol_error, "directory listing entry without a name and a type");
+    }
+    listing_entry le;
+    le.name = e["name"].get<std::string>();
+    std::string type = e["type"].get<std::string>();
+    if (type == "directory") {
+      le.directory = true;
+    } else if (type == "file") {
+      if (!e.contains("size") || !e["size"].is_number_unsigned()) {
+        return fail(errc::protocol_error, "directory listing: file " + quote(le.name) + " has no size");
+      }
+      le.size = e["size"].get<std::uint64_t>();
+    } else {
+      continue;
+    }
+    out.push_back(std::move(le));
+  }
+  return out;
+}
+
+std::string url_path_escape(std::string_view path) {
+  static const char* hx = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(path.size());
+  for (unsigned char c : path) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+        c == '.' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hx[c >> 4];
+      out += hx[c & 15];
+    }
+  }
+  return out;
+}
+
 }  // namespace shoal::dataset

@@ -315,6 +315,13 @@ std::string encode(const message& m) {
     orders.push_back(std::move(x));
   }
   j["orders"] = std::move(orders);
+  if (!m.datasets.empty()) {
+    json ds = json::array();
+    for (const auto& d : m.datasets) {
+      ds.push_back({{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
+    }
+    j["datasets"] = std::move(ds);
+  }
   return dump(j);
 }
 
@@ -449,6 +456,30 @@ result<message> decode(std::string_view text) {
       auto rep = parse_report(o, "orders[" + std::to_string(i++) + "]");
       if (!rep) return fail(rep.error());
       m.orders.push_back(std::move(*rep));
+    }
+  }
+  const json* datasets = nullptr;
+  SHOAL_TRY(r.array("datasets", datasets, max_datasets));
+  if (datasets) {
+    std::size_t i = 0;
+    for (const auto& x : *datasets) {
+      std::string p = "datasets[" + std::to_string(i++) + "]";
+      if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+      reader dr(x, p);
+      dataset_presence d;
+      SHOAL_TRY(dr.str("dataset", d.dataset, 330));
+      auto at = d.dataset.find('@');
+      if (at == std::string::npos || at == 0 || at + 1 == d.dataset.size()) {
+        return fail(errc::invalid_argument, p + ".dataset must be name@version");
+      }
+      SHOAL_TRY(dr.u64("bytes", d.bytes, max_object_size * 1024));
+      SHOAL_TRY(dr.u64("total", d.total, max_object_size * 1024));
+      if (d.bytes > d.total) return fail(errc::invalid_argument, p + ".bytes is larger than its total");
+      if (const json* v = x.contains("view") ? &x["view"] : nullptr) {
+        if (!v->is_boolean()) return fail(errc::invalid_argument, p + ".view must be a boolean");
+        d.view = v->get<bool>();
+      }
+      m.datasets.push_back(std::move(d));
     }
   }
   return m;

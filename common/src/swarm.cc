@@ -191,4 +191,25 @@ void session::remove(const lt::torrent_handle& h) {
   if (h.is_valid()) ses_->remove_torrent(h);
 }
 
+result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m, const std::string& objects_dir,
+                                                  const std::vector<std::string>& trackers) {
+  std::string t = m.torrent_file(trackers);
+  std::string name = "pack " + m.info_hash_hex().substr(0, 12);
+  lt::error_code ec;
+  auto ti = std::make_shared<lt::torrent_info>(t.data(), static_cast<int>(t.size()), ec);
+  if (ec) return fail(errc::internal, "torrent for " + name + ": " + ec.message());
+  lt::add_torrent_params p;
+  p.ti = ti;
+  p.save_path = objects_dir;
+  // As add_seed(): not auto-managed, not paused, every piece verified (the members were
+  // verified against their sha256 when they entered the cache).
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
+  p.verified_pieces.resize(ti->num_pieces(), true);
+  p.have_pieces.resize(ti->num_pieces(), true);
+  auto h = ses_->add_torrent(std::move(p), ec);
+  if (ec == lt::errors::duplicate_torrent) return fail(errc::already_exists, "already seeding " + name);
+  if (ec) return fail(errc::internal, "add seed " + name + ": " + ec.message());
+  return h;
+}
+
 }  // namespace shoal::swarm

@@ -15,11 +15,14 @@ app::app(const peerd_config& cfg)
 
 app::~app() {
   if (prewarm_) prewarm_->request_stop();
+  if (datasets_) datasets_->request_stop();
   heartbeat_.reset();
   if (server_) server_->stop(std::chrono::milliseconds(0));
+  if (groups_) groups_->stop();
   if (swarm_) swarm_->stop();
   if (http_client_) http_client_->stop();
   prewarm_.reset();
+  datasets_.reset();
   pool_.join();
   cache_events_.reset();
   if (store_) store_->stop();
@@ -87,7 +90,16 @@ status app::init() {
     auto d = e.id;
     boost::asio::post(pool_, [this, d] { (void)state_->forget(d); });
   });
-  mirror_ = std::make_unique<mirror>(mirror::deps{cfg_, *store_, *swarm_, *http_client_, pool_, reg_});
+  if (auto s = init_datasets(); !s) return s;
+  {
+    mirror::deps md{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
+    if (datasets_) {
+      md.datasets = [ds = datasets_.get()](const http::request& r, const http::responder& resp) {
+        return ds->handle(r, resp);
+      };
+    }
+    mirror_ = std::make_unique<mirror>(std::move(md));
+  }
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-peerd");
@@ -113,15 +125,48 @@ status app::init() {
   if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
   if (!cfg_.upstream.scheduler.empty()) {
     prewarm_ = std::make_unique<prewarm_executor>(
-        prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_}, prewarm_executor::options{});
-    heartbeat_ = std::make_unique<heartbeat_sender>(heartbeat_sender::deps{
-        cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()});
+        prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_, datasets_.get()},
+        prewarm_executor::options{});
+    heartbeat_sender::deps hd{cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
+    if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
+    heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
     prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
     prewarm_->start();
     heartbeat_->start();
   }
   log::info("peerd listening", log::kv("node", cfg_.node.name), log::kv("address", cfg_.http.listen),
             log::kv("bt", swarm_->endpoint()), log::kv("registry_proxy", cfg_.upstream.registry_proxy));
+  return {};
+}
+
+status app::init_datasets() {
+  const auto& dc = cfg_.datasets;
+  if (!dc.enabled) return {};
+  auto base = std::filesystem::path(cfg_.cache.dir).parent_path();
+  group_swarm::options go;
+  go.partial_dir = dc.partial_dir.empty() ? (base / "dataset-partial").string() : dc.partial_dir;
+  go.dir = dc.dir.empty() ? (base / "datasets").string() : dc.dir;
+  go.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.stall_timeout.get());
+  go.fallback_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.fallback_deadline.get());
+  go.seed_idle_unload = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.seed_idle_unload.get());
+  go.max_loaded = static_cast<std::size_t>(cfg_.swarm.max_loaded_torrents);
+  auto gs = group_swarm::start(group_swarm::deps{*store_, *state_, *swarm_, *http_client_, pool_}, go);
+  if (!gs) return fail(gs.error().wrap("datasets"));
+  groups_ = std::move(*gs);
+  dataset_manager::options o;
+  o.views_dir = dc.views_dir.empty() ? (base / "views").string() : dc.views_dir;
+  o.dir = go.dir;
+  o.parallel_groups = dc.parallel_groups;
+  o.resolve_wait = std::chrono::duration_cast<std::chrono::milliseconds>(dc.resolve_wait.get());
+  o.max_manifest = static_cast<std::size_t>(dc.max_manifest.bytes());
+  datasets_ = std::make_unique<dataset_manager>(
+      dataset_manager::deps{cfg_, *store_, *groups_, *http_client_, pool_}, std::move(o));
+  if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
+  auto* g = groups_.get();
+  reg_.gauge_fn("shoal_peerd_dataset_downloads_active", "Dataset groups being downloaded.",
+                [g] { return static_cast<double>(g->active()); });
+  reg_.gauge_fn("shoal_peerd_dataset_seeds_loaded", "Dataset groups loaded as seeds.",
+                [g] { return static_cast<double>(g->loaded()); });
   return {};
 }
 

@@ -12,6 +12,8 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "config.h"
+#include "datasets.h"
+#include "group_swarm.h"
 #include "heartbeat.h"
 #include "mirror.h"
 #include "prewarm.h"
@@ -32,6 +34,7 @@ class app {
  private:
   explicit app(const peerd_config& cfg);
   [[nodiscard]] status init();
+  [[nodiscard]] status init_datasets();
   void register_metrics();
 
   peerd_config cfg_;
@@ -42,6 +45,8 @@ class app {
   std::unique_ptr<cache::store> store_;
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;
+  std::unique_ptr<group_swarm> groups_;
+  std::unique_ptr<dataset_manager> datasets_;
   std::unique_ptr<mirror> mirror_;
   std::unique_ptr<http::server> server_;
   cache::subscription cache_events_;

@@ -71,6 +71,23 @@ void describe(config::binder& b, swarm_config& c) {
           "swarm.fallback_deadline must be longer than swarm.stall_timeout");
 }
 
+void describe(config::binder& b, datasets_config& c) {
+  b.field("enabled", c.enabled, "Serve the dataset API (prefetch, ls, status, rm) and dataset prewarm orders.");
+  b.field("views_dir", c.views_dir,
+          "Where read-only dataset views are made (<views_dir>/<name>@<version>/<path>, hard links "
+          "into the cache); must be on the cache's filesystem. Empty: next to cache.dir.");
+  b.field("partial_dir", c.partial_dir,
+          "Dataset group downloads in progress; kept across restarts so a prefetch resumes; must be "
+          "on the cache's filesystem. Empty: next to cache.dir.");
+  b.field("dir", c.dir, "Dataset records, manifests and pack torrents of this node. Empty: next to cache.dir.");
+  b.field("parallel_groups", c.parallel_groups, "Groups (torrents) one prefetch downloads at the same time.",
+          {.min = 1, .max = 256});
+  b.field("resolve_wait", c.resolve_wait, "How long a prefetch waits for registry-proxy to resolve the dataset.",
+          {.min = 1s});
+  b.field("max_manifest", c.max_manifest, "Largest dataset manifest accepted from registry-proxy.",
+          {.min = config::byte_size::kib(64)});
+}
+
 void describe(config::binder& b, peerd_config& c) {
   b.section("http", c.http, "The HTTP API: containerd's mirror endpoint, status, pull.");
   b.section("log", c.log, "Logging.");
@@ -81,6 +98,7 @@ void describe(config::binder& b, peerd_config& c) {
   b.section("upstream", c.upstream, "registry-proxy and the scheduler.");
   b.section("cache", c.cache, "The local object store.");
   b.section("swarm", c.swarm, "BitTorrent.");
+  b.section("datasets", c.datasets, "Datasets: prefetch, read-only views, pins (docs/datasets.md).");
 }
 
 }  // namespace shoal::peerd

@@ -67,6 +67,18 @@ struct swarm_config {
 };
 void describe(config::binder& b, swarm_config& c);
 
+// Datasets on this node (datasets.h): prefetch, read-only views, pins.
+struct datasets_config {
+  bool enabled = true;
+  std::string views_dir;    // <views_dir>/<name>@<version>/...: hard links into the cache (empty: <cache.dir>/../views)
+  std::string partial_dir;  // group downloads in progress, kept across restarts (empty: <cache.dir>/../dataset-partial)
+  std::string dir;          // records, manifests, pack torrents (empty: <cache.dir>/../datasets)
+  int parallel_groups = 4;  // groups (torrents) downloaded at once per prefetch
+  config::duration resolve_wait = 30min;  // how long a prefetch waits for registry-proxy to resolve
+  config::byte_size max_manifest = config::byte_size::mib(1024);
+};
+void describe(config::binder& b, datasets_config& c);
+
 struct peerd_config {
   daemon::http_config http{.listen = "127.0.0.1:65001"};
   daemon::log_config log;
@@ -76,6 +88,7 @@ struct peerd_config {
   upstream_config upstream;
   cache_config cache;
   swarm_config swarm;
+  datasets_config datasets;
 };
 void describe(config::binder& b, peerd_config& c);
 

@@ -41,6 +41,8 @@ class heartbeat_sender {
     http::client& http;
     std::function<std::uint16_t()> http_port;
     prewarm_executor* prewarm = nullptr;  // may be null
+    // Datasets held here (datasets.h); empty when datasets are disabled.
+    std::function<std::vector<heartbeat::dataset_presence>()> datasets;
   };
   explicit heartbeat_sender(deps d);
   ~heartbeat_sender();

@@ -118,6 +118,7 @@ void mirror::operator()(http::request&& req, http::responder resp) {
   if (daemon::serve_ops(req, resp, d_.metrics, health)) return;
   if (req.path == "/shoal/v1/status") return handle_status(resp);
   if (req.path == "/shoal/v1/pull") return handle_pull(req, resp);
+  if (d_.datasets && req.path.rfind("/shoal/v1/datasets", 0) == 0 && d_.datasets(req, resp)) return;
   if (req.path.rfind("/v2", 0) != 0) return resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
   if (req.method != http::verb::get && req.method != http::verb::head) {
     return resp.send(oci_error(405, oci::error_code::unsupported, "peerd serves the pull API only"));

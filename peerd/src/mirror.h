@@ -32,6 +32,8 @@ class mirror {
     http::client& http;
     boost::asio::thread_pool& pool;
     metrics::registry& metrics;
+    // The dataset API (datasets.h): handles /shoal/v1/datasets*, false for other paths.
+    std::function<bool(const http::request&, const http::responder&)> datasets;
   };
   explicit mirror(deps d);
   void operator()(http::request&& req, http::responder resp);

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/oci.h"
+#include "datasets.h"
 
 namespace shoal::peerd {
 
@@ -159,7 +160,15 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
     o = j->order;
   }
   if (!o.dataset.empty()) {
-    return failed("dataset " + o.dataset + ": this peerd cannot fetch datasets yet (issue #7)");
+    if (!d_.datasets) return failed("dataset " + o.dataset + ": datasets are disabled on this node");
+    std::optional<cache::time_point> until;
+    if (o.pin_seconds > 0) until = cache::clock::now() + std::chrono::seconds(o.pin_seconds);
+    // The prefetch pins every object for the order (owner prewarm:<id>) and makes the view.
+    auto st = d_.datasets->prefetch_and_wait(o.dataset, "prewarm:" + o.id, until, nullptr);
+    if (!st) return failed(st.error().message);
+    std::lock_guard lk(mu_);
+    j->state = heartbeat::order_state::done;
+    return;
   }
   auto ref = oci::parse_image_ref(o.image);
   if (!ref) return failed(ref.error().message);

@@ -37,6 +37,8 @@
 
 namespace shoal::peerd {
 
+class dataset_manager;
+
 class prewarm_executor {
  public:
   struct deps {
@@ -45,6 +47,7 @@ class prewarm_executor {
     swarm_manager& swarm;
     mirror& mir;
     http::client& http;
+    dataset_manager* datasets = nullptr;  // null: dataset orders fail
   };
   struct options {
     std::size_t parallel = 3;

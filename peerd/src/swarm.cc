@@ -284,8 +284,21 @@ void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint
   if (h.is_valid()) h.read_piece(lt::piece_index_t(static_cast<int>(piece)));
 }
 
+void swarm_manager::set_extension(extension e) {
+  std::lock_guard lk(ext_mu_);
+  ext_ = std::make_shared<const extension>(std::move(e));
+}
+
 void swarm_manager::on_alert(lt::alert* a) {
   if (log::enabled(log::level::trace)) log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
+  {
+    std::shared_ptr<const extension> ext;
+    {
+      std::lock_guard lk(ext_mu_);
+      ext = ext_;
+    }
+    if (ext && ext->on_alert && ext->on_alert(a)) return;
+  }
   if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) {
     auto dl = by_hash(ih_of(pf->handle));
     if (!dl) return;
@@ -487,6 +500,14 @@ void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torre
 
 bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_params& p) {
   if (stop_.load()) return false;
+  {
+    std::shared_ptr<const extension> ext;
+    {
+      std::lock_guard lk(ext_mu_);
+      ext = ext_;
+    }
+    if (ext && ext->on_unknown_torrent && ext->on_unknown_torrent(h, p)) return true;
+  }
   std::string ih = swarm::hash_hex(h);
   auto d = d_.state.by_info_hash(ih);
   if (!d || !d_.store.contains(*d)) return false;

@@ -158,6 +158,18 @@ class swarm_manager {
   [[nodiscard]] boost::asio::thread_pool& pool() { return d_.pool; }
   [[nodiscard]] int streaming_window() const { return cfg_.streaming_window; }
 
+  // Dataset groups (group_swarm.h) share this session. Their hooks see every alert first (and
+  // return true for the alerts of their own torrents) and may load a torrent a peer asks for
+  // before the object table is consulted. Set once, before the session carries traffic.
+  struct extension {
+    std::function<bool(lt::alert*)> on_alert;
+    std::function<bool(const lt::sha1_hash&, lt::add_torrent_params&)> on_unknown_torrent;
+  };
+  void set_extension(extension e);
+  [[nodiscard]] lt::session& session_for_extension() { return ses_->raw(); }
+  [[nodiscard]] std::vector<std::string> tracker_urls() const { return trackers(); }
+  [[nodiscard]] const swarm_config& config() const { return cfg_; }
+
   // Internal (plugin and download callbacks).
   bool prepare_on_demand(const lt::sha1_hash& ih, lt::add_torrent_params& p);
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
@@ -194,6 +206,9 @@ class swarm_manager {
   };
   std::map<std::string, seed_entry> seeds_;  // by info-hash hex
   std::list<std::string> lru_;
+
+  std::mutex ext_mu_;
+  std::shared_ptr<const extension> ext_;
 
   std::thread monitor_;
   std::atomic<bool> stop_{false};

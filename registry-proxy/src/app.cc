@@ -4,6 +4,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include <filesystem>
+
 #include "common/log.h"
 #include "common/sha256.h"
 
@@ -30,7 +32,11 @@ app::~app() {
   stop();
   if (server_) server_->stop(std::chrono::milliseconds(0));
   if (blobs_) blobs_->shutdown();
+  // Datasets first stop starting work, then the HTTP client cancels their origin transfers, then
+  // their threads are joined.
+  if (datasets_) datasets_->request_stop();
   if (http_client_) http_client_->stop();
+  if (datasets_) datasets_->stop();
   pool_.join();
   if (seeder_) seeder_->stop();
   cache_events_.reset();
@@ -115,6 +121,7 @@ status app::init() {
     });
   });
 
+  if (auto s = init_datasets(); !s) return s;
   register_metrics();
 
   handler_deps hd{*ups_, *manifests_, *blobs_, reg_};
@@ -127,6 +134,9 @@ status app::init() {
     };
   }
   hd.metainfo_wait = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());
+  if (datasets_) {
+    hd.datasets = [ds = datasets_.get()](http::request& r, const http::responder& resp) { return ds->handle(r, resp); };
+  }
   hd.health = [this] {
     daemon::health h;
     auto s = store_->get_stats();
@@ -204,6 +214,43 @@ void app::register_metrics() {
     reg_.counter_fn("shoal_proxy_p2p_uploaded_bytes_total", "Payload bytes uploaded to the swarm.",
                     [sd] { return static_cast<double>(sd->uploaded_bytes()); });
   }
+}
+
+status app::init_datasets() {
+  const auto& dc = cfg_.datasets;
+  if (!dc.enabled) return {};
+  namespace fs = std::filesystem;
+  dataset_service_options o;
+  o.dir = dc.dir.empty() ? (fs::path(cfg_.state_dir).parent_path() / "datasets").string() : dc.dir;
+  o.staging_dir = dc.staging_dir.empty() ? (fs::path(cfg_.cache.dir).parent_path() / "dataset-staging").string()
+                                         : dc.staging_dir;
+  o.parallel_fetches = dc.parallel_fetches;
+  o.policy.small_file_max = dc.small_file_max.bytes();
+  o.policy.pack_target = dc.pack_target.bytes();
+  o.origin.credentials_dir = dc.credentials_dir;
+  o.origin.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(dc.connect_timeout.get());
+  o.origin.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(dc.stall_timeout.get());
+  o.origin.max_retries = dc.max_retries;
+  o.origin.max_files = static_cast<std::size_t>(dc.max_files);
+  o.resolve_pin = std::chrono::duration_cast<std::chrono::seconds>(dc.resolve_pin.get());
+  if (seeder_) {
+    o.trackers = cfg_.torrent.trackers;
+    o.seed_endpoint = seeder_->endpoint();
+  }
+  dataset_metrics dm;
+  dm.origin_gets = &reg_.counter("shoal_proxy_dataset_origin_requests_total",
+                                 "Requests sent to dataset origins for object bytes.").with({});
+  dm.origin_bytes = &reg_.counter("shoal_proxy_dataset_origin_bytes_total", "Bytes received from dataset origins.").with({});
+  dm.origin_changed = &reg_.counter("shoal_proxy_dataset_origin_changed_total",
+                                    "Objects refused because the origin changed them under a resolved version.").with({});
+  dm.resolved = &reg_.counter("shoal_proxy_datasets_resolved_total", "Dataset versions resolved into a manifest.").with({});
+  dm.resolve_failures = &reg_.counter("shoal_proxy_dataset_resolve_failures_total", "Dataset resolutions that failed.").with({});
+  datasets_ = std::make_unique<dataset_service>(std::move(o), rt_.io(), *store_, *state_, *http_client_, seeder_.get(), dm);
+  if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
+  auto* ds = datasets_.get();
+  reg_.gauge_fn("shoal_proxy_datasets_resolving", "Dataset versions being resolved.",
+                [ds] { return static_cast<double>(ds->resolving()); });
+  return {};
 }
 
 int app::run() {

@@ -14,6 +14,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "config.h"
+#include "datasets.h"
 #include "handler.h"
 #include "manifests.h"
 #include "seeder.h"
@@ -39,6 +40,7 @@ class app {
  private:
   explicit app(const proxy_config& cfg);
   [[nodiscard]] status init();
+  [[nodiscard]] status init_datasets();
   void register_metrics();
 
   proxy_config cfg_;
@@ -54,6 +56,7 @@ class app {
   std::unique_ptr<blob_service> blobs_;
   std::unique_ptr<manifest_service> manifests_;
   std::unique_ptr<seeder> seeder_;
+  std::unique_ptr<dataset_service> datasets_;
   std::unique_ptr<proxy_handler> handler_;
   std::unique_ptr<http::server> server_;
   cache::subscription cache_events_;

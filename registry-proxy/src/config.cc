@@ -81,6 +81,40 @@ void describe(config::binder& b, torrent_config& c) {
   b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
 }
 
+void describe(config::binder& b, dataset_config& c) {
+  b.field("enabled", c.enabled, "Serve the dataset API (declare, resolve, manifests, group metainfo).");
+  b.field("dir", c.dir,
+          "Directory of dataset records, canonical manifests and pack torrents. Empty: "
+          "<state_dir>/../datasets.");
+  b.field("staging_dir", c.staging_dir,
+          "Where origin objects are written while they are fetched and hashed; must be on the "
+          "cache's filesystem (objects are renamed into the cache). Partial files stay here so an "
+          "interrupted fetch resumes. Empty: <cache.dir>/../dataset-staging.");
+  b.field("credentials_dir", c.credentials_dir,
+          "Directory holding S3 credentials files (ACCESS_KEY:SECRET). A declaration's "
+          "origin.credentials_file is a name relative to it and can never reach outside it. "
+          "Empty: declarations may not name credentials files (the environment's AWS_* "
+          "variables are used).");
+  b.field("parallel_fetches", c.parallel_fetches, "Origin objects fetched at the same time.", {.min = 1, .max = 256});
+  b.field("small_file_max", c.small_file_max,
+          "Files smaller than this are grouped into packs (one multi-file torrent each); larger "
+          "files are each their own object and swarm.",
+          {.min = config::byte_size::kib(1), .max = config::byte_size::gib(1)});
+  b.field("pack_target", c.pack_target, "A pack closes once it holds this many bytes.",
+          {.min = config::byte_size::kib(64), .max = config::byte_size::gib(4)});
+  b.field("max_files", c.max_files, "Files one dataset may select at most.", {.min = 1, .max = 1'000'000'000});
+  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward dataset origins.", {.min = 10ms});
+  b.field("stall_timeout", c.stall_timeout, "Give up on an origin transfer with no bytes for this long.",
+          {.min = 100ms});
+  b.field("max_retries", c.max_retries,
+          "Whole-request retries of one origin object after failures (each resumes where the "
+          "bytes stopped).",
+          {.min = 0, .max = 100});
+  b.field("resolve_pin", c.resolve_pin,
+          "Objects fetched by a resolution (or fetched again for a group) are pinned this long, so "
+          "the first nodes find them in the cache.");
+}
+
 void describe(config::binder& b, proxy_config& c) {
   b.section("http", c.http, "The HTTP API (OCI pull API, metainfo, metrics, health).");
   b.section("log", c.log, "Logging.");
@@ -95,6 +129,7 @@ void describe(config::binder& b, proxy_config& c) {
   b.section("manifests", c.manifests, "Manifest caching.");
   b.section("access", c.access, "Private content checks.");
   b.section("torrent", c.torrent, "The P2P origin.");
+  b.section("datasets", c.datasets, "Datasets: declarations, origin fetches, manifests (docs/datasets.md).");
 }
 
 }  // namespace shoal::proxy

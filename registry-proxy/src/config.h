@@ -66,6 +66,23 @@ struct torrent_config {
 };
 void describe(config::binder& b, torrent_config& c);
 
+// Datasets (datasets.h): declarations resolved into manifests, origin fetches, group torrents.
+struct dataset_config {
+  bool enabled = true;
+  std::string dir;          // records, manifests, pack torrents (empty: <state_dir>/../datasets)
+  std::string staging_dir;  // origin fetches in progress, on the cache's filesystem (empty: <cache.dir>/../dataset-staging)
+  std::string credentials_dir;  // declarations' credentials_file names are resolved here (empty: none allowed)
+  int parallel_fetches = 8;     // origin objects fetched at once
+  config::byte_size small_file_max = config::byte_size::mib(4);  // files below are packed
+  config::byte_size pack_target = config::byte_size::mib(64);    // a pack closes at this many bytes
+  std::uint64_t max_files = 10'000'000;  // files one dataset may select
+  config::duration connect_timeout = 5s;
+  config::duration stall_timeout = 30s;
+  int max_retries = 5;                   // whole-request retries of one origin object (each resumes)
+  config::duration resolve_pin = 1h;     // objects fetched by a resolution are kept at least this long
+};
+void describe(config::binder& b, dataset_config& c);
+
 struct proxy_config {
   daemon::http_config http{.listen = "0.0.0.0:5050"};
   daemon::log_config log;
@@ -78,6 +95,7 @@ struct proxy_config {
   manifest_config manifests;
   access_config access;
   torrent_config torrent;
+  dataset_config datasets;
 };
 void describe(config::binder& b, proxy_config& c);
 

@@ -35,6 +35,7 @@ std::string route_of(std::string_view target) {
   auto q = target.find('?');
   std::string_view path = target.substr(0, q);
   if (path.rfind("/shoal/v1/metainfo/", 0) == 0) return "metainfo";
+  if (path.rfind("/shoal/v1/dataset", 0) == 0) return "dataset";
   if (path.rfind("/v2", 0) == 0) {
     if (path.rfind("/blobs/") != std::string_view::npos) return "blob";
     if (path.rfind("/manifests/") != std::string_view::npos) return "manifest";
@@ -49,6 +50,7 @@ void proxy_handler::operator()(http::request&& req, http::responder resp) {
   if (daemon::serve_ops(req, resp, d_.metrics, d_.health)) return;
   if (req.path.rfind("/v2", 0) == 0) return handle_v2(std::move(req), resp);
   if (req.path.rfind("/shoal/v1/metainfo/", 0) == 0) return handle_metainfo(std::move(req), resp);
+  if (d_.datasets && req.path.rfind("/shoal/v1/dataset", 0) == 0 && d_.datasets(req, resp)) return;
   resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
 }
 

@@ -27,6 +27,9 @@ struct handler_deps {
   std::chrono::milliseconds metainfo_wait{20000};
   std::function<void(const digest&)> on_metainfo_served;  // the seeder loads the torrent
   std::function<daemon::health()> health;
+  // The dataset API (datasets.h): handles /shoal/v1/datasets* and /shoal/v1/dataset-metainfo/*;
+  // returns false for paths it does not own. Empty when datasets are disabled.
+  std::function<bool(http::request&, const http::responder&)> datasets;
 };
 
 class proxy_handler {
@@ -40,7 +43,8 @@ class proxy_handler {
   handler_deps d_;
 };
 
-// The metrics label for a request target: base, manifest, blob, metainfo, ops, v2_other, other.
+// The metrics label for a request target: base, manifest, blob, metainfo, dataset, ops, v2_other,
+// other.
 [[nodiscard]] std::string route_of(std::string_view target);
 
 }  // namespace shoal::proxy

@@ -4,6 +4,8 @@
 #include <libtorrent/session_stats.hpp>
 #include <libtorrent/torrent_status.hpp>
 
+#include <filesystem>
+
 #include "common/log.h"
 
 namespace shoal::proxy {
@@ -52,6 +54,13 @@ void seeder::stop() {
     for (auto& [d, e] : loaded_) all.push_back(d);
   }
   for (const auto& d : all) (void)store_.unpin(d, "seeder");
+  std::vector<digest> members;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [k, p] : packs_) members.insert(members.end(), p.members.begin(), p.members.end());
+    packs_.clear();
+  }
+  for (const auto& d : members) (void)store_.unpin(d, "seeder");
   if (ses_) ses_->stop();
 }
 
@@ -192,6 +201,101 @@ void seeder::sweep() {
   }
   auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
   // pin + unpin extends the expiry and leaves the count (one per loaded torrent) unchanged.
+  for (const auto& d : keep) {
+    if (store_.pin(d, "seeder", expiry)) (void)store_.unpin(d, "seeder");
+  }
+  sweep_packs();
+}
+
+// ---- dataset packs
+
+std::size_t seeder::loaded_packs() const {
+  std::lock_guard lk(mu_);
+  return packs_.size();
+}
+
+void seeder::seed_pack(const digest& key, const pack_metainfo& m) {
+  if (stop_.load()) return;
+  std::lock_guard load(load_mu_);
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(mu_);
+    auto it = packs_.find(key);
+    if (it != packs_.end()) {
+      it->second.last_used = now;
+      return;
+    }
+  }
+  // Pin every member first: no file may be evicted from under libtorrent.
+  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  std::vector<digest> pinned;
+  pinned.reserve(m.files.size());
+  for (const auto& [d, size] : m.files) {
+    if (!store_.contains(d) || !store_.pin(d, "seeder", expiry)) {
+      log::debug("not seeding a pack whose member left the cache", log::kv("member", d.str()));
+      for (const auto& p : pinned) (void)store_.unpin(p, "seeder");
+      return;
+    }
+    pinned.push_back(d);
+  }
+  auto objects = std::filesystem::path(store_.shard_dir(digest{})).parent_path().parent_path().string();
+  auto h = ses_->add_pack_seed(m, objects, trackers());
+  if (!h) {
+    if (!h.error().is(errc::already_exists)) {
+      log::warn("cannot seed a pack", log::kv("pack", key.str()), log::kv("error", h.error().message));
+    }
+    for (const auto& p : pinned) (void)store_.unpin(p, "seeder");
+    return;
+  }
+  std::vector<digest> unpin;
+  {
+    std::lock_guard lk(mu_);
+    packs_[key] = pack_entry{*h, now, std::move(pinned)};
+    while (packs_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {
+      auto oldest = packs_.begin();
+      for (auto it = packs_.begin(); it != packs_.end(); ++it) {
+        if (it->second.last_used < oldest->second.last_used) oldest = it;
+      }
+      unload_pack_locked(oldest->first, unpin);
+    }
+  }
+  for (const auto& d : unpin) (void)store_.unpin(d, "seeder");
+  log::debug("seeding a pack", log::kv("pack", key.str()), log::kv("objects", m.files.size()),
+             log::kv("info_hash", m.info_hash_hex()));
+}
+
+void seeder::unload_pack_locked(const digest& key, std::vector<digest>& unpin) {
+  auto it = packs_.find(key);
+  if (it == packs_.end()) return;
+  ses_->remove(it->second.h);
+  unpin.insert(unpin.end(), it->second.members.begin(), it->second.members.end());
+  packs_.erase(it);
+}
+
+void seeder::sweep_packs() {
+  auto now = std::chrono::steady_clock::now();
+  auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
+  std::vector<std::pair<digest, lt::torrent_handle>> snapshot;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [k, p] : packs_) snapshot.emplace_back(k, p.h);
+  }
+  std::vector<digest> unpin, keep;
+  for (auto& [k, h] : snapshot) {
+    int peers = h.is_valid() ? h.status().num_peers : 0;
+    std::lock_guard lk(mu_);
+    auto it = packs_.find(k);
+    if (it == packs_.end()) continue;
+    if (peers > 0) it->second.last_used = now;
+    if (now - it->second.last_used > idle) {
+      log::debug("unloading an idle pack", log::kv("pack", k.str()));
+      unload_pack_locked(k, unpin);
+    } else {
+      keep.insert(keep.end(), it->second.members.begin(), it->second.members.end());
+    }
+  }
+  for (const auto& d : unpin) (void)store_.unpin(d, "seeder");
+  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
   for (const auto& d : keep) {
     if (store_.pin(d, "seeder", expiry)) (void)store_.unpin(d, "seeder");
   }

@@ -39,6 +39,13 @@ class seeder {
   void unload(const digest& d);
   void stop();
 
+  // Dataset packs (datasets.h): several small objects in one multi-file torrent, seeded from the
+  // cache's objects directory. `key` is the pack's identity (dataset::pack_key). Every member is
+  // pinned while the pack is loaded; packs follow the same idle and LRU rules as objects (their
+  // own count, also bounded by max_loaded_torrents). Blocking; worker threads only.
+  void seed_pack(const digest& key, const pack_metainfo& m);
+  [[nodiscard]] std::size_t loaded_packs() const;
+
   // "ip:port" peers can connect to (the announce_ip or listen address, with the bound port).
   [[nodiscard]] std::string endpoint() const;
   [[nodiscard]] std::size_t loaded() const;
@@ -48,6 +55,8 @@ class seeder {
  private:
   seeder(torrent_config cfg, cache::store& store, state_db& st) : cfg_(std::move(cfg)), store_(store), st_(st) {}
   void sweep();
+  void sweep_packs();
+  void unload_pack_locked(const digest& key, std::vector<digest>& unpin);
 
   struct entry {
     lt::torrent_handle h;
@@ -67,6 +76,12 @@ class seeder {
   std::map<digest, entry> loaded_;
   std::list<digest> lru_;  // front: most recently used
   std::atomic<std::uint64_t> uploaded_{0};
+  struct pack_entry {
+    lt::torrent_handle h;
+    std::chrono::steady_clock::time_point last_used;
+    std::vector<digest> members;
+  };
+  std::map<digest, pack_entry> packs_;  // guarded by mu_, by pack key
   std::thread sweeper_;
   std::atomic<bool> stop_{false};
   std::mutex sweep_mu_;

@@ -16,6 +16,15 @@ namespace {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+json datasets_json(const node_summary& n) {
+  json out = json::array();
+  for (const auto& p : n.datasets) {
+    out.push_back({{"dataset", p.dataset}, {"bytes", p.bytes}, {"total", p.total}, {"share", p.share()},
+                   {"view", p.view}});
+  }
+  return out;
+}
+
 json parse_doc(const std::string& text) {
   auto j = json::parse(text, nullptr, false);
   return j.is_discarded() ? json() : j;
@@ -211,6 +220,7 @@ json api::node_json(const node_summary& n,
           {"healthy", n.healthy},
           {"health", n.health},
           {"health_reasons", n.health_reasons},
+          {"datasets", datasets_json(n)},
           {"last_seen_s", std::round(n.last_seen_s * 100) / 100},
           {"objects", n.objects},
           {"bytes_held", n.bytes_held},
@@ -314,10 +324,24 @@ http::response api::on_dataset(std::string_view rest) {
     list.push_back({{"digest", o.id.str()}, {"size", o.size}});
     bytes += o.size;
   }
+  // What each node reports of the dataset itself (bytes present, share, view ready).
+  json presence = json::array();
+  for (const auto& n : d_.index.nodes()) {
+    for (const auto& p : n.datasets) {
+      if (p.dataset != rest) continue;
+      presence.push_back({{"node", n.name},
+                          {"bytes", p.bytes},
+                          {"total", p.total},
+                          {"share", p.share()},
+                          {"view", p.view},
+                          {"healthy", n.healthy}});
+    }
+  }
   json out = {{"dataset", std::string(rest)},
               {"objects", std::move(list)},
               {"bytes", bytes},
-              {"nodes", holders_json(*objs, "")}};
+              {"nodes", holders_json(*objs, "")},
+              {"presence", std::move(presence)}};
   return http::response::json(200, dump(out));
 }
 

@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
+#include "dataset_catalog.h"
 
 namespace shoal::scheduler {
 
@@ -76,7 +77,14 @@ status app::init() {
   ro.max_manifests = cfg_.resolver.max_manifests;
   ro.threads = cfg_.resolver.threads;
   resolver_ = std::make_unique<resolver>(*manifests_, ro);
-  datasets_ = std::make_unique<no_datasets>();
+  {
+    // Datasets are resolved by registry-proxy; the catalog reads their manifests there.
+    dataset_catalog_options dco;
+    dco.registry_proxy = cfg_.resolver.registry_proxy;
+    dco.connect_timeout = ms(cfg_.resolver.connect_timeout);
+    dco.request_timeout = std::max(ms(cfg_.resolver.request_timeout), std::chrono::milliseconds(30000));
+    datasets_ = std::make_unique<registry_proxy_datasets>(*http_client_, dco);
+  }
   {
     netsetup::policy pol;
     if (!cfg_.placement.netsetup_policy.empty()) {

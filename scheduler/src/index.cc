@@ -102,6 +102,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.netsetup = m.netsetup;
   n.inv.health = m.health;
   n.inv.health_reasons = m.health_reasons;
+  n.inv.datasets = m.datasets;
   n.ip = m.ip.empty() ? std::string(source_ip) : m.ip;
   n.last_seen = now;
   out.ip = n.ip;
@@ -181,6 +182,7 @@ node_summary cluster_index::summary_locked(const node_entry& n, clock::time_poin
   s.netsetup = n.inv.netsetup;
   s.health = n.inv.health;
   s.health_reasons = n.inv.health_reasons;
+  s.datasets = n.inv.datasets;
   s.healthy = healthy_locked(n, now);
   s.last_seen_s = std::chrono::duration<double>(now - n.last_seen).count();
   s.cache_capacity = n.inv.cache_capacity;

@@ -57,6 +57,7 @@ struct node_summary {
   std::string rdma, netsetup;  // JSON text
   std::string health;          // as reported
   std::vector<std::string> health_reasons;
+  std::vector<heartbeat::dataset_presence> datasets;  // as last reported (issue #7)
   bool healthy = false;    // reported ok/degraded and heard from recently
   double last_seen_s = 0;  // seconds since the last heartbeat
   std::uint64_t cache_capacity = 0, cache_used = 0;

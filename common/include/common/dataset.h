@@ -104,4 +104,29 @@ struct manifest {
 // group), sizes. `expected` (when given) must equal the digest of the canonical form.
 [[nodiscard]] result<manifest> parse_manifest(std::string_view json, const std::optional<digest>& expected = {});
 
+// ---- groups and origins (shared by registry-proxy and peerd)
+
+// The distinct objects of a group, as (digest, size) in pack order (sorted by digest): what its
+// torrent holds.
+[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> group_objects(const manifest& m, const group& g);
+// A pack's identity independent of its torrent: the sha256 of its members' "<digest> <size>\n"
+// lines in pack order. Two datasets with the same small files share packs and their torrents.
+[[nodiscard]] digest pack_key(const std::vector<std::pair<digest, std::uint64_t>>& objects);
+// The distinct objects of a whole manifest (every non-empty file once), sorted by digest.
+[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> manifest_objects(const manifest& m);
+
+// One entry of an HTTP origin's directory listing (nginx `autoindex_format json`).
+struct listing_entry {
+  std::string name;
+  bool directory = false;
+  std::uint64_t size = 0;
+};
+// Parses nginx's JSON autoindex: [{"name":..., "type":"file"|"directory", "size":N, ...}].
+// Other types (symlinks nginx could not follow) are skipped. Names are returned as sent; the
+// caller checks the resulting paths with check_path(). Bounded: at most `max_entries`.
+[[nodiscard]] result<std::vector<listing_entry>> parse_autoindex(std::string_view json,
+                                                                 std::size_t max_entries = 10'000'000);
+// Percent-encodes a dataset path for an http(s) origin URL ('/' kept, RFC 3986 unreserved kept).
+[[nodiscard]] std::string url_path_escape(std::string_view path);
+
 }  // namespace shoal::dataset

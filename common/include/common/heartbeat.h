@@ -44,6 +44,7 @@ inline constexpr std::size_t max_orders = 1024;
 inline constexpr std::size_t max_order_objects = 100'000;
 inline constexpr std::uint64_t max_object_size = std::uint64_t{1} << 50;  // 1 PiB
 inline constexpr int max_json_depth = 64;
+inline constexpr std::size_t max_datasets = 4096;
 
 struct held_object {
   digest id;
@@ -71,6 +72,17 @@ struct order_report {
   std::string error;  // failed: why
 };
 
+// A dataset this node holds wholly or in part (issue #7): how many of its bytes are in the cache
+// and whether its read-only view is ready to mount. Sent in every message (it is small); absent in
+// messages from nodes that predate it, so decoders treat a missing list as "none".
+struct dataset_presence {
+  std::string dataset;      // "name@version"
+  std::uint64_t bytes = 0;  // bytes of the dataset's distinct objects present in the cache
+  std::uint64_t total = 0;  // bytes of the dataset's distinct objects
+  bool view = false;        // the view is materialized
+  [[nodiscard]] double share() const { return total ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0; }
+};
+
 struct message {
   int schema = schema_version;
   std::string node;
@@ -93,6 +105,7 @@ struct message {
   std::string health = "ok";  // ok | degraded | failing
   std::vector<std::string> health_reasons;
   std::vector<order_report> orders;
+  std::vector<dataset_presence> datasets;
 };
 
 // One object of a prewarm order, with where to fetch it from (registry-proxy's ns= and repo).

@@ -75,6 +75,13 @@ class session {
                                                     const std::vector<std::string>& trackers);
   void remove(const lt::torrent_handle& h);
 
+  // Adds a complete, verified pack (several objects in one multi-file torrent, dataset packs) as
+  // a seed, the same way as add_seed(): every member must already be verified at
+  // `<objects_dir>/sha256/<hh>/<hex>`, where `objects_dir` is the cache's objects directory
+  // (the pack's file layout is the cache's object layout, so nothing is copied).
+  [[nodiscard]] result<lt::torrent_handle> add_pack_seed(const pack_metainfo& m, const std::string& objects_dir,
+                                                         const std::vector<std::string>& trackers);
+
   // Called on the pump thread for every alert (after the built-in error logging).
   void on_alert(std::function<void(lt::alert*)> cb);
   void stop();

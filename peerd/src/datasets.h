@@ -1,0 +1,118 @@
+#pragma once
+// Datasets on a node: prefetch through the swarm, a read-only view for training pods, pins.
+//
+//   POST   /shoal/v1/datasets/prefetch {"dataset": "name@version"}   start or join a prefetch
+//   GET    /shoal/v1/datasets                                       every dataset here (ls)
+//   GET    /shoal/v1/datasets/<name>@<version>                      state and progress
+//   DELETE /shoal/v1/datasets/<name>@<version>                      remove the view, unpin (rm)
+//
+// A prefetch waits for registry-proxy to resolve the dataset, fetches its manifest (verified
+// against its digest), pins every object (owner "view:<name>@<version>", and "prewarm:<id>" for
+// the scheduler's orders), downloads the groups that are not complete here through the swarm
+// (group_swarm.h; `parallel_groups` at a time), and materializes the view
+// <views_dir>/<name>@<version>/<path>: hard links to the cache's object files (no second copy),
+// files 0444, directories 0555, empty files created; built aside and renamed into place, so a
+// view is either whole or absent. Restarted after an interruption (a new request, or peerd's
+// start for prefetches that were running), a prefetch skips complete groups and libtorrent
+// resumes partial ones.
+//
+// Progress: bytes present (of the dataset's distinct objects), rate, ETA, and where the bytes
+// came from (peers, registry-proxy over BitTorrent, registry-proxy over HTTP, already here).
+//
+// Records (<dir>/records/<ref>.json) and manifests (<dir>/manifests/<hex>.json) survive restarts.
+//
+// Lifecycle: start() → serve → request_stop() → destructor (joins the prefetch threads).
+// Threading: public methods are thread-safe; each prefetch runs on its own thread; HTTP handlers
+// post blocking work to the worker pool.
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/store.h"
+#include "common/dataset.h"
+#include "common/heartbeat.h"
+#include "common/http_client.h"
+#include "common/http_server.h"
+#include "config.h"
+#include "group_swarm.h"
+
+namespace shoal::peerd {
+
+class dataset_manager {
+ public:
+  struct deps {
+    const peerd_config& cfg;
+    cache::store& store;
+    group_swarm& groups;
+    http::client& http;
+    boost::asio::thread_pool& pool;
+  };
+  struct options {
+    std::string views_dir;
+    std::string dir;
+    int parallel_groups = 4;
+    std::chrono::milliseconds resolve_wait{30 * 60'000};
+    std::size_t max_manifest = 1u << 30;
+  };
+  dataset_manager(deps d, options o);
+  ~dataset_manager();
+  dataset_manager(const dataset_manager&) = delete;
+  dataset_manager& operator=(const dataset_manager&) = delete;
+
+  // Creates the directories, loads the records, restarts prefetches that were running.
+  [[nodiscard]] status start();
+  void request_stop();
+
+  // Routes /shoal/v1/datasets*; false when the path is not ours.
+  bool handle(const http::request& req, const http::responder& resp);
+
+  // Starts (or joins) a prefetch; `pin_owner` (besides the view's own) pins every object until
+  // `until` (a prewarm order). Blocking variant for prewarm orders: returns when it ends.
+  [[nodiscard]] status prefetch_and_wait(const std::string& ref, const std::string& pin_owner,
+                                         std::optional<cache::time_point> until,
+                                         std::function<void(std::uint64_t done, std::uint64_t total)> progress);
+
+  // For the heartbeat: every dataset with a record here, bytes present and total, view ready.
+  [[nodiscard]] std::vector<heartbeat::dataset_presence> presence();
+
+ private:
+  struct job;
+  std::shared_ptr<job> start_prefetch(const std::string& ref, const std::string& pin_owner,
+                                      std::optional<cache::time_point> until);
+  void run(const std::shared_ptr<job>& j);
+  [[nodiscard]] status run_steps(const std::shared_ptr<job>& j);
+  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> fetch_manifest(const std::shared_ptr<job>& j);
+  [[nodiscard]] status fetch_groups(const std::shared_ptr<job>& j, const dataset::manifest& m);
+  [[nodiscard]] result<group_spec> group_metainfo(const std::shared_ptr<job>& j, const dataset::manifest& m,
+                                                  std::uint32_t g);
+  [[nodiscard]] status materialize(const std::shared_ptr<job>& j, const dataset::manifest& m);
+  [[nodiscard]] status pin_all(const dataset::manifest& m, const std::string& owner,
+                               std::optional<cache::time_point> until);
+  void unpin_all(const dataset::manifest& m, const std::string& owner);
+  void persist(const job& j);
+  [[nodiscard]] std::string status_json(const job& j) const;
+  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> load_manifest(const digest& d);
+  [[nodiscard]] std::string proxy(const std::string& path) const;
+  void remove(const std::string& ref, const http::responder& resp);
+  [[nodiscard]] std::string view_path(const std::string& ref) const { return opts_.views_dir + "/" + ref; }
+
+  deps d_;
+  options opts_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<job>> jobs_;  // every dataset with a record, by ref
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace shoal::peerd

@@ -1,0 +1,140 @@
+#pragma once
+// Datasets in registry-proxy: declarations resolved into content-addressed manifests, and the
+// groups of a manifest (single objects and packs) served as torrents and seeded like blobs.
+//
+//   POST /shoal/v1/datasets                        declare (JSON declaration); resolution starts
+//   GET  /shoal/v1/datasets                        every dataset and its state
+//   GET  /shoal/v1/datasets/<name>@<version>       state, progress, manifest digest, error
+//   GET  /shoal/v1/datasets/<name>@<version>/manifest            the canonical manifest
+//   GET  /shoal/v1/datasets/<name>@<version>/objects/<digest>    one object (Range; HTTP fallback)
+//   GET  /shoal/v1/dataset-metainfo/<name>@<version>/<group>     a group's torrent (Shoal-Seed)
+//
+// Resolution lists the origin, fetches every selected object once (in parallel, resumable,
+// streamed through a staging file into the cache), builds the manifest and the metainfo of every
+// group. A version is pinned to its manifest digest for good: declaring the same name@version
+// again with another origin or other globs is refused (409), and an object that must be fetched
+// again (it was evicted) and whose origin bytes changed is refused with "origin changed under
+// version ...: declare a new version".
+//
+// On disk, under `datasets.dir`: datasets/<name>@<version>.json (declaration, state, manifest
+// digest), manifests/<hex>.json (canonical manifests), packs/<pack key>.torrent (pack metainfo;
+// single objects keep theirs in the state_db like blobs).
+//
+// Lifecycle: construct, start() (loads the records and resumes resolutions that were running),
+// serve, stop() (cancels and joins). Threading: handlers may be called on any io thread; every
+// blocking step runs on the service's own threads (a resolver thread per dataset being resolved,
+// and a pool of `parallel_fetches` threads for origin fetches and group preparation).
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/store.h"
+#include "common/dataset.h"
+#include "common/http_client.h"
+#include "common/http_server.h"
+#include "common/metainfo.h"
+#include "common/metrics.h"
+#include "dataset_origin.h"
+#include "state_db.h"
+
+namespace shoal::proxy {
+
+class seeder;
+
+struct dataset_service_options {
+  std::string dir;          // records, manifests, pack torrents
+  std::string staging_dir;  // on the cache's filesystem
+  int parallel_fetches = 8;
+  dataset::grouping_policy policy;
+  origin_options origin;
+  std::chrono::seconds resolve_pin{3600};  // objects fetched by a resolution stay at least this long
+  std::vector<std::string> trackers;       // announce URLs written into group torrents
+  std::string seed_endpoint;               // Shoal-Seed ("ip:port"), empty without a seeder
+};
+
+struct dataset_metrics {
+  metrics::counter* origin_gets = nullptr;
+  metrics::counter* origin_bytes = nullptr;
+  metrics::counter* origin_changed = nullptr;
+  metrics::counter* resolved = nullptr;
+  metrics::counter* resolve_failures = nullptr;
+};
+
+class dataset_service {
+ public:
+  dataset_service(dataset_service_options o, boost::asio::io_context& io, cache::store& store, state_db& st,
+                  http::client& http, seeder* sd, dataset_metrics m);
+  ~dataset_service();
+  dataset_service(const dataset_service&) = delete;
+  dataset_service& operator=(const dataset_service&) = delete;
+
+  [[nodiscard]] status start();
+  // Refuses new work and makes running fetches give up; stop() then joins.
+  void request_stop() { stop_.store(true); }
+  void stop();
+
+  // Routes /shoal/v1/datasets* and /shoal/v1/dataset-metainfo/*; false when the path is not ours.
+  bool handle(http::request& req, const http::responder& resp);
+
+  [[nodiscard]] std::size_t resolving() const;
+
+ private:
+  struct record;
+  struct group_job;
+
+  void declare(const http::request& req, const http::responder& resp);
+  void list(const http::responder& resp);
+  void status_of(const std::string& ref, const http::responder& resp);
+  void serve_manifest(const std::string& ref, const http::responder& resp);
+  void serve_object(const std::string& ref, std::string_view dig, const http::responder& resp);
+  void serve_metainfo(const std::string& ref, std::string_view group, std::chrono::milliseconds wait,
+                      const http::responder& resp);
+
+  [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
+  void start_resolution(const std::shared_ptr<record>& r);
+  void resolve(const std::shared_ptr<record>& r);
+  [[nodiscard]] status persist(const record& r) const;
+  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> manifest_of(const std::shared_ptr<record>& r);
+  // Makes sure every object of group `g` is in the cache (fetching again from the origin what was
+  // evicted, verified against the manifest) and that its torrent exists; blocking.
+  [[nodiscard]] result<std::string> prepare_group(const std::shared_ptr<record>& r, const dataset::manifest& m,
+                                                  std::uint32_t g, group_job& job);
+  // Fetches one origin object (single flight per staging identity); blocking.
+  [[nodiscard]] result<fetch_report> fetch_object(const dataset_origin& origin, const origin_object& o,
+                                                  const std::optional<digest>& expected,
+                                                  const std::function<void(std::uint64_t)>& progress);
+  [[nodiscard]] std::string objects_dir() const;
+
+  dataset_service_options opts_;
+  boost::asio::io_context& io_;
+  cache::store& store_;
+  state_db& st_;
+  http::client& http_;
+  seeder* seeder_;
+  dataset_metrics m_;
+  boost::asio::thread_pool pool_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> stopped_{false};
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<record>> records_;  // by "name@version"
+  std::map<std::string, std::shared_ptr<group_job>> group_jobs_;  // by "name@version/<group>"
+  std::vector<std::thread> resolvers_;
+
+  std::mutex flight_mu_;
+  std::map<std::string, std::shared_future<result<fetch_report>>> flights_;  // by staging identity
+};
+
+}  // namespace shoal::proxy

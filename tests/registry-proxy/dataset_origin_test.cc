@@ -1,0 +1,250 @@
+// registry-proxy's dataset origin against a scripted HTTP origin: the nginx JSON listing walked
+// recursively, objects streamed into the cache and verified, odd names refused with the rule they
+// break, interrupted fetches resumed with Range from the staging file, an origin that ignores
+// Range, and objects that changed under a version.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "../common/support/test_http_server.h"
+#include "cache/store.h"
+#include "common/sha256.h"
+#include "dataset_origin.h"
+
+namespace shoal::proxy {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string t = (fs::temp_directory_path() / "shoal-origin-XXXXXX").string();
+    path = ::mkdtemp(t.data());
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string bytes(std::size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& c : s) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+// An HTTP origin: a map of paths to bodies, listings for directories, Range support that a test
+// can switch off, and a hook to cut a body short.
+struct origin_server {
+  std::mutex mu;
+  std::map<std::string, std::string> listings;  // "/dir/" → JSON
+  std::map<std::string, std::string> files;     // "/dir/name" → bytes
+  bool honour_range = true;
+  std::optional<std::size_t> cut_after;  // close the first plain GET after this many bytes
+  bool refuse_ranges = false;            // answer Range requests with 500
+
+  testing::reply operator()(const testing::recorded_request& r) {
+    std::lock_guard lk(mu);
+    std::string path = r.target.substr(0, r.target.find('?'));
+    if (auto it = listings.find(path); it != listings.end()) return {.status = 200, .body = it->second};
+    auto it = files.find(path);
+    if (it == files.end()) return {.status = 404, .body = "no"};
+    auto range = r.header("Range");
+    if (range && refuse_ranges) return {.status = 500, .body = "no ranges today"};
+    if (range && honour_range) {
+      auto from = std::stoull(range->substr(6, range->find('-') - 6));
+      testing::reply rep;
+      rep.status = 206;
+      rep.body = it->second.substr(from);
+      rep.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" +
+                                                    std::to_string(it->second.size() - 1) + "/" +
+                                                    std::to_string(it->second.size()));
+      return rep;
+    }
+    testing::reply rep;
+    rep.status = 200;
+    rep.body = it->second;
+    if (cut_after) {
+      rep.close_after = *cut_after;
+      cut_after.reset();
+    }
+    return rep;
+  }
+};
+
+struct fixture : ::testing::Test {
+  temp_dir tmp;
+  origin_server os;
+  std::unique_ptr<testing::test_http_server> srv;
+  http::client http;
+  std::unique_ptr<cache::store> store;
+  std::string staging;
+  std::atomic<bool> cancel{false};
+
+  void SetUp() override {
+    srv = std::make_unique<testing::test_http_server>([this](const testing::recorded_request& r) { return os(r); });
+    cache::options o;
+    o.root = (tmp.path / "cache").string();
+    o.quota_bytes = 256u << 20;
+    o.scrub_bytes_per_sec = 0;
+    auto s = cache::store::open(o);
+    ASSERT_TRUE(s) << s.error().message;
+    store = std::move(*s);
+    staging = (tmp.path / "staging").string();
+    fs::create_directories(staging);
+  }
+
+  std::unique_ptr<dataset_origin> origin(const std::string& include = "", int retries = 2) {
+    std::string decl = R"({"name":"t","version":"v1","origin":{"url":")" + srv->url("/data/") + R"("}})";
+    if (!include.empty()) decl.insert(decl.size() - 1, R"(,"include":[")" + include + R"("])");
+    auto d = dataset::parse_declaration(decl);
+    EXPECT_TRUE(d) << d.error().message;
+    origin_options oo;
+    oo.stall_timeout = std::chrono::milliseconds(1000);
+    oo.max_retries = retries;
+    auto o = dataset_origin::make(*d, http, oo);
+    EXPECT_TRUE(o);
+    return std::move(*o);
+  }
+};
+
+using DatasetOrigin = fixture;
+
+TEST_F(DatasetOrigin, ListsRecursivelyAndFetchesIntoTheCache) {
+  os.listings["/data/"] = R"([{"name":"sub","type":"directory"},{"name":"a.txt","type":"file","size":5},
+                              {"name":"skip.tmp","type":"file","size":1}])";
+  os.listings["/data/sub/"] = R"([{"name":"b c.bin","type":"file","size":70000}])";
+  os.files["/data/a.txt"] = "hello";
+  os.files["/data/sub/b%20c.bin"] = bytes(70000, 1);
+  auto o = origin("");
+  auto l = o->list(cancel);
+  ASSERT_TRUE(l) << l.error().message;
+  ASSERT_EQ(l->size(), 3u);
+  EXPECT_EQ((*l)[0].path, "a.txt");
+  EXPECT_EQ((*l)[2].path, "sub/b c.bin");
+  for (std::size_t i : {0u, 2u}) {
+    std::uint64_t seen = 0;
+    auto r = o->fetch((*l)[i], *store, staging, std::nullopt, [&](std::uint64_t n) { seen += n; }, cancel);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(seen, (*l)[i].size);
+    EXPECT_TRUE(store->contains(r->id));
+    auto info = store->stat(r->id);
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->kind, cache::object_kind::dataset_file);
+  }
+  EXPECT_TRUE(store->contains(sha256_of(std::string("hello"))));
+  // The staging directory is empty again: every fetch was adopted.
+  EXPECT_TRUE(fs::is_empty(staging));
+  // Globs select.
+  auto only = origin("**/*.bin")->list(cancel);
+  ASSERT_TRUE(only);
+  ASSERT_EQ(only->size(), 1u);
+}
+
+TEST_F(DatasetOrigin, RefusesNamesThatCannotBePaths) {
+  struct c {
+    std::string listing, rule;
+  };
+  for (const auto& k : {c{R"([{"name":"../../etc/passwd","type":"file","size":1}])", "'..'"},
+                        c{R"([{"name":"..","type":"directory"}])", "'..'"},
+                        c{R"([{"name":"/etc/passwd","type":"file","size":1}])", "absolute"},
+                        c{R"([{"name":"a\u0000b","type":"file","size":1}])", "NUL"},
+                        c{R"([{"name":"a\nb","type":"file","size":1}])", "control"},
+                        c{R"([{"name":")" + std::string(300, 'x') + R"(","type":"file","size":1}])", "longer"}}) {
+    os.listings["/data/"] = k.listing;
+    auto l = origin()->list(cancel);
+    ASSERT_FALSE(l) << k.listing;
+    EXPECT_NE(l.error().message.find(k.rule), std::string::npos) << l.error().message;
+    EXPECT_NE(l.error().message.find("cannot be a dataset path"), std::string::npos) << l.error().message;
+  }
+}
+
+TEST_F(DatasetOrigin, ResumesFromTheStagingFileWithRange) {
+  std::string body = bytes(300000, 2);
+  os.listings["/data/"] = R"([{"name":"big","type":"file","size":300000}])";
+  os.files["/data/big"] = body;
+  os.cut_after = 100000;
+  os.refuse_ranges = true;  // the first fetch cannot resume: it fails with 100000 bytes staged
+  auto o = origin("", 0);
+  auto l = o->list(cancel);
+  ASSERT_TRUE(l);
+  auto first = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
+  ASSERT_FALSE(first);
+  EXPECT_NE(first.error().message.find("100000 of 300000"), std::string::npos) << first.error().message;
+  os.refuse_ranges = false;
+  std::size_t before = srv->request_count();
+  auto second = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(second->id, sha256_of(body));
+  EXPECT_EQ(second->resumed_bytes, 100000u);
+  EXPECT_EQ(second->origin_bytes, 200000u);
+  auto reqs = srv->requests();
+  ASSERT_GT(reqs.size(), before);
+  EXPECT_EQ(reqs[before].header("Range").value_or(""), "bytes=100000-299999");
+}
+
+TEST_F(DatasetOrigin, StartsOverWhenTheOriginIgnoresRange) {
+  std::string body = bytes(200000, 3);
+  os.listings["/data/"] = R"([{"name":"f","type":"file","size":200000}])";
+  os.files["/data/f"] = body;
+  os.cut_after = 50000;
+  os.honour_range = false;
+  auto o = origin("", 3);
+  auto l = o->list(cancel);
+  ASSERT_TRUE(l);
+  auto r = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->id, sha256_of(body));
+  EXPECT_TRUE(store->contains(sha256_of(body)));
+}
+
+TEST_F(DatasetOrigin, ChangedObjectsAreRefused) {
+  os.listings["/data/"] = R"([{"name":"f","type":"file","size":4}])";
+  os.files["/data/f"] = "old!";
+  auto o = origin();
+  auto l = o->list(cancel);
+  ASSERT_TRUE(l);
+  auto first = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
+  ASSERT_TRUE(first);
+  // Same size, other bytes: the expected digest catches it.
+  os.files["/data/f"] = "new!";
+  auto again = o->fetch(origin_object{"f", 4, "refetch"}, *store, staging, first->id, nullptr, cancel);
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(again.error().is(errc::digest_mismatch)) << again.error().message;
+  // Longer than listed: refused while it streams.
+  os.files["/data/f"] = "much longer now";
+  auto longer = o->fetch(origin_object{"f", 4, "refetch2"}, *store, staging, std::nullopt, nullptr, cancel);
+  ASSERT_FALSE(longer);
+  EXPECT_TRUE(longer.error().is(errc::size_mismatch)) << longer.error().message;
+  // Gone: not found, named.
+  os.files.erase("/data/f");
+  auto gone = o->fetch(origin_object{"f", 4, "refetch3"}, *store, staging, std::nullopt, nullptr, cancel);
+  ASSERT_FALSE(gone);
+  EXPECT_TRUE(gone.error().is(errc::not_found)) << gone.error().message;
+}
+
+TEST_F(DatasetOrigin, CredentialsFilesStayInsideTheirDirectory) {
+  auto d = dataset::parse_declaration(
+      R"({"name":"t","version":"v1","origin":{"url":"s3://b/p","endpoint":"http://127.0.0.1:1","credentials_file":"../etc/shadow"}})");
+  ASSERT_TRUE(d);
+  origin_options oo;
+  oo.credentials_dir = (tmp.path / "creds").string();
+  auto o = dataset_origin::make(*d, http, oo);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("credentials_dir"), std::string::npos) << o.error().message;
+  oo.credentials_dir.clear();
+  d->origin.credentials_file = "x";
+  auto none = dataset_origin::make(*d, http, oo);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("not configured"), std::string::npos) << none.error().message;
+}
+
+}  // namespace
+}  // namespace shoal::proxy
