@@ -5,6 +5,8 @@
 #include <libtorrent/torrent_info.hpp>
 #include <libtorrent/torrent_status.hpp>
 
+#include <sys/statvfs.h>
+
 #include <boost/asio/post.hpp>
 
 #include <filesystem>
@@ -115,6 +117,19 @@ std::string group_swarm::member_path(const group_download& dl, const digest& d) 
   return dl.spec_.pack ? dl.dir_ + "/sha256/" + hex.substr(0, 2) + "/" + hex : dl.dir_ + "/" + hex;
 }
 
+status group_swarm::check_space(const group_download& dl) const {
+  struct statvfs sv {};
+  if (::statvfs(opts_.partial_dir.c_str(), &sv) != 0) return {};
+  std::uint64_t free = static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize;
+  std::uint64_t need = dl.total_ - std::min(dl.total_, dl.done_.load());
+  // The bytes are written once into the partial directory, then renamed into the cache (same
+  // filesystem): `need` is what the group still takes, plus a little for metadata.
+  if (free >= need + (1u << 20)) return {};
+  return shoal::fail(errc::no_space, "no space left on device for " + dl.spec_.name + ": " + opts_.partial_dir +
+                                         " has " + std::to_string(free >> 20) + " MiB free, the group needs " +
+                                         std::to_string((need >> 20) + 1) + " MiB more");
+}
+
 std::size_t group_swarm::active() const {
   std::lock_guard lk(mu_);
   return downloads_.size();
@@ -168,6 +183,12 @@ result<std::shared_ptr<group_download>> group_swarm::fetch(group_spec spec) {
   if (ec) {
     fail(dl, error{errc::io_error, "create " + dl->dir_ + ": " + ec.message()});
     return shoal::fail(*dl->failure());
+  }
+  // libtorrent writes through memory maps: on a full disk it sees SIGBUS ("Bad address"), not
+  // ENOSPC. Check the room first, and name the problem.
+  if (auto s = check_space(*dl); !s) {
+    fail(dl, s.error());
+    return shoal::fail(s.error());
   }
   lt::add_torrent_params p;
   p.ti = ti;
@@ -297,7 +318,8 @@ bool group_swarm::on_alert(lt::alert* a) {
   }
   if (!seed_trouble) return true;
   if (dl) {
-    fail(dl, error{errc::io_error, why});
+    auto room = check_space(*dl);
+    fail(dl, room ? error{errc::io_error, why} : error{room.error().code, room.error().message + " (" + why + ")"});
     return true;
   }
   // A seed whose files are missing or corrupt: stop serving it. The cache's scrubber and the next

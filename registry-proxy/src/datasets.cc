@@ -471,17 +471,17 @@ void dataset_service::serve_object(const std::string& ref, std::string_view dig,
     auto m = manifest_of(r);
     if (!m) return resp.send(json_error(status_for(m.error()), m.error().message));
     std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> idx;
-    std::shared_ptr<const dataset_origin> origin;
     {
       std::lock_guard rl(r->mu);
       idx = r->by_digest;
-      origin = r->origin;
     }
     auto it = idx->find(id);
     if (it == idx->end()) return resp.send(json_error(404, id.str() + " is not part of " + r->ref));
     const auto& f = (*m)->files[it->second];
-    if (!store_.contains(id) && f.size > 0 && origin) {
-      auto rep = fetch_object(*origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
+    if (!store_.contains(id) && f.size > 0) {
+      auto origin = origin_of(r);
+      if (!origin) return resp.send(json_error(502, origin.error().message));
+      auto rep = fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
       if (!rep) return resp.send(json_error(status_for(rep.error()), rep.error().message));
     }
     auto rd = store_.open_read(id);
@@ -495,6 +495,19 @@ void dataset_service::serve_object(const std::string& ref, std::string_view dig,
     out.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
     resp.send(std::move(out));
   });
+}
+
+result<std::shared_ptr<const dataset_origin>> dataset_service::origin_of(const std::shared_ptr<record>& r) {
+  {
+    std::lock_guard rl(r->mu);
+    if (r->origin) return r->origin;
+  }
+  // Records loaded at start have no origin client yet (credentials are read when needed).
+  auto o = dataset_origin::make(r->decl, http_, opts_.origin);
+  if (!o) return fail(o.error().wrap("origin of " + r->ref));
+  std::lock_guard rl(r->mu);
+  if (!r->origin) r->origin = std::shared_ptr<const dataset_origin>(std::move(*o));
+  return r->origin;
 }
 
 // ---- resolution
@@ -527,18 +540,9 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
     log::warn("dataset resolution failed", log::kv("dataset", r->ref), log::kv("error", e.message));
     (void)persist(*r);
   };
-  std::shared_ptr<const dataset_origin> origin;
-  {
-    std::lock_guard rl(r->mu);
-    origin = r->origin;
-  }
-  if (!origin) {
-    auto o = dataset_origin::make(r->decl, http_, opts_.origin);
-    if (!o) return failed(o.error());
-    origin = std::shared_ptr<const dataset_origin>(std::move(*o));
-    std::lock_guard rl(r->mu);
-    r->origin = origin;
-  }
+  auto og = origin_of(r);
+  if (!og) return failed(og.error());
+  std::shared_ptr<const dataset_origin> origin = *og;
   auto t0 = steady::now();
   r->files_done = 0;
   r->bytes_done = 0;
@@ -678,10 +682,6 @@ result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>
   auto objs = dataset::group_objects(m, gr);
   job.bytes = gr.bytes;
   std::shared_ptr<const dataset_origin> origin;
-  {
-    std::lock_guard rl(r->mu);
-    origin = r->origin;
-  }
   // Objects evicted since the resolution come again from the origin, and must be the same bytes.
   auto until = cache::clock::now() + opts_.resolve_pin;
   for (const auto& [d, size] : objs) {
@@ -689,7 +689,11 @@ result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>
       job.bytes_done.fetch_add(size);
       continue;
     }
-    if (!origin) return fail(errc::unavailable, "origin of " + r->ref + " is not available");
+    if (!origin) {
+      auto o = origin_of(r);
+      if (!o) return fail(o.error());
+      origin = *o;
+    }
     std::string path;
     for (auto i : gr.files) {
       if (m.files[i].id == d) {

@@ -116,6 +116,7 @@ class dataset_service {
                                                   const std::optional<digest>& expected,
                                                   const std::function<void(std::uint64_t)>& progress);
   [[nodiscard]] std::string objects_dir() const;
+  [[nodiscard]] result<std::shared_ptr<const dataset_origin>> origin_of(const std::shared_ptr<record>& r);
 
   dataset_service_options opts_;
   boost::asio::io_context& io_;
