@@ -112,6 +112,8 @@ def wait_dataset(proxy_url: str, ref: str, *, timeout: float = 120, states=("rea
         nonlocal last
         code, body = http_json(f"{proxy_url}/shoal/v1/datasets/{ref}")
         last = body if isinstance(body, dict) else {"http": code, "body": body}
+        if isinstance(body, dict) and body.get("state") == "failed" and "failed" not in states:
+            raise FixtureError(f"dataset {ref} failed: {body.get('error')}")
         return isinstance(body, dict) and body.get("state") in states
 
     wait_until(done, timeout, f"dataset {ref} in state {states}", diagnostics=lambda: json.dumps(last))
