@@ -87,7 +87,23 @@ void prewarm_manager::update_part(record& r, part& p, clock::time_point now) {
     log::info("prewarm node finished", log::kv("id", r.id), log::kv("node", p.node),
               log::kv("state", to_string(s)), log::kv("error", p.error));
   };
-  if (held.count == p.objects.size()) return finish(part_state::done, "");
+  // A dataset is ready on a node once its view exists (the node reports it in its heartbeats, or
+  // reports the order done), not merely when its objects are in the cache (issue #7).
+  auto views_ready = [&] {
+    std::optional<node_summary> node;
+    for (const auto& t : p.orders) {
+      if (t.order.dataset.empty()) continue;
+      if (t.report && t.report->state == heartbeat::order_state::done) continue;
+      if (!node) node = idx_.node(p.node);
+      bool ok = false;
+      if (node) {
+        for (const auto& d : node->datasets) ok = ok || (d.dataset == t.order.dataset && d.view);
+      }
+      if (!ok) return false;
+    }
+    return true;
+  };
+  if (held.count == p.objects.size() && views_ready()) return finish(part_state::done, "");
   for (const auto& t : p.orders) {
     if (t.report && t.report->state == heartbeat::order_state::failed) {
       std::string what = t.order.image.empty() ? t.order.dataset : t.order.image;

@@ -2,6 +2,9 @@
 // listing parser, URL escaping of dataset paths, and the heartbeat's dataset presence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "common/dataset.h"
 #include "common/heartbeat.h"
 #include "common/sha256.h"
@@ -128,3 +131,39 @@ TEST(HeartbeatDatasets, RoundTripAndBounds) {
 
 }  // namespace
 }  // namespace shoal::heartbeat
+
+namespace shoal::dataset {
+namespace {
+
+// canonical_json() writes the bytes itself; they must stay exactly nlohmann's dump() of the
+// document (manifest digests are computed over them).
+TEST(DatasetManifest, CanonicalFormIsTheDocumentsDump) {
+  std::vector<file_entry> files;
+  for (int i = 0; i < 300; ++i) {
+    std::string content(static_cast<std::size_t>(i * 37 % 5000), static_cast<char>(i));
+    std::string path = "d" + std::to_string(i % 9) + "/f \"q\" \xc3\xbc\t" + std::to_string(i);
+    if (i % 50 == 0) path = "\xe2\x82\xac/" + std::to_string(i);
+    files.push_back(file_entry{path, content.size(), sha256_of(content)});
+  }
+  // A tab is a control character: not a valid path. Replace it so build_manifest accepts them.
+  for (auto& f : files) std::replace(f.path.begin(), f.path.end(), '\t', '_');
+  grouping_policy p;
+  p.small_file_max = 3000;
+  p.pack_target = 20000;
+  auto m = build_manifest("n", "V1.0", "https://h/b\"a\"se/", files, p);
+  ASSERT_TRUE(m) << m.error().message;
+  nlohmann::json jf = nlohmann::json::array(), jg = nlohmann::json::array();
+  for (const auto& f : m->files) jf.push_back({{"digest", f.id.str()}, {"path", f.path}, {"size", f.size}});
+  for (const auto& g : m->groups) {
+    jg.push_back({{"bytes", g.bytes}, {"files", g.files}, {"kind", g.type == group::kind::pack ? "pack" : "single"}});
+  }
+  nlohmann::json doc = {{"files", jf}, {"groups", jg}, {"name", m->name}, {"origin", m->origin},
+                        {"schema", m->schema}, {"version", m->version}};
+  EXPECT_EQ(canonical_json(*m), doc.dump());
+  auto back = parse_manifest(canonical_json(*m), manifest_digest(*m));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->files.size(), m->files.size());
+}
+
+}  // namespace
+}  // namespace shoal::dataset

@@ -1,9 +1,10 @@
 """A whole Shoal cluster on one machine, in network namespaces with shaped links.
 
-Node 0 runs the upstream registry, node 1 registry-proxy and the scheduler (tracker), nodes 2..
-each run peerd and a containerd whose hosts.toml points at that peerd (with the registry itself
-as containerd's fallback `server`). Used by `make demo`, the multi-node tests and
-bench/fanout/run.
+Node 0 runs the upstream registry (and/or, with `s3_origin`, s3rver as a dataset origin), node 1
+registry-proxy and the scheduler (tracker), nodes 2.. each run peerd and (unless `containerd` is
+false) a containerd whose hosts.toml points at that peerd (with the registry itself as
+containerd's fallback `server`). Used by `make demo`, the multi-node tests, bench/fanout/run and
+the dataset tests and benchmark.
 """
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ class Cluster:
     proxy_extra: Mapping[str, Any] | None = None
     log_level: str = "info"
     snapshotter: str | None = None
+    containerd: bool = True          # a containerd per node (image pulls); dataset tests need none
+    registry_origin: bool = True     # node 0 runs the upstream registry
+    s3_origin: bool = False          # node 0 runs s3rver (dataset origin, s3.py) on port 4568
+    s3: Any = None
     net: Network | None = None
     registry: Registry | None = None
     proxy: RegistryProxy | None = None
@@ -59,15 +64,30 @@ class Cluster:
             self.net.nodes[0].set_shape(infra_shape)
             self.net.nodes[1].set_shape(infra_shape)
         n0, n1 = self.net.nodes[0], self.net.nodes[1]
-        self.registry = Registry(self.workdir / "registry", host=n0.ip, port=5000, netns=n0.name).start()
-        self._stack.append(self.registry)
+        upstreams = [{"name": "127.0.0.1:9", "url": "http://127.0.0.1:9"}]
+        if self.registry_origin:
+            self.registry = Registry(self.workdir / "registry", host=n0.ip, port=5000, netns=n0.name).start()
+            self._stack.append(self.registry)
+            upstreams = [{"name": self.registry.host_port, "url": self.registry.url}]
+        proxy_extra: dict[str, Any] = dict(self.proxy_extra or {})
+        if self.s3_origin:
+            from .s3 import S3rver
+            self.s3 = S3rver(self.workdir / "s3", host=n0.ip, port=4568, netns=n0.name).start()
+            self._stack.append(self.s3)
+            creds = self.workdir / "credentials"
+            self.s3.credentials_file(creds)
+            ds = dict(proxy_extra.get("datasets", {}))
+            ds.setdefault("credentials_dir", str(creds))
+            proxy_extra["datasets"] = ds
+        # The scheduler resolves images and datasets through registry-proxy (started next, on 5050).
         self.scheduler = Scheduler(self.workdir / "scheduler", host=n1.ip, port=7070, netns=n1.name,
-                                   log_level=self.log_level).start()
+                                   log_level=self.log_level,
+                                   extra={"resolver": {"registry_proxy": f"http://{n1.ip}:5050"}}).start()
         self._stack.append(self.scheduler)
         self.proxy = RegistryProxy(self.workdir / "registry-proxy", host=n1.ip, port=5050, netns=n1.name,
-                                   upstreams=[{"name": self.registry.host_port, "url": self.registry.url}],
+                                   upstreams=upstreams,
                                    torrent=self.torrent, trackers=[self.scheduler.url + "/announce"],
-                                   bt_port=6881, extra=self.proxy_extra, log_level=self.log_level)
+                                   bt_port=6881, extra=proxy_extra or None, log_level=self.log_level)
         self.proxy.daemon.start()
         self.proxy.daemon.wait_tcp(5050, n1.ip, timeout=30)
         self._stack.append(self.proxy)
@@ -79,6 +99,8 @@ class Cluster:
             p.start()
             self._stack.append(p)
             self.peerds.append(p)
+            if not self.containerd:
+                continue
             kw = {"netns": node.name}
             if self.snapshotter:
                 kw["snapshotter"] = self.snapshotter
