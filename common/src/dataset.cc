@@ -7,33 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/sha256.h"
+#include "common/text.h"
 
 namespace shoal::dataset {
 
 using nlohmann::json;
 
 namespace {
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  std::size_t n = 0;
-  for (char c : s) {
-    if (++n > 120) {
-      out += "...";
-      break;
-    }
-    auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
-      out += c;
-    } else {
-      static const char* hx = "0123456789abcdef";
-      out += "\\x";
-      out += hx[u >> 4];
-      out += hx[u & 15];
-    }
-  }
-  return out + "\"";
-}
 
 bool valid_utf8(std::string_view s) {
   std::size_t i = 0;
@@ -156,11 +136,11 @@ bool valid_version(std::string_view v) { return token_ok(v, true); }
 
 result<std::pair<std::string, std::string>> parse_ref(std::string_view ref) {
   auto at = ref.find('@');
-  if (at == std::string_view::npos) return fail(errc::invalid_argument, "dataset reference " + quote(ref) + " must be name@version");
+  if (at == std::string_view::npos) return fail(errc::invalid_argument, "dataset reference " + quote_excerpt(ref) + " must be name@version");
   auto n = ref.substr(0, at), v = ref.substr(at + 1);
-  if (!valid_name(n)) return fail(errc::invalid_argument, "dataset name " + quote(n) + " must match [a-z0-9][a-z0-9._-]{0,127}");
+  if (!valid_name(n)) return fail(errc::invalid_argument, "dataset name " + quote_excerpt(n) + " must match [a-z0-9][a-z0-9._-]{0,127}");
   if (!valid_version(v)) {
-    return fail(errc::invalid_argument, "dataset version " + quote(v) + " must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}");
+    return fail(errc::invalid_argument, "dataset version " + quote_excerpt(v) + " must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}");
   }
   return std::make_pair(std::string(n), std::string(v));
 }
@@ -168,21 +148,21 @@ result<std::pair<std::string, std::string>> parse_ref(std::string_view ref) {
 status check_path(std::string_view path) {
   if (path.empty()) return fail(errc::invalid_argument, "empty path");
   if (path.size() > max_path_bytes) {
-    return fail(errc::invalid_argument, "path " + quote(path) + " is longer than " + std::to_string(max_path_bytes) + " bytes");
+    return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is longer than " + std::to_string(max_path_bytes) + " bytes");
   }
-  if (path.front() == '/') return fail(errc::invalid_argument, "path " + quote(path) + " is absolute");
+  if (path.front() == '/') return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is absolute");
   for (char c : path) {
     auto u = static_cast<unsigned char>(c);
-    if (u == 0) return fail(errc::invalid_argument, "path " + quote(path) + " contains NUL");
-    if (u < 0x20 || u == 0x7f) return fail(errc::invalid_argument, "path " + quote(path) + " contains a control character");
-    if (c == '\\') return fail(errc::invalid_argument, "path " + quote(path) + " contains a backslash");
+    if (u == 0) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains NUL");
+    if (u < 0x20 || u == 0x7f) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains a control character");
+    if (c == '\\') return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains a backslash");
   }
-  if (!valid_utf8(path)) return fail(errc::invalid_argument, "path " + quote(path) + " is not valid UTF-8");
+  if (!valid_utf8(path)) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is not valid UTF-8");
   for (auto comp : split(path)) {
-    if (comp.empty()) return fail(errc::invalid_argument, "path " + quote(path) + " has an empty component");
-    if (comp == "." || comp == "..") return fail(errc::invalid_argument, "path " + quote(path) + " has a '" + std::string(comp) + "' component");
+    if (comp.empty()) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " has an empty component");
+    if (comp == "." || comp == "..") return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " has a '" + std::string(comp) + "' component");
     if (comp.size() > max_component_bytes) {
-      return fail(errc::invalid_argument, "path " + quote(path) + " has a component longer than " +
+      return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " has a component longer than " +
                                               std::to_string(max_component_bytes) + " bytes");
     }
   }
@@ -219,8 +199,8 @@ result<declaration> parse_declaration(std::string_view text) {
   try {
     d.name = j.value("name", "");
     d.version = j.value("version", "");
-    if (!valid_name(d.name)) return fail(errc::invalid_argument, "dataset name " + quote(d.name) + " is invalid");
-    if (!valid_version(d.version)) return fail(errc::invalid_argument, "dataset version " + quote(d.version) + " is invalid");
+    if (!valid_name(d.name)) return fail(errc::invalid_argument, "dataset name " + quote_excerpt(d.name) + " is invalid");
+    if (!valid_version(d.version)) return fail(errc::invalid_argument, "dataset version " + quote_excerpt(d.version) + " is invalid");
     if (!j.contains("origin") || !j["origin"].is_object()) return fail(errc::invalid_argument, "dataset origin is missing");
     const auto& o = j["origin"];
     d.origin.url = o.value("url", "");
@@ -250,7 +230,7 @@ result<declaration> parse_declaration(std::string_view text) {
     if (d.origin.bucket.empty() || d.origin.bucket.size() > 63) return fail(errc::invalid_argument, "s3 bucket name is invalid");
     for (char c : d.origin.bucket) {
       if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
-        return fail(errc::invalid_argument, "s3 bucket name " + quote(d.origin.bucket) + " is invalid");
+        return fail(errc::invalid_argument, "s3 bucket name " + quote_excerpt(d.origin.bucket) + " is invalid");
       }
     }
     if (!d.origin.prefix.empty() && d.origin.prefix.back() != '/') d.origin.prefix += '/';
@@ -291,7 +271,7 @@ result<manifest> build_manifest(std::string name, std::string version, std::stri
   std::sort(files.begin(), files.end(), [](const file_entry& a, const file_entry& b) { return a.path < b.path; });
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (auto s = check_path(files[i].path); !s) return fail(s.error());
-    if (i > 0 && files[i].path == files[i - 1].path) return fail(errc::invalid_argument, "duplicate path " + quote(files[i].path));
+    if (i > 0 && files[i].path == files[i - 1].path) return fail(errc::invalid_argument, "duplicate path " + quote_excerpt(files[i].path));
   }
   m.files = std::move(files);
   group pack;
@@ -386,11 +366,11 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
         e.path = f.at("path").get<std::string>();
         e.size = f.at("size").get<std::uint64_t>();
         auto d = digest::parse(f.at("digest").get<std::string>());
-        if (!d) return fail(d.error().wrap("dataset manifest file " + quote(e.path)));
+        if (!d) return fail(d.error().wrap("dataset manifest file " + quote_excerpt(e.path)));
         e.id = *d;
         if (auto s = check_path(e.path); !s) return fail(s.error().wrap("dataset manifest"));
         if (!m.files.empty() && !(m.files.back().path < e.path)) {
-          return fail(errc::protocol_error, "dataset manifest files are not sorted and unique at " + quote(e.path));
+          return fail(errc::protocol_error, "dataset manifest files are not sorted and unique at " + quote_excerpt(e.path));
         }
         m.files.push_back(std::move(e));
       }
@@ -400,14 +380,14 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
         std::string kind = g.at("kind").get<std::string>();
         if (kind == "pack") gr.type = group::kind::pack;
         else if (kind == "single") gr.type = group::kind::single;
-        else return fail(errc::protocol_error, "dataset manifest group kind " + quote(kind) + " is unknown");
+        else return fail(errc::protocol_error, "dataset manifest group kind " + quote_excerpt(kind) + " is unknown");
         gr.bytes = g.at("bytes").get<std::uint64_t>();
         std::unordered_set<digest> uniq;
         std::uint64_t bytes = 0;
         for (const auto& i : g.at("files")) {
           auto idx = i.get<std::uint32_t>();
           if (idx >= m.files.size()) return fail(errc::protocol_error, "dataset manifest group refers to a missing file");
-          if (++seen[idx] > 1) return fail(errc::protocol_error, "dataset manifest file " + quote(m.files[idx].path) + " is in two groups");
+          if (++seen[idx] > 1) return fail(errc::protocol_error, "dataset manifest file " + quote_excerpt(m.files[idx].path) + " is in two groups");
           if (uniq.insert(m.files[idx].id).second) bytes += m.files[idx].size;
           gr.files.push_back(idx);
         }
@@ -418,7 +398,7 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
       }
       for (std::size_t i = 0; i < m.files.size(); ++i) {
         if (seen[i] == 0 && m.files[i].size != 0) {
-          return fail(errc::protocol_error, "dataset manifest file " + quote(m.files[i].path) + " is in no group");
+          return fail(errc::protocol_error, "dataset manifest file " + quote_excerpt(m.files[i].path) + " is in no group");
         }
       }
     } catch (const json::exception& e) {
@@ -481,7 +461,7 @@ result<std::vector<listing_entry>> parse_autoindex(std::string_view text, std::s
       le.directory = true;
     } else if (type == "file") {
       if (!e.contains("size") || !e["size"].is_number_unsigned()) {
-        return fail(errc::protocol_error, "directory listing: file " + quote(le.name) + " has no size");
+        return fail(errc::protocol_error, "directory listing: file " + quote_excerpt(le.name) + " has no size");
       }
       le.size = e["size"].get<std::uint64_t>();
     } else {
@@ -492,21 +472,6 @@ result<std::vector<listing_entry>> parse_autoindex(std::string_view text, std::s
   return out;
 }
 
-std::string url_path_escape(std::string_view path) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(path.size());
-  for (unsigned char c : path) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~' || c == '/') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hx[c >> 4];
-      out += hx[c & 15];
-    }
-  }
-  return out;
-}
+std::string url_path_escape(std::string_view path) { return url_escape(path, true); }
 
 }  // namespace shoal::dataset

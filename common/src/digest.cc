@@ -1,4 +1,5 @@
 #include "common/digest.h"
+#include "common/text.h"
 
 #include <cctype>
 
@@ -28,28 +29,9 @@ int hex_value(char c) {
 }
 
 // Printable, bounded rendering of untrusted input for error messages.
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  std::size_t n = 0;
-  for (char c : s) {
-    if (++n > 80) { out += "..."; break; }
-    auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
-      out += c;
-    } else {
-      static const char* hx = "0123456789abcdef";
-      out += "\\x";
-      out += hx[u >> 4];
-      out += hx[u & 15];
-    }
-  }
-  out += '"';
-  return out;
-}
-
 std::unexpected<error> digest_fail(digest_errc c, std::string_view input, std::string_view why) {
   return std::unexpected<error>(
-      error{make_error_code(c), "invalid digest " + quote(input) + ": " + std::string(why)});
+      error{make_error_code(c), "invalid digest " + quote_excerpt(input) + ": " + std::string(why)});
 }
 
 result<digest> parse_hex(std::string_view hex, std::string_view whole) {
@@ -91,7 +73,7 @@ result<digest> digest::parse(std::string_view s) {
   std::string_view alg = s.substr(0, colon);
   if (alg != "sha256") {
     return digest_fail(digest_errc::unsupported_algorithm, s,
-                       "algorithm " + quote(alg) + " is not supported (only sha256)");
+                       "algorithm " + quote_excerpt(alg) + " is not supported (only sha256)");
   }
   return parse_hex(s.substr(colon + 1), s);
 }

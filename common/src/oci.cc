@@ -1,4 +1,5 @@
 #include "common/oci.h"
+#include "common/text.h"
 
 #include <cctype>
 
@@ -30,23 +31,6 @@ bool valid_component(std::string_view c) {
     if (i >= c.size() || !is_lower_alnum(c[i])) return false;
   }
   return true;
-}
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  std::size_t n = 0;
-  for (char c : s) {
-    if (++n > 80) { out += "..."; break; }
-    auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') out += c;
-    else {
-      static const char* hx = "0123456789abcdef";
-      out += "\\x";
-      out += hx[u >> 4];
-      out += hx[u & 15];
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -132,7 +116,7 @@ result<manifest_ref> parse_manifest_ref(std::string_view s) {
   }
   if (!valid_tag(s)) {
     return fail(errc::invalid_argument,
-                "invalid tag " + quote(s) + ": must match [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}");
+                "invalid tag " + quote_excerpt(s) + ": must match [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}");
   }
   r.tag = std::string(s);
   return r;
@@ -158,7 +142,7 @@ result<image_ref> parse_image_ref(std::string_view s) {
   auto at = rest.find('@');
   if (at != std::string_view::npos) {
     auto d = digest::parse(rest.substr(at + 1));
-    if (!d) return fail(d.error().wrap("image reference " + quote(s)));
+    if (!d) return fail(d.error().wrap("image reference " + quote_excerpt(s)));
     r.dig = *d;
     rest = rest.substr(0, at);
   }
@@ -167,7 +151,7 @@ result<image_ref> parse_image_ref(std::string_view s) {
   auto colon = rest.rfind(':');
   if (colon != std::string_view::npos && (last_slash == std::string_view::npos || colon > last_slash)) {
     std::string_view tag = rest.substr(colon + 1);
-    if (!valid_tag(tag)) return fail(errc::invalid_argument, "image reference " + quote(s) + ": invalid tag " + quote(tag));
+    if (!valid_tag(tag)) return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": invalid tag " + quote_excerpt(tag));
     r.tag = std::string(tag);
     rest = rest.substr(0, colon);
   }
@@ -177,7 +161,7 @@ result<image_ref> parse_image_ref(std::string_view s) {
                   (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos ||
                    first == "localhost" || (!first.empty() && first.front() == '['));
   if (has_host) {
-    if (!valid_registry_host(first)) return fail(errc::invalid_argument, "image reference " + quote(s) + ": invalid registry host " + quote(first));
+    if (!valid_registry_host(first)) return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": invalid registry host " + quote_excerpt(first));
     r.registry = std::string(first);
     rest = rest.substr(first_slash + 1);
   } else {
@@ -185,7 +169,7 @@ result<image_ref> parse_image_ref(std::string_view s) {
   }
   if (r.registry == "index.docker.io" || r.registry == "registry-1.docker.io") r.registry = "docker.io";
   if (!valid_name(rest)) {
-    return fail(errc::invalid_argument, "image reference " + quote(s) + ": invalid repository name " + quote(rest));
+    return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": invalid repository name " + quote_excerpt(rest));
   }
   r.repository = r.registry == "docker.io" ? normalize_docker_hub_name(rest) : std::string(rest);
   if (r.tag.empty() && !r.dig) r.tag = "latest";

@@ -1,4 +1,5 @@
 #include "common/s3.h"
+#include "common/text.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,13 +8,6 @@
 namespace shoal::s3 {
 
 namespace {
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  std::size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
-}
 
 // Decodes the five XML entities and numeric character references.
 result<std::string> xml_unescape(std::string_view s) {
@@ -76,21 +70,7 @@ std::optional<std::string_view> element(std::string_view xml, std::string_view t
 
 }  // namespace
 
-std::string uri_encode(std::string_view s, bool keep_slash) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hx[c >> 4];
-      out += hx[c & 15];
-    }
-  }
-  return out;
-}
+std::string uri_encode(std::string_view s, bool keep_slash) { return url_escape(s, keep_slash); }
 
 result<credentials> load_credentials(const std::string& file) {
   credentials c;

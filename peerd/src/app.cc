@@ -64,14 +64,7 @@ status app::init() {
     if (files) log::info("removed unfinished downloads", log::kv("files", files), log::kv("bytes", bytes));
   }
   http_client_ = std::make_unique<http::client>();
-  cache::options co;
-  co.root = cfg_.cache.dir;
-  co.quota_bytes = cfg_.cache.quota.bytes();
-  co.fs_share = cfg_.cache.fs_share;
-  co.high_watermark = cfg_.cache.high_watermark;
-  co.low_watermark = cfg_.cache.low_watermark;
-  co.idle_ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg_.cache.idle_ttl.get());
-  co.scrub_bytes_per_sec = cfg_.cache.scrub_rate.bytes();
+  cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
   if (!st) return fail(st.error().wrap("cache " + co.root));
   store_ = std::move(*st);
@@ -172,15 +165,7 @@ status app::init_datasets() {
 
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
-  auto* s = store_.get();
-  reg_.gauge_fn("shoal_cache_bytes", "Bytes of committed objects in the cache.",
-                [s] { return static_cast<double>(s->get_stats().bytes); });
-  reg_.gauge_fn("shoal_cache_objects", "Committed objects in the cache.",
-                [s] { return static_cast<double>(s->get_stats().objects); });
-  reg_.gauge_fn("shoal_cache_capacity_bytes", "Cache capacity.",
-                [s] { return static_cast<double>(s->get_stats().capacity_bytes); });
-  reg_.counter_fn("shoal_cache_evictions_total", "Objects evicted.",
-                  [s] { return static_cast<double>(s->get_stats().evictions); });
+  cache::register_metrics(reg_, *store_);
   auto* w = swarm_.get();
   const auto* c = &w->counters();
   reg_.counter_fn("shoal_peerd_bytes_from_origin_total", "Payload bytes received from registry-proxy over BitTorrent.",

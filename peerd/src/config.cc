@@ -33,17 +33,6 @@ void describe(config::binder& b, upstream_config& c) {
           {.min = 100ms});
 }
 
-void describe(config::binder& b, cache_config& c) {
-  b.field("dir", c.dir, "Directory of the object store.");
-  b.field("quota", c.quota, "Capacity in bytes; 0 means fs_share of the filesystem.");
-  b.field("fs_share", c.fs_share, "Share of the filesystem used when quota is 0.", {.min = 0.01, .max = 1.0});
-  b.field("high_watermark", c.high_watermark, "Start evicting above this share of capacity.", {.min = 0.05, .max = 1.0});
-  b.field("low_watermark", c.low_watermark, "Evict down to this share of capacity.", {.min = 0.01, .max = 1.0});
-  b.field("idle_ttl", c.idle_ttl, "Evict objects unread this long (0: never).");
-  b.field("scrub_rate", c.scrub_rate, "Background re-verification rate in bytes/s (0: off).");
-  b.check(c.low_watermark < c.high_watermark, "cache.low_watermark must be below cache.high_watermark");
-}
-
 void describe(config::binder& b, swarm_config& c) {
   b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
   b.field("announce_ip", c.announce_ip, "Address announced to the tracker (empty: the tracker sees the source).");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/config.h"
 #include "common/config.h"
 #include "common/daemon.h"
 
@@ -40,16 +41,6 @@ struct upstream_config {
 };
 void describe(config::binder& b, upstream_config& c);
 
-struct cache_config {
-  std::string dir = "/var/lib/shoal/peerd/cache";
-  config::byte_size quota;
-  double fs_share = 0.8;
-  double high_watermark = 0.85;
-  double low_watermark = 0.70;
-  config::duration idle_ttl = 0s;
-  config::byte_size scrub_rate = config::byte_size::mib(32);
-};
-void describe(config::binder& b, cache_config& c);
 
 struct swarm_config {
   std::string listen = "0.0.0.0:6881";  // BitTorrent listen address (the data-plane IP)
@@ -86,7 +77,7 @@ struct peerd_config {
   int worker_threads = 16;
   node_config node;
   upstream_config upstream;
-  cache_config cache;
+  cache::config_section cache{.dir = "/var/lib/shoal/peerd/cache", .fs_share = 0.8};
   swarm_config swarm;
   datasets_config datasets;
 };

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/text.h"
 
 namespace shoal::peerd {
 
@@ -21,21 +22,6 @@ http::response oci_error(unsigned status, oci::error_code code, std::string_view
   auto r = http::response::json(status, oci::error_body(code, message));
   r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
   return r;
-}
-
-std::string url_escape(std::string_view s) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hx[c >> 4];
-      out += hx[c & 15];
-    }
-  }
-  return out;
 }
 
 // Streams an object being downloaded (or just downloaded) to one client, in order.
@@ -291,7 +277,7 @@ result<std::shared_ptr<download>> mirror::start_download(const std::string& ns, 
   std::uint64_t last_bytes = 0;
   auto last_progress = steady::now();
   for (int round = 0; round < 100000; ++round) {
-    std::string q = "/shoal/v1/metainfo/" + d.str() + "?repo=" + url_escape(repo) +
+    std::string q = "/shoal/v1/metainfo/" + d.str() + "?repo=" + url_escape(repo, true) +
                     "&wait_ms=" + std::to_string(wait.count());
     if (!ns.empty()) q += "&ns=" + url_escape(ns);
     http::client_request r;

@@ -5,26 +5,12 @@
 
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/text.h"
 #include "datasets.h"
 
 namespace shoal::peerd {
 
 namespace {
-
-std::string url_escape(std::string_view s) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hx[c >> 4];
-      out += hx[c & 15];
-    }
-  }
-  return out;
-}
 
 }  // namespace
 

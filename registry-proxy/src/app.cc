@@ -53,15 +53,7 @@ status app::init() {
   salt_ = random_salt();
   http_client_ = std::make_unique<http::client>();
 
-  cache::options co;
-  co.root = cfg_.cache.dir;
-  co.quota_bytes = cfg_.cache.quota.bytes();
-  co.fs_share = cfg_.cache.fs_share;
-  co.high_watermark = cfg_.cache.high_watermark;
-  co.low_watermark = cfg_.cache.low_watermark;
-  co.idle_ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg_.cache.idle_ttl.get());
-  co.adopt_orphans = cfg_.cache.adopt_orphans;
-  co.scrub_bytes_per_sec = cfg_.cache.scrub_rate.bytes();
+  cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
   if (!st) return fail(st.error().wrap("cache " + co.root));
   store_ = std::move(*st);
@@ -179,23 +171,7 @@ status app::init() {
 
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
-  auto* s = store_.get();
-  reg_.gauge_fn("shoal_cache_bytes", "Bytes of committed objects in the cache.",
-                [s] { return static_cast<double>(s->get_stats().bytes); });
-  reg_.gauge_fn("shoal_cache_objects", "Committed objects in the cache.",
-                [s] { return static_cast<double>(s->get_stats().objects); });
-  reg_.gauge_fn("shoal_cache_capacity_bytes", "Cache capacity.",
-                [s] { return static_cast<double>(s->get_stats().capacity_bytes); });
-  reg_.gauge_fn("shoal_cache_inflight_bytes", "Bytes reserved by writes in progress.",
-                [s] { return static_cast<double>(s->get_stats().inflight_bytes); });
-  reg_.counter_fn("shoal_cache_hits_total", "Reads of cached objects.",
-                  [s] { return static_cast<double>(s->get_stats().hits); });
-  reg_.counter_fn("shoal_cache_misses_total", "Reads of absent objects.",
-                  [s] { return static_cast<double>(s->get_stats().misses); });
-  reg_.counter_fn("shoal_cache_evictions_total", "Objects evicted.",
-                  [s] { return static_cast<double>(s->get_stats().evictions); });
-  reg_.counter_fn("shoal_cache_scrub_mismatches_total", "Objects quarantined by the scrubber.",
-                  [s] { return static_cast<double>(s->get_stats().scrub_mismatches); });
+  cache::register_metrics(reg_, *store_);
   auto* b = blobs_.get();
   reg_.gauge_fn("shoal_proxy_fetches_in_flight", "Upstream blob fetches in flight.",
                 [b] { return static_cast<double>(b->inflight_count()); });

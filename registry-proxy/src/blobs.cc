@@ -39,6 +39,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       : svc_(svc), sel_(std::move(sel)), id_(d), client_(std::move(cred)) {}
 
   const digest& id() const { return id_; }
+  // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
+  void want_metainfo() { want_meta_.store(true); }
 
   void start() {
     net::post(svc_.pool(), [self = shared_from_this()] { self->attempt(); });
@@ -178,7 +180,9 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         return false;
       }
       writer_ = std::move(ticket->writer);
-      if (size) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
+      // Piece hashes cost CPU on every byte: compute them while streaming only when someone
+      // already asked for the metainfo (peerd always does); else lazily when first asked.
+      if (size && want_meta_.load()) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
       {
         std::lock_guard lk(mu_);
         inflight_ = ticket->inflight;
@@ -202,15 +206,25 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     return true;
   }
 
+  // libcurl delivers 16 KiB at a time: gather 256 KiB before handing bytes to the cache (and
+  // to the piece hasher), so readers of the in-flight object wake up per batch.
+  bool flush_pending() {
+    if (pending_.empty()) return true;
+    auto st = writer_->write(pending_);
+    if (!st) {
+      capture_error(st.error().is(errc::no_space) ? 507 : 500, "cache write: " + st.error().message);
+      return false;
+    }
+    if (pieces_) pieces_->update(pending_.data(), pending_.size());
+    if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(pending_.size());
+    pending_.clear();
+    return true;
+  }
+
   bool on_data(std::string_view chunk) {
     if (writer_) {
-      auto st = writer_->write(chunk);
-      if (!st) {
-        capture_error(st.error().is(errc::no_space) ? 507 : 500, "cache write: " + st.error().message);
-        return false;
-      }
-      if (pieces_) pieces_->update(chunk.data(), chunk.size());
-      if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(chunk.size());
+      pending_.append(chunk);
+      if (pending_.size() >= 256 * 1024) return flush_pending();
       return true;
     }
     if (err_body_.size() < 4096) err_body_.append(chunk.substr(0, 4096 - err_body_.size()));
@@ -249,6 +263,11 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       return fail_and_fire(r.error().is(errc::timeout) ? 504 : 502, msg);
     }
     if (writer_) {
+      if (!flush_pending()) {
+        writer_->abort(pending_message_);
+        writer_.reset();
+        return fail_and_fire(pending_status_, pending_message_);
+      }
       net::post(svc_.pool(), [self = shared_from_this()] { self->commit(); });
       return;
     }
@@ -281,8 +300,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       auto m = pieces_->finish(id_);
       if (m) meta = std::move(*m);
     }
-    if (!meta) {
-      // Unknown length up front: hash the committed file once.
+    if (!meta && want_meta_.load()) {
+      // Asked for after the stream began (or unknown length up front): hash the file once.
       auto rd = svc_.store().open_read(id_);
       if (rd) {
         auto m = metainfo_for_fd(rd->fd(), rd->size(), id_);
@@ -338,6 +357,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   // Client-thread state (one transfer at a time).
   std::unique_ptr<cache::object_writer> writer_;
   std::unique_ptr<async_metainfo_builder> pieces_;
+  std::string pending_;  // upstream bytes not yet handed to the writer
+  std::atomic<bool> want_meta_{false};
   std::string err_body_;
   unsigned capture_status_ = 0;
   std::string retry_after_capture_;
@@ -370,6 +391,8 @@ namespace {
 // verified yet, and the client checks the digest of whatever it assembles.
 class inflight_source final : public http::body_source {
  public:
+  static constexpr std::uint64_t kBatch = 256 * 1024;
+
   inflight_source(std::shared_ptr<cache::inflight_object> obj, std::uint64_t off, std::uint64_t len)
       : obj_(std::move(obj)),
         pos_(std::make_shared<std::atomic<std::uint64_t>>(off)),
@@ -378,7 +401,10 @@ class inflight_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     std::uint64_t off = pos_->load();
     if (off >= end_) return done(http::chunk::end());
-    wait(obj_, pos_, off, end_, max_bytes, off, std::move(done));
+    // Wake up for a batch of bytes rather than every 16 KiB the upstream transfer delivers
+    // (fewer wake-ups and larger sendfile calls); commit and failure wake us early anyway.
+    std::uint64_t batch = std::min<std::uint64_t>({kBatch, end_ - off, max_bytes});
+    wait(obj_, pos_, off, end_, max_bytes, off + batch - 1, std::move(done));
   }
 
  private:
@@ -484,7 +510,7 @@ void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
 }
 
 std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d, const credential& cred,
-                                                        bool& started) {
+                                                        bool& started, bool want_meta) {
   std::shared_ptr<blob_fetch> f;
   {
     std::lock_guard lk(mu_);
@@ -492,9 +518,11 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
     if (it != fetches_.end()) {
       started = false;
       if (m_.joins) m_.joins->inc();
+      if (want_meta) it->second->want_metainfo();
       return it->second;
     }
     f = std::make_shared<blob_fetch>(*this, sel, d, cred);
+    if (want_meta) f->want_metainfo();
     fetches_[d] = f;
   }
   started = true;
@@ -650,7 +678,7 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       return done(std::move(a));
     }
     bool started = false;
-    auto f = join_or_start(sel, d, cred, started);
+    auto f = join_or_start(sel, d, cred, started, true);
     auto fired = std::make_shared<std::atomic<bool>>(false);
     auto timer = std::make_shared<net::steady_timer>(io_, wait);
     f->when_done([this, f, fired, timer, done, answer_cached] {

@@ -86,7 +86,8 @@ class blob_service {
   void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel, const credential& cred, bool head,
                         http::responder resp);
   void head_upstream(const selection& sel, const digest& d, const credential& cred, http::responder resp);
-  std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started);
+  std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started,
+                                            bool want_meta = false);
   [[nodiscard]] result<metainfo_answer> cached_metainfo(const digest& d);
 
   boost::asio::io_context& io_;

@@ -34,20 +34,6 @@ void describe(config::binder& b, upstream_config& c) {
   b.check(c.auth != "basic" || !c.credentials_file.empty(), "upstreams[].auth basic needs credentials_file");
 }
 
-void describe(config::binder& b, cache_config& c) {
-  b.field("dir", c.dir, "Directory of the object store (objects/, tmp/, index/).");
-  b.field("quota", c.quota, "Capacity in bytes; 0 means fs_share of the filesystem.");
-  b.field("fs_share", c.fs_share, "Share of the filesystem used when quota is 0.", {.min = 0.01, .max = 1.0});
-  b.field("high_watermark", c.high_watermark, "Start evicting above this share of capacity.",
-          {.min = 0.05, .max = 1.0});
-  b.field("low_watermark", c.low_watermark, "Evict down to this share of capacity.", {.min = 0.01, .max = 1.0});
-  b.field("idle_ttl", c.idle_ttl, "Evict objects unread this long (0: never).");
-  b.field("adopt_orphans", c.adopt_orphans,
-          "At start-up, index again unindexed object files that verify (else remove them).");
-  b.field("scrub_rate", c.scrub_rate, "Background re-verification rate in bytes/s (0: off).");
-  b.check(c.low_watermark < c.high_watermark, "cache.low_watermark must be below cache.high_watermark");
-}
-
 void describe(config::binder& b, manifest_config& c) {
   b.field("tag_ttl", c.tag_ttl, "How long a tag's resolution is reused before asking upstream again.");
   b.field("stale_if_error", c.stale_if_error,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/config.h"
 #include "common/config.h"
 #include "common/daemon.h"
 
@@ -28,17 +29,6 @@ struct upstream_config {
 };
 void describe(config::binder& b, upstream_config& c);
 
-struct cache_config {
-  std::string dir = "/var/lib/shoal/registry-proxy/cache";
-  config::byte_size quota;  // 0: a share of the filesystem
-  double fs_share = 0.9;
-  double high_watermark = 0.85;
-  double low_watermark = 0.70;
-  config::duration idle_ttl = 0s;
-  bool adopt_orphans = true;
-  config::byte_size scrub_rate = config::byte_size::mib(64);
-};
-void describe(config::binder& b, cache_config& c);
 
 struct manifest_config {
   config::duration tag_ttl = 60s;             // a tag's answer is reused this long
@@ -88,7 +78,7 @@ struct proxy_config {
   daemon::log_config log;
   int io_threads = 2;
   int worker_threads = 8;  // blocking work: disk, index, upstream control calls
-  cache_config cache;
+  cache::config_section cache{.dir = "/var/lib/shoal/registry-proxy/cache", .fs_share = 0.9};
   std::string state_dir = "/var/lib/shoal/registry-proxy/state";  // tag cache, visibility, metainfo
   std::vector<upstream_config> upstreams;
   std::string default_upstream;  // upstream for requests with neither ns= nor a known prefix

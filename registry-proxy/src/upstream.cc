@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/sha256.h"
+#include "common/text.h"
 
 namespace shoal::proxy {
 namespace {
@@ -17,28 +18,6 @@ std::string lower(std::string_view s) {
   std::string o(s);
   for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return o;
-}
-
-std::string url_escape(std::string_view s) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hx[c >> 4];
-      out += hx[c & 15];
-    }
-  }
-  return out;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  std::size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
 }
 
 }  // namespace

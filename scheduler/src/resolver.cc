@@ -7,27 +7,13 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/sha256.h"
+#include "common/text.h"
 
 namespace shoal::scheduler {
 
 using nlohmann::json;
 
 namespace {
-
-std::string url_escape(std::string_view s) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hx[c >> 4];
-      out += hx[c & 15];
-    }
-  }
-  return out;
-}
 
 result<object_ref> parse_descriptor(const json& d, const std::string& where) {
   if (!d.is_object()) return fail(errc::protocol_error, where + " is not an object");

@@ -262,14 +262,15 @@ class MirrorTest(FixtureTestCase):
             t0 = time.monotonic()
             status, _, _, secs = request(self.port, "GET", "/v2/team/app/manifests/hung?ns=r.example", timeout=60)
             self.assertIn(status, (502, 504))
-            # Two attempts (one retry), each ended by upstream.request_timeout of silence.
-            self.assertLess(secs, 2 * REQUEST_TIMEOUT + 3, "manifest answer not bounded by upstream.request_timeout")
-            self.assertEqual(len(self.fake.requests("/v2/team/app/manifests/hung")), 2)
+            # One attempt, ended by upstream.request_timeout of silence: no retry after a stall, so
+            # containerd can fall back to its next host quickly.
+            self.assertLess(secs, REQUEST_TIMEOUT + 3, "manifest answer not bounded by upstream.request_timeout")
+            self.assertEqual(len(self.fake.requests("/v2/team/app/manifests/hung")), 1)
             missing = "sha256:" + "12" * 32
             status, _, _, secs = request(self.port, "GET", f"/v2/team/app/blobs/{missing}?ns=r.example", timeout=60)
             self.assertIn(status, (502, 504))
-            # The metainfo long-poll gives up after metainfo_wait plus 5 s of silence, twice.
-            self.assertLess(secs, 2 * (METAINFO_WAIT + 5) + 3, "blob answer not bounded")
+            # The metainfo long-poll gives up after metainfo_wait plus 3 s of silence, once.
+            self.assertLess(secs, METAINFO_WAIT + 3 + 3, "blob answer not bounded")
             print(f"\nhung registry-proxy: errors after {time.monotonic() - t0:.1f}s for a manifest and a blob")
         finally:
             self.fake.hang = False
