@@ -34,6 +34,7 @@ struct on_demand_plugin final : lt::plugin {
   swarm_manager* mgr;
 };
 
+// A synchronous call into libtorrent's network thread: not for per-block or per-piece alerts.
 std::string ih_of(const lt::torrent_handle& h) { return swarm::hash_hex(h.info_hashes().v1); }
 
 result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std::uint64_t len) {
@@ -102,7 +103,7 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
   auto h = h_;
   std::uint32_t total = meta_.piece_count();
   lk.unlock();
-  if (moved && h.is_valid()) {
+  if (moved && h.is_valid() && mgr_->streaming_window() > 0) {
     // Streaming priority: deadlines for the pieces right after the reader's position.
     int window = mgr_->streaming_window();
     for (std::uint32_t j = i; j < std::min<std::uint32_t>(total, i + static_cast<std::uint32_t>(window)); ++j) {
@@ -122,6 +123,10 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
   ss.download_rate_limit = cfg.download_rate_limit.bytes();
+  ss.libtorrent = cfg.libtorrent;
+  // Understands a super-seeding origin (it says so with this prefix; see swarm.h).
+  ss.peer_fingerprint = std::string(swarm::superseed_node_fingerprint);
+  ss.close_redundant_connections = false;
   auto ses = swarm::session::start(ss);
   if (!ses) return shoal::fail(ses.error());
   m->ses_ = std::move(*ses);
@@ -130,11 +135,13 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   extra.set_int(lt::settings_pack::alert_mask,
                 lt::alert_category::error | lt::alert_category::status | lt::alert_category::storage |
                     lt::alert_category::tracker | lt::alert_category::performance_warning |
-                    lt::alert_category::piece_progress | lt::alert_category::block_progress |
+                    lt::alert_category::piece_progress |
+                    (cfg.count_sources ? lt::alert_category::block_progress : lt::alert_category_t{}) |
                     (log::enabled(log::level::trace) ? lt::alert_category::connect | lt::alert_category::peer
                                                      : lt::alert_category_t{}));
   m->ses_->raw().apply_settings(extra);
   m->ses_->raw().add_extension(std::make_shared<on_demand_plugin>(m.get()));
+  m->ses_->raw().add_extension(swarm::node_superseed_plugin());
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });
@@ -174,6 +181,15 @@ std::shared_ptr<download> swarm_manager::find(const digest& d) const {
   std::lock_guard lk(mu_);
   auto it = downloads_.find(d);
   return it == downloads_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<download> swarm_manager::by_alert(const lt::torrent_alert* a) const {
+  // Every object's torrent is named by its digest's hex: the name travels with the alert, while
+  // torrent_handle::info_hashes() is a blocking round trip to the network thread (measured: the
+  // per-block alerts then cost peerd a fifth of its CPU).
+  auto d = digest::from_hex(a->torrent_name());
+  if (!d) return nullptr;
+  return find(*d);
 }
 
 std::shared_ptr<download> swarm_manager::by_hash(const std::string& ih) const {
@@ -267,7 +283,7 @@ void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint
 void swarm_manager::on_alert(lt::alert* a) {
   if (log::enabled(log::level::trace)) log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
   if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) {
-    auto dl = by_hash(ih_of(pf->handle));
+    auto dl = by_alert(pf);
     if (!dl) return;
     auto p = static_cast<std::uint32_t>(static_cast<int>(pf->piece_index));
     bool issue = false;
@@ -290,7 +306,7 @@ void swarm_manager::on_alert(lt::alert* a) {
     return;
   }
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) {
-    auto dl = by_hash(ih_of(rp->handle));
+    auto dl = by_alert(rp);
     if (!dl) return;
     auto p = static_cast<std::uint32_t>(static_cast<int>(rp->piece));
     std::vector<download::piece_cb> cbs;
@@ -319,7 +335,7 @@ void swarm_manager::on_alert(lt::alert* a) {
     return;
   }
   if (auto* bf = lt::alert_cast<lt::block_finished_alert>(a)) {
-    auto dl = by_hash(ih_of(bf->handle));
+    auto dl = by_alert(bf);
     if (!dl) return;
     auto piece = static_cast<std::uint32_t>(static_cast<int>(bf->piece_index));
     std::uint64_t plen = dl->meta().piece_length(piece);
@@ -328,27 +344,27 @@ void swarm_manager::on_alert(lt::alert* a) {
     // Pieces injected from the HTTP fallback come without a peer: they are counted there.
     if (bf->endpoint.port() == 0) return;
     // registry-proxy identifies itself by its peer-id prefix.
-    bool origin = std::equal(swarm::origin_fingerprint.begin(), swarm::origin_fingerprint.end(), bf->pid.begin());
+    bool origin = swarm::is_origin(bf->pid);
     (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
     std::lock_guard lk(dl->mu_);
     dl->last_progress_ = steady::now();
     return;
   }
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
-    auto dl = by_hash(ih_of(tf->handle));
+    auto dl = by_alert(tf);
     if (!dl) return;
     // Every piece passed its hash: move the file into the cache's object directory.
     tf->handle.move_storage(d_.store.shard_dir(dl->id()), lt::move_flags_t::always_replace_files);
     return;
   }
   if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
-    auto dl = by_hash(ih_of(sm->handle));
+    auto dl = by_alert(sm);
     if (!dl) return;
     net::post(d_.pool, [this, dl] { complete(dl); });
     return;
   }
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
-    auto dl = by_hash(ih_of(smf->handle));
+    auto dl = by_alert(smf);
     if (dl) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
     return;
   }

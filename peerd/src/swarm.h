@@ -169,6 +169,7 @@ class swarm_manager {
   void touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h);
   std::vector<std::string> trackers() const;
   std::shared_ptr<download> by_hash(const std::string& ih) const;
+  std::shared_ptr<download> by_alert(const lt::torrent_alert* a) const;
 
   swarm_config cfg_;
   node_config node_;
