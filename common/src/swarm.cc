@@ -279,30 +279,54 @@ class origin_superseed final : public lt::plugin {
 
 // Node side: an origin that super-seeds claims every piece in its bitfield; the node ignores that
 // claim and learns what to request from the origin's HAVE offers only.
+struct node_torrent_ctx {
+  lt::torrent_handle th;
+  block_callback on_block;
+};
+
 class node_superseed_peer final : public lt::peer_plugin {
  public:
-  explicit node_superseed_peer(lt::peer_connection_handle h) : h_(std::move(h)) {}
+  node_superseed_peer(std::shared_ptr<const node_torrent_ctx> ctx, lt::peer_connection_handle h)
+      : ctx_(std::move(ctx)), h_(std::move(h)) {}
   bool on_have_all() override { return from_superseeding_origin(); }
   bool on_bitfield(lt::bitfield const&) override { return from_superseeding_origin(); }
+  bool on_piece(lt::peer_request const&, lt::span<char const> buf) override {
+    if (ctx_->on_block) {
+      // The peer id is known once the handshake is done, before any block arrives.
+      if (origin_ < 0) origin_ = is_origin(h_.pid()) ? 1 : 0;
+      ctx_->on_block(ctx_->th, origin_ == 1, static_cast<std::size_t>(buf.size()));
+    }
+    return false;
+  }
 
  private:
   bool from_superseeding_origin() const { return has_prefix(h_.pid(), superseeding_origin_fingerprint); }
+  std::shared_ptr<const node_torrent_ctx> ctx_;
   lt::peer_connection_handle h_;
+  int origin_ = -1;
 };
 
 class node_superseed_torrent final : public lt::torrent_plugin {
  public:
+  explicit node_superseed_torrent(std::shared_ptr<const node_torrent_ctx> ctx) : ctx_(std::move(ctx)) {}
   std::shared_ptr<lt::peer_plugin> new_connection(lt::peer_connection_handle const& pc) override {
     if (pc.type() != lt::connection_type::bittorrent) return nullptr;
-    return std::make_shared<node_superseed_peer>(pc);
+    return std::make_shared<node_superseed_peer>(ctx_, pc);
   }
+
+ private:
+  std::shared_ptr<const node_torrent_ctx> ctx_;
 };
 
 class node_superseed final : public lt::plugin {
  public:
-  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&, lt::client_data_t) override {
-    return std::make_shared<node_superseed_torrent>();
+  explicit node_superseed(block_callback cb) : on_block_(std::move(cb)) {}
+  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const& th, lt::client_data_t) override {
+    return std::make_shared<node_superseed_torrent>(std::make_shared<node_torrent_ctx>(node_torrent_ctx{th, on_block_}));
   }
+
+ private:
+  block_callback on_block_;
 };
 
 }  // namespace
@@ -311,7 +335,9 @@ std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in
   return std::make_shared<origin_superseed>(std::max(1, offers_per_peer), in_order);
 }
 
-std::shared_ptr<lt::plugin> node_superseed_plugin() { return std::make_shared<node_superseed>(); }
+std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block) {
+  return std::make_shared<node_superseed>(std::move(on_block));
+}
 
 bool is_origin(const lt::peer_id& pid) {
   return has_prefix(pid, origin_fingerprint) || has_prefix(pid, superseeding_origin_fingerprint);

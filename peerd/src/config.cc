@@ -57,7 +57,7 @@ void describe(config::binder& b, swarm_config& c) {
           {.min = 1s});
   b.field("count_sources", c.count_sources,
           "Attribute every received block to registry-proxy or a peer (status bytes.from_origin and "
-          "from_peers), from libtorrent's per-block alerts.");
+          "from_peers) and count it as progress; off, only whole pieces count as progress.");
   b.field("libtorrent", c.libtorrent,
           "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. predictive_piece_announce: "
           "\"20\"), applied over Shoal's LAN table (docs/p2p.md). For tuning experiments; unknown keys fail "

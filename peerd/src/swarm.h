@@ -155,6 +155,8 @@ class swarm_manager {
 
   // Internal (plugin and download callbacks).
   bool prepare_on_demand(const lt::sha1_hash& ih, lt::add_torrent_params& p);
+  // A block arrived from a peer (network thread).
+  void on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
 
  private:

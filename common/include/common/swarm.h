@@ -38,7 +38,7 @@ struct settings {
   int peer_connect_timeout_s = 3;
   int max_queued_disk_bytes = 64 << 20;
   int send_buffer_watermark = 8 << 20;
-  int aio_threads = 4;
+  int aio_threads = 2;  // disk and hash jobs; fewer threads, fewer wake-ups (docs/p2p.md)
   // Close connections on which neither side wants anything (seed to seed, or an "upload only"
   // peer we are not interested in). peerd turns it off: a super-seeding origin looks like an
   // uninteresting upload-only peer until its first offer arrives (swarm.h, node_superseed_plugin).
@@ -85,7 +85,11 @@ inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
 [[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order);
 // Node side: ignores the bitfield (have-all) of peers whose id starts with
 // superseeding_origin_fingerprint. The node's peer id must start with superseed_node_fingerprint.
-[[nodiscard]] std::shared_ptr<lt::plugin> node_superseed_plugin();
+// `on_block` (optional) is called for every block received from a peer, on the network thread:
+// the torrent, whether registry-proxy sent it, and its size. Much cheaper than libtorrent's
+// per-block alerts (an allocation and a thread hand-off each).
+using block_callback = std::function<void(const lt::torrent_handle&, bool from_origin, std::size_t bytes)>;
+[[nodiscard]] std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block = {});
 // Whether a peer id is registry-proxy's (either origin fingerprint).
 [[nodiscard]] bool is_origin(const lt::peer_id& pid);
 
