@@ -3,8 +3,14 @@
 #include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/alert_types.hpp>
 #include <libtorrent/error_code.hpp>
+#include <libtorrent/extensions.hpp>
+#include <libtorrent/peer_connection_handle.hpp>
 #include <libtorrent/settings_pack.hpp>
 #include <libtorrent/torrent_info.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <random>
 
 #include "common/log.h"
 
@@ -62,7 +68,7 @@ lt::settings_pack lan_settings(const settings& s) {
   p.set_int(sp::aio_threads, s.aio_threads);
   p.set_int(sp::file_pool_size, 500);
   p.set_int(sp::allowed_fast_set_size, 0);
-  p.set_bool(sp::close_redundant_connections, true);
+  p.set_bool(sp::close_redundant_connections, s.close_redundant_connections);
   p.set_bool(sp::no_atime_storage, true);
   p.set_bool(sp::strict_end_game_mode, true);
   // A loopback tracker needs an /announce path; we use one. Local peers are allowed.
@@ -70,6 +76,271 @@ lt::settings_pack lan_settings(const settings& s) {
   p.set_bool(sp::announce_to_all_trackers, true);
   p.set_bool(sp::announce_to_all_tiers, true);
   return p;
+}
+
+status apply_overrides(lt::settings_pack& p, const std::map<std::string, std::string>& overrides) {
+  using sp = lt::settings_pack;
+  for (const auto& [key, value] : overrides) {
+    int idx = lt::setting_by_name(key);
+    if (idx < 0) return fail(errc::invalid_argument, "libtorrent setting " + key + ": no such setting");
+    switch (idx & sp::type_mask) {
+      case sp::string_type_base:
+        p.set_str(idx, value);
+        break;
+      case sp::int_type_base: {
+        std::int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+        if (ec != std::errc{} || ptr != value.data() + value.size() || v < INT32_MIN || v > INT32_MAX) {
+          return fail(errc::invalid_argument, "libtorrent setting " + key + ": \"" + value + "\" is not an integer");
+        }
+        p.set_int(idx, static_cast<int>(v));
+        break;
+      }
+      case sp::bool_type_base:
+        if (value == "true" || value == "1") {
+          p.set_bool(idx, true);
+        } else if (value == "false" || value == "0") {
+          p.set_bool(idx, false);
+        } else {
+          return fail(errc::invalid_argument, "libtorrent setting " + key + ": \"" + value + "\" is not a boolean");
+        }
+        break;
+      default:
+        return fail(errc::invalid_argument, "libtorrent setting " + key + ": unsupported type");
+    }
+  }
+  return {};
+}
+
+namespace {
+
+// The piece count of an origin torrent, carried in add_torrent_params::userdata as the pointer
+// value itself (never dereferenced), so the plugin needs no lifetime management and no
+// synchronous torrent_handle call (those deadlock on the network thread, where plugins run).
+struct superseed_tag;
+
+lt::client_data_t superseed_userdata(int pieces) {
+  return lt::client_data_t(reinterpret_cast<superseed_tag*>(static_cast<std::uintptr_t>(pieces)));
+}
+
+bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
+  return std::equal(prefix.begin(), prefix.end(), pid.begin());
+}
+
+// Per origin torrent: which connected peers hold each piece and which pieces are on offer. Lives
+// on the network thread (every plugin callback runs there), so it needs no lock.
+struct superseed_state {
+  superseed_state(int n, int offers, bool ordered)
+      : pieces(n), offers_per_peer(offers), in_order(ordered), have(n), offered(n) {}
+  int pieces;
+  int offers_per_peer;
+  bool in_order;
+  std::vector<std::uint16_t> have;     // connected peers that hold the piece
+  std::vector<std::uint16_t> offered;  // outstanding offers of the piece
+  std::minstd_rand rng{std::random_device{}()};
+
+  // The piece to offer a peer that holds `peer_has`: nobody holds it and it is not on offer if
+  // such a piece is left, else the least held one; ties go to the lowest index (in_order) or are
+  // broken at random. -1: nothing to offer.
+  int pick(const std::vector<bool>& peer_has) {
+    int best = -1;
+    std::uint64_t best_score = UINT64_MAX;
+    int ties = 0;
+    for (int p = 0; p < pieces; ++p) {
+      if (peer_has[static_cast<std::size_t>(p)]) continue;
+      std::uint64_t score = (static_cast<std::uint64_t>(offered[static_cast<std::size_t>(p)]) << 32) +
+                            have[static_cast<std::size_t>(p)];
+      if (score < best_score) {
+        best_score = score;
+        best = p;
+        ties = 1;
+      } else if (score == best_score && !in_order && std::uniform_int_distribution<int>(0, ties++)(rng) == 0) {
+        best = p;
+      }
+    }
+    return best;
+  }
+};
+
+// One connection of an origin torrent. Peers whose peer id says they understand Shoal super
+// seeding (they ignore our have-all) are offered pieces with HAVE messages: a few at first, and
+// one more each time they report an offered piece complete. Other peers see a plain seed.
+class superseed_peer final : public lt::peer_plugin {
+ public:
+  superseed_peer(std::shared_ptr<superseed_state> st, lt::peer_connection_handle h)
+      : st_(std::move(st)), h_(std::move(h)), has_(static_cast<std::size_t>(st_->pieces), false) {}
+
+  ~superseed_peer() override {
+    for (int p = 0; p < st_->pieces; ++p) {
+      if (has_[static_cast<std::size_t>(p)]) --st_->have[static_cast<std::size_t>(p)];
+    }
+    for (int p : offers_) --st_->offered[static_cast<std::size_t>(p)];
+  }
+
+  bool on_have_none() override {
+    start();
+    return false;
+  }
+  bool on_have_all() override {
+    for (int p = 0; p < st_->pieces; ++p) mark(p);
+    return false;
+  }
+  bool on_bitfield(lt::bitfield const& bits) override {
+    for (int p = 0; p < std::min(st_->pieces, bits.size()); ++p) {
+      if (bits.get_bit(p)) mark(p);
+    }
+    start();
+    return false;
+  }
+  bool on_have(lt::piece_index_t piece) override {
+    int p = static_cast<int>(piece);
+    if (p < 0 || p >= st_->pieces) return false;
+    mark(p);
+    auto it = std::find(offers_.begin(), offers_.end(), p);
+    if (it != offers_.end()) {
+      offers_.erase(it);
+      --st_->offered[static_cast<std::size_t>(p)];
+      offer();
+    }
+    return false;
+  }
+  // Retries when nothing was left to offer, and starts peers that sent no bitfield at all.
+  void tick() override {
+    if (started_) {
+      offer();
+    } else if (!h_.in_handshake()) {
+      start();
+    }
+  }
+
+ private:
+  void mark(int p) {
+    if (has_[static_cast<std::size_t>(p)]) return;
+    has_[static_cast<std::size_t>(p)] = true;
+    ++st_->have[static_cast<std::size_t>(p)];
+  }
+
+  void start() {
+    if (started_ || h_.in_handshake()) return;
+    started_ = true;
+    enabled_ = has_prefix(h_.pid(), superseed_node_fingerprint);
+    offer();
+  }
+
+  void offer() {
+    if (!enabled_ || h_.is_disconnecting()) return;
+    while (static_cast<int>(offers_.size()) < st_->offers_per_peer) {
+      int p = st_->pick(has_);
+      if (p < 0) return;
+      offers_.push_back(p);
+      ++st_->offered[static_cast<std::size_t>(p)];
+      // HAVE: length 5, id 4, piece index (big endian).
+      char msg[9] = {0, 0, 0, 5, 4, static_cast<char>((p >> 24) & 0xff), static_cast<char>((p >> 16) & 0xff),
+                     static_cast<char>((p >> 8) & 0xff), static_cast<char>(p & 0xff)};
+      h_.send_buffer(msg, sizeof msg);
+    }
+  }
+
+  std::shared_ptr<superseed_state> st_;
+  lt::peer_connection_handle h_;
+  std::vector<bool> has_;
+  std::vector<int> offers_;
+  bool started_ = false;
+  bool enabled_ = false;
+};
+
+class superseed_torrent final : public lt::torrent_plugin {
+ public:
+  explicit superseed_torrent(std::shared_ptr<superseed_state> st) : st_(std::move(st)) {}
+  std::shared_ptr<lt::peer_plugin> new_connection(lt::peer_connection_handle const& pc) override {
+    if (pc.type() != lt::connection_type::bittorrent) return nullptr;
+    return std::make_shared<superseed_peer>(st_, pc);
+  }
+
+ private:
+  std::shared_ptr<superseed_state> st_;
+};
+
+class origin_superseed final : public lt::plugin {
+ public:
+  origin_superseed(int offers, bool in_order) : offers_(offers), in_order_(in_order) {}
+  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&, lt::client_data_t ud) override {
+    auto* tag = ud.get<superseed_tag>();
+    auto pieces = reinterpret_cast<std::uintptr_t>(tag);
+    if (pieces == 0 || pieces > (1u << 24)) return nullptr;
+    return std::make_shared<superseed_torrent>(
+        std::make_shared<superseed_state>(static_cast<int>(pieces), offers_, in_order_));
+  }
+
+ private:
+  int offers_;
+  bool in_order_;
+};
+
+// Node side: an origin that super-seeds claims every piece in its bitfield; the node ignores that
+// claim and learns what to request from the origin's HAVE offers only.
+struct node_torrent_ctx {
+  lt::torrent_handle th;
+  block_callback on_block;
+};
+
+class node_superseed_peer final : public lt::peer_plugin {
+ public:
+  node_superseed_peer(std::shared_ptr<const node_torrent_ctx> ctx, lt::peer_connection_handle h)
+      : ctx_(std::move(ctx)), h_(std::move(h)) {}
+  bool on_have_all() override { return from_superseeding_origin(); }
+  bool on_bitfield(lt::bitfield const&) override { return from_superseeding_origin(); }
+  bool on_piece(lt::peer_request const&, lt::span<char const> buf) override {
+    if (ctx_->on_block) {
+      // The peer id is known once the handshake is done, before any block arrives.
+      if (origin_ < 0) origin_ = is_origin(h_.pid()) ? 1 : 0;
+      ctx_->on_block(ctx_->th, origin_ == 1, static_cast<std::size_t>(buf.size()));
+    }
+    return false;
+  }
+
+ private:
+  bool from_superseeding_origin() const { return has_prefix(h_.pid(), superseeding_origin_fingerprint); }
+  std::shared_ptr<const node_torrent_ctx> ctx_;
+  lt::peer_connection_handle h_;
+  int origin_ = -1;
+};
+
+class node_superseed_torrent final : public lt::torrent_plugin {
+ public:
+  explicit node_superseed_torrent(std::shared_ptr<const node_torrent_ctx> ctx) : ctx_(std::move(ctx)) {}
+  std::shared_ptr<lt::peer_plugin> new_connection(lt::peer_connection_handle const& pc) override {
+    if (pc.type() != lt::connection_type::bittorrent) return nullptr;
+    return std::make_shared<node_superseed_peer>(ctx_, pc);
+  }
+
+ private:
+  std::shared_ptr<const node_torrent_ctx> ctx_;
+};
+
+class node_superseed final : public lt::plugin {
+ public:
+  explicit node_superseed(block_callback cb) : on_block_(std::move(cb)) {}
+  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const& th, lt::client_data_t) override {
+    return std::make_shared<node_superseed_torrent>(std::make_shared<node_torrent_ctx>(node_torrent_ctx{th, on_block_}));
+  }
+
+ private:
+  block_callback on_block_;
+};
+
+}  // namespace
+
+std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order) {
+  return std::make_shared<origin_superseed>(std::max(1, offers_per_peer), in_order);
+}
+
+std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block) {
+  return std::make_shared<node_superseed>(std::move(on_block));
+}
+
+bool is_origin(const lt::peer_id& pid) {
+  return has_prefix(pid, origin_fingerprint) || has_prefix(pid, superseeding_origin_fingerprint);
 }
 
 std::string tracker_url(const std::string& announce, const std::string& node, const std::string& zone,
@@ -97,7 +368,9 @@ std::string hash_hex(const lt::sha1_hash& h) {
 result<std::unique_ptr<session>> session::start(const settings& s) {
   std::unique_ptr<session> out(new session());
   try {
-    lt::session_params params(lan_settings(s));
+    auto pack = lan_settings(s);
+    if (auto st = apply_overrides(pack, s.libtorrent); !st) return fail(st.error());
+    lt::session_params params(std::move(pack));
     out->ses_ = std::make_unique<lt::session>(std::move(params));
   } catch (const std::exception& e) {
     return fail(errc::internal, std::string("start libtorrent session: ") + e.what());
@@ -179,6 +452,7 @@ result<lt::torrent_handle> session::add_seed(const object_metainfo& m, const std
   p.save_path = save_path;
   // Not auto-managed, not paused; seed_mode with every piece verified: no rehash, no lazy checks.
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
+  p.userdata = superseed_userdata(ti->num_pieces());
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);

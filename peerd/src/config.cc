@@ -51,9 +51,18 @@ void describe(config::binder& b, swarm_config& c) {
           "When no byte arrives from any source for this long, fail the request so containerd falls back.",
           {.min = 1s});
   b.field("streaming_window", c.streaming_window,
-          "Pieces ahead of a client's read position that get deadlines (streaming priority).", {.min = 1, .max = 256});
+          "Pieces ahead of a client's read position that get deadlines (streaming priority); 0: none, the "
+          "swarm's own order decides.",
+          {.min = 0, .max = 256});
   b.field("heartbeat_interval", c.heartbeat_interval, "How often the node reports its holdings to the scheduler.",
           {.min = 1s});
+  b.field("count_sources", c.count_sources,
+          "Attribute every received block to registry-proxy or a peer (status bytes.from_origin and "
+          "from_peers). Only a piece that passes its hash counts as progress either way.");
+  b.field("libtorrent", c.libtorrent,
+          "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. predictive_piece_announce: "
+          "\"20\"), applied over Shoal's LAN table (docs/p2p.md). For tuning experiments; unknown keys fail "
+          "the start.");
   // The monitor fails a download after fallback_deadline without data; a deadline that is not
   // after the stall timeout would fail it before the HTTP fallback ever got a chance.
   b.check(c.stall_timeout.get() < c.fallback_deadline.get(),

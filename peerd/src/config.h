@@ -55,6 +55,8 @@ struct swarm_config {
   config::duration fallback_deadline = 20s;  // give up (error to containerd) when no byte arrives this long
   int streaming_window = 8;                  // pieces ahead of a client's cursor given deadlines
   config::duration heartbeat_interval = 10s;
+  bool count_sources = true;  // per-block alerts attribute bytes to origin or peers
+  std::map<std::string, std::string> libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };
 void describe(config::binder& b, swarm_config& c);
 

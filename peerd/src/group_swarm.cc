@@ -89,7 +89,8 @@ result<std::unique_ptr<group_swarm>> group_swarm::start(deps d, options o) {
   auto* self = g.get();
   d.swarm.set_extension(swarm_manager::extension{
       [self](lt::alert* a) { return self->on_alert(a); },
-      [self](const lt::sha1_hash& ih, lt::add_torrent_params& p) { return self->on_unknown(ih, p); }});
+      [self](const lt::sha1_hash& ih, lt::add_torrent_params& p) { return self->on_unknown(ih, p); },
+      [self](const lt::torrent_handle& th, bool origin, std::size_t n) { return self->on_block(th, origin, n); }});
   g->monitor_ = std::thread([self] { self->monitor(); });
   return g;
 }
@@ -215,12 +216,28 @@ result<std::shared_ptr<group_download>> group_swarm::fetch(group_spec spec) {
   return dl;
 }
 
+bool group_swarm::on_block(const lt::torrent_handle& th, bool origin, std::size_t n) {
+  // Network thread: blocks are attributed per download (the swarm manager counts the totals).
+  std::lock_guard lk(mu_);
+  for (auto& [ih, dl] : downloads_) {
+    std::lock_guard dlk(dl->mu_);
+    if (dl->h_ == th) {
+      (origin ? dl->from_origin : dl->from_peers).fetch_add(n);
+      return true;
+    }
+  }
+  for (auto& [ih, seed] : seeds_) {
+    if (seed.h == th) return true;
+  }
+  return false;
+}
+
 bool group_swarm::on_alert(lt::alert* a) {
   // Cheap type filter first: computing an alert's info-hash is a call into libtorrent.
   auto* ta = dynamic_cast<lt::torrent_alert*>(a);
   if (!ta) return false;
   int type = a->type();
-  bool wanted = type == lt::block_finished_alert::alert_type || type == lt::piece_finished_alert::alert_type ||
+  bool wanted = type == lt::piece_finished_alert::alert_type ||
                 type == lt::torrent_finished_alert::alert_type || type == lt::torrent_removed_alert::alert_type ||
                 type == lt::hash_failed_alert::alert_type || type == lt::torrent_error_alert::alert_type ||
                 type == lt::file_error_alert::alert_type || type == lt::add_torrent_alert::alert_type ||
@@ -252,16 +269,6 @@ bool group_swarm::on_alert(lt::alert* a) {
   }
   if (!dl && !is_seed) return false;
   auto& counters = d_.swarm.counters_mut();
-  if (auto* bf = lt::alert_cast<lt::block_finished_alert>(a)) {
-    if (!dl || bf->endpoint.port() == 0) return true;
-    std::uint64_t plen = static_cast<std::uint64_t>(dl->ti_->piece_size(bf->piece_index));
-    std::uint64_t start = static_cast<std::uint64_t>(bf->block_index) * lt::default_block_size;
-    std::uint64_t n = start < plen ? std::min<std::uint64_t>(lt::default_block_size, plen - start) : 0;
-    bool origin = std::equal(swarm::origin_fingerprint.begin(), swarm::origin_fingerprint.end(), bf->pid.begin());
-    (origin ? dl->from_origin : dl->from_peers).fetch_add(n);
-    (origin ? counters.from_origin : counters.from_peers).fetch_add(n);
-    return true;
-  }
   if (lt::alert_cast<lt::piece_finished_alert>(a)) {
     if (dl) {
       std::lock_guard lk(dl->mu_);

@@ -35,6 +35,7 @@ struct on_demand_plugin final : lt::plugin {
   swarm_manager* mgr;
 };
 
+// A synchronous call into libtorrent's network thread: not for per-block or per-piece alerts.
 std::string ih_of(const lt::torrent_handle& h) { return swarm::hash_hex(h.info_hashes().v1); }
 
 result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std::uint64_t len) {
@@ -103,7 +104,7 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
   auto h = h_;
   std::uint32_t total = meta_.piece_count();
   lk.unlock();
-  if (moved && h.is_valid()) {
+  if (moved && h.is_valid() && mgr_->streaming_window() > 0) {
     // Streaming priority: deadlines for the pieces right after the reader's position.
     int window = mgr_->streaming_window();
     for (std::uint32_t j = i; j < std::min<std::uint32_t>(total, i + static_cast<std::uint32_t>(window)); ++j) {
@@ -123,18 +124,13 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
   ss.download_rate_limit = cfg.download_rate_limit.bytes();
+  ss.libtorrent = cfg.libtorrent;
+  // Understands a super-seeding origin (it says so with this prefix; see swarm.h).
+  ss.peer_fingerprint = std::string(swarm::superseed_node_fingerprint);
+  ss.close_redundant_connections = false;
   auto ses = swarm::session::start(ss);
   if (!ses) return shoal::fail(ses.error());
   m->ses_ = std::move(*ses);
-  // Per-block alerts attribute every byte to its source (registry-proxy or a peer).
-  lt::settings_pack extra;
-  extra.set_int(lt::settings_pack::alert_mask,
-                lt::alert_category::error | lt::alert_category::status | lt::alert_category::storage |
-                    lt::alert_category::tracker | lt::alert_category::performance_warning |
-                    lt::alert_category::piece_progress | lt::alert_category::block_progress |
-                    (log::enabled(log::level::trace) ? lt::alert_category::connect | lt::alert_category::peer
-                                                     : lt::alert_category_t{}));
-  m->ses_->raw().apply_settings(extra);
   m->ses_->raw().add_extension(std::make_shared<on_demand_plugin>(m.get()));
   // libtorrent 2.0.8 refuses every incoming connection, before the handshake that would reach
   // on_unknown_torrent, while the session holds no torrent (session_impl::incoming_connection:
@@ -155,6 +151,15 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
     if (!ec && sm) m->ses_->raw().add_torrent(std::move(p), ec);
     if (ec || !sm) log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", ec.message()));
   }
+  // Every received block is attributed to its source (registry-proxy or a peer) and counts as
+  // progress, from a plugin callback on the network thread: libtorrent's per-block alerts cost
+  // peerd a tenth of its CPU at 100 Mbit/s (docs/p2p.md).
+  auto* mgr = m.get();
+  swarm::block_callback on_block;
+  if (cfg.count_sources) {
+    on_block = [mgr](const lt::torrent_handle& th, bool origin, std::size_t n) { mgr->on_block(th, origin, n); };
+  }
+  m->ses_->raw().add_extension(swarm::node_superseed_plugin(std::move(on_block)));
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });
@@ -194,6 +199,15 @@ std::shared_ptr<download> swarm_manager::find(const digest& d) const {
   std::lock_guard lk(mu_);
   auto it = downloads_.find(d);
   return it == downloads_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<download> swarm_manager::by_alert(const lt::torrent_alert* a) const {
+  // Every object's torrent is named by its digest's hex: the name travels with the alert, while
+  // torrent_handle::info_hashes() is a blocking round trip to the network thread (measured: the
+  // per-block alerts then cost peerd a fifth of its CPU).
+  auto d = digest::from_hex(a->torrent_name());
+  if (!d) return nullptr;
+  return find(*d);
 }
 
 std::shared_ptr<download> swarm_manager::by_hash(const std::string& ih) const {
@@ -300,7 +314,7 @@ void swarm_manager::on_alert(lt::alert* a) {
     if (ext && ext->on_alert && ext->on_alert(a)) return;
   }
   if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) {
-    auto dl = by_hash(ih_of(pf->handle));
+    auto dl = by_alert(pf);
     if (!dl) return;
     auto p = static_cast<std::uint32_t>(static_cast<int>(pf->piece_index));
     bool issue = false;
@@ -323,7 +337,7 @@ void swarm_manager::on_alert(lt::alert* a) {
     return;
   }
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) {
-    auto dl = by_hash(ih_of(rp->handle));
+    auto dl = by_alert(rp);
     if (!dl) return;
     auto p = static_cast<std::uint32_t>(static_cast<int>(rp->piece));
     std::vector<download::piece_cb> cbs;
@@ -351,39 +365,21 @@ void swarm_manager::on_alert(lt::alert* a) {
     for (auto& cb : cbs) cb(piece_buffer(buf));
     return;
   }
-  if (auto* bf = lt::alert_cast<lt::block_finished_alert>(a)) {
-    auto dl = by_hash(ih_of(bf->handle));
-    if (!dl) return;
-    auto piece = static_cast<std::uint32_t>(static_cast<int>(bf->piece_index));
-    std::uint64_t plen = dl->meta().piece_length(piece);
-    std::uint64_t start = static_cast<std::uint64_t>(bf->block_index) * lt::default_block_size;
-    std::uint64_t n = start < plen ? std::min<std::uint64_t>(lt::default_block_size, plen - start) : 0;
-    // Pieces injected from the HTTP fallback come without a peer: they are counted there.
-    if (bf->endpoint.port() == 0) return;
-    // registry-proxy identifies itself by its peer-id prefix.
-    bool origin = std::equal(swarm::origin_fingerprint.begin(), swarm::origin_fingerprint.end(), bf->pid.begin());
-    (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
-    // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes back
-    // from a new port). Only a piece that passes its hash moves last_progress_.
-    std::lock_guard lk(dl->mu_);
-    dl->last_peer_block_ = steady::now();
-    return;
-  }
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
-    auto dl = by_hash(ih_of(tf->handle));
+    auto dl = by_alert(tf);
     if (!dl) return;
     // Every piece passed its hash: move the file into the cache's object directory.
     tf->handle.move_storage(d_.store.shard_dir(dl->id()), lt::move_flags_t::always_replace_files);
     return;
   }
   if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
-    auto dl = by_hash(ih_of(sm->handle));
+    auto dl = by_alert(sm);
     if (!dl) return;
     net::post(d_.pool, [this, dl] { complete(dl); });
     return;
   }
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
-    auto dl = by_hash(ih_of(smf->handle));
+    auto dl = by_alert(smf);
     if (dl) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
     return;
   }
@@ -472,6 +468,35 @@ void swarm_manager::on_alert(lt::alert* a) {
     auto c = ss->counters();
     if (sent_idx >= 0) counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
     return;
+  }
+}
+
+void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::size_t n) {
+  // Pieces injected from the HTTP fallback come without a peer and are counted there.
+  (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
+  {
+    std::shared_ptr<const extension> ext;
+    {
+      std::lock_guard lk(ext_mu_);
+      ext = ext_;
+    }
+    if (ext && ext->on_block && ext->on_block(th, origin, n)) return;
+  }
+  std::vector<std::shared_ptr<download>> dls;
+  {
+    std::lock_guard lk(mu_);
+    dls.reserve(downloads_.size());
+    for (auto& [d, x] : downloads_) dls.push_back(x);
+  }
+  auto now = steady::now();
+  for (auto& x : dls) {
+    std::lock_guard lk(x->mu_);
+    if (x->h_ == th) {
+      // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes
+      // back from a new port). Only a piece that passes its hash moves last_progress_.
+      x->last_peer_block_ = now;
+      return;
+    }
   }
 }
 

@@ -164,6 +164,9 @@ class swarm_manager {
   struct extension {
     std::function<bool(lt::alert*)> on_alert;
     std::function<bool(const lt::sha1_hash&, lt::add_torrent_params&)> on_unknown_torrent;
+    // A block arrived from a peer (network thread; compare handles, no sync libtorrent calls).
+    // Returns true when the torrent is the extension's.
+    std::function<bool(const lt::torrent_handle&, bool from_origin, std::size_t bytes)> on_block;
   };
   void set_extension(extension e);
   [[nodiscard]] lt::session& session_for_extension() { return ses_->raw(); }
@@ -172,6 +175,8 @@ class swarm_manager {
 
   // Internal (plugin and download callbacks).
   bool prepare_on_demand(const lt::sha1_hash& ih, lt::add_torrent_params& p);
+  // A block arrived from a peer (network thread).
+  void on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
 
  private:
@@ -186,6 +191,7 @@ class swarm_manager {
   void touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h);
   std::vector<std::string> trackers() const;
   std::shared_ptr<download> by_hash(const std::string& ih) const;
+  std::shared_ptr<download> by_alert(const lt::torrent_alert* a) const;
 
   swarm_config cfg_;
   node_config node_;

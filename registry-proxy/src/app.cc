@@ -86,6 +86,7 @@ status app::init() {
   bm.fetch_failures = &reg_.counter("shoal_proxy_upstream_failures_total",
                                     "Blob fetches that failed on the network or timed out.").with({});
   blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
+  blobs_->set_fetch_limit(cfg_.torrent.enabled ? cfg_.torrent.fetch_concurrency : 0);
 
   manifest_metrics mm;
   mm.upstream_requests = &reg_.counter("shoal_proxy_upstream_manifest_requests_total",
@@ -175,6 +176,8 @@ void app::register_metrics() {
   auto* b = blobs_.get();
   reg_.gauge_fn("shoal_proxy_fetches_in_flight", "Upstream blob fetches in flight.",
                 [b] { return static_cast<double>(b->inflight_count()); });
+  reg_.gauge_fn("shoal_proxy_fetches_queued", "Upstream blob fetches waiting for a slot (torrent.fetch_concurrency).",
+                [b] { return static_cast<double>(b->queued_count()); });
   auto* a = access_.get();
   reg_.counter_fn("shoal_proxy_access_checks_upstream_total", "Private-content checks answered by upstream.",
                   [a] { return static_cast<double>(a->get_counters().upstream_allow); });

@@ -1,5 +1,7 @@
 #include "blobs.h"
 
+#include <algorithm>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -33,16 +35,35 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     std::string message, retry_after;
     std::shared_ptr<cache::inflight_object> inflight;
     std::uint64_t available = 0;
+    bool queued = false;
+    // Upstream bytes received toward this object: while it waits in the fetch queue, those of
+    // the fetches ahead of it; then its own on top. Monotonic, so a long-polling peer sees
+    // progress while the queue moves.
+    std::uint64_t progress = 0;
   };
 
   blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred)
-      : svc_(svc), sel_(std::move(sel)), id_(d), client_(std::move(cred)) {}
+      : svc_(svc), sel_(std::move(sel)), id_(d), client_(std::move(cred)), enqueued_at_(svc.upstream_progress()) {}
 
   const digest& id() const { return id_; }
   // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
   void want_metainfo() { want_meta_.store(true); }
 
+  // Admission bookkeeping, guarded by blob_service::mu_.
+  bool admitted = false;  // counted in blob_service::running_
+  bool released = false;  // finished and uncounted
+
+  // The first start of the transfer (admission); retries call restart().
   void start() {
+    {
+      std::lock_guard lk(mu_);
+      started_at_ = svc_.upstream_progress();
+      began_ = true;
+    }
+    restart();
+  }
+
+  void restart() {
     net::post(svc_.pool(), [self = shared_from_this()] { self->attempt(); });
   }
 
@@ -92,6 +113,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     s.retry_after = retry_after_;
     s.inflight = inflight_;
     s.available = inflight_ ? inflight_->available() : 0;
+    s.queued = !began_;
+    s.progress = began_ ? started_at_ - enqueued_at_ + s.available : svc_.upstream_progress() - enqueued_at_;
     return s;
   }
 
@@ -216,6 +239,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       return false;
     }
     if (pieces_) pieces_->update(pending_.data(), pending_.size());
+    svc_.note_upstream_bytes(pending_.size());
     if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(pending_.size());
     pending_.clear();
     return true;
@@ -237,12 +261,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     next_ = next_step::none;
     if (step == next_step::retry_auth) {
       ++auth_round_;
-      return start();
+      return restart();
     }
     if (step == next_step::retry_as_client) {
       who_ = acting_as::client;
       auth_round_ = 0;
-      return start();
+      return restart();
     }
     if (pending_error_) {
       if (writer_) writer_->abort(pending_message_);
@@ -367,7 +391,10 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   std::string pending_message_;
   bool follower_ = false;
 
+  const std::uint64_t enqueued_at_;  // svc_.upstream_progress() when created
   std::mutex mu_;
+  bool began_ = false;               // admitted and started
+  std::uint64_t started_at_ = 0;     // svc_.upstream_progress() when started
   phase ph_ = phase::starting;
   bool cancelled_ = false;
   http::request_id req_id_ = 0;
@@ -490,27 +517,61 @@ blob_service::~blob_service() { shutdown(); }
 
 std::size_t blob_service::inflight_count() const {
   std::lock_guard lk(mu_);
-  return fetches_.size();
+  return fetches_.size() - queue_.size();
+}
+
+std::size_t blob_service::queued_count() const {
+  std::lock_guard lk(mu_);
+  return queue_.size();
 }
 
 void blob_service::shutdown() {
   stopping_ = true;
-  std::vector<std::shared_ptr<blob_fetch>> all;
+  std::vector<std::shared_ptr<blob_fetch>> all, waiting;
   {
     std::lock_guard lk(mu_);
     for (auto& [d, f] : fetches_) all.push_back(f);
+    for (auto& f : queue_) {
+      f->admitted = true;
+      ++running_;
+      waiting.push_back(f);
+    }
+    queue_.clear();
   }
   for (auto& f : all) f->cancel();
+  // Queued fetches start cancelled: they fail at once and answer their waiters.
+  for (auto& f : waiting) f->start();
+}
+
+std::vector<std::shared_ptr<blob_fetch>> blob_service::admit_locked() {
+  std::vector<std::shared_ptr<blob_fetch>> out;
+  while (!queue_.empty() && (fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_))) {
+    auto f = queue_.front();
+    queue_.pop_front();
+    f->admitted = true;
+    ++running_;
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
-  std::lock_guard lk(mu_);
-  auto it = fetches_.find(f->id());
-  if (it != fetches_.end() && it->second == f) fetches_.erase(it);
+  std::vector<std::shared_ptr<blob_fetch>> next;
+  {
+    std::lock_guard lk(mu_);
+    auto it = fetches_.find(f->id());
+    if (it != fetches_.end() && it->second == f) fetches_.erase(it);
+    if (f->admitted && !f->released) {
+      f->released = true;
+      --running_;
+    }
+    next = admit_locked();
+  }
+  for (auto& n : next) n->start();
 }
 
 std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d, const credential& cred,
-                                                        bool& started, bool want_meta) {
+                                                        bool& started, bool for_metainfo) {
   std::shared_ptr<blob_fetch> f;
   {
     std::lock_guard lk(mu_);
@@ -518,14 +579,28 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
     if (it != fetches_.end()) {
       started = false;
       if (m_.joins) m_.joins->inc();
-      if (want_meta) it->second->want_metainfo();
-      return it->second;
+      f = it->second;
+      if (for_metainfo) f->want_metainfo();
+      if (f->admitted || for_metainfo) return f;
+      // An HTTP client streams this object: it may not wait in the queue.
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
+      f->admitted = true;
+      ++running_;
+    } else {
+      f = std::make_shared<blob_fetch>(*this, sel, d, cred);
+      if (for_metainfo) f->want_metainfo();
+      fetches_[d] = f;
+      started = true;
+      bool room = fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_);
+      if (for_metainfo && !room) {
+        queue_.push_back(f);
+        log::debug("upstream fetch queued", log::kv("digest", d.str()), log::kv("ahead", queue_.size() - 1));
+        return f;
+      }
+      f->admitted = true;
+      ++running_;
     }
-    f = std::make_shared<blob_fetch>(*this, sel, d, cred);
-    if (want_meta) f->want_metainfo();
-    fetches_[d] = f;
   }
-  started = true;
   f->start();
   return f;
 }
@@ -542,12 +617,10 @@ void blob_service::serve(const selection& sel, const digest& d, const credential
     }
     if (!f && head) return head_upstream(sel, d, cred, resp);
     if (stopping_) return resp.send(oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down"));
-    if (!f) {
-      bool started = false;
-      f = join_or_start(sel, d, cred, started);
-    } else if (m_.joins) {
-      m_.joins->inc();
-    }
+    // Joins a running fetch, admits a queued one (an HTTP client may not wait in the queue) or
+    // starts one.
+    bool started = false;
+    f = join_or_start(sel, d, cred, started);
     serve_from_fetch(f, sel, cred, head, resp);
   });
 }
@@ -700,7 +773,9 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       auto s = f->snap();
       metainfo_answer a;
       a.status = 202;
-      a.bytes_done = s.available;
+      // Progress, not the object's own bytes: peers treat a growing value as liveness, and an
+      // object waiting in the fetch queue grows with the fetches ahead of it.
+      a.bytes_done = s.progress;
       a.size = s.size.value_or(0);
       a.message = "fetch in progress";
       a.retry_after = "1";

@@ -11,12 +11,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "access.h"
 #include "cache/store.h"
@@ -66,12 +68,22 @@ class blob_service {
   // Called (on a worker thread) after an object is committed and its metainfo stored.
   void on_committed(std::function<void(const digest&, const object_metainfo&)> cb) { committed_cb_ = std::move(cb); }
 
+  // At most `n` upstream fetches started by metainfo requests (the swarm path) run at once; more
+  // wait in arrival order (0: no limit). Fetches for HTTP clients never wait: they start at once
+  // and count toward the limit. Call before serving.
+  void set_fetch_limit(int n) { fetch_limit_ = n; }
+
   [[nodiscard]] std::size_t inflight_count() const;
+  // Fetches waiting for their turn (set_fetch_limit).
+  [[nodiscard]] std::size_t queued_count() const;
   // Stops accepting new fetches and cancels the ones in flight (shutdown).
   void shutdown();
 
   // Shared by the fetch machinery.
   void finish_fetch(const std::shared_ptr<blob_fetch>& f);
+  // Every blob byte received from any upstream (a monotonic clock of upstream progress).
+  void note_upstream_bytes(std::uint64_t n) { upstream_progress_.fetch_add(n); }
+  [[nodiscard]] std::uint64_t upstream_progress() const { return upstream_progress_.load(); }
   [[nodiscard]] boost::asio::thread_pool& pool() { return pool_; }
   [[nodiscard]] cache::store& store() { return store_; }
   [[nodiscard]] state_db& state() { return st_; }
@@ -86,8 +98,13 @@ class blob_service {
   void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel, const credential& cred, bool head,
                         http::responder resp);
   void head_upstream(const selection& sel, const digest& d, const credential& cred, http::responder resp);
+  // `for_metainfo`: the caller wants the metainfo (pieces are hashed as bytes arrive) and waits
+  // through metainfo long-polls, so the fetch may wait its turn in the queue.
   std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started,
-                                            bool want_meta = false);
+                                            bool for_metainfo = false);
+  // Starts queued fetches while fewer than fetch_limit_ run. Called with mu_ held; returns the
+  // fetches to start once it is released.
+  std::vector<std::shared_ptr<blob_fetch>> admit_locked();
   [[nodiscard]] result<metainfo_answer> cached_metainfo(const digest& d);
 
   boost::asio::io_context& io_;
@@ -100,6 +117,10 @@ class blob_service {
   std::function<void(const digest&, const object_metainfo&)> committed_cb_;
   mutable std::mutex mu_;
   std::map<digest, std::shared_ptr<blob_fetch>> fetches_;
+  std::deque<std::shared_ptr<blob_fetch>> queue_;  // waiting for a slot (guarded by mu_)
+  std::size_t running_ = 0;                        // admitted and not finished (guarded by mu_)
+  int fetch_limit_ = 0;
+  std::atomic<std::uint64_t> upstream_progress_{0};
   std::atomic<bool> stopping_{false};
 };
 

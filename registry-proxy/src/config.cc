@@ -65,6 +65,26 @@ void describe(config::binder& b, torrent_config& c) {
           "202 with progress.",
           {.min = 100ms, .max = 10min});
   b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
+  b.field("fetch_concurrency", c.fetch_concurrency,
+          "Upstream blob fetches started for the swarm (metainfo requests) that run at once; more wait "
+          "in arrival order, and their metainfo long-polls report the queue's progress. Metainfo exists "
+          "only for whole objects, so with 1 an image's layers complete one after another and each "
+          "swarms while the next still downloads (docs/p2p.md). Fetches for HTTP clients never wait. "
+          "0: no limit.",
+          {.min = 0, .max = 1000});
+  b.field("super_seeding", c.super_seeding,
+          "Super-seed to peerd nodes (BEP 16 semantics, done by Shoal): each node is offered a few "
+          "pieces at a time, those no node holds first, so the origin sends every piece once before it "
+          "sends any twice and nodes trade the rest among themselves. Other BitTorrent clients see a "
+          "plain seed.");
+  b.field("superseed_offers", c.superseed_offers, "With super_seeding: pieces on offer per node connection.",
+          {.min = 1, .max = 64});
+  b.field("superseed_in_order", c.superseed_in_order,
+          "With super_seeding: among equally rare pieces offer the lowest index first (else at random), so "
+          "the swarm holds a growing prefix and containerd's in-order reads are served as pieces arrive.");
+  b.field("libtorrent", c.libtorrent,
+          "Raw libtorrent settings_pack overrides by libtorrent's key name, applied over Shoal's LAN "
+          "table (docs/p2p.md). For tuning experiments; unknown keys fail the start.");
 }
 
 void describe(config::binder& b, dataset_config& c) {

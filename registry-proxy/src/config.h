@@ -2,6 +2,7 @@
 // registry-proxy's configuration: every key declared once, with its default and doc string.
 // `shoal-registry-proxy --print-config-docs` renders the reference (docs/config/registry-proxy.md).
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct torrent_config {
   config::duration idle_unload = 10min;     // unload a torrent with no activity this long
   config::duration metainfo_wait = 20s;     // how long a metainfo request waits for a fetch
   int connections_limit = 4000;
+  int fetch_concurrency = 1;                // upstream fetches for swarms at once (0: no limit)
+  bool super_seeding = false;               // offer each node a few pieces at a time (docs/p2p.md)
+  int superseed_offers = 2;                 // pieces on offer per node connection
+  bool superseed_in_order = true;           // offer pieces front to back (streaming readers)
+  std::map<std::string, std::string> libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };
 void describe(config::binder& b, torrent_config& c);
 

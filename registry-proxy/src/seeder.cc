@@ -16,10 +16,13 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
   ss.listen = cfg.listen;
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
-  ss.peer_fingerprint = std::string(swarm::origin_fingerprint);
+  ss.peer_fingerprint =
+      std::string(cfg.super_seeding ? swarm::superseeding_origin_fingerprint : swarm::origin_fingerprint);
+  ss.libtorrent = cfg.libtorrent;
   auto ses = swarm::session::start(ss);
   if (!ses) return fail(ses.error());
   s->ses_ = std::move(*ses);
+  if (cfg.super_seeding) s->ses_->raw().add_extension(swarm::origin_superseed_plugin(cfg.superseed_offers, cfg.superseed_in_order));
   auto* self = s.get();
   static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
   s->ses_->on_alert([self](lt::alert* a) {

@@ -68,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, PeerdConfigRefuses,
     ::testing::Values(bad_case{"StallTooShort", "swarm: {stall_timeout: 10ms}", "stall_timeout"},
                       bad_case{"DeadlineZero", "swarm: {fallback_deadline: 0s}", "fallback_deadline"},
-                      bad_case{"WindowZero", "swarm: {streaming_window: 0}", "streaming_window"},
+                      bad_case{"WindowNegative", "swarm: {streaming_window: -1}", "streaming_window"},
                       bad_case{"WindowHuge", "swarm: {streaming_window: 100000}", "streaming_window"},
                       bad_case{"NoLoadedTorrents", "swarm: {max_loaded_torrents: 0}", "max_loaded_torrents"},
                       bad_case{"FewConnections", "swarm: {connections_limit: 1}", "connections_limit"},

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,18 +38,60 @@ struct settings {
   int peer_connect_timeout_s = 3;
   int max_queued_disk_bytes = 64 << 20;
   int send_buffer_watermark = 8 << 20;
-  int aio_threads = 4;
+  int aio_threads = 2;  // disk and hash jobs; fewer threads, fewer wake-ups (docs/p2p.md)
+  // Close connections on which neither side wants anything (seed to seed, or an "upload only"
+  // peer we are not interested in). peerd turns it off: a super-seeding origin looks like an
+  // uninteresting upload-only peer until its first offer arrives (swarm.h, node_superseed_plugin).
+  bool close_redundant_connections = true;
   std::string user_agent = "shoal/0.1";
   // The 8-character peer-id prefix. Origins use "-SO0100-", nodes "-SN0100-", so a node can tell
   // which bytes came from registry-proxy whatever address or port the connection used.
   std::string peer_fingerprint = "-SN0100-";
+  // Raw settings_pack overrides by libtorrent's own key names ("predictive_piece_announce":
+  // "20"), applied after the table. An escape hatch for tuning and benchmarks: the table is what
+  // Shoal is measured with (docs/p2p.md); an unknown key or a bad value fails the start.
+  std::map<std::string, std::string> libtorrent;
 };
 
 inline constexpr std::string_view origin_fingerprint = "-SO0100-";
 inline constexpr std::string_view node_fingerprint = "-SN0100-";
+// An origin that super-seeds, and a node that understands it (see origin_superseed_plugin).
+inline constexpr std::string_view superseeding_origin_fingerprint = "-SO0110-";
+inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
 
-// The settings_pack Shoal uses, from the table above (documented in docs/p2p.md).
+// The settings_pack Shoal uses, from the table above (documented in docs/p2p.md), without the
+// raw overrides.
 [[nodiscard]] lt::settings_pack lan_settings(const settings& s);
+
+// Applies `overrides` (libtorrent key → value) to `p`. Booleans take true/false/1/0, integers
+// decimal numbers; an unknown key or an unparsable value is an error naming it.
+[[nodiscard]] status apply_overrides(lt::settings_pack& p, const std::map<std::string, std::string>& overrides);
+
+// Shoal super seeding (BEP 16 semantics between Shoal's own daemons). The origin offers every
+// node a few pieces at a time with HAVE messages, preferring pieces no peer holds and nobody was
+// offered, and one more each time the node reports an offered piece complete; so the origin sends
+// each piece once before it sends any twice, and nodes spread the rest among themselves.
+// libtorrent's built-in super seeding (torrent_flags::super_seeding) is not used: in 2.0.8 its
+// first two offers are dropped on incoming connections (peer_connection::superseed_piece returns
+// early during the handshake), and measured here the peers then idled 5 s until peerd's HTTP
+// fallback. Both plugins run on libtorrent's network thread.
+//
+// Origin side: torrents added with session::add_seed carry their piece count for the plugin; a
+// peer is offered pieces only if its peer id starts with superseed_node_fingerprint (it ignores
+// our have-all); anyone else sees a plain seed. The origin's own peer id must start with
+// superseeding_origin_fingerprint.
+// `in_order`: among equally good pieces offer the lowest index first, so the swarm holds a growing
+// prefix of the object and peers streaming it in order are served as it arrives.
+[[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order);
+// Node side: ignores the bitfield (have-all) of peers whose id starts with
+// superseeding_origin_fingerprint. The node's peer id must start with superseed_node_fingerprint.
+// `on_block` (optional) is called for every block received from a peer, on the network thread:
+// the torrent, whether registry-proxy sent it, and its size. Much cheaper than libtorrent's
+// per-block alerts (an allocation and a thread hand-off each).
+using block_callback = std::function<void(const lt::torrent_handle&, bool from_origin, std::size_t bytes)>;
+[[nodiscard]] std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block = {});
+// Whether a peer id is registry-proxy's (either origin fingerprint).
+[[nodiscard]] bool is_origin(const lt::peer_id& pid);
 
 // "<announce>?node=n1&zone=z&rack=r&role=peer" (or with '&' when the URL already has a query).
 [[nodiscard]] std::string tracker_url(const std::string& announce, const std::string& node, const std::string& zone,
@@ -71,6 +114,7 @@ class session {
   // Adds a complete, verified object as a seed: seed_mode with every piece marked verified, so
   // nothing is rehashed. `save_path` is the directory holding the file named <hex digest>.
   // Adding a torrent that is already loaded fails with errc::already_exists.
+  // The torrent carries its piece count for origin_superseed_plugin().
   [[nodiscard]] result<lt::torrent_handle> add_seed(const object_metainfo& m, const std::string& save_path,
                                                     const std::vector<std::string>& trackers);
   void remove(const lt::torrent_handle& h);

@@ -1,0 +1,206 @@
+// common/swarm: the settings table, raw overrides, and Shoal super seeding between a real origin
+// session and real node sessions on loopback.
+
+#include "common/swarm.h"
+
+#include <gtest/gtest.h>
+#include <libtorrent/add_torrent_params.hpp>
+#include <libtorrent/alert_types.hpp>
+#include <libtorrent/session.hpp>
+#include <libtorrent/torrent_info.hpp>
+#include <libtorrent/torrent_status.hpp>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "common/metainfo.h"
+#include "common/sha256.h"
+
+namespace shoal::swarm {
+namespace {
+
+namespace fs = std::filesystem;
+using sp = lt::settings_pack;
+
+TEST(SwarmSettings, LanTableTurnsOffWhatHurtsOnALan) {
+  settings s;
+  s.listen = "127.0.0.1:0";
+  auto p = lan_settings(s);
+  EXPECT_FALSE(p.get_bool(sp::enable_outgoing_utp));
+  EXPECT_FALSE(p.get_bool(sp::enable_incoming_utp));
+  EXPECT_FALSE(p.get_bool(sp::enable_dht));
+  EXPECT_EQ(p.get_int(sp::unchoke_slots_limit), -1);
+  EXPECT_EQ(p.get_str(sp::listen_interfaces), "127.0.0.1:0");
+  EXPECT_TRUE(p.get_bool(sp::close_redundant_connections));
+  s.close_redundant_connections = false;
+  EXPECT_FALSE(lan_settings(s).get_bool(sp::close_redundant_connections));
+}
+
+TEST(SwarmSettings, OverridesSetEveryTypeByLibtorrentName) {
+  sp p;
+  ASSERT_TRUE(apply_overrides(p, {{"predictive_piece_announce", "25"},
+                                  {"strict_end_game_mode", "false"},
+                                  {"user_agent", "bench"}}));
+  EXPECT_EQ(p.get_int(sp::predictive_piece_announce), 25);
+  EXPECT_FALSE(p.get_bool(sp::strict_end_game_mode));
+  EXPECT_EQ(p.get_str(sp::user_agent), "bench");
+  ASSERT_TRUE(apply_overrides(p, {{"strict_end_game_mode", "1"}}));
+  EXPECT_TRUE(p.get_bool(sp::strict_end_game_mode));
+}
+
+TEST(SwarmSettings, OverridesRefuseUnknownKeysAndBadValues) {
+  sp p;
+  auto unknown = apply_overrides(p, {{"no_such_setting", "1"}});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("no_such_setting"), std::string::npos);
+  EXPECT_FALSE(apply_overrides(p, {{"aio_threads", "four"}}));
+  EXPECT_FALSE(apply_overrides(p, {{"aio_threads", "4x"}}));
+  EXPECT_FALSE(apply_overrides(p, {{"aio_threads", "99999999999"}}));
+  EXPECT_FALSE(apply_overrides(p, {{"strict_end_game_mode", "yes"}}));
+}
+
+TEST(SwarmSettings, SessionStartFailsOnABadOverride) {
+  settings s;
+  s.listen = "127.0.0.1:0";
+  s.libtorrent = {{"no_such_setting", "1"}};
+  EXPECT_FALSE(session::start(s));
+}
+
+TEST(SwarmIdentity, OriginPeerIdsAreRecognised) {
+  auto id = [](std::string_view prefix) {
+    lt::peer_id p;
+    std::fill(p.begin(), p.end(), 'x');
+    std::copy(prefix.begin(), prefix.end(), p.begin());
+    return p;
+  };
+  EXPECT_TRUE(is_origin(id(origin_fingerprint)));
+  EXPECT_TRUE(is_origin(id(superseeding_origin_fingerprint)));
+  EXPECT_FALSE(is_origin(id(node_fingerprint)));
+  EXPECT_FALSE(is_origin(id(superseed_node_fingerprint)));
+}
+
+// A temp directory holding one random object named by its digest, plus its metainfo.
+struct object_dir {
+  fs::path root;
+  std::string data;
+  object_metainfo meta;
+
+  explicit object_dir(std::size_t size, unsigned seed) {
+    std::string tmpl = (fs::temp_directory_path() / "shoal-swarm-test-XXXXXX").string();
+    root = mkdtemp(tmpl.data());
+    std::mt19937 rng(seed);
+    data.resize(size);
+    for (auto& c : data) c = static_cast<char>(rng());
+    digest d = sha256_of(data);
+    metainfo_builder b(size);
+    b.update(data.data(), data.size());
+    meta = *b.finish(d);
+    fs::create_directories(root / "origin");
+    std::ofstream(root / "origin" / d.hex(), std::ios::binary).write(data.data(), static_cast<std::streamsize>(size));
+  }
+  ~object_dir() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
+// A downloading node as peerd runs it: node fingerprint, node plugin, redundant connections kept.
+std::unique_ptr<lt::session> start_node() {
+  settings s;
+  s.listen = "127.0.0.1:0";
+  s.peer_fingerprint = std::string(superseed_node_fingerprint);
+  s.close_redundant_connections = false;
+  lt::session_params params(lan_settings(s));
+  auto ses = std::make_unique<lt::session>(std::move(params));
+  ses->add_extension(node_superseed_plugin());
+  return ses;
+}
+
+bool wait_finished(lt::session& ses, const lt::torrent_handle& h, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (h.status().is_seeding) return true;
+    std::vector<lt::alert*> alerts;
+    ses.wait_for_alert(lt::milliseconds(50));
+    ses.pop_alerts(&alerts);
+  }
+  return false;
+}
+
+// The origin offers pieces one HAVE at a time and the nodes, which ignore its have-all, still
+// get the whole object: without working offers they could request nothing at all.
+TEST(SwarmSuperSeed, NodesCompleteFromOffersAlone) {
+  object_dir obj(64 * 64 * 1024 + 123, 7);  // 65 pieces of 64 KiB
+  settings os;
+  os.listen = "127.0.0.1:0";
+  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  auto origin = session::start(os);
+  ASSERT_TRUE(origin) << origin.error().message;
+  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
+  auto seed = (*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {});
+  ASSERT_TRUE(seed) << seed.error().message;
+  std::uint16_t port = (*origin)->listen_port();
+  ASSERT_NE(port, 0);
+
+  std::string torrent = obj.meta.torrent_file({});
+  std::vector<std::unique_ptr<lt::session>> nodes;
+  std::vector<lt::torrent_handle> handles;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(start_node());
+    lt::error_code ec;
+    lt::add_torrent_params p;
+    p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    p.save_path = (obj.root / ("node" + std::to_string(i))).string();
+    p.flags = lt::torrent_flags::update_subscribe;
+    p.peers.emplace_back(lt::make_address("127.0.0.1"), port);
+    handles.push_back(nodes.back()->add_torrent(std::move(p), ec));
+    ASSERT_FALSE(ec) << ec.message();
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(wait_finished(*nodes[static_cast<std::size_t>(i)], handles[static_cast<std::size_t>(i)],
+                              std::chrono::seconds(30)))
+        << "node " << i << " did not complete from the origin's offers";
+    std::ifstream f(obj.root / ("node" + std::to_string(i)) / obj.meta.object.hex(), std::ios::binary);
+    std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(got, obj.data);
+  }
+  for (auto& n : nodes) n->abort();
+  (*origin)->stop();
+}
+
+// A plain BitTorrent client (no node fingerprint) gets a plain seed from the same origin.
+TEST(SwarmSuperSeed, OtherClientsSeeAPlainSeed) {
+  object_dir obj(16 * 64 * 1024, 9);
+  settings os;
+  os.listen = "127.0.0.1:0";
+  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  auto origin = session::start(os);
+  ASSERT_TRUE(origin) << origin.error().message;
+  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
+  ASSERT_TRUE((*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {}));
+
+  settings ns;
+  ns.listen = "127.0.0.1:0";
+  lt::session node(lt::session_params(lan_settings(ns)));  // no plugin, default fingerprint
+  std::string torrent = obj.meta.torrent_file({});
+  lt::error_code ec;
+  lt::add_torrent_params p;
+  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  ASSERT_FALSE(ec);
+  p.save_path = (obj.root / "plain").string();
+  p.flags = lt::torrent_flags::update_subscribe;
+  p.peers.emplace_back(lt::make_address("127.0.0.1"), (*origin)->listen_port());
+  auto h = node.add_torrent(std::move(p), ec);
+  ASSERT_FALSE(ec);
+  EXPECT_TRUE(wait_finished(node, h, std::chrono::seconds(30)));
+  node.abort();
+  (*origin)->stop();
+}
+
+}  // namespace
+}  // namespace shoal::swarm
