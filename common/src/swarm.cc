@@ -5,6 +5,7 @@
 #include <libtorrent/error_code.hpp>
 #include <libtorrent/extensions.hpp>
 #include <libtorrent/peer_connection_handle.hpp>
+#include <libtorrent/peer_info.hpp>
 #include <libtorrent/settings_pack.hpp>
 #include <libtorrent/torrent_info.hpp>
 
@@ -337,6 +338,19 @@ std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in
 
 std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block) {
   return std::make_shared<node_superseed>(std::move(on_block));
+}
+
+bool serving_a_peer(const lt::torrent_handle& h) {
+  if (!h.is_valid()) return false;
+  std::vector<lt::peer_info> peers;
+  try {
+    h.get_peer_info(peers);
+  } catch (const std::exception&) {
+    return false;  // the torrent went away meanwhile
+  }
+  return std::any_of(peers.begin(), peers.end(), [](const lt::peer_info& p) {
+    return !(p.flags & lt::peer_info::seed) && !is_origin(p.pid);
+  });
 }
 
 bool is_origin(const lt::peer_id& pid) {

@@ -655,11 +655,11 @@ void group_swarm::monitor() {
       }
       std::vector<lt::torrent_handle> drop;
       for (auto& [ih, h] : snap) {
-        int peers = h.is_valid() ? h.status().num_peers : 0;
+        bool serving = swarm::serving_a_peer(h);
         std::lock_guard g(mu_);
         auto it = seeds_.find(ih);
         if (it == seeds_.end()) continue;
-        if (peers > 0) it->second.last_used = now;
+        if (serving) it->second.last_used = now;
         if (now - it->second.last_used > opts_.seed_idle_unload && it->second.h.is_valid()) {
           drop.push_back(it->second.h);
           seeds_.erase(it);

@@ -786,11 +786,11 @@ void swarm_manager::monitor() {
       std::vector<lt::torrent_handle> drop;
       std::vector<digest> keep;
       for (auto& [ih, h] : snap) {
-        int peers = h.is_valid() ? h.status().num_peers : 0;
+        bool serving = swarm::serving_a_peer(h);
         std::lock_guard g(mu_);
         auto it = seeds_.find(ih);
         if (it == seeds_.end()) continue;
-        if (peers > 0) it->second.last_used = now;
+        if (serving) it->second.last_used = now;
         if (now - it->second.last_used > idle) {
           drop.push_back(it->second.h);
           lru_.erase(it->second.lru);

@@ -92,6 +92,10 @@ using block_callback = std::function<void(const lt::torrent_handle&, bool from_o
 [[nodiscard]] std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block = {});
 // Whether a peer id is registry-proxy's (either origin fingerprint).
 [[nodiscard]] bool is_origin(const lt::peer_id& pid);
+// Whether a seeding torrent still serves someone: a connected peer, other than registry-proxy,
+// that is not a seed. Connections between seeds stay open (close_redundant_connections is off
+// for super seeding), so "has peers" is not "in use". A sync call: never on the network thread.
+[[nodiscard]] bool serving_a_peer(const lt::torrent_handle& h);
 
 // "<announce>?node=n1&zone=z&rack=r&role=peer" (or with '&' when the URL already has a query).
 [[nodiscard]] std::string tracker_url(const std::string& announce, const std::string& node, const std::string& zone,
