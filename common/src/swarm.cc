@@ -120,8 +120,14 @@ namespace {
 // synchronous torrent_handle call (those deadlock on the network thread, where plugins run).
 struct superseed_tag;
 
-lt::client_data_t superseed_userdata(int pieces) {
-  return lt::client_data_t(reinterpret_cast<superseed_tag*>(static_cast<std::uintptr_t>(pieces)));
+// `plain`: a torrent the origin does not super-seed (dataset packs). Nodes ignore a
+// super-seeding origin's bitfield for every torrent, so the origin announces all of its pieces to
+// them with HAVE messages instead.
+constexpr std::uintptr_t plain_seed_bit = std::uintptr_t(1) << 28;
+
+lt::client_data_t superseed_userdata(int pieces, bool plain = false) {
+  auto v = static_cast<std::uintptr_t>(pieces) | (plain ? plain_seed_bit : 0);
+  return lt::client_data_t(reinterpret_cast<superseed_tag*>(v));
 }
 
 bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
@@ -131,11 +137,13 @@ bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
 // Per origin torrent: which connected peers hold each piece and which pieces are on offer. Lives
 // on the network thread (every plugin callback runs there), so it needs no lock.
 struct superseed_state {
-  superseed_state(int n, int offers, bool ordered)
-      : pieces(n), offers_per_peer(offers), in_order(ordered), have(n), offered(n) {}
+  superseed_state(int n, int offers, bool ordered, bool all)
+      : pieces(n), offers_per_peer(offers), in_order(ordered), plain(all), have(n), offered(n) {}
   int pieces;
+  bool plain_ = false;
   int offers_per_peer;
   bool in_order;
+  bool plain;                          // not super-seeded: every piece is announced at once
   std::vector<std::uint16_t> have;     // connected peers that hold the piece
   std::vector<std::uint16_t> offered;  // outstanding offers of the piece
   std::minstd_rand rng{std::random_device{}()};
@@ -230,16 +238,28 @@ class superseed_peer final : public lt::peer_plugin {
 
   void offer() {
     if (!enabled_ || h_.is_disconnecting()) return;
+    if (st_->plain) {
+      // A plain seed to a node that ignored our have-all: announce every piece it lacks, once.
+      enabled_ = false;
+      for (int p = 0; p < st_->pieces; ++p) {
+        if (!has_[static_cast<std::size_t>(p)]) send_have(p);
+      }
+      return;
+    }
     while (static_cast<int>(offers_.size()) < st_->offers_per_peer) {
       int p = st_->pick(has_);
       if (p < 0) return;
       offers_.push_back(p);
       ++st_->offered[static_cast<std::size_t>(p)];
-      // HAVE: length 5, id 4, piece index (big endian).
-      char msg[9] = {0, 0, 0, 5, 4, static_cast<char>((p >> 24) & 0xff), static_cast<char>((p >> 16) & 0xff),
-                     static_cast<char>((p >> 8) & 0xff), static_cast<char>(p & 0xff)};
-      h_.send_buffer(msg, sizeof msg);
+      send_have(p);
     }
+  }
+
+  void send_have(int p) {
+    // HAVE: length 5, id 4, piece index (big endian).
+    char msg[9] = {0, 0, 0, 5, 4, static_cast<char>((p >> 24) & 0xff), static_cast<char>((p >> 16) & 0xff),
+                   static_cast<char>((p >> 8) & 0xff), static_cast<char>(p & 0xff)};
+    h_.send_buffer(msg, sizeof msg);
   }
 
   std::shared_ptr<superseed_state> st_;
@@ -267,10 +287,12 @@ class origin_superseed final : public lt::plugin {
   origin_superseed(int offers, bool in_order) : offers_(offers), in_order_(in_order) {}
   std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&, lt::client_data_t ud) override {
     auto* tag = ud.get<superseed_tag>();
-    auto pieces = reinterpret_cast<std::uintptr_t>(tag);
+    auto v = reinterpret_cast<std::uintptr_t>(tag);
+    bool plain = (v & plain_seed_bit) != 0;
+    auto pieces = v & ~plain_seed_bit;
     if (pieces == 0 || pieces > (1u << 24)) return nullptr;
     return std::make_shared<superseed_torrent>(
-        std::make_shared<superseed_state>(static_cast<int>(pieces), offers_, in_order_));
+        std::make_shared<superseed_state>(static_cast<int>(pieces), offers_, in_order_, plain));
   }
 
  private:
@@ -492,6 +514,9 @@ result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m, const 
   // As add_seed(): not auto-managed, not paused, every piece verified (the members were
   // verified against their sha256 when they entered the cache).
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
+  // Not super-seeded (a pack is usually fetched by a few nodes for a prefetch), but announced
+  // piece by piece to nodes that ignore a super-seeding origin's bitfield.
+  p.userdata = superseed_userdata(ti->num_pieces(), true);
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);

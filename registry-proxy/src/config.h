@@ -55,8 +55,8 @@ struct torrent_config {
   config::duration metainfo_wait = 20s;     // how long a metainfo request waits for a fetch
   int connections_limit = 4000;
   int fetch_concurrency = 1;                // upstream fetches for swarms at once (0: no limit)
-  bool super_seeding = false;               // offer each node a few pieces at a time (docs/p2p.md)
-  int superseed_offers = 2;                 // pieces on offer per node connection
+  bool super_seeding = true;                // offer each node a few pieces at a time (docs/p2p.md)
+  int superseed_offers = 8;                 // pieces on offer per node connection
   bool superseed_in_order = true;           // offer pieces front to back (streaming readers)
   std::map<std::string, std::string> libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };

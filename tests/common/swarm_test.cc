@@ -14,6 +14,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -200,6 +202,66 @@ TEST(SwarmSuperSeed, OtherClientsSeeAPlainSeed) {
   EXPECT_TRUE(wait_finished(node, h, std::chrono::seconds(30)));
   node.abort();
   (*origin)->stop();
+}
+
+
+// Dataset packs are not super-seeded, yet a node ignores a super-seeding origin's bitfield for
+// every torrent: the origin must announce a pack's pieces itself, or the node could request
+// nothing from it (it would idle until peerd's HTTP fallback).
+TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
+  std::string tmpl = (fs::temp_directory_path() / "shoal-swarm-pack-XXXXXX").string();
+  fs::path root = mkdtemp(tmpl.data());
+  std::mt19937 rng(11);
+  std::map<digest, std::string> objs;
+  for (int i = 0; i < 30; ++i) {
+    std::string s(5000 + rng() % 90000, '\0');
+    for (auto& c : s) c = static_cast<char>(rng());
+    objs[sha256_of(s)] = s;
+  }
+  std::vector<std::pair<digest, std::uint64_t>> members;
+  for (const auto& [d, s] : objs) {
+    members.emplace_back(d, s.size());
+    fs::path f = root / "origin" / "sha256" / d.hex().substr(0, 2) / d.hex();
+    fs::create_directories(f.parent_path());
+    std::ofstream(f, std::ios::binary).write(s.data(), static_cast<std::streamsize>(s.size()));
+  }
+  auto pack = build_pack(members, [&](const digest& d, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
+    const auto& s = objs.at(d);
+    std::size_t k = std::min<std::size_t>(n, s.size() - static_cast<std::size_t>(off));
+    std::memcpy(buf, s.data() + off, k);
+    return k;
+  });
+  ASSERT_TRUE(pack) << pack.error().to_string();
+
+  settings os;
+  os.listen = "127.0.0.1:0";
+  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  auto origin = session::start(os);
+  ASSERT_TRUE(origin) << origin.error().message;
+  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
+  ASSERT_TRUE((*origin)->add_pack_seed(*pack, (root / "origin").string(), {}));
+
+  auto node = start_node();
+  std::string torrent = pack->torrent_file({});
+  lt::error_code ec;
+  lt::add_torrent_params p;
+  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  p.save_path = (root / "node").string();
+  p.flags = lt::torrent_flags::update_subscribe;
+  p.peers.emplace_back(lt::make_address("127.0.0.1"), (*origin)->listen_port());
+  auto h = node->add_torrent(std::move(p), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(wait_finished(*node, h, std::chrono::seconds(30))) << "the node got nothing from a pack seed";
+  for (const auto& [d, s] : objs) {
+    std::ifstream f(root / "node" / "sha256" / d.hex().substr(0, 2) / d.hex(), std::ios::binary);
+    std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(got, s) << d.str();
+  }
+  node->abort();
+  (*origin)->stop();
+  std::error_code rec;
+  fs::remove_all(root, rec);
 }
 
 }  // namespace
