@@ -53,7 +53,7 @@ struct swarm_config {
   config::duration seed_idle_unload = 5min;  // unload a seed nobody asked for in this long
   config::duration stall_timeout = 5s;       // no piece for this long: fetch missing ranges over HTTP
   config::duration fallback_deadline = 20s;  // give up (error to containerd) when no byte arrives this long
-  int streaming_window = 8;                  // pieces ahead of a client's cursor given deadlines
+  int streaming_window = 0;                  // pieces given deadlines ahead of a reader (docs/p2p.md)
   config::duration heartbeat_interval = 10s;
   bool count_sources = true;  // per-block alerts attribute bytes to origin or peers
   std::map<std::string, std::string> libtorrent;  // raw settings_pack overrides (tuning escape hatch)
