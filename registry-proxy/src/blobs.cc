@@ -292,6 +292,9 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         writer_.reset();
         return fail_and_fire(pending_status_, pending_message_);
       }
+      // The upstream transfer is over: the next queued fetch may start while this one commits
+      // (fsync, metainfo), so the upstream link does not idle between objects.
+      svc_.release_slot(shared_from_this());
       net::post(svc_.pool(), [self = shared_from_this()] { self->commit(); });
       return;
     }
@@ -553,6 +556,18 @@ std::vector<std::shared_ptr<blob_fetch>> blob_service::admit_locked() {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+void blob_service::release_slot(const std::shared_ptr<blob_fetch>& f) {
+  std::vector<std::shared_ptr<blob_fetch>> next;
+  {
+    std::lock_guard lk(mu_);
+    if (!f->admitted || f->released) return;
+    f->released = true;
+    --running_;
+    next = admit_locked();
+  }
+  for (auto& n : next) n->start();
 }
 
 void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {

@@ -81,6 +81,8 @@ class blob_service {
 
   // Shared by the fetch machinery.
   void finish_fetch(const std::shared_ptr<blob_fetch>& f);
+  // Gives a fetch's upstream slot to the next queued fetch (once its transfer is over).
+  void release_slot(const std::shared_ptr<blob_fetch>& f);
   // Every blob byte received from any upstream (a monotonic clock of upstream progress).
   void note_upstream_bytes(std::uint64_t n) { upstream_progress_.fetch_add(n); }
   [[nodiscard]] std::uint64_t upstream_progress() const { return upstream_progress_.load(); }
