@@ -26,6 +26,7 @@ progress inflight_object::snapshot() const {
   progress p;
   p.state = state();
   p.available = available();
+  p.verified = verified_.load() || p.state == write_state::committed;
   if (p.state == write_state::failed) p.err = error_;
   return p;
 }
@@ -47,7 +48,7 @@ void inflight_object::wait_for(std::uint64_t offset, callback cb) {
   progress p;
   {
     std::lock_guard lk(mu_);
-    waiters_.push_back(waiter{offset, std::move(cb)});
+    waiters_.push_back(waiter{offset, std::move(cb), false});
     // Publish the waiter before re-reading `available_` (both seq_cst): either advance() sees
     // has_waiters_ or we see its new value, so no wake-up is lost.
     has_waiters_.store(true);
@@ -56,9 +57,10 @@ void inflight_object::wait_for(std::uint64_t offset, callback cb) {
     if (st == write_state::writing && avail <= offset) return;
     p.state = st;
     p.available = avail;
+    p.verified = verified_.load() || st == write_state::committed;
     if (st == write_state::failed) p.err = error_;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (st != write_state::writing || it->offset < avail) {
+      if (st != write_state::writing || (!it->on_verified && it->offset < avail)) {
         ready.push_back(std::move(*it));
         it = waiters_.erase(it);
       } else {
@@ -91,6 +93,45 @@ progress inflight_object::wait(std::uint64_t offset, std::chrono::milliseconds t
   return snapshot();
 }
 
+void inflight_object::wait_verified(callback cb) {
+  progress p;
+  {
+    std::lock_guard lk(mu_);
+    p.state = state_.load();
+    p.available = available_.load();
+    p.verified = verified_.load() || p.state == write_state::committed;
+    if (p.state == write_state::writing && !p.verified) {
+      waiters_.push_back(waiter{UINT64_MAX, std::move(cb), true});
+      has_waiters_.store(true);
+      return;
+    }
+    if (p.state == write_state::failed) p.err = error_;
+  }
+  std::vector<waiter> one;
+  one.push_back(waiter{UINT64_MAX, std::move(cb), true});
+  fire(one, p);
+}
+
+void inflight_object::mark_verified() {
+  std::vector<waiter> ready;
+  progress p;
+  {
+    std::lock_guard lk(mu_);
+    verified_.store(true);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->on_verified) {
+        ready.push_back(std::move(*it));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (waiters_.empty()) has_waiters_.store(false);
+    p = progress{write_state::writing, available_.load(), std::nullopt, true};
+  }
+  if (!ready.empty()) fire(ready, p);
+}
+
 void inflight_object::advance(std::uint64_t n) {
   available_.store(n);
   if (!has_waiters_.load()) return;
@@ -98,7 +139,7 @@ void inflight_object::advance(std::uint64_t n) {
   {
     std::lock_guard lk(mu_);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->offset < n) {
+      if (!it->on_verified && it->offset < n) {
         ready.push_back(std::move(*it));
         it = waiters_.erase(it);
       } else {
@@ -107,7 +148,7 @@ void inflight_object::advance(std::uint64_t n) {
     }
     if (waiters_.empty()) has_waiters_.store(false);
   }
-  if (!ready.empty()) fire(ready, progress{write_state::writing, n, std::nullopt});
+  if (!ready.empty()) fire(ready, progress{write_state::writing, n, std::nullopt, verified_.load()});
 }
 
 void inflight_object::finish_committed(std::uint64_t size) {
@@ -119,7 +160,7 @@ void inflight_object::finish_committed(std::uint64_t size) {
     ready.swap(waiters_);
     has_waiters_.store(false);
   }
-  fire(ready, progress{write_state::committed, size, std::nullopt});
+  fire(ready, progress{write_state::committed, size, std::nullopt, true});
 }
 
 void inflight_object::finish_failed(error e) {
@@ -131,7 +172,7 @@ void inflight_object::finish_failed(error e) {
     state_.store(write_state::failed);
     ready.swap(waiters_);
     has_waiters_.store(false);
-    p = progress{write_state::failed, available_.load(), std::move(e)};
+    p = progress{write_state::failed, available_.load(), std::move(e), false};
   }
   fire(ready, p);
 }
@@ -377,6 +418,8 @@ result<object_info> object_writer::commit() {
     return std::unexpected(fail(
         error{errc::digest_mismatch, "commit " + id().str() + ": content hashes to " + got.str()}));
   }
+  // Followers streaming the object may send its last byte now; durability comes next.
+  inflight_->mark_verified();
   int fd = inflight_->fd();
   if (auto st = detail::fdatasync_fd(fd, "fdatasync " + tmp_name_); !st) {
     return std::unexpected(fail(st.error().wrap("commit " + id().str())));

@@ -414,7 +414,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 namespace {
 
 // The bytes of an object still being written are sent as they arrive, except its last byte,
-// which is held back until the write has committed (size and sha256 verified). If the bytes turn
+// which is held back until the content is verified (size and sha256; the commit's fdatasync
+// need not be waited for). If the bytes turn
 // out not to match the digest, a client reading up to the end of the object is therefore cut off
 // one byte short of its Content-Length and can never take wrong bytes for the blob. A range
 // that ends before the last byte is answered as soon as its bytes exist: those bytes are not
@@ -431,6 +432,10 @@ class inflight_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     std::uint64_t off = pos_->load();
     if (off >= end_) return done(http::chunk::end());
+    // Every byte sent: the body ends once the content is verified (a mismatch fails it instead).
+    if (auto total = obj_->expected_size(); total && off >= *total) {
+      return wait(obj_, pos_, off, end_, max_bytes, UINT64_MAX, std::move(done));
+    }
     // Wake up for a batch of bytes rather than every 16 KiB the upstream transfer delivers
     // (fewer wake-ups and larger sendfile calls); commit and failure wake us early anyway.
     std::uint64_t batch = std::min<std::uint64_t>({kBatch, end_ - off, max_bytes});
@@ -451,7 +456,8 @@ class inflight_source final : public http::body_source {
       }
       const auto total = obj->expected_size();
       std::uint64_t sendable = p.available;
-      const bool holding = p.state != cache::write_state::committed && total && *total > 0 &&
+      // The last byte waits until the content matched its digest (not for the fdatasync).
+      const bool holding = !p.verified && p.state != cache::write_state::committed && total && *total > 0 &&
                            sendable >= *total;
       if (holding) sendable = *total - 1;
       if (sendable > off) {
@@ -460,16 +466,18 @@ class inflight_source final : public http::body_source {
         return done(http::chunk::file_region(obj->fd(), off, n));
       }
       if (holding) {
-        // Only the held-back byte is missing: wake up when the write commits or fails (no more
-        // bytes can arrive past the expected size).
-        return wait(obj, pos, off, end, max_bytes, *total, std::move(done));
+        // Only the held-back byte is missing: wake up when the content is verified, or the write
+        // commits or fails (no more bytes can arrive past the expected size).
+        return wait(obj, pos, off, end, max_bytes, UINT64_MAX, std::move(done));
       }
-      if (p.state == cache::write_state::committed) {
+      if (p.state == cache::write_state::committed || (p.verified && total && off >= *total)) {
         if (end == UINT64_MAX) return done(http::chunk::end());
         return done(fail(errc::size_mismatch, "object ended before the requested range"));
       }
       done(fail(errc::internal, "woken without progress"));
     };
+    // UINT64_MAX: the held-back last byte, released by verification (or commit, or failure).
+    if (wait_at == UINT64_MAX) return obj->wait_verified(std::move(cb));
     obj->wait_for(wait_at, std::move(cb));
   }
 

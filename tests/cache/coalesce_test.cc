@@ -125,6 +125,49 @@ TEST(CacheCoalesce, FollowersSeeAFailedWriteAsFailed) {
   EXPECT_NE(t2->inflight, t->inflight);
 }
 
+// A server streaming an object holds its last byte until the content is verified. The
+// verification fires before the commit's fdatasync and is seen by waiters registered with
+// wait_verified (plain wait_for waiters keep their meaning); a mismatch fails them instead.
+TEST(CacheCoalesce, WaitVerifiedFiresOnAMatchingDigestAndFailsOnAMismatch) {
+  temp_dir dir;
+  auto s = open_store(test_options(dir.path()));
+  std::string content = random_bytes(32 * 1024, 7);
+  digest id = sha256_of(content);
+  auto t = s->begin_write(id, content.size(), object_kind::blob);
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(t->writer->write(content));
+  EXPECT_FALSE(t->inflight->snapshot().verified);  // every byte written, not yet verified
+  std::vector<progress> seen;
+  t->inflight->wait_verified([&](const progress& p) { seen.push_back(p); });
+  EXPECT_TRUE(seen.empty());
+  // A byte-count waiter past the end is not woken by the verification, only by the commit.
+  std::optional<progress> past_end;
+  t->inflight->wait_for(content.size(), [&](const progress& p) { past_end = p; });
+  ASSERT_TRUE(t->writer->commit());
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].verified);
+  EXPECT_EQ(seen[0].available, content.size());
+  ASSERT_TRUE(past_end);
+  EXPECT_EQ(past_end->state, write_state::committed);
+  EXPECT_TRUE(past_end->verified);
+  // After the fact it fires at once.
+  t->inflight->wait_verified([&](const progress& p) { seen.push_back(p); });
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].state, write_state::committed);
+
+  std::string other = random_bytes(32 * 1024, 8);
+  digest claimed = sha256_of(random_bytes(32 * 1024, 9));
+  auto bad = s->begin_write(claimed, other.size(), object_kind::blob);
+  ASSERT_TRUE(bad);
+  ASSERT_TRUE(bad->writer->write(other));
+  std::optional<progress> outcome;
+  bad->inflight->wait_verified([&](const progress& p) { outcome = p; });
+  ASSERT_FALSE(bad->writer->commit());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->state, write_state::failed);
+  EXPECT_FALSE(outcome->verified);
+}
+
 TEST(CacheCoalesce, WaitTimesOutWithoutProgress) {
   temp_dir dir;
   auto s = open_store(test_options(dir.path()));

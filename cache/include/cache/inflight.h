@@ -40,6 +40,10 @@ struct progress {
   write_state state = write_state::writing;
   std::uint64_t available = 0;  // bytes [0, available) are written (final size once committed)
   std::optional<error> err;     // set when state == failed
+  // Every byte is written and the content matched its digest; the commit (fdatasync, rename,
+  // index row) may still be running. Bytes read now are final and correct, though the cache may
+  // still fail to keep them. Always true once committed.
+  bool verified = false;
 };
 
 class inflight_object {
@@ -70,6 +74,10 @@ class inflight_object {
   // Blocks until more than `offset` bytes exist, the write ends, or `timeout` passes; returns the
   // state at that moment (check `available` and `state`).
   [[nodiscard]] progress wait(std::uint64_t offset, std::chrono::milliseconds timeout) const;
+  // Calls `cb` once: when the content is verified (see progress::verified), or on commit, or on
+  // failure, whichever comes first; same threading as wait_for. A server streaming an object
+  // that is still arriving holds its last byte until then.
+  void wait_verified(callback cb);
 
   // Reads written bytes at `offset` (up to out.size(), fewer at the current end). Fails if the
   // write failed, before or during the read, so a caller never mistakes failed bytes for data.
@@ -85,12 +93,14 @@ class inflight_object {
 
   // Writer side: publish that [0, n) now exists and fire the waiters that asked for less.
   void advance(std::uint64_t n);
+  void mark_verified();
   void finish_committed(std::uint64_t size);
   void finish_failed(error e);
 
   struct waiter {
     std::uint64_t offset;
     callback cb;
+    bool on_verified = false;  // wait_verified: offset is ignored
   };
   void fire(std::vector<waiter>& ready, const progress& p);
 
@@ -100,6 +110,7 @@ class inflight_object {
   int fd_ = -1;
   std::atomic<std::uint64_t> available_{0};
   std::atomic<write_state> state_{write_state::writing};
+  std::atomic<bool> verified_{false};
   std::atomic<bool> has_waiters_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
