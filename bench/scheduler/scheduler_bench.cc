@@ -500,6 +500,43 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     hard_ms.push_back(ms_since(t0));
     sink += f.status + pr.status;
   }
+  // Where the time of one prioritize goes, step by step as extender::evaluate does it.
+  std::vector<double> b_parse, b_nodes_view, b_view, b_eval, b_score;
+  std::size_t hard_errors = 0;
+  for (std::size_t d = 0; d < std::min<std::size_t>(p.decisions, 50); ++d) {
+    auto f = ext.filter(hard_bodies[d % hard_bodies.size()]);
+    const auto* text = std::get_if<std::string>(&f.body);
+    if (f.status != 200 || !text || text->find("\"Error\":\"\"") == std::string::npos)
+      ++hard_errors;
+    const auto& body = soft_bodies[d % soft_bodies.size()];
+    auto t0 = steady::now();
+    auto a = parse_extender_args(body);
+    b_parse.push_back(ms_since(t0));
+    if (!a) continue;
+    job_spec spec;
+    spec.candidates = a->names;
+    t0 = steady::now();
+    auto nodes_only = idx.view({});
+    b_nodes_view.push_back(ms_since(t0));
+    const auto& jo = direct_objs[d % direct_objs.size()];
+    std::vector<digest> all;
+    for (const auto& o : jo.by_platform.begin()->second) all.push_back(o.id);
+    t0 = steady::now();
+    auto view = idx.view(all);
+    b_view.push_back(ms_since(t0));
+    t0 = steady::now();
+    auto evals = evaluate_nodes(view, jo, spec, po.cost, net, {},
+                                {.require_validation = false, .strict_resolution = false});
+    b_eval.push_back(ms_since(t0));
+    t0 = steady::now();
+    json answer = json::array();
+    for (const auto& e : evals)
+      answer.push_back({{"Host", e.name}, {"Score", extender_score(e.cost, po.cost)}});
+    sink += answer.dump().size();
+    b_score.push_back(ms_since(t0));
+  }
+  auto rs = res.stats();
+
   job_spec job;
   job.nodes = 1;
   job.gpus = 8;
@@ -545,7 +582,15 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
         {"request_bytes", soft_bodies.empty() ? 0 : soft_bodies[0].size()},
         {"scored_nodes", scored_nodes},
         {"nonzero_scores_in_warmup", nonzero_scores},
-        {"hard_filter_kept", hard_kept}}},
+        {"hard_filter_kept", hard_kept},
+        {"hard_filter_errors_of_50", hard_errors},
+        {"resolver", {{"hits", rs.hits}, {"fetches", rs.fetches}, {"errors", rs.errors}}},
+        {"breakdown_mean_ms",
+         {{"parse_extender_args", round3(mean(b_parse))},
+          {"index_view_nodes_only", round3(mean(b_nodes_view))},
+          {"index_view_job", round3(mean(b_view))},
+          {"evaluate_nodes_with_candidates", round3(mean(b_eval))},
+          {"score_and_serialize", round3(mean(b_score))}}}}},
       {"p50_ms", round3(percentile(soft_ms, 50))},
       {"p99_ms", round3(percentile(soft_ms, 99))},
       {"decisions_s",
@@ -563,11 +608,11 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
 struct sim_params {
   std::size_t nodes = 500;
   std::uint32_t gpus_per_node = 8;
-  std::size_t jobs = 4000;
+  std::size_t jobs = 20'000;  // about six days of arrivals: caches reach a steady state
   std::size_t images = 200;
   std::size_t base_images = 12;
   std::size_t datasets = 120;
-  double cache_bytes = 4 * TiB;  // per node
+  double cache_bytes = 2 * TiB;  // per node (the catalog is ~20 TiB)
   double peer_bw = 1 * GiB;      // bytes/s from another node (P2P over the cluster network)
   double upstream_bw = 128 * MiB;  // bytes/s from the upstream registry / object store
   double load = 0.85;            // offered GPU load (ignoring fetch time)
@@ -819,6 +864,11 @@ class image_locality final : public policy {
     return datasets_ ? "imagelocality_datasets" : "imagelocality";
   }
   std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
+    return top_k(c, j, scores(j, c), r_);
+  }
+
+  // ImageLocality's 0..100 per node.
+  [[nodiscard]] std::vector<std::int64_t> scores(const sim_job& j, const sim_cluster& c) const {
     std::vector<std::pair<const std::vector<std::uint32_t>*, std::uint64_t>> items;
     items.push_back({&t_.image_objects[j.image], t_.image_bytes[j.image]});
     if (datasets_ && j.dataset >= 0) {
@@ -848,7 +898,7 @@ class image_locality final : public policy {
       sum = std::clamp(sum, min_threshold, max_threshold);
       score[n] = 100 * (sum - min_threshold) / (max_threshold - min_threshold);
     }
-    return top_k(c, j, score, r_);
+    return score;
   }
 
  private:
@@ -863,16 +913,39 @@ class least_allocated final : public policy {
   least_allocated(std::uint32_t capacity, std::uint64_t seed) : capacity_(capacity), r_(seed) {}
   std::string name() const override { return "least_allocated"; }
   std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
+    return top_k(c, j, scores(j, c), r_);
+  }
+  [[nodiscard]] std::vector<std::int64_t> scores(const sim_job& j, const sim_cluster& c) const {
     std::vector<std::int64_t> score(c.size(), 0);
     for (std::size_t n = 0; n < c.size(); ++n) {
       auto f = c.free_gpus(n);
       score[n] = f >= j.g ? static_cast<std::int64_t>(f - j.g) * 100 / capacity_ : 0;
     }
-    return top_k(c, j, score, r_);
+    return score;
   }
 
  private:
   std::uint32_t capacity_;
+  rng_t r_;
+};
+
+// kube-scheduler's default profile as far as data and GPUs go: ImageLocality and LeastAllocated
+// with their default weights (1 each) summed; ties at random.
+class kube_default final : public policy {
+ public:
+  kube_default(const trace& t, std::uint32_t capacity, std::uint64_t seed)
+      : il_(t, seed, false), la_(capacity, seed), r_(seed) {}
+  std::string name() const override { return "imagelocality_plus_least_allocated"; }
+  std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
+    auto a = il_.scores(j, c);
+    auto b = la_.scores(j, c);
+    for (std::size_t n = 0; n < a.size(); ++n) a[n] += b[n];
+    return top_k(c, j, a, r_);
+  }
+
+ private:
+  image_locality il_;
+  least_allocated la_;
   rng_t r_;
 };
 
@@ -1097,7 +1170,8 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
   image_locality il(t, seed ^ 0x11, false);
   image_locality ild(t, seed ^ 0x22, true);
   least_allocated la(p.gpus_per_node, seed ^ 0x33);
-  std::vector<policy*> pols = {&shoal, &il, &ild, &la};
+  kube_default kd(t, p.gpus_per_node, seed ^ 0x44);
+  std::vector<policy*> pols = {&shoal, &il, &ild, &la, &kd};
   json per = json::object();
   std::map<std::string, sim_result> results;
   for (auto* pol : pols) {
@@ -1176,7 +1250,8 @@ bool check_file(const std::string& path) {
     }
   }
   if (!good) return false;
-  for (const char* pol : {"shoal", "imagelocality", "imagelocality_datasets", "least_allocated"}) {
+  for (const char* pol : {"shoal", "imagelocality", "imagelocality_datasets", "least_allocated",
+                          "imagelocality_plus_least_allocated"}) {
     auto placed = j["jobs_placed"].value(pol, 0);
     if (placed <= 0) {
       std::cerr << "scheduler_bench --check: policy " << pol << " placed no job\n";
@@ -1194,8 +1269,8 @@ bool check_file(const std::string& path) {
 }
 
 int usage() {
-  std::cerr << "usage: scheduler_bench [--quick] [--json FILE] [--check] [--seed N] "
-               "[--jobs N] [--decisions N] [--heartbeats N]\n";
+  std::cerr << "usage: scheduler_bench [--quick] [--json FILE] [--check] [--verify FILE] [--seed N] "
+               "[--jobs N] [--cache-gib N] [--decisions N] [--heartbeats N] [--part all|scale|sim]\n";
   return 2;
 }
 
@@ -1203,9 +1278,10 @@ int usage() {
 
 int main(int argc, char** argv) {
   bool quick = false, check = false;
+  std::string part = "all";
   std::string json_path;
   std::uint64_t seed = 20261130;
-  std::optional<std::size_t> jobs, decisions, heartbeats;
+  std::optional<std::size_t> jobs, decisions, heartbeats, cache_gib;
   auto number = [&](int& i) -> std::optional<std::uint64_t> {
     if (i + 1 >= argc) return std::nullopt;
     char* end = nullptr;
@@ -1219,15 +1295,22 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--check") {
       check = true;
+    } else if (a == "--verify" && i + 1 < argc) {
+      return check_file(argv[i + 1]) ? 0 : 1;
+    } else if (a == "--part" && i + 1 < argc) {
+      part = argv[++i];
+      if (part != "all" && part != "scale" && part != "sim") return usage();
     } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
-    } else if (a == "--seed" || a == "--jobs" || a == "--decisions" || a == "--heartbeats") {
+    } else if (a == "--seed" || a == "--jobs" || a == "--decisions" || a == "--heartbeats" ||
+               a == "--cache-gib") {
       auto v = number(i);
       if (!v) return usage();
       if (a == "--seed") seed = *v;
       if (a == "--jobs") jobs = *v;
       if (a == "--decisions") decisions = *v;
       if (a == "--heartbeats") heartbeats = *v;
+      if (a == "--cache-gib") cache_gib = *v;
     } else {
       return usage();
     }
@@ -1250,8 +1333,10 @@ int main(int argc, char** argv) {
     mp.images = 30;
     mp.base_images = 4;
     mp.datasets = 20;
+    mp.cache_bytes = 1 * TiB;
   }
-  if (jobs) mp.jobs = *jobs;
+  if (jobs) mp.jobs = std::max<std::size_t>(1, *jobs);
+  if (cache_gib) mp.cache_bytes = static_cast<double>(std::max<std::size_t>(1, *cache_gib)) * GiB;
   if (decisions) sp.decisions = std::max<std::size_t>(1, *decisions);
   if (heartbeats) sp.heartbeats = std::max<std::size_t>(1, *heartbeats);
 
@@ -1260,14 +1345,21 @@ int main(int argc, char** argv) {
   bool ok = true;
   std::cerr << "scheduler_bench: scale (" << sp.nodes << " nodes, " << sp.objects
             << " objects)...\n";
-  auto scale = run_scale(sp, seed, ok);
+  json scale = {{"p50_ms", 0.0}, {"p99_ms", 0.0}, {"decisions_s", 0.0}, {"heartbeats_s", 0.0}};
+  if (part != "sim") scale = run_scale(sp, seed, ok);
   double rss = proc_status_mib("VmRSS");
   double scale_cpu = cpu_seconds() - cpu0, scale_wall = ms_since(t0) / 1000.0;
   std::cerr << "scheduler_bench: simulation (" << mp.nodes << " nodes, " << mp.jobs
-            << " jobs, 4 policies)...\n";
+            << " jobs, 5 policies)...\n";
   auto t1 = steady::now();
   double cpu1 = cpu_seconds();
-  auto sim = run_sim(mp, seed, ok);
+  json sim = {{"bytes_moved", json::object()},
+              {"bytes_moved_vs_imagelocality", 0.0},
+              {"p95_start_delay_s", json::object()},
+              {"p95_start_delay_vs_imagelocality", 0.0},
+              {"jobs_placed", json::object()},
+              {"policies", json::object()}};
+  if (part != "scale") sim = run_sim(mp, seed, ok);
   double sim_cpu = cpu_seconds() - cpu1, sim_wall = ms_since(t1) / 1000.0;
   double wall = ms_since(t0) / 1000.0, cpu = cpu_seconds() - cpu0;
 
