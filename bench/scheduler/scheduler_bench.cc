@@ -645,7 +645,8 @@ trace make_trace(const sim_params& p, std::uint64_t seed) {
   trace t;
   auto add_object = [&](double lo, double hi) {
     auto n = static_cast<std::uint32_t>(t.objects.size());
-    t.objects.push_back({object_digest("sim", n), static_cast<std::uint64_t>(r.log_uniform(lo, hi))});
+    auto size = static_cast<std::uint64_t>(r.log_uniform(lo, hi));
+    t.objects.push_back({object_digest("sim", n), size});
     return n;
   };
   // Base images (CUDA + framework) shared by many images: 2–4 layers of 100 MiB–4 GiB.
@@ -1050,6 +1051,8 @@ struct sim_result {
   double bytes_moved = 0, bytes_peer = 0, bytes_upstream = 0, bytes_local = 0;
   std::size_t jobs_placed = 0;
   std::vector<double> start_delay, queue_wait, fetch, decision_ms;
+  std::vector<double> start_delay_no_upstream;  // jobs that fetched nothing from upstream
+  std::size_t jobs_with_upstream = 0;
   std::uint64_t evictions = 0, overflows = 0;
   double makespan_s = 0;
   std::string error;
@@ -1085,18 +1088,23 @@ sim_result simulate(const trace& t, const sim_params& p, policy& pol) {
       res.error = pol.name() + " returned an invalid placement for job " + std::to_string(*it);
       return false;
     }
-    double fetch_s = 0;
+    double fetch_s = 0, upstream = 0;
     for (auto n : nodes) {
       auto f = c.fetch(n, j.objects);
       fetch_s = std::max(fetch_s, f.peer / p.peer_bw + f.upstream / p.upstream_bw);
       res.bytes_local += f.local;
       res.bytes_peer += f.peer;
       res.bytes_upstream += f.upstream;
+      upstream += f.upstream;
       c.take_gpus(n, -static_cast<std::int64_t>(j.g));
     }
     res.queue_wait.push_back(now - j.arrival);
     res.fetch.push_back(fetch_s);
     res.start_delay.push_back(now - j.arrival + fetch_s);
+    if (upstream > 0)
+      ++res.jobs_with_upstream;
+    else
+      res.start_delay_no_upstream.push_back(now - j.arrival + fetch_s);
     ++res.jobs_placed;
     active.push({now + fetch_s + j.duration, *it, std::move(nodes)});
     return true;
@@ -1145,6 +1153,9 @@ json to_json(const sim_result& r) {
           {"p50_start_delay_s", round3(percentile(r.start_delay, 50))},
           {"p95_start_delay_s", round3(percentile(r.start_delay, 95))},
           {"mean_start_delay_s", round3(mean(r.start_delay))},
+          {"jobs_with_upstream_fetch", r.jobs_with_upstream},
+          {"p95_start_delay_s_jobs_without_upstream",
+           round3(percentile(r.start_delay_no_upstream, 95))},
           {"p95_fetch_s", round3(percentile(r.fetch, 95))},
           {"mean_fetch_s", round3(mean(r.fetch))},
           {"p95_queue_wait_s", round3(percentile(r.queue_wait, 95))},
@@ -1269,8 +1280,9 @@ bool check_file(const std::string& path) {
 }
 
 int usage() {
-  std::cerr << "usage: scheduler_bench [--quick] [--json FILE] [--check] [--verify FILE] [--seed N] "
-               "[--jobs N] [--cache-gib N] [--decisions N] [--heartbeats N] [--part all|scale|sim]\n";
+  std::cerr << "usage: scheduler_bench [--quick] [--json FILE] [--check] [--verify FILE]\n"
+               "                       [--seed N] [--jobs N] [--cache-gib N] [--decisions N]\n"
+               "                       [--heartbeats N] [--part all|scale|sim]\n";
   return 2;
 }
 
