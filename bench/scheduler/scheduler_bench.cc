@@ -1053,6 +1053,7 @@ struct sim_result {
   std::vector<double> start_delay, queue_wait, fetch, decision_ms;
   std::vector<double> start_delay_no_upstream;  // jobs that fetched nothing from upstream
   std::size_t jobs_with_upstream = 0;
+  std::vector<bool> gang;  // per placed job, in start_delay's order: K > 1
   std::uint64_t evictions = 0, overflows = 0;
   double makespan_s = 0;
   std::string error;
@@ -1101,6 +1102,7 @@ sim_result simulate(const trace& t, const sim_params& p, policy& pol) {
     res.queue_wait.push_back(now - j.arrival);
     res.fetch.push_back(fetch_s);
     res.start_delay.push_back(now - j.arrival + fetch_s);
+    res.gang.push_back(j.k > 1);
     if (upstream > 0)
       ++res.jobs_with_upstream;
     else
@@ -1144,7 +1146,22 @@ sim_result simulate(const trace& t, const sim_params& p, policy& pol) {
 }
 
 json to_json(const sim_result& r) {
+  // Which jobs make the tail: the share of gangs among the 5% slowest starts, and p95 by shape.
+  std::vector<double> single, gangs;
+  for (std::size_t i = 0; i < r.start_delay.size(); ++i)
+    (r.gang[i] ? gangs : single).push_back(r.start_delay[i]);
+  double p95 = percentile(r.start_delay, 95);
+  std::size_t tail = 0, tail_gangs = 0;
+  for (std::size_t i = 0; i < r.start_delay.size(); ++i) {
+    if (r.start_delay[i] < p95) continue;
+    ++tail;
+    tail_gangs += r.gang[i] ? 1 : 0;
+  }
   return {{"jobs_placed", r.jobs_placed},
+          {"p95_start_delay_s_single_node", round3(percentile(single, 95))},
+          {"p95_start_delay_s_gangs", round3(percentile(gangs, 95))},
+          {"gang_share_of_slowest_5pct",
+           round3(tail ? static_cast<double>(tail_gangs) / static_cast<double>(tail) : 0)},
           {"bytes_moved", r.bytes_moved},
           {"bytes_moved_tib", round3(r.bytes_moved / TiB)},
           {"bytes_from_peers", r.bytes_peer},
