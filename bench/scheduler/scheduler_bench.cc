@@ -1258,8 +1258,21 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
 
 // ---------------------------------------------------------------------------------------------
 
-// The keys a run must produce; --check verifies them in the file written.
+bool check_json(const std::string& path);
+
+// The keys a run must produce; --check verifies them in the file written. A file of the wrong
+// shape is an answer ("no"), not a crash.
 bool check_file(const std::string& path) {
+  try {
+    return check_json(path);
+  } catch (const json::exception& e) {
+    std::cerr << "scheduler_bench --check: " << path << " has the wrong shape: " << e.what()
+              << "\n";
+    return false;
+  }
+}
+
+bool check_json(const std::string& path) {
   std::ifstream f(path);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   auto j = json::parse(text, nullptr, false);
