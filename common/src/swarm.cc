@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <random>
 
 #include "common/log.h"
@@ -120,14 +121,10 @@ namespace {
 // synchronous torrent_handle call (those deadlock on the network thread, where plugins run).
 struct superseed_tag;
 
-// `plain`: a torrent the origin does not super-seed (dataset packs). Nodes ignore a
-// super-seeding origin's bitfield for every torrent, so the origin announces all of its pieces to
-// them with HAVE messages instead.
-constexpr std::uintptr_t plain_seed_bit = std::uintptr_t(1) << 28;
-
-lt::client_data_t superseed_userdata(int pieces, bool plain = false) {
-  auto v = static_cast<std::uintptr_t>(pieces) | (plain ? plain_seed_bit : 0);
-  return lt::client_data_t(reinterpret_cast<superseed_tag*>(v));
+// Every torrent of a super-seeding origin must carry it: nodes ignore such an origin's bitfield
+// for every torrent, so a torrent without offers would give them nothing.
+lt::client_data_t superseed_userdata(int pieces) {
+  return lt::client_data_t(reinterpret_cast<superseed_tag*>(static_cast<std::uintptr_t>(pieces)));
 }
 
 bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
@@ -137,26 +134,25 @@ bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
 // Per origin torrent: which connected peers hold each piece and which pieces are on offer. Lives
 // on the network thread (every plugin callback runs there), so it needs no lock.
 struct superseed_state {
-  superseed_state(int n, int offers, bool ordered, bool all)
-      : pieces(n), offers_per_peer(offers), in_order(ordered), plain(all), have(n), offered(n) {}
+  superseed_state(int n, int offers, bool ordered)
+      : pieces(n), offers_per_peer(offers), in_order(ordered), have(n), offered(n) {}
   int pieces;
   bool plain_ = false;
   int offers_per_peer;
   bool in_order;
-  bool plain;                          // not super-seeded: every piece is announced at once
   std::vector<std::uint16_t> have;     // connected peers that hold the piece
   std::vector<std::uint16_t> offered;  // outstanding offers of the piece
   std::minstd_rand rng{std::random_device{}()};
 
-  // The piece to offer a peer that holds `peer_has`: nobody holds it and it is not on offer if
-  // such a piece is left, else the least held one; ties go to the lowest index (in_order) or are
-  // broken at random. -1: nothing to offer.
-  int pick(const std::vector<bool>& peer_has) {
+  // The piece to offer a peer that holds `peer_has` and was already offered `announced`: nobody
+  // holds it and it is not on offer if such a piece is left, else the least held one; ties go to
+  // the lowest index (in_order) or are broken at random. -1: nothing to offer.
+  int pick(const std::vector<bool>& peer_has, const std::vector<bool>& announced) {
     int best = -1;
     std::uint64_t best_score = UINT64_MAX;
     int ties = 0;
     for (int p = 0; p < pieces; ++p) {
-      if (peer_has[static_cast<std::size_t>(p)]) continue;
+      if (peer_has[static_cast<std::size_t>(p)] || announced[static_cast<std::size_t>(p)]) continue;
       std::uint64_t score = (static_cast<std::uint64_t>(offered[static_cast<std::size_t>(p)]) << 32) +
                             have[static_cast<std::size_t>(p)];
       if (score < best_score) {
@@ -177,13 +173,16 @@ struct superseed_state {
 class superseed_peer final : public lt::peer_plugin {
  public:
   superseed_peer(std::shared_ptr<superseed_state> st, lt::peer_connection_handle h)
-      : st_(std::move(st)), h_(std::move(h)), has_(static_cast<std::size_t>(st_->pieces), false) {}
+      : st_(std::move(st)),
+        h_(std::move(h)),
+        has_(static_cast<std::size_t>(st_->pieces), false),
+        announced_(static_cast<std::size_t>(st_->pieces), false) {}
 
   ~superseed_peer() override {
     for (int p = 0; p < st_->pieces; ++p) {
       if (has_[static_cast<std::size_t>(p)]) --st_->have[static_cast<std::size_t>(p)];
     }
-    for (int p : offers_) --st_->offered[static_cast<std::size_t>(p)];
+    for (const auto& o : offers_) --st_->offered[static_cast<std::size_t>(o.piece)];
   }
 
   bool on_have_none() override {
@@ -205,7 +204,7 @@ class superseed_peer final : public lt::peer_plugin {
     int p = static_cast<int>(piece);
     if (p < 0 || p >= st_->pieces) return false;
     mark(p);
-    auto it = std::find(offers_.begin(), offers_.end(), p);
+    auto it = std::find_if(offers_.begin(), offers_.end(), [p](const offer_t& o) { return o.piece == p; });
     if (it != offers_.end()) {
       offers_.erase(it);
       --st_->offered[static_cast<std::size_t>(p)];
@@ -213,9 +212,17 @@ class superseed_peer final : public lt::peer_plugin {
     }
     return false;
   }
-  // Retries when nothing was left to offer, and starts peers that sent no bitfield at all.
+  // Retries when nothing was left to offer, frees the slots of offers the peer has not taken
+  // up for offer_expiry (it may not want the piece: a dataset node skips files it already holds,
+  // and its bitfield does not show them), and starts peers that sent no bitfield at all.
   void tick() override {
     if (started_) {
+      auto now = std::chrono::steady_clock::now();
+      std::erase_if(offers_, [&](const offer_t& o) {
+        if (now - o.at < offer_expiry) return false;
+        --st_->offered[static_cast<std::size_t>(o.piece)];
+        return true;
+      });
       offer();
     } else if (!h_.in_handshake()) {
       start();
@@ -238,18 +245,12 @@ class superseed_peer final : public lt::peer_plugin {
 
   void offer() {
     if (!enabled_ || h_.is_disconnecting()) return;
-    if (st_->plain) {
-      // A plain seed to a node that ignored our have-all: announce every piece it lacks, once.
-      enabled_ = false;
-      for (int p = 0; p < st_->pieces; ++p) {
-        if (!has_[static_cast<std::size_t>(p)]) send_have(p);
-      }
-      return;
-    }
     while (static_cast<int>(offers_.size()) < st_->offers_per_peer) {
-      int p = st_->pick(has_);
+      int p = st_->pick(has_, announced_);
       if (p < 0) return;
-      offers_.push_back(p);
+      // Announced for good: the peer may request it from us whenever it likes.
+      announced_[static_cast<std::size_t>(p)] = true;
+      offers_.push_back(offer_t{p, std::chrono::steady_clock::now()});
       ++st_->offered[static_cast<std::size_t>(p)];
       send_have(p);
     }
@@ -264,8 +265,14 @@ class superseed_peer final : public lt::peer_plugin {
 
   std::shared_ptr<superseed_state> st_;
   lt::peer_connection_handle h_;
+  struct offer_t {
+    int piece;
+    std::chrono::steady_clock::time_point at;
+  };
+  static constexpr std::chrono::seconds offer_expiry{5};
   std::vector<bool> has_;
-  std::vector<int> offers_;
+  std::vector<bool> announced_;  // offered to this peer once (a HAVE was sent)
+  std::vector<offer_t> offers_;
   bool started_ = false;
   bool enabled_ = false;
 };
@@ -287,12 +294,10 @@ class origin_superseed final : public lt::plugin {
   origin_superseed(int offers, bool in_order) : offers_(offers), in_order_(in_order) {}
   std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&, lt::client_data_t ud) override {
     auto* tag = ud.get<superseed_tag>();
-    auto v = reinterpret_cast<std::uintptr_t>(tag);
-    bool plain = (v & plain_seed_bit) != 0;
-    auto pieces = v & ~plain_seed_bit;
+    auto pieces = reinterpret_cast<std::uintptr_t>(tag);
     if (pieces == 0 || pieces > (1u << 24)) return nullptr;
     return std::make_shared<superseed_torrent>(
-        std::make_shared<superseed_state>(static_cast<int>(pieces), offers_, in_order_, plain));
+        std::make_shared<superseed_state>(static_cast<int>(pieces), offers_, in_order_));
   }
 
  private:
@@ -514,9 +519,9 @@ result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m, const 
   // As add_seed(): not auto-managed, not paused, every piece verified (the members were
   // verified against their sha256 when they entered the cache).
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
-  // Not super-seeded (a pack is usually fetched by a few nodes for a prefetch), but announced
-  // piece by piece to nodes that ignore a super-seeding origin's bitfield.
-  p.userdata = superseed_userdata(ti->num_pieces(), true);
+  // Super-seeded like single objects (the origin sends each piece once before any twice). An
+  // offer a node does not take up (it skips files it already holds) expires and frees its slot.
+  p.userdata = superseed_userdata(ti->num_pieces());
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);

@@ -205,9 +205,9 @@ TEST(SwarmSuperSeed, OtherClientsSeeAPlainSeed) {
 }
 
 
-// Dataset packs are not super-seeded, yet a node ignores a super-seeding origin's bitfield for
-// every torrent: the origin must announce a pack's pieces itself, or the node could request
-// nothing from it (it would idle until peerd's HTTP fallback).
+// A node ignores a super-seeding origin's bitfield for every torrent: dataset packs must be
+// offered too, or the node could request nothing from the origin (it would idle until peerd's
+// HTTP fallback).
 TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
   std::string tmpl = (fs::temp_directory_path() / "shoal-swarm-pack-XXXXXX").string();
   fs::path root = mkdtemp(tmpl.data());
@@ -262,6 +262,51 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
   (*origin)->stop();
   std::error_code rec;
   fs::remove_all(root, rec);
+}
+
+
+// A node that does not want some pieces (a dataset node skips files it already holds, and its
+// bitfield does not show them) never takes up those offers; they expire and free their slots,
+// so the node still completes what it wants from the origin alone.
+TEST(SwarmSuperSeed, OffersANodeDoesNotTakeUpExpire) {
+  object_dir obj(24 * 64 * 1024, 13);  // 24 pieces of 64 KiB in one file
+  settings os;
+  os.listen = "127.0.0.1:0";
+  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  auto origin = session::start(os);
+  ASSERT_TRUE(origin) << origin.error().message;
+  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
+  ASSERT_TRUE((*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {}));
+
+  auto node = start_node();
+  std::string torrent = obj.meta.torrent_file({});
+  lt::error_code ec;
+  lt::add_torrent_params p;
+  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  p.save_path = (obj.root / "node").string();
+  p.flags = lt::torrent_flags::update_subscribe;
+  // The first two pieces (the first two offers, in order) are not wanted.
+  p.piece_priorities.assign(24, lt::default_priority);
+  p.piece_priorities[0] = lt::dont_download;
+  p.piece_priorities[1] = lt::dont_download;
+  p.peers.emplace_back(lt::make_address("127.0.0.1"), (*origin)->listen_port());
+  auto h = node->add_torrent(std::move(p), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool finished = false;
+  while (!finished && std::chrono::steady_clock::now() < deadline) {
+    finished = h.status().is_finished;
+    std::vector<lt::alert*> alerts;
+    node->wait_for_alert(lt::milliseconds(50));
+    node->pop_alerts(&alerts);
+  }
+  EXPECT_TRUE(finished) << "stuck behind offers of unwanted pieces";
+  auto st = h.status(lt::torrent_handle::query_pieces);
+  EXPECT_FALSE(st.pieces[lt::piece_index_t(0)]);
+  EXPECT_TRUE(st.pieces[lt::piece_index_t(23)]);
+  node->abort();
+  (*origin)->stop();
 }
 
 }  // namespace
