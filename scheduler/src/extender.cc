@@ -1,5 +1,6 @@
 #include "extender.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/heartbeat.h"
@@ -202,18 +203,22 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   auto view = idx.view(all);
   auto evals = evaluate_nodes(view, *objs, job, placer_.model(), placer_.network(), {},
                               {.require_validation = false, .strict_resolution = false});
-  std::map<std::string, const node_eval*> by_name;
-  for (const auto& e : evals) by_name[e.name] = &e;
+  // Each requested name is found by binary search in the view (sorted by name) and its
+  // evaluation by the view index, instead of a map of every node name per request.
+  std::vector<const node_eval*> by_index(view.nodes.size(), nullptr);
+  for (const auto& e : evals) by_index[e.index] = &e;
   std::vector<verdict> out;
   out.reserve(a.names.size());
   for (const auto& name : a.names) {
     verdict v;
     v.node = name;
-    auto it = by_name.find(name);
-    if (it != by_name.end()) {
+    auto it = std::lower_bound(view.nodes.begin(), view.nodes.end(), name,
+                               [](const node_view& n, const std::string& x) { return n.name < x; });
+    if (it != view.nodes.end() && it->name == name) {
+      const node_eval* e = by_index[static_cast<std::size_t>(it - view.nodes.begin())];
       v.known = true;
-      v.healthy = view.nodes[it->second->index].healthy;
-      v.cost = it->second->cost;
+      v.healthy = it->healthy;
+      v.cost = e->cost;
       v.score = v.healthy ? extender_score(v.cost, placer_.model()) : 0;
     }
     out.push_back(std::move(v));
