@@ -1,6 +1,7 @@
 #include "index.h"
 
 #include <algorithm>
+#include <bit>
 #include <mutex>
 
 namespace shoal::scheduler {
@@ -98,7 +99,10 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
     }
     return true;
   };
-  if (!known || n.inv.labels != m.labels || n.inv.netsetup != m.netsetup ||
+  // A node that was unreachable is reachable again: snapshots only expire by time for nodes
+  // going the other way.
+  bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
+  if (!known || was_unreachable || n.inv.labels != m.labels || n.inv.netsetup != m.netsetup ||
       n.inv.health != m.health || !same_gpus(n.inv.gpus, m.gpus)) {
     ++nodes_generation_;
   }
@@ -267,24 +271,16 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
     std::lock_guard lk(snapshot_mu_);
     snap = snapshot_;
   }
-  // Valid when no inventory changed and every node's liveness is what it was at build time.
-  // nodes_ cannot change meanwhile (the caller holds mu_), so the two walk in step.
-  bool valid = snap && snap->generation == nodes_generation_ && snap->nodes.size() == nodes_.size();
-  if (valid) {
-    std::size_t i = 0;
-    for (const auto& [name, n] : nodes_) {
-      if ((now - n.last_seen < opts_.unhealthy_after) != snap->reachable[i++]) {
-        valid = false;
-        break;
-      }
-    }
+  if (snap && snap->generation == nodes_generation_ && snap->built_at <= now &&
+      now < snap->valid_until) {
+    return snap;
   }
-  if (valid) return snap;
 
   auto fresh = std::make_shared<node_snapshot>();
   fresh->generation = nodes_generation_;
+  fresh->built_at = now;
+  fresh->valid_until = clock::time_point::max();
   fresh->nodes.reserve(nodes_.size());
-  fresh->reachable.reserve(nodes_.size());
   fresh->index_of.assign(next_id_, node_snapshot::npos);
   for (const auto& [name, n] : nodes_) {
     node_view nv;
@@ -308,7 +304,8 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
     nv.netsetup = n.inv.netsetup;
     if (n.id < fresh->index_of.size())
       fresh->index_of[n.id] = static_cast<std::uint32_t>(fresh->nodes.size());
-    fresh->reachable.push_back(reachable);
+    if (reachable)
+      fresh->valid_until = std::min(fresh->valid_until, n.last_seen + opts_.unhealthy_after);
     fresh->nodes.push_back(std::move(nv));
   }
   std::lock_guard lk(snapshot_mu_);
@@ -324,6 +321,12 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
   cluster_view v;
   // The view shares the snapshot's node list (aliasing: the list keeps the snapshot alive).
   v.nodes = node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes));
+  // Holders are kept by node id; the view wants node indexes, sorted. A popular object is on
+  // thousands of nodes, so instead of sorting its list the indexes are set in a bitmap of all
+  // nodes and read back in order (O(nodes / 64 + holders)).
+  const std::size_t count = snap->nodes.size();
+  std::vector<std::uint64_t> bits((count + 63) / 64, 0);
+  v.objects.reserve(objects.size());
   for (const auto& d : objects) {
     if (v.objects.count(d)) continue;
     object_view ov;
@@ -332,12 +335,27 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
     auto it = objects_.find(d);
     if (it != objects_.end()) {
       ov.ref.size = it->second.size;
-      ov.holders.reserve(it->second.holders.size());
-      for (auto id : it->second.holders) {
-        if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos)
-          ov.holders.push_back(snap->index_of[id]);
+      const auto& ids = it->second.holders;
+      ov.holders.reserve(ids.size());
+      if (ids.size() < 64) {
+        for (auto id : ids) {
+          if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos)
+            ov.holders.push_back(snap->index_of[id]);
+        }
+        std::sort(ov.holders.begin(), ov.holders.end());
+      } else {
+        for (auto id : ids) {
+          if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos) {
+            auto x = snap->index_of[id];
+            bits[x / 64] |= std::uint64_t{1} << (x % 64);
+          }
+        }
+        for (std::size_t w = 0; w < bits.size(); ++w) {
+          for (auto b = bits[w]; b != 0; b &= b - 1)
+            ov.holders.push_back(static_cast<std::uint32_t>(w * 64 + std::countr_zero(b)));
+          bits[w] = 0;
+        }
       }
-      std::sort(ov.holders.begin(), ov.holders.end());
     }
     v.objects.emplace(d, std::move(ov));
   }

@@ -130,14 +130,16 @@ class cluster_index {
   // Building it copies each node's labels and strings (milliseconds at 5,000 nodes); the
   // extender needs it on every request, while heartbeats rarely change what it holds: a
   // heartbeat that only refreshes liveness or objects leaves it valid. It is stale when
-  // `generation` differs from the index's (a node came, went, or changed its labels, GPUs,
-  // netsetup document or reported health) or when some node's liveness (heard from within
-  // unhealthy_after) differs from `reachable`, which is checked per view in O(nodes) without
-  // allocating. Immutable once built.
+  //  - `generation` differs from the index's: a node came or went, changed its labels, GPUs,
+  //    netsetup document or reported health, or came back after being unreachable;
+  //  - the clock reached `valid_until`, the first moment a node reachable at build time can
+  //    have become unreachable (its last heartbeat then + unhealthy_after; later heartbeats only
+  //    postpone that, so the bound is safe), or went back before `built_at` (test clocks).
+  // So checking it costs O(1) per view. Immutable once built.
   struct node_snapshot {
     std::uint64_t generation = 0;
+    clock::time_point built_at, valid_until;
     std::vector<node_view> nodes;          // sorted by name (the order of nodes_)
-    std::vector<bool> reachable;           // per node: what healthy/health were computed from
     std::vector<std::uint32_t> index_of;   // node id → index in nodes (npos: none)
     static constexpr std::uint32_t npos = ~std::uint32_t{0};
   };

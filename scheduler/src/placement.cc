@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <string_view>
-#include <unordered_set>
 
 #include "common/oci.h"
 
@@ -49,6 +47,19 @@ status check_uint(const json& j, const char* key, std::uint32_t lo, std::uint32_
 }
 
 double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
+
+// Which nodes of the view (sorted by name) are named in `names`, by binary search: no set of
+// names is built, since the extender names every node (5,000) in every request.
+std::vector<bool> mark_named(const node_list& nodes, const std::vector<std::string>& names) {
+  std::vector<bool> out(nodes.size(), false);
+  for (const auto& name : names) {
+    auto it = std::lower_bound(nodes.begin(), nodes.end(), name,
+                               [](const node_view& n, const std::string& x) { return n.name < x; });
+    if (it != nodes.end() && it->name == name)
+      out[static_cast<std::size_t>(it - nodes.begin())] = true;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -111,12 +122,11 @@ result<job_spec> parse_job(const json& j) {
 std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job) {
   if (!job.platform.empty()) return {job.platform};
   std::set<std::string> out;
-  // Hash sets of views into the job: the extender lists every node as a candidate, and a tree of
-  // 5,000 string copies per request costs more than the rest of this function.
-  std::unordered_set<std::string_view> cand(job.candidates.begin(), job.candidates.end());
-  std::unordered_set<std::string_view> excl(job.exclude.begin(), job.exclude.end());
-  for (const auto& n : v.nodes) {
-    if (!n.healthy || excl.count(n.name) || (!cand.empty() && !cand.count(n.name))) continue;
+  auto cand = mark_named(v.nodes, job.candidates);
+  auto excl = mark_named(v.nodes, job.exclude);
+  for (std::size_t i = 0; i < v.nodes.size(); ++i) {
+    const auto& n = v.nodes[i];
+    if (!n.healthy || excl[i] || (!job.candidates.empty() && !cand[i])) continue;
     out.insert(n.platform);
   }
   return {out.begin(), out.end()};
@@ -127,9 +137,8 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
                                       const network_model& net,
                                       const std::map<std::string, std::uint32_t>& reserved,
                                       const evaluate_options& o) {
-  // Hash sets of views, not trees of copies: the extender passes every node as a candidate.
-  std::unordered_set<std::string_view> cand(job.candidates.begin(), job.candidates.end());
-  std::unordered_set<std::string_view> excl(job.exclude.begin(), job.exclude.end());
+  auto cand = mark_named(v.nodes, job.candidates);
+  auto excl = mark_named(v.nodes, job.exclude);
   bool require = job.require_network_validation.value_or(o.require_validation);
   static const std::vector<object_ref> none;
   std::map<std::string, std::unique_ptr<evaluator>> evals_by_platform;
@@ -146,8 +155,8 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
     e.net = net.verdict(n);
     if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
-    if (!cand.empty() && !cand.count(n.name)) e.reasons.push_back("not among the candidates");
-    if (excl.count(n.name)) e.reasons.push_back("excluded");
+    if (!job.candidates.empty() && !cand[i]) e.reasons.push_back("not among the candidates");
+    if (excl[i]) e.reasons.push_back("excluded");
     for (const auto& [k, want] : job.selector) {
       auto l = n.labels.find(k);
       if (l == n.labels.end() || l->second != want) {
