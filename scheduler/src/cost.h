@@ -12,8 +12,9 @@
 //   parallel:         max( max over classes of bytes_c / bandwidth_c, missing / node_ingress )
 // docs/scheduler.md says why serial is the default and works an example through.
 //
-// Everything here is a pure function over a `cluster_view` (a copy of the index's state for the
-// objects of one job), so it is tested without daemons. Thread-safety: values only.
+// Everything here is a pure function over a `cluster_view` (a snapshot of the index's state for
+// the objects of one job: its node list is shared and immutable, the objects are copied), so it
+// is tested without daemons. Thread-safety: values only.
 
 #include <array>
 #include <cstdint>

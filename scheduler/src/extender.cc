@@ -219,21 +219,20 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   auto view = idx.view(all);
   auto evals = evaluate_nodes(view, *objs, job, placer_.model(), placer_.network(), {},
                               {.require_validation = false, .strict_resolution = false});
-  // Each requested name is found by binary search in the view (sorted by name) and its
-  // evaluation by the view index, instead of a map of every node name per request.
+  // Each requested name is found in the view (sorted by name) and its evaluation by the view
+  // index, instead of through a map of every node name per request.
   std::vector<const node_eval*> by_index(view.nodes.size(), nullptr);
   for (const auto& e : evals) by_index[e.index] = &e;
+  auto at = index_of_names(view.nodes, a.names);
   std::vector<verdict> out;
   out.reserve(a.names.size());
-  for (const auto& name : a.names) {
+  for (std::size_t k = 0; k < a.names.size(); ++k) {
     verdict v;
-    v.node = name;
-    auto it = std::lower_bound(view.nodes.begin(), view.nodes.end(), name,
-                               [](const node_view& n, const std::string& x) { return n.name < x; });
-    if (it != view.nodes.end() && it->name == name) {
-      const node_eval* e = by_index[static_cast<std::size_t>(it - view.nodes.begin())];
+    v.node = a.names[k];
+    if (at[k] != no_node) {
+      const node_eval* e = by_index[at[k]];
       v.known = true;
-      v.healthy = it->healthy;
+      v.healthy = view.nodes[at[k]].healthy;
       v.cost = e->cost;
       v.score = v.healthy ? extender_score(v.cost, placer_.model()) : 0;
     }

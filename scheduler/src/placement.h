@@ -156,6 +156,13 @@ class placer {
   std::uint64_t next_reservation_ = 1;
 };
 
+// For each name, its index in `nodes` (sorted by name), or no_node. A merge walk when the names
+// are sorted, else a binary search each; no set of names is built, since the extender names
+// every node (5,000) in every request.
+inline constexpr std::uint32_t no_node = ~std::uint32_t{0};
+[[nodiscard]] std::vector<std::uint32_t> index_of_names(const node_list& nodes,
+                                                        const std::vector<std::string>& names);
+
 // Platforms of the nodes in a view (or the job's override), sorted and unique.
 [[nodiscard]] std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job);
 
