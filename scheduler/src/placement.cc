@@ -123,7 +123,7 @@ std::vector<std::uint32_t> index_of_names(const node_list& nodes,
     // One merge walk: kube-scheduler lists nodes in a stable order, usually sorted.
     const node_view* it = nodes.begin();
     for (std::size_t k = 0; k < names.size(); ++k) {
-      it = std::lower_bound(it, nodes.end(), names[k], less);
+      while (it != nodes.end() && it->name < names[k]) ++it;
       if (it != nodes.end() && it->name == names[k])
         out[k] = static_cast<std::uint32_t>(it - nodes.begin());
     }
@@ -212,26 +212,35 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     e.eligible = e.reasons.empty();
     out.push_back(std::move(e));
   }
-  // Sort positions rather than the node_evals themselves (each holds several strings and
-  // vectors), then move every evaluation once into its place.
-  std::vector<std::uint32_t> order(out.size());
-  for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const node_eval& a = out[x];
-    const node_eval& b = out[y];
+  // Sort compact keys rather than the node_evals themselves (each holds several strings and
+  // vectors), then move every evaluation once into its place. Ties end on the view index, which
+  // is name order (out[i] is node i of the view, sorted by name).
+  struct sort_key {
+    bool eligible;
+    bool ok;  // health "ok" before degraded
+    double seconds;
+    std::uint64_t missing;
+    std::uint32_t index;
+  };
+  std::vector<sort_key> keys;
+  keys.reserve(out.size());
+  for (std::uint32_t i = 0; i < out.size(); ++i) {
+    const auto& e = out[i];
+    keys.push_back({e.eligible, e.health == "ok", e.cost.seconds, e.cost.missing(), i});
+  }
+  std::sort(keys.begin(), keys.end(), [](const sort_key& a, const sort_key& b) {
     if (a.eligible != b.eligible) return a.eligible;
-    if (!a.eligible) return x < y;
-    if (a.cost.seconds != b.cost.seconds) return a.cost.seconds < b.cost.seconds;
-    bool ah = a.health == "ok", bh = b.health == "ok";
-    if (ah != bh) return ah;
-    if (a.cost.missing() != b.cost.missing()) return a.cost.missing() < b.cost.missing();
-    return x < y;  // by name: out[i] is node i of the view, which is sorted by name
+    if (!a.eligible) return a.index < b.index;
+    if (a.seconds != b.seconds) return a.seconds < b.seconds;
+    if (a.ok != b.ok) return a.ok;
+    if (a.missing != b.missing) return a.missing < b.missing;
+    return a.index < b.index;
   });
   std::vector<node_eval> sorted;
   sorted.reserve(out.size());
   int rank = 0;
-  for (auto i : order) {
-    sorted.push_back(std::move(out[i]));
+  for (const auto& k : keys) {
+    sorted.push_back(std::move(out[k.index]));
     if (sorted.back().eligible) sorted.back().rank = ++rank;
   }
   return sorted;
