@@ -212,6 +212,7 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     e.eligible = e.reasons.empty();
     out.push_back(std::move(e));
   }
+  if (!o.rank) return out;
   // Sort compact keys rather than the node_evals themselves (each holds several strings and
   // vectors), then move every evaluation once into its place. Ties end on the view index, which
   // is name order (out[i] is node i of the view, sorted by name).
