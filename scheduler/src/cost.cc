@@ -1,6 +1,7 @@
 #include "cost.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <unordered_set>
@@ -73,55 +74,81 @@ double cost_model::cold_seconds(std::uint64_t bytes) const {
 
 evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
                      const cost_model& m)
-    : v_(v), m_(m) {
-  objs_.reserve(objects.size());
-  for (const auto& o : objects) {
-    prepared p;
-    p.ref = o;
+    : v_(v), m_(m), words_((objects.size() + 63) / 64) {
+  const std::size_t n = v.nodes.size();
+  // Rack and zone ids of every node. A rack is named "zone/rack", as holders and nodes were
+  // matched before, so two racks of one name in different zones stay apart.
+  std::unordered_map<std::string, std::uint32_t> racks;
+  std::unordered_map<std::string_view, std::uint32_t> zones;
+  rack_of_.assign(n, npos);
+  zone_of_.assign(n, npos);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& nv = v.nodes[i];
+    if (!nv.rack.empty())
+      rack_of_[i] = racks.try_emplace(nv.zone + "/" + nv.rack, racks.size()).first->second;
+    if (!nv.zone.empty()) zone_of_[i] = zones.try_emplace(nv.zone, zones.size()).first->second;
+  }
+  held_.assign(n * words_, 0);
+  in_rack_.assign(racks.size() * words_, 0);
+  in_zone_.assign(zones.size() * words_, 0);
+  anywhere_.assign(words_, 0);
+  seen_.assign(words_, 0);
+  sizes_.reserve(objects.size());
+  for (std::size_t k = 0; k < objects.size(); ++k) {
+    const auto& o = objects[k];
+    const std::size_t w = k / 64;
+    const std::uint64_t bit = std::uint64_t{1} << (k % 64);
+    std::uint64_t size = o.size;
     auto it = v.objects.find(o.id);
     if (it != v.objects.end()) {
-      p.holders = &it->second.holders;
-      p.seen_before = it->second.seen_before;
-      if (p.ref.size == 0) p.ref.size = it->second.ref.size;
-      for (auto h : it->second.holders) {
-        if (h >= v.nodes.size() || !v.nodes[h].healthy) continue;
-        const auto& n = v.nodes[h];
-        p.any_healthy = true;
-        if (!n.rack.empty()) p.racks.push_back(n.zone + "/" + n.rack);
-        if (!n.zone.empty()) p.zones.push_back(n.zone);
-      }
-      std::sort(p.racks.begin(), p.racks.end());
-      p.racks.erase(std::unique(p.racks.begin(), p.racks.end()), p.racks.end());
-      std::sort(p.zones.begin(), p.zones.end());
-      p.zones.erase(std::unique(p.zones.begin(), p.zones.end()), p.zones.end());
+      if (size == 0) size = it->second.ref.size;
       // A holder seen now also proves registry-proxy had it once.
-      if (!it->second.holders.empty()) p.seen_before = true;
+      if (it->second.seen_before || !it->second.holders.empty()) seen_[w] |= bit;
+      for (auto h : it->second.holders) {
+        if (h >= n) continue;
+        held_[h * words_ + w] |= bit;
+        if (!v.nodes[h].healthy) continue;
+        anywhere_[w] |= bit;
+        if (rack_of_[h] != npos) in_rack_[rack_of_[h] * words_ + w] |= bit;
+        if (zone_of_[h] != npos) in_zone_[zone_of_[h] * words_ + w] |= bit;
+      }
     }
-    objs_.push_back(std::move(p));
+    sizes_.push_back(size);
   }
 }
 
 node_cost evaluator::cost(std::uint32_t node) const {
+  (void)v_.nodes.at(node);  // same contract as before: an out-of-range node throws
   node_cost c;
-  const auto& n = v_.nodes.at(node);
-  std::string rack_key = n.rack.empty() ? std::string() : n.zone + "/" + n.rack;
-  for (const auto& p : objs_) {
-    c.bytes_total += p.ref.size;
-    source s = source::upstream;
-    if (p.holders && std::binary_search(p.holders->begin(), p.holders->end(), node)) {
-      s = source::local;
-    } else if (p.any_healthy) {
-      if (!rack_key.empty() && std::binary_search(p.racks.begin(), p.racks.end(), rack_key))
-        s = source::rack;
-      else if (!n.zone.empty() && std::binary_search(p.zones.begin(), p.zones.end(), n.zone))
-        s = source::zone;
-      else
-        s = source::cluster;
-    } else if (p.seen_before) {
-      s = source::origin;
+  const std::uint64_t* held = set(held_, node);
+  const std::uint64_t* rack = rack_of_[node] == npos ? nullptr : set(in_rack_, rack_of_[node]);
+  const std::uint64_t* zone = zone_of_[node] == npos ? nullptr : set(in_zone_, zone_of_[node]);
+  auto add = [&](source s, std::uint64_t bits, std::size_t w) {
+    auto& total = c.by_source[static_cast<std::size_t>(s)];
+    while (bits) {
+      total += sizes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))];
+      bits &= bits - 1;
     }
-    c.by_source[static_cast<std::size_t>(s)] += p.ref.size;
+  };
+  for (std::size_t w = 0; w < words_; ++w) {
+    // Each object goes to the first class that has it: local, rack, zone, cluster, origin,
+    // upstream (cost.h).
+    std::uint64_t left = w + 1 < words_ || sizes_.size() % 64 == 0
+                             ? ~std::uint64_t{0}
+                             : (std::uint64_t{1} << (sizes_.size() % 64)) - 1;
+    auto take = [&](source s, std::uint64_t bits) {
+      bits &= left;
+      left &= ~bits;
+      add(s, bits, w);
+    };
+    take(source::local, held[w]);
+    if (rack) take(source::rack, rack[w] & anywhere_[w]);
+    if (zone) take(source::zone, zone[w] & anywhere_[w]);
+    take(source::cluster, anywhere_[w]);
+    take(source::origin, seen_[w]);
+    take(source::upstream, left);
   }
+  for (auto b : c.by_source) c.bytes_total += b;
   c.seconds = m_.seconds(c.by_source);
   return c;
 }

@@ -12,14 +12,17 @@
 //   parallel:         max( max over classes of bytes_c / bandwidth_c, missing / node_ingress )
 // docs/scheduler.md says why serial is the default and works an example through.
 //
-// Everything here is a pure function over a `cluster_view` (a copy of the index's state for the
-// objects of one job), so it is tested without daemons. Thread-safety: values only.
+// Everything here is a pure function over a `cluster_view` (a snapshot of the index's state for
+// the objects of one job: its node list is shared and immutable, the objects are copied), so it
+// is tested without daemons. Thread-safety: values only.
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -64,8 +67,32 @@ struct object_view {
   bool seen_before = false;  // some node held it at some point: registry-proxy has it
 };
 
+// The nodes of a view: a read-only, shared list. The index keeps one immutable list of every node
+// and hands the same list to every view until a node's inventory or liveness changes, so taking a
+// view does not copy 5,000 nodes' labels per request (issue #5). Reads look like a vector's.
+class node_list {
+ public:
+  node_list() = default;
+  explicit node_list(std::shared_ptr<const std::vector<node_view>> nodes)
+      : nodes_(std::move(nodes)) {}
+  [[nodiscard]] std::size_t size() const noexcept { return nodes_ ? nodes_->size() : 0; }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] const node_view& operator[](std::size_t i) const { return (*nodes_)[i]; }
+  [[nodiscard]] const node_view& at(std::size_t i) const {
+    if (!nodes_) throw std::out_of_range("node_list::at");
+    return nodes_->at(i);
+  }
+  [[nodiscard]] const node_view* begin() const noexcept {
+    return nodes_ ? nodes_->data() : nullptr;
+  }
+  [[nodiscard]] const node_view* end() const noexcept { return begin() + size(); }
+
+ private:
+  std::shared_ptr<const std::vector<node_view>> nodes_;
+};
+
 struct cluster_view {
-  std::vector<node_view> nodes;  // sorted by name
+  node_list nodes;  // sorted by name
   std::unordered_map<digest, object_view> objects;
 };
 
@@ -90,25 +117,35 @@ struct node_cost {
   [[nodiscard]] std::uint64_t missing() const { return bytes_total - present(); }
 };
 
-// Evaluates nodes of one view against one object list. Construction prepares, per object, the
-// racks and zones of its healthy holders, so each node costs O(objects).
+// Evaluates nodes of one view against one object list. Construction does the per-object work
+// once: for each object, which nodes hold it and which racks and zones have a healthy holder, as
+// bit sets over the job's objects (one bit per object, `words_` 64-bit words per set). A node's
+// cost is then a few word operations per 64 objects plus a sum over set bits, with no lookups or
+// allocation, which matters when the extender scores 5,000 nodes per request (issue #5).
 class evaluator {
  public:
   evaluator(const cluster_view& v, std::span<const object_ref> objects, const cost_model& m);
   [[nodiscard]] node_cost cost(std::uint32_t node) const;
 
  private:
-  struct prepared {
-    object_ref ref;
-    const std::vector<std::uint32_t>* holders = nullptr;
-    std::vector<std::string> racks;  // "zone/rack" of healthy holders, sorted
-    std::vector<std::string> zones;  // of healthy holders, sorted
-    bool any_healthy = false;
-    bool seen_before = false;
-  };
+  // Bit k of a set is object k of objs_.
+  [[nodiscard]] const std::uint64_t* set(const std::vector<std::uint64_t>& sets,
+                                         std::uint32_t i) const {
+    return sets.data() + static_cast<std::size_t>(i) * words_;
+  }
+
   const cluster_view& v_;
   const cost_model& m_;
-  std::vector<prepared> objs_;
+  std::vector<std::uint64_t> sizes_;  // per object (the view's size when the job gave none)
+  std::size_t words_ = 0;
+  std::vector<std::uint64_t> held_;       // per node: objects it holds
+  std::vector<std::uint32_t> rack_of_;    // per node: rack id ("zone/rack"), npos when no rack
+  std::vector<std::uint32_t> zone_of_;    // per node: zone id, npos when no zone
+  std::vector<std::uint64_t> in_rack_;    // per rack id: objects with a healthy holder there
+  std::vector<std::uint64_t> in_zone_;    // per zone id: objects with a healthy holder there
+  std::vector<std::uint64_t> anywhere_;   // objects with a healthy holder
+  std::vector<std::uint64_t> seen_;       // objects registry-proxy has had
+  static constexpr std::uint32_t npos = ~std::uint32_t{0};
 };
 
 // The extender's 0..10: 10 × (1 − ln(1 + t) / ln(1 + t_cold)) rounded, t the node's estimated

@@ -1,5 +1,6 @@
 #include "extender.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/heartbeat.h"
@@ -24,6 +25,22 @@ const json* member(const json& j, const char* key) {
   if (!j.is_object()) return nullptr;
   auto it = j.find(key);
   return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+// Appends `s` as a JSON string, byte for byte as dump() writes it. Node names are plain ASCII,
+// which is copied as is; anything else (quotes, control bytes, UTF-8) goes through nlohmann.
+// Answers list all 5,000 nodes, and building a json value per node cost more than the rest of
+// the decision (issue #5).
+void append_json_string(std::string& out, const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      out += dump(json(s));
+      return;
+    }
+  }
+  out += '"';
+  out += s;
+  out += '"';
 }
 
 json filter_error(const std::string& msg) {
@@ -201,19 +218,22 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   }
   auto view = idx.view(all);
   auto evals = evaluate_nodes(view, *objs, job, placer_.model(), placer_.network(), {},
-                              {.require_validation = false, .strict_resolution = false});
-  std::map<std::string, const node_eval*> by_name;
-  for (const auto& e : evals) by_name[e.name] = &e;
+                              {.require_validation = false, .strict_resolution = false, .rank = false});
+  // Each requested name is found in the view (sorted by name) and its evaluation by the view
+  // index, instead of through a map of every node name per request.
+  std::vector<const node_eval*> by_index(view.nodes.size(), nullptr);
+  for (const auto& e : evals) by_index[e.index] = &e;
+  auto at = index_of_names(view.nodes, a.names);
   std::vector<verdict> out;
   out.reserve(a.names.size());
-  for (const auto& name : a.names) {
+  for (std::size_t k = 0; k < a.names.size(); ++k) {
     verdict v;
-    v.node = name;
-    auto it = by_name.find(name);
-    if (it != by_name.end()) {
+    v.node = a.names[k];
+    if (at[k] != no_node) {
+      const node_eval* e = by_index[at[k]];
       v.known = true;
-      v.healthy = view.nodes[it->second->index].healthy;
-      v.cost = it->second->cost;
+      v.healthy = view.nodes[at[k]].healthy;
+      v.cost = e->cost;
       v.score = v.healthy ? extender_score(v.cost, placer_.model()) : 0;
     }
     out.push_back(std::move(v));
@@ -237,16 +257,10 @@ http::response extender::filter(std::string_view body) {
   }
   std::string mode = a->pod.mode.empty() ? opts_.mode : a->pod.mode;
   threshold limit = a->pod.max_missing.value_or(opts_.max_missing);
-  json passed_names = json::array();
-  json passed_items = json::array();
+  std::vector<std::size_t> kept;  // indexes into a->names, in request order
   json failed = json::object();
   std::string err;
-  auto keep = [&](std::size_t i) {
-    if (a->names_form)
-      passed_names.push_back(a->names[i]);
-    else
-      passed_items.push_back(a->node_items[i]);
-  };
+  auto keep = [&](std::size_t i) { kept.push_back(i); };
   if (mode != "hard") {
     for (std::size_t i = 0; i < a->names.size(); ++i) keep(i);
   } else {
@@ -273,23 +287,37 @@ http::response extender::filter(std::string_view body) {
       }
     }
   }
-  json out;
+  std::string text;
   if (!err.empty()) {
-    out = filter_error(err);
+    text = dump(filter_error(err));
+  } else if (a->names_form) {
+    // The same bytes dump() gives for the ExtenderFilterResult object (keys sorted), written
+    // directly: NodeNames holds every passing node.
+    text.reserve(32 + kept.size() * 16);
+    text += R"({"Error":"","FailedAndUnresolvableNodes":)";
+    text += dump(failed);
+    text += R"(,"FailedNodes":{},"NodeNames":[)";
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      if (k > 0) text += ',';
+      append_json_string(text, a->names[kept[k]]);
+    }
+    text += R"(],"Nodes":null})";
   } else {
+    json passed_items = json::array();
+    for (auto i : kept) passed_items.push_back(a->node_items[i]);
     json list = a->node_list_meta.is_null() ? json::object() : a->node_list_meta;
-    out = {{"Nodes",
-            a->names_form ? json(nullptr) : json{{"metadata", list}, {"items", passed_items}}},
-           {"NodeNames", a->names_form ? passed_names : json(nullptr)},
-           {"FailedNodes", json::object()},
-           {"FailedAndUnresolvableNodes", failed},
-           {"Error", ""}};
+    json out = {{"Nodes", json{{"metadata", list}, {"items", passed_items}}},
+                {"NodeNames", nullptr},
+                {"FailedNodes", json::object()},
+                {"FailedAndUnresolvableNodes", failed},
+                {"Error", ""}};
+    text = dump(out);
   }
   requests_.with({"filter", err.empty() ? "ok" : "error"}).inc();
   log::debug("extender filter", log::kv("pod", a->pod.ns + "/" + a->pod.name),
              log::kv("mode", mode), log::kv("nodes", a->names.size()),
              log::kv("failed", failed.size()), log::kv("error", err));
-  return http::response::json(200, dump(out));
+  return http::response::json(200, std::move(text));
 }
 
 http::response extender::prioritize(std::string_view body) {
@@ -308,14 +336,26 @@ http::response extender::prioritize(std::string_view body) {
   }
   std::vector<std::string> errors;
   auto verdicts = evaluate(*a, errors);
-  json out = json::array();
-  for (const auto& v : verdicts) out.push_back({{"Host", v.node}, {"Score", v.score}});
+  // HostPriorityList, written directly: the bytes dump() gives for
+  // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node.
+  std::string text;
+  text.reserve(2 + verdicts.size() * 32);
+  text += '[';
+  for (std::size_t k = 0; k < verdicts.size(); ++k) {
+    if (k > 0) text += ',';
+    text += R"({"Host":)";
+    append_json_string(text, verdicts[k].node);
+    text += R"(,"Score":)";
+    text += std::to_string(verdicts[k].score);
+    text += '}';
+  }
+  text += ']';
   requests_.with({"prioritize", "ok"}).inc();
   if (!errors.empty()) {
     log::info("extender prioritize without some images",
               log::kv("pod", a->pod.ns + "/" + a->pod.name), log::kv("error", errors.front()));
   }
-  return http::response::json(200, dump(out));
+  return http::response::json(200, std::move(text));
 }
 
 }  // namespace shoal::scheduler

@@ -1,6 +1,7 @@
 #include "index.h"
 
 #include <algorithm>
+#include <bit>
 #include <mutex>
 
 namespace shoal::scheduler {
@@ -88,6 +89,23 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
     it = nodes_.emplace(m.node, std::move(fresh)).first;
   }
   node_entry& n = it->second;
+  // Only what a node_view shows invalidates the shared node snapshot; the GPU list is compared
+  // by what the view keeps of it (total count, first model).
+  auto same_gpus = [](const std::vector<heartbeat::gpu_group>& a,
+                      const std::vector<heartbeat::gpu_group>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (a[i].model != b[i].model || a[i].count != b[i].count) return false;
+    }
+    return true;
+  };
+  // A node that was unreachable is reachable again: snapshots only expire by time for nodes
+  // going the other way.
+  bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
+  if (!known || was_unreachable || n.inv.labels != m.labels || n.inv.netsetup != m.netsetup ||
+      n.inv.health != m.health || !same_gpus(n.inv.gpus, m.gpus)) {
+    ++nodes_generation_;
+  }
   n.inv.schema = m.schema;
   n.inv.node = m.node;
   n.inv.labels = m.labels;
@@ -161,6 +179,7 @@ std::vector<dropped_node> cluster_index::expire() {
     for (const auto& d : held) remove_holder(n, d, nullptr);
     names_.erase(n.id);
     it = nodes_.erase(it);
+    ++nodes_generation_;
   }
   return out;
 }
@@ -245,12 +264,24 @@ std::optional<object_summary> cluster_index::object(const digest& d) const {
   return s;
 }
 
-cluster_view cluster_index::view(std::span<const digest> objects) const {
-  auto now = now_();
-  std::shared_lock lk(mu_);
-  cluster_view v;
-  v.nodes.reserve(nodes_.size());
-  std::unordered_map<std::uint32_t, std::uint32_t> index_of;  // node id → index in v.nodes
+std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_locked(
+    clock::time_point now) const {
+  std::shared_ptr<const node_snapshot> snap;
+  {
+    std::lock_guard lk(snapshot_mu_);
+    snap = snapshot_;
+  }
+  if (snap && snap->generation == nodes_generation_ && snap->built_at <= now &&
+      now < snap->valid_until) {
+    return snap;
+  }
+
+  auto fresh = std::make_shared<node_snapshot>();
+  fresh->generation = nodes_generation_;
+  fresh->built_at = now;
+  fresh->valid_until = clock::time_point::max();
+  fresh->nodes.reserve(nodes_.size());
+  fresh->index_of.assign(next_id_, node_snapshot::npos);
   for (const auto& [name, n] : nodes_) {
     node_view nv;
     nv.name = name;
@@ -263,16 +294,39 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
     nv.rack = get("rack");
     nv.fabric = get("fabric");
     nv.platform = platform_of(n.inv.labels);
+    bool reachable = now - n.last_seen < opts_.unhealthy_after;
     nv.healthy = healthy_locked(n, now);
-    nv.health = now - n.last_seen < opts_.unhealthy_after ? n.inv.health : "unreachable";
+    nv.health = reachable ? n.inv.health : "unreachable";
     for (const auto& g : n.inv.gpus) {
       nv.gpus += g.count;
       if (nv.gpu_model.empty()) nv.gpu_model = g.model;
     }
     nv.netsetup = n.inv.netsetup;
-    index_of[n.id] = static_cast<std::uint32_t>(v.nodes.size());
-    v.nodes.push_back(std::move(nv));
+    if (n.id < fresh->index_of.size())
+      fresh->index_of[n.id] = static_cast<std::uint32_t>(fresh->nodes.size());
+    if (reachable)
+      fresh->valid_until = std::min(fresh->valid_until, n.last_seen + opts_.unhealthy_after);
+    fresh->nodes.push_back(std::move(nv));
   }
+  std::lock_guard lk(snapshot_mu_);
+  // Another reader may have rebuilt it meanwhile from the same state; either copy is right.
+  snapshot_ = fresh;
+  return fresh;
+}
+
+cluster_view cluster_index::view(std::span<const digest> objects) const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  auto snap = snapshot_locked(now);
+  cluster_view v;
+  // The view shares the snapshot's node list (aliasing: the list keeps the snapshot alive).
+  v.nodes = node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes));
+  // Holders are kept by node id; the view wants node indexes, sorted. A popular object is on
+  // thousands of nodes, so instead of sorting its list the indexes are set in a bitmap of all
+  // nodes and read back in order (O(nodes / 64 + holders)).
+  const std::size_t count = snap->nodes.size();
+  std::vector<std::uint64_t> bits((count + 63) / 64, 0);
+  v.objects.reserve(objects.size());
   for (const auto& d : objects) {
     if (v.objects.count(d)) continue;
     object_view ov;
@@ -281,11 +335,27 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
     auto it = objects_.find(d);
     if (it != objects_.end()) {
       ov.ref.size = it->second.size;
-      for (auto id : it->second.holders) {
-        auto x = index_of.find(id);
-        if (x != index_of.end()) ov.holders.push_back(x->second);
+      const auto& ids = it->second.holders;
+      ov.holders.reserve(ids.size());
+      if (ids.size() < 64) {
+        for (auto id : ids) {
+          if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos)
+            ov.holders.push_back(snap->index_of[id]);
+        }
+        std::sort(ov.holders.begin(), ov.holders.end());
+      } else {
+        for (auto id : ids) {
+          if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos) {
+            auto x = snap->index_of[id];
+            bits[x / 64] |= std::uint64_t{1} << (x % 64);
+          }
+        }
+        for (std::size_t w = 0; w < bits.size(); ++w) {
+          for (auto b = bits[w]; b != 0; b &= b - 1)
+            ov.holders.push_back(static_cast<std::uint32_t>(w * 64 + std::countr_zero(b)));
+          bits[w] = 0;
+        }
       }
-      std::sort(ov.holders.begin(), ov.holders.end());
     }
     v.objects.emplace(d, std::move(ov));
   }

@@ -8,13 +8,16 @@
 //
 // Lifecycle: built by the app with the scheduler's epoch (random per start); lives until exit.
 // Threading: thread-safe; one shared_mutex (heartbeats write, queries read). All queries copy
-// what they return.
+// what they return, except the node part of a view: that is an immutable list shared by views
+// (see node_snapshot below).
 
 #include <array>
 #include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -123,6 +126,26 @@ class cluster_index {
   [[nodiscard]] std::string platform_of(const std::map<std::string, std::string>& labels) const;
 
  private:
+  // Every node as placement sees it, built once and shared by every view until it goes stale.
+  // Building it copies each node's labels and strings (milliseconds at 5,000 nodes); the
+  // extender needs it on every request, while heartbeats rarely change what it holds: a
+  // heartbeat that only refreshes liveness or objects leaves it valid. It is stale when
+  //  - `generation` differs from the index's: a node came or went, changed its labels, GPUs,
+  //    netsetup document or reported health, or came back after being unreachable;
+  //  - the clock reached `valid_until`, the first moment a node reachable at build time can
+  //    have become unreachable (its last heartbeat then + unhealthy_after; later heartbeats only
+  //    postpone that, so the bound is safe), or went back before `built_at` (test clocks).
+  // So checking it costs O(1) per view. Immutable once built.
+  struct node_snapshot {
+    std::uint64_t generation = 0;
+    clock::time_point built_at, valid_until;
+    std::vector<node_view> nodes;          // sorted by name (the order of nodes_)
+    std::vector<std::uint32_t> index_of;   // node id → index in nodes (npos: none)
+    static constexpr std::uint32_t npos = ~std::uint32_t{0};
+  };
+  // The current snapshot (rebuilt when stale). Caller holds mu_ (shared is enough).
+  [[nodiscard]] std::shared_ptr<const node_snapshot> snapshot_locked(clock::time_point now) const;
+
   struct object_entry {
     std::uint64_t size = 0;
     std::string info_hash;  // 40 hex, "" when unknown
@@ -157,6 +180,11 @@ class cluster_index {
   std::size_t holdings_ = 0;
   std::unordered_set<digest> seen_;
   std::deque<digest> seen_order_;
+  // Bumped (under the unique lock) by every change a node_snapshot shows, other than liveness.
+  std::uint64_t nodes_generation_ = 1;
+  // Guards snapshot_ only: readers under the shared lock may replace a stale snapshot.
+  mutable std::mutex snapshot_mu_;
+  mutable std::shared_ptr<const node_snapshot> snapshot_;
 };
 
 // "0123..." (40 hex) → bytes; false when malformed.

@@ -48,6 +48,15 @@ status check_uint(const json& j, const char* key, std::uint32_t lo, std::uint32_
 
 double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 
+// Which nodes of the view are named in `names` (index_of_names without the positions).
+std::vector<bool> mark_named(const node_list& nodes, const std::vector<std::string>& names) {
+  std::vector<bool> out(nodes.size(), false);
+  for (auto i : index_of_names(nodes, names)) {
+    if (i != no_node) out[i] = true;
+  }
+  return out;
+}
+
 }  // namespace
 
 result<job_spec> parse_job(const json& j) {
@@ -106,13 +115,36 @@ result<job_spec> parse_job(const json& j) {
   return job;
 }
 
+std::vector<std::uint32_t> index_of_names(const node_list& nodes,
+                                          const std::vector<std::string>& names) {
+  std::vector<std::uint32_t> out(names.size(), no_node);
+  auto less = [](const node_view& n, const std::string& x) { return n.name < x; };
+  if (std::is_sorted(names.begin(), names.end())) {
+    // One merge walk: kube-scheduler lists nodes in a stable order, usually sorted.
+    const node_view* it = nodes.begin();
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      while (it != nodes.end() && it->name < names[k]) ++it;
+      if (it != nodes.end() && it->name == names[k])
+        out[k] = static_cast<std::uint32_t>(it - nodes.begin());
+    }
+    return out;
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    auto it = std::lower_bound(nodes.begin(), nodes.end(), names[k], less);
+    if (it != nodes.end() && it->name == names[k])
+      out[k] = static_cast<std::uint32_t>(it - nodes.begin());
+  }
+  return out;
+}
+
 std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job) {
   if (!job.platform.empty()) return {job.platform};
   std::set<std::string> out;
-  std::set<std::string> cand(job.candidates.begin(), job.candidates.end());
-  std::set<std::string> excl(job.exclude.begin(), job.exclude.end());
-  for (const auto& n : v.nodes) {
-    if (!n.healthy || excl.count(n.name) || (!cand.empty() && !cand.count(n.name))) continue;
+  auto cand = mark_named(v.nodes, job.candidates);
+  auto excl = mark_named(v.nodes, job.exclude);
+  for (std::size_t i = 0; i < v.nodes.size(); ++i) {
+    const auto& n = v.nodes[i];
+    if (!n.healthy || excl[i] || (!job.candidates.empty() && !cand[i])) continue;
     out.insert(n.platform);
   }
   return {out.begin(), out.end()};
@@ -123,8 +155,8 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
                                       const network_model& net,
                                       const std::map<std::string, std::uint32_t>& reserved,
                                       const evaluate_options& o) {
-  std::set<std::string> cand(job.candidates.begin(), job.candidates.end());
-  std::set<std::string> excl(job.exclude.begin(), job.exclude.end());
+  auto cand = mark_named(v.nodes, job.candidates);
+  auto excl = mark_named(v.nodes, job.exclude);
   bool require = job.require_network_validation.value_or(o.require_validation);
   static const std::vector<object_ref> none;
   std::map<std::string, std::unique_ptr<evaluator>> evals_by_platform;
@@ -141,8 +173,8 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
     e.net = net.verdict(n);
     if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
-    if (!cand.empty() && !cand.count(n.name)) e.reasons.push_back("not among the candidates");
-    if (excl.count(n.name)) e.reasons.push_back("excluded");
+    if (!job.candidates.empty() && !cand[i]) e.reasons.push_back("not among the candidates");
+    if (excl[i]) e.reasons.push_back("excluded");
     for (const auto& [k, want] : job.selector) {
       auto l = n.labels.find(k);
       if (l == n.labels.end() || l->second != want) {
@@ -180,20 +212,39 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     e.eligible = e.reasons.empty();
     out.push_back(std::move(e));
   }
-  std::sort(out.begin(), out.end(), [](const node_eval& a, const node_eval& b) {
-    if (a.eligible != b.eligible) return a.eligible;
-    if (!a.eligible) return a.name < b.name;
-    if (a.cost.seconds != b.cost.seconds) return a.cost.seconds < b.cost.seconds;
-    bool ah = a.health == "ok", bh = b.health == "ok";
-    if (ah != bh) return ah;
-    if (a.cost.missing() != b.cost.missing()) return a.cost.missing() < b.cost.missing();
-    return a.name < b.name;
-  });
-  int rank = 0;
-  for (auto& e : out) {
-    if (e.eligible) e.rank = ++rank;
+  if (!o.rank) return out;
+  // Sort compact keys rather than the node_evals themselves (each holds several strings and
+  // vectors), then move every evaluation once into its place. Ties end on the view index, which
+  // is name order (out[i] is node i of the view, sorted by name).
+  struct sort_key {
+    bool eligible;
+    bool ok;  // health "ok" before degraded
+    double seconds;
+    std::uint64_t missing;
+    std::uint32_t index;
+  };
+  std::vector<sort_key> keys;
+  keys.reserve(out.size());
+  for (std::uint32_t i = 0; i < out.size(); ++i) {
+    const auto& e = out[i];
+    keys.push_back({e.eligible, e.health == "ok", e.cost.seconds, e.cost.missing(), i});
   }
-  return out;
+  std::sort(keys.begin(), keys.end(), [](const sort_key& a, const sort_key& b) {
+    if (a.eligible != b.eligible) return a.eligible;
+    if (!a.eligible) return a.index < b.index;
+    if (a.seconds != b.seconds) return a.seconds < b.seconds;
+    if (a.ok != b.ok) return a.ok;
+    if (a.missing != b.missing) return a.missing < b.missing;
+    return a.index < b.index;
+  });
+  std::vector<node_eval> sorted;
+  sorted.reserve(out.size());
+  int rank = 0;
+  for (const auto& k : keys) {
+    sorted.push_back(std::move(out[k.index]));
+    if (sorted.back().eligible) sorted.back().rank = ++rank;
+  }
+  return sorted;
 }
 
 placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,

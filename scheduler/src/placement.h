@@ -87,9 +87,13 @@ struct evaluate_options {
   // false (the extender): images that could not be resolved are left out of the cost instead of
   // making the nodes of that platform ineligible.
   bool strict_resolution = true;
+  // false (the extender): the evaluations stay in view order (by name) with rank 0; it needs only
+  // the costs, and ranking 5,000 nodes is a tenth of its time.
+  bool rank = true;
 };
 
-// Evaluates every node of the view (GPU reservations by node name) and ranks the eligible ones.
+// Evaluates every node of the view (GPU reservations by node name) and ranks the eligible ones
+// (unless o.rank is false).
 [[nodiscard]] std::vector<node_eval> evaluate_nodes(
     const cluster_view& v, const job_objects& objs, const job_spec& job, const cost_model& m,
     const network_model& net, const std::map<std::string, std::uint32_t>& reserved,
@@ -155,6 +159,13 @@ class placer {
   std::map<std::string, std::vector<reservation>> reservations_;
   std::uint64_t next_reservation_ = 1;
 };
+
+// For each name, its index in `nodes` (sorted by name), or no_node. A merge walk when the names
+// are sorted, else a binary search each; no set of names is built, since the extender names
+// every node (5,000) in every request.
+inline constexpr std::uint32_t no_node = ~std::uint32_t{0};
+[[nodiscard]] std::vector<std::uint32_t> index_of_names(const node_list& nodes,
+                                                        const std::vector<std::string>& names);
 
 // Platforms of the nodes in a view (or the job's override), sorted and unique.
 [[nodiscard]] std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job);

@@ -346,6 +346,46 @@ TEST_F(ExtenderTest, PodWithoutImagesScoresZeroAndPassesHardFilter) {
   EXPECT_EQ(s[1]["Score"], 0);
 }
 
+// The answers are written without building a json value per node; they must be the bytes
+// nlohmann's dump() gives for the same answer, also for names that need escaping.
+TEST_F(ExtenderTest, AnswersAreExactlyTheJsonDump) {
+  auto dump = [](const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  std::vector<std::string> names = {"node-c", "node-a", "we\"ird\\", "tab\there", "n\u00f6de",
+                                    "node-b", "\x7f", ""};
+  auto r = ext_.prioritize(args_names(pod(), names).dump());
+  ASSERT_EQ(r.status, 200u);
+  auto got = body_of(r);
+  ASSERT_EQ(got.size(), names.size());
+  json want = json::array();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    want.push_back({{"Host", names[i]}, {"Score", got[i]["Score"].get<int>()}});
+  EXPECT_EQ(std::get<std::string>(r.body), dump(want));
+  EXPECT_GT(got[1]["Score"].get<int>(), 0);  // node-a holds most of the pod's data
+
+  r = ext_.filter(args_names(pod(), names).dump());
+  ASSERT_EQ(r.status, 200u);
+  want = {{"Nodes", nullptr},
+          {"NodeNames", names},
+          {"FailedNodes", json::object()},
+          {"FailedAndUnresolvableNodes", json::object()},
+          {"Error", ""}};
+  EXPECT_EQ(std::get<std::string>(r.body), dump(want));
+
+  // Hard mode: node-a passes, the others fail with their reasons.
+  r = ext_.filter(args_names(pod({{"shoal.io/placement", "hard"}}), names).dump());
+  ASSERT_EQ(r.status, 200u);
+  got = body_of(r);
+  ASSERT_EQ(got["FailedAndUnresolvableNodes"].size(), names.size() - 1) << got.dump();
+  want = {{"Nodes", nullptr},
+          {"NodeNames", {"node-a"}},
+          {"FailedNodes", json::object()},
+          {"FailedAndUnresolvableNodes", got["FailedAndUnresolvableNodes"]},
+          {"Error", ""}};
+  EXPECT_EQ(std::get<std::string>(r.body), dump(want));
+}
+
 TEST_F(ExtenderTest, ManyNodesAnswerQuickly) {
   for (int i = 0; i < 2000; ++i)
     (void)idx_.apply(full_hb("bulk-" + std::to_string(i), {held("app-base", 800 * MiB)}), "ip");

@@ -161,6 +161,82 @@ TEST_F(IndexTest, ViewCarriesTopologyPlatformGpusAndHolders) {
   EXPECT_FALSE(v.objects.at(dg("nowhere")).seen_before);
 }
 
+// Views share one node list until something a view shows changes; these pin that a shared list
+// is never stale: inventory changes, liveness lost with time and regained by a heartbeat, nodes
+// dropped, and that a view already taken keeps what it saw.
+TEST_F(IndexTest, ViewsFollowInventoryAndLivenessChanges) {
+  (void)idx_.apply(full_hb("n1", {held("a", 10)}, {{"zone", "z1"}}), "ip");
+  (void)idx_.apply(full_hb("n2", {held("a", 10)}, {{"zone", "z2"}}), "ip");
+  std::vector<digest> want = {dg("a")};
+  auto v1 = idx_.view(want);
+  ASSERT_EQ(v1.nodes.size(), 2u);
+  EXPECT_TRUE(v1.nodes[0].healthy);
+  EXPECT_EQ(v1.nodes[0].zone, "z1");
+
+  // A heartbeat that changes only objects or liveness leaves the node list as it was.
+  clock_.advance(10s);
+  (void)idx_.apply(full_hb("n1", {held("a", 10), held("b", 5)}, {{"zone", "z1"}}, 2), "ip");
+  auto v2 = idx_.view(want);
+  EXPECT_EQ(&v2.nodes[0], &v1.nodes[0]);  // the same shared list
+
+  // New labels show at once; the older view keeps what it saw.
+  (void)idx_.apply(full_hb("n1", {held("a", 10)}, {{"zone", "z9"}}, 3), "ip");
+  auto v3 = idx_.view(want);
+  EXPECT_EQ(v3.nodes[0].zone, "z9");
+  EXPECT_EQ(v1.nodes[0].zone, "z1");
+
+  // n2 last heard 10 s before n1: 25 s later n2 is unreachable, n1 is not.
+  clock_.advance(25s);
+  auto v4 = idx_.view(want);
+  EXPECT_TRUE(v4.nodes[0].healthy);
+  EXPECT_FALSE(v4.nodes[1].healthy);
+  EXPECT_EQ(v4.nodes[1].health, "unreachable");
+  // ... and healthy again with its next heartbeat.
+  (void)idx_.apply(full_hb("n2", {held("a", 10)}, {{"zone", "z2"}}, 2), "ip");
+  auto v5 = idx_.view(want);
+  EXPECT_TRUE(v5.nodes[1].healthy);
+  EXPECT_EQ(v5.nodes[1].health, "ok");
+  EXPECT_EQ(v5.objects.at(dg("a")).holders, (std::vector<std::uint32_t>{0, 1}));
+
+  // Reported health counts too, and a dropped node leaves the list.
+  auto m = full_hb("n2", {held("a", 10)}, {{"zone", "z2"}}, 3);
+  m.health = "failing";
+  (void)idx_.apply(m, "ip");
+  EXPECT_FALSE(idx_.view(want).nodes[1].healthy);
+  clock_.advance(130s);
+  (void)idx_.apply(full_hb("n1", {held("a", 10)}, {{"zone", "z9"}}, 4), "ip");
+  (void)idx_.expire();
+  auto v6 = idx_.view(want);
+  ASSERT_EQ(v6.nodes.size(), 1u);
+  EXPECT_EQ(v6.nodes[0].name, "n1");
+  EXPECT_EQ(v6.objects.at(dg("a")).holders, std::vector<std::uint32_t>{0});
+}
+
+// A popular object's holders (64 or more) are mapped to view indexes through a bitmap rather
+// than a sort; both ways must give the sorted list of every healthy or unhealthy holder.
+TEST_F(IndexTest, ViewHoldersAreSortedIndexesForPopularObjects) {
+  std::vector<std::string> names;
+  // Applied in reverse name order, so node ids and view indexes run opposite ways.
+  for (int i = 199; i >= 0; --i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "n%03d", i);
+    std::vector<heartbeat::held_object> objs;
+    if (i < 40) objs.push_back(held("rare", 1));
+    if (i % 2 == 0 || i >= 190) objs.push_back(held("popular", 1));
+    (void)idx_.apply(full_hb(buf, objs), "ip");
+  }
+  std::vector<digest> want = {dg("popular"), dg("rare")};
+  auto v = idx_.view(want);
+  ASSERT_EQ(v.nodes.size(), 200u);
+  std::vector<std::uint32_t> popular, rare;
+  for (std::uint32_t i = 0; i < 200; ++i) {
+    if (i % 2 == 0 || i >= 190) popular.push_back(i);
+    if (i < 40) rare.push_back(i);
+  }
+  EXPECT_EQ(v.objects.at(dg("popular")).holders, popular);
+  EXPECT_EQ(v.objects.at(dg("rare")).holders, rare);
+}
+
 TEST_F(IndexTest, ObjectsOnceHeldAreRememberedAsSeen) {
   (void)idx_.apply(full_hb("n1", {held("a", 10)}), "ip");
   (void)idx_.apply(full_hb("n1", {}, {}, 2), "ip");

@@ -82,6 +82,38 @@ class PlacementTest : public ::testing::Test {
   cluster_view view_;
 };
 
+// rank = false (the extender) skips only the ranking: the same evaluations, in view order.
+TEST_F(PlacementTest, UnrankedEvaluationKeepsViewOrderAndTheSameCosts) {
+  add({.name = "cold"});
+  add({.name = "warm", .objs = {held("l1", 100 * MiB), held("l2", 50 * MiB)}});
+  add({.name = "half", .rack = "r2", .objs = {held("l1", 100 * MiB)}});
+  std::vector<object_ref> objs = {obj("l1", 100 * MiB), obj("l2", 50 * MiB)};
+  std::vector<digest> ids;
+  for (const auto& x : objs) ids.push_back(x.id);
+  auto v = idx_.view(ids);
+  job_objects jo;
+  job_spec job;
+  for (const auto& p : platforms_of(v, job)) jo.by_platform[p] = objs;
+  auto m = cost_model::from(cost_config{});
+  auto ranked = evaluate_nodes(v, jo, job, m, net_, {}, {});
+  auto plain = evaluate_nodes(v, jo, job, m, net_, {}, {.rank = false});
+  ASSERT_EQ(plain.size(), 3u);
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].name, "warm");
+  for (std::uint32_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i].index, i);
+    EXPECT_EQ(plain[i].name, v.nodes[i].name);
+    EXPECT_EQ(plain[i].rank, 0);
+    const auto* r = &ranked[0];
+    for (const auto& e : ranked) {
+      if (e.name == plain[i].name) r = &e;
+    }
+    EXPECT_EQ(plain[i].cost.by_source, r->cost.by_source) << plain[i].name;
+    EXPECT_EQ(plain[i].cost.seconds, r->cost.seconds);
+    EXPECT_EQ(plain[i].eligible, r->eligible);
+  }
+}
+
 TEST_F(PlacementTest, OneNodeGoesWhereTheDataIsAndEveryNodeIsExplained) {
   add({.name = "cold"});
   add({.name = "warm", .objs = {held("l1", 100 * MiB), held("l2", 50 * MiB)}});
