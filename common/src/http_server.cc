@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -719,7 +720,13 @@ void server::impl::remove(connection* c) {
 }
 
 server::server(net::io_context& ioc, server_options opts, handler h)
-    : impl_(std::make_shared<impl>(ioc, std::move(opts), std::move(h))) {}
+    : impl_(std::make_shared<impl>(ioc, std::move(opts), std::move(h))) {
+  // sendfile(2) to a socket whose client has gone raises SIGPIPE (it has no MSG_NOSIGNAL), and
+  // its default action kills the whole daemon. Every write here handles EPIPE as an error, so
+  // the signal is ignored process-wide, once, before the first connection.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
+}
 
 server::~server() {
   stop(std::chrono::milliseconds(0));

@@ -7,6 +7,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -559,6 +560,17 @@ TEST(HttpServer, SplitHostPort) {
   EXPECT_FALSE(percent_decode("%zz"));
   EXPECT_FALSE(percent_decode("%2"));
   EXPECT_FALSE(percent_decode("%"));
+}
+
+
+// sendfile(2) to a socket whose client left raises SIGPIPE, which would kill the daemon: once a
+// server exists, SIGPIPE is ignored (writes see EPIPE instead).
+TEST(HttpServer, IgnoresSigpipeSoALeavingClientCannotKillTheProcess) {
+  boost::asio::io_context ioc;
+  server srv(ioc, server_options{}, [](request&&, responder r) { r.send(text_ok("")); });
+  struct sigaction sa {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &sa), 0);
+  EXPECT_EQ(sa.sa_handler, SIG_IGN);
 }
 
 }  // namespace
