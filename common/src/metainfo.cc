@@ -27,6 +27,24 @@ struct md_ctx {
   md_ctx& operator=(const md_ctx&) = delete;
 };
 
+// A .torrent around a canonical info dict, encoded by hand so the info bytes are exactly
+// `info` (the info-hash is computed over them). Keys in sorted order: announce, announce-list,
+// created by, info.
+std::string torrent_around(const std::string& info, const std::vector<std::string>& trackers) {
+  bencode::dict outer;
+  if (!trackers.empty()) {
+    outer["announce"] = trackers.front();
+    bencode::list tier;
+    for (const auto& t : trackers) tier.emplace_back(t);
+    outer["announce-list"] = bencode::list{bencode::value(std::move(tier))};
+  }
+  outer["created by"] = "shoal";
+  std::string out = "d";
+  for (const auto& [k, v] : outer) out += std::to_string(k.size()) + ":" + k + bencode::encode(v);
+  out += "4:info" + info + "e";
+  return out;
+}
+
 }  // namespace
 
 std::uint32_t piece_size_for(std::uint64_t size) {
@@ -72,24 +90,7 @@ sha1_hash object_metainfo::info_hash() const { return sha1_of(info_dict()); }
 std::string object_metainfo::info_hash_hex() const { return hex_of(info_hash()); }
 
 std::string object_metainfo::torrent_file(const std::vector<std::string>& trackers) const {
-  // Encode by hand around the canonical info dict so its bytes are exactly info_dict().
-  bencode::dict outer;
-  if (!trackers.empty()) {
-    outer["announce"] = trackers.front();
-    bencode::list tier;
-    for (const auto& t : trackers) tier.emplace_back(t);
-    outer["announce-list"] = bencode::list{bencode::value(std::move(tier))};
-  }
-  outer["created by"] = "shoal";
-  std::string out = "d";
-  auto put = [&out](const std::string& k, const std::string& encoded) {
-    out += std::to_string(k.size()) + ":" + k + encoded;
-  };
-  // Keys in sorted order: announce, announce-list, created by, info.
-  for (const auto& [k, v] : outer) put(k, bencode::encode(v));
-  put("info", info_dict());
-  out += "e";
-  return out;
+  return torrent_around(info_dict(), trackers);
 }
 
 result<object_metainfo> object_metainfo::parse(std::string_view torrent, const digest& expected,
@@ -332,18 +333,7 @@ sha1_hash pack_metainfo::info_hash() const { return sha1_of(info_dict()); }
 std::string pack_metainfo::info_hash_hex() const { return hex_of(info_hash()); }
 
 std::string pack_metainfo::torrent_file(const std::vector<std::string>& trackers) const {
-  bencode::dict outer;
-  if (!trackers.empty()) {
-    outer["announce"] = trackers.front();
-    bencode::list tier;
-    for (const auto& t : trackers) tier.emplace_back(t);
-    outer["announce-list"] = bencode::list{bencode::value(std::move(tier))};
-  }
-  outer["created by"] = "shoal";
-  std::string out = "d";
-  for (const auto& [k, v] : outer) out += std::to_string(k.size()) + ":" + k + bencode::encode(v);
-  out += "4:info" + info_dict() + "e";
-  return out;
+  return torrent_around(info_dict(), trackers);
 }
 
 result<pack_metainfo> pack_metainfo::parse(std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected) {
