@@ -25,14 +25,6 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 status write_atomic(const std::string& path, std::string_view data) {
   std::string tmp = path + ".tmp";
   {

@@ -34,14 +34,6 @@ std::shared_ptr<lt::torrent_info> parse_torrent(const std::string& t, std::strin
   return ti;
 }
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void add_peers(lt::add_torrent_params& p, const std::vector<std::string>& seeds) {
   for (const auto& s : seeds) {
     auto colon = s.rfind(':');
@@ -57,6 +49,15 @@ void add_peers(lt::add_torrent_params& p, const std::vector<std::string>& seeds)
 }
 
 }  // namespace
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 
 group_download::state group_download::current() const {
   std::lock_guard lk(mu_);

@@ -46,6 +46,9 @@
 
 namespace shoal::peerd {
 
+// A whole file (records, manifests, pack torrents); nullopt when it cannot be opened.
+[[nodiscard]] std::optional<std::string> read_file(const std::string& path);
+
 // What a group is, as registry-proxy described it.
 struct group_spec {
   std::string torrent;  // .torrent bytes as served (trackers are replaced by ours)
