@@ -122,6 +122,16 @@ std::unique_ptr<lt::session> start_node() {
   return ses;
 }
 
+// An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order).
+result<std::unique_ptr<session>> start_superseeding_origin() {
+  settings os;
+  os.listen = "127.0.0.1:0";
+  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  auto origin = session::start(os);
+  if (origin) (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
+  return origin;
+}
+
 bool wait_finished(lt::session& ses, const lt::torrent_handle& h, std::chrono::seconds limit) {
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -137,12 +147,8 @@ bool wait_finished(lt::session& ses, const lt::torrent_handle& h, std::chrono::s
 // get the whole object: without working offers they could request nothing at all.
 TEST(SwarmSuperSeed, NodesCompleteFromOffersAlone) {
   object_dir obj(64 * 64 * 1024 + 123, 7);  // 65 pieces of 64 KiB
-  settings os;
-  os.listen = "127.0.0.1:0";
-  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  auto origin = session::start(os);
+  auto origin = start_superseeding_origin();
   ASSERT_TRUE(origin) << origin.error().message;
-  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
   auto seed = (*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {});
   ASSERT_TRUE(seed) << seed.error().message;
   std::uint16_t port = (*origin)->listen_port();
@@ -178,12 +184,8 @@ TEST(SwarmSuperSeed, NodesCompleteFromOffersAlone) {
 // A plain BitTorrent client (no node fingerprint) gets a plain seed from the same origin.
 TEST(SwarmSuperSeed, OtherClientsSeeAPlainSeed) {
   object_dir obj(16 * 64 * 1024, 9);
-  settings os;
-  os.listen = "127.0.0.1:0";
-  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  auto origin = session::start(os);
+  auto origin = start_superseeding_origin();
   ASSERT_TRUE(origin) << origin.error().message;
-  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
   ASSERT_TRUE((*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {}));
 
   settings ns;
@@ -233,12 +235,8 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
   });
   ASSERT_TRUE(pack) << pack.error().to_string();
 
-  settings os;
-  os.listen = "127.0.0.1:0";
-  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  auto origin = session::start(os);
+  auto origin = start_superseeding_origin();
   ASSERT_TRUE(origin) << origin.error().message;
-  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
   ASSERT_TRUE((*origin)->add_pack_seed(*pack, (root / "origin").string(), {}));
 
   auto node = start_node();
@@ -270,12 +268,8 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
 // so the node still completes what it wants from the origin alone.
 TEST(SwarmSuperSeed, OffersANodeDoesNotTakeUpExpire) {
   object_dir obj(24 * 64 * 1024, 13);  // 24 pieces of 64 KiB in one file
-  settings os;
-  os.listen = "127.0.0.1:0";
-  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  auto origin = session::start(os);
+  auto origin = start_superseeding_origin();
   ASSERT_TRUE(origin) << origin.error().message;
-  (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
   ASSERT_TRUE((*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {}));
 
   auto node = start_node();
