@@ -3,10 +3,14 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <future>
 
 #include <nlohmann/json.hpp>
 
+#include "common/fd.h"
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/text.h"
@@ -24,11 +28,14 @@ http::response oci_error(unsigned status, oci::error_code code, std::string_view
   return r;
 }
 
-// Streams an object being downloaded (or just downloaded) to one client, in order.
+// Streams an object being downloaded (or just downloaded) to one client, in order: piece by
+// piece through read_piece while downloading; once the download is complete, the rest straight
+// from the cache's file with sendfile (a reader that fell behind catches up without copies).
 class download_source final : public http::body_source {
  public:
-  download_source(std::shared_ptr<download> dl, std::uint64_t off, std::uint64_t len, std::atomic<std::uint64_t>* served)
-      : st_(std::make_shared<state>()), served_(served) {
+  download_source(std::shared_ptr<download> dl, std::uint64_t off, std::uint64_t len, std::atomic<std::uint64_t>* served,
+                  net::thread_pool* pool)
+      : st_(std::make_shared<state>()), served_(served), pool_(pool) {
     st_->dl = std::move(dl);
     st_->off = off;
     st_->end = len == UINT64_MAX ? st_->dl->meta().size : off + len;
@@ -37,6 +44,26 @@ class download_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     auto st = st_;
     if (st->off >= st->end) return done(http::chunk::end());
+    if (pool_ && !st->no_direct) {
+      std::uint64_t run = st->dl->verified_run(st->off, std::min<std::uint64_t>(max_bytes, st->end - st->off));
+      if (run > 0) {
+        // The read is disk work: off the server's thread.
+        net::post(*pool_, [st, run, served = served_, done = std::move(done)]() mutable {
+          if (!st->fd) st->fd = unique_fd(::open(st->dl->file_path().c_str(), O_RDONLY | O_CLOEXEC));
+          if (!st->fd) {
+            // The file moved into the cache between the check and the open: piece by piece.
+            st->no_direct = true;
+            return done(http::chunk::file_region(-1, 0, 0));
+          }
+          // The server sends the region with sendfile; the fd stays open until this source ends.
+          std::uint64_t off = st->off;
+          st->off += run;
+          if (served) served->fetch_add(run);
+          done(http::chunk::file_region(st->fd.get(), off, run));
+        });
+        return;
+      }
+    }
     const auto& m = st->dl->meta();
     std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
     auto slice = [st, max_bytes, served = served_](const piece_buffer& buf, std::uint32_t p) -> http::chunk {
@@ -64,9 +91,13 @@ class download_source final : public http::body_source {
     std::uint64_t off = 0, end = 0;
     piece_buffer buf;
     std::uint32_t buf_piece = UINT32_MAX;
+    unique_fd fd;            // the download's file, opened once (a rename keeps it valid)
+    bool no_direct = false;  // the file could not be opened: read_piece only
   };
+
   std::shared_ptr<state> st_;
   std::atomic<std::uint64_t>* served_;
+  net::thread_pool* pool_;
 };
 
 }  // namespace
@@ -261,8 +292,9 @@ void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool hea
   r.headers.set("Content-Type", "application/octet-stream");
   r.rangeable = true;
   auto* served = &d_.swarm.counters_mut().served_local;
-  r.body = http::stream_body{dl->meta().size, [dl, served](std::uint64_t off, std::uint64_t len) {
-                               return std::make_unique<download_source>(dl, off, len, served);
+  auto* pool = &d_.pool;
+  r.body = http::stream_body{dl->meta().size, [dl, served, pool](std::uint64_t off, std::uint64_t len) {
+                               return std::make_unique<download_source>(dl, off, len, served, pool);
                              }};
   (void)head;
   resp.send(std::move(r));
