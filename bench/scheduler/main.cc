@@ -85,7 +85,8 @@ bool check_json(const std::string& path) {
 int usage() {
   std::cerr << "usage: scheduler_bench [--quick] [--json FILE] [--check] [--verify FILE]\n"
                "                       [--seed N] [--jobs N] [--cache-gib N] [--decisions N]\n"
-               "                       [--heartbeats N] [--part all|scale|sim]\n";
+               "                       [--heartbeats N] [--part all|scale|sim]\n"
+               "                       [--packing SECONDS_PER_GPU]\n";
   return 2;
 }
 
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::uint64_t seed = 20261130;
   std::optional<std::size_t> jobs, decisions, heartbeats, cache_gib;
+  std::optional<double> packing;
   auto number = [&](int& i) -> std::optional<std::uint64_t> {
     if (i + 1 >= argc) return std::nullopt;
     char* end = nullptr;
@@ -117,6 +119,11 @@ int main(int argc, char** argv) {
       if (part != "all" && part != "scale" && part != "sim") return usage();
     } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (a == "--packing" && i + 1 < argc) {
+      // Shoal's placement.packing_seconds_per_gpu in the simulation, to show its trade-off.
+      char* end = nullptr;
+      packing = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(*packing >= 0 && *packing <= 3600)) return usage();
     } else if (a == "--seed" || a == "--jobs" || a == "--decisions" || a == "--heartbeats" ||
                a == "--cache-gib") {
       auto v = number(i);
@@ -152,6 +159,7 @@ int main(int argc, char** argv) {
   }
   if (jobs) mp.jobs = std::max<std::size_t>(1, *jobs);
   if (cache_gib) mp.cache_bytes = static_cast<double>(std::max<std::size_t>(1, *cache_gib)) * GiB;
+  if (packing) mp.shoal_packing_seconds_per_gpu = *packing;
   if (decisions) sp.decisions = std::max<std::size_t>(1, *decisions);
   if (heartbeats) sp.heartbeats = std::max<std::size_t>(1, *heartbeats);
 

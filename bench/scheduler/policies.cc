@@ -122,7 +122,8 @@ std::vector<std::size_t> shoal_policy::place(const sim_job& j, sim_cluster& c) {
       reserved[node_name(n)] = p_.gpus_per_node - c.free_gpus(n);
   }
   auto view = idx_.view(ids);
-  auto evals = evaluate_nodes(view, objs, spec, model_, net_, reserved, {});
+  auto evals = evaluate_nodes(view, objs, spec, model_, net_, reserved,
+                              {.packing_seconds_per_gpu = p_.shoal_packing_seconds_per_gpu});
   auto placed = choose(std::move(evals), view, spec, 0, net_);
   std::vector<std::size_t> out;
   for (const auto& name : placed.chosen) out.push_back(index_of_.at(name));

@@ -94,7 +94,8 @@ class kube_default final : public policy {
 // Shoal: a cluster_index fed by delta heartbeats from the simulated caches, and the scheduler's
 // own evaluate_nodes + choose on its view (GPUs in use passed as reservations, as the placer
 // does). The cost model is configured with the simulation's bandwidths: an operator sets
-// peer and upstream bandwidths in scheduler.yaml the same way.
+// peer and upstream bandwidths in scheduler.yaml the same way. Packing is the scheduler's default
+// unless sim_params says otherwise (--packing).
 class shoal_policy final : public policy {
  public:
   shoal_policy(const sim_params& p, const trace& t);

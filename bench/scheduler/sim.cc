@@ -197,6 +197,7 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
         {"zipf_s", p.zipf_s},
         {"arrival_span_h", round3(t.jobs.empty() ? 0 : t.jobs.back().arrival / 3600.0)}}},
       {"policies", per},
+      {"shoal_packing_seconds_per_gpu", p.shoal_packing_seconds_per_gpu},
       {"shoal_heartbeats", shoal.heartbeats()},
       {"bytes_moved", bytes},
       {"p95_start_delay_s", p95},

@@ -11,6 +11,7 @@
 
 #include "bench/scheduler/util.h"
 #include "common/digest.h"
+#include "config.h"
 
 namespace shoal::scheduler_bench {
 
@@ -27,6 +28,9 @@ struct sim_params {
   double load = 0.85;            // offered GPU load (ignoring fetch time)
   double zipf_s = 1.1;
   double dataset_share = 0.7;  // jobs that read a dataset
+  // Shoal's placement.packing_seconds_per_gpu (not part of the trace: the scheduler's setting,
+  // --packing on the command line; the scheduler's default unless set).
+  double shoal_packing_seconds_per_gpu = scheduler::default_packing_seconds_per_gpu;
 };
 
 struct sim_object {
