@@ -65,7 +65,8 @@ bool check_json(const std::string& path) {
   }
   if (!good) return false;
   for (const char* pol : {"shoal", "imagelocality", "imagelocality_datasets", "least_allocated",
-                          "imagelocality_plus_least_allocated"}) {
+                          "imagelocality_plus_least_allocated",
+                          "imagelocality_plus_most_allocated"}) {
     auto placed = j["jobs_placed"].value(pol, 0);
     if (placed <= 0) {
       std::cerr << "scheduler_bench --check: policy " << pol << " placed no job\n";
@@ -173,7 +174,7 @@ int main(int argc, char** argv) {
   double rss = proc_status_mib("VmRSS");
   double scale_cpu = cpu_seconds() - cpu0, scale_wall = ms_since(t0) / 1000.0;
   std::cerr << "scheduler_bench: simulation (" << mp.nodes << " nodes, " << mp.jobs
-            << " jobs, 5 policies)...\n";
+            << " jobs, 6 policies)...\n";
   auto t1 = steady::now();
   double cpu1 = cpu_seconds();
   json sim = {{"bytes_moved", json::object()},

@@ -73,6 +73,22 @@ std::vector<std::int64_t> least_allocated::scores(const sim_job& j,
   return score;
 }
 
+std::vector<std::int64_t> most_allocated::scores(const sim_job& j, const sim_cluster& c) const {
+  std::vector<std::int64_t> score(c.size(), 0);
+  for (std::size_t n = 0; n < c.size(); ++n) {
+    auto f = c.free_gpus(n);
+    score[n] = f >= j.g ? static_cast<std::int64_t>(capacity_ - f + j.g) * 100 / capacity_ : 0;
+  }
+  return score;
+}
+
+std::vector<std::size_t> kube_packing::place(const sim_job& j, sim_cluster& c) {
+  auto a = il_.scores(j, c);
+  auto b = ma_.scores(j, c);
+  for (std::size_t n = 0; n < a.size(); ++n) a[n] += b[n];
+  return top_k(c, j, a, r_);
+}
+
 std::vector<std::size_t> kube_default::place(const sim_job& j, sim_cluster& c) {
   auto a = il_.scores(j, c);
   auto b = la_.scores(j, c);

@@ -1,8 +1,8 @@
 #pragma once
 // The placement policies the simulation compares (scheduler_bench part 2): Shoal's real
-// scheduler_lib, and kube-scheduler's ImageLocality, NodeResourcesFit LeastAllocated and their
-// sum. docs/scheduler-bench.md states what each one models and where it is kinder than the real
-// kube-scheduler.
+// scheduler_lib, and kube-scheduler's ImageLocality, NodeResourcesFit LeastAllocated and
+// MostAllocated, and ImageLocality summed with each of the two. docs/scheduler-bench.md states
+// what each one models and where it is kinder than the real kube-scheduler.
 //
 // A policy only chooses nodes; the simulator does all the bookkeeping (caches, GPUs, bytes,
 // delays). Each policy is owned by run_sim and used by one simulation on one thread.
@@ -76,6 +76,22 @@ class least_allocated final : public policy {
   rng_t r_;
 };
 
+// kube-scheduler's NodeResourcesFit MostAllocated on GPUs (the bin-packing strategy):
+// (used + requested) × 100 / capacity.
+class most_allocated final : public policy {
+ public:
+  most_allocated(std::uint32_t capacity, std::uint64_t seed) : capacity_(capacity), r_(seed) {}
+  std::string name() const override { return "most_allocated"; }
+  std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
+    return top_k(c, j, scores(j, c), r_);
+  }
+  [[nodiscard]] std::vector<std::int64_t> scores(const sim_job& j, const sim_cluster& c) const;
+
+ private:
+  std::uint32_t capacity_;
+  rng_t r_;
+};
+
 // kube-scheduler's default profile as far as data and GPUs go: ImageLocality and LeastAllocated
 // with their default weights (1 each) summed; ties at random.
 class kube_default final : public policy {
@@ -88,6 +104,21 @@ class kube_default final : public policy {
  private:
   image_locality il_;
   least_allocated la_;
+  rng_t r_;
+};
+
+// ImageLocality and MostAllocated summed (weights 1 each): kube-scheduler configured to pack GPUs,
+// the closest kube-scheduler comes to Shoal's packing (extra, not its default profile).
+class kube_packing final : public policy {
+ public:
+  kube_packing(const trace& t, std::uint32_t capacity, std::uint64_t seed)
+      : il_(t, seed, false), ma_(capacity, seed), r_(seed) {}
+  std::string name() const override { return "imagelocality_plus_most_allocated"; }
+  std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override;
+
+ private:
+  image_locality il_;
+  most_allocated ma_;
   rng_t r_;
 };
 

@@ -153,7 +153,8 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
   image_locality ild(t, seed ^ 0x22, true);
   least_allocated la(p.gpus_per_node, seed ^ 0x33);
   kube_default kd(t, p.gpus_per_node, seed ^ 0x44);
-  std::vector<policy*> pols = {&shoal, &il, &ild, &la, &kd};
+  kube_packing kp(t, p.gpus_per_node, seed ^ 0x55);
+  std::vector<policy*> pols = {&shoal, &il, &ild, &la, &kd, &kp};
   json per = json::object();
   std::map<std::string, sim_result> results;
   for (auto* pol : pols) {
@@ -171,6 +172,7 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
   const auto& sh = results["shoal"];
   const auto& im = results["imagelocality"];
   const auto& imd = results["imagelocality_datasets"];
+  const auto& ima = results["imagelocality_plus_most_allocated"];
   json bytes = json::object(), p95 = json::object(), placed = json::object();
   for (const auto& [name, r] : results) {
     bytes[name] = r.bytes_moved;
@@ -208,6 +210,9 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
       {"bytes_moved_vs_imagelocality_datasets", ratio(sh.bytes_moved, imd.bytes_moved)},
       {"p95_start_delay_vs_imagelocality_datasets",
        ratio(percentile(sh.start_delay, 95), percentile(imd.start_delay, 95))},
+      {"bytes_moved_vs_imagelocality_plus_most_allocated", ratio(sh.bytes_moved, ima.bytes_moved)},
+      {"p95_start_delay_vs_imagelocality_plus_most_allocated",
+       ratio(percentile(sh.start_delay, 95), percentile(ima.start_delay, 95))},
   };
 }
 
