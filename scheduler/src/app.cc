@@ -99,6 +99,7 @@ status app::init() {
   po.cost = cost_model::from(cfg_.placement.cost);
   po.require_network_validation = cfg_.placement.require_network_validation;
   po.reservation_ttl = ms(cfg_.placement.reservation_ttl);
+  po.packing_seconds_per_gpu = cfg_.placement.packing_seconds_per_gpu;
   placer_ = std::make_unique<placer>(*index_, *resolver_, *datasets_, *network_, po);
 
   prewarm_options pw;

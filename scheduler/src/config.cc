@@ -80,6 +80,12 @@ void describe(config::binder& b, cost_config& c) {
 
 void describe(config::binder& b, placement_config& c) {
   b.section("cost", c.cost, "The time-to-ready estimate.");
+  b.field("packing_seconds_per_gpu", c.packing_seconds_per_gpu,
+          "GPU bin-packing: nodes are ranked by estimated seconds + this × the GPUs the node would "
+          "have left free after the job, so a job goes to the partly used node that it fills best "
+          "unless another node saves more than this many seconds of fetching per GPU left idle; "
+          "whole nodes then stay free for gangs. 0: rank by time-to-ready alone.",
+          {.min = 0.0, .max = 3600.0});
   b.field(
       "require_network_validation", c.require_network_validation,
       "Gangs go only to nodes whose netsetup validation passed (false: nodes without a result are "

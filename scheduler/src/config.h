@@ -55,8 +55,15 @@ struct cost_config {
 };
 void describe(config::binder& b, cost_config& c);
 
+// Default of placement.packing_seconds_per_gpu: a node that would be left with one more GPU free
+// must be ready this many seconds sooner to win (docs/scheduler.md, "Packing").
+inline constexpr double default_packing_seconds_per_gpu = 30;
+
 struct placement_config {
   cost_config cost;
+  // Seconds of time-to-ready that one GPU left free on the chosen node is worth (GPU bin-packing,
+  // so whole nodes stay free for gangs); 0 ranks by data alone.
+  double packing_seconds_per_gpu = default_packing_seconds_per_gpu;
   bool require_network_validation = false;  // gangs: only nodes whose netsetup validation passed
   std::string netsetup_policy;              // netsetup policy YAML for validation and plans ("": defaults)
   config::duration reservation_ttl = 2min;  // GPUs reserved by /v1/place are held this long

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
+#include <span>
+#include <string_view>
 
 #include "common/oci.h"
 
@@ -47,6 +50,43 @@ status check_uint(const json& j, const char* key, std::uint32_t lo, std::uint32_
 }
 
 double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
+
+std::string tie_hex(std::uint64_t k) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(k));
+  return buf;
+}
+
+// Tie keys: a rendezvous (highest-random-weight) hash of the node's name and the job's anchor
+// object. FNV-1a and splitmix64's finalizer are written out, not std::hash, so the order is the
+// same with every standard library.
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// The object that names "the job's data" for tie keys: the largest (a dataset shard or the
+// biggest layer), the smallest digest among equals. 0 when the job has no objects.
+std::uint64_t anchor_of(std::span<const object_ref> objects) {
+  const object_ref* best = nullptr;
+  for (const auto& o : objects) {
+    if (!best || o.size > best->size || (o.size == best->size && o.id < best->id)) best = &o;
+  }
+  return best ? std::hash<digest>{}(best->id) | 1 : 0;
+}
 
 // Which nodes of the view are named in `names` (index_of_names without the positions).
 std::vector<bool> mark_named(const node_list& nodes, const std::vector<std::string>& names) {
@@ -159,7 +199,11 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
   auto excl = mark_named(v.nodes, job.exclude);
   bool require = job.require_network_validation.value_or(o.require_validation);
   static const std::vector<object_ref> none;
-  std::map<std::string, std::unique_ptr<evaluator>> evals_by_platform;
+  struct per_platform {
+    std::unique_ptr<evaluator> ev;
+    std::uint64_t anchor = 0;
+  };
+  std::map<std::string, per_platform> by_platform;
   std::vector<node_eval> out;
   out.reserve(v.nodes.size());
   for (std::uint32_t i = 0; i < v.nodes.size(); ++i) {
@@ -199,17 +243,28 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
         for (const auto& msg : er->second) e.reasons.push_back(msg);
       }
     }
-    auto& ev = evals_by_platform[e.platform];
-    if (!ev) {
+    auto& pp = by_platform[e.platform];
+    if (!pp.ev) {
       auto it = objs.by_platform.find(e.platform);
-      ev = std::make_unique<evaluator>(v,
-                                       it == objs.by_platform.end()
-                                           ? std::span<const object_ref>(none)
-                                           : std::span<const object_ref>(it->second),
-                                       m);
+      auto list = it == objs.by_platform.end() ? std::span<const object_ref>(none)
+                                               : std::span<const object_ref>(it->second);
+      pp.ev = std::make_unique<evaluator>(v, list, m);
+      pp.anchor = anchor_of(list);
     }
-    e.cost = ev->cost(i);
+    e.cost = pp.ev->cost(i);
     e.eligible = e.reasons.empty();
+    // Best fit: every GPU the job would leave idle on this node counts as packing_seconds_per_gpu
+    // of waiting, so a partly used node that the job fills wins over a free node unless the free
+    // one is ready that much sooner. Whole nodes stay free for gangs and 8-GPU jobs, as Volcano's
+    // binpack and kube-scheduler's MostAllocated do.
+    if (e.eligible && job.gpus > 0)
+      e.packing_seconds = o.packing_seconds_per_gpu * (e.gpus_free() - job.gpus);
+    e.rank_seconds = e.cost.seconds + e.packing_seconds;
+    // Among equal nodes, the one whose hash with the job's data is lowest (rendezvous hashing):
+    // placements of the same data that find no warm node land on the same nodes, so its copies
+    // build up there instead of being scattered, and the next job that needs it finds it.
+    // Without objects there is nothing to hash: name order.
+    if (o.rank && pp.anchor != 0) e.tie_key = mix64(fnv1a(e.name) ^ pp.anchor);
     out.push_back(std::move(e));
   }
   if (!o.rank) return out;
@@ -221,13 +276,15 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     bool ok;  // health "ok" before degraded
     double seconds;
     std::uint64_t missing;
+    std::uint64_t tie;
     std::uint32_t index;
   };
   std::vector<sort_key> keys;
   keys.reserve(out.size());
   for (std::uint32_t i = 0; i < out.size(); ++i) {
     const auto& e = out[i];
-    keys.push_back({e.eligible, e.health == "ok", e.cost.seconds, e.cost.missing(), i});
+    keys.push_back(
+        {e.eligible, e.health == "ok", e.rank_seconds, e.cost.missing(), e.tie_key, i});
   }
   std::sort(keys.begin(), keys.end(), [](const sort_key& a, const sort_key& b) {
     if (a.eligible != b.eligible) return a.eligible;
@@ -235,6 +292,7 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     if (a.seconds != b.seconds) return a.seconds < b.seconds;
     if (a.ok != b.ok) return a.ok;
     if (a.missing != b.missing) return a.missing < b.missing;
+    if (a.tie != b.tie) return a.tie < b.tie;
     return a.index < b.index;
   });
   std::vector<node_eval> sorted;
@@ -266,7 +324,9 @@ placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_
       p.standby.push_back(eligible[i]->name);
     }
   } else {
-    // Gang: one fabric segment, consistent network settings, lowest (max, sum) time-to-ready.
+    // Gang: one fabric segment, consistent network settings, lowest (max, sum) rank seconds. The
+    // packing term is part of it, so a gang of fewer GPUs than a node has fills partly used
+    // nodes before it breaks free ones, as a single node does.
     std::map<std::string, std::vector<const node_eval*>> by_fabric;
     std::size_t no_fabric = 0;
     for (const auto* e : eligible) {
@@ -317,8 +377,8 @@ placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_
         }
         double mx = 0, sum = 0;
         for (const auto* e : picked) {
-          mx = std::max(mx, e->cost.seconds);
-          sum += e->cost.seconds;
+          mx = std::max(mx, e->rank_seconds);
+          sum += e->rank_seconds;
         }
         if (!best.found || mx < best.max_s || (mx == best.max_s && sum < best.sum_s)) {
           best.found = true;
@@ -368,6 +428,9 @@ json to_json(const node_eval& e) {
           {"bytes_missing", e.cost.missing()},
           {"missing_by_source", std::move(miss)},
           {"estimated_seconds", round3(e.cost.seconds)},
+          {"packing_seconds", round3(e.packing_seconds)},
+          {"rank_seconds", round3(e.rank_seconds)},
+          {"tie_key", tie_hex(e.tie_key)},
           {"gpus",
            {{"capacity", e.gpus_capacity}, {"reserved", e.gpus_reserved}, {"free", e.gpus_free()}}},
           {"network", {{"validation", to_string(e.net.state)}, {"detail", e.net.detail}}}};
@@ -490,7 +553,9 @@ result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standb
   out.view = idx_.view(all);
   auto evals = evaluate_nodes(
       out.view, *objs, job, opts_.cost, net_, reserved(),
-      {.require_validation = opts_.require_network_validation, .strict_resolution = true});
+      {.require_validation = opts_.require_network_validation,
+       .strict_resolution = true,
+       .packing_seconds_per_gpu = opts_.packing_seconds_per_gpu});
   out.p = choose(std::move(evals), out.view, job, standby, net_);
   out.p.objects = std::move(*objs);
   if (!out.p.feasible) {

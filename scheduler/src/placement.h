@@ -6,10 +6,13 @@
 // 2. Every node is evaluated: eligibility (healthy, selector, GPUs free = capacity − reserved,
 //    the job's images exist for its platform, network validation not failed — or passed when
 //    required) and the cost model's time-to-ready (cost.h).
-// 3. One node (K = 1): the eligible node with the lowest time-to-ready. A gang (K > 1):
+// 3. Eligible nodes are ranked by rank seconds = time-to-ready + packing term (GPU bin-packing:
+//    `packing_seconds_per_gpu` × the GPUs the node would have left free), then health, missing
+//    bytes, and a rendezvous hash of (node, the job's largest object) so that equal nodes are
+//    chosen the same way for the same data. One node (K = 1): the best ranked. A gang (K > 1):
 //    all-or-nothing inside one fabric segment (node label `fabric`), among nodes with consistent
-//    network settings; the segment whose K best nodes have the lowest (max, then sum)
-//    time-to-ready wins. Standby nodes are the next best of the same segment.
+//    network settings; the segment whose K best nodes have the lowest (max, then sum) rank
+//    seconds wins. Standby nodes are the next best of the same segment.
 // 4. Unless dry_run, the chosen nodes' GPUs are reserved for `reservation_ttl`, so back-to-back
 //    placements do not pick the same free GPUs (kube-scheduler, through the extender, accounts
 //    GPUs itself and reserves nothing here).
@@ -64,7 +67,12 @@ struct node_eval {
   std::string health;
   std::uint32_t gpus_capacity = 0, gpus_reserved = 0;
   network_verdict net;
-  int rank = 0;  // 1-based among eligible nodes (0: not eligible)
+  // The packing term: packing_seconds_per_gpu × the GPUs this node would have left free after the
+  // job (0 for a job of no GPUs and for ineligible nodes).
+  double packing_seconds = 0;
+  double rank_seconds = 0;    // cost.seconds + packing_seconds: what the ranking sorts on
+  std::uint64_t tie_key = 0;  // equal nodes: lower first (rendezvous hash; 0: by name)
+  int rank = 0;               // 1-based among eligible nodes (0: not eligible)
   [[nodiscard]] std::uint32_t gpus_free() const {
     return gpus_capacity > gpus_reserved ? gpus_capacity - gpus_reserved : 0;
   }
@@ -90,10 +98,12 @@ struct evaluate_options {
   // false (the extender): the evaluations stay in view order (by name) with rank 0; it needs only
   // the costs, and ranking 5,000 nodes is a tenth of its time.
   bool rank = true;
+  // placement.packing_seconds_per_gpu (config.h): seconds one GPU left free is worth.
+  double packing_seconds_per_gpu = default_packing_seconds_per_gpu;
 };
 
 // Evaluates every node of the view (GPU reservations by node name) and ranks the eligible ones
-// (unless o.rank is false).
+// (unless o.rank is false) by rank seconds, then `ok` health, fewer missing bytes, tie key, name.
 [[nodiscard]] std::vector<node_eval> evaluate_nodes(
     const cluster_view& v, const job_objects& objs, const job_spec& job, const cost_model& m,
     const network_model& net, const std::map<std::string, std::uint32_t>& reserved,
@@ -112,6 +122,7 @@ struct placer_options {
   cost_model cost;
   bool require_network_validation = false;
   std::chrono::milliseconds reservation_ttl{120'000};
+  double packing_seconds_per_gpu = default_packing_seconds_per_gpu;
 };
 
 class placer {

@@ -1,0 +1,59 @@
+#pragma once
+// The simulation's input (part 2 of scheduler_bench): the parameters of the simulated cluster and
+// the generated trace of jobs (catalog of images and datasets, shapes, run times, arrivals), all
+// from one seed. docs/scheduler-bench.md lists the generator's assumptions.
+//
+// Values only: a trace is made once and read by every policy's simulation.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "bench/scheduler/util.h"
+#include "common/digest.h"
+#include "config.h"
+
+namespace shoal::scheduler_bench {
+
+struct sim_params {
+  std::size_t nodes = 500;
+  std::uint32_t gpus_per_node = 8;
+  std::size_t jobs = 20'000;  // about six days of arrivals: caches reach a steady state
+  std::size_t images = 200;
+  std::size_t base_images = 12;
+  std::size_t datasets = 120;
+  double cache_bytes = 2 * TiB;  // per node (the catalog is ~20 TiB)
+  double peer_bw = 1 * GiB;      // bytes/s from another node (P2P over the cluster network)
+  double upstream_bw = 128 * MiB;  // bytes/s from the upstream registry / object store
+  double load = 0.85;            // offered GPU load (ignoring fetch time)
+  double zipf_s = 1.1;
+  double dataset_share = 0.7;  // jobs that read a dataset
+  // Shoal's placement.packing_seconds_per_gpu (not part of the trace: the scheduler's setting,
+  // --packing on the command line; the scheduler's default unless set).
+  double shoal_packing_seconds_per_gpu = scheduler::default_packing_seconds_per_gpu;
+};
+
+struct sim_object {
+  digest id;
+  std::uint64_t size = 0;
+};
+
+struct sim_job {
+  double arrival = 0, duration = 0;
+  std::uint32_t k = 1, g = 1;
+  std::uint32_t image = 0;
+  int dataset = -1;
+  std::vector<std::uint32_t> objects;  // distinct: image layers, then dataset shards
+};
+
+struct trace {
+  std::vector<sim_object> objects;
+  std::vector<std::vector<std::uint32_t>> image_objects, dataset_objects;
+  std::vector<std::uint64_t> image_bytes, dataset_bytes;
+  std::vector<sim_job> jobs;
+};
+
+// The same trace for the same parameters and seed, on every machine.
+[[nodiscard]] trace make_trace(const sim_params& p, std::uint64_t seed);
+
+}  // namespace shoal::scheduler_bench
