@@ -63,35 +63,20 @@ std::vector<std::int64_t> image_locality::scores(const sim_job& j,
   return score;
 }
 
-std::vector<std::int64_t> least_allocated::scores(const sim_job& j,
-                                                  const sim_cluster& c) const {
+std::vector<std::int64_t> gpu_allocation::scores(const sim_job& j, const sim_cluster& c) const {
   std::vector<std::int64_t> score(c.size(), 0);
   for (std::size_t n = 0; n < c.size(); ++n) {
     auto f = c.free_gpus(n);
-    score[n] = f >= j.g ? static_cast<std::int64_t>(f - j.g) * 100 / capacity_ : 0;
+    if (f < j.g) continue;
+    auto left = a_ == allocation::least ? f - j.g : capacity_ - f + j.g;
+    score[n] = static_cast<std::int64_t>(left) * 100 / capacity_;
   }
   return score;
 }
 
-std::vector<std::int64_t> most_allocated::scores(const sim_job& j, const sim_cluster& c) const {
-  std::vector<std::int64_t> score(c.size(), 0);
-  for (std::size_t n = 0; n < c.size(); ++n) {
-    auto f = c.free_gpus(n);
-    score[n] = f >= j.g ? static_cast<std::int64_t>(capacity_ - f + j.g) * 100 / capacity_ : 0;
-  }
-  return score;
-}
-
-std::vector<std::size_t> kube_packing::place(const sim_job& j, sim_cluster& c) {
+std::vector<std::size_t> kube_profile::place(const sim_job& j, sim_cluster& c) {
   auto a = il_.scores(j, c);
-  auto b = ma_.scores(j, c);
-  for (std::size_t n = 0; n < a.size(); ++n) a[n] += b[n];
-  return top_k(c, j, a, r_);
-}
-
-std::vector<std::size_t> kube_default::place(const sim_job& j, sim_cluster& c) {
-  auto a = il_.scores(j, c);
-  auto b = la_.scores(j, c);
+  auto b = fit_.scores(j, c);
   for (std::size_t n = 0; n < a.size(); ++n) a[n] += b[n];
   return top_k(c, j, a, r_);
 }
@@ -105,19 +90,24 @@ shoal_policy::shoal_policy(const sim_params& p, const trace& t)
   cc.node_ingress = bw(p.peer_bw);
   model_ = cost_model::from(cc);
   for (std::size_t n = 0; n < p.nodes; ++n) {
-    heartbeat::message m;
-    m.node = node_name(n);
-    m.labels = {{"fabric", "f0"}};
-    m.ip = "10.1.0.1";
-    m.bt_port = 6881;
-    m.epoch = "sim";
-    m.seq = 1;
-    m.full = true;
-    m.gpus = {{"H100", p.gpus_per_node}};
-    m.cache_capacity = static_cast<std::uint64_t>(p.cache_bytes);
+    auto m = node_message(n, 1, true);
     (void)idx_.apply(m, "10.1.0.1");
     index_of_[m.node] = n;
   }
+}
+
+heartbeat::message shoal_policy::node_message(std::size_t n, std::uint64_t seq, bool full) const {
+  heartbeat::message m;
+  m.node = node_name(n);
+  m.labels = {{"fabric", "f0"}};
+  m.ip = "10.1.0.1";
+  m.bt_port = 6881;
+  m.epoch = "sim";
+  m.seq = seq;
+  m.full = full;
+  m.gpus = {{"H100", p_.gpus_per_node}};
+  m.cache_capacity = static_cast<std::uint64_t>(p_.cache_bytes);
+  return m;
 }
 
 std::vector<std::size_t> shoal_policy::place(const sim_job& j, sim_cluster& c) {
@@ -150,16 +140,7 @@ void shoal_policy::sync(sim_cluster& c) {
   auto changes = c.take_changes();
   for (std::size_t n = 0; n < changes.size(); ++n) {
     if (changes[n].empty()) continue;
-    heartbeat::message m;
-    m.node = node_name(n);
-    m.labels = {{"fabric", "f0"}};
-    m.ip = "10.1.0.1";
-    m.bt_port = 6881;
-    m.epoch = "sim";
-    m.seq = ++seq_[n];
-    m.full = false;
-    m.gpus = {{"H100", p_.gpus_per_node}};
-    m.cache_capacity = static_cast<std::uint64_t>(p_.cache_bytes);
+    auto m = node_message(n, ++seq_[n], false);
     for (const auto& [o, held] : changes[n]) {
       if (held)
         m.objects.push_back(held_of(t_.objects[o].id, t_.objects[o].size));

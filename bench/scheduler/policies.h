@@ -61,64 +61,40 @@ class image_locality final : public policy {
   bool datasets_;
 };
 
-// kube-scheduler's NodeResourcesFit LeastAllocated on GPUs: (free − requested) × 100 / capacity.
-class least_allocated final : public policy {
+// kube-scheduler's NodeResourcesFit on GPUs. LeastAllocated (its default, spreading):
+// (free − requested) × 100 / capacity. MostAllocated (the bin-packing strategy):
+// (used + requested) × 100 / capacity. The top K nodes win, ties at random.
+enum class allocation { least, most };
+
+class gpu_allocation final : public policy {
  public:
-  least_allocated(std::uint32_t capacity, std::uint64_t seed) : capacity_(capacity), r_(seed) {}
-  std::string name() const override { return "least_allocated"; }
+  gpu_allocation(allocation a, std::uint32_t capacity, std::uint64_t seed) : a_(a), capacity_(capacity), r_(seed) {}
+  std::string name() const override { return a_ == allocation::least ? "least_allocated" : "most_allocated"; }
   std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
     return top_k(c, j, scores(j, c), r_);
   }
   [[nodiscard]] std::vector<std::int64_t> scores(const sim_job& j, const sim_cluster& c) const;
 
  private:
+  allocation a_;
   std::uint32_t capacity_;
   rng_t r_;
 };
 
-// kube-scheduler's NodeResourcesFit MostAllocated on GPUs (the bin-packing strategy):
-// (used + requested) × 100 / capacity.
-class most_allocated final : public policy {
+// ImageLocality plus NodeResourcesFit on GPUs, their scores summed with weights 1 each, ties at
+// random. With LeastAllocated this is kube-scheduler's default profile as far as data and GPUs
+// go; with MostAllocated it is kube-scheduler configured to pack GPUs, the closest it comes to
+// Shoal's packing (extra, not its default profile).
+class kube_profile final : public policy {
  public:
-  most_allocated(std::uint32_t capacity, std::uint64_t seed) : capacity_(capacity), r_(seed) {}
-  std::string name() const override { return "most_allocated"; }
-  std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
-    return top_k(c, j, scores(j, c), r_);
-  }
-  [[nodiscard]] std::vector<std::int64_t> scores(const sim_job& j, const sim_cluster& c) const;
-
- private:
-  std::uint32_t capacity_;
-  rng_t r_;
-};
-
-// kube-scheduler's default profile as far as data and GPUs go: ImageLocality and LeastAllocated
-// with their default weights (1 each) summed; ties at random.
-class kube_default final : public policy {
- public:
-  kube_default(const trace& t, std::uint32_t capacity, std::uint64_t seed)
-      : il_(t, seed, false), la_(capacity, seed), r_(seed) {}
-  std::string name() const override { return "imagelocality_plus_least_allocated"; }
+  kube_profile(const trace& t, allocation a, std::uint32_t capacity, std::uint64_t seed)
+      : il_(t, seed, false), fit_(a, capacity, seed), r_(seed) {}
+  std::string name() const override { return "imagelocality_plus_" + fit_.name(); }
   std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override;
 
  private:
   image_locality il_;
-  least_allocated la_;
-  rng_t r_;
-};
-
-// ImageLocality and MostAllocated summed (weights 1 each): kube-scheduler configured to pack GPUs,
-// the closest kube-scheduler comes to Shoal's packing (extra, not its default profile).
-class kube_packing final : public policy {
- public:
-  kube_packing(const trace& t, std::uint32_t capacity, std::uint64_t seed)
-      : il_(t, seed, false), ma_(capacity, seed), r_(seed) {}
-  std::string name() const override { return "imagelocality_plus_most_allocated"; }
-  std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override;
-
- private:
-  image_locality il_;
-  most_allocated ma_;
+  gpu_allocation fit_;
   rng_t r_;
 };
 
@@ -139,6 +115,8 @@ class shoal_policy final : public policy {
  private:
   // One delta heartbeat per node whose cache changed.
   void sync(sim_cluster& c);
+  // One node's heartbeat with its identity, GPUs and cache size (objects added by the caller).
+  [[nodiscard]] heartbeat::message node_message(std::size_t n, std::uint64_t seq, bool full) const;
 
   const sim_params& p_;
   const trace& t_;

@@ -151,9 +151,9 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
   shoal_policy shoal(p, t);
   image_locality il(t, seed ^ 0x11, false);
   image_locality ild(t, seed ^ 0x22, true);
-  least_allocated la(p.gpus_per_node, seed ^ 0x33);
-  kube_default kd(t, p.gpus_per_node, seed ^ 0x44);
-  kube_packing kp(t, p.gpus_per_node, seed ^ 0x55);
+  gpu_allocation la(allocation::least, p.gpus_per_node, seed ^ 0x33);
+  kube_profile kd(t, allocation::least, p.gpus_per_node, seed ^ 0x44);
+  kube_profile kp(t, allocation::most, p.gpus_per_node, seed ^ 0x55);
   std::vector<policy*> pols = {&shoal, &il, &ild, &la, &kd, &kp};
   json per = json::object();
   std::map<std::string, sim_result> results;
