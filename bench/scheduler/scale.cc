@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "common/sha256.h"
 #include "cost.h"
+#include "dataset_catalog.h"
 #include "extender.h"
 #include "index.h"
 #include "network.h"
@@ -47,16 +48,8 @@ class memory_manifests final : public manifest_source {
   std::map<std::string, std::string> bodies_;
 };
 
-// Datasets by name@version, in memory. Single-threaded use (the placer calls it inline).
-class memory_datasets final : public dataset_catalog {
- public:
-  std::map<std::string, std::vector<object_ref>> sets;
-  result<std::vector<object_ref>> lookup(const std::string& name) override {
-    auto it = sets.find(name);
-    if (it == sets.end()) return fail(errc::not_found, "unknown dataset " + name);
-    return it->second;
-  }
-};
+// Datasets by name@version, in memory (the placer calls it inline).
+using memory_datasets = static_datasets;
 
 std::string image_manifest(const object_ref& config, std::span<const object_ref> layers) {
   json j = {{"schemaVersion", 2},
@@ -341,24 +334,21 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
 
   std::vector<double> soft_ms, hard_ms, direct_ms;
   std::size_t sink = 0;
+  // One filter + prioritize per decision, cycling through the pods' bodies.
+  auto decide = [&](const auto& bodies, std::vector<double>& out_ms) {
+    for (std::size_t d = 0; d < p.decisions; ++d) {
+      const auto& body = bodies[d % bodies.size()];
+      auto t0 = steady::now();
+      auto f = ext.filter(body);
+      auto pr = ext.prioritize(body);
+      out_ms.push_back(ms_since(t0));
+      sink += f.status + pr.status;
+    }
+  };
   auto t_dec = steady::now();
-  for (std::size_t d = 0; d < p.decisions; ++d) {
-    const auto& body = soft_bodies[d % soft_bodies.size()];
-    auto t0 = steady::now();
-    auto f = ext.filter(body);
-    auto pr = ext.prioritize(body);
-    soft_ms.push_back(ms_since(t0));
-    sink += f.status + pr.status;
-  }
+  decide(soft_bodies, soft_ms);
   double decisions_wall_s = ms_since(t_dec) / 1000.0;
-  for (std::size_t d = 0; d < p.decisions; ++d) {
-    const auto& body = hard_bodies[d % hard_bodies.size()];
-    auto t0 = steady::now();
-    auto f = ext.filter(body);
-    auto pr = ext.prioritize(body);
-    hard_ms.push_back(ms_since(t0));
-    sink += f.status + pr.status;
-  }
+  decide(hard_bodies, hard_ms);
   // Where the time of one prioritize goes, step by step as extender::evaluate does it.
   std::vector<double> b_parse, b_nodes_view, b_view, b_eval, b_score;
   std::size_t hard_errors = 0;

@@ -40,4 +40,16 @@ class registry_proxy_datasets final : public dataset_catalog {
   std::list<std::string> lru_;  // front: most recent
 };
 
+// A catalog held in memory and filled by its owner (tests, the scheduler benchmark). Fill it
+// before lookups start: lookup() only reads.
+class static_datasets final : public dataset_catalog {
+ public:
+  std::map<std::string, std::vector<object_ref>> sets;  // "name@version" → objects
+  [[nodiscard]] result<std::vector<object_ref>> lookup(const std::string& name) override {
+    auto it = sets.find(name);
+    if (it == sets.end()) return fail(errc::not_found, "unknown dataset " + name);
+    return it->second;
+  }
+};
+
 }  // namespace shoal::scheduler

@@ -17,6 +17,7 @@
 #include "common/heartbeat.h"
 #include "common/sha256.h"
 #include "cost.h"
+#include "dataset_catalog.h"
 #include "resolver.h"
 
 namespace shoal::scheduler::testing {
@@ -166,15 +167,7 @@ class fake_source final : public manifest_source {
   std::chrono::milliseconds delay_{0};
 };
 
-// A catalog of datasets for tests (production has none until issue #7).
-class fake_datasets final : public dataset_catalog {
- public:
-  std::map<std::string, std::vector<object_ref>> sets;
-  result<std::vector<object_ref>> lookup(const std::string& name) override {
-    auto it = sets.find(name);
-    if (it == sets.end()) return fail(errc::not_found, "unknown dataset " + name);
-    return it->second;
-  }
-};
+// A catalog of datasets for tests.
+using fake_datasets = static_datasets;
 
 }  // namespace shoal::scheduler::testing
