@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import json
 import os
 import signal
 import sys
@@ -38,8 +37,7 @@ sys.path.insert(0, str(HERE.parents[0] / "support"))
 sys.path.insert(0, str(HERE))
 
 from bt_fake_peer import Torrent, bdecode, compact_peers  # noqa: E402
-from shoal_fixtures import FixtureTestCase, oci  # noqa: E402
-from shoal_fixtures.cluster import Cluster  # noqa: E402
+from cluster_case import ClusterCase  # noqa: E402
 
 MiB = 1 << 20
 NODES = 4
@@ -52,42 +50,15 @@ def sha256_hex(b: bytes) -> str:
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (network namespaces, containerd)")
-class ClusterTest(FixtureTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        t0 = time.monotonic()
-        cls.c = cls.class_track(Cluster(cls.class_tmpdir("shoal-peerd-cluster-"), nodes=NODES, rate="200mbit",
-                                        peerd_extra=PEERD))
-        cls.c.start()
-        cls.timings: dict[str, float] = {"cluster start": time.monotonic() - t0}
-
-    @classmethod
-    def tearDownClass(cls):
-        print("\n" + "\n".join(f"  {k:<40} {v:6.1f} s" for k, v in cls.timings.items()), file=sys.stderr)
-        super().tearDownClass()
+class ClusterTest(ClusterCase):
+    CLUSTER = {"nodes": NODES, "rate": "200mbit", "peerd_extra": PEERD}
+    TMP_PREFIX = "shoal-peerd-cluster-"
+    REPO_PREFIX = "test"
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def push(self, name: str, sizes: list[int]):
-        layers = [oci.LayerSpec(size=s, seed=f"{name}-{i}", compression="none") for i, s in enumerate(sizes)]
-        layout, ref = self.c.push(layers, name=f"test/{name}")
-        return layout, ref, layout.images[0]
-
-    def status(self, i: int) -> dict:
-        return self.c.peerds[i].status()
-
     def bytes_of(self, i: int) -> dict:
         return self.status(i).get("bytes", {})
-
-    def wait(self, pred, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.2)
-        self.fail(f"timed out after {timeout}s waiting for {what}")
 
     def download_progress(self, i: int, digest: str) -> float:
         for d in self.status(i).get("downloads", []):
@@ -103,14 +74,7 @@ class ClusterTest(FixtureTestCase):
 
     def torrent_of(self, digest: str, repo: str) -> Torrent:
         """The object's metainfo from registry-proxy (which fetches it from the registry first)."""
-        url = (f"{self.c.proxy.url}/shoal/v1/metainfo/{digest}?repo={repo}&wait_ms=5000"
-               f"&ns={self.c.registry.host_port}")
-        for _ in range(20):
-            code, body = self.fetch_bytes(None, url)
-            if code == 200:
-                return Torrent(body)
-            time.sleep(0.5)
-        self.fail(f"no metainfo for {digest}")
+        return Torrent(self.metainfo(digest, repo))
 
     def registry_gets(self, digest: str, since: int) -> list:
         self.c.registry.wait_log_quiet()

@@ -26,9 +26,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0] / "support"))
 sys.path.insert(0, str(HERE))
 
-from bt_fake_peer import Torrent  # noqa: E402
-from shoal_fixtures import Daemon, FixtureTestCase, oci  # noqa: E402
-from shoal_fixtures.cluster import Cluster  # noqa: E402
+from cluster_case import ClusterCase  # noqa: E402
+from shoal_fixtures import Daemon  # noqa: E402
 
 MiB = 1 << 20
 NODES = 3
@@ -37,44 +36,15 @@ PEERD = {"upstream": {"connect_timeout": "1s", "request_timeout": "3s", "metainf
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (network namespaces, containerd)")
-class FaultsTest(FixtureTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.c = cls.class_track(Cluster(cls.class_tmpdir("shoal-peerd-faults-"), nodes=NODES, rate="200mbit",
-                                        torrent=False, peerd_extra=PEERD))
-        cls.c.start()
-        cls.timings: dict[str, float] = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        print("\n" + "\n".join(f"  {k:<44} {v:6.1f} s" for k, v in cls.timings.items()), file=sys.stderr)
-        super().tearDownClass()
+class FaultsTest(ClusterCase):
+    CLUSTER = {"nodes": NODES, "rate": "200mbit", "torrent": False, "peerd_extra": PEERD}
+    TMP_PREFIX = "shoal-peerd-faults-"
+    REPO_PREFIX = "faults"
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def push(self, name: str, sizes: list[int]):
-        layers = [oci.LayerSpec(size=s, seed=f"{name}-{i}", compression="none") for i, s in enumerate(sizes)]
-        layout, ref = self.c.push(layers, name=f"faults/{name}")
-        return layout, ref, layout.images[0]
-
-    def status(self, i: int) -> dict:
-        return self.c.peerds[i].status()
-
-    def wait(self, pred, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.2)
-        self.fail(f"timed out after {timeout}s waiting for {what}")
-
     def metric(self, i: int, name: str) -> float:
         return self.c.metrics_of(self.c.peerds[i].url, i).get(name, 0.0)
-
-    def object_path(self, i: int, digest: str) -> Path:
-        return Path(self.c.peerds[i].dir) / "cache" / "objects" / "sha256" / digest[7:9] / digest[7:]
 
     def wait_unloaded(self, i: int):
         # seed_idle_unload (2 s) plus the monitor's 5 s sweep.
@@ -87,16 +57,9 @@ class FaultsTest(FixtureTestCase):
         return -1
 
     def torrent_file(self, digest: str, repo: str) -> Path:
-        url = (f"{self.c.proxy.url}/shoal/v1/metainfo/{digest}?repo={repo}&wait_ms=5000"
-               f"&ns={self.c.registry.host_port}")
         path = self.tmpdir() / "object.torrent"
-        for _ in range(20):
-            cp = self.c.curl(None, "-o", str(path), "-w", "%{http_code}", url, timeout=15)
-            if cp.stdout.strip() == "200":
-                Torrent(path.read_bytes())  # parses
-                return path
-            time.sleep(0.5)
-        self.fail(f"no metainfo for {digest}")
+        path.write_bytes(self.metainfo(digest, repo))
+        return path
 
     def start_fake_peer(self, node: int, torrent: Path, mode: str, obj: Path | None = None) -> Daemon:
         ip = self.c.node_ip(node)

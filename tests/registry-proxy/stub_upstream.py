@@ -32,7 +32,9 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from shoal_fixtures.httpstub import StubServer
 
 _BLOB = re.compile(r"^/v2/(?P<name>.+)/blobs/(?P<digest>sha256:[0-9a-f]{64})$")
 _MANIFEST = re.compile(r"^/v2/(?P<name>.+)/manifests/(?P<ref>[^/]+)$")
@@ -78,18 +80,6 @@ class StubRequest:
     headers: dict[str, str]
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver API
-        # Clients hanging up mid-request (registry-proxy refusing a body, a test closing its
-        # connection) are part of the script, not errors worth a traceback.
-        import sys
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
 class StubUpstream:
     """See the module comment."""
 
@@ -100,46 +90,21 @@ class StubUpstream:
         self._lock = threading.Lock()
         self._log: list[StubRequest] = []
         self._release = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server = StubServer(self._handle, methods=("GET", "HEAD"), host=host, name="stub-upstream")
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> "StubUpstream":
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                stub._handle(self, "GET")
-
-            def do_HEAD(self) -> None:  # noqa: N802
-                stub._handle(self, "HEAD")
-
-            def log_message(self, fmt: str, *args: object) -> None:
-                pass
-
-        self._server = _QuietServer((self.host, 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="stub-upstream",
-                                        daemon=True)
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
         self._release.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._server.stop()
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return self._server.server_address[1]
+        return self._server.port
 
     @property
     def url(self) -> str:

@@ -37,10 +37,11 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Sequence
 
+from .httpstub import StubServer
 from .procs import FixtureError, run
 
 ANONYMOUS = ""
@@ -157,42 +158,21 @@ class TokenIssuer:
         self._log: list[IssuedToken] = []
         # Fault injection: when set, every request is answered with this HTTP status.
         self.fail_with: int | None = None
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server = StubServer(self._handle, methods=("GET", "POST"), host=host, name="token-issuer",
+                                  log=self._access_log)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> "TokenIssuer":
-        issuer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                issuer._handle(self, "GET")
-
-            def do_POST(self) -> None:  # noqa: N802
-                issuer._handle(self, "POST")
-
-            def log_message(self, fmt: str, *args: object) -> None:
-                with open(issuer.dir / "token-issuer.log", "a") as f:
-                    f.write("%s %s\n" % (self.address_string(), fmt % args))
-
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="token-issuer", daemon=True)
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._server.stop()
+
+    def _access_log(self, line: str) -> None:
+        with open(self.dir / "token-issuer.log", "a") as f:
+            f.write(line + "\n")
 
     def __enter__(self) -> "TokenIssuer":
         return self.start()
@@ -202,9 +182,9 @@ class TokenIssuer:
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        if not self._server.running:
             raise FixtureError("token issuer not started")
-        return self._server.server_address[1]
+        return self._server.port
 
     @property
     def realm(self) -> str:
