@@ -44,25 +44,23 @@ class download_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     auto st = st_;
     if (st->off >= st->end) return done(http::chunk::end());
-    if (pool_ && !st->no_direct) {
-      std::uint64_t run = st->dl->verified_run(st->off, std::min<std::uint64_t>(max_bytes, st->end - st->off));
-      if (run > 0) {
-        // The read is disk work: off the server's thread.
-        net::post(*pool_, [st, run, served = served_, done = std::move(done)]() mutable {
-          if (!st->fd) st->fd = unique_fd(::open(st->dl->file_path().c_str(), O_RDONLY | O_CLOEXEC));
-          if (!st->fd) {
-            // The file moved into the cache between the check and the open: piece by piece.
-            st->no_direct = true;
-            return done(http::chunk::file_region(-1, 0, 0));
-          }
-          // The server sends the region with sendfile; the fd stays open until this source ends.
-          std::uint64_t off = st->off;
-          st->off += run;
-          if (served) served->fetch_add(run);
-          done(http::chunk::file_region(st->fd.get(), off, run));
-        });
-        return;
-      }
+    if (pool_ && !st->no_direct && (st->fd || !st->dl->complete_path().empty())) {
+      std::uint64_t run = std::min<std::uint64_t>(max_bytes, st->end - st->off);
+      // The open is disk work: off the server's thread.
+      net::post(*pool_, [st, run, served = served_, done = std::move(done)]() mutable {
+        if (!st->fd) st->fd = unique_fd(::open(st->dl->complete_path().c_str(), O_RDONLY | O_CLOEXEC));
+        if (!st->fd) {
+          // The object left the cache since (evicted): piece by piece, which reports the error.
+          st->no_direct = true;
+          return done(http::chunk::file_region(-1, 0, 0));
+        }
+        // The server sends the region with sendfile; the fd stays open until this source ends.
+        std::uint64_t off = st->off;
+        st->off += run;
+        if (served) served->fetch_add(run);
+        done(http::chunk::file_region(st->fd.get(), off, run));
+      });
+      return;
     }
     const auto& m = st->dl->meta();
     std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
@@ -91,7 +89,7 @@ class download_source final : public http::body_source {
     std::uint64_t off = 0, end = 0;
     piece_buffer buf;
     std::uint32_t buf_piece = UINT32_MAX;
-    unique_fd fd;            // the download's file, opened once (a rename keeps it valid)
+    unique_fd fd;            // the committed object file, opened once
     bool no_direct = false;  // the file could not be opened: read_piece only
   };
 

@@ -75,18 +75,9 @@ std::uint32_t download::pieces_done() const {
   return done_;
 }
 
-std::uint64_t download::verified_run(std::uint64_t off, std::uint64_t max) const {
+std::string download::complete_path() const {
   std::lock_guard lk(mu_);
-  // Only once complete (the file moved into the cache, every write flushed): a piece that
-  // passed its hash may still sit in libtorrent's store buffer, not yet in the file.
-  if (st_ != state::complete || off >= meta_.size) return 0;
-  return std::min(max, meta_.size - off);
-}
-
-std::string download::file_path() const {
-  std::lock_guard lk(mu_);
-  if (st_ == state::complete) return object_path_;
-  return partial_dir_ + "/" + id_.hex();
+  return st_ == state::complete ? object_path_ : std::string();
 }
 
 void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb) {

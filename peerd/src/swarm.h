@@ -80,12 +80,9 @@ class download : public std::enable_shared_from_this<download> {
   [[nodiscard]] state current() const;
   [[nodiscard]] std::optional<error> failure() const;
   [[nodiscard]] std::uint32_t pieces_done() const;
-  // Bytes from `off` (at most `max`) that are final in file_path() and may be read from it
-  // directly: all of them once the download is complete, none before (a piece that passed its
-  // hash may still sit in libtorrent's store buffer).
-  [[nodiscard]] std::uint64_t verified_run(std::uint64_t off, std::uint64_t max) const;
-  // The partial file while downloading, the cache's object file once complete.
-  [[nodiscard]] std::string file_path() const;
+  // The cache's object file once the download is complete, empty before: only then are all its
+  // bytes in a file (a piece that passed its hash may still sit in libtorrent's store buffer).
+  [[nodiscard]] std::string complete_path() const;
 
   // Delivers the verified bytes of piece `i` once it exists (or an error), on some internal
   // thread; keep the callback short. Also tells the swarm a local reader needs this piece soon.
