@@ -137,7 +137,6 @@ struct superseed_state {
   superseed_state(int n, int offers, bool ordered)
       : pieces(n), offers_per_peer(offers), in_order(ordered), have(n), offered(n) {}
   int pieces;
-  bool plain_ = false;
   int offers_per_peer;
   bool in_order;
   std::vector<std::uint16_t> have;     // connected peers that hold the piece

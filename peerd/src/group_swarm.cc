@@ -58,7 +58,6 @@ std::optional<std::string> read_file(const std::string& path) {
   return ss.str();
 }
 
-
 group_download::state group_download::current() const {
   std::lock_guard lk(mu_);
   return st_;
