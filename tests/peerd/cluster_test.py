@@ -19,6 +19,10 @@ end of each.
      empty and rebuilds its holder index from heartbeats
   08 registry-proxy unreachable: containerd falls back to the registry, in bounded time
   09 peerd kill -9 mid-download: after restart no partial object is visible, the retry succeeds
+  10 the kubelet path: every node's containerd pulls through its CRI plugin (ImageService/
+     PullImage, hosts.toml via the plugin's config_path) at once; same checks as 01
+
+Every containerd runs its CRI plugin (test 10 needs it); the other tests pull with ctr.
 """
 from __future__ import annotations
 
@@ -51,7 +55,7 @@ def sha256_hex(b: bytes) -> str:
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (network namespaces, containerd)")
 class ClusterTest(ClusterCase):
-    CLUSTER = {"nodes": NODES, "rate": "200mbit", "peerd_extra": PEERD}
+    CLUSTER = {"nodes": NODES, "rate": "200mbit", "peerd_extra": PEERD, "containerd_kw": {"cri": True}}
     TMP_PREFIX = "shoal-peerd-cluster-"
     REPO_PREFIX = "test"
 
@@ -372,6 +376,31 @@ class ClusterTest(ClusterCase):
         self.assertTrue((objects / layer.digest[7:9] / layer.digest[7:]).exists(), "the retry did not commit")
         self.assertEqual(hashlib.sha256((objects / layer.digest[7:9] / layer.digest[7:]).read_bytes()).hexdigest(),
                          layer.digest[7:])
+
+    def test_10_kubelet_path_cri_pull(self):
+        layout, ref, img = self.push("kubelet", [16 * MiB, 8 * MiB])
+        size = sum(b.size for b in img.blobs())
+        mark = self.c.registry.mark()
+        before = [self.bytes_of(i) for i in range(NODES)]
+        t0 = time.monotonic()
+        results = self.c.pull_all(ref, timeout=120, cri=True)
+        self.timings["10 4 nodes pull 24 MiB through the CRI plugin"] = time.monotonic() - t0
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        for c in self.c.containerds:
+            self.assertIn(ref, c.images(), "the CRI plugin did not record the image")
+            c.verify_unpacked(layout.images)
+        self.c.registry.wait_log_quiet()
+        gets = self.c.registry.blob_gets(since=mark)
+        for b in img.blobs():
+            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+        # Every node's blobs came through its peerd (the CRI plugin read hosts.toml), not from
+        # the registry directly: each peerd fetched at least one copy from the swarm or HTTP.
+        time.sleep(0.5)
+        after = [self.bytes_of(i) for i in range(NODES)]
+        for i in range(NODES):
+            got = sum(after[i].get(k, 0) - before[i].get(k, 0) for k in ("from_origin", "from_http_fallback", "from_peers"))
+            self.assertGreaterEqual(got, size * 0.98, f"node{i + 1} did not pull through peerd: {after[i]}")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ class Cluster:
     log_level: str = "info"
     snapshotter: str | None = None
     containerd: bool = True          # a containerd per node (image pulls); dataset tests need none
+    containerd_kw: Mapping[str, Any] | None = None  # more Containerd() arguments (cri=True, …)
     registry_origin: bool = True     # node 0 runs the upstream registry
     s3_origin: bool = False          # node 0 runs s3rver (dataset origin, s3.py) on port 4568
     s3: Any = None
@@ -101,7 +102,7 @@ class Cluster:
             self.peerds.append(p)
             if not self.containerd:
                 continue
-            kw = {"netns": node.name}
+            kw = {"netns": node.name, **(self.containerd_kw or {})}
             if self.snapshotter:
                 kw["snapshotter"] = self.snapshotter
             c = Containerd(self.workdir / f"node{i + 1}" / "containerd", **kw).start()
@@ -116,15 +117,21 @@ class Cluster:
         ref = self.registry.push(layout, name, tag)
         return layout, ref
 
-    def pull_all(self, ref: str, *, nodes: Sequence[int] | None = None, timeout: float = 600) -> list[NodeResult]:
-        """Pulls `ref` with containerd on the given nodes (default all) at the same moment."""
+    def pull_all(self, ref: str, *, nodes: Sequence[int] | None = None, timeout: float = 600,
+                 cri: bool = False) -> list[NodeResult]:
+        """Pulls `ref` with containerd on the given nodes (default all) at the same moment: with
+        `ctr images pull`, or with `cri` through the CRI plugin as kubelet does (needs
+        `containerd_kw={"cri": True}`)."""
         idx = list(range(self.nodes)) if nodes is None else list(nodes)
         results: dict[int, NodeResult] = {}
 
         def one(i: int) -> NodeResult:
             t0 = time.monotonic()
             try:
-                self.containerds[i].pull(ref, timeout=timeout)
+                if cri:
+                    self.containerds[i].cri_pull(ref, timeout=timeout)
+                else:
+                    self.containerds[i].pull(ref, timeout=timeout)
                 return NodeResult(f"node{i + 1}", time.monotonic() - t0, True)
             except Exception as e:  # noqa: BLE001 - reported per node
                 return NodeResult(f"node{i + 1}", time.monotonic() - t0, False, str(e)[-2000:])

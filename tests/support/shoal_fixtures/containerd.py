@@ -1,10 +1,13 @@
 """A private containerd 1.6 (root, state, sockets and certs.d under one temp dir) driven by `ctr`.
 
 Several instances can run at once: each has its own root, state, gRPC/ttrpc sockets and `opt`
-dir, and the CRI plugin is disabled (it is not needed for pulls and would start a CNI/streaming
-stack). Pulls go through `ctr images pull --plain-http --hosts-dir <dir>/certs.d`, so the
-registry host configuration (mirror first, upstream as `server`) is exactly the `hosts.toml`
-that Kubernetes nodes use through the CRI plugin's `config_path`.
+dir. By default the CRI plugin is disabled and pulls go through `ctr images pull --plain-http
+--hosts-dir <dir>/certs.d`, so the registry host configuration (mirror first, upstream as
+`server`) is exactly the `hosts.toml` that Kubernetes nodes use through the CRI plugin's
+`config_path`. With `cri=True` the CRI plugin runs with `config_path` set to that same
+directory, and `cri_pull()` asks it for the image the way kubelet does (ImageService/PullImage,
+through `cri_pull.py`): containerd fetches and unpacks in its own process, without ctr's gRPC
+content copy, into CRI's `k8s.io` namespace.
 
 Verified here (containerd 1.6.20, kernel 6.x, root on ext4):
 - Both the `overlayfs` and the `native` snapshotters load and unpack multi-layer images; the
@@ -17,6 +20,8 @@ Verified here (containerd 1.6.20, kernel 6.x, root on ext4):
   moves on to the next host, then `server`, when a mirror refuses the connection or answers 404.
 - `ctr content ls` prints human-rounded sizes, so exact sizes come from the content store's files
   (`root/io.containerd.content.v1.content/blobs/sha256/<hex>`).
+- The CRI plugin starts without any CNI configuration (it logs "no network config found" and
+  keeps serving the image service); plain-HTTP mirrors work through `hosts.toml` alone.
 
 Lifecycle: `Containerd(dir)`, `start()`, `stop()`/`kill()`; `start()` again after a stop reuses the
 same root (restart tests). Not thread-safe.
@@ -37,6 +42,10 @@ from .procs import Daemon, FixtureError, run, wait_until
 # SHOAL_SNAPSHOTTER=native overrides the default where overlay mounts fail (a root on overlayfs).
 SNAPSHOTTER = os.environ.get("SHOAL_SNAPSHOTTER", "overlayfs")
 NAMESPACE = "shoal-test"
+CRI_NAMESPACE = "k8s.io"  # where the CRI plugin keeps images
+# cri_pull.py needs grpcio, which tools/install-deps installs for Debian's own python3.
+CRI_PYTHON = os.environ.get("SHOAL_CRI_PYTHON", "/usr/bin/python3")
+CRI_PULL = Path(__file__).resolve().parent / "cri_pull.py"
 
 
 @dataclass
@@ -54,12 +63,17 @@ class Containerd:
     """One private containerd daemon. See the module comment for layout and findings."""
 
     def __init__(self, directory: str | os.PathLike, *, snapshotter: str = SNAPSHOTTER,
-                 namespace: str = NAMESPACE, netns: str | None = None,
-                 log_level: str = "info", extra_toml: str = "") -> None:
+                 namespace: str | None = None, netns: str | None = None,
+                 log_level: str = "info", extra_toml: str = "", cri: bool = False,
+                 max_concurrent_downloads: int = 3) -> None:
+        """`cri`: run the CRI plugin (see the module comment); `max_concurrent_downloads` is
+        its setting of that name (containerd's default, 3)."""
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.snapshotter = snapshotter
-        self.namespace = namespace
+        self.cri = cri
+        self.max_concurrent_downloads = max_concurrent_downloads
+        self.namespace = namespace or (CRI_NAMESPACE if cri else NAMESPACE)
         self.netns = netns
         self.log_level = log_level
         self.extra_toml = extra_toml
@@ -177,6 +191,25 @@ class Containerd:
                                f"{_strip_progress(output)[-3000:]}\n{self.diagnostics()}")
         return PullResult(ref, seconds, output, self.content() if cp.returncode == 0 else {})
 
+    def cri_pull(self, ref: str, *, timeout: float = 300, check: bool = True) -> PullResult:
+        """Pulls and unpacks `ref` through the CRI plugin (needs `cri=True`), as kubelet does.
+
+        The output is containerd's image id, or the error it answered. On failure (with `check`)
+        raises FixtureError carrying that error and the daemon log.
+        """
+        if not self.cri:
+            raise FixtureError("cri_pull needs a Containerd started with cri=True")
+        t0 = time.monotonic()
+        # The socket is a file: the client needs no namespace; containerd dials from its own.
+        cp = run([CRI_PYTHON, str(CRI_PULL), str(self.address), ref, str(timeout)],
+                 timeout=timeout + 30, check=False)
+        seconds = time.monotonic() - t0
+        output = cp.stdout + cp.stderr
+        if check and cp.returncode != 0:
+            raise FixtureError(f"CRI PullImage {ref}: exit status {cp.returncode}\n{output[-3000:]}\n"
+                               f"{self.diagnostics()}")
+        return PullResult(ref, seconds, output, self.content() if cp.returncode == 0 else {})
+
     def images(self) -> list[str]:
         """References of the images in this namespace."""
         return [x for x in self.ctr("images", "ls", "-q").stdout.split() if x]
@@ -247,11 +280,30 @@ class Containerd:
 
     def _write_config(self) -> None:
         d = self.dir
+        if self.cri:
+            plugins = "disabled_plugins = []"
+            cri = f"""
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  max_concurrent_downloads = {self.max_concurrent_downloads}
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "{self.snapshotter}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d / 'cni' / 'bin'}"
+    conf_dir = "{d / 'cni' / 'conf'}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{self.hosts_dir}"
+"""
+        else:
+            plugins = 'disabled_plugins = ["io.containerd.grpc.v1.cri"]'
+            cri = ""
         self.config_path.write_text(f"""version = 2
 root = "{self.root}"
 state = "{self.state}"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-
+{plugins}
+{cri}
 [grpc]
   address = "{self.address}"
 
