@@ -688,7 +688,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
             log::kv("first_piece", first), log::kv("pieces", count));
   http::client_request r;
   r.url = dl->fallback_.url;
-  r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
+  const std::uint64_t base = dl->fallback_.offset;
+  r.headers.emplace_back("Range", "bytes=" + std::to_string(base + from) + "-" + std::to_string(base + to));
   if (!dl->fallback_.authorization.empty()) r.headers.emplace_back("Authorization", dl->fallback_.authorization);
   r.timeouts.connect = std::chrono::milliseconds(2000);
   r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2;
@@ -705,8 +706,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
     st->status = h.status;
     return h.status == 206 || h.status == 200;
   };
-  cb.on_data = [this, dl, st, first, from](std::string_view chunk) {
-    if (st->status == 200 && st->buf.empty() && st->next == first && from > 0) {
+  cb.on_data = [this, dl, st, first, from, base](std::string_view chunk) {
+    if (st->status == 200 && st->buf.empty() && st->next == first && base + from > 0) {
       // The server ignored the range: give up on this fallback (never feed wrong offsets).
       return false;
     }

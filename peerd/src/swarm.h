@@ -64,6 +64,7 @@ struct source_counters {
 struct fallback_info {
   std::string url;            // full blob URL on registry-proxy (with ns=)
   std::string authorization;  // the client's Authorization header, if any
+  std::uint64_t offset = 0;   // where the object starts inside `url` (a chunk of a larger blob)
 };
 
 class swarm_manager;

@@ -23,6 +23,7 @@
 #include "access.h"
 #include "cache/store.h"
 #include "common/http_server.h"
+#include "chunks.h"
 #include "common/metainfo.h"
 #include "common/oci.h"
 #include "common/metrics.h"
@@ -39,6 +40,7 @@ struct metainfo_answer {
   std::string torrent;    // status 200: the .torrent bytes without trackers (caller adds them)
   std::optional<object_metainfo> meta;
   std::uint64_t bytes_done = 0, size = 0;  // status 202: progress
+  std::uint64_t chunk_size = 0;            // status 202: the object is cut into chunks of this size
   std::string message;
   std::string www_authenticate, retry_after;
 };
@@ -50,6 +52,7 @@ struct blob_metrics {
   metrics::counter* digest_mismatch = nullptr;
   metrics::counter* served_cache_bytes = nullptr;
   metrics::counter* fetch_failures = nullptr;
+  metrics::counter* chunks = nullptr;  // chunk objects committed
 };
 
 class blob_service {
@@ -72,6 +75,23 @@ class blob_service {
   // wait in arrival order (0: no limit). Fetches for HTTP clients never wait: they start at once
   // and count toward the limit. Call before serving.
   void set_fetch_limit(int n) { fetch_limit_ = n; }
+  // Objects at least twice this long that peerd waits for are cut into chunk objects of this
+  // size (chunks.h); 0: never. Call before serving.
+  void set_chunk_size(std::uint64_t n) { chunk_size_ = n; }
+  [[nodiscard]] std::uint64_t chunk_size() const { return chunk_size_; }
+  // The chunks of a blob being fetched or fetched recently (null when it was not chunked).
+  [[nodiscard]] std::shared_ptr<chunk_list> chunks_of(const digest& parent) const;
+  // Shared by the fetch machinery (chunker's worker thread).
+  void register_chunks(const std::shared_ptr<chunk_list>& c);
+  [[nodiscard]] status commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
+                                    bool is_public, const std::string& repo_key);
+  // GET /shoal/v1/chunks/<parent>: the chunks published so far, once more than `have` are (or
+  // the list is complete or failed, or `wait` passed). Answers status and a JSON body.
+  void chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
+              std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done);
+  // The metainfo of chunk object `chunk` of `parent`: access is that of the parent blob.
+  void chunk_metainfo(const selection& sel, const digest& parent, const digest& chunk, const credential& cred,
+                      std::function<void(metainfo_answer)> done);
 
   [[nodiscard]] std::size_t inflight_count() const;
   // Fetches waiting for their turn (set_fetch_limit).
@@ -122,6 +142,9 @@ class blob_service {
   std::deque<std::shared_ptr<blob_fetch>> queue_;  // waiting for a slot (guarded by mu_)
   std::size_t running_ = 0;                        // admitted and not finished (guarded by mu_)
   int fetch_limit_ = 0;
+  std::uint64_t chunk_size_ = 0;
+  std::map<digest, std::shared_ptr<chunk_list>> chunk_lists_;  // guarded by mu_
+  std::deque<digest> chunk_order_;                             // oldest first (guarded by mu_)
   std::atomic<std::uint64_t> upstream_progress_{0};
   std::atomic<bool> stopping_{false};
 };
