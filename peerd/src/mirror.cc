@@ -337,7 +337,7 @@ result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const
   auto last_progress = steady::now();
   for (int round = 0; round < 100000; ++round) {
     std::string q = "/shoal/v1/metainfo/" + d.str() + "?repo=" + url_escape(repo, true) +
-                    "&wait_ms=" + std::to_string(wait.count());
+                    "&wait_ms=" + std::to_string(wait.count()) + "&chunks=1";
     if (!ns.empty()) q += "&ns=" + url_escape(ns);
     http::client_request r;
     r.url = proxy_url(q);

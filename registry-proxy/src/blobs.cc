@@ -52,6 +52,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   const digest& id() const { return id_; }
   // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
   void want_metainfo() { want_meta_.store(true); }
+  // A node that understands chunk objects waits for it: cut it into chunks (chunks.h).
+  void want_chunks() { want_chunks_.store(true); }
 
   // Admission bookkeeping, guarded by blob_service::mu_.
   bool admitted = false;  // counted in blob_service::running_
@@ -227,7 +229,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       // A large object peerd waits for is also cut into chunk objects that swarm while the
       // rest still downloads (chunks.h).
       std::shared_ptr<chunk_list> chunks;
-      if (std::uint64_t cs = size && want_meta_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0; cs) {
+      if (std::uint64_t cs = size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0; cs) {
         chunks = std::make_shared<chunk_list>(id_, *size, cs);
         svc_.register_chunks(chunks);
         bool pub = who_ == acting_as::proxy;
@@ -359,6 +361,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     if (!info) {
       std::string msg = info.error().message;
       if (info.error().is(errc::digest_mismatch) || info.error().is(errc::size_mismatch)) {
+        if (chunks_) chunks_->fail("the blob does not match its digest: " + msg, true);
         if (svc_.counters().digest_mismatch) svc_.counters().digest_mismatch->inc();
         log::error("upstream sent wrong bytes; object discarded", log::kv("digest", id_.str()),
                    log::kv("upstream", sel_.up->cfg.name), log::kv("repo", sel_.repo), log::kv("error", msg));
@@ -435,6 +438,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   std::unique_ptr<chunker> chunker_;
   std::string pending_;  // upstream bytes not yet handed to the writer
   std::atomic<bool> want_meta_{false};
+  std::atomic<bool> want_chunks_{false};
   std::string err_body_;
   unsigned capture_status_ = 0;
   std::string retry_after_capture_;
@@ -645,7 +649,7 @@ void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
 }
 
 std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d, const credential& cred,
-                                                        bool& started, bool for_metainfo) {
+                                                        bool& started, bool for_metainfo, bool for_chunks) {
   std::shared_ptr<blob_fetch> f;
   {
     std::lock_guard lk(mu_);
@@ -655,6 +659,7 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
       if (m_.joins) m_.joins->inc();
       f = it->second;
       if (for_metainfo) f->want_metainfo();
+      if (for_chunks) f->want_chunks();
       if (f->admitted || for_metainfo) return f;
       // An HTTP client streams this object: it may not wait in the queue.
       queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
@@ -663,6 +668,7 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
     } else {
       f = std::make_shared<blob_fetch>(*this, sel, d, cred);
       if (for_metainfo) f->want_metainfo();
+      if (for_chunks) f->want_chunks();
       fetches_[d] = f;
       started = true;
       bool room = fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_);
@@ -798,7 +804,8 @@ result<metainfo_answer> blob_service::cached_metainfo(const digest& d) {
 }
 
 void blob_service::metainfo(const selection& sel, const digest& d, const credential& cred,
-                            std::chrono::milliseconds wait, std::function<void(metainfo_answer)> done) {
+                            std::chrono::milliseconds wait, bool accept_chunks,
+                            std::function<void(metainfo_answer)> done) {
   auto answer_cached = [this, sel, d, cred, done] {
     auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
     if (!v.allowed) {
@@ -816,7 +823,7 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
     }
     done(std::move(*a));
   };
-  net::post(pool_, [this, sel, d, cred, wait, done, answer_cached] {
+  net::post(pool_, [this, sel, d, cred, wait, accept_chunks, done, answer_cached] {
     if (store_.contains(d)) return answer_cached();
     if (stopping_) {
       metainfo_answer a;
@@ -825,7 +832,7 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       return done(std::move(a));
     }
     bool started = false;
-    auto f = join_or_start(sel, d, cred, started, true);
+    auto f = join_or_start(sel, d, cred, started, true, accept_chunks);
     auto fired = std::make_shared<std::atomic<bool>>(false);
     auto timer = std::make_shared<net::steady_timer>(io_, wait);
     f->when_done([this, f, fired, timer, done, answer_cached] {
@@ -843,7 +850,7 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       done(std::move(a));
     });
     // A chunked object answers at once: the node fetches its chunks while the rest downloads.
-    f->when_chunked([f, fired, timer, done] {
+    if (accept_chunks) f->when_chunked([f, fired, timer, done] {
       if (fired->exchange(true)) return;
       timer->cancel();
       auto s = f->snap();
@@ -856,12 +863,12 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       a.retry_after = "1";
       done(std::move(a));
     });
-    timer->async_wait([f, fired, done](boost::system::error_code ec) {
+    timer->async_wait([f, fired, accept_chunks, done](boost::system::error_code ec) {
       if (ec || fired->exchange(true)) return;
       auto s = f->snap();
       metainfo_answer a;
       a.status = 202;
-      if (s.chunks) a.chunk_size = s.chunks->chunk_size();
+      if (s.chunks && accept_chunks) a.chunk_size = s.chunks->chunk_size();
       // Progress, not the object's own bytes: peers treat a growing value as liveness, and an
       // object waiting in the fetch queue grows with the fetches ahead of it.
       a.bytes_done = s.progress;

@@ -65,8 +65,10 @@ class blob_service {
   void serve(const selection& sel, const digest& d, const credential& cred, bool head, http::responder resp);
 
   // The metainfo of `d`, fetching the object if needed and waiting at most `wait` for it.
+  // `accept_chunks`: the asker understands chunk objects (peerd sends chunks=1); a large object
+  // is then cut into chunks and the answer is 202 with its chunk size as soon as it is.
   void metainfo(const selection& sel, const digest& d, const credential& cred, std::chrono::milliseconds wait,
-                std::function<void(metainfo_answer)> done);
+                bool accept_chunks, std::function<void(metainfo_answer)> done);
 
   // Called (on a worker thread) after an object is committed and its metainfo stored.
   void on_committed(std::function<void(const digest&, const object_metainfo&)> cb) { committed_cb_ = std::move(cb); }
@@ -123,7 +125,7 @@ class blob_service {
   // `for_metainfo`: the caller wants the metainfo (pieces are hashed as bytes arrive) and waits
   // through metainfo long-polls, so the fetch may wait its turn in the queue.
   std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started,
-                                            bool for_metainfo = false);
+                                            bool for_metainfo = false, bool for_chunks = false);
   // Starts queued fetches while fewer than fetch_limit_ run. Called with mu_ held; returns the
   // fetches to start once it is released.
   std::vector<std::shared_ptr<blob_fetch>> admit_locked();

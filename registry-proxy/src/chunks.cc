@@ -22,7 +22,7 @@ chunk_list::snapshot chunk_list::snap() const {
   std::lock_guard lk(mu_);
   snapshot s;
   s.chunks = chunks_;
-  s.complete = chunks_.size() == chunk_count();
+  s.complete = chunks_.size() == chunk_count() && !failed_;
   s.failed = failed_;
   return s;
 }
@@ -55,11 +55,11 @@ void chunk_list::publish(chunk_entry e) {
   for (auto& f : fire) f();
 }
 
-void chunk_list::fail(std::string why) {
+void chunk_list::fail(std::string why, bool even_if_complete) {
   std::vector<std::function<void()>> fire;
   {
     std::lock_guard lk(mu_);
-    if (failed_ || chunks_.size() == chunk_count()) return;
+    if (failed_ || (chunks_.size() == chunk_count() && !even_if_complete)) return;
     failed_ = std::move(why);
     fire_locked(fire);
   }

@@ -62,7 +62,9 @@ class chunk_list {
   [[nodiscard]] bool contains(const digest& chunk) const;
 
   void publish(chunk_entry e);
-  void fail(std::string why);
+  // Fails the list; `even_if_complete` also when every chunk was published (the blob itself
+  // turned out not to match its digest, so its chunks do not make it up).
+  void fail(std::string why, bool even_if_complete = false);
   // Runs `cb` once more than `have` chunks are published, or the list is complete or failed
   // (at once when that is already so). Returns false when `cb` was queued.
   bool when_beyond(std::size_t have, std::function<void()> cb);

@@ -171,7 +171,8 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
     if (!parent) return resp.send(oci_error(400, oci::error_code::digest_invalid, "parent: " + parent.error().message));
     return d_.blobs.chunk_metainfo(*sel, *parent, dig, cred, std::move(answer));
   }
-  d_.blobs.metainfo(*sel, dig, cred, wait, std::move(answer));
+  const bool accept_chunks = req.query_param("chunks").value_or("") == "1";
+  d_.blobs.metainfo(*sel, dig, cred, wait, accept_chunks, std::move(answer));
 }
 
 void proxy_handler::handle_chunks(http::request&& req, const http::responder& resp) {
