@@ -1,11 +1,13 @@
 #include "chunked.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include "common/fd.h"
 #include "common/log.h"
 #include "common/text.h"
 
@@ -31,6 +33,24 @@ result<std::string> read_object(cache::store& store, const digest& d, std::uint6
       return fail_errno(errno, "read " + d.short_str());
     }
     if (r == 0) return fail(errc::size_mismatch, d.short_str() + " ended early");
+    done += static_cast<std::size_t>(r);
+  }
+  return out;
+}
+
+// Reads [off, off + n) of a file.
+result<std::string> read_file_range(const std::string& path, std::uint64_t off, std::size_t n) {
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open " + path);
+  std::string out(n, '\0');
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd.get(), out.data() + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(errno, "read " + path);
+    }
+    if (r == 0) return fail(errc::size_mismatch, path + " ended early");
     done += static_cast<std::size_t>(r);
   }
   return out;
@@ -227,7 +247,9 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       fb.url = blob_url();
       fb.authorization = auth_;
       fb.offset = c.offset;
-      auto r2 = d_.swarm.fetch(c.id, f->body, *m, seeds, std::move(fb));
+      // Transient: the chunk's file is read into the blob and seeded while wanted, never
+      // committed to the cache itself (the blob is verified whole).
+      auto r2 = d_.swarm.fetch(c.id, f->body, *m, seeds, std::move(fb), true);
       if (r2) {
         dl = *r2;
       } else if (!r2.error().is(errc::already_exists) || !d_.store.contains(c.id)) {
@@ -235,8 +257,8 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       }
     }
   }
-  // A chunk held here stays while the blob is assembled and seeded from.
-  (void)d_.store.pin(c.id, "chunked", cache::clock::now() + std::chrono::minutes(10));
+  // A chunk held in the cache stays while the blob is joined.
+  if (!dl) (void)d_.store.pin(c.id, "chunked", cache::clock::now() + std::chrono::minutes(10));
   std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> ready;
   {
     std::lock_guard lk(mu_);
@@ -267,10 +289,7 @@ status chunked_blob::wait_chunk(std::uint32_t i) {
   if (dl) {
     // A download ends by itself (its stall fallback and deadline are bounded); this bound is a
     // backstop only.
-    auto until = steady::now() + d_.deadline * 20;
-    while (dl->current() == download::state::running && steady::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    (void)dl->wait_done(d_.deadline * 20);
     if (dl->current() == download::state::failed) {
       return fail(dl->failure().value_or(error{errc::internal, "failed"}).wrap("chunk " + std::to_string(i)));
     }
@@ -278,8 +297,7 @@ status chunked_blob::wait_chunk(std::uint32_t i) {
       return fail(errc::timeout, "chunk " + std::to_string(i) + " never completed");
     }
   }
-  // complete() commits to the cache before it reports complete.
-  if (!d_.store.contains(cid)) return fail(errc::not_found, "chunk " + std::to_string(i) + " left the cache");
+  if (!dl && !d_.store.contains(cid)) return fail(errc::not_found, "chunk " + std::to_string(i) + " left the cache");
   return {};
 }
 
@@ -302,13 +320,16 @@ status chunked_blob::assemble() {
     }
     digest cid;
     std::uint64_t len;
+    std::string path;
     {
       std::lock_guard lk(mu_);
       cid = chunks_[i].id;
       len = chunks_[i].size;
+      if (chunks_[i].dl) path = chunks_[i].dl->object_path();
     }
     for (std::uint64_t off = 0; off < len;) {
-      auto part = read_object(d_.store, cid, off, static_cast<std::size_t>(std::min<std::uint64_t>(len - off, 1u << 20)));
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(len - off, 1u << 20));
+      auto part = path.empty() ? read_object(d_.store, cid, off, n) : read_file_range(path, off, n);
       if (!part) {
         w.abort(part.error().message);
         return fail(part.error().wrap("chunk " + std::to_string(i)));
