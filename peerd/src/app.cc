@@ -86,6 +86,7 @@ status app::init() {
   if (auto s = init_datasets(); !s) return s;
   {
     mirror::deps md{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
+    md.state = state_.get();
     if (datasets_) {
       md.datasets = [ds = datasets_.get()](const http::request& r, const http::responder& resp) {
         return ds->handle(r, resp);

@@ -98,6 +98,33 @@ class download_source final : public http::body_source {
   net::thread_pool* pool_;
 };
 
+// Streams a blob fetched in chunks (chunked.h) to one client, in order.
+class chunked_source final : public http::body_source {
+ public:
+  chunked_source(std::shared_ptr<chunked_blob> cb, std::uint64_t off, std::uint64_t len,
+                 std::atomic<std::uint64_t>* served)
+      : cb_(std::move(cb)), off_(std::make_shared<std::uint64_t>(off)), served_(served) {
+    end_ = len == UINT64_MAX ? cb_->size() : off + len;
+  }
+
+  void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
+    if (*off_ >= end_) return done(http::chunk::end());
+    auto n = static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, end_ - *off_));
+    cb_->read(*off_, n, [off = off_, served = served_, done = std::move(done)](result<std::string> b) {
+      if (!b) return done(fail(b.error()));
+      *off += b->size();
+      if (served) served->fetch_add(b->size());
+      done(http::chunk::bytes(std::move(*b)));
+    });
+  }
+
+ private:
+  std::shared_ptr<chunked_blob> cb_;
+  std::shared_ptr<std::uint64_t> off_;
+  std::uint64_t end_ = 0;
+  std::atomic<std::uint64_t>* served_;
+};
+
 }  // namespace
 
 // The single flight of "get the metainfo, start the download" for one object.
@@ -105,6 +132,7 @@ struct mirror::job {
   std::mutex mu;
   bool finished = false;
   std::shared_ptr<download> dl;
+  std::shared_ptr<chunked_blob> chunked;
   unsigned status = 0;  // when no download: the HTTP status to answer
   std::string message;
   std::vector<std::function<void()>> waiters;
@@ -115,6 +143,9 @@ struct mirror::job {
 mirror::mirror(deps d) : d_(d) {
   cache_hits_ = &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.").with({});
   swarm_fetches_ = &d_.metrics.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.").with({});
+  chunked_fetches_ = &d_.metrics.counter("shoal_peerd_chunked_fetches_total",
+                                         "Blobs fetched as chunk objects while registry-proxy still downloaded them.")
+                          .with({});
   forward_errors_ = &d_.metrics.counter("shoal_peerd_forward_errors_total",
                                         "Requests registry-proxy could not answer (unreachable or timed out).").with({});
 }
@@ -209,6 +240,7 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
     }
     // 2. A download in progress.
     if (auto dl = d_.swarm.find(d)) return respond_from_download(dl, head, resp);
+    if (auto cb = find_chunked(d)) return respond_from_chunked(cb, resp);
     // 3. HEAD of something we do not have: registry-proxy knows.
     if (head) {
       http::request fake;
@@ -233,15 +265,18 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
     }
     auto respond = [this, j, head, resp] {
       std::shared_ptr<download> dl;
+      std::shared_ptr<chunked_blob> chunked;
       unsigned status;
       std::string message;
       {
         std::lock_guard lk(j->mu);
         dl = j->dl;
+        chunked = j->chunked;
         status = j->status;
         message = j->message;
       }
       if (dl) return respond_from_download(dl, head, resp);
+      if (chunked) return respond_from_chunked(chunked, resp);
       // The object may have become cached meanwhile (someone else completed it).
       oci::error_code code = status == 404 ? oci::error_code::blob_unknown
                              : status == 401 ? oci::error_code::unauthorized
@@ -268,7 +303,8 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       std::lock_guard lk(j->mu);
       j->finished = true;
       if (dl) {
-        j->dl = *dl;
+        j->dl = dl->dl;
+        j->chunked = dl->chunked;
       } else {
         j->status = status ? status : 502;
         j->message = dl.error().message;
@@ -298,9 +334,32 @@ void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool hea
   resp.send(std::move(r));
 }
 
-result<std::shared_ptr<download>> mirror::start_download(const std::string& ns, const std::string& repo,
-                                                         const digest& d, const std::string& auth,
-                                                         unsigned& status_out) {
+std::shared_ptr<chunked_blob> mirror::find_chunked(const digest& d) {
+  std::lock_guard lk(mu_);
+  auto it = chunked_.find(d);
+  if (it == chunked_.end()) return nullptr;
+  if (it->second->current() != chunked_blob::state::running) {
+    chunked_.erase(it);
+    return nullptr;
+  }
+  return it->second;
+}
+
+void mirror::respond_from_chunked(const std::shared_ptr<chunked_blob>& cb, const http::responder& resp) {
+  http::response r;
+  r.status = 200;
+  r.headers.set("Docker-Content-Digest", cb->id().str());
+  r.headers.set("Content-Type", "application/octet-stream");
+  r.rangeable = true;
+  auto* served = &d_.swarm.counters_mut().served_local;
+  r.body = http::stream_body{cb->size(), [cb, served](std::uint64_t off, std::uint64_t len) {
+                               return std::make_unique<chunked_source>(cb, off, len, served);
+                             }};
+  resp.send(std::move(r));
+}
+
+result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const std::string& repo, const digest& d,
+                                                    const std::string& auth, unsigned& status_out) {
   // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
   const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
   const auto deadline = std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
@@ -308,7 +367,7 @@ result<std::shared_ptr<download>> mirror::start_download(const std::string& ns, 
   auto last_progress = steady::now();
   for (int round = 0; round < 100000; ++round) {
     std::string q = "/shoal/v1/metainfo/" + d.str() + "?repo=" + url_escape(repo, true) +
-                    "&wait_ms=" + std::to_string(wait.count());
+                    "&wait_ms=" + std::to_string(wait.count()) + "&chunks=1";
     if (!ns.empty()) q += "&ns=" + url_escape(ns);
     http::client_request r;
     r.url = proxy_url(q);
@@ -338,11 +397,38 @@ result<std::shared_ptr<download>> mirror::start_download(const std::string& ns, 
         status_out = 503;
         return fail(errc::busy, "object became available locally; retry");
       }
-      if (!dl) status_out = 500;
-      return dl;
+      if (!dl) {
+        status_out = 500;
+        return fail(dl.error());
+      }
+      return fetch_handle{*dl, nullptr};
     }
     if (f->status == 202) {
       auto j = nlohmann::json::parse(f->body, nullptr, false);
+      // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
+      if (d_.state && j.is_object() && j.contains("chunk_size") && j["chunk_size"].is_number_unsigned() &&
+          j.contains("size") && j["size"].is_number_unsigned()) {
+        auto cs = j["chunk_size"].get<std::uint64_t>();
+        auto size = j["size"].get<std::uint64_t>();
+        if (cs == 0 || size < cs || size / cs > 100000) {
+          status_out = 502;
+          return fail(errc::protocol_error, "registry-proxy announced an impossible chunk layout");
+        }
+        chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
+        cd.poll_wait = wait;
+        cd.connect_timeout =
+            std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+        cd.deadline = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
+        auto cb = std::make_shared<chunked_blob>(std::move(cd), ns, repo, d, size, cs, auth);
+        {
+          std::lock_guard lk(mu_);
+          chunked_[d] = cb;
+        }
+        cb->start();
+        chunked_fetches_->inc();
+        log::info("fetching in chunks", log::kv("digest", d.str()), log::kv("size", size), log::kv("chunk_size", cs));
+        return fetch_handle{nullptr, cb};
+      }
       std::uint64_t bytes = 0;
       if (j.is_object() && j.contains("bytes") && j["bytes"].is_number_unsigned()) bytes = j["bytes"].get<std::uint64_t>();
       auto now = steady::now();
@@ -372,15 +458,18 @@ status mirror::ensure_blob(const std::string& ns, const std::string& repo, const
                            const std::string& authorization) {
   if (d_.store.contains(d)) return {};
   std::shared_ptr<download> dl = d_.swarm.find(d);
-  if (!dl) {
+  std::shared_ptr<chunked_blob> chunked = dl ? nullptr : find_chunked(d);
+  if (!dl && !chunked) {
     unsigned s = 0;
     auto r = start_download(ns, repo, d, authorization, s);
     if (!r) {
       if (d_.store.contains(d)) return {};
       return fail(r.error());
     }
-    dl = *r;
+    dl = r->dl;
+    chunked = r->chunked;
   }
+  if (chunked) return chunked->wait();
   // Wait for the last piece: reading it completes only when it exists.
   std::promise<status> p;
   auto fut = p.get_future();
@@ -418,9 +507,20 @@ void mirror::handle_status(const http::responder& resp) {
                                 {"peers", s.peers}, {"download_rate", s.download_rate}, {"upload_rate", s.upload_rate}});
     }
     j["torrents_loaded"] = d_.swarm.loaded_torrents();
+    {
+      // Blobs being fetched as chunk objects (chunked.h): chunks complete of all.
+      std::lock_guard lk(mu_);
+      auto& arr = j["chunked"] = nlohmann::json::array();
+      for (const auto& [dd, cb] : chunked_) {
+        if (cb->current() != chunked_blob::state::running) continue;
+        auto [done, total] = cb->chunks_done();
+        arr.push_back({{"digest", dd.str()}, {"size", cb->size()}, {"chunks_done", done}, {"chunks", total}});
+      }
+    }
     j["counters"] = {{"downloads_ok", c.downloads_ok.load()}, {"downloads_failed", c.downloads_failed.load()},
                      {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
-                     {"http_fallbacks", c.fallbacks.load()}};
+                     {"http_fallbacks", c.fallbacks.load()},
+                     {"chunked_fetches", chunked_fetches_->value()}};
     resp.send(http::response::json(200, j.dump()));
   });
 }

@@ -18,6 +18,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "chunked.h"
 #include "config.h"
 #include "swarm.h"
 
@@ -34,6 +35,8 @@ class mirror {
     metrics::registry& metrics;
     // The dataset API (datasets.h): handles /shoal/v1/datasets*, false for other paths.
     std::function<bool(const http::request&, const http::responder&)> datasets;
+    // Where a chunked blob records its metainfo once joined (required for chunked fetches).
+    state_db* state = nullptr;
   };
   explicit mirror(deps d);
   void operator()(http::request&& req, http::responder resp);
@@ -49,10 +52,17 @@ class mirror {
   void serve_blob(const std::string& ns, const std::string& repo, const digest& d, const std::string& auth,
                   bool head, const http::responder& resp);
   void respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp);
-  // Gets the metainfo (long-polling while registry-proxy fetches) and starts the download.
-  [[nodiscard]] result<std::shared_ptr<download>> start_download(const std::string& ns, const std::string& repo,
-                                                                 const digest& d, const std::string& auth,
-                                                                 unsigned& status_out);
+  void respond_from_chunked(const std::shared_ptr<chunked_blob>& cb, const http::responder& resp);
+  // A fetch in progress: one download of the whole object, or the object's chunks (chunked.h).
+  struct fetch_handle {
+    std::shared_ptr<download> dl;
+    std::shared_ptr<chunked_blob> chunked;
+  };
+  // Gets the metainfo (long-polling while registry-proxy fetches) and starts the download, or
+  // the chunked fetch when registry-proxy cuts the object into chunks.
+  [[nodiscard]] result<fetch_handle> start_download(const std::string& ns, const std::string& repo, const digest& d,
+                                                    const std::string& auth, unsigned& status_out);
+  [[nodiscard]] std::shared_ptr<chunked_blob> find_chunked(const digest& d);
   void handle_pull(const http::request& req, const http::responder& resp);
   void handle_status(const http::responder& resp);
   std::string proxy_url(const std::string& path_and_query) const;
@@ -60,8 +70,10 @@ class mirror {
   deps d_;
   std::mutex mu_;
   std::map<digest, std::shared_ptr<job>> jobs_;  // metainfo fetch in progress, per object
+  std::map<digest, std::shared_ptr<chunked_blob>> chunked_;  // chunked fetches (guarded by mu_)
   metrics::counter* cache_hits_;
   metrics::counter* swarm_fetches_;
+  metrics::counter* chunked_fetches_;
   metrics::counter* forward_errors_;
 };
 

@@ -75,6 +75,12 @@ std::uint32_t download::pieces_done() const {
   return done_;
 }
 
+download::state download::wait_done(std::chrono::steady_clock::duration timeout) const {
+  std::unique_lock lk(mu_);
+  done_cv_.wait_for(lk, timeout, [this] { return st_ != state::running; });
+  return st_;
+}
+
 std::string download::complete_path() const {
   std::lock_guard lk(mu_);
   return st_ == state::complete ? object_path_ : std::string();
@@ -233,7 +239,7 @@ std::size_t swarm_manager::loaded_torrents() const {
 
 result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const std::string& torrent,
                                                        const object_metainfo& m, const std::vector<std::string>& seeds,
-                                                       fallback_info fb) {
+                                                       fallback_info fb, bool transient) {
   if (stop_.load()) return shoal::fail(errc::cancelled, "peerd is shutting down");
   std::string ih = m.info_hash_hex();
   std::string partial = cfg_.partial_dir + "/" + d.hex().substr(0, 2);
@@ -251,6 +257,7 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     dl->fallback_ = std::move(fb);
     dl->started_ = dl->last_progress_ = steady::now();
     dl->torrent_ = torrent;
+    dl->transient_ = transient;
     downloads_[d] = dl;
     by_ih_[ih] = dl;
   }
@@ -373,6 +380,10 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) {
     auto dl = by_alert(tf);
     if (!dl) return;
+    if (dl->transient_) {
+      net::post(d_.pool, [this, dl] { complete_transient(dl); });
+      return;
+    }
     // Every piece passed its hash: move the file into the cache's object directory.
     tf->handle.move_storage(d_.store.shard_dir(dl->id()), lt::move_flags_t::always_replace_files);
     return;
@@ -507,6 +518,7 @@ void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::siz
 
 void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h) {
   std::vector<lt::torrent_handle> drop;
+  std::vector<std::string> files;
   {
     std::lock_guard lk(mu_);
     auto it = seeds_.find(ih);
@@ -522,10 +534,15 @@ void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torre
       lru_.pop_back();
       auto vit = seeds_.find(victim);
       drop.push_back(vit->second.h);
+      if (!vit->second.transient_file.empty()) files.push_back(vit->second.transient_file);
       seeds_.erase(vit);
     }
   }
   for (auto& x : drop) ses_->remove(x);
+  for (const auto& f : files) {
+    std::error_code ec;
+    std::filesystem::remove(f, ec);
+  }
 }
 
 bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_params& p) {
@@ -574,6 +591,7 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
   {
     std::lock_guard lk(dl->mu_);
     dl->st_ = download::state::complete;
+    dl->done_cv_.notify_all();
     dl->object_path_ = path;
     h = dl->h_;
     // Readers waiting for a piece, or for a read_piece answer that will no longer be routed
@@ -599,6 +617,39 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
             log::kv("seconds", secs));
 }
 
+void swarm_manager::complete_transient(const std::shared_ptr<download>& dl) {
+  const digest& d = dl->id();
+  std::string path = dl->partial_dir_ + "/" + d.hex();
+  std::string ih = dl->meta().info_hash_hex();
+  lt::torrent_handle h;
+  std::vector<std::pair<std::uint32_t, std::vector<download::piece_cb>>> pending;
+  {
+    std::lock_guard lk(dl->mu_);
+    if (dl->st_ != download::state::running) return;
+    dl->st_ = download::state::complete;
+    dl->done_cv_.notify_all();
+    dl->object_path_ = path;
+    h = dl->h_;
+    for (auto& [p, cbs] : dl->waiting_) pending.emplace_back(p, std::move(cbs));
+    for (auto& [p, cbs] : dl->reading_) pending.emplace_back(p, std::move(cbs));
+    dl->waiting_.clear();
+    dl->reading_.clear();
+  }
+  {
+    std::lock_guard lk(mu_);
+    downloads_.erase(d);
+    by_ih_.erase(ih);
+    lru_.push_front(ih);
+    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), false, path};
+  }
+  for (auto& [p, cbs] : pending) {
+    for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
+  }
+  counters_.downloads_ok.fetch_add(1);
+  log::info("object downloaded", log::kv("digest", d.str()), log::kv("bytes", dl->meta().size), log::kv("transient", true),
+            log::kv("seconds", std::chrono::duration<double>(steady::now() - dl->started_).count()));
+}
+
 void swarm_manager::fail(const std::shared_ptr<download>& dl, error e) {
   std::vector<download::piece_cb> cbs;
   lt::torrent_handle h;
@@ -606,6 +657,7 @@ void swarm_manager::fail(const std::shared_ptr<download>& dl, error e) {
     std::lock_guard lk(dl->mu_);
     if (dl->st_ != download::state::running) return;
     dl->st_ = download::state::failed;
+    dl->done_cv_.notify_all();
     dl->err_ = e;
     h = dl->h_;
     for (auto& [p, v] : dl->waiting_) {
@@ -693,7 +745,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
             log::kv("first_piece", first), log::kv("pieces", count));
   http::client_request r;
   r.url = dl->fallback_.url;
-  r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
+  const std::uint64_t base = dl->fallback_.offset;
+  r.headers.emplace_back("Range", "bytes=" + std::to_string(base + from) + "-" + std::to_string(base + to));
   if (!dl->fallback_.authorization.empty()) r.headers.emplace_back("Authorization", dl->fallback_.authorization);
   r.timeouts.connect = std::chrono::milliseconds(2000);
   r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2;
@@ -710,8 +763,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
     st->status = h.status;
     return h.status == 206 || h.status == 200;
   };
-  cb.on_data = [this, dl, st, first, from](std::string_view chunk) {
-    if (st->status == 200 && st->buf.empty() && st->next == first && from > 0) {
+  cb.on_data = [this, dl, st, first, from, base](std::string_view chunk) {
+    if (st->status == 200 && st->buf.empty() && st->next == first && base + from > 0) {
       // The server ignored the range: give up on this fallback (never feed wrong offsets).
       return false;
     }
@@ -789,6 +842,7 @@ void swarm_manager::monitor() {
         for (auto& [ih, s] : seeds_) snap.emplace_back(ih, s.h);
       }
       std::vector<lt::torrent_handle> drop;
+      std::vector<std::string> files;
       std::vector<digest> keep;
       for (auto& [ih, h] : snap) {
         bool serving = swarm::serving_a_peer(h);
@@ -798,6 +852,7 @@ void swarm_manager::monitor() {
         if (serving) it->second.last_used = now;
         if (now - it->second.last_used > idle) {
           drop.push_back(it->second.h);
+          if (!it->second.transient_file.empty()) files.push_back(it->second.transient_file);
           lru_.erase(it->second.lru);
           seeds_.erase(it);
         } else {
@@ -805,6 +860,10 @@ void swarm_manager::monitor() {
         }
       }
       for (auto& h : drop) ses_->remove(h);
+      for (const auto& f : files) {
+        std::error_code ec;
+        std::filesystem::remove(f, ec);
+      }
       auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
       for (const auto& d : keep) {
         if (d_.store.pin(d, "swarm", expiry)) (void)d_.store.unpin(d, "swarm");

@@ -64,6 +64,7 @@ struct source_counters {
 struct fallback_info {
   std::string url;            // full blob URL on registry-proxy (with ns=)
   std::string authorization;  // the client's Authorization header, if any
+  std::uint64_t offset = 0;   // where the object starts inside `url` (a chunk of a larger blob)
 };
 
 class swarm_manager;
@@ -80,9 +81,13 @@ class download : public std::enable_shared_from_this<download> {
   [[nodiscard]] state current() const;
   [[nodiscard]] std::optional<error> failure() const;
   [[nodiscard]] std::uint32_t pieces_done() const;
-  // The cache's object file once the download is complete, empty before: only then are all its
-  // bytes in a file (a piece that passed its hash may still sit in libtorrent's store buffer).
+  // The complete object's file (the cache's, or the partial file of a transient download), empty
+  // before completion: only then are all its bytes in a file (a piece that passed its hash may
+  // still sit in libtorrent's store buffer).
   [[nodiscard]] std::string complete_path() const;
+  // Blocks until the download is complete or failed, or `timeout` passed; returns the state.
+  [[nodiscard]] state wait_done(std::chrono::steady_clock::duration timeout) const;
+  [[nodiscard]] bool transient() const { return transient_; }
 
   // Delivers the verified bytes of piece `i` once it exists (or an error), on some internal
   // thread; keep the callback short. Also tells the swarm a local reader needs this piece soon.
@@ -99,8 +104,13 @@ class download : public std::enable_shared_from_this<download> {
   lt::torrent_handle h_;
   fallback_info fallback_;
   std::string torrent_;
+  // A transient download (a chunk of a larger blob, chunked.h) is not committed to the cache:
+  // every piece passed its SHA-1 and the blob it belongs to is verified whole, so the file stays
+  // in the partial directory, is seeded from there while wanted and deleted when unloaded.
+  bool transient_ = false;
 
   mutable std::mutex mu_;
+  mutable std::condition_variable done_cv_;  // notified when st_ leaves running
   state st_ = state::running;
   std::optional<error> err_;
   std::vector<bool> have_;
@@ -136,7 +146,7 @@ class swarm_manager {
   // (registry-proxy's Shoal-Seed), in addition to the tracker's answers.
   [[nodiscard]] result<std::shared_ptr<download>> fetch(const digest& d, const std::string& torrent,
                                                         const object_metainfo& m, const std::vector<std::string>& seeds,
-                                                        fallback_info fb);
+                                                        fallback_info fb, bool transient = false);
   [[nodiscard]] std::shared_ptr<download> find(const digest& d) const;
 
   // Info-hashes of every complete object held here (for the scheduler's holder index).
@@ -188,6 +198,7 @@ class swarm_manager {
   void on_alert(lt::alert* a);
   void monitor();
   void complete(const std::shared_ptr<download>& dl);
+  void complete_transient(const std::shared_ptr<download>& dl);
   void fail(const std::shared_ptr<download>& dl, error e);
   void start_fallback(const std::shared_ptr<download>& dl);
   void quarantine(const digest& d, const std::string& why);
@@ -212,6 +223,7 @@ class swarm_manager {
     std::chrono::steady_clock::time_point last_used;
     std::list<std::string>::iterator lru;
     bool lazy = false;  // loaded on demand: pieces verified on first upload
+    std::string transient_file;  // deleted once unloaded (transient downloads)
   };
   std::map<std::string, seed_entry> seeds_;  // by info-hash hex
   std::list<std::string> lru_;

@@ -85,8 +85,11 @@ status app::init() {
                                         "Blob bytes served from the cache (whole-object responses).").with({});
   bm.fetch_failures = &reg_.counter("shoal_proxy_upstream_failures_total",
                                     "Blob fetches that failed on the network or timed out.").with({});
+  bm.chunks = &reg_.counter("shoal_proxy_chunks_total",
+                            "Chunk objects cut from large blobs while they streamed in (torrent.chunk_size).").with({});
   blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
   blobs_->set_fetch_limit(cfg_.torrent.enabled ? cfg_.torrent.fetch_concurrency : 0);
+  blobs_->set_chunk_size(cfg_.torrent.enabled ? cfg_.torrent.chunk_size.bytes() : 0);
 
   manifest_metrics mm;
   mm.upstream_requests = &reg_.counter("shoal_proxy_upstream_manifest_requests_total",

@@ -1,12 +1,15 @@
 #include "blobs.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/log.h"
 #include "common/oci.h"
+
+#include <nlohmann/json.hpp>
 
 namespace shoal::proxy {
 
@@ -40,6 +43,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     // the fetches ahead of it; then its own on top. Monotonic, so a long-polling peer sees
     // progress while the queue moves.
     std::uint64_t progress = 0;
+    std::shared_ptr<chunk_list> chunks;  // set when the object is cut into chunk objects
   };
 
   blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred)
@@ -48,6 +52,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   const digest& id() const { return id_; }
   // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
   void want_metainfo() { want_meta_.store(true); }
+  // A node that understands chunk objects waits for it: cut it into chunks (chunks.h).
+  void want_chunks() { want_chunks_.store(true); }
 
   // Admission bookkeeping, guarded by blob_service::mu_.
   bool admitted = false;  // counted in blob_service::running_
@@ -115,7 +121,21 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     s.available = inflight_ ? inflight_->available() : 0;
     s.queued = !began_;
     s.progress = began_ ? started_at_ - enqueued_at_ + s.available : svc_.upstream_progress() - enqueued_at_;
+    s.chunks = chunks_;
     return s;
+  }
+
+  // Runs `cb` once the object is known to be cut into chunks (at once if it is). Never runs
+  // for an object that is not chunked: the waiter is dropped when the fetch ends.
+  void when_chunked(std::function<void()> cb) {
+    {
+      std::lock_guard lk(mu_);
+      if (!chunks_) {
+        if (ph_ == phase::starting || ph_ == phase::streaming) chunk_waiters_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
   }
 
  private:
@@ -206,12 +226,28 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       // Piece hashes cost CPU on every byte: compute them while streaming only when someone
       // already asked for the metainfo (peerd always does); else lazily when first asked.
       if (size && want_meta_.load()) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
+      // A large object peerd waits for is also cut into chunk objects that swarm while the
+      // rest still downloads (chunks.h).
+      std::shared_ptr<chunk_list> chunks;
+      if (std::uint64_t cs = size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0; cs) {
+        chunks = std::make_shared<chunk_list>(id_, *size, cs);
+        svc_.register_chunks(chunks);
+        bool pub = who_ == acting_as::proxy;
+        chunker_ = std::make_unique<chunker>(chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
+                                                                                  const object_metainfo& m) {
+          return svc->commit_chunk(e, b, m, pub, repo_key);
+        });
+      }
+      std::vector<std::function<void()>> chunk_waiters;
       {
         std::lock_guard lk(mu_);
         inflight_ = ticket->inflight;
         size_ = size;
+        chunks_ = chunks;
+        if (chunks_) chunk_waiters.swap(chunk_waiters_);
       }
       set_phase(phase::streaming, 0, {});
+      for (auto& w : chunk_waiters) w();
       return true;
     }
     if (h.status == 401 && auth_round_ == 0 &&
@@ -239,6 +275,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       return false;
     }
     if (pieces_) pieces_->update(pending_.data(), pending_.size());
+    if (chunker_) chunker_->update(pending_.data(), pending_.size());
     svc_.note_upstream_bytes(pending_.size());
     if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(pending_.size());
     pending_.clear();
@@ -269,6 +306,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       return restart();
     }
     if (pending_error_) {
+      if (chunker_) chunker_->abort(pending_message_);
       if (writer_) writer_->abort(pending_message_);
       writer_.reset();
       return fail_and_fire(pending_status_, pending_message_);
@@ -281,6 +319,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     if (already_committed) return svc_.finish_fetch(shared_from_this());
     if (!r) {
       std::string msg = "upstream " + sel_.up->cfg.name + ": " + r.error().message;
+      if (chunker_) chunker_->abort(msg);
       if (writer_) writer_->abort(msg);
       writer_.reset();
       if (svc_.counters().fetch_failures) svc_.counters().fetch_failures->inc();
@@ -288,6 +327,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     }
     if (writer_) {
       if (!flush_pending()) {
+        if (chunker_) chunker_->abort(pending_message_);
         writer_->abort(pending_message_);
         writer_.reset();
         return fail_and_fire(pending_status_, pending_message_);
@@ -309,11 +349,19 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
   // Worker thread.
   void commit() {
+    // The last chunk first: nodes wait for it, not for the blob's own commit.
+    if (chunker_) {
+      if (auto st = chunker_->finish(); !st) {
+        log::warn("chunk objects incomplete; nodes fall back to the whole object", log::kv("digest", id_.str()),
+                  log::kv("error", st.error().message));
+      }
+    }
     auto info = writer_->commit();
     writer_.reset();
     if (!info) {
       std::string msg = info.error().message;
       if (info.error().is(errc::digest_mismatch) || info.error().is(errc::size_mismatch)) {
+        if (chunks_) chunks_->fail("the blob does not match its digest: " + msg, true);
         if (svc_.counters().digest_mismatch) svc_.counters().digest_mismatch->inc();
         log::error("upstream sent wrong bytes; object discarded", log::kv("digest", id_.str()),
                    log::kv("upstream", sel_.up->cfg.name), log::kv("repo", sel_.repo), log::kv("error", msg));
@@ -365,7 +413,10 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         message_ = std::move(msg);
       }
       if (p != phase::starting) heads.swap(head_waiters_);
-      if (p == phase::committed || p == phase::failed) dones.swap(done_waiters_);
+      if (p == phase::committed || p == phase::failed) {
+        dones.swap(done_waiters_);
+        chunk_waiters_.clear();
+      }
     }
     for (auto& f : heads) f();
     for (auto& f : dones) f();
@@ -384,8 +435,10 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   // Client-thread state (one transfer at a time).
   std::unique_ptr<cache::object_writer> writer_;
   std::unique_ptr<async_metainfo_builder> pieces_;
+  std::unique_ptr<chunker> chunker_;
   std::string pending_;  // upstream bytes not yet handed to the writer
   std::atomic<bool> want_meta_{false};
+  std::atomic<bool> want_chunks_{false};
   std::string err_body_;
   unsigned capture_status_ = 0;
   std::string retry_after_capture_;
@@ -403,6 +456,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   http::request_id req_id_ = 0;
   std::optional<std::uint64_t> size_;
   std::shared_ptr<cache::inflight_object> inflight_;
+  std::shared_ptr<chunk_list> chunks_;
+  std::vector<std::function<void()>> chunk_waiters_;
   unsigned status_ = 0;
   std::string message_, retry_after_;
   std::vector<std::function<void()>> head_waiters_, done_waiters_;
@@ -594,7 +649,7 @@ void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
 }
 
 std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d, const credential& cred,
-                                                        bool& started, bool for_metainfo) {
+                                                        bool& started, bool for_metainfo, bool for_chunks) {
   std::shared_ptr<blob_fetch> f;
   {
     std::lock_guard lk(mu_);
@@ -604,6 +659,7 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
       if (m_.joins) m_.joins->inc();
       f = it->second;
       if (for_metainfo) f->want_metainfo();
+      if (for_chunks) f->want_chunks();
       if (f->admitted || for_metainfo) return f;
       // An HTTP client streams this object: it may not wait in the queue.
       queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
@@ -612,6 +668,7 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
     } else {
       f = std::make_shared<blob_fetch>(*this, sel, d, cred);
       if (for_metainfo) f->want_metainfo();
+      if (for_chunks) f->want_chunks();
       fetches_[d] = f;
       started = true;
       bool room = fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_);
@@ -747,7 +804,8 @@ result<metainfo_answer> blob_service::cached_metainfo(const digest& d) {
 }
 
 void blob_service::metainfo(const selection& sel, const digest& d, const credential& cred,
-                            std::chrono::milliseconds wait, std::function<void(metainfo_answer)> done) {
+                            std::chrono::milliseconds wait, bool accept_chunks,
+                            std::function<void(metainfo_answer)> done) {
   auto answer_cached = [this, sel, d, cred, done] {
     auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
     if (!v.allowed) {
@@ -765,7 +823,7 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
     }
     done(std::move(*a));
   };
-  net::post(pool_, [this, sel, d, cred, wait, done, answer_cached] {
+  net::post(pool_, [this, sel, d, cred, wait, accept_chunks, done, answer_cached] {
     if (store_.contains(d)) return answer_cached();
     if (stopping_) {
       metainfo_answer a;
@@ -774,7 +832,7 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       return done(std::move(a));
     }
     bool started = false;
-    auto f = join_or_start(sel, d, cred, started, true);
+    auto f = join_or_start(sel, d, cred, started, true, accept_chunks);
     auto fired = std::make_shared<std::atomic<bool>>(false);
     auto timer = std::make_shared<net::steady_timer>(io_, wait);
     f->when_done([this, f, fired, timer, done, answer_cached] {
@@ -791,11 +849,26 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       a.retry_after = s.retry_after;
       done(std::move(a));
     });
-    timer->async_wait([f, fired, done](boost::system::error_code ec) {
+    // A chunked object answers at once: the node fetches its chunks while the rest downloads.
+    if (accept_chunks) f->when_chunked([f, fired, timer, done] {
+      if (fired->exchange(true)) return;
+      timer->cancel();
+      auto s = f->snap();
+      metainfo_answer a;
+      a.status = 202;
+      a.chunk_size = s.chunks ? s.chunks->chunk_size() : 0;
+      a.bytes_done = s.progress;
+      a.size = s.size.value_or(0);
+      a.message = "fetch in progress; chunks swarm";
+      a.retry_after = "1";
+      done(std::move(a));
+    });
+    timer->async_wait([f, fired, accept_chunks, done](boost::system::error_code ec) {
       if (ec || fired->exchange(true)) return;
       auto s = f->snap();
       metainfo_answer a;
       a.status = 202;
+      if (s.chunks && accept_chunks) a.chunk_size = s.chunks->chunk_size();
       // Progress, not the object's own bytes: peers treat a growing value as liveness, and an
       // object waiting in the fetch queue grows with the fetches ahead of it.
       a.bytes_done = s.progress;
@@ -804,6 +877,112 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       a.retry_after = "1";
       done(std::move(a));
     });
+  });
+}
+
+}  // namespace shoal::proxy
+
+namespace shoal::proxy {
+
+void blob_service::register_chunks(const std::shared_ptr<chunk_list>& c) {
+  std::lock_guard lk(mu_);
+  if (!chunk_lists_.count(c->parent())) chunk_order_.push_back(c->parent());
+  chunk_lists_[c->parent()] = c;
+  // Kept for nodes still joining after the blob is committed; the oldest go first.
+  while (chunk_order_.size() > 256) {
+    chunk_lists_.erase(chunk_order_.front());
+    chunk_order_.pop_front();
+  }
+}
+
+std::shared_ptr<chunk_list> blob_service::chunks_of(const digest& parent) const {
+  std::lock_guard lk(mu_);
+  auto it = chunk_lists_.find(parent);
+  return it == chunk_lists_.end() ? nullptr : it->second;
+}
+
+status blob_service::commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
+                                  bool is_public, const std::string& repo_key) {
+  // A chunk is visible to exactly those who may read its blob.
+  (void)st_.add_visibility(e.id, is_public, repo_key);
+  auto t = store_.begin_write(e.id, e.size, cache::object_kind::blob);
+  if (!t) return fail(t.error().wrap("cache chunk " + e.id.short_str()));
+  if (t->role == cache::write_role::writer) {
+    if (auto st = t->writer->write(std::string_view(bytes)); !st) return fail(st.error().wrap("write chunk"));
+    if (auto info = t->writer->commit(); !info) return fail(info.error().wrap("commit chunk"));
+  } else if (t->role == cache::write_role::follower) {
+    // The same bytes are being cached for another blob: wait for that write (bounded).
+    for (int i = 0; i < 3000 && !store_.contains(e.id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!store_.contains(e.id)) return fail(errc::timeout, "chunk " + e.id.short_str() + " written elsewhere never committed");
+  }
+  (void)st_.put_metainfo(e.id, m.torrent_file({}));
+  if (m_.chunks) m_.chunks->inc();
+  log::debug("chunk cached", log::kv("digest", e.id.str()), log::kv("offset", e.offset), log::kv("bytes", e.size));
+  notify_committed(e.id, m);
+  return {};
+}
+
+namespace {
+
+nlohmann::json chunk_json(const chunk_list& c, const chunk_list::snapshot& s) {
+  nlohmann::json j;
+  j["digest"] = c.parent().str();
+  j["size"] = c.size();
+  j["chunk_size"] = c.chunk_size();
+  j["chunk_count"] = c.chunk_count();
+  j["complete"] = s.complete;
+  if (s.failed) j["error"] = *s.failed;
+  auto& arr = j["chunks"] = nlohmann::json::array();
+  for (const auto& e : s.chunks) arr.push_back({{"digest", e.id.str()}, {"offset", e.offset}, {"size", e.size}});
+  return j;
+}
+
+}  // namespace
+
+void blob_service::chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
+                          std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done) {
+  net::post(pool_, [this, sel, parent, cred, have, wait, done] {
+    auto c = chunks_of(parent);
+    if (!c) return done(404, R"({"error":"the object is not cut into chunks here"})");
+    auto v = access_.check(sel, parent, "/v2/" + sel.repo + "/blobs/" + parent.str(), cred);
+    if (!v.allowed) return done(v.status, nlohmann::json{{"error", v.message}}.dump());
+    auto fired = std::make_shared<std::atomic<bool>>(false);
+    auto timer = std::make_shared<net::steady_timer>(io_, wait);
+    auto answer = [c, fired, timer, done] {
+      if (fired->exchange(true)) return;
+      timer->cancel();
+      done(200, chunk_json(*c, c->snap()).dump());
+    };
+    timer->async_wait([answer](boost::system::error_code ec) {
+      if (!ec) answer();
+    });
+    c->when_beyond(have, answer);
+  });
+}
+
+void blob_service::chunk_metainfo(const selection& sel, const digest& parent, const digest& chunk,
+                                  const credential& cred, std::function<void(metainfo_answer)> done) {
+  net::post(pool_, [this, sel, parent, chunk, cred, done] {
+    metainfo_answer e;
+    auto c = chunks_of(parent);
+    if (!c || !c->contains(chunk)) {
+      e.status = 404;
+      e.message = chunk.short_str() + " is not a published chunk of " + parent.short_str();
+      return done(std::move(e));
+    }
+    auto v = access_.check(sel, parent, "/v2/" + sel.repo + "/blobs/" + parent.str(), cred);
+    if (!v.allowed) {
+      e.status = v.status;
+      e.message = v.message;
+      return done(std::move(e));
+    }
+    auto a = cached_metainfo(chunk);
+    if (!a) {
+      e.status = a.error().is(errc::not_found) ? 404 : 500;
+      e.message = a.error().message;
+      return done(std::move(e));
+    }
+    done(std::move(*a));
   });
 }
 

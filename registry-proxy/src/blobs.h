@@ -23,6 +23,7 @@
 #include "access.h"
 #include "cache/store.h"
 #include "common/http_server.h"
+#include "chunks.h"
 #include "common/metainfo.h"
 #include "common/oci.h"
 #include "common/metrics.h"
@@ -39,6 +40,7 @@ struct metainfo_answer {
   std::string torrent;    // status 200: the .torrent bytes without trackers (caller adds them)
   std::optional<object_metainfo> meta;
   std::uint64_t bytes_done = 0, size = 0;  // status 202: progress
+  std::uint64_t chunk_size = 0;            // status 202: the object is cut into chunks of this size
   std::string message;
   std::string www_authenticate, retry_after;
 };
@@ -50,6 +52,7 @@ struct blob_metrics {
   metrics::counter* digest_mismatch = nullptr;
   metrics::counter* served_cache_bytes = nullptr;
   metrics::counter* fetch_failures = nullptr;
+  metrics::counter* chunks = nullptr;  // chunk objects committed
 };
 
 class blob_service {
@@ -62,8 +65,10 @@ class blob_service {
   void serve(const selection& sel, const digest& d, const credential& cred, bool head, http::responder resp);
 
   // The metainfo of `d`, fetching the object if needed and waiting at most `wait` for it.
+  // `accept_chunks`: the asker understands chunk objects (peerd sends chunks=1); a large object
+  // is then cut into chunks and the answer is 202 with its chunk size as soon as it is.
   void metainfo(const selection& sel, const digest& d, const credential& cred, std::chrono::milliseconds wait,
-                std::function<void(metainfo_answer)> done);
+                bool accept_chunks, std::function<void(metainfo_answer)> done);
 
   // Called (on a worker thread) after an object is committed and its metainfo stored.
   void on_committed(std::function<void(const digest&, const object_metainfo&)> cb) { committed_cb_ = std::move(cb); }
@@ -72,6 +77,23 @@ class blob_service {
   // wait in arrival order (0: no limit). Fetches for HTTP clients never wait: they start at once
   // and count toward the limit. Call before serving.
   void set_fetch_limit(int n) { fetch_limit_ = n; }
+  // Objects at least twice this long that peerd waits for are cut into chunk objects of this
+  // size (chunks.h); 0: never. Call before serving.
+  void set_chunk_size(std::uint64_t n) { chunk_size_ = n; }
+  [[nodiscard]] std::uint64_t chunk_size() const { return chunk_size_; }
+  // The chunks of a blob being fetched or fetched recently (null when it was not chunked).
+  [[nodiscard]] std::shared_ptr<chunk_list> chunks_of(const digest& parent) const;
+  // Shared by the fetch machinery (chunker's worker thread).
+  void register_chunks(const std::shared_ptr<chunk_list>& c);
+  [[nodiscard]] status commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
+                                    bool is_public, const std::string& repo_key);
+  // GET /shoal/v1/chunks/<parent>: the chunks published so far, once more than `have` are (or
+  // the list is complete or failed, or `wait` passed). Answers status and a JSON body.
+  void chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
+              std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done);
+  // The metainfo of chunk object `chunk` of `parent`: access is that of the parent blob.
+  void chunk_metainfo(const selection& sel, const digest& parent, const digest& chunk, const credential& cred,
+                      std::function<void(metainfo_answer)> done);
 
   [[nodiscard]] std::size_t inflight_count() const;
   // Fetches waiting for their turn (set_fetch_limit).
@@ -103,7 +125,7 @@ class blob_service {
   // `for_metainfo`: the caller wants the metainfo (pieces are hashed as bytes arrive) and waits
   // through metainfo long-polls, so the fetch may wait its turn in the queue.
   std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started,
-                                            bool for_metainfo = false);
+                                            bool for_metainfo = false, bool for_chunks = false);
   // Starts queued fetches while fewer than fetch_limit_ run. Called with mu_ held; returns the
   // fetches to start once it is released.
   std::vector<std::shared_ptr<blob_fetch>> admit_locked();
@@ -122,6 +144,9 @@ class blob_service {
   std::deque<std::shared_ptr<blob_fetch>> queue_;  // waiting for a slot (guarded by mu_)
   std::size_t running_ = 0;                        // admitted and not finished (guarded by mu_)
   int fetch_limit_ = 0;
+  std::uint64_t chunk_size_ = 0;
+  std::map<digest, std::shared_ptr<chunk_list>> chunk_lists_;  // guarded by mu_
+  std::deque<digest> chunk_order_;                             // oldest first (guarded by mu_)
   std::atomic<std::uint64_t> upstream_progress_{0};
   std::atomic<bool> stopping_{false};
 };

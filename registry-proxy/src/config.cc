@@ -72,6 +72,13 @@ void describe(config::binder& b, torrent_config& c) {
           "swarms while the next still downloads (docs/p2p.md). Fetches for HTTP clients never wait. "
           "0: no limit.",
           {.min = 0, .max = 1000});
+  b.field("chunk_size", c.chunk_size,
+          "A blob at least twice this long that a node waits for is also cut, as it streams in from "
+          "upstream, into chunk objects of this size (raised so a blob has at most 256), each with its "
+          "own metainfo and seeded as soon as its bytes are in: nodes swarm the first chunks while the "
+          "rest still downloads, instead of waiting for the whole blob (docs/p2p.md). Chunks take cache "
+          "space beside their blob until evicted. 0: off.",
+          {.max = config::byte_size::gib(4)});
   b.field("super_seeding", c.super_seeding,
           "Super-seed to peerd nodes (BEP 16 semantics, done by Shoal): each node is offered a few "
           "pieces at a time, those no node holds first, so the origin sends every piece once before it "

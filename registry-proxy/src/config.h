@@ -55,6 +55,7 @@ struct torrent_config {
   config::duration metainfo_wait = 20s;     // how long a metainfo request waits for a fetch
   int connections_limit = 4000;
   int fetch_concurrency = 1;                // upstream fetches for swarms at once (0: no limit)
+  config::byte_size chunk_size = config::byte_size::mib(16);  // chunk objects of large blobs (0: off)
   bool super_seeding = true;                // offer each node a few pieces at a time (docs/p2p.md)
   int superseed_offers = 8;                 // pieces on offer per node connection
   bool superseed_in_order = true;           // offer pieces front to back (streaming readers)

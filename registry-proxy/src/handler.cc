@@ -29,12 +29,21 @@ result<std::optional<std::string>> ns_param(const http::request& req) {
   return std::optional<std::string>();
 }
 
+// A decimal count of at most 18 digits (no sign, no spaces).
+std::optional<std::uint64_t> parse_uint(std::string_view v) {
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  std::uint64_t out = 0;
+  for (char c : v) out = out * 10 + static_cast<std::uint64_t>(c - '0');
+  return out;
+}
+
 }  // namespace
 
 std::string route_of(std::string_view target) {
   auto q = target.find('?');
   std::string_view path = target.substr(0, q);
   if (path.rfind("/shoal/v1/metainfo/", 0) == 0) return "metainfo";
+  if (path.rfind("/shoal/v1/chunks/", 0) == 0) return "chunks";
   if (path.rfind("/shoal/v1/dataset", 0) == 0) return "dataset";
   if (path.rfind("/v2", 0) == 0) {
     if (path.rfind("/blobs/") != std::string_view::npos) return "blob";
@@ -50,6 +59,7 @@ void proxy_handler::operator()(http::request&& req, http::responder resp) {
   if (daemon::serve_ops(req, resp, d_.metrics, d_.health)) return;
   if (req.path.rfind("/v2", 0) == 0) return handle_v2(std::move(req), resp);
   if (req.path.rfind("/shoal/v1/metainfo/", 0) == 0) return handle_metainfo(std::move(req), resp);
+  if (req.path.rfind("/shoal/v1/chunks/", 0) == 0) return handle_chunks(std::move(req), resp);
   if (d_.datasets && req.path.rfind("/shoal/v1/dataset", 0) == 0 && d_.datasets(req, resp)) return;
   resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
 }
@@ -128,7 +138,7 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
     }
   }
   auto dig = *d;
-  d_.blobs.metainfo(*sel, dig, cred, wait, [this, resp, dig](metainfo_answer a) {
+  auto answer = [this, resp, dig](metainfo_answer a) {
     if (a.status == 200 && a.meta) {
       auto r = http::response::text(200, a.meta->torrent_file(d_.trackers), "application/x-bittorrent");
       r.headers.set("Shoal-Info-Hash", a.meta->info_hash_hex());
@@ -140,6 +150,8 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
     }
     if (a.status == 202) {
       nlohmann::json j = {{"status", "fetching"}, {"bytes", a.bytes_done}, {"size", a.size}};
+      // The object is cut into chunk objects: GET /shoal/v1/chunks/<digest> lists them.
+      if (a.chunk_size) j["chunk_size"] = a.chunk_size;
       auto r = http::response::json(202, j.dump());
       r.headers.set("Retry-After", a.retry_after.empty() ? "1" : a.retry_after);
       return resp.send(std::move(r));
@@ -152,6 +164,47 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
     auto r = oci_error(a.status ? a.status : 502, code, a.message);
     if (!a.retry_after.empty()) r.headers.set("Retry-After", a.retry_after);
     resp.send(std::move(r));
+  };
+  // parent=<blob>: `dig` is one of the blob's chunk objects (chunks.h).
+  if (auto p = req.query_param("parent")) {
+    auto parent = digest::parse(*p);
+    if (!parent) return resp.send(oci_error(400, oci::error_code::digest_invalid, "parent: " + parent.error().message));
+    return d_.blobs.chunk_metainfo(*sel, *parent, dig, cred, std::move(answer));
+  }
+  const bool accept_chunks = req.query_param("chunks").value_or("") == "1";
+  d_.blobs.metainfo(*sel, dig, cred, wait, accept_chunks, std::move(answer));
+}
+
+void proxy_handler::handle_chunks(http::request&& req, const http::responder& resp) {
+  std::string_view rest = std::string_view(req.path).substr(std::string_view("/shoal/v1/chunks/").size());
+  auto d = digest::parse(rest);
+  if (!d) return resp.send(oci_error(400, oci::error_code::digest_invalid, d.error().message));
+  auto repo = req.query_param("repo");
+  if (!repo || !oci::valid_name(*repo)) {
+    return resp.send(oci_error(400, oci::error_code::name_invalid, "chunks needs repo=<repository>"));
+  }
+  auto ns = ns_param(req);
+  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
+  auto sel = d_.upstreams.select(*ns, *repo);
+  if (!sel) {
+    unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
+    return resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));
+  }
+  std::size_t have = 0;
+  if (auto h = req.query_param("have")) {
+    auto v = parse_uint(*h);
+    if (!v || *v > 1000000) return resp.send(oci_error(400, oci::error_code::unsupported, "have must be a count"));
+    have = static_cast<std::size_t>(*v);
+  }
+  auto wait = d_.metainfo_wait;
+  if (auto w = req.query_param("wait_ms")) {
+    auto v = parse_uint(*w);
+    if (!v) return resp.send(oci_error(400, oci::error_code::unsupported, "wait_ms must be milliseconds"));
+    wait = std::min(wait, std::chrono::milliseconds(*v));
+  }
+  credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
+  d_.blobs.chunks(*sel, *d, cred, have, wait, [resp](unsigned status, std::string body) {
+    resp.send(http::response::json(status, std::move(body)));
   });
 }
 

@@ -40,6 +40,7 @@ class proxy_handler {
  private:
   void handle_v2(http::request&& req, const http::responder& resp);
   void handle_metainfo(http::request&& req, const http::responder& resp);
+  void handle_chunks(http::request&& req, const http::responder& resp);
   handler_deps d_;
 };
 

@@ -19,15 +19,18 @@ end of each.
      empty and rebuilds its holder index from heartbeats
   08 registry-proxy unreachable: containerd falls back to the registry, in bounded time
   09 peerd kill -9 mid-download: after restart no partial object is visible, the retry succeeds
-  10 the kubelet path: every node's containerd pulls through its CRI plugin (ImageService/
-     PullImage, hosts.toml via the plugin's config_path) at once; same checks as 01
+  10 a large layer swarms in chunk objects while registry-proxy still fetches it: one registry GET,
+     the chunks are contiguous and verify, every node joins them into the layer
+  11 the kubelet path: every node's containerd pulls through its CRI plugin (ImageService/
+     PullImage, hosts.toml via the plugin's config_path) at once; every blob came through peerd
 
-Every containerd runs its CRI plugin (test 10 needs it); the other tests pull with ctr.
+Every containerd runs its CRI plugin (test 11 needs it); the other tests pull with ctr.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import signal
 import sys
@@ -377,14 +380,65 @@ class ClusterTest(ClusterCase):
         self.assertEqual(hashlib.sha256((objects / layer.digest[7:9] / layer.digest[7:]).read_bytes()).hexdigest(),
                          layer.digest[7:])
 
-    def test_10_kubelet_path_cri_pull(self):
+    def test_10_large_layer_swarms_in_chunks_while_fetched(self):
+        # 56 MiB is cut into chunk objects of 16 MiB (the last 24 MiB) while registry-proxy
+        # streams it from the registry; every node fetches the chunks through the swarm and joins
+        # them into the layer.
+        layout, ref, img = self.push("chunked", [56 * MiB, 2 * MiB])
+        layer = img.layers[0]
+        repo = "test/chunked"
+        mark = self.c.registry.mark()
+        chunks0 = self.c.proxy_metrics().get("shoal_proxy_chunks_total", 0)
+        before = [self.status(i)["counters"].get("chunked_fetches", 0) for i in range(NODES)]
+        t0 = time.monotonic()
+        results = self.c.pull_all(ref, timeout=120)
+        self.timings["10 4 nodes pull a 56 MiB layer in chunks"] = time.monotonic() - t0
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        for c in self.c.containerds:
+            c.verify_unpacked(layout.images)
+        self.c.registry.wait_log_quiet()
+        gets = self.c.registry.blob_gets(since=mark)
+        for b in img.blobs():
+            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+        self.assertEqual(self.c.proxy_metrics().get("shoal_proxy_chunks_total", 0) - chunks0, 3)
+        after = [self.status(i)["counters"].get("chunked_fetches", 0) for i in range(NODES)]
+        self.assertTrue(all(a - b == 1 for a, b in zip(after, before)), f"chunked fetches {before} -> {after}")
+        # registry-proxy's chunk list: contiguous, the layer's bytes, each chunk its own digest.
+        url = (f"{self.c.proxy.url}/shoal/v1/chunks/{layer.digest}?repo={repo}&ns={self.c.registry.host_port}"
+               f"&have=0&wait_ms=1000")
+        code, body = self.fetch_bytes(None, url)
+        self.assertEqual(code, 200, body)
+        lst = json.loads(body)
+        self.assertTrue(lst["complete"])
+        self.assertEqual([(c["offset"], c["size"]) for c in lst["chunks"]],
+                         [(0, 16 * MiB), (16 * MiB, 16 * MiB), (32 * MiB, layer.size - 32 * MiB)])
+        data = layout.blob_path(layer.digest).read_bytes()
+        for c in lst["chunks"]:
+            self.assertEqual(c["digest"], "sha256:" + sha256_hex(data[c["offset"]:c["offset"] + c["size"]]))
+        # A chunk's metainfo needs its parent; a digest that is not one of its chunks is refused,
+        # and so is a malformed parent.
+        chunk = lst["chunks"][1]["digest"]
+        base = f"{self.c.proxy.url}/shoal/v1/metainfo/{chunk}?repo={repo}&ns={self.c.registry.host_port}"
+        code, body = self.fetch_bytes(None, base + f"&parent={layer.digest}")
+        self.assertEqual(code, 200)
+        self.assertEqual(Torrent(body).length, 16 * MiB)
+        code, _ = self.fetch_bytes(None, base + f"&parent={img.layers[1].digest}")
+        self.assertEqual(code, 404)
+        code, _ = self.fetch_bytes(None, base + "&parent=sha256:nothex")
+        self.assertEqual(code, 400)
+        code, _ = self.fetch_bytes(None, url.replace("have=0", "have=-1"))
+        self.assertEqual(code, 400)
+
+
+    def test_11_kubelet_path_cri_pull(self):
         layout, ref, img = self.push("kubelet", [16 * MiB, 8 * MiB])
         size = sum(b.size for b in img.blobs())
         mark = self.c.registry.mark()
         before = [self.bytes_of(i) for i in range(NODES)]
         t0 = time.monotonic()
         results = self.c.pull_all(ref, timeout=120, cri=True)
-        self.timings["10 4 nodes pull 24 MiB through the CRI plugin"] = time.monotonic() - t0
+        self.timings["11 4 nodes pull 24 MiB through the CRI plugin"] = time.monotonic() - t0
         for r in results:
             self.assertTrue(r.ok, f"{r.node}: {r.error}")
         for c in self.c.containerds:

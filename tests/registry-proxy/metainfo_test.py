@@ -148,6 +148,81 @@ class MetainfoTest(FixtureTestCase):
         self.check_torrent(body, h, digest, data)
         self.assertEqual(len(self.stub.requests(digest, "GET")), 1)
 
+    def chunk_list(self, digest: str, have: int, wait_ms: int = 2000) -> dict:
+        s, _, body = self.proxy.get(f"/shoal/v1/chunks/{digest}?ns=stub.test&repo=team/app&have={have}"
+                                    f"&wait_ms={wait_ms}", timeout=30)
+        self.assertEqual(s, 200, body[:200])
+        return json.loads(body)
+
+    def test_chunks_swarm_before_the_blob_is_complete(self):
+        # 40 MiB with chunks of 16 MiB: [16, 24]. The upstream holds at 20 MiB, so the first
+        # chunk exists (cached, metainfo, seeded) while the blob is still incomplete.
+        data = random.Random("mi-chunks").randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB)
+        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
+        self.addCleanup(self.stub.release)
+        t0 = time.monotonic()
+        s, _, body = self.proxy.get(self.path(digest, ns="stub.test", extra="&wait_ms=20000&chunks=1"), timeout=30)
+        self.assertEqual(s, 202, body[:200])
+        self.assertLess(time.monotonic() - t0, 10, "a chunked object must answer at once")
+        self.assertEqual(json.loads(body)["chunk_size"], 16 * MIB)
+        # Without chunks=1 nothing changes for the asker: a bounded wait, then 202 without layout.
+        s, _, body = self.proxy.get(self.path(digest, ns="stub.test", extra="&wait_ms=200"))
+        self.assertEqual(s, 202)
+        self.assertNotIn("chunk_size", json.loads(body))
+        first = self.chunk_list(digest, 0, 10000)
+        self.assertFalse(first["complete"])
+        self.assertEqual(first["chunk_count"], 2)
+        self.assertEqual(len(first["chunks"]), 1)
+        c0 = first["chunks"][0]
+        self.assertEqual((c0["offset"], c0["size"]), (0, 16 * MIB))
+        self.assertEqual(c0["digest"], pc.sha256(data[:16 * MIB]))
+        s, h, body = self.proxy.get(self.path(c0["digest"], ns="stub.test", extra=f"&parent={digest}"))
+        self.assertEqual(s, 200, body[:200])
+        self.check_torrent(body, h, c0["digest"], data[:16 * MIB])
+        # The blob itself is not there yet; a chunk's metainfo needs the right parent.
+        s, _, _ = self.proxy.get(self.path(digest, ns="stub.test", extra="&wait_ms=0"))
+        self.assertEqual(s, 202)
+        other = self.stub.add_blob(b"x" * 100)
+        s, _, _ = self.proxy.get(self.path(c0["digest"], ns="stub.test", extra=f"&parent={other}"))
+        self.assertEqual(s, 404)
+        # Waiting for more than there is answers after the bounded wait with what there is.
+        t0 = time.monotonic()
+        same = self.chunk_list(digest, 1, 500)
+        self.assertEqual(len(same["chunks"]), 1)
+        self.assertGreater(time.monotonic() - t0, 0.4)
+        self.stub.release()
+        done = wait_until(lambda: (lambda j: j if j["complete"] else None)(self.chunk_list(digest, 1)), 30,
+                          "the chunk list to complete")
+        c1 = done["chunks"][1]
+        self.assertEqual((c1["offset"], c1["size"]), (16 * MIB, 24 * MIB))
+        self.assertEqual(c1["digest"], pc.sha256(data[16 * MIB:]))
+
+        def whole():
+            r = self.proxy.get(self.path(digest, ns="stub.test", extra="&wait_ms=2000"))
+            return r if r[0] == 200 else None
+        s, h, body = wait_until(whole, 20, "the blob's own metainfo")
+        self.check_torrent(body, h, digest, data)
+        self.assertEqual(len(self.stub.requests(digest, "GET")), 1)
+        # Small objects are never cut.
+        small = self.stub.add_blob(random.Random("mi-small-chunks").randbytes(MIB))
+        s, _, body = self.proxy.get(self.path(small, ns="stub.test", extra="&wait_ms=10000&chunks=1"), timeout=30)
+        self.assertEqual(s, 200, body[:200])
+        s, _, _ = self.proxy.get(f"/shoal/v1/chunks/{small}?ns=stub.test&repo=team/app")
+        self.assertEqual(s, 404)
+
+    def test_chunks_of_a_blob_with_wrong_bytes_are_disowned(self):
+        data = random.Random("mi-chunks-wrong").randbytes(33 * MIB)
+        digest = self.stub.add_blob(data, wrong=True)
+        s, _, body = self.proxy.get(self.path(digest, ns="stub.test", extra="&wait_ms=20000&chunks=1"), timeout=30)
+        self.assertEqual(s, 202, body[:200])
+        # Each chunk hashes to its own digest, but the blob does not: the list ends failed, so no
+        # node joins the chunks into something it takes for the blob.
+        end = wait_until(lambda: (lambda j: j if "error" in j else None)(self.chunk_list(digest, 99)), 30,
+                         "the chunk list to fail")
+        self.assertFalse(end["complete"])
+        self.assertIn("digest", end["error"])
+
     def test_bad_requests(self):
         good = self.layer(0).digest
         cases = [

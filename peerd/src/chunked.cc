@@ -1,0 +1,436 @@
+#include "chunked.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fd.h"
+#include "common/log.h"
+#include "common/text.h"
+
+namespace shoal::peerd {
+
+namespace net = boost::asio;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// Reads [off, off + n) of an object held in the cache.
+result<std::string> read_object(cache::store& store, const digest& d, std::uint64_t off, std::size_t n) {
+  auto rd = store.open_read(d);
+  if (!rd) return fail(rd.error().wrap("open " + d.short_str()));
+  if (off >= rd->size()) return fail(errc::size_mismatch, d.short_str() + " is shorter than expected");
+  n = static_cast<std::size_t>(std::min<std::uint64_t>(n, rd->size() - off));
+  std::string out(n, '\0');
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(rd->fd(), out.data() + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(errno, "read " + d.short_str());
+    }
+    if (r == 0) return fail(errc::size_mismatch, d.short_str() + " ended early");
+    done += static_cast<std::size_t>(r);
+  }
+  return out;
+}
+
+// Reads [off, off + n) of a file.
+result<std::string> read_file_range(const std::string& path, std::uint64_t off, std::size_t n) {
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open " + path);
+  std::string out(n, '\0');
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd.get(), out.data() + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(errno, "read " + path);
+    }
+    if (r == 0) return fail(errc::size_mismatch, path + " ended early");
+    done += static_cast<std::size_t>(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+chunked_blob::chunked_blob(deps d, std::string ns, std::string repo, const digest& id, std::uint64_t size,
+                           std::uint64_t chunk_size, std::string authorization)
+    : d_(std::move(d)),
+      ns_(std::move(ns)),
+      repo_(std::move(repo)),
+      id_(id),
+      size_(size),
+      chunk_size_(chunk_size),
+      // As registry-proxy cuts: the last chunk also takes the remainder.
+      count_(static_cast<std::uint32_t>(size / chunk_size)),
+      auth_(std::move(authorization)) {
+  chunks_.resize(count_);
+}
+
+chunked_blob::~chunked_blob() {
+  if (driver_.joinable()) {
+    if (driver_.get_id() == std::this_thread::get_id()) driver_.detach();
+    else driver_.join();
+  }
+}
+
+void chunked_blob::start() {
+  auto self = shared_from_this();
+  driver_ = std::thread([self] { self->drive(); });
+}
+
+chunked_blob::state chunked_blob::current() const {
+  std::lock_guard lk(mu_);
+  return st_;
+}
+
+std::optional<error> chunked_blob::failure() const {
+  std::lock_guard lk(mu_);
+  return err_;
+}
+
+std::pair<std::uint32_t, std::uint32_t> chunked_blob::chunks_done() const {
+  std::lock_guard lk(mu_);
+  std::uint32_t done = 0;
+  for (std::uint32_t i = 0; i < known_; ++i) {
+    if (!chunks_[i].dl || chunks_[i].dl->current() == download::state::complete) ++done;
+  }
+  return {done, count_};
+}
+
+std::string chunked_blob::query() const {
+  std::string q = "repo=" + url_escape(repo_, true);
+  if (!ns_.empty()) q += "&ns=" + url_escape(ns_);
+  return q;
+}
+
+std::string chunked_blob::blob_url() const {
+  return d_.proxy + "/v2/" + repo_ + "/blobs/" + id_.str() + (ns_.empty() ? "" : "?ns=" + url_escape(ns_));
+}
+
+void chunked_blob::drive() {
+  auto t0 = steady::now();
+  // The chunk list is learnt on a thread of its own while this one joins the chunks.
+  std::thread learner([this] {
+    if (auto st = learn_chunks(); !st) finish(st.error());
+  });
+  status st = assemble();
+  if (!st) finish(st.error());
+  learner.join();
+  if (!st || current() == state::failed) {
+    auto e = st ? failure().value_or(error{errc::internal, "failed"}) : st.error();
+    log::warn("chunked fetch failed", log::kv("digest", id_.str()), log::kv("error", e.message));
+    return;
+  }
+  finish(std::nullopt);
+  log::info("object downloaded in chunks", log::kv("digest", id_.str()), log::kv("bytes", size_),
+            log::kv("chunks", count_), log::kv("seconds", std::chrono::duration<double>(steady::now() - t0).count()));
+  record_metainfo();
+}
+
+void chunked_blob::record_metainfo() {
+  // The whole blob's metainfo, so this node seeds it to later pulls (which get whole-object
+  // metainfo from registry-proxy once it holds the blob). registry-proxy has it once it
+  // committed the blob, moments after its last chunk; hashing the blob here again is the
+  // fallback.
+  http::client_request r;
+  r.url = d_.proxy + "/shoal/v1/metainfo/" + id_.str() + "?" + query() + "&wait_ms=" + std::to_string(d_.poll_wait.count());
+  if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
+  r.timeouts.connect = d_.connect_timeout;
+  r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
+  r.max_retries = 0;
+  if (auto f = http::fetch(d_.http, std::move(r), 64u << 20); f && f->status == 200) {
+    if (auto m = object_metainfo::parse(f->body, id_)) {
+      (void)d_.state.put(id_, m->info_hash_hex(), f->body);
+      return;
+    }
+  }
+  auto m = metainfo_for_file(d_.store.object_path(id_), id_);
+  if (m) (void)d_.state.put(id_, m->info_hash_hex(), m->torrent_file({}));
+}
+
+status chunked_blob::learn_chunks() {
+  auto last_progress = steady::now();
+  for (int round = 0; round < 100000; ++round) {
+    std::uint32_t have;
+    {
+      std::lock_guard lk(mu_);
+      have = known_;
+      if (st_ != state::running) return fail(errc::cancelled, "chunked fetch ended");
+    }
+    if (have == count_) return {};
+    http::client_request r;
+    r.url = d_.proxy + "/shoal/v1/chunks/" + id_.str() + "?" + query() + "&have=" + std::to_string(have) +
+            "&wait_ms=" + std::to_string(d_.poll_wait.count());
+    if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
+    r.timeouts.connect = d_.connect_timeout;
+    r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
+    r.max_retries = 1;
+    auto f = http::fetch(d_.http, std::move(r), 4u << 20);
+    if (!f) return fail(f.error().wrap("chunk list from registry-proxy"));
+    if (f->status != 200) {
+      return fail(errc::upstream_error, "chunk list: registry-proxy answered HTTP " + std::to_string(f->status) + ": " +
+                                            f->body.substr(0, 200));
+    }
+    auto j = nlohmann::json::parse(f->body, nullptr, false);
+    if (!j.is_object() || !j.contains("chunks") || !j["chunks"].is_array()) {
+      return fail(errc::protocol_error, "chunk list is not the expected JSON");
+    }
+    if (j.contains("error") && j["error"].is_string()) {
+      return fail(errc::upstream_error, "registry-proxy could not cut the object: " + j["error"].get<std::string>());
+    }
+    if (j.value("size", std::uint64_t{0}) != size_ || j.value("chunk_size", std::uint64_t{0}) != chunk_size_) {
+      return fail(errc::protocol_error, "chunk list describes another layout than announced");
+    }
+    const auto& arr = j["chunks"];
+    if (arr.size() > count_) return fail(errc::protocol_error, "chunk list has too many chunks");
+    for (std::uint32_t i = have; i < arr.size(); ++i) {
+      const auto& e = arr[i];
+      if (!e.is_object() || !e.contains("digest") || !e["digest"].is_string()) {
+        return fail(errc::protocol_error, "chunk " + std::to_string(i) + " has no digest");
+      }
+      auto cd = digest::parse(e["digest"].get<std::string>());
+      if (!cd) return fail(cd.error().wrap("chunk " + std::to_string(i)));
+      std::uint64_t off = std::uint64_t{i} * chunk_size_;
+      std::uint64_t len = i + 1 < count_ ? chunk_size_ : size_ - off;
+      if (e.value("offset", std::uint64_t{UINT64_MAX}) != off || e.value("size", std::uint64_t{0}) != len) {
+        return fail(errc::protocol_error, "chunk " + std::to_string(i) + " has the wrong offset or size");
+      }
+      {
+        std::lock_guard lk(mu_);
+        chunks_[i].id = *cd;
+        chunks_[i].offset = off;
+        chunks_[i].size = len;
+      }
+      if (auto s = start_chunk(i); !s) return s;
+      last_progress = steady::now();
+    }
+    if (arr.size() == have && steady::now() - last_progress > d_.deadline) {
+      return fail(errc::timeout, "registry-proxy published no chunk of " + id_.short_str() + " for " +
+                                     std::to_string(d_.deadline.count() / 1000) + " s");
+    }
+  }
+  return fail(errc::timeout, "chunk list never completed");
+}
+
+status chunked_blob::start_chunk(std::uint32_t i) {
+  chunk c;
+  {
+    std::lock_guard lk(mu_);
+    c = chunks_[i];
+  }
+  std::shared_ptr<download> dl;
+  if (!d_.store.contains(c.id)) {
+    dl = d_.swarm.find(c.id);
+    if (!dl) {
+      http::client_request r;
+      r.url = d_.proxy + "/shoal/v1/metainfo/" + c.id.str() + "?" + query() + "&parent=" + id_.str();
+      if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
+      r.timeouts.connect = d_.connect_timeout;
+      r.timeouts.stall = d_.deadline;
+      r.max_retries = 1;
+      auto f = http::fetch(d_.http, std::move(r), 16u << 20);
+      if (!f) return fail(f.error().wrap("metainfo of chunk " + std::to_string(i)));
+      if (f->status != 200) {
+        return fail(errc::upstream_error, "metainfo of chunk " + std::to_string(i) + ": HTTP " + std::to_string(f->status));
+      }
+      auto m = object_metainfo::parse(f->body, c.id);
+      if (!m) return fail(m.error().wrap("metainfo of chunk " + std::to_string(i)));
+      std::vector<std::string> seeds;
+      if (auto s = f->header("Shoal-Seed")) seeds.emplace_back(*s);
+      fallback_info fb;
+      fb.url = blob_url();
+      fb.authorization = auth_;
+      fb.offset = c.offset;
+      // Transient: the chunk's file is read into the blob and seeded while wanted, never
+      // committed to the cache itself (the blob is verified whole).
+      auto r2 = d_.swarm.fetch(c.id, f->body, *m, seeds, std::move(fb), true);
+      if (r2) {
+        dl = *r2;
+      } else if (!r2.error().is(errc::already_exists) || !d_.store.contains(c.id)) {
+        return fail(r2.error().wrap("chunk " + std::to_string(i)));
+      }
+    }
+  }
+  // A chunk held in the cache stays while the blob is joined.
+  if (!dl) (void)d_.store.pin(c.id, "chunked", cache::clock::now() + std::chrono::minutes(10));
+  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> ready;
+  {
+    std::lock_guard lk(mu_);
+    chunks_[i].dl = dl;
+    chunks_[i].ready = true;
+    known_ = i + 1;
+    auto [b, e] = waiting_.equal_range(i);
+    for (auto it = b; it != e; ++it) ready.push_back(std::move(it->second));
+    waiting_.erase(b, e);
+  }
+  cv_.notify_all();
+  for (auto& [range, cb] : ready) serve(range.first, range.second, std::move(cb));
+  return {};
+}
+
+status chunked_blob::wait_chunk(std::uint32_t i) {
+  std::shared_ptr<download> dl;
+  digest cid;
+  {
+    std::unique_lock lk(mu_);
+    // The learner publishes chunks in order and ends the fetch when registry-proxy makes no
+    // progress for the deadline, so this wait is bounded by it.
+    cv_.wait(lk, [&] { return chunks_[i].ready || st_ != state::running; });
+    if (!chunks_[i].ready) return fail(errc::timeout, "chunk " + std::to_string(i) + " was never published");
+    dl = chunks_[i].dl;
+    cid = chunks_[i].id;
+  }
+  if (dl) {
+    // A download ends by itself (its stall fallback and deadline are bounded); this bound is a
+    // backstop only.
+    (void)dl->wait_done(d_.deadline * 20);
+    if (dl->current() == download::state::failed) {
+      return fail(dl->failure().value_or(error{errc::internal, "failed"}).wrap("chunk " + std::to_string(i)));
+    }
+    if (dl->current() == download::state::running) {
+      return fail(errc::timeout, "chunk " + std::to_string(i) + " never completed");
+    }
+  }
+  if (!dl && !d_.store.contains(cid)) return fail(errc::not_found, "chunk " + std::to_string(i) + " left the cache");
+  return {};
+}
+
+status chunked_blob::assemble() {
+  // Chunk i is appended as soon as it is complete, while later chunks still download, so the
+  // blob is ready moments after its last chunk.
+  auto t = d_.store.begin_write(id_, size_, cache::object_kind::blob);
+  if (!t) return fail(t.error().wrap("cache"));
+  if (t->role == cache::write_role::present) return {};
+  if (t->role == cache::write_role::follower) {
+    for (int i = 0; i < 6000 && !d_.store.contains(id_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!d_.store.contains(id_)) return fail(errc::timeout, "blob written elsewhere never committed");
+    return {};
+  }
+  auto& w = *t->writer;
+  for (std::uint32_t i = 0; i < count_; ++i) {
+    if (auto st = wait_chunk(i); !st) {
+      w.abort(st.error().message);
+      return st;
+    }
+    digest cid;
+    std::uint64_t len;
+    std::string path;
+    {
+      std::lock_guard lk(mu_);
+      cid = chunks_[i].id;
+      len = chunks_[i].size;
+      if (chunks_[i].dl) path = chunks_[i].dl->complete_path();
+    }
+    for (std::uint64_t off = 0; off < len;) {
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(len - off, 1u << 20));
+      auto part = path.empty() ? read_object(d_.store, cid, off, n) : read_file_range(path, off, n);
+      if (!part) {
+        w.abort(part.error().message);
+        return fail(part.error().wrap("chunk " + std::to_string(i)));
+      }
+      if (auto st = w.write(std::string_view(*part)); !st) return fail(st.error().wrap("write"));
+      off += part->size();
+    }
+  }
+  // The cache verifies the blob's sha256: chunks that are each fine but do not make up the
+  // blob (upstream sent wrong bytes) never become it. Readers get the last byte once it is
+  // verified, before the commit's fdatasync.
+  t->inflight->wait_verified([self = shared_from_this()](const cache::progress& p) {
+    if (p.verified) self->mark_verified();
+  });
+  if (auto info = w.commit(); !info) return fail(info.error().wrap("blob from chunks"));
+  return {};
+}
+
+void chunked_blob::mark_verified() {
+  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> retry;
+  {
+    std::lock_guard lk(mu_);
+    if (verified_) return;
+    verified_ = true;
+    retry.swap(final_);
+  }
+  for (auto& [range, cb] : retry) serve(range.first, range.second, std::move(cb));
+}
+
+void chunked_blob::finish(std::optional<error> e) {
+  std::vector<read_cb> failed;
+  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> retry;
+  {
+    std::lock_guard lk(mu_);
+    if (st_ != state::running) return;
+    st_ = e ? state::failed : state::complete;
+    err_ = e;
+    for (auto& [k, v] : waiting_) retry.push_back(std::move(v));
+    for (auto& v : final_) retry.push_back(std::move(v));
+    waiting_.clear();
+    final_.clear();
+  }
+  cv_.notify_all();
+  for (auto& [range, cb] : retry) serve(range.first, range.second, std::move(cb));
+}
+
+status chunked_blob::wait() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [this] { return st_ != state::running; });
+  if (st_ == state::failed) return fail(*err_);
+  return {};
+}
+
+void chunked_blob::read(std::uint64_t off, std::size_t max, read_cb cb) {
+  if (off >= size_ || max == 0) return cb(fail(errc::invalid_argument, "read beyond the object"));
+  serve(off, max, std::move(cb));
+}
+
+void chunked_blob::serve(std::uint64_t off, std::size_t max, read_cb cb) {
+  std::unique_lock lk(mu_);
+  if (st_ == state::failed) {
+    auto e = *err_;
+    lk.unlock();
+    return cb(fail(e));
+  }
+  auto self = shared_from_this();
+  if (st_ == state::complete) {
+    lk.unlock();
+    net::post(d_.swarm.pool(), [self, off, max, cb = std::move(cb)] { cb(read_object(self->d_.store, self->id_, off, max)); });
+    return;
+  }
+  // The last byte only once the whole blob is verified.
+  if (!verified_ && off == size_ - 1) {
+    final_.push_back({{off, max}, std::move(cb)});
+    return;
+  }
+  std::uint64_t limit = verified_ ? max : std::min<std::uint64_t>(max, size_ - 1 - off);
+  auto k = std::min(static_cast<std::uint32_t>(off / chunk_size_), count_ - 1);
+  if (!chunks_[k].ready) {
+    waiting_.insert({k, {{off, max}, std::move(cb)}});
+    return;
+  }
+  chunk c = chunks_[k];
+  lk.unlock();
+  std::uint64_t in = off - c.offset;
+  std::uint64_t n = std::min<std::uint64_t>(limit, c.size - in);
+  if (!c.dl) {
+    net::post(d_.swarm.pool(), [self, c, in, n, cb = std::move(cb)] {
+      cb(read_object(self->d_.store, c.id, in, static_cast<std::size_t>(n)));
+    });
+    return;
+  }
+  const auto& m = c.dl->meta();
+  auto piece = static_cast<std::uint32_t>(in / m.piece_size);
+  c.dl->read_piece(piece, [m = &c.dl->meta(), piece, in, n, cb = std::move(cb), dl = c.dl](result<piece_buffer> b) {
+    if (!b) return cb(fail(b.error()));
+    std::uint64_t from = in - m->piece_offset(piece);
+    if (from >= (*b)->size()) return cb(fail(errc::internal, "piece shorter than expected"));
+    std::uint64_t take = std::min<std::uint64_t>(n, (*b)->size() - from);
+    cb((*b)->substr(static_cast<std::size_t>(from), static_cast<std::size_t>(take)));
+  });
+}
+
+}  // namespace shoal::peerd

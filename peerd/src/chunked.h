@@ -1,0 +1,114 @@
+#pragma once
+// A blob fetched as chunk objects while registry-proxy still downloads it (registry-proxy's
+// chunks.h, docs/p2p.md "Chunks").
+//
+// registry-proxy cuts a large blob into consecutive chunk objects as it streams in from
+// upstream; each chunk has its own sha256 and metainfo and is seeded at once. A chunked_blob
+// learns the chunks as they are published (GET /shoal/v1/chunks/<blob>, long-polled), fetches
+// each through the swarm as an object of its own (swarm_manager::fetch; stall fallback over
+// HTTP reads the chunk's range of the blob), then joins the chunks into the blob, which the
+// cache commits only if it matches the blob's digest. Readers (containerd through the mirror)
+// get bytes as soon as the chunk holding them has them; the blob's last byte is held back until
+// the whole blob is verified, so a client never takes wrong bytes for the blob.
+//
+// Lifecycle: created by the mirror when registry-proxy answers that the object is chunked;
+// start() runs the driver on a thread of its own (it long-polls); the object ends complete (the
+// blob is in the cache and its metainfo recorded, so the node seeds it later) or failed (every
+// waiting reader gets the error). Every wait is bounded by the swarm's fallback_deadline.
+// Public methods are thread-safe.
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/store.h"
+#include "common/digest.h"
+#include "common/error.h"
+#include "common/http_client.h"
+#include "state_db.h"
+#include "swarm.h"
+
+namespace shoal::peerd {
+
+class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
+ public:
+  struct deps {
+    swarm_manager& swarm;
+    cache::store& store;
+    state_db& state;
+    http::client& http;
+    std::string proxy;  // registry-proxy base URL
+    std::chrono::milliseconds poll_wait{5000};   // long-poll wait per chunk-list request
+    std::chrono::milliseconds connect_timeout{2000};
+    std::chrono::milliseconds deadline{30000};   // no progress this long: the blob fails
+  };
+  enum class state { running, complete, failed };
+
+  chunked_blob(deps d, std::string ns, std::string repo, const digest& id, std::uint64_t size,
+               std::uint64_t chunk_size, std::string authorization);
+  ~chunked_blob();
+  chunked_blob(const chunked_blob&) = delete;
+  chunked_blob& operator=(const chunked_blob&) = delete;
+
+  void start();
+  [[nodiscard]] const digest& id() const { return id_; }
+  [[nodiscard]] std::uint64_t size() const { return size_; }
+  [[nodiscard]] state current() const;
+  [[nodiscard]] std::optional<error> failure() const;
+  // Chunks known so far and complete locally (for status).
+  [[nodiscard]] std::pair<std::uint32_t, std::uint32_t> chunks_done() const;
+
+  // Delivers up to `max` bytes from `off` once they exist (at least one byte), or an error; on
+  // some internal thread, so keep the callback short.
+  void read(std::uint64_t off, std::size_t max, std::function<void(result<std::string>)> cb);
+  // Blocks until the blob is committed to the cache or has failed.
+  [[nodiscard]] status wait();
+
+ private:
+  struct chunk {
+    digest id;
+    std::uint64_t offset = 0, size = 0;
+    std::shared_ptr<download> dl;  // null once held in the local cache
+    bool ready = false;            // dl set or held locally
+  };
+  using read_cb = std::function<void(result<std::string>)>;
+
+  void drive();
+  [[nodiscard]] status learn_chunks();
+  [[nodiscard]] status start_chunk(std::uint32_t i);
+  [[nodiscard]] status wait_chunk(std::uint32_t i);
+  [[nodiscard]] status assemble();
+  void mark_verified();
+  void record_metainfo();
+  void finish(std::optional<error> e);
+  void serve(std::uint64_t off, std::size_t max, read_cb cb);
+  [[nodiscard]] std::string blob_url() const;
+  [[nodiscard]] std::string query() const;
+
+  deps d_;
+  std::string ns_, repo_;
+  digest id_;
+  std::uint64_t size_, chunk_size_;
+  std::uint32_t count_;
+  std::string auth_;
+  std::thread driver_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  state st_ = state::running;
+  std::optional<error> err_;
+  std::vector<chunk> chunks_;  // indexed by chunk number; entries fill in order
+  std::uint32_t known_ = 0;
+  bool verified_ = false;  // the blob's sha256 matched (its last byte may be served)
+  std::multimap<std::uint32_t, std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> waiting_;  // by chunk
+  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> final_;  // need the verified blob
+};
+
+}  // namespace shoal::peerd
