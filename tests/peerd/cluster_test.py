@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE))
 
 from bt_fake_peer import Torrent, bdecode, compact_peers  # noqa: E402
 from cluster_case import ClusterCase  # noqa: E402
+from shoal_fixtures.containerd import CRI_NAMESPACE  # noqa: E402
 
 MiB = 1 << 20
 NODES = 4
@@ -442,7 +443,7 @@ class ClusterTest(ClusterCase):
         for r in results:
             self.assertTrue(r.ok, f"{r.node}: {r.error}")
         for c in self.c.containerds:
-            self.assertIn(ref, c.images(), "the CRI plugin did not record the image")
+            self.assertIn(ref, c.images(namespace=CRI_NAMESPACE), "the CRI plugin did not record the image")
             c.verify_unpacked(layout.images)
         self.c.registry.wait_log_quiet()
         gets = self.c.registry.blob_gets(since=mark)

@@ -7,7 +7,8 @@ dir. By default the CRI plugin is disabled and pulls go through `ctr images pull
 `config_path`. With `cri=True` the CRI plugin runs with `config_path` set to that same
 directory, and `cri_pull()` asks it for the image the way kubelet does (ImageService/PullImage,
 through `cri_pull.py`): containerd fetches and unpacks in its own process, without ctr's gRPC
-content copy, into CRI's `k8s.io` namespace.
+content copy, into CRI's `k8s.io` namespace (`ctr` calls stay in the fixture's own namespace
+unless given `namespace=CRI_NAMESPACE`).
 
 Verified here (containerd 1.6.20, kernel 6.x, root on ext4):
 - Both the `overlayfs` and the `native` snapshotters load and unpack multi-layer images; the
@@ -73,7 +74,7 @@ class Containerd:
         self.snapshotter = snapshotter
         self.cri = cri
         self.max_concurrent_downloads = max_concurrent_downloads
-        self.namespace = namespace or (CRI_NAMESPACE if cri else NAMESPACE)
+        self.namespace = namespace or NAMESPACE
         self.netns = netns
         self.log_level = log_level
         self.extra_toml = extra_toml
@@ -160,9 +161,9 @@ class Containerd:
 
     # -- ctr -------------------------------------------------------------------------------------
 
-    def ctr(self, *args: str, timeout: float = 120, check: bool = True):
+    def ctr(self, *args: str, timeout: float = 120, check: bool = True, namespace: str | None = None):
         """Runs `ctr --address … --namespace … <args>`; returns the CompletedProcess."""
-        return run(self._ctr_argv(*args), timeout=timeout, check=check,
+        return run(self._ctr_argv(*args, namespace=namespace), timeout=timeout, check=check,
                    what=f"ctr {' '.join(args[:3])}")
 
     def pull(self, ref: str, *, platform: str | None = None, all_platforms: bool = False,
@@ -208,27 +209,28 @@ class Containerd:
         if check and cp.returncode != 0:
             raise FixtureError(f"CRI PullImage {ref}: exit status {cp.returncode}\n{output[-3000:]}\n"
                                f"{self.diagnostics()}")
-        return PullResult(ref, seconds, output, self.content() if cp.returncode == 0 else {})
+        return PullResult(ref, seconds, output,
+                          self.content(namespace=CRI_NAMESPACE) if cp.returncode == 0 else {})
 
-    def images(self) -> list[str]:
-        """References of the images in this namespace."""
-        return [x for x in self.ctr("images", "ls", "-q").stdout.split() if x]
+    def images(self, namespace: str | None = None) -> list[str]:
+        """References of the images in this namespace (or `namespace`)."""
+        return [x for x in self.ctr("images", "ls", "-q", namespace=namespace).stdout.split() if x]
 
     def remove_image(self, ref: str, sync: bool = True) -> None:
         """Deletes the image record; with `sync`, waits for garbage collection of its content."""
         self.ctr("images", "rm", *(["--sync"] if sync else []), ref)
 
-    def content_digests(self) -> list[str]:
+    def content_digests(self, namespace: str | None = None) -> list[str]:
         """Digests in the content store as the API lists them (`ctr content ls -q`)."""
-        return sorted(x for x in self.ctr("content", "ls", "-q").stdout.split() if x)
+        return sorted(x for x in self.ctr("content", "ls", "-q", namespace=namespace).stdout.split() if x)
 
-    def content(self, verify: bool = False) -> dict[str, int]:
+    def content(self, verify: bool = False, namespace: str | None = None) -> dict[str, int]:
         """digest → exact size of every committed blob, read from the content store on disk.
 
         Only digests the API also lists are returned (a blob file without metadata is
         garbage). With `verify`, each file is hashed and a mismatch raises FixtureError.
         """
-        listed = set(self.content_digests())
+        listed = set(self.content_digests(namespace))
         blobs = self.root / "io.containerd.content.v1.content" / "blobs" / "sha256"
         out: dict[str, int] = {}
         for digest in listed:
@@ -274,8 +276,8 @@ class Containerd:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _ctr_argv(self, *args: str) -> list[str]:
-        argv = ["ctr", "--address", str(self.address), "--namespace", self.namespace, *args]
+    def _ctr_argv(self, *args: str, namespace: str | None = None) -> list[str]:
+        argv = ["ctr", "--address", str(self.address), "--namespace", namespace or self.namespace, *args]
         return ["ip", "netns", "exec", self.netns, *argv] if self.netns else argv
 
     def _write_config(self) -> None:
