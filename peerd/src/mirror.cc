@@ -319,19 +319,29 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
   });
 }
 
-void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp) {
+namespace {
+
+// A 200 for a blob whose bytes a body source streams as they arrive (ranges too).
+http::response streamed_blob(const digest& d, std::uint64_t size,
+                             std::function<std::unique_ptr<http::body_source>(std::uint64_t, std::uint64_t)> open) {
   http::response r;
   r.status = 200;
-  r.headers.set("Docker-Content-Digest", dl->id().str());
+  r.headers.set("Docker-Content-Digest", d.str());
   r.headers.set("Content-Type", "application/octet-stream");
   r.rangeable = true;
+  r.body = http::stream_body{size, std::move(open)};
+  return r;
+}
+
+}  // namespace
+
+void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp) {
   auto* served = &d_.swarm.counters_mut().served_local;
   auto* pool = &d_.pool;
-  r.body = http::stream_body{dl->meta().size, [dl, served, pool](std::uint64_t off, std::uint64_t len) {
-                               return std::make_unique<download_source>(dl, off, len, served, pool);
-                             }};
   (void)head;
-  resp.send(std::move(r));
+  resp.send(streamed_blob(dl->id(), dl->meta().size, [dl, served, pool](std::uint64_t off, std::uint64_t len) {
+    return std::make_unique<download_source>(dl, off, len, served, pool);
+  }));
 }
 
 std::shared_ptr<chunked_blob> mirror::find_chunked(const digest& d) {
@@ -346,16 +356,10 @@ std::shared_ptr<chunked_blob> mirror::find_chunked(const digest& d) {
 }
 
 void mirror::respond_from_chunked(const std::shared_ptr<chunked_blob>& cb, const http::responder& resp) {
-  http::response r;
-  r.status = 200;
-  r.headers.set("Docker-Content-Digest", cb->id().str());
-  r.headers.set("Content-Type", "application/octet-stream");
-  r.rangeable = true;
   auto* served = &d_.swarm.counters_mut().served_local;
-  r.body = http::stream_body{cb->size(), [cb, served](std::uint64_t off, std::uint64_t len) {
-                               return std::make_unique<chunked_source>(cb, off, len, served);
-                             }};
-  resp.send(std::move(r));
+  resp.send(streamed_blob(cb->id(), cb->size(), [cb, served](std::uint64_t off, std::uint64_t len) {
+    return std::make_unique<chunked_source>(cb, off, len, served);
+  }));
 }
 
 result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const std::string& repo, const digest& d,

@@ -586,31 +586,7 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
   (void)d_.state.put(d, ih, dl->torrent_);
   auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
   (void)d_.store.pin(d, "swarm", expiry);
-  lt::torrent_handle h;
-  std::vector<std::pair<std::uint32_t, std::vector<download::piece_cb>>> pending;
-  {
-    std::lock_guard lk(dl->mu_);
-    dl->st_ = download::state::complete;
-    dl->done_cv_.notify_all();
-    dl->object_path_ = path;
-    h = dl->h_;
-    // Readers waiting for a piece, or for a read_piece answer that will no longer be routed
-    // here, are served from the committed file instead.
-    for (auto& [p, cbs] : dl->waiting_) pending.emplace_back(p, std::move(cbs));
-    for (auto& [p, cbs] : dl->reading_) pending.emplace_back(p, std::move(cbs));
-    dl->waiting_.clear();
-    dl->reading_.clear();
-  }
-  {
-    std::lock_guard lk(mu_);
-    downloads_.erase(d);
-    by_ih_.erase(ih);
-    lru_.push_front(ih);
-    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), false};
-  }
-  for (auto& [p, cbs] : pending) {
-    for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
-  }
+  settle_complete(dl, path, false, {});
   counters_.downloads_ok.fetch_add(1);
   auto secs = std::chrono::duration<double>(steady::now() - dl->started_).count();
   log::info("object downloaded", log::kv("digest", d.str()), log::kv("bytes", dl->meta().size),
@@ -618,18 +594,29 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
 }
 
 void swarm_manager::complete_transient(const std::shared_ptr<download>& dl) {
+  std::string path = dl->partial_dir_ + "/" + dl->id().hex();
+  if (!settle_complete(dl, path, true, path)) return;
+  counters_.downloads_ok.fetch_add(1);
+  log::info("object downloaded", log::kv("digest", dl->id().str()), log::kv("bytes", dl->meta().size),
+            log::kv("transient", true),
+            log::kv("seconds", std::chrono::duration<double>(steady::now() - dl->started_).count()));
+}
+
+bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const std::string& path, bool only_running,
+                                    std::string transient_file) {
   const digest& d = dl->id();
-  std::string path = dl->partial_dir_ + "/" + d.hex();
   std::string ih = dl->meta().info_hash_hex();
   lt::torrent_handle h;
   std::vector<std::pair<std::uint32_t, std::vector<download::piece_cb>>> pending;
   {
     std::lock_guard lk(dl->mu_);
-    if (dl->st_ != download::state::running) return;
+    if (only_running && dl->st_ != download::state::running) return false;
     dl->st_ = download::state::complete;
     dl->done_cv_.notify_all();
     dl->object_path_ = path;
     h = dl->h_;
+    // Readers waiting for a piece, or for a read_piece answer that will no longer be routed
+    // here, are served from the object's file instead.
     for (auto& [p, cbs] : dl->waiting_) pending.emplace_back(p, std::move(cbs));
     for (auto& [p, cbs] : dl->reading_) pending.emplace_back(p, std::move(cbs));
     dl->waiting_.clear();
@@ -640,14 +627,12 @@ void swarm_manager::complete_transient(const std::shared_ptr<download>& dl) {
     downloads_.erase(d);
     by_ih_.erase(ih);
     lru_.push_front(ih);
-    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), false, path};
+    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), false, std::move(transient_file)};
   }
   for (auto& [p, cbs] : pending) {
     for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
   }
-  counters_.downloads_ok.fetch_add(1);
-  log::info("object downloaded", log::kv("digest", d.str()), log::kv("bytes", dl->meta().size), log::kv("transient", true),
-            log::kv("seconds", std::chrono::duration<double>(steady::now() - dl->started_).count()));
+  return true;
 }
 
 void swarm_manager::fail(const std::shared_ptr<download>& dl, error e) {

@@ -199,6 +199,11 @@ class swarm_manager {
   void monitor();
   void complete(const std::shared_ptr<download>& dl);
   void complete_transient(const std::shared_ptr<download>& dl);
+  // Marks `dl` complete with its bytes at `path`, moves it from the downloads to the seeds (a
+  // transient one with the file to delete when it is unloaded) and serves its waiting readers
+  // from the file. With `only_running`, false (and nothing done) when it had already ended.
+  bool settle_complete(const std::shared_ptr<download>& dl, const std::string& path, bool only_running,
+                       std::string transient_file);
   void fail(const std::shared_ptr<download>& dl, error e);
   void start_fallback(const std::shared_ptr<download>& dl);
   void quarantine(const digest& d, const std::string& why);

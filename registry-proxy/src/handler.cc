@@ -109,24 +109,36 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
   }
 }
 
+std::optional<selection> proxy_handler::select_repo(const http::request& req, const http::responder& resp,
+                                                    std::string_view what) {
+  auto repo = req.query_param("repo");
+  if (!repo || !oci::valid_name(*repo)) {
+    resp.send(oci_error(400, oci::error_code::name_invalid,
+                        std::string(what) + " needs repo=<repository> (the repository the object is pulled from)"));
+    return std::nullopt;
+  }
+  auto ns = ns_param(req);
+  if (!ns) {
+    resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
+    return std::nullopt;
+  }
+  auto sel = d_.upstreams.select(*ns, *repo);
+  if (!sel) {
+    unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
+    resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));
+    return std::nullopt;
+  }
+  return std::move(*sel);
+}
+
 void proxy_handler::handle_metainfo(http::request&& req, const http::responder& resp) {
   std::string_view rest = std::string_view(req.path).substr(std::string_view("/shoal/v1/metainfo/").size());
   auto d = digest::parse(rest);
   if (!d) {
     return resp.send(oci_error(400, oci::error_code::digest_invalid, d.error().message));
   }
-  auto repo = req.query_param("repo");
-  if (!repo || !oci::valid_name(*repo)) {
-    return resp.send(oci_error(400, oci::error_code::name_invalid,
-                               "metainfo needs repo=<repository> (the repository the object is pulled from)"));
-  }
-  auto ns = ns_param(req);
-  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
-  auto sel = d_.upstreams.select(*ns, *repo);
-  if (!sel) {
-    unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
-    return resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));
-  }
+  auto sel = select_repo(req, resp, "metainfo");
+  if (!sel) return;
   credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
   auto wait = d_.metainfo_wait;
   if (auto w = req.query_param("wait_ms")) {
@@ -179,17 +191,8 @@ void proxy_handler::handle_chunks(http::request&& req, const http::responder& re
   std::string_view rest = std::string_view(req.path).substr(std::string_view("/shoal/v1/chunks/").size());
   auto d = digest::parse(rest);
   if (!d) return resp.send(oci_error(400, oci::error_code::digest_invalid, d.error().message));
-  auto repo = req.query_param("repo");
-  if (!repo || !oci::valid_name(*repo)) {
-    return resp.send(oci_error(400, oci::error_code::name_invalid, "chunks needs repo=<repository>"));
-  }
-  auto ns = ns_param(req);
-  if (!ns) return resp.send(oci_error(400, oci::error_code::name_invalid, ns.error().message));
-  auto sel = d_.upstreams.select(*ns, *repo);
-  if (!sel) {
-    unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
-    return resp.send(oci_error(s, oci::error_code::name_unknown, sel.error().message));
-  }
+  auto sel = select_repo(req, resp, "chunks");
+  if (!sel) return;
   std::size_t have = 0;
   if (auto h = req.query_param("have")) {
     auto v = parse_uint(*h);

@@ -4,7 +4,9 @@
 // answers live here; the work is done by the blob and manifest services.
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "blobs.h"
@@ -41,6 +43,10 @@ class proxy_handler {
   void handle_v2(http::request&& req, const http::responder& resp);
   void handle_metainfo(http::request&& req, const http::responder& resp);
   void handle_chunks(http::request&& req, const http::responder& resp);
+  // The upstream for the request's repo= and ns= parameters (the Shoal API's, which name the
+  // repository an object is pulled from); on bad or unknown ones answers the error itself and
+  // returns nothing. `what` names the endpoint in the message for a missing repo=.
+  std::optional<selection> select_repo(const http::request& req, const http::responder& resp, std::string_view what);
   handler_deps d_;
 };
 

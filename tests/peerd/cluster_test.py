@@ -89,6 +89,13 @@ class ClusterTest(ClusterCase):
         return [e for e in self.c.registry.access_log(since=since)
                 if e.blob and e.blob[1] == digest and e.method == "GET"]
 
+    def assert_one_get_per_blob(self, img, mark: int) -> None:
+        """The registry's log since `mark` shows exactly one GET for each blob of `img`."""
+        self.c.registry.wait_log_quiet()
+        gets = self.c.registry.blob_gets(since=mark)
+        for b in img.blobs():
+            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+
     def node_record(self, name: str) -> dict:
         for n in self.c.scheduler.nodes(netns=self.c.infra_netns):
             if n["node"] == name:
@@ -112,10 +119,7 @@ class ClusterTest(ClusterCase):
         for c in self.c.containerds:
             c.verify_unpacked(layout.images)
         # One GET per blob at the registry, whatever the number of nodes.
-        self.c.registry.wait_log_quiet()
-        gets = self.c.registry.blob_gets(since=mark)
-        for b in img.blobs():
-            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+        self.assert_one_get_per_blob(img, mark)
         # Where the bytes came from (per node deltas).
         time.sleep(0.5)
         after = [self.bytes_of(i) for i in range(NODES)]
@@ -398,10 +402,7 @@ class ClusterTest(ClusterCase):
             self.assertTrue(r.ok, f"{r.node}: {r.error}")
         for c in self.c.containerds:
             c.verify_unpacked(layout.images)
-        self.c.registry.wait_log_quiet()
-        gets = self.c.registry.blob_gets(since=mark)
-        for b in img.blobs():
-            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+        self.assert_one_get_per_blob(img, mark)
         self.assertEqual(self.c.proxy_metrics().get("shoal_proxy_chunks_total", 0) - chunks0, 3)
         after = [self.status(i)["counters"].get("chunked_fetches", 0) for i in range(NODES)]
         self.assertTrue(all(a - b == 1 for a, b in zip(after, before)), f"chunked fetches {before} -> {after}")
@@ -445,10 +446,7 @@ class ClusterTest(ClusterCase):
         for c in self.c.containerds:
             self.assertIn(ref, c.images(namespace=CRI_NAMESPACE), "the CRI plugin did not record the image")
             c.verify_unpacked(layout.images)
-        self.c.registry.wait_log_quiet()
-        gets = self.c.registry.blob_gets(since=mark)
-        for b in img.blobs():
-            self.assertEqual(gets.get(b.digest, 0), 1, f"{b.digest} fetched {gets.get(b.digest, 0)} times upstream")
+        self.assert_one_get_per_blob(img, mark)
         # Every node's blobs came through its peerd (the CRI plugin read hosts.toml), not from
         # the registry directly: each peerd fetched at least one copy from the swarm or HTTP.
         time.sleep(0.5)

@@ -32,34 +32,30 @@ def field(num: int, payload: bytes) -> bytes:
     return varint((num << 3) | 2) + varint(len(payload)) + payload
 
 
+def read_varint(msg: bytes, i: int) -> tuple[int, int]:
+    """The varint at msg[i:] and the index after it."""
+    value, shift = 0, 0
+    while True:
+        b = msg[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i
+
+
 def parse_string_field(msg: bytes, num: int) -> str:
     """The first length-delimited field `num` of `msg`, decoded as UTF-8 ('' when absent)."""
     i = 0
     while i < len(msg):
-        key, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        key, i = read_varint(msg, i)
         wire = key & 7
         if wire == 0:
-            while msg[i] & 0x80:
-                i += 1
-            i += 1
+            _, i = read_varint(msg, i)
             continue
         if wire != 2:
             raise ValueError(f"unexpected wire type {wire} in PullImageResponse")
-        n, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        n, i = read_varint(msg, i)
         if key >> 3 == num:
             return msg[i:i + n].decode()
         i += n
