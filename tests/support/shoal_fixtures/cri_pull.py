@@ -70,7 +70,12 @@ def main() -> int:
     if len(sys.argv) not in (3, 4):
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
-    import grpc  # noqa: PLC0415 - only the program needs it
+    try:
+        import grpc  # noqa: PLC0415 - only the program needs it
+    except ImportError:
+        print(f"cri_pull.py: {sys.executable} has no grpc module (Debian: python3-grpcio, which "
+              "tools/install-deps installs)", file=sys.stderr)
+        return 2
 
     sock, ref = sys.argv[1], sys.argv[2]
     timeout = float(sys.argv[3]) if len(sys.argv) == 4 else 600.0
