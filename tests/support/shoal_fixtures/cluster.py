@@ -128,10 +128,7 @@ class Cluster:
         def one(i: int) -> NodeResult:
             t0 = time.monotonic()
             try:
-                if cri:
-                    self.containerds[i].cri_pull(ref, timeout=timeout)
-                else:
-                    self.containerds[i].pull(ref, timeout=timeout)
+                self.containerds[i].pull_with(ref, cri=cri, timeout=timeout)
                 return NodeResult(f"node{i + 1}", time.monotonic() - t0, True)
             except Exception as e:  # noqa: BLE001 - reported per node
                 return NodeResult(f"node{i + 1}", time.monotonic() - t0, False, str(e)[-2000:])

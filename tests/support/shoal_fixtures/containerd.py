@@ -64,7 +64,7 @@ class Containerd:
     """One private containerd daemon. See the module comment for layout and findings."""
 
     def __init__(self, directory: str | os.PathLike, *, snapshotter: str = SNAPSHOTTER,
-                 namespace: str | None = None, netns: str | None = None,
+                 namespace: str = NAMESPACE, netns: str | None = None,
                  log_level: str = "info", extra_toml: str = "", cri: bool = False,
                  max_concurrent_downloads: int = 3) -> None:
         """`cri`: run the CRI plugin (see the module comment); `max_concurrent_downloads` is
@@ -74,7 +74,7 @@ class Containerd:
         self.snapshotter = snapshotter
         self.cri = cri
         self.max_concurrent_downloads = max_concurrent_downloads
-        self.namespace = namespace or NAMESPACE
+        self.namespace = namespace
         self.netns = netns
         self.log_level = log_level
         self.extra_toml = extra_toml
@@ -211,6 +211,10 @@ class Containerd:
                                f"{self.diagnostics()}")
         return PullResult(ref, seconds, output,
                           self.content(namespace=CRI_NAMESPACE) if cp.returncode == 0 else {})
+
+    def pull_with(self, ref: str, *, cri: bool, timeout: float = 300) -> PullResult:
+        """`cri_pull` with `cri`, else `pull`: how a caller that offers both clients pulls."""
+        return self.cri_pull(ref, timeout=timeout) if cri else self.pull(ref, timeout=timeout)
 
     def images(self, namespace: str | None = None) -> list[str]:
         """References of the images in this namespace (or `namespace`)."""
