@@ -6,6 +6,12 @@ ASAN_DIR    ?= build/asan
 JOBS        ?= $(shell nproc)
 GENERATOR   := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
+# Builds go through ccache when it is installed (tools/install-deps installs it). The base
+# directory is this checkout, so a clone in another folder (CI) hits the same cache entries.
+CCACHE      := $(shell command -v ccache 2>/dev/null)
+CMAKE_LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE),)
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
 
 .PHONY: all deps build build-asan test test-release test-asan demo bench docs clean
 
@@ -15,11 +21,11 @@ deps:
 	@tools/install-deps
 
 build: deps
-	@cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(CMAKE_LAUNCHER) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 build-asan: deps
-	@cmake -S . -B $(ASAN_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DSHOAL_SANITIZE=ON -DSHOAL_BUILD_BENCH=OFF >/dev/null
+	@cmake -S . -B $(ASAN_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DSHOAL_SANITIZE=ON -DSHOAL_BUILD_BENCH=OFF $(CMAKE_LAUNCHER) >/dev/null
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
 
 # Every test on the release build, then the unit tests again under ASan+UBSan.
