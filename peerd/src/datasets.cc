@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 
 namespace shoal::peerd {
 

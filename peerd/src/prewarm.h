@@ -1,6 +1,6 @@
 #pragma once
-// Executes the scheduler's prewarm orders on this node: fetch every object of an image (or, once
-// issue #7 lands, a dataset) into the local cache through the swarm, as a pull would, and report
+// Executes the scheduler's prewarm orders on this node: fetch every object of an image or a
+// dataset into the local cache through the swarm, as a pull would, and report
 // progress in the next heartbeats.
 //
 // Orders arrive in heartbeat replies (submit()); an id already known is ignored, so the

@@ -38,8 +38,8 @@
 
 #include "cache/store.h"
 #include "common/http_client.h"
-#include "common/metainfo.h"
-#include "common/swarm.h"
+#include "swarm/metainfo.h"
+#include "swarm/swarm.h"
 #include "config.h"
 #include "state_db.h"
 

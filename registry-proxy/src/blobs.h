@@ -24,7 +24,7 @@
 #include "cache/store.h"
 #include "common/http_server.h"
 #include "chunks.h"
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 #include "common/oci.h"
 #include "common/metrics.h"
 #include "state_db.h"

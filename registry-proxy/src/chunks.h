@@ -26,7 +26,7 @@
 
 #include "common/digest.h"
 #include "common/error.h"
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 
 namespace shoal::proxy {
 

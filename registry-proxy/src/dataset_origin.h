@@ -28,7 +28,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/http_client.h"
-#include "common/s3.h"
+#include "s3.h"
 
 namespace shoal::proxy {
 

@@ -44,7 +44,7 @@
 #include "common/dataset.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 #include "common/metrics.h"
 #include "dataset_origin.h"
 #include "state_db.h"

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cache/store.h"
-#include "common/metainfo.h"
-#include "common/swarm.h"
+#include "swarm/metainfo.h"
+#include "swarm/swarm.h"
 #include "config.h"
 #include "state_db.h"
 

@@ -5,9 +5,10 @@
 // pass (and with which settings), can these nodes run one job together (consistent settings across
 // nodes), and what is a node's network plan for a job (the NIC/VF for each GPU and the NCCL
 // environment). netsetup's library answers them from the discovery document peerd attaches to its
-// heartbeat (`netsetup`, schema 1): validate_node, validate_cluster, make_nccl_env. Until that
-// library is linked into the scheduler, `document_network_model` stands in: it reads only an
-// optional `validation` member of the document ({"passed": bool, "settings": {...},
+// heartbeat (`netsetup`, schema 1): validate_node, validate_cluster, make_nccl_env
+// (`netsetup_network_model`, what the daemon runs). A node whose document is no netsetup
+// inventory is judged by `document_network_model`, which the tests and the benchmark also use on
+// their own: it reads only an optional `validation` member ({"passed": bool, "settings": {...},
 // "error": "..."}), calls every other node "unknown", checks consistency by comparing `settings`,
 // and returns no plan (JSON null).
 //

@@ -349,7 +349,7 @@ std::vector<result<resolved_image>> resolver::resolve_many(
 
 result<std::vector<object_ref>> no_datasets::lookup(const std::string& name_at_version) {
   return fail(errc::not_found, "unknown dataset " + name_at_version +
-                                   ": datasets are resolved by registry-proxy once issue #7 lands");
+                                   " (this catalog holds no datasets)");
 }
 
 bool valid_dataset_ref(std::string_view s) {

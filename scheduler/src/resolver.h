@@ -149,7 +149,7 @@ struct manifest_content {
 // when both name one.
 [[nodiscard]] bool platform_matches(std::string_view want, std::string_view have);
 
-// Datasets by "name@version" (issue #7 fills this in).
+// Datasets by "name@version"; dataset_catalog.h asks registry-proxy, no_datasets knows none.
 class dataset_catalog {
  public:
   virtual ~dataset_catalog() = default;

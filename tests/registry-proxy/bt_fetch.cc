@@ -1,7 +1,7 @@
 // proxy_bt_fetch: a plain libtorrent downloader for the registry-proxy seeding test
 // (tests/registry-proxy/metainfo_test.py). It stands in for a peer that knows nothing but a
 // .torrent and one seed endpoint: no tracker, no DHT, nothing of Shoal's own except the LAN
-// session settings of common/swarm.h (so it behaves like peerd's session will).
+// session settings of swarm/swarm.h (so it behaves like peerd's session will).
 //
 //   proxy_bt_fetch <file.torrent> <seed ip:port> <save dir> [timeout seconds]
 //
@@ -24,7 +24,7 @@
 #include <string>
 #include <thread>
 
-#include "common/swarm.h"
+#include "swarm/swarm.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

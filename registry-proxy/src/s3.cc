@@ -1,4 +1,4 @@
-#include "common/s3.h"
+#include "s3.h"
 #include "common/text.h"
 
 #include <algorithm>

@@ -1,10 +1,10 @@
-#include "common/s3.h"
+#include "s3.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "support/test_http_server.h"
+#include "../common/support/test_http_server.h"
 
 namespace shoal::s3 {
 namespace {

@@ -5,7 +5,7 @@
 #include <map>
 #include <random>
 
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 #include "common/sha256.h"
 
 namespace shoal {

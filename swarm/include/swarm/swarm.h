@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 
 namespace shoal::swarm {
 

@@ -1,7 +1,7 @@
 // common/swarm: the settings table, raw overrides, and Shoal super seeding between a real origin
 // session and real node sessions on loopback.
 
-#include "common/swarm.h"
+#include "swarm/swarm.h"
 
 #include <gtest/gtest.h>
 #include <libtorrent/add_torrent_params.hpp>
@@ -19,7 +19,7 @@
 #include <random>
 #include <thread>
 
-#include "common/metainfo.h"
+#include "swarm/metainfo.h"
 #include "common/sha256.h"
 
 namespace shoal::swarm {

@@ -1,4 +1,4 @@
-#include "common/swarm.h"
+#include "swarm/swarm.h"
 
 #include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/alert_types.hpp>
