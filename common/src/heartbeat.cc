@@ -325,17 +325,21 @@ std::string encode(const message& m) {
   return dump(j);
 }
 
-result<message> decode(std::string_view text) {
-  if (text.size() > max_message_bytes)
-    return fail(errc::too_large, "heartbeat larger than 256 MiB");
-  if (json_too_deep(text))
-    return fail(errc::invalid_argument,
-                "heartbeat nests deeper than " + std::to_string(max_json_depth));
-  auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return fail(errc::invalid_argument, "heartbeat is not a JSON object");
-  message m;
-  reader r(j, "");
+namespace {
+
+// Runs `each(element, path)` on every element of the optional array `key` (at most `max`).
+template <typename F>
+status for_each_in(const reader& r, const char* key, std::size_t max, F&& each) {
+  const json* arr = nullptr;
+  SHOAL_TRY(r.array(key, arr, max));
+  if (!arr) return {};
+  std::size_t i = 0;
+  for (const auto& x : *arr) SHOAL_TRY(each(x, std::string(key) + "[" + std::to_string(i++) + "]"));
+  return {};
+}
+
+// schema, node, labels, addresses and the sequence fields.
+status decode_identity(const reader& r, message& m) {
   std::uint64_t schema = 0;
   SHOAL_TRY(r.u64("schema", schema, 1000));
   if (schema < static_cast<std::uint64_t>(min_schema_version) ||
@@ -384,104 +388,119 @@ result<message> decode(std::string_view text) {
   SHOAL_TRY(r.boolean("full", m.full));
   if (m.schema < 2 && !m.full)
     return fail(errc::invalid_argument, "schema 1 heartbeats carry full lists only");
-  const json* objs = nullptr;
-  SHOAL_TRY(r.array("objects", objs, max_objects));
-  if (objs) {
-    m.objects.reserve(objs->size());
-    std::size_t i = 0;
-    for (const auto& o : *objs) {
-      auto h = parse_object(o, "objects[" + std::to_string(i++) + "]");
-      if (!h) return fail(h.error());
-      m.objects.push_back(std::move(*h));
-    }
-  }
+  return {};
+}
+
+// What the node's cache holds: objects, removals (deltas only) and the cache's size.
+status decode_holdings(const reader& r, message& m) {
+  SHOAL_TRY(for_each_in(r, "objects", max_objects, [&](const json& o, const std::string& p) -> status {
+    auto h = parse_object(o, p);
+    if (!h) return fail(h.error());
+    m.objects.push_back(std::move(*h));
+    return {};
+  }));
   const json* removed = nullptr;
   SHOAL_TRY(r.array("removed", removed, max_objects));
-  if (removed) {
-    if (m.full && !removed->empty())
-      return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
-    std::size_t i = 0;
-    for (const auto& x : *removed) {
-      std::string p = "removed[" + std::to_string(i++) + "]";
-      if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
-      auto d = digest::parse(x.get_ref<const std::string&>());
-      if (!d) return fail(d.error().wrap(p));
-      m.removed.push_back(*d);
-    }
-  }
+  if (removed && m.full && !removed->empty())
+    return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
+  SHOAL_TRY(for_each_in(r, "removed", max_objects, [&](const json& x, const std::string& p) -> status {
+    if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
+    auto d = digest::parse(x.get_ref<const std::string&>());
+    if (!d) return fail(d.error().wrap(p));
+    m.removed.push_back(*d);
+    return {};
+  }));
   if (const json* cache = r.find("cache")) {
     if (!cache->is_object()) return fail(errc::invalid_argument, "cache must be an object");
     reader cr(*cache, "cache");
     SHOAL_TRY(cr.u64("capacity", m.cache_capacity, max_object_size * 1024));
     SHOAL_TRY(cr.u64("used", m.cache_used, max_object_size * 1024));
   }
-  const json* gpus = nullptr;
-  SHOAL_TRY(r.array("gpus", gpus, max_gpu_groups));
-  if (gpus) {
-    std::size_t i = 0;
-    for (const auto& g : *gpus) {
-      std::string p = "gpus[" + std::to_string(i++) + "]";
-      if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
-      reader gr(g, p);
-      gpu_group grp;
-      SHOAL_TRY(gr.str("model", grp.model, 128));
-      std::uint64_t n = 0;
-      SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
-      grp.count = static_cast<std::uint32_t>(n);
-      m.gpus.push_back(std::move(grp));
-    }
-  }
+  return {};
+}
+
+// The node's hardware and health: GPUs, the RDMA and netsetup documents, health and reasons.
+status decode_inventory(const reader& r, const json& j, message& m) {
+  SHOAL_TRY(for_each_in(r, "gpus", max_gpu_groups, [&](const json& g, const std::string& p) -> status {
+    if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+    reader gr(g, p);
+    gpu_group grp;
+    SHOAL_TRY(gr.str("model", grp.model, 128));
+    std::uint64_t n = 0;
+    SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
+    grp.count = static_cast<std::uint32_t>(n);
+    m.gpus.push_back(std::move(grp));
+    return {};
+  }));
   SHOAL_TRY(parse_document(r, j, "rdma", false, m.rdma));
   SHOAL_TRY(parse_document(r, j, "netsetup", true, m.netsetup));
   SHOAL_TRY(r.str("health", m.health, 16));
   if (m.health != "ok" && m.health != "degraded" && m.health != "failing") {
     return fail(errc::invalid_argument, "health must be ok, degraded or failing");
   }
-  const json* reasons = nullptr;
-  SHOAL_TRY(r.array("health_reasons", reasons, 32));
-  if (reasons) {
-    for (const auto& x : *reasons) {
-      if (!x.is_string() || x.get_ref<const std::string&>().size() > 512) {
-        return fail(errc::invalid_argument,
-                    "health_reasons entries must be strings of at most 512 bytes");
-      }
-      m.health_reasons.push_back(x.get<std::string>());
+  return for_each_in(r, "health_reasons", 32, [&](const json& x, const std::string&) -> status {
+    if (!x.is_string() || x.get_ref<const std::string&>().size() > 512) {
+      return fail(errc::invalid_argument,
+                  "health_reasons entries must be strings of at most 512 bytes");
     }
+    m.health_reasons.push_back(x.get<std::string>());
+    return {};
+  });
+}
+
+// One entry of "datasets": a dataset the node holds (part of), and whether its view exists.
+result<dataset_presence> parse_dataset_presence(const json& x, const std::string& p) {
+  if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+  reader dr(x, p);
+  dataset_presence d;
+  SHOAL_TRY(dr.str("dataset", d.dataset, 330));
+  auto at = d.dataset.find('@');
+  if (at == std::string::npos || at == 0 || at + 1 == d.dataset.size()) {
+    return fail(errc::invalid_argument, p + ".dataset must be name@version");
   }
-  const json* orders = nullptr;
-  SHOAL_TRY(r.array("orders", orders, max_orders));
-  if (orders) {
-    std::size_t i = 0;
-    for (const auto& o : *orders) {
-      auto rep = parse_report(o, "orders[" + std::to_string(i++) + "]");
-      if (!rep) return fail(rep.error());
-      m.orders.push_back(std::move(*rep));
-    }
+  SHOAL_TRY(dr.u64("bytes", d.bytes, max_object_size * 1024));
+  SHOAL_TRY(dr.u64("total", d.total, max_object_size * 1024));
+  if (d.bytes > d.total) return fail(errc::invalid_argument, p + ".bytes is larger than its total");
+  if (const json* v = x.contains("view") ? &x["view"] : nullptr) {
+    if (!v->is_boolean()) return fail(errc::invalid_argument, p + ".view must be a boolean");
+    d.view = v->get<bool>();
   }
-  const json* datasets = nullptr;
-  SHOAL_TRY(r.array("datasets", datasets, max_datasets));
-  if (datasets) {
-    std::size_t i = 0;
-    for (const auto& x : *datasets) {
-      std::string p = "datasets[" + std::to_string(i++) + "]";
-      if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
-      reader dr(x, p);
-      dataset_presence d;
-      SHOAL_TRY(dr.str("dataset", d.dataset, 330));
-      auto at = d.dataset.find('@');
-      if (at == std::string::npos || at == 0 || at + 1 == d.dataset.size()) {
-        return fail(errc::invalid_argument, p + ".dataset must be name@version");
-      }
-      SHOAL_TRY(dr.u64("bytes", d.bytes, max_object_size * 1024));
-      SHOAL_TRY(dr.u64("total", d.total, max_object_size * 1024));
-      if (d.bytes > d.total) return fail(errc::invalid_argument, p + ".bytes is larger than its total");
-      if (const json* v = x.contains("view") ? &x["view"] : nullptr) {
-        if (!v->is_boolean()) return fail(errc::invalid_argument, p + ".view must be a boolean");
-        d.view = v->get<bool>();
-      }
-      m.datasets.push_back(std::move(d));
-    }
-  }
+  return d;
+}
+
+// What the node reports back: prewarm order progress and dataset presence.
+status decode_reports(const reader& r, message& m) {
+  SHOAL_TRY(for_each_in(r, "orders", max_orders, [&](const json& o, const std::string& p) -> status {
+    auto rep = parse_report(o, p);
+    if (!rep) return fail(rep.error());
+    m.orders.push_back(std::move(*rep));
+    return {};
+  }));
+  return for_each_in(r, "datasets", max_datasets, [&](const json& x, const std::string& p) -> status {
+    auto d = parse_dataset_presence(x, p);
+    if (!d) return fail(d.error());
+    m.datasets.push_back(std::move(*d));
+    return {};
+  });
+}
+
+}  // namespace
+
+result<message> decode(std::string_view text) {
+  if (text.size() > max_message_bytes)
+    return fail(errc::too_large, "heartbeat larger than 256 MiB");
+  if (json_too_deep(text))
+    return fail(errc::invalid_argument,
+                "heartbeat nests deeper than " + std::to_string(max_json_depth));
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "heartbeat is not a JSON object");
+  message m;
+  reader r(j, "");
+  SHOAL_TRY(decode_identity(r, m));
+  SHOAL_TRY(decode_holdings(r, m));
+  SHOAL_TRY(decode_inventory(r, j, m));
+  SHOAL_TRY(decode_reports(r, m));
   return m;
 }
 

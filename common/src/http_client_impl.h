@@ -147,6 +147,8 @@ class client::impl {
   void start_hop(transfer& t);
   void launch(transfer& t);
   status setup_easy(transfer& t);
+  bool set_transfer_options(transfer& t);  // returns whether a body is sent
+  [[nodiscard]] status set_request_headers(transfer& t, bool has_body);
   void detach(transfer& t);
   void release_slot(const std::string& key);
   void drain_messages();
@@ -168,6 +170,9 @@ class client::impl {
   static size_t write_cb(char* data, size_t size, size_t n, void* user);
   static int xfer_cb(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t ulnow);
   bool on_head_done(transfer& t);
+  bool on_resumed_head(transfer& t);
+  void note_resumable_entity(transfer& t);
+  bool offer_head_to_caller(transfer& t);
   static impl& self(transfer& t) { return *static_cast<impl*>(t.owner); }
 
   client_options opts_;

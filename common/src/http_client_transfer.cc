@@ -22,6 +22,21 @@ std::string describe_exception(std::exception_ptr p) {
 status client::impl::setup_easy(transfer& t) {
   t.easy = curl_easy_init();
   if (t.easy == nullptr) return fail(errc::internal, "curl_easy_init failed");
+  const bool has_body = set_transfer_options(t);
+  if (auto st = set_request_headers(t, has_body); !st) return st;
+  if (t.req.customize && (!t.other_origin || t.req.redirects.customize_on_other_origin)) {
+    try {
+      t.req.customize(t.easy);
+    } catch (...) {
+      return fail(errc::internal,
+                  "customize hook threw: " + describe_exception(std::current_exception()));
+    }
+  }
+  return {};
+}
+
+// The easy handle's options for one hop: URL, callbacks, timeouts, TLS, proxy and the method.
+bool client::impl::set_transfer_options(transfer& t) {
   CURL* e = t.easy;
   curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
   curl_easy_setopt(e, CURLOPT_URL, t.url.c_str());
@@ -64,9 +79,12 @@ status client::impl::setup_easy(transfer& t) {
       curl_easy_setopt(e, CURLOPT_POSTFIELDS, t.req.body.data());
     }
   }
+  return has_body;
+}
 
-  // Headers: the caller's, minus credentials after an origin change, minus a Range the client
-  // replaces when resuming.
+// The caller's headers, minus credentials after an origin change, minus a Range the client
+// replaces when resuming; then the resume range and the headers libcurl must not invent.
+status client::impl::set_request_headers(transfer& t, bool has_body) {
   bool has_ua = false, has_ctype = false, has_expect = false;
   auto add = [&t](const std::string& line) {
     curl_slist* n = curl_slist_append(t.slist, line.c_str());
@@ -114,16 +132,7 @@ status client::impl::setup_easy(transfer& t) {
   if (!has_expect && has_body) ok = ok && add("Expect:");
   if (has_body && !has_ctype) ok = ok && add("Content-Type:");
   if (!ok) return fail(errc::internal, "curl_slist_append failed");
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.slist);
-
-  if (t.req.customize && (!t.other_origin || t.req.redirects.customize_on_other_origin)) {
-    try {
-      t.req.customize(e);
-    } catch (...) {
-      return fail(errc::internal,
-                  "customize hook threw: " + describe_exception(std::current_exception()));
-    }
-  }
+  curl_easy_setopt(t.easy, CURLOPT_HTTPHEADER, t.slist);
   return {};
 }
 
@@ -198,62 +207,75 @@ bool client::impl::on_head_done(transfer& t) {
       return true;
     }
   }
-  if (t.resuming) {
-    const std::uint64_t want = t.entity_first + t.delivered;
-    std::optional<detail::content_range> cr;
-    if (auto v = first_header(t.headers, "Content-Range")) cr = detail::parse_content_range(*v);
-    bool ok = s == 206 && cr && cr->first == want && cr->last + 1 == t.entity_end &&
-              (!cr->total || !t.entity_total || *cr->total == *t.entity_total);
-    if (ok) {
-      t.disp = disposition::continue_resume;
-      return true;
-    }
-    std::string got = "status " + std::to_string(s);
-    if (s == 206) {
-      auto v = first_header(t.headers, "Content-Range");
-      got += " with Content-Range '" + std::string(v.value_or("")) + "'";
-    }
-    t.forced = error{errc::protocol_error, "resume at byte " + std::to_string(want) +
-                                               ": server answered " + got +
-                                               ", refusing to deliver bytes twice"};
-    t.forced_retryable = false;
-    return false;
-  }
-
+  if (t.resuming) return on_resumed_head(t);
   t.disp = disposition::deliver;
   t.final_status = s;
   t.final_url = t.url;
   t.resumable = false;
-  if (t.req.resume && t.method == "GET") {
-    if (s == 200) {
-      if (auto v = first_header(t.headers, "Content-Length")) {
-        if (auto len = detail::parse_u64(*v); len && *len > 0) {
-          t.resumable = true;
-          t.entity_first = 0;
-          t.entity_end = *len;
-          t.entity_total = *len;
-        }
-      }
-    } else if (s == 206) {
-      if (auto v = first_header(t.headers, "Content-Range")) {
-        if (auto cr = detail::parse_content_range(*v)) {
-          t.resumable = true;
-          t.entity_first = cr->first;
-          t.entity_end = cr->last + 1;
-          t.entity_total = cr->total;
-        }
+  if (t.req.resume && t.method == "GET") note_resumable_entity(t);
+  return offer_head_to_caller(t);
+}
+
+// A resumed hop must answer 206 with exactly the rest of the range; anything else fails the
+// transfer rather than deliver bytes twice.
+bool client::impl::on_resumed_head(transfer& t) {
+  const int s = t.status;
+  const std::uint64_t want = t.entity_first + t.delivered;
+  std::optional<detail::content_range> cr;
+  if (auto v = first_header(t.headers, "Content-Range")) cr = detail::parse_content_range(*v);
+  bool ok = s == 206 && cr && cr->first == want && cr->last + 1 == t.entity_end &&
+            (!cr->total || !t.entity_total || *cr->total == *t.entity_total);
+  if (ok) {
+    t.disp = disposition::continue_resume;
+    return true;
+  }
+  std::string got = "status " + std::to_string(s);
+  if (s == 206) {
+    auto v = first_header(t.headers, "Content-Range");
+    got += " with Content-Range '" + std::string(v.value_or("")) + "'";
+  }
+  t.forced = error{errc::protocol_error, "resume at byte " + std::to_string(want) +
+                                             ": server answered " + got +
+                                             ", refusing to deliver bytes twice"};
+  t.forced_retryable = false;
+  return false;
+}
+
+// Remembers what a later resume needs: the entity's extent and its validator.
+void client::impl::note_resumable_entity(transfer& t) {
+  const int s = t.status;
+  if (s == 200) {
+    if (auto v = first_header(t.headers, "Content-Length")) {
+      if (auto len = detail::parse_u64(*v); len && *len > 0) {
+        t.resumable = true;
+        t.entity_first = 0;
+        t.entity_end = *len;
+        t.entity_total = *len;
       }
     }
-    t.validator.clear();
-    if (auto etag = first_header(t.headers, "ETag"); etag && !etag->starts_with("W/")) {
-      t.validator = std::string(*etag);
-    } else if (auto lm = first_header(t.headers, "Last-Modified")) {
-      t.validator = std::string(*lm);
+  } else if (s == 206) {
+    if (auto v = first_header(t.headers, "Content-Range")) {
+      if (auto cr = detail::parse_content_range(*v)) {
+        t.resumable = true;
+        t.entity_first = cr->first;
+        t.entity_end = cr->last + 1;
+        t.entity_total = cr->total;
+      }
     }
   }
+  t.validator.clear();
+  if (auto etag = first_header(t.headers, "ETag"); etag && !etag->starts_with("W/")) {
+    t.validator = std::string(*etag);
+  } else if (auto lm = first_header(t.headers, "Last-Modified")) {
+    t.validator = std::string(*lm);
+  }
+}
+
+// The caller's on_response decides whether the body is wanted.
+bool client::impl::offer_head_to_caller(transfer& t) {
   if (t.cb.on_response) {
     response_head head;
-    head.status = s;
+    head.status = t.status;
     head.reason = t.reason;
     head.headers = t.headers;
     head.url = t.url;
