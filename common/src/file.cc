@@ -6,13 +6,16 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <string>
 
 #include "common/fd.h"
 
 namespace shoal {
 namespace {
 
-// A temp name no other writer in this process or another one uses at the same time.
+// A temp name no other live writer uses: the pid tells processes apart, the counter threads. A
+// name left by a crashed process whose pid came back (PID 1 in a container) is overwritten.
 std::string temp_name(const std::string& path) {
   static std::atomic<std::uint64_t> seq{0};
   return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq.fetch_add(1));
@@ -47,7 +50,7 @@ status write_all(int fd, std::string_view data, const std::string& tmp) {
 
 // Writes and syncs the temp file; removes it on failure.
 status write_temp(const std::string& tmp, std::string_view data, int (*sync)(int)) {
-  unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) return fail_errno(errno, "open " + tmp);
   status st = write_all(fd.get(), data, tmp);
   if (st) st = sync_fd(sync, fd.get(), "fsync " + tmp);

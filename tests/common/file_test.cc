@@ -161,6 +161,21 @@ TEST(WriteAtomic, AFailedRenameLeavesNoTemp) {
   EXPECT_EQ(names_in(t.path()), std::vector<std::string>{"taken"});
 }
 
+// A crashed process may leave its temp file behind, and a restarted daemon may get the same pid
+// (PID 1 in a container): the stale name is overwritten, never a reason to fail.
+TEST(WriteAtomic, TempFilesLeftByACrashedProcessWithTheSamePidAreOverwritten) {
+  temp_dir t;
+  std::string p = t.path() + "/r.json";
+  constexpr int stale = 200;  // more than the writes this test process made before
+  for (int k = 0; k < stale; ++k) {
+    std::ofstream(p + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(k)) << "stale stale stale";
+  }
+  auto s = write_atomic(p, "fresh");
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(slurp(p), "fresh");
+  EXPECT_EQ(names_in(t.path()).size(), static_cast<std::size_t>(stale));  // one stale name became r.json
+}
+
 TEST(WriteAtomic, NotAFilePathIsInvalid) {
   EXPECT_TRUE(write_atomic("", "x").error().is(errc::invalid_argument));
   EXPECT_TRUE(write_atomic("/tmp/", "x").error().is(errc::invalid_argument));
