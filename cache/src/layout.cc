@@ -16,6 +16,7 @@ layout& layout::operator=(layout&& o) noexcept {
   if (this == &o) return *this;
   close_all();
   root_ = std::move(o.root_);
+  pack_dir_ = std::move(o.pack_dir_);
   objects_ = std::move(o.objects_);
   tmp_ = std::move(o.tmp_);
   quarantine_ = std::move(o.quarantine_);
@@ -55,7 +56,8 @@ result<layout> layout::create(const std::string& root) {
   layout l;
   l.root_ = root;
   while (l.root_.size() > 1 && l.root_.back() == '/') l.root_.pop_back();
-  l.objects_ = l.root_ + "/objects/sha256";
+  l.pack_dir_ = l.root_ + "/objects";
+  l.objects_ = l.pack_dir_ + "/sha256";
   l.tmp_ = l.root_ + "/tmp";
   l.quarantine_ = l.root_ + "/quarantine";
   l.index_ = l.root_ + "/index";
@@ -92,9 +94,11 @@ std::string layout::shard_path(std::uint8_t shard) const {
   return objects_ + "/" + shard_name(shard);
 }
 
-std::string layout::object_path(const digest& d) const {
+std::string layout::object_path(const digest& d) const { return pack_dir_ + "/" + relative_object_path(d); }
+
+std::string layout::relative_object_path(const digest& d) {
   std::string hex = d.hex();
-  return objects_ + "/" + hex.substr(0, 2) + "/" + hex;
+  return "sha256/" + hex.substr(0, 2) + "/" + hex;
 }
 
 std::string shard_name(std::uint8_t shard) {

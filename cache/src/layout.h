@@ -30,7 +30,10 @@ class layout {
   [[nodiscard]] static result<layout> create(const std::string& root);
 
   [[nodiscard]] const std::string& root() const noexcept { return root_; }
+  // <root>/objects/sha256: the parent of the shard directories.
   [[nodiscard]] const std::string& objects_dir() const noexcept { return objects_; }
+  // <root>/objects: object_path(d) == pack_dir() + "/" + relative_object_path(d).
+  [[nodiscard]] const std::string& pack_dir() const noexcept { return pack_dir_; }
   [[nodiscard]] const std::string& tmp_dir() const noexcept { return tmp_; }
   [[nodiscard]] const std::string& quarantine_dir() const noexcept { return quarantine_; }
   [[nodiscard]] const std::string& index_dir() const noexcept { return index_; }
@@ -44,11 +47,13 @@ class layout {
   [[nodiscard]] std::string shard_path(std::uint8_t shard) const;
   [[nodiscard]] std::string shard_path(const digest& d) const { return shard_path(d.bytes()[0]); }
   [[nodiscard]] std::string object_path(const digest& d) const;
+  // "sha256/<hh>/<64hex>": the layout below pack_dir(), which the pack metainfo format mirrors.
+  [[nodiscard]] static std::string relative_object_path(const digest& d);
 
  private:
   void close_all() noexcept;
 
-  std::string root_, objects_, tmp_, quarantine_, index_;
+  std::string root_, pack_dir_, objects_, tmp_, quarantine_, index_;
   int objects_fd_ = -1, tmp_fd_ = -1, quarantine_fd_ = -1;
   std::array<int, shard_count> shard_fds_ = [] {
     std::array<int, shard_count> a{};

@@ -5,6 +5,7 @@
 
 #include "common/sha256.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -228,6 +229,15 @@ bool store::contains(const digest& id) const { return core_->contains(id); }
 std::vector<object_info> store::list() const { return core_->list(); }
 std::string store::object_path(const digest& id) const { return core_->dirs().object_path(id); }
 std::string store::shard_dir(const digest& id) const { return core_->dirs().shard_path(id); }
+std::string store::pack_dir() const { return core_->dirs().pack_dir(); }
+std::string store::pack_member_path(const digest& id) { return detail::layout::relative_object_path(id); }
+
+status store::check_same_filesystem(const std::string& path) const {
+  struct ::stat a {}, b {};
+  const std::string& objects = core_->dirs().pack_dir();
+  if (::stat(path.c_str(), &a) != 0 || ::stat(objects.c_str(), &b) != 0 || a.st_dev == b.st_dev) return {};
+  return fail(errc::config_error, path + " is not on the cache's filesystem (" + objects + ")");
+}
 
 status store::pin(const digest& id, std::string_view owner, std::optional<time_point> expiry) {
   return core_->pin(id, owner, expiry);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "swarm/metainfo.h"
 
@@ -24,20 +25,6 @@ using nlohmann::json;
 using steady = std::chrono::steady_clock;
 
 namespace {
-
-status write_atomic(const std::string& path, std::string_view data) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) return fail(errc::io_error, "write " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return fail(ec, "rename " + tmp + ": " + ec.message());
-  return {};
-}
 
 // Makes a tree writable again (views are 0555) and removes it.
 void remove_tree(const std::string& path) {
@@ -123,13 +110,8 @@ status dataset_manager::start() {
     fs::create_directories(dir, ec);
     if (ec) return fail(ec, "create " + dir + ": " + ec.message());
   }
-  {
-    struct stat a {}, b {};
-    auto objects = fs::path(d_.store.shard_dir(digest{})).parent_path().parent_path().string();
-    if (::stat(opts_.views_dir.c_str(), &a) == 0 && ::stat(objects.c_str(), &b) == 0 && a.st_dev != b.st_dev) {
-      return fail(errc::config_error, "datasets.views_dir " + opts_.views_dir +
-                                          " is not on the cache's filesystem: views are hard links into " + objects);
-    }
+  if (auto s = d_.store.check_same_filesystem(opts_.views_dir); !s) {
+    return fail(s.error().wrap("datasets.views_dir (views are hard links into the cache)"));
   }
   std::error_code ec;
   std::vector<std::string> resume;

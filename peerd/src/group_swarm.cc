@@ -14,6 +14,7 @@
 #include <future>
 #include <sstream>
 
+#include "common/file.h"
 #include "common/log.h"
 
 namespace shoal::peerd {
@@ -109,13 +110,8 @@ void group_swarm::stop() {
   for (auto& dl : dls) fail(dl, error{errc::cancelled, "peerd is shutting down"});
 }
 
-std::string group_swarm::objects_dir() const {
-  return fs::path(d_.store.shard_dir(digest{})).parent_path().parent_path().string();
-}
-
 std::string group_swarm::member_path(const group_download& dl, const digest& d) const {
-  std::string hex = d.hex();
-  return dl.spec_.pack ? dl.dir_ + "/sha256/" + hex.substr(0, 2) + "/" + hex : dl.dir_ + "/" + hex;
+  return dl.dir_ + "/" + (dl.spec_.pack ? cache::store::pack_member_path(d) : d.hex());
 }
 
 status group_swarm::check_space(const group_download& dl) const {
@@ -363,7 +359,7 @@ bool group_swarm::on_unknown(const lt::sha1_hash& h, lt::add_torrent_params& p) 
     if (!d || !d_.store.contains(*d)) return false;
   }
   p.ti = ti;
-  p.save_path = objects_dir();
+  p.save_path = d_.store.pack_dir();
   // Seed mode without trusted pieces: each piece is hashed before its first upload.
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers;
   p.trackers = d_.swarm.tracker_urls();
@@ -386,7 +382,7 @@ void group_swarm::seed(const group_spec& spec, const std::string& ih, bool verif
   }
   lt::add_torrent_params p;
   p.ti = ti;
-  p.save_path = spec.pack ? objects_dir() : d_.store.shard_dir(spec.objects.front().first);
+  p.save_path = spec.pack ? d_.store.pack_dir() : d_.store.shard_dir(spec.objects.front().first);
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers |
             lt::torrent_flags::duplicate_is_error;
   p.trackers = d_.swarm.tracker_urls();
@@ -461,14 +457,10 @@ void group_swarm::finish(const std::shared_ptr<group_download>& dl) {
 void group_swarm::complete(const std::shared_ptr<group_download>& dl) {
   const auto& spec = dl->spec_;
   if (spec.pack) {
-    std::string path = opts_.dir + "/packs/" + dl->ih_ + ".torrent";
-    std::ofstream f(path + ".tmp", std::ios::binary | std::ios::trunc);
-    f.write(spec.torrent.data(), static_cast<std::streamsize>(spec.torrent.size()));
-    f.close();
-    std::error_code ec;
-    if (f) fs::rename(path + ".tmp", path, ec);
+    auto s = write_atomic(opts_.dir + "/packs/" + dl->ih_ + ".torrent", spec.torrent);
+    if (!s) log::warn("cannot keep a pack's torrent", log::kv("pack", dl->ih_), log::kv("error", s.error().message));
     std::lock_guard lk(mu_);
-    if (f && !ec) packs_.insert(dl->ih_);
+    if (s) packs_.insert(dl->ih_);
   } else {
     (void)d_.state.put(spec.objects.front().first, dl->ih_, spec.torrent);
   }

@@ -139,7 +139,6 @@ class group_swarm {
   void seed(const group_spec& spec, const std::string& ih, bool verified);
   void monitor();
   [[nodiscard]] status check_space(const group_download& dl) const;
-  [[nodiscard]] std::string objects_dir() const;
   [[nodiscard]] std::string member_path(const group_download& dl, const digest& d) const;
 
   deps d_;

@@ -1,7 +1,10 @@
 #pragma once
-// peerd's side index: the metainfo of every object it holds (so any holder can serve its swarm
-// later without rehashing) and the info-hash → digest map the on-demand seeder needs. RocksDB
-// on disk, mirrored in memory for lookups from libtorrent's network thread. Thread-safe.
+// peerd's records in its side index (cache::state_db, under <cache.dir>/../state): the torrent
+// of every object it holds (so any holder can serve its swarm later without rehashing) and the
+// info-hash → digest map the on-demand seeder needs, mirrored in memory for lookups from
+// libtorrent's network thread. Rows: "t/<64 hex digest>" → .torrent bytes, "h/<40 hex
+// info-hash>" → 64 hex digest. Thread-safe; put/torrent/forget block on RocksDB (worker
+// threads), the lookups by hash only read memory.
 
 #include <map>
 #include <memory>
@@ -10,19 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "cache/state_db.h"
 #include "common/digest.h"
 #include "common/error.h"
-
-namespace rocksdb {
-class DB;
-}
 
 namespace shoal::peerd {
 
 class state_db {
  public:
   [[nodiscard]] static result<std::unique_ptr<state_db>> open(const std::string& dir);
-  ~state_db();
   state_db(const state_db&) = delete;
   state_db& operator=(const state_db&) = delete;
 
@@ -36,8 +35,8 @@ class state_db {
   [[nodiscard]] std::vector<std::pair<digest, std::string>> all() const;
 
  private:
-  explicit state_db(rocksdb::DB* db) : db_(db) {}
-  rocksdb::DB* db_;
+  explicit state_db(std::unique_ptr<cache::state_db> db) : db_(std::move(db)) {}
+  std::unique_ptr<cache::state_db> db_;
   mutable std::mutex mu_;
   std::map<std::string, digest> by_hash_;
   std::map<digest, std::string> hash_of_;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "seeder.h"
@@ -42,35 +43,6 @@ unsigned status_for(const error& e) {
   if (e.is(errc::timeout)) return 504;
   if (e.is(errc::no_space)) return 507;
   return 502;
-}
-
-status write_atomic(const std::string& path, std::string_view data) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return fail_errno(errno, "open " + tmp);
-  std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::unlink(tmp.c_str());
-      return fail_errno(e, "write " + tmp);
-    }
-    off += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return fail_errno(e, "fsync " + tmp);
-  }
-  fd.reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return fail_errno(e, "rename " + tmp);
-  }
-  return {};
 }
 
 result<std::string> read_file(const std::string& path) {
@@ -136,25 +108,14 @@ dataset_service::dataset_service(dataset_service_options o, net::io_context& io,
 
 dataset_service::~dataset_service() { stop(); }
 
-std::string dataset_service::objects_dir() const {
-  // shard_dir(d) is <root>/objects/sha256/<hh>: the objects directory is two levels up.
-  return fs::path(store_.shard_dir(digest{})).parent_path().parent_path().string();
-}
-
 status dataset_service::start() {
   for (const auto& d : {opts_.dir + "/datasets", opts_.dir + "/manifests", opts_.dir + "/packs", opts_.staging_dir}) {
     std::error_code ec;
     fs::create_directories(d, ec);
     if (ec) return fail(ec, "create " + d + ": " + ec.message());
   }
-  {
-    // The staging directory must be on the cache's filesystem: adopt_file renames.
-    struct stat a {}, b {};
-    if (::stat(opts_.staging_dir.c_str(), &a) == 0 && ::stat(objects_dir().c_str(), &b) == 0 && a.st_dev != b.st_dev) {
-      return fail(errc::config_error, "datasets.staging_dir " + opts_.staging_dir +
-                                          " is not on the cache's filesystem (" + objects_dir() + ")");
-    }
-  }
+  // The staging directory must be on the cache's filesystem: adopt_file renames.
+  if (auto s = store_.check_same_filesystem(opts_.staging_dir); !s) return fail(s.error().wrap("datasets.staging_dir"));
   std::error_code ec;
   std::vector<std::shared_ptr<record>> resume;
   for (auto it = fs::directory_iterator(opts_.dir + "/datasets", ec); !ec && it != fs::directory_iterator();

@@ -115,7 +115,6 @@ class dataset_service {
   [[nodiscard]] result<fetch_report> fetch_object(const dataset_origin& origin, const origin_object& o,
                                                   const std::optional<digest>& expected,
                                                   const std::function<void(std::uint64_t)>& progress);
-  [[nodiscard]] std::string objects_dir() const;
   [[nodiscard]] result<std::shared_ptr<const dataset_origin>> origin_of(const std::shared_ptr<record>& r);
 
   dataset_service_options opts_;

@@ -241,8 +241,7 @@ void seeder::seed_pack(const digest& key, const pack_metainfo& m) {
     }
     pinned.push_back(d);
   }
-  auto objects = std::filesystem::path(store_.shard_dir(digest{})).parent_path().parent_path().string();
-  auto h = ses_->add_pack_seed(m, objects, trackers());
+  auto h = ses_->add_pack_seed(m, store_.pack_dir(), trackers());
   if (!h) {
     if (!h.error().is(errc::already_exists)) {
       log::warn("cannot seed a pack", log::kv("pack", key.str()), log::kv("error", h.error().message));

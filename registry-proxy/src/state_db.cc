@@ -1,11 +1,7 @@
+// registry-proxy's records on the shared side index (see state_db.h).
 #include "state_db.h"
 
-#include <rocksdb/db.h>
-#include <rocksdb/options.h>
-#include <rocksdb/write_batch.h>
-
 #include <algorithm>
-#include <filesystem>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -13,34 +9,19 @@
 namespace shoal::proxy {
 
 result<std::unique_ptr<state_db>> state_db::open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return fail(ec, "create " + dir + ": " + ec.message());
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  o.max_open_files = 256;
-  o.keep_log_file_num = 2;
-  rocksdb::DB* db = nullptr;
-  auto st = rocksdb::DB::Open(o, dir, &db);
-  if (!st.ok()) return fail(errc::io_error, "open state index " + dir + ": " + st.ToString());
-  return std::unique_ptr<state_db>(new state_db(db));
+  auto db = cache::state_db::open(dir, cache::state_db_options{.label = "state index", .max_open_files = 256});
+  if (!db) return fail(db.error());
+  return std::unique_ptr<state_db>(new state_db(std::move(*db)));
 }
-
-state_db::~state_db() { delete db_; }
 
 std::optional<std::string> state_db::get(const std::string& key) const {
-  std::string v;
-  auto st = db_->Get(rocksdb::ReadOptions(), key, &v);
-  if (!st.ok()) return std::nullopt;
-  return v;
+  // An unreadable row is treated as absent (the object is resolved or hashed again).
+  auto v = db_->get(key);
+  if (!v) return std::nullopt;
+  return std::move(*v);
 }
 
-status state_db::put(const std::string& key, const std::string& value) {
-  rocksdb::WriteOptions wo;
-  auto st = db_->Put(wo, key, value);
-  if (!st.ok()) return fail(errc::io_error, "state index write: " + st.ToString());
-  return {};
-}
+status state_db::put(const std::string& key, const std::string& value) { return db_->put(key, value); }
 
 std::optional<tag_entry> state_db::get_tag(const std::string& key) const {
   auto v = get("t/" + key);
@@ -97,13 +78,11 @@ std::optional<std::string> state_db::get_metainfo(const digest& d) const { retur
 status state_db::put_metainfo(const digest& d, const std::string& info) { return put("i/" + d.hex(), info); }
 
 status state_db::forget(const digest& d) {
-  rocksdb::WriteBatch b;
-  b.Delete("m/" + d.hex());
-  b.Delete("v/" + d.hex());
-  b.Delete("i/" + d.hex());
-  auto st = db_->Write(rocksdb::WriteOptions(), &b);
-  if (!st.ok()) return fail(errc::io_error, "state index delete: " + st.ToString());
-  return {};
+  cache::state_db::batch b;
+  b.remove("m/" + d.hex());
+  b.remove("v/" + d.hex());
+  b.remove("i/" + d.hex());
+  return db_->write(b);
 }
 
 }  // namespace shoal::proxy

@@ -1,8 +1,9 @@
 #pragma once
-// registry-proxy's own small index, in RocksDB beside the object store: tag resolutions, manifest
-// media types, object visibility (public, or private to the repositories it was fetched from),
-// and each object's metainfo (piece hashes) so it is computed once. Values are versioned JSON.
-// Thread-safe; every call does blocking RocksDB work (call it from worker threads).
+// registry-proxy's records in its side index (cache::state_db, under state_dir): tag
+// resolutions, manifest media types, object visibility (public, or private to the repositories
+// it was fetched from), and each object's metainfo (piece hashes) so it is computed once. Rows:
+// "t/<tag key>" and "v/<64 hex>" → versioned JSON, "m/<64 hex>" → media type, "i/<64 hex>" →
+// metainfo. Thread-safe; every call does blocking RocksDB work (call it from worker threads).
 
 #include <cstdint>
 #include <memory>
@@ -11,12 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/state_db.h"
 #include "common/digest.h"
 #include "common/error.h"
-
-namespace rocksdb {
-class DB;
-}
 
 namespace shoal::proxy {
 
@@ -35,7 +33,6 @@ struct visibility {
 class state_db {
  public:
   [[nodiscard]] static result<std::unique_ptr<state_db>> open(const std::string& dir);
-  ~state_db();
   state_db(const state_db&) = delete;
   state_db& operator=(const state_db&) = delete;
 
@@ -56,10 +53,10 @@ class state_db {
   [[nodiscard]] status forget(const digest& d);
 
  private:
-  explicit state_db(rocksdb::DB* db) : db_(db) {}
+  explicit state_db(std::unique_ptr<cache::state_db> db) : db_(std::move(db)) {}
   [[nodiscard]] std::optional<std::string> get(const std::string& key) const;
   [[nodiscard]] status put(const std::string& key, const std::string& value);
-  rocksdb::DB* db_;
+  std::unique_ptr<cache::state_db> db_;
   mutable std::mutex mu_;  // serializes read-modify-write of visibility
 };
 

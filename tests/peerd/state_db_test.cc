@@ -1,13 +1,14 @@
-// peerd's side index (state_db): what it remembers across restarts, what forget() removes, and
-// how it treats a damaged index.
+// peerd's records in its side index (state_db over cache::state_db): what it remembers across
+// restarts, what forget() removes, and how it treats damaged rows. The side index itself
+// (batches, scans, open errors) is tested in tests/cache/state_db_test.cc.
 
 #include "state_db.h"
 
 #include <gtest/gtest.h>
-#include <rocksdb/db.h>
 
 #include <fstream>
 
+#include "cache/state_db.h"
 #include "common/sha256.h"
 #include "test_util.h"
 
@@ -103,15 +104,12 @@ TEST(StateDb, DamagedRowsAreIgnoredAtOpen) {
   temp_dir t;
   auto good = sha256_of("good");
   {
-    rocksdb::Options o;
-    o.create_if_missing = true;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(o, t.path(), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
-    ASSERT_TRUE(db->Put({}, "h/" + ih('1'), good.hex()).ok());
-    ASSERT_TRUE(db->Put({}, "h/" + ih('2'), "not hex").ok());
-    ASSERT_TRUE(db->Put({}, "h/short", good.hex()).ok());
-    ASSERT_TRUE(db->Put({}, "t/" + good.hex(), "torrent").ok());
+    auto db = cache::state_db::open(t.path());
+    ASSERT_TRUE(db) << db.error().message;
+    ASSERT_TRUE((*db)->put("h/" + ih('1'), good.hex()));
+    ASSERT_TRUE((*db)->put("h/" + ih('2'), "not hex"));
+    ASSERT_TRUE((*db)->put("h/short", good.hex()));
+    ASSERT_TRUE((*db)->put("t/" + good.hex(), "torrent"));
   }
   auto db = state_db::open(t.path());
   ASSERT_TRUE(db) << db.error().message;

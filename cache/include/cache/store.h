@@ -95,9 +95,25 @@ class store {
   [[nodiscard]] bool contains(const digest& id) const;
   // Every committed object (for resyncs and tools; copies the table).
   [[nodiscard]] std::vector<object_info> list() const;
-  // Where the object lives (or would live). libtorrent seeds from <shard dir>/<64hex>.
+
+  // ---- paths: the only place that knows the layout. Callers may read, hard-link and hand these
+  // paths to libtorrent; they never build a path under the root themselves.
+  // Where the object lives once committed (or would live). Read-only; open_read() is the way to
+  // serve it.
   [[nodiscard]] std::string object_path(const digest& id) const;
+  // The directory of object_path(id): a single-object torrent (file named <64hex>) saved here
+  // seeds from the object itself; a torrent finished elsewhere is moved here, then adopt_file().
   [[nodiscard]] std::string shard_dir(const digest& id) const;
+  // A pack's place: a multi-file torrent whose files are pack_member_path(d) (the pack metainfo
+  // layout) saved here seeds every member from its object path, with nothing copied.
+  [[nodiscard]] std::string pack_dir() const;
+  // The path of object `id` relative to pack_dir() ("sha256/<hh>/<64hex>"), and so also where a
+  // pack being downloaded into any directory D puts it: D + "/" + pack_member_path(id).
+  [[nodiscard]] static std::string pack_member_path(const digest& id);
+  // Success when `path` is on the cache's filesystem (or either cannot be examined: then the
+  // rename or link that needs it reports the problem); errc::config_error naming both otherwise.
+  // Directories whose files are renamed or hard-linked into or out of the cache must pass.
+  [[nodiscard]] status check_same_filesystem(const std::string& path) const;
 
   // ---- pins and labels
   // A pin protects `id` (present, in flight or not yet fetched) from eviction and removal.

@@ -1,0 +1,27 @@
+#pragma once
+// Durable whole-file replacement for the small files the daemons keep beside the cache (dataset
+// records, manifests, pack torrents): readers see the old file or the new one, never a torn
+// write, and once write_atomic() returns success the new file survives a power loss.
+//
+// Blocking disk work: call it from worker threads, never from an event loop.
+
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace shoal {
+
+// Writes `data` to a temporary file beside `path` (same directory, unique name), fsyncs it,
+// renames it over `path` and fsyncs the directory. Every failure says which step failed on which
+// path, with errno_error()'s code and text ("fsync /d/x.json.tmp.12.3: Input/output error"; a
+// full disk is errc::no_space). On failure the temporary file is removed and `path` keeps its
+// previous content, except after a failed directory fsync: the new content is then in place but
+// not known to be durable.
+[[nodiscard]] status write_atomic(const std::string& path, std::string_view data);
+
+// The same with the sync call injected (tests count and fail syncs). `sync` is called first on
+// the temporary file's fd, then on the directory's fd.
+[[nodiscard]] status write_atomic_for_test(const std::string& path, std::string_view data, int (*sync)(int));
+
+}  // namespace shoal
