@@ -46,12 +46,14 @@ demo: build
 bench: build
 	@bench/cache/run
 
-# Regenerates the configuration references in docs/config/ from the daemons.
+# Regenerates the configuration references in docs/config/ from the daemons, and the benchmark
+# tables in docs/*.md from the JSON under bench/results/ (tools/bench-docs).
 docs: build
 	@$(BUILD_DIR)/registry-proxy/shoal-registry-proxy --print-config-docs > docs/config/registry-proxy.md
 	@$(BUILD_DIR)/peerd/shoal-peerd --print-config-docs > docs/config/peerd.md
 	@$(BUILD_DIR)/netsetup/shoal-netsetup --print-policy-docs > docs/config/netsetup-policy.md
 	@if [ -x $(BUILD_DIR)/scheduler/shoal-scheduler ]; then $(BUILD_DIR)/scheduler/shoal-scheduler --print-config-docs > docs/config/scheduler.md; fi
+	@tools/bench-docs
 
 clean:
 	rm -rf build

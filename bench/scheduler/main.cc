@@ -87,7 +87,8 @@ int usage() {
   std::cerr << "usage: scheduler_bench [--quick] [--json FILE] [--check] [--verify FILE]\n"
                "                       [--seed N] [--jobs N] [--cache-gib N] [--decisions N]\n"
                "                       [--heartbeats N] [--part all|scale|sim]\n"
-               "                       [--packing SECONDS_PER_GPU]\n";
+               "                       [--packing SECONDS_PER_GPU]\n"
+               "                       [--source-upstream-mib-s N] [--node-mib-s N]\n";
   return 2;
 }
 
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::uint64_t seed = 20261130;
   std::optional<std::size_t> jobs, decisions, heartbeats, cache_gib;
-  std::optional<double> packing;
+  std::optional<double> packing, node_mib_s, source_mib_s;
   auto number = [&](int& i) -> std::optional<std::uint64_t> {
     if (i + 1 >= argc) return std::nullopt;
     char* end = nullptr;
@@ -125,6 +126,12 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       packing = std::strtod(argv[++i], &end);
       if (end == argv[i] || *end != '\0' || !(*packing >= 0 && *packing <= 3600)) return usage();
+    } else if ((a == "--source-upstream-mib-s" || a == "--node-mib-s") && i + 1 < argc) {
+      // The second fetch model's shared upstream and per-node NIC (sim.source_queue).
+      char* end = nullptr;
+      double v = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(v > 0 && v <= 1e6)) return usage();
+      (a == "--node-mib-s" ? node_mib_s : source_mib_s) = v;
     } else if (a == "--seed" || a == "--jobs" || a == "--decisions" || a == "--heartbeats" ||
                a == "--cache-gib") {
       auto v = number(i);
@@ -161,6 +168,8 @@ int main(int argc, char** argv) {
   if (jobs) mp.jobs = std::max<std::size_t>(1, *jobs);
   if (cache_gib) mp.cache_bytes = static_cast<double>(std::max<std::size_t>(1, *cache_gib)) * GiB;
   if (packing) mp.shoal_packing_seconds_per_gpu = *packing;
+  if (node_mib_s) mp.node_bw = *node_mib_s * MiB;
+  if (source_mib_s) mp.source_upstream_bw = *source_mib_s * MiB;
   if (decisions) sp.decisions = std::max<std::size_t>(1, *decisions);
   if (heartbeats) sp.heartbeats = std::max<std::size_t>(1, *heartbeats);
 
@@ -217,6 +226,24 @@ int main(int argc, char** argv) {
       {"sim", sim},
       {"ok", ok},
   };
+  {
+    json v = json::object();
+    if (part != "sim") {
+      double p99 = scale.value("p99_ms_raw", out["p99_ms"].get<double>());
+      v["p99_ms<=5"] = {{"value", p99}, {"met", p99 <= 5}};
+      double hb = out["heartbeats_s"].get<double>();
+      v["heartbeats_s>=10000"] = {{"value", hb}, {"met", hb >= 10000}};
+    }
+    if (part != "scale") {
+      double b = sim["bytes_moved_vs_imagelocality_raw"].get<double>();
+      double d = sim["p95_start_delay_vs_imagelocality_raw"].get<double>();
+      double q = sim["source_queue"]["p95_start_delay_vs_imagelocality_raw"].get<double>();
+      v["bytes_moved_vs_imagelocality<=0.5"] = {{"value", b}, {"met", b <= 0.5}};
+      v["p95_start_delay_vs_imagelocality<=0.7"] = {{"value", d}, {"met", d <= 0.7}};
+      v["source_queue.p95_start_delay_vs_imagelocality<=0.7"] = {{"value", q}, {"met", q <= 0.7}};
+    }
+    out["targets"] = v;
+  }
   std::string text = out.dump(2);
   if (!json_path.empty()) {
     std::ofstream f(json_path);
@@ -241,6 +268,32 @@ int main(int argc, char** argv) {
               "ImageLocality %.3f (target <= 0.7)\n",
               sim["bytes_moved_vs_imagelocality"].get<double>(),
               sim["p95_start_delay_vs_imagelocality"].get<double>());
+  if (sim.contains("source_queue")) {
+    const auto& q = sim["source_queue"];
+    std::printf("  second fetch model (per-node NIC %.0f MiB/s, one upstream of %.0f MiB/s, FIFO "
+                "queues): bytes moved vs ImageLocality %.3f, p95 start delay vs ImageLocality "
+                "%.3f\n",
+                q["node_mib_s"].get<double>(), q["upstream_mib_s"].get<double>(),
+                q["bytes_moved_vs_imagelocality"].get<double>(),
+                q["p95_start_delay_vs_imagelocality"].get<double>());
+  }
+  // Verdicts from the unrounded ratios (the JSON's are rounded to 3 places for reading).
+  if (part != "scale") {
+    auto verdict = [](const char* what, double v, double bound) {
+      std::printf("  verdict %-52s %.6f <= %g: %s\n", what, v, bound, v <= bound ? "met" : "MISSED");
+    };
+    verdict("bytes_moved_vs_imagelocality (Shoal's fetch model)", sim["bytes_moved_vs_imagelocality_raw"].get<double>(), 0.5);
+    verdict("p95_start_delay_vs_imagelocality (Shoal's fetch model)",
+            sim["p95_start_delay_vs_imagelocality_raw"].get<double>(), 0.7);
+    verdict("p95_start_delay_vs_imagelocality (source_queue model)",
+            sim["source_queue"]["p95_start_delay_vs_imagelocality_raw"].get<double>(), 0.7);
+  }
+  if (part != "sim") {
+    double p99 = scale.value("p99_ms_raw", out["p99_ms"].get<double>());
+    std::printf("  verdict %-52s %.6f <= 5: %s\n", "p99_ms", p99, p99 <= 5 ? "met" : "MISSED");
+    std::printf("  verdict %-52s %.1f >= 10000: %s\n", "heartbeats_s", out["heartbeats_s"].get<double>(),
+                out["heartbeats_s"].get<double>() >= 10000 ? "met" : "MISSED");
+  }
   if (!json_path.empty()) std::printf("  JSON: %s\n", json_path.c_str());
   if (check && !check_file(json_path)) return 1;
   return ok ? 0 : 1;

@@ -323,6 +323,12 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     scored_nodes = j.size();
     for (const auto& e : j) nonzero_scores += e.value("Score", 0) > 0 ? 1 : 0;
   }
+  // Scores that are all zero mean the extender saw no holdings (an empty index, a resolver that
+  // failed): every timing below would then measure a no-op.
+  if (ok && nonzero_scores == 0) {
+    std::cerr << "scheduler_bench: every prioritize score in the warm-up was 0\n";
+    ok = false;
+  }
   std::size_t hard_kept = 0;
   {
     auto resp = ext.filter(hard_bodies[0]);
@@ -333,8 +339,9 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
   }
 
   std::vector<double> soft_ms, hard_ms, direct_ms;
-  std::size_t sink = 0;
-  // One filter + prioritize per decision, cycling through the pods' bodies.
+  std::size_t sink = 0, decision_errors = 0;
+  // One filter + prioritize per decision, cycling through the pods' bodies. A decision that did
+  // not answer 200 twice is counted and fails the run: its time is not a decision's.
   auto decide = [&](const auto& bodies, std::vector<double>& out_ms) {
     for (std::size_t d = 0; d < p.decisions; ++d) {
       const auto& body = bodies[d % bodies.size()];
@@ -342,6 +349,7 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
       auto f = ext.filter(body);
       auto pr = ext.prioritize(body);
       out_ms.push_back(ms_since(t0));
+      if (f.status != 200 || pr.status != 200) ++decision_errors;
       sink += f.status + pr.status;
     }
   };
@@ -401,6 +409,10 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     sink += placed.chosen.size();
   }
   if (sink == 0) ok = false;
+  if (decision_errors > 0) {
+    std::cerr << "scheduler_bench: " << decision_errors << " timed decisions did not answer 200\n";
+    ok = false;
+  }
 
   json out = {
       {"nodes", p.nodes},
@@ -431,6 +443,7 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
         {"request_bytes", soft_bodies.empty() ? 0 : soft_bodies[0].size()},
         {"scored_nodes", scored_nodes},
         {"nonzero_scores_in_warmup", nonzero_scores},
+        {"decisions_not_200", decision_errors},
         {"hard_filter_kept", hard_kept},
         {"hard_filter_errors_of_50", hard_errors},
         {"resolver", {{"hits", rs.hits}, {"fetches", rs.fetches}, {"errors", rs.errors}}},
@@ -442,6 +455,7 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
           {"score_and_serialize", round3(mean(b_score))}}}}},
       {"p50_ms", round3(percentile(soft_ms, 50))},
       {"p99_ms", round3(percentile(soft_ms, 99))},
+      {"p99_ms_raw", percentile(soft_ms, 99)},
       {"decisions_s",
        std::round(decisions_wall_s > 0 ? static_cast<double>(p.decisions) / decisions_wall_s : 0)},
       {"rss_after_mib", std::round(proc_status_mib("VmRSS"))},

@@ -15,6 +15,17 @@
 
 namespace shoal::scheduler_bench {
 
+// How a placed job's missing bytes arrive (docs/scheduler-bench.md, "Fetch models").
+enum class fetch_model {
+  // Shoal's own: each node fetches at peer_bw from peers and upstream_bw from upstream, on its
+  // own, whatever else is fetching at the time (no contention anywhere).
+  independent,
+  // Every node has one NIC of node_bw, and the upstream is one source of upstream_bw: transfers
+  // queue first-come first-served at the upstream (one at a time, at min(upstream_bw, node_bw))
+  // and at the receiving node's NIC (a node's fetches run one after another).
+  source_queue,
+};
+
 struct sim_params {
   std::size_t nodes = 500;
   std::uint32_t gpus_per_node = 8;
@@ -25,6 +36,9 @@ struct sim_params {
   double cache_bytes = 2 * TiB;  // per node (the catalog is ~20 TiB)
   double peer_bw = 1 * GiB;      // bytes/s from another node (P2P over the cluster network)
   double upstream_bw = 128 * MiB;  // bytes/s from the upstream registry / object store
+  fetch_model model = fetch_model::independent;
+  double node_bw = 1 * GiB;        // source_queue: bytes/s into one node (its NIC)
+  double source_upstream_bw = 128 * MiB;  // source_queue: bytes/s of the one shared upstream
   double load = 0.85;            // offered GPU load (ignoring fetch time)
   double zipf_s = 1.1;
   double dataset_share = 0.7;  // jobs that read a dataset

@@ -35,6 +35,10 @@ def curl_json(cluster: Cluster, node, url: str, *args: str) -> tuple[int, object
         return int(code or 0), text
 
 
+# Copies of the dataset registry-proxy may send to the 4 nodes (see the assertion).
+SUPERSEED_MAX_COPIES = 1.65
+
+
 @unittest.skipUnless(os.geteuid() == 0, "network namespaces need root")
 class FourNodes(FixtureTestCase):
     def test_prefetch_on_four_nodes(self):
@@ -93,9 +97,14 @@ class FourNodes(FixtureTestCase):
         from_proxy = sum(s["from_origin"] + s["from_http"] for s in statuses)
         total = sum(len(v) for v in files.values())
         self.assertGreater(from_peers, total // 2, statuses)
-        self.assertLess(from_proxy, 3.5 * total, statuses)
         print("CLUSTER " + json.dumps({"seconds": [round(s, 1) for _, s in results], "from_peers": from_peers,
-                                       "from_registry_proxy": from_proxy, "bytes": total}), flush=True)
+                                       "from_registry_proxy": from_proxy, "bytes": total,
+                                       "proxy_copies": round(from_proxy / total, 4)}), flush=True)
+        # Super seeding (docs/p2p.md). On a 2-core machine at load 9 it measured 1.41-1.57 copies
+        # (31.5 MiB in 7 small groups: the endgame's duplicates weigh), plain seeding 1.79-2.05
+        # (SHOAL_TEST_PROXY_EXTRA='{"torrent": {"super_seeding": false}}' fails this bound).
+        self.assertLessEqual(from_proxy, SUPERSEED_MAX_COPIES * total,
+                             f"registry-proxy sent {from_proxy / total:.3f} copies: {statuses}")
 
         # The scheduler sees the dataset on every node, and its objects through the catalog.
         sched = cluster.scheduler.url

@@ -8,15 +8,17 @@ another's objects. The tests run in name order because faults (killed daemons) a
 end of each.
 
   01 every node pulls the same image at once: digests verify, one registry GET per blob, registry-
-     proxy serves about one copy, peers the rest; heartbeat holdings and real libtorrent announces
+     proxy serves at most 1.25 copies (super seeding; stock libtorrent sends 1.5+), peers the rest; heartbeat holdings and real libtorrent announces
      reach the tracker, whose handout puts the origin first, then the same rack, never the asker
   02 /metrics of every peerd and of the scheduler pass promtool; /shoal/v1/status has bytes by source
   03 POST /shoal/v1/pull warms a node: containerd's pull is then served entirely from its cache
   04 streaming: on a slow link the first bytes of a big blob reach the client long before its end
-  05 a seeding node killed mid-transfer: the pulls complete from the rest
+  05 a seeding node killed mid-transfer: the pulls complete from the rest, through peerd (one
+     registry GET per blob; each node's peerd counted the image's bytes)
   06 registry-proxy killed once the swarm has the pieces: the pull completes from peers
-  07 the tracker down: pulls still complete (Shoal-Seed, HTTP fallback); the scheduler restarts
-     empty and rebuilds its holder index from heartbeats
+  07 the tracker down: pulls still complete through peerd (Shoal-Seed, HTTP fallback; one
+     registry GET per blob, peerd's byte counters); the scheduler restarts empty and rebuilds
+     its holder index from heartbeats
   08 registry-proxy unreachable: containerd falls back to the registry, in bounded time
   09 peerd kill -9 mid-download: after restart no partial object is visible, the retry succeeds
   10 a large layer swarms in chunk objects while registry-proxy still fetches it: one registry GET,
@@ -49,6 +51,8 @@ from shoal_fixtures.containerd import CRI_NAMESPACE  # noqa: E402
 
 MiB = 1 << 20
 NODES = 4
+# Copies of an image registry-proxy may send to the 4 nodes of test 01 (super seeding pinned).
+SUPERSEED_MAX_COPIES = 1.25
 PEERD = {"upstream": {"connect_timeout": "1s", "request_timeout": "3s", "metainfo_wait": "2s"},
          "swarm": {"stall_timeout": "3s", "fallback_deadline": "15s"}}
 
@@ -134,7 +138,11 @@ class ClusterTest(ClusterCase):
             # Each node received its copy (a little more when the endgame requests twice).
             self.assertGreaterEqual(got, size * 0.98, f"node{i + 1}: {x}")
             self.assertLessEqual(got, size * 1.3, f"node{i + 1}: {x}")
-        self.assertLess(from_proxy, size * 2.0, "registry-proxy served far more than one copy")
+        # Super seeding (docs/p2p.md): about one copy from the origin. Stock libtorrent sends
+        # 1.5-1.6 copies (../shared/docs/baselines.md) and fails this bound, as does this cluster
+        # with SHOAL_TEST_PROXY_EXTRA='{"torrent": {"super_seeding": false}}'.
+        self.assertLessEqual(from_proxy, size * SUPERSEED_MAX_COPIES,
+                             f"registry-proxy served {from_proxy / size:.3f} copies: not super seeding")
         self.assertGreater(from_peers, size * (NODES - 2), "peers served too little")
         # Attribution by peer-id prefix (-SO0100- is registry-proxy, -SN0100- a node): what nodes
         # counted as from peers is what nodes uploaded, and what they counted as from the origin
@@ -153,8 +161,9 @@ class ClusterTest(ClusterCase):
               f"{from_origin / MiB:.1f})", file=sys.stderr)
         self.assertLessEqual(abs(up - from_peers), 0.1 * from_peers, "bytes from nodes misattributed")
         self.assertGreaterEqual(proxy_up, from_origin * 0.99, "bytes credited to registry-proxy it never sent")
-        # Without P2P registry-proxy would send 4 copies.
-        self.assertLess(proxy_up, size * 2.5, "registry-proxy uploaded far more than one copy")
+        # Without P2P registry-proxy would send 4 copies; without super seeding 1.5 or more.
+        self.assertLessEqual(proxy_up, size * SUPERSEED_MAX_COPIES,
+                             f"registry-proxy uploaded {proxy_up / size:.3f} copies: not super seeding")
         # The scheduler learnt every holding from heartbeats.
         for i in range(NODES):
             self.wait(lambda i=i: self.node_record(f"node{i + 1}").get("objects", 0) >= len(img.blobs()), 15,
@@ -249,7 +258,10 @@ class ClusterTest(ClusterCase):
     def test_05_seed_killed_mid_transfer(self):
         layout, ref, img = self.push("seedkill", [32 * MiB])
         layer = img.layers[0]
+        size = sum(b.size for b in img.blobs())
+        mark = self.c.registry.mark()
         self.c.containerds[0].pull(ref, timeout=60)
+        before = {i: self.bytes_of(i) for i in (1, 2)}
         # node1 holds it; nodes 2 and 3 pull together while node1 is killed in the middle.
         self.c.shape_node(1, "100mbit")
         self.c.shape_node(2, "100mbit")
@@ -272,6 +284,20 @@ class ClusterTest(ClusterCase):
             self.assertTrue(r.ok, f"{r.node}: {r.error}")
         for i in (1, 2):
             self.c.containerds[i].verify_unpacked(layout.images)
+        # A pull that succeeded is not enough: containerd falls back to the registry itself when
+        # peerd fails. Every blob went to the registry once (registry-proxy's fetch for node1),
+        # and nodes 2 and 3 received the whole image through their peerd.
+        self.assert_one_get_per_blob(img, mark)
+        self.assert_received_through_peerd(before, size)
+
+    def assert_received_through_peerd(self, before: dict[int, dict], size: int) -> None:
+        """Each node of `before` (index -> bytes_of before the pull) counted at least the image's
+        bytes as received by its peerd (swarm, registry-proxy's seed or HTTP fallback)."""
+        for i, b in before.items():
+            a = self.bytes_of(i)
+            got = sum(a.get(k, 0) - b.get(k, 0) for k in ("from_origin", "from_peers", "from_http_fallback"))
+            self.assertGreaterEqual(got, size * 0.98, f"node{i + 1} did not receive the image through peerd: "
+                                                      f"{b} -> {a}")
 
     def test_06_registry_proxy_killed_once_the_swarm_has_the_pieces(self):
         layout, ref, img = self.push("proxykill", [32 * MiB])
@@ -302,6 +328,9 @@ class ClusterTest(ClusterCase):
 
     def test_07_tracker_down(self):
         layout, ref, img = self.push("notracker", [16 * MiB, 4 * MiB])
+        size = sum(b.size for b in img.blobs())
+        mark = self.c.registry.mark()
+        before = {i: self.bytes_of(i) for i in (2, 3)}
         self.c.scheduler.kill()
         try:
             t0 = time.monotonic()
@@ -313,6 +342,10 @@ class ClusterTest(ClusterCase):
             self.assertTrue(r.ok, f"{r.node}: {r.error}")
         for i in (2, 3):
             self.c.containerds[i].verify_unpacked(layout.images)
+        # Through peerd, not containerd's own fallback to the registry: one registry GET per
+        # blob (registry-proxy's) and the whole image counted by both nodes' peerd.
+        self.assert_one_get_per_blob(img, mark)
+        self.assert_received_through_peerd(before, size)
         # The restarted scheduler knows nothing until heartbeats arrive (every 2 s here).
         t0 = time.monotonic()
         self.wait(lambda: all(self.node_record(f"node{i + 1}").get("objects", 0) >= 2 for i in range(NODES)), 20,

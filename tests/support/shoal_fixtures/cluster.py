@@ -23,6 +23,27 @@ from .registry import Registry
 from .shoal import RegistryProxy
 
 
+def _env_json(name: str) -> dict[str, Any]:
+    """Config merged over every cluster's own, from the environment: how a test's
+    break-on-purpose check is re-run without editing it (e.g. SHOAL_TEST_PROXY_EXTRA=
+    '{"torrent": {"super_seeding": false}}' must make the super-seeding bounds fail)."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return {}
+    import json
+    val = json.loads(raw)
+    if not isinstance(val, dict):
+        raise ValueError(f"{name} must be a JSON object")
+    return val
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
 @dataclass
 class NodeResult:
     node: str
@@ -70,7 +91,7 @@ class Cluster:
             self.registry = Registry(self.workdir / "registry", host=n0.ip, port=5000, netns=n0.name).start()
             self._stack.append(self.registry)
             upstreams = [{"name": self.registry.host_port, "url": self.registry.url}]
-        proxy_extra: dict[str, Any] = dict(self.proxy_extra or {})
+        proxy_extra: dict[str, Any] = _merged(self.proxy_extra or {}, _env_json("SHOAL_TEST_PROXY_EXTRA"))
         if self.s3_origin:
             from .s3 import S3rver
             self.s3 = S3rver(self.workdir / "s3", host=n0.ip, port=4568, netns=n0.name).start()
