@@ -190,84 +190,67 @@ std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job
   return {out.begin(), out.end()};
 }
 
-std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
-                                      const job_spec& job, const cost_model& m,
-                                      const network_model& net,
-                                      const std::map<std::string, std::uint32_t>& reserved,
-                                      const evaluate_options& o) {
-  auto cand = mark_named(v.nodes, job.candidates);
-  auto excl = mark_named(v.nodes, job.exclude);
-  bool require = job.require_network_validation.value_or(o.require_validation);
+namespace {
+
+// One evaluator per platform, built on first use: the platform's object list and its tie anchor.
+struct per_platform {
+  std::unique_ptr<evaluator> ev;
+  std::uint64_t anchor = 0;
+};
+
+// The evaluator of a platform, built from the job's objects for it (none when it resolved none).
+per_platform& evaluator_for(std::map<std::string, per_platform>& by_platform,
+                            const std::string& platform, const cluster_view& v,
+                            const job_objects& objs, const cost_model& m) {
   static const std::vector<object_ref> none;
-  struct per_platform {
-    std::unique_ptr<evaluator> ev;
-    std::uint64_t anchor = 0;
-  };
-  std::map<std::string, per_platform> by_platform;
-  std::vector<node_eval> out;
-  out.reserve(v.nodes.size());
-  for (std::uint32_t i = 0; i < v.nodes.size(); ++i) {
-    const auto& n = v.nodes[i];
-    node_eval e;
-    e.index = i;
-    e.name = n.name;
-    e.platform = job.platform.empty() ? n.platform : job.platform;
-    e.health = n.health;
-    e.gpus_capacity = n.gpus;
-    if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
-    e.net = net.verdict(n);
-    if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
-    if (!job.candidates.empty() && !cand[i]) e.reasons.push_back("not among the candidates");
-    if (excl[i]) e.reasons.push_back("excluded");
-    for (const auto& [k, want] : job.selector) {
-      auto l = n.labels.find(k);
-      if (l == n.labels.end() || l->second != want) {
-        e.reasons.push_back("label " + k + "=" + want + " does not match (" +
-                            (l == n.labels.end() ? std::string("absent") : l->second) + ")");
-      }
-    }
-    if (job.gpus > e.gpus_free()) {
-      e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " +
-                          std::to_string(e.gpus_free()) + " free (" +
-                          std::to_string(e.gpus_capacity) + " capacity, " +
-                          std::to_string(e.gpus_reserved) + " reserved)");
-    }
-    if (e.net.state == validation::failed)
-      e.reasons.push_back("network validation failed: " + e.net.detail);
-    else if (require && e.net.state != validation::passed) {
-      e.reasons.push_back("network validation required, state " +
-                          std::string(to_string(e.net.state)) + ": " + e.net.detail);
-    }
-    if (o.strict_resolution) {
-      if (auto er = objs.errors.find(e.platform); er != objs.errors.end()) {
-        for (const auto& msg : er->second) e.reasons.push_back(msg);
-      }
-    }
-    auto& pp = by_platform[e.platform];
-    if (!pp.ev) {
-      auto it = objs.by_platform.find(e.platform);
-      auto list = it == objs.by_platform.end() ? std::span<const object_ref>(none)
-                                               : std::span<const object_ref>(it->second);
-      pp.ev = std::make_unique<evaluator>(v, list, m);
-      pp.anchor = anchor_of(list);
-    }
-    e.cost = pp.ev->cost(i);
-    e.eligible = e.reasons.empty();
-    // Best fit: every GPU the job would leave idle on this node counts as packing_seconds_per_gpu
-    // of waiting, so a partly used node that the job fills wins over a free node unless the free
-    // one is ready that much sooner. Whole nodes stay free for gangs and 8-GPU jobs, as Volcano's
-    // binpack and kube-scheduler's MostAllocated do.
-    if (e.eligible && job.gpus > 0)
-      e.packing_seconds = o.packing_seconds_per_gpu * (e.gpus_free() - job.gpus);
-    e.rank_seconds = e.cost.seconds + e.packing_seconds;
-    // Among equal nodes, the one whose hash with the job's data is lowest (rendezvous hashing):
-    // placements of the same data that find no warm node land on the same nodes, so its copies
-    // build up there instead of being scattered, and the next job that needs it finds it.
-    // Without objects there is nothing to hash: name order.
-    if (o.rank && pp.anchor != 0) e.tie_key = mix64(fnv1a(e.name) ^ pp.anchor);
-    out.push_back(std::move(e));
+  auto& pp = by_platform[platform];
+  if (!pp.ev) {
+    auto it = objs.by_platform.find(platform);
+    auto list = it == objs.by_platform.end() ? std::span<const object_ref>(none)
+                                             : std::span<const object_ref>(it->second);
+    pp.ev = std::make_unique<evaluator>(v, list, m);
+    pp.anchor = anchor_of(list);
   }
-  if (!o.rank) return out;
+  return pp;
+}
+
+// Every reason node n cannot take the job, in a fixed order: health, candidates, exclusion,
+// labels, GPUs, network validation, resolution errors. e's GPUs and network are already set.
+void add_reasons(node_eval& e, const node_view& n, bool candidate, bool excluded,
+                 const job_objects& objs, const job_spec& job, bool require,
+                 const evaluate_options& o) {
+  if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
+  if (!job.candidates.empty() && !candidate) e.reasons.push_back("not among the candidates");
+  if (excluded) e.reasons.push_back("excluded");
+  for (const auto& [k, want] : job.selector) {
+    auto l = n.labels.find(k);
+    if (l == n.labels.end() || l->second != want) {
+      e.reasons.push_back("label " + k + "=" + want + " does not match (" +
+                          (l == n.labels.end() ? std::string("absent") : l->second) + ")");
+    }
+  }
+  if (job.gpus > e.gpus_free()) {
+    e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " +
+                        std::to_string(e.gpus_free()) + " free (" +
+                        std::to_string(e.gpus_capacity) + " capacity, " +
+                        std::to_string(e.gpus_reserved) + " reserved)");
+  }
+  if (e.net.state == validation::failed)
+    e.reasons.push_back("network validation failed: " + e.net.detail);
+  else if (require && e.net.state != validation::passed) {
+    e.reasons.push_back("network validation required, state " +
+                        std::string(to_string(e.net.state)) + ": " + e.net.detail);
+  }
+  if (o.strict_resolution) {
+    if (auto er = objs.errors.find(e.platform); er != objs.errors.end()) {
+      for (const auto& msg : er->second) e.reasons.push_back(msg);
+    }
+  }
+}
+
+// The evaluations in rank order: eligible first, then by rank seconds, health, missing bytes,
+// tie key and view index; eligible nodes get ranks 1, 2, ...
+std::vector<node_eval> rank_evals(std::vector<node_eval> out) {
   // Sort compact keys rather than the node_evals themselves (each holds several strings and
   // vectors), then move every evaluation once into its place. Ties end on the view index, which
   // is name order (out[i] is node i of the view, sorted by name).
@@ -303,6 +286,51 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
     if (sorted.back().eligible) sorted.back().rank = ++rank;
   }
   return sorted;
+}
+
+}  // namespace
+
+std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
+                                      const job_spec& job, const cost_model& m,
+                                      const network_model& net,
+                                      const std::map<std::string, std::uint32_t>& reserved,
+                                      const evaluate_options& o) {
+  auto cand = mark_named(v.nodes, job.candidates);
+  auto excl = mark_named(v.nodes, job.exclude);
+  bool require = job.require_network_validation.value_or(o.require_validation);
+  std::map<std::string, per_platform> by_platform;
+  std::vector<node_eval> out;
+  out.reserve(v.nodes.size());
+  for (std::uint32_t i = 0; i < v.nodes.size(); ++i) {
+    const auto& n = v.nodes[i];
+    node_eval e;
+    e.index = i;
+    e.name = n.name;
+    e.platform = job.platform.empty() ? n.platform : job.platform;
+    e.health = n.health;
+    e.gpus_capacity = n.gpus;
+    if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
+    e.net = net.verdict(n);
+    add_reasons(e, n, cand[i], excl[i], objs, job, require, o);
+    auto& pp = evaluator_for(by_platform, e.platform, v, objs, m);
+    e.cost = pp.ev->cost(i);
+    e.eligible = e.reasons.empty();
+    // Best fit: every GPU the job would leave idle on this node counts as packing_seconds_per_gpu
+    // of waiting, so a partly used node that the job fills wins over a free node unless the free
+    // one is ready that much sooner. Whole nodes stay free for gangs and 8-GPU jobs, as Volcano's
+    // binpack and kube-scheduler's MostAllocated do.
+    if (e.eligible && job.gpus > 0)
+      e.packing_seconds = o.packing_seconds_per_gpu * (e.gpus_free() - job.gpus);
+    e.rank_seconds = e.cost.seconds + e.packing_seconds;
+    // Among equal nodes, the one whose hash with the job's data is lowest (rendezvous hashing):
+    // placements of the same data that find no warm node land on the same nodes, so its copies
+    // build up there instead of being scattered, and the next job that needs it finds it.
+    // Without objects there is nothing to hash: name order.
+    if (o.rank && pp.anchor != 0) e.tie_key = mix64(fnv1a(e.name) ^ pp.anchor);
+    out.push_back(std::move(e));
+  }
+  if (!o.rank) return out;
+  return rank_evals(std::move(out));
 }
 
 placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,
