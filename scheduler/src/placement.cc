@@ -333,10 +333,145 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
   return rank_evals(std::move(out));
 }
 
+namespace {
+
+using eval_ptrs = std::vector<const node_eval*>;
+
+// A gang's eligible nodes by fabric segment; nodes without a fabric label are only counted.
+struct fabric_split {
+  std::map<std::string, eval_ptrs> by_fabric;
+  std::size_t no_fabric = 0;
+};
+
+// Splits the eligible nodes (in rank order) by their fabric segment.
+fabric_split split_by_fabric(const eval_ptrs& eligible, const cluster_view& v) {
+  fabric_split out;
+  for (const auto* e : eligible) {
+    const auto& f = v.nodes[e->index].fabric;
+    if (f.empty())
+      ++out.no_fabric;
+    else
+      out.by_fabric[f].push_back(e);
+  }
+  return out;
+}
+
+// The groups of one segment that may share network settings: per settings key, the members with
+// that key or none; the whole segment when no member reports a key.
+std::vector<eval_ptrs> settings_groups(const eval_ptrs& members) {
+  std::set<std::string> keys;
+  for (const auto* e : members) {
+    if (!e->net.settings_key.empty()) keys.insert(e->net.settings_key);
+  }
+  std::vector<eval_ptrs> groups;
+  if (keys.empty()) {
+    groups.push_back(members);
+  } else {
+    for (const auto& key : keys) {
+      eval_ptrs g;
+      for (const auto* e : members) {
+        if (e->net.settings_key == key || e->net.settings_key.empty()) g.push_back(e);
+      }
+      groups.push_back(std::move(g));
+    }
+  }
+  return groups;
+}
+
+// The search for a gang: the best group so far and what to say if none fits.
+struct gang_search {
+  double max_s = 0, sum_s = 0;
+  std::string fabric;
+  eval_ptrs group;
+  bool found = false;
+  std::string largest;
+  std::size_t largest_n = 0;
+  std::string inconsistent;
+};
+
+// Weighs one group of a segment: its first k nodes, if network-consistent, replace the best
+// gang when their (max, sum) rank seconds are lower.
+void consider_group(gang_search& s, const std::string& fabric, const eval_ptrs& g,
+                    std::uint32_t k, const cluster_view& v, const network_model& net) {
+  if (g.size() > s.largest_n) {
+    s.largest_n = g.size();
+    s.largest = fabric;
+  }
+  if (g.size() < k) return;
+  eval_ptrs picked(g.begin(), g.begin() + k);
+  std::vector<const node_view*> views;
+  for (const auto* e : picked) views.push_back(&v.nodes[e->index]);
+  if (auto st = net.gang_consistent(views); !st) {
+    s.inconsistent = fabric + ": " + st.error().message;
+    return;
+  }
+  double mx = 0, sum = 0;
+  for (const auto* e : picked) {
+    mx = std::max(mx, e->rank_seconds);
+    sum += e->rank_seconds;
+  }
+  if (!s.found || mx < s.max_s || (mx == s.max_s && sum < s.sum_s)) {
+    s.found = true;
+    s.max_s = mx;
+    s.sum_s = sum;
+    s.fabric = fabric;
+    s.group = g;
+  }
+}
+
+// Why no gang of k fits: the largest group, unlabelled nodes, the last inconsistency.
+std::string no_gang_reason(const gang_search& s, std::uint32_t k, std::size_t no_fabric) {
+  std::string reason = "no fabric segment has " + std::to_string(k) +
+                       " eligible nodes with consistent network settings";
+  if (s.largest_n > 0)
+    reason += " (largest: " + s.largest + " with " + std::to_string(s.largest_n) + ")";
+  if (no_fabric > 0)
+    reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
+  if (!s.inconsistent.empty()) reason += "; " + s.inconsistent;
+  return reason;
+}
+
+// A single node: the best eligible one, the next ones as standby.
+void choose_single(placement& p, const eval_ptrs& eligible, const cluster_view& v,
+                   std::uint32_t standby) {
+  p.feasible = true;
+  p.chosen.push_back(eligible[0]->name);
+  p.segment = v.nodes[eligible[0]->index].fabric;
+  for (std::size_t i = 1; i < eligible.size() && p.standby.size() < standby; ++i) {
+    p.standby.push_back(eligible[i]->name);
+  }
+}
+
+// Gang: one fabric segment, consistent network settings, lowest (max, sum) rank seconds. The
+// packing term is part of it, so a gang of fewer GPUs than a node has fills partly used nodes
+// before it breaks free ones, as a single node does.
+void choose_gang(placement& p, const eval_ptrs& eligible, const cluster_view& v, std::uint32_t k,
+                 std::uint32_t standby, const network_model& net) {
+  auto split = split_by_fabric(eligible, v);
+  gang_search best;
+  for (const auto& [fabric, members] : split.by_fabric) {
+    for (const auto& g : settings_groups(members)) consider_group(best, fabric, g, k, v, net);
+  }
+  if (!best.found) {
+    p.reason = no_gang_reason(best, k, split.no_fabric);
+    return;
+  }
+  p.feasible = true;
+  p.segment = best.fabric;
+  for (std::size_t i = 0; i < best.group.size(); ++i) {
+    if (i < k)
+      p.chosen.push_back(best.group[i]->name);
+    else if (p.standby.size() < standby)
+      p.standby.push_back(best.group[i]->name);
+  }
+}
+
+}  // namespace
+
 placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,
                  std::uint32_t standby, const network_model& net) {
   placement p;
-  std::vector<const node_eval*> eligible;
+  eval_ptrs eligible;
   for (const auto& e : evals) {
     if (e.eligible) eligible.push_back(&e);
   }
@@ -345,96 +480,9 @@ placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_
     p.reason = "needs " + std::to_string(k) + " eligible node" + (k > 1 ? "s" : "") + ", found " +
                std::to_string(eligible.size()) + " of " + std::to_string(evals.size()) + " known";
   } else if (k == 1) {
-    p.feasible = true;
-    p.chosen.push_back(eligible[0]->name);
-    p.segment = v.nodes[eligible[0]->index].fabric;
-    for (std::size_t i = 1; i < eligible.size() && p.standby.size() < standby; ++i) {
-      p.standby.push_back(eligible[i]->name);
-    }
+    choose_single(p, eligible, v, standby);
   } else {
-    // Gang: one fabric segment, consistent network settings, lowest (max, sum) rank seconds. The
-    // packing term is part of it, so a gang of fewer GPUs than a node has fills partly used
-    // nodes before it breaks free ones, as a single node does.
-    std::map<std::string, std::vector<const node_eval*>> by_fabric;
-    std::size_t no_fabric = 0;
-    for (const auto* e : eligible) {
-      const auto& f = v.nodes[e->index].fabric;
-      if (f.empty())
-        ++no_fabric;
-      else
-        by_fabric[f].push_back(e);
-    }
-    struct best_t {
-      double max_s = 0, sum_s = 0;
-      std::string fabric;
-      std::vector<const node_eval*> group;
-      bool found = false;
-    } best;
-    std::string largest;
-    std::size_t largest_n = 0;
-    std::string inconsistent;
-    for (const auto& [fabric, members] : by_fabric) {
-      std::set<std::string> keys;
-      for (const auto* e : members) {
-        if (!e->net.settings_key.empty()) keys.insert(e->net.settings_key);
-      }
-      std::vector<std::vector<const node_eval*>> groups;
-      if (keys.empty()) {
-        groups.push_back(members);
-      } else {
-        for (const auto& key : keys) {
-          std::vector<const node_eval*> g;
-          for (const auto* e : members) {
-            if (e->net.settings_key == key || e->net.settings_key.empty()) g.push_back(e);
-          }
-          groups.push_back(std::move(g));
-        }
-      }
-      for (const auto& g : groups) {
-        if (g.size() > largest_n) {
-          largest_n = g.size();
-          largest = fabric;
-        }
-        if (g.size() < k) continue;
-        std::vector<const node_eval*> picked(g.begin(), g.begin() + k);
-        std::vector<const node_view*> views;
-        for (const auto* e : picked) views.push_back(&v.nodes[e->index]);
-        if (auto s = net.gang_consistent(views); !s) {
-          inconsistent = fabric + ": " + s.error().message;
-          continue;
-        }
-        double mx = 0, sum = 0;
-        for (const auto* e : picked) {
-          mx = std::max(mx, e->rank_seconds);
-          sum += e->rank_seconds;
-        }
-        if (!best.found || mx < best.max_s || (mx == best.max_s && sum < best.sum_s)) {
-          best.found = true;
-          best.max_s = mx;
-          best.sum_s = sum;
-          best.fabric = fabric;
-          best.group = g;
-        }
-      }
-    }
-    if (!best.found) {
-      p.reason = "no fabric segment has " + std::to_string(k) +
-                 " eligible nodes with consistent network settings";
-      if (largest_n > 0)
-        p.reason += " (largest: " + largest + " with " + std::to_string(largest_n) + ")";
-      if (no_fabric > 0)
-        p.reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
-      if (!inconsistent.empty()) p.reason += "; " + inconsistent;
-    } else {
-      p.feasible = true;
-      p.segment = best.fabric;
-      for (std::size_t i = 0; i < best.group.size(); ++i) {
-        if (i < k)
-          p.chosen.push_back(best.group[i]->name);
-        else if (p.standby.size() < standby)
-          p.standby.push_back(best.group[i]->name);
-      }
-    }
+    choose_gang(p, eligible, v, k, standby, net);
   }
   p.nodes = std::move(evals);
   return p;
