@@ -98,6 +98,109 @@ const char* state_word(ns::op_outcome::state s) {
   return "?";
 }
 
+// plan: the ordered changes, as JSON or one line each, and what the policy cannot get here.
+int cmd_plan(const ns::plan& p, const options& o) {
+  if (o.json) {
+    std::printf("%s\n", pretty(ns::to_json(p)).c_str());
+    return 0;
+  }
+  std::printf("plan for %s: %zu operation(s)\n", p.node.c_str(), p.ops.size());
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    std::printf("%3zu. %s\n", i + 1, ns::describe_op(p.ops[i]).c_str());
+  }
+  for (const auto& pr : p.problems) std::printf("  not possible here: %s\n", pr.c_str());
+  return 0;
+}
+
+// One line per operation as apply() reaches it.
+void print_outcome(const ns::op_outcome& out) {
+  std::printf("[%s] %s: %s -- %s", state_word(out.s), out.op->subject.c_str(),
+              out.op->what.c_str(), out.op->why.c_str());
+  if (out.s == ns::op_outcome::state::failed) {
+    std::printf(": %s", out.message.c_str());
+  } else if (!out.after.empty()) {
+    std::printf(" (now %s)", out.after.c_str());
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// apply: runs the plan on the live node, journalled, and sums it up.
+int cmd_apply(const ns::plan& p, const options& o, ns::command_runner& runner) {
+  if (!o.from.empty()) return usage_error("apply needs live discovery, not --from");
+  ns::apply_options ao;
+  ao.dry_run = o.dry_run;
+  ao.allow_disruptive = o.allow_disruptive;
+  ao.journal_path = o.journal;
+  ao.progress = print_outcome;
+  auto rep = ns::apply(p, ns::sysfs(o.sysfs_root), runner, ao);
+  if (!rep) {
+    std::fprintf(stderr, "shoal-netsetup: %s\n", rep.error().message.c_str());
+    return 1;
+  }
+  for (const auto& pr : p.problems) std::printf("  not possible here: %s\n", pr.c_str());
+  if (!rep->ok) {
+    std::fprintf(stderr, "shoal-netsetup: apply stopped: %s\n", rep->failure.c_str());
+    if (!o.dry_run) std::fprintf(stderr, "  changes so far are in %s\n", o.journal.c_str());
+    return 1;
+  }
+  std::printf("%s: %d change(s)%s, %zu operation(s) already in place\n", p.node.c_str(),
+              rep->changed, o.dry_run ? " (dry run)" : "",
+              static_cast<std::size_t>(std::count_if(
+                  rep->outcomes.begin(), rep->outcomes.end(),
+                  [](const auto& x) { return x.s == ns::op_outcome::state::already; })));
+  return 0;
+}
+
+// validate: this node's checks, each --peer document's, and the cross-node checks.
+int cmd_validate(const ns::node_inventory& inv, const options& o, const ns::policy& pol) {
+  std::vector<ns::node_inventory> nodes{inv};
+  for (const auto& peer : o.peers) {
+    auto d = load_document(peer);
+    if (!d) return usage_error(d.error().message);
+    nodes.push_back(std::move(*d));
+  }
+  std::vector<ns::check_result> all;
+  for (const auto& n : nodes) {
+    auto r = ns::validate_node(n, pol);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  if (nodes.size() > 1) {
+    auto r = ns::validate_cluster(nodes, pol);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  if (o.json) {
+    std::printf("%s\n",
+                pretty(nlohmann::json{{"passed", ns::passed(all)}, {"checks", ns::to_json(all)}})
+                    .c_str());
+  } else {
+    print_checks(all);
+    std::printf("%s\n", ns::passed(all) ? "PASSED" : "FAILED");
+  }
+  return ns::passed(all) ? 0 : 1;
+}
+
+// nccl-env: the environment for the --gpus given (all when none), as JSON or shell.
+int cmd_nccl_env(const ns::node_inventory& inv, const options& o, const ns::policy& pol) {
+  std::vector<std::string> gpus;
+  std::stringstream ss(o.gpus);
+  for (std::string g; std::getline(ss, g, ',');) {
+    if (!g.empty()) gpus.push_back(g);
+  }
+  auto env = ns::make_nccl_env(inv, gpus, pol);
+  if (!env) return usage_error(env.error().message);
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : env->vars) j[k] = v;
+    std::printf("%s\n", pretty(j).c_str());
+  } else {
+    std::printf("%s", ns::to_shell(*env).c_str());
+  }
+  for (const auto& n : env->notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  return 0;
+}
+
+// Runs one subcommand on this node's inventory (discovered, or --from a document).
 int run(const std::string& cmd, const options& o, const ns::policy& pol) {
   ns::process_runner runner;
   auto inv = inventory(o, pol, runner);
@@ -109,98 +212,10 @@ int run(const std::string& cmd, const options& o, const ns::policy& pol) {
     std::printf("%s\n", pretty(ns::to_json(*inv)).c_str());
     return 0;
   }
-  if (cmd == "plan" || cmd == "apply") {
-    ns::plan p = ns::make_plan(*inv, pol);
-    if (cmd == "plan") {
-      if (o.json) {
-        std::printf("%s\n", pretty(ns::to_json(p)).c_str());
-        return 0;
-      }
-      std::printf("plan for %s: %zu operation(s)\n", p.node.c_str(), p.ops.size());
-      for (std::size_t i = 0; i < p.ops.size(); ++i) {
-        std::printf("%3zu. %s\n", i + 1, ns::describe_op(p.ops[i]).c_str());
-      }
-      for (const auto& pr : p.problems) std::printf("  not possible here: %s\n", pr.c_str());
-      return 0;
-    }
-    if (!o.from.empty()) return usage_error("apply needs live discovery, not --from");
-    ns::apply_options ao;
-    ao.dry_run = o.dry_run;
-    ao.allow_disruptive = o.allow_disruptive;
-    ao.journal_path = o.journal;
-    ao.progress = [](const ns::op_outcome& out) {
-      std::printf("[%s] %s: %s -- %s", state_word(out.s), out.op->subject.c_str(),
-                  out.op->what.c_str(), out.op->why.c_str());
-      if (out.s == ns::op_outcome::state::failed) {
-        std::printf(": %s", out.message.c_str());
-      } else if (!out.after.empty()) {
-        std::printf(" (now %s)", out.after.c_str());
-      }
-      std::printf("\n");
-      std::fflush(stdout);
-    };
-    auto rep = ns::apply(p, ns::sysfs(o.sysfs_root), runner, ao);
-    if (!rep) {
-      std::fprintf(stderr, "shoal-netsetup: %s\n", rep.error().message.c_str());
-      return 1;
-    }
-    for (const auto& pr : p.problems) std::printf("  not possible here: %s\n", pr.c_str());
-    if (!rep->ok) {
-      std::fprintf(stderr, "shoal-netsetup: apply stopped: %s\n", rep->failure.c_str());
-      if (!o.dry_run) std::fprintf(stderr, "  changes so far are in %s\n", o.journal.c_str());
-      return 1;
-    }
-    std::printf("%s: %d change(s)%s, %zu operation(s) already in place\n", p.node.c_str(),
-                rep->changed, o.dry_run ? " (dry run)" : "",
-                static_cast<std::size_t>(std::count_if(
-                    rep->outcomes.begin(), rep->outcomes.end(),
-                    [](const auto& x) { return x.s == ns::op_outcome::state::already; })));
-    return 0;
-  }
-  if (cmd == "validate") {
-    std::vector<ns::node_inventory> nodes{*inv};
-    for (const auto& peer : o.peers) {
-      auto d = load_document(peer);
-      if (!d) return usage_error(d.error().message);
-      nodes.push_back(std::move(*d));
-    }
-    std::vector<ns::check_result> all;
-    for (const auto& n : nodes) {
-      auto r = ns::validate_node(n, pol);
-      all.insert(all.end(), r.begin(), r.end());
-    }
-    if (nodes.size() > 1) {
-      auto r = ns::validate_cluster(nodes, pol);
-      all.insert(all.end(), r.begin(), r.end());
-    }
-    if (o.json) {
-      std::printf("%s\n",
-                  pretty(nlohmann::json{{"passed", ns::passed(all)}, {"checks", ns::to_json(all)}})
-                      .c_str());
-    } else {
-      print_checks(all);
-      std::printf("%s\n", ns::passed(all) ? "PASSED" : "FAILED");
-    }
-    return ns::passed(all) ? 0 : 1;
-  }
-  if (cmd == "nccl-env") {
-    std::vector<std::string> gpus;
-    std::stringstream ss(o.gpus);
-    for (std::string g; std::getline(ss, g, ',');) {
-      if (!g.empty()) gpus.push_back(g);
-    }
-    auto env = ns::make_nccl_env(*inv, gpus, pol);
-    if (!env) return usage_error(env.error().message);
-    if (o.json) {
-      nlohmann::json j = nlohmann::json::object();
-      for (const auto& [k, v] : env->vars) j[k] = v;
-      std::printf("%s\n", pretty(j).c_str());
-    } else {
-      std::printf("%s", ns::to_shell(*env).c_str());
-    }
-    for (const auto& n : env->notes) std::fprintf(stderr, "note: %s\n", n.c_str());
-    return 0;
-  }
+  if (cmd == "plan") return cmd_plan(ns::make_plan(*inv, pol), o);
+  if (cmd == "apply") return cmd_apply(ns::make_plan(*inv, pol), o, runner);
+  if (cmd == "validate") return cmd_validate(*inv, o, pol);
+  if (cmd == "nccl-env") return cmd_nccl_env(*inv, o, pol);
   if (cmd == "cluster-config") {
     auto cfg = ns::cluster_configs(*inv, pol);
     if (!cfg) return usage_error(cfg.error().message);

@@ -237,6 +237,158 @@ void check_sriov(collector& c, const nic_info& nic, const policy& pol) {
   }
 }
 
+// What validate_cluster gathers from every node before it compares them.
+struct cluster_survey {
+  // A value seen on the nodes → the nodes it was seen on.
+  using groups = std::map<std::string, std::set<std::string>>;
+  groups mtus;        // MTU → nodes
+  groups qos;         // QoS signature → nodes
+  groups lossless;    // lossless priority → nodes
+  groups rail_count;  // number of rails → nodes
+  std::vector<std::string> gid_problems;
+  std::map<std::string, std::string> ip_owner;  // IPv4 → node/port
+  std::map<int, std::map<std::uint32_t, std::set<std::string>>> rail_subnets;
+  std::set<std::string> qos_unknown;
+};
+
+// One managed netdev: its MTU, and its QoS signature and lossless priority when visible (not a
+// VF, trust, PFC and DSCP map readable).
+void survey_netdev(cluster_survey& s, const node_inventory& inv, const netdev_info& nd,
+                   const policy& pol) {
+  s.mtus[std::to_string(nd.mtu)].insert(inv.node);
+  const nic_info* nic = nd.pci.empty() ? nullptr : inv.find_nic(nd.pci);
+  if ((nic != nullptr && nic->is_vf) || !nd.qos.trust || !nd.qos.pfc || !nd.qos.dscp_prio) {
+    s.qos_unknown.insert(inv.node);
+    return;
+  }
+  const auto ep = static_cast<std::size_t>(pol.ecn_priority);
+  std::string sig =
+      "trust " + *nd.qos.trust + ", DSCP " + std::to_string(pol.data_dscp()) + "->" +
+      std::to_string(priority_of(*nd.qos.dscp_prio, pol.data_dscp())) + ", CNP DSCP " +
+      std::to_string(pol.cnp_dscp) + "->" +
+      std::to_string(priority_of(*nd.qos.dscp_prio, pol.cnp_dscp)) + ", PFC " +
+      prios(*nd.qos.pfc) + ", ECN " +
+      (nd.ecn.np && nd.ecn.rp && (*nd.ecn.np)[ep] && (*nd.ecn.rp)[ep] ? "on" : "off");
+  s.qos[sig].insert(inv.node);
+  // The priority the job's traffic class lands on must be the one with PFC.
+  const int lands = priority_of(*nd.qos.dscp_prio, pol.data_dscp());
+  std::string l = "ToS " + std::to_string(pol.traffic_class) + " -> priority " +
+                  std::to_string(lands) + ", PFC on " + prios(*nd.qos.pfc);
+  s.lossless[l].insert(inv.node);
+}
+
+// One node's rails: how many, and each RDMA device's RoCE v2 IPv4 GID (present, distinct, an
+// address, and its subnet per rail when the policy names a prefix).
+void survey_rails(cluster_survey& s, const node_inventory& inv, const policy& pol) {
+  auto rails = assign_rails(inv);
+  std::set<int> rail_ids;
+  for (const auto& r : rails) rail_ids.insert(r.index);
+  s.rail_count[std::to_string(rail_ids.size())].insert(inv.node);
+  std::set<std::string> seen_dev;
+  for (const auto& r : rails) {
+    if (!seen_dev.insert(r.rdma_device).second) continue;
+    const rdma_device* d = inv.find_rdma(r.rdma_device);
+    const rdma_port* port = nullptr;
+    if (d != nullptr) {
+      for (const auto& p : d->ports) {
+        if (p.port == r.port) port = &p;
+      }
+    }
+    const std::string where = inv.node + " " + r.rdma_device;
+    if (port == nullptr || !port->roce_v2_ipv4_index) {
+      s.gid_problems.push_back(where + " has no RoCE v2 IPv4 GID");
+      continue;
+    }
+    auto [it, fresh] = s.ip_owner.emplace(port->roce_v2_ipv4, where);
+    if (!fresh) {
+      s.gid_problems.push_back(port->roce_v2_ipv4 + " is used by " + it->second + " and " + where);
+    }
+    auto ip = parse_ipv4(port->roce_v2_ipv4);
+    if (!ip) {
+      s.gid_problems.push_back(where + " reports GID address \"" +
+                               port->roce_v2_ipv4.substr(0, 40) + "\", not an IPv4 address");
+      continue;
+    }
+    if (pol.gid_subnet_prefix > 0) {
+      const std::uint32_t mask =
+          pol.gid_subnet_prefix >= 32 ? 0xffffffffu : ~(0xffffffffu >> pol.gid_subnet_prefix);
+      std::uint32_t net = *ip & mask;
+      s.rail_subnets[r.index][net].insert(inv.node);
+    }
+  }
+}
+
+// "value on node node; value on node" for a failure message.
+std::string describe_groups(const cluster_survey::groups& m) {
+  std::string s;
+  for (const auto& [k, ns] : m) {
+    s += std::string(s.empty() ? "" : "; ") + k + " on";
+    for (const auto& n : ns) s += " " + n;
+  }
+  return s;
+}
+
+// Whether on every node's managed netdevs the traffic class lands on a PFC-enabled priority.
+bool traffic_class_lossless(std::span<const node_inventory> nodes, const policy& pol) {
+  bool ok = true;
+  for (const auto& inv : nodes) {
+    for (const auto& name : managed_netdevs(inv, pol)) {
+      const netdev_info* nd = inv.find_netdev(name);
+      if (nd == nullptr || !nd->qos.pfc || !nd->qos.dscp_prio) continue;
+      const int lands = priority_of(*nd->qos.dscp_prio, pol.data_dscp());
+      if (lands < 0 || !(*nd->qos.pfc)[static_cast<std::size_t>(lands)]) ok = false;
+    }
+  }
+  return ok;
+}
+
+// cluster.qos and cluster.priority: one QoS signature, and one lossless priority that the
+// traffic class lands on, on every node where QoS is visible.
+void report_qos(collector& c, const cluster_survey& s, std::span<const node_inventory> nodes,
+                const policy& pol) {
+  if (s.qos.empty()) {
+    c.skip("cluster.qos", "cluster", "QoS not visible on any node (VFs)");
+    c.skip("cluster.priority", "cluster", "QoS not visible on any node (VFs)");
+    return;
+  }
+  std::string unknown;
+  for (const auto& n : s.qos_unknown) unknown += " " + n;
+  const std::string note = unknown.empty() ? "" : " (not visible on" + unknown + ")";
+  if (s.qos.size() == 1) {
+    c.pass("cluster.qos", "cluster", s.qos.begin()->first + note);
+  } else {
+    c.fail("cluster.qos", "cluster", "QoS differs: " + describe_groups(s.qos) + note);
+  }
+  // And on that one setting the traffic class must land on the PFC priority.
+  bool lossless_ok = s.lossless.size() == 1 && traffic_class_lossless(nodes, pol);
+  if (lossless_ok) {
+    c.pass("cluster.priority", "cluster", s.lossless.begin()->first + " on every node" + note);
+  } else {
+    c.fail("cluster.priority", "cluster",
+           "the lossless priority is not the same on every node: " +
+               describe_groups(s.lossless) + note);
+  }
+}
+
+// cluster.gid: every rail's GIDs present, distinct, IPv4, and each rail in one subnet.
+void report_gids(collector& c, cluster_survey& s, const policy& pol) {
+  for (const auto& [rail, subnets] : s.rail_subnets) {
+    if (subnets.size() > 1) {
+      s.gid_problems.push_back("rail " + std::to_string(rail) + " spans " +
+                               std::to_string(subnets.size()) + " /" +
+                               std::to_string(pol.gid_subnet_prefix) + " subnets");
+    }
+  }
+  if (s.gid_problems.empty()) {
+    c.pass("cluster.gid", "cluster",
+           std::to_string(s.ip_owner.size()) + " RoCE v2 IPv4 GIDs, all present and distinct");
+  } else {
+    std::string msg;
+    for (const auto& p : s.gid_problems) msg += std::string(msg.empty() ? "" : "; ") + p;
+    c.fail("cluster.gid", "cluster", msg);
+  }
+}
+
 }  // namespace
 
 std::string_view to_string(severity s) { return s == severity::error ? "error" : "warning"; }
@@ -347,142 +499,26 @@ std::vector<check_result> validate_cluster(std::span<const node_inventory> nodes
     c.skip("cluster.mtu", "cluster", "fewer than two nodes");
     return out;
   }
-  std::map<std::string, std::set<std::string>> mtus;        // MTU → nodes
-  std::map<std::string, std::set<std::string>> qos;         // QoS signature → nodes
-  std::map<std::string, std::set<std::string>> lossless;    // lossless priority → nodes
-  std::map<std::string, std::set<std::string>> rail_count;  // number of rails → nodes
-  std::vector<std::string> gid_problems;
-  std::map<std::string, std::string> ip_owner;  // IPv4 → node/port
-  std::map<int, std::map<std::uint32_t, std::set<std::string>>> rail_subnets;
-  std::set<std::string> qos_unknown;
+  cluster_survey s;
   for (const auto& inv : nodes) {
     for (const auto& name : managed_netdevs(inv, pol)) {
-      const netdev_info* nd = inv.find_netdev(name);
-      if (nd == nullptr) continue;
-      mtus[std::to_string(nd->mtu)].insert(inv.node);
-      const nic_info* nic = nd->pci.empty() ? nullptr : inv.find_nic(nd->pci);
-      if ((nic != nullptr && nic->is_vf) || !nd->qos.trust || !nd->qos.pfc || !nd->qos.dscp_prio) {
-        qos_unknown.insert(inv.node);
-        continue;
-      }
-      const auto ep = static_cast<std::size_t>(pol.ecn_priority);
-      std::string sig =
-          "trust " + *nd->qos.trust + ", DSCP " + std::to_string(pol.data_dscp()) + "->" +
-          std::to_string(priority_of(*nd->qos.dscp_prio, pol.data_dscp())) + ", CNP DSCP " +
-          std::to_string(pol.cnp_dscp) + "->" +
-          std::to_string(priority_of(*nd->qos.dscp_prio, pol.cnp_dscp)) + ", PFC " +
-          prios(*nd->qos.pfc) + ", ECN " +
-          (nd->ecn.np && nd->ecn.rp && (*nd->ecn.np)[ep] && (*nd->ecn.rp)[ep] ? "on" : "off");
-      qos[sig].insert(inv.node);
-      // The priority the job's traffic class lands on must be the one with PFC.
-      const int lands = priority_of(*nd->qos.dscp_prio, pol.data_dscp());
-      std::string l = "ToS " + std::to_string(pol.traffic_class) + " -> priority " +
-                      std::to_string(lands) + ", PFC on " + prios(*nd->qos.pfc);
-      lossless[l].insert(inv.node);
+      if (const netdev_info* nd = inv.find_netdev(name)) survey_netdev(s, inv, *nd, pol);
     }
-    auto rails = assign_rails(inv);
-    std::set<int> rail_ids;
-    for (const auto& r : rails) rail_ids.insert(r.index);
-    rail_count[std::to_string(rail_ids.size())].insert(inv.node);
-    std::set<std::string> seen_dev;
-    for (const auto& r : rails) {
-      if (!seen_dev.insert(r.rdma_device).second) continue;
-      const rdma_device* d = inv.find_rdma(r.rdma_device);
-      const rdma_port* port = nullptr;
-      if (d != nullptr) {
-        for (const auto& p : d->ports) {
-          if (p.port == r.port) port = &p;
-        }
-      }
-      const std::string where = inv.node + " " + r.rdma_device;
-      if (port == nullptr || !port->roce_v2_ipv4_index) {
-        gid_problems.push_back(where + " has no RoCE v2 IPv4 GID");
-        continue;
-      }
-      auto [it, fresh] = ip_owner.emplace(port->roce_v2_ipv4, where);
-      if (!fresh) {
-        gid_problems.push_back(port->roce_v2_ipv4 + " is used by " + it->second + " and " + where);
-      }
-      auto ip = parse_ipv4(port->roce_v2_ipv4);
-      if (!ip) {
-        gid_problems.push_back(where + " reports GID address \"" +
-                               port->roce_v2_ipv4.substr(0, 40) + "\", not an IPv4 address");
-        continue;
-      }
-      if (pol.gid_subnet_prefix > 0) {
-        const std::uint32_t mask =
-            pol.gid_subnet_prefix >= 32 ? 0xffffffffu : ~(0xffffffffu >> pol.gid_subnet_prefix);
-        std::uint32_t net = *ip & mask;
-        rail_subnets[r.index][net].insert(inv.node);
-      }
-    }
+    survey_rails(s, inv, pol);
   }
-  auto describe_groups = [](const std::map<std::string, std::set<std::string>>& m) {
-    std::string s;
-    for (const auto& [k, ns] : m) {
-      s += std::string(s.empty() ? "" : "; ") + k + " on";
-      for (const auto& n : ns) s += " " + n;
-    }
-    return s;
-  };
-  if (mtus.size() == 1) {
-    c.pass("cluster.mtu", "cluster", "MTU " + mtus.begin()->first + " on every node");
+  if (s.mtus.size() == 1) {
+    c.pass("cluster.mtu", "cluster", "MTU " + s.mtus.begin()->first + " on every node");
   } else {
     c.fail("cluster.mtu", "cluster",
-           "MTUs differ: " + describe_groups(mtus) + " (NCCL would use the smallest)");
+           "MTUs differ: " + describe_groups(s.mtus) + " (NCCL would use the smallest)");
   }
-  if (qos.empty()) {
-    c.skip("cluster.qos", "cluster", "QoS not visible on any node (VFs)");
-    c.skip("cluster.priority", "cluster", "QoS not visible on any node (VFs)");
-  } else {
-    std::string unknown;
-    for (const auto& n : qos_unknown) unknown += " " + n;
-    const std::string note = unknown.empty() ? "" : " (not visible on" + unknown + ")";
-    if (qos.size() == 1) {
-      c.pass("cluster.qos", "cluster", qos.begin()->first + note);
-    } else {
-      c.fail("cluster.qos", "cluster", "QoS differs: " + describe_groups(qos) + note);
-    }
-    bool lossless_ok = lossless.size() == 1;
-    if (lossless_ok) {
-      // And on that one setting the traffic class must land on the PFC priority.
-      for (const auto& inv : nodes) {
-        for (const auto& name : managed_netdevs(inv, pol)) {
-          const netdev_info* nd = inv.find_netdev(name);
-          if (nd == nullptr || !nd->qos.pfc || !nd->qos.dscp_prio) continue;
-          const int lands = priority_of(*nd->qos.dscp_prio, pol.data_dscp());
-          if (lands < 0 || !(*nd->qos.pfc)[static_cast<std::size_t>(lands)]) lossless_ok = false;
-        }
-      }
-    }
-    if (lossless_ok) {
-      c.pass("cluster.priority", "cluster", lossless.begin()->first + " on every node" + note);
-    } else {
-      c.fail("cluster.priority", "cluster",
-             "the lossless priority is not the same on every node: " + describe_groups(lossless) +
-                 note);
-    }
-  }
-  for (const auto& [rail, subnets] : rail_subnets) {
-    if (subnets.size() > 1) {
-      gid_problems.push_back("rail " + std::to_string(rail) + " spans " +
-                             std::to_string(subnets.size()) + " /" +
-                             std::to_string(pol.gid_subnet_prefix) + " subnets");
-    }
-  }
-  if (gid_problems.empty()) {
-    c.pass("cluster.gid", "cluster",
-           std::to_string(ip_owner.size()) + " RoCE v2 IPv4 GIDs, all present and distinct");
-  } else {
-    std::string s;
-    for (const auto& p : gid_problems) s += std::string(s.empty() ? "" : "; ") + p;
-    c.fail("cluster.gid", "cluster", s);
-  }
-  if (rail_count.size() == 1) {
-    c.pass("cluster.rails", "cluster", rail_count.begin()->first + " rails on every node",
+  report_qos(c, s, nodes, pol);
+  report_gids(c, s, pol);
+  if (s.rail_count.size() == 1) {
+    c.pass("cluster.rails", "cluster", s.rail_count.begin()->first + " rails on every node",
            severity::warning);
   } else {
-    c.fail("cluster.rails", "cluster", "rail counts differ: " + describe_groups(rail_count),
+    c.fail("cluster.rails", "cluster", "rail counts differ: " + describe_groups(s.rail_count),
            severity::warning);
   }
   return out;

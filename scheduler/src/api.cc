@@ -374,167 +374,250 @@ http::response api::on_place(const http::request& req) {
   return http::response::json(200, dump(out));
 }
 
-http::response api::on_prewarm_create(const http::request& req) {
-  metrics::scoped_timer t(latency_.with({"prewarm"}));
-  auto body = body_object(req);
-  if (!body) return json_error(status_of(body.error()), body.error().message);
-  const json& b = *body;
+namespace {
+
+// What a prewarm asks for, checked: the images and datasets given at top level, and the standby
+// count for a job.
+struct prewarm_request {
+  job_spec spec;
+  std::uint32_t standby = 0;
+};
+
+// Checks the prewarm body's fields: only known ones, exactly one kind of target, valid images,
+// datasets and standby.
+std::expected<prewarm_request, http::response> parse_prewarm(const json& b) {
   static const std::set<std::string> known = {"images",   "datasets", "nodes",
                                               "selector", "job",      "standby"};
   for (const auto& [k, v] : b.items()) {
     if (!known.count(k))
-      return json_error(400, "unknown prewarm field \"" + k.substr(0, 64) + "\"");
+      return std::unexpected(json_error(400, "unknown prewarm field \"" + k.substr(0, 64) + "\""));
   }
   int targets = (b.contains("nodes") ? 1 : 0) + (b.contains("selector") ? 1 : 0) +
                 (b.contains("job") ? 1 : 0);
   if (targets != 1)
-    return json_error(400, "a prewarm needs exactly one of nodes, selector and job");
+    return std::unexpected(
+        json_error(400, "a prewarm needs exactly one of nodes, selector and job"));
   // The images and datasets: top level, else the job's.
   json what = json::object();
   for (const char* k : {"images", "datasets"}) {
     if (b.contains(k)) what[k] = b[k];
   }
   auto spec = parse_job(what);
-  if (!spec) return json_error(400, spec.error().message);
-  std::uint32_t standby = 0;
+  if (!spec) return std::unexpected(json_error(400, spec.error().message));
+  prewarm_request out{std::move(*spec)};
   if (auto it = b.find("standby"); it != b.end()) {
     if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 64)
-      return json_error(400, "standby must be 0..64");
-    standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
+      return std::unexpected(json_error(400, "standby must be 0..64"));
+    out.standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
   }
-  auto wait =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
-  std::vector<planned_node> planned;
-  std::string platform_override;
-  json job_answer;
-  if (auto it = b.find("nodes"); it != b.end()) {
-    if (!it->is_array() || it->empty() || it->size() > 10000)
-      return json_error(400, "nodes must be a non-empty list of node names");
-    std::set<std::string> seen;
-    std::vector<std::string> unknown;
-    for (const auto& n : *it) {
-      if (!n.is_string() || !heartbeat::valid_node_name(n.get_ref<const std::string&>())) {
-        return json_error(400, "nodes must be a list of node names");
-      }
-      const auto& name = n.get_ref<const std::string&>();
-      if (!seen.insert(name).second) continue;
-      if (!d_.index.node(name)) unknown.push_back(name);
-      planned.push_back({name, "target", {}});
-    }
-    if (!unknown.empty()) {
-      std::string list;
-      for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
-      return json_error(404, "unknown node(s): " + list);
-    }
-  } else if (auto it = b.find("selector"); it != b.end()) {
-    if (!it->is_object() || it->empty() || it->size() > 32)
-      return json_error(400, "selector must be a non-empty object of labels");
-    for (const auto& n : d_.index.nodes()) {
-      if (!n.healthy) continue;
-      bool match = true;
-      for (const auto& [k, v] : it->items()) {
-        auto l = n.labels.find(k);
-        match = match && v.is_string() && l != n.labels.end() && l->second == v.get<std::string>();
-      }
-      if (match) planned.push_back({n.name, "target", {}});
-    }
-    if (planned.empty()) return json_error(404, "the selector matches no healthy node");
-  } else {
-    auto job = parse_job(b["job"]);
-    if (!job) return json_error(400, "job: " + job.error().message);
-    if (spec->images.empty() && spec->datasets.empty()) {
-      spec->images = job->images;
-      spec->datasets = job->datasets;
-    }
-    auto placed = d_.place.place(*job, standby, false, wait);
-    if (!placed) return json_error(status_of(placed.error()), placed.error().message);
-    job_answer = to_json(placed->p, placed->view, *job, d_.place.network());
-    if (!placed->p.feasible) {
-      return http::response::json(
-          409, dump(json{{"error", "the job cannot be placed: " + placed->p.reason},
-                         {"placement", job_answer}}));
-    }
-    for (const auto& n : placed->p.chosen) planned.push_back({n, "primary", {}});
-    for (const auto& n : placed->p.standby) planned.push_back({n, "standby", {}});
-    platform_override = job->platform;
-  }
-  if (spec->images.empty() && spec->datasets.empty())
-    return json_error(400, "nothing to prewarm: no images or datasets");
+  return out;
+}
 
-  // Resolve every image for every platform among the targets.
-  std::map<std::string, std::string> platform_of;
-  std::set<std::string> platforms;
-  for (const auto& p : planned) {
-    auto n = d_.index.node(p.node);
-    std::string plat = !platform_override.empty() ? platform_override
-                       : n                        ? n->platform
-                                                  : d_.cfg.resolver.default_platform;
-    platform_of[p.node] = plat;
-    platforms.insert(plat);
-  }
-  auto objs = d_.place.resolve(*spec, {platforms.begin(), platforms.end()}, wait, true);
-  if (!objs) return json_error(status_of(objs.error()), objs.error().message);
-  for (const auto& [plat, errs] : objs->errors) {
-    if (!errs.empty()) return json_error(502, "cannot resolve for " + plat + ": " + errs.front());
-  }
-  std::string id = random_id("pw-");
-  std::uint64_t pin = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(d_.cfg.prewarm.pin_for.get()).count());
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (const auto& plat : platforms) {
-    for (const auto& img : spec->images) pairs.emplace_back(img, plat);
-  }
-  // Cached by now: resolve() above fetched them.
-  auto resolved = d_.res.resolve_many(pairs, wait);
-  std::map<std::pair<std::string, std::string>, const resolved_image*> by_key;
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    if (!resolved[i]) return json_error(502, resolved[i].error().message);
-    by_key[pairs[i]] = &*resolved[i];
-  }
-  std::vector<std::vector<object_ref>> dataset_objs;
-  for (const auto& ds : spec->datasets) {
-    auto o = d_.datasets.lookup(ds);
-    if (!o) return json_error(status_of(o.error()), o.error().message);
-    dataset_objs.push_back(*o);
-  }
-  for (auto& p : planned) {
-    const auto& plat = platform_of[p.node];
-    for (std::size_t k = 0; k < spec->images.size(); ++k) {
-      const auto* img = by_key.at({spec->images[k], plat});
-      heartbeat::prewarm_order o;
-      o.id = id + "." + std::to_string(k);
-      o.image = img->ref;
-      o.platform = plat;
-      o.registry = img->registry;
-      o.repository = img->repository;
-      o.pin_seconds = pin;
-      for (const auto& x : img->objects) o.objects.push_back({x.id, x.size});
-      p.orders.push_back(std::move(o));
-    }
-    for (std::size_t k = 0; k < spec->datasets.size(); ++k) {
-      heartbeat::prewarm_order o;
-      o.id = id + ".d" + std::to_string(k);
-      o.dataset = spec->datasets[k];
-      o.platform = plat;
-      o.pin_seconds = pin;
-      for (const auto& x : dataset_objs[k]) o.objects.push_back({x.id, x.size});
-      p.orders.push_back(std::move(o));
-    }
-  }
-  json summary = {{"images", spec->images}, {"datasets", spec->datasets}};
+// One node's order for image number k of the prewarm.
+heartbeat::prewarm_order image_order(const std::string& id, std::size_t k,
+                                     const resolved_image& img, const std::string& plat,
+                                     std::uint64_t pin) {
+  heartbeat::prewarm_order o;
+  o.id = id + "." + std::to_string(k);
+  o.image = img.ref;
+  o.platform = plat;
+  o.registry = img.registry;
+  o.repository = img.repository;
+  o.pin_seconds = pin;
+  for (const auto& x : img.objects) o.objects.push_back({x.id, x.size});
+  return o;
+}
+
+// One node's order for dataset number k of the prewarm.
+heartbeat::prewarm_order dataset_order(const std::string& id, std::size_t k,
+                                       const std::string& dataset,
+                                       const std::vector<object_ref>& objects,
+                                       const std::string& plat, std::uint64_t pin) {
+  heartbeat::prewarm_order o;
+  o.id = id + ".d" + std::to_string(k);
+  o.dataset = dataset;
+  o.platform = plat;
+  o.pin_seconds = pin;
+  for (const auto& x : objects) o.objects.push_back({x.id, x.size});
+  return o;
+}
+
+// What the prewarm list shows of the request: images, datasets and the targets as asked.
+json prewarm_summary(const json& b, const job_spec& spec, std::uint32_t standby) {
+  json summary = {{"images", spec.images}, {"datasets", spec.datasets}};
   if (b.contains("nodes")) summary["nodes"] = b["nodes"];
   if (b.contains("selector")) summary["selector"] = b["selector"];
   if (b.contains("job")) {
     summary["job"] = b["job"];
     summary["standby"] = standby;
   }
-  if (auto s = d_.prewarm.create(id, std::move(planned), summary); !s) {
+  return summary;
+}
+
+}  // namespace
+
+api::or_response<std::vector<planned_node>> api::named_targets(const json& nodes) const {
+  if (!nodes.is_array() || nodes.empty() || nodes.size() > 10000)
+    return std::unexpected(json_error(400, "nodes must be a non-empty list of node names"));
+  std::vector<planned_node> planned;
+  std::set<std::string> seen;
+  std::vector<std::string> unknown;
+  for (const auto& n : nodes) {
+    if (!n.is_string() || !heartbeat::valid_node_name(n.get_ref<const std::string&>())) {
+      return std::unexpected(json_error(400, "nodes must be a list of node names"));
+    }
+    const auto& name = n.get_ref<const std::string&>();
+    if (!seen.insert(name).second) continue;
+    if (!d_.index.node(name)) unknown.push_back(name);
+    planned.push_back({name, "target", {}});
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
+    return std::unexpected(json_error(404, "unknown node(s): " + list));
+  }
+  return planned;
+}
+
+api::or_response<std::vector<planned_node>> api::selector_targets(const json& selector) const {
+  if (!selector.is_object() || selector.empty() || selector.size() > 32)
+    return std::unexpected(json_error(400, "selector must be a non-empty object of labels"));
+  std::vector<planned_node> planned;
+  for (const auto& n : d_.index.nodes()) {
+    if (!n.healthy) continue;
+    bool match = true;
+    for (const auto& [k, v] : selector.items()) {
+      auto l = n.labels.find(k);
+      match = match && v.is_string() && l != n.labels.end() && l->second == v.get<std::string>();
+    }
+    if (match) planned.push_back({n.name, "target", {}});
+  }
+  if (planned.empty())
+    return std::unexpected(json_error(404, "the selector matches no healthy node"));
+  return planned;
+}
+
+api::or_response<api::prewarm_targets> api::job_targets(const json& job_doc, job_spec& spec,
+                                                        std::uint32_t standby,
+                                                        std::chrono::milliseconds wait) {
+  auto job = parse_job(job_doc);
+  if (!job) return std::unexpected(json_error(400, "job: " + job.error().message));
+  if (spec.images.empty() && spec.datasets.empty()) {
+    spec.images = job->images;
+    spec.datasets = job->datasets;
+  }
+  auto placed = d_.place.place(*job, standby, false, wait);
+  if (!placed)
+    return std::unexpected(json_error(status_of(placed.error()), placed.error().message));
+  prewarm_targets out;
+  out.job_answer = to_json(placed->p, placed->view, *job, d_.place.network());
+  if (!placed->p.feasible) {
+    return std::unexpected(http::response::json(
+        409, dump(json{{"error", "the job cannot be placed: " + placed->p.reason},
+                       {"placement", out.job_answer}})));
+  }
+  for (const auto& n : placed->p.chosen) out.planned.push_back({n, "primary", {}});
+  for (const auto& n : placed->p.standby) out.planned.push_back({n, "standby", {}});
+  out.platform_override = job->platform;
+  return out;
+}
+
+api::or_response<api::prewarm_targets> api::prewarm_targets_of(const json& b, job_spec& spec,
+                                                               std::uint32_t standby,
+                                                               std::chrono::milliseconds wait) {
+  if (auto it = b.find("nodes"); it != b.end()) {
+    auto planned = named_targets(*it);
+    if (!planned) return std::unexpected(std::move(planned.error()));
+    return prewarm_targets{std::move(*planned), {}, {}};
+  }
+  if (auto it = b.find("selector"); it != b.end()) {
+    auto planned = selector_targets(*it);
+    if (!planned) return std::unexpected(std::move(planned.error()));
+    return prewarm_targets{std::move(*planned), {}, {}};
+  }
+  return job_targets(b["job"], spec, standby, wait);
+}
+
+api::or_response<api::prewarm_sources> api::resolve_prewarm(
+    const std::vector<planned_node>& planned, const job_spec& spec,
+    const std::string& platform_override, std::chrono::milliseconds wait) {
+  // Resolve every image for every platform among the targets.
+  prewarm_sources out;
+  std::set<std::string> platforms;
+  for (const auto& p : planned) {
+    auto n = d_.index.node(p.node);
+    std::string plat = !platform_override.empty() ? platform_override
+                       : n                        ? n->platform
+                                                  : d_.cfg.resolver.default_platform;
+    out.platform_of[p.node] = plat;
+    platforms.insert(plat);
+  }
+  auto objs = d_.place.resolve(spec, {platforms.begin(), platforms.end()}, wait, true);
+  if (!objs) return std::unexpected(json_error(status_of(objs.error()), objs.error().message));
+  for (const auto& [plat, errs] : objs->errors) {
+    if (!errs.empty())
+      return std::unexpected(json_error(502, "cannot resolve for " + plat + ": " + errs.front()));
+  }
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& plat : platforms) {
+    for (const auto& img : spec.images) pairs.emplace_back(img, plat);
+  }
+  // Cached by now: resolve() above fetched them.
+  auto resolved = d_.res.resolve_many(pairs, wait);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    if (!resolved[i]) return std::unexpected(json_error(502, resolved[i].error().message));
+    out.images.insert_or_assign(pairs[i], std::move(*resolved[i]));
+  }
+  for (const auto& ds : spec.datasets) {
+    auto o = d_.datasets.lookup(ds);
+    if (!o) return std::unexpected(json_error(status_of(o.error()), o.error().message));
+    out.dataset_objs.push_back(*o);
+  }
+  return out;
+}
+
+void api::add_prewarm_orders(std::vector<planned_node>& planned, const job_spec& spec,
+                             const prewarm_sources& src, const std::string& id) const {
+  std::uint64_t pin = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(d_.cfg.prewarm.pin_for.get()).count());
+  for (auto& p : planned) {
+    const auto& plat = src.platform_of.at(p.node);
+    for (std::size_t k = 0; k < spec.images.size(); ++k) {
+      const auto& img = src.images.at({spec.images[k], plat});
+      p.orders.push_back(image_order(id, k, img, plat, pin));
+    }
+    for (std::size_t k = 0; k < spec.datasets.size(); ++k) {
+      p.orders.push_back(dataset_order(id, k, spec.datasets[k], src.dataset_objs[k], plat, pin));
+    }
+  }
+}
+
+http::response api::on_prewarm_create(const http::request& req) {
+  metrics::scoped_timer t(latency_.with({"prewarm"}));
+  auto body = body_object(req);
+  if (!body) return json_error(status_of(body.error()), body.error().message);
+  const json& b = *body;
+  auto request = parse_prewarm(b);
+  if (!request) return std::move(request.error());
+  job_spec& spec = request->spec;
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  auto targets = prewarm_targets_of(b, spec, request->standby, wait);
+  if (!targets) return std::move(targets.error());
+  if (spec.images.empty() && spec.datasets.empty())
+    return json_error(400, "nothing to prewarm: no images or datasets");
+  auto sources = resolve_prewarm(targets->planned, spec, targets->platform_override, wait);
+  if (!sources) return std::move(sources.error());
+  std::string id = random_id("pw-");
+  add_prewarm_orders(targets->planned, spec, *sources, id);
+  auto summary = prewarm_summary(b, spec, request->standby);
+  if (auto s = d_.prewarm.create(id, std::move(targets->planned), summary); !s) {
     return json_error(status_of(s.error()), s.error().message);
   }
   auto st = d_.prewarm.progress(id);
   json out = st ? *st : json::object();
   out["status_url"] = "/v1/prewarm/" + id;
-  if (!job_answer.is_null()) out["placement"] = std::move(job_answer);
+  if (!targets->job_answer.is_null()) out["placement"] = std::move(targets->job_answer);
   return http::response::json(202, dump(out));
 }
 

@@ -18,7 +18,9 @@
 // heartbeats on their own pool, the rest on the io threads. Thread-safe.
 
 #include <chrono>
+#include <expected>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -66,6 +68,43 @@ class api {
   http::response on_place(const http::request& req);
   http::response on_prewarm_create(const http::request& req);
   http::response on_prewarm_get(std::string_view rest);
+
+  // A step of a handler: its value, or the response that ends the request.
+  template <class T>
+  using or_response = std::expected<T, http::response>;
+  // POST /v1/prewarm in steps: the targets (named nodes, a label selector, or a job's placement),
+  // then what each target's platform resolves to, then the orders.
+  struct prewarm_targets {
+    std::vector<planned_node> planned;
+    std::string platform_override;  // a job's platform, else each node's own
+    nlohmann::json job_answer;      // a job's placement, for the answer; null otherwise
+  };
+  struct prewarm_sources {
+    std::map<std::string, std::string> platform_of;  // target node → platform
+    std::map<std::pair<std::string, std::string>, resolved_image> images;  // (image, platform)
+    std::vector<std::vector<object_ref>> dataset_objs;  // one list per dataset, in spec order
+  };
+  // The targets the body names; a job's own images and datasets fill an empty spec.
+  or_response<prewarm_targets> prewarm_targets_of(const nlohmann::json& b, job_spec& spec,
+                                                  std::uint32_t standby,
+                                                  std::chrono::milliseconds wait);
+  // "nodes": known node names, duplicates dropped.
+  or_response<std::vector<planned_node>> named_targets(const nlohmann::json& nodes) const;
+  // "selector": every healthy node whose labels match.
+  or_response<std::vector<planned_node>> selector_targets(const nlohmann::json& selector) const;
+  // "job": the chosen and standby nodes of a placement that reserves no GPUs (409 when the job
+  // cannot be placed).
+  or_response<prewarm_targets> job_targets(const nlohmann::json& job_doc, job_spec& spec,
+                                           std::uint32_t standby, std::chrono::milliseconds wait);
+  // Each target's platform, and the images and datasets resolved for them; any failure ends it.
+  or_response<prewarm_sources> resolve_prewarm(const std::vector<planned_node>& planned,
+                                               const job_spec& spec,
+                                               const std::string& platform_override,
+                                               std::chrono::milliseconds wait);
+  // One order per image and per dataset for every target, ids "<id>.<k>" and "<id>.d<k>".
+  void add_prewarm_orders(std::vector<planned_node>& planned, const job_spec& spec,
+                          const prewarm_sources& src, const std::string& id) const;
+
   nlohmann::json node_json(const node_summary& n,
                            const std::map<std::string, std::uint32_t>& reserved) const;
   nlohmann::json holders_json(std::span<const object_ref> objects,

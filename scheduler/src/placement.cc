@@ -190,84 +190,67 @@ std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job
   return {out.begin(), out.end()};
 }
 
-std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
-                                      const job_spec& job, const cost_model& m,
-                                      const network_model& net,
-                                      const std::map<std::string, std::uint32_t>& reserved,
-                                      const evaluate_options& o) {
-  auto cand = mark_named(v.nodes, job.candidates);
-  auto excl = mark_named(v.nodes, job.exclude);
-  bool require = job.require_network_validation.value_or(o.require_validation);
+namespace {
+
+// One evaluator per platform, built on first use: the platform's object list and its tie anchor.
+struct per_platform {
+  std::unique_ptr<evaluator> ev;
+  std::uint64_t anchor = 0;
+};
+
+// The evaluator of a platform, built from the job's objects for it (none when it resolved none).
+per_platform& evaluator_for(std::map<std::string, per_platform>& by_platform,
+                            const std::string& platform, const cluster_view& v,
+                            const job_objects& objs, const cost_model& m) {
   static const std::vector<object_ref> none;
-  struct per_platform {
-    std::unique_ptr<evaluator> ev;
-    std::uint64_t anchor = 0;
-  };
-  std::map<std::string, per_platform> by_platform;
-  std::vector<node_eval> out;
-  out.reserve(v.nodes.size());
-  for (std::uint32_t i = 0; i < v.nodes.size(); ++i) {
-    const auto& n = v.nodes[i];
-    node_eval e;
-    e.index = i;
-    e.name = n.name;
-    e.platform = job.platform.empty() ? n.platform : job.platform;
-    e.health = n.health;
-    e.gpus_capacity = n.gpus;
-    if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
-    e.net = net.verdict(n);
-    if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
-    if (!job.candidates.empty() && !cand[i]) e.reasons.push_back("not among the candidates");
-    if (excl[i]) e.reasons.push_back("excluded");
-    for (const auto& [k, want] : job.selector) {
-      auto l = n.labels.find(k);
-      if (l == n.labels.end() || l->second != want) {
-        e.reasons.push_back("label " + k + "=" + want + " does not match (" +
-                            (l == n.labels.end() ? std::string("absent") : l->second) + ")");
-      }
-    }
-    if (job.gpus > e.gpus_free()) {
-      e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " +
-                          std::to_string(e.gpus_free()) + " free (" +
-                          std::to_string(e.gpus_capacity) + " capacity, " +
-                          std::to_string(e.gpus_reserved) + " reserved)");
-    }
-    if (e.net.state == validation::failed)
-      e.reasons.push_back("network validation failed: " + e.net.detail);
-    else if (require && e.net.state != validation::passed) {
-      e.reasons.push_back("network validation required, state " +
-                          std::string(to_string(e.net.state)) + ": " + e.net.detail);
-    }
-    if (o.strict_resolution) {
-      if (auto er = objs.errors.find(e.platform); er != objs.errors.end()) {
-        for (const auto& msg : er->second) e.reasons.push_back(msg);
-      }
-    }
-    auto& pp = by_platform[e.platform];
-    if (!pp.ev) {
-      auto it = objs.by_platform.find(e.platform);
-      auto list = it == objs.by_platform.end() ? std::span<const object_ref>(none)
-                                               : std::span<const object_ref>(it->second);
-      pp.ev = std::make_unique<evaluator>(v, list, m);
-      pp.anchor = anchor_of(list);
-    }
-    e.cost = pp.ev->cost(i);
-    e.eligible = e.reasons.empty();
-    // Best fit: every GPU the job would leave idle on this node counts as packing_seconds_per_gpu
-    // of waiting, so a partly used node that the job fills wins over a free node unless the free
-    // one is ready that much sooner. Whole nodes stay free for gangs and 8-GPU jobs, as Volcano's
-    // binpack and kube-scheduler's MostAllocated do.
-    if (e.eligible && job.gpus > 0)
-      e.packing_seconds = o.packing_seconds_per_gpu * (e.gpus_free() - job.gpus);
-    e.rank_seconds = e.cost.seconds + e.packing_seconds;
-    // Among equal nodes, the one whose hash with the job's data is lowest (rendezvous hashing):
-    // placements of the same data that find no warm node land on the same nodes, so its copies
-    // build up there instead of being scattered, and the next job that needs it finds it.
-    // Without objects there is nothing to hash: name order.
-    if (o.rank && pp.anchor != 0) e.tie_key = mix64(fnv1a(e.name) ^ pp.anchor);
-    out.push_back(std::move(e));
+  auto& pp = by_platform[platform];
+  if (!pp.ev) {
+    auto it = objs.by_platform.find(platform);
+    auto list = it == objs.by_platform.end() ? std::span<const object_ref>(none)
+                                             : std::span<const object_ref>(it->second);
+    pp.ev = std::make_unique<evaluator>(v, list, m);
+    pp.anchor = anchor_of(list);
   }
-  if (!o.rank) return out;
+  return pp;
+}
+
+// Every reason node n cannot take the job, in a fixed order: health, candidates, exclusion,
+// labels, GPUs, network validation, resolution errors. e's GPUs and network are already set.
+void add_reasons(node_eval& e, const node_view& n, bool candidate, bool excluded,
+                 const job_objects& objs, const job_spec& job, bool require,
+                 const evaluate_options& o) {
+  if (!n.healthy) e.reasons.push_back("unhealthy (" + n.health + ")");
+  if (!job.candidates.empty() && !candidate) e.reasons.push_back("not among the candidates");
+  if (excluded) e.reasons.push_back("excluded");
+  for (const auto& [k, want] : job.selector) {
+    auto l = n.labels.find(k);
+    if (l == n.labels.end() || l->second != want) {
+      e.reasons.push_back("label " + k + "=" + want + " does not match (" +
+                          (l == n.labels.end() ? std::string("absent") : l->second) + ")");
+    }
+  }
+  if (job.gpus > e.gpus_free()) {
+    e.reasons.push_back("needs " + std::to_string(job.gpus) + " GPUs, " +
+                        std::to_string(e.gpus_free()) + " free (" +
+                        std::to_string(e.gpus_capacity) + " capacity, " +
+                        std::to_string(e.gpus_reserved) + " reserved)");
+  }
+  if (e.net.state == validation::failed)
+    e.reasons.push_back("network validation failed: " + e.net.detail);
+  else if (require && e.net.state != validation::passed) {
+    e.reasons.push_back("network validation required, state " +
+                        std::string(to_string(e.net.state)) + ": " + e.net.detail);
+  }
+  if (o.strict_resolution) {
+    if (auto er = objs.errors.find(e.platform); er != objs.errors.end()) {
+      for (const auto& msg : er->second) e.reasons.push_back(msg);
+    }
+  }
+}
+
+// The evaluations in rank order: eligible first, then by rank seconds, health, missing bytes,
+// tie key and view index; eligible nodes get ranks 1, 2, ...
+std::vector<node_eval> rank_evals(std::vector<node_eval> out) {
   // Sort compact keys rather than the node_evals themselves (each holds several strings and
   // vectors), then move every evaluation once into its place. Ties end on the view index, which
   // is name order (out[i] is node i of the view, sorted by name).
@@ -305,10 +288,190 @@ std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& 
   return sorted;
 }
 
+}  // namespace
+
+std::vector<node_eval> evaluate_nodes(const cluster_view& v, const job_objects& objs,
+                                      const job_spec& job, const cost_model& m,
+                                      const network_model& net,
+                                      const std::map<std::string, std::uint32_t>& reserved,
+                                      const evaluate_options& o) {
+  auto cand = mark_named(v.nodes, job.candidates);
+  auto excl = mark_named(v.nodes, job.exclude);
+  bool require = job.require_network_validation.value_or(o.require_validation);
+  std::map<std::string, per_platform> by_platform;
+  std::vector<node_eval> out;
+  out.reserve(v.nodes.size());
+  for (std::uint32_t i = 0; i < v.nodes.size(); ++i) {
+    const auto& n = v.nodes[i];
+    node_eval e;
+    e.index = i;
+    e.name = n.name;
+    e.platform = job.platform.empty() ? n.platform : job.platform;
+    e.health = n.health;
+    e.gpus_capacity = n.gpus;
+    if (auto r = reserved.find(n.name); r != reserved.end()) e.gpus_reserved = r->second;
+    e.net = net.verdict(n);
+    add_reasons(e, n, cand[i], excl[i], objs, job, require, o);
+    auto& pp = evaluator_for(by_platform, e.platform, v, objs, m);
+    e.cost = pp.ev->cost(i);
+    e.eligible = e.reasons.empty();
+    // Best fit: every GPU the job would leave idle on this node counts as packing_seconds_per_gpu
+    // of waiting, so a partly used node that the job fills wins over a free node unless the free
+    // one is ready that much sooner. Whole nodes stay free for gangs and 8-GPU jobs, as Volcano's
+    // binpack and kube-scheduler's MostAllocated do.
+    if (e.eligible && job.gpus > 0)
+      e.packing_seconds = o.packing_seconds_per_gpu * (e.gpus_free() - job.gpus);
+    e.rank_seconds = e.cost.seconds + e.packing_seconds;
+    // Among equal nodes, the one whose hash with the job's data is lowest (rendezvous hashing):
+    // placements of the same data that find no warm node land on the same nodes, so its copies
+    // build up there instead of being scattered, and the next job that needs it finds it.
+    // Without objects there is nothing to hash: name order.
+    if (o.rank && pp.anchor != 0) e.tie_key = mix64(fnv1a(e.name) ^ pp.anchor);
+    out.push_back(std::move(e));
+  }
+  if (!o.rank) return out;
+  return rank_evals(std::move(out));
+}
+
+namespace {
+
+using eval_ptrs = std::vector<const node_eval*>;
+
+// A gang's eligible nodes by fabric segment; nodes without a fabric label are only counted.
+struct fabric_split {
+  std::map<std::string, eval_ptrs> by_fabric;
+  std::size_t no_fabric = 0;
+};
+
+// Splits the eligible nodes (in rank order) by their fabric segment.
+fabric_split split_by_fabric(const eval_ptrs& eligible, const cluster_view& v) {
+  fabric_split out;
+  for (const auto* e : eligible) {
+    const auto& f = v.nodes[e->index].fabric;
+    if (f.empty())
+      ++out.no_fabric;
+    else
+      out.by_fabric[f].push_back(e);
+  }
+  return out;
+}
+
+// The groups of one segment that may share network settings: per settings key, the members with
+// that key or none; the whole segment when no member reports a key.
+std::vector<eval_ptrs> settings_groups(const eval_ptrs& members) {
+  std::set<std::string> keys;
+  for (const auto* e : members) {
+    if (!e->net.settings_key.empty()) keys.insert(e->net.settings_key);
+  }
+  std::vector<eval_ptrs> groups;
+  if (keys.empty()) {
+    groups.push_back(members);
+  } else {
+    for (const auto& key : keys) {
+      eval_ptrs g;
+      for (const auto* e : members) {
+        if (e->net.settings_key == key || e->net.settings_key.empty()) g.push_back(e);
+      }
+      groups.push_back(std::move(g));
+    }
+  }
+  return groups;
+}
+
+// The search for a gang: the best group so far and what to say if none fits.
+struct gang_search {
+  double max_s = 0, sum_s = 0;
+  std::string fabric;
+  eval_ptrs group;
+  bool found = false;
+  std::string largest;
+  std::size_t largest_n = 0;
+  std::string inconsistent;
+};
+
+// Weighs one group of a segment: its first k nodes, if network-consistent, replace the best
+// gang when their (max, sum) rank seconds are lower.
+void consider_group(gang_search& s, const std::string& fabric, const eval_ptrs& g,
+                    std::uint32_t k, const cluster_view& v, const network_model& net) {
+  if (g.size() > s.largest_n) {
+    s.largest_n = g.size();
+    s.largest = fabric;
+  }
+  if (g.size() < k) return;
+  eval_ptrs picked(g.begin(), g.begin() + k);
+  std::vector<const node_view*> views;
+  for (const auto* e : picked) views.push_back(&v.nodes[e->index]);
+  if (auto st = net.gang_consistent(views); !st) {
+    s.inconsistent = fabric + ": " + st.error().message;
+    return;
+  }
+  double mx = 0, sum = 0;
+  for (const auto* e : picked) {
+    mx = std::max(mx, e->rank_seconds);
+    sum += e->rank_seconds;
+  }
+  if (!s.found || mx < s.max_s || (mx == s.max_s && sum < s.sum_s)) {
+    s.found = true;
+    s.max_s = mx;
+    s.sum_s = sum;
+    s.fabric = fabric;
+    s.group = g;
+  }
+}
+
+// Why no gang of k fits: the largest group, unlabelled nodes, the last inconsistency.
+std::string no_gang_reason(const gang_search& s, std::uint32_t k, std::size_t no_fabric) {
+  std::string reason = "no fabric segment has " + std::to_string(k) +
+                       " eligible nodes with consistent network settings";
+  if (s.largest_n > 0)
+    reason += " (largest: " + s.largest + " with " + std::to_string(s.largest_n) + ")";
+  if (no_fabric > 0)
+    reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
+  if (!s.inconsistent.empty()) reason += "; " + s.inconsistent;
+  return reason;
+}
+
+// A single node: the best eligible one, the next ones as standby.
+void choose_single(placement& p, const eval_ptrs& eligible, const cluster_view& v,
+                   std::uint32_t standby) {
+  p.feasible = true;
+  p.chosen.push_back(eligible[0]->name);
+  p.segment = v.nodes[eligible[0]->index].fabric;
+  for (std::size_t i = 1; i < eligible.size() && p.standby.size() < standby; ++i) {
+    p.standby.push_back(eligible[i]->name);
+  }
+}
+
+// Gang: one fabric segment, consistent network settings, lowest (max, sum) rank seconds. The
+// packing term is part of it, so a gang of fewer GPUs than a node has fills partly used nodes
+// before it breaks free ones, as a single node does.
+void choose_gang(placement& p, const eval_ptrs& eligible, const cluster_view& v, std::uint32_t k,
+                 std::uint32_t standby, const network_model& net) {
+  auto split = split_by_fabric(eligible, v);
+  gang_search best;
+  for (const auto& [fabric, members] : split.by_fabric) {
+    for (const auto& g : settings_groups(members)) consider_group(best, fabric, g, k, v, net);
+  }
+  if (!best.found) {
+    p.reason = no_gang_reason(best, k, split.no_fabric);
+    return;
+  }
+  p.feasible = true;
+  p.segment = best.fabric;
+  for (std::size_t i = 0; i < best.group.size(); ++i) {
+    if (i < k)
+      p.chosen.push_back(best.group[i]->name);
+    else if (p.standby.size() < standby)
+      p.standby.push_back(best.group[i]->name);
+  }
+}
+
+}  // namespace
+
 placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_spec& job,
                  std::uint32_t standby, const network_model& net) {
   placement p;
-  std::vector<const node_eval*> eligible;
+  eval_ptrs eligible;
   for (const auto& e : evals) {
     if (e.eligible) eligible.push_back(&e);
   }
@@ -317,96 +480,9 @@ placement choose(std::vector<node_eval> evals, const cluster_view& v, const job_
     p.reason = "needs " + std::to_string(k) + " eligible node" + (k > 1 ? "s" : "") + ", found " +
                std::to_string(eligible.size()) + " of " + std::to_string(evals.size()) + " known";
   } else if (k == 1) {
-    p.feasible = true;
-    p.chosen.push_back(eligible[0]->name);
-    p.segment = v.nodes[eligible[0]->index].fabric;
-    for (std::size_t i = 1; i < eligible.size() && p.standby.size() < standby; ++i) {
-      p.standby.push_back(eligible[i]->name);
-    }
+    choose_single(p, eligible, v, standby);
   } else {
-    // Gang: one fabric segment, consistent network settings, lowest (max, sum) rank seconds. The
-    // packing term is part of it, so a gang of fewer GPUs than a node has fills partly used
-    // nodes before it breaks free ones, as a single node does.
-    std::map<std::string, std::vector<const node_eval*>> by_fabric;
-    std::size_t no_fabric = 0;
-    for (const auto* e : eligible) {
-      const auto& f = v.nodes[e->index].fabric;
-      if (f.empty())
-        ++no_fabric;
-      else
-        by_fabric[f].push_back(e);
-    }
-    struct best_t {
-      double max_s = 0, sum_s = 0;
-      std::string fabric;
-      std::vector<const node_eval*> group;
-      bool found = false;
-    } best;
-    std::string largest;
-    std::size_t largest_n = 0;
-    std::string inconsistent;
-    for (const auto& [fabric, members] : by_fabric) {
-      std::set<std::string> keys;
-      for (const auto* e : members) {
-        if (!e->net.settings_key.empty()) keys.insert(e->net.settings_key);
-      }
-      std::vector<std::vector<const node_eval*>> groups;
-      if (keys.empty()) {
-        groups.push_back(members);
-      } else {
-        for (const auto& key : keys) {
-          std::vector<const node_eval*> g;
-          for (const auto* e : members) {
-            if (e->net.settings_key == key || e->net.settings_key.empty()) g.push_back(e);
-          }
-          groups.push_back(std::move(g));
-        }
-      }
-      for (const auto& g : groups) {
-        if (g.size() > largest_n) {
-          largest_n = g.size();
-          largest = fabric;
-        }
-        if (g.size() < k) continue;
-        std::vector<const node_eval*> picked(g.begin(), g.begin() + k);
-        std::vector<const node_view*> views;
-        for (const auto* e : picked) views.push_back(&v.nodes[e->index]);
-        if (auto s = net.gang_consistent(views); !s) {
-          inconsistent = fabric + ": " + s.error().message;
-          continue;
-        }
-        double mx = 0, sum = 0;
-        for (const auto* e : picked) {
-          mx = std::max(mx, e->rank_seconds);
-          sum += e->rank_seconds;
-        }
-        if (!best.found || mx < best.max_s || (mx == best.max_s && sum < best.sum_s)) {
-          best.found = true;
-          best.max_s = mx;
-          best.sum_s = sum;
-          best.fabric = fabric;
-          best.group = g;
-        }
-      }
-    }
-    if (!best.found) {
-      p.reason = "no fabric segment has " + std::to_string(k) +
-                 " eligible nodes with consistent network settings";
-      if (largest_n > 0)
-        p.reason += " (largest: " + largest + " with " + std::to_string(largest_n) + ")";
-      if (no_fabric > 0)
-        p.reason += "; " + std::to_string(no_fabric) + " eligible nodes have no fabric label";
-      if (!inconsistent.empty()) p.reason += "; " + inconsistent;
-    } else {
-      p.feasible = true;
-      p.segment = best.fabric;
-      for (std::size_t i = 0; i < best.group.size(); ++i) {
-        if (i < k)
-          p.chosen.push_back(best.group[i]->name);
-        else if (p.standby.size() < standby)
-          p.standby.push_back(best.group[i]->name);
-      }
-    }
+    choose_gang(p, eligible, v, k, standby, net);
   }
   p.nodes = std::move(evals);
   return p;

@@ -35,6 +35,14 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+// A peer in compact form: the address bytes, then the port in network order.
+void append_compact(std::string& out, const unsigned char* addr, std::size_t len,
+                    std::uint16_t port) {
+  out.append(reinterpret_cast<const char*>(addr), len);
+  out += static_cast<char>(port >> 8);
+  out += static_cast<char>(port & 0xff);
+}
+
 }  // namespace
 
 result<announce_request> parse_announce(const http::request& req, const std::string& source_ip,
@@ -160,13 +168,8 @@ void tracker::expire() {
   expire_locked(now_());
 }
 
-std::string tracker::announce(const announce_request& a) {
-  auto now = now_();
-  std::lock_guard lk(mu_);
-  ++stats_.announces;
-  if (now - last_expire_ > std::chrono::seconds(10)) expire_locked(now);
-  auto& sw = swarms_[a.info_hash];
-  std::string key = a.ip + ":" + std::to_string(a.port);
+void tracker::record_locked(swarm& sw, const std::string& key, const announce_request& a,
+                            clock::time_point now) {
   if (a.event == announce_request::event_t::stopped) {
     auto h = holdings_.find(key);
     if (h != holdings_.end() && h->second.count(a.info_hash)) {
@@ -177,21 +180,24 @@ std::string tracker::announce(const announce_request& a) {
     } else {
       sw.peers.erase(key);
     }
-  } else {
-    auto& p = sw.peers[key];
-    p.node = a.node;
-    p.zone = a.zone;
-    p.rack = a.rack;
-    p.ip = a.ip;
-    p.port = a.port;
-    if (a.event == announce_request::event_t::completed || (p.left > 0 && a.left == 0))
-      ++sw.completed;
-    p.left = a.left;
-    p.origin = a.origin;
-    p.holder = false;
-    p.last_seen = now;
+    return;
   }
+  auto& p = sw.peers[key];
+  p.node = a.node;
+  p.zone = a.zone;
+  p.rack = a.rack;
+  p.ip = a.ip;
+  p.port = a.port;
+  if (a.event == announce_request::event_t::completed || (p.left > 0 && a.left == 0))
+    ++sw.completed;
+  p.left = a.left;
+  p.origin = a.origin;
+  p.holder = false;
+  p.last_seen = now;
+}
 
+tracker::peer_pick tracker::pick_peers_locked(swarm& sw, const std::string& key,
+                                              const announce_request& a, clock::time_point now) {
   // Rank every other peer; lower tuple sorts first.
   struct cand {
     int seed_rank, topo_rank;
@@ -201,12 +207,12 @@ std::string tracker::announce(const announce_request& a) {
   };
   std::vector<cand> cands;
   cands.reserve(sw.peers.size());
-  std::int64_t complete = 0, incomplete = 0;
+  peer_pick out;
   for (auto& [k, p] : sw.peers) {
     if (p.left == 0)
-      ++complete;
+      ++out.complete;
     else
-      ++incomplete;
+      ++out.incomplete;
     if (k == key || (!a.node.empty() && p.node == a.node)) continue;
     // A complete requester only needs peers it can upload to.
     if (a.left == 0 && p.left == 0) continue;
@@ -225,25 +231,21 @@ std::string tracker::announce(const announce_request& a) {
     return std::tie(x.seed_rank, x.topo_rank, x.load, x.left) <
            std::tie(y.seed_rank, y.topo_rank, y.load, y.left);
   });
-  std::vector<peer*> chosen;
   std::size_t want = a.event == announce_request::event_t::stopped ? 0 : a.numwant;
   // Origins always make the list, even when numwant is small.
   for (auto& c : cands) {
-    if (c.p->origin) chosen.push_back(c.p);
+    if (c.p->origin) out.chosen.push_back(c.p);
   }
   for (auto& c : cands) {
-    if (chosen.size() >= want) break;
-    if (!c.p->origin) chosen.push_back(c.p);
+    if (out.chosen.size() >= want) break;
+    if (!c.p->origin) out.chosen.push_back(c.p);
   }
-  if (want == 0) chosen.clear();
+  if (want == 0) out.chosen.clear();
+  return out;
+}
 
-  bencode::dict d;
-  auto interval = a.left == 0 ? opts_.seed_interval : opts_.interval;
-  d["interval"] = static_cast<std::int64_t>(interval.count());
-  d["min interval"] = static_cast<std::int64_t>(opts_.min_interval.count());
-  d["complete"] = complete;
-  d["incomplete"] = incomplete;
-  d["downloaded"] = static_cast<std::int64_t>(sw.completed);
+void tracker::add_peers(bencode::dict& d, const std::vector<peer*>& chosen,
+                        const announce_request& a, clock::time_point now) {
   std::string peers4, peers6;
   bencode::list plist;
   for (auto* p : chosen) {
@@ -251,15 +253,10 @@ std::string tracker::announce(const announce_request& a) {
     if (a.left > 0) p->handouts.push_back(now);
     if (a.compact) {
       unsigned char buf[16];
-      if (inet_pton(AF_INET, p->ip.c_str(), buf) == 1) {
-        peers4.append(reinterpret_cast<char*>(buf), 4);
-        peers4 += static_cast<char>(p->port >> 8);
-        peers4 += static_cast<char>(p->port & 0xff);
-      } else if (inet_pton(AF_INET6, p->ip.c_str(), buf) == 1) {
-        peers6.append(reinterpret_cast<char*>(buf), 16);
-        peers6 += static_cast<char>(p->port >> 8);
-        peers6 += static_cast<char>(p->port & 0xff);
-      }
+      if (inet_pton(AF_INET, p->ip.c_str(), buf) == 1)
+        append_compact(peers4, buf, 4, p->port);
+      else if (inet_pton(AF_INET6, p->ip.c_str(), buf) == 1)
+        append_compact(peers6, buf, 16, p->port);
     } else {
       bencode::dict pd;
       pd["ip"] = p->ip;
@@ -273,6 +270,26 @@ std::string tracker::announce(const announce_request& a) {
   } else {
     d["peers"] = std::move(plist);
   }
+}
+
+std::string tracker::announce(const announce_request& a) {
+  auto now = now_();
+  std::lock_guard lk(mu_);
+  ++stats_.announces;
+  if (now - last_expire_ > std::chrono::seconds(10)) expire_locked(now);
+  auto& sw = swarms_[a.info_hash];
+  std::string key = a.ip + ":" + std::to_string(a.port);
+  record_locked(sw, key, a, now);
+  auto pick = pick_peers_locked(sw, key, a, now);
+
+  bencode::dict d;
+  auto interval = a.left == 0 ? opts_.seed_interval : opts_.interval;
+  d["interval"] = static_cast<std::int64_t>(interval.count());
+  d["min interval"] = static_cast<std::int64_t>(opts_.min_interval.count());
+  d["complete"] = pick.complete;
+  d["incomplete"] = pick.incomplete;
+  d["downloaded"] = static_cast<std::int64_t>(sw.completed);
+  add_peers(d, pick.chosen, a, now);
   if (sw.peers.empty()) swarms_.erase(a.info_hash);
   return bencode::encode(bencode::value(std::move(d)));
 }

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/bencode.h"
 #include "common/error.h"
 #include "common/http_server.h"
 
@@ -119,8 +120,25 @@ class tracker {
     }
   };
 
+  // The peers an announce hands out, and the swarm's seed and leecher counts.
+  struct peer_pick {
+    std::vector<peer*> chosen;
+    std::int64_t complete = 0, incomplete = 0;
+  };
+
   std::string failure(const std::string& why) const;
   void expire_locked(clock::time_point now);
+  // announce(), with mu_ held: records the requester in its swarm (a "stopped" holder stays a
+  // holder), ...
+  void record_locked(swarm& sw, const std::string& key, const announce_request& a,
+                     clock::time_point now);
+  // ... ranks the other peers (seeds, then topology, load, bytes left) and picks numwant of them,
+  // origins always, ...
+  peer_pick pick_peers_locked(swarm& sw, const std::string& key, const announce_request& a,
+                              clock::time_point now);
+  // ... and writes them into the response, compact or not, counting handouts as load.
+  static void add_peers(bencode::dict& d, const std::vector<peer*>& chosen,
+                        const announce_request& a, clock::time_point now);
 
   tracker_options opts_;
   std::function<clock::time_point()> now_;

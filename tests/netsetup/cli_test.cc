@@ -124,6 +124,14 @@ TEST_F(NetsetupCli, PlanApplyDryRunAndNcclEnv) {
   EXPECT_NE(env.out.find("export NCCL_IB_GID_INDEX='3'"), std::string::npos);
   auto bad_gpu = run_cli({"--from", doc_a_, "nccl-env", "--gpus", "12"});
   EXPECT_EQ(bad_gpu.exit_code, 2);
+  auto env_json = run_cli({"--from", doc_a_, "nccl-env", "--gpus", "0,1", "--json"});
+  ASSERT_EQ(env_json.exit_code, 0) << env_json.err;
+  EXPECT_EQ(nlohmann::json::parse(env_json.out)["NCCL_IB_GID_INDEX"], "3") << env_json.out;
+  // apply changes the live node only: a document is a usage error.
+  auto from_apply = run_cli({"--from", doc, "apply", "--dry-run"});
+  EXPECT_EQ(from_apply.exit_code, 2);
+  EXPECT_NE(from_apply.err.find("apply needs live discovery, not --from"), std::string::npos)
+      << from_apply.err;
 }
 
 TEST_F(NetsetupCli, ClusterConfigNeedsIpamAndPolicyErrorsAreUsageErrors) {

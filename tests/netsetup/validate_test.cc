@@ -293,6 +293,32 @@ TEST(NetsetupValidateCluster, CatchesDifferencesBetweenNodes) {
   }
 }
 
+TEST(NetsetupValidateCluster, OneSettingEverywhereStillFailsWhenTrafficMissesThePfcPriority) {
+  std::vector<node_fixture> fs;
+  for (int n = 0; n < 3; ++n) {
+    fs.push_back(h100(node_state::converged, n));
+    for (const auto& nd : fs.back().netdevs) {
+      fs.back().tools->devs[nd].pfc.enabled.fill(false);
+      fs.back().tools->devs[nd].pfc.enabled[4] = true;
+      fs.back().tools->devs[nd].app.dscp_prio = {{26, 3}, {48, 6}};
+    }
+  }
+  policy pol;
+  pol.gid_subnet_prefix = 16;
+  auto rs = validate_cluster(cluster_of(fs), pol);
+  std::vector<std::string> names;
+  for (const auto& r : rs) names.push_back(r.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"cluster.mtu", "cluster.qos", "cluster.priority",
+                                             "cluster.gid", "cluster.rails"}));
+  EXPECT_EQ(find(rs, "cluster.qos").status, check_status::pass);
+  auto r = find(rs, "cluster.priority");
+  EXPECT_EQ(r.status, check_status::fail);
+  EXPECT_NE(r.message.find("not the same on every node: ToS 106 -> priority 3, PFC on 4 on h100-0 "
+                           "h100-1 h100-2"),
+            std::string::npos)
+      << r.message;
+}
+
 TEST(NetsetupValidateCluster, RailCountsAndVmsAndOneNode) {
   std::vector<node_fixture> fs;
   fs.push_back(h100(node_state::converged, 0));

@@ -270,6 +270,47 @@ TEST_F(ApiTest, PrewarmTargetsAndErrors) {
   EXPECT_EQ(call(http::verb::get, "/v1/prewarm/bad id").status, 400u);
 }
 
+TEST_F(ApiTest, PrewarmOrdersCoverImagesAndDatasetsAndTheRequestIsKept) {
+  beat(full_hb("n1", {}, {}, 1));
+  ds_.sets["imagenet@1"] = {obj("base", 100 * MiB), obj("top", 10 * MiB)};
+  // A node named twice is one target; the dataset gets its own order after the image's.
+  auto r = call(http::verb::post, "/v1/prewarm",
+                R"({"images":["127.0.0.1:5000/team/app:v1"],"datasets":["imagenet@1"],)"
+                R"("nodes":["n1","n1"]})");
+  ASSERT_EQ(r.status, 202u) << std::get<std::string>(r.body);
+  auto j = js(r);
+  std::string id = j["id"];
+  EXPECT_EQ(j["nodes"].size(), 1u);
+  EXPECT_EQ(j["request"], json::parse(R"({"images":["127.0.0.1:5000/team/app:v1"],)"
+                                      R"("datasets":["imagenet@1"],"nodes":["n1","n1"]})"));
+  EXPECT_FALSE(j.contains("placement"));
+  auto rep = beat(full_hb("n1", {}, {}, 2));
+  ASSERT_EQ(rep.orders.size(), 2u);
+  EXPECT_EQ(rep.orders[0].id, id + ".0");
+  EXPECT_EQ(rep.orders[0].image, "127.0.0.1:5000/team/app:v1");
+  EXPECT_EQ(rep.orders[1].id, id + ".d0");
+  EXPECT_EQ(rep.orders[1].dataset, "imagenet@1");
+  EXPECT_EQ(rep.orders[1].image, "");
+  EXPECT_EQ(rep.orders[1].registry, "");
+  EXPECT_FALSE(rep.orders[1].platform.empty());
+  EXPECT_EQ(rep.orders[1].platform, rep.orders[0].platform);
+  EXPECT_EQ(rep.orders[1].pin_seconds, 3600u);
+  ASSERT_EQ(rep.orders[1].objects.size(), 2u);
+  EXPECT_EQ(rep.orders[1].objects[0].id, dg("base"));
+  EXPECT_EQ(rep.orders[1].objects[1].size, 10 * MiB);
+  // A job without top-level images prewarms the job's own; the request keeps job and standby.
+  r = call(http::verb::post, "/v1/prewarm",
+           R"({"job":{"images":["127.0.0.1:5000/team/app:v1"],"nodes":1}})");
+  ASSERT_EQ(r.status, 202u) << std::get<std::string>(r.body);
+  j = js(r);
+  EXPECT_EQ(j["request"]["images"], json({"127.0.0.1:5000/team/app:v1"}));
+  EXPECT_EQ(j["request"]["datasets"], json::array());
+  EXPECT_EQ(j["request"]["standby"], 0);
+  EXPECT_TRUE(j["request"].contains("job"));
+  EXPECT_EQ(j["placement"]["chosen"], json({"n1"}));
+  EXPECT_EQ(j["status_url"], "/v1/prewarm/" + j["id"].get<std::string>());
+}
+
 TEST_F(ApiTest, RoutesOnTheirPools) {
   http::request r;
   r.path = "/v1/place";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "common/bencode.h"
 
@@ -115,6 +116,36 @@ TEST_F(TrackerTest, LoadSpreadsAcrossEqualPeers) {
   }
   EXPECT_EQ(firsts.size(), 4u);  // every seed got handed out
   for (auto& [k, n] : firsts) EXPECT_EQ(n, 2) << k;
+}
+
+TEST_F(TrackerTest, CompactAnswersSplitIpv4AndIpv6AndTheLongFormListsBoth) {
+  (void)trk_.handle(make("fd00::1", 6001, 0, ""));
+  (void)trk_.handle(make("10.0.0.2", 6002, 0, ""));
+  auto resp = trk_.handle(make("10.0.0.3", 6003, 100, ""));
+  ASSERT_EQ(resp.status, 200u);
+  auto v = bencode::decode(std::get<std::string>(resp.body));
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->find("complete")->as_int(), 2);
+  EXPECT_EQ(v->find("incomplete")->as_int(), 1);
+  ASSERT_TRUE(v->find("peers") && v->find("peers")->is_string());
+  EXPECT_EQ(v->find("peers")->as_string(), std::string("\x0a\x00\x00\x02\x17\x72", 6));
+  ASSERT_TRUE(v->find("peers6") && v->find("peers6")->is_string());
+  std::string want6(16, '\0');
+  want6[0] = '\xfd';
+  want6[15] = '\x01';
+  want6 += std::string("\x17\x71", 2);
+  EXPECT_EQ(v->find("peers6")->as_string(), want6);
+  // Without compact=1: a list of {ip, port} dicts, IPv6 included, and no peers6.
+  auto req = make("10.0.0.4", 6004, 100, "");
+  req.query.replace(req.query.find("compact=1"), 9, "compact=0");
+  v = bencode::decode(std::get<std::string>(trk_.handle(req).body));
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->find("peers6"), nullptr);
+  ASSERT_TRUE(v->find("peers") && v->find("peers")->is_list());
+  std::set<std::string> got;
+  for (const auto& p : v->find("peers")->as_list())
+    got.insert(p.find("ip")->as_string() + ":" + std::to_string(p.find("port")->as_int()));
+  EXPECT_EQ(got, (std::set<std::string>{"fd00::1:6001", "10.0.0.2:6002", "10.0.0.3:6003"}));
 }
 
 TEST_F(TrackerTest, StoppedAndExpiredPeersLeave) {
