@@ -24,7 +24,9 @@ result<std::string> token_header(const http::full_response& r, std::string_view 
   if (!v) return std::string();
   if (v->size() > max) return fail(errc::protocol_error, std::string(name) + " is longer than " + std::to_string(max));
   for (char c : *v) {
-    if (c <= 0x20 || c >= 0x7f) return fail(errc::protocol_error, std::string(name) + " " + quote_excerpt(*v) + " is not a token");
+    if (c <= 0x20 || c >= 0x7f) {
+      return fail(errc::protocol_error, std::string(name) + " " + quote_excerpt(*v) + " is not a token");
+    }
   }
   return std::string(*v);
 }
@@ -39,9 +41,11 @@ result<std::optional<std::uint64_t>> count_header(const http::full_response& r, 
 
 // A JSON object from a peer's answer, bounded; errors name `what`.
 result<json> parse_object(std::string_view body, std::size_t max, std::string_view what) {
-  if (body.size() > max) return fail(errc::protocol_error, std::string(what) + " is larger than " + std::to_string(max) + " bytes");
+  if (body.size() > max) {
+    return fail(errc::protocol_error, std::string(what) + " is larger than " + std::to_string(max) + " bytes");
+  }
   auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::protocol_error, std::string(what) + " is not a JSON object");
+  if (!j.is_object()) return fail(errc::protocol_error, std::string(what) + " is not a JSON object");
   return j;
 }
 
@@ -49,7 +53,9 @@ result<json> parse_object(std::string_view body, std::size_t max, std::string_vi
 result<std::uint64_t> uint_field(const json& j, const char* key, std::uint64_t def, std::string_view what) {
   auto it = j.find(key);
   if (it == j.end()) return def;
-  if (!it->is_number_unsigned()) return fail(errc::protocol_error, std::string(what) + ": \"" + key + "\" is not a count");
+  if (!it->is_number_unsigned()) {
+    return fail(errc::protocol_error, std::string(what) + ": \"" + key + "\" is not a count");
+  }
   return it->get<std::uint64_t>();
 }
 
@@ -168,9 +174,13 @@ result<chunk_list> decode_chunk_list(std::string_view body) {
   constexpr std::string_view what = "chunk list";
   auto j = parse_object(body, 16u << 20, what);
   if (!j) return fail(j.error());
-  if (!j->contains("chunks") || !(*j)["chunks"].is_array()) return fail(errc::protocol_error, "chunk list has no chunks");
+  if (!j->contains("chunks") || !(*j)["chunks"].is_array()) {
+    return fail(errc::protocol_error, "chunk list has no chunks");
+  }
   chunk_list c;
-  if (!j->contains("digest") || !(*j)["digest"].is_string()) return fail(errc::protocol_error, "chunk list names no blob");
+  if (!j->contains("digest") || !(*j)["digest"].is_string()) {
+    return fail(errc::protocol_error, "chunk list names no blob");
+  }
   auto parent = digest::parse((*j)["digest"].get<std::string>());
   if (!parent) return fail(parent.error().wrap("chunk list"));
   c.parent = *parent;
@@ -268,7 +278,8 @@ std::optional<v2_route> parse_v2_path(std::string_view path, route_error& err) {
     return std::nullopt;
   }
   if (!oci::valid_name(name)) {
-    err = {400, oci::error_code::name_invalid, "invalid repository name \"" + detail::printable(name, 120) + "\"", kind};
+    err = {400, oci::error_code::name_invalid, "invalid repository name \"" + detail::printable(name, 120) + "\"",
+           kind};
     return std::nullopt;
   }
   v2_route r;

@@ -223,7 +223,9 @@ parsed<chunks_request> parse_chunks_request(const http::request& req) {
   std::tie(c.parent, c.repo, c.ns) = std::move(*o);
   if (auto h = req.query_param(params::have)) {
     auto v = detail::parse_count(*h);
-    if (!v || *v > 1000000) return std::unexpected(request_error{400, oci::error_code::unsupported, "have must be a count"});
+    if (!v || *v > 1000000) {
+      return std::unexpected(request_error{400, oci::error_code::unsupported, "have must be a count"});
+    }
     c.have = static_cast<std::size_t>(*v);
   }
   if (auto w = req.query_param(params::wait_ms)) {

@@ -88,8 +88,9 @@ class blob_service {
   void register_chunks(const std::shared_ptr<chunk_list>& c);
   [[nodiscard]] status commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
                                     bool is_public, const std::string& repo_key);
-  // The chunk-list endpoint (origin::paths::chunks + <parent>): the chunks published so far, once more than `have` are (or
-  // the list is complete or failed, or `wait` passed). Answers status and a JSON body.
+  // The chunk-list endpoint (origin::paths::chunks + <parent>): the chunks published so far,
+  // once more than `have` are (or the list is complete or failed, or `wait` passed). Answers
+  // status and a JSON body (origin::encode(chunk_list), or the plain error body).
   void chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
               std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done);
   // The metainfo of chunk object `chunk` of `parent`: access is that of the parent blob.

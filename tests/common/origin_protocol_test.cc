@@ -136,9 +136,10 @@ TEST(OriginVersion, CallSendsTheVersionAndSurfacesAMismatch) {
 
 TEST(OriginRequests, TargetsParseBackOnTheServer) {
   object_ref o{"registry.example:5000", "team/app"};
-  auto t = metainfo_target(o, D(kDigest), {.wait = std::chrono::milliseconds(1500), .chunks = true, .parent = D(kOther)});
-  EXPECT_EQ(t, "/shoal/v1/metainfo/" + kDigest + "?repo=team/app&ns=registry.example%3A5000&wait_ms=1500&chunks=1&parent=" +
-                   kOther);
+  auto t = metainfo_target(o, D(kDigest),
+                           {.wait = std::chrono::milliseconds(1500), .chunks = true, .parent = D(kOther)});
+  EXPECT_EQ(t, "/shoal/v1/metainfo/" + kDigest +
+                   "?repo=team/app&ns=registry.example%3A5000&wait_ms=1500&chunks=1&parent=" + kOther);
   auto m = parse_metainfo_request(make_request(t));
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->object, D(kDigest));
@@ -166,7 +167,8 @@ TEST(OriginRequests, TargetsParseBackOnTheServer) {
   EXPECT_EQ(dataset_target("ds@1"), "/shoal/v1/datasets/ds@1");
   EXPECT_EQ(dataset_manifest_target("ds@1"), "/shoal/v1/datasets/ds@1/manifest");
   EXPECT_EQ(dataset_objects_base("ds@1"), "/shoal/v1/datasets/ds@1/objects/");
-  EXPECT_EQ(dataset_metainfo_target("ds@1", 3, std::chrono::milliseconds(9)), "/shoal/v1/dataset-metainfo/ds@1/3?wait_ms=9");
+  EXPECT_EQ(dataset_metainfo_target("ds@1", 3, std::chrono::milliseconds(9)),
+            "/shoal/v1/dataset-metainfo/ds@1/3?wait_ms=9");
   EXPECT_TRUE(has_prefix("/shoal/v1/datasets", paths::datasets));
   EXPECT_TRUE(has_prefix("/shoal/v1/datasets/x", paths::datasets));
   EXPECT_FALSE(has_prefix("/shoal/v1/datasetsx", paths::datasets));
@@ -351,8 +353,9 @@ TEST(OriginAnswers, ErrorBodiesBothFormsBoundedAndPrintable) {
 
 TEST(OriginAnswers, DecodersSurviveRandomInput) {
   std::mt19937_64 rng(13);
-  const std::vector<std::string> seeds = {encode(sample_list(2)), std::get<std::string>(encode(progress{1, 2, 0, "1"}).body),
-                                          oci::error_body(oci::error_code::unsupported, "m", R"({"shoal_protocol":{"oldest":1}})")};
+  const std::vector<std::string> seeds = {
+      encode(sample_list(2)), std::get<std::string>(encode(progress{1, 2, 0, "1"}).body),
+      oci::error_body(oci::error_code::unsupported, "m", R"({"shoal_protocol":{"oldest":1}})")};
   for (int i = 0; i < 20000; ++i) {
     std::string s = seeds[rng() % seeds.size()];
     for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n && !s.empty(); ++k) {
