@@ -27,10 +27,12 @@
 #include <vector>
 
 #include "common/http_client.h"
+#include "common/origin_protocol.h"
 
 namespace {
 
 using nlohmann::json;
+namespace origin = shoal::origin;
 
 std::string env_or(const char* name, const char* def) {
   const char* v = std::getenv(name);
@@ -90,7 +92,7 @@ shoal::result<shoal::http::full_response> request(
 }
 
 int cmd_status(shoal::http::client& c, const std::string& peerd) {
-  auto r = request(c, "GET", peerd + "/shoal/v1/status");
+  auto r = request(c, "GET", peerd + std::string(origin::paths::node_status));
   if (!r) {
     std::fprintf(stderr, "shoalctl: peerd at %s: %s\n", peerd.c_str(), r.error().message.c_str());
     return 1;
@@ -143,7 +145,7 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
       for (int i = 0; i < 5 && !done.load(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (done.load()) break;
-      auto r = request(c, "GET", peerd + "/shoal/v1/status", {}, std::chrono::seconds(5));
+      auto r = request(c, "GET", peerd + std::string(origin::paths::node_status), {}, std::chrono::seconds(5));
       if (!r || r->status != 200) continue;
       auto j = json::parse(r->body, nullptr, false);
       if (j.is_discarded() || !j["downloads"].is_array()) continue;
@@ -162,7 +164,7 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
                    human(rate).c_str(), eta, tty ? "   " : "\n");
     }
   });
-  auto r = request(c, "POST", peerd + "/shoal/v1/pull", body.dump(), std::chrono::minutes(30));
+  auto r = request(c, "POST", peerd + std::string(origin::paths::node_pull), body.dump(), std::chrono::minutes(30));
   done = true;
   progress.join();
   std::fprintf(stderr, "\n");
@@ -531,14 +533,14 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
     char buf[65536];
     for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) body.append(buf, n);
     std::fclose(f);
-    auto r = request(c, "POST", proxy + "/shoal/v1/datasets", body);
+    auto r = request(c, "POST", proxy + std::string(origin::paths::datasets), body);
     if (!r || (r->status != 200 && r->status != 202)) return fail_with("declare", r);
     auto j = json::parse(r->body, nullptr, false);
     std::printf("%s: %s\n", j.value("dataset", "").c_str(), j.value("state", "").c_str());
     return 0;
   }
   if (w[0] == "ls" && w.size() == 1) {
-    auto r = request(c, "GET", peerd + "/shoal/v1/datasets");
+    auto r = request(c, "GET", peerd + std::string(origin::paths::datasets));
     auto j = r ? json::parse(r->body, nullptr, false) : json();
     if (!r || r->status != 200 || !j.is_array()) return fail_with("dataset ls", r);
     if (o.as_json) {
@@ -557,7 +559,7 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
   if (w.size() != 2) return usage(2);
   const std::string& ref = w[1];
   if (w[0] == "status") {
-    auto r = request(c, "GET", peerd + "/shoal/v1/datasets/" + ref);
+    auto r = request(c, "GET", peerd + origin::dataset_target(ref));
     auto j = r ? json::parse(r->body, nullptr, false) : json();
     if (!r || r->status != 200 || !j.is_object()) return fail_with("dataset status " + ref, r);
     if (o.as_json) {
@@ -569,7 +571,7 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
     return j.value("state", "") == "failed" ? 1 : 0;
   }
   if (w[0] == "rm") {
-    auto r = request(c, "DELETE", peerd + "/shoal/v1/datasets/" + ref, {}, std::chrono::seconds(60));
+    auto r = request(c, "DELETE", peerd + origin::dataset_target(ref), {}, std::chrono::seconds(60));
     if (!r || r->status != 200) return fail_with("dataset rm " + ref, r);
     auto j = json::parse(r->body, nullptr, false);
     std::printf("%s removed (%.0f objects unpinned)\n", ref.c_str(), num_of(j, "unpinned"));
@@ -577,7 +579,7 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
   }
   if (w[0] != "prefetch") return usage(2);
   json body = {{"dataset", ref}};
-  auto r = request(c, "POST", peerd + "/shoal/v1/datasets/prefetch", body.dump());
+  auto r = request(c, "POST", peerd + std::string(origin::paths::dataset_prefetch), body.dump());
   if (!r || (r->status != 200 && r->status != 202)) return fail_with("dataset prefetch " + ref, r);
   if (!o.wait) {
     std::printf("%s\n", progress_line(json::parse(r->body, nullptr, false)).c_str());
@@ -588,7 +590,7 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
   auto last_line = t0 - std::chrono::hours(1);
   json j;
   for (;;) {
-    auto s = request(c, "GET", peerd + "/shoal/v1/datasets/" + ref, {}, std::chrono::seconds(10));
+    auto s = request(c, "GET", peerd + origin::dataset_target(ref), {}, std::chrono::seconds(10));
     if (s && s->status == 200) {
       j = json::parse(s->body, nullptr, false);
       if (j.is_object()) {

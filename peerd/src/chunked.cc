@@ -5,11 +5,9 @@
 
 #include <boost/asio/post.hpp>
 
-#include <nlohmann/json.hpp>
-
 #include "common/fd.h"
 #include "common/log.h"
-#include "common/text.h"
+#include "common/origin_protocol.h"
 
 namespace shoal::peerd {
 
@@ -103,15 +101,7 @@ std::pair<std::uint32_t, std::uint32_t> chunked_blob::chunks_done() const {
   return {done, count_};
 }
 
-std::string chunked_blob::query() const {
-  std::string q = "repo=" + url_escape(repo_, true);
-  if (!ns_.empty()) q += "&ns=" + url_escape(ns_);
-  return q;
-}
-
-std::string chunked_blob::blob_url() const {
-  return d_.proxy + "/v2/" + repo_ + "/blobs/" + id_.str() + (ns_.empty() ? "" : "?ns=" + url_escape(ns_));
-}
+std::string chunked_blob::blob_url() const { return d_.proxy + origin::blob_target({ns_, repo_}, id_); }
 
 void chunked_blob::drive() {
   auto t0 = steady::now();
@@ -139,15 +129,17 @@ void chunked_blob::record_metainfo() {
   // committed the blob, moments after its last chunk; hashing the blob here again is the
   // fallback.
   http::client_request r;
-  r.url = d_.proxy + "/shoal/v1/metainfo/" + id_.str() + "?" + query() + "&wait_ms=" + std::to_string(d_.poll_wait.count());
+  r.url = d_.proxy + origin::metainfo_target({ns_, repo_}, id_, {.wait = d_.poll_wait});
   if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
   r.timeouts.connect = d_.connect_timeout;
   r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
   r.max_retries = 0;
-  if (auto f = http::fetch(d_.http, std::move(r), 64u << 20); f && f->status == 200) {
-    if (auto m = object_metainfo::parse(f->body, id_)) {
-      (void)d_.state.put(id_, m->info_hash_hex(), f->body);
-      return;
+  if (auto f = origin::call(d_.http, std::move(r), 64u << 20); f && f->status == 200) {
+    if (auto a = origin::decode_metainfo(*f)) {
+      if (auto m = object_metainfo::parse(a->torrent, id_)) {
+        (void)d_.state.put(id_, m->info_hash_hex(), a->torrent);
+        return;
+      }
     }
   }
   auto m = metainfo_for_file(d_.store.object_path(id_), id_);
@@ -165,52 +157,37 @@ status chunked_blob::learn_chunks() {
     }
     if (have == count_) return {};
     http::client_request r;
-    r.url = d_.proxy + "/shoal/v1/chunks/" + id_.str() + "?" + query() + "&have=" + std::to_string(have) +
-            "&wait_ms=" + std::to_string(d_.poll_wait.count());
+    r.url = d_.proxy + origin::chunks_target({ns_, repo_}, id_, have, d_.poll_wait);
     if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
     r.timeouts.connect = d_.connect_timeout;
     r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
     r.max_retries = 1;
-    auto f = http::fetch(d_.http, std::move(r), 4u << 20);
+    auto f = origin::call(d_.http, std::move(r), 4u << 20);
     if (!f) return fail(f.error().wrap("chunk list from registry-proxy"));
     if (f->status != 200) {
-      return fail(errc::upstream_error, "chunk list: registry-proxy answered HTTP " + std::to_string(f->status) + ": " +
-                                            f->body.substr(0, 200));
+      std::string why = origin::error_message_of(f->body);
+      return fail(errc::upstream_error, "chunk list: registry-proxy answered HTTP " + std::to_string(f->status) +
+                                            (why.empty() ? "" : ": " + why));
     }
-    auto j = nlohmann::json::parse(f->body, nullptr, false);
-    if (!j.is_object() || !j.contains("chunks") || !j["chunks"].is_array()) {
-      return fail(errc::protocol_error, "chunk list is not the expected JSON");
-    }
-    if (j.contains("error") && j["error"].is_string()) {
-      return fail(errc::upstream_error, "registry-proxy could not cut the object: " + j["error"].get<std::string>());
-    }
-    if (j.value("size", std::uint64_t{0}) != size_ || j.value("chunk_size", std::uint64_t{0}) != chunk_size_) {
+    auto list = origin::decode_chunk_list(f->body);
+    if (!list) return fail(list.error());
+    if (list->error) return fail(errc::upstream_error, "registry-proxy could not cut the object: " + *list->error);
+    if (list->parent != id_ || list->size != size_ || list->chunk_size != chunk_size_) {
       return fail(errc::protocol_error, "chunk list describes another layout than announced");
     }
-    const auto& arr = j["chunks"];
-    if (arr.size() > count_) return fail(errc::protocol_error, "chunk list has too many chunks");
-    for (std::uint32_t i = have; i < arr.size(); ++i) {
-      const auto& e = arr[i];
-      if (!e.is_object() || !e.contains("digest") || !e["digest"].is_string()) {
-        return fail(errc::protocol_error, "chunk " + std::to_string(i) + " has no digest");
-      }
-      auto cd = digest::parse(e["digest"].get<std::string>());
-      if (!cd) return fail(cd.error().wrap("chunk " + std::to_string(i)));
-      std::uint64_t off = std::uint64_t{i} * chunk_size_;
-      std::uint64_t len = i + 1 < count_ ? chunk_size_ : size_ - off;
-      if (e.value("offset", std::uint64_t{UINT64_MAX}) != off || e.value("size", std::uint64_t{0}) != len) {
-        return fail(errc::protocol_error, "chunk " + std::to_string(i) + " has the wrong offset or size");
-      }
+    const auto known = static_cast<std::uint32_t>(list->chunks.size());
+    for (std::uint32_t i = have; i < known; ++i) {
+      const auto& c = list->chunks[i];
       {
         std::lock_guard lk(mu_);
-        chunks_[i].id = *cd;
-        chunks_[i].offset = off;
-        chunks_[i].size = len;
+        chunks_[i].id = c.id;
+        chunks_[i].offset = c.offset;
+        chunks_[i].size = c.size;
       }
       if (auto s = start_chunk(i); !s) return s;
       last_progress = steady::now();
     }
-    if (arr.size() == have && steady::now() - last_progress > d_.deadline) {
+    if (known == have && steady::now() - last_progress > d_.deadline) {
       return fail(errc::timeout, "registry-proxy published no chunk of " + id_.short_str() + " for " +
                                      std::to_string(d_.deadline.count() / 1000) + " s");
     }
@@ -229,27 +206,29 @@ status chunked_blob::start_chunk(std::uint32_t i) {
     dl = d_.swarm.find(c.id);
     if (!dl) {
       http::client_request r;
-      r.url = d_.proxy + "/shoal/v1/metainfo/" + c.id.str() + "?" + query() + "&parent=" + id_.str();
+      r.url = d_.proxy + origin::metainfo_target({ns_, repo_}, c.id, {.parent = id_});
       if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
       r.timeouts.connect = d_.connect_timeout;
       r.timeouts.stall = d_.deadline;
       r.max_retries = 1;
-      auto f = http::fetch(d_.http, std::move(r), 16u << 20);
+      auto f = origin::call(d_.http, std::move(r), 16u << 20);
       if (!f) return fail(f.error().wrap("metainfo of chunk " + std::to_string(i)));
       if (f->status != 200) {
         return fail(errc::upstream_error, "metainfo of chunk " + std::to_string(i) + ": HTTP " + std::to_string(f->status));
       }
-      auto m = object_metainfo::parse(f->body, c.id);
+      auto a = origin::decode_metainfo(*f);
+      if (!a) return fail(a.error().wrap("metainfo of chunk " + std::to_string(i)));
+      auto m = object_metainfo::parse(a->torrent, c.id);
       if (!m) return fail(m.error().wrap("metainfo of chunk " + std::to_string(i)));
       std::vector<std::string> seeds;
-      if (auto s = f->header("Shoal-Seed")) seeds.emplace_back(*s);
+      if (!a->seed.empty()) seeds.push_back(a->seed);
       fallback_info fb;
       fb.url = blob_url();
       fb.authorization = auth_;
       fb.offset = c.offset;
       // Transient: the chunk's file is read into the blob and seeded while wanted, never
       // committed to the cache itself (the blob is verified whole).
-      auto r2 = d_.swarm.fetch(c.id, f->body, *m, seeds, std::move(fb), true);
+      auto r2 = d_.swarm.fetch(c.id, a->torrent, *m, seeds, std::move(fb), true);
       if (r2) {
         dl = *r2;
       } else if (!r2.error().is(errc::already_exists) || !d_.store.contains(c.id)) {

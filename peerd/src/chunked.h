@@ -4,7 +4,7 @@
 //
 // registry-proxy cuts a large blob into consecutive chunk objects as it streams in from
 // upstream; each chunk has its own sha256 and metainfo and is seeded at once. A chunked_blob
-// learns the chunks as they are published (GET /shoal/v1/chunks/<blob>, long-polled), fetches
+// learns the chunks as they are published (the origin protocol's chunk list, long-polled), fetches
 // each through the swarm as an object of its own (swarm_manager::fetch; stall fallback over
 // HTTP reads the chunk's range of the blob), then joins the chunks into the blob, which the
 // cache commits only if it matches the blob's digest. Readers (containerd through the mirror)
@@ -90,7 +90,6 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   void finish(std::optional<error> e);
   void serve(std::uint64_t off, std::size_t max, read_cb cb);
   [[nodiscard]] std::string blob_url() const;
-  [[nodiscard]] std::string query() const;
 
   deps d_;
   std::string ns_, repo_;

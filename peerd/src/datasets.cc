@@ -15,6 +15,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/origin_protocol.h"
 #include "swarm/metainfo.h"
 
 namespace shoal::peerd {
@@ -40,9 +41,7 @@ void remove_tree(const std::string& path) {
 
 http::response json_answer(unsigned status, const std::string& body) { return http::response::json(status, body); }
 
-http::response json_error(unsigned status, const std::string& message) {
-  return http::response::json(status, json{{"error", message}}.dump());
-}
+http::response json_error(unsigned status, const std::string& message) { return origin::plain_error(status, message); }
 
 }  // namespace
 
@@ -231,10 +230,10 @@ std::string dataset_manager::status_json(const job& j) const {
 }
 
 bool dataset_manager::handle(const http::request& req, const http::responder& resp) {
-  static constexpr std::string_view base = "/shoal/v1/datasets";
+  static constexpr std::string_view base = origin::paths::datasets;
   std::string_view path = req.path;
-  if (path != base && path.rfind(std::string(base) + "/", 0) != 0) return false;
-  if (path == base || path == "/shoal/v1/datasets/") {
+  if (!origin::has_prefix(path, base)) return false;
+  if (path == base || path == std::string(base) + "/") {
     if (req.method != http::verb::get && req.method != http::verb::head) {
       resp.send(json_error(405, "GET lists the datasets of this node"));
       return true;
@@ -250,7 +249,7 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
     return true;
   }
   std::string_view rest = path.substr(base.size() + 1);
-  if (rest == "prefetch") {
+  if (path == origin::paths::dataset_prefetch) {
     if (req.method != http::verb::post) {
       resp.send(json_error(405, "POST {\"dataset\": \"name@version\"}"));
       return true;
@@ -447,13 +446,14 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
                                      std::to_string(opts_.resolve_wait.count() / 1000) + "s");
     }
     http::client_request r;
-    r.url = proxy("/shoal/v1/datasets/" + j->ref);
+    r.url = proxy(origin::dataset_target(j->ref));
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
     r.max_retries = 1;
-    auto f = http::fetch(d_.http, std::move(r), 1u << 20);
+    auto f = origin::call(d_.http, std::move(r), 1u << 20);
+    if (!f && origin::is_version_mismatch(f.error())) return fail(f.error());
     auto body = f ? json::parse(f->body, nullptr, false) : json();
-    std::string why = body.is_object() ? body.value("error", "") : "";
+    std::string why = f ? origin::error_message_of(f->body) : "";
     if (f && f->status == 200 && body.is_object()) {
       auto d = digest::parse(body.value("manifest", ""));
       if (!d) return fail(errc::protocol_error, "registry-proxy gave no manifest digest for " + j->ref);
@@ -481,11 +481,11 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   }
   if (auto m = load_manifest(*md)) return m;
   http::client_request r;
-  r.url = proxy("/shoal/v1/datasets/" + j->ref + "/manifest");
+  r.url = proxy(origin::dataset_manifest_target(j->ref));
   r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall = std::chrono::seconds(60);
   r.max_retries = 2;
-  auto f = http::fetch(d_.http, std::move(r), opts_.max_manifest);
+  auto f = origin::call(d_.http, std::move(r), opts_.max_manifest);
   if (!f) return fail(f.error().wrap("manifest of " + j->ref));
   if (f->status != 200) return fail(errc::upstream_error, "manifest of " + j->ref + ": HTTP " + std::to_string(f->status));
   auto m = dataset::parse_manifest(f->body, *md);
@@ -551,32 +551,35 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
     if (j->cancel.load() || stop_.load()) return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
     if (steady::now() > deadline) return fail(errc::timeout, "registry-proxy did not prepare group " + std::to_string(g));
     http::client_request r;
-    r.url = proxy("/shoal/v1/dataset-metainfo/" + j->ref + "/" + std::to_string(g) + "?wait_ms=" +
-                  std::to_string(wait.count()));
+    r.url = proxy(origin::dataset_metainfo_target(j->ref, g, wait));
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(5);
     r.max_retries = 0;
-    auto f = http::fetch(d_.http, std::move(r), 256u << 20);
+    auto f = origin::call(d_.http, std::move(r), 256u << 20);
+    if (!f && origin::is_version_mismatch(f.error())) {
+      return fail(f.error().wrap(j->ref + " group " + std::to_string(g)));
+    }
     if (f && f->status == 200) {
+      auto a = origin::decode_metainfo(*f);
+      if (!a) return fail(a.error().wrap(j->ref + " group " + std::to_string(g)));
       group_spec spec;
       spec.pack = gr.type == dataset::group::kind::pack;
       if (spec.pack) {
-        auto pm = pack_metainfo::parse(f->body, objs);
+        auto pm = pack_metainfo::parse(a->torrent, objs);
         if (!pm) return fail(pm.error().wrap(j->ref + " group " + std::to_string(g)));
       } else {
-        auto om = object_metainfo::parse(f->body, objs.front().first);
+        auto om = object_metainfo::parse(a->torrent, objs.front().first);
         if (!om) return fail(om.error().wrap(j->ref + " group " + std::to_string(g)));
       }
-      spec.torrent = std::move(f->body);
+      spec.torrent = std::move(a->torrent);
       spec.objects = std::move(objs);
-      if (auto s = f->header("Shoal-Seed")) spec.seeds.emplace_back(*s);
-      spec.fallback_base = proxy("/shoal/v1/datasets/" + j->ref + "/objects/");
+      if (!a->seed.empty()) spec.seeds.push_back(a->seed);
+      spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
       spec.name = j->ref + " group " + std::to_string(g);
       return spec;
     }
     if (f && f->status == 202) continue;  // registry-proxy is fetching it again from the origin
-    auto body = f ? json::parse(f->body, nullptr, false) : json();
-    std::string why = body.is_object() ? body.value("error", "") : "";
+    std::string why = f ? origin::error_message_of(f->body) : "";
     if (f && (f->status == 404 || f->status == 409 || f->status == 400)) {
       return fail(f->status == 409 ? errc::digest_mismatch : errc::not_found,
                   j->ref + " group " + std::to_string(g) + ": " + (why.empty() ? "HTTP " + std::to_string(f->status) : why));

@@ -1,10 +1,11 @@
 #pragma once
 // Datasets on a node: prefetch through the swarm, a read-only view for training pods, pins.
 //
-//   POST   /shoal/v1/datasets/prefetch {"dataset": "name@version"}   start or join a prefetch
-//   GET    /shoal/v1/datasets                                       every dataset here (ls)
-//   GET    /shoal/v1/datasets/<name>@<version>                      state and progress
-//   DELETE /shoal/v1/datasets/<name>@<version>                      remove the view, unpin (rm)
+//   POST   .../datasets/prefetch {"dataset": "name@version"}   start or join a prefetch
+//   GET    .../datasets                                       every dataset here (ls)
+//   GET    .../datasets/<name>@<version>                      state and progress
+//   DELETE .../datasets/<name>@<version>                      remove the view, unpin (rm)
+// (the paths are origin::paths::datasets and dataset_prefetch, common/origin_protocol.h)
 //
 // A prefetch waits for registry-proxy to resolve the dataset, fetches its manifest (verified
 // against its digest), pins every object (owner "view:<name>@<version>", and "prewarm:<id>" for
@@ -74,7 +75,7 @@ class dataset_manager {
   [[nodiscard]] status start();
   void request_stop();
 
-  // Routes /shoal/v1/datasets*; false when the path is not ours.
+  // Routes origin::paths::datasets; false when the path is not ours.
   bool handle(const http::request& req, const http::responder& resp);
 
   // Starts (or joins) a prefetch; `pin_owner` (besides the view's own) pins every object until

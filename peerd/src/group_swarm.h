@@ -55,7 +55,7 @@ struct group_spec {
   bool pack = false;
   std::vector<std::pair<digest, std::uint64_t>> objects;  // pack order; a single has one
   std::vector<std::string> seeds;                          // Shoal-Seed endpoints
-  std::string fallback_base;  // "<registry-proxy>/shoal/v1/datasets/<ref>/objects/" (+ digest)
+  std::string fallback_base;  // registry-proxy + origin::dataset_objects_base(<ref>) (+ digest)
   std::string name;           // for logs: "<ref> group <i>"
 };
 

@@ -13,20 +13,16 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/oci.h"
-#include "common/text.h"
+#include "common/origin_protocol.h"
 
 namespace shoal::peerd {
 
 namespace net = boost::asio;
 using steady = std::chrono::steady_clock;
 
-namespace {
+using origin::oci_error;
 
-http::response oci_error(unsigned status, oci::error_code code, std::string_view message) {
-  auto r = http::response::json(status, oci::error_body(code, message));
-  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
-  return r;
-}
+namespace {
 
 // Streams an object being downloaded (or just downloaded) to one client, in order: piece by
 // piece through read_piece while downloading; once the download is complete, the rest straight
@@ -162,31 +158,25 @@ void mirror::operator()(http::request&& req, http::responder resp) {
     return h;
   };
   if (daemon::serve_ops(req, resp, d_.metrics, health)) return;
-  if (req.path == "/shoal/v1/status") return handle_status(resp);
-  if (req.path == "/shoal/v1/pull") return handle_pull(req, resp);
-  if (d_.datasets && req.path.rfind("/shoal/v1/datasets", 0) == 0 && d_.datasets(req, resp)) return;
+  if (req.path == origin::paths::node_status) return handle_status(resp);
+  if (req.path == origin::paths::node_pull) return handle_pull(req, resp);
+  if (d_.datasets && req.path.starts_with(origin::paths::datasets) && d_.datasets(req, resp)) return;
   if (req.path.rfind("/v2", 0) != 0) return resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
   if (req.method != http::verb::get && req.method != http::verb::head) {
     return resp.send(oci_error(405, oci::error_code::unsupported, "peerd serves the pull API only"));
   }
-  if (req.path == "/v2" || req.path == "/v2/") {
-    auto r = http::response::json(200, "{}");
-    r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
-    return resp.send(std::move(r));
-  }
-  // /v2/<name>/blobs/<digest>: ours; everything else under /v2 goes to registry-proxy.
-  auto b = req.path.rfind("/blobs/");
-  if (b != std::string::npos) {
-    std::string name = req.path.substr(4, b - 4);
-    auto d = digest::parse(std::string_view(req.path).substr(b + 7));
-    if (!d) return resp.send(oci_error(400, oci::error_code::digest_invalid, d.error().message));
-    if (!oci::valid_name(name)) return resp.send(oci_error(400, oci::error_code::name_invalid, "invalid repository name"));
-    auto ns = req.query_param("ns").value_or("");
+  // /v2/ and /v2/<name>/blobs/<digest>: ours; everything else under /v2 goes to registry-proxy.
+  origin::route_error err;
+  auto route = origin::parse_v2_path(req.path, err);
+  if (route && route->kind == origin::route_kind::base) return resp.send(origin::v2_base_ok());
+  if (!route && err.kind == origin::route_kind::blob) return resp.send(oci_error(err.status, err.code, err.message));
+  if (route && route->kind == origin::route_kind::blob) {
+    auto ns = req.query_param(origin::params::ns).value_or("");
     if (!ns.empty() && !oci::valid_registry_host(ns)) {
       return resp.send(oci_error(400, oci::error_code::name_invalid, "ns is not a registry host"));
     }
     std::string auth(req.header("Authorization"));
-    return serve_blob(ns, name, *d, auth, req.method == http::verb::head, resp);
+    return serve_blob(ns, route->name, route->blob, auth, req.method == http::verb::head, resp);
   }
   net::post(d_.pool, [this, req = std::move(req), resp]() mutable { forward(req, resp); });
 }
@@ -202,7 +192,7 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
   // containerd waits on us: a hung registry-proxy must turn into an error it can fall back on,
   // not into a second full stall timeout.
   r.max_retries = 0;
-  auto f = http::fetch(d_.http, std::move(r), 8u << 20);
+  auto f = origin::call(d_.http, std::move(r), 8u << 20);
   if (!f) {
     forward_errors_->inc();
     unsigned s = f.error().is(errc::timeout) ? 504 : 502;
@@ -245,7 +235,7 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
     if (head) {
       http::request fake;
       fake.method = http::verb::head;
-      fake.target = "/v2/" + repo + "/blobs/" + d.str() + (ns.empty() ? "" : "?ns=" + url_escape(ns));
+      fake.target = origin::blob_target({ns, repo}, d);
       if (!auth.empty()) fake.headers.set("Authorization", auth);
       return forward(fake, resp);
     }
@@ -278,12 +268,7 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       if (dl) return respond_from_download(dl, head, resp);
       if (chunked) return respond_from_chunked(chunked, resp);
       // The object may have become cached meanwhile (someone else completed it).
-      oci::error_code code = status == 404 ? oci::error_code::blob_unknown
-                             : status == 401 ? oci::error_code::unauthorized
-                             : status == 403 ? oci::error_code::denied
-                             : status == 429 ? oci::error_code::toomanyrequests
-                                             : oci::error_code::unsupported;
-      resp.send(oci_error(status ? status : 502, code, message));
+      resp.send(oci_error(status ? status : 502, origin::code_for_status(status), message));
     };
     {
       std::lock_guard lk(j->mu);
@@ -367,77 +352,34 @@ result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const
   // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
   const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
   const auto deadline = std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
+  const origin::object_ref where{ns, repo};
   std::uint64_t last_bytes = 0;
   auto last_progress = steady::now();
   for (int round = 0; round < 100000; ++round) {
-    std::string q = "/shoal/v1/metainfo/" + d.str() + "?repo=" + url_escape(repo, true) +
-                    "&wait_ms=" + std::to_string(wait.count()) + "&chunks=1";
-    if (!ns.empty()) q += "&ns=" + url_escape(ns);
     http::client_request r;
-    r.url = proxy_url(q);
+    r.url = proxy_url(origin::metainfo_target(where, d, {.wait = wait, .chunks = true}));
     if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(3);
     r.max_retries = 0;
-    auto f = http::fetch(d_.http, std::move(r), 64u << 20);
+    auto f = origin::call(d_.http, std::move(r), 64u << 20);
     if (!f) {
       forward_errors_->inc();
       status_out = f.error().is(errc::timeout) ? 504 : 502;
       return fail(f.error().wrap("metainfo from registry-proxy"));
     }
-    if (f->status == 200) {
-      auto m = object_metainfo::parse(f->body, d);
-      if (!m) {
-        status_out = 502;
-        return fail(m.error());
-      }
-      std::vector<std::string> seeds;
-      if (auto s = f->header("Shoal-Seed")) seeds.emplace_back(*s);
-      fallback_info fb;
-      fb.url = proxy_url("/v2/" + repo + "/blobs/" + d.str() + (ns.empty() ? "" : "?ns=" + url_escape(ns)));
-      fb.authorization = auth;
-      auto dl = d_.swarm.fetch(d, f->body, *m, seeds, std::move(fb));
-      if (!dl && dl.error().is(errc::already_exists)) {
-        status_out = 503;
-        return fail(errc::busy, "object became available locally; retry");
-      }
-      if (!dl) {
-        status_out = 500;
-        return fail(dl.error());
-      }
-      return fetch_handle{*dl, nullptr};
-    }
+    if (f->status == 200) return start_swarm(where, d, *f, auth, status_out);
     if (f->status == 202) {
-      auto j = nlohmann::json::parse(f->body, nullptr, false);
-      // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
-      if (d_.state && j.is_object() && j.contains("chunk_size") && j["chunk_size"].is_number_unsigned() &&
-          j.contains("size") && j["size"].is_number_unsigned()) {
-        auto cs = j["chunk_size"].get<std::uint64_t>();
-        auto size = j["size"].get<std::uint64_t>();
-        if (cs == 0 || size < cs || size / cs > 100000) {
-          status_out = 502;
-          return fail(errc::protocol_error, "registry-proxy announced an impossible chunk layout");
-        }
-        chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
-        cd.poll_wait = wait;
-        cd.connect_timeout =
-            std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-        cd.deadline = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
-        auto cb = std::make_shared<chunked_blob>(std::move(cd), ns, repo, d, size, cs, auth);
-        {
-          std::lock_guard lk(mu_);
-          chunked_[d] = cb;
-        }
-        cb->start();
-        chunked_fetches_->inc();
-        log::info("fetching in chunks", log::kv("digest", d.str()), log::kv("size", size), log::kv("chunk_size", cs));
-        return fetch_handle{nullptr, cb};
+      auto p = origin::decode_progress(f->body);
+      if (!p) {
+        status_out = 502;
+        return fail(p.error());
       }
-      std::uint64_t bytes = 0;
-      if (j.is_object() && j.contains("bytes") && j["bytes"].is_number_unsigned()) bytes = j["bytes"].get<std::uint64_t>();
+      // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
+      if (d_.state && p->chunk_size) return start_chunked(where, d, *p, auth);
       auto now = steady::now();
-      if (round == 0 || bytes > last_bytes) {
-        last_bytes = bytes;
+      if (round == 0 || p->bytes > last_bytes) {
+        last_bytes = p->bytes;
         last_progress = now;
       } else if (now - last_progress > deadline) {
         status_out = 504;
@@ -447,15 +389,59 @@ result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const
     }
     status_out = static_cast<unsigned>(f->status);
     std::string msg = "registry-proxy answered HTTP " + std::to_string(f->status);
-    auto j = nlohmann::json::parse(f->body, nullptr, false);
-    if (j.is_object() && j.contains("errors") && j["errors"].is_array() && !j["errors"].empty() &&
-        j["errors"][0].is_object() && j["errors"][0].contains("message") && j["errors"][0]["message"].is_string()) {
-      msg += ": " + j["errors"][0]["message"].get<std::string>();
-    }
+    if (auto why = origin::error_message_of(f->body); !why.empty()) msg += ": " + why;
     return fail(errc::upstream_error, msg);
   }
   status_out = 504;
   return fail(errc::timeout, "metainfo never became ready");
+}
+
+result<mirror::fetch_handle> mirror::start_swarm(const origin::object_ref& where, const digest& d,
+                                                 const http::full_response& answer, const std::string& auth,
+                                                 unsigned& status_out) {
+  auto a = origin::decode_metainfo(answer);
+  if (!a) {
+    status_out = 502;
+    return fail(a.error());
+  }
+  auto m = object_metainfo::parse(a->torrent, d);
+  if (!m) {
+    status_out = 502;
+    return fail(m.error());
+  }
+  std::vector<std::string> seeds;
+  if (!a->seed.empty()) seeds.push_back(a->seed);
+  fallback_info fb;
+  fb.url = proxy_url(origin::blob_target(where, d));
+  fb.authorization = auth;
+  auto dl = d_.swarm.fetch(d, a->torrent, *m, seeds, std::move(fb));
+  if (!dl && dl.error().is(errc::already_exists)) {
+    status_out = 503;
+    return fail(errc::busy, "object became available locally; retry");
+  }
+  if (!dl) {
+    status_out = 500;
+    return fail(dl.error());
+  }
+  return fetch_handle{*dl, nullptr};
+}
+
+result<mirror::fetch_handle> mirror::start_chunked(const origin::object_ref& where, const digest& d,
+                                                   const origin::progress& p, const std::string& auth) {
+  chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
+  cd.poll_wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  cd.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  cd.deadline = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
+  auto cb = std::make_shared<chunked_blob>(std::move(cd), where.ns, where.repo, d, p.size, p.chunk_size, auth);
+  {
+    std::lock_guard lk(mu_);
+    chunked_[d] = cb;
+  }
+  cb->start();
+  chunked_fetches_->inc();
+  log::info("fetching in chunks", log::kv("digest", d.str()), log::kv("size", p.size),
+            log::kv("chunk_size", p.chunk_size));
+  return fetch_handle{nullptr, cb};
 }
 
 status mirror::ensure_blob(const std::string& ns, const std::string& repo, const digest& d,
@@ -547,12 +533,12 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
     const std::string accept = std::string(oci::media::accept_all);
     auto get_manifest = [&](const std::string& reference) -> result<std::pair<std::string, nlohmann::json>> {
       http::client_request r;
-      r.url = proxy_url("/v2/" + ref.repository + "/manifests/" + reference + "?ns=" + url_escape(ref.registry));
+      r.url = proxy_url(origin::manifest_target({ref.registry, ref.repository}, reference));
       r.headers.emplace_back("Accept", accept);
       if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
       r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
       r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
-      auto f = http::fetch(d_.http, std::move(r), 8u << 20);
+      auto f = origin::call(d_.http, std::move(r), 8u << 20);
       if (!f) return fail(f.error());
       if (f->status != 200) return fail(errc::upstream_error, "manifest " + reference + ": HTTP " + std::to_string(f->status));
       auto j = nlohmann::json::parse(f->body, nullptr, false);

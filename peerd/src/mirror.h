@@ -3,7 +3,8 @@
 // manifests are forwarded to registry-proxy with ns= and the client's Authorization; a cached
 // blob is served from the local cache with sendfile and Range; a missing blob is fetched through
 // the swarm and streamed to the client in order as its pieces arrive. Also the node's own API:
-// /shoal/v1/status and /shoal/v1/pull (warm the cache with an image).
+// status and pull (warm the cache with an image), at origin::paths::node_status and node_pull.
+// Everything said to registry-proxy goes through the origin protocol (common/origin_protocol.h).
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -18,6 +19,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/origin_protocol.h"
 #include "chunked.h"
 #include "config.h"
 #include "swarm.h"
@@ -33,7 +35,7 @@ class mirror {
     http::client& http;
     boost::asio::thread_pool& pool;
     metrics::registry& metrics;
-    // The dataset API (datasets.h): handles /shoal/v1/datasets*, false for other paths.
+    // The dataset API (datasets.h): handles origin::paths::datasets, false for other paths.
     std::function<bool(const http::request&, const http::responder&)> datasets;
     // Where a chunked blob records its metainfo once joined (required for chunked fetches).
     state_db* state = nullptr;
@@ -62,6 +64,13 @@ class mirror {
   // the chunked fetch when registry-proxy cuts the object into chunks.
   [[nodiscard]] result<fetch_handle> start_download(const std::string& ns, const std::string& repo, const digest& d,
                                                     const std::string& auth, unsigned& status_out);
+  // The two ways start_download goes on: a 200 (metainfo) joins the swarm, a 202 announcing
+  // chunks starts the chunked fetch.
+  [[nodiscard]] result<fetch_handle> start_swarm(const origin::object_ref& where, const digest& d,
+                                                 const http::full_response& answer, const std::string& auth,
+                                                 unsigned& status_out);
+  [[nodiscard]] result<fetch_handle> start_chunked(const origin::object_ref& where, const digest& d,
+                                                   const origin::progress& p, const std::string& auth);
   [[nodiscard]] std::shared_ptr<chunked_blob> find_chunked(const digest& d);
   void handle_pull(const http::request& req, const http::responder& resp);
   void handle_status(const http::responder& resp);

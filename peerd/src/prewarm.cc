@@ -5,7 +5,7 @@
 
 #include "common/log.h"
 #include "common/oci.h"
-#include "common/text.h"
+#include "common/origin_protocol.h"
 #include "datasets.h"
 
 namespace shoal::peerd {
@@ -225,12 +225,11 @@ result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(
   while (!base.empty() && base.back() == '/') base.pop_back();
   auto get = [&](const std::string& reference) -> result<nlohmann::json> {
     http::client_request r;
-    r.url = base + "/v2/" + ref->repository + "/manifests/" + reference +
-            "?ns=" + url_escape(ref->registry);
+    r.url = base + origin::manifest_target({ref->registry, ref->repository}, reference);
     r.headers.emplace_back("Accept", std::string(oci::media::accept_all));
     r.timeouts.connect = std::chrono::milliseconds(3000);
     r.timeouts.stall = timeout;
-    auto f = http::fetch(c, std::move(r), 8u << 20);
+    auto f = origin::call(c, std::move(r), 8u << 20);
     if (!f) return fail(f.error().wrap("manifest " + reference));
     if (f->status != 200)
       return fail(errc::upstream_error,

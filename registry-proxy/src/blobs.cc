@@ -9,18 +9,9 @@
 #include "common/log.h"
 #include "common/oci.h"
 
-#include <nlohmann/json.hpp>
-
 namespace shoal::proxy {
 
 namespace net = boost::asio;
-
-http::response oci_error(unsigned status, oci::error_code code, std::string_view message) {
-  auto r = http::response::json(status, oci::error_body(code, message));
-  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
-  if (status == 401) r.headers.set("WWW-Authenticate", "Basic realm=\"shoal registry-proxy\"");
-  return r;
-}
 
 // ---------------------------------------------------------------------------------------------
 // blob_fetch: one upstream transfer shared by every client that wants the object.
@@ -546,7 +537,7 @@ http::response blob_headers(const digest& d) {
   r.status = 200;
   r.headers.set("Docker-Content-Digest", d.str());
   r.headers.set("Content-Type", "application/octet-stream");
-  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+  r.headers.set(std::string(origin::headers::api_version), std::string(origin::headers::api_version_value));
   r.headers.set("ETag", "\"" + d.str() + "\"");
   r.rangeable = true;
   return r;
@@ -554,20 +545,7 @@ http::response blob_headers(const digest& d) {
 
 http::response failure_response(unsigned status, const std::string& message, const std::string& retry_after,
                                 oci::error_code not_found_code) {
-  switch (status) {
-    case 401: return oci_error(401, oci::error_code::unauthorized, message);
-    case 403: return oci_error(403, oci::error_code::denied, message);
-    case 404: return oci_error(404, not_found_code, message);
-    case 429: {
-      auto r = oci_error(429, oci::error_code::toomanyrequests, message);
-      if (!retry_after.empty()) r.headers.set("Retry-After", retry_after);
-      return r;
-    }
-    case 503: return oci_error(503, oci::error_code::unsupported, message);
-    case 504: return oci_error(504, oci::error_code::unsupported, message);
-    case 507: return oci_error(507, oci::error_code::unsupported, message);
-    default: return oci_error(status >= 500 ? status : 502, oci::error_code::unsupported, message);
-  }
+  return origin::upstream_failure(status, message, retry_after, not_found_code, basic_challenge);
 }
 
 }  // namespace
@@ -924,17 +902,17 @@ status blob_service::commit_chunk(const chunk_entry& e, const std::string& bytes
 
 namespace {
 
-nlohmann::json chunk_json(const chunk_list& c, const chunk_list::snapshot& s) {
-  nlohmann::json j;
-  j["digest"] = c.parent().str();
-  j["size"] = c.size();
-  j["chunk_size"] = c.chunk_size();
-  j["chunk_count"] = c.chunk_count();
-  j["complete"] = s.complete;
-  if (s.failed) j["error"] = *s.failed;
-  auto& arr = j["chunks"] = nlohmann::json::array();
-  for (const auto& e : s.chunks) arr.push_back({{"digest", e.id.str()}, {"offset", e.offset}, {"size", e.size}});
-  return j;
+// The chunk list answer (origin_protocol.h) of what is published so far.
+std::string chunk_list_body(const chunk_list& c) {
+  auto snap = c.snap();
+  origin::chunk_list out;
+  out.parent = c.parent();
+  out.size = c.size();
+  out.chunk_size = c.chunk_size();
+  out.complete = snap.complete;
+  out.error = snap.failed;
+  for (const auto& e : snap.chunks) out.chunks.push_back({e.id, e.offset, e.size});
+  return origin::encode(out);
 }
 
 }  // namespace
@@ -943,15 +921,15 @@ void blob_service::chunks(const selection& sel, const digest& parent, const cred
                           std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done) {
   net::post(pool_, [this, sel, parent, cred, have, wait, done] {
     auto c = chunks_of(parent);
-    if (!c) return done(404, R"({"error":"the object is not cut into chunks here"})");
+    if (!c) return done(404, origin::plain_error_body("the object is not cut into chunks here"));
     auto v = access_.check(sel, parent, "/v2/" + sel.repo + "/blobs/" + parent.str(), cred);
-    if (!v.allowed) return done(v.status, nlohmann::json{{"error", v.message}}.dump());
+    if (!v.allowed) return done(v.status, origin::plain_error_body(v.message));
     auto fired = std::make_shared<std::atomic<bool>>(false);
     auto timer = std::make_shared<net::steady_timer>(io_, wait);
     auto answer = [c, fired, timer, done] {
       if (fired->exchange(true)) return;
       timer->cancel();
-      done(200, chunk_json(*c, c->snap()).dump());
+      done(200, chunk_list_body(*c));
     };
     timer->async_wait([answer](boost::system::error_code ec) {
       if (!ec) answer();

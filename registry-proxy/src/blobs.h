@@ -27,6 +27,7 @@
 #include "swarm/metainfo.h"
 #include "common/oci.h"
 #include "common/metrics.h"
+#include "common/origin_protocol.h"
 #include "state_db.h"
 #include "upstream.h"
 
@@ -87,8 +88,9 @@ class blob_service {
   void register_chunks(const std::shared_ptr<chunk_list>& c);
   [[nodiscard]] status commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
                                     bool is_public, const std::string& repo_key);
-  // GET /shoal/v1/chunks/<parent>: the chunks published so far, once more than `have` are (or
-  // the list is complete or failed, or `wait` passed). Answers status and a JSON body.
+  // The chunk-list endpoint (origin::paths::chunks + <parent>): the chunks published so far,
+  // once more than `have` are (or the list is complete or failed, or `wait` passed). Answers
+  // status and a JSON body (origin::encode(chunk_list), or the plain error body).
   void chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
               std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done);
   // The metainfo of chunk object `chunk` of `parent`: access is that of the parent blob.
@@ -151,7 +153,11 @@ class blob_service {
   std::atomic<bool> stopping_{false};
 };
 
-// The spec's JSON error answer.
-[[nodiscard]] http::response oci_error(unsigned status, oci::error_code code, std::string_view message);
+// What a 401 from registry-proxy asks for.
+inline constexpr std::string_view basic_challenge = "Basic realm=\"shoal registry-proxy\"";
+// The spec's JSON error answer, as registry-proxy sends it (origin::oci_error with its challenge).
+[[nodiscard]] inline http::response oci_error(unsigned status, oci::error_code code, std::string_view message) {
+  return origin::oci_error(status, code, message, basic_challenge);
+}
 
 }  // namespace shoal::proxy

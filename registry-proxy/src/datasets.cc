@@ -17,6 +17,7 @@
 #include "common/fd.h"
 #include "common/file.h"
 #include "common/log.h"
+#include "common/origin_protocol.h"
 #include "common/sha256.h"
 #include "seeder.h"
 
@@ -31,9 +32,7 @@ namespace {
 
 http::response json_answer(unsigned status, const json& j) { return http::response::json(status, j.dump()); }
 
-http::response json_error(unsigned status, const std::string& message) {
-  return json_answer(status, json{{"error", message}});
-}
+http::response json_error(unsigned status, const std::string& message) { return origin::plain_error(status, message); }
 
 unsigned status_for(const error& e) {
   if (e.is(errc::not_found)) return 404;
@@ -208,10 +207,10 @@ status dataset_service::persist(const record& r) const {
 // ---- HTTP
 
 bool dataset_service::handle(http::request& req, const http::responder& resp) {
-  static constexpr std::string_view base = "/shoal/v1/datasets";
-  static constexpr std::string_view meta = "/shoal/v1/dataset-metainfo/";
+  static constexpr std::string_view base = origin::paths::datasets;
+  static constexpr std::string_view meta = origin::paths::dataset_metainfo;
   std::string_view path = req.path;
-  if (path == base || path == "/shoal/v1/datasets/") {
+  if (path == base || path == std::string(base) + "/") {
     if (req.method == http::verb::post) {
       declare(req, resp);
     } else if (req.method == http::verb::get || req.method == http::verb::head) {
@@ -238,14 +237,8 @@ bool dataset_service::handle(http::request& req, const http::responder& resp) {
     return true;
   }
   if (is_meta) {
-    auto wait = std::chrono::milliseconds(20000);
-    if (auto w = req.query_param("wait_ms")) {
-      try {
-        auto v = std::stoll(*w);
-        if (v >= 0) wait = std::min(wait, std::chrono::milliseconds(v));
-      } catch (...) {
-      }
-    }
+    constexpr auto max_wait = std::chrono::milliseconds(20000);
+    auto wait = std::min(max_wait, origin::lenient_wait(req).value_or(max_wait));
     serve_metainfo(ref, tail, wait, resp);
   } else if (tail.empty()) {
     status_of(ref, resp);
@@ -393,7 +386,7 @@ void dataset_service::serve_manifest(const std::string& ref, const http::respond
   http::response out;
   out.status = 200;
   out.headers.set("Content-Type", "application/json");
-  out.headers.set("Shoal-Manifest-Digest", md->str());
+  out.headers.set(std::string(origin::headers::manifest_digest), md->str());
   out.rangeable = true;
   out.body = http::file_body{std::make_shared<unique_fd>(std::move(fd)), 0, static_cast<std::uint64_t>(st.st_size)};
   resp.send(std::move(out));
@@ -721,7 +714,8 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
                                      const http::responder& resp) {
   std::uint32_t g = 0;
   if (group.empty() || group.size() > 9 || group.find_first_not_of("0123456789") != std::string_view::npos) {
-    return resp.send(json_error(400, "dataset metainfo is /shoal/v1/dataset-metainfo/<name>@<version>/<group index>"));
+    return resp.send(json_error(400, "dataset metainfo is " + std::string(origin::paths::dataset_metainfo) +
+                                        "<name>@<version>/<group index>"));
   }
   g = static_cast<std::uint32_t>(std::stoul(std::string(group)));
   auto r = find(ref);
@@ -759,12 +753,13 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
         if (job->status == 503) a.headers.set("Retry-After", "1");
         return resp.send(std::move(a));
       }
-      auto a = http::response::text(200, job->torrent, "application/x-bittorrent");
-      a.headers.set("Shoal-Info-Hash", job->info_hash);
-      a.headers.set("Shoal-Group-Kind", job->kind);
-      a.headers.set("Shoal-Group-Bytes", std::to_string(job->bytes));
-      if (!opts_.seed_endpoint.empty()) a.headers.set("Shoal-Seed", opts_.seed_endpoint);
-      resp.send(std::move(a));
+      origin::metainfo_answer a;
+      a.torrent = job->torrent;
+      a.info_hash = job->info_hash;
+      a.group_kind = job->kind;
+      a.group_bytes = job->bytes;
+      a.seed = opts_.seed_endpoint;
+      resp.send(origin::encode(a));
     };
     {
       std::lock_guard lk(job->mu);
@@ -776,10 +771,7 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
     }
     timer->async_wait([job, answered, resp, timer](const boost::system::error_code& ec) {
       if (ec || answered->exchange(true)) return;
-      json j = {{"status", "fetching"}, {"bytes", job->bytes_done.load()}, {"size", job->bytes}};
-      auto a = http::response::json(202, j.dump());
-      a.headers.set("Retry-After", "1");
-      resp.send(std::move(a));
+      resp.send(origin::encode(origin::progress{job->bytes_done.load(), job->bytes, 0, "1"}));
     });
     if (!leader) {
       std::lock_guard lk(job->mu);

@@ -2,12 +2,13 @@
 // Datasets in registry-proxy: declarations resolved into content-addressed manifests, and the
 // groups of a manifest (single objects and packs) served as torrents and seeded like blobs.
 //
-//   POST /shoal/v1/datasets                        declare (JSON declaration); resolution starts
-//   GET  /shoal/v1/datasets                        every dataset and its state
-//   GET  /shoal/v1/datasets/<name>@<version>       state, progress, manifest digest, error
-//   GET  /shoal/v1/datasets/<name>@<version>/manifest            the canonical manifest
-//   GET  /shoal/v1/datasets/<name>@<version>/objects/<digest>    one object (Range; HTTP fallback)
-//   GET  /shoal/v1/dataset-metainfo/<name>@<version>/<group>     a group's torrent (Shoal-Seed)
+//   POST .../datasets                             declare (JSON declaration); resolution starts
+//   GET  .../datasets                             every dataset and its state
+//   GET  .../datasets/<name>@<version>            state, progress, manifest digest, error
+//   GET  .../datasets/<name>@<version>/manifest             the canonical manifest
+//   GET  .../datasets/<name>@<version>/objects/<digest>     one object (Range; HTTP fallback)
+//   GET  .../dataset-metainfo/<name>@<version>/<group>      a group's torrent (Shoal-Seed)
+// (the paths, parameters and answers are the origin protocol's: common/origin_protocol.h)
 //
 // Resolution lists the origin, fetches every selected object once (in parallel, resumable,
 // streamed through a staging file into the cache), builds the manifest and the metainfo of every
@@ -85,7 +86,7 @@ class dataset_service {
   void request_stop() { stop_.store(true); }
   void stop();
 
-  // Routes /shoal/v1/datasets* and /shoal/v1/dataset-metainfo/*; false when the path is not ours.
+  // Routes origin::paths::datasets and dataset_metainfo; false when the path is not ours.
   bool handle(http::request& req, const http::responder& resp);
 
   [[nodiscard]] std::size_t resolving() const;

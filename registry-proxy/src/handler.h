@@ -1,7 +1,7 @@
 #pragma once
-// The HTTP face of registry-proxy: the OCI pull API (/v2/...), the metainfo endpoint
-// (/shoal/v1/metainfo/<digest>), and the operational endpoints. Routing, validation and error
-// answers live here; the work is done by the blob and manifest services.
+// The HTTP face of registry-proxy: the OCI pull API (/v2/...), the origin protocol's metainfo
+// and chunk-list endpoints (common/origin_protocol.h), and the operational endpoints. Routing,
+// validation and error answers live here; the work is done by the blob and manifest services.
 
 #include <functional>
 #include <optional>
@@ -29,8 +29,8 @@ struct handler_deps {
   std::chrono::milliseconds metainfo_wait{20000};
   std::function<void(const digest&)> on_metainfo_served;  // the seeder loads the torrent
   std::function<daemon::health()> health;
-  // The dataset API (datasets.h): handles /shoal/v1/datasets* and /shoal/v1/dataset-metainfo/*;
-  // returns false for paths it does not own. Empty when datasets are disabled.
+  // The dataset API (datasets.h): handles origin::paths::datasets and dataset_metainfo; returns
+  // false for paths it does not own. Empty when datasets are disabled.
   std::function<bool(http::request&, const http::responder&)> datasets;
 };
 
@@ -43,10 +43,10 @@ class proxy_handler {
   void handle_v2(http::request&& req, const http::responder& resp);
   void handle_metainfo(http::request&& req, const http::responder& resp);
   void handle_chunks(http::request&& req, const http::responder& resp);
-  // The upstream for the request's repo= and ns= parameters (the Shoal API's, which name the
-  // repository an object is pulled from); on bad or unknown ones answers the error itself and
-  // returns nothing. `what` names the endpoint in the message for a missing repo=.
-  std::optional<selection> select_repo(const http::request& req, const http::responder& resp, std::string_view what);
+  // The upstream for a Shoal API request's repo= and ns= (which name the repository an object is
+  // pulled from); on an unknown one answers the error itself and returns nothing.
+  std::optional<selection> select_repo(const std::string& repo, const std::optional<std::string>& ns,
+                                       const http::responder& resp);
   handler_deps d_;
 };
 

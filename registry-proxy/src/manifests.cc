@@ -27,17 +27,7 @@ std::string strip_params(std::string_view v) {
 }
 
 http::response manifest_error(unsigned status, const std::string& message, const std::string& retry_after) {
-  switch (status) {
-    case 401: return oci_error(401, oci::error_code::unauthorized, message);
-    case 403: return oci_error(403, oci::error_code::denied, message);
-    case 404: return oci_error(404, oci::error_code::manifest_unknown, message);
-    case 429: {
-      auto r = oci_error(429, oci::error_code::toomanyrequests, message);
-      if (!retry_after.empty()) r.headers.set("Retry-After", retry_after);
-      return r;
-    }
-    default: return oci_error(status >= 500 ? status : 502, oci::error_code::unsupported, message);
-  }
+  return origin::upstream_failure(status, message, retry_after, oci::error_code::manifest_unknown, basic_challenge);
 }
 
 }  // namespace
@@ -141,7 +131,7 @@ http::response manifest_service::from_store(const digest& d, const std::string& 
   r.status = 200;
   r.headers.set("Content-Type", mt);
   r.headers.set("Docker-Content-Digest", d.str());
-  r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+  r.headers.set(std::string(origin::headers::api_version), std::string(origin::headers::api_version_value));
   r.headers.set("ETag", "\"" + d.str() + "\"");
   if (stale) {
     r.headers.set("Warning", "110 shoal-registry-proxy \"Response is Stale\"");
@@ -209,7 +199,7 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
     r.status = 200;
     r.headers.set("Content-Type", f.media_type);
     r.headers.set("Docker-Content-Digest", f.dig.str());
-    r.headers.set("Docker-Distribution-API-Version", "registry/2.0");
+    r.headers.set(std::string(origin::headers::api_version), std::string(origin::headers::api_version_value));
     r.headers.set("ETag", "\"" + f.dig.str() + "\"");
     if (head) r.headers.set("Content-Length", std::to_string(f.body.size()));
     else r.body = std::move(f.body);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dataset.h"
+#include "common/origin_protocol.h"
 
 namespace shoal::scheduler {
 
@@ -23,12 +24,12 @@ result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::strin
     r.timeouts.connect = opts_.connect_timeout;
     r.timeouts.stall = opts_.request_timeout;
     r.max_retries = 1;
-    return http::fetch(client_, std::move(r), max);
+    return origin::call(client_, std::move(r), max);
   };
-  auto st = get("/shoal/v1/datasets/" + ref, 1u << 20);
+  auto st = get(origin::dataset_target(ref), 1u << 20);
   if (!st) return fail(st.error().wrap("dataset " + ref + " from registry-proxy"));
   auto sj = nlohmann::json::parse(st->body, nullptr, false);
-  std::string why = sj.is_object() ? sj.value("error", "") : "";
+  std::string why = origin::error_message_of(st->body);
   if (st->status == 404) return fail(errc::not_found, "unknown dataset " + ref + (why.empty() ? "" : ": " + why));
   if (st->status == 202) return fail(errc::unavailable, "dataset " + ref + " is still being resolved by registry-proxy");
   if (st->status != 200 || !sj.is_object()) {
@@ -37,7 +38,7 @@ result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::strin
   }
   auto md = digest::parse(sj.value("manifest", ""));
   if (!md) return fail(errc::protocol_error, "dataset " + ref + ": registry-proxy gave no manifest digest");
-  auto mf = get("/shoal/v1/datasets/" + ref + "/manifest", opts_.max_manifest_bytes);
+  auto mf = get(origin::dataset_manifest_target(ref), opts_.max_manifest_bytes);
   if (!mf) return fail(mf.error().wrap("manifest of " + ref));
   if (mf->status != 200) {
     return fail(errc::upstream_error, "manifest of " + ref + ": HTTP " + std::to_string(mf->status));

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""peerd meeting a registry-proxy of another release (the origin protocol's version rule).
+
+The real peerd binary runs against a stand-in registry-proxy that, like a registry-proxy which
+no longer serves this peerd's protocol major, answers every request 400 with the version-mismatch
+body (common/origin_protocol.h). Pinned down here:
+  - peerd sends `Shoal-Protocol: 1` on what it asks registry-proxy (metainfo, manifests);
+  - a blob pull, a forwarded manifest and the pull API each end in a bounded time with an error
+    whose message says that registry-proxy does not speak this peerd's protocol and which
+    versions it speaks, instead of a bare "HTTP 400";
+  - the other direction (this peerd against a registry-proxy that predates the header and
+    ignores it) is mirror_test.py's whole run: fake_proxy.py never looks at the header.
+"""
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import sys
+import threading
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[0] / "support"))
+sys.path.insert(0, str(HERE))
+
+from shoal_fixtures import FixtureTestCase  # noqa: E402
+from shoal_fixtures.nodes import Peerd  # noqa: E402
+
+DIGEST = "sha256:" + "ab" * 32
+MISMATCH = json.dumps({"errors": [{
+    "code": "UNSUPPORTED",
+    "message": "this registry-proxy speaks Shoal origin protocol 2 to 3, the request asked for \"1\"",
+    "detail": {"shoal_protocol": {"requested": "1", "oldest": 2, "current": 3}}}]}).encode()
+EXPECTED = "does not speak Shoal origin protocol 1 (it speaks 2 to 3)"
+
+
+def request(port: int, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes, float]:
+    """One request on a fresh connection: (status, lower-case headers, body, seconds)."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+class NewerProxy:
+    """Answers everything as a registry-proxy serving majors 2 to 3 only; records the
+    Shoal-Protocol header of every request."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, str | None]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                with outer.lock:
+                    outer.seen.append((self.path, self.headers.get("Shoal-Protocol")))
+                self.send_response(400)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Shoal-Protocol", "3")
+                self.send_header("Content-Length", str(len(MISMATCH)))
+                self.end_headers()
+                self.wfile.write(MISMATCH)
+
+            do_HEAD = do_GET
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        h, p = self.server.server_address[:2]
+        return f"http://{h}:{p}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PeerdProtocolTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-peerd-protocol-")
+        cls.fake = cls.class_track(NewerProxy())
+        upstream = {"request_timeout": "2s", "metainfo_wait": "1s", "connect_timeout": "500ms"}
+        cls.peerd = cls.class_track(Peerd(d / "peerd", name="protocol-node", registry_proxy=cls.fake.url,
+                                          extra={"upstream": upstream}).start())
+        cls.port = cls.peerd.http_port
+
+    def assert_clear(self, body: bytes, seconds: float) -> None:
+        self.assertLess(seconds, 15)
+        self.assertIn(EXPECTED, body.decode("utf-8", "replace"))
+
+    def test_blob_pull_names_the_versions(self):
+        status, _, body, secs = request(self.port, "GET", f"/v2/team/app/blobs/{DIGEST}?ns=registry.example")
+        self.assertGreaterEqual(status, 500, body[:300])
+        self.assertEqual(json.loads(body)["errors"][0]["code"], "UNSUPPORTED")
+        self.assert_clear(body, secs)
+        with self.fake.lock:
+            sent = [v for p, v in self.fake.seen if p.startswith("/shoal/v1/metainfo/")]
+        self.assertTrue(sent, "peerd never asked for the metainfo")
+        self.assertTrue(all(v == "1" for v in sent), sent)
+
+    def test_forwarded_manifest_names_the_versions(self):
+        status, _, body, secs = request(self.port, "GET", "/v2/team/app/manifests/v1?ns=registry.example")
+        self.assertEqual(status, 502, body[:300])
+        self.assert_clear(body, secs)
+        with self.fake.lock:
+            sent = [v for p, v in self.fake.seen if "/manifests/" in p]
+        self.assertEqual(sent[-1:], ["1"])
+
+    def test_pull_api_names_the_versions(self):
+        body = json.dumps({"image": "registry.example/team/app:v1"}).encode()
+        status, _, out, secs = request(self.port, "POST", "/shoal/v1/pull", body,
+                                       {"Content-Type": "application/json"})
+        self.assertEqual(status, 502, out[:300])
+        self.assert_clear(out, secs)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
