@@ -4,7 +4,6 @@
 #include <libtorrent/session_stats.hpp>
 #include <libtorrent/torrent_status.hpp>
 
-#include <filesystem>
 
 #include "common/log.h"
 
