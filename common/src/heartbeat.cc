@@ -338,6 +338,17 @@ status for_each_in(const reader& r, const char* key, std::size_t max, F&& each) 
   return {};
 }
 
+// Parses every element of the optional array `key` with `parse(element, path)` into `out`.
+template <typename T, typename Parse>
+status collect(const reader& r, const char* key, std::size_t max, Parse&& parse, std::vector<T>& out) {
+  return for_each_in(r, key, max, [&](const json& x, const std::string& p) -> status {
+    auto v = parse(x, p);
+    if (!v) return fail(v.error());
+    out.push_back(std::move(*v));
+    return {};
+  });
+}
+
 // schema, node, labels, addresses and the sequence fields.
 status decode_identity(const reader& r, message& m) {
   std::uint64_t schema = 0;
@@ -393,12 +404,10 @@ status decode_identity(const reader& r, message& m) {
 
 // What the node's cache holds: objects, removals (deltas only) and the cache's size.
 status decode_holdings(const reader& r, message& m) {
-  SHOAL_TRY(for_each_in(r, "objects", max_objects, [&](const json& o, const std::string& p) -> status {
-    auto h = parse_object(o, p);
-    if (!h) return fail(h.error());
-    m.objects.push_back(std::move(*h));
-    return {};
-  }));
+  if (const json* o = r.find("objects"); o && o->is_array() && o->size() <= max_objects) {
+    m.objects.reserve(o->size());
+  }
+  SHOAL_TRY(collect(r, "objects", max_objects, parse_object, m.objects));
   const json* removed = nullptr;
   SHOAL_TRY(r.array("removed", removed, max_objects));
   if (removed && m.full && !removed->empty())
@@ -470,18 +479,8 @@ result<dataset_presence> parse_dataset_presence(const json& x, const std::string
 
 // What the node reports back: prewarm order progress and dataset presence.
 status decode_reports(const reader& r, message& m) {
-  SHOAL_TRY(for_each_in(r, "orders", max_orders, [&](const json& o, const std::string& p) -> status {
-    auto rep = parse_report(o, p);
-    if (!rep) return fail(rep.error());
-    m.orders.push_back(std::move(*rep));
-    return {};
-  }));
-  return for_each_in(r, "datasets", max_datasets, [&](const json& x, const std::string& p) -> status {
-    auto d = parse_dataset_presence(x, p);
-    if (!d) return fail(d.error());
-    m.datasets.push_back(std::move(*d));
-    return {};
-  });
+  SHOAL_TRY(collect(r, "orders", max_orders, parse_report, m.orders));
+  return collect(r, "datasets", max_datasets, parse_dataset_presence, m.datasets);
 }
 
 }  // namespace
