@@ -228,24 +228,41 @@ bool group_swarm::on_block(const lt::torrent_handle& th, bool origin, std::size_
   return false;
 }
 
-bool group_swarm::on_alert(lt::alert* a) {
-  // Cheap type filter first: computing an alert's info-hash is a call into libtorrent.
+// The info-hash of an alert this engine handles, or "" for any other alert. Cheap type filter
+// first: computing an alert's info-hash is a call into libtorrent.
+std::string group_swarm::wanted_info_hash(lt::alert* a) {
   auto* ta = dynamic_cast<lt::torrent_alert*>(a);
-  if (!ta) return false;
+  if (!ta) return {};
   int type = a->type();
   bool wanted = type == lt::piece_finished_alert::alert_type ||
                 type == lt::torrent_finished_alert::alert_type || type == lt::torrent_removed_alert::alert_type ||
                 type == lt::hash_failed_alert::alert_type || type == lt::torrent_error_alert::alert_type ||
                 type == lt::file_error_alert::alert_type || type == lt::add_torrent_alert::alert_type ||
                 type == lt::state_changed_alert::alert_type;
-  if (!wanted) return false;
-  std::string ih;
-  if (auto* tr = lt::alert_cast<lt::torrent_removed_alert>(a)) {
-    ih = swarm::hash_hex(tr->info_hashes.v1);
-  } else {
-    if (!ta->handle.is_valid()) return false;
-    ih = swarm::hash_hex(ta->handle.info_hashes().v1);
+  if (!wanted) return {};
+  if (auto* tr = lt::alert_cast<lt::torrent_removed_alert>(a)) return swarm::hash_hex(tr->info_hashes.v1);
+  if (!ta->handle.is_valid()) return {};
+  return swarm::hash_hex(ta->handle);
+}
+
+// Why this alert means a torrent's files are missing or corrupt, if it does: a torrent or file
+// error, a piece failing its check, or a seed leaving seed mode.
+std::optional<std::string> group_swarm::seed_trouble(lt::alert* a, bool is_seed) {
+  if (auto* te = lt::alert_cast<lt::torrent_error_alert>(a)) return "torrent error: " + te->error.message();
+  if (auto* fe = lt::alert_cast<lt::file_error_alert>(a)) return "file error: " + fe->error.message();
+  if (lt::alert_cast<lt::hash_failed_alert>(a)) return "a piece failed its hash check while seeding";
+  if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) {
+    using ts = lt::torrent_status;
+    bool was_seed = sc->prev_state == ts::seeding || sc->prev_state == ts::finished;
+    bool left = sc->state == ts::checking_files || sc->state == ts::downloading;
+    if (is_seed && was_seed && left) return "a seed left seed mode (a piece failed its check)";
   }
+  return std::nullopt;
+}
+
+bool group_swarm::on_alert(lt::alert* a) {
+  std::string ih = wanted_info_hash(a);
+  if (ih.empty()) return false;
   std::shared_ptr<group_download> dl;
   bool is_seed = false, is_pack = false;
   {
@@ -301,25 +318,9 @@ bool group_swarm::on_alert(lt::alert* a) {
       return true;
     }
   }
-  bool seed_trouble = false;
-  std::string why;
-  if (auto* te = lt::alert_cast<lt::torrent_error_alert>(a)) {
-    why = "torrent error: " + te->error.message();
-    seed_trouble = true;
-  } else if (auto* fe = lt::alert_cast<lt::file_error_alert>(a)) {
-    why = "file error: " + fe->error.message();
-    seed_trouble = true;
-  } else if (lt::alert_cast<lt::hash_failed_alert>(a)) {
-    why = "a piece failed its hash check while seeding";
-    seed_trouble = true;
-  } else if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) {
-    using ts = lt::torrent_status;
-    bool was_seed = sc->prev_state == ts::seeding || sc->prev_state == ts::finished;
-    bool left = sc->state == ts::checking_files || sc->state == ts::downloading;
-    seed_trouble = is_seed && was_seed && left;
-    why = "a seed left seed mode (a piece failed its check)";
-  }
-  if (!seed_trouble) return true;
+  auto trouble = seed_trouble(a, is_seed);
+  if (!trouble) return true;
+  const std::string& why = *trouble;
   if (dl) {
     auto room = check_space(*dl);
     fail(dl, room ? error{errc::io_error, why} : error{room.error().code, room.error().message + " (" + why + ")"});

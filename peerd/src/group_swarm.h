@@ -130,6 +130,8 @@ class group_swarm {
  private:
   group_swarm(deps d, options o) : d_(d), opts_(std::move(o)) {}
   bool on_alert(lt::alert* a);
+  [[nodiscard]] static std::string wanted_info_hash(lt::alert* a);
+  [[nodiscard]] static std::optional<std::string> seed_trouble(lt::alert* a, bool is_seed);
   bool on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
   bool on_unknown(const lt::sha1_hash& ih, lt::add_torrent_params& p);
   void finish(const std::shared_ptr<group_download>& dl);

@@ -22,6 +22,7 @@
 // methods are thread-safe.
 
 #include <boost/asio/thread_pool.hpp>
+#include <libtorrent/fwd.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -196,6 +197,16 @@ class swarm_manager {
   swarm_manager(const swarm_config& cfg, const node_config& node, std::string scheduler_url, deps d)
       : cfg_(cfg), node_(node), scheduler_(std::move(scheduler_url)), d_(d) {}
   void on_alert(lt::alert* a);
+  void on_piece_finished(lt::piece_finished_alert* pf);
+  void on_read_piece(lt::read_piece_alert* rp);
+  void on_torrent_finished(lt::torrent_finished_alert* tf);
+  // A seed that goes back to checking or downloading has left seed mode (a corrupt piece).
+  void on_state_changed(lt::state_changed_alert* sc);
+  void on_hash_failed(lt::hash_failed_alert* hf);
+  void on_torrent_failure(const std::string& ih, const std::string& why);
+  void on_torrent_added(lt::add_torrent_alert* at);
+  // The object a seed of this info-hash serves, if it is one.
+  [[nodiscard]] std::optional<digest> seed_digest(const std::string& ih) const;
   void monitor();
   void complete(const std::shared_ptr<download>& dl);
   void complete_transient(const std::shared_ptr<download>& dl);

@@ -52,7 +52,18 @@ result<std::unique_ptr<app>> app::build(const proxy_config& cfg) {
 status app::init() {
   salt_ = random_salt();
   http_client_ = std::make_unique<http::client>();
+  if (auto s = open_storage(); !s) return s;
+  if (auto s = init_upstreams(); !s) return s;
+  init_services();
+  if (auto s = init_seeder(); !s) return s;
+  if (auto s = init_datasets(); !s) return s;
+  register_metrics();
+  handler_ = std::make_unique<proxy_handler>(make_handler_deps());
+  return start_server();
+}
 
+// The cache (reconciled and running its background work) and the state database.
+status app::open_storage() {
   cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
   if (!st) return fail(st.error().wrap("cache " + co.root));
@@ -66,14 +77,22 @@ status app::init() {
   auto sdb = state_db::open(cfg_.state_dir);
   if (!sdb) return fail(sdb.error());
   state_ = std::move(*sdb);
+  return {};
+}
 
+// The configured upstream registries, the client that talks to them, and the access checker.
+status app::init_upstreams() {
   auto ups = upstream_set::build(cfg_.upstreams, cfg_.default_upstream);
   if (!ups) return fail(ups.error());
   ups_ = std::make_unique<upstream_set>(std::move(*ups));
   uc_ = std::make_unique<upstream_client>(*http_client_);
   access_ = std::make_unique<access_checker>(
       *uc_, *state_, std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.access.positive_ttl.get()));
+  return {};
+}
 
+// The blob and manifest services with their metrics.
+void app::init_services() {
   blob_metrics bm;
   bm.upstream_gets = &reg_.counter("shoal_proxy_upstream_blob_gets_total", "Blob GETs sent upstream.").with({});
   bm.upstream_bytes = &reg_.counter("shoal_proxy_upstream_bytes_total", "Blob bytes received from upstreams.").with({});
@@ -100,7 +119,10 @@ status app::init() {
   mm.digest_mismatch = &reg_.counter("shoal_proxy_manifest_digest_mismatch_total",
                                      "Manifests refused because their bytes did not match.").with({});
   manifests_ = std::make_unique<manifest_service>(pool_, *store_, *state_, *uc_, *access_, cfg_.manifests, mm);
+}
 
+// The origin seed (when torrents are on), and the cache events that stop seeding evicted objects.
+status app::init_seeder() {
   if (cfg_.torrent.enabled) {
     auto sd = seeder::start(cfg_.torrent, *store_, *state_);
     if (!sd) return fail(sd.error().wrap("torrent"));
@@ -116,10 +138,11 @@ status app::init() {
       (void)state_->forget(d);
     });
   });
+  return {};
+}
 
-  if (auto s = init_datasets(); !s) return s;
-  register_metrics();
-
+// What the HTTP handler needs: services, the seed's endpoint, the dataset API and health.
+handler_deps app::make_handler_deps() {
   handler_deps hd{*ups_, *manifests_, *blobs_, reg_};
   hd.credential_salt = salt_;
   if (seeder_) {
@@ -142,8 +165,11 @@ status app::init() {
     }
     return h;
   };
-  handler_ = std::make_unique<proxy_handler>(std::move(hd));
+  return hd;
+}
 
+// The HTTP server with its request metrics and log, listening on http.listen.
+status app::start_server() {
   auto so = daemon::server_options_from(cfg_.http, "shoal-registry-proxy");
   auto& req_total = reg_.counter("shoal_proxy_requests_total", "HTTP requests answered.", {"route", "method", "code"});
   auto& bytes_total = reg_.counter("shoal_proxy_response_bytes_total", "Response body bytes sent.", {"route"});

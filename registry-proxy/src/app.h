@@ -40,7 +40,13 @@ class app {
  private:
   explicit app(const proxy_config& cfg);
   [[nodiscard]] status init();
+  [[nodiscard]] status open_storage();
+  [[nodiscard]] status init_upstreams();
+  void init_services();
+  [[nodiscard]] status init_seeder();
   [[nodiscard]] status init_datasets();
+  [[nodiscard]] handler_deps make_handler_deps();
+  [[nodiscard]] status start_server();
   void register_metrics();
 
   proxy_config cfg_;

@@ -106,6 +106,15 @@ class dataset_service {
   [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
   void start_resolution(const std::shared_ptr<record>& r);
   void resolve(const std::shared_ptr<record>& r);
+  // Marks the record failed, counts and logs it, and saves it.
+  void resolve_failed(const std::shared_ptr<record>& r, const error& e);
+  // Fetches and hashes every listed file into the cache on the pool and pins it; fills `files`.
+  // Returns the first error (the others are not started once one failed).
+  [[nodiscard]] status fetch_listed(const std::shared_ptr<record>& r, const dataset_origin& origin,
+                                    const std::vector<origin_object>& listing,
+                                    std::vector<dataset::file_entry>& files);
+  // Builds every pack group's metainfo now, so the first nodes do not wait for it.
+  [[nodiscard]] status prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m);
   [[nodiscard]] status persist(const record& r) const;
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> manifest_of(const std::shared_ptr<record>& r);
   // Makes sure every object of group `g` is in the cache (fetching again from the origin what was

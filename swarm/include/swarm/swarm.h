@@ -103,6 +103,8 @@ using block_callback = std::function<void(const lt::torrent_handle&, bool from_o
 
 // 20 raw bytes → "0123..." hex, and back.
 [[nodiscard]] std::string hash_hex(const lt::sha1_hash& h);
+// The v1 info-hash of a torrent, the same way.
+[[nodiscard]] inline std::string hash_hex(const lt::torrent_handle& h) { return hash_hex(h.info_hashes().v1); }
 
 class session {
  public:

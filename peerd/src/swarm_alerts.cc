@@ -1,0 +1,216 @@
+// swarm_manager's side of libtorrent's alerts (swarm.h): pieces verified and read back, downloads
+// finished and moved into the cache, corrupt seeds quarantined, failed torrents dropped, on-demand
+// seeds tracked, and the bytes counted by source. All of it runs on the alert pump thread.
+#include "swarm.h"
+
+#include <libtorrent/alert_types.hpp>
+#include <libtorrent/session_stats.hpp>
+#include <libtorrent/torrent_status.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.h"
+
+namespace shoal::peerd {
+
+namespace net = boost::asio;
+using steady = std::chrono::steady_clock;
+
+void swarm_manager::on_alert(lt::alert* a) {
+  if (log::enabled(log::level::trace)) log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
+  {
+    std::shared_ptr<const extension> ext;
+    {
+      std::lock_guard lk(ext_mu_);
+      ext = ext_;
+    }
+    if (ext && ext->on_alert && ext->on_alert(a)) return;
+  }
+  if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) return on_piece_finished(pf);
+  if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) return on_read_piece(rp);
+  if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) return on_torrent_finished(tf);
+  if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
+    if (auto dl = by_alert(sm)) net::post(d_.pool, [this, dl] { complete(dl); });
+    return;
+  }
+  if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
+    if (auto dl = by_alert(smf)) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
+    return;
+  }
+  if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) return on_state_changed(sc);
+  if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) return on_hash_failed(hf);
+  if (auto* te = lt::alert_cast<lt::torrent_error_alert>(a)) {
+    return on_torrent_failure(swarm::hash_hex(te->handle), "torrent error: " + te->error.message());
+  }
+  if (auto* fe = lt::alert_cast<lt::file_error_alert>(a)) {
+    return on_torrent_failure(swarm::hash_hex(fe->handle), "file error: " + fe->error.message());
+  }
+  if (auto* at = lt::alert_cast<lt::add_torrent_alert>(a)) return on_torrent_added(at);
+  if (auto* ss = lt::alert_cast<lt::session_stats_alert>(a)) {
+    static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
+    auto c = ss->counters();
+    if (sent_idx >= 0) counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
+  }
+}
+
+// A verified piece: record it and start the reads that waited for it.
+void swarm_manager::on_piece_finished(lt::piece_finished_alert* pf) {
+  auto dl = by_alert(pf);
+  if (!dl) return;
+  auto p = static_cast<std::uint32_t>(static_cast<int>(pf->piece_index));
+  bool issue = false;
+  {
+    std::lock_guard lk(dl->mu_);
+    if (p < dl->have_.size() && !dl->have_[p]) {
+      dl->have_[p] = true;
+      ++dl->done_;
+    }
+    dl->last_progress_ = steady::now();
+    auto it = dl->waiting_.find(p);
+    if (it != dl->waiting_.end()) {
+      auto& r = dl->reading_[p];
+      issue = r.empty();
+      for (auto& cb : it->second) r.push_back(std::move(cb));
+      dl->waiting_.erase(it);
+    }
+  }
+  if (issue) pf->handle.read_piece(pf->piece_index);
+}
+
+// A piece read back for a streaming reader: hand it to the readers waiting for it.
+void swarm_manager::on_read_piece(lt::read_piece_alert* rp) {
+  auto dl = by_alert(rp);
+  if (!dl) return;
+  auto p = static_cast<std::uint32_t>(static_cast<int>(rp->piece));
+  std::vector<download::piece_cb> cbs;
+  {
+    std::lock_guard lk(dl->mu_);
+    auto it = dl->reading_.find(p);
+    if (it == dl->reading_.end()) return;
+    cbs = std::move(it->second);
+    dl->reading_.erase(it);
+  }
+  if (rp->error) {
+    {
+      // A read that raced with the move into the cache: complete() re-reads it from the file.
+      std::lock_guard lk(dl->mu_);
+      if (dl->st_ == download::state::running && dl->done_ == dl->meta_.piece_count()) {
+        auto& w = dl->waiting_[p];
+        for (auto& cb : cbs) w.push_back(std::move(cb));
+        return;
+      }
+    }
+    for (auto& cb : cbs) cb(shoal::fail(errc::io_error, "read piece " + std::to_string(p) + ": " + rp->error.message()));
+    return;
+  }
+  auto buf = std::make_shared<const std::string>(rp->buffer.get(), static_cast<std::size_t>(rp->size));
+  for (auto& cb : cbs) cb(piece_buffer(buf));
+}
+
+// Every piece passed its hash: commit the download (a transient one is handed over as it is).
+void swarm_manager::on_torrent_finished(lt::torrent_finished_alert* tf) {
+  auto dl = by_alert(tf);
+  if (!dl) return;
+  if (dl->transient_) {
+    net::post(d_.pool, [this, dl] { complete_transient(dl); });
+    return;
+  }
+  // Every piece passed its hash: move the file into the cache's object directory.
+  tf->handle.move_storage(d_.store.shard_dir(dl->id()), lt::move_flags_t::always_replace_files);
+}
+
+void swarm_manager::on_state_changed(lt::state_changed_alert* sc) {
+  // A seed that goes back to checking or downloading has left seed mode: libtorrent 2.0.8
+  // does that, without a hash_failed_alert, when a piece fails its check on first upload
+  // (peer_connection::on_seed_mode_hashed). The file in the cache is corrupt; left alone,
+  // libtorrent would rewrite the piece inside the committed object.
+  using ts = lt::torrent_status;
+  bool was_seed = sc->prev_state == ts::seeding || sc->prev_state == ts::finished;
+  bool left = sc->state == ts::checking_files || sc->state == ts::downloading;
+  if (!was_seed || !left) return;
+  if (auto d = seed_digest(swarm::hash_hex(sc->handle))) {
+    quarantine(*d, "a piece failed its hash check before upload (seed mode left)");
+  }
+}
+
+// A piece failed its hash: a corrupt object we seed is quarantined, a bad peer piece logged.
+void swarm_manager::on_hash_failed(lt::hash_failed_alert* hf) {
+  counters_.hash_failures.fetch_add(1);
+  std::string ih = swarm::hash_hex(hf->handle);
+  if (auto seed_of = seed_digest(ih)) {
+    // A piece of an object we hold failed its hash while being uploaded: the file is corrupt.
+    quarantine(*seed_of, "piece " + std::to_string(static_cast<int>(hf->piece_index)) + " failed its hash check");
+  } else {
+    log::warn("rejected a piece that failed its hash check", log::kv("info_hash", ih),
+              log::kv("piece", static_cast<int>(hf->piece_index)));
+  }
+}
+
+// libtorrent gave up on a torrent (torrent or file error): a download fails with the cause, a
+// seed is dropped from the session.
+void swarm_manager::on_torrent_failure(const std::string& ih, const std::string& why) {
+  if (auto dl = by_hash(ih)) {
+    fail(dl, error{errc::io_error, why});
+    return;
+  }
+  std::lock_guard lk(mu_);
+  auto it = seeds_.find(ih);
+  if (it != seeds_.end()) {
+    ses_->remove(it->second.h);
+    lru_.erase(it->second.lru);
+    seeds_.erase(it);
+  }
+}
+
+// A torrent the on-demand seed plugin added: track it as a seed and pin its object.
+void swarm_manager::on_torrent_added(lt::add_torrent_alert* at) {
+  if (at->error) return;
+  std::string ih = swarm::hash_hex(at->handle);
+  auto d = d_.state.by_info_hash(ih);
+  if (!d || by_hash(ih)) return;
+  // An on-demand seed (the plugin added it).
+  touch_seed(ih, *d, at->handle);
+  net::post(d_.pool, [this, d = *d] {
+    auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+    (void)d_.store.pin(d, "swarm", expiry);
+  });
+  log::info("loaded a seed on demand", log::kv("digest", d->str()), log::kv("info_hash", ih));
+}
+
+std::optional<digest> swarm_manager::seed_digest(const std::string& ih) const {
+  std::lock_guard lk(mu_);
+  auto it = seeds_.find(ih);
+  if (it == seeds_.end()) return std::nullopt;
+  return it->second.id;
+}
+
+void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::size_t n) {
+  // Pieces injected from the HTTP fallback come without a peer and are counted there.
+  (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
+  {
+    std::shared_ptr<const extension> ext;
+    {
+      std::lock_guard lk(ext_mu_);
+      ext = ext_;
+    }
+    if (ext && ext->on_block && ext->on_block(th, origin, n)) return;
+  }
+  std::vector<std::shared_ptr<download>> dls;
+  {
+    std::lock_guard lk(mu_);
+    dls.reserve(downloads_.size());
+    for (auto& [d, x] : downloads_) dls.push_back(x);
+  }
+  auto now = steady::now();
+  for (auto& x : dls) {
+    std::lock_guard lk(x->mu_);
+    if (x->h_ == th) {
+      // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes
+      // back from a new port). Only a piece that passes its hash moves last_progress_.
+      x->last_peer_block_ = now;
+      return;
+    }
+  }
+}
+
+}  // namespace shoal::peerd

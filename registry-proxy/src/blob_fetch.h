@@ -1,0 +1,467 @@
+#pragma once
+// blob_fetch: one upstream transfer shared by every client that wants the object (single
+// flight). blob_service (blobs.h) owns the fetches, admits them through its fetch queue and
+// serves clients from them; this class runs one: the upstream GET with retries, hashing into the
+// cache's in-flight object, metainfo and chunk objects on demand, and the waiters for its head
+// and its end. Private to registry-proxy's blob service (included by blobs.cc only).
+//
+// Threading: every member is guarded by mu_; callbacks of the HTTP client arrive on its thread.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "blobs.h"
+#include "common/log.h"
+#include "common/oci.h"
+
+namespace shoal::proxy {
+
+namespace net = boost::asio;
+
+class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
+ public:
+  enum class phase { starting, streaming, committed, failed };
+
+  struct snapshot {
+    phase ph = phase::starting;
+    std::optional<std::uint64_t> size;
+    bool is_public = false;
+    std::string client_hash;  // credential the fetch acted with (when private)
+    unsigned status = 0;
+    std::string message, retry_after;
+    std::shared_ptr<cache::inflight_object> inflight;
+    std::uint64_t available = 0;
+    bool queued = false;
+    // Upstream bytes received toward this object: while it waits in the fetch queue, those of
+    // the fetches ahead of it; then its own on top. Monotonic, so a long-polling peer sees
+    // progress while the queue moves.
+    std::uint64_t progress = 0;
+    std::shared_ptr<chunk_list> chunks;  // set when the object is cut into chunk objects
+  };
+
+  blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred)
+      : svc_(svc), sel_(std::move(sel)), id_(d), client_(std::move(cred)), enqueued_at_(svc.upstream_progress()) {}
+
+  const digest& id() const { return id_; }
+  // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
+  void want_metainfo() { want_meta_.store(true); }
+  // A node that understands chunk objects waits for it: cut it into chunks (chunks.h).
+  void want_chunks() { want_chunks_.store(true); }
+
+  // Admission bookkeeping, guarded by blob_service::mu_.
+  bool admitted = false;  // counted in blob_service::running_
+  bool released = false;  // finished and uncounted
+
+  // The first start of the transfer (admission); retries call restart().
+  void start() {
+    {
+      std::lock_guard lk(mu_);
+      started_at_ = svc_.upstream_progress();
+      began_ = true;
+    }
+    restart();
+  }
+
+  void restart() {
+    net::post(svc_.pool(), [self = shared_from_this()] { self->attempt(); });
+  }
+
+  void cancel() {
+    http::request_id rid;
+    {
+      std::lock_guard lk(mu_);
+      cancelled_ = true;
+      rid = req_id_;
+    }
+    if (rid) svc_.upstreams().http().cancel(rid);
+  }
+
+  // Runs `cb` once the response head is known (streaming, committed or failed).
+  void when_head(std::function<void()> cb) {
+    {
+      std::lock_guard lk(mu_);
+      if (ph_ == phase::starting) {
+        head_waiters_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
+  }
+
+  // Runs `cb` once the fetch has ended (committed or failed).
+  void when_done(std::function<void()> cb) {
+    {
+      std::lock_guard lk(mu_);
+      if (ph_ == phase::starting || ph_ == phase::streaming) {
+        done_waiters_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
+  }
+
+  snapshot snap() {
+    std::lock_guard lk(mu_);
+    snapshot s;
+    s.ph = ph_;
+    s.size = size_;
+    s.is_public = who_ == acting_as::proxy;
+    s.client_hash = who_ == acting_as::client ? client_.hash : std::string();
+    s.status = status_;
+    s.message = message_;
+    s.retry_after = retry_after_;
+    s.inflight = inflight_;
+    s.available = inflight_ ? inflight_->available() : 0;
+    s.queued = !began_;
+    s.progress = began_ ? started_at_ - enqueued_at_ + s.available : svc_.upstream_progress() - enqueued_at_;
+    s.chunks = chunks_;
+    return s;
+  }
+
+  // Runs `cb` once the object is known to be cut into chunks (at once if it is). Never runs
+  // for an object that is not chunked: the waiter is dropped when the fetch ends.
+  void when_chunked(std::function<void()> cb) {
+    {
+      std::lock_guard lk(mu_);
+      if (!chunks_) {
+        if (ph_ == phase::starting || ph_ == phase::streaming) chunk_waiters_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
+  }
+
+ private:
+  // On a worker thread: pick the credential, then start the streaming GET.
+  void attempt() {
+    bool cancelled;
+    {
+      std::lock_guard lk(mu_);
+      cancelled = cancelled_;
+    }
+    if (cancelled) return fail_and_fire(503, "registry-proxy is shutting down");
+    const credential* cred = who_ == acting_as::client ? &client_ : nullptr;
+    auto auth = svc_.upstreams().authorization(*sel_.up, sel_.repo, cred, auth_round_ > 0);
+    if (!auth) {
+      // A token realm that refuses us: as the proxy, the client may still have credentials.
+      if (who_ == acting_as::proxy && !client_.anonymous()) {
+        who_ = acting_as::client;
+        auth_round_ = 0;
+        return attempt();
+      }
+      unsigned s = auth.error().is(errc::unauthorized) ? 401 : auth.error().is(errc::timeout) ? 504 : 502;
+      return fail_and_fire(s, auth.error().message);
+    }
+    auto req = svc_.upstreams().make_request(*sel_.up, "GET", "/v2/" + sel_.repo + "/blobs/" + id_.str());
+    req.resume = true;
+    req.headers.emplace_back("Accept", "*/*");
+    if (*auth) req.headers.emplace_back("Authorization", **auth);
+    if (svc_.counters().upstream_gets) svc_.counters().upstream_gets->inc();
+    http::callbacks cb;
+    auto self = shared_from_this();
+    cb.on_response = [self](const http::response_head& h) { return self->on_response(h); };
+    cb.on_data = [self](std::string_view c) { return self->on_data(c); };
+    cb.on_complete = [self](result<http::completion> r) { self->on_complete(std::move(r)); };
+    auto rid = svc_.upstreams().http().submit(std::move(req), std::move(cb));
+    std::lock_guard lk(mu_);
+    req_id_ = rid;
+  }
+
+  // Client thread.
+  bool on_response(const http::response_head& h) {
+    next_ = next_step::none;
+    err_body_.clear();
+    if (h.status == 200) {
+      if (auto dcd = h.header("Docker-Content-Digest"); dcd && *dcd != id_.str()) {
+        capture_error(502, "upstream announced digest " + std::string(*dcd) + " for " + id_.str());
+        return false;
+      }
+      std::optional<std::uint64_t> size;
+      if (auto cl = h.header("Content-Length")) {
+        std::uint64_t v = 0;
+        auto s = std::string(*cl);
+        if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() < 20) v = std::stoull(s);
+        else return capture_error(502, "upstream sent a bad Content-Length"), false;
+        size = v;
+      }
+      // Visibility is recorded before the object can become visible, so no reader ever sees it
+      // without knowing whether it is public.
+      std::string repo_key = who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
+      (void)svc_.state().add_visibility(id_, who_ == acting_as::proxy, repo_key);
+      auto ticket = svc_.store().begin_write(id_, size, cache::object_kind::blob);
+      if (!ticket) {
+        capture_error(ticket.error().is(errc::no_space) ? 507 : 500, "cache: " + ticket.error().message);
+        return false;
+      }
+      if (ticket->role == cache::write_role::present) {
+        set_phase(phase::committed, 0, {});
+        return false;
+      }
+      if (ticket->role == cache::write_role::follower) {
+        // Someone else in this process is writing it (it cannot be us): follow that write.
+        auto infl = ticket->inflight;
+        {
+          std::lock_guard lk(mu_);
+          inflight_ = infl;
+          size_ = size;
+        }
+        set_phase(phase::streaming, 0, {});
+        auto self = shared_from_this();
+        infl->wait_for(UINT64_MAX - 1, [self](const cache::progress& p) {
+          if (p.state == cache::write_state::committed) self->set_phase(phase::committed, 0, {});
+          else self->set_phase(phase::failed, 502, p.err ? p.err->message : "write failed");
+          self->svc_.finish_fetch(self);
+        });
+        follower_ = true;
+        return false;
+      }
+      writer_ = std::move(ticket->writer);
+      // Piece hashes cost CPU on every byte: compute them while streaming only when someone
+      // already asked for the metainfo (peerd always does); else lazily when first asked.
+      if (size && want_meta_.load()) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
+      // A large object peerd waits for is also cut into chunk objects that swarm while the
+      // rest still downloads (chunks.h).
+      std::shared_ptr<chunk_list> chunks;
+      if (std::uint64_t cs = size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0; cs) {
+        chunks = std::make_shared<chunk_list>(id_, *size, cs);
+        svc_.register_chunks(chunks);
+        bool pub = who_ == acting_as::proxy;
+        chunker_ = std::make_unique<chunker>(chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
+                                                                                  const object_metainfo& m) {
+          return svc->commit_chunk(e, b, m, pub, repo_key);
+        });
+      }
+      std::vector<std::function<void()>> chunk_waiters;
+      {
+        std::lock_guard lk(mu_);
+        inflight_ = ticket->inflight;
+        size_ = size;
+        chunks_ = chunks;
+        if (chunks_) chunk_waiters.swap(chunk_waiters_);
+      }
+      set_phase(phase::streaming, 0, {});
+      for (auto& w : chunk_waiters) w();
+      return true;
+    }
+    if (h.status == 401 && auth_round_ == 0 &&
+        svc_.upstreams().note_challenge(*sel_.up, h.headers, who_ == acting_as::client ? &client_ : nullptr)) {
+      next_ = next_step::retry_auth;
+      return false;
+    }
+    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy && !client_.anonymous()) {
+      next_ = next_step::retry_as_client;
+      return false;
+    }
+    // An answer we pass on to the clients: keep a bounded copy of the body for the log.
+    capture_status_ = static_cast<unsigned>(h.status);
+    if (auto ra = h.header("Retry-After")) retry_after_capture_ = std::string(*ra);
+    return true;
+  }
+
+  // libcurl delivers 16 KiB at a time: gather 256 KiB before handing bytes to the cache (and
+  // to the piece hasher), so readers of the in-flight object wake up per batch.
+  bool flush_pending() {
+    if (pending_.empty()) return true;
+    auto st = writer_->write(pending_);
+    if (!st) {
+      capture_error(st.error().is(errc::no_space) ? 507 : 500, "cache write: " + st.error().message);
+      return false;
+    }
+    if (pieces_) pieces_->update(pending_.data(), pending_.size());
+    if (chunker_) chunker_->update(pending_.data(), pending_.size());
+    svc_.note_upstream_bytes(pending_.size());
+    if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(pending_.size());
+    pending_.clear();
+    return true;
+  }
+
+  bool on_data(std::string_view chunk) {
+    if (writer_) {
+      pending_.append(chunk);
+      if (pending_.size() >= 256 * 1024) return flush_pending();
+      return true;
+    }
+    if (err_body_.size() < 4096) err_body_.append(chunk.substr(0, 4096 - err_body_.size()));
+    return true;
+  }
+
+  void on_complete(result<http::completion> r) {
+    if (follower_) return;
+    auto step = next_;
+    next_ = next_step::none;
+    if (step == next_step::retry_auth) {
+      ++auth_round_;
+      return restart();
+    }
+    if (step == next_step::retry_as_client) {
+      who_ = acting_as::client;
+      auth_round_ = 0;
+      return restart();
+    }
+    if (pending_error_) {
+      if (chunker_) chunker_->abort(pending_message_);
+      if (writer_) writer_->abort(pending_message_);
+      writer_.reset();
+      return fail_and_fire(pending_status_, pending_message_);
+    }
+    bool already_committed;
+    {
+      std::lock_guard lk(mu_);
+      already_committed = ph_ == phase::committed;
+    }
+    if (already_committed) return svc_.finish_fetch(shared_from_this());
+    if (!r) {
+      std::string msg = "upstream " + sel_.up->cfg.name + ": " + r.error().message;
+      if (chunker_) chunker_->abort(msg);
+      if (writer_) writer_->abort(msg);
+      writer_.reset();
+      if (svc_.counters().fetch_failures) svc_.counters().fetch_failures->inc();
+      return fail_and_fire(r.error().is(errc::timeout) ? 504 : 502, msg);
+    }
+    if (writer_) {
+      if (!flush_pending()) {
+        if (chunker_) chunker_->abort(pending_message_);
+        writer_->abort(pending_message_);
+        writer_.reset();
+        return fail_and_fire(pending_status_, pending_message_);
+      }
+      // The upstream transfer is over: the next queued fetch may start while this one commits
+      // (fsync, metainfo), so the upstream link does not idle between objects.
+      svc_.release_slot(shared_from_this());
+      net::post(svc_.pool(), [self = shared_from_this()] { self->commit(); });
+      return;
+    }
+    unsigned s = capture_status_;
+    std::string msg = "upstream " + sel_.up->cfg.name + " answered HTTP " + std::to_string(s);
+    {
+      std::lock_guard lk(mu_);
+      retry_after_ = retry_after_capture_;
+    }
+    fail_and_fire(s, msg);
+  }
+
+  // Worker thread.
+  void commit() {
+    // The last chunk first: nodes wait for it, not for the blob's own commit.
+    if (chunker_) {
+      if (auto st = chunker_->finish(); !st) {
+        log::warn("chunk objects incomplete; nodes fall back to the whole object", log::kv("digest", id_.str()),
+                  log::kv("error", st.error().message));
+      }
+    }
+    auto info = writer_->commit();
+    writer_.reset();
+    if (!info) {
+      std::string msg = info.error().message;
+      if (info.error().is(errc::digest_mismatch) || info.error().is(errc::size_mismatch)) {
+        if (chunks_) chunks_->fail("the blob does not match its digest: " + msg, true);
+        if (svc_.counters().digest_mismatch) svc_.counters().digest_mismatch->inc();
+        log::error("upstream sent wrong bytes; object discarded", log::kv("digest", id_.str()),
+                   log::kv("upstream", sel_.up->cfg.name), log::kv("repo", sel_.repo), log::kv("error", msg));
+      } else {
+        log::error("cache commit failed", log::kv("digest", id_.str()), log::kv("error", msg));
+      }
+      return fail_and_fire(502, "object " + id_.short_str() + " from upstream " + sel_.up->cfg.name + ": " + msg);
+    }
+    std::optional<object_metainfo> meta;
+    if (pieces_) {
+      auto m = pieces_->finish(id_);
+      if (m) meta = std::move(*m);
+    }
+    if (!meta && want_meta_.load()) {
+      // Asked for after the stream began (or unknown length up front): hash the file once.
+      auto rd = svc_.store().open_read(id_);
+      if (rd) {
+        auto m = metainfo_for_fd(rd->fd(), rd->size(), id_);
+        if (m) meta = std::move(*m);
+      }
+    }
+    if (meta) (void)svc_.state().put_metainfo(id_, meta->torrent_file({}));
+    log::info("blob cached", log::kv("digest", id_.str()), log::kv("bytes", info->size),
+              log::kv("upstream", sel_.up->cfg.name), log::kv("public", who_ == acting_as::proxy));
+    set_phase(phase::committed, 0, {});
+    if (meta) svc_.notify_committed(id_, *meta);
+    svc_.finish_fetch(shared_from_this());
+  }
+
+  void capture_error(unsigned status, std::string msg) {
+    pending_error_ = true;
+    pending_status_ = status;
+    pending_message_ = std::move(msg);
+  }
+
+  void fail_and_fire(unsigned status, std::string msg) {
+    set_phase(phase::failed, status, std::move(msg));
+    svc_.finish_fetch(shared_from_this());
+  }
+
+  void set_phase(phase p, unsigned status, std::string msg) {
+    std::vector<std::function<void()>> heads, dones;
+    {
+      std::lock_guard lk(mu_);
+      if (ph_ == phase::committed || ph_ == phase::failed) return;
+      ph_ = p;
+      if (p == phase::failed) {
+        status_ = status;
+        message_ = std::move(msg);
+      }
+      if (p != phase::starting) heads.swap(head_waiters_);
+      if (p == phase::committed || p == phase::failed) {
+        dones.swap(done_waiters_);
+        chunk_waiters_.clear();
+      }
+    }
+    for (auto& f : heads) f();
+    for (auto& f : dones) f();
+  }
+
+  enum class next_step { none, retry_auth, retry_as_client };
+
+  blob_service& svc_;
+  selection sel_;
+  digest id_;
+  credential client_;
+  acting_as who_ = acting_as::proxy;
+  int auth_round_ = 0;
+  next_step next_ = next_step::none;
+
+  // Client-thread state (one transfer at a time).
+  std::unique_ptr<cache::object_writer> writer_;
+  std::unique_ptr<async_metainfo_builder> pieces_;
+  std::unique_ptr<chunker> chunker_;
+  std::string pending_;  // upstream bytes not yet handed to the writer
+  std::atomic<bool> want_meta_{false};
+  std::atomic<bool> want_chunks_{false};
+  std::string err_body_;
+  unsigned capture_status_ = 0;
+  std::string retry_after_capture_;
+  bool pending_error_ = false;
+  unsigned pending_status_ = 0;
+  std::string pending_message_;
+  bool follower_ = false;
+
+  const std::uint64_t enqueued_at_;  // svc_.upstream_progress() when created
+  std::mutex mu_;
+  bool began_ = false;               // admitted and started
+  std::uint64_t started_at_ = 0;     // svc_.upstream_progress() when started
+  phase ph_ = phase::starting;
+  bool cancelled_ = false;
+  http::request_id req_id_ = 0;
+  std::optional<std::uint64_t> size_;
+  std::shared_ptr<cache::inflight_object> inflight_;
+  std::shared_ptr<chunk_list> chunks_;
+  std::vector<std::function<void()>> chunk_waiters_;
+  unsigned status_ = 0;
+  std::string message_, retry_after_;
+  std::vector<std::function<void()>> head_waiters_, done_waiters_;
+};
+
+}  // namespace shoal::proxy

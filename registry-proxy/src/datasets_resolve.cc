@@ -1,0 +1,183 @@
+// The dataset service's resolution of a declaration into a content-addressed manifest: list
+// the origin, fetch and hash every file into the cache, group small files into packs (datasets.h).
+#include "datasets_internal.h"
+
+namespace shoal::proxy {
+
+using namespace datasets_detail;
+
+// ---- resolution
+
+void dataset_service::start_resolution(const std::shared_ptr<record>& r) {
+  {
+    std::lock_guard rl(r->mu);
+    if (r->running) return;
+    r->running = true;
+    r->state = "resolving";
+    r->started = steady::now();
+  }
+  std::lock_guard lk(mu_);
+  if (stop_.load()) return;
+  resolvers_.emplace_back([this, r] {
+    resolve(r);
+    std::lock_guard rl(r->mu);
+    r->running = false;
+  });
+}
+
+void dataset_service::resolve(const std::shared_ptr<record>& r) {
+  auto og = origin_of(r);
+  if (!og) return resolve_failed(r, og.error());
+  std::shared_ptr<const dataset_origin> origin = *og;
+  auto t0 = steady::now();
+  r->files_done = 0;
+  r->bytes_done = 0;
+  auto listing = origin->list(stop_);
+  if (!listing) return resolve_failed(r, listing.error().wrap("resolve " + r->ref));
+  std::uint64_t total = 0;
+  for (const auto& o : *listing) total += o.size;
+  r->files_total = listing->size();
+  r->bytes_total = total;
+  log::info("dataset listed", log::kv("dataset", r->ref), log::kv("files", listing->size()), log::kv("bytes", total));
+
+  std::vector<dataset::file_entry> files(listing->size());
+  auto fetched = fetch_listed(r, *origin, *listing, files);
+  if (stop_.load()) return;  // resumed at the next start (the record still says resolving)
+  if (!fetched) return resolve_failed(r, fetched.error());
+  auto m = dataset::build_manifest(r->decl.name, r->decl.version, r->decl.origin.url, std::move(files), opts_.policy);
+  if (!m) return resolve_failed(r, m.error().wrap("manifest of " + r->ref));
+  std::string canon = dataset::canonical_json(*m);
+  digest md = sha256_of(canon);
+  if (auto s = write_atomic(opts_.dir + "/manifests/" + md.hex() + ".json", canon); !s) {
+    return resolve_failed(r, s.error());
+  }
+  auto secs = std::chrono::duration<double>(steady::now() - t0).count();
+  if (auto g = prepare_groups(r, *m); !g) return resolve_failed(r, g.error().wrap("metainfo of " + r->ref));
+  {
+    std::lock_guard rl(r->mu);
+    r->state = "ready";
+    r->error.clear();
+    r->manifest_digest = md;
+    r->files = m->files.size();
+    r->bytes = m->total_bytes();
+    r->groups = m->groups.size();
+    r->resolve_seconds = secs;
+    r->manifest.reset();
+    r->by_digest.reset();
+  }
+  if (auto s = persist(*r); !s) log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+  if (m_.resolved) m_.resolved->inc();
+  log::info("dataset resolved", log::kv("dataset", r->ref), log::kv("manifest", md.str()),
+            log::kv("files", m->files.size()), log::kv("bytes", m->total_bytes()), log::kv("groups", m->groups.size()),
+            log::kv("seconds", secs), log::kv("files_per_second", secs > 0 ? m->files.size() / secs : 0.0));
+}
+
+void dataset_service::resolve_failed(const std::shared_ptr<record>& r, const error& e) {
+  {
+    std::lock_guard rl(r->mu);
+    r->state = "failed";
+    r->error = e.message;
+  }
+  if (m_.resolve_failures) m_.resolve_failures->inc();
+  log::warn("dataset resolution failed", log::kv("dataset", r->ref), log::kv("error", e.message));
+  (void)persist(*r);
+}
+
+status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dataset_origin& origin,
+                                     const std::vector<origin_object>& listing,
+                                     std::vector<dataset::file_entry>& files) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t pending = listing.size();
+  std::optional<error> first;
+  std::atomic<bool> abort{false};
+  auto until = cache::clock::now() + opts_.resolve_pin;
+  const std::string owner = "dataset:" + r->ref;
+  for (std::size_t i = 0; i < listing.size(); ++i) {
+    net::post(pool_, [&, i] {
+      const auto& o = listing[i];
+      std::optional<error> err;
+      if (!abort.load() && !stop_.load()) {
+        if (o.size == 0) {
+          files[i] = dataset::file_entry{o.path, 0, sha256_of(std::string_view())};
+        } else {
+          auto rep = fetch_object(origin, o, std::nullopt, [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
+          if (!rep) {
+            err = rep.error();
+          } else {
+            files[i] = dataset::file_entry{o.path, o.size, rep->id};
+            r->origin_bytes.fetch_add(rep->origin_bytes);
+            r->resumed_bytes.fetch_add(rep->resumed_bytes);
+            r->bytes_done.fetch_add(rep->resumed_bytes);
+            if (auto p = store_.pin(rep->id, owner, until); !p) err = p.error().wrap("pin " + o.path);
+          }
+        }
+      } else if (stop_.load()) {
+        err = error{errc::cancelled, "registry-proxy is stopping"};
+      }
+      r->files_done.fetch_add(1);
+      std::lock_guard lk(mu);
+      if (err && !first) {
+        first = err;
+        abort = true;
+      }
+      if (--pending == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock lk(mu);
+  cv.wait(lk, [&] { return pending == 0; });
+  if (first) return fail(*first);
+  return {};
+}
+
+status dataset_service::prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t pending = m.groups.size();
+  std::optional<error> first;
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    net::post(pool_, [&, g] {
+      group_job job;
+      auto t = prepare_group(r, m, static_cast<std::uint32_t>(g), job);
+      std::lock_guard lk(mu);
+      if (!t && !first) first = t.error();
+      if (--pending == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock lk(mu);
+  cv.wait(lk, [&] { return pending == 0; });
+  if (first) return fail(*first);
+  return {};
+}
+
+result<fetch_report> dataset_service::fetch_object(const dataset_origin& origin, const origin_object& o,
+                                                   const std::optional<digest>& expected,
+                                                   const std::function<void(std::uint64_t)>& progress) {
+  std::string key = staging_name(origin.declaration().origin.url, o);
+  std::shared_future<result<fetch_report>> fut;
+  std::promise<result<fetch_report>> mine;
+  bool leader = false;
+  {
+    std::lock_guard lk(flight_mu_);
+    auto it = flights_.find(key);
+    if (it != flights_.end()) {
+      fut = it->second;
+    } else {
+      fut = mine.get_future().share();
+      flights_.emplace(key, fut);
+      leader = true;
+    }
+  }
+  if (!leader) return fut.get();
+  auto rep = origin.fetch(o, store_, opts_.staging_dir, expected, progress, stop_);
+  if (rep) {
+    if (m_.origin_gets) m_.origin_gets->inc(static_cast<std::uint64_t>(rep->requests));
+    if (m_.origin_bytes) m_.origin_bytes->inc(rep->origin_bytes);
+  }
+  mine.set_value(rep);
+  std::lock_guard lk(flight_mu_);
+  flights_.erase(key);
+  return rep;
+}
+
+}  // namespace shoal::proxy
