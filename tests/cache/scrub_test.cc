@@ -146,7 +146,7 @@ TEST(CacheScrub, StopInterruptsAThrottledPass) {
   std::this_thread::sleep_for(300ms);
   s->stop();
   pass.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // the whole pass would take 4 s
   EXPECT_EQ(r.objects, 0u);
   EXPECT_EQ(r.bytes, 0u);
   EXPECT_EQ(r.errors, 0u);
