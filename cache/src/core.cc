@@ -115,9 +115,7 @@ result<object_reader> core::open_read(const digest& id) {
   }
   std::string hex = id.hex();
   int shard = layout_.shard_fd(id);
-  // O_NOATIME: we keep our own access time; the kernel's would cost a metadata write per read.
-  int fd = ::openat(shard, hex.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
-  if (fd < 0 && errno == EPERM) fd = ::openat(shard, hex.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open_read_noatime(shard, hex.c_str());
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) {

@@ -180,6 +180,18 @@ class core : public std::enable_shared_from_this<core> {
   void wake_maintenance();
   void maintenance_loop();
   void scrub_loop();
+  // Scrub steps. An object not verified since `older_than_ms`, in the order a pass visits them.
+  struct scrub_candidate {
+    std::int64_t last_scrub;
+    digest id;
+    std::uint64_t size;
+  };
+  // The objects last verified before `older_than_ms`, least recently verified first.
+  [[nodiscard]] std::vector<scrub_candidate> scrub_candidates(std::int64_t older_than_ms) const;
+  // Forgets an object whose file is gone; false if it is already gone or being removed.
+  bool forget_vanished(const digest& id);
+  // Records a successful verification (the access flush writes it to the index).
+  void mark_scrubbed(const digest& id);
   // Sleeps up to `d` unless stop() is called; returns false when stopping.
   bool sleep_unless_stopped(std::chrono::nanoseconds d);
 

@@ -152,4 +152,10 @@ void close_quietly(int fd) noexcept {
   if (fd >= 0) ::close(fd);
 }
 
+int open_read_noatime(int dirfd, const char* name) noexcept {
+  int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+  return fd;
+}
+
 }  // namespace shoal::cache::detail

@@ -73,5 +73,9 @@ class layout {
 [[nodiscard]] status make_dirs(const std::string& path);
 // Closes fd if >= 0, ignoring errors (used on error paths and in destructors).
 void close_quietly(int fd) noexcept;
+// Opens `name` (relative to dirfd) read-only with O_NOATIME, since the cache keeps its own access
+// time and the kernel's would cost a metadata write per read; where O_NOATIME is refused (EPERM:
+// not the file's owner) it opens without. Returns the fd, or -1 with errno set.
+[[nodiscard]] int open_read_noatime(int dirfd, const char* name) noexcept;
 
 }  // namespace shoal::cache::detail

@@ -18,9 +18,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "common/log.h"
 #include "common/sha256.h"
@@ -61,6 +64,7 @@ status for_each_dirent(int dirfd, const std::string& path, F&& fn) {
   }
 }
 
+// What one scan thread did to its shards.
 struct shard_result {
   std::uint64_t malformed = 0;
   std::uint64_t orphans_removed = 0;
@@ -72,6 +76,172 @@ struct shard_result {
   std::vector<adoption> adopted;
   std::vector<std::uint8_t> shards_changed;  // need a directory fsync
 };
+
+using object_table = std::unordered_map<digest, entry>;
+
+// Step 1: removes tmp/*; every write in progress died with the previous process.
+status remove_temp_files(const layout& dirs, reconcile_report& rep) {
+  auto remove = [&](std::string_view name, unsigned char type) {
+    std::string n(name);
+    if (type == DT_DIR) {
+      log::warn("cache: leaving unexpected directory in tmp/", log::kv("name", n));
+      return;
+    }
+    if (::unlinkat(dirs.tmp_fd(), n.c_str(), 0) == 0) {
+      ++rep.temp_files_removed;
+    }
+  };
+  return for_each_dirent(dirs.tmp_fd(), dirs.tmp_dir(), remove);
+}
+
+// Whether an orphan's content matches its name; if so it is now synced and read-only.
+bool verify_orphan(int sfd, const std::string& n, const digest& id, std::uint64_t size) {
+  int fd = open_read_noatime(sfd, n.c_str());
+  if (fd < 0) return false;
+  auto h = sha256_fd(fd, 0, size);
+  bool ok = h && *h == id && fdatasync_fd(fd, "fdatasync orphan").has_value() &&
+            ::fchmod(fd, 0444) == 0;
+  close_quietly(fd);
+  return ok;
+}
+
+// Judges one entry of a shard directory: its row is marked seen, or it is adopted or removed.
+// Returns whether the directory changed.
+bool reconcile_file(int sfd, const std::string& spath, std::uint8_t shard, std::string_view name,
+                    unsigned char type, object_table& table, bool adopt_orphans,
+                    shard_result& r) {
+  std::string n(name);
+  if (type == DT_DIR) {
+    log::warn("cache: leaving unexpected directory in objects/", log::kv("path", spath + "/" + n));
+    return false;
+  }
+  auto id = digest::from_hex(name);
+  if (!id || id->bytes()[0] != shard || type != DT_REG) {
+    if (::unlinkat(sfd, n.c_str(), 0) != 0) return false;
+    ++r.malformed;
+    return true;
+  }
+  struct stat fst {};
+  if (::fstatat(sfd, n.c_str(), &fst, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  auto size = static_cast<std::uint64_t>(fst.st_size);
+  auto it = table.find(*id);
+  if (it != table.end() && it->second.size == size) {
+    it->second.seen = true;
+    return false;
+  }
+  // An orphan (or a file whose row disagrees on the size): the content decides.
+  if (adopt_orphans && verify_orphan(sfd, n, *id, size)) {
+    // A row of the wrong size still knows the kind.
+    object_kind kind = it != table.end() ? it->second.kind : object_kind::blob;
+    r.adopted.push_back({*id, size, kind});
+    return true;
+  }
+  if (::unlinkat(sfd, n.c_str(), 0) != 0) return false;
+  ++r.orphans_removed;
+  return true;
+}
+
+// Reconciles every entry of one shard directory into `r`.
+status scan_shard(const layout& dirs, std::uint8_t shard, object_table& table, bool adopt_orphans,
+                  shard_result& r) {
+  int sfd = dirs.shard_fd(shard);
+  std::string spath = dirs.shard_path(shard);
+  bool changed = false;
+  auto ds = for_each_dirent(sfd, spath, [&](std::string_view name, unsigned char type) {
+    if (reconcile_file(sfd, spath, shard, name, type, table, adopt_orphans, r)) changed = true;
+  });
+  if (!ds) return ds;
+  if (changed) r.shards_changed.push_back(shard);
+  return {};
+}
+
+// Step 3: scans the shard directories on up to 16 threads, thread t owning every nthreads-th shard
+// (so disjoint digests and table entries); one result per thread.
+result<std::vector<shard_result>> scan_shards(const layout& dirs, object_table& table,
+                                              const options& opts) {
+  unsigned nthreads = std::max(1u, std::min(opts.reconcile_threads, 16u));
+  std::vector<shard_result> results(nthreads);
+  std::vector<error> errors(nthreads);
+  std::vector<char> failed(nthreads, 0);
+  auto scan = [&](unsigned t) {
+    for (std::size_t s = t; s < layout::shard_count; s += nthreads) {
+      auto shard = static_cast<std::uint8_t>(s);
+      auto ds = scan_shard(dirs, shard, table, opts.adopt_orphans, results[t]);
+      if (!ds) {
+        failed[t] = 1;
+        errors[t] = ds.error();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < nthreads; ++t) threads.emplace_back(scan, t);
+  scan(0);
+  for (auto& th : threads) th.join();
+  for (unsigned t = 0; t < nthreads; ++t) {
+    if (failed[t]) return std::unexpected(errors[t]);
+  }
+  return results;
+}
+
+// Step 4: rows whose file is missing (or of the wrong size) go, with their labels; the `seen`
+// marks of the rest are cleared.
+void drop_unseen_rows(object_table& table, index::batch& fixes, reconcile_report& rep) {
+  for (auto it = table.begin(); it != table.end();) {
+    if (it->second.seen) {
+      it->second.seen = false;
+      ++it;
+      continue;
+    }
+    fixes.del(object_key(it->first));
+    if (it->second.labels) {
+      for (const std::string& l : *it->second.labels) fixes.del(label_key(it->first, l));
+      rep.labels_dropped += it->second.labels->size();
+    }
+    ++rep.rows_dropped;
+    it = table.erase(it);
+  }
+}
+
+// Step 5: adopted orphans get fresh rows, once the directories they are in are made durable; the
+// threads' counts are added to the report.
+status index_adopted(const layout& dirs, const std::vector<shard_result>& results,
+                     std::int64_t now_ms, object_table& table, index::batch& fixes,
+                     reconcile_report& rep) {
+  for (const shard_result& r : results) {
+    rep.malformed_removed += r.malformed;
+    rep.orphans_removed += r.orphans_removed;
+    for (std::uint8_t s : r.shards_changed) {
+      if (auto f = fsync_fd(dirs.shard_fd(s), "fsync " + dirs.shard_path(s)); !f) return f;
+    }
+    for (const auto& [id, size, kind] : r.adopted) {
+      entry e;
+      e.size = size;
+      e.kind = kind;  // blob when the row is gone: the neutral default
+      e.created_ms = e.last_access_ms = e.last_scrub_ms = now_ms;
+      fixes.put(object_key(id), encode(object_row{size, e.kind, now_ms, now_ms, now_ms, 0}));
+      table.insert_or_assign(id, std::move(e));
+      ++rep.orphans_adopted;
+    }
+  }
+  return {};
+}
+
+// Warns with every count when reconciliation repaired anything.
+void log_repairs(const reconcile_report& rep) {
+  if (rep.temp_files_removed + rep.rows_dropped + rep.bad_rows_dropped + rep.orphans_adopted +
+          rep.orphans_removed + rep.malformed_removed + rep.labels_dropped ==
+      0) {
+    return;
+  }
+  log::warn("cache reconciled crash debris", log::kv("temp_removed", rep.temp_files_removed),
+            log::kv("rows_dropped", rep.rows_dropped),
+            log::kv("bad_rows_dropped", rep.bad_rows_dropped),
+            log::kv("orphans_adopted", rep.orphans_adopted),
+            log::kv("orphans_removed", rep.orphans_removed),
+            log::kv("malformed_removed", rep.malformed_removed),
+            log::kv("labels_dropped", rep.labels_dropped));
+}
 
 }  // namespace
 
@@ -136,136 +306,18 @@ status core::load_index(reconcile_report& rep, index::batch& fixes) {
 status core::reconcile() {
   auto t0 = std::chrono::steady_clock::now();
   reconcile_report rep;
-
-  // 1. Temp files: every write in progress died with the previous process.
-  auto st = for_each_dirent(
-      layout_.tmp_fd(), layout_.tmp_dir(), [&](std::string_view name, unsigned char type) {
-        std::string n(name);
-        if (type == DT_DIR) {
-          log::warn("cache: leaving unexpected directory in tmp/", log::kv("name", n));
-          return;
-        }
-        if (::unlinkat(layout_.tmp_fd(), n.c_str(), 0) == 0) {
-          ++rep.temp_files_removed;
-        }
-      });
-  if (!st) return st;
-
-  // 2. The index.
+  // 1. tmp/, 2. the index, 3. the object files, 4. rows without their file, 5. adopted orphans'
+  // rows, written with every other fix in one batch, 6. the gauges.
+  if (auto st = remove_temp_files(layout_, rep); !st) return st;
   index::batch fixes;
   if (auto s = load_index(rep, fixes); !s) return s;
-
-  // 3. The object files, shard by shard, in parallel.
-  unsigned nthreads = std::max(1u, std::min(opts_.reconcile_threads, 16u));
-  std::vector<shard_result> results(nthreads);
-  std::vector<error> errors(nthreads);
-  std::vector<char> failed(nthreads, 0);
-  auto scan = [&](unsigned t) {
-    shard_result& r = results[t];
-    for (std::size_t s = t; s < layout::shard_count; s += nthreads) {
-      auto shard = static_cast<std::uint8_t>(s);
-      int sfd = layout_.shard_fd(shard);
-      std::string spath = layout_.shard_path(shard);
-      bool changed = false;
-      auto ds = for_each_dirent(sfd, spath, [&](std::string_view name, unsigned char type) {
-        std::string n(name);
-        if (type == DT_DIR) {
-          log::warn("cache: leaving unexpected directory in objects/",
-                    log::kv("path", spath + "/" + n));
-          return;
-        }
-        auto id = digest::from_hex(name);
-        if (!id || id->bytes()[0] != shard || type != DT_REG) {
-          if (::unlinkat(sfd, n.c_str(), 0) == 0) {
-            ++r.malformed;
-            changed = true;
-          }
-          return;
-        }
-        struct stat fst {};
-        if (::fstatat(sfd, n.c_str(), &fst, AT_SYMLINK_NOFOLLOW) != 0) return;
-        auto it = table_.find(*id);
-        if (it != table_.end() && it->second.size == static_cast<std::uint64_t>(fst.st_size)) {
-          it->second.seen = true;
-          return;
-        }
-        // An orphan (or a file whose row disagrees on the size): the content decides.
-        if (opts_.adopt_orphans) {
-          int fd = ::openat(sfd, n.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
-          if (fd < 0 && errno == EPERM) fd = ::openat(sfd, n.c_str(), O_RDONLY | O_CLOEXEC);
-          if (fd >= 0) {
-            auto size = static_cast<std::uint64_t>(fst.st_size);
-            auto h = sha256_fd(fd, 0, size);
-            bool ok = h && *h == *id && fdatasync_fd(fd, "fdatasync orphan").has_value() &&
-                      ::fchmod(fd, 0444) == 0;
-            close_quietly(fd);
-            if (ok) {
-              // A row of the wrong size still knows the kind.
-              object_kind kind = it != table_.end() ? it->second.kind : object_kind::blob;
-              r.adopted.push_back({*id, size, kind});
-              changed = true;
-              return;
-            }
-          }
-        }
-        if (::unlinkat(sfd, n.c_str(), 0) == 0) {
-          ++r.orphans_removed;
-          changed = true;
-        }
-      });
-      if (!ds) {
-        failed[t] = 1;
-        errors[t] = ds.error();
-        return;
-      }
-      if (changed) r.shards_changed.push_back(shard);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < nthreads; ++t) threads.emplace_back(scan, t);
-  scan(0);
-  for (auto& th : threads) th.join();
-  for (unsigned t = 0; t < nthreads; ++t) {
-    if (failed[t]) return std::unexpected(errors[t]);
-  }
-
-  // 4. Rows whose file is missing (or of the wrong size) go.
-  for (auto it = table_.begin(); it != table_.end();) {
-    if (it->second.seen) {
-      it->second.seen = false;
-      ++it;
-      continue;
-    }
-    fixes.del(object_key(it->first));
-    if (it->second.labels) {
-      for (const std::string& l : *it->second.labels) fixes.del(label_key(it->first, l));
-      rep.labels_dropped += it->second.labels->size();
-    }
-    ++rep.rows_dropped;
-    it = table_.erase(it);
-  }
-
-  // 5. Adopted orphans get fresh rows; their directory entries are made durable first.
+  auto results = scan_shards(layout_, table_, opts_);
+  if (!results) return std::unexpected(results.error());
+  drop_unseen_rows(table_, fixes, rep);
   std::int64_t now_ms = to_ms(now());
-  for (const shard_result& r : results) {
-    rep.malformed_removed += r.malformed;
-    rep.orphans_removed += r.orphans_removed;
-    for (std::uint8_t s : r.shards_changed) {
-      if (auto f = fsync_fd(layout_.shard_fd(s), "fsync " + layout_.shard_path(s)); !f) return f;
-    }
-    for (const auto& [id, size, kind] : r.adopted) {
-      entry e;
-      e.size = size;
-      e.kind = kind;  // blob when the row is gone: the neutral default
-      e.created_ms = e.last_access_ms = e.last_scrub_ms = now_ms;
-      fixes.put(object_key(id), encode(object_row{size, e.kind, now_ms, now_ms, now_ms, 0}));
-      table_.insert_or_assign(id, std::move(e));
-      ++rep.orphans_adopted;
-    }
-  }
+  if (auto s = index_adopted(layout_, *results, now_ms, table_, fixes, rep); !s) return s;
   if (auto w = index_->write(fixes, true); !w) return w;
 
-  // 6. Gauges.
   std::uint64_t total = 0;
   by_kind_ = {};
   for (const auto& [id, e] : table_) {
@@ -277,17 +329,7 @@ status core::reconcile() {
   committed_bytes_.store(total);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   reconcile_ = rep;
-  if (rep.temp_files_removed + rep.rows_dropped + rep.bad_rows_dropped + rep.orphans_adopted +
-          rep.orphans_removed + rep.malformed_removed + rep.labels_dropped >
-      0) {
-    log::warn("cache reconciled crash debris", log::kv("temp_removed", rep.temp_files_removed),
-              log::kv("rows_dropped", rep.rows_dropped),
-              log::kv("bad_rows_dropped", rep.bad_rows_dropped),
-              log::kv("orphans_adopted", rep.orphans_adopted),
-              log::kv("orphans_removed", rep.orphans_removed),
-              log::kv("malformed_removed", rep.malformed_removed),
-              log::kv("labels_dropped", rep.labels_dropped));
-  }
+  log_repairs(rep);
   return {};
 }
 

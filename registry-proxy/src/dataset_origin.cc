@@ -56,6 +56,182 @@ std::string trim_slashes(std::string s) {
   return s;
 }
 
+// A fetch's staging file: the bytes received so far (a prefix of the object) and their hash.
+struct staging_file {
+  std::string path;
+  unique_fd fd;
+  std::uint64_t have = 0;
+  std::unique_ptr<sha256_hasher> hasher = std::make_unique<sha256_hasher>();
+
+  // Empties the file to fetch the object from its first byte; nothing changes if that fails.
+  status start_over() {
+    if (::ftruncate(fd.get(), 0) != 0) return fail_errno(errno, "truncate " + path);
+    hasher = std::make_unique<sha256_hasher>();
+    have = 0;
+    return {};
+  }
+
+  // Writes `chunk` at the end of what the file has and hashes it.
+  status append(std::string_view chunk) {
+    std::size_t off = 0;
+    while (off < chunk.size()) {
+      ssize_t n = ::pwrite(fd.get(), chunk.data() + off, chunk.size() - off, static_cast<off_t>(have + off));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return fail_errno(errno, "write " + path);
+      }
+      off += static_cast<std::size_t>(n);
+    }
+    hasher->update(chunk.data(), chunk.size());
+    have += chunk.size();
+    return {};
+  }
+};
+
+// Opens (or creates) a staging file and keeps what an earlier fetch left in it when it can be a
+// prefix of an object of `size` bytes and reads back whole (rep.resumed_bytes); otherwise empties it.
+result<staging_file> open_staging(std::string path, std::uint64_t size, fetch_report& rep) {
+  staging_file sf;
+  sf.path = std::move(path);
+  sf.fd.reset(::open(sf.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!sf.fd) return fail_errno(errno, "open " + sf.path);
+  struct stat st {};
+  if (::fstat(sf.fd.get(), &st) != 0) return fail_errno(errno, "stat " + sf.path);
+  sf.have = static_cast<std::uint64_t>(st.st_size);
+  if (sf.have > size) {
+    if (auto s = sf.start_over(); !s) return fail(s.error());
+  }
+  if (sf.have > 0) {
+    if (auto s = hash_prefix(sf.fd.get(), sf.have, *sf.hasher); !s) {
+      if (auto t = sf.start_over(); !t) return fail(t.error());
+    } else {
+      rep.resumed_bytes = sf.have;
+    }
+  }
+  return sf;
+}
+
+// What one request of a fetch came to.
+struct attempt {
+  result<http::completion> res;
+  int status = 0;             // the status on_response saw (a refused one ends the request aborted)
+  std::optional<error> err;   // why the fetch's own callbacks stopped the transfer
+};
+
+// One request for the rest of an object of `size` bytes (`req` asks from sf.have): its body goes
+// to the staging file. A 200 to a resume starts the file over; a 206 must start where asked.
+attempt request_rest(http::client& http, http::client_request req, const std::string& where, std::uint64_t size,
+                     staging_file& sf, fetch_report& rep, const std::function<void(std::uint64_t)>& progress,
+                     const std::atomic<bool>& cancel) {
+  struct state_t {
+    int status = 0;
+    bool restart = false;
+    std::optional<error> err;
+  };
+  auto st_ = std::make_shared<state_t>();
+  std::promise<result<http::completion>> done;
+  auto fut = done.get_future();
+  const std::uint64_t from = sf.have;
+  http::callbacks cb;
+  cb.on_response = [&, st_, from](const http::response_head& h) {
+    st_->status = h.status;
+    if (h.status == 206) {
+      auto cr = h.header("Content-Range");
+      auto start = cr ? range_start(*cr) : std::nullopt;
+      if (!start || *start != from) {
+        st_->err = error{errc::protocol_error, where + ": the origin answered another range than asked"};
+        return false;
+      }
+      return true;
+    }
+    if (h.status == 200) {
+      // The origin ignored our Range (or we asked from 0): start over.
+      st_->restart = from > 0;
+      return true;
+    }
+    return false;
+  };
+  cb.on_data = [&, st_](std::string_view chunk) {
+    if (cancel.load()) return false;
+    if (st_->restart) {
+      st_->restart = false;
+      if (auto s = sf.start_over(); !s) {
+        st_->err = s.error();
+        return false;
+      }
+      rep.resumed_bytes = 0;
+    }
+    if (sf.have + chunk.size() > size) {
+      st_->err = error{errc::size_mismatch, where + " is longer than the " + std::to_string(size) +
+                                                 " bytes listed (it changed at the origin)"};
+      return false;
+    }
+    if (auto s = sf.append(chunk); !s) {
+      st_->err = s.error();
+      return false;
+    }
+    rep.origin_bytes += chunk.size();
+    if (progress) progress(chunk.size());
+    return true;
+  };
+  cb.on_complete = [&done](result<http::completion> r) { done.set_value(std::move(r)); };
+  http.submit(std::move(req), std::move(cb));
+  auto res = fut.get();
+  return attempt{std::move(res), st_->status, st_->err};
+}
+
+// Whether a callback's error ends the fetch without a retry: the object changed, or the disk is full.
+bool ends_fetch(const error& e) {
+  if (e.is(errc::size_mismatch) || e.is(errc::no_space)) return true;
+  return e.code.category() == std::system_category() && e.code.value() == ENOSPC;
+}
+
+// The error for a status that says retrying is pointless (gone, or access refused), if it is one.
+std::optional<error> refusal(int status, const std::string& where) {
+  if (status == 404 || status == 410) {
+    return error{errc::not_found, where + ": the origin no longer has it (HTTP " + std::to_string(status) + ")"};
+  }
+  if (status == 401 || status == 403) {
+    return error{errc::unauthorized, where + ": the origin refused access (HTTP " + std::to_string(status) + ")"};
+  }
+  return std::nullopt;
+}
+
+// Why a retried request failed, for the log and the final error.
+std::string failure_reason(const attempt& a, int status) {
+  return a.err                                          ? a.err->message
+         : status != 0 && status != 200 && status != 206 ? "HTTP " + std::to_string(status)
+         : !a.res                                        ? a.res.error().message
+                                                         : "HTTP " + std::to_string(status);
+}
+
+// Sleeps in 50 ms steps until `limit` has passed or `done()` holds (checked before each step).
+template <class Done>
+void poll_for(std::chrono::milliseconds limit, Done&& done) {
+  for (auto t = std::chrono::milliseconds(0); t < limit && !done(); t += std::chrono::milliseconds(50)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Hands a complete, verified staging file to the cache; bytes the cache already holds (or that
+// another fetch is adopting) are no error. The staging file is gone afterwards, except when the
+// adoption failed for another reason than a digest mismatch.
+status adopt_staged(cache::store& store, const std::string& path, const digest& id, const std::string& where,
+                    const std::atomic<bool>& cancel) {
+  auto s = store.adopt_file(path, id, cache::object_kind::dataset_file);
+  if (!s && s.error().is(errc::busy)) {
+    // Someone else is writing the same bytes (another path with the same content): wait for it.
+    poll_for(std::chrono::milliseconds(600 * 50), [&] { return store.contains(id) || cancel.load(); });
+    if (store.contains(id)) s = {};
+  }
+  if (!s && !s.error().is(errc::already_exists)) {
+    if (s.error().is(errc::digest_mismatch)) ::unlink(path.c_str());
+    return fail(s.error().wrap("cache " + where));
+  }
+  ::unlink(path.c_str());  // no-op when adopted (renamed away)
+  return {};
+}
+
 }  // namespace
 
 std::string staging_name(const std::string& origin_url, const origin_object& o) {
@@ -205,154 +381,45 @@ result<fetch_report> dataset_origin::fetch(const origin_object& o, cache::store&
                                            const std::atomic<bool>& cancel) const {
   fetch_report rep;
   const std::string where = describe(o.path);
-  std::string staging = staging_dir + "/" + staging_name(decl_.origin.url, o) + ".part";
-  unique_fd fd(::open(staging.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd) return fail_errno(errno, "open " + staging);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return fail_errno(errno, "stat " + staging);
-  std::uint64_t have = static_cast<std::uint64_t>(st.st_size);
-  auto hasher = std::make_unique<sha256_hasher>();
-  if (have > o.size) {
-    if (::ftruncate(fd.get(), 0) != 0) return fail_errno(errno, "truncate " + staging);
-    have = 0;
-  }
-  if (have > 0) {
-    if (auto s = hash_prefix(fd.get(), have, *hasher); !s) {
-      if (::ftruncate(fd.get(), 0) != 0) return fail_errno(errno, "truncate " + staging);
-      hasher = std::make_unique<sha256_hasher>();
-      have = 0;
-    } else {
-      rep.resumed_bytes = have;
-    }
-  }
+  auto sf = open_staging(staging_dir + "/" + staging_name(decl_.origin.url, o) + ".part", o.size, rep);
+  if (!sf) return fail(sf.error());
   int failures = 0;
-  while (have < o.size) {
+  while (sf->have < o.size) {
     if (cancel.load()) return fail(errc::cancelled, "fetch of " + where + " cancelled");
     ++rep.requests;
-    struct state_t {
-      int status = 0;
-      bool restart = false;
-      std::optional<error> err;
-    };
-    auto st_ = std::make_shared<state_t>();
-    std::promise<result<http::completion>> done;
-    auto fut = done.get_future();
-    const std::uint64_t from = have;
-    http::callbacks cb;
-    cb.on_response = [&, st_, from](const http::response_head& h) {
-      st_->status = h.status;
-      if (h.status == 206) {
-        auto cr = h.header("Content-Range");
-        auto start = cr ? range_start(*cr) : std::nullopt;
-        if (!start || *start != from) {
-          st_->err = error{errc::protocol_error, where + ": the origin answered another range than asked"};
-          return false;
-        }
-        return true;
-      }
-      if (h.status == 200) {
-        // The origin ignored our Range (or we asked from 0): start over.
-        st_->restart = from > 0;
-        return true;
-      }
-      return false;
-    };
-    cb.on_data = [&, st_](std::string_view chunk) {
-      if (cancel.load()) return false;
-      if (st_->restart) {
-        st_->restart = false;
-        if (::ftruncate(fd.get(), 0) != 0) {
-          st_->err = errno_error(errno, "truncate " + staging);
-          return false;
-        }
-        hasher = std::make_unique<sha256_hasher>();
-        rep.resumed_bytes = 0;
-        have = 0;
-      }
-      if (have + chunk.size() > o.size) {
-        st_->err = error{errc::size_mismatch, where + " is longer than the " + std::to_string(o.size) +
-                                                   " bytes listed (it changed at the origin)"};
-        return false;
-      }
-      std::size_t off = 0;
-      while (off < chunk.size()) {
-        ssize_t n = ::pwrite(fd.get(), chunk.data() + off, chunk.size() - off, static_cast<off_t>(have + off));
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          st_->err = errno_error(errno, "write " + staging);
-          return false;
-        }
-        off += static_cast<std::size_t>(n);
-      }
-      hasher->update(chunk.data(), chunk.size());
-      have += chunk.size();
-      rep.origin_bytes += chunk.size();
-      if (progress) progress(chunk.size());
-      return true;
-    };
-    cb.on_complete = [&done](result<http::completion> r) { done.set_value(std::move(r)); };
-    http_.submit(request_for(o.path, from, o.size), std::move(cb));
-    auto res = fut.get();
-    if (st_->err) {
-      if (st_->err->is(errc::size_mismatch) || st_->err->is(errc::no_space)) return fail(*st_->err);
-      if (st_->err->code.category() == std::system_category() && st_->err->code.value() == ENOSPC) return fail(*st_->err);
-    }
-    if (res && (res->status == 200 || res->status == 206) && !st_->err) {
-      if (have == o.size) break;
+    attempt a = request_rest(http_, request_for(o.path, sf->have, o.size), where, o.size, *sf, rep, progress, cancel);
+    if (a.err && ends_fetch(*a.err)) return fail(*a.err);
+    if (a.res && (a.res->status == 200 || a.res->status == 206) && !a.err) {
+      if (sf->have == o.size) break;
       // A short body without a transport error: the object shrank.
-      return fail(errc::size_mismatch, where + " has " + std::to_string(have) + " bytes, the listing said " +
+      return fail(errc::size_mismatch, where + " has " + std::to_string(sf->have) + " bytes, the listing said " +
                                            std::to_string(o.size) + " (it changed at the origin)");
     }
     // A status we refused in on_response ends the request as "aborted": judge by the status.
-    const int status = res ? res->status : st_->status;
-    if (status == 404 || status == 410) {
-      return fail(errc::not_found, where + ": the origin no longer has it (HTTP " + std::to_string(status) + ")");
-    }
-    if (status == 401 || status == 403) {
-      return fail(errc::unauthorized, where + ": the origin refused access (HTTP " + std::to_string(status) + ")");
-    }
+    const int status = a.res ? a.res->status : a.status;
+    if (auto e = refusal(status, where)) return fail(*e);
     if (status == 416) {
       // Our offset is beyond the object: it changed. Start over.
-      if (::ftruncate(fd.get(), 0) != 0) return fail_errno(errno, "truncate " + staging);
-      hasher = std::make_unique<sha256_hasher>();
-      have = 0;
+      if (auto s = sf->start_over(); !s) return fail(s.error());
     }
-    std::string why = st_->err                         ? st_->err->message
-                      : status != 0 && status != 200 && status != 206 ? "HTTP " + std::to_string(status)
-                      : !res                           ? res.error().message
-                                                       : "HTTP " + std::to_string(status);
+    std::string why = failure_reason(a, status);
     if (++failures > opts_.max_retries) {
-      return fail(!res ? res.error().code : make_error_code(errc::upstream_error),
-                  "fetch " + where + " (" + std::to_string(have) + " of " + std::to_string(o.size) +
+      return fail(!a.res ? a.res.error().code : make_error_code(errc::upstream_error),
+                  "fetch " + where + " (" + std::to_string(sf->have) + " of " + std::to_string(o.size) +
                       " bytes): " + why);
     }
-    log::warn("origin fetch failed; resuming", log::kv("object", where), log::kv("bytes", have),
+    log::warn("origin fetch failed; resuming", log::kv("object", where), log::kv("bytes", sf->have),
               log::kv("attempt", failures), log::kv("error", why));
     // Back off (bounded), polling for cancellation.
-    auto wait = std::chrono::milliseconds(std::min(5000, 200 << std::min(failures, 5)));
-    for (auto t = std::chrono::milliseconds(0); t < wait && !cancel.load(); t += std::chrono::milliseconds(50)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    poll_for(std::chrono::milliseconds(std::min(5000, 200 << std::min(failures, 5))), [&] { return cancel.load(); });
   }
-  rep.id = hasher->finish();
+  rep.id = sf->hasher->finish();
   if (expected && rep.id != *expected) {
-    ::unlink(staging.c_str());
+    ::unlink(sf->path.c_str());
     return fail(errc::digest_mismatch, where + " now hashes to " + rep.id.str() + ", not " + expected->str());
   }
-  fd.reset();
-  auto s = store.adopt_file(staging, rep.id, cache::object_kind::dataset_file);
-  if (!s && s.error().is(errc::busy)) {
-    // Someone else is writing the same bytes (another path with the same content): wait for it.
-    for (int i = 0; i < 600 && !store.contains(rep.id) && !cancel.load(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (store.contains(rep.id)) s = {};
-  }
-  if (!s && !s.error().is(errc::already_exists)) {
-    if (s.error().is(errc::digest_mismatch)) ::unlink(staging.c_str());
-    return fail(s.error().wrap("cache " + where));
-  }
-  ::unlink(staging.c_str());  // no-op when adopted (renamed away)
+  sf->fd.reset();
+  if (auto s = adopt_staged(store, sf->path, rep.id, where, cancel); !s) return fail(s.error());
   return rep;
 }
 

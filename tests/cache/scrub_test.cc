@@ -131,6 +131,32 @@ TEST(CacheScrub, ThrottleBoundsTheRate) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 400ms);
 }
 
+// stop() during a throttled pause ends the pass at once; the object it was reading counts for
+// nothing (neither verified nor its bytes), and a pass after stop() does not start.
+TEST(CacheScrub, StopInterruptsAThrottledPass) {
+  temp_dir dir;
+  options o = test_options(dir.path());
+  o.scrub_bytes_per_sec = 1 << 20;  // 1 MiB/s: the first 1 MiB chunk is followed by a ~1 s pause
+  auto s = open_store(o);
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(put(*s, random_bytes(2 << 20, 90 + static_cast<std::uint64_t>(i))));
+  scrub_report r;
+  auto start = std::chrono::steady_clock::now();
+  std::thread pass([&] { r = s->scrub_once(UINT64_MAX, true); });
+  std::this_thread::sleep_for(300ms);
+  s->stop();
+  pass.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // the whole pass would take 4 s
+  EXPECT_EQ(r.objects, 0u);
+  EXPECT_EQ(r.bytes, 0u);
+  EXPECT_EQ(r.errors, 0u);
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_EQ(s->get_stats().scrubbed_bytes, 0u);
+  scrub_report after = s->scrub_once(UINT64_MAX, false);
+  EXPECT_EQ(after.objects, 0u);
+  EXPECT_EQ(after.bytes, 0u);
+}
+
 TEST(CacheScrub, BackgroundThreadFindsCorruption) {
   temp_dir dir;
   auto clk = std::make_shared<fake_clock>();
