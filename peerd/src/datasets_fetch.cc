@@ -1,0 +1,233 @@
+// The dataset manager's fetching (datasets.h): every pack group through the swarm, pins, and the
+// read-only view of hard links into the cache.
+#include "datasets_internal.h"
+
+namespace shoal::peerd {
+
+using namespace datasets_detail;
+
+namespace {
+
+// Runs fn(i) for i in [0, n) on up to 8 threads. Pins are synced index writes: done from several
+// threads, RocksDB commits them in groups instead of one sync each.
+void parallel_for(std::size_t n, const std::function<bool(std::size_t)>& fn) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  auto worker = [&] {
+    for (std::size_t i = next.fetch_add(1); i < n && !stop.load(); i = next.fetch_add(1)) {
+      if (!fn(i)) stop = true;
+    }
+  };
+  std::size_t threads = std::min<std::size_t>(8, std::max<std::size_t>(1, n / 256));
+  std::vector<std::thread> ts;
+  for (std::size_t t = 1; t < threads; ++t) ts.emplace_back(worker);
+  worker();
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace
+
+status dataset_manager::pin_all(const dataset::manifest& m, const std::string& owner,
+                                std::optional<cache::time_point> until) {
+  auto objs = dataset::manifest_objects(m);
+  std::mutex mu;
+  std::optional<error> first;
+  parallel_for(objs.size(), [&](std::size_t i) {
+    auto s = d_.store.pin(objs[i].first, owner, until);
+    if (s) return true;
+    std::lock_guard lk(mu);
+    if (!first) first = s.error().wrap("pin " + objs[i].first.str() + " for " + owner);
+    return false;
+  });
+  if (first) return fail(*first);
+  return {};
+}
+
+void dataset_manager::unpin_all(const dataset::manifest& m, const std::string& owner) {
+  auto objs = dataset::manifest_objects(m);
+  parallel_for(objs.size(), [&](std::size_t i) {
+    (void)d_.store.unpin(objs[i].first, owner);
+    return true;
+  });
+}
+
+result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j, const dataset::manifest& m,
+                                                   std::uint32_t g) {
+  const auto& gr = m.groups[g];
+  auto objs = dataset::group_objects(m, gr);
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  auto deadline = steady::now() + opts_.resolve_wait;
+  int errors = 0;
+  while (true) {
+    if (j->cancel.load() || stop_.load()) return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
+    if (steady::now() > deadline) return fail(errc::timeout, "registry-proxy did not prepare group " + std::to_string(g));
+    http::client_request r;
+    r.url = proxy(origin::dataset_metainfo_target(j->ref, g, wait));
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.stall = wait + std::chrono::seconds(5);
+    r.max_retries = 0;
+    auto f = origin::call(d_.http, std::move(r), 256u << 20);
+    if (!f && origin::is_version_mismatch(f.error())) {
+      return fail(f.error().wrap(j->ref + " group " + std::to_string(g)));
+    }
+    if (f && f->status == 200) {
+      auto a = origin::decode_metainfo(*f);
+      if (!a) return fail(a.error().wrap(j->ref + " group " + std::to_string(g)));
+      group_spec spec;
+      spec.pack = gr.type == dataset::group::kind::pack;
+      if (spec.pack) {
+        auto pm = pack_metainfo::parse(a->torrent, objs);
+        if (!pm) return fail(pm.error().wrap(j->ref + " group " + std::to_string(g)));
+      } else {
+        auto om = object_metainfo::parse(a->torrent, objs.front().first);
+        if (!om) return fail(om.error().wrap(j->ref + " group " + std::to_string(g)));
+      }
+      spec.torrent = std::move(a->torrent);
+      spec.objects = std::move(objs);
+      if (!a->seed.empty()) spec.seeds.push_back(a->seed);
+      spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
+      spec.name = j->ref + " group " + std::to_string(g);
+      return spec;
+    }
+    if (f && f->status == 202) continue;  // registry-proxy is fetching it again from the origin
+    std::string why = f ? origin::error_message_of(f->body) : "";
+    if (f && (f->status == 404 || f->status == 409 || f->status == 400)) {
+      return fail(f->status == 409 ? errc::digest_mismatch : errc::not_found,
+                  j->ref + " group " + std::to_string(g) + ": " + (why.empty() ? "HTTP " + std::to_string(f->status) : why));
+    }
+    if (++errors > 5) {
+      return fail(errc::unavailable, j->ref + " group " + std::to_string(g) + " metainfo: " +
+                                         (f ? "HTTP " + std::to_string(f->status) + " " + why : f.error().message));
+    }
+    std::unique_lock lk(j->mu);
+    j->cv.wait_for(lk, std::chrono::milliseconds(500 * errors), [&] { return j->cancel.load() || stop_.load(); });
+  }
+}
+
+status dataset_manager::fetch_groups(const std::shared_ptr<job>& j, const dataset::manifest& m) {
+  std::atomic<std::uint32_t> next{0};
+  std::mutex mu;
+  std::optional<error> first;
+  std::atomic<bool> abort{false};
+  // Groups already complete here count as local bytes.
+  std::vector<bool> complete(m.groups.size(), false);
+  std::uint64_t local = 0;
+  for (std::uint32_t g = 0; g < m.groups.size(); ++g) {
+    bool all = true;
+    for (auto i : m.groups[g].files) all = all && d_.store.contains(m.files[i].id);
+    if (all) {
+      complete[g] = true;
+      local += m.groups[g].bytes;
+    }
+  }
+  j->local_bytes = local;
+  j->done_bytes = local;
+  j->groups_done = static_cast<std::uint64_t>(std::count(complete.begin(), complete.end(), true));
+  auto worker = [&] {
+    while (!abort.load()) {
+      std::uint32_t g = next.fetch_add(1);
+      if (g >= m.groups.size()) return;
+      if (complete[g]) continue;
+      std::optional<error> err;
+      for (int attempt = 0; attempt < 3; ++attempt) {
+        if (j->cancel.load() || stop_.load()) {
+          err = error{errc::cancelled, "prefetch of " + j->ref + " cancelled"};
+          break;
+        }
+        auto spec = group_metainfo(j, m, g);
+        if (!spec) {
+          err = spec.error();
+          if (spec.error().is(errc::digest_mismatch) || spec.error().is(errc::not_found)) break;
+          continue;
+        }
+        auto dl = d_.groups.fetch(std::move(*spec));
+        if (!dl) {
+          err = dl.error();
+          continue;
+        }
+        {
+          std::lock_guard lk(j->mu);
+          j->active.push_back(*dl);
+        }
+        auto st = group_download::state::running;
+        while (st == group_download::state::running && !j->cancel.load() && !stop_.load()) {
+          st = (*dl)->wait_for(std::chrono::milliseconds(500));
+        }
+        {
+          std::lock_guard lk(j->mu);
+          j->active.erase(std::remove(j->active.begin(), j->active.end(), *dl), j->active.end());
+          j->from_peers += (*dl)->from_peers.load();
+          j->from_origin += (*dl)->from_origin.load();
+          j->from_http += (*dl)->from_http.load();
+          if (st == group_download::state::complete) j->done_bytes += m.groups[g].bytes;
+        }
+        if (st == group_download::state::complete) {
+          err.reset();
+          j->groups_done.fetch_add(1);
+          break;
+        }
+        err = (*dl)->failure().value_or(error{errc::cancelled, "prefetch of " + j->ref + " cancelled"});
+        if (st == group_download::state::running) break;  // cancelled
+        log::warn("dataset group failed; retrying", log::kv("dataset", j->ref), log::kv("group", g),
+                  log::kv("attempt", attempt + 1), log::kv("error", err->message));
+      }
+      if (err) {
+        std::lock_guard lk(mu);
+        if (!first) first = *err;
+        abort = true;
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  int n = std::max(1, std::min<int>(opts_.parallel_groups, static_cast<int>(m.groups.size())));
+  for (int i = 0; i < n; ++i) ts.emplace_back(worker);
+  for (auto& t : ts) t.join();
+  if (first) return fail(*first);
+  return {};
+}
+
+status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset::manifest& m) {
+  std::string final_path = view_path(j->ref);
+  std::string tmp = opts_.views_dir + "/." + j->ref + ".building";
+  remove_tree(tmp);
+  if (::mkdir(tmp.c_str(), 0755) != 0) return fail_errno(errno, "mkdir " + tmp);
+  std::set<std::string> dirs;
+  for (const auto& f : m.files) {
+    // Parent directories (paths were checked by parse_manifest: relative, no "..").
+    for (std::size_t slash = f.path.find('/'); slash != std::string::npos; slash = f.path.find('/', slash + 1)) {
+      std::string dir = f.path.substr(0, slash);
+      if (dirs.insert(dir).second) {
+        std::string p = tmp + "/" + dir;
+        if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return fail_errno(errno, "mkdir " + p);
+      }
+    }
+    std::string dst = tmp + "/" + f.path;
+    if (f.size == 0) {
+      int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+      if (fd < 0) return fail_errno(errno, "create " + dst);
+      ::close(fd);
+      continue;
+    }
+    std::string src = d_.store.object_path(f.id);
+    if (::link(src.c_str(), dst.c_str()) != 0) {
+      int e = errno;
+      if (e == EXDEV) {
+        return fail(errc::config_error, "datasets.views_dir " + opts_.views_dir +
+                                            " is not on the cache's filesystem (hard link " + src + ")");
+      }
+      return fail_errno(e, "link " + src + " to " + dst);
+    }
+  }
+  // Read-only directories, deepest first.
+  std::vector<std::string> order(dirs.begin(), dirs.end());
+  std::sort(order.begin(), order.end(), [](const std::string& a, const std::string& b) {
+    return std::count(a.begin(), a.end(), '/') > std::count(b.begin(), b.end(), '/');
+  });
+  for (const auto& d : order) ::chmod((tmp + "/" + d).c_str(), 0555);
+  ::chmod(tmp.c_str(), 0555);
+  remove_tree(final_path);
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return fail_errno(errno, "rename " + tmp + " to " + final_path);
+  return {};
+}
+
+}  // namespace shoal::peerd

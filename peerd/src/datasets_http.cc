@@ -1,0 +1,151 @@
+// The node's dataset API (datasets.h): list, status, prefetch and remove.
+#include "datasets_internal.h"
+
+namespace shoal::peerd {
+
+using namespace datasets_detail;
+
+std::string dataset_manager::status_json(const job& j) const {
+  std::lock_guard lk(j.mu);
+  std::uint64_t done = j.bytes_done_locked();
+  std::uint64_t from_peers = j.from_peers.load(), from_origin = j.from_origin.load(), from_http = j.from_http.load();
+  for (const auto& dl : j.active) {
+    from_peers += dl->from_peers.load();
+    from_origin += dl->from_origin.load();
+    from_http += dl->from_http.load();
+  }
+  bool live = j.running;
+  double secs = live ? std::chrono::duration<double>(steady::now() - j.started).count() : j.seconds;
+  double fetch_secs = live ? std::chrono::duration<double>(steady::now() - j.fetch_started).count() : j.seconds;
+  std::uint64_t moved = done > j.local_bytes.load() ? done - j.local_bytes.load() : 0;
+  double rate = fetch_secs > 0.05 ? static_cast<double>(moved) / fetch_secs : 0.0;
+  json out = {{"dataset", j.ref},
+              {"state", j.state},
+              {"error", j.error},
+              {"manifest", j.manifest_digest ? json(j.manifest_digest->str()) : json()},
+              {"files", j.files},
+              {"bytes", j.total},
+              {"bytes_done", done},
+              {"groups", j.groups},
+              {"groups_done", j.groups_done.load()},
+              {"from_peers", from_peers},
+              {"from_origin", from_origin},
+              {"from_http", from_http},
+              {"local_bytes", j.local_bytes.load()},
+              {"rate", rate},
+              {"eta_seconds", rate > 0 && done < j.total ? json(static_cast<double>(j.total - done) / rate) : json()},
+              {"seconds", secs},
+              {"view", j.view ? json(view_path(j.ref)) : json()}};
+  return out.dump();
+}
+
+bool dataset_manager::handle(const http::request& req, const http::responder& resp) {
+  static constexpr std::string_view base = origin::paths::datasets;
+  std::string_view path = req.path;
+  if (!origin::has_prefix(path, base)) return false;
+  if (path == base || path == std::string(base) + "/") {
+    if (req.method != http::verb::get && req.method != http::verb::head) {
+      resp.send(json_error(405, "GET lists the datasets of this node"));
+      return true;
+    }
+    std::vector<std::shared_ptr<job>> all;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [r, j] : jobs_) all.push_back(j);
+    }
+    std::string body = "[";
+    for (std::size_t i = 0; i < all.size(); ++i) body += (i ? "," : "") + status_json(*all[i]);
+    resp.send(json_answer(200, body + "]"));
+    return true;
+  }
+  std::string_view rest = path.substr(base.size() + 1);
+  if (path == origin::paths::dataset_prefetch) {
+    if (req.method != http::verb::post) {
+      resp.send(json_error(405, "POST {\"dataset\": \"name@version\"}"));
+      return true;
+    }
+    auto j = json::parse(req.body, nullptr, false);
+    std::string ref = j.is_object() && j.contains("dataset") && j["dataset"].is_string() ? j["dataset"].get<std::string>() : "";
+    if (auto p = dataset::parse_ref(ref); !p) {
+      resp.send(json_error(400, p.error().message));
+      return true;
+    }
+    if (stop_.load()) {
+      resp.send(json_error(503, "peerd is stopping"));
+      return true;
+    }
+    auto jb = start_prefetch(ref, "", std::nullopt);
+    std::string st;
+    {
+      std::lock_guard lk(jb->mu);
+      st = jb->state;
+    }
+    resp.send(json_answer(st == "ready" ? 200 : 202, status_json(*jb)));
+    return true;
+  }
+  std::string ref(rest);
+  if (auto p = dataset::parse_ref(ref); !p) {
+    resp.send(json_error(400, p.error().message));
+    return true;
+  }
+  if (req.method == http::verb::delete_) {
+    net::post(d_.pool, [this, ref, resp] { remove(ref, resp); });
+    return true;
+  }
+  if (req.method != http::verb::get && req.method != http::verb::head) {
+    resp.send(json_error(405, "GET shows a dataset, DELETE removes its view"));
+    return true;
+  }
+  std::shared_ptr<job> jb;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = jobs_.find(ref); it != jobs_.end()) jb = it->second;
+  }
+  if (!jb) {
+    resp.send(json_error(404, "dataset " + ref + " is not on this node"));
+    return true;
+  }
+  resp.send(json_answer(200, status_json(*jb)));
+  return true;
+}
+
+void dataset_manager::remove(const std::string& ref, const http::responder& resp) {
+  std::shared_ptr<job> j;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = jobs_.find(ref); it != jobs_.end()) j = it->second;
+  }
+  if (!j) return resp.send(json_error(404, "dataset " + ref + " is not on this node"));
+  {
+    std::unique_lock lk(j->mu);
+    j->cancel = true;
+    j->cv.notify_all();
+    j->cv.wait_for(lk, std::chrono::seconds(30), [&] { return !j->running; });
+    if (j->running) return resp.send(json_error(503, "the prefetch of " + ref + " is still stopping; retry"));
+  }
+  remove_tree(view_path(ref));
+  std::shared_ptr<const dataset::manifest> m;
+  bool pinned;
+  std::size_t objects;
+  {
+    std::lock_guard lk(j->mu);
+    m = j->manifest;
+    pinned = j->view_pinned;
+    objects = j->objects.size();
+  }
+  std::size_t unpinned = 0;
+  if (m && pinned) {
+    unpin_all(*m, "view:" + ref);
+    unpinned = objects;
+  }
+  std::error_code ec;
+  fs::remove(opts_.dir + "/records/" + ref + ".json", ec);
+  {
+    std::lock_guard lk(mu_);
+    jobs_.erase(ref);
+  }
+  log::info("dataset view removed", log::kv("dataset", ref), log::kv("unpinned", unpinned));
+  resp.send(json_answer(200, json{{"dataset", ref}, {"removed", true}, {"unpinned", unpinned}}.dump()));
+}
+
+}  // namespace shoal::peerd
