@@ -7,8 +7,8 @@
 //   shoalctl prewarm IMAGE...       warm nodes (--node, --selector or --job) and follow progress
 //   shoalctl prewarm status [ID]    prewarms and their progress
 //   shoalctl dataset declare FILE   declare a dataset to registry-proxy (JSON declaration)
-//   shoalctl dataset prefetch NAME@VERSION   fetch it onto this node, with progress, and make its view
-//   shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
+//   shoalctl dataset prefetch NAME@VERSION   fetch it onto this node, with progress, and make its
+//   view shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
 //            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070),
@@ -70,7 +70,8 @@ int usage(int code) {
       "  dataset declare FILE [--registry-proxy URL]\n"
       "                     declare a dataset (JSON: name, version, origin, include, exclude)\n"
       "  dataset prefetch NAME@VERSION [--no-wait] [--timeout SECONDS]\n"
-      "                     fetch a dataset onto this node (progress bar, summary) and make its view\n"
+      "                     fetch a dataset onto this node (progress bar, summary) and make its "
+      "view\n"
       "  dataset ls         datasets on this node\n"
       "  dataset status NAME@VERSION [--json]\n"
       "  dataset rm NAME@VERSION   remove the view and unpin its objects\n");
@@ -145,7 +146,8 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
       for (int i = 0; i < 5 && !done.load(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (done.load()) break;
-      auto r = request(c, "GET", peerd + std::string(origin::paths::node_status), {}, std::chrono::seconds(5));
+      auto r = request(c, "GET", peerd + std::string(origin::paths::node_status), {},
+                       std::chrono::seconds(5));
       if (!r || r->status != 200) continue;
       auto j = json::parse(r->body, nullptr, false);
       if (j.is_discarded() || !j["downloads"].is_array()) continue;
@@ -164,7 +166,8 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
                    human(rate).c_str(), eta, tty ? "   " : "\n");
     }
   });
-  auto r = request(c, "POST", peerd + std::string(origin::paths::node_pull), body.dump(), std::chrono::minutes(30));
+  auto r = request(c, "POST", peerd + std::string(origin::paths::node_pull), body.dump(),
+                   std::chrono::minutes(30));
   done = true;
   progress.join();
   std::fprintf(stderr, "\n");
@@ -468,7 +471,9 @@ int cmd_prewarm(shoal::http::client& c, const std::string& scheduler, const cmd_
 
 // ---- datasets
 
-double num_of(const json& o, const char* k) { return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0; }
+double num_of(const json& o, const char* k) {
+  return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0;
+}
 
 std::string pct(double part, double whole) {
   char buf[16];
@@ -482,35 +487,43 @@ std::string progress_line(const json& j) {
   double frac = total > 0 ? done / total : (j.value("state", "") == "ready" ? 1.0 : 0.0);
   int width = 24, fill = static_cast<int>(frac * width + 0.5);
   std::string bar = "[" + std::string(static_cast<std::size_t>(std::clamp(fill, 0, width)), '#') +
-                    std::string(static_cast<std::size_t>(width - std::clamp(fill, 0, width)), '.') + "]";
-  double peers = num_of(j, "from_peers"), origin = num_of(j, "from_origin") + num_of(j, "from_http");
+                    std::string(static_cast<std::size_t>(width - std::clamp(fill, 0, width)), '.') +
+                    "]";
+  double peers = num_of(j, "from_peers"),
+         origin = num_of(j, "from_origin") + num_of(j, "from_http");
   double moved = peers + origin;
   std::string eta = j.contains("eta_seconds") && j["eta_seconds"].is_number()
                         ? std::to_string(static_cast<long>(j["eta_seconds"].get<double>())) + "s"
                         : "-";
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s %5.1f%%  %s / %s  %s/s  ETA %s  peers %s origin %s  groups %.0f/%.0f  %s", bar.c_str(),
-                100.0 * frac, human(done).c_str(), human(total).c_str(), human(num_of(j, "rate")).c_str(),
-                eta.c_str(), pct(peers, moved).c_str(), pct(origin, moved).c_str(), num_of(j, "groups_done"),
-                num_of(j, "groups"), j.value("state", "").c_str());
+  std::snprintf(buf, sizeof buf,
+                "%s %5.1f%%  %s / %s  %s/s  ETA %s  peers %s origin %s  groups %.0f/%.0f  %s",
+                bar.c_str(), 100.0 * frac, human(done).c_str(), human(total).c_str(),
+                human(num_of(j, "rate")).c_str(), eta.c_str(), pct(peers, moved).c_str(),
+                pct(origin, moved).c_str(), num_of(j, "groups_done"), num_of(j, "groups"),
+                j.value("state", "").c_str());
   return buf;
 }
 
 void dataset_summary(const json& j) {
   double secs = num_of(j, "seconds"), total = num_of(j, "bytes");
-  double peers = num_of(j, "from_peers"), bt = num_of(j, "from_origin"), http = num_of(j, "from_http"),
-         local = num_of(j, "local_bytes");
+  double peers = num_of(j, "from_peers"), bt = num_of(j, "from_origin"),
+         http = num_of(j, "from_http"), local = num_of(j, "local_bytes");
   double moved = peers + bt + http;
-  std::printf("%s %s: %.0f files, %s in %.1fs (%s/s)\n", j.value("dataset", "").c_str(), j.value("state", "").c_str(),
-              num_of(j, "files"), human(total).c_str(), secs, human(secs > 0 ? moved / secs : 0).c_str());
-  std::printf("  from peers %s (%s), from registry-proxy %s (BitTorrent) + %s (HTTP), already here %s\n",
-              human(peers).c_str(), pct(peers, moved).c_str(), human(bt).c_str(), human(http).c_str(),
-              human(local).c_str());
-  if (j.contains("view") && j["view"].is_string()) std::printf("  view %s\n", j["view"].get<std::string>().c_str());
+  std::printf("%s %s: %.0f files, %s in %.1fs (%s/s)\n", j.value("dataset", "").c_str(),
+              j.value("state", "").c_str(), num_of(j, "files"), human(total).c_str(), secs,
+              human(secs > 0 ? moved / secs : 0).c_str());
+  std::printf(
+      "  from peers %s (%s), from registry-proxy %s (BitTorrent) + %s (HTTP), already here %s\n",
+      human(peers).c_str(), pct(peers, moved).c_str(), human(bt).c_str(), human(http).c_str(),
+      human(local).c_str());
+  if (j.contains("view") && j["view"].is_string())
+    std::printf("  view %s\n", j["view"].get<std::string>().c_str());
   if (!j.value("error", "").empty()) std::printf("  error: %s\n", j.value("error", "").c_str());
 }
 
-int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::string& proxy, const cmd_options& o) {
+int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::string& proxy,
+                const cmd_options& o) {
   const auto& w = o.words;
   if (w.empty()) return usage(2);
   auto fail_with = [](const std::string& what, const shoal::result<shoal::http::full_response>& r) {
@@ -520,7 +533,8 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
     }
     auto j = json::parse(r->body, nullptr, false);
     std::string why = j.is_object() ? j.value("error", "") : "";
-    std::fprintf(stderr, "shoalctl: %s: HTTP %d%s\n", what.c_str(), r->status, why.empty() ? "" : (": " + why).c_str());
+    std::fprintf(stderr, "shoalctl: %s: HTTP %d%s\n", what.c_str(), r->status,
+                 why.empty() ? "" : (": " + why).c_str());
     return 1;
   };
   if (w[0] == "declare" && w.size() == 2) {
@@ -547,12 +561,14 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    std::printf("%-40s %-13s %9s %11s %7s  %s\n", "DATASET", "STATE", "FILES", "SIZE", "PRESENT", "VIEW");
+    std::printf("%-40s %-13s %9s %11s %7s  %s\n", "DATASET", "STATE", "FILES", "SIZE", "PRESENT",
+                "VIEW");
     for (const auto& d : j) {
-      std::printf("%-40s %-13s %9.0f %11s %7s  %s\n", d.value("dataset", "").c_str(), d.value("state", "").c_str(),
-                  num_of(d, "files"), human(num_of(d, "bytes")).c_str(),
-                  pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(),
-                  d.contains("view") && d["view"].is_string() ? d["view"].get<std::string>().c_str() : "-");
+      std::printf(
+          "%-40s %-13s %9.0f %11s %7s  %s\n", d.value("dataset", "").c_str(),
+          d.value("state", "").c_str(), num_of(d, "files"), human(num_of(d, "bytes")).c_str(),
+          pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(),
+          d.contains("view") && d["view"].is_string() ? d["view"].get<std::string>().c_str() : "-");
     }
     return 0;
   }
@@ -571,7 +587,8 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
     return j.value("state", "") == "failed" ? 1 : 0;
   }
   if (w[0] == "rm") {
-    auto r = request(c, "DELETE", peerd + origin::dataset_target(ref), {}, std::chrono::seconds(60));
+    auto r =
+        request(c, "DELETE", peerd + origin::dataset_target(ref), {}, std::chrono::seconds(60));
     if (!r || r->status != 200) return fail_with("dataset rm " + ref, r);
     auto j = json::parse(r->body, nullptr, false);
     std::printf("%s removed (%.0f objects unpinned)\n", ref.c_str(), num_of(j, "unpinned"));
@@ -606,7 +623,8 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
         if (st == "ready" || st == "failed") break;
       }
     } else if (!s) {
-      std::fprintf(stderr, "%sshoalctl: peerd: %s%s", tty ? "\r\033[2K" : "", s.error().message.c_str(), tty ? "" : "\n");
+      std::fprintf(stderr, "%sshoalctl: peerd: %s%s", tty ? "\r\033[2K" : "",
+                   s.error().message.c_str(), tty ? "" : "\n");
     }
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o.timeout) {
       std::fprintf(stderr, "\nshoalctl: %s not ready after %.0fs\n", ref.c_str(), o.timeout);

@@ -54,19 +54,19 @@ bool check_json(const std::string& path) {
     return false;
   }
   bool good = true;
-  for (const char* k : {"p50_ms", "p99_ms", "decisions_s", "heartbeats_s", "rss_mib", "bytes_moved",
-                        "bytes_moved_vs_imagelocality", "p95_start_delay_s",
-                        "p95_start_delay_vs_imagelocality", "jobs_placed", "seed", "cpu_util",
-                        "cpu_s"}) {
+  for (const char* k :
+       {"p50_ms", "p99_ms", "decisions_s", "heartbeats_s", "rss_mib", "bytes_moved",
+        "bytes_moved_vs_imagelocality", "p95_start_delay_s", "p95_start_delay_vs_imagelocality",
+        "jobs_placed", "seed", "cpu_util", "cpu_s"}) {
     if (!j.contains(k)) {
       std::cerr << "scheduler_bench --check: key " << k << " missing\n";
       good = false;
     }
   }
   if (!good) return false;
-  for (const char* pol : {"shoal", "imagelocality", "imagelocality_datasets", "least_allocated",
-                          "imagelocality_plus_least_allocated",
-                          "imagelocality_plus_most_allocated"}) {
+  for (const char* pol :
+       {"shoal", "imagelocality", "imagelocality_datasets", "least_allocated",
+        "imagelocality_plus_least_allocated", "imagelocality_plus_most_allocated"}) {
     auto placed = j["jobs_placed"].value(pol, 0);
     if (placed <= 0) {
       std::cerr << "scheduler_bench --check: policy " << pol << " placed no job\n";
@@ -186,12 +186,9 @@ int main(int argc, char** argv) {
             << " jobs, 6 policies)...\n";
   auto t1 = steady::now();
   double cpu1 = cpu_seconds();
-  json sim = {{"bytes_moved", json::object()},
-              {"bytes_moved_vs_imagelocality", 0.0},
-              {"p95_start_delay_s", json::object()},
-              {"p95_start_delay_vs_imagelocality", 0.0},
-              {"jobs_placed", json::object()},
-              {"policies", json::object()}};
+  json sim = {{"bytes_moved", json::object()},       {"bytes_moved_vs_imagelocality", 0.0},
+              {"p95_start_delay_s", json::object()}, {"p95_start_delay_vs_imagelocality", 0.0},
+              {"jobs_placed", json::object()},       {"policies", json::object()}};
   if (part != "scale") sim = run_sim(mp, seed, ok);
   double sim_cpu = cpu_seconds() - cpu1, sim_wall = ms_since(t1) / 1000.0;
   double wall = ms_since(t0) / 1000.0, cpu = cpu_seconds() - cpu0;
@@ -264,25 +261,29 @@ int main(int argc, char** argv) {
                 r["jobs_placed"].get<int>(), r["bytes_moved_tib"].get<double>(),
                 r["p95_start_delay_s"].get<double>());
   }
-  std::printf("  bytes moved vs ImageLocality %.3f (target <= 0.5), p95 start delay vs "
-              "ImageLocality %.3f (target <= 0.7)\n",
-              sim["bytes_moved_vs_imagelocality"].get<double>(),
-              sim["p95_start_delay_vs_imagelocality"].get<double>());
+  std::printf(
+      "  bytes moved vs ImageLocality %.3f (target <= 0.5), p95 start delay vs "
+      "ImageLocality %.3f (target <= 0.7)\n",
+      sim["bytes_moved_vs_imagelocality"].get<double>(),
+      sim["p95_start_delay_vs_imagelocality"].get<double>());
   if (sim.contains("source_queue")) {
     const auto& q = sim["source_queue"];
-    std::printf("  second fetch model (per-node NIC %.0f MiB/s, one upstream of %.0f MiB/s, FIFO "
-                "queues): bytes moved vs ImageLocality %.3f, p95 start delay vs ImageLocality "
-                "%.3f\n",
-                q["node_mib_s"].get<double>(), q["upstream_mib_s"].get<double>(),
-                q["bytes_moved_vs_imagelocality"].get<double>(),
-                q["p95_start_delay_vs_imagelocality"].get<double>());
+    std::printf(
+        "  second fetch model (per-node NIC %.0f MiB/s, one upstream of %.0f MiB/s, FIFO "
+        "queues): bytes moved vs ImageLocality %.3f, p95 start delay vs ImageLocality "
+        "%.3f\n",
+        q["node_mib_s"].get<double>(), q["upstream_mib_s"].get<double>(),
+        q["bytes_moved_vs_imagelocality"].get<double>(),
+        q["p95_start_delay_vs_imagelocality"].get<double>());
   }
   // Verdicts from the unrounded ratios (the JSON's are rounded to 3 places for reading).
   if (part != "scale") {
     auto verdict = [](const char* what, double v, double bound) {
-      std::printf("  verdict %-52s %.6f <= %g: %s\n", what, v, bound, v <= bound ? "met" : "MISSED");
+      std::printf("  verdict %-52s %.6f <= %g: %s\n", what, v, bound,
+                  v <= bound ? "met" : "MISSED");
     };
-    verdict("bytes_moved_vs_imagelocality (Shoal's fetch model)", sim["bytes_moved_vs_imagelocality_raw"].get<double>(), 0.5);
+    verdict("bytes_moved_vs_imagelocality (Shoal's fetch model)",
+            sim["bytes_moved_vs_imagelocality_raw"].get<double>(), 0.5);
     verdict("p95_start_delay_vs_imagelocality (Shoal's fetch model)",
             sim["p95_start_delay_vs_imagelocality_raw"].get<double>(), 0.7);
     verdict("p95_start_delay_vs_imagelocality (source_queue model)",
@@ -291,7 +292,8 @@ int main(int argc, char** argv) {
   if (part != "sim") {
     double p99 = scale.value("p99_ms_raw", out["p99_ms"].get<double>());
     std::printf("  verdict %-52s %.6f <= 5: %s\n", "p99_ms", p99, p99 <= 5 ? "met" : "MISSED");
-    std::printf("  verdict %-52s %.1f >= 10000: %s\n", "heartbeats_s", out["heartbeats_s"].get<double>(),
+    std::printf("  verdict %-52s %.1f >= 10000: %s\n", "heartbeats_s",
+                out["heartbeats_s"].get<double>(),
                 out["heartbeats_s"].get<double>() >= 10000 ? "met" : "MISSED");
   }
   if (!json_path.empty()) std::printf("  JSON: %s\n", json_path.c_str());

@@ -29,8 +29,7 @@ std::vector<std::size_t> top_k(const sim_cluster& c, const sim_job& j,
   return out;
 }
 
-std::vector<std::int64_t> image_locality::scores(const sim_job& j,
-                                                 const sim_cluster& c) const {
+std::vector<std::int64_t> image_locality::scores(const sim_job& j, const sim_cluster& c) const {
   std::vector<std::pair<const std::vector<std::uint32_t>*, std::uint64_t>> items;
   items.push_back({&t_.image_objects[j.image], t_.image_bytes[j.image]});
   if (datasets_ && j.dataset >= 0) {

@@ -68,8 +68,11 @@ enum class allocation { least, most };
 
 class gpu_allocation final : public policy {
  public:
-  gpu_allocation(allocation a, std::uint32_t capacity, std::uint64_t seed) : a_(a), capacity_(capacity), r_(seed) {}
-  std::string name() const override { return a_ == allocation::least ? "least_allocated" : "most_allocated"; }
+  gpu_allocation(allocation a, std::uint32_t capacity, std::uint64_t seed)
+      : a_(a), capacity_(capacity), r_(seed) {}
+  std::string name() const override {
+    return a_ == allocation::least ? "least_allocated" : "most_allocated";
+  }
   std::vector<std::size_t> place(const sim_job& j, sim_cluster& c) override {
     return top_k(c, j, scores(j, c), r_);
   }

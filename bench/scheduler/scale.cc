@@ -220,8 +220,7 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
       }
       for (int k = 0, tries = 0; k < 3 && tries < 100; ++tries) {
         auto o = static_cast<std::uint32_t>(pop.sample(r));
-        if (holds(g, o) || std::find(removed.begin(), removed.end(), o) != removed.end())
-          continue;
+        if (holds(g, o) || std::find(removed.begin(), removed.end(), o) != removed.end()) continue;
         g.held.push_back(o);
         added.push_back(o);
         ++k;
@@ -277,8 +276,7 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
   for (std::size_t q = 0; q < p.pods; ++q) {
     std::vector<std::uint32_t> chosen;
     while (chosen.size() < 50) {
-      auto o = static_cast<std::uint32_t>(r.uniform() < 0.5 ? pop.sample(r)
-                                                             : r.below(p.objects));
+      auto o = static_cast<std::uint32_t>(r.uniform() < 0.5 ? pop.sample(r) : r.below(p.objects));
       if (std::find(chosen.begin(), chosen.end(), o) == chosen.end()) chosen.push_back(o);
     }
     auto ref = [&](std::size_t k) { return object_ref{ids[chosen[k]], sizes[chosen[k]]}; };

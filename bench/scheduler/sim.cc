@@ -55,7 +55,8 @@ sim_result simulate(const trace& t, const sim_params& p, policy& pol) {
       } else {
         double end = std::max(now, nic_free[n]);
         if (f.upstream > 0) {
-          end = std::max(end, upstream_free) + f.upstream / std::min(p.source_upstream_bw, p.node_bw);
+          end =
+              std::max(end, upstream_free) + f.upstream / std::min(p.source_upstream_bw, p.node_bw);
           upstream_free = end;
         }
         end += f.peer / p.node_bw;
@@ -230,8 +231,9 @@ json run_sim(const sim_params& p, std::uint64_t seed, bool& ok) {
   const auto& qim = queued.results["imagelocality"];
   const auto& qima = queued.results["imagelocality_plus_most_allocated"];
   json source_queue = {
-      {"model", "fixed per-node bandwidth (node_bw) and one upstream source (upstream_bw), both "
-                "first-come first-served queues"},
+      {"model",
+       "fixed per-node bandwidth (node_bw) and one upstream source (upstream_bw), both "
+       "first-come first-served queues"},
       {"node_mib_s", p.node_bw / MiB},
       {"upstream_mib_s", p.source_upstream_bw / MiB},
       {"bytes_moved", q_bytes},

@@ -24,7 +24,11 @@ class sim_cluster {
   };
 
   sim_cluster(const sim_params& p, const trace& t, bool track_changes)
-      : p_(p), t_(t), track_(track_changes), nodes_(p.nodes), holders_(t.objects.size(), 0),
+      : p_(p),
+        t_(t),
+        track_(track_changes),
+        nodes_(p.nodes),
+        holders_(t.objects.size(), 0),
         changes_(p.nodes) {
     for (auto& n : nodes_) n.free = p.gpus_per_node;
     by_free_.assign(p.gpus_per_node + 1, 0);

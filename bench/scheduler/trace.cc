@@ -65,9 +65,8 @@ trace make_trace(const sim_params& p, std::uint64_t seed) {
     t.jobs.push_back(std::move(j));
   }
   // Poisson arrivals at the rate that offers `load` of the cluster's GPUs.
-  double gap = gpu_seconds /
-               (p.load * static_cast<double>(p.nodes * p.gpus_per_node) *
-                static_cast<double>(p.jobs));
+  double gap = gpu_seconds / (p.load * static_cast<double>(p.nodes * p.gpus_per_node) *
+                              static_cast<double>(p.jobs));
   double now = 0;
   for (auto& j : t.jobs) {
     now += r.exponential(gap);

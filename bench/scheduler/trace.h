@@ -33,13 +33,13 @@ struct sim_params {
   std::size_t images = 200;
   std::size_t base_images = 12;
   std::size_t datasets = 120;
-  double cache_bytes = 2 * TiB;  // per node (the catalog is ~20 TiB)
-  double peer_bw = 1 * GiB;      // bytes/s from another node (P2P over the cluster network)
+  double cache_bytes = 2 * TiB;    // per node (the catalog is ~20 TiB)
+  double peer_bw = 1 * GiB;        // bytes/s from another node (P2P over the cluster network)
   double upstream_bw = 128 * MiB;  // bytes/s from the upstream registry / object store
   fetch_model model = fetch_model::independent;
-  double node_bw = 1 * GiB;        // source_queue: bytes/s into one node (its NIC)
+  double node_bw = 1 * GiB;               // source_queue: bytes/s into one node (its NIC)
   double source_upstream_bw = 128 * MiB;  // source_queue: bytes/s of the one shared upstream
-  double load = 0.85;            // offered GPU load (ignoring fetch time)
+  double load = 0.85;                     // offered GPU load (ignoring fetch time)
   double zipf_s = 1.1;
   double dataset_share = 0.7;  // jobs that read a dataset
   // Shoal's placement.packing_seconds_per_gpu (not part of the trace: the scheduler's setting,

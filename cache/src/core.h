@@ -134,7 +134,8 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] io_pool* pool() noexcept { return pool_.get(); }
   void count_no_space() noexcept { ctr_.no_space.fetch_add(1, std::memory_order_relaxed); }
 
-  // Moves the object's file (if it is still the inode `fd` refers to) to quarantine/ and forgets it.
+  // Moves the object's file (if it is still the inode `fd` refers to) to quarantine/ and forgets
+  // it.
   void quarantine(const digest& id, int fd);
 
  private:

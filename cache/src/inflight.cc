@@ -12,7 +12,6 @@
 
 namespace shoal::cache {
 
-
 inflight_object::~inflight_object() { detail::close_quietly(fd_); }
 
 progress inflight_object::snapshot() const {
@@ -142,7 +141,8 @@ void inflight_object::advance(std::uint64_t n) {
     }
     if (waiters_.empty()) has_waiters_.store(false);
   }
-  if (!ready.empty()) fire(ready, progress{write_state::writing, n, std::nullopt, verified_.load()});
+  if (!ready.empty())
+    fire(ready, progress{write_state::writing, n, std::nullopt, verified_.load()});
 }
 
 void inflight_object::finish_committed(std::uint64_t size) {

@@ -94,7 +94,9 @@ std::string layout::shard_path(std::uint8_t shard) const {
   return objects_ + "/" + shard_name(shard);
 }
 
-std::string layout::object_path(const digest& d) const { return pack_dir_ + "/" + relative_object_path(d); }
+std::string layout::object_path(const digest& d) const {
+  return pack_dir_ + "/" + relative_object_path(d);
+}
 
 std::string layout::relative_object_path(const digest& d) {
   std::string hex = d.hex();

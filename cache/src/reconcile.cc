@@ -99,8 +99,8 @@ bool verify_orphan(int sfd, const std::string& n, const digest& id, std::uint64_
   int fd = open_read_noatime(sfd, n.c_str());
   if (fd < 0) return false;
   auto h = sha256_fd(fd, 0, size);
-  bool ok = h && *h == id && fdatasync_fd(fd, "fdatasync orphan").has_value() &&
-            ::fchmod(fd, 0444) == 0;
+  bool ok =
+      h && *h == id && fdatasync_fd(fd, "fdatasync orphan").has_value() && ::fchmod(fd, 0444) == 0;
   close_quietly(fd);
   return ok;
 }
@@ -108,8 +108,7 @@ bool verify_orphan(int sfd, const std::string& n, const digest& id, std::uint64_
 // Judges one entry of a shard directory: its row is marked seen, or it is adopted or removed.
 // Returns whether the directory changed.
 bool reconcile_file(int sfd, const std::string& spath, std::uint8_t shard, std::string_view name,
-                    unsigned char type, object_table& table, bool adopt_orphans,
-                    shard_result& r) {
+                    unsigned char type, object_table& table, bool adopt_orphans, shard_result& r) {
   std::string n(name);
   if (type == DT_DIR) {
     log::warn("cache: leaving unexpected directory in objects/", log::kv("path", spath + "/" + n));

@@ -62,8 +62,8 @@ class pacer {
   std::optional<std::chrono::nanoseconds> pause_after(std::uint64_t n) {
     if (rate_ == 0) return std::nullopt;
     bytes_ += n;
-    auto due = std::chrono::duration<double>(static_cast<double>(bytes_) /
-                                             static_cast<double>(rate_));
+    auto due =
+        std::chrono::duration<double>(static_cast<double>(bytes_) / static_cast<double>(rate_));
     auto elapsed = std::chrono::steady_clock::now() - start_;
     if (due <= elapsed) return std::nullopt;
     return std::chrono::duration_cast<std::chrono::nanoseconds>(due - elapsed);

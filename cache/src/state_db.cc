@@ -16,7 +16,8 @@ namespace {
 rocksdb::Slice slice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 
 std::unexpected<error> failed(const rocksdb::Status& s, std::string_view what) {
-  return fail(s.IsNoSpace() ? errc::no_space : errc::io_error, std::string(what) + ": " + s.ToString());
+  return fail(s.IsNoSpace() ? errc::no_space : errc::io_error,
+              std::string(what) + ": " + s.ToString());
 }
 
 }  // namespace
@@ -30,12 +31,15 @@ void state_db::batch::put(std::string_view key, std::string_view value) {
   ops_.push_back(op{std::string(key), std::string(value)});
 }
 
-void state_db::batch::remove(std::string_view key) { ops_.push_back(op{std::string(key), std::nullopt}); }
+void state_db::batch::remove(std::string_view key) {
+  ops_.push_back(op{std::string(key), std::nullopt});
+}
 
 state_db::state_db(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
 state_db::~state_db() = default;
 
-result<std::unique_ptr<state_db>> state_db::open(const std::string& dir, const state_db_options& opts) {
+result<std::unique_ptr<state_db>> state_db::open(const std::string& dir,
+                                                 const state_db_options& opts) {
   std::string what = "open " + opts.label + " " + dir;
   if (auto st = detail::make_dirs(dir); !st) return fail(st.error().wrap(what));
   rocksdb::Options o;
@@ -85,8 +89,9 @@ status state_db::write(const batch& b) {
   return {};
 }
 
-status state_db::scan(std::string_view prefix,
-                      const std::function<void(std::string_view key, std::string_view value)>& fn) const {
+status state_db::scan(
+    std::string_view prefix,
+    const std::function<void(std::string_view key, std::string_view value)>& fn) const {
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(slice(prefix)); it->Valid() && it->key().starts_with(slice(prefix)); it->Next()) {
     fn(it->key().ToStringView(), it->value().ToStringView());

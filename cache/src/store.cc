@@ -230,12 +230,16 @@ std::vector<object_info> store::list() const { return core_->list(); }
 std::string store::object_path(const digest& id) const { return core_->dirs().object_path(id); }
 std::string store::shard_dir(const digest& id) const { return core_->dirs().shard_path(id); }
 std::string store::pack_dir() const { return core_->dirs().pack_dir(); }
-std::string store::pack_member_path(const digest& id) { return detail::layout::relative_object_path(id); }
+std::string store::pack_member_path(const digest& id) {
+  return detail::layout::relative_object_path(id);
+}
 
 status store::check_same_filesystem(const std::string& path) const {
-  struct ::stat a {}, b {};
+  struct ::stat a {
+  }, b{};
   const std::string& objects = core_->dirs().pack_dir();
-  if (::stat(path.c_str(), &a) != 0 || ::stat(objects.c_str(), &b) != 0 || a.st_dev == b.st_dev) return {};
+  if (::stat(path.c_str(), &a) != 0 || ::stat(objects.c_str(), &b) != 0 || a.st_dev == b.st_dev)
+    return {};
   return fail(errc::config_error, path + " is not on the cache's filesystem (" + objects + ")");
 }
 
@@ -267,7 +271,8 @@ status store::verify(const digest& id) {
   if (!got) return fail(got.error().wrap("verify " + id.short_str()));
   if (*got == id) return {};
   core_->quarantine(id, rd->fd());
-  return fail(errc::digest_mismatch, "object " + id.str() + " hashes to " + got->str() + "; quarantined");
+  return fail(errc::digest_mismatch,
+              "object " + id.str() + " hashes to " + got->str() + "; quarantined");
 }
 
 subscription store::on_event(std::function<void(const event&)> cb) {

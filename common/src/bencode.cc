@@ -74,7 +74,10 @@ class decoder {
       list l;
       for (;;) {
         if (pos_ >= in_.size()) return err("unterminated list");
-        if (in_[pos_] == 'e') { ++pos_; break; }
+        if (in_[pos_] == 'e') {
+          ++pos_;
+          break;
+        }
         auto v = parse(depth + 1);
         if (!v) return v;
         l.push_back(std::move(*v));
@@ -87,7 +90,10 @@ class decoder {
       bool first = true;
       for (;;) {
         if (pos_ >= in_.size()) return err("unterminated dict");
-        if (in_[pos_] == 'e') { ++pos_; break; }
+        if (in_[pos_] == 'e') {
+          ++pos_;
+          break;
+        }
         if (in_[pos_] < '0' || in_[pos_] > '9') return err("dict key is not a string");
         auto k = parse_string();
         if (!k) return std::unexpected(k.error());

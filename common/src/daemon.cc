@@ -22,8 +22,10 @@ void describe(config::binder& b, log_config& c) {
 status init_logging(const log_config& c, std::string_view component) {
   log::level l;
   log::format f;
-  if (!log::parse_level(c.level, l)) return fail(errc::config_error, "log.level: unknown level " + c.level);
-  if (!log::parse_format(c.format, f)) return fail(errc::config_error, "log.format: unknown format " + c.format);
+  if (!log::parse_level(c.level, l))
+    return fail(errc::config_error, "log.level: unknown level " + c.level);
+  if (!log::parse_format(c.format, f))
+    return fail(errc::config_error, "log.format: unknown format " + c.format);
   log::init(f, l, component, c.file);
   return {};
 }
@@ -36,7 +38,8 @@ void describe(config::binder& b, http_config& c) {
   b.field("max_body_bytes", c.max_body_bytes, "Largest request body; larger bodies get 413.");
   b.field("idle_timeout", c.idle_timeout, "Close a keep-alive connection idle this long.",
           {.min = std::chrono::milliseconds(10)});
-  b.field("read_timeout", c.read_timeout, "Give up on a request body that does not finish arriving.",
+  b.field("read_timeout", c.read_timeout,
+          "Give up on a request body that does not finish arriving.",
           {.min = std::chrono::milliseconds(10)});
   b.field("write_timeout", c.write_timeout,
           "Drop a client that accepts no bytes for this long (or a body source silent this long).",

@@ -29,8 +29,8 @@ bool valid_utf8(std::string_view s) {
       cp = (cp << 6) | (cc & 0x3f);
     }
     // Overlong forms, surrogates and values beyond U+10FFFF are invalid.
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
       return false;
     }
     i += static_cast<std::size_t>(n) + 1;
@@ -41,7 +41,8 @@ bool valid_utf8(std::string_view s) {
 bool token_ok(std::string_view s, bool allow_upper) {
   if (s.empty() || s.size() > 128) return false;
   auto alnum = [allow_upper](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (allow_upper && c >= 'A' && c <= 'Z');
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           (allow_upper && c >= 'A' && c <= 'Z');
   };
   if (!alnum(s[0])) return false;
   for (char c : s) {
@@ -104,15 +105,16 @@ std::vector<std::string_view> split(std::string_view s) {
   std::size_t start = 0;
   while (true) {
     auto slash = s.find('/', start);
-    out.push_back(s.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start));
+    out.push_back(
+        s.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start));
     if (slash == std::string_view::npos) break;
     start = slash + 1;
   }
   return out;
 }
 
-bool match_parts(const std::vector<std::string_view>& p, std::size_t pi, const std::vector<std::string_view>& s,
-                 std::size_t si, int depth) {
+bool match_parts(const std::vector<std::string_view>& p, std::size_t pi,
+                 const std::vector<std::string_view>& s, std::size_t si, int depth) {
   if (depth > 64) return false;
   while (pi < p.size()) {
     if (p[pi] == "**") {
@@ -136,11 +138,16 @@ bool valid_version(std::string_view v) { return token_ok(v, true); }
 
 result<std::pair<std::string, std::string>> parse_ref(std::string_view ref) {
   auto at = ref.find('@');
-  if (at == std::string_view::npos) return fail(errc::invalid_argument, "dataset reference " + quote_excerpt(ref) + " must be name@version");
+  if (at == std::string_view::npos)
+    return fail(errc::invalid_argument,
+                "dataset reference " + quote_excerpt(ref) + " must be name@version");
   auto n = ref.substr(0, at), v = ref.substr(at + 1);
-  if (!valid_name(n)) return fail(errc::invalid_argument, "dataset name " + quote_excerpt(n) + " must match [a-z0-9][a-z0-9._-]{0,127}");
+  if (!valid_name(n))
+    return fail(errc::invalid_argument,
+                "dataset name " + quote_excerpt(n) + " must match [a-z0-9][a-z0-9._-]{0,127}");
   if (!valid_version(v)) {
-    return fail(errc::invalid_argument, "dataset version " + quote_excerpt(v) + " must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}");
+    return fail(errc::invalid_argument, "dataset version " + quote_excerpt(v) +
+                                            " must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}");
   }
   return std::make_pair(std::string(n), std::string(v));
 }
@@ -148,21 +155,33 @@ result<std::pair<std::string, std::string>> parse_ref(std::string_view ref) {
 status check_path(std::string_view path) {
   if (path.empty()) return fail(errc::invalid_argument, "empty path");
   if (path.size() > max_path_bytes) {
-    return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is longer than " + std::to_string(max_path_bytes) + " bytes");
+    return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is longer than " +
+                                            std::to_string(max_path_bytes) + " bytes");
   }
-  if (path.front() == '/') return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is absolute");
+  if (path.front() == '/')
+    return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is absolute");
   for (char c : path) {
     auto u = static_cast<unsigned char>(c);
-    if (u == 0) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains NUL");
-    if (u < 0x20 || u == 0x7f) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains a control character");
-    if (c == '\\') return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains a backslash");
+    if (u == 0)
+      return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains NUL");
+    if (u < 0x20 || u == 0x7f)
+      return fail(errc::invalid_argument,
+                  "path " + quote_excerpt(path) + " contains a control character");
+    if (c == '\\')
+      return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " contains a backslash");
   }
-  if (!valid_utf8(path)) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is not valid UTF-8");
+  if (!valid_utf8(path))
+    return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " is not valid UTF-8");
   for (auto comp : split(path)) {
-    if (comp.empty()) return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " has an empty component");
-    if (comp == "." || comp == "..") return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " has a '" + std::string(comp) + "' component");
+    if (comp.empty())
+      return fail(errc::invalid_argument,
+                  "path " + quote_excerpt(path) + " has an empty component");
+    if (comp == "." || comp == "..")
+      return fail(errc::invalid_argument,
+                  "path " + quote_excerpt(path) + " has a '" + std::string(comp) + "' component");
     if (comp.size() > max_component_bytes) {
-      return fail(errc::invalid_argument, "path " + quote_excerpt(path) + " has a component longer than " +
+      return fail(errc::invalid_argument, "path " + quote_excerpt(path) +
+                                              " has a component longer than " +
                                               std::to_string(max_component_bytes) + " bytes");
     }
   }
@@ -192,16 +211,22 @@ bool selected(const declaration& d, std::string_view path) {
 }
 
 result<declaration> parse_declaration(std::string_view text) {
-  if (text.size() > (1u << 20)) return fail(errc::too_large, "dataset declaration larger than 1 MiB");
+  if (text.size() > (1u << 20))
+    return fail(errc::too_large, "dataset declaration larger than 1 MiB");
   auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::invalid_argument, "dataset declaration is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::invalid_argument, "dataset declaration is not a JSON object");
   declaration d;
   try {
     d.name = j.value("name", "");
     d.version = j.value("version", "");
-    if (!valid_name(d.name)) return fail(errc::invalid_argument, "dataset name " + quote_excerpt(d.name) + " is invalid");
-    if (!valid_version(d.version)) return fail(errc::invalid_argument, "dataset version " + quote_excerpt(d.version) + " is invalid");
-    if (!j.contains("origin") || !j["origin"].is_object()) return fail(errc::invalid_argument, "dataset origin is missing");
+    if (!valid_name(d.name))
+      return fail(errc::invalid_argument, "dataset name " + quote_excerpt(d.name) + " is invalid");
+    if (!valid_version(d.version))
+      return fail(errc::invalid_argument,
+                  "dataset version " + quote_excerpt(d.version) + " is invalid");
+    if (!j.contains("origin") || !j["origin"].is_object())
+      return fail(errc::invalid_argument, "dataset origin is missing");
     const auto& o = j["origin"];
     d.origin.url = o.value("url", "");
     d.origin.endpoint = o.value("endpoint", "");
@@ -209,7 +234,9 @@ result<declaration> parse_declaration(std::string_view text) {
     d.origin.credentials_file = o.value("credentials_file", "");
     for (const char* k : {"include", "exclude"}) {
       if (!j.contains(k)) continue;
-      if (!j[k].is_array()) return fail(errc::invalid_argument, std::string("dataset ") + k + " must be a list of globs");
+      if (!j[k].is_array())
+        return fail(errc::invalid_argument,
+                    std::string("dataset ") + k + " must be a list of globs");
       for (const auto& g : j[k]) {
         if (!g.is_string() || g.get<std::string>().empty() || g.get<std::string>().size() > 1024) {
           return fail(errc::invalid_argument, std::string("dataset ") + k + " has an invalid glob");
@@ -218,7 +245,8 @@ result<declaration> parse_declaration(std::string_view text) {
       }
     }
   } catch (const json::exception& e) {
-    return fail(errc::invalid_argument, std::string("dataset declaration field has the wrong type: ") + e.what());
+    return fail(errc::invalid_argument,
+                std::string("dataset declaration field has the wrong type: ") + e.what());
   }
   const std::string& u = d.origin.url;
   if (u.rfind("s3://", 0) == 0) {
@@ -227,21 +255,25 @@ result<declaration> parse_declaration(std::string_view text) {
     auto slash = rest.find('/');
     d.origin.bucket = rest.substr(0, slash);
     d.origin.prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
-    if (d.origin.bucket.empty() || d.origin.bucket.size() > 63) return fail(errc::invalid_argument, "s3 bucket name is invalid");
+    if (d.origin.bucket.empty() || d.origin.bucket.size() > 63)
+      return fail(errc::invalid_argument, "s3 bucket name is invalid");
     for (char c : d.origin.bucket) {
       if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
-        return fail(errc::invalid_argument, "s3 bucket name " + quote_excerpt(d.origin.bucket) + " is invalid");
+        return fail(errc::invalid_argument,
+                    "s3 bucket name " + quote_excerpt(d.origin.bucket) + " is invalid");
       }
     }
     if (!d.origin.prefix.empty() && d.origin.prefix.back() != '/') d.origin.prefix += '/';
-    if (!d.origin.endpoint.empty() && d.origin.endpoint.rfind("http://", 0) != 0 && d.origin.endpoint.rfind("https://", 0) != 0) {
+    if (!d.origin.endpoint.empty() && d.origin.endpoint.rfind("http://", 0) != 0 &&
+        d.origin.endpoint.rfind("https://", 0) != 0) {
       return fail(errc::invalid_argument, "s3 endpoint must be an http(s) URL");
     }
   } else if (u.rfind("https://", 0) == 0 || u.rfind("http://", 0) == 0) {
     d.origin.type = origin::kind::http;
     d.origin.prefix = u.back() == '/' ? u : u + "/";
   } else {
-    return fail(errc::invalid_argument, "dataset origin url must start with s3://, https:// or http://");
+    return fail(errc::invalid_argument,
+                "dataset origin url must start with s3://, https:// or http://");
   }
   return d;
 }
@@ -249,8 +281,11 @@ result<declaration> parse_declaration(std::string_view text) {
 std::string to_json(const declaration& d) {
   json j = {{"name", d.name},
             {"version", d.version},
-            {"origin", {{"url", d.origin.url}, {"endpoint", d.origin.endpoint}, {"region", d.origin.region},
-                        {"credentials_file", d.origin.credentials_file}}},
+            {"origin",
+             {{"url", d.origin.url},
+              {"endpoint", d.origin.endpoint},
+              {"region", d.origin.region},
+              {"credentials_file", d.origin.credentials_file}}},
             {"include", d.include},
             {"exclude", d.exclude}};
   return j.dump();
@@ -268,10 +303,12 @@ result<manifest> build_manifest(std::string name, std::string version, std::stri
   m.name = std::move(name);
   m.version = std::move(version);
   m.origin = std::move(origin);
-  std::sort(files.begin(), files.end(), [](const file_entry& a, const file_entry& b) { return a.path < b.path; });
+  std::sort(files.begin(), files.end(),
+            [](const file_entry& a, const file_entry& b) { return a.path < b.path; });
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (auto s = check_path(files[i].path); !s) return fail(s.error());
-    if (i > 0 && files[i].path == files[i - 1].path) return fail(errc::invalid_argument, "duplicate path " + quote_excerpt(files[i].path));
+    if (i > 0 && files[i].path == files[i - 1].path)
+      return fail(errc::invalid_argument, "duplicate path " + quote_excerpt(files[i].path));
   }
   m.files = std::move(files);
   group pack;
@@ -350,15 +387,20 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
   {
     // The document goes as soon as the manifest is read: it is many times the manifest's size.
     auto j = json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return fail(errc::protocol_error, "dataset manifest is not a JSON object");
+    if (j.is_discarded() || !j.is_object())
+      return fail(errc::protocol_error, "dataset manifest is not a JSON object");
     try {
       m.schema = j.value("schema", 0);
-      if (m.schema != 1) return fail(errc::protocol_error, "dataset manifest schema " + std::to_string(m.schema) + " is not supported");
+      if (m.schema != 1)
+        return fail(errc::protocol_error,
+                    "dataset manifest schema " + std::to_string(m.schema) + " is not supported");
       m.name = j.value("name", "");
       m.version = j.value("version", "");
       m.origin = j.value("origin", "");
-      if (!valid_name(m.name) || !valid_version(m.version)) return fail(errc::protocol_error, "dataset manifest name or version is invalid");
-      if (!j.contains("files") || !j["files"].is_array() || !j.contains("groups") || !j["groups"].is_array()) {
+      if (!valid_name(m.name) || !valid_version(m.version))
+        return fail(errc::protocol_error, "dataset manifest name or version is invalid");
+      if (!j.contains("files") || !j["files"].is_array() || !j.contains("groups") ||
+          !j["groups"].is_array()) {
         return fail(errc::protocol_error, "dataset manifest needs files and groups");
       }
       for (const auto& f : j["files"]) {
@@ -370,7 +412,8 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
         e.id = *d;
         if (auto s = check_path(e.path); !s) return fail(s.error().wrap("dataset manifest"));
         if (!m.files.empty() && !(m.files.back().path < e.path)) {
-          return fail(errc::protocol_error, "dataset manifest files are not sorted and unique at " + quote_excerpt(e.path));
+          return fail(errc::protocol_error, "dataset manifest files are not sorted and unique at " +
+                                                quote_excerpt(e.path));
         }
         m.files.push_back(std::move(e));
       }
@@ -378,34 +421,45 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
       for (const auto& g : j["groups"]) {
         group gr;
         std::string kind = g.at("kind").get<std::string>();
-        if (kind == "pack") gr.type = group::kind::pack;
-        else if (kind == "single") gr.type = group::kind::single;
-        else return fail(errc::protocol_error, "dataset manifest group kind " + quote_excerpt(kind) + " is unknown");
+        if (kind == "pack")
+          gr.type = group::kind::pack;
+        else if (kind == "single")
+          gr.type = group::kind::single;
+        else
+          return fail(errc::protocol_error,
+                      "dataset manifest group kind " + quote_excerpt(kind) + " is unknown");
         gr.bytes = g.at("bytes").get<std::uint64_t>();
         std::unordered_set<digest> uniq;
         std::uint64_t bytes = 0;
         for (const auto& i : g.at("files")) {
           auto idx = i.get<std::uint32_t>();
-          if (idx >= m.files.size()) return fail(errc::protocol_error, "dataset manifest group refers to a missing file");
-          if (++seen[idx] > 1) return fail(errc::protocol_error, "dataset manifest file " + quote_excerpt(m.files[idx].path) + " is in two groups");
+          if (idx >= m.files.size())
+            return fail(errc::protocol_error, "dataset manifest group refers to a missing file");
+          if (++seen[idx] > 1)
+            return fail(
+                errc::protocol_error,
+                "dataset manifest file " + quote_excerpt(m.files[idx].path) + " is in two groups");
           if (uniq.insert(m.files[idx].id).second) bytes += m.files[idx].size;
           gr.files.push_back(idx);
         }
-        if (gr.files.empty() || (gr.type == group::kind::single && gr.files.size() != 1) || bytes != gr.bytes) {
+        if (gr.files.empty() || (gr.type == group::kind::single && gr.files.size() != 1) ||
+            bytes != gr.bytes) {
           return fail(errc::protocol_error, "dataset manifest group is inconsistent");
         }
         m.groups.push_back(std::move(gr));
       }
       for (std::size_t i = 0; i < m.files.size(); ++i) {
         if (seen[i] == 0 && m.files[i].size != 0) {
-          return fail(errc::protocol_error, "dataset manifest file " + quote_excerpt(m.files[i].path) + " is in no group");
+          return fail(errc::protocol_error, "dataset manifest file " +
+                                                quote_excerpt(m.files[i].path) + " is in no group");
         }
       }
     } catch (const json::exception& e) {
       return fail(errc::protocol_error, std::string("dataset manifest: ") + e.what());
     }
   }
-  if (canonical_json(m) != text) return fail(errc::protocol_error, "dataset manifest is not in canonical form");
+  if (canonical_json(m) != text)
+    return fail(errc::protocol_error, "dataset manifest is not in canonical form");
   return m;
 }
 
@@ -416,7 +470,8 @@ std::vector<std::pair<digest, std::uint64_t>> group_objects(const manifest& m, c
     if (i < m.files.size()) out.emplace_back(m.files[i].id, m.files[i].size);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  out.erase(std::unique(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+  out.erase(std::unique(out.begin(), out.end(),
+                        [](const auto& a, const auto& b) { return a.first == b.first; }),
             out.end());
   return out;
 }
@@ -437,21 +492,28 @@ std::vector<std::pair<digest, std::uint64_t>> manifest_objects(const manifest& m
     if (f.size > 0) out.emplace_back(f.id, f.size);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  out.erase(std::unique(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+  out.erase(std::unique(out.begin(), out.end(),
+                        [](const auto& a, const auto& b) { return a.first == b.first; }),
             out.end());
   return out;
 }
 
 result<std::vector<listing_entry>> parse_autoindex(std::string_view text, std::size_t max_entries) {
-  if (text.size() > (512u << 20)) return fail(errc::too_large, "directory listing larger than 512 MiB");
+  if (text.size() > (512u << 20))
+    return fail(errc::too_large, "directory listing larger than 512 MiB");
   auto j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_array()) {
-    return fail(errc::protocol_error, "directory listing is not a JSON array (nginx: autoindex on; autoindex_format json;)");
+    return fail(
+        errc::protocol_error,
+        "directory listing is not a JSON array (nginx: autoindex on; autoindex_format json;)");
   }
   std::vector<listing_entry> out;
   for (const auto& e : j) {
-    if (out.size() >= max_entries) return fail(errc::too_large, "directory listing has more than " + std::to_string(max_entries) + " entries");
-    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("type") || !e["type"].is_string()) {
+    if (out.size() >= max_entries)
+      return fail(errc::too_large,
+                  "directory listing has more than " + std::to_string(max_entries) + " entries");
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("type") ||
+        !e["type"].is_string()) {
       return fail(errc::protocol_error, "directory listing entry without a name and a type");
     }
     listing_entry le;
@@ -461,7 +523,8 @@ result<std::vector<listing_entry>> parse_autoindex(std::string_view text, std::s
       le.directory = true;
     } else if (type == "file") {
       if (!e.contains("size") || !e["size"].is_number_unsigned()) {
-        return fail(errc::protocol_error, "directory listing: file " + quote_excerpt(le.name) + " has no size");
+        return fail(errc::protocol_error,
+                    "directory listing: file " + quote_excerpt(le.name) + " has no size");
       }
       le.size = e["size"].get<std::uint64_t>();
     } else {

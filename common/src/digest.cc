@@ -11,12 +11,18 @@ class digest_category_impl final : public std::error_category {
   const char* name() const noexcept override { return "digest"; }
   std::string message(int ev) const override {
     switch (static_cast<digest_errc>(ev)) {
-      case digest_errc::empty: return "empty digest";
-      case digest_errc::missing_algorithm: return "digest has no algorithm prefix";
-      case digest_errc::unsupported_algorithm: return "unsupported digest algorithm";
-      case digest_errc::wrong_length: return "digest has the wrong length";
-      case digest_errc::uppercase_hex: return "digest hex must be lower case";
-      case digest_errc::invalid_character: return "digest contains an invalid character";
+      case digest_errc::empty:
+        return "empty digest";
+      case digest_errc::missing_algorithm:
+        return "digest has no algorithm prefix";
+      case digest_errc::unsupported_algorithm:
+        return "unsupported digest algorithm";
+      case digest_errc::wrong_length:
+        return "digest has the wrong length";
+      case digest_errc::uppercase_hex:
+        return "digest hex must be lower case";
+      case digest_errc::invalid_character:
+        return "digest contains an invalid character";
     }
     return "unknown digest error";
   }
@@ -30,8 +36,8 @@ int hex_value(char c) {
 
 // Printable, bounded rendering of untrusted input for error messages.
 std::unexpected<error> digest_fail(digest_errc c, std::string_view input, std::string_view why) {
-  return std::unexpected<error>(
-      error{make_error_code(c), "invalid digest " + quote_excerpt(input) + ": " + std::string(why)});
+  return std::unexpected<error>(error{
+      make_error_code(c), "invalid digest " + quote_excerpt(input) + ": " + std::string(why)});
 }
 
 result<digest> parse_hex(std::string_view hex, std::string_view whole) {

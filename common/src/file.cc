@@ -62,9 +62,11 @@ status write_temp(const std::string& tmp, std::string_view data, int (*sync)(int
 }  // namespace
 
 status write_atomic_for_test(const std::string& path, std::string_view data, int (*sync)(int)) {
-  if (path.empty() || path.back() == '/') return fail(errc::invalid_argument, "write_atomic: not a file path: " + path);
+  if (path.empty() || path.back() == '/')
+    return fail(errc::invalid_argument, "write_atomic: not a file path: " + path);
   std::string dir = parent_dir(path);
-  // The directory is opened first: a missing or unusable directory fails before anything is written.
+  // The directory is opened first: a missing or unusable directory fails before anything is
+  // written.
   unique_fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dfd) return fail_errno(errno, "open directory " + dir);
   std::string tmp = temp_name(path);

@@ -318,7 +318,8 @@ std::string encode(const message& m) {
   if (!m.datasets.empty()) {
     json ds = json::array();
     for (const auto& d : m.datasets) {
-      ds.push_back({{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
+      ds.push_back(
+          {{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
     }
     j["datasets"] = std::move(ds);
   }
@@ -340,7 +341,8 @@ status for_each_in(const reader& r, const char* key, std::size_t max, F&& each) 
 
 // Parses every element of the optional array `key` with `parse(element, path)` into `out`.
 template <typename T, typename Parse>
-status collect(const reader& r, const char* key, std::size_t max, Parse&& parse, std::vector<T>& out) {
+status collect(const reader& r, const char* key, std::size_t max, Parse&& parse,
+               std::vector<T>& out) {
   return for_each_in(r, key, max, [&](const json& x, const std::string& p) -> status {
     auto v = parse(x, p);
     if (!v) return fail(v.error());
@@ -412,13 +414,14 @@ status decode_holdings(const reader& r, message& m) {
   SHOAL_TRY(r.array("removed", removed, max_objects));
   if (removed && m.full && !removed->empty())
     return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
-  SHOAL_TRY(for_each_in(r, "removed", max_objects, [&](const json& x, const std::string& p) -> status {
-    if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
-    auto d = digest::parse(x.get_ref<const std::string&>());
-    if (!d) return fail(d.error().wrap(p));
-    m.removed.push_back(*d);
-    return {};
-  }));
+  SHOAL_TRY(
+      for_each_in(r, "removed", max_objects, [&](const json& x, const std::string& p) -> status {
+        if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
+        auto d = digest::parse(x.get_ref<const std::string&>());
+        if (!d) return fail(d.error().wrap(p));
+        m.removed.push_back(*d);
+        return {};
+      }));
   if (const json* cache = r.find("cache")) {
     if (!cache->is_object()) return fail(errc::invalid_argument, "cache must be an object");
     reader cr(*cache, "cache");
@@ -430,17 +433,18 @@ status decode_holdings(const reader& r, message& m) {
 
 // The node's hardware and health: GPUs, the RDMA and netsetup documents, health and reasons.
 status decode_inventory(const reader& r, const json& j, message& m) {
-  SHOAL_TRY(for_each_in(r, "gpus", max_gpu_groups, [&](const json& g, const std::string& p) -> status {
-    if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
-    reader gr(g, p);
-    gpu_group grp;
-    SHOAL_TRY(gr.str("model", grp.model, 128));
-    std::uint64_t n = 0;
-    SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
-    grp.count = static_cast<std::uint32_t>(n);
-    m.gpus.push_back(std::move(grp));
-    return {};
-  }));
+  SHOAL_TRY(
+      for_each_in(r, "gpus", max_gpu_groups, [&](const json& g, const std::string& p) -> status {
+        if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+        reader gr(g, p);
+        gpu_group grp;
+        SHOAL_TRY(gr.str("model", grp.model, 128));
+        std::uint64_t n = 0;
+        SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
+        grp.count = static_cast<std::uint32_t>(n);
+        m.gpus.push_back(std::move(grp));
+        return {};
+      }));
   SHOAL_TRY(parse_document(r, j, "rdma", false, m.rdma));
   SHOAL_TRY(parse_document(r, j, "netsetup", true, m.netsetup));
   SHOAL_TRY(r.str("health", m.health, 16));

@@ -13,9 +13,8 @@ namespace shoal::http {
 
 bool ci_less::operator()(std::string_view a, std::string_view b) const noexcept {
   return std::lexicographical_compare(
-      a.begin(), a.end(), b.begin(), b.end(), [](unsigned char x, unsigned char y) {
-        return std::tolower(x) < std::tolower(y);
-      });
+      a.begin(), a.end(), b.begin(), b.end(),
+      [](unsigned char x, unsigned char y) { return std::tolower(x) < std::tolower(y); });
 }
 
 std::optional<std::string_view> response_head::header(std::string_view name) const {
@@ -76,9 +75,9 @@ request_id client::impl::submit(client_request req, callbacks cb) {
     // The client is stopped: complete here, on the caller's thread, so the contract holds.
     if (t->cb.on_complete) {
       try {
-        t->cb.on_complete(fail(errc::cancelled, t->req.method + " " +
-                                                    detail::redact_url(t->req.url) +
-                                                    ": http client stopped"));
+        t->cb.on_complete(
+            fail(errc::cancelled,
+                 t->req.method + " " + detail::redact_url(t->req.url) + ": http client stopped"));
       } catch (...) {
         log::error("http client: on_complete threw",
                    log::kv("error", describe_exception(std::current_exception())));
@@ -328,8 +327,8 @@ void client::impl::check_timers(clock::time_point now) {
       continue;
     }
     if (t.deadline && now >= *t.deadline) {
-      std::string msg = "total timeout of " + detail::format_duration(t.req.timeouts.total) +
-                        " exceeded";
+      std::string msg =
+          "total timeout of " + detail::format_duration(t.req.timeouts.total) + " exceeded";
       if (t.last_cause) msg += " (last failure: " + t.last_cause->message + ")";
       actions.push_back({id, error{errc::timeout, std::move(msg)}, false});
       continue;
@@ -427,8 +426,7 @@ void client::impl::after_attempt(transfer& t, CURLcode code) {
       t.failures++;
       if (can_resume) {
         log::info("http: resuming broken transfer", log::kv("url", detail::redact_url(t.url)),
-                  log::kv("offset", t.entity_first + t.delivered),
-                  log::kv("cause", err->message));
+                  log::kv("offset", t.entity_first + t.delivered), log::kv("cause", err->message));
       }
       return schedule_retry(t, backoff(t.failures - 1));
     }
@@ -483,8 +481,8 @@ void client::impl::succeed(transfer& t) {
 }
 
 void client::impl::fail_transfer(transfer& t, error e) {
-  std::string msg = t.method + " " + detail::redact_url(t.url.empty() ? t.req.url : t.url) +
-                    ": " + e.message;
+  std::string msg =
+      t.method + " " + detail::redact_url(t.url.empty() ? t.req.url : t.url) + ": " + e.message;
   if (t.attempts > 1) msg += " (after " + std::to_string(t.attempts) + " attempts)";
   e.message = std::move(msg);
   finish(t, std::unexpected(std::move(e)));
@@ -557,8 +555,8 @@ result<full_response> fetch(client& c, client_request req, std::size_t max_body)
       st->resp.info = std::move(*r);
       st->out = std::move(st->resp);
     } else if (st->too_large) {
-      st->out = fail(errc::too_large, r.error().message + ": body exceeds " +
-                                          std::to_string(max_body) + " bytes");
+      st->out = fail(errc::too_large,
+                     r.error().message + ": body exceeds " + std::to_string(max_body) + " bytes");
     } else {
       st->out = std::unexpected(std::move(r.error()));
     }

@@ -28,12 +28,8 @@ inline constexpr std::uint64_t kMaxDiscard = 1 << 20;
 // curl's receive buffer; it still hands the write callback at most 16 KiB at a time.
 inline constexpr long kBufferSize = 128 * 1024;
 
-inline bool is_idempotent(std::string_view method) {
-  return method == "GET" || method == "HEAD";
-}
-inline bool is_redirect(int s) {
-  return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
-}
+inline bool is_idempotent(std::string_view method) { return method == "GET" || method == "HEAD"; }
+inline bool is_redirect(int s) { return s == 301 || s == 302 || s == 303 || s == 307 || s == 308; }
 inline bool is_retryable_status(int s) { return s == 429 || s == 502 || s == 503 || s == 504; }
 inline bool valid_header_text(std::string_view s) {
   return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
@@ -181,9 +177,9 @@ class client::impl {
   std::atomic<std::thread::id> thread_id_{};
 
   std::mutex mu_;
-  bool stopping_ = false;                           // guarded by mu_
-  std::vector<std::unique_ptr<transfer>> inbox_;    // guarded by mu_
-  std::vector<request_id> cancels_;                 // guarded by mu_
+  bool stopping_ = false;                         // guarded by mu_
+  std::vector<std::unique_ptr<transfer>> inbox_;  // guarded by mu_
+  std::vector<request_id> cancels_;               // guarded by mu_
 
   std::mutex join_mu_;
   std::thread thread_;

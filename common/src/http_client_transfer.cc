@@ -74,8 +74,7 @@ bool client::impl::set_transfer_options(transfer& t) {
   } else {
     if (t.method != "POST") curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, t.method.c_str());
     if (has_body) {
-      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
-                       static_cast<curl_off_t>(t.req.body.size()));
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t.req.body.size()));
       curl_easy_setopt(e, CURLOPT_POSTFIELDS, t.req.body.data());
     }
   }
@@ -104,8 +103,8 @@ status client::impl::set_request_headers(transfer& t, bool has_body) {
     if (t.resuming && (detail::iequals(name, "Range") || detail::iequals(name, "If-Range"))) {
       continue;
     }
-    if (!t.send_body && (detail::iequals(name, "Content-Type") ||
-                         detail::iequals(name, "Content-Length"))) {
+    if (!t.send_body &&
+        (detail::iequals(name, "Content-Type") || detail::iequals(name, "Content-Length"))) {
       continue;
     }
     has_ua |= detail::iequals(name, "User-Agent");
@@ -142,9 +141,9 @@ size_t client::impl::header_cb(char* data, size_t size, size_t n, void* user) {
   t.last_progress = clock::now();
   t.header_bytes += len;
   if (t.header_bytes > self(t).opts_.max_header_bytes) {
-    t.forced = error{errc::too_large, "response headers exceed " +
-                                          std::to_string(self(t).opts_.max_header_bytes) +
-                                          " bytes"};
+    t.forced =
+        error{errc::too_large, "response headers exceed " +
+                                   std::to_string(self(t).opts_.max_header_bytes) + " bytes"};
     return 0;
   }
   std::string_view line(data, len);
@@ -234,9 +233,9 @@ bool client::impl::on_resumed_head(transfer& t) {
     auto v = first_header(t.headers, "Content-Range");
     got += " with Content-Range '" + std::string(v.value_or("")) + "'";
   }
-  t.forced = error{errc::protocol_error, "resume at byte " + std::to_string(want) +
-                                             ": server answered " + got +
-                                             ", refusing to deliver bytes twice"};
+  t.forced =
+      error{errc::protocol_error, "resume at byte " + std::to_string(want) + ": server answered " +
+                                      got + ", refusing to deliver bytes twice"};
   t.forced_retryable = false;
   return false;
 }

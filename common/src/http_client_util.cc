@@ -56,8 +56,7 @@ result<std::string> resolve_location(const std::string& base, const std::string&
     return fail(errc::invalid_argument, "invalid URL " + redact_url(base));
   }
   // Setting a URL on a handle that already holds one resolves a relative reference against it.
-  if (CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, location.c_str(), 0);
-      rc != CURLUE_OK) {
+  if (CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, location.c_str(), 0); rc != CURLUE_OK) {
     return fail(errc::protocol_error,
                 "bad redirect Location " + redact_url(location) + ": " + curl_url_strerror(rc));
   }
@@ -71,8 +70,8 @@ result<std::string> resolve_location(const std::string& base, const std::string&
 
 std::string redact_url(const std::string& url) {
   curlu_ptr u(curl_url());
-  if (!u || curl_url_set(u.get(), CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) !=
-                CURLUE_OK) {
+  if (!u ||
+      curl_url_set(u.get(), CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK) {
     // Unparseable: show only a prefix up to the first character that could start a secret.
     auto cut = url.find_first_of("?@#");
     return url.substr(0, std::min<std::size_t>(cut, 200)) + (cut == std::string::npos ? "" : "…");
@@ -99,8 +98,8 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
 }
 
 std::string_view trim(std::string_view s) noexcept {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' ||
-                        s.front() == '\n')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) {
     s.remove_prefix(1);
   }
   while (!s.empty() &&
@@ -182,13 +181,15 @@ std::string format_duration(std::chrono::milliseconds d) {
 
 errc map_curl_code(CURLcode code) noexcept {
   switch (code) {
-    case CURLE_OK: return errc::ok;
+    case CURLE_OK:
+      return errc::ok;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_CONNECT:
     case CURLE_SSL_CONNECT_ERROR:
       return errc::unavailable;
-    case CURLE_OPERATION_TIMEDOUT: return errc::timeout;
+    case CURLE_OPERATION_TIMEDOUT:
+      return errc::timeout;
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
     case CURLE_PARTIAL_FILE:

@@ -89,14 +89,16 @@ result<std::pair<std::string, std::uint16_t>> split_host_port(std::string_view s
   if (!s.empty() && s.front() == '[') {
     auto close = s.find(']');
     if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
-      return fail(errc::invalid_argument, "bad address \"" + std::string(s) + "\": expected [v6]:port");
+      return fail(errc::invalid_argument,
+                  "bad address \"" + std::string(s) + "\": expected [v6]:port");
     }
     host = std::string(s.substr(1, close - 1));
     port = s.substr(close + 2);
   } else {
     auto colon = s.rfind(':');
     if (colon == std::string_view::npos) {
-      return fail(errc::invalid_argument, "bad address \"" + std::string(s) + "\": expected host:port");
+      return fail(errc::invalid_argument,
+                  "bad address \"" + std::string(s) + "\": expected host:port");
     }
     host = std::string(s.substr(0, colon));
     port = s.substr(colon + 1);
@@ -106,10 +108,12 @@ result<std::pair<std::string, std::uint16_t>> split_host_port(std::string_view s
     return fail(errc::invalid_argument, "bad port in \"" + std::string(s) + "\"");
   }
   for (char c : port) {
-    if (c < '0' || c > '9') return fail(errc::invalid_argument, "bad port in \"" + std::string(s) + "\"");
+    if (c < '0' || c > '9')
+      return fail(errc::invalid_argument, "bad port in \"" + std::string(s) + "\"");
     p = p * 10 + static_cast<unsigned long>(c - '0');
   }
-  if (p > 65535) return fail(errc::invalid_argument, "port out of range in \"" + std::string(s) + "\"");
+  if (p > 65535)
+    return fail(errc::invalid_argument, "port out of range in \"" + std::string(s) + "\"");
   if (host.empty()) host = "0.0.0.0";
   return std::pair<std::string, std::uint16_t>{host, static_cast<std::uint16_t>(p)};
 }

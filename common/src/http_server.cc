@@ -91,8 +91,10 @@ class connection : public std::enable_shared_from_this<connection> {
 
   // Called by server::stop on the strand.
   void on_stop() {
-    if (!busy_) close_now();
-    else keep_alive_ = false;
+    if (!busy_)
+      close_now();
+    else
+      keep_alive_ = false;
   }
   void force_close() { close_now(); }
 
@@ -101,16 +103,19 @@ class connection : public std::enable_shared_from_this<connection> {
  private:
   void do_read() {
     if (closed_) return;
-    if (srv_->stopping.load()) { close_now(); return; }
+    if (srv_->stopping.load()) {
+      close_now();
+      return;
+    }
     parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(srv_->opts.max_header_bytes, UINT32_MAX)));
+    parser_->header_limit(
+        static_cast<std::uint32_t>(std::min<std::size_t>(srv_->opts.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(srv_->opts.max_body_bytes);
     busy_ = false;
     stream_.expires_after(srv_->opts.idle_timeout);
-    bhttp::async_read_header(stream_, buf_, *parser_,
-                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                               self->on_header(ec);
-                             });
+    bhttp::async_read_header(
+        stream_, buf_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -118,10 +123,9 @@ class connection : public std::enable_shared_from_this<connection> {
     busy_ = true;
     if (parser_->is_done()) return on_read(ec);
     stream_.expires_after(srv_->opts.read_timeout);
-    bhttp::async_read(stream_, buf_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec2, std::size_t) {
-                        self->on_read(ec2);
-                      });
+    bhttp::async_read(
+        stream_, buf_, *parser_,
+        [self = shared_from_this()](beast::error_code ec2, std::size_t) { self->on_read(ec2); });
   }
 
   void on_read_error(beast::error_code ec) {
@@ -138,7 +142,8 @@ class connection : public std::enable_shared_from_this<connection> {
             std::to_string(srv_->opts.max_header_bytes) + " bytes)";
     } else if (ec == bhttp::error::body_limit) {
       status = 413;
-      why = "request body too large (limit " + std::to_string(srv_->opts.max_body_bytes) + " bytes)";
+      why =
+          "request body too large (limit " + std::to_string(srv_->opts.max_body_bytes) + " bytes)";
     }
     // Answer the error and close: the stream position is unknown after a parse failure.
     busy_ = true;
@@ -235,7 +240,8 @@ responder::state::~state() {
 
 void responder::send(response r) const {
   if (state_->sent.exchange(true)) return;
-  net::post(state_->ex, [c = state_->conn, r = std::move(r)]() mutable { c->on_response(std::move(r)); });
+  net::post(state_->ex,
+            [c = state_->conn, r = std::move(r)]() mutable { c->on_response(std::move(r)); });
 }
 
 bool responder::client_gone() const { return state_->gone.load(); }
@@ -275,10 +281,14 @@ void connection::on_response(response&& r) {
 
   // Work out the body length and apply Range.
   std::optional<std::uint64_t> length;
-  if (auto* s = std::get_if<std::string>(&r.body)) length = s->size();
-  else if (auto* f = std::get_if<file_body>(&r.body)) length = f->length;
-  else if (auto* sb = std::get_if<stream_body>(&r.body)) length = sb->length;
-  else length = 0;
+  if (auto* s = std::get_if<std::string>(&r.body))
+    length = s->size();
+  else if (auto* f = std::get_if<file_body>(&r.body))
+    length = f->length;
+  else if (auto* sb = std::get_if<stream_body>(&r.body))
+    length = sb->length;
+  else
+    length = 0;
 
   std::uint64_t body_off = 0;
   std::optional<std::uint64_t> body_len = length;
@@ -306,7 +316,8 @@ void connection::on_response(response&& r) {
   header_.version(11);
   for (const auto& f : r.headers) header_.insert(f.name_string(), f.value());
   header_.result(r.status);
-  if (header_.find(bhttp::field::server) == header_.end()) header_.set(bhttp::field::server, srv_->opts.name);
+  if (header_.find(bhttp::field::server) == header_.end())
+    header_.set(bhttp::field::server, srv_->opts.name);
   header_.set(bhttp::field::date, http_date());
   header_.keep_alive(keep_alive_);
   chunked_ = false;
@@ -327,15 +338,15 @@ void connection::on_response(response&& r) {
     return;
   }
   if (auto* s = std::get_if<std::string>(&r.body)) {
-    std::string b = s->substr(static_cast<std::size_t>(body_off), static_cast<std::size_t>(*body_len));
+    std::string b =
+        s->substr(static_cast<std::size_t>(body_off), static_cast<std::size_t>(*body_len));
     write_header([this, b = std::move(b)]() mutable { send_string(std::move(b)); });
   } else if (auto* f = std::get_if<file_body>(&r.body)) {
     auto fd = f->fd;
     std::uint64_t off = f->offset + body_off;
     std::uint64_t len = *body_len;
-    write_header([this, fd, off, len] {
-      send_file(fd->get(), off, len, [this, fd] { finish(); });
-    });
+    write_header(
+        [this, fd, off, len] { send_file(fd->get(), off, len, [this, fd] { finish(); }); });
   } else if (auto* sb = std::get_if<stream_body>(&r.body)) {
     std::uint64_t len = body_len ? *body_len : UINT64_MAX;
     source_ = sb->open ? sb->open(body_off, len) : nullptr;
@@ -375,7 +386,8 @@ void connection::send_string(std::string body) {
                    });
 }
 
-void connection::send_file(int fd, std::uint64_t off, std::uint64_t len, std::function<void()> next) {
+void connection::send_file(int fd, std::uint64_t off, std::uint64_t len,
+                           std::function<void()> next) {
   auto& sock = stream_.socket();
   beast::error_code ec;
   sock.non_blocking(true, ec);
@@ -390,10 +402,11 @@ void connection::send_file(int fd, std::uint64_t off, std::uint64_t len, std::fu
       len -= static_cast<std::uint64_t>(n);
       sent_ += static_cast<std::uint64_t>(n);
       if (static_cast<std::uint64_t>(n) >= budget) {
-        net::post(executor(), [self = shared_from_this(), fd, off, len, next = std::move(next)]() mutable {
-          if (self->closed_) return;
-          self->send_file(fd, off, len, std::move(next));
-        });
+        net::post(executor(),
+                  [self = shared_from_this(), fd, off, len, next = std::move(next)]() mutable {
+                    if (self->closed_) return;
+                    self->send_file(fd, off, len, std::move(next));
+                  });
         return;
       }
       budget -= static_cast<std::uint64_t>(n);
@@ -404,7 +417,8 @@ void connection::send_file(int fd, std::uint64_t off, std::uint64_t len, std::fu
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       arm_write_timer();
       sock.async_wait(tcp::socket::wait_write,
-                      [self = shared_from_this(), fd, off, len, next = std::move(next)](beast::error_code wec) mutable {
+                      [self = shared_from_this(), fd, off, len,
+                       next = std::move(next)](beast::error_code wec) mutable {
                         self->timer_.cancel();
                         if (self->closed_) return;
                         if (wec) {
@@ -487,13 +501,14 @@ void connection::on_chunk(result<chunk> c) {
         *buf = std::move(c->data);
       }
       stream_.expires_after(srv_->opts.write_timeout);
-      net::async_write(stream_, net::buffer(*buf),
-                       [self = shared_from_this(), buf, payload](beast::error_code ec, std::size_t) {
-                         if (ec) return self->abort("write: " + ec.message());
-                         self->sent_ += payload;
-                         if (self->remaining_) *self->remaining_ -= payload;
-                         self->pump();
-                       });
+      net::async_write(
+          stream_, net::buffer(*buf),
+          [self = shared_from_this(), buf, payload](beast::error_code ec, std::size_t) {
+            if (ec) return self->abort("write: " + ec.message());
+            self->sent_ += payload;
+            if (self->remaining_) *self->remaining_ -= payload;
+            self->pump();
+          });
       return;
     }
     case chunk::kind::file: {
@@ -523,7 +538,8 @@ void connection::on_chunk(result<chunk> c) {
         int fd = c->fd;
         std::uint64_t off = c->offset;
         net::async_write(stream_, net::buffer(*hdr),
-                         [self = shared_from_this(), hdr, fd, off, len, after](beast::error_code ec, std::size_t) {
+                         [self = shared_from_this(), hdr, fd, off, len, after](beast::error_code ec,
+                                                                               std::size_t) {
                            if (ec) return self->abort("write: " + ec.message());
                            self->send_file(fd, off, len, after);
                          });
@@ -539,8 +555,9 @@ void connection::finish() {
   if (closed_) return;
   source_.reset();
   if (srv_->opts.on_request_done) {
-    request_log l{method_, target_, status_, sent_, false, {},
-                  std::chrono::steady_clock::now() - started_, remote_};
+    request_log l{
+        method_, target_, status_, sent_, false, {}, std::chrono::steady_clock::now() - started_,
+        remote_};
     srv_->opts.on_request_done(l);
   }
   current_.reset();
@@ -557,8 +574,9 @@ void connection::finish() {
 void connection::abort(std::string why) {
   if (closed_) return;
   if (srv_->opts.on_request_done) {
-    request_log l{method_, target_, status_, sent_, true, why,
-                  std::chrono::steady_clock::now() - started_, remote_};
+    request_log l{
+        method_, target_, status_, sent_, true, why, std::chrono::steady_clock::now() - started_,
+        remote_};
     srv_->opts.on_request_done(l);
   }
   log::debug("http response aborted", log::kv("target", target_), log::kv("reason", why),
@@ -570,33 +588,34 @@ void connection::abort(std::string why) {
 // server
 
 void server::impl::do_accept() {
-  acceptor.async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
-    if (ec) {
-      if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
-      // EMFILE and friends: log, pause briefly so we do not spin, then continue.
-      log::warn("http accept failed", log::kv("error", ec.message()));
-      auto t = std::make_shared<net::steady_timer>(self->ioc, std::chrono::milliseconds(50));
-      t->async_wait([self, t](beast::error_code) {
-        if (!self->stopping) self->do_accept();
+  acceptor.async_accept(
+      net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
+        if (ec) {
+          if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
+          // EMFILE and friends: log, pause briefly so we do not spin, then continue.
+          log::warn("http accept failed", log::kv("error", ec.message()));
+          auto t = std::make_shared<net::steady_timer>(self->ioc, std::chrono::milliseconds(50));
+          t->async_wait([self, t](beast::error_code) {
+            if (!self->stopping) self->do_accept();
+          });
+          return;
+        }
+        if (self->stopping) return;
+        std::size_t n;
+        {
+          std::lock_guard lk(self->mu);
+          n = self->conns.size();
+        }
+        if (n >= self->opts.max_connections) {
+          beast::error_code e2;
+          s.close(e2);
+        } else {
+          auto c = std::make_shared<connection>(std::move(s), self);
+          self->add(c);
+          c->start();
+        }
+        self->do_accept();
       });
-      return;
-    }
-    if (self->stopping) return;
-    std::size_t n;
-    {
-      std::lock_guard lk(self->mu);
-      n = self->conns.size();
-    }
-    if (n >= self->opts.max_connections) {
-      beast::error_code e2;
-      s.close(e2);
-    } else {
-      auto c = std::make_shared<connection>(std::move(s), self);
-      self->add(c);
-      c->start();
-    }
-    self->do_accept();
-  });
 }
 
 void server::impl::add(const std::shared_ptr<connection>& c) {
@@ -618,21 +637,22 @@ server::server(net::io_context& ioc, server_options opts, handler h)
   std::call_once(ignore_sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
 }
 
-server::~server() {
-  stop(std::chrono::milliseconds(0));
-}
+server::~server() { stop(std::chrono::milliseconds(0)); }
 
 status server::listen(const std::string& host, std::uint16_t port) {
   beast::error_code ec;
   auto addr = net::ip::make_address(host, ec);
-  if (ec) return fail(errc::invalid_argument, "listen: bad address \"" + host + "\": " + ec.message());
+  if (ec)
+    return fail(errc::invalid_argument, "listen: bad address \"" + host + "\": " + ec.message());
   tcp::endpoint ep(addr, port);
   auto& a = impl_->acceptor;
   a.open(ep.protocol(), ec);
-  if (ec) return fail(ec, "listen " + host + ":" + std::to_string(port) + ": open: " + ec.message());
+  if (ec)
+    return fail(ec, "listen " + host + ":" + std::to_string(port) + ": open: " + ec.message());
   a.set_option(net::socket_base::reuse_address(true), ec);
   a.bind(ep, ec);
-  if (ec) return fail(ec, "listen " + host + ":" + std::to_string(port) + ": bind: " + ec.message());
+  if (ec)
+    return fail(ec, "listen " + host + ":" + std::to_string(port) + ": bind: " + ec.message());
   a.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return fail(ec, "listen " + host + ":" + std::to_string(port) + ": " + ec.message());
   net::dispatch(a.get_executor(), [self = impl_] { self->do_accept(); });

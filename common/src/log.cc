@@ -28,13 +28,20 @@ std::atomic<int> g_min_level{static_cast<int>(level::info)};
 
 const char* level_name(level l) {
   switch (l) {
-    case level::trace: return "trace";
-    case level::debug: return "debug";
-    case level::info: return "info";
-    case level::warn: return "warn";
-    case level::error: return "error";
-    case level::critical: return "critical";
-    case level::off: return "off";
+    case level::trace:
+      return "trace";
+    case level::debug:
+      return "debug";
+    case level::info:
+      return "info";
+    case level::warn:
+      return "warn";
+    case level::error:
+      return "error";
+    case level::critical:
+      return "critical";
+    case level::off:
+      return "off";
   }
   return "info";
 }
@@ -43,11 +50,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           static const char* hx = "0123456789abcdef";
@@ -66,16 +83,22 @@ void append_json_string(std::string& out, std::string_view s) {
 void append_text_value(std::string& out, std::string_view v) {
   bool plain = !v.empty();
   for (unsigned char c : v) {
-    if (c <= 0x20 || c == '"' || c == '=' || c == 0x7f) { plain = false; break; }
+    if (c <= 0x20 || c == '"' || c == '=' || c == 0x7f) {
+      plain = false;
+      break;
+    }
   }
-  if (plain) out += v;
-  else append_json_string(out, v);
+  if (plain)
+    out += v;
+  else
+    append_json_string(out, v);
 }
 
 std::string timestamp() {
   auto now = std::chrono::system_clock::now();
   auto secs = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[96];
@@ -100,14 +123,23 @@ bool parse_level(std::string_view s, level& out) {
       {"warn", level::warn},   {"error", level::error}, {"critical", level::critical},
       {"off", level::off}};
   for (auto& [n, l] : names) {
-    if (n == s) { out = l; return true; }
+    if (n == s) {
+      out = l;
+      return true;
+    }
   }
   return false;
 }
 
 bool parse_format(std::string_view s, format& out) {
-  if (s == "text") { out = format::text; return true; }
-  if (s == "json") { out = format::json; return true; }
+  if (s == "text") {
+    out = format::text;
+    return true;
+  }
+  if (s == "json") {
+    out = format::json;
+    return true;
+  }
   return false;
 }
 
@@ -128,7 +160,9 @@ void init(format f, level min_level, std::string_view component, const std::stri
   g_min_level.store(static_cast<int>(min_level));
 }
 
-bool enabled(level l) { return l != level::off && static_cast<int>(l) >= g_min_level.load(std::memory_order_relaxed); }
+bool enabled(level l) {
+  return l != level::off && static_cast<int>(l) >= g_min_level.load(std::memory_order_relaxed);
+}
 
 std::string render(format f, level l, std::string_view component, std::string_view msg,
                    const field* fields, std::size_t n) {
@@ -147,8 +181,10 @@ std::string render(format f, level l, std::string_view component, std::string_vi
       out += ',';
       append_json_string(out, fields[i].key);
       out += ':';
-      if (fields[i].quoted) append_json_string(out, fields[i].value);
-      else out += fields[i].value;
+      if (fields[i].quoted)
+        append_json_string(out, fields[i].value);
+      else
+        out += fields[i].value;
     }
     out += '}';
   } else {

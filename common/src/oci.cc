@@ -16,7 +16,10 @@ bool valid_component(std::string_view c) {
   if (c.empty() || !is_lower_alnum(c.front()) || !is_lower_alnum(c.back())) return false;
   std::size_t i = 0;
   while (i < c.size()) {
-    if (is_lower_alnum(c[i])) { ++i; continue; }
+    if (is_lower_alnum(c[i])) {
+      ++i;
+      continue;
+    }
     // A separator run: ".", "_", "__" or "-+", followed by an alphanumeric.
     if (c[i] == '.') {
       ++i;
@@ -40,7 +43,8 @@ bool valid_name(std::string_view name) {
   std::size_t start = 0;
   for (;;) {
     auto slash = name.find('/', start);
-    std::string_view comp = name.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    std::string_view comp = name.substr(
+        start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
     if (!valid_component(comp)) return false;
     if (slash == std::string_view::npos) return true;
     start = slash + 1;
@@ -85,8 +89,10 @@ bool valid_registry_host(std::string_view host) {
     std::size_t start = 0;
     for (;;) {
       auto dot = h.find('.', start);
-      std::string_view label = h.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-      if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+      std::string_view label =
+          h.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+      if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-')
+        return false;
       for (char c : label) {
         if (!(is_alnum(c) || c == '-')) return false;
       }
@@ -115,8 +121,8 @@ result<manifest_ref> parse_manifest_ref(std::string_view s) {
     return r;
   }
   if (!valid_tag(s)) {
-    return fail(errc::invalid_argument,
-                "invalid tag " + quote_excerpt(s) + ": must match [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}");
+    return fail(errc::invalid_argument, "invalid tag " + quote_excerpt(s) +
+                                            ": must match [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}");
   }
   r.tag = std::string(s);
   return r;
@@ -136,7 +142,8 @@ std::string image_ref::str() const {
 
 result<image_ref> parse_image_ref(std::string_view s) {
   if (s.empty()) return fail(errc::invalid_argument, "empty image reference");
-  if (s.size() > 512) return fail(errc::invalid_argument, "image reference longer than 512 characters");
+  if (s.size() > 512)
+    return fail(errc::invalid_argument, "image reference longer than 512 characters");
   image_ref r;
   std::string_view rest = s;
   auto at = rest.find('@');
@@ -149,27 +156,35 @@ result<image_ref> parse_image_ref(std::string_view s) {
   // A tag follows the last ':' that comes after the last '/'.
   auto last_slash = rest.rfind('/');
   auto colon = rest.rfind(':');
-  if (colon != std::string_view::npos && (last_slash == std::string_view::npos || colon > last_slash)) {
+  if (colon != std::string_view::npos &&
+      (last_slash == std::string_view::npos || colon > last_slash)) {
     std::string_view tag = rest.substr(colon + 1);
-    if (!valid_tag(tag)) return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": invalid tag " + quote_excerpt(tag));
+    if (!valid_tag(tag))
+      return fail(errc::invalid_argument,
+                  "image reference " + quote_excerpt(s) + ": invalid tag " + quote_excerpt(tag));
     r.tag = std::string(tag);
     rest = rest.substr(0, colon);
   }
   auto first_slash = rest.find('/');
   std::string_view first = rest.substr(0, first_slash);
-  bool has_host = first_slash != std::string_view::npos &&
-                  (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos ||
-                   first == "localhost" || (!first.empty() && first.front() == '['));
+  bool has_host =
+      first_slash != std::string_view::npos &&
+      (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos ||
+       first == "localhost" || (!first.empty() && first.front() == '['));
   if (has_host) {
-    if (!valid_registry_host(first)) return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": invalid registry host " + quote_excerpt(first));
+    if (!valid_registry_host(first))
+      return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) +
+                                              ": invalid registry host " + quote_excerpt(first));
     r.registry = std::string(first);
     rest = rest.substr(first_slash + 1);
   } else {
     r.registry = "docker.io";
   }
-  if (r.registry == "index.docker.io" || r.registry == "registry-1.docker.io") r.registry = "docker.io";
+  if (r.registry == "index.docker.io" || r.registry == "registry-1.docker.io")
+    r.registry = "docker.io";
   if (!valid_name(rest)) {
-    return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": invalid repository name " + quote_excerpt(rest));
+    return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) +
+                                            ": invalid repository name " + quote_excerpt(rest));
   }
   r.repository = r.registry == "docker.io" ? normalize_docker_hub_name(rest) : std::string(rest);
   if (r.tag.empty() && !r.dig) r.tag = "latest";
@@ -194,21 +209,36 @@ std::optional<std::string> manifest_media_type_of(std::string_view body) {
 
 std::string_view error_code_string(error_code c) {
   switch (c) {
-    case error_code::blob_unknown: return "BLOB_UNKNOWN";
-    case error_code::blob_upload_invalid: return "BLOB_UPLOAD_INVALID";
-    case error_code::blob_upload_unknown: return "BLOB_UPLOAD_UNKNOWN";
-    case error_code::digest_invalid: return "DIGEST_INVALID";
-    case error_code::manifest_blob_unknown: return "MANIFEST_BLOB_UNKNOWN";
-    case error_code::manifest_invalid: return "MANIFEST_INVALID";
-    case error_code::manifest_unknown: return "MANIFEST_UNKNOWN";
-    case error_code::name_invalid: return "NAME_INVALID";
-    case error_code::name_unknown: return "NAME_UNKNOWN";
-    case error_code::size_invalid: return "SIZE_INVALID";
-    case error_code::unauthorized: return "UNAUTHORIZED";
-    case error_code::denied: return "DENIED";
-    case error_code::unsupported: return "UNSUPPORTED";
-    case error_code::toomanyrequests: return "TOOMANYREQUESTS";
-    case error_code::range_invalid: return "RANGE_INVALID";
+    case error_code::blob_unknown:
+      return "BLOB_UNKNOWN";
+    case error_code::blob_upload_invalid:
+      return "BLOB_UPLOAD_INVALID";
+    case error_code::blob_upload_unknown:
+      return "BLOB_UPLOAD_UNKNOWN";
+    case error_code::digest_invalid:
+      return "DIGEST_INVALID";
+    case error_code::manifest_blob_unknown:
+      return "MANIFEST_BLOB_UNKNOWN";
+    case error_code::manifest_invalid:
+      return "MANIFEST_INVALID";
+    case error_code::manifest_unknown:
+      return "MANIFEST_UNKNOWN";
+    case error_code::name_invalid:
+      return "NAME_INVALID";
+    case error_code::name_unknown:
+      return "NAME_UNKNOWN";
+    case error_code::size_invalid:
+      return "SIZE_INVALID";
+    case error_code::unauthorized:
+      return "UNAUTHORIZED";
+    case error_code::denied:
+      return "DENIED";
+    case error_code::unsupported:
+      return "UNSUPPORTED";
+    case error_code::toomanyrequests:
+      return "TOOMANYREQUESTS";
+    case error_code::range_invalid:
+      return "RANGE_INVALID";
   }
   return "UNKNOWN";
 }

@@ -19,38 +19,47 @@ void set(http::response& r, std::string_view name, std::string_view value) {
 }
 
 // A header of an answer that must be printable ASCII without spaces, at most `max` bytes.
-result<std::string> token_header(const http::full_response& r, std::string_view name, std::size_t max) {
+result<std::string> token_header(const http::full_response& r, std::string_view name,
+                                 std::size_t max) {
   auto v = r.header(name);
   if (!v) return std::string();
-  if (v->size() > max) return fail(errc::protocol_error, std::string(name) + " is longer than " + std::to_string(max));
+  if (v->size() > max)
+    return fail(errc::protocol_error, std::string(name) + " is longer than " + std::to_string(max));
   for (char c : *v) {
     if (c <= 0x20 || c >= 0x7f) {
-      return fail(errc::protocol_error, std::string(name) + " " + quote_excerpt(*v) + " is not a token");
+      return fail(errc::protocol_error,
+                  std::string(name) + " " + quote_excerpt(*v) + " is not a token");
     }
   }
   return std::string(*v);
 }
 
-result<std::optional<std::uint64_t>> count_header(const http::full_response& r, std::string_view name) {
+result<std::optional<std::uint64_t>> count_header(const http::full_response& r,
+                                                  std::string_view name) {
   auto v = r.header(name);
   if (!v) return std::optional<std::uint64_t>();
   auto n = detail::parse_count(*v);
-  if (!n) return fail(errc::protocol_error, std::string(name) + " " + quote_excerpt(*v) + " is not a count");
+  if (!n)
+    return fail(errc::protocol_error,
+                std::string(name) + " " + quote_excerpt(*v) + " is not a count");
   return std::optional<std::uint64_t>(*n);
 }
 
 // A JSON object from a peer's answer, bounded; errors name `what`.
 result<json> parse_object(std::string_view body, std::size_t max, std::string_view what) {
   if (body.size() > max) {
-    return fail(errc::protocol_error, std::string(what) + " is larger than " + std::to_string(max) + " bytes");
+    return fail(errc::protocol_error,
+                std::string(what) + " is larger than " + std::to_string(max) + " bytes");
   }
   auto j = json::parse(body, nullptr, false);
-  if (!j.is_object()) return fail(errc::protocol_error, std::string(what) + " is not a JSON object");
+  if (!j.is_object())
+    return fail(errc::protocol_error, std::string(what) + " is not a JSON object");
   return j;
 }
 
 // An optional unsigned field: absent gives `def`; present and not an unsigned number is an error.
-result<std::uint64_t> uint_field(const json& j, const char* key, std::uint64_t def, std::string_view what) {
+result<std::uint64_t> uint_field(const json& j, const char* key, std::uint64_t def,
+                                 std::string_view what) {
   auto it = j.find(key);
   if (it == j.end()) return def;
   if (!it->is_number_unsigned()) {
@@ -75,7 +84,8 @@ http::response encode(const metainfo_answer& a) {
 }
 
 result<metainfo_answer> decode_metainfo(const http::full_response& r) {
-  if (r.status != 200) return fail(errc::protocol_error, "metainfo answer has status " + std::to_string(r.status));
+  if (r.status != 200)
+    return fail(errc::protocol_error, "metainfo answer has status " + std::to_string(r.status));
   if (r.body.empty()) return fail(errc::protocol_error, "metainfo answer is empty");
   metainfo_answer a;
   auto seed = token_header(r, headers::seed, 300);
@@ -84,9 +94,9 @@ result<metainfo_answer> decode_metainfo(const http::full_response& r) {
   auto piece = count_header(r, headers::piece_size);
   auto size = count_header(r, headers::object_size);
   auto bytes = count_header(r, headers::group_bytes);
-  for (const error* e : {seed ? nullptr : &seed.error(), hash ? nullptr : &hash.error(), kind ? nullptr : &kind.error(),
-                         piece ? nullptr : &piece.error(), size ? nullptr : &size.error(),
-                         bytes ? nullptr : &bytes.error()}) {
+  for (const error* e : {seed ? nullptr : &seed.error(), hash ? nullptr : &hash.error(),
+                         kind ? nullptr : &kind.error(), piece ? nullptr : &piece.error(),
+                         size ? nullptr : &size.error(), bytes ? nullptr : &bytes.error()}) {
     if (e) return fail(e->wrap("metainfo answer"));
   }
   a.seed = std::move(*seed);
@@ -124,7 +134,8 @@ result<progress> decode_progress(std::string_view body) {
   p.bytes = *bytes;
   p.size = *size;
   p.chunk_size = *cs;
-  if (j->contains("chunk_size") && (p.chunk_size == 0 || p.size < p.chunk_size || p.size / p.chunk_size > max_chunks)) {
+  if (j->contains("chunk_size") &&
+      (p.chunk_size == 0 || p.size < p.chunk_size || p.size / p.chunk_size > max_chunks)) {
     return fail(errc::protocol_error, "registry-proxy announced an impossible chunk layout");
   }
   return p;
@@ -141,7 +152,8 @@ std::string encode(const chunk_list& c) {
   j["complete"] = c.complete;
   if (c.error) j["error"] = *c.error;
   auto& arr = j["chunks"] = json::array();
-  for (const auto& e : c.chunks) arr.push_back({{"digest", e.id.str()}, {"offset", e.offset}, {"size", e.size}});
+  for (const auto& e : c.chunks)
+    arr.push_back({{"digest", e.id.str()}, {"offset", e.offset}, {"size", e.size}});
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -162,7 +174,8 @@ status decode_chunks(const json& arr, chunk_list& c) {
     std::uint64_t len = i + 1 < count ? c.chunk_size : c.size - off;
     auto o = uint_field(e, "offset", UINT64_MAX, which);
     auto s = uint_field(e, "size", 0, which);
-    if (!o || !s || *o != off || *s != len) return fail(errc::protocol_error, which + " has the wrong offset or size");
+    if (!o || !s || *o != off || *s != len)
+      return fail(errc::protocol_error, which + " has the wrong offset or size");
     c.chunks.push_back({*d, off, len});
   }
   return {};
@@ -191,7 +204,8 @@ result<chunk_list> decode_chunk_list(std::string_view body) {
   }
   c.size = *size;
   c.chunk_size = *cs;
-  if (auto it = j->find("complete"); it != j->end() && it->is_boolean()) c.complete = it->get<bool>();
+  if (auto it = j->find("complete"); it != j->end() && it->is_boolean())
+    c.complete = it->get<bool>();
   if (auto it = j->find("error"); it != j->end() && it->is_string()) {
     c.error = detail::printable(it->get<std::string>(), 300);
   }
@@ -213,17 +227,21 @@ std::string error_message_of(std::string_view body) {
   if (body.size() > (1u << 20)) return {};
   auto j = json::parse(body, nullptr, false);
   if (!j.is_object()) return {};
-  if (auto errs = j.find("errors"); errs != j.end() && errs->is_array() && !errs->empty() && (*errs)[0].is_object()) {
+  if (auto errs = j.find("errors");
+      errs != j.end() && errs->is_array() && !errs->empty() && (*errs)[0].is_object()) {
     auto m = (*errs)[0].find("message");
-    if (m != (*errs)[0].end() && m->is_string()) return detail::printable(m->get<std::string>(), 300);
+    if (m != (*errs)[0].end() && m->is_string())
+      return detail::printable(m->get<std::string>(), 300);
   }
-  if (auto e = j.find("error"); e != j.end() && e->is_string()) return detail::printable(e->get<std::string>(), 300);
+  if (auto e = j.find("error"); e != j.end() && e->is_string())
+    return detail::printable(e->get<std::string>(), 300);
   return {};
 }
 
 // ---- The OCI pull API
 
-http::response oci_error(unsigned status, oci::error_code code, std::string_view message, std::string_view challenge) {
+http::response oci_error(unsigned status, oci::error_code code, std::string_view message,
+                         std::string_view challenge) {
   auto r = http::response::json(status, oci::error_body(code, message));
   set(r, headers::api_version, headers::api_version_value);
   if (status == 401 && !challenge.empty()) set(r, "WWW-Authenticate", challenge);
@@ -232,16 +250,22 @@ http::response oci_error(unsigned status, oci::error_code code, std::string_view
 
 oci::error_code code_for_status(unsigned status, oci::error_code not_found) {
   switch (status) {
-    case 401: return oci::error_code::unauthorized;
-    case 403: return oci::error_code::denied;
-    case 404: return not_found;
-    case 429: return oci::error_code::toomanyrequests;
-    default: return oci::error_code::unsupported;
+    case 401:
+      return oci::error_code::unauthorized;
+    case 403:
+      return oci::error_code::denied;
+    case 404:
+      return not_found;
+    case 429:
+      return oci::error_code::toomanyrequests;
+    default:
+      return oci::error_code::unsupported;
   }
 }
 
-http::response upstream_failure(unsigned status, std::string_view message, std::string_view retry_after,
-                                oci::error_code not_found, std::string_view challenge) {
+http::response upstream_failure(unsigned status, std::string_view message,
+                                std::string_view retry_after, oci::error_code not_found,
+                                std::string_view challenge) {
   bool kept = status == 401 || status == 403 || status == 404 || status == 429 || status >= 500;
   unsigned s = kept ? status : 502;
   auto r = oci_error(s, code_for_status(s, not_found), message, challenge);
@@ -274,12 +298,13 @@ std::optional<v2_route> parse_v2_path(std::string_view path, route_error& err) {
     name = rest.substr(0, b);
     ref = rest.substr(b + 7);
   } else {
-    err = {404, oci::error_code::unsupported, "unsupported path " + detail::printable(path, 120), std::nullopt};
+    err = {404, oci::error_code::unsupported, "unsupported path " + detail::printable(path, 120),
+           std::nullopt};
     return std::nullopt;
   }
   if (!oci::valid_name(name)) {
-    err = {400, oci::error_code::name_invalid, "invalid repository name \"" + detail::printable(name, 120) + "\"",
-           kind};
+    err = {400, oci::error_code::name_invalid,
+           "invalid repository name \"" + detail::printable(name, 120) + "\"", kind};
     return std::nullopt;
   }
   v2_route r;
@@ -296,8 +321,8 @@ std::optional<v2_route> parse_v2_path(std::string_view path, route_error& err) {
     auto mr = oci::parse_manifest_ref(ref);
     if (!mr) {
       bool is_digest = ref.find(':') != std::string_view::npos;
-      err = {400, is_digest ? oci::error_code::digest_invalid : oci::error_code::manifest_invalid, mr.error().message,
-             kind};
+      err = {400, is_digest ? oci::error_code::digest_invalid : oci::error_code::manifest_invalid,
+             mr.error().message, kind};
       return std::nullopt;
     }
     r.manifest = *mr;

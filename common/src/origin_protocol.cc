@@ -17,7 +17,8 @@ result<unsigned> parse_version(std::string_view v) {
   std::string s = trim(v);
   if (s.empty()) return 1u;
   if (s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) {
-    return fail(errc::protocol_error, "Shoal-Protocol " + quote_excerpt(v, 32) + " is not a version number");
+    return fail(errc::protocol_error,
+                "Shoal-Protocol " + quote_excerpt(v, 32) + " is not a version number");
   }
   unsigned out = 0;
   for (char c : s) out = out * 10 + static_cast<unsigned>(c - '0');
@@ -31,7 +32,8 @@ class origin_category_impl final : public std::error_category {
  public:
   const char* name() const noexcept override { return "origin"; }
   std::string message(int ev) const override {
-    if (static_cast<origin_errc>(ev) == origin_errc::version_mismatch) return "origin protocol version mismatch";
+    if (static_cast<origin_errc>(ev) == origin_errc::version_mismatch)
+      return "origin protocol version mismatch";
     return "unknown origin error " + std::to_string(ev);
   }
 };
@@ -43,9 +45,13 @@ const std::error_category& origin_category() noexcept {
   return c;
 }
 
-std::error_code make_error_code(origin_errc e) noexcept { return {static_cast<int>(e), origin_category()}; }
+std::error_code make_error_code(origin_errc e) noexcept {
+  return {static_cast<int>(e), origin_category()};
+}
 
-bool is_version_mismatch(const error& e) noexcept { return e.code == make_error_code(origin_errc::version_mismatch); }
+bool is_version_mismatch(const error& e) noexcept {
+  return e.code == make_error_code(origin_errc::version_mismatch);
+}
 
 bool has_prefix(std::string_view path, std::string_view prefix) {
   if (path.substr(0, prefix.size()) != prefix) return false;
@@ -57,7 +63,8 @@ bool has_prefix(std::string_view path, std::string_view prefix) {
 namespace {
 
 std::string ns_suffix(const object_ref& o, char sep) {
-  return o.ns.empty() ? std::string() : std::string(1, sep) + std::string(params::ns) + "=" + url_escape(o.ns);
+  return o.ns.empty() ? std::string()
+                      : std::string(1, sep) + std::string(params::ns) + "=" + url_escape(o.ns);
 }
 
 std::string repo_query(const object_ref& o) {
@@ -78,8 +85,10 @@ std::string metainfo_target(const object_ref& o, const digest& d, const metainfo
   return t;
 }
 
-std::string chunks_target(const object_ref& o, const digest& parent, std::size_t have, std::chrono::milliseconds wait) {
-  return std::string(paths::chunks) + parent.str() + "?" + repo_query(o) + param(params::have, std::to_string(have)) +
+std::string chunks_target(const object_ref& o, const digest& parent, std::size_t have,
+                          std::chrono::milliseconds wait) {
+  return std::string(paths::chunks) + parent.str() + "?" + repo_query(o) +
+         param(params::have, std::to_string(have)) +
          param(params::wait_ms, std::to_string(wait.count()));
 }
 
@@ -91,15 +100,20 @@ std::string manifest_target(const object_ref& o, std::string_view reference) {
   return "/v2/" + o.repo + "/manifests/" + std::string(reference) + ns_suffix(o, '?');
 }
 
-std::string dataset_target(std::string_view ref) { return std::string(paths::datasets) + "/" + std::string(ref); }
+std::string dataset_target(std::string_view ref) {
+  return std::string(paths::datasets) + "/" + std::string(ref);
+}
 
-std::string dataset_manifest_target(std::string_view ref) { return dataset_target(ref) + "/manifest"; }
+std::string dataset_manifest_target(std::string_view ref) {
+  return dataset_target(ref) + "/manifest";
+}
 
 std::string dataset_objects_base(std::string_view ref) { return dataset_target(ref) + "/objects/"; }
 
-std::string dataset_metainfo_target(std::string_view ref, std::uint32_t group, std::chrono::milliseconds wait) {
-  return std::string(paths::dataset_metainfo) + std::string(ref) + "/" + std::to_string(group) + "?" +
-         std::string(params::wait_ms) + "=" + std::to_string(wait.count());
+std::string dataset_metainfo_target(std::string_view ref, std::uint32_t group,
+                                    std::chrono::milliseconds wait) {
+  return std::string(paths::dataset_metainfo) + std::string(ref) + "/" + std::to_string(group) +
+         "?" + std::string(params::wait_ms) + "=" + std::to_string(wait.count());
 }
 
 // ---- The client's door
@@ -113,19 +127,22 @@ std::optional<error> version_mismatch_of(int status, std::string_view body) {
   auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object()) return std::nullopt;
   auto errs = j.find("errors");
-  if (errs == j.end() || !errs->is_array() || errs->empty() || !(*errs)[0].is_object()) return std::nullopt;
+  if (errs == j.end() || !errs->is_array() || errs->empty() || !(*errs)[0].is_object())
+    return std::nullopt;
   auto det = (*errs)[0].find("detail");
   if (det == (*errs)[0].end() || !det->is_object()) return std::nullopt;
   auto sp = det->find("shoal_protocol");
   if (sp == det->end() || !sp->is_object()) return std::nullopt;
   auto num = [&](const char* k) {
     auto it = sp->find(k);
-    if (it == sp->end() || !it->is_number_unsigned() || it->get<std::uint64_t>() > 9999) return std::string("?");
+    if (it == sp->end() || !it->is_number_unsigned() || it->get<std::uint64_t>() > 9999)
+      return std::string("?");
     return std::to_string(it->get<std::uint64_t>());
   };
   return error{make_error_code(origin_errc::version_mismatch),
-               "registry-proxy does not speak Shoal origin protocol " + std::to_string(protocol_version) +
-                   " (it speaks " + num("oldest") + " to " + num("current") +
+               "registry-proxy does not speak Shoal origin protocol " +
+                   std::to_string(protocol_version) + " (it speaks " + num("oldest") + " to " +
+                   num("current") +
                    "): run a peerd and a registry-proxy whose releases share a protocol version"};
 }
 
@@ -143,14 +160,17 @@ std::optional<http::response> check_version(const http::request& req) {
   std::string_view sent = req.header(headers::protocol);
   auto v = parse_version(sent);
   if (v && *v >= oldest_protocol_version && *v <= protocol_version) return std::nullopt;
-  std::string range = std::to_string(oldest_protocol_version) + " to " + std::to_string(protocol_version);
-  std::string msg = "this registry-proxy speaks Shoal origin protocol " + range + ", the request asked for " +
-                    quote_excerpt(sent, 32) + ": run a peerd and a registry-proxy whose releases share a version";
+  std::string range =
+      std::to_string(oldest_protocol_version) + " to " + std::to_string(protocol_version);
+  std::string msg = "this registry-proxy speaks Shoal origin protocol " + range +
+                    ", the request asked for " + quote_excerpt(sent, 32) +
+                    ": run a peerd and a registry-proxy whose releases share a version";
   nlohmann::json detail = {{"shoal_protocol",
                             {{"requested", detail::printable(sent, 32)},
                              {"oldest", oldest_protocol_version},
                              {"current", protocol_version}}}};
-  auto r = http::response::json(400, oci::error_body(oci::error_code::unsupported, msg, detail.dump()));
+  auto r =
+      http::response::json(400, oci::error_body(oci::error_code::unsupported, msg, detail.dump()));
   r.headers.set(std::string(headers::api_version), std::string(headers::api_version_value));
   r.headers.set(std::string(headers::protocol), std::to_string(protocol_version));
   return r;
@@ -173,11 +193,11 @@ result<std::optional<std::string>> ns_param(const http::request& req) {
 namespace {
 
 // The object digest after `prefix`, the repo= and the ns= of a Shoal API request.
-parsed<std::tuple<digest, std::string, std::optional<std::string>>> object_params(const http::request& req,
-                                                                                   std::string_view prefix,
-                                                                                   std::string_view what) {
+parsed<std::tuple<digest, std::string, std::optional<std::string>>> object_params(
+    const http::request& req, std::string_view prefix, std::string_view what) {
   auto d = digest::parse(std::string_view(req.path).substr(prefix.size()));
-  if (!d) return std::unexpected(request_error{400, oci::error_code::digest_invalid, d.error().message});
+  if (!d)
+    return std::unexpected(request_error{400, oci::error_code::digest_invalid, d.error().message});
   auto repo = req.query_param(params::repo);
   if (!repo || !oci::valid_name(*repo)) {
     return std::unexpected(request_error{
@@ -185,7 +205,8 @@ parsed<std::tuple<digest, std::string, std::optional<std::string>>> object_param
         std::string(what) + " needs repo=<repository> (the repository the object is pulled from)"});
   }
   auto ns = ns_param(req);
-  if (!ns) return std::unexpected(request_error{400, oci::error_code::name_invalid, ns.error().message});
+  if (!ns)
+    return std::unexpected(request_error{400, oci::error_code::name_invalid, ns.error().message});
   return std::make_tuple(*d, std::move(*repo), std::move(*ns));
 }
 
@@ -208,7 +229,8 @@ parsed<metainfo_request> parse_metainfo_request(const http::request& req) {
   if (auto p = req.query_param(params::parent)) {
     auto parent = digest::parse(*p);
     if (!parent) {
-      return std::unexpected(request_error{400, oci::error_code::digest_invalid, "parent: " + parent.error().message});
+      return std::unexpected(
+          request_error{400, oci::error_code::digest_invalid, "parent: " + parent.error().message});
     }
     m.parent = *parent;
   }
@@ -224,13 +246,16 @@ parsed<chunks_request> parse_chunks_request(const http::request& req) {
   if (auto h = req.query_param(params::have)) {
     auto v = detail::parse_count(*h);
     if (!v || *v > 1000000) {
-      return std::unexpected(request_error{400, oci::error_code::unsupported, "have must be a count"});
+      return std::unexpected(
+          request_error{400, oci::error_code::unsupported, "have must be a count"});
     }
     c.have = static_cast<std::size_t>(*v);
   }
   if (auto w = req.query_param(params::wait_ms)) {
     auto v = detail::parse_count(*w);
-    if (!v) return std::unexpected(request_error{400, oci::error_code::unsupported, "wait_ms must be milliseconds"});
+    if (!v)
+      return std::unexpected(
+          request_error{400, oci::error_code::unsupported, "wait_ms must be milliseconds"});
     c.wait = std::chrono::milliseconds(static_cast<std::int64_t>(*v));
   }
   return c;

@@ -5,7 +5,8 @@
 namespace shoal::origin::detail {
 
 std::optional<std::uint64_t> parse_count(std::string_view v) {
-  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
   std::uint64_t out = 0;
   for (char c : v) out = out * 10 + static_cast<std::uint64_t>(c - '0');
   return out;
@@ -23,13 +24,13 @@ std::size_t utf8_sequence(std::string_view s) {
   if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
   if (c >= 0xE0 && c <= 0xEF) {
     if (!cont(1) || !cont(2)) return 0;
-    if (c == 0xE0 && b(1) < 0xA0) return 0;  // overlong
+    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
     if (c == 0xED && b(1) >= 0xA0) return 0;  // surrogate
     return 3;
   }
   if (c >= 0xF0 && c <= 0xF4) {
     if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if (c == 0xF0 && b(1) < 0x90) return 0;  // overlong
+    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
     if (c == 0xF4 && b(1) >= 0x90) return 0;  // past U+10FFFF
     return 4;
   }

@@ -15,7 +15,8 @@ void sha256_hasher::ctx_deleter::operator()(void* p) const noexcept {
 }
 
 sha256_hasher::sha256_hasher() : ctx_(EVP_MD_CTX_new()) {
-  if (!ctx_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_.get()), EVP_sha256(), nullptr) != 1) {
+  if (!ctx_ ||
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_.get()), EVP_sha256(), nullptr) != 1) {
     std::abort();  // allocation failure inside OpenSSL: nothing sensible to do
   }
 }
@@ -59,8 +60,9 @@ result<digest> sha256_fd(int fd, std::uint64_t off, std::uint64_t len) {
       if (errno == EINTR) continue;
       return fail_errno(errno, "pread");
     }
-    if (n == 0) return fail(errc::size_mismatch, "file ended after " + std::to_string(done) +
-                                                     " of " + std::to_string(len) + " bytes");
+    if (n == 0)
+      return fail(errc::size_mismatch, "file ended after " + std::to_string(done) + " of " +
+                                           std::to_string(len) + " bytes");
     h.update(buf.data(), static_cast<std::size_t>(n));
     done += static_cast<std::uint64_t>(n);
   }

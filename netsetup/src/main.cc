@@ -114,8 +114,8 @@ int cmd_plan(const ns::plan& p, const options& o) {
 
 // One line per operation as apply() reaches it.
 void print_outcome(const ns::op_outcome& out) {
-  std::printf("[%s] %s: %s -- %s", state_word(out.s), out.op->subject.c_str(),
-              out.op->what.c_str(), out.op->why.c_str());
+  std::printf("[%s] %s: %s -- %s", state_word(out.s), out.op->subject.c_str(), out.op->what.c_str(),
+              out.op->why.c_str());
   if (out.s == ns::op_outcome::state::failed) {
     std::printf(": %s", out.message.c_str());
   } else if (!out.after.empty()) {
@@ -170,9 +170,9 @@ int cmd_validate(const ns::node_inventory& inv, const options& o, const ns::poli
     all.insert(all.end(), r.begin(), r.end());
   }
   if (o.json) {
-    std::printf("%s\n",
-                pretty(nlohmann::json{{"passed", ns::passed(all)}, {"checks", ns::to_json(all)}})
-                    .c_str());
+    std::printf(
+        "%s\n",
+        pretty(nlohmann::json{{"passed", ns::passed(all)}, {"checks", ns::to_json(all)}}).c_str());
   } else {
     print_checks(all);
     std::printf("%s\n", ns::passed(all) ? "PASSED" : "FAILED");

@@ -262,13 +262,12 @@ void survey_netdev(cluster_survey& s, const node_inventory& inv, const netdev_in
     return;
   }
   const auto ep = static_cast<std::size_t>(pol.ecn_priority);
-  std::string sig =
-      "trust " + *nd.qos.trust + ", DSCP " + std::to_string(pol.data_dscp()) + "->" +
-      std::to_string(priority_of(*nd.qos.dscp_prio, pol.data_dscp())) + ", CNP DSCP " +
-      std::to_string(pol.cnp_dscp) + "->" +
-      std::to_string(priority_of(*nd.qos.dscp_prio, pol.cnp_dscp)) + ", PFC " +
-      prios(*nd.qos.pfc) + ", ECN " +
-      (nd.ecn.np && nd.ecn.rp && (*nd.ecn.np)[ep] && (*nd.ecn.rp)[ep] ? "on" : "off");
+  std::string sig = "trust " + *nd.qos.trust + ", DSCP " + std::to_string(pol.data_dscp()) + "->" +
+                    std::to_string(priority_of(*nd.qos.dscp_prio, pol.data_dscp())) +
+                    ", CNP DSCP " + std::to_string(pol.cnp_dscp) + "->" +
+                    std::to_string(priority_of(*nd.qos.dscp_prio, pol.cnp_dscp)) + ", PFC " +
+                    prios(*nd.qos.pfc) + ", ECN " +
+                    (nd.ecn.np && nd.ecn.rp && (*nd.ecn.np)[ep] && (*nd.ecn.rp)[ep] ? "on" : "off");
   s.qos[sig].insert(inv.node);
   // The priority the job's traffic class lands on must be the one with PFC.
   const int lands = priority_of(*nd.qos.dscp_prio, pol.data_dscp());
@@ -365,8 +364,8 @@ void report_qos(collector& c, const cluster_survey& s, std::span<const node_inve
     c.pass("cluster.priority", "cluster", s.lossless.begin()->first + " on every node" + note);
   } else {
     c.fail("cluster.priority", "cluster",
-           "the lossless priority is not the same on every node: " +
-               describe_groups(s.lossless) + note);
+           "the lossless priority is not the same on every node: " + describe_groups(s.lossless) +
+               note);
   }
 }
 

@@ -11,7 +11,9 @@
 namespace shoal::peerd {
 
 app::app(const peerd_config& cfg)
-    : cfg_(cfg), rt_(static_cast<unsigned>(cfg.io_threads)), pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
+    : cfg_(cfg),
+      rt_(static_cast<unsigned>(cfg.io_threads)),
+      pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
 
 app::~app() {
   if (prewarm_) prewarm_->request_stop();
@@ -41,7 +43,8 @@ status app::init() {
     cfg_.node.name = host;
   }
   if (cfg_.swarm.partial_dir.empty()) {
-    cfg_.swarm.partial_dir = std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/partial";
+    cfg_.swarm.partial_dir =
+        std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/partial";
   }
   {
     // Downloads never survive a restart (each is re-requested by its client), so whatever is in
@@ -61,7 +64,8 @@ status app::init() {
     }
     std::filesystem::create_directories(cfg_.swarm.partial_dir, ec);
     if (ec) return fail(ec, "create " + cfg_.swarm.partial_dir + ": " + ec.message());
-    if (files) log::info("removed unfinished downloads", log::kv("files", files), log::kv("bytes", bytes));
+    if (files)
+      log::info("removed unfinished downloads", log::kv("files", files), log::kv("bytes", bytes));
   }
   http_client_ = std::make_unique<http::client>();
   cache::options co = cache::to_options(cfg_.cache);
@@ -70,7 +74,8 @@ status app::init() {
   store_ = std::move(*st);
   store_->start_background();
 
-  auto sdb = state_db::open(std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/state");
+  auto sdb =
+      state_db::open(std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/state");
   if (!sdb) return fail(sdb.error());
   state_ = std::move(*sdb);
 
@@ -97,8 +102,10 @@ status app::init() {
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-peerd");
-  auto& req_total = reg_.counter("shoal_peerd_requests_total", "HTTP requests answered.", {"kind", "code"});
-  auto& aborted = reg_.counter("shoal_peerd_responses_aborted_total", "Responses cut short.", {"kind"});
+  auto& req_total =
+      reg_.counter("shoal_peerd_requests_total", "HTTP requests answered.", {"kind", "code"});
+  auto& aborted =
+      reg_.counter("shoal_peerd_responses_aborted_total", "Responses cut short.", {"kind"});
   so.on_request_done = [&req_total, &aborted](const http::request_log& l) {
     std::string_view t = l.target;
     std::string kind = t.find("/blobs/") != std::string_view::npos       ? "blob"
@@ -107,13 +114,16 @@ status app::init() {
                                                                          : "other";
     req_total.with({kind, std::to_string(l.status)}).inc();
     if (l.aborted) aborted.with({kind}).inc();
-    log::debug("request", log::kv("method", l.method), log::kv("target", l.target), log::kv("status", l.status),
-               log::kv("bytes", l.body_bytes_sent), log::kv("aborted", l.aborted), log::kv("error", l.error),
-               log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+    log::debug(
+        "request", log::kv("method", l.method), log::kv("target", l.target),
+        log::kv("status", l.status), log::kv("bytes", l.body_bytes_sent),
+        log::kv("aborted", l.aborted), log::kv("error", l.error),
+        log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
   };
-  server_ = std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
-    (*mirror_)(std::move(r), std::move(resp));
-  });
+  server_ =
+      std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
+        (*mirror_)(std::move(r), std::move(resp));
+      });
   auto hp = http::split_host_port(cfg_.http.listen);
   if (!hp) return fail(hp.error().wrap("http.listen"));
   if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
@@ -121,15 +131,17 @@ status app::init() {
     prewarm_ = std::make_unique<prewarm_executor>(
         prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_, datasets_.get()},
         prewarm_executor::options{});
-    heartbeat_sender::deps hd{cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
+    heartbeat_sender::deps hd{
+        cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
     if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
     heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
     prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
     prewarm_->start();
     heartbeat_->start();
   }
-  log::info("peerd listening", log::kv("node", cfg_.node.name), log::kv("address", cfg_.http.listen),
-            log::kv("bt", swarm_->endpoint()), log::kv("registry_proxy", cfg_.upstream.registry_proxy));
+  log::info("peerd listening", log::kv("node", cfg_.node.name),
+            log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
+            log::kv("registry_proxy", cfg_.upstream.registry_proxy));
   return {};
 }
 
@@ -140,11 +152,15 @@ status app::init_datasets() {
   group_swarm::options go;
   go.partial_dir = dc.partial_dir.empty() ? (base / "dataset-partial").string() : dc.partial_dir;
   go.dir = dc.dir.empty() ? (base / "datasets").string() : dc.dir;
-  go.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.stall_timeout.get());
-  go.fallback_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.fallback_deadline.get());
-  go.seed_idle_unload = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.seed_idle_unload.get());
+  go.stall_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.stall_timeout.get());
+  go.fallback_deadline =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.fallback_deadline.get());
+  go.seed_idle_unload =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.seed_idle_unload.get());
   go.max_loaded = static_cast<std::size_t>(cfg_.swarm.max_loaded_torrents);
-  auto gs = group_swarm::start(group_swarm::deps{*store_, *state_, *swarm_, *http_client_, pool_}, go);
+  auto gs =
+      group_swarm::start(group_swarm::deps{*store_, *state_, *swarm_, *http_client_, pool_}, go);
   if (!gs) return fail(gs.error().wrap("datasets"));
   groups_ = std::move(*gs);
   dataset_manager::options o;
@@ -169,21 +185,25 @@ void app::register_metrics() {
   cache::register_metrics(reg_, *store_);
   auto* w = swarm_.get();
   const auto* c = &w->counters();
-  reg_.counter_fn("shoal_peerd_bytes_from_origin_total", "Payload bytes received from registry-proxy over BitTorrent.",
+  reg_.counter_fn("shoal_peerd_bytes_from_origin_total",
+                  "Payload bytes received from registry-proxy over BitTorrent.",
                   [c] { return static_cast<double>(c->from_origin.load()); });
   reg_.counter_fn("shoal_peerd_bytes_from_peers_total", "Payload bytes received from other nodes.",
                   [c] { return static_cast<double>(c->from_peers.load()); });
-  reg_.counter_fn("shoal_peerd_bytes_from_http_fallback_total", "Bytes fetched from registry-proxy over HTTP after a stall.",
+  reg_.counter_fn("shoal_peerd_bytes_from_http_fallback_total",
+                  "Bytes fetched from registry-proxy over HTTP after a stall.",
                   [c] { return static_cast<double>(c->from_http.load()); });
   reg_.counter_fn("shoal_peerd_bytes_served_local_total", "Blob bytes served to local clients.",
                   [c] { return static_cast<double>(c->served_local.load()); });
   reg_.counter_fn("shoal_peerd_bytes_uploaded_total", "Payload bytes uploaded to peers.",
                   [c] { return static_cast<double>(c->uploaded.load()); });
-  reg_.counter_fn("shoal_peerd_hash_failures_total", "Pieces rejected because they failed their hash check.",
+  reg_.counter_fn("shoal_peerd_hash_failures_total",
+                  "Pieces rejected because they failed their hash check.",
                   [c] { return static_cast<double>(c->hash_failures.load()); });
   reg_.counter_fn("shoal_peerd_quarantined_total", "Held objects found corrupt while seeding.",
                   [c] { return static_cast<double>(c->quarantined.load()); });
-  reg_.counter_fn("shoal_peerd_http_fallbacks_total", "Ranges fetched over HTTP because the swarm stalled.",
+  reg_.counter_fn("shoal_peerd_http_fallbacks_total",
+                  "Ranges fetched over HTTP because the swarm stalled.",
                   [c] { return static_cast<double>(c->fallbacks.load()); });
   reg_.gauge_fn("shoal_peerd_downloads_active", "Objects being downloaded.",
                 [w] { return static_cast<double>(w->active_downloads()); });

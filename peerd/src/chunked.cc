@@ -17,10 +17,12 @@ using steady = std::chrono::steady_clock;
 namespace {
 
 // Reads [off, off + n) of an object held in the cache.
-result<std::string> read_object(cache::store& store, const digest& d, std::uint64_t off, std::size_t n) {
+result<std::string> read_object(cache::store& store, const digest& d, std::uint64_t off,
+                                std::size_t n) {
   auto rd = store.open_read(d);
   if (!rd) return fail(rd.error().wrap("open " + d.short_str()));
-  if (off >= rd->size()) return fail(errc::size_mismatch, d.short_str() + " is shorter than expected");
+  if (off >= rd->size())
+    return fail(errc::size_mismatch, d.short_str() + " is shorter than expected");
   n = static_cast<std::size_t>(std::min<std::uint64_t>(n, rd->size() - off));
   std::string out(n, '\0');
   std::size_t done = 0;
@@ -56,8 +58,8 @@ result<std::string> read_file_range(const std::string& path, std::uint64_t off, 
 
 }  // namespace
 
-chunked_blob::chunked_blob(deps d, std::string ns, std::string repo, const digest& id, std::uint64_t size,
-                           std::uint64_t chunk_size, std::string authorization)
+chunked_blob::chunked_blob(deps d, std::string ns, std::string repo, const digest& id,
+                           std::uint64_t size, std::uint64_t chunk_size, std::string authorization)
     : d_(std::move(d)),
       ns_(std::move(ns)),
       repo_(std::move(repo)),
@@ -72,8 +74,10 @@ chunked_blob::chunked_blob(deps d, std::string ns, std::string repo, const diges
 
 chunked_blob::~chunked_blob() {
   if (driver_.joinable()) {
-    if (driver_.get_id() == std::this_thread::get_id()) driver_.detach();
-    else driver_.join();
+    if (driver_.get_id() == std::this_thread::get_id())
+      driver_.detach();
+    else
+      driver_.join();
   }
 }
 
@@ -101,7 +105,9 @@ std::pair<std::uint32_t, std::uint32_t> chunked_blob::chunks_done() const {
   return {done, count_};
 }
 
-std::string chunked_blob::blob_url() const { return d_.proxy + origin::blob_target({ns_, repo_}, id_); }
+std::string chunked_blob::blob_url() const {
+  return d_.proxy + origin::blob_target({ns_, repo_}, id_);
+}
 
 void chunked_blob::drive() {
   auto t0 = steady::now();
@@ -119,7 +125,8 @@ void chunked_blob::drive() {
   }
   finish(std::nullopt);
   log::info("object downloaded in chunks", log::kv("digest", id_.str()), log::kv("bytes", size_),
-            log::kv("chunks", count_), log::kv("seconds", std::chrono::duration<double>(steady::now() - t0).count()));
+            log::kv("chunks", count_),
+            log::kv("seconds", std::chrono::duration<double>(steady::now() - t0).count()));
   record_metainfo();
 }
 
@@ -166,12 +173,14 @@ status chunked_blob::learn_chunks() {
     if (!f) return fail(f.error().wrap("chunk list from registry-proxy"));
     if (f->status != 200) {
       std::string why = origin::error_message_of(f->body);
-      return fail(errc::upstream_error, "chunk list: registry-proxy answered HTTP " + std::to_string(f->status) +
+      return fail(errc::upstream_error, "chunk list: registry-proxy answered HTTP " +
+                                            std::to_string(f->status) +
                                             (why.empty() ? "" : ": " + why));
     }
     auto list = origin::decode_chunk_list(f->body);
     if (!list) return fail(list.error());
-    if (list->error) return fail(errc::upstream_error, "registry-proxy could not cut the object: " + *list->error);
+    if (list->error)
+      return fail(errc::upstream_error, "registry-proxy could not cut the object: " + *list->error);
     if (list->parent != id_ || list->size != size_ || list->chunk_size != chunk_size_) {
       return fail(errc::protocol_error, "chunk list describes another layout than announced");
     }
@@ -188,8 +197,8 @@ status chunked_blob::learn_chunks() {
       last_progress = steady::now();
     }
     if (known == have && steady::now() - last_progress > d_.deadline) {
-      return fail(errc::timeout, "registry-proxy published no chunk of " + id_.short_str() + " for " +
-                                     std::to_string(d_.deadline.count() / 1000) + " s");
+      return fail(errc::timeout, "registry-proxy published no chunk of " + id_.short_str() +
+                                     " for " + std::to_string(d_.deadline.count() / 1000) + " s");
     }
   }
   return fail(errc::timeout, "chunk list never completed");
@@ -214,7 +223,8 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       auto f = origin::call(d_.http, std::move(r), 16u << 20);
       if (!f) return fail(f.error().wrap("metainfo of chunk " + std::to_string(i)));
       if (f->status != 200) {
-        return fail(errc::upstream_error, "metainfo of chunk " + std::to_string(i) + ": HTTP " + std::to_string(f->status));
+        return fail(errc::upstream_error, "metainfo of chunk " + std::to_string(i) + ": HTTP " +
+                                              std::to_string(f->status));
       }
       auto a = origin::decode_metainfo(*f);
       if (!a) return fail(a.error().wrap("metainfo of chunk " + std::to_string(i)));
@@ -261,7 +271,8 @@ status chunked_blob::wait_chunk(std::uint32_t i) {
     // The learner publishes chunks in order and ends the fetch when registry-proxy makes no
     // progress for the deadline, so this wait is bounded by it.
     cv_.wait(lk, [&] { return chunks_[i].ready || st_ != state::running; });
-    if (!chunks_[i].ready) return fail(errc::timeout, "chunk " + std::to_string(i) + " was never published");
+    if (!chunks_[i].ready)
+      return fail(errc::timeout, "chunk " + std::to_string(i) + " was never published");
     dl = chunks_[i].dl;
     cid = chunks_[i].id;
   }
@@ -270,13 +281,16 @@ status chunked_blob::wait_chunk(std::uint32_t i) {
     // backstop only.
     (void)dl->wait_done(d_.deadline * 20);
     if (dl->current() == download::state::failed) {
-      return fail(dl->failure().value_or(error{errc::internal, "failed"}).wrap("chunk " + std::to_string(i)));
+      return fail(dl->failure()
+                      .value_or(error{errc::internal, "failed"})
+                      .wrap("chunk " + std::to_string(i)));
     }
     if (dl->current() == download::state::running) {
       return fail(errc::timeout, "chunk " + std::to_string(i) + " never completed");
     }
   }
-  if (!dl && !d_.store.contains(cid)) return fail(errc::not_found, "chunk " + std::to_string(i) + " left the cache");
+  if (!dl && !d_.store.contains(cid))
+    return fail(errc::not_found, "chunk " + std::to_string(i) + " left the cache");
   return {};
 }
 
@@ -287,8 +301,10 @@ status chunked_blob::assemble() {
   if (!t) return fail(t.error().wrap("cache"));
   if (t->role == cache::write_role::present) return {};
   if (t->role == cache::write_role::follower) {
-    for (int i = 0; i < 6000 && !d_.store.contains(id_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!d_.store.contains(id_)) return fail(errc::timeout, "blob written elsewhere never committed");
+    for (int i = 0; i < 6000 && !d_.store.contains(id_); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!d_.store.contains(id_))
+      return fail(errc::timeout, "blob written elsewhere never committed");
     return {};
   }
   auto& w = *t->writer;
@@ -377,7 +393,9 @@ void chunked_blob::serve(std::uint64_t off, std::size_t max, read_cb cb) {
   auto self = shared_from_this();
   if (st_ == state::complete) {
     lk.unlock();
-    net::post(d_.swarm.pool(), [self, off, max, cb = std::move(cb)] { cb(read_object(self->d_.store, self->id_, off, max)); });
+    net::post(d_.swarm.pool(), [self, off, max, cb = std::move(cb)] {
+      cb(read_object(self->d_.store, self->id_, off, max));
+    });
     return;
   }
   // The last byte only once the whole blob is verified.
@@ -403,7 +421,8 @@ void chunked_blob::serve(std::uint64_t off, std::size_t max, read_cb cb) {
   }
   const auto& m = c.dl->meta();
   auto piece = static_cast<std::uint32_t>(in / m.piece_size);
-  c.dl->read_piece(piece, [m = &c.dl->meta(), piece, in, n, cb = std::move(cb), dl = c.dl](result<piece_buffer> b) {
+  c.dl->read_piece(piece, [m = &c.dl->meta(), piece, in, n, cb = std::move(cb),
+                           dl = c.dl](result<piece_buffer> b) {
     if (!b) return cb(fail(b.error()));
     std::uint64_t from = in - m->piece_offset(piece);
     if (from >= (*b)->size()) return cb(fail(errc::internal, "piece shorter than expected"));

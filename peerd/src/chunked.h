@@ -44,10 +44,10 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
     cache::store& store;
     state_db& state;
     http::client& http;
-    std::string proxy;  // registry-proxy base URL
-    std::chrono::milliseconds poll_wait{5000};   // long-poll wait per chunk-list request
+    std::string proxy;                          // registry-proxy base URL
+    std::chrono::milliseconds poll_wait{5000};  // long-poll wait per chunk-list request
     std::chrono::milliseconds connect_timeout{2000};
-    std::chrono::milliseconds deadline{30000};   // no progress this long: the blob fails
+    std::chrono::milliseconds deadline{30000};  // no progress this long: the blob fails
   };
   enum class state { running, complete, failed };
 
@@ -106,8 +106,10 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   std::vector<chunk> chunks_;  // indexed by chunk number; entries fill in order
   std::uint32_t known_ = 0;
   bool verified_ = false;  // the blob's sha256 matched (its last byte may be served)
-  std::multimap<std::uint32_t, std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> waiting_;  // by chunk
-  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> final_;  // need the verified blob
+  std::multimap<std::uint32_t, std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
+      waiting_;  // by chunk
+  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
+      final_;  // need the verified blob
 };
 
 }  // namespace shoal::peerd

@@ -11,9 +11,11 @@ void describe(config::binder& b, node_config& c) {
   b.field("name", c.name, "Unique name of this node (empty: the host name).");
   b.field("zone", c.zone, "Zone label: peers in the same zone are preferred.");
   b.field("rack", c.rack, "Rack label: peers in the same rack are preferred most.");
-  b.field("fabric", c.fabric, "RoCE fabric segment label: the scheduler places a multi-node job inside one.");
+  b.field("fabric", c.fabric,
+          "RoCE fabric segment label: the scheduler places a multi-node job inside one.");
   b.field("labels", c.labels,
-          "More labels sent with heartbeats (the scheduler's selectors match them). `platform` (os/arch) "
+          "More labels sent with heartbeats (the scheduler's selectors match them). `platform` "
+          "(os/arch) "
           "defaults to this machine's.");
   b.list("gpus", c.gpus, "GPUs of this node, reported to the scheduler (GPU fit of placements).");
   b.field("netsetup_report", c.netsetup_report,
@@ -21,48 +23,64 @@ void describe(config::binder& b, node_config& c) {
 }
 
 void describe(config::binder& b, upstream_config& c) {
-  b.field("registry_proxy", c.registry_proxy, "Base URL of registry-proxy (manifests, metainfo, HTTP fallback).");
-  b.field("scheduler", c.scheduler, "Base URL of the scheduler (tracker and heartbeats). Empty: none.");
-  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward registry-proxy and the scheduler.",
-          {.min = 10ms});
-  b.field("request_timeout", c.request_timeout, "Stall timeout for manifests and other small requests.",
-          {.min = 100ms});
-  b.field("metainfo_wait", c.metainfo_wait,
-          "Long-poll for the metainfo of an object registry-proxy is still fetching; repeated while it "
-          "makes progress.",
-          {.min = 100ms});
+  b.field("registry_proxy", c.registry_proxy,
+          "Base URL of registry-proxy (manifests, metainfo, HTTP fallback).");
+  b.field("scheduler", c.scheduler,
+          "Base URL of the scheduler (tracker and heartbeats). Empty: none.");
+  b.field("connect_timeout", c.connect_timeout,
+          "Connect timeout toward registry-proxy and the scheduler.", {.min = 10ms});
+  b.field("request_timeout", c.request_timeout,
+          "Stall timeout for manifests and other small requests.", {.min = 100ms});
+  b.field(
+      "metainfo_wait", c.metainfo_wait,
+      "Long-poll for the metainfo of an object registry-proxy is still fetching; repeated while it "
+      "makes progress.",
+      {.min = 100ms});
 }
 
 void describe(config::binder& b, swarm_config& c) {
   b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
-  b.field("announce_ip", c.announce_ip, "Address announced to the tracker (empty: the tracker sees the source).");
+  b.field("announce_ip", c.announce_ip,
+          "Address announced to the tracker (empty: the tracker sees the source).");
   b.field("partial_dir", c.partial_dir,
-          "Directory of downloads in progress; must be on the cache's filesystem (empty: next to cache.dir).");
-  b.field("upload_rate_limit", c.upload_rate_limit, "Upload cap for seeding, bytes/s (0: unlimited).");
+          "Directory of downloads in progress; must be on the cache's filesystem (empty: next to "
+          "cache.dir).");
+  b.field("upload_rate_limit", c.upload_rate_limit,
+          "Upload cap for seeding, bytes/s (0: unlimited).");
   b.field("download_rate_limit", c.download_rate_limit, "Download cap, bytes/s (0: unlimited).");
   b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
-  b.field("max_loaded_torrents", c.max_loaded_torrents,
-          "Torrents loaded at once; idle ones beyond this are unloaded and reloaded when a peer asks.", {.min = 1});
-  b.field("seed_idle_unload", c.seed_idle_unload, "Unload a seeded object no peer used for this long.", {.min = 1s});
+  b.field(
+      "max_loaded_torrents", c.max_loaded_torrents,
+      "Torrents loaded at once; idle ones beyond this are unloaded and reloaded when a peer asks.",
+      {.min = 1});
+  b.field("seed_idle_unload", c.seed_idle_unload,
+          "Unload a seeded object no peer used for this long.", {.min = 1s});
   b.field("stall_timeout", c.stall_timeout,
-          "When the swarm delivers no piece for this long, fetch missing ranges from registry-proxy over HTTP.",
+          "When the swarm delivers no piece for this long, fetch missing ranges from "
+          "registry-proxy over HTTP.",
           {.min = 100ms});
   b.field("fallback_deadline", c.fallback_deadline,
-          "When no byte arrives from any source for this long, fail the request so containerd falls back.",
+          "When no byte arrives from any source for this long, fail the request so containerd "
+          "falls back.",
           {.min = 1s});
-  b.field("streaming_window", c.streaming_window,
-          "Pieces ahead of a client's read position that get deadlines (streaming priority); 0: none, the "
-          "swarm's own order decides. Deadlines make libtorrent request the same blocks from several "
-          "peers; in the 8-node fan-out bench 8 cost 10-20 % against 0 (docs/p2p.md).",
-          {.min = 0, .max = 256});
-  b.field("heartbeat_interval", c.heartbeat_interval, "How often the node reports its holdings to the scheduler.",
-          {.min = 1s});
-  b.field("count_sources", c.count_sources,
-          "Attribute every received block to registry-proxy or a peer (status bytes.from_origin and "
-          "from_peers). Only a piece that passes its hash counts as progress either way.");
+  b.field(
+      "streaming_window", c.streaming_window,
+      "Pieces ahead of a client's read position that get deadlines (streaming priority); 0: none, "
+      "the "
+      "swarm's own order decides. Deadlines make libtorrent request the same blocks from several "
+      "peers; in the 8-node fan-out bench 8 cost 10-20 % against 0 (docs/p2p.md).",
+      {.min = 0, .max = 256});
+  b.field("heartbeat_interval", c.heartbeat_interval,
+          "How often the node reports its holdings to the scheduler.", {.min = 1s});
+  b.field(
+      "count_sources", c.count_sources,
+      "Attribute every received block to registry-proxy or a peer (status bytes.from_origin and "
+      "from_peers). Only a piece that passes its hash counts as progress either way.");
   b.field("libtorrent", c.libtorrent,
-          "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. predictive_piece_announce: "
-          "\"20\"), applied over Shoal's LAN table (docs/p2p.md). For tuning experiments; unknown keys fail "
+          "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. "
+          "predictive_piece_announce: "
+          "\"20\"), applied over Shoal's LAN table (docs/p2p.md). For tuning experiments; unknown "
+          "keys fail "
           "the start.");
   // The monitor fails a download after fallback_deadline without data; a deadline that is not
   // after the stall timeout would fail it before the HTTP fallback ever got a chance.
@@ -71,18 +89,21 @@ void describe(config::binder& b, swarm_config& c) {
 }
 
 void describe(config::binder& b, datasets_config& c) {
-  b.field("enabled", c.enabled, "Serve the dataset API (prefetch, ls, status, rm) and dataset prewarm orders.");
+  b.field("enabled", c.enabled,
+          "Serve the dataset API (prefetch, ls, status, rm) and dataset prewarm orders.");
   b.field("views_dir", c.views_dir,
           "Where read-only dataset views are made (<views_dir>/<name>@<version>/<path>, hard links "
           "into the cache); must be on the cache's filesystem. Empty: next to cache.dir.");
-  b.field("partial_dir", c.partial_dir,
-          "Dataset group downloads in progress; kept across restarts so a prefetch resumes; must be "
-          "on the cache's filesystem. Empty: next to cache.dir.");
-  b.field("dir", c.dir, "Dataset records, manifests and pack torrents of this node. Empty: next to cache.dir.");
-  b.field("parallel_groups", c.parallel_groups, "Groups (torrents) one prefetch downloads at the same time.",
-          {.min = 1, .max = 256});
-  b.field("resolve_wait", c.resolve_wait, "How long a prefetch waits for registry-proxy to resolve the dataset.",
-          {.min = 1s});
+  b.field(
+      "partial_dir", c.partial_dir,
+      "Dataset group downloads in progress; kept across restarts so a prefetch resumes; must be "
+      "on the cache's filesystem. Empty: next to cache.dir.");
+  b.field("dir", c.dir,
+          "Dataset records, manifests and pack torrents of this node. Empty: next to cache.dir.");
+  b.field("parallel_groups", c.parallel_groups,
+          "Groups (torrents) one prefetch downloads at the same time.", {.min = 1, .max = 256});
+  b.field("resolve_wait", c.resolve_wait,
+          "How long a prefetch waits for registry-proxy to resolve the dataset.", {.min = 1s});
   b.field("max_manifest", c.max_manifest, "Largest dataset manifest accepted from registry-proxy.",
           {.min = config::byte_size::kib(64)});
 }
@@ -90,14 +111,16 @@ void describe(config::binder& b, datasets_config& c) {
 void describe(config::binder& b, peerd_config& c) {
   b.section("http", c.http, "The HTTP API: containerd's mirror endpoint, status, pull.");
   b.section("log", c.log, "Logging.");
-  b.field("io_threads", c.io_threads, "Threads running the network event loop.", {.min = 1, .max = 64});
-  b.field("worker_threads", c.worker_threads, "Threads for blocking work (disk, index, control calls).",
-          {.min = 1, .max = 256});
+  b.field("io_threads", c.io_threads, "Threads running the network event loop.",
+          {.min = 1, .max = 64});
+  b.field("worker_threads", c.worker_threads,
+          "Threads for blocking work (disk, index, control calls).", {.min = 1, .max = 256});
   b.section("node", c.node, "This node's identity and topology.");
   b.section("upstream", c.upstream, "registry-proxy and the scheduler.");
   b.section("cache", c.cache, "The local object store.");
   b.section("swarm", c.swarm, "BitTorrent.");
-  b.section("datasets", c.datasets, "Datasets: prefetch, read-only views, pins (docs/datasets.md).");
+  b.section("datasets", c.datasets,
+            "Datasets: prefetch, read-only views, pins (docs/datasets.md).");
 }
 
 }  // namespace shoal::peerd

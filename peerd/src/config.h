@@ -34,13 +34,12 @@ void describe(config::binder& b, node_config& c);
 
 struct upstream_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
-  std::string scheduler;                                  // base URL of the scheduler (tracker, heartbeats); empty: none
+  std::string scheduler;  // base URL of the scheduler (tracker, heartbeats); empty: none
   config::duration connect_timeout = 2s;
   config::duration request_timeout = 10s;  // manifests and other small requests
   config::duration metainfo_wait = 5s;     // long-poll per metainfo request
 };
 void describe(config::binder& b, upstream_config& c);
-
 
 struct swarm_config {
   std::string listen = "0.0.0.0:6881";  // BitTorrent listen address (the data-plane IP)
@@ -49,22 +48,26 @@ struct swarm_config {
   config::byte_size upload_rate_limit;  // bytes/s (0: unlimited)
   config::byte_size download_rate_limit;
   int connections_limit = 2000;
-  int max_loaded_torrents = 500;      // seeded at once; more are unloaded (LRU) and reloaded on demand
+  int max_loaded_torrents = 500;  // seeded at once; more are unloaded (LRU) and reloaded on demand
   config::duration seed_idle_unload = 5min;  // unload a seed nobody asked for in this long
-  config::duration stall_timeout = 5s;       // no piece for this long: fetch missing ranges over HTTP
-  config::duration fallback_deadline = 20s;  // give up (error to containerd) when no byte arrives this long
-  int streaming_window = 0;                  // pieces given deadlines ahead of a reader (docs/p2p.md)
+  config::duration stall_timeout = 5s;  // no piece for this long: fetch missing ranges over HTTP
+  config::duration fallback_deadline =
+      20s;                   // give up (error to containerd) when no byte arrives this long
+  int streaming_window = 0;  // pieces given deadlines ahead of a reader (docs/p2p.md)
   config::duration heartbeat_interval = 10s;
   bool count_sources = true;  // per-block alerts attribute bytes to origin or peers
-  std::map<std::string, std::string> libtorrent;  // raw settings_pack overrides (tuning escape hatch)
+  std::map<std::string, std::string>
+      libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };
 void describe(config::binder& b, swarm_config& c);
 
 // Datasets on this node (datasets.h): prefetch, read-only views, pins.
 struct datasets_config {
   bool enabled = true;
-  std::string views_dir;    // <views_dir>/<name>@<version>/...: hard links into the cache (empty: <cache.dir>/../views)
-  std::string partial_dir;  // group downloads in progress, kept across restarts (empty: <cache.dir>/../dataset-partial)
+  std::string views_dir;    // <views_dir>/<name>@<version>/...: hard links into the cache (empty:
+                            // <cache.dir>/../views)
+  std::string partial_dir;  // group downloads in progress, kept across restarts (empty:
+                            // <cache.dir>/../dataset-partial)
   std::string dir;          // records, manifests, pack torrents (empty: <cache.dir>/../datasets)
   int parallel_groups = 4;  // groups (torrents) downloaded at once per prefetch
   config::duration resolve_wait = 30min;  // how long a prefetch waits for registry-proxy to resolve

@@ -45,8 +45,8 @@ status dataset_manager::start() {
   }
   std::error_code ec;
   std::vector<std::string> resume;
-  for (auto it = fs::directory_iterator(opts_.dir + "/records", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::directory_iterator(opts_.dir + "/records", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     if (it->path().extension() != ".json") continue;
     auto text = read_file(it->path().string());
     auto j = text ? json::parse(*text, nullptr, false) : json();
@@ -122,13 +122,13 @@ void dataset_manager::persist(const job& j) {
          {"local_bytes", j.local_bytes.load()}};
   }
   if (auto s = write_atomic(opts_.dir + "/records/" + j.ref + ".json", r.dump(2)); !s) {
-    log::warn("cannot save a dataset record", log::kv("dataset", j.ref), log::kv("error", s.error().message));
+    log::warn("cannot save a dataset record", log::kv("dataset", j.ref),
+              log::kv("error", s.error().message));
   }
 }
 
-std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(const std::string& ref,
-                                                                      const std::string& pin_owner,
-                                                                      std::optional<cache::time_point> until) {
+std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
+    const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until) {
   std::shared_ptr<job> j;
   bool spawn = false;
   std::shared_ptr<const dataset::manifest> pin_now;
@@ -169,9 +169,9 @@ std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(const std:
   return j;
 }
 
-status dataset_manager::prefetch_and_wait(const std::string& ref, const std::string& pin_owner,
-                                          std::optional<cache::time_point> until,
-                                          std::function<void(std::uint64_t, std::uint64_t)> progress) {
+status dataset_manager::prefetch_and_wait(
+    const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until,
+    std::function<void(std::uint64_t, std::uint64_t)> progress) {
   if (auto p = dataset::parse_ref(ref); !p) return fail(p.error());
   auto j = start_prefetch(ref, pin_owner, until);
   for (;;) {
@@ -181,7 +181,8 @@ status dataset_manager::prefetch_and_wait(const std::string& ref, const std::str
     if (stop_.load()) return fail(errc::cancelled, "peerd is stopping");
     if (!j->running) {
       if (j->state == "ready") return {};
-      return fail(errc::unavailable, "dataset " + ref + ": " + (j->error.empty() ? j->state : j->error));
+      return fail(errc::unavailable,
+                  "dataset " + ref + ": " + (j->error.empty() ? j->state : j->error));
     }
   }
 }
@@ -202,12 +203,15 @@ void dataset_manager::run(const std::shared_ptr<job>& j) {
   j->cv.notify_all();
   persist(*j);
   if (!s) {
-    log::warn("dataset prefetch failed", log::kv("dataset", j->ref), log::kv("error", s.error().message));
+    log::warn("dataset prefetch failed", log::kv("dataset", j->ref),
+              log::kv("error", s.error().message));
   } else {
-    log::info("dataset ready", log::kv("dataset", j->ref), log::kv("files", j->files), log::kv("bytes", j->total),
-              log::kv("seconds", j->seconds), log::kv("from_peers", j->from_peers.load()),
-              log::kv("from_origin", j->from_origin.load()), log::kv("from_http", j->from_http.load()),
-              log::kv("local", j->local_bytes.load()), log::kv("view", view_path(j->ref)));
+    log::info("dataset ready", log::kv("dataset", j->ref), log::kv("files", j->files),
+              log::kv("bytes", j->total), log::kv("seconds", j->seconds),
+              log::kv("from_peers", j->from_peers.load()),
+              log::kv("from_origin", j->from_origin.load()),
+              log::kv("from_http", j->from_http.load()), log::kv("local", j->local_bytes.load()),
+              log::kv("view", view_path(j->ref)));
   }
 }
 
@@ -251,7 +255,8 @@ status dataset_manager::run_steps(const std::shared_ptr<job>& j) {
   if (auto s = fetch_groups(j, **m); !s) return s;
   for (const auto& f : (*m)->files) {
     if (f.size > 0 && !d_.store.contains(f.id)) {
-      return fail(errc::not_found, "file " + f.path + " (" + f.id.str() + ") is not in the cache after the prefetch");
+      return fail(errc::not_found, "file " + f.path + " (" + f.id.str() +
+                                       ") is not in the cache after the prefetch");
     }
   }
   set_state("materializing");
@@ -262,20 +267,24 @@ status dataset_manager::run_steps(const std::shared_ptr<job>& j) {
   return {};
 }
 
-result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest(const std::shared_ptr<job>& j) {
+result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest(
+    const std::shared_ptr<job>& j) {
   auto deadline = steady::now() + opts_.resolve_wait;
   std::optional<digest> md;
   int errors = 0;
   while (!md) {
-    if (j->cancel.load() || stop_.load()) return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
+    if (j->cancel.load() || stop_.load())
+      return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
     if (steady::now() > deadline) {
       return fail(errc::timeout, "registry-proxy did not resolve " + j->ref + " within " +
                                      std::to_string(opts_.resolve_wait.count() / 1000) + "s");
     }
     http::client_request r;
     r.url = proxy(origin::dataset_target(j->ref));
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-    r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.request_timeout.get());
     r.max_retries = 1;
     auto f = origin::call(d_.http, std::move(r), 1u << 20);
     if (!f && origin::is_version_mismatch(f.error())) return fail(f.error());
@@ -283,19 +292,23 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
     std::string why = f ? origin::error_message_of(f->body) : "";
     if (f && f->status == 200 && body.is_object()) {
       auto d = digest::parse(body.value("manifest", ""));
-      if (!d) return fail(errc::protocol_error, "registry-proxy gave no manifest digest for " + j->ref);
+      if (!d)
+        return fail(errc::protocol_error, "registry-proxy gave no manifest digest for " + j->ref);
       md = *d;
       break;
     }
-    if (f && f->status == 404) return fail(errc::not_found, "registry-proxy: unknown dataset " + j->ref + " (declare it first)");
+    if (f && f->status == 404)
+      return fail(errc::not_found,
+                  "registry-proxy: unknown dataset " + j->ref + " (declare it first)");
     if (f && f->status == 409) {
       return fail(errc::unavailable, "registry-proxy could not resolve " + j->ref + ": " +
                                          (why.empty() ? std::string("failed") : why));
     }
     if (!f || f->status != 202) {
       if (++errors > 30) {
-        return fail(errc::unavailable, "registry-proxy: " + (f ? "HTTP " + std::to_string(f->status) + " " + why
-                                                               : f.error().message));
+        return fail(errc::unavailable,
+                    "registry-proxy: " +
+                        (f ? "HTTP " + std::to_string(f->status) + " " + why : f.error().message));
       }
     }
     std::unique_lock lk(j->mu);
@@ -309,16 +322,21 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   if (auto m = load_manifest(*md)) return m;
   http::client_request r;
   r.url = proxy(origin::dataset_manifest_target(j->ref));
-  r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  r.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall = std::chrono::seconds(60);
   r.max_retries = 2;
   auto f = origin::call(d_.http, std::move(r), opts_.max_manifest);
   if (!f) return fail(f.error().wrap("manifest of " + j->ref));
-  if (f->status != 200) return fail(errc::upstream_error, "manifest of " + j->ref + ": HTTP " + std::to_string(f->status));
+  if (f->status != 200)
+    return fail(errc::upstream_error,
+                "manifest of " + j->ref + ": HTTP " + std::to_string(f->status));
   auto m = dataset::parse_manifest(f->body, *md);
   if (!m) return fail(m.error().wrap("manifest of " + j->ref + " from registry-proxy"));
-  if (m->name + "@" + m->version != j->ref) return fail(errc::protocol_error, "manifest names another dataset than " + j->ref);
-  if (auto s = write_atomic(opts_.dir + "/manifests/" + md->hex() + ".json", f->body); !s) return fail(s.error());
+  if (m->name + "@" + m->version != j->ref)
+    return fail(errc::protocol_error, "manifest names another dataset than " + j->ref);
+  if (auto s = write_atomic(opts_.dir + "/manifests/" + md->hex() + ".json", f->body); !s)
+    return fail(s.error());
   return std::make_shared<const dataset::manifest>(std::move(*m));
 }
 

@@ -80,9 +80,9 @@ class dataset_manager {
 
   // Starts (or joins) a prefetch; `pin_owner` (besides the view's own) pins every object until
   // `until` (a prewarm order). Blocking variant for prewarm orders: returns when it ends.
-  [[nodiscard]] status prefetch_and_wait(const std::string& ref, const std::string& pin_owner,
-                                         std::optional<cache::time_point> until,
-                                         std::function<void(std::uint64_t done, std::uint64_t total)> progress);
+  [[nodiscard]] status prefetch_and_wait(
+      const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until,
+      std::function<void(std::uint64_t done, std::uint64_t total)> progress);
 
   // For the heartbeat: every dataset with a record here, bytes present and total, view ready.
   [[nodiscard]] std::vector<heartbeat::dataset_presence> presence();
@@ -93,10 +93,11 @@ class dataset_manager {
                                       std::optional<cache::time_point> until);
   void run(const std::shared_ptr<job>& j);
   [[nodiscard]] status run_steps(const std::shared_ptr<job>& j);
-  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> fetch_manifest(const std::shared_ptr<job>& j);
+  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> fetch_manifest(
+      const std::shared_ptr<job>& j);
   [[nodiscard]] status fetch_groups(const std::shared_ptr<job>& j, const dataset::manifest& m);
-  [[nodiscard]] result<group_spec> group_metainfo(const std::shared_ptr<job>& j, const dataset::manifest& m,
-                                                  std::uint32_t g);
+  [[nodiscard]] result<group_spec> group_metainfo(const std::shared_ptr<job>& j,
+                                                  const dataset::manifest& m, std::uint32_t g);
   [[nodiscard]] status materialize(const std::shared_ptr<job>& j, const dataset::manifest& m);
   [[nodiscard]] status pin_all(const dataset::manifest& m, const std::string& owner,
                                std::optional<cache::time_point> until);
@@ -106,7 +107,9 @@ class dataset_manager {
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> load_manifest(const digest& d);
   [[nodiscard]] std::string proxy(const std::string& path) const;
   void remove(const std::string& ref, const http::responder& resp);
-  [[nodiscard]] std::string view_path(const std::string& ref) const { return opts_.views_dir + "/" + ref; }
+  [[nodiscard]] std::string view_path(const std::string& ref) const {
+    return opts_.views_dir + "/" + ref;
+  }
 
   deps d_;
   options opts_;

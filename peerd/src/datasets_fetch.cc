@@ -51,19 +51,23 @@ void dataset_manager::unpin_all(const dataset::manifest& m, const std::string& o
   });
 }
 
-result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j, const dataset::manifest& m,
-                                                   std::uint32_t g) {
+result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j,
+                                                   const dataset::manifest& m, std::uint32_t g) {
   const auto& gr = m.groups[g];
   auto objs = dataset::group_objects(m, gr);
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
   auto deadline = steady::now() + opts_.resolve_wait;
   int errors = 0;
   while (true) {
-    if (j->cancel.load() || stop_.load()) return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
-    if (steady::now() > deadline) return fail(errc::timeout, "registry-proxy did not prepare group " + std::to_string(g));
+    if (j->cancel.load() || stop_.load())
+      return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
+    if (steady::now() > deadline)
+      return fail(errc::timeout, "registry-proxy did not prepare group " + std::to_string(g));
     http::client_request r;
     r.url = proxy(origin::dataset_metainfo_target(j->ref, g, wait));
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(5);
     r.max_retries = 0;
     auto f = origin::call(d_.http, std::move(r), 256u << 20);
@@ -93,14 +97,17 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
     std::string why = f ? origin::error_message_of(f->body) : "";
     if (f && (f->status == 404 || f->status == 409 || f->status == 400)) {
       return fail(f->status == 409 ? errc::digest_mismatch : errc::not_found,
-                  j->ref + " group " + std::to_string(g) + ": " + (why.empty() ? "HTTP " + std::to_string(f->status) : why));
+                  j->ref + " group " + std::to_string(g) + ": " +
+                      (why.empty() ? "HTTP " + std::to_string(f->status) : why));
     }
     if (++errors > 5) {
-      return fail(errc::unavailable, j->ref + " group " + std::to_string(g) + " metainfo: " +
-                                         (f ? "HTTP " + std::to_string(f->status) + " " + why : f.error().message));
+      return fail(errc::unavailable,
+                  j->ref + " group " + std::to_string(g) + " metainfo: " +
+                      (f ? "HTTP " + std::to_string(f->status) + " " + why : f.error().message));
     }
     std::unique_lock lk(j->mu);
-    j->cv.wait_for(lk, std::chrono::milliseconds(500 * errors), [&] { return j->cancel.load() || stop_.load(); });
+    j->cv.wait_for(lk, std::chrono::milliseconds(500 * errors),
+                   [&] { return j->cancel.load() || stop_.load(); });
   }
 }
 
@@ -166,7 +173,8 @@ status dataset_manager::fetch_groups(const std::shared_ptr<job>& j, const datase
           j->groups_done.fetch_add(1);
           break;
         }
-        err = (*dl)->failure().value_or(error{errc::cancelled, "prefetch of " + j->ref + " cancelled"});
+        err = (*dl)->failure().value_or(
+            error{errc::cancelled, "prefetch of " + j->ref + " cancelled"});
         if (st == group_download::state::running) break;  // cancelled
         log::warn("dataset group failed; retrying", log::kv("dataset", j->ref), log::kv("group", g),
                   log::kv("attempt", attempt + 1), log::kv("error", err->message));
@@ -194,11 +202,13 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
   std::set<std::string> dirs;
   for (const auto& f : m.files) {
     // Parent directories (paths were checked by parse_manifest: relative, no "..").
-    for (std::size_t slash = f.path.find('/'); slash != std::string::npos; slash = f.path.find('/', slash + 1)) {
+    for (std::size_t slash = f.path.find('/'); slash != std::string::npos;
+         slash = f.path.find('/', slash + 1)) {
       std::string dir = f.path.substr(0, slash);
       if (dirs.insert(dir).second) {
         std::string p = tmp + "/" + dir;
-        if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return fail_errno(errno, "mkdir " + p);
+        if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST)
+          return fail_errno(errno, "mkdir " + p);
       }
     }
     std::string dst = tmp + "/" + f.path;
@@ -213,7 +223,8 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
       int e = errno;
       if (e == EXDEV) {
         return fail(errc::config_error, "datasets.views_dir " + opts_.views_dir +
-                                            " is not on the cache's filesystem (hard link " + src + ")");
+                                            " is not on the cache's filesystem (hard link " + src +
+                                            ")");
       }
       return fail_errno(e, "link " + src + " to " + dst);
     }
@@ -226,7 +237,8 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
   for (const auto& d : order) ::chmod((tmp + "/" + d).c_str(), 0555);
   ::chmod(tmp.c_str(), 0555);
   remove_tree(final_path);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return fail_errno(errno, "rename " + tmp + " to " + final_path);
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0)
+    return fail_errno(errno, "rename " + tmp + " to " + final_path);
   return {};
 }
 

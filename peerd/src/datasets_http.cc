@@ -8,7 +8,8 @@ using namespace datasets_detail;
 std::string dataset_manager::status_json(const job& j) const {
   std::lock_guard lk(j.mu);
   std::uint64_t done = j.bytes_done_locked();
-  std::uint64_t from_peers = j.from_peers.load(), from_origin = j.from_origin.load(), from_http = j.from_http.load();
+  std::uint64_t from_peers = j.from_peers.load(), from_origin = j.from_origin.load(),
+                from_http = j.from_http.load();
   for (const auto& dl : j.active) {
     from_peers += dl->from_peers.load();
     from_origin += dl->from_origin.load();
@@ -16,26 +17,29 @@ std::string dataset_manager::status_json(const job& j) const {
   }
   bool live = j.running;
   double secs = live ? std::chrono::duration<double>(steady::now() - j.started).count() : j.seconds;
-  double fetch_secs = live ? std::chrono::duration<double>(steady::now() - j.fetch_started).count() : j.seconds;
+  double fetch_secs =
+      live ? std::chrono::duration<double>(steady::now() - j.fetch_started).count() : j.seconds;
   std::uint64_t moved = done > j.local_bytes.load() ? done - j.local_bytes.load() : 0;
   double rate = fetch_secs > 0.05 ? static_cast<double>(moved) / fetch_secs : 0.0;
-  json out = {{"dataset", j.ref},
-              {"state", j.state},
-              {"error", j.error},
-              {"manifest", j.manifest_digest ? json(j.manifest_digest->str()) : json()},
-              {"files", j.files},
-              {"bytes", j.total},
-              {"bytes_done", done},
-              {"groups", j.groups},
-              {"groups_done", j.groups_done.load()},
-              {"from_peers", from_peers},
-              {"from_origin", from_origin},
-              {"from_http", from_http},
-              {"local_bytes", j.local_bytes.load()},
-              {"rate", rate},
-              {"eta_seconds", rate > 0 && done < j.total ? json(static_cast<double>(j.total - done) / rate) : json()},
-              {"seconds", secs},
-              {"view", j.view ? json(view_path(j.ref)) : json()}};
+  json out = {
+      {"dataset", j.ref},
+      {"state", j.state},
+      {"error", j.error},
+      {"manifest", j.manifest_digest ? json(j.manifest_digest->str()) : json()},
+      {"files", j.files},
+      {"bytes", j.total},
+      {"bytes_done", done},
+      {"groups", j.groups},
+      {"groups_done", j.groups_done.load()},
+      {"from_peers", from_peers},
+      {"from_origin", from_origin},
+      {"from_http", from_http},
+      {"local_bytes", j.local_bytes.load()},
+      {"rate", rate},
+      {"eta_seconds",
+       rate > 0 && done < j.total ? json(static_cast<double>(j.total - done) / rate) : json()},
+      {"seconds", secs},
+      {"view", j.view ? json(view_path(j.ref)) : json()}};
   return out.dump();
 }
 
@@ -65,7 +69,9 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
       return true;
     }
     auto j = json::parse(req.body, nullptr, false);
-    std::string ref = j.is_object() && j.contains("dataset") && j["dataset"].is_string() ? j["dataset"].get<std::string>() : "";
+    std::string ref = j.is_object() && j.contains("dataset") && j["dataset"].is_string()
+                          ? j["dataset"].get<std::string>()
+                          : "";
     if (auto p = dataset::parse_ref(ref); !p) {
       resp.send(json_error(400, p.error().message));
       return true;
@@ -121,7 +127,8 @@ void dataset_manager::remove(const std::string& ref, const http::responder& resp
     j->cancel = true;
     j->cv.notify_all();
     j->cv.wait_for(lk, std::chrono::seconds(30), [&] { return !j->running; });
-    if (j->running) return resp.send(json_error(503, "the prefetch of " + ref + " is still stopping; retry"));
+    if (j->running)
+      return resp.send(json_error(503, "the prefetch of " + ref + " is still stopping; retry"));
   }
   remove_tree(view_path(ref));
   std::shared_ptr<const dataset::manifest> m;
@@ -145,7 +152,8 @@ void dataset_manager::remove(const std::string& ref, const http::responder& resp
     jobs_.erase(ref);
   }
   log::info("dataset view removed", log::kv("dataset", ref), log::kv("unpinned", unpinned));
-  resp.send(json_answer(200, json{{"dataset", ref}, {"removed", true}, {"unpinned", unpinned}}.dump()));
+  resp.send(
+      json_answer(200, json{{"dataset", ref}, {"removed", true}, {"unpinned", unpinned}}.dump()));
 }
 
 }  // namespace shoal::peerd

@@ -35,17 +35,21 @@ namespace datasets_detail {
 inline void remove_tree(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return;
-  for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->is_directory(ec)) ::chmod(it->path().c_str(), 0755);
   }
   ::chmod(path.c_str(), 0755);
   fs::remove_all(path, ec);
 }
 
-inline http::response json_answer(unsigned status, const std::string& body) { return http::response::json(status, body); }
+inline http::response json_answer(unsigned status, const std::string& body) {
+  return http::response::json(status, body);
+}
 
-inline http::response json_error(unsigned status, const std::string& message) { return origin::plain_error(status, message); }
+inline http::response json_error(unsigned status, const std::string& message) {
+  return origin::plain_error(status, message);
+}
 
 }  // namespace datasets_detail
 

@@ -83,15 +83,19 @@ result<std::unique_ptr<group_swarm>> group_swarm::start(deps d, options o) {
     if (ec) return shoal::fail(ec, "create " + dir + ": " + ec.message());
   }
   std::error_code ec;
-  for (auto it = fs::directory_iterator(g->opts_.dir + "/packs", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::directory_iterator(g->opts_.dir + "/packs", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     if (it->path().extension() == ".torrent") g->packs_.insert(it->path().stem().string());
   }
   auto* self = g.get();
-  d.swarm.set_extension(swarm_manager::extension{
-      [self](lt::alert* a) { return self->on_alert(a); },
-      [self](const lt::sha1_hash& ih, lt::add_torrent_params& p) { return self->on_unknown(ih, p); },
-      [self](const lt::torrent_handle& th, bool origin, std::size_t n) { return self->on_block(th, origin, n); }});
+  d.swarm.set_extension(
+      swarm_manager::extension{[self](lt::alert* a) { return self->on_alert(a); },
+                               [self](const lt::sha1_hash& ih, lt::add_torrent_params& p) {
+                                 return self->on_unknown(ih, p);
+                               },
+                               [self](const lt::torrent_handle& th, bool origin, std::size_t n) {
+                                 return self->on_block(th, origin, n);
+                               }});
   g->monitor_ = std::thread([self] { self->monitor(); });
   return g;
 }
@@ -122,8 +126,9 @@ status group_swarm::check_space(const group_download& dl) const {
   // The bytes are written once into the partial directory, then renamed into the cache (same
   // filesystem): `need` is what the group still takes, plus a little for metadata.
   if (free >= need + (1u << 20)) return {};
-  return shoal::fail(errc::no_space, "no space left on device for " + dl.spec_.name + ": " + opts_.partial_dir +
-                                         " has " + std::to_string(free >> 20) + " MiB free, the group needs " +
+  return shoal::fail(errc::no_space, "no space left on device for " + dl.spec_.name + ": " +
+                                         opts_.partial_dir + " has " + std::to_string(free >> 20) +
+                                         " MiB free, the group needs " +
                                          std::to_string((need >> 20) + 1) + " MiB more");
 }
 
@@ -143,7 +148,8 @@ result<std::shared_ptr<group_download>> group_swarm::fetch(group_spec spec) {
   auto ti = parse_torrent(spec.torrent, why);
   if (!ti) return shoal::fail(errc::protocol_error, "metainfo of " + spec.name + ": " + why);
   if (static_cast<std::size_t>(ti->num_files()) != spec.objects.size() || spec.objects.empty()) {
-    return shoal::fail(errc::protocol_error, "metainfo of " + spec.name + " does not list the group's objects");
+    return shoal::fail(errc::protocol_error,
+                       "metainfo of " + spec.name + " does not list the group's objects");
   }
   std::string ih = swarm::hash_hex(ti->info_hashes().v1);
   auto dl = std::make_shared<group_download>();
@@ -206,9 +212,9 @@ result<std::shared_ptr<group_download>> group_swarm::fetch(group_spec spec) {
     std::lock_guard lk(dl->mu_);
     dl->h_ = h;
   }
-  log::info("dataset group download started", log::kv("group", dl->spec_.name), log::kv("info_hash", ih),
-            log::kv("objects", dl->spec_.objects.size()), log::kv("bytes", dl->total_),
-            log::kv("present", dl->present_bytes_));
+  log::info("dataset group download started", log::kv("group", dl->spec_.name),
+            log::kv("info_hash", ih), log::kv("objects", dl->spec_.objects.size()),
+            log::kv("bytes", dl->total_), log::kv("present", dl->present_bytes_));
   return dl;
 }
 
@@ -234,13 +240,15 @@ std::string group_swarm::wanted_info_hash(lt::alert* a) {
   auto* ta = dynamic_cast<lt::torrent_alert*>(a);
   if (!ta) return {};
   int type = a->type();
-  bool wanted = type == lt::piece_finished_alert::alert_type ||
-                type == lt::torrent_finished_alert::alert_type || type == lt::torrent_removed_alert::alert_type ||
-                type == lt::hash_failed_alert::alert_type || type == lt::torrent_error_alert::alert_type ||
-                type == lt::file_error_alert::alert_type || type == lt::add_torrent_alert::alert_type ||
-                type == lt::state_changed_alert::alert_type;
+  bool wanted =
+      type == lt::piece_finished_alert::alert_type ||
+      type == lt::torrent_finished_alert::alert_type ||
+      type == lt::torrent_removed_alert::alert_type || type == lt::hash_failed_alert::alert_type ||
+      type == lt::torrent_error_alert::alert_type || type == lt::file_error_alert::alert_type ||
+      type == lt::add_torrent_alert::alert_type || type == lt::state_changed_alert::alert_type;
   if (!wanted) return {};
-  if (auto* tr = lt::alert_cast<lt::torrent_removed_alert>(a)) return swarm::hash_hex(tr->info_hashes.v1);
+  if (auto* tr = lt::alert_cast<lt::torrent_removed_alert>(a))
+    return swarm::hash_hex(tr->info_hashes.v1);
   if (!ta->handle.is_valid()) return {};
   return swarm::hash_hex(ta->handle);
 }
@@ -248,9 +256,12 @@ std::string group_swarm::wanted_info_hash(lt::alert* a) {
 // Why this alert means a torrent's files are missing or corrupt, if it does: a torrent or file
 // error, a piece failing its check, or a seed leaving seed mode.
 std::optional<std::string> group_swarm::seed_trouble(lt::alert* a, bool is_seed) {
-  if (auto* te = lt::alert_cast<lt::torrent_error_alert>(a)) return "torrent error: " + te->error.message();
-  if (auto* fe = lt::alert_cast<lt::file_error_alert>(a)) return "file error: " + fe->error.message();
-  if (lt::alert_cast<lt::hash_failed_alert>(a)) return "a piece failed its hash check while seeding";
+  if (auto* te = lt::alert_cast<lt::torrent_error_alert>(a))
+    return "torrent error: " + te->error.message();
+  if (auto* fe = lt::alert_cast<lt::file_error_alert>(a))
+    return "file error: " + fe->error.message();
+  if (lt::alert_cast<lt::hash_failed_alert>(a))
+    return "a piece failed its hash check while seeding";
   if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) {
     using ts = lt::torrent_status;
     bool was_seed = sc->prev_state == ts::seeding || sc->prev_state == ts::finished;
@@ -313,7 +324,8 @@ bool group_swarm::on_alert(lt::alert* a) {
   if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) {
     counters.hash_failures.fetch_add(1);
     if (dl) {
-      log::warn("rejected a dataset piece that failed its hash check", log::kv("group", dl->spec_.name),
+      log::warn("rejected a dataset piece that failed its hash check",
+                log::kv("group", dl->spec_.name),
                 log::kv("piece", static_cast<int>(hf->piece_index)));
       return true;
     }
@@ -323,7 +335,8 @@ bool group_swarm::on_alert(lt::alert* a) {
   const std::string& why = *trouble;
   if (dl) {
     auto room = check_space(*dl);
-    fail(dl, room ? error{errc::io_error, why} : error{room.error().code, room.error().message + " (" + why + ")"});
+    fail(dl, room ? error{errc::io_error, why}
+                  : error{room.error().code, room.error().message + " (" + why + ")"});
     return true;
   }
   // A seed whose files are missing or corrupt: stop serving it. The cache's scrubber and the next
@@ -362,7 +375,8 @@ bool group_swarm::on_unknown(const lt::sha1_hash& h, lt::add_torrent_params& p) 
   p.ti = ti;
   p.save_path = d_.store.pack_dir();
   // Seed mode without trusted pieces: each piece is hashed before its first upload.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::override_trackers;
   p.trackers = d_.swarm.tracker_urls();
   return true;
 }
@@ -384,8 +398,8 @@ void group_swarm::seed(const group_spec& spec, const std::string& ih, bool verif
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = spec.pack ? d_.store.pack_dir() : d_.store.shard_dir(spec.objects.front().first);
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers |
-            lt::torrent_flags::duplicate_is_error;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
   p.trackers = d_.swarm.tracker_urls();
   if (verified) {
     p.verified_pieces.resize(ti->num_pieces(), true);
@@ -398,7 +412,8 @@ void group_swarm::seed(const group_spec& spec, const std::string& ih, bool verif
     // Already loaded elsewhere (swarm_manager's on-demand seed of the same object): fine.
     seeds_.erase(ih);
     if (ec != lt::errors::duplicate_torrent) {
-      log::warn("cannot seed a dataset group", log::kv("group", spec.name), log::kv("error", ec.message()));
+      log::warn("cannot seed a dataset group", log::kv("group", spec.name),
+                log::kv("error", ec.message()));
     }
     return;
   }
@@ -432,7 +447,8 @@ void group_swarm::finish(const std::shared_ptr<group_download>& dl) {
       if (s || s.error().is(errc::already_exists)) continue;
       if (s.error().is(errc::busy)) {
         // The same bytes arrive through another group: wait for them.
-        for (int i = 0; i < 200 && !d_.store.contains(d); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (int i = 0; i < 200 && !d_.store.contains(d); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (d_.store.contains(d)) continue;
       }
       if (s.error().is(errc::digest_mismatch)) {
@@ -459,7 +475,9 @@ void group_swarm::complete(const std::shared_ptr<group_download>& dl) {
   const auto& spec = dl->spec_;
   if (spec.pack) {
     auto s = write_atomic(opts_.dir + "/packs/" + dl->ih_ + ".torrent", spec.torrent);
-    if (!s) log::warn("cannot keep a pack's torrent", log::kv("pack", dl->ih_), log::kv("error", s.error().message));
+    if (!s)
+      log::warn("cannot keep a pack's torrent", log::kv("pack", dl->ih_),
+                log::kv("error", s.error().message));
     std::lock_guard lk(mu_);
     if (s) packs_.insert(dl->ih_);
   } else {
@@ -477,7 +495,8 @@ void group_swarm::complete(const std::shared_ptr<group_download>& dl) {
   }
   dl->cv_.notify_all();
   log::info("dataset group downloaded", log::kv("group", spec.name), log::kv("bytes", dl->total_),
-            log::kv("from_peers", dl->from_peers.load()), log::kv("from_origin", dl->from_origin.load()),
+            log::kv("from_peers", dl->from_peers.load()),
+            log::kv("from_origin", dl->from_origin.load()),
             log::kv("from_http", dl->from_http.load()));
 }
 
@@ -498,7 +517,8 @@ void group_swarm::fail(const std::shared_ptr<group_download>& dl, error e) {
   }
   // The partial files stay: the next attempt resumes from them.
   if (h.is_valid() && !stop_.load()) d_.swarm.session_for_extension().remove_torrent(h);
-  log::warn("dataset group download failed", log::kv("group", dl->spec_.name), log::kv("error", e.message));
+  log::warn("dataset group download failed", log::kv("group", dl->spec_.name),
+            log::kv("error", e.message));
 }
 
 void group_swarm::http_fallback(const std::shared_ptr<group_download>& dl) {
@@ -512,7 +532,8 @@ void group_swarm::http_fallback(const std::shared_ptr<group_download>& dl) {
     std::error_code ec;
     auto path = member_path(*dl, d);
     if (fs::file_size(path, ec) == size && !ec) {
-      if (auto s = d_.store.adopt_file(path, d, cache::object_kind::dataset_file); s || s.error().is(errc::already_exists)) {
+      if (auto s = d_.store.adopt_file(path, d, cache::object_kind::dataset_file);
+          s || s.error().is(errc::already_exists)) {
         continue;
       }
     }
@@ -522,7 +543,8 @@ void group_swarm::http_fallback(const std::shared_ptr<group_download>& dl) {
             log::kv("group", dl->spec_.name), log::kv("objects", missing.size()));
   std::optional<error> first;
   // Batches of `http_parallel` transfers; each object streams into its cache writer.
-  for (std::size_t at = 0; at < missing.size() && !first && !stop_.load(); at += opts_.http_parallel) {
+  for (std::size_t at = 0; at < missing.size() && !first && !stop_.load();
+       at += opts_.http_parallel) {
     struct transfer {
       digest id;
       std::shared_ptr<cache::object_writer> writer;
@@ -572,7 +594,8 @@ void group_swarm::http_fallback(const std::shared_ptr<group_download>& dl) {
       if (!res) {
         e = res.error();
       } else if (*x.status != 200) {
-        e = error{errc::upstream_error, "registry-proxy answered HTTP " + std::to_string(*x.status) + " for " + x.id.str()};
+        e = error{errc::upstream_error, "registry-proxy answered HTTP " +
+                                            std::to_string(*x.status) + " for " + x.id.str()};
       } else if (auto c = x.writer->commit(); !c) {
         e = c.error();
       }
@@ -585,8 +608,10 @@ void group_swarm::http_fallback(const std::shared_ptr<group_download>& dl) {
   if (first) return fail(dl, *first);
   for (const auto& [d, size] : dl->spec_.objects) {
     // Members written by someone else meanwhile: give them a moment.
-    for (int i = 0; i < 200 && !d_.store.contains(d); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!d_.store.contains(d)) return fail(dl, error{errc::not_found, d.str() + " did not arrive for " + dl->spec_.name});
+    for (int i = 0; i < 200 && !d_.store.contains(d); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!d_.store.contains(d))
+      return fail(dl, error{errc::not_found, d.str() + " did not arrive for " + dl->spec_.name});
   }
   std::error_code ec;
   fs::remove_all(dl->dir_, ec);
@@ -618,16 +643,18 @@ void group_swarm::monitor() {
       }
       if (!busy && h.is_valid()) {
         auto st = h.status(lt::torrent_handle::query_accurate_download_counters);
-        auto done = dl->present_bytes_ + static_cast<std::uint64_t>(std::max<std::int64_t>(0, st.total_wanted_done));
+        auto done = dl->present_bytes_ +
+                    static_cast<std::uint64_t>(std::max<std::int64_t>(0, st.total_wanted_done));
         dl->done_ = std::min(done, dl->total_);
       } else if (dl->fallback_) {
-        dl->done_ = std::min(dl->total_, dl->present_bytes_ + dl->from_http.load() + dl->from_peers.load() +
-                                             dl->from_origin.load());
+        dl->done_ = std::min(dl->total_, dl->present_bytes_ + dl->from_http.load() +
+                                             dl->from_peers.load() + dl->from_origin.load());
       }
       if (busy && !dl->fallback_) continue;
       if (now - last > opts_.fallback_deadline) {
-        fail(dl, error{errc::timeout, "no data for " + dl->spec_.name + " from the swarm or registry-proxy for " +
-                                          std::to_string(opts_.fallback_deadline.count() / 1000) + "s"});
+        fail(dl, error{errc::timeout,
+                       "no data for " + dl->spec_.name + " from the swarm or registry-proxy for " +
+                           std::to_string(opts_.fallback_deadline.count() / 1000) + "s"});
       } else if (!busy && now - last > opts_.stall_timeout && !dl->spec_.fallback_base.empty()) {
         {
           std::lock_guard g(dl->mu_);

@@ -54,7 +54,7 @@ struct group_spec {
   std::string torrent;  // .torrent bytes as served (trackers are replaced by ours)
   bool pack = false;
   std::vector<std::pair<digest, std::uint64_t>> objects;  // pack order; a single has one
-  std::vector<std::string> seeds;                          // Shoal-Seed endpoints
+  std::vector<std::string> seeds;                         // Shoal-Seed endpoints
   std::string fallback_base;  // registry-proxy + origin::dataset_objects_base(<ref>) (+ digest)
   std::string name;           // for logs: "<ref> group <i>"
 };
@@ -91,8 +91,8 @@ class group_download {
   state st_ = state::running;
   std::optional<error> err_;
   lt::torrent_handle h_;
-  bool finishing_ = false;   // torrent removal requested; adoption follows its alert
-  bool fallback_ = false;    // HTTP fallback running or done
+  bool finishing_ = false;  // torrent removal requested; adoption follows its alert
+  bool fallback_ = false;   // HTTP fallback running or done
   std::chrono::steady_clock::time_point last_progress_;
   std::uint64_t last_done_ = 0;
 };

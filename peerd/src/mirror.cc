@@ -29,8 +29,8 @@ namespace {
 // from the cache's file with sendfile (a reader that fell behind catches up without copies).
 class download_source final : public http::body_source {
  public:
-  download_source(std::shared_ptr<download> dl, std::uint64_t off, std::uint64_t len, std::atomic<std::uint64_t>* served,
-                  net::thread_pool* pool)
+  download_source(std::shared_ptr<download> dl, std::uint64_t off, std::uint64_t len,
+                  std::atomic<std::uint64_t>* served, net::thread_pool* pool)
       : st_(std::make_shared<state>()), served_(served), pool_(pool) {
     st_->dl = std::move(dl);
     st_->off = off;
@@ -44,7 +44,8 @@ class download_source final : public http::body_source {
       std::uint64_t run = std::min<std::uint64_t>(max_bytes, st->end - st->off);
       // The open is disk work: off the server's thread.
       net::post(*pool_, [st, run, served = served_, done = std::move(done)]() mutable {
-        if (!st->fd) st->fd = unique_fd(::open(st->dl->complete_path().c_str(), O_RDONLY | O_CLOEXEC));
+        if (!st->fd)
+          st->fd = unique_fd(::open(st->dl->complete_path().c_str(), O_RDONLY | O_CLOEXEC));
         if (!st->fd) {
           // The object left the cache since (evicted): piece by piece, which reports the error.
           st->no_direct = true;
@@ -60,7 +61,8 @@ class download_source final : public http::body_source {
     }
     const auto& m = st->dl->meta();
     std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
-    auto slice = [st, max_bytes, served = served_](const piece_buffer& buf, std::uint32_t p) -> http::chunk {
+    auto slice = [st, max_bytes, served = served_](const piece_buffer& buf,
+                                                   std::uint32_t p) -> http::chunk {
       const auto& mm = st->dl->meta();
       std::uint64_t poff = mm.piece_offset(p);
       std::uint64_t from = st->off - poff;
@@ -106,12 +108,13 @@ class chunked_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     if (*off_ >= end_) return done(http::chunk::end());
     auto n = static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, end_ - *off_));
-    cb_->read(*off_, n, [off = off_, served = served_, done = std::move(done)](result<std::string> b) {
-      if (!b) return done(fail(b.error()));
-      *off += b->size();
-      if (served) served->fetch_add(b->size());
-      done(http::chunk::bytes(std::move(*b)));
-    });
+    cb_->read(*off_, n,
+              [off = off_, served = served_, done = std::move(done)](result<std::string> b) {
+                if (!b) return done(fail(b.error()));
+                *off += b->size();
+                if (served) served->fetch_add(b->size());
+                done(http::chunk::bytes(std::move(*b)));
+              });
   }
 
  private:
@@ -137,13 +140,22 @@ struct mirror::job {
 };
 
 mirror::mirror(deps d) : d_(d) {
-  cache_hits_ = &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.").with({});
-  swarm_fetches_ = &d_.metrics.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.").with({});
-  chunked_fetches_ = &d_.metrics.counter("shoal_peerd_chunked_fetches_total",
-                                         "Blobs fetched as chunk objects while registry-proxy still downloaded them.")
-                          .with({});
-  forward_errors_ = &d_.metrics.counter("shoal_peerd_forward_errors_total",
-                                        "Requests registry-proxy could not answer (unreachable or timed out).").with({});
+  cache_hits_ =
+      &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.")
+           .with({});
+  swarm_fetches_ =
+      &d_.metrics.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.")
+           .with({});
+  chunked_fetches_ =
+      &d_.metrics
+           .counter("shoal_peerd_chunked_fetches_total",
+                    "Blobs fetched as chunk objects while registry-proxy still downloaded them.")
+           .with({});
+  forward_errors_ =
+      &d_.metrics
+           .counter("shoal_peerd_forward_errors_total",
+                    "Requests registry-proxy could not answer (unreachable or timed out).")
+           .with({});
 }
 
 std::string mirror::proxy_url(const std::string& path_and_query) const {
@@ -160,16 +172,20 @@ void mirror::operator()(http::request&& req, http::responder resp) {
   if (daemon::serve_ops(req, resp, d_.metrics, health)) return;
   if (req.path == origin::paths::node_status) return handle_status(resp);
   if (req.path == origin::paths::node_pull) return handle_pull(req, resp);
-  if (d_.datasets && req.path.starts_with(origin::paths::datasets) && d_.datasets(req, resp)) return;
-  if (req.path.rfind("/v2", 0) != 0) return resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
+  if (d_.datasets && req.path.starts_with(origin::paths::datasets) && d_.datasets(req, resp))
+    return;
+  if (req.path.rfind("/v2", 0) != 0)
+    return resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
   if (req.method != http::verb::get && req.method != http::verb::head) {
-    return resp.send(oci_error(405, oci::error_code::unsupported, "peerd serves the pull API only"));
+    return resp.send(
+        oci_error(405, oci::error_code::unsupported, "peerd serves the pull API only"));
   }
   // /v2/ and /v2/<name>/blobs/<digest>: ours; everything else under /v2 goes to registry-proxy.
   origin::route_error err;
   auto route = origin::parse_v2_path(req.path, err);
   if (route && route->kind == origin::route_kind::base) return resp.send(origin::v2_base_ok());
-  if (!route && err.kind == origin::route_kind::blob) return resp.send(oci_error(err.status, err.code, err.message));
+  if (!route && err.kind == origin::route_kind::blob)
+    return resp.send(oci_error(err.status, err.code, err.message));
   if (route && route->kind == origin::route_kind::blob) {
     auto ns = req.query_param(origin::params::ns).value_or("");
     if (!ns.empty() && !oci::valid_registry_host(ns)) {
@@ -185,10 +201,14 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
   http::client_request r;
   r.method = req.method == http::verb::head ? "HEAD" : "GET";
   r.url = proxy_url(req.target);
-  if (auto accept = req.header_list("Accept"); !accept.empty()) r.headers.emplace_back("Accept", accept);
-  if (auto auth = req.header("Authorization"); !auth.empty()) r.headers.emplace_back("Authorization", std::string(auth));
-  r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-  r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+  if (auto accept = req.header_list("Accept"); !accept.empty())
+    r.headers.emplace_back("Accept", accept);
+  if (auto auth = req.header("Authorization"); !auth.empty())
+    r.headers.emplace_back("Authorization", std::string(auth));
+  r.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  r.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
   // containerd waits on us: a hung registry-proxy must turn into an error it can fall back on,
   // not into a second full stall timeout.
   r.max_retries = 0;
@@ -196,12 +216,13 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
   if (!f) {
     forward_errors_->inc();
     unsigned s = f.error().is(errc::timeout) ? 504 : 502;
-    return resp.send(oci_error(s, oci::error_code::unsupported, "registry-proxy: " + f.error().message));
+    return resp.send(
+        oci_error(s, oci::error_code::unsupported, "registry-proxy: " + f.error().message));
   }
   http::response out;
   out.status = static_cast<unsigned>(f->status);
-  for (const char* h : {"Content-Type", "Docker-Content-Digest", "Docker-Distribution-API-Version", "Warning",
-                        "WWW-Authenticate", "Retry-After", "ETag", "OCI-Namespace"}) {
+  for (const char* h : {"Content-Type", "Docker-Content-Digest", "Docker-Distribution-API-Version",
+                        "Warning", "WWW-Authenticate", "Retry-After", "ETag", "OCI-Namespace"}) {
     if (auto v = f->header(h)) out.headers.set(h, std::string(*v));
   }
   if (req.method == http::verb::head) {
@@ -212,8 +233,8 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
   resp.send(std::move(out));
 }
 
-void mirror::serve_blob(const std::string& ns, const std::string& repo, const digest& d, const std::string& auth,
-                        bool head, const http::responder& resp) {
+void mirror::serve_blob(const std::string& ns, const std::string& repo, const digest& d,
+                        const std::string& auth, bool head, const http::responder& resp) {
   net::post(d_.pool, [this, ns, repo, d, auth, head, resp] {
     // 1. The local cache.
     if (auto rd = d_.store.open_read(d)) {
@@ -307,8 +328,9 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
 namespace {
 
 // A 200 for a blob whose bytes a body source streams as they arrive (ranges too).
-http::response streamed_blob(const digest& d, std::uint64_t size,
-                             std::function<std::unique_ptr<http::body_source>(std::uint64_t, std::uint64_t)> open) {
+http::response streamed_blob(
+    const digest& d, std::uint64_t size,
+    std::function<std::unique_ptr<http::body_source>(std::uint64_t, std::uint64_t)> open) {
   http::response r;
   r.status = 200;
   r.headers.set("Docker-Content-Digest", d.str());
@@ -320,13 +342,15 @@ http::response streamed_blob(const digest& d, std::uint64_t size,
 
 }  // namespace
 
-void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp) {
+void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool head,
+                                   const http::responder& resp) {
   auto* served = &d_.swarm.counters_mut().served_local;
   auto* pool = &d_.pool;
   (void)head;
-  resp.send(streamed_blob(dl->id(), dl->meta().size, [dl, served, pool](std::uint64_t off, std::uint64_t len) {
-    return std::make_unique<download_source>(dl, off, len, served, pool);
-  }));
+  resp.send(streamed_blob(dl->id(), dl->meta().size,
+                          [dl, served, pool](std::uint64_t off, std::uint64_t len) {
+                            return std::make_unique<download_source>(dl, off, len, served, pool);
+                          }));
 }
 
 std::shared_ptr<chunked_blob> mirror::find_chunked(const digest& d) {
@@ -340,18 +364,22 @@ std::shared_ptr<chunked_blob> mirror::find_chunked(const digest& d) {
   return it->second;
 }
 
-void mirror::respond_from_chunked(const std::shared_ptr<chunked_blob>& cb, const http::responder& resp) {
+void mirror::respond_from_chunked(const std::shared_ptr<chunked_blob>& cb,
+                                  const http::responder& resp) {
   auto* served = &d_.swarm.counters_mut().served_local;
   resp.send(streamed_blob(cb->id(), cb->size(), [cb, served](std::uint64_t off, std::uint64_t len) {
     return std::make_unique<chunked_source>(cb, off, len, served);
   }));
 }
 
-result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const std::string& repo, const digest& d,
-                                                    const std::string& auth, unsigned& status_out) {
+result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const std::string& repo,
+                                                    const digest& d, const std::string& auth,
+                                                    unsigned& status_out) {
   // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
-  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
-  const auto deadline = std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
+  const auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  const auto deadline =
+      std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
   const origin::object_ref where{ns, repo};
   std::uint64_t last_bytes = 0;
   auto last_progress = steady::now();
@@ -359,7 +387,8 @@ result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const
     http::client_request r;
     r.url = proxy_url(origin::metainfo_target(where, d, {.wait = wait, .chunks = true}));
     if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(3);
     r.max_retries = 0;
     auto f = origin::call(d_.http, std::move(r), 64u << 20);
@@ -397,8 +426,8 @@ result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const
 }
 
 result<mirror::fetch_handle> mirror::start_swarm(const origin::object_ref& where, const digest& d,
-                                                 const http::full_response& answer, const std::string& auth,
-                                                 unsigned& status_out) {
+                                                 const http::full_response& answer,
+                                                 const std::string& auth, unsigned& status_out) {
   auto a = origin::decode_metainfo(answer);
   if (!a) {
     status_out = 502;
@@ -427,12 +456,17 @@ result<mirror::fetch_handle> mirror::start_swarm(const origin::object_ref& where
 }
 
 result<mirror::fetch_handle> mirror::start_chunked(const origin::object_ref& where, const digest& d,
-                                                   const origin::progress& p, const std::string& auth) {
+                                                   const origin::progress& p,
+                                                   const std::string& auth) {
   chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
-  cd.poll_wait = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
-  cd.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-  cd.deadline = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
-  auto cb = std::make_shared<chunked_blob>(std::move(cd), where.ns, where.repo, d, p.size, p.chunk_size, auth);
+  cd.poll_wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  cd.connect_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  cd.deadline =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
+  auto cb = std::make_shared<chunked_blob>(std::move(cd), where.ns, where.repo, d, p.size,
+                                           p.chunk_size, auth);
   {
     std::lock_guard lk(mu_);
     chunked_[d] = cb;
@@ -466,8 +500,10 @@ status mirror::ensure_blob(const std::string& ns, const std::string& repo, const
   std::uint32_t last = dl->meta().piece_count() == 0 ? 0 : dl->meta().piece_count() - 1;
   if (dl->meta().piece_count() == 0) return {};
   dl->read_piece(last, [&p](result<piece_buffer> b) {
-    if (!b) p.set_value(fail(b.error()));
-    else p.set_value({});
+    if (!b)
+      p.set_value(fail(b.error()));
+    else
+      p.set_value({});
   });
   auto st = fut.get();
   if (!st) return st;
@@ -486,15 +522,26 @@ void mirror::handle_status(const http::responder& resp) {
     auto cs = d_.store.get_stats();
     nlohmann::json j;
     j["node"] = d_.cfg.node.name;
-    j["cache"] = {{"objects", cs.objects},       {"bytes", cs.bytes},       {"capacity", cs.capacity_bytes},
-                  {"inflight_bytes", cs.inflight_bytes}, {"hits", cs.hits}, {"evictions", cs.evictions}};
-    j["bytes"] = {{"from_origin", c.from_origin.load()}, {"from_peers", c.from_peers.load()},
-                  {"from_http_fallback", c.from_http.load()}, {"served_local", c.served_local.load()},
+    j["cache"] = {{"objects", cs.objects},
+                  {"bytes", cs.bytes},
+                  {"capacity", cs.capacity_bytes},
+                  {"inflight_bytes", cs.inflight_bytes},
+                  {"hits", cs.hits},
+                  {"evictions", cs.evictions}};
+    j["bytes"] = {{"from_origin", c.from_origin.load()},
+                  {"from_peers", c.from_peers.load()},
+                  {"from_http_fallback", c.from_http.load()},
+                  {"served_local", c.served_local.load()},
                   {"uploaded_to_peers", c.uploaded.load()}};
     j["downloads"] = nlohmann::json::array();
     for (const auto& s : d_.swarm.status()) {
-      j["downloads"].push_back({{"digest", s.id.str()}, {"pieces_done", s.done}, {"pieces", s.total}, {"size", s.size},
-                                {"peers", s.peers}, {"download_rate", s.download_rate}, {"upload_rate", s.upload_rate}});
+      j["downloads"].push_back({{"digest", s.id.str()},
+                                {"pieces_done", s.done},
+                                {"pieces", s.total},
+                                {"size", s.size},
+                                {"peers", s.peers},
+                                {"download_rate", s.download_rate},
+                                {"upload_rate", s.upload_rate}});
     }
     j["torrents_loaded"] = d_.swarm.loaded_torrents();
     {
@@ -504,22 +551,26 @@ void mirror::handle_status(const http::responder& resp) {
       for (const auto& [dd, cb] : chunked_) {
         if (cb->current() != chunked_blob::state::running) continue;
         auto [done, total] = cb->chunks_done();
-        arr.push_back({{"digest", dd.str()}, {"size", cb->size()}, {"chunks_done", done}, {"chunks", total}});
+        arr.push_back(
+            {{"digest", dd.str()}, {"size", cb->size()}, {"chunks_done", done}, {"chunks", total}});
       }
     }
-    j["counters"] = {{"downloads_ok", c.downloads_ok.load()}, {"downloads_failed", c.downloads_failed.load()},
-                     {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
-                     {"http_fallbacks", c.fallbacks.load()},
-                     {"chunked_fetches", chunked_fetches_->value()}};
+    j["counters"] = {
+        {"downloads_ok", c.downloads_ok.load()},   {"downloads_failed", c.downloads_failed.load()},
+        {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
+        {"http_fallbacks", c.fallbacks.load()},    {"chunked_fetches", chunked_fetches_->value()}};
     resp.send(http::response::json(200, j.dump()));
   });
 }
 
 void mirror::handle_pull(const http::request& req, const http::responder& resp) {
-  if (req.method != http::verb::post) return resp.send(http::response::json(405, R"({"error":"use POST"})"));
+  if (req.method != http::verb::post)
+    return resp.send(http::response::json(405, R"({"error":"use POST"})"));
   auto body = nlohmann::json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("image") || !body["image"].is_string()) {
-    return resp.send(http::response::json(400, R"({"error":"body must be {\"image\": \"<reference>\"}"})"));
+  if (body.is_discarded() || !body.is_object() || !body.contains("image") ||
+      !body["image"].is_string()) {
+    return resp.send(
+        http::response::json(400, R"({"error":"body must be {\"image\": \"<reference>\"}"})"));
   }
   auto ref = oci::parse_image_ref(body["image"].get<std::string>());
   if (!ref) {
@@ -531,18 +582,24 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
   net::post(d_.pool, [this, ref = *ref, platform, auth, resp] {
     auto t0 = steady::now();
     const std::string accept = std::string(oci::media::accept_all);
-    auto get_manifest = [&](const std::string& reference) -> result<std::pair<std::string, nlohmann::json>> {
+    auto get_manifest =
+        [&](const std::string& reference) -> result<std::pair<std::string, nlohmann::json>> {
       http::client_request r;
       r.url = proxy_url(origin::manifest_target({ref.registry, ref.repository}, reference));
       r.headers.emplace_back("Accept", accept);
       if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
-      r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-      r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+      r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
+          d_.cfg.upstream.connect_timeout.get());
+      r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
+          d_.cfg.upstream.request_timeout.get());
       auto f = origin::call(d_.http, std::move(r), 8u << 20);
       if (!f) return fail(f.error());
-      if (f->status != 200) return fail(errc::upstream_error, "manifest " + reference + ": HTTP " + std::to_string(f->status));
+      if (f->status != 200)
+        return fail(errc::upstream_error,
+                    "manifest " + reference + ": HTTP " + std::to_string(f->status));
       auto j = nlohmann::json::parse(f->body, nullptr, false);
-      if (j.is_discarded()) return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
+      if (j.is_discarded())
+        return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
       return std::make_pair(std::string(f->header("Content-Type").value_or("")), j);
     };
     nlohmann::json out;
@@ -559,7 +616,8 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
       std::string chosen;
       for (const auto& m : manifest["manifests"]) {
         if (!m.is_object() || !m.contains("platform")) continue;
-        if (m["platform"].value("os", "") == want_os && m["platform"].value("architecture", "") == want_arch) {
+        if (m["platform"].value("os", "") == want_os &&
+            m["platform"].value("architecture", "") == want_arch) {
           chosen = m.value("digest", "");
           break;
         }
@@ -592,8 +650,11 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
       bool had = d_.store.contains(dd);
       auto st = ensure_blob(ref.registry, ref.repository, dd, auth);
       total += size;
-      results.push_back({{"digest", dd.str()}, {"size", size}, {"cached_before", had},
-                         {"ok", static_cast<bool>(st)}, {"error", st ? std::string() : st.error().message}});
+      results.push_back({{"digest", dd.str()},
+                         {"size", size},
+                         {"cached_before", had},
+                         {"ok", static_cast<bool>(st)},
+                         {"error", st ? std::string() : st.error().message}});
       ok = ok && static_cast<bool>(st);
     }
     out["image"] = ref.str();

@@ -51,9 +51,10 @@ class mirror {
  private:
   struct job;
   void forward(const http::request& req, const http::responder& resp);
-  void serve_blob(const std::string& ns, const std::string& repo, const digest& d, const std::string& auth,
-                  bool head, const http::responder& resp);
-  void respond_from_download(const std::shared_ptr<download>& dl, bool head, const http::responder& resp);
+  void serve_blob(const std::string& ns, const std::string& repo, const digest& d,
+                  const std::string& auth, bool head, const http::responder& resp);
+  void respond_from_download(const std::shared_ptr<download>& dl, bool head,
+                             const http::responder& resp);
   void respond_from_chunked(const std::shared_ptr<chunked_blob>& cb, const http::responder& resp);
   // A fetch in progress: one download of the whole object, or the object's chunks (chunked.h).
   struct fetch_handle {
@@ -62,15 +63,17 @@ class mirror {
   };
   // Gets the metainfo (long-polling while registry-proxy fetches) and starts the download, or
   // the chunked fetch when registry-proxy cuts the object into chunks.
-  [[nodiscard]] result<fetch_handle> start_download(const std::string& ns, const std::string& repo, const digest& d,
-                                                    const std::string& auth, unsigned& status_out);
+  [[nodiscard]] result<fetch_handle> start_download(const std::string& ns, const std::string& repo,
+                                                    const digest& d, const std::string& auth,
+                                                    unsigned& status_out);
   // The two ways start_download goes on: a 200 (metainfo) joins the swarm, a 202 announcing
   // chunks starts the chunked fetch.
   [[nodiscard]] result<fetch_handle> start_swarm(const origin::object_ref& where, const digest& d,
-                                                 const http::full_response& answer, const std::string& auth,
-                                                 unsigned& status_out);
+                                                 const http::full_response& answer,
+                                                 const std::string& auth, unsigned& status_out);
   [[nodiscard]] result<fetch_handle> start_chunked(const origin::object_ref& where, const digest& d,
-                                                   const origin::progress& p, const std::string& auth);
+                                                   const origin::progress& p,
+                                                   const std::string& auth);
   [[nodiscard]] std::shared_ptr<chunked_blob> find_chunked(const digest& d);
   void handle_pull(const http::request& req, const http::responder& resp);
   void handle_status(const http::responder& resp);

@@ -10,9 +10,7 @@
 
 namespace shoal::peerd {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 prewarm_executor::prewarm_executor(deps d, options o)
     : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel)) {}
@@ -146,7 +144,8 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
     o = j->order;
   }
   if (!o.dataset.empty()) {
-    if (!d_.datasets) return failed("dataset " + o.dataset + ": datasets are disabled on this node");
+    if (!d_.datasets)
+      return failed("dataset " + o.dataset + ": datasets are disabled on this node");
     std::optional<cache::time_point> until;
     if (o.pin_seconds > 0) until = cache::clock::now() + std::chrono::seconds(o.pin_seconds);
     // The prefetch pins every object for the order (owner prewarm:<id>) and makes the view.

@@ -4,7 +4,8 @@
 namespace shoal::peerd {
 
 result<std::unique_ptr<state_db>> state_db::open(const std::string& dir) {
-  auto db = cache::state_db::open(dir, cache::state_db_options{.label = "peerd state", .max_open_files = 128});
+  auto db = cache::state_db::open(
+      dir, cache::state_db_options{.label = "peerd state", .max_open_files = 128});
   if (!db) return fail(db.error());
   std::unique_ptr<state_db> s(new state_db(std::move(*db)));
   auto st = s->db_->scan("h/", [&s](std::string_view key, std::string_view value) {
@@ -19,7 +20,8 @@ result<std::unique_ptr<state_db>> state_db::open(const std::string& dir) {
   return s;
 }
 
-status state_db::put(const digest& d, const std::string& info_hash_hex, const std::string& torrent) {
+status state_db::put(const digest& d, const std::string& info_hash_hex,
+                     const std::string& torrent) {
   std::lock_guard lk(mu_);
   cache::state_db::batch b;
   b.put("t/" + d.hex(), torrent);

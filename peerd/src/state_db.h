@@ -26,7 +26,8 @@ class state_db {
   state_db& operator=(const state_db&) = delete;
 
   // Stores the torrent of an object (info-hash given as 40 hex characters).
-  [[nodiscard]] status put(const digest& d, const std::string& info_hash_hex, const std::string& torrent);
+  [[nodiscard]] status put(const digest& d, const std::string& info_hash_hex,
+                           const std::string& torrent);
   [[nodiscard]] std::optional<std::string> torrent(const digest& d) const;
   [[nodiscard]] std::optional<digest> by_info_hash(const std::string& info_hash_hex) const;
   [[nodiscard]] std::optional<std::string> info_hash(const digest& d) const;

@@ -43,7 +43,8 @@ result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std
   auto buf = std::make_shared<std::string>(static_cast<std::size_t>(len), '\0');
   std::uint64_t done = 0;
   while (done < len) {
-    ssize_t n = ::pread(fd.get(), buf->data() + done, static_cast<std::size_t>(len - done), static_cast<off_t>(off + done));
+    ssize_t n = ::pread(fd.get(), buf->data() + done, static_cast<std::size_t>(len - done),
+                        static_cast<off_t>(off + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return fail_errno(errno, "read " + path);
@@ -98,7 +99,8 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
     lk.unlock();
     std::uint64_t off = meta_.piece_offset(i);
     std::uint64_t len = meta_.piece_length(i);
-    net::post(mgr_->pool(), [path, off, len, cb = std::move(cb)] { cb(pread_range(path, off, len)); });
+    net::post(mgr_->pool(),
+              [path, off, len, cb = std::move(cb)] { cb(pread_range(path, off, len)); });
     return;
   }
   if (have_[i]) {
@@ -117,8 +119,10 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
   if (moved && h.is_valid() && mgr_->streaming_window() > 0) {
     // Streaming priority: deadlines for the pieces right after the reader's position.
     int window = mgr_->streaming_window();
-    for (std::uint32_t j = i; j < std::min<std::uint32_t>(total, i + static_cast<std::uint32_t>(window)); ++j) {
-      h.set_piece_deadline(lt::piece_index_t(static_cast<int>(j)), static_cast<int>(100 * (j - i + 1)));
+    for (std::uint32_t j = i;
+         j < std::min<std::uint32_t>(total, i + static_cast<std::uint32_t>(window)); ++j) {
+      h.set_piece_deadline(lt::piece_index_t(static_cast<int>(j)),
+                           static_cast<int>(100 * (j - i + 1)));
     }
   }
 }
@@ -126,8 +130,10 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
 // ---------------------------------------------------------------------------------------------
 // swarm_manager
 
-result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& cfg, const node_config& node,
-                                                             const std::string& scheduler_url, deps d) {
+result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& cfg,
+                                                            const node_config& node,
+                                                            const std::string& scheduler_url,
+                                                            deps d) {
   std::unique_ptr<swarm_manager> m(new swarm_manager(cfg, node, scheduler_url, d));
   swarm::settings ss;
   ss.listen = cfg.listen;
@@ -159,7 +165,9 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
     p.save_path = cfg.partial_dir + "/.sentinel";
     p.flags = lt::torrent_flags::upload_mode;
     if (!ec && sm) m->ses_->raw().add_torrent(std::move(p), ec);
-    if (ec || !sm) log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", ec.message()));
+    if (ec || !sm)
+      log::warn("no sentinel torrent: holders cannot serve unloaded seeds",
+                log::kv("error", ec.message()));
   }
   // Every received block is attributed to its source (registry-proxy or a peer) and counts as
   // progress, from a plugin callback on the network thread: libtorrent's per-block alerts cost
@@ -167,13 +175,16 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   auto* mgr = m.get();
   swarm::block_callback on_block;
   if (cfg.count_sources) {
-    on_block = [mgr](const lt::torrent_handle& th, bool origin, std::size_t n) { mgr->on_block(th, origin, n); };
+    on_block = [mgr](const lt::torrent_handle& th, bool origin, std::size_t n) {
+      mgr->on_block(th, origin, n);
+    };
   }
   m->ses_->raw().add_extension(swarm::node_superseed_plugin(std::move(on_block)));
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });
-  log::info("swarm started", log::kv("listen", cfg.listen), log::kv("port", m->ses_->listen_port()));
+  log::info("swarm started", log::kv("listen", cfg.listen),
+            log::kv("port", m->ses_->listen_port()));
   return m;
 }
 
@@ -200,7 +211,8 @@ std::string swarm_manager::endpoint() const {
 
 std::vector<std::string> swarm_manager::trackers() const {
   if (scheduler_.empty()) return {};
-  std::string t = swarm::tracker_url(scheduler_ + "/announce", node_.name, node_.zone, node_.rack, "peer");
+  std::string t =
+      swarm::tracker_url(scheduler_ + "/announce", node_.name, node_.zone, node_.rack, "peer");
   if (!cfg_.announce_ip.empty()) t += "&ip=" + cfg_.announce_ip;
   return {t};
 }
@@ -237,7 +249,8 @@ std::size_t swarm_manager::loaded_torrents() const {
 }
 
 result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const std::string& torrent,
-                                                       const object_metainfo& m, const std::vector<std::string>& seeds,
+                                                       const object_metainfo& m,
+                                                       const std::vector<std::string>& seeds,
                                                        fallback_info fb, bool transient) {
   if (stop_.load()) return shoal::fail(errc::cancelled, "peerd is shutting down");
   std::string ih = m.info_hash_hex();
@@ -250,7 +263,8 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     std::lock_guard lk(mu_);
     auto it = downloads_.find(d);
     if (it != downloads_.end()) return it->second;
-    if (seeds_.count(ih)) return shoal::fail(errc::already_exists, "object is already held and seeded");
+    if (seeds_.count(ih))
+      return shoal::fail(errc::already_exists, "object is already held and seeded");
     dl = std::make_shared<download>(d, m, partial);
     dl->mgr_ = this;
     dl->fallback_ = std::move(fb);
@@ -261,10 +275,12 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     by_ih_[ih] = dl;
   }
   lt::error_code lec;
-  auto ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), lec);
+  auto ti =
+      std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), lec);
   if (lec) {
     fail(dl, error{errc::protocol_error, "metainfo: " + lec.message()});
-    return shoal::fail(errc::protocol_error, "metainfo for " + d.short_str() + ": " + lec.message());
+    return shoal::fail(errc::protocol_error,
+                       "metainfo for " + d.short_str() + ": " + lec.message());
   }
   lt::add_torrent_params p;
   p.ti = ti;
@@ -295,8 +311,8 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     std::lock_guard lk(dl->mu_);
     dl->h_ = h;
   }
-  log::info("download started", log::kv("digest", d.str()), log::kv("size", m.size), log::kv("pieces", m.piece_count()),
-            log::kv("info_hash", ih));
+  log::info("download started", log::kv("digest", d.str()), log::kv("size", m.size),
+            log::kv("pieces", m.piece_count()), log::kv("info_hash", ih));
   return dl;
 }
 
@@ -364,7 +380,8 @@ bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_pa
   p.ti = ti;
   p.save_path = d_.store.shard_dir(*d);
   // Seed mode without trusted pieces: each piece is hashed before its first upload.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::override_trackers;
   p.trackers = trackers();
   return true;
 }
@@ -375,14 +392,16 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
   auto st = d_.store.adopt_file(path, d, cache::object_kind::blob);
   if (!st) {
     // Every piece hash passed but the whole object does not verify: never keep or serve it.
-    log::error("downloaded object does not verify", log::kv("digest", d.str()), log::kv("error", st.error().message));
+    log::error("downloaded object does not verify", log::kv("digest", d.str()),
+               log::kv("error", st.error().message));
     std::error_code ec;
     std::filesystem::remove(path, ec);
     return fail(dl, st.error());
   }
   std::string ih = dl->meta().info_hash_hex();
   (void)d_.state.put(d, ih, dl->torrent_);
-  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+  auto expiry = cache::clock::now() +
+                std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
   (void)d_.store.pin(d, "swarm", expiry);
   settle_complete(dl, path, false, {});
   counters_.downloads_ok.fetch_add(1);
@@ -395,13 +414,14 @@ void swarm_manager::complete_transient(const std::shared_ptr<download>& dl) {
   std::string path = dl->partial_dir_ + "/" + dl->id().hex();
   if (!settle_complete(dl, path, true, path)) return;
   counters_.downloads_ok.fetch_add(1);
-  log::info("object downloaded", log::kv("digest", dl->id().str()), log::kv("bytes", dl->meta().size),
-            log::kv("transient", true),
-            log::kv("seconds", std::chrono::duration<double>(steady::now() - dl->started_).count()));
+  log::info(
+      "object downloaded", log::kv("digest", dl->id().str()), log::kv("bytes", dl->meta().size),
+      log::kv("transient", true),
+      log::kv("seconds", std::chrono::duration<double>(steady::now() - dl->started_).count()));
 }
 
-bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const std::string& path, bool only_running,
-                                    std::string transient_file) {
+bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const std::string& path,
+                                    bool only_running, std::string transient_file) {
   const digest& d = dl->id();
   std::string ih = dl->meta().info_hash_hex();
   lt::torrent_handle h;
@@ -466,7 +486,8 @@ void swarm_manager::fail(const std::shared_ptr<download>& dl, error e) {
 
 void swarm_manager::quarantine(const digest& d, const std::string& why) {
   counters_.quarantined.fetch_add(1);
-  log::error("held object is corrupt; quarantining it", log::kv("digest", d.str()), log::kv("reason", why));
+  log::error("held object is corrupt; quarantining it", log::kv("digest", d.str()),
+             log::kv("reason", why));
   std::string ih;
   lt::torrent_handle h;
   {
@@ -486,10 +507,12 @@ void swarm_manager::quarantine(const digest& d, const std::string& why) {
     (void)d_.store.unpin(d, "swarm");
     auto st = d_.store.verify(d);
     if (st) {
-      log::warn("object verified intact after a failed piece; keeping it", log::kv("digest", d.str()));
+      log::warn("object verified intact after a failed piece; keeping it",
+                log::kv("digest", d.str()));
       return;
     }
-    log::error("object quarantined", log::kv("digest", d.str()), log::kv("error", st.error().message));
+    log::error("object quarantined", log::kv("digest", d.str()),
+               log::kv("error", st.error().message));
     (void)d_.state.forget(d);
   });
 }

@@ -50,14 +50,14 @@ using piece_buffer = std::shared_ptr<const std::string>;
 
 // Where bytes came from, for status and the demo report.
 struct source_counters {
-  std::atomic<std::uint64_t> from_origin{0};   // BitTorrent blocks from registry-proxy
-  std::atomic<std::uint64_t> from_peers{0};    // BitTorrent blocks from other nodes
-  std::atomic<std::uint64_t> from_http{0};     // HTTP fallback ranges from registry-proxy
-  std::atomic<std::uint64_t> served_local{0};  // bytes served to local clients
-  std::atomic<std::uint64_t> uploaded{0};      // payload uploaded to peers (session total)
-  std::atomic<std::uint64_t> hash_failures{0}; // pieces rejected (bad data from a peer or HTTP)
-  std::atomic<std::uint64_t> quarantined{0};   // local objects found corrupt while seeding
-  std::atomic<std::uint64_t> fallbacks{0};     // HTTP fallback ranges fetched
+  std::atomic<std::uint64_t> from_origin{0};    // BitTorrent blocks from registry-proxy
+  std::atomic<std::uint64_t> from_peers{0};     // BitTorrent blocks from other nodes
+  std::atomic<std::uint64_t> from_http{0};      // HTTP fallback ranges from registry-proxy
+  std::atomic<std::uint64_t> served_local{0};   // bytes served to local clients
+  std::atomic<std::uint64_t> uploaded{0};       // payload uploaded to peers (session total)
+  std::atomic<std::uint64_t> hash_failures{0};  // pieces rejected (bad data from a peer or HTTP)
+  std::atomic<std::uint64_t> quarantined{0};    // local objects found corrupt while seeding
+  std::atomic<std::uint64_t> fallbacks{0};      // HTTP fallback ranges fetched
   std::atomic<std::uint64_t> downloads_ok{0}, downloads_failed{0};
 };
 
@@ -75,7 +75,10 @@ class download : public std::enable_shared_from_this<download> {
   enum class state { running, complete, failed };
 
   download(const digest& d, object_metainfo m, std::string partial_dir)
-      : id_(d), meta_(std::move(m)), partial_dir_(std::move(partial_dir)), have_(meta_.piece_count(), false) {}
+      : id_(d),
+        meta_(std::move(m)),
+        partial_dir_(std::move(partial_dir)),
+        have_(meta_.piece_count(), false) {}
 
   [[nodiscard]] const digest& id() const { return id_; }
   [[nodiscard]] const object_metainfo& meta() const { return meta_; }
@@ -137,8 +140,8 @@ class swarm_manager {
     http::client& http;
     boost::asio::thread_pool& pool;
   };
-  [[nodiscard]] static result<std::unique_ptr<swarm_manager>> start(const swarm_config& cfg, const node_config& node,
-                                                                    const std::string& scheduler_url, deps d);
+  [[nodiscard]] static result<std::unique_ptr<swarm_manager>> start(
+      const swarm_config& cfg, const node_config& node, const std::string& scheduler_url, deps d);
   ~swarm_manager();
   swarm_manager(const swarm_manager&) = delete;
   swarm_manager& operator=(const swarm_manager&) = delete;
@@ -146,7 +149,8 @@ class swarm_manager {
   // Starts, or joins, the download of an object. `seeds` are endpoints to connect to at once
   // (registry-proxy's Shoal-Seed), in addition to the tracker's answers.
   [[nodiscard]] result<std::shared_ptr<download>> fetch(const digest& d, const std::string& torrent,
-                                                        const object_metainfo& m, const std::vector<std::string>& seeds,
+                                                        const object_metainfo& m,
+                                                        const std::vector<std::string>& seeds,
                                                         fallback_info fb, bool transient = false);
   [[nodiscard]] std::shared_ptr<download> find(const digest& d) const;
 
@@ -213,8 +217,8 @@ class swarm_manager {
   // Marks `dl` complete with its bytes at `path`, moves it from the downloads to the seeds (a
   // transient one with the file to delete when it is unloaded) and serves its waiting readers
   // from the file. With `only_running`, false (and nothing done) when it had already ended.
-  bool settle_complete(const std::shared_ptr<download>& dl, const std::string& path, bool only_running,
-                       std::string transient_file);
+  bool settle_complete(const std::shared_ptr<download>& dl, const std::string& path,
+                       bool only_running, std::string transient_file);
   void fail(const std::shared_ptr<download>& dl, error e);
   void start_fallback(const std::shared_ptr<download>& dl);
   void quarantine(const digest& d, const std::string& why);
@@ -238,7 +242,7 @@ class swarm_manager {
     lt::torrent_handle h;
     std::chrono::steady_clock::time_point last_used;
     std::list<std::string>::iterator lru;
-    bool lazy = false;  // loaded on demand: pieces verified on first upload
+    bool lazy = false;           // loaded on demand: pieces verified on first upload
     std::string transient_file;  // deleted once unloaded (transient downloads)
   };
   std::map<std::string, seed_entry> seeds_;  // by info-hash hex

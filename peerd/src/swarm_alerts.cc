@@ -17,7 +17,8 @@ namespace net = boost::asio;
 using steady = std::chrono::steady_clock;
 
 void swarm_manager::on_alert(lt::alert* a) {
-  if (log::enabled(log::level::trace)) log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
+  if (log::enabled(log::level::trace))
+    log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
   {
     std::shared_ptr<const extension> ext;
     {
@@ -34,7 +35,8 @@ void swarm_manager::on_alert(lt::alert* a) {
     return;
   }
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
-    if (auto dl = by_alert(smf)) fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
+    if (auto dl = by_alert(smf))
+      fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
     return;
   }
   if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) return on_state_changed(sc);
@@ -49,7 +51,8 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* ss = lt::alert_cast<lt::session_stats_alert>(a)) {
     static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
     auto c = ss->counters();
-    if (sent_idx >= 0) counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
+    if (sent_idx >= 0)
+      counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
   }
 }
 
@@ -100,10 +103,13 @@ void swarm_manager::on_read_piece(lt::read_piece_alert* rp) {
         return;
       }
     }
-    for (auto& cb : cbs) cb(shoal::fail(errc::io_error, "read piece " + std::to_string(p) + ": " + rp->error.message()));
+    for (auto& cb : cbs)
+      cb(shoal::fail(errc::io_error,
+                     "read piece " + std::to_string(p) + ": " + rp->error.message()));
     return;
   }
-  auto buf = std::make_shared<const std::string>(rp->buffer.get(), static_cast<std::size_t>(rp->size));
+  auto buf =
+      std::make_shared<const std::string>(rp->buffer.get(), static_cast<std::size_t>(rp->size));
   for (auto& cb : cbs) cb(piece_buffer(buf));
 }
 
@@ -139,7 +145,8 @@ void swarm_manager::on_hash_failed(lt::hash_failed_alert* hf) {
   std::string ih = swarm::hash_hex(hf->handle);
   if (auto seed_of = seed_digest(ih)) {
     // A piece of an object we hold failed its hash while being uploaded: the file is corrupt.
-    quarantine(*seed_of, "piece " + std::to_string(static_cast<int>(hf->piece_index)) + " failed its hash check");
+    quarantine(*seed_of, "piece " + std::to_string(static_cast<int>(hf->piece_index)) +
+                             " failed its hash check");
   } else {
     log::warn("rejected a piece that failed its hash check", log::kv("info_hash", ih),
               log::kv("piece", static_cast<int>(hf->piece_index)));
@@ -171,7 +178,8 @@ void swarm_manager::on_torrent_added(lt::add_torrent_alert* at) {
   // An on-demand seed (the plugin added it).
   touch_seed(ih, *d, at->handle);
   net::post(d_.pool, [this, d = *d] {
-    auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+    auto expiry = cache::clock::now() +
+                  std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
     (void)d_.store.pin(d, "swarm", expiry);
   });
   log::info("loaded a seed on demand", log::kv("digest", d->str()), log::kv("info_hash", ih));

@@ -21,7 +21,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   std::uint32_t first = UINT32_MAX, count = 0;
   {
     std::lock_guard lk(dl->mu_);
-    if (dl->fallback_inflight_ || dl->st_ != download::state::running || dl->fallback_.url.empty()) return;
+    if (dl->fallback_inflight_ || dl->st_ != download::state::running || dl->fallback_.url.empty())
+      return;
     std::uint32_t n = dl->meta_.piece_count();
     std::uint32_t start = dl->waiting_.empty() ? 0 : dl->waiting_.begin()->first;
     for (std::uint32_t k = 0; k < n; ++k) {
@@ -47,15 +48,19 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   std::uint64_t from = m.piece_offset(first);
   std::uint64_t to = m.piece_offset(first + count - 1) + m.piece_length(first + count - 1) - 1;
   counters_.fallbacks.fetch_add(1);
-  log::info("swarm stalled; fetching a range from registry-proxy", log::kv("digest", dl->id().str()),
-            log::kv("first_piece", first), log::kv("pieces", count));
+  log::info("swarm stalled; fetching a range from registry-proxy",
+            log::kv("digest", dl->id().str()), log::kv("first_piece", first),
+            log::kv("pieces", count));
   http::client_request r;
   r.url = dl->fallback_.url;
   const std::uint64_t base = dl->fallback_.offset;
-  r.headers.emplace_back("Range", "bytes=" + std::to_string(base + from) + "-" + std::to_string(base + to));
-  if (!dl->fallback_.authorization.empty()) r.headers.emplace_back("Authorization", dl->fallback_.authorization);
+  r.headers.emplace_back("Range",
+                         "bytes=" + std::to_string(base + from) + "-" + std::to_string(base + to));
+  if (!dl->fallback_.authorization.empty())
+    r.headers.emplace_back("Authorization", dl->fallback_.authorization);
   r.timeouts.connect = std::chrono::milliseconds(2000);
-  r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2;
+  r.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2;
   r.max_retries = 1;
   struct state_t {
     std::string buf;
@@ -86,7 +91,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
       std::size_t len = m.piece_length(st->next);
       std::vector<char> piece(st->buf.begin(), st->buf.begin() + static_cast<std::ptrdiff_t>(len));
       st->buf.erase(0, len);
-      if (h.is_valid()) h.add_piece(lt::piece_index_t(static_cast<int>(st->next)), std::move(piece));
+      if (h.is_valid())
+        h.add_piece(lt::piece_index_t(static_cast<int>(st->next)), std::move(piece));
       ++st->next;
     }
     return true;
@@ -97,7 +103,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
     bool ok = res && (st->status == 206 || st->status == 200);
     dl->fallback_chain_ = ok;
     if (!ok) {
-      log::warn("HTTP fallback failed", log::kv("digest", dl->id().str()), log::kv("status", st->status),
+      log::warn("HTTP fallback failed", log::kv("digest", dl->id().str()),
+                log::kv("status", st->status),
                 log::kv("error", res ? std::string() : res.error().message));
     }
   };
@@ -131,8 +138,11 @@ void swarm_manager::monitor() {
                 dl->last_peer_block_ < dl->fallback_started_;
       }
       if (now - last > deadline) {
-        fail(dl, error{errc::timeout, "no data from the swarm or registry-proxy for " +
-                                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(deadline).count()) + "s"});
+        fail(dl, error{errc::timeout,
+                       "no data from the swarm or registry-proxy for " +
+                           std::to_string(
+                               std::chrono::duration_cast<std::chrono::seconds>(deadline).count()) +
+                           "s"});
       } else if ((now - last > stall || chain) && !inflight) {
         start_fallback(dl);
       }
@@ -170,7 +180,9 @@ void swarm_manager::monitor() {
         std::error_code ec;
         std::filesystem::remove(f, ec);
       }
-      auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
+      auto expiry =
+          cache::clock::now() +
+          std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
       for (const auto& d : keep) {
         if (d_.store.pin(d, "swarm", expiry)) (void)d_.store.unpin(d, "swarm");
       }

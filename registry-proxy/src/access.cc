@@ -5,8 +5,8 @@
 
 namespace shoal::proxy {
 
-access_verdict access_checker::check(const selection& sel, const digest& d, const std::string& object_path,
-                                     const credential& cred) {
+access_verdict access_checker::check(const selection& sel, const digest& d,
+                                     const std::string& object_path, const credential& cred) {
   auto vis = st_.get_visibility(d);
   if (vis && vis->is_public) return {true, 0, {}};
   if (cred.anonymous()) {
@@ -31,7 +31,8 @@ access_verdict access_checker::check(const selection& sel, const digest& d, cons
   const std::string accept = manifest ? std::string(oci::media::accept_all) : std::string("*/*");
   auto resp = uc_.call(*sel.up, sel.repo, &cred, "HEAD", object_path, {{"Accept", accept}}, 0);
   if (!resp) {
-    log::warn("access check failed", log::kv("repo", repo_key), log::kv("error", resp.error().message));
+    log::warn("access check failed", log::kv("repo", repo_key),
+              log::kv("error", resp.error().message));
     return {false, gateway_status(resp.error()),
             "upstream access check failed: " + resp.error().message};
   }
@@ -39,8 +40,10 @@ access_verdict access_checker::check(const selection& sel, const digest& d, cons
     std::lock_guard lk(mu_);
     if (positive_.size() > 100000) {
       for (auto it = positive_.begin(); it != positive_.end();) {
-        if (it->second <= now) it = positive_.erase(it);
-        else ++it;
+        if (it->second <= now)
+          it = positive_.erase(it);
+        else
+          ++it;
       }
     }
     positive_[key] = now + ttl_;
@@ -50,8 +53,12 @@ access_verdict access_checker::check(const selection& sel, const digest& d, cons
   }
   std::lock_guard lk(mu_);
   ++counters_.denied;
-  unsigned s = resp->status == 401 || resp->status == 403 || resp->status == 404 ? static_cast<unsigned>(resp->status) : 502u;
-  return {false, s, "upstream refused this credential for " + repo_key + " (HTTP " + std::to_string(resp->status) + ")"};
+  unsigned s = resp->status == 401 || resp->status == 403 || resp->status == 404
+                   ? static_cast<unsigned>(resp->status)
+                   : 502u;
+  return {false, s,
+          "upstream refused this credential for " + repo_key + " (HTTP " +
+              std::to_string(resp->status) + ")"};
 }
 
 access_checker::counters access_checker::get_counters() const {

@@ -31,8 +31,8 @@ class access_checker {
 
   // Blocking (worker thread). `object_path` is the upstream path to HEAD, e.g.
   // "/v2/<repo>/blobs/<digest>". `is_public`: the object is known to be served anonymously.
-  [[nodiscard]] access_verdict check(const selection& sel, const digest& d, const std::string& object_path,
-                                     const credential& cred);
+  [[nodiscard]] access_verdict check(const selection& sel, const digest& d,
+                                     const std::string& object_path, const credential& cred);
 
   struct counters {
     std::uint64_t cached_allow = 0, upstream_allow = 0, denied = 0;

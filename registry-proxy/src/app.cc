@@ -26,7 +26,9 @@ std::string random_salt() {
 }  // namespace
 
 app::app(const proxy_config& cfg)
-    : cfg_(cfg), rt_(static_cast<unsigned>(cfg.io_threads)), pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
+    : cfg_(cfg),
+      rt_(static_cast<unsigned>(cfg.io_threads)),
+      pool_(static_cast<std::size_t>(cfg.worker_threads)) {}
 
 app::~app() {
   stop();
@@ -71,7 +73,8 @@ status app::open_storage() {
   store_->start_background();
   const auto& rec = store_->last_reconcile();
   log::info("cache opened", log::kv("dir", co.root), log::kv("objects", rec.rows_loaded),
-            log::kv("temp_removed", rec.temp_files_removed), log::kv("rows_dropped", rec.rows_dropped),
+            log::kv("temp_removed", rec.temp_files_removed),
+            log::kv("rows_dropped", rec.rows_dropped),
             log::kv("orphans_adopted", rec.orphans_adopted), log::kv("seconds", rec.seconds));
 
   auto sdb = state_db::open(cfg_.state_dir);
@@ -87,38 +90,57 @@ status app::init_upstreams() {
   ups_ = std::make_unique<upstream_set>(std::move(*ups));
   uc_ = std::make_unique<upstream_client>(*http_client_);
   access_ = std::make_unique<access_checker>(
-      *uc_, *state_, std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.access.positive_ttl.get()));
+      *uc_, *state_,
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.access.positive_ttl.get()));
   return {};
 }
 
 // The blob and manifest services with their metrics.
 void app::init_services() {
   blob_metrics bm;
-  bm.upstream_gets = &reg_.counter("shoal_proxy_upstream_blob_gets_total", "Blob GETs sent upstream.").with({});
-  bm.upstream_bytes = &reg_.counter("shoal_proxy_upstream_bytes_total", "Blob bytes received from upstreams.").with({});
+  bm.upstream_gets =
+      &reg_.counter("shoal_proxy_upstream_blob_gets_total", "Blob GETs sent upstream.").with({});
+  bm.upstream_bytes =
+      &reg_.counter("shoal_proxy_upstream_bytes_total", "Blob bytes received from upstreams.")
+           .with({});
   bm.joins = &reg_.counter("shoal_proxy_singleflight_joins_total",
-                           "Blob requests that joined a fetch already in flight.").with({});
-  bm.digest_mismatch = &reg_.counter("shoal_proxy_digest_mismatch_total",
-                                     "Objects discarded because upstream bytes did not match the digest.").with({});
-  bm.served_cache_bytes = &reg_.counter("shoal_proxy_cache_served_bytes_total",
-                                        "Blob bytes served from the cache (whole-object responses).").with({});
+                           "Blob requests that joined a fetch already in flight.")
+                  .with({});
+  bm.digest_mismatch =
+      &reg_.counter("shoal_proxy_digest_mismatch_total",
+                    "Objects discarded because upstream bytes did not match the digest.")
+           .with({});
+  bm.served_cache_bytes =
+      &reg_.counter("shoal_proxy_cache_served_bytes_total",
+                    "Blob bytes served from the cache (whole-object responses).")
+           .with({});
   bm.fetch_failures = &reg_.counter("shoal_proxy_upstream_failures_total",
-                                    "Blob fetches that failed on the network or timed out.").with({});
-  bm.chunks = &reg_.counter("shoal_proxy_chunks_total",
-                            "Chunk objects cut from large blobs while they streamed in (torrent.chunk_size).").with({});
+                                    "Blob fetches that failed on the network or timed out.")
+                           .with({});
+  bm.chunks =
+      &reg_.counter(
+               "shoal_proxy_chunks_total",
+               "Chunk objects cut from large blobs while they streamed in (torrent.chunk_size).")
+           .with({});
   blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
   blobs_->set_fetch_limit(cfg_.torrent.enabled ? cfg_.torrent.fetch_concurrency : 0);
   blobs_->set_chunk_size(cfg_.torrent.enabled ? cfg_.torrent.chunk_size.bytes() : 0);
 
   manifest_metrics mm;
   mm.upstream_requests = &reg_.counter("shoal_proxy_upstream_manifest_requests_total",
-                                       "Manifest requests sent upstream.").with({});
+                                       "Manifest requests sent upstream.")
+                              .with({});
   mm.stale_served = &reg_.counter("shoal_proxy_stale_manifests_total",
-                                  "Tag answers served stale because upstream failed.").with({});
-  mm.tag_hits = &reg_.counter("shoal_proxy_tag_cache_hits_total", "Tag answers served from the tag cache.").with({});
+                                  "Tag answers served stale because upstream failed.")
+                         .with({});
+  mm.tag_hits =
+      &reg_.counter("shoal_proxy_tag_cache_hits_total", "Tag answers served from the tag cache.")
+           .with({});
   mm.digest_mismatch = &reg_.counter("shoal_proxy_manifest_digest_mismatch_total",
-                                     "Manifests refused because their bytes did not match.").with({});
-  manifests_ = std::make_unique<manifest_service>(pool_, *store_, *state_, *uc_, *access_, cfg_.manifests, mm);
+                                     "Manifests refused because their bytes did not match.")
+                            .with({});
+  manifests_ = std::make_unique<manifest_service>(pool_, *store_, *state_, *uc_, *access_,
+                                                  cfg_.manifests, mm);
 }
 
 // The origin seed (when torrents are on), and the cache events that stop seeding evicted objects.
@@ -127,7 +149,8 @@ status app::init_seeder() {
     auto sd = seeder::start(cfg_.torrent, *store_, *state_);
     if (!sd) return fail(sd.error().wrap("torrent"));
     seeder_ = std::move(*sd);
-    blobs_->on_committed([s = seeder_.get()](const digest& d, const object_metainfo& m) { s->seed(d, m); });
+    blobs_->on_committed(
+        [s = seeder_.get()](const digest& d, const object_metainfo& m) { s->seed(d, m); });
   }
   cache_events_ = store_->on_event([this](const cache::event& e) {
     if (e.type == cache::event_type::committed) return;
@@ -152,9 +175,12 @@ handler_deps app::make_handler_deps() {
       boost::asio::post(pool_, [this, d] { seeder_->seed(d); });
     };
   }
-  hd.metainfo_wait = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());
+  hd.metainfo_wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());
   if (datasets_) {
-    hd.datasets = [ds = datasets_.get()](http::request& r, const http::responder& resp) { return ds->handle(r, resp); };
+    hd.datasets = [ds = datasets_.get()](http::request& r, const http::responder& resp) {
+      return ds->handle(r, resp);
+    };
   }
   hd.health = [this] {
     daemon::health h;
@@ -171,12 +197,16 @@ handler_deps app::make_handler_deps() {
 // The HTTP server with its request metrics and log, listening on http.listen.
 status app::start_server() {
   auto so = daemon::server_options_from(cfg_.http, "shoal-registry-proxy");
-  auto& req_total = reg_.counter("shoal_proxy_requests_total", "HTTP requests answered.", {"route", "method", "code"});
-  auto& bytes_total = reg_.counter("shoal_proxy_response_bytes_total", "Response body bytes sent.", {"route"});
-  auto& aborted = reg_.counter("shoal_proxy_responses_aborted_total",
-                               "Responses cut short (client gone, source failed, timeout).", {"route"});
-  auto& latency = reg_.histogram("shoal_proxy_request_seconds", "Time to answer a request completely.", {"route"},
-                                 metrics::default_buckets());
+  auto& req_total = reg_.counter("shoal_proxy_requests_total", "HTTP requests answered.",
+                                 {"route", "method", "code"});
+  auto& bytes_total =
+      reg_.counter("shoal_proxy_response_bytes_total", "Response body bytes sent.", {"route"});
+  auto& aborted =
+      reg_.counter("shoal_proxy_responses_aborted_total",
+                   "Responses cut short (client gone, source failed, timeout).", {"route"});
+  auto& latency =
+      reg_.histogram("shoal_proxy_request_seconds", "Time to answer a request completely.",
+                     {"route"}, metrics::default_buckets());
   so.on_request_done = [&req_total, &bytes_total, &aborted, &latency](const http::request_log& l) {
     std::string route = route_of(l.target);
     std::string method = l.method == "GET" || l.method == "HEAD" ? l.method : "other";
@@ -184,18 +214,21 @@ status app::start_server() {
     bytes_total.with({route}).inc(l.body_bytes_sent);
     if (l.aborted) aborted.with({route}).inc();
     latency.with({route}).observe(std::chrono::duration<double>(l.duration).count());
-    log::debug("request", log::kv("method", l.method), log::kv("target", l.target), log::kv("status", l.status),
-               log::kv("bytes", l.body_bytes_sent), log::kv("aborted", l.aborted), log::kv("error", l.error),
-               log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+    log::debug(
+        "request", log::kv("method", l.method), log::kv("target", l.target),
+        log::kv("status", l.status), log::kv("bytes", l.body_bytes_sent),
+        log::kv("aborted", l.aborted), log::kv("error", l.error),
+        log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
   };
-  server_ = std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
-    (*handler_)(std::move(r), std::move(resp));
-  });
+  server_ =
+      std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
+        (*handler_)(std::move(r), std::move(resp));
+      });
   auto hp = http::split_host_port(cfg_.http.listen);
   if (!hp) return fail(hp.error().wrap("http.listen"));
   if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
-  log::info("registry-proxy listening", log::kv("address", cfg_.http.listen), log::kv("port", server_->port()),
-            log::kv("upstreams", ups_->all().size()));
+  log::info("registry-proxy listening", log::kv("address", cfg_.http.listen),
+            log::kv("port", server_->port()), log::kv("upstreams", ups_->all().size()));
   return {};
 }
 
@@ -205,10 +238,12 @@ void app::register_metrics() {
   auto* b = blobs_.get();
   reg_.gauge_fn("shoal_proxy_fetches_in_flight", "Upstream blob fetches in flight.",
                 [b] { return static_cast<double>(b->inflight_count()); });
-  reg_.gauge_fn("shoal_proxy_fetches_queued", "Upstream blob fetches waiting for a slot (torrent.fetch_concurrency).",
+  reg_.gauge_fn("shoal_proxy_fetches_queued",
+                "Upstream blob fetches waiting for a slot (torrent.fetch_concurrency).",
                 [b] { return static_cast<double>(b->queued_count()); });
   auto* a = access_.get();
-  reg_.counter_fn("shoal_proxy_access_checks_upstream_total", "Private-content checks answered by upstream.",
+  reg_.counter_fn("shoal_proxy_access_checks_upstream_total",
+                  "Private-content checks answered by upstream.",
                   [a] { return static_cast<double>(a->get_counters().upstream_allow); });
   reg_.counter_fn("shoal_proxy_access_denied_total", "Requests for private content refused.",
                   [a] { return static_cast<double>(a->get_counters().denied); });
@@ -230,14 +265,17 @@ status app::init_datasets() {
   namespace fs = std::filesystem;
   dataset_service_options o;
   o.dir = dc.dir.empty() ? (fs::path(cfg_.state_dir).parent_path() / "datasets").string() : dc.dir;
-  o.staging_dir = dc.staging_dir.empty() ? (fs::path(cfg_.cache.dir).parent_path() / "dataset-staging").string()
-                                         : dc.staging_dir;
+  o.staging_dir = dc.staging_dir.empty()
+                      ? (fs::path(cfg_.cache.dir).parent_path() / "dataset-staging").string()
+                      : dc.staging_dir;
   o.parallel_fetches = dc.parallel_fetches;
   o.policy.small_file_max = dc.small_file_max.bytes();
   o.policy.pack_target = dc.pack_target.bytes();
   o.origin.credentials_dir = dc.credentials_dir;
-  o.origin.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(dc.connect_timeout.get());
-  o.origin.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(dc.stall_timeout.get());
+  o.origin.connect_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(dc.connect_timeout.get());
+  o.origin.stall_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(dc.stall_timeout.get());
   o.origin.max_retries = dc.max_retries;
   o.origin.max_files = static_cast<std::size_t>(dc.max_files);
   o.resolve_pin = std::chrono::duration_cast<std::chrono::seconds>(dc.resolve_pin.get());
@@ -247,13 +285,23 @@ status app::init_datasets() {
   }
   dataset_metrics dm;
   dm.origin_gets = &reg_.counter("shoal_proxy_dataset_origin_requests_total",
-                                 "Requests sent to dataset origins for object bytes.").with({});
-  dm.origin_bytes = &reg_.counter("shoal_proxy_dataset_origin_bytes_total", "Bytes received from dataset origins.").with({});
-  dm.origin_changed = &reg_.counter("shoal_proxy_dataset_origin_changed_total",
-                                    "Objects refused because the origin changed them under a resolved version.").with({});
-  dm.resolved = &reg_.counter("shoal_proxy_datasets_resolved_total", "Dataset versions resolved into a manifest.").with({});
-  dm.resolve_failures = &reg_.counter("shoal_proxy_dataset_resolve_failures_total", "Dataset resolutions that failed.").with({});
-  datasets_ = std::make_unique<dataset_service>(std::move(o), rt_.io(), *store_, *state_, *http_client_, seeder_.get(), dm);
+                                 "Requests sent to dataset origins for object bytes.")
+                        .with({});
+  dm.origin_bytes = &reg_.counter("shoal_proxy_dataset_origin_bytes_total",
+                                  "Bytes received from dataset origins.")
+                         .with({});
+  dm.origin_changed =
+      &reg_.counter("shoal_proxy_dataset_origin_changed_total",
+                    "Objects refused because the origin changed them under a resolved version.")
+           .with({});
+  dm.resolved = &reg_.counter("shoal_proxy_datasets_resolved_total",
+                              "Dataset versions resolved into a manifest.")
+                     .with({});
+  dm.resolve_failures = &reg_.counter("shoal_proxy_dataset_resolve_failures_total",
+                                      "Dataset resolutions that failed.")
+                             .with({});
+  datasets_ = std::make_unique<dataset_service>(std::move(o), rt_.io(), *store_, *state_,
+                                                *http_client_, seeder_.get(), dm);
   if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
   auto* ds = datasets_.get();
   reg_.gauge_fn("shoal_proxy_datasets_resolving", "Dataset versions being resolved.",

@@ -6,7 +6,8 @@ namespace shoal::proxy {
 namespace {
 
 bool is_token_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  return std::isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
 std::string lower(std::string_view s) {
@@ -57,7 +58,10 @@ std::vector<auth_challenge> parse_www_authenticate(std::string_view header) {
   std::size_t guard = 0;
   while (!sc.done() && ++guard < 1000) {
     sc.skip_ws();
-    while (sc.peek() == ',') { sc.advance(); sc.skip_ws(); }
+    while (sc.peek() == ',') {
+      sc.advance();
+      sc.skip_ws();
+    }
     std::string_view scheme = sc.token();
     if (scheme.empty()) {
       if (!sc.done()) sc.advance();  // skip a byte we cannot use

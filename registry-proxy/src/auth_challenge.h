@@ -1,6 +1,7 @@
 #pragma once
 // WWW-Authenticate challenges (RFC 9110 §11.6.1) as registries send them:
-//   Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:x:pull"
+//   Bearer
+//   realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:x:pull"
 //   Basic realm="Registry Realm"
 
 #include <map>

@@ -48,7 +48,11 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   };
 
   blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred)
-      : svc_(svc), sel_(std::move(sel)), id_(d), client_(std::move(cred)), enqueued_at_(svc.upstream_progress()) {}
+      : svc_(svc),
+        sel_(std::move(sel)),
+        id_(d),
+        client_(std::move(cred)),
+        enqueued_at_(svc.upstream_progress()) {}
 
   const digest& id() const { return id_; }
   // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
@@ -121,7 +125,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     s.inflight = inflight_;
     s.available = inflight_ ? inflight_->available() : 0;
     s.queued = !began_;
-    s.progress = began_ ? started_at_ - enqueued_at_ + s.available : svc_.upstream_progress() - enqueued_at_;
+    s.progress =
+        began_ ? started_at_ - enqueued_at_ + s.available : svc_.upstream_progress() - enqueued_at_;
     s.chunks = chunks_;
     return s;
   }
@@ -132,7 +137,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     {
       std::lock_guard lk(mu_);
       if (!chunks_) {
-        if (ph_ == phase::starting || ph_ == phase::streaming) chunk_waiters_.push_back(std::move(cb));
+        if (ph_ == phase::starting || ph_ == phase::streaming)
+          chunk_waiters_.push_back(std::move(cb));
         return;
       }
     }
@@ -157,10 +163,13 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         auth_round_ = 0;
         return attempt();
       }
-      unsigned s = auth.error().is(errc::unauthorized) ? 401 : auth.error().is(errc::timeout) ? 504 : 502;
+      unsigned s = auth.error().is(errc::unauthorized) ? 401
+                   : auth.error().is(errc::timeout)    ? 504
+                                                       : 502;
       return fail_and_fire(s, auth.error().message);
     }
-    auto req = svc_.upstreams().make_request(*sel_.up, "GET", "/v2/" + sel_.repo + "/blobs/" + id_.str());
+    auto req =
+        svc_.upstreams().make_request(*sel_.up, "GET", "/v2/" + sel_.repo + "/blobs/" + id_.str());
     req.resume = true;
     req.headers.emplace_back("Accept", "*/*");
     if (*auth) req.headers.emplace_back("Authorization", **auth);
@@ -188,17 +197,21 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       if (auto cl = h.header("Content-Length")) {
         std::uint64_t v = 0;
         auto s = std::string(*cl);
-        if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() < 20) v = std::stoull(s);
-        else return capture_error(502, "upstream sent a bad Content-Length"), false;
+        if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() < 20)
+          v = std::stoull(s);
+        else
+          return capture_error(502, "upstream sent a bad Content-Length"), false;
         size = v;
       }
       // Visibility is recorded before the object can become visible, so no reader ever sees it
       // without knowing whether it is public.
-      std::string repo_key = who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
+      std::string repo_key =
+          who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
       (void)svc_.state().add_visibility(id_, who_ == acting_as::proxy, repo_key);
       auto ticket = svc_.store().begin_write(id_, size, cache::object_kind::blob);
       if (!ticket) {
-        capture_error(ticket.error().is(errc::no_space) ? 507 : 500, "cache: " + ticket.error().message);
+        capture_error(ticket.error().is(errc::no_space) ? 507 : 500,
+                      "cache: " + ticket.error().message);
         return false;
       }
       if (ticket->role == cache::write_role::present) {
@@ -216,8 +229,10 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         set_phase(phase::streaming, 0, {});
         auto self = shared_from_this();
         infl->wait_for(UINT64_MAX - 1, [self](const cache::progress& p) {
-          if (p.state == cache::write_state::committed) self->set_phase(phase::committed, 0, {});
-          else self->set_phase(phase::failed, 502, p.err ? p.err->message : "write failed");
+          if (p.state == cache::write_state::committed)
+            self->set_phase(phase::committed, 0, {});
+          else
+            self->set_phase(phase::failed, 502, p.err ? p.err->message : "write failed");
           self->svc_.finish_fetch(self);
         });
         follower_ = true;
@@ -226,18 +241,23 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       writer_ = std::move(ticket->writer);
       // Piece hashes cost CPU on every byte: compute them while streaming only when someone
       // already asked for the metainfo (peerd always does); else lazily when first asked.
-      if (size && want_meta_.load()) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
+      if (size && want_meta_.load())
+        pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
       // A large object peerd waits for is also cut into chunk objects that swarm while the
       // rest still downloads (chunks.h).
       std::shared_ptr<chunk_list> chunks;
-      if (std::uint64_t cs = size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0; cs) {
+      if (std::uint64_t cs = size && want_chunks_.load() && !chunker_
+                                 ? chunk_size_for(*size, svc_.chunk_size())
+                                 : 0;
+          cs) {
         chunks = std::make_shared<chunk_list>(id_, *size, cs);
         svc_.register_chunks(chunks);
         bool pub = who_ == acting_as::proxy;
-        chunker_ = std::make_unique<chunker>(chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
-                                                                                  const object_metainfo& m) {
-          return svc->commit_chunk(e, b, m, pub, repo_key);
-        });
+        chunker_ = std::make_unique<chunker>(
+            chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
+                                                 const object_metainfo& m) {
+              return svc->commit_chunk(e, b, m, pub, repo_key);
+            });
       }
       std::vector<std::function<void()>> chunk_waiters;
       {
@@ -252,11 +272,13 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       return true;
     }
     if (h.status == 401 && auth_round_ == 0 &&
-        svc_.upstreams().note_challenge(*sel_.up, h.headers, who_ == acting_as::client ? &client_ : nullptr)) {
+        svc_.upstreams().note_challenge(*sel_.up, h.headers,
+                                        who_ == acting_as::client ? &client_ : nullptr)) {
       next_ = next_step::retry_auth;
       return false;
     }
-    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy && !client_.anonymous()) {
+    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
+        !client_.anonymous()) {
       next_ = next_step::retry_as_client;
       return false;
     }
@@ -272,7 +294,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     if (pending_.empty()) return true;
     auto st = writer_->write(pending_);
     if (!st) {
-      capture_error(st.error().is(errc::no_space) ? 507 : 500, "cache write: " + st.error().message);
+      capture_error(st.error().is(errc::no_space) ? 507 : 500,
+                    "cache write: " + st.error().message);
       return false;
     }
     if (pieces_) pieces_->update(pending_.data(), pending_.size());
@@ -353,8 +376,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     // The last chunk first: nodes wait for it, not for the blob's own commit.
     if (chunker_) {
       if (auto st = chunker_->finish(); !st) {
-        log::warn("chunk objects incomplete; nodes fall back to the whole object", log::kv("digest", id_.str()),
-                  log::kv("error", st.error().message));
+        log::warn("chunk objects incomplete; nodes fall back to the whole object",
+                  log::kv("digest", id_.str()), log::kv("error", st.error().message));
       }
     }
     auto info = writer_->commit();
@@ -365,11 +388,13 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         if (chunks_) chunks_->fail("the blob does not match its digest: " + msg, true);
         if (svc_.counters().digest_mismatch) svc_.counters().digest_mismatch->inc();
         log::error("upstream sent wrong bytes; object discarded", log::kv("digest", id_.str()),
-                   log::kv("upstream", sel_.up->cfg.name), log::kv("repo", sel_.repo), log::kv("error", msg));
+                   log::kv("upstream", sel_.up->cfg.name), log::kv("repo", sel_.repo),
+                   log::kv("error", msg));
       } else {
         log::error("cache commit failed", log::kv("digest", id_.str()), log::kv("error", msg));
       }
-      return fail_and_fire(502, "object " + id_.short_str() + " from upstream " + sel_.up->cfg.name + ": " + msg);
+      return fail_and_fire(
+          502, "object " + id_.short_str() + " from upstream " + sel_.up->cfg.name + ": " + msg);
     }
     std::optional<object_metainfo> meta;
     if (pieces_) {
@@ -450,8 +475,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
   const std::uint64_t enqueued_at_;  // svc_.upstream_progress() when created
   std::mutex mu_;
-  bool began_ = false;               // admitted and started
-  std::uint64_t started_at_ = 0;     // svc_.upstream_progress() when started
+  bool began_ = false;            // admitted and started
+  std::uint64_t started_at_ = 0;  // svc_.upstream_progress() when started
   phase ph_ = phase::starting;
   bool cancelled_ = false;
   http::request_id req_id_ = 0;

@@ -63,8 +63,8 @@ class inflight_source final : public http::body_source {
       const auto total = obj->expected_size();
       std::uint64_t sendable = p.available;
       // The last byte waits until the content matched its digest (not for the fdatasync).
-      const bool holding = !p.verified && p.state != cache::write_state::committed && total && *total > 0 &&
-                           sendable >= *total;
+      const bool holding = !p.verified && p.state != cache::write_state::committed && total &&
+                           *total > 0 && sendable >= *total;
       if (holding) sendable = *total - 1;
       if (sendable > off) {
         std::uint64_t n = std::min<std::uint64_t>({sendable - off, end - off, max_bytes});
@@ -97,14 +97,15 @@ http::response blob_headers(const digest& d) {
   r.status = 200;
   r.headers.set("Docker-Content-Digest", d.str());
   r.headers.set("Content-Type", "application/octet-stream");
-  r.headers.set(std::string(origin::headers::api_version), std::string(origin::headers::api_version_value));
+  r.headers.set(std::string(origin::headers::api_version),
+                std::string(origin::headers::api_version_value));
   r.headers.set("ETag", "\"" + d.str() + "\"");
   r.rangeable = true;
   return r;
 }
 
-http::response failure_response(unsigned status, const std::string& message, const std::string& retry_after,
-                                oci::error_code not_found_code) {
+http::response failure_response(unsigned status, const std::string& message,
+                                const std::string& retry_after, oci::error_code not_found_code) {
   return origin::upstream_failure(status, message, retry_after, not_found_code, basic_challenge);
 }
 
@@ -113,8 +114,9 @@ http::response failure_response(unsigned status, const std::string& message, con
 // ---------------------------------------------------------------------------------------------
 // blob_service
 
-blob_service::blob_service(net::io_context& io, net::thread_pool& pool, cache::store& store, state_db& st,
-                           upstream_client& uc, access_checker& access, blob_metrics m)
+blob_service::blob_service(net::io_context& io, net::thread_pool& pool, cache::store& store,
+                           state_db& st, upstream_client& uc, access_checker& access,
+                           blob_metrics m)
     : io_(io), pool_(pool), store_(store), st_(st), uc_(uc), access_(access), m_(m) {}
 
 blob_service::~blob_service() { shutdown(); }
@@ -149,7 +151,8 @@ void blob_service::shutdown() {
 
 std::vector<std::shared_ptr<blob_fetch>> blob_service::admit_locked() {
   std::vector<std::shared_ptr<blob_fetch>> out;
-  while (!queue_.empty() && (fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_))) {
+  while (!queue_.empty() &&
+         (fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_))) {
     auto f = queue_.front();
     queue_.pop_front();
     f->admitted = true;
@@ -186,8 +189,9 @@ void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
   for (auto& n : next) n->start();
 }
 
-std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d, const credential& cred,
-                                                        bool& started, bool for_metainfo, bool for_chunks) {
+std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d,
+                                                        const credential& cred, bool& started,
+                                                        bool for_metainfo, bool for_chunks) {
   std::shared_ptr<blob_fetch> f;
   {
     std::lock_guard lk(mu_);
@@ -212,7 +216,8 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
       bool room = fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_);
       if (for_metainfo && !room) {
         queue_.push_back(f);
-        log::debug("upstream fetch queued", log::kv("digest", d.str()), log::kv("ahead", queue_.size() - 1));
+        log::debug("upstream fetch queued", log::kv("digest", d.str()),
+                   log::kv("ahead", queue_.size() - 1));
         return f;
       }
       f->admitted = true;
@@ -234,7 +239,9 @@ void blob_service::serve(const selection& sel, const digest& d, const credential
       if (it != fetches_.end()) f = it->second;
     }
     if (!f && head) return head_upstream(sel, d, cred, resp);
-    if (stopping_) return resp.send(oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down"));
+    if (stopping_)
+      return resp.send(
+          oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down"));
     // Joins a running fetch, admits a queued one (an HTTP client may not wait in the queue) or
     // starts one.
     bool started = false;
@@ -248,10 +255,13 @@ void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const 
   f->when_head([this, f, sel, cred, head, resp] {
     auto s = f->snap();
     if (s.ph == blob_fetch::phase::failed) {
-      return resp.send(failure_response(s.status, s.message, s.retry_after, oci::error_code::blob_unknown));
+      return resp.send(
+          failure_response(s.status, s.message, s.retry_after, oci::error_code::blob_unknown));
     }
     if (s.ph == blob_fetch::phase::committed) {
-      net::post(pool_, [this, sel, d = f->id(), cred, head, resp] { serve_cached(sel, d, cred, head, resp); });
+      net::post(pool_, [this, sel, d = f->id(), cred, head, resp] {
+        serve_cached(sel, d, cred, head, resp);
+      });
       return;
     }
     auto respond = [f, s, head, resp] {
@@ -268,16 +278,18 @@ void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const 
     // Fetched privately for another client: this client proves its own access first.
     net::post(pool_, [this, f, sel, cred, resp, respond] {
       auto v = access_.check(sel, f->id(), "/v2/" + sel.repo + "/blobs/" + f->id().str(), cred);
-      if (!v.allowed) return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
+      if (!v.allowed)
+        return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
       respond();
     });
   });
 }
 
-void blob_service::serve_cached(const selection& sel, const digest& d, const credential& cred, bool head,
-                                http::responder resp) {
+void blob_service::serve_cached(const selection& sel, const digest& d, const credential& cred,
+                                bool head, http::responder resp) {
   auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
-  if (!v.allowed) return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
+  if (!v.allowed)
+    return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
   auto rd = store_.open_read(d);
   if (!rd) {
     if (rd.error().is(errc::not_found)) {
@@ -287,7 +299,8 @@ void blob_service::serve_cached(const selection& sel, const digest& d, const cre
       auto f = join_or_start(sel, d, cred, started);
       return serve_from_fetch(f, sel, cred, head, resp);
     }
-    return resp.send(oci_error(500, oci::error_code::unsupported, "cache read: " + rd.error().message));
+    return resp.send(
+        oci_error(500, oci::error_code::unsupported, "cache read: " + rd.error().message));
   }
   auto r = blob_headers(d);
   std::uint64_t size = rd->size();
@@ -296,7 +309,8 @@ void blob_service::serve_cached(const selection& sel, const digest& d, const cre
   resp.send(std::move(r));
 }
 
-void blob_service::head_upstream(const selection& sel, const digest& d, const credential& cred, http::responder resp) {
+void blob_service::head_upstream(const selection& sel, const digest& d, const credential& cred,
+                                 http::responder resp) {
   const std::string path = "/v2/" + sel.repo + "/blobs/" + d.str();
   auto r = uc_.call(*sel.up, sel.repo, nullptr, "HEAD", path, {{"Accept", "*/*"}}, 0);
   if (r && (r->status == 401 || r->status == 403 || r->status == 404) && !cred.anonymous()) {
@@ -309,9 +323,10 @@ void blob_service::head_upstream(const selection& sel, const digest& d, const cr
   }
   if (r->status != 200) {
     std::string ra(r->header("Retry-After").value_or(""));
-    return resp.send(failure_response(static_cast<unsigned>(r->status),
-                                      "upstream " + sel.up->cfg.name + " answered HTTP " + std::to_string(r->status), ra,
-                                      oci::error_code::blob_unknown));
+    return resp.send(failure_response(
+        static_cast<unsigned>(r->status),
+        "upstream " + sel.up->cfg.name + " answered HTTP " + std::to_string(r->status), ra,
+        oci::error_code::blob_unknown));
   }
   http::response out = blob_headers(d);
   out.rangeable = false;
@@ -388,19 +403,20 @@ void blob_service::metainfo(const selection& sel, const digest& d, const credent
       done(std::move(a));
     });
     // A chunked object answers at once: the node fetches its chunks while the rest downloads.
-    if (accept_chunks) f->when_chunked([f, fired, timer, done] {
-      if (fired->exchange(true)) return;
-      timer->cancel();
-      auto s = f->snap();
-      metainfo_answer a;
-      a.status = 202;
-      a.chunk_size = s.chunks ? s.chunks->chunk_size() : 0;
-      a.bytes_done = s.progress;
-      a.size = s.size.value_or(0);
-      a.message = "fetch in progress; chunks swarm";
-      a.retry_after = "1";
-      done(std::move(a));
-    });
+    if (accept_chunks)
+      f->when_chunked([f, fired, timer, done] {
+        if (fired->exchange(true)) return;
+        timer->cancel();
+        auto s = f->snap();
+        metainfo_answer a;
+        a.status = 202;
+        a.chunk_size = s.chunks ? s.chunks->chunk_size() : 0;
+        a.bytes_done = s.progress;
+        a.size = s.size.value_or(0);
+        a.message = "fetch in progress; chunks swarm";
+        a.retry_after = "1";
+        done(std::move(a));
+      });
     timer->async_wait([f, fired, accept_chunks, done](boost::system::error_code ec) {
       if (ec || fired->exchange(true)) return;
       auto s = f->snap();
@@ -439,23 +455,29 @@ std::shared_ptr<chunk_list> blob_service::chunks_of(const digest& parent) const 
   return it == chunk_lists_.end() ? nullptr : it->second;
 }
 
-status blob_service::commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
-                                  bool is_public, const std::string& repo_key) {
+status blob_service::commit_chunk(const chunk_entry& e, const std::string& bytes,
+                                  const object_metainfo& m, bool is_public,
+                                  const std::string& repo_key) {
   // A chunk is visible to exactly those who may read its blob.
   (void)st_.add_visibility(e.id, is_public, repo_key);
   auto t = store_.begin_write(e.id, e.size, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap("cache chunk " + e.id.short_str()));
   if (t->role == cache::write_role::writer) {
-    if (auto st = t->writer->write(std::string_view(bytes)); !st) return fail(st.error().wrap("write chunk"));
+    if (auto st = t->writer->write(std::string_view(bytes)); !st)
+      return fail(st.error().wrap("write chunk"));
     if (auto info = t->writer->commit(); !info) return fail(info.error().wrap("commit chunk"));
   } else if (t->role == cache::write_role::follower) {
     // The same bytes are being cached for another blob: wait for that write (bounded).
-    for (int i = 0; i < 3000 && !store_.contains(e.id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!store_.contains(e.id)) return fail(errc::timeout, "chunk " + e.id.short_str() + " written elsewhere never committed");
+    for (int i = 0; i < 3000 && !store_.contains(e.id); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!store_.contains(e.id))
+      return fail(errc::timeout,
+                  "chunk " + e.id.short_str() + " written elsewhere never committed");
   }
   (void)st_.put_metainfo(e.id, m.torrent_file({}));
   if (m_.chunks) m_.chunks->inc();
-  log::debug("chunk cached", log::kv("digest", e.id.str()), log::kv("offset", e.offset), log::kv("bytes", e.size));
+  log::debug("chunk cached", log::kv("digest", e.id.str()), log::kv("offset", e.offset),
+             log::kv("bytes", e.size));
   notify_committed(e.id, m);
   return {};
 }
@@ -477,8 +499,9 @@ std::string chunk_list_body(const chunk_list& c) {
 
 }  // namespace
 
-void blob_service::chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
-                          std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done) {
+void blob_service::chunks(const selection& sel, const digest& parent, const credential& cred,
+                          std::size_t have, std::chrono::milliseconds wait,
+                          std::function<void(unsigned, std::string)> done) {
   net::post(pool_, [this, sel, parent, cred, have, wait, done] {
     auto c = chunks_of(parent);
     if (!c) return done(404, origin::plain_error_body("the object is not cut into chunks here"));
@@ -499,7 +522,8 @@ void blob_service::chunks(const selection& sel, const digest& parent, const cred
 }
 
 void blob_service::chunk_metainfo(const selection& sel, const digest& parent, const digest& chunk,
-                                  const credential& cred, std::function<void(metainfo_answer)> done) {
+                                  const credential& cred,
+                                  std::function<void(metainfo_answer)> done) {
   net::post(pool_, [this, sel, parent, chunk, cred, done] {
     metainfo_answer e;
     auto c = chunks_of(parent);

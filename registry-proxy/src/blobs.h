@@ -58,21 +58,25 @@ struct blob_metrics {
 
 class blob_service {
  public:
-  blob_service(boost::asio::io_context& io, boost::asio::thread_pool& pool, cache::store& store, state_db& st,
-               upstream_client& uc, access_checker& access, blob_metrics m);
+  blob_service(boost::asio::io_context& io, boost::asio::thread_pool& pool, cache::store& store,
+               state_db& st, upstream_client& uc, access_checker& access, blob_metrics m);
   ~blob_service();
 
   // GET or HEAD of /v2/<name>/blobs/<digest>, the upstream already chosen. Answers via `resp`.
-  void serve(const selection& sel, const digest& d, const credential& cred, bool head, http::responder resp);
+  void serve(const selection& sel, const digest& d, const credential& cred, bool head,
+             http::responder resp);
 
   // The metainfo of `d`, fetching the object if needed and waiting at most `wait` for it.
   // `accept_chunks`: the asker understands chunk objects (peerd sends chunks=1); a large object
   // is then cut into chunks and the answer is 202 with its chunk size as soon as it is.
-  void metainfo(const selection& sel, const digest& d, const credential& cred, std::chrono::milliseconds wait,
-                bool accept_chunks, std::function<void(metainfo_answer)> done);
+  void metainfo(const selection& sel, const digest& d, const credential& cred,
+                std::chrono::milliseconds wait, bool accept_chunks,
+                std::function<void(metainfo_answer)> done);
 
   // Called (on a worker thread) after an object is committed and its metainfo stored.
-  void on_committed(std::function<void(const digest&, const object_metainfo&)> cb) { committed_cb_ = std::move(cb); }
+  void on_committed(std::function<void(const digest&, const object_metainfo&)> cb) {
+    committed_cb_ = std::move(cb);
+  }
 
   // At most `n` upstream fetches started by metainfo requests (the swarm path) run at once; more
   // wait in arrival order (0: no limit). Fetches for HTTP clients never wait: they start at once
@@ -86,16 +90,17 @@ class blob_service {
   [[nodiscard]] std::shared_ptr<chunk_list> chunks_of(const digest& parent) const;
   // Shared by the fetch machinery (chunker's worker thread).
   void register_chunks(const std::shared_ptr<chunk_list>& c);
-  [[nodiscard]] status commit_chunk(const chunk_entry& e, const std::string& bytes, const object_metainfo& m,
-                                    bool is_public, const std::string& repo_key);
+  [[nodiscard]] status commit_chunk(const chunk_entry& e, const std::string& bytes,
+                                    const object_metainfo& m, bool is_public,
+                                    const std::string& repo_key);
   // The chunk-list endpoint (origin::paths::chunks + <parent>): the chunks published so far,
   // once more than `have` are (or the list is complete or failed, or `wait` passed). Answers
   // status and a JSON body (origin::encode(chunk_list), or the plain error body).
   void chunks(const selection& sel, const digest& parent, const credential& cred, std::size_t have,
               std::chrono::milliseconds wait, std::function<void(unsigned, std::string)> done);
   // The metainfo of chunk object `chunk` of `parent`: access is that of the parent blob.
-  void chunk_metainfo(const selection& sel, const digest& parent, const digest& chunk, const credential& cred,
-                      std::function<void(metainfo_answer)> done);
+  void chunk_metainfo(const selection& sel, const digest& parent, const digest& chunk,
+                      const credential& cred, std::function<void(metainfo_answer)> done);
 
   [[nodiscard]] std::size_t inflight_count() const;
   // Fetches waiting for their turn (set_fetch_limit).
@@ -120,13 +125,16 @@ class blob_service {
   }
 
  private:
-  void serve_cached(const selection& sel, const digest& d, const credential& cred, bool head, http::responder resp);
-  void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel, const credential& cred, bool head,
-                        http::responder resp);
-  void head_upstream(const selection& sel, const digest& d, const credential& cred, http::responder resp);
+  void serve_cached(const selection& sel, const digest& d, const credential& cred, bool head,
+                    http::responder resp);
+  void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel,
+                        const credential& cred, bool head, http::responder resp);
+  void head_upstream(const selection& sel, const digest& d, const credential& cred,
+                     http::responder resp);
   // `for_metainfo`: the caller wants the metainfo (pieces are hashed as bytes arrive) and waits
   // through metainfo long-polls, so the fetch may wait its turn in the queue.
-  std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d, const credential& cred, bool& started,
+  std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d,
+                                            const credential& cred, bool& started,
                                             bool for_metainfo = false, bool for_chunks = false);
   // Starts queued fetches while fewer than fetch_limit_ run. Called with mu_ held; returns the
   // fetches to start once it is released.
@@ -156,7 +164,8 @@ class blob_service {
 // What a 401 from registry-proxy asks for.
 inline constexpr std::string_view basic_challenge = "Basic realm=\"shoal registry-proxy\"";
 // The spec's JSON error answer, as registry-proxy sends it (origin::oci_error with its challenge).
-[[nodiscard]] inline http::response oci_error(unsigned status, oci::error_code code, std::string_view message) {
+[[nodiscard]] inline http::response oci_error(unsigned status, oci::error_code code,
+                                              std::string_view message) {
   return origin::oci_error(status, code, message, basic_challenge);
 }
 

@@ -29,7 +29,8 @@ chunk_list::snapshot chunk_list::snap() const {
 
 bool chunk_list::contains(const digest& chunk) const {
   std::lock_guard lk(mu_);
-  return std::any_of(chunks_.begin(), chunks_.end(), [&](const chunk_entry& e) { return e.id == chunk; });
+  return std::any_of(chunks_.begin(), chunks_.end(),
+                     [&](const chunk_entry& e) { return e.id == chunk; });
 }
 
 void chunk_list::fire_locked(std::vector<std::function<void()>>& out) {
@@ -113,8 +114,10 @@ void chunker::run() {
     // Bytes after a failed chunk are drained and dropped: the list has failed already.
     std::size_t pos = 0;
     while (!failed && pos < part.size()) {
-      std::uint64_t want = list_->chunk_length(static_cast<std::uint32_t>(offset_ / list_->chunk_size()));
-      std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(part.size() - pos, want - buf_.size()));
+      std::uint64_t want =
+          list_->chunk_length(static_cast<std::uint32_t>(offset_ / list_->chunk_size()));
+      std::size_t take =
+          static_cast<std::size_t>(std::min<std::uint64_t>(part.size() - pos, want - buf_.size()));
       buf_.append(part, pos, take);
       pos += take;
       if (buf_.size() == want) {

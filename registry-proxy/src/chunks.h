@@ -48,7 +48,9 @@ class chunk_list {
   [[nodiscard]] std::uint64_t chunk_size() const { return chunk_size_; }
   // Chunk i starts at i × chunk_size; the last one also takes the remainder (it is between one
   // and two chunk sizes long), so no chunk is a sliver.
-  [[nodiscard]] std::uint32_t chunk_count() const { return static_cast<std::uint32_t>(size_ / chunk_size_); }
+  [[nodiscard]] std::uint32_t chunk_count() const {
+    return static_cast<std::uint32_t>(size_ / chunk_size_);
+  }
   [[nodiscard]] std::uint64_t chunk_length(std::uint32_t i) const {
     return i + 1 < chunk_count() ? chunk_size_ : size_ - std::uint64_t{i} * chunk_size_;
   }
@@ -88,7 +90,8 @@ class chunker {
  public:
   // commit(chunk, bytes, meta): stores one chunk object (cache, metainfo, seeding); called on
   // the worker thread, in order.
-  using commit_fn = std::function<status(const chunk_entry&, const std::string&, const object_metainfo&)>;
+  using commit_fn =
+      std::function<status(const chunk_entry&, const std::string&, const object_metainfo&)>;
 
   chunker(std::shared_ptr<chunk_list> list, commit_fn commit, std::size_t max_queued = 64u << 20);
   ~chunker();

@@ -15,29 +15,37 @@ void describe(config::binder& b, upstream_config& c) {
   b.field("prefix", c.prefix,
           "Path prefix selecting this upstream for clients that send no ns= "
           "(/v2/<prefix>/<repo>/...). Empty: the name.");
-  b.field("docker_hub", c.docker_hub, "Docker Hub naming: single-component names become library/<name>.");
+  b.field("docker_hub", c.docker_hub,
+          "Docker Hub naming: single-component names become library/<name>.");
   b.field("auth", c.auth,
           "Credentials registry-proxy itself uses upstream. Bearer tokens are obtained "
           "automatically whenever the upstream challenges.",
           {.one_of = {"anonymous", "basic"}});
-  b.field("credentials_file", c.credentials_file, "For auth: basic, a file containing user:password.");
+  b.field("credentials_file", c.credentials_file,
+          "For auth: basic, a file containing user:password.");
   b.field("insecure_tls", c.insecure_tls, "Skip TLS certificate verification (testing only).");
   b.field("ca_file", c.ca_file, "CA bundle for this upstream's TLS (empty: the system store).");
-  b.field("connect_timeout", c.connect_timeout, "TCP/TLS connect timeout per attempt.", {.min = 10ms});
+  b.field("connect_timeout", c.connect_timeout, "TCP/TLS connect timeout per attempt.",
+          {.min = 10ms});
   b.field("stall_timeout", c.stall_timeout, "Give up on a transfer with no bytes for this long.",
           {.min = 100ms});
-  b.field("max_retries", c.max_retries, "Retries of idempotent requests (and resumes of broken blob transfers).",
+  b.field("max_retries", c.max_retries,
+          "Retries of idempotent requests (and resumes of broken blob transfers).",
           {.min = 0, .max = 20});
-  b.check(c.name.empty() || oci::valid_registry_host(c.name), "upstreams[].name is not a valid registry host");
+  b.check(c.name.empty() || oci::valid_registry_host(c.name),
+          "upstreams[].name is not a valid registry host");
   b.check(c.url.empty() || c.url.rfind("http://", 0) == 0 || c.url.rfind("https://", 0) == 0,
           "upstreams[].url must start with http:// or https://");
-  b.check(c.auth != "basic" || !c.credentials_file.empty(), "upstreams[].auth basic needs credentials_file");
+  b.check(c.auth != "basic" || !c.credentials_file.empty(),
+          "upstreams[].auth basic needs credentials_file");
 }
 
 void describe(config::binder& b, manifest_config& c) {
-  b.field("tag_ttl", c.tag_ttl, "How long a tag's resolution is reused before asking upstream again.");
-  b.field("stale_if_error", c.stale_if_error,
-          "When upstream fails, serve an expired tag answer up to this old (with a Warning header).");
+  b.field("tag_ttl", c.tag_ttl,
+          "How long a tag's resolution is reused before asking upstream again.");
+  b.field(
+      "stale_if_error", c.stale_if_error,
+      "When upstream fails, serve an expired tag answer up to this old (with a Warning header).");
   b.field("max_size", c.max_size, "Largest manifest accepted from upstream.",
           {.min = config::byte_size::kib(4), .max = config::byte_size::mib(64)});
 }
@@ -52,50 +60,61 @@ void describe(config::binder& b, access_config& c) {
 void describe(config::binder& b, torrent_config& c) {
   b.field("enabled", c.enabled, "Seed cached objects over BitTorrent and serve their metainfo.");
   b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
-  b.field("announce_ip", c.announce_ip, "Address announced to the tracker (empty: the tracker sees the source).");
+  b.field("announce_ip", c.announce_ip,
+          "Address announced to the tracker (empty: the tracker sees the source).");
   b.field("trackers", c.trackers, "Tracker announce URLs written into every metainfo.");
   b.field("node_name", c.node_name, "Name this origin announces to the tracker.");
   b.field("upload_rate_limit", c.upload_rate_limit, "Upload cap in bytes/s (0: unlimited).");
   b.field("max_loaded_torrents", c.max_loaded_torrents,
           "Objects seeded at once; the least recently requested beyond this are unloaded.",
           {.min = 1, .max = 1000000});
-  b.field("idle_unload", c.idle_unload, "Unload a seeded object nobody asked for in this long.", {.min = 1s});
+  b.field("idle_unload", c.idle_unload, "Unload a seeded object nobody asked for in this long.",
+          {.min = 1s});
   b.field("metainfo_wait", c.metainfo_wait,
           "How long a metainfo request for an object still being fetched waits before answering "
           "202 with progress.",
           {.min = 100ms, .max = 10min});
   b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
-  b.field("fetch_concurrency", c.fetch_concurrency,
-          "Upstream blob fetches started for the swarm (metainfo requests) that run at once; more wait "
-          "in arrival order, and their metainfo long-polls report the queue's progress. Metainfo exists "
-          "only for whole objects, so with 1 an image's layers complete one after another and each "
-          "swarms while the next still downloads (docs/p2p.md). Fetches for HTTP clients never wait. "
-          "0: no limit.",
-          {.min = 0, .max = 1000});
-  b.field("chunk_size", c.chunk_size,
-          "A blob at least twice this long that a node waits for is also cut, as it streams in from "
-          "upstream, into chunk objects of this size (raised so a blob has at most 256), each with its "
-          "own metainfo and seeded as soon as its bytes are in: nodes swarm the first chunks while the "
-          "rest still downloads, instead of waiting for the whole blob (docs/p2p.md). Chunks take cache "
-          "space beside their blob until evicted. 0: off.",
-          {.max = config::byte_size::gib(4)});
-  b.field("super_seeding", c.super_seeding,
-          "Super-seed to peerd nodes (BEP 16 semantics, done by Shoal): each node is offered a few "
-          "pieces at a time, those no node holds first, so the origin sends every piece once before it "
-          "sends any twice and nodes trade the rest among themselves. Other BitTorrent clients see a "
-          "plain seed.");
-  b.field("superseed_offers", c.superseed_offers, "With super_seeding: pieces on offer per node connection.",
-          {.min = 1, .max = 64});
+  b.field(
+      "fetch_concurrency", c.fetch_concurrency,
+      "Upstream blob fetches started for the swarm (metainfo requests) that run at once; more wait "
+      "in arrival order, and their metainfo long-polls report the queue's progress. Metainfo "
+      "exists "
+      "only for whole objects, so with 1 an image's layers complete one after another and each "
+      "swarms while the next still downloads (docs/p2p.md). Fetches for HTTP clients never wait. "
+      "0: no limit.",
+      {.min = 0, .max = 1000});
+  b.field(
+      "chunk_size", c.chunk_size,
+      "A blob at least twice this long that a node waits for is also cut, as it streams in from "
+      "upstream, into chunk objects of this size (raised so a blob has at most 256), each with its "
+      "own metainfo and seeded as soon as its bytes are in: nodes swarm the first chunks while the "
+      "rest still downloads, instead of waiting for the whole blob (docs/p2p.md). Chunks take "
+      "cache "
+      "space beside their blob until evicted. 0: off.",
+      {.max = config::byte_size::gib(4)});
+  b.field(
+      "super_seeding", c.super_seeding,
+      "Super-seed to peerd nodes (BEP 16 semantics, done by Shoal): each node is offered a few "
+      "pieces at a time, those no node holds first, so the origin sends every piece once before it "
+      "sends any twice and nodes trade the rest among themselves. Other BitTorrent clients see a "
+      "plain seed.");
+  b.field("superseed_offers", c.superseed_offers,
+          "With super_seeding: pieces on offer per node connection.", {.min = 1, .max = 64});
   b.field("superseed_in_order", c.superseed_in_order,
-          "With super_seeding: among equally rare pieces offer the lowest index first (else at random), so "
-          "the swarm holds a growing prefix and containerd's in-order reads are served as pieces arrive.");
-  b.field("libtorrent", c.libtorrent,
-          "Raw libtorrent settings_pack overrides by libtorrent's key name, applied over Shoal's LAN "
-          "table (docs/p2p.md). For tuning experiments; unknown keys fail the start.");
+          "With super_seeding: among equally rare pieces offer the lowest index first (else at "
+          "random), so "
+          "the swarm holds a growing prefix and containerd's in-order reads are served as pieces "
+          "arrive.");
+  b.field(
+      "libtorrent", c.libtorrent,
+      "Raw libtorrent settings_pack overrides by libtorrent's key name, applied over Shoal's LAN "
+      "table (docs/p2p.md). For tuning experiments; unknown keys fail the start.");
 }
 
 void describe(config::binder& b, dataset_config& c) {
-  b.field("enabled", c.enabled, "Serve the dataset API (declare, resolve, manifests, group metainfo).");
+  b.field("enabled", c.enabled,
+          "Serve the dataset API (declare, resolve, manifests, group metainfo).");
   b.field("dir", c.dir,
           "Directory of dataset records, canonical manifests and pack torrents. Empty: "
           "<state_dir>/../datasets.");
@@ -108,17 +127,20 @@ void describe(config::binder& b, dataset_config& c) {
           "origin.credentials_file is a name relative to it and can never reach outside it. "
           "Empty: declarations may not name credentials files (the environment's AWS_* "
           "variables are used).");
-  b.field("parallel_fetches", c.parallel_fetches, "Origin objects fetched at the same time.", {.min = 1, .max = 256});
+  b.field("parallel_fetches", c.parallel_fetches, "Origin objects fetched at the same time.",
+          {.min = 1, .max = 256});
   b.field("small_file_max", c.small_file_max,
           "Files smaller than this are grouped into packs (one multi-file torrent each); larger "
           "files are each their own object and swarm.",
           {.min = config::byte_size::kib(1), .max = config::byte_size::gib(1)});
   b.field("pack_target", c.pack_target, "A pack closes once it holds this many bytes.",
           {.min = config::byte_size::kib(64), .max = config::byte_size::gib(4)});
-  b.field("max_files", c.max_files, "Files one dataset may select at most.", {.min = 1, .max = 1'000'000'000});
-  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward dataset origins.", {.min = 10ms});
-  b.field("stall_timeout", c.stall_timeout, "Give up on an origin transfer with no bytes for this long.",
-          {.min = 100ms});
+  b.field("max_files", c.max_files, "Files one dataset may select at most.",
+          {.min = 1, .max = 1'000'000'000});
+  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward dataset origins.",
+          {.min = 10ms});
+  b.field("stall_timeout", c.stall_timeout,
+          "Give up on an origin transfer with no bytes for this long.", {.min = 100ms});
   b.field("max_retries", c.max_retries,
           "Whole-request retries of one origin object after failures (each resumes where the "
           "bytes stopped).",
@@ -131,18 +153,22 @@ void describe(config::binder& b, dataset_config& c) {
 void describe(config::binder& b, proxy_config& c) {
   b.section("http", c.http, "The HTTP API (OCI pull API, metainfo, metrics, health).");
   b.section("log", c.log, "Logging.");
-  b.field("io_threads", c.io_threads, "Threads running the network event loop.", {.min = 1, .max = 64});
+  b.field("io_threads", c.io_threads, "Threads running the network event loop.",
+          {.min = 1, .max = 64});
   b.field("worker_threads", c.worker_threads,
-          "Threads for blocking work (disk, index, upstream control calls).", {.min = 1, .max = 256});
+          "Threads for blocking work (disk, index, upstream control calls).",
+          {.min = 1, .max = 256});
   b.section("cache", c.cache, "The local object store.");
-  b.field("state_dir", c.state_dir, "Directory of registry-proxy's own index (tags, visibility, metainfo).");
+  b.field("state_dir", c.state_dir,
+          "Directory of registry-proxy's own index (tags, visibility, metainfo).");
   b.list("upstreams", c.upstreams, "Upstream registries.");
   b.field("default_upstream", c.default_upstream,
           "Upstream (by name) for requests with neither ns= nor a known prefix; empty: the first.");
   b.section("manifests", c.manifests, "Manifest caching.");
   b.section("access", c.access, "Private content checks.");
   b.section("torrent", c.torrent, "The P2P origin.");
-  b.section("datasets", c.datasets, "Datasets: declarations, origin fetches, manifests (docs/datasets.md).");
+  b.section("datasets", c.datasets,
+            "Datasets: declarations, origin fetches, manifests (docs/datasets.md).");
 }
 
 }  // namespace shoal::proxy

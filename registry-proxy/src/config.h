@@ -15,8 +15,8 @@ namespace shoal::proxy {
 using namespace std::chrono_literals;
 
 struct upstream_config {
-  std::string name;                  // registry host as clients name it: "docker.io", "127.0.0.1:5000"
-  std::string url;                   // base URL: "https://registry-1.docker.io"
+  std::string name;  // registry host as clients name it: "docker.io", "127.0.0.1:5000"
+  std::string url;   // base URL: "https://registry-1.docker.io"
   std::vector<std::string> aliases;  // other ns= values that mean this upstream
   std::string prefix;                // path prefix for clients without ns= (empty: the name)
   bool docker_hub = false;           // single-component names become library/<name>
@@ -29,7 +29,6 @@ struct upstream_config {
   int max_retries = 3;
 };
 void describe(config::binder& b, upstream_config& c);
-
 
 struct manifest_config {
   config::duration tag_ttl = 60s;             // a tag's answer is reused this long
@@ -45,21 +44,23 @@ void describe(config::binder& b, access_config& c);
 
 struct torrent_config {
   bool enabled = true;
-  std::string listen = "0.0.0.0:6881";      // BitTorrent listen address (data plane)
-  std::string announce_ip;                  // ip= sent to the tracker (empty: its source address)
-  std::vector<std::string> trackers;        // announce URLs put in every metainfo
-  std::string node_name = "registry-proxy"; // identity sent to the tracker
-  config::byte_size upload_rate_limit;      // bytes/s, 0: unlimited
-  int max_loaded_torrents = 2000;           // objects seeded at once (least recently used unloaded)
-  config::duration idle_unload = 10min;     // unload a torrent with no activity this long
-  config::duration metainfo_wait = 20s;     // how long a metainfo request waits for a fetch
+  std::string listen = "0.0.0.0:6881";       // BitTorrent listen address (data plane)
+  std::string announce_ip;                   // ip= sent to the tracker (empty: its source address)
+  std::vector<std::string> trackers;         // announce URLs put in every metainfo
+  std::string node_name = "registry-proxy";  // identity sent to the tracker
+  config::byte_size upload_rate_limit;       // bytes/s, 0: unlimited
+  int max_loaded_torrents = 2000;        // objects seeded at once (least recently used unloaded)
+  config::duration idle_unload = 10min;  // unload a torrent with no activity this long
+  config::duration metainfo_wait = 20s;  // how long a metainfo request waits for a fetch
   int connections_limit = 4000;
-  int fetch_concurrency = 1;                // upstream fetches for swarms at once (0: no limit)
-  config::byte_size chunk_size = config::byte_size::mib(16);  // chunk objects of large blobs (0: off)
-  bool super_seeding = true;                // offer each node a few pieces at a time (docs/p2p.md)
-  int superseed_offers = 8;                 // pieces on offer per node connection
-  bool superseed_in_order = true;           // offer pieces front to back (streaming readers)
-  std::map<std::string, std::string> libtorrent;  // raw settings_pack overrides (tuning escape hatch)
+  int fetch_concurrency = 1;  // upstream fetches for swarms at once (0: no limit)
+  config::byte_size chunk_size =
+      config::byte_size::mib(16);  // chunk objects of large blobs (0: off)
+  bool super_seeding = true;       // offer each node a few pieces at a time (docs/p2p.md)
+  int superseed_offers = 8;        // pieces on offer per node connection
+  bool superseed_in_order = true;  // offer pieces front to back (streaming readers)
+  std::map<std::string, std::string>
+      libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };
 void describe(config::binder& b, torrent_config& c);
 
@@ -67,16 +68,18 @@ void describe(config::binder& b, torrent_config& c);
 struct dataset_config {
   bool enabled = true;
   std::string dir;          // records, manifests, pack torrents (empty: <state_dir>/../datasets)
-  std::string staging_dir;  // origin fetches in progress, on the cache's filesystem (empty: <cache.dir>/../dataset-staging)
-  std::string credentials_dir;  // declarations' credentials_file names are resolved here (empty: none allowed)
+  std::string staging_dir;  // origin fetches in progress, on the cache's filesystem (empty:
+                            // <cache.dir>/../dataset-staging)
+  std::string credentials_dir;  // declarations' credentials_file names are resolved here (empty:
+                                // none allowed)
   int parallel_fetches = 8;     // origin objects fetched at once
   config::byte_size small_file_max = config::byte_size::mib(4);  // files below are packed
   config::byte_size pack_target = config::byte_size::mib(64);    // a pack closes at this many bytes
-  std::uint64_t max_files = 10'000'000;  // files one dataset may select
+  std::uint64_t max_files = 10'000'000;                          // files one dataset may select
   config::duration connect_timeout = 5s;
   config::duration stall_timeout = 30s;
-  int max_retries = 5;                   // whole-request retries of one origin object (each resumes)
-  config::duration resolve_pin = 1h;     // objects fetched by a resolution are kept at least this long
+  int max_retries = 5;                // whole-request retries of one origin object (each resumes)
+  config::duration resolve_pin = 1h;  // objects fetched by a resolution are kept at least this long
 };
 void describe(config::binder& b, dataset_config& c);
 

@@ -75,7 +75,8 @@ struct staging_file {
   status append(std::string_view chunk) {
     std::size_t off = 0;
     while (off < chunk.size()) {
-      ssize_t n = ::pwrite(fd.get(), chunk.data() + off, chunk.size() - off, static_cast<off_t>(have + off));
+      ssize_t n = ::pwrite(fd.get(), chunk.data() + off, chunk.size() - off,
+                           static_cast<off_t>(have + off));
       if (n < 0) {
         if (errno == EINTR) continue;
         return fail_errno(errno, "write " + path);
@@ -89,7 +90,8 @@ struct staging_file {
 };
 
 // Opens (or creates) a staging file and keeps what an earlier fetch left in it when it can be a
-// prefix of an object of `size` bytes and reads back whole (rep.resumed_bytes); otherwise empties it.
+// prefix of an object of `size` bytes and reads back whole (rep.resumed_bytes); otherwise empties
+// it.
 result<staging_file> open_staging(std::string path, std::uint64_t size, fetch_report& rep) {
   staging_file sf;
   sf.path = std::move(path);
@@ -114,14 +116,15 @@ result<staging_file> open_staging(std::string path, std::uint64_t size, fetch_re
 // What one request of a fetch came to.
 struct attempt {
   result<http::completion> res;
-  int status = 0;             // the status on_response saw (a refused one ends the request aborted)
-  std::optional<error> err;   // why the fetch's own callbacks stopped the transfer
+  int status = 0;            // the status on_response saw (a refused one ends the request aborted)
+  std::optional<error> err;  // why the fetch's own callbacks stopped the transfer
 };
 
 // One request for the rest of an object of `size` bytes (`req` asks from sf.have): its body goes
 // to the staging file. A 200 to a resume starts the file over; a 206 must start where asked.
-attempt request_rest(http::client& http, http::client_request req, const std::string& where, std::uint64_t size,
-                     staging_file& sf, fetch_report& rep, const std::function<void(std::uint64_t)>& progress,
+attempt request_rest(http::client& http, http::client_request req, const std::string& where,
+                     std::uint64_t size, staging_file& sf, fetch_report& rep,
+                     const std::function<void(std::uint64_t)>& progress,
                      const std::atomic<bool>& cancel) {
   struct state_t {
     int status = 0;
@@ -139,7 +142,8 @@ attempt request_rest(http::client& http, http::client_request req, const std::st
       auto cr = h.header("Content-Range");
       auto start = cr ? range_start(*cr) : std::nullopt;
       if (!start || *start != from) {
-        st_->err = error{errc::protocol_error, where + ": the origin answered another range than asked"};
+        st_->err =
+            error{errc::protocol_error, where + ": the origin answered another range than asked"};
         return false;
       }
       return true;
@@ -163,7 +167,7 @@ attempt request_rest(http::client& http, http::client_request req, const std::st
     }
     if (sf.have + chunk.size() > size) {
       st_->err = error{errc::size_mismatch, where + " is longer than the " + std::to_string(size) +
-                                                 " bytes listed (it changed at the origin)"};
+                                                " bytes listed (it changed at the origin)"};
       return false;
     }
     if (auto s = sf.append(chunk); !s) {
@@ -180,7 +184,8 @@ attempt request_rest(http::client& http, http::client_request req, const std::st
   return attempt{std::move(res), st_->status, st_->err};
 }
 
-// Whether a callback's error ends the fetch without a retry: the object changed, or the disk is full.
+// Whether a callback's error ends the fetch without a retry: the object changed, or the disk is
+// full.
 bool ends_fetch(const error& e) {
   if (e.is(errc::size_mismatch) || e.is(errc::no_space)) return true;
   return e.code.category() == std::system_category() && e.code.value() == ENOSPC;
@@ -189,17 +194,19 @@ bool ends_fetch(const error& e) {
 // The error for a status that says retrying is pointless (gone, or access refused), if it is one.
 std::optional<error> refusal(int status, const std::string& where) {
   if (status == 404 || status == 410) {
-    return error{errc::not_found, where + ": the origin no longer has it (HTTP " + std::to_string(status) + ")"};
+    return error{errc::not_found,
+                 where + ": the origin no longer has it (HTTP " + std::to_string(status) + ")"};
   }
   if (status == 401 || status == 403) {
-    return error{errc::unauthorized, where + ": the origin refused access (HTTP " + std::to_string(status) + ")"};
+    return error{errc::unauthorized,
+                 where + ": the origin refused access (HTTP " + std::to_string(status) + ")"};
   }
   return std::nullopt;
 }
 
 // Why a retried request failed, for the log and the final error.
 std::string failure_reason(const attempt& a, int status) {
-  return a.err                                          ? a.err->message
+  return a.err                                           ? a.err->message
          : status != 0 && status != 200 && status != 206 ? "HTTP " + std::to_string(status)
          : !a.res                                        ? a.res.error().message
                                                          : "HTTP " + std::to_string(status);
@@ -208,7 +215,8 @@ std::string failure_reason(const attempt& a, int status) {
 // Sleeps in 50 ms steps until `limit` has passed or `done()` holds (checked before each step).
 template <class Done>
 void poll_for(std::chrono::milliseconds limit, Done&& done) {
-  for (auto t = std::chrono::milliseconds(0); t < limit && !done(); t += std::chrono::milliseconds(50)) {
+  for (auto t = std::chrono::milliseconds(0); t < limit && !done();
+       t += std::chrono::milliseconds(50)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -216,12 +224,13 @@ void poll_for(std::chrono::milliseconds limit, Done&& done) {
 // Hands a complete, verified staging file to the cache; bytes the cache already holds (or that
 // another fetch is adopting) are no error. The staging file is gone afterwards, except when the
 // adoption failed for another reason than a digest mismatch.
-status adopt_staged(cache::store& store, const std::string& path, const digest& id, const std::string& where,
-                    const std::atomic<bool>& cancel) {
+status adopt_staged(cache::store& store, const std::string& path, const digest& id,
+                    const std::string& where, const std::atomic<bool>& cancel) {
   auto s = store.adopt_file(path, id, cache::object_kind::dataset_file);
   if (!s && s.error().is(errc::busy)) {
     // Someone else is writing the same bytes (another path with the same content): wait for it.
-    poll_for(std::chrono::milliseconds(600 * 50), [&] { return store.contains(id) || cancel.load(); });
+    poll_for(std::chrono::milliseconds(600 * 50),
+             [&] { return store.contains(id) || cancel.load(); });
     if (store.contains(id)) s = {};
   }
   if (!s && !s.error().is(errc::already_exists)) {
@@ -239,12 +248,13 @@ std::string staging_name(const std::string& origin_url, const origin_object& o) 
   return sha256_of(id).hex();
 }
 
-result<std::unique_ptr<dataset_origin>> dataset_origin::make(const dataset::declaration& d, http::client& http,
-                                                            origin_options o) {
+result<std::unique_ptr<dataset_origin>> dataset_origin::make(const dataset::declaration& d,
+                                                             http::client& http, origin_options o) {
   std::unique_ptr<dataset_origin> out(new dataset_origin(d, http, std::move(o)));
   if (d.origin.type != dataset::origin::kind::s3) return out;
   s3::config c;
-  c.endpoint = d.origin.endpoint.empty() ? "https://s3." + d.origin.region + ".amazonaws.com" : d.origin.endpoint;
+  c.endpoint = d.origin.endpoint.empty() ? "https://s3." + d.origin.region + ".amazonaws.com"
+                                         : d.origin.endpoint;
   c.region = d.origin.region;
   c.bucket = d.origin.bucket;
   c.timeouts.connect = out->opts_.connect_timeout;
@@ -254,12 +264,14 @@ result<std::unique_ptr<dataset_origin>> dataset_origin::make(const dataset::decl
     // A declaration comes from a client: it may only name a file inside credentials_dir, or it
     // could make registry-proxy send the first line of any file it can read to any endpoint.
     if (out->opts_.credentials_dir.empty()) {
-      return fail(errc::config_error, "dataset origin names credentials_file " + d.origin.credentials_file +
+      return fail(errc::config_error, "dataset origin names credentials_file " +
+                                          d.origin.credentials_file +
                                           " but datasets.credentials_dir is not configured");
     }
     if (auto s = dataset::check_path(d.origin.credentials_file); !s) {
-      return fail(errc::invalid_argument, "credentials_file must be a relative name inside datasets.credentials_dir: " +
-                                              s.error().message);
+      return fail(errc::invalid_argument,
+                  "credentials_file must be a relative name inside datasets.credentials_dir: " +
+                      s.error().message);
     }
     file = trim_slashes(out->opts_.credentials_dir) + "/" + d.origin.credentials_file;
   }
@@ -271,14 +283,16 @@ result<std::unique_ptr<dataset_origin>> dataset_origin::make(const dataset::decl
 }
 
 std::string dataset_origin::describe(const std::string& path) const {
-  if (decl_.origin.type == dataset::origin::kind::s3) return "s3://" + decl_.origin.bucket + "/" + decl_.origin.prefix + path;
+  if (decl_.origin.type == dataset::origin::kind::s3)
+    return "s3://" + decl_.origin.bucket + "/" + decl_.origin.prefix + path;
   return decl_.origin.prefix + path;
 }
 
 result<std::vector<origin_object>> dataset_origin::list(const std::atomic<bool>& cancel) const {
   auto r = decl_.origin.type == dataset::origin::kind::s3 ? list_s3(cancel) : list_http(cancel);
   if (!r) return r;
-  std::sort(r->begin(), r->end(), [](const origin_object& a, const origin_object& b) { return a.path < b.path; });
+  std::sort(r->begin(), r->end(),
+            [](const origin_object& a, const origin_object& b) { return a.path < b.path; });
   for (std::size_t i = 1; i < r->size(); ++i) {
     if ((*r)[i].path == (*r)[i - 1].path) {
       return fail(errc::invalid_argument, "origin lists " + describe((*r)[i].path) + " twice");
@@ -294,25 +308,29 @@ result<std::vector<origin_object>> dataset_origin::list_s3(const std::atomic<boo
   const std::string& prefix = decl_.origin.prefix;
   for (auto& o : *objs) {
     if (o.key.compare(0, prefix.size(), prefix) != 0) {
-      return fail(errc::protocol_error, "S3 listed key outside the prefix: " + o.key.substr(0, 200));
+      return fail(errc::protocol_error,
+                  "S3 listed key outside the prefix: " + o.key.substr(0, 200));
     }
     std::string path = o.key.substr(prefix.size());
     // "dir/" objects of size 0 are how consoles create folders: not files.
     if (path.empty() || (path.back() == '/' && o.size == 0)) continue;
     if (!dataset::selected(decl_, path)) continue;
     if (auto s = dataset::check_path(path); !s) {
-      return fail(errc::invalid_argument, "origin s3://" + decl_.origin.bucket + "/" + prefix +
-                                              " has a key that cannot be a dataset path: " + s.error().message);
+      return fail(errc::invalid_argument,
+                  "origin s3://" + decl_.origin.bucket + "/" + prefix +
+                      " has a key that cannot be a dataset path: " + s.error().message);
     }
     if (out.size() >= opts_.max_files) {
-      return fail(errc::too_large, "origin selects more than " + std::to_string(opts_.max_files) + " files");
+      return fail(errc::too_large,
+                  "origin selects more than " + std::to_string(opts_.max_files) + " files");
     }
     out.push_back(origin_object{std::move(path), o.size, o.etag});
   }
   return out;
 }
 
-result<std::vector<origin_object>> dataset_origin::list_http(const std::atomic<bool>& cancel) const {
+result<std::vector<origin_object>> dataset_origin::list_http(
+    const std::atomic<bool>& cancel) const {
   std::vector<origin_object> out;
   // Breadth first: (directory path relative to the base, ending in '/' or empty, depth).
   std::deque<std::pair<std::string, std::size_t>> dirs{{"", 0}};
@@ -321,7 +339,8 @@ result<std::vector<origin_object>> dataset_origin::list_http(const std::atomic<b
     if (cancel.load()) return fail(errc::cancelled, "listing cancelled");
     auto [dir, depth] = dirs.front();
     dirs.pop_front();
-    if (++listings > opts_.max_files) return fail(errc::too_large, "origin has more directories than files allowed");
+    if (++listings > opts_.max_files)
+      return fail(errc::too_large, "origin has more directories than files allowed");
     http::client_request r;
     r.url = decl_.origin.prefix + dataset::url_path_escape(dir);
     r.timeouts.connect = opts_.connect_timeout;
@@ -338,18 +357,22 @@ result<std::vector<origin_object>> dataset_origin::list_http(const std::atomic<b
     for (auto& e : *entries) {
       std::string path = dir + e.name;
       if (auto s = dataset::check_path(path); !s) {
-        return fail(errc::invalid_argument, "origin " + decl_.origin.prefix +
-                                                " lists a name that cannot be a dataset path: " + s.error().message);
+        return fail(errc::invalid_argument,
+                    "origin " + decl_.origin.prefix +
+                        " lists a name that cannot be a dataset path: " + s.error().message);
       }
       if (e.directory) {
-        if (depth + 1 >= opts_.max_depth) return fail(errc::too_large, "origin directories nest deeper than " +
-                                                                          std::to_string(opts_.max_depth) + " at " + describe(path));
+        if (depth + 1 >= opts_.max_depth)
+          return fail(errc::too_large, "origin directories nest deeper than " +
+                                           std::to_string(opts_.max_depth) + " at " +
+                                           describe(path));
         dirs.emplace_back(path + "/", depth + 1);
         continue;
       }
       if (!dataset::selected(decl_, path)) continue;
       if (out.size() >= opts_.max_files) {
-        return fail(errc::too_large, "origin selects more than " + std::to_string(opts_.max_files) + " files");
+        return fail(errc::too_large,
+                    "origin selects more than " + std::to_string(opts_.max_files) + " files");
       }
       out.push_back(origin_object{std::move(path), e.size, ""});
     }
@@ -366,7 +389,9 @@ http::client_request dataset_origin::request_for(const std::string& path, std::u
     r = s3_->get(decl_.origin.prefix + path, range);
   } else {
     r.url = decl_.origin.prefix + dataset::url_path_escape(path);
-    if (range) r.headers.emplace_back("Range", "bytes=" + std::to_string(range->first) + "-" + std::to_string(range->second));
+    if (range)
+      r.headers.emplace_back(
+          "Range", "bytes=" + std::to_string(range->first) + "-" + std::to_string(range->second));
   }
   r.timeouts.connect = opts_.connect_timeout;
   r.timeouts.stall = opts_.stall_timeout;
@@ -375,25 +400,29 @@ http::client_request dataset_origin::request_for(const std::string& path, std::u
   return r;
 }
 
-result<fetch_report> dataset_origin::fetch(const origin_object& o, cache::store& store, const std::string& staging_dir,
+result<fetch_report> dataset_origin::fetch(const origin_object& o, cache::store& store,
+                                           const std::string& staging_dir,
                                            const std::optional<digest>& expected,
                                            const std::function<void(std::uint64_t)>& progress,
                                            const std::atomic<bool>& cancel) const {
   fetch_report rep;
   const std::string where = describe(o.path);
-  auto sf = open_staging(staging_dir + "/" + staging_name(decl_.origin.url, o) + ".part", o.size, rep);
+  auto sf =
+      open_staging(staging_dir + "/" + staging_name(decl_.origin.url, o) + ".part", o.size, rep);
   if (!sf) return fail(sf.error());
   int failures = 0;
   while (sf->have < o.size) {
     if (cancel.load()) return fail(errc::cancelled, "fetch of " + where + " cancelled");
     ++rep.requests;
-    attempt a = request_rest(http_, request_for(o.path, sf->have, o.size), where, o.size, *sf, rep, progress, cancel);
+    attempt a = request_rest(http_, request_for(o.path, sf->have, o.size), where, o.size, *sf, rep,
+                             progress, cancel);
     if (a.err && ends_fetch(*a.err)) return fail(*a.err);
     if (a.res && (a.res->status == 200 || a.res->status == 206) && !a.err) {
       if (sf->have == o.size) break;
       // A short body without a transport error: the object shrank.
-      return fail(errc::size_mismatch, where + " has " + std::to_string(sf->have) + " bytes, the listing said " +
-                                           std::to_string(o.size) + " (it changed at the origin)");
+      return fail(errc::size_mismatch, where + " has " + std::to_string(sf->have) +
+                                           " bytes, the listing said " + std::to_string(o.size) +
+                                           " (it changed at the origin)");
     }
     // A status we refused in on_response ends the request as "aborted": judge by the status.
     const int status = a.res ? a.res->status : a.status;
@@ -405,18 +434,20 @@ result<fetch_report> dataset_origin::fetch(const origin_object& o, cache::store&
     std::string why = failure_reason(a, status);
     if (++failures > opts_.max_retries) {
       return fail(!a.res ? a.res.error().code : make_error_code(errc::upstream_error),
-                  "fetch " + where + " (" + std::to_string(sf->have) + " of " + std::to_string(o.size) +
-                      " bytes): " + why);
+                  "fetch " + where + " (" + std::to_string(sf->have) + " of " +
+                      std::to_string(o.size) + " bytes): " + why);
     }
     log::warn("origin fetch failed; resuming", log::kv("object", where), log::kv("bytes", sf->have),
               log::kv("attempt", failures), log::kv("error", why));
     // Back off (bounded), polling for cancellation.
-    poll_for(std::chrono::milliseconds(std::min(5000, 200 << std::min(failures, 5))), [&] { return cancel.load(); });
+    poll_for(std::chrono::milliseconds(std::min(5000, 200 << std::min(failures, 5))),
+             [&] { return cancel.load(); });
   }
   rep.id = sf->hasher->finish();
   if (expected && rep.id != *expected) {
     ::unlink(sf->path.c_str());
-    return fail(errc::digest_mismatch, where + " now hashes to " + rep.id.str() + ", not " + expected->str());
+    return fail(errc::digest_mismatch,
+                where + " now hashes to " + rep.id.str() + ", not " + expected->str());
   }
   sf->fd.reset();
   if (auto s = adopt_staged(store, sf->path, rep.id, where, cancel); !s) return fail(s.error());

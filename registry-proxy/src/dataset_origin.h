@@ -37,16 +37,17 @@ struct origin_options {
   std::string credentials_dir;
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds stall_timeout{30000};
-  int max_retries = 5;               // whole-request retries of a fetch, each resuming
+  int max_retries = 5;                 // whole-request retries of a fetch, each resuming
   std::size_t max_files = 10'000'000;  // objects a listing may select
   std::size_t max_depth = 64;          // http origins: directory nesting
 };
 
 // One selected object of the origin.
 struct origin_object {
-  std::string path;      // dataset-relative, checked with dataset::check_path
+  std::string path;  // dataset-relative, checked with dataset::check_path
   std::uint64_t size = 0;
-  std::string version;   // S3 ETag or HTTP mtime: part of the staging identity, never trusted for content
+  std::string
+      version;  // S3 ETag or HTTP mtime: part of the staging identity, never trusted for content
 };
 
 // What one fetch did (for progress and metrics).
@@ -60,7 +61,8 @@ struct fetch_report {
 class dataset_origin {
  public:
   [[nodiscard]] static result<std::unique_ptr<dataset_origin>> make(const dataset::declaration& d,
-                                                                    http::client& http, origin_options o);
+                                                                    http::client& http,
+                                                                    origin_options o);
 
   // Every object the declaration selects, sorted by path. Keys that fail dataset::check_path are
   // refused: the error names the key and the rule it breaks. Directory markers ("a/" keys of
@@ -70,7 +72,8 @@ class dataset_origin {
   // Fetches one object into the cache as a dataset_file. With `expected`, the bytes must hash to
   // it: otherwise the error is errc::digest_mismatch, "origin changed under version ...".
   // `progress(n)` is called with each chunk's size as it arrives.
-  [[nodiscard]] result<fetch_report> fetch(const origin_object& o, cache::store& store, const std::string& staging_dir,
+  [[nodiscard]] result<fetch_report> fetch(const origin_object& o, cache::store& store,
+                                           const std::string& staging_dir,
                                            const std::optional<digest>& expected,
                                            const std::function<void(std::uint64_t)>& progress,
                                            const std::atomic<bool>& cancel) const;

@@ -6,25 +6,34 @@ namespace shoal::proxy {
 
 using namespace datasets_detail;
 
-dataset_service::dataset_service(dataset_service_options o, net::io_context& io, cache::store& store, state_db& st,
-                                 http::client& http, seeder* sd, dataset_metrics m)
-    : opts_(std::move(o)), io_(io), store_(store), st_(st), http_(http), seeder_(sd), m_(m),
+dataset_service::dataset_service(dataset_service_options o, net::io_context& io,
+                                 cache::store& store, state_db& st, http::client& http, seeder* sd,
+                                 dataset_metrics m)
+    : opts_(std::move(o)),
+      io_(io),
+      store_(store),
+      st_(st),
+      http_(http),
+      seeder_(sd),
+      m_(m),
       pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches))) {}
 
 dataset_service::~dataset_service() { stop(); }
 
 status dataset_service::start() {
-  for (const auto& d : {opts_.dir + "/datasets", opts_.dir + "/manifests", opts_.dir + "/packs", opts_.staging_dir}) {
+  for (const auto& d : {opts_.dir + "/datasets", opts_.dir + "/manifests", opts_.dir + "/packs",
+                        opts_.staging_dir}) {
     std::error_code ec;
     fs::create_directories(d, ec);
     if (ec) return fail(ec, "create " + d + ": " + ec.message());
   }
   // The staging directory must be on the cache's filesystem: adopt_file renames.
-  if (auto s = store_.check_same_filesystem(opts_.staging_dir); !s) return fail(s.error().wrap("datasets.staging_dir"));
+  if (auto s = store_.check_same_filesystem(opts_.staging_dir); !s)
+    return fail(s.error().wrap("datasets.staging_dir"));
   std::error_code ec;
   std::vector<std::shared_ptr<record>> resume;
-  for (auto it = fs::directory_iterator(opts_.dir + "/datasets", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::directory_iterator(opts_.dir + "/datasets", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     if (it->path().extension() != ".json") continue;
     auto text = read_file(it->path().string());
     if (!text) continue;
@@ -35,7 +44,8 @@ status dataset_service::start() {
     }
     auto decl = dataset::parse_declaration(j["declaration"].dump());
     if (!decl) {
-      log::warn("ignoring a dataset record", log::kv("file", it->path().string()), log::kv("error", decl.error().message));
+      log::warn("ignoring a dataset record", log::kv("file", it->path().string()),
+                log::kv("error", decl.error().message));
       continue;
     }
     auto r = std::make_shared<record>();
@@ -112,9 +122,11 @@ status dataset_service::persist(const record& r) const {
 
 // ---- groups
 
-result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>& r, const dataset::manifest& m,
-                                                   std::uint32_t g, group_job& job) {
-  if (g >= m.groups.size()) return fail(errc::not_found, r->ref + " has no group " + std::to_string(g));
+result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>& r,
+                                                   const dataset::manifest& m, std::uint32_t g,
+                                                   group_job& job) {
+  if (g >= m.groups.size())
+    return fail(errc::not_found, r->ref + " has no group " + std::to_string(g));
   const auto& gr = m.groups[g];
   auto objs = dataset::group_objects(m, gr);
   job.bytes = gr.bytes;
@@ -143,13 +155,14 @@ result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>
     if (!rep) {
       if (rep.error().is(errc::digest_mismatch) || rep.error().is(errc::size_mismatch)) {
         if (m_.origin_changed) m_.origin_changed->inc();
-        std::string msg = "origin changed under version " + r->decl.version + " of " + r->decl.name + ": " +
-                          rep.error().message + "; declare a new version";
+        std::string msg = "origin changed under version " + r->decl.version + " of " +
+                          r->decl.name + ": " + rep.error().message + "; declare a new version";
         {
           std::lock_guard rl(r->mu);
           r->error = msg;
         }
-        log::error("dataset origin changed under a version", log::kv("dataset", r->ref), log::kv("error", msg));
+        log::error("dataset origin changed under a version", log::kv("dataset", r->ref),
+                   log::kv("error", msg));
         return fail(errc::digest_mismatch, msg);
       }
       return fail(rep.error().wrap(r->ref + " group " + std::to_string(g)));
@@ -193,12 +206,14 @@ result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>
   return pm->torrent_file(opts_.trackers);
 }
 
-void dataset_service::serve_metainfo(const std::string& ref, std::string_view group, std::chrono::milliseconds wait,
-                                     const http::responder& resp) {
+void dataset_service::serve_metainfo(const std::string& ref, std::string_view group,
+                                     std::chrono::milliseconds wait, const http::responder& resp) {
   std::uint32_t g = 0;
-  if (group.empty() || group.size() > 9 || group.find_first_not_of("0123456789") != std::string_view::npos) {
-    return resp.send(json_error(400, "dataset metainfo is " + std::string(origin::paths::dataset_metainfo) +
-                                        "<name>@<version>/<group index>"));
+  if (group.empty() || group.size() > 9 ||
+      group.find_first_not_of("0123456789") != std::string_view::npos) {
+    return resp.send(json_error(400, "dataset metainfo is " +
+                                         std::string(origin::paths::dataset_metainfo) +
+                                         "<name>@<version>/<group index>"));
   }
   g = static_cast<std::uint32_t>(std::stoul(std::string(group)));
   auto r = find(ref);
@@ -209,7 +224,8 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
       auto a = json_error(m.error().is(errc::not_found) ? 404 : 409, m.error().message);
       return resp.send(std::move(a));
     }
-    if (g >= (*m)->groups.size()) return resp.send(json_error(404, r->ref + " has no group " + std::to_string(g)));
+    if (g >= (*m)->groups.size())
+      return resp.send(json_error(404, r->ref + " has no group " + std::to_string(g)));
     std::string key = r->ref + "/" + std::to_string(g);
     std::shared_ptr<group_job> job;
     bool leader = false;

@@ -60,9 +60,10 @@ struct dataset_service_options {
   int parallel_fetches = 8;
   dataset::grouping_policy policy;
   origin_options origin;
-  std::chrono::seconds resolve_pin{3600};  // objects fetched by a resolution stay at least this long
-  std::vector<std::string> trackers;       // announce URLs written into group torrents
-  std::string seed_endpoint;               // Shoal-Seed ("ip:port"), empty without a seeder
+  std::chrono::seconds resolve_pin{
+      3600};                          // objects fetched by a resolution stay at least this long
+  std::vector<std::string> trackers;  // announce URLs written into group torrents
+  std::string seed_endpoint;          // Shoal-Seed ("ip:port"), empty without a seeder
 };
 
 struct dataset_metrics {
@@ -75,8 +76,8 @@ struct dataset_metrics {
 
 class dataset_service {
  public:
-  dataset_service(dataset_service_options o, boost::asio::io_context& io, cache::store& store, state_db& st,
-                  http::client& http, seeder* sd, dataset_metrics m);
+  dataset_service(dataset_service_options o, boost::asio::io_context& io, cache::store& store,
+                  state_db& st, http::client& http, seeder* sd, dataset_metrics m);
   ~dataset_service();
   dataset_service(const dataset_service&) = delete;
   dataset_service& operator=(const dataset_service&) = delete;
@@ -100,8 +101,8 @@ class dataset_service {
   void status_of(const std::string& ref, const http::responder& resp);
   void serve_manifest(const std::string& ref, const http::responder& resp);
   void serve_object(const std::string& ref, std::string_view dig, const http::responder& resp);
-  void serve_metainfo(const std::string& ref, std::string_view group, std::chrono::milliseconds wait,
-                      const http::responder& resp);
+  void serve_metainfo(const std::string& ref, std::string_view group,
+                      std::chrono::milliseconds wait, const http::responder& resp);
 
   [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
   void start_resolution(const std::shared_ptr<record>& r);
@@ -116,16 +117,19 @@ class dataset_service {
   // Builds every pack group's metainfo now, so the first nodes do not wait for it.
   [[nodiscard]] status prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m);
   [[nodiscard]] status persist(const record& r) const;
-  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> manifest_of(const std::shared_ptr<record>& r);
+  [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> manifest_of(
+      const std::shared_ptr<record>& r);
   // Makes sure every object of group `g` is in the cache (fetching again from the origin what was
   // evicted, verified against the manifest) and that its torrent exists; blocking.
-  [[nodiscard]] result<std::string> prepare_group(const std::shared_ptr<record>& r, const dataset::manifest& m,
-                                                  std::uint32_t g, group_job& job);
+  [[nodiscard]] result<std::string> prepare_group(const std::shared_ptr<record>& r,
+                                                  const dataset::manifest& m, std::uint32_t g,
+                                                  group_job& job);
   // Fetches one origin object (single flight per staging identity); blocking.
-  [[nodiscard]] result<fetch_report> fetch_object(const dataset_origin& origin, const origin_object& o,
-                                                  const std::optional<digest>& expected,
-                                                  const std::function<void(std::uint64_t)>& progress);
-  [[nodiscard]] result<std::shared_ptr<const dataset_origin>> origin_of(const std::shared_ptr<record>& r);
+  [[nodiscard]] result<fetch_report> fetch_object(
+      const dataset_origin& origin, const origin_object& o, const std::optional<digest>& expected,
+      const std::function<void(std::uint64_t)>& progress);
+  [[nodiscard]] result<std::shared_ptr<const dataset_origin>> origin_of(
+      const std::shared_ptr<record>& r);
 
   dataset_service_options opts_;
   boost::asio::io_context& io_;
@@ -139,7 +143,7 @@ class dataset_service {
   std::atomic<bool> stopped_{false};
 
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<record>> records_;  // by "name@version"
+  std::map<std::string, std::shared_ptr<record>> records_;        // by "name@version"
   std::map<std::string, std::shared_ptr<group_job>> group_jobs_;  // by "name@version/<group>"
   std::vector<std::thread> resolvers_;
 

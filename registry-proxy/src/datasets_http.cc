@@ -32,7 +32,8 @@ bool dataset_service::handle(http::request& req, const http::responder& resp) {
   std::string_view rest = path.substr(is_meta ? meta.size() : base.size() + 1);
   auto slash = rest.find('/');
   std::string ref(rest.substr(0, slash));
-  std::string_view tail = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  std::string_view tail =
+      slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
   if (auto p = dataset::parse_ref(ref); !p) {
     resp.send(json_error(400, p.error().message));
     return true;
@@ -56,8 +57,8 @@ bool dataset_service::handle(http::request& req, const http::responder& resp) {
 namespace {
 
 json status_json(const dataset_service_options&, const std::string& ref, const std::string& state,
-                 const std::optional<digest>& md, const std::string& err, std::uint64_t files, std::uint64_t bytes,
-                 std::uint64_t groups, double secs) {
+                 const std::optional<digest>& md, const std::string& err, std::uint64_t files,
+                 std::uint64_t bytes, std::uint64_t groups, double secs) {
   json j = {{"dataset", ref},
             {"state", state},
             {"manifest", md ? json(md->str()) : json()},
@@ -85,9 +86,10 @@ void dataset_service::declare(const http::request& req, const http::responder& r
     if (it != records_.end()) {
       r = it->second;
       if (r->decl_json != dj) {
-        return resp.send(json_error(409, "dataset " + ref +
-                                             " is already declared with another origin or other globs: a version "
-                                             "pins its bytes for good; declare a new version"));
+        return resp.send(json_error(
+            409, "dataset " + ref +
+                     " is already declared with another origin or other globs: a version "
+                     "pins its bytes for good; declare a new version"));
       }
       std::lock_guard rl(r->mu);
       if (r->state == "failed" && !r->running) {
@@ -121,7 +123,8 @@ void dataset_service::declare(const http::request& req, const http::responder& r
       }
     }
     if (fresh) {
-      if (auto s = persist(*r); !s) log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+      if (auto s = persist(*r); !s)
+        log::warn("cannot save a dataset record", log::kv("error", s.error().message));
       log::info("dataset declared", log::kv("dataset", ref), log::kv("origin", decl->origin.url));
     }
   }
@@ -138,8 +141,8 @@ void dataset_service::list(const http::responder& resp) {
   json out = json::array();
   for (auto& r : all) {
     std::lock_guard rl(r->mu);
-    out.push_back(status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files, r->bytes, r->groups,
-                              r->resolve_seconds));
+    out.push_back(status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files,
+                              r->bytes, r->groups, r->resolve_seconds));
   }
   resp.send(json_answer(200, out));
 }
@@ -151,15 +154,18 @@ void dataset_service::status_of(const std::string& ref, const http::responder& r
   bool ready;
   {
     std::lock_guard rl(r->mu);
-    j = status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files, r->bytes, r->groups,
-                    r->resolve_seconds);
+    j = status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files, r->bytes,
+                    r->groups, r->resolve_seconds);
     j["origin"] = r->decl.origin.url;
     ready = r->state == "ready";
   }
   double secs = std::chrono::duration<double>(steady::now() - r->started).count();
-  j["progress"] = {{"files_done", r->files_done.load()},     {"files_total", r->files_total.load()},
-                   {"bytes_done", r->bytes_done.load()},     {"bytes_total", r->bytes_total.load()},
-                   {"origin_bytes", r->origin_bytes.load()}, {"resumed_bytes", r->resumed_bytes.load()},
+  j["progress"] = {{"files_done", r->files_done.load()},
+                   {"files_total", r->files_total.load()},
+                   {"bytes_done", r->bytes_done.load()},
+                   {"bytes_total", r->bytes_total.load()},
+                   {"origin_bytes", r->origin_bytes.load()},
+                   {"resumed_bytes", r->resumed_bytes.load()},
                    {"seconds", secs}};
   std::string state = j["state"];
   resp.send(json_answer(ready ? 200 : state == "failed" ? 409 : 202, j));
@@ -176,31 +182,36 @@ void dataset_service::serve_manifest(const std::string& ref, const http::respond
     state = r->state;
   }
   if (state != "ready" || !md) {
-    auto a = json_error(state == "failed" ? 409 : 404, "dataset " + ref + " is " + state + " (no manifest yet)");
+    auto a = json_error(state == "failed" ? 409 : 404,
+                        "dataset " + ref + " is " + state + " (no manifest yet)");
     if (state == "resolving") a.headers.set("Retry-After", "1");
     return resp.send(std::move(a));
   }
   std::string path = opts_.dir + "/manifests/" + md->hex() + ".json";
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0) return resp.send(json_error(500, "manifest of " + ref + " is missing"));
+  if (!fd || ::fstat(fd.get(), &st) != 0)
+    return resp.send(json_error(500, "manifest of " + ref + " is missing"));
   http::response out;
   out.status = 200;
   out.headers.set("Content-Type", "application/json");
   out.headers.set(std::string(origin::headers::manifest_digest), md->str());
   out.rangeable = true;
-  out.body = http::file_body{std::make_shared<unique_fd>(std::move(fd)), 0, static_cast<std::uint64_t>(st.st_size)};
+  out.body = http::file_body{std::make_shared<unique_fd>(std::move(fd)), 0,
+                             static_cast<std::uint64_t>(st.st_size)};
   resp.send(std::move(out));
 }
 
-result<std::shared_ptr<const dataset::manifest>> dataset_service::manifest_of(const std::shared_ptr<record>& r) {
+result<std::shared_ptr<const dataset::manifest>> dataset_service::manifest_of(
+    const std::shared_ptr<record>& r) {
   std::optional<digest> md;
   {
     std::lock_guard rl(r->mu);
     if (r->manifest) return r->manifest;
     if (r->state != "ready" || !r->manifest_digest) {
-      return fail(r->state == "failed" ? errc::unavailable : errc::not_found,
-                  "dataset " + r->ref + " is " + r->state + (r->error.empty() ? "" : ": " + r->error));
+      return fail(
+          r->state == "failed" ? errc::unavailable : errc::not_found,
+          "dataset " + r->ref + " is " + r->state + (r->error.empty() ? "" : ": " + r->error));
     }
     md = r->manifest_digest;
   }
@@ -217,7 +228,8 @@ result<std::shared_ptr<const dataset::manifest>> dataset_service::manifest_of(co
   return mp;
 }
 
-void dataset_service::serve_object(const std::string& ref, std::string_view dig, const http::responder& resp) {
+void dataset_service::serve_object(const std::string& ref, std::string_view dig,
+                                   const http::responder& resp) {
   auto d = digest::parse(dig);
   if (!d) return resp.send(json_error(400, d.error().message));
   auto r = find(ref);
@@ -236,7 +248,8 @@ void dataset_service::serve_object(const std::string& ref, std::string_view dig,
     if (!store_.contains(id) && f.size > 0) {
       auto origin = origin_of(r);
       if (!origin) return resp.send(json_error(502, origin.error().message));
-      auto rep = fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
+      auto rep =
+          fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
       if (!rep) return resp.send(json_error(status_for(rep.error()), rep.error().message));
     }
     auto rd = store_.open_read(id);
@@ -252,7 +265,8 @@ void dataset_service::serve_object(const std::string& ref, std::string_view dig,
   });
 }
 
-result<std::shared_ptr<const dataset_origin>> dataset_service::origin_of(const std::shared_ptr<record>& r) {
+result<std::shared_ptr<const dataset_origin>> dataset_service::origin_of(
+    const std::shared_ptr<record>& r) {
   {
     std::lock_guard rl(r->mu);
     if (r->origin) return r->origin;

@@ -36,9 +36,13 @@ using steady = std::chrono::steady_clock;
 
 namespace datasets_detail {
 
-inline http::response json_answer(unsigned status, const json& j) { return http::response::json(status, j.dump()); }
+inline http::response json_answer(unsigned status, const json& j) {
+  return http::response::json(status, j.dump());
+}
 
-inline http::response json_error(unsigned status, const std::string& message) { return origin::plain_error(status, message); }
+inline http::response json_error(unsigned status, const std::string& message) {
+  return origin::plain_error(status, message);
+}
 
 inline unsigned status_for(const error& e) {
   if (e.is(errc::not_found)) return 404;
@@ -59,7 +63,8 @@ inline result<std::string> read_file(const std::string& path) {
 }
 
 // Reads a cache object's bytes for build_pack().
-inline result<std::size_t> read_object(cache::store& store, const digest& d, std::uint64_t off, char* buf, std::size_t n) {
+inline result<std::size_t> read_object(cache::store& store, const digest& d, std::uint64_t off,
+                                       char* buf, std::size_t n) {
   unique_fd fd(::open(store.object_path(d).c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, "open " + store.object_path(d));
   ssize_t r;
@@ -85,7 +90,8 @@ struct dataset_service::record {
   std::uint64_t files = 0, bytes = 0, groups = 0;
   double resolve_seconds = 0;
   std::shared_ptr<const dataset::manifest> manifest;
-  std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> by_digest;  // digest → a file index
+  std::shared_ptr<const std::unordered_map<digest, std::uint32_t>>
+      by_digest;  // digest → a file index
   std::shared_ptr<const dataset_origin> origin;
   bool running = false;
 

@@ -38,13 +38,15 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
   for (const auto& o : *listing) total += o.size;
   r->files_total = listing->size();
   r->bytes_total = total;
-  log::info("dataset listed", log::kv("dataset", r->ref), log::kv("files", listing->size()), log::kv("bytes", total));
+  log::info("dataset listed", log::kv("dataset", r->ref), log::kv("files", listing->size()),
+            log::kv("bytes", total));
 
   std::vector<dataset::file_entry> files(listing->size());
   auto fetched = fetch_listed(r, *origin, *listing, files);
   if (stop_.load()) return;  // resumed at the next start (the record still says resolving)
   if (!fetched) return resolve_failed(r, fetched.error());
-  auto m = dataset::build_manifest(r->decl.name, r->decl.version, r->decl.origin.url, std::move(files), opts_.policy);
+  auto m = dataset::build_manifest(r->decl.name, r->decl.version, r->decl.origin.url,
+                                   std::move(files), opts_.policy);
   if (!m) return resolve_failed(r, m.error().wrap("manifest of " + r->ref));
   std::string canon = dataset::canonical_json(*m);
   digest md = sha256_of(canon);
@@ -52,7 +54,8 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
     return resolve_failed(r, s.error());
   }
   auto secs = std::chrono::duration<double>(steady::now() - t0).count();
-  if (auto g = prepare_groups(r, *m); !g) return resolve_failed(r, g.error().wrap("metainfo of " + r->ref));
+  if (auto g = prepare_groups(r, *m); !g)
+    return resolve_failed(r, g.error().wrap("metainfo of " + r->ref));
   {
     std::lock_guard rl(r->mu);
     r->state = "ready";
@@ -65,11 +68,13 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
     r->manifest.reset();
     r->by_digest.reset();
   }
-  if (auto s = persist(*r); !s) log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+  if (auto s = persist(*r); !s)
+    log::warn("cannot save a dataset record", log::kv("error", s.error().message));
   if (m_.resolved) m_.resolved->inc();
   log::info("dataset resolved", log::kv("dataset", r->ref), log::kv("manifest", md.str()),
-            log::kv("files", m->files.size()), log::kv("bytes", m->total_bytes()), log::kv("groups", m->groups.size()),
-            log::kv("seconds", secs), log::kv("files_per_second", secs > 0 ? m->files.size() / secs : 0.0));
+            log::kv("files", m->files.size()), log::kv("bytes", m->total_bytes()),
+            log::kv("groups", m->groups.size()), log::kv("seconds", secs),
+            log::kv("files_per_second", secs > 0 ? m->files.size() / secs : 0.0));
 }
 
 void dataset_service::resolve_failed(const std::shared_ptr<record>& r, const error& e) {
@@ -101,7 +106,8 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
         if (o.size == 0) {
           files[i] = dataset::file_entry{o.path, 0, sha256_of(std::string_view())};
         } else {
-          auto rep = fetch_object(origin, o, std::nullopt, [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
+          auto rep = fetch_object(origin, o, std::nullopt,
+                                  [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
           if (!rep) {
             err = rep.error();
           } else {
@@ -109,7 +115,8 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
             r->origin_bytes.fetch_add(rep->origin_bytes);
             r->resumed_bytes.fetch_add(rep->resumed_bytes);
             r->bytes_done.fetch_add(rep->resumed_bytes);
-            if (auto p = store_.pin(rep->id, owner, until); !p) err = p.error().wrap("pin " + o.path);
+            if (auto p = store_.pin(rep->id, owner, until); !p)
+              err = p.error().wrap("pin " + o.path);
           }
         }
       } else if (stop_.load()) {
@@ -130,7 +137,8 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
   return {};
 }
 
-status dataset_service::prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m) {
+status dataset_service::prepare_groups(const std::shared_ptr<record>& r,
+                                       const dataset::manifest& m) {
   std::mutex mu;
   std::condition_variable cv;
   std::size_t pending = m.groups.size();
@@ -150,9 +158,9 @@ status dataset_service::prepare_groups(const std::shared_ptr<record>& r, const d
   return {};
 }
 
-result<fetch_report> dataset_service::fetch_object(const dataset_origin& origin, const origin_object& o,
-                                                   const std::optional<digest>& expected,
-                                                   const std::function<void(std::uint64_t)>& progress) {
+result<fetch_report> dataset_service::fetch_object(
+    const dataset_origin& origin, const origin_object& o, const std::optional<digest>& expected,
+    const std::function<void(std::uint64_t)>& progress) {
   std::string key = staging_name(origin.declaration().origin.url, o);
   std::shared_future<result<fetch_report>> fut;
   std::promise<result<fetch_report>> mine;

@@ -31,14 +31,16 @@ void proxy_handler::operator()(http::request&& req, http::responder resp) {
   if (req.path.rfind("/v2", 0) == 0) return handle_v2(std::move(req), resp);
   if (req.path.starts_with(origin::paths::metainfo)) return handle_metainfo(std::move(req), resp);
   if (req.path.starts_with(origin::paths::chunks)) return handle_chunks(std::move(req), resp);
-  if (d_.datasets && req.path.starts_with(origin::paths::dataset_family) && d_.datasets(req, resp)) return;
+  if (d_.datasets && req.path.starts_with(origin::paths::dataset_family) && d_.datasets(req, resp))
+    return;
   resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
 }
 
 void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) {
   const bool head = req.method == http::verb::head;
   if (req.method != http::verb::get && req.method != http::verb::head) {
-    auto r = oci_error(405, oci::error_code::unsupported, "registry-proxy serves the pull API only (GET, HEAD)");
+    auto r = oci_error(405, oci::error_code::unsupported,
+                       "registry-proxy serves the pull API only (GET, HEAD)");
     r.headers.set("Allow", "GET, HEAD");
     return resp.send(std::move(r));
   }
@@ -65,8 +67,9 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
   auto sel = d_.upstreams.select(*ns, route->name);
   if (!sel) {
     unsigned s = sel.error().is(errc::not_found) ? 404 : 400;
-    return resp.send(oci_error(s, s == 404 ? oci::error_code::name_unknown : oci::error_code::name_invalid,
-                               sel.error().message));
+    return resp.send(
+        oci_error(s, s == 404 ? oci::error_code::name_unknown : oci::error_code::name_invalid,
+                  sel.error().message));
   }
   credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
   const http::responder& out = resp;
@@ -78,7 +81,8 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
   }
 }
 
-std::optional<selection> proxy_handler::select_repo(const std::string& repo, const std::optional<std::string>& ns,
+std::optional<selection> proxy_handler::select_repo(const std::string& repo,
+                                                    const std::optional<std::string>& ns,
                                                     const http::responder& resp) {
   auto sel = d_.upstreams.select(ns, repo);
   if (!sel) {
@@ -110,7 +114,8 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
       return resp.send(origin::encode(m));
     }
     if (a.status == 202) {
-      return resp.send(origin::encode(origin::progress{a.bytes_done, a.size, a.chunk_size, a.retry_after}));
+      return resp.send(
+          origin::encode(origin::progress{a.bytes_done, a.size, a.chunk_size, a.retry_after}));
     }
     auto r = oci_error(a.status ? a.status : 502, origin::code_for_status(a.status), a.message);
     if (!a.retry_after.empty()) r.headers.set("Retry-After", a.retry_after);

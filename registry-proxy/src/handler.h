@@ -24,8 +24,8 @@ struct handler_deps {
   blob_service& blobs;
   metrics::registry& metrics;
   std::string credential_salt;
-  std::vector<std::string> trackers;       // announce URLs for metainfo answers
-  std::string seed_endpoint;               // "ip:port" of our BitTorrent listener (Shoal-Seed)
+  std::vector<std::string> trackers;  // announce URLs for metainfo answers
+  std::string seed_endpoint;          // "ip:port" of our BitTorrent listener (Shoal-Seed)
   std::chrono::milliseconds metainfo_wait{20000};
   std::function<void(const digest&)> on_metainfo_served;  // the seeder loads the torrent
   std::function<daemon::health()> health;
@@ -45,7 +45,8 @@ class proxy_handler {
   void handle_chunks(http::request&& req, const http::responder& resp);
   // The upstream for a Shoal API request's repo= and ns= (which name the repository an object is
   // pulled from); on an unknown one answers the error itself and returns nothing.
-  std::optional<selection> select_repo(const std::string& repo, const std::optional<std::string>& ns,
+  std::optional<selection> select_repo(const std::string& repo,
+                                       const std::optional<std::string>& ns,
                                        const http::responder& resp);
   handler_deps d_;
 };

@@ -13,7 +13,8 @@ namespace shoal::proxy {
 namespace {
 
 std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -26,8 +27,10 @@ std::string strip_params(std::string_view v) {
   return s.substr(i);
 }
 
-http::response manifest_error(unsigned status, const std::string& message, const std::string& retry_after) {
-  return origin::upstream_failure(status, message, retry_after, oci::error_code::manifest_unknown, basic_challenge);
+http::response manifest_error(unsigned status, const std::string& message,
+                              const std::string& retry_after) {
+  return origin::upstream_failure(status, message, retry_after, oci::error_code::manifest_unknown,
+                                  basic_challenge);
 }
 
 }  // namespace
@@ -37,7 +40,8 @@ std::string manifest_service::normalize_accept(std::string_view accept) {
   std::size_t start = 0;
   while (start <= accept.size()) {
     auto comma = accept.find(',', start);
-    auto part = strip_params(accept.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    auto part = strip_params(accept.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     if (!part.empty()) types.insert(part);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
@@ -50,15 +54,18 @@ std::string manifest_service::normalize_accept(std::string_view accept) {
   return out;
 }
 
-void manifest_service::serve(const selection& sel, const oci::manifest_ref& ref, const credential& cred,
-                             std::string accept, bool head, http::responder resp) {
+void manifest_service::serve(const selection& sel, const oci::manifest_ref& ref,
+                             const credential& cred, std::string accept, bool head,
+                             http::responder resp) {
   boost::asio::post(pool_, [this, sel, ref, cred, accept = std::move(accept), head, resp] {
     resp.send(answer(sel, ref, cred, accept, head));
   });
 }
 
-manifest_service::fetched manifest_service::fetch_upstream(const selection& sel, const std::string& ref,
-                                                           const credential& cred, const std::string& accept) {
+manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
+                                                           const std::string& ref,
+                                                           const credential& cred,
+                                                           const std::string& accept) {
   fetched out;
   const std::string path = "/v2/" + sel.repo + "/manifests/" + ref;
   std::vector<std::pair<std::string, std::string>> headers = {
@@ -83,8 +90,8 @@ manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
   out.status = static_cast<unsigned>(r->status);
   if (r->status != 200) {
     out.retry_after = std::string(r->header("Retry-After").value_or(""));
-    out.message = "upstream " + sel.up->cfg.name + " answered HTTP " + std::to_string(r->status) + " for " +
-                  sel.repo + ":" + ref;
+    out.message = "upstream " + sel.up->cfg.name + " answered HTTP " + std::to_string(r->status) +
+                  " for " + sel.repo + ":" + ref;
     // A 5xx from upstream counts as the upstream being down (stale answers may be served).
     out.transport_error = r->status >= 500;
     return out;
@@ -94,7 +101,8 @@ manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
   if (auto dcd = r->header("Docker-Content-Digest"); dcd && *dcd != out.dig.str()) {
     if (m_.digest_mismatch) m_.digest_mismatch->inc();
     out.status = 502;
-    out.message = "upstream sent a manifest hashing to " + out.dig.str() + " but announced " + std::string(*dcd);
+    out.message = "upstream sent a manifest hashing to " + out.dig.str() + " but announced " +
+                  std::string(*dcd);
     return out;
   }
   out.media_type = strip_params(r->header("Content-Type").value_or(""));
@@ -105,8 +113,9 @@ manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
   return out;
 }
 
-status manifest_service::store_manifest(const digest& d, const std::string& body, const std::string& mt,
-                                        bool is_public, const std::string& repo_key) {
+status manifest_service::store_manifest(const digest& d, const std::string& body,
+                                        const std::string& mt, bool is_public,
+                                        const std::string& repo_key) {
   if (auto s = st_.put_media_type(d, mt); !s) return s;
   if (auto s = st_.add_visibility(d, is_public, is_public ? std::string() : repo_key); !s) return s;
   auto t = store_.begin_write(d, body.size(), cache::object_kind::manifest);
@@ -118,10 +127,12 @@ status manifest_service::store_manifest(const digest& d, const std::string& body
   return {};
 }
 
-http::response manifest_service::from_store(const digest& d, const std::string& media_type_hint, bool head,
-                                            bool stale) {
+http::response manifest_service::from_store(const digest& d, const std::string& media_type_hint,
+                                            bool head, bool stale) {
   auto rd = store_.open_read(d);
-  if (!rd) return manifest_error(rd.error().is(errc::not_found) ? 404 : 500, "manifest " + d.str() + ": " + rd.error().message, {});
+  if (!rd)
+    return manifest_error(rd.error().is(errc::not_found) ? 404 : 500,
+                          "manifest " + d.str() + ": " + rd.error().message, {});
   auto body = rd->read_all();
   if (!body) return manifest_error(500, "manifest " + d.str() + ": " + body.error().message, {});
   std::string mt = media_type_hint;
@@ -131,19 +142,23 @@ http::response manifest_service::from_store(const digest& d, const std::string& 
   r.status = 200;
   r.headers.set("Content-Type", mt);
   r.headers.set("Docker-Content-Digest", d.str());
-  r.headers.set(std::string(origin::headers::api_version), std::string(origin::headers::api_version_value));
+  r.headers.set(std::string(origin::headers::api_version),
+                std::string(origin::headers::api_version_value));
   r.headers.set("ETag", "\"" + d.str() + "\"");
   if (stale) {
     r.headers.set("Warning", "110 shoal-registry-proxy \"Response is Stale\"");
     if (m_.stale_served) m_.stale_served->inc();
   }
-  if (head) r.headers.set("Content-Length", std::to_string(body->size()));
-  else r.body = std::move(*body);
+  if (head)
+    r.headers.set("Content-Length", std::to_string(body->size()));
+  else
+    r.body = std::move(*body);
   return r;
 }
 
-http::response manifest_service::answer(const selection& sel, const oci::manifest_ref& ref, const credential& cred,
-                                        const std::string& accept, bool head) {
+http::response manifest_service::answer(const selection& sel, const oci::manifest_ref& ref,
+                                        const credential& cred, const std::string& accept,
+                                        bool head) {
   const std::string repo_key = sel.up->cfg.name + "/" + sel.repo;
   if (ref.is_digest()) {
     const digest& d = *ref.dig;
@@ -156,12 +171,15 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
     if (f.status != 200) return manifest_error(f.status, f.message, f.retry_after);
     if (f.dig != d) {
       if (m_.digest_mismatch) m_.digest_mismatch->inc();
-      log::error("upstream sent a manifest that does not match its digest", log::kv("digest", d.str()),
-                 log::kv("got", f.dig.str()), log::kv("repo", repo_key));
-      return manifest_error(502, "upstream sent a manifest hashing to " + f.dig.str() + ", not " + d.str(), {});
+      log::error("upstream sent a manifest that does not match its digest",
+                 log::kv("digest", d.str()), log::kv("got", f.dig.str()),
+                 log::kv("repo", repo_key));
+      return manifest_error(
+          502, "upstream sent a manifest hashing to " + f.dig.str() + ", not " + d.str(), {});
     }
     if (auto s = store_manifest(d, f.body, f.media_type, f.is_public, repo_key); !s) {
-      log::warn("could not cache manifest", log::kv("digest", d.str()), log::kv("error", s.error().message));
+      log::warn("could not cache manifest", log::kv("digest", d.str()),
+                log::kv("error", s.error().message));
     }
     http::response r = from_store(d, f.media_type, head, false);
     if (r.status != 200) {
@@ -170,8 +188,10 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
       r.status = 200;
       r.headers.set("Content-Type", f.media_type);
       r.headers.set("Docker-Content-Digest", d.str());
-      if (head) r.headers.set("Content-Length", std::to_string(f.body.size()));
-      else r.body = std::move(f.body);
+      if (head)
+        r.headers.set("Content-Length", std::to_string(f.body.size()));
+      else
+        r.body = std::move(f.body);
     }
     return r;
   }
@@ -180,10 +200,12 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
   const std::string key = repo_key + ":" + *ref.tag + "|" + normalize_accept(accept);
   auto entry = st_.get_tag(key);
   const auto now = now_ms();
-  const auto ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.tag_ttl.get()).count();
+  const auto ttl_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.tag_ttl.get()).count();
   if (entry && now - entry->fetched_ms < ttl_ms && store_.contains(entry->dig)) {
     if (!entry->is_public) {
-      auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(), cred);
+      auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(),
+                             cred);
       if (!v.allowed) return manifest_error(v.status, v.message, {});
     }
     if (m_.tag_hits) m_.tag_hits->inc();
@@ -192,29 +214,36 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
   auto f = fetch_upstream(sel, *ref.tag, cred, accept);
   if (f.status == 200) {
     if (auto s = store_manifest(f.dig, f.body, f.media_type, f.is_public, repo_key); !s) {
-      log::warn("could not cache manifest", log::kv("digest", f.dig.str()), log::kv("error", s.error().message));
+      log::warn("could not cache manifest", log::kv("digest", f.dig.str()),
+                log::kv("error", s.error().message));
     }
     (void)st_.put_tag(key, tag_entry{f.dig, f.media_type, now, f.is_public});
     http::response r;
     r.status = 200;
     r.headers.set("Content-Type", f.media_type);
     r.headers.set("Docker-Content-Digest", f.dig.str());
-    r.headers.set(std::string(origin::headers::api_version), std::string(origin::headers::api_version_value));
+    r.headers.set(std::string(origin::headers::api_version),
+                  std::string(origin::headers::api_version_value));
     r.headers.set("ETag", "\"" + f.dig.str() + "\"");
-    if (head) r.headers.set("Content-Length", std::to_string(f.body.size()));
-    else r.body = std::move(f.body);
+    if (head)
+      r.headers.set("Content-Length", std::to_string(f.body.size()));
+    else
+      r.body = std::move(f.body);
     return r;
   }
   // Upstream down: an expired answer is better than none, within stale_if_error.
-  const auto stale_ms = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stale_if_error.get()).count();
-  if (f.transport_error && entry && now - entry->fetched_ms < stale_ms && store_.contains(entry->dig)) {
+  const auto stale_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stale_if_error.get()).count();
+  if (f.transport_error && entry && now - entry->fetched_ms < stale_ms &&
+      store_.contains(entry->dig)) {
     if (!entry->is_public) {
-      auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(), cred);
+      auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(),
+                             cred);
       // The check needs upstream too; without it private content stays closed.
       if (!v.allowed) return manifest_error(v.status, v.message, {});
     }
-    log::warn("serving a stale tag because upstream failed", log::kv("tag", repo_key + ":" + *ref.tag),
-              log::kv("error", f.message));
+    log::warn("serving a stale tag because upstream failed",
+              log::kv("tag", repo_key + ":" + *ref.tag), log::kv("error", f.message));
     return from_store(entry->dig, entry->media_type, head, true);
   }
   return manifest_error(f.status, f.message, f.retry_after);

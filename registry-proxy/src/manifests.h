@@ -29,16 +29,23 @@ struct manifest_metrics {
 
 class manifest_service {
  public:
-  manifest_service(boost::asio::thread_pool& pool, cache::store& store, state_db& st, upstream_client& uc,
-                   access_checker& access, manifest_config cfg, manifest_metrics m)
-      : pool_(pool), store_(store), st_(st), uc_(uc), access_(access), cfg_(std::move(cfg)), m_(m) {}
+  manifest_service(boost::asio::thread_pool& pool, cache::store& store, state_db& st,
+                   upstream_client& uc, access_checker& access, manifest_config cfg,
+                   manifest_metrics m)
+      : pool_(pool),
+        store_(store),
+        st_(st),
+        uc_(uc),
+        access_(access),
+        cfg_(std::move(cfg)),
+        m_(m) {}
 
-  void serve(const selection& sel, const oci::manifest_ref& ref, const credential& cred, std::string accept, bool head,
-             http::responder resp);
+  void serve(const selection& sel, const oci::manifest_ref& ref, const credential& cred,
+             std::string accept, bool head, http::responder resp);
 
   // Blocking: the manifest answer (worker thread). Exposed for tests.
-  [[nodiscard]] http::response answer(const selection& sel, const oci::manifest_ref& ref, const credential& cred,
-                                      const std::string& accept, bool head);
+  [[nodiscard]] http::response answer(const selection& sel, const oci::manifest_ref& ref,
+                                      const credential& cred, const std::string& accept, bool head);
 
   // "a, b;q=0.5, c" → "a,b,c" (sorted, parameters dropped): the tag cache key part.
   [[nodiscard]] static std::string normalize_accept(std::string_view accept);
@@ -51,12 +58,13 @@ class manifest_service {
     bool is_public = false;
     bool transport_error = false;
   };
-  [[nodiscard]] fetched fetch_upstream(const selection& sel, const std::string& ref, const credential& cred,
-                                       const std::string& accept);
-  [[nodiscard]] status store_manifest(const digest& d, const std::string& body, const std::string& mt,
-                                      bool is_public, const std::string& repo_key);
-  [[nodiscard]] http::response from_store(const digest& d, const std::string& media_type_hint, bool head,
-                                          bool stale);
+  [[nodiscard]] fetched fetch_upstream(const selection& sel, const std::string& ref,
+                                       const credential& cred, const std::string& accept);
+  [[nodiscard]] status store_manifest(const digest& d, const std::string& body,
+                                      const std::string& mt, bool is_public,
+                                      const std::string& repo_key);
+  [[nodiscard]] http::response from_store(const digest& d, const std::string& media_type_hint,
+                                          bool head, bool stale);
 
   boost::asio::thread_pool& pool_;
   cache::store& store_;

@@ -19,20 +19,29 @@ result<std::string> xml_unescape(std::string_view s) {
       continue;
     }
     auto semi = s.find(';', i);
-    if (semi == std::string_view::npos || semi - i > 10) return fail(errc::protocol_error, "bad XML entity");
+    if (semi == std::string_view::npos || semi - i > 10)
+      return fail(errc::protocol_error, "bad XML entity");
     std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
+    if (ent == "amp")
+      out += '&';
+    else if (ent == "lt")
+      out += '<';
+    else if (ent == "gt")
+      out += '>';
+    else if (ent == "quot")
+      out += '"';
+    else if (ent == "apos")
+      out += '\'';
     else if (!ent.empty() && ent[0] == '#') {
       unsigned long cp = 0;
       char* end = nullptr;
       std::string num(ent.substr(1));
-      if (!num.empty() && (num[0] == 'x' || num[0] == 'X')) cp = std::strtoul(num.c_str() + 1, &end, 16);
-      else cp = std::strtoul(num.c_str(), &end, 10);
-      if (!end || *end != '\0' || cp == 0 || cp > 0x10ffff) return fail(errc::protocol_error, "bad XML character reference");
+      if (!num.empty() && (num[0] == 'x' || num[0] == 'X'))
+        cp = std::strtoul(num.c_str() + 1, &end, 16);
+      else
+        cp = std::strtoul(num.c_str(), &end, 10);
+      if (!end || *end != '\0' || cp == 0 || cp > 0x10ffff)
+        return fail(errc::protocol_error, "bad XML character reference");
       // UTF-8 encode.
       if (cp < 0x80) {
         out += static_cast<char>(cp);
@@ -82,7 +91,8 @@ result<credentials> load_credentials(const std::string& file) {
     line = trim(line);
     auto colon = line.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 >= line.size()) {
-      return fail(errc::config_error, "S3 credentials file " + file + " must hold ACCESS_KEY:SECRET");
+      return fail(errc::config_error,
+                  "S3 credentials file " + file + " must hold ACCESS_KEY:SECRET");
     }
     c.access_key = line.substr(0, colon);
     c.secret_key = line.substr(colon + 1);
@@ -90,8 +100,12 @@ result<credentials> load_credentials(const std::string& file) {
   }
   const char* ak = std::getenv("AWS_ACCESS_KEY_ID");
   const char* sk = std::getenv("AWS_SECRET_ACCESS_KEY");
-  if (!ak || !*ak) return fail(errc::config_error, "no S3 credentials: set AWS_ACCESS_KEY_ID or a credentials file");
-  if (!sk || !*sk) return fail(errc::config_error, "no S3 credentials: set AWS_SECRET_ACCESS_KEY or a credentials file");
+  if (!ak || !*ak)
+    return fail(errc::config_error,
+                "no S3 credentials: set AWS_ACCESS_KEY_ID or a credentials file");
+  if (!sk || !*sk)
+    return fail(errc::config_error,
+                "no S3 credentials: set AWS_SECRET_ACCESS_KEY or a credentials file");
   c.access_key = ak;
   c.secret_key = sk;
   if (const char* t = std::getenv("AWS_SESSION_TOKEN")) c.session_token = t;
@@ -103,7 +117,8 @@ result<list_page> parse_list_page(std::string_view xml) {
   if (xml.find("<ListBucketResult") == std::string_view::npos) {
     if (auto code = element(xml, "Code")) {
       auto msg = element(xml, "Message");
-      return fail(errc::upstream_error, "S3 error " + std::string(*code) + (msg ? ": " + std::string(*msg) : ""));
+      return fail(errc::upstream_error,
+                  "S3 error " + std::string(*code) + (msg ? ": " + std::string(*msg) : ""));
     }
     return fail(errc::protocol_error, "S3 listing is not a ListBucketResult");
   }
@@ -113,11 +128,13 @@ result<list_page> parse_list_page(std::string_view xml) {
     auto a = xml.find("<Contents>", pos);
     if (a == std::string_view::npos) break;
     auto b = xml.find("</Contents>", a);
-    if (b == std::string_view::npos) return fail(errc::protocol_error, "S3 listing: unterminated <Contents>");
+    if (b == std::string_view::npos)
+      return fail(errc::protocol_error, "S3 listing: unterminated <Contents>");
     std::string_view block = xml.substr(a, b - a);
     auto key = element(block, "Key");
     auto size = element(block, "Size");
-    if (!key || !size) return fail(errc::protocol_error, "S3 listing: <Contents> without Key or Size");
+    if (!key || !size)
+      return fail(errc::protocol_error, "S3 listing: <Contents> without Key or Size");
     object o;
     auto k = xml_unescape(*key);
     if (!k) return fail(k.error());
@@ -131,7 +148,8 @@ result<list_page> parse_list_page(std::string_view xml) {
       auto et = xml_unescape(*e);
       if (et) {
         o.etag = *et;
-        if (o.etag.size() >= 2 && o.etag.front() == '"' && o.etag.back() == '"') o.etag = o.etag.substr(1, o.etag.size() - 2);
+        if (o.etag.size() >= 2 && o.etag.front() == '"' && o.etag.back() == '"')
+          o.etag = o.etag.substr(1, o.etag.size() - 2);
       }
     }
     p.objects.push_back(std::move(o));
@@ -143,7 +161,8 @@ result<list_page> parse_list_page(std::string_view xml) {
     if (!tok) return fail(tok.error());
     p.next_token = std::move(*tok);
   }
-  if (p.truncated && p.next_token.empty()) return fail(errc::protocol_error, "S3 listing truncated without a continuation token");
+  if (p.truncated && p.next_token.empty())
+    return fail(errc::protocol_error, "S3 listing truncated without a continuation token");
   return p;
 }
 
@@ -173,14 +192,16 @@ void client::sign(http::client_request& r, const std::string& service) const {
   }
   std::string provider = "aws:amz:" + cfg_.region + ":" + service;
   std::string userpwd = cfg_.creds.access_key + ":" + cfg_.creds.secret_key;
-  if (!cfg_.creds.session_token.empty()) r.headers.emplace_back("x-amz-security-token", cfg_.creds.session_token);
+  if (!cfg_.creds.session_token.empty())
+    r.headers.emplace_back("x-amz-security-token", cfg_.creds.session_token);
   bool has_sha = false;
   for (const auto& [k, v] : r.headers) {
     if (k == "x-amz-content-sha256") has_sha = true;
   }
   if (!has_sha && service == "s3") {
     // GETs carry no body: the hash of the empty string (s3rver and S3 require the header).
-    r.headers.emplace_back("x-amz-content-sha256", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    r.headers.emplace_back("x-amz-content-sha256",
+                           "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   }
   auto prev = r.customize;
   r.customize = [prev, provider, userpwd](CURL* h) {
@@ -192,11 +213,14 @@ void client::sign(http::client_request& r, const std::string& service) const {
   r.redirects.customize_on_other_origin = false;
 }
 
-http::client_request client::get(const std::string& key, std::optional<std::pair<std::uint64_t, std::uint64_t>> range) const {
+http::client_request client::get(
+    const std::string& key, std::optional<std::pair<std::uint64_t, std::uint64_t>> range) const {
   http::client_request r;
   r.url = object_url(key);
   r.timeouts = cfg_.timeouts;
-  if (range) r.headers.emplace_back("Range", "bytes=" + std::to_string(range->first) + "-" + std::to_string(range->second));
+  if (range)
+    r.headers.emplace_back(
+        "Range", "bytes=" + std::to_string(range->first) + "-" + std::to_string(range->second));
   sign(r);
   return r;
 }
@@ -221,13 +245,16 @@ result<std::vector<object>> client::list(const std::string& prefix, std::size_t 
     if (f->status != 200) {
       auto p = parse_list_page(f->body);
       std::string why = p ? "" : ": " + p.error().message;
-      return fail(f->status == 403 || f->status == 401 ? errc::unauthorized : errc::upstream_error,
-                  "list s3://" + cfg_.bucket + "/" + prefix + ": HTTP " + std::to_string(f->status) + why);
+      return fail(
+          f->status == 403 || f->status == 401 ? errc::unauthorized : errc::upstream_error,
+          "list s3://" + cfg_.bucket + "/" + prefix + ": HTTP " + std::to_string(f->status) + why);
     }
     auto p = parse_list_page(f->body);
     if (!p) return fail(p.error().wrap("list s3://" + cfg_.bucket + "/" + prefix));
     for (auto& o : p->objects) {
-      if (out.size() >= max_objects) return fail(errc::too_large, "more than " + std::to_string(max_objects) + " objects under the prefix");
+      if (out.size() >= max_objects)
+        return fail(errc::too_large,
+                    "more than " + std::to_string(max_objects) + " objects under the prefix");
       out.push_back(std::move(o));
     }
     if (!p->truncated) return out;

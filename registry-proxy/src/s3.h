@@ -55,9 +55,12 @@ class client {
   client(http::client& http, config cfg) : http_(http), cfg_(std::move(cfg)) {}
 
   // Every object under `prefix` (all pages), at most `max_objects`. Blocking.
-  [[nodiscard]] result<std::vector<object>> list(const std::string& prefix, std::size_t max_objects = 100'000'000);
+  [[nodiscard]] result<std::vector<object>> list(const std::string& prefix,
+                                                 std::size_t max_objects = 100'000'000);
   // A signed GET of `key` (whole, or bytes [first, last]) to submit with streaming callbacks.
-  [[nodiscard]] http::client_request get(const std::string& key, std::optional<std::pair<std::uint64_t, std::uint64_t>> range = {}) const;
+  [[nodiscard]] http::client_request get(
+      const std::string& key,
+      std::optional<std::pair<std::uint64_t, std::uint64_t>> range = {}) const;
   [[nodiscard]] std::string object_url(const std::string& key) const;
   [[nodiscard]] const config& cfg() const { return cfg_; }
 

@@ -4,30 +4,33 @@
 #include <libtorrent/session_stats.hpp>
 #include <libtorrent/torrent_status.hpp>
 
-
 #include "common/log.h"
 
 namespace shoal::proxy {
 
-result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::store& store, state_db& st) {
+result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::store& store,
+                                              state_db& st) {
   std::unique_ptr<seeder> s(new seeder(cfg, store, st));
   swarm::settings ss;
   ss.listen = cfg.listen;
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
-  ss.peer_fingerprint =
-      std::string(cfg.super_seeding ? swarm::superseeding_origin_fingerprint : swarm::origin_fingerprint);
+  ss.peer_fingerprint = std::string(cfg.super_seeding ? swarm::superseeding_origin_fingerprint
+                                                      : swarm::origin_fingerprint);
   ss.libtorrent = cfg.libtorrent;
   auto ses = swarm::session::start(ss);
   if (!ses) return fail(ses.error());
   s->ses_ = std::move(*ses);
-  if (cfg.super_seeding) s->ses_->raw().add_extension(swarm::origin_superseed_plugin(cfg.superseed_offers, cfg.superseed_in_order));
+  if (cfg.super_seeding)
+    s->ses_->raw().add_extension(
+        swarm::origin_superseed_plugin(cfg.superseed_offers, cfg.superseed_in_order));
   auto* self = s.get();
   static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
   s->ses_->on_alert([self](lt::alert* a) {
     if (auto* st = lt::alert_cast<lt::session_stats_alert>(a)) {
       auto c = st->counters();
-      if (sent_idx >= 0) self->uploaded_.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
+      if (sent_idx >= 0)
+        self->uploaded_.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
     }
   });
   s->sweeper_ = std::thread([self] {
@@ -40,7 +43,8 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
       lk.lock();
     }
   });
-  log::info("origin seeder started", log::kv("listen", cfg.listen), log::kv("port", s->ses_->listen_port()));
+  log::info("origin seeder started", log::kv("listen", cfg.listen),
+            log::kv("port", s->ses_->listen_port()));
   return s;
 }
 
@@ -68,8 +72,9 @@ void seeder::stop() {
 
 std::vector<std::string> seeder::trackers() const {
   std::vector<std::string> out;
-  for (const auto& t : cfg_.trackers) out.push_back(swarm::tracker_url(t, cfg_.node_name, "", "", "origin") +
-                                                     (cfg_.announce_ip.empty() ? "" : "&ip=" + cfg_.announce_ip));
+  for (const auto& t : cfg_.trackers)
+    out.push_back(swarm::tracker_url(t, cfg_.node_name, "", "", "origin") +
+                  (cfg_.announce_ip.empty() ? "" : "&ip=" + cfg_.announce_ip));
   return out;
 }
 
@@ -118,10 +123,12 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
     }
   }
   // Pin first: the file must not be evicted while libtorrent may read it.
-  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  auto expiry = cache::clock::now() +
+                std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
   if (!store_.contains(d)) return;
   if (auto p = store_.pin(d, "seeder", expiry); !p) {
-    log::debug("not seeding an object that left the cache", log::kv("digest", d.str()), log::kv("error", p.error().message));
+    log::debug("not seeding an object that left the cache", log::kv("digest", d.str()),
+               log::kv("error", p.error().message));
     return;
   }
   auto h = ses_->add_seed(m, store_.shard_dir(d), trackers());
@@ -171,7 +178,8 @@ void seeder::unload(const digest& d) {
 
 void seeder::sweep() {
   auto now = std::chrono::steady_clock::now();
-  auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
+  auto idle =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
   std::vector<std::pair<digest, lt::torrent_handle>> snapshot;
   {
     std::lock_guard lk(mu_);
@@ -201,7 +209,8 @@ void seeder::sweep() {
     std::lock_guard lk(mu_);
     for (auto& [d, e] : loaded_) keep.push_back(d);
   }
-  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  auto expiry = cache::clock::now() +
+                std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
   // pin + unpin extends the expiry and leaves the count (one per loaded torrent) unchanged.
   for (const auto& d : keep) {
     if (store_.pin(d, "seeder", expiry)) (void)store_.unpin(d, "seeder");
@@ -229,7 +238,8 @@ void seeder::seed_pack(const digest& key, const pack_metainfo& m) {
     }
   }
   // Pin every member first: no file may be evicted from under libtorrent.
-  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  auto expiry = cache::clock::now() +
+                std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
   std::vector<digest> pinned;
   pinned.reserve(m.files.size());
   for (const auto& [d, size] : m.files) {
@@ -243,7 +253,8 @@ void seeder::seed_pack(const digest& key, const pack_metainfo& m) {
   auto h = ses_->add_pack_seed(m, store_.pack_dir(), trackers());
   if (!h) {
     if (!h.error().is(errc::already_exists)) {
-      log::warn("cannot seed a pack", log::kv("pack", key.str()), log::kv("error", h.error().message));
+      log::warn("cannot seed a pack", log::kv("pack", key.str()),
+                log::kv("error", h.error().message));
     }
     for (const auto& p : pinned) (void)store_.unpin(p, "seeder");
     return;
@@ -275,7 +286,8 @@ void seeder::unload_pack_locked(const digest& key, std::vector<digest>& unpin) {
 
 void seeder::sweep_packs() {
   auto now = std::chrono::steady_clock::now();
-  auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
+  auto idle =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
   std::vector<std::pair<digest, lt::torrent_handle>> snapshot;
   {
     std::lock_guard lk(mu_);
@@ -296,7 +308,8 @@ void seeder::sweep_packs() {
     }
   }
   for (const auto& d : unpin) (void)store_.unpin(d, "seeder");
-  auto expiry = cache::clock::now() + std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
+  auto expiry = cache::clock::now() +
+                std::chrono::duration_cast<std::chrono::seconds>(cfg_.idle_unload.get()) * 3;
   for (const auto& d : keep) {
     if (store_.pin(d, "seeder", expiry)) (void)store_.unpin(d, "seeder");
   }

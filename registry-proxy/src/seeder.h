@@ -26,8 +26,8 @@ namespace shoal::proxy {
 
 class seeder {
  public:
-  [[nodiscard]] static result<std::unique_ptr<seeder>> start(const torrent_config& cfg, cache::store& store,
-                                                             state_db& st);
+  [[nodiscard]] static result<std::unique_ptr<seeder>> start(const torrent_config& cfg,
+                                                             cache::store& store, state_db& st);
   ~seeder();
   seeder(const seeder&) = delete;
   seeder& operator=(const seeder&) = delete;
@@ -53,7 +53,8 @@ class seeder {
   [[nodiscard]] std::vector<std::string> trackers() const;
 
  private:
-  seeder(torrent_config cfg, cache::store& store, state_db& st) : cfg_(std::move(cfg)), store_(store), st_(st) {}
+  seeder(torrent_config cfg, cache::store& store, state_db& st)
+      : cfg_(std::move(cfg)), store_(store), st_(st) {}
   void sweep();
   void sweep_packs();
   void unload_pack_locked(const digest& key, std::vector<digest>& unpin);

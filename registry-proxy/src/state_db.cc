@@ -9,7 +9,8 @@
 namespace shoal::proxy {
 
 result<std::unique_ptr<state_db>> state_db::open(const std::string& dir) {
-  auto db = cache::state_db::open(dir, cache::state_db_options{.label = "state index", .max_open_files = 256});
+  auto db = cache::state_db::open(
+      dir, cache::state_db_options{.label = "state index", .max_open_files = 256});
   if (!db) return fail(db.error());
   return std::unique_ptr<state_db>(new state_db(std::move(*db)));
 }
@@ -21,7 +22,9 @@ std::optional<std::string> state_db::get(const std::string& key) const {
   return std::move(*v);
 }
 
-status state_db::put(const std::string& key, const std::string& value) { return db_->put(key, value); }
+status state_db::put(const std::string& key, const std::string& value) {
+  return db_->put(key, value);
+}
 
 std::optional<tag_entry> state_db::get_tag(const std::string& key) const {
   auto v = get("t/" + key);
@@ -39,12 +42,20 @@ std::optional<tag_entry> state_db::get_tag(const std::string& key) const {
 }
 
 status state_db::put_tag(const std::string& key, const tag_entry& e) {
-  nlohmann::json j = {{"v", 1}, {"digest", e.dig.str()}, {"mt", e.media_type}, {"at", e.fetched_ms}, {"pub", e.is_public}};
+  nlohmann::json j = {{"v", 1},
+                      {"digest", e.dig.str()},
+                      {"mt", e.media_type},
+                      {"at", e.fetched_ms},
+                      {"pub", e.is_public}};
   return put("t/" + key, j.dump());
 }
 
-std::optional<std::string> state_db::get_media_type(const digest& d) const { return get("m/" + d.hex()); }
-status state_db::put_media_type(const digest& d, const std::string& mt) { return put("m/" + d.hex(), mt); }
+std::optional<std::string> state_db::get_media_type(const digest& d) const {
+  return get("m/" + d.hex());
+}
+status state_db::put_media_type(const digest& d, const std::string& mt) {
+  return put("m/" + d.hex(), mt);
+}
 
 std::optional<visibility> state_db::get_visibility(const digest& d) const {
   auto v = get("v/" + d.hex());
@@ -74,8 +85,12 @@ status state_db::add_visibility(const digest& d, bool is_public, const std::stri
   return put("v/" + d.hex(), j.dump());
 }
 
-std::optional<std::string> state_db::get_metainfo(const digest& d) const { return get("i/" + d.hex()); }
-status state_db::put_metainfo(const digest& d, const std::string& info) { return put("i/" + d.hex(), info); }
+std::optional<std::string> state_db::get_metainfo(const digest& d) const {
+  return get("i/" + d.hex());
+}
+status state_db::put_metainfo(const digest& d, const std::string& info) {
+  return put("i/" + d.hex(), info);
+}
 
 status state_db::forget(const digest& d) {
   cache::state_db::batch b;

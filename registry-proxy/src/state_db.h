@@ -27,7 +27,8 @@ struct tag_entry {
 
 struct visibility {
   bool is_public = false;
-  std::vector<std::string> repos;  // "<upstream>/<repo>" it was fetched from with client credentials
+  std::vector<std::string>
+      repos;  // "<upstream>/<repo>" it was fetched from with client credentials
 };
 
 class state_db {

@@ -33,7 +33,8 @@ std::string base64_encode(std::string_view in) {
   std::string out;
   std::size_t i = 0;
   while (i + 2 < in.size()) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
+    unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                 (static_cast<unsigned char>(in[i + 1]) << 8) |
                  static_cast<unsigned char>(in[i + 2]);
     out += tbl[(v >> 18) & 63];
     out += tbl[(v >> 12) & 63];
@@ -47,7 +48,8 @@ std::string base64_encode(std::string_view in) {
     out += tbl[(v >> 12) & 63];
     out += "==";
   } else if (i + 2 == in.size()) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
+    unsigned v =
+        (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
     out += tbl[(v >> 18) & 63];
     out += tbl[(v >> 12) & 63];
     out += tbl[(v >> 6) & 63];
@@ -96,13 +98,15 @@ credential credential_from(std::string_view authorization, std::string_view salt
     auto dec = base64_decode(trim(std::string(authorization.substr(sp + 1))));
     if (dec) {
       auto colon = dec->find(':');
-      if (colon != std::string::npos) c.basic = std::make_pair(dec->substr(0, colon), dec->substr(colon + 1));
+      if (colon != std::string::npos)
+        c.basic = std::make_pair(dec->substr(0, colon), dec->substr(colon + 1));
     }
   }
   return c;
 }
 
-result<upstream_set> upstream_set::build(const std::vector<upstream_config>& cfgs, const std::string& default_name) {
+result<upstream_set> upstream_set::build(const std::vector<upstream_config>& cfgs,
+                                         const std::string& default_name) {
   upstream_set s;
   if (cfgs.empty()) return fail(errc::config_error, "no upstreams configured");
   for (const auto& c : cfgs) {
@@ -113,7 +117,9 @@ result<upstream_set> upstream_set::build(const std::vector<upstream_config>& cfg
     if (u->cfg.prefix.empty()) u->cfg.prefix = c.name;
     if (c.auth == "basic") {
       std::ifstream f(c.credentials_file);
-      if (!f) return fail(errc::config_error, "upstream " + c.name + ": cannot read credentials_file " + c.credentials_file);
+      if (!f)
+        return fail(errc::config_error,
+                    "upstream " + c.name + ": cannot read credentials_file " + c.credentials_file);
       std::stringstream ss;
       ss << f.rdbuf();
       std::string line = trim(ss.str());
@@ -121,12 +127,14 @@ result<upstream_set> upstream_set::build(const std::vector<upstream_config>& cfg
       if (nl != std::string::npos) line = trim(line.substr(0, nl));
       auto colon = line.find(':');
       if (colon == std::string::npos || colon == 0) {
-        return fail(errc::config_error, "upstream " + c.name + ": credentials_file must hold user:password");
+        return fail(errc::config_error,
+                    "upstream " + c.name + ": credentials_file must hold user:password");
       }
       u->own_basic = std::make_pair(line.substr(0, colon), line.substr(colon + 1));
     }
     for (const auto& other : s.ups_) {
-      if (other->cfg.name == c.name) return fail(errc::config_error, "upstream " + c.name + " is configured twice");
+      if (other->cfg.name == c.name)
+        return fail(errc::config_error, "upstream " + c.name + " is configured twice");
     }
     s.ups_.push_back(std::move(u));
   }
@@ -134,7 +142,9 @@ result<upstream_set> upstream_set::build(const std::vector<upstream_config>& cfg
     s.default_ = s.ups_.front().get();
   } else {
     s.default_ = s.find(default_name);
-    if (!s.default_) return fail(errc::config_error, "default_upstream " + default_name + " is not a configured upstream");
+    if (!s.default_)
+      return fail(errc::config_error,
+                  "default_upstream " + default_name + " is not a configured upstream");
   }
   return s;
 }
@@ -149,17 +159,20 @@ const upstream* upstream_set::find(std::string_view name) const {
   return nullptr;
 }
 
-result<selection> upstream_set::select(const std::optional<std::string>& ns, std::string_view name) const {
+result<selection> upstream_set::select(const std::optional<std::string>& ns,
+                                       std::string_view name) const {
   selection sel;
   std::string repo(name);
   if (ns) {
-    if (!oci::valid_registry_host(*ns)) return fail(errc::invalid_argument, "ns is not a registry host");
+    if (!oci::valid_registry_host(*ns))
+      return fail(errc::invalid_argument, "ns is not a registry host");
     sel.up = find(*ns);
     if (!sel.up) return fail(errc::not_found, "no upstream is configured for registry " + *ns);
   } else {
     for (const auto& u : ups_) {
       const std::string& p = u->cfg.prefix;
-      if (repo.size() > p.size() + 1 && repo.compare(0, p.size(), p) == 0 && repo[p.size()] == '/') {
+      if (repo.size() > p.size() + 1 && repo.compare(0, p.size(), p) == 0 &&
+          repo[p.size()] == '/') {
         sel.up = u.get();
         repo = repo.substr(p.size() + 1);
         break;
@@ -168,17 +181,21 @@ result<selection> upstream_set::select(const std::optional<std::string>& ns, std
     if (!sel.up) sel.up = default_;
   }
   if (sel.up->cfg.docker_hub) repo = oci::normalize_docker_hub_name(repo);
-  if (!oci::valid_name(repo)) return fail(errc::invalid_argument, "invalid repository name after prefix removal");
+  if (!oci::valid_name(repo))
+    return fail(errc::invalid_argument, "invalid repository name after prefix removal");
   sel.repo = std::move(repo);
   return sel;
 }
 
-http::client_request upstream_client::make_request(const upstream& up, std::string method, const std::string& path) const {
+http::client_request upstream_client::make_request(const upstream& up, std::string method,
+                                                   const std::string& path) const {
   http::client_request r;
   r.method = std::move(method);
   r.url = up.base + path;
-  r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.connect_timeout.get());
-  r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.stall_timeout.get());
+  r.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.connect_timeout.get());
+  r.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.stall_timeout.get());
   r.max_retries = up.cfg.max_retries;
   if (up.cfg.insecure_tls || !up.cfg.ca_file.empty()) {
     bool insecure = up.cfg.insecure_tls;
@@ -195,7 +212,8 @@ http::client_request upstream_client::make_request(const upstream& up, std::stri
   return r;
 }
 
-bool upstream_client::note_challenge(const upstream& up, const http::header_map& headers, const credential* cred) {
+bool upstream_client::note_challenge(const upstream& up, const http::header_map& headers,
+                                     const credential* cred) {
   bool actionable = false;
   auto [b, e] = headers.equal_range("www-authenticate");
   for (auto it = b; it != e; ++it) {
@@ -227,10 +245,14 @@ result<upstream_client::token> upstream_client::fetch_token(
   url += "scope=" + url_escape(scope);
   http::client_request r;
   r.url = url;
-  r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.connect_timeout.get());
-  r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.stall_timeout.get());
+  r.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.connect_timeout.get());
+  r.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(up.cfg.stall_timeout.get());
   r.max_retries = up.cfg.max_retries;
-  if (basic) r.headers.emplace_back("Authorization", "Basic " + base64_encode(basic->first + ":" + basic->second));
+  if (basic)
+    r.headers.emplace_back("Authorization",
+                           "Basic " + base64_encode(basic->first + ":" + basic->second));
   if (up.cfg.insecure_tls) {
     r.customize = [](CURL* h) {
       curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
@@ -257,30 +279,38 @@ result<upstream_client::token> upstream_client::fetch_token(
   }
   if (resp->status != 200) {
     bump_fail();
-    return fail(errc::upstream_error, "token realm " + ch.realm + " answered HTTP " + std::to_string(resp->status));
+    return fail(errc::upstream_error,
+                "token realm " + ch.realm + " answered HTTP " + std::to_string(resp->status));
   }
   auto j = nlohmann::json::parse(resp->body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     bump_fail();
-    return fail(errc::protocol_error, "token realm " + ch.realm + " answered something that is not JSON");
+    return fail(errc::protocol_error,
+                "token realm " + ch.realm + " answered something that is not JSON");
   }
   token t;
-  if (j.contains("token") && j["token"].is_string()) t.value = j["token"].get<std::string>();
-  else if (j.contains("access_token") && j["access_token"].is_string()) t.value = j["access_token"].get<std::string>();
+  if (j.contains("token") && j["token"].is_string())
+    t.value = j["token"].get<std::string>();
+  else if (j.contains("access_token") && j["access_token"].is_string())
+    t.value = j["access_token"].get<std::string>();
   if (t.value.empty()) {
     bump_fail();
     return fail(errc::protocol_error, "token realm " + ch.realm + " answered no token");
   }
   long long expires = 60;
-  if (j.contains("expires_in") && j["expires_in"].is_number_integer()) expires = j["expires_in"].get<long long>();
+  if (j.contains("expires_in") && j["expires_in"].is_number_integer())
+    expires = j["expires_in"].get<long long>();
   if (expires < 60) expires = 60;  // the spec's minimum
   // Renew a little early so a token never expires in flight.
-  t.expires = std::chrono::steady_clock::now() + std::chrono::seconds(expires) - std::chrono::seconds(std::min(expires / 5, 30LL));
+  t.expires = std::chrono::steady_clock::now() + std::chrono::seconds(expires) -
+              std::chrono::seconds(std::min(expires / 5, 30LL));
   return t;
 }
 
-result<std::optional<std::string>> upstream_client::authorization(const upstream& up, const std::string& repo,
-                                                                  const credential* cred, bool refresh) {
+result<std::optional<std::string>> upstream_client::authorization(const upstream& up,
+                                                                  const std::string& repo,
+                                                                  const credential* cred,
+                                                                  bool refresh) {
   // A client Bearer (or other opaque scheme) token is passed through as is.
   if (cred && !cred->anonymous() && !cred->basic) return std::optional<std::string>(cred->header);
   const auto& basic = cred ? cred->basic : up.own_basic;
@@ -291,7 +321,9 @@ result<std::optional<std::string>> upstream_client::authorization(const upstream
     if (it != challenges_.end()) ch = it->second;
   }
   if (!ch) {
-    if (basic) return std::optional<std::string>("Basic " + base64_encode(basic->first + ":" + basic->second));
+    if (basic)
+      return std::optional<std::string>("Basic " +
+                                        base64_encode(basic->first + ":" + basic->second));
     return std::optional<std::string>();
   }
   std::string scope = "repository:" + repo + ":pull";
@@ -310,18 +342,20 @@ result<std::optional<std::string>> upstream_client::authorization(const upstream
   if (tokens_.size() > 10000) {
     auto now = std::chrono::steady_clock::now();
     for (auto it = tokens_.begin(); it != tokens_.end();) {
-      if (it->second.expires <= now) it = tokens_.erase(it);
-      else ++it;
+      if (it->second.expires <= now)
+        it = tokens_.erase(it);
+      else
+        ++it;
     }
   }
   tokens_[key] = *t;
   return std::optional<std::string>("Bearer " + t->value);
 }
 
-result<http::full_response> upstream_client::call(const upstream& up, const std::string& repo, const credential* cred,
-                                                  std::string method, const std::string& path,
-                                                  std::vector<std::pair<std::string, std::string>> headers,
-                                                  std::size_t max_body) {
+result<http::full_response> upstream_client::call(
+    const upstream& up, const std::string& repo, const credential* cred, std::string method,
+    const std::string& path, std::vector<std::pair<std::string, std::string>> headers,
+    std::size_t max_body) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto auth = authorization(up, repo, cred, attempt > 0);
     if (!auth) return fail(auth.error());

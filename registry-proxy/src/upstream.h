@@ -31,7 +31,7 @@ struct credential {
 // One configured upstream, resolved at start-up.
 struct upstream {
   upstream_config cfg;
-  std::string base;  // url without a trailing '/'
+  std::string base;                                              // url without a trailing '/'
   std::optional<std::pair<std::string, std::string>> own_basic;  // from credentials_file
 };
 
@@ -46,7 +46,8 @@ class upstream_set {
   [[nodiscard]] static result<upstream_set> build(const std::vector<upstream_config>& cfgs,
                                                   const std::string& default_name);
   // ns (containerd's ?ns=) wins; else a path prefix; else the default upstream.
-  [[nodiscard]] result<selection> select(const std::optional<std::string>& ns, std::string_view name) const;
+  [[nodiscard]] result<selection> select(const std::optional<std::string>& ns,
+                                         std::string_view name) const;
   [[nodiscard]] const std::vector<std::unique_ptr<upstream>>& all() const { return ups_; }
   [[nodiscard]] const upstream* find(std::string_view name) const;
 
@@ -65,22 +66,24 @@ class upstream_client {
   explicit upstream_client(http::client& c) : http_(c) {}
 
   // Builds an upstream request (URL, timeouts, TLS options, credential header rules).
-  [[nodiscard]] http::client_request make_request(const upstream& up, std::string method, const std::string& path) const;
+  [[nodiscard]] http::client_request make_request(const upstream& up, std::string method,
+                                                  const std::string& path) const;
 
   // The Authorization value for (up, repo) acting as the proxy (`cred` null) or as the client,
   // fetching a Bearer token when the upstream is known to want one (blocking). nullopt: send none.
-  [[nodiscard]] result<std::optional<std::string>> authorization(const upstream& up, const std::string& repo,
-                                                                 const credential* cred, bool refresh);
+  [[nodiscard]] result<std::optional<std::string>> authorization(const upstream& up,
+                                                                 const std::string& repo,
+                                                                 const credential* cred,
+                                                                 bool refresh);
   // Remembers a WWW-Authenticate challenge from a 401 so the next authorization() gets a token.
   // Returns true when the challenge asked for something we can answer (a retry may succeed).
   bool note_challenge(const upstream& up, const http::header_map& headers, const credential* cred);
 
   // A whole (small) response with the auth dance: at most one retry after a challenge. Blocking.
-  [[nodiscard]] result<http::full_response> call(const upstream& up, const std::string& repo,
-                                                 const credential* cred, std::string method,
-                                                 const std::string& path,
-                                                 std::vector<std::pair<std::string, std::string>> headers,
-                                                 std::size_t max_body);
+  [[nodiscard]] result<http::full_response> call(
+      const upstream& up, const std::string& repo, const credential* cred, std::string method,
+      const std::string& path, std::vector<std::pair<std::string, std::string>> headers,
+      std::size_t max_body);
 
   [[nodiscard]] http::client& http() { return http_; }
 
@@ -97,8 +100,9 @@ class upstream_client {
     std::string value;
     std::chrono::steady_clock::time_point expires;
   };
-  [[nodiscard]] result<token> fetch_token(const upstream& up, const challenge& ch, const std::string& scope,
-                                          const std::optional<std::pair<std::string, std::string>>& basic);
+  [[nodiscard]] result<token> fetch_token(
+      const upstream& up, const challenge& ch, const std::string& scope,
+      const std::optional<std::pair<std::string, std::string>>& basic);
 
   http::client& http_;
   mutable std::mutex mu_;

@@ -19,7 +19,10 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 json datasets_json(const node_summary& n) {
   json out = json::array();
   for (const auto& p : n.datasets) {
-    out.push_back({{"dataset", p.dataset}, {"bytes", p.bytes}, {"total", p.total}, {"share", p.share()},
+    out.push_back({{"dataset", p.dataset},
+                   {"bytes", p.bytes},
+                   {"total", p.total},
+                   {"share", p.share()},
                    {"view", p.view}});
   }
   return out;

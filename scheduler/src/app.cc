@@ -82,7 +82,8 @@ status app::init() {
     dataset_catalog_options dco;
     dco.registry_proxy = cfg_.resolver.registry_proxy;
     dco.connect_timeout = ms(cfg_.resolver.connect_timeout);
-    dco.request_timeout = std::max(ms(cfg_.resolver.request_timeout), std::chrono::milliseconds(30000));
+    dco.request_timeout =
+        std::max(ms(cfg_.resolver.request_timeout), std::chrono::milliseconds(30000));
     datasets_ = std::make_unique<registry_proxy_datasets>(*http_client_, dco);
   }
   {

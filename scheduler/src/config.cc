@@ -91,8 +91,10 @@ void describe(config::binder& b, placement_config& c) {
       "Gangs go only to nodes whose netsetup validation passed (false: nodes without a result are "
       "\"unknown\" and allowed; failed ones never are).");
   b.field("netsetup_policy", c.netsetup_policy,
-          "netsetup policy file (YAML, see docs/config/netsetup-policy.md) used to validate nodes' network "
-          "documents and to build each node's network plan (GPU to NIC rails, NCCL environment). Empty: "
+          "netsetup policy file (YAML, see docs/config/netsetup-policy.md) used to validate nodes' "
+          "network "
+          "documents and to build each node's network plan (GPU to NIC rails, NCCL environment). "
+          "Empty: "
           "netsetup's defaults.");
   b.field("reservation_ttl", c.reservation_ttl,
           "GPUs of the nodes /v1/place chooses are reserved this long (dry_run reserves nothing).");

@@ -65,7 +65,7 @@ struct placement_config {
   // so whole nodes stay free for gangs); 0 ranks by data alone.
   double packing_seconds_per_gpu = default_packing_seconds_per_gpu;
   bool require_network_validation = false;  // gangs: only nodes whose netsetup validation passed
-  std::string netsetup_policy;              // netsetup policy YAML for validation and plans ("": defaults)
+  std::string netsetup_policy;  // netsetup policy YAML for validation and plans ("": defaults)
   config::duration reservation_ttl = 2min;  // GPUs reserved by /v1/place are held this long
   config::duration resolve_timeout = 3s;    // longest wait for image resolution in /v1/place
 };

@@ -138,13 +138,13 @@ class evaluator {
   const cost_model& m_;
   std::vector<std::uint64_t> sizes_;  // per object (the view's size when the job gave none)
   std::size_t words_ = 0;
-  std::vector<std::uint64_t> held_;       // per node: objects it holds
-  std::vector<std::uint32_t> rack_of_;    // per node: rack id ("zone/rack"), npos when no rack
-  std::vector<std::uint32_t> zone_of_;    // per node: zone id, npos when no zone
-  std::vector<std::uint64_t> in_rack_;    // per rack id: objects with a healthy holder there
-  std::vector<std::uint64_t> in_zone_;    // per zone id: objects with a healthy holder there
-  std::vector<std::uint64_t> anywhere_;   // objects with a healthy holder
-  std::vector<std::uint64_t> seen_;       // objects registry-proxy has had
+  std::vector<std::uint64_t> held_;      // per node: objects it holds
+  std::vector<std::uint32_t> rack_of_;   // per node: rack id ("zone/rack"), npos when no rack
+  std::vector<std::uint32_t> zone_of_;   // per node: zone id, npos when no zone
+  std::vector<std::uint64_t> in_rack_;   // per rack id: objects with a healthy holder there
+  std::vector<std::uint64_t> in_zone_;   // per zone id: objects with a healthy holder there
+  std::vector<std::uint64_t> anywhere_;  // objects with a healthy holder
+  std::vector<std::uint64_t> seen_;      // objects registry-proxy has had
   static constexpr std::uint32_t npos = ~std::uint32_t{0};
 };
 

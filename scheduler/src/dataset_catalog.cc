@@ -30,18 +30,24 @@ result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::strin
   if (!st) return fail(st.error().wrap("dataset " + ref + " from registry-proxy"));
   auto sj = nlohmann::json::parse(st->body, nullptr, false);
   std::string why = origin::error_message_of(st->body);
-  if (st->status == 404) return fail(errc::not_found, "unknown dataset " + ref + (why.empty() ? "" : ": " + why));
-  if (st->status == 202) return fail(errc::unavailable, "dataset " + ref + " is still being resolved by registry-proxy");
+  if (st->status == 404)
+    return fail(errc::not_found, "unknown dataset " + ref + (why.empty() ? "" : ": " + why));
+  if (st->status == 202)
+    return fail(errc::unavailable, "dataset " + ref + " is still being resolved by registry-proxy");
   if (st->status != 200 || !sj.is_object()) {
-    return fail(errc::upstream_error, "dataset " + ref + ": registry-proxy answered HTTP " + std::to_string(st->status) +
+    return fail(errc::upstream_error, "dataset " + ref + ": registry-proxy answered HTTP " +
+                                          std::to_string(st->status) +
                                           (why.empty() ? "" : ": " + why));
   }
   auto md = digest::parse(sj.value("manifest", ""));
-  if (!md) return fail(errc::protocol_error, "dataset " + ref + ": registry-proxy gave no manifest digest");
+  if (!md)
+    return fail(errc::protocol_error,
+                "dataset " + ref + ": registry-proxy gave no manifest digest");
   auto mf = get(origin::dataset_manifest_target(ref), opts_.max_manifest_bytes);
   if (!mf) return fail(mf.error().wrap("manifest of " + ref));
   if (mf->status != 200) {
-    return fail(errc::upstream_error, "manifest of " + ref + ": HTTP " + std::to_string(mf->status));
+    return fail(errc::upstream_error,
+                "manifest of " + ref + ": HTTP " + std::to_string(mf->status));
   }
   auto m = dataset::parse_manifest(mf->body, *md);
   if (!m) return fail(m.error().wrap("manifest of " + ref));

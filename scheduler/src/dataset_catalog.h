@@ -29,14 +29,16 @@ struct dataset_catalog_options {
 
 class registry_proxy_datasets final : public dataset_catalog {
  public:
-  registry_proxy_datasets(http::client& c, dataset_catalog_options o) : client_(c), opts_(std::move(o)) {}
+  registry_proxy_datasets(http::client& c, dataset_catalog_options o)
+      : client_(c), opts_(std::move(o)) {}
   [[nodiscard]] result<std::vector<object_ref>> lookup(const std::string& name_at_version) override;
 
  private:
   http::client& client_;
   dataset_catalog_options opts_;
   std::mutex mu_;
-  std::map<std::string, std::pair<std::vector<object_ref>, std::list<std::string>::iterator>> cache_;
+  std::map<std::string, std::pair<std::vector<object_ref>, std::list<std::string>::iterator>>
+      cache_;
   std::list<std::string> lru_;  // front: most recent
 };
 

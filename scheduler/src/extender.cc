@@ -217,8 +217,9 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
     for (const auto& o : list) all.push_back(o.id);
   }
   auto view = idx.view(all);
-  auto evals = evaluate_nodes(view, *objs, job, placer_.model(), placer_.network(), {},
-                              {.require_validation = false, .strict_resolution = false, .rank = false});
+  auto evals =
+      evaluate_nodes(view, *objs, job, placer_.model(), placer_.network(), {},
+                     {.require_validation = false, .strict_resolution = false, .rank = false});
   // Each requested name is found in the view (sorted by name) and its evaluation by the view
   // index, instead of through a map of every node name per request.
   std::vector<const node_eval*> by_index(view.nodes.size(), nullptr);

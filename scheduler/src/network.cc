@@ -78,7 +78,8 @@ namespace {
 std::optional<result<netsetup::node_inventory>> inventory_of(const node_view& n) {
   if (n.netsetup.empty()) return std::nullopt;
   auto doc = nlohmann::json::parse(n.netsetup, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("schema") || !doc.contains("nics")) return std::nullopt;
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("schema") || !doc.contains("nics"))
+    return std::nullopt;
   return netsetup::inventory_from_json(doc);
 }
 
@@ -110,10 +111,12 @@ network_verdict netsetup_network_model::verdict(const node_view& n) const {
   }
   auto rs = netsetup::validate_node(**inv, pol_);
   v.state = netsetup::passed(rs) ? validation::passed : validation::failed;
-  v.detail = v.state == validation::passed ? "all netsetup checks passed" : failures(rs).substr(0, 1000);
+  v.detail =
+      v.state == validation::passed ? "all netsetup checks passed" : failures(rs).substr(0, 1000);
   // Consistency across nodes is netsetup's cluster validation (gang_consistent); the key only
   // separates nodes whose MTU or priority differ so mismatched nodes never share a gang.
-  v.settings_key = "policy-mtu=" + std::to_string(pol_.mtu) + ";prio=" + std::to_string(pol_.pfc_priority);
+  v.settings_key =
+      "policy-mtu=" + std::to_string(pol_.mtu) + ";prio=" + std::to_string(pol_.pfc_priority);
   return v;
 }
 
@@ -131,7 +134,8 @@ status netsetup_network_model::gang_consistent(std::span<const node_view* const>
   }
   if (invs.size() > 1) {
     auto rs = netsetup::validate_cluster(invs, pol_);
-    if (!netsetup::passed(rs)) return fail(errc::invalid_argument, "network settings differ: " + failures(rs));
+    if (!netsetup::passed(rs))
+      return fail(errc::invalid_argument, "network settings differ: " + failures(rs));
   }
   return fallback_.gang_consistent(rest);
 }
@@ -155,7 +159,8 @@ nlohmann::json netsetup_network_model::plan(const node_view& n, std::uint32_t gp
   }
   nlohmann::json out = {{"gpus", per_gpu}};
   if (chosen.size() < gpus) {
-    out["error"] = "node has " + std::to_string(rails.size()) + " GPU rails, the job wants " + std::to_string(gpus);
+    out["error"] = "node has " + std::to_string(rails.size()) + " GPU rails, the job wants " +
+                   std::to_string(gpus);
     return out;
   }
   auto env = netsetup::make_nccl_env(**inv, chosen, pol_);

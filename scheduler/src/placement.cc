@@ -266,8 +266,7 @@ std::vector<node_eval> rank_evals(std::vector<node_eval> out) {
   keys.reserve(out.size());
   for (std::uint32_t i = 0; i < out.size(); ++i) {
     const auto& e = out[i];
-    keys.push_back(
-        {e.eligible, e.health == "ok", e.rank_seconds, e.cost.missing(), e.tie_key, i});
+    keys.push_back({e.eligible, e.health == "ok", e.rank_seconds, e.cost.missing(), e.tie_key, i});
   }
   std::sort(keys.begin(), keys.end(), [](const sort_key& a, const sort_key& b) {
     if (a.eligible != b.eligible) return a.eligible;
@@ -391,8 +390,8 @@ struct gang_search {
 
 // Weighs one group of a segment: its first k nodes, if network-consistent, replace the best
 // gang when their (max, sum) rank seconds are lower.
-void consider_group(gang_search& s, const std::string& fabric, const eval_ptrs& g,
-                    std::uint32_t k, const cluster_view& v, const network_model& net) {
+void consider_group(gang_search& s, const std::string& fabric, const eval_ptrs& g, std::uint32_t k,
+                    const cluster_view& v, const network_model& net) {
   if (g.size() > s.largest_n) {
     s.largest_n = g.size();
     s.largest = fabric;
@@ -627,11 +626,10 @@ result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standb
   }
   result_t out;
   out.view = idx_.view(all);
-  auto evals = evaluate_nodes(
-      out.view, *objs, job, opts_.cost, net_, reserved(),
-      {.require_validation = opts_.require_network_validation,
-       .strict_resolution = true,
-       .packing_seconds_per_gpu = opts_.packing_seconds_per_gpu});
+  auto evals = evaluate_nodes(out.view, *objs, job, opts_.cost, net_, reserved(),
+                              {.require_validation = opts_.require_network_validation,
+                               .strict_resolution = true,
+                               .packing_seconds_per_gpu = opts_.packing_seconds_per_gpu});
   out.p = choose(std::move(evals), out.view, job, standby, net_);
   out.p.objects = std::move(*objs);
   if (!out.p.feasible) {

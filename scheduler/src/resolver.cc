@@ -348,8 +348,8 @@ std::vector<result<resolved_image>> resolver::resolve_many(
 }
 
 result<std::vector<object_ref>> no_datasets::lookup(const std::string& name_at_version) {
-  return fail(errc::not_found, "unknown dataset " + name_at_version +
-                                   " (this catalog holds no datasets)");
+  return fail(errc::not_found,
+              "unknown dataset " + name_at_version + " (this catalog holds no datasets)");
 }
 
 bool valid_dataset_ref(std::string_view s) {

@@ -111,21 +111,25 @@ result<object_metainfo> object_metainfo::parse(std::string_view torrent, const d
   const auto* pieces = info->find("pieces");
   const auto* priv = info->find("private");
   if (!len || !len->is_int() || len->as_int() < 0) return bad("missing or bad length");
-  if (!name || !name->is_string() || name->as_string() != expected.hex()) return bad("name is not the object's digest");
+  if (!name || !name->is_string() || name->as_string() != expected.hex())
+    return bad("name is not the object's digest");
   if (!plen || !plen->is_int()) return bad("missing piece length");
-  if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0) return bad("bad pieces");
+  if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0)
+    return bad("bad pieces");
   if (!priv || !priv->is_int() || priv->as_int() != 1) return bad("torrent is not private");
   if (info->as_dict().size() != 5) return bad("unexpected keys in the info dict");
   object_metainfo m;
   m.object = expected;
   m.size = static_cast<std::uint64_t>(len->as_int());
-  if (static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.size)) return bad("piece length does not follow the rule");
+  if (static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.size))
+    return bad("piece length does not follow the rule");
   m.piece_size = static_cast<std::uint32_t>(plen->as_int());
   std::uint64_t want = m.size == 0 ? 0 : (m.size + m.piece_size - 1) / m.piece_size;
   const auto& ps = pieces->as_string();
   if (ps.size() / 20 != want) return bad("piece count does not match the length");
   m.pieces.resize(static_cast<std::size_t>(want));
-  for (std::size_t i = 0; i < m.pieces.size(); ++i) std::memcpy(m.pieces[i].data(), ps.data() + 20 * i, 20);
+  for (std::size_t i = 0; i < m.pieces.size(); ++i)
+    std::memcpy(m.pieces[i].data(), ps.data() + 20 * i, 20);
   if (m.info_dict() != info->raw) return bad("info dict is not in canonical form");
   if (trackers_out) {
     trackers_out->clear();
@@ -163,7 +167,8 @@ struct metainfo_builder::impl {
 metainfo_builder::metainfo_builder(std::uint64_t size, bool hash_object)
     : impl_(std::make_unique<impl>()), size_(size), hash_object_(hash_object) {
   impl_->piece_size = piece_size_for(size);
-  impl_->pieces.reserve(static_cast<std::size_t>((size + impl_->piece_size - 1) / impl_->piece_size));
+  impl_->pieces.reserve(
+      static_cast<std::size_t>((size + impl_->piece_size - 1) / impl_->piece_size));
 }
 metainfo_builder::~metainfo_builder() = default;
 metainfo_builder::metainfo_builder(metainfo_builder&&) noexcept = default;
@@ -195,7 +200,8 @@ result<object_metainfo> metainfo_builder::finish(const digest& expected) {
     EVP_DigestFinal_ex(impl_->sha256.c, d.data(), &n);
     digest got{d};
     if (got != expected) {
-      return fail(errc::digest_mismatch, "content hashes to " + got.str() + ", expected " + expected.str());
+      return fail(errc::digest_mismatch,
+                  "content hashes to " + got.str() + ", expected " + expected.str());
     }
   }
   object_metainfo m;
@@ -216,7 +222,8 @@ struct async_metainfo_builder::impl {
   bool closed = false;
   std::thread worker;
 
-  impl(std::uint64_t size, bool hash_object, std::size_t maxq) : b(size, hash_object), max_queued(maxq) {
+  impl(std::uint64_t size, bool hash_object, std::size_t maxq)
+      : b(size, hash_object), max_queued(maxq) {
     worker = std::thread([this] { run(); });
   }
   void run() {
@@ -244,7 +251,8 @@ struct async_metainfo_builder::impl {
   }
 };
 
-async_metainfo_builder::async_metainfo_builder(std::uint64_t size, bool hash_object, std::size_t max_queued)
+async_metainfo_builder::async_metainfo_builder(std::uint64_t size, bool hash_object,
+                                               std::size_t max_queued)
     : impl_(std::make_unique<impl>(size, hash_object, max_queued)) {}
 
 async_metainfo_builder::~async_metainfo_builder() { impl_->close(); }
@@ -252,7 +260,8 @@ async_metainfo_builder::~async_metainfo_builder() { impl_->close(); }
 void async_metainfo_builder::update(const void* data, std::size_t n) {
   if (n == 0) return;
   std::unique_lock lk(impl_->mu);
-  impl_->cv.wait(lk, [this, n] { return impl_->queued == 0 || impl_->queued + n <= impl_->max_queued; });
+  impl_->cv.wait(
+      lk, [this, n] { return impl_->queued == 0 || impl_->queued + n <= impl_->max_queued; });
   impl_->q.emplace_back(static_cast<const char*>(data), n);
   impl_->queued += n;
   lk.unlock();
@@ -295,9 +304,12 @@ result<object_metainfo> metainfo_for_file(const std::string& path, const digest&
 
 namespace shoal {
 
-std::vector<std::pair<digest, std::uint64_t>> pack_order(std::vector<std::pair<digest, std::uint64_t>> files) {
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  files.erase(std::unique(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+std::vector<std::pair<digest, std::uint64_t>> pack_order(
+    std::vector<std::pair<digest, std::uint64_t>> files) {
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  files.erase(std::unique(files.begin(), files.end(),
+                          [](const auto& a, const auto& b) { return a.first == b.first; }),
               files.end());
   return files;
 }
@@ -336,28 +348,34 @@ std::string pack_metainfo::torrent_file(const std::vector<std::string>& trackers
   return torrent_around(info_dict(), trackers);
 }
 
-result<pack_metainfo> pack_metainfo::parse(std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected) {
+result<pack_metainfo> pack_metainfo::parse(std::string_view torrent,
+                                           std::vector<std::pair<digest, std::uint64_t>> expected) {
   bencode::limits lim;
   lim.max_depth = 8;
   lim.max_items = 8u << 20;
   auto root = bencode::decode(torrent, lim);
   if (!root) return fail(root.error().wrap("pack metainfo"));
-  auto bad = [](const std::string& why) { return fail(errc::protocol_error, "pack metainfo: " + why); };
+  auto bad = [](const std::string& why) {
+    return fail(errc::protocol_error, "pack metainfo: " + why);
+  };
   const auto* info = root->find("info");
   if (!info || !info->is_dict()) return bad("no info dict");
   pack_metainfo m;
   m.files = pack_order(std::move(expected));
   const auto* plen = info->find("piece length");
   const auto* pieces = info->find("pieces");
-  if (!plen || !plen->is_int() || static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.total_size())) {
+  if (!plen || !plen->is_int() ||
+      static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.total_size())) {
     return bad("piece length does not follow the rule");
   }
   m.piece_size = static_cast<std::uint32_t>(plen->as_int());
-  if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0) return bad("bad pieces");
+  if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0)
+    return bad("bad pieces");
   std::uint64_t want = (m.total_size() + m.piece_size - 1) / m.piece_size;
   if (pieces->as_string().size() / 20 != want) return bad("piece count does not match the files");
   m.pieces.resize(static_cast<std::size_t>(want));
-  for (std::size_t i = 0; i < m.pieces.size(); ++i) std::memcpy(m.pieces[i].data(), pieces->as_string().data() + 20 * i, 20);
+  for (std::size_t i = 0; i < m.pieces.size(); ++i)
+    std::memcpy(m.pieces[i].data(), pieces->as_string().data() + 20 * i, 20);
   // The whole info dict must be exactly what these files and pieces give.
   if (m.info_dict() != info->raw) return bad("info dict does not describe the expected objects");
   return m;
@@ -365,7 +383,8 @@ result<pack_metainfo> pack_metainfo::parse(std::string_view torrent, std::vector
 
 result<pack_metainfo> build_pack(
     const std::vector<std::pair<digest, std::uint64_t>>& in,
-    const std::function<result<std::size_t>(const digest&, std::uint64_t, char*, std::size_t)>& read) {
+    const std::function<result<std::size_t>(const digest&, std::uint64_t, char*, std::size_t)>&
+        read) {
   pack_metainfo m;
   m.files = pack_order(in);
   metainfo_builder pieces(m.total_size(), false);
@@ -374,14 +393,18 @@ result<pack_metainfo> build_pack(
     sha256_hasher h;
     std::uint64_t off = 0;
     while (off < size) {
-      auto n = read(d, off, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off)));
+      auto n = read(d, off, buf.data(),
+                    static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off)));
       if (!n) return fail(n.error().wrap("pack member " + d.short_str()));
-      if (*n == 0) return fail(errc::size_mismatch, "pack member " + d.short_str() + " ended early");
+      if (*n == 0)
+        return fail(errc::size_mismatch, "pack member " + d.short_str() + " ended early");
       h.update(buf.data(), *n);
       pieces.update(buf.data(), *n);
       off += *n;
     }
-    if (h.finish() != d) return fail(errc::digest_mismatch, "pack member " + d.short_str() + " does not match its digest");
+    if (h.finish() != d)
+      return fail(errc::digest_mismatch,
+                  "pack member " + d.short_str() + " does not match its digest");
   }
   // The placeholder digest only names the pack in messages: the members were verified above.
   auto r = pieces.finish(digest{});

@@ -35,10 +35,13 @@ lt::settings_pack lan_settings(const settings& s) {
   p.set_int(sp::in_enc_policy, sp::pe_disabled);
   p.set_bool(sp::allow_multiple_connections_per_ip, s.allow_multiple_connections_per_ip);
   p.set_int(sp::connections_limit, s.connections_limit);
-  p.set_int(sp::upload_rate_limit, static_cast<int>(std::min<std::uint64_t>(s.upload_rate_limit, INT32_MAX)));
-  p.set_int(sp::download_rate_limit, static_cast<int>(std::min<std::uint64_t>(s.download_rate_limit, INT32_MAX)));
-  p.set_int(sp::alert_mask, lt::alert_category::error | lt::alert_category::status | lt::alert_category::storage |
-                                lt::alert_category::tracker | lt::alert_category::performance_warning |
+  p.set_int(sp::upload_rate_limit,
+            static_cast<int>(std::min<std::uint64_t>(s.upload_rate_limit, INT32_MAX)));
+  p.set_int(sp::download_rate_limit,
+            static_cast<int>(std::min<std::uint64_t>(s.download_rate_limit, INT32_MAX)));
+  p.set_int(sp::alert_mask, lt::alert_category::error | lt::alert_category::status |
+                                lt::alert_category::storage | lt::alert_category::tracker |
+                                lt::alert_category::performance_warning |
                                 lt::alert_category::piece_progress);
   p.set_int(sp::alert_queue_size, 100000);
   // Queueing is irrelevant (torrents are not auto-managed), but never let it bite.
@@ -84,7 +87,8 @@ status apply_overrides(lt::settings_pack& p, const std::map<std::string, std::st
   using sp = lt::settings_pack;
   for (const auto& [key, value] : overrides) {
     int idx = lt::setting_by_name(key);
-    if (idx < 0) return fail(errc::invalid_argument, "libtorrent setting " + key + ": no such setting");
+    if (idx < 0)
+      return fail(errc::invalid_argument, "libtorrent setting " + key + ": no such setting");
     switch (idx & sp::type_mask) {
       case sp::string_type_base:
         p.set_str(idx, value);
@@ -92,8 +96,10 @@ status apply_overrides(lt::settings_pack& p, const std::map<std::string, std::st
       case sp::int_type_base: {
         std::int64_t v = 0;
         auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-        if (ec != std::errc{} || ptr != value.data() + value.size() || v < INT32_MIN || v > INT32_MAX) {
-          return fail(errc::invalid_argument, "libtorrent setting " + key + ": \"" + value + "\" is not an integer");
+        if (ec != std::errc{} || ptr != value.data() + value.size() || v < INT32_MIN ||
+            v > INT32_MAX) {
+          return fail(errc::invalid_argument,
+                      "libtorrent setting " + key + ": \"" + value + "\" is not an integer");
         }
         p.set_int(idx, static_cast<int>(v));
         break;
@@ -104,7 +110,8 @@ status apply_overrides(lt::settings_pack& p, const std::map<std::string, std::st
         } else if (value == "false" || value == "0") {
           p.set_bool(idx, false);
         } else {
-          return fail(errc::invalid_argument, "libtorrent setting " + key + ": \"" + value + "\" is not a boolean");
+          return fail(errc::invalid_argument,
+                      "libtorrent setting " + key + ": \"" + value + "\" is not a boolean");
         }
         break;
       default:
@@ -152,13 +159,15 @@ struct superseed_state {
     int ties = 0;
     for (int p = 0; p < pieces; ++p) {
       if (peer_has[static_cast<std::size_t>(p)] || announced[static_cast<std::size_t>(p)]) continue;
-      std::uint64_t score = (static_cast<std::uint64_t>(offered[static_cast<std::size_t>(p)]) << 32) +
-                            have[static_cast<std::size_t>(p)];
+      std::uint64_t score =
+          (static_cast<std::uint64_t>(offered[static_cast<std::size_t>(p)]) << 32) +
+          have[static_cast<std::size_t>(p)];
       if (score < best_score) {
         best_score = score;
         best = p;
         ties = 1;
-      } else if (score == best_score && !in_order && std::uniform_int_distribution<int>(0, ties++)(rng) == 0) {
+      } else if (score == best_score && !in_order &&
+                 std::uniform_int_distribution<int>(0, ties++)(rng) == 0) {
         best = p;
       }
     }
@@ -203,7 +212,8 @@ class superseed_peer final : public lt::peer_plugin {
     int p = static_cast<int>(piece);
     if (p < 0 || p >= st_->pieces) return false;
     mark(p);
-    auto it = std::find_if(offers_.begin(), offers_.end(), [p](const offer_t& o) { return o.piece == p; });
+    auto it = std::find_if(offers_.begin(), offers_.end(),
+                           [p](const offer_t& o) { return o.piece == p; });
     if (it != offers_.end()) {
       offers_.erase(it);
       --st_->offered[static_cast<std::size_t>(p)];
@@ -257,8 +267,15 @@ class superseed_peer final : public lt::peer_plugin {
 
   void send_have(int p) {
     // HAVE: length 5, id 4, piece index (big endian).
-    char msg[9] = {0, 0, 0, 5, 4, static_cast<char>((p >> 24) & 0xff), static_cast<char>((p >> 16) & 0xff),
-                   static_cast<char>((p >> 8) & 0xff), static_cast<char>(p & 0xff)};
+    char msg[9] = {0,
+                   0,
+                   0,
+                   5,
+                   4,
+                   static_cast<char>((p >> 24) & 0xff),
+                   static_cast<char>((p >> 16) & 0xff),
+                   static_cast<char>((p >> 8) & 0xff),
+                   static_cast<char>(p & 0xff)};
     h_.send_buffer(msg, sizeof msg);
   }
 
@@ -291,7 +308,8 @@ class superseed_torrent final : public lt::torrent_plugin {
 class origin_superseed final : public lt::plugin {
  public:
   origin_superseed(int offers, bool in_order) : offers_(offers), in_order_(in_order) {}
-  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&, lt::client_data_t ud) override {
+  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&,
+                                                  lt::client_data_t ud) override {
     auto* tag = ud.get<superseed_tag>();
     auto pieces = reinterpret_cast<std::uintptr_t>(tag);
     if (pieces == 0 || pieces > (1u << 24)) return nullptr;
@@ -327,7 +345,9 @@ class node_superseed_peer final : public lt::peer_plugin {
   }
 
  private:
-  bool from_superseeding_origin() const { return has_prefix(h_.pid(), superseeding_origin_fingerprint); }
+  bool from_superseeding_origin() const {
+    return has_prefix(h_.pid(), superseeding_origin_fingerprint);
+  }
   std::shared_ptr<const node_torrent_ctx> ctx_;
   lt::peer_connection_handle h_;
   int origin_ = -1;
@@ -335,7 +355,8 @@ class node_superseed_peer final : public lt::peer_plugin {
 
 class node_superseed_torrent final : public lt::torrent_plugin {
  public:
-  explicit node_superseed_torrent(std::shared_ptr<const node_torrent_ctx> ctx) : ctx_(std::move(ctx)) {}
+  explicit node_superseed_torrent(std::shared_ptr<const node_torrent_ctx> ctx)
+      : ctx_(std::move(ctx)) {}
   std::shared_ptr<lt::peer_plugin> new_connection(lt::peer_connection_handle const& pc) override {
     if (pc.type() != lt::connection_type::bittorrent) return nullptr;
     return std::make_shared<node_superseed_peer>(ctx_, pc);
@@ -348,8 +369,10 @@ class node_superseed_torrent final : public lt::torrent_plugin {
 class node_superseed final : public lt::plugin {
  public:
   explicit node_superseed(block_callback cb) : on_block_(std::move(cb)) {}
-  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const& th, lt::client_data_t) override {
-    return std::make_shared<node_superseed_torrent>(std::make_shared<node_torrent_ctx>(node_torrent_ctx{th, on_block_}));
+  std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const& th,
+                                                  lt::client_data_t) override {
+    return std::make_shared<node_superseed_torrent>(
+        std::make_shared<node_torrent_ctx>(node_torrent_ctx{th, on_block_}));
   }
 
  private:
@@ -383,8 +406,8 @@ bool is_origin(const lt::peer_id& pid) {
   return has_prefix(pid, origin_fingerprint) || has_prefix(pid, superseeding_origin_fingerprint);
 }
 
-std::string tracker_url(const std::string& announce, const std::string& node, const std::string& zone,
-                        const std::string& rack, const std::string& role) {
+std::string tracker_url(const std::string& announce, const std::string& node,
+                        const std::string& zone, const std::string& rack, const std::string& role) {
   std::string u = announce;
   u += announce.find('?') == std::string::npos ? '?' : '&';
   u += "node=" + node;
@@ -419,8 +442,9 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
   if (out->trace_) {
     // Connection-level alerts help debugging; they are too chatty otherwise.
     lt::settings_pack extra;
-    extra.set_int(lt::settings_pack::alert_mask, lan_settings(s).get_int(lt::settings_pack::alert_mask) |
-                                                     lt::alert_category::connect | lt::alert_category::peer);
+    extra.set_int(lt::settings_pack::alert_mask,
+                  lan_settings(s).get_int(lt::settings_pack::alert_mask) |
+                      lt::alert_category::connect | lt::alert_category::peer);
     out->ses_->apply_settings(extra);
   }
   out->pump_ = std::thread([p = out.get()] { p->pump(); });
@@ -461,9 +485,11 @@ void session::pump() {
       cb = cb_;
     }
     for (auto* a : alerts) {
-      if (trace_) log::trace("libtorrent", log::kv("type", a->what()), log::kv("message", a->message()));
-      if (lt::alert_cast<lt::listen_failed_alert>(a) || lt::alert_cast<lt::torrent_error_alert>(a) ||
-          lt::alert_cast<lt::file_error_alert>(a) || lt::alert_cast<lt::alerts_dropped_alert>(a)) {
+      if (trace_)
+        log::trace("libtorrent", log::kv("type", a->what()), log::kv("message", a->message()));
+      if (lt::alert_cast<lt::listen_failed_alert>(a) ||
+          lt::alert_cast<lt::torrent_error_alert>(a) || lt::alert_cast<lt::file_error_alert>(a) ||
+          lt::alert_cast<lt::alerts_dropped_alert>(a)) {
         log::error("libtorrent", log::kv("alert", a->what()), log::kv("message", a->message()));
       } else if (lt::alert_cast<lt::listen_succeeded_alert>(a)) {
         log::info("libtorrent listening", log::kv("message", a->message()));
@@ -491,12 +517,14 @@ result<lt::torrent_handle> session::add_seed(const object_metainfo& m, const std
   p.ti = ti;
   p.save_path = save_path;
   // Not auto-managed, not paused; seed_mode with every piece verified: no rehash, no lazy checks.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::duplicate_is_error;
   p.userdata = superseed_userdata(ti->num_pieces());
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);
-  if (ec == lt::errors::duplicate_torrent) return fail(errc::already_exists, "already seeding " + m.object.short_str());
+  if (ec == lt::errors::duplicate_torrent)
+    return fail(errc::already_exists, "already seeding " + m.object.short_str());
   if (ec) return fail(errc::internal, "add seed " + m.object.short_str() + ": " + ec.message());
   return h;
 }
@@ -505,7 +533,8 @@ void session::remove(const lt::torrent_handle& h) {
   if (h.is_valid()) ses_->remove_torrent(h);
 }
 
-result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m, const std::string& objects_dir,
+result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m,
+                                                  const std::string& objects_dir,
                                                   const std::vector<std::string>& trackers) {
   std::string t = m.torrent_file(trackers);
   std::string name = "pack " + m.info_hash_hex().substr(0, 12);
@@ -517,14 +546,16 @@ result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m, const 
   p.save_path = objects_dir;
   // As add_seed(): not auto-managed, not paused, every piece verified (the members were
   // verified against their sha256 when they entered the cache).
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe | lt::torrent_flags::duplicate_is_error;
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::duplicate_is_error;
   // Super-seeded like single objects (the origin sends each piece once before any twice). An
   // offer a node does not take up (it skips files it already holds) expires and frees its slot.
   p.userdata = superseed_userdata(ti->num_pieces());
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);
-  if (ec == lt::errors::duplicate_torrent) return fail(errc::already_exists, "already seeding " + name);
+  if (ec == lt::errors::duplicate_torrent)
+    return fail(errc::already_exists, "already seeding " + name);
   if (ec) return fail(errc::internal, "add seed " + name + ": " + ec.message());
   return h;
 }

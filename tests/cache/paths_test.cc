@@ -88,7 +88,8 @@ TEST(CachePaths, SameFilesystemCheck) {
   auto other = s->check_same_filesystem("/proc");
   ASSERT_FALSE(other);
   EXPECT_TRUE(other.error().is(errc::config_error));
-  EXPECT_EQ(other.error().message, "/proc is not on the cache's filesystem (" + s->pack_dir() + ")");
+  EXPECT_EQ(other.error().message,
+            "/proc is not on the cache's filesystem (" + s->pack_dir() + ")");
 }
 
 }  // namespace

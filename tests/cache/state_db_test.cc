@@ -22,7 +22,8 @@ using rows = std::vector<std::pair<std::string, std::string>>;
 
 rows scan_all(const state_db& db, std::string_view prefix) {
   rows out;
-  auto st = db.scan(prefix, [&](std::string_view k, std::string_view v) { out.emplace_back(k, v); });
+  auto st =
+      db.scan(prefix, [&](std::string_view k, std::string_view v) { out.emplace_back(k, v); });
   EXPECT_TRUE(st) << st.error().message;
   return out;
 }
@@ -66,7 +67,8 @@ TEST(StateDb, ScanIsBoundedByItsPrefixInKeyOrder) {
   temp_dir t;
   auto db = state_db::open(t.path());
   ASSERT_TRUE(db);
-  for (const char* k : {"h/b", "h/a", "g/z", "h0", "i/a", "h/c"}) ASSERT_TRUE((*db)->put(k, std::string(k) + "!"));
+  for (const char* k : {"h/b", "h/a", "g/z", "h0", "i/a", "h/c"})
+    ASSERT_TRUE((*db)->put(k, std::string(k) + "!"));
   EXPECT_EQ(scan_all(**db, "h/"), (rows{{"h/a", "h/a!"}, {"h/b", "h/b!"}, {"h/c", "h/c!"}}));
   EXPECT_TRUE(scan_all(**db, "q/").empty());
   EXPECT_EQ(scan_all(**db, "").size(), 6u);
@@ -121,7 +123,8 @@ TEST(StateDb, CompatibleWithTheDaemonsEarlierDatabases) {
     ASSERT_TRUE(old->Put({}, "h/" + std::string(40, 'a'), std::string(64, 'b')).ok());
   }
   {
-    auto db = state_db::open(t.path(), state_db_options{.label = "state index", .max_open_files = 256});
+    auto db =
+        state_db::open(t.path(), state_db_options{.label = "state index", .max_open_files = 256});
     ASSERT_TRUE(db) << db.error().message;
     EXPECT_EQ(*(*db)->get("t/registry/repo:tag"), R"({"v":1})");
     EXPECT_EQ(scan_all(**db, "h/"), (rows{{"h/" + std::string(40, 'a'), std::string(64, 'b')}}));

@@ -22,9 +22,27 @@ TEST(Bencode, RoundTripCanonical) {
 }
 
 TEST(Bencode, RejectsMalformed) {
-  for (const char* bad : {"", "i", "ie", "i-0e", "i01e", "i1", "ix1e", "3:ab", "-1:a", "l", "d",
-                          "d1:ai1e", "d1:bi1e1:ai2ee", "d1:ai1e1:ai2ee", "di1ei2ee", "x", "i1ei2e",
-                          "i99999999999999999999e", "01:a", "le1", "1:"}) {
+  for (const char* bad : {"",
+                          "i",
+                          "ie",
+                          "i-0e",
+                          "i01e",
+                          "i1",
+                          "ix1e",
+                          "3:ab",
+                          "-1:a",
+                          "l",
+                          "d",
+                          "d1:ai1e",
+                          "d1:bi1e1:ai2ee",
+                          "d1:ai1e1:ai2ee",
+                          "di1ei2ee",
+                          "x",
+                          "i1ei2e",
+                          "i99999999999999999999e",
+                          "01:a",
+                          "le1",
+                          "1:"}) {
     EXPECT_FALSE(bencode::decode(bad)) << bad;
   }
   std::string deep(100, 'l');

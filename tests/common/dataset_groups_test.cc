@@ -71,16 +71,19 @@ TEST(DatasetListing, ParsesNginxAutoindexJson) {
 }
 
 TEST(DatasetListing, RefusesGarbage) {
-  for (const char* bad : {"", "<html>", "{}", R"([{"name":1,"type":"file"}])", R"([{"name":"x","type":"file"}])",
-                          R"([{"name":"x","type":"file","size":-1}])", "[1]"}) {
+  for (const char* bad :
+       {"", "<html>", "{}", R"([{"name":1,"type":"file"}])", R"([{"name":"x","type":"file"}])",
+        R"([{"name":"x","type":"file","size":-1}])", "[1]"}) {
     EXPECT_FALSE(parse_autoindex(bad)) << bad;
   }
-  EXPECT_FALSE(parse_autoindex(R"([{"name":"a","type":"directory"},{"name":"b","type":"directory"}])", 1));
+  EXPECT_FALSE(
+      parse_autoindex(R"([{"name":"a","type":"directory"},{"name":"b","type":"directory"}])", 1));
 }
 
 TEST(DatasetListing, NamesGoThroughPathRules) {
   // The parser hands names over as sent; the caller's check_path() refuses the bad ones.
-  auto r = parse_autoindex(R"([{"name":"..","type":"directory"},{"name":"a\u0000b","type":"file","size":1}])");
+  auto r = parse_autoindex(
+      R"([{"name":"..","type":"directory"},{"name":"a\u0000b","type":"file","size":1}])");
   ASSERT_TRUE(r);
   EXPECT_FALSE(check_path((*r)[0].name));
   auto s = check_path((*r)[1].name);
@@ -153,12 +156,15 @@ TEST(DatasetManifest, CanonicalFormIsTheDocumentsDump) {
   auto m = build_manifest("n", "V1.0", "https://h/b\"a\"se/", files, p);
   ASSERT_TRUE(m) << m.error().message;
   nlohmann::json jf = nlohmann::json::array(), jg = nlohmann::json::array();
-  for (const auto& f : m->files) jf.push_back({{"digest", f.id.str()}, {"path", f.path}, {"size", f.size}});
+  for (const auto& f : m->files)
+    jf.push_back({{"digest", f.id.str()}, {"path", f.path}, {"size", f.size}});
   for (const auto& g : m->groups) {
-    jg.push_back({{"bytes", g.bytes}, {"files", g.files}, {"kind", g.type == group::kind::pack ? "pack" : "single"}});
+    jg.push_back({{"bytes", g.bytes},
+                  {"files", g.files},
+                  {"kind", g.type == group::kind::pack ? "pack" : "single"}});
   }
-  nlohmann::json doc = {{"files", jf}, {"groups", jg}, {"name", m->name}, {"origin", m->origin},
-                        {"schema", m->schema}, {"version", m->version}};
+  nlohmann::json doc = {{"files", jf},         {"groups", jg},        {"name", m->name},
+                        {"origin", m->origin}, {"schema", m->schema}, {"version", m->version}};
   EXPECT_EQ(canonical_json(*m), doc.dump());
   auto back = parse_manifest(canonical_json(*m), manifest_digest(*m));
   ASSERT_TRUE(back) << back.error().message;

@@ -14,21 +14,27 @@ TEST(DatasetRef, Parses) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->first, "imagenet");
   EXPECT_EQ(r->second, "v1.2");
-  for (const char* bad : {"", "x", "@v1", "x@", "X@v1", "a b@v1", "a@v 1", "a@v/1", "../x@v1", "a@-v"}) {
+  for (const char* bad :
+       {"", "x", "@v1", "x@", "X@v1", "a b@v1", "a@v 1", "a@v/1", "../x@v1", "a@-v"}) {
     EXPECT_FALSE(parse_ref(bad)) << bad;
   }
 }
 
 TEST(DatasetPath, Rules) {
-  for (const char* ok : {"a", "a/b.jpg", "train/class 1/img_001.JPEG", "ünïcødé/ok.txt", ".hidden", "a..b"}) {
+  for (const char* ok :
+       {"a", "a/b.jpg", "train/class 1/img_001.JPEG", "ünïcødé/ok.txt", ".hidden", "a..b"}) {
     EXPECT_TRUE(check_path(ok)) << ok;
   }
-  struct c { std::string path; std::string why; };
-  for (const auto& k : {c{"", "empty"}, c{"/etc/passwd", "absolute"}, c{"../x", "'..'"}, c{"a/../../x", "'..'"},
-                        c{"a/./b", "'.'"}, c{"a//b", "empty component"}, c{"a/", "empty component"},
-                        c{std::string("a\0b", 3), "NUL"}, c{"a\nb", "control"}, c{"a\\b", "backslash"},
-                        c{"\xff\xfe", "UTF-8"}, c{"\xc0\xaf", "UTF-8"}, c{std::string(256, 'x'), "longer"},
-                        c{std::string(5000, 'x'), "longer"}}) {
+  struct c {
+    std::string path;
+    std::string why;
+  };
+  for (const auto& k :
+       {c{"", "empty"}, c{"/etc/passwd", "absolute"}, c{"../x", "'..'"}, c{"a/../../x", "'..'"},
+        c{"a/./b", "'.'"}, c{"a//b", "empty component"}, c{"a/", "empty component"},
+        c{std::string("a\0b", 3), "NUL"}, c{"a\nb", "control"}, c{"a\\b", "backslash"},
+        c{"\xff\xfe", "UTF-8"}, c{"\xc0\xaf", "UTF-8"}, c{std::string(256, 'x'), "longer"},
+        c{std::string(5000, 'x'), "longer"}}) {
     auto s = check_path(k.path);
     ASSERT_FALSE(s) << k.why;
     EXPECT_NE(s.error().message.find(k.why), std::string::npos) << s.error().message;
@@ -62,20 +68,23 @@ TEST(DatasetGlob, Matches) {
 }
 
 TEST(DatasetDeclaration, ParsesOrigins) {
-  auto d = parse_declaration(R"({"name":"ds","version":"v1","origin":{"url":"s3://bucket/some/prefix","endpoint":"http://127.0.0.1:4568"},"include":["**/*.jpg"]})");
+  auto d = parse_declaration(
+      R"({"name":"ds","version":"v1","origin":{"url":"s3://bucket/some/prefix","endpoint":"http://127.0.0.1:4568"},"include":["**/*.jpg"]})");
   ASSERT_TRUE(d) << d.error().to_string();
   EXPECT_EQ(d->origin.type, origin::kind::s3);
   EXPECT_EQ(d->origin.bucket, "bucket");
   EXPECT_EQ(d->origin.prefix, "some/prefix/");
-  auto h = parse_declaration(R"({"name":"ds","version":"v1","origin":{"url":"http://10.0.0.1/data"}})");
+  auto h =
+      parse_declaration(R"({"name":"ds","version":"v1","origin":{"url":"http://10.0.0.1/data"}})");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->origin.type, origin::kind::http);
   EXPECT_EQ(h->origin.prefix, "http://10.0.0.1/data/");
-  for (const char* bad : {"", "[]", R"({"name":"ds"})", R"({"name":"DS","version":"v1","origin":{"url":"s3://b"}})",
-                          R"({"name":"ds","version":"v1","origin":{"url":"ftp://x"}})",
-                          R"({"name":"ds","version":"v1","origin":{"url":"s3://Bad_Bucket/x"}})",
-                          R"({"name":"ds","version":"v1","origin":{"url":"s3://b"},"include":"x"})",
-                          R"({"name":"ds","version":1,"origin":{"url":"s3://b"}})"}) {
+  for (const char* bad :
+       {"", "[]", R"({"name":"ds"})", R"({"name":"DS","version":"v1","origin":{"url":"s3://b"}})",
+        R"({"name":"ds","version":"v1","origin":{"url":"ftp://x"}})",
+        R"({"name":"ds","version":"v1","origin":{"url":"s3://Bad_Bucket/x"}})",
+        R"({"name":"ds","version":"v1","origin":{"url":"s3://b"},"include":"x"})",
+        R"({"name":"ds","version":1,"origin":{"url":"s3://b"}})"}) {
     EXPECT_FALSE(parse_declaration(bad)) << bad;
   }
 }

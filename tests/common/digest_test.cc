@@ -40,8 +40,7 @@ const std::string hex64 = kEmptySha.substr(7);
 INSTANTIATE_TEST_SUITE_P(
     Forms, DigestMalformed,
     ::testing::Values(
-        bad_case{"", digest_errc::empty},
-        bad_case{hex64, digest_errc::missing_algorithm},
+        bad_case{"", digest_errc::empty}, bad_case{hex64, digest_errc::missing_algorithm},
         bad_case{"sha512:" + hex64 + hex64, digest_errc::unsupported_algorithm},
         bad_case{"SHA256:" + hex64, digest_errc::unsupported_algorithm},
         bad_case{"md5:d41d8cd98f00b204e9800998ecf8427e", digest_errc::unsupported_algorithm},
@@ -70,8 +69,10 @@ TEST(Digest, RandomInputsNeverCrashAndRoundTrip) {
     if (rng() % 4 == 0) s = "sha256:";
     for (std::size_t j = 0; j < len; ++j) s += alphabet[rng() % alphabet.size()];
     auto d = digest::parse(s);
-    if (d) EXPECT_EQ(d->str(), s);
-    else EXPECT_FALSE(d.error().message.empty());
+    if (d)
+      EXPECT_EQ(d->str(), s);
+    else
+      EXPECT_FALSE(d.error().message.empty());
   }
 }
 

@@ -168,12 +168,14 @@ TEST(WriteAtomic, TempFilesLeftByACrashedProcessWithTheSamePidAreOverwritten) {
   std::string p = t.path() + "/r.json";
   constexpr int stale = 200;  // more than the writes this test process made before
   for (int k = 0; k < stale; ++k) {
-    std::ofstream(p + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(k)) << "stale stale stale";
+    std::ofstream(p + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(k))
+        << "stale stale stale";
   }
   auto s = write_atomic(p, "fresh");
   ASSERT_TRUE(s) << s.error().message;
   EXPECT_EQ(slurp(p), "fresh");
-  EXPECT_EQ(names_in(t.path()).size(), static_cast<std::size_t>(stale));  // one stale name became r.json
+  EXPECT_EQ(names_in(t.path()).size(),
+            static_cast<std::size_t>(stale));  // one stale name became r.json
 }
 
 TEST(WriteAtomic, NotAFilePathIsInvalid) {

@@ -183,8 +183,7 @@ TEST(HttpClient, ConnectRefusedFailsFastWithCause) {
   start = steady::now();
   res = fetch(c, r);
   ASSERT_FALSE(res.has_value());
-  EXPECT_NE(res.error().message.find("after 3 attempts"), std::string::npos)
-      << res.error().message;
+  EXPECT_NE(res.error().message.find("after 3 attempts"), std::string::npos) << res.error().message;
   // Two backoffs of at least base/2 and (2*base)/2: 50 + 100 ms.
   EXPECT_GE(steady::now() - start, 150ms);
   EXPECT_LT(steady::now() - start, 3s);
@@ -338,7 +337,7 @@ TEST(HttpClient, RetriesOn503WithBackoffThenSucceeds) {
   ASSERT_TRUE(col.done->has_value()) << col.done->error().to_string();
   EXPECT_EQ((*col.done)->status, 200);
   EXPECT_EQ((*col.done)->attempts, 3);
-  EXPECT_EQ(col.body, "finally");  // the 503 bodies never reached on_data
+  EXPECT_EQ(col.body, "finally");   // the 503 bodies never reached on_data
   ASSERT_EQ(col.heads.size(), 1u);  // nor did their heads
   EXPECT_EQ(col.heads[0].attempt, 3);
   auto reqs = srv.requests();
@@ -551,8 +550,10 @@ TEST(HttpClient, ResumesRepeatedlyWhileMakingProgress) {
                                                   std::to_string(body.size()));
     }
     if (r.body.size() > 20'000) {
-      if (req.index % 2 == 0) r.close_after = 20'000;
-      else r.stall_after = 20'000;
+      if (req.index % 2 == 0)
+        r.close_after = 20'000;
+      else
+        r.stall_after = 20'000;
     }
     return r;
   });
@@ -609,11 +610,13 @@ TEST(HttpClient, RedirectSameOriginKeepsAuthorization) {
 }
 
 void expect_credentials_dropped(const std::string& other_address) {
-  test_http_server storage([](const recorded_request&) {
-    reply r;
-    r.body = "blob bytes";
-    return r;
-  }, other_address);
+  test_http_server storage(
+      [](const recorded_request&) {
+        reply r;
+        r.body = "blob bytes";
+        return r;
+      },
+      other_address);
   test_http_server registry([&](const recorded_request&) {
     reply r;
     r.status = 307;
@@ -957,7 +960,7 @@ TEST(HttpClient, BadRequestsAreErrorsNotCrashes) {
 TEST(HttpClient, ErrorMessagesRedactQueryAndUserInfo) {
   client c;
   client_request r = get("http://user:pw@127.0.0.1:" + std::to_string(closed_port()) +
-                  "/b?X-Amz-Signature=secret");
+                         "/b?X-Amz-Signature=secret");
   r.max_retries = 0;
   auto res = fetch(c, r);
   ASSERT_FALSE(res.has_value());

@@ -106,9 +106,9 @@ TEST(HttpRange, Forms) {
   EXPECT_EQ(parse_range("", 1000).kind, range_kind::none);
   EXPECT_EQ(parse_range("BYTES=0-1", 1000).kind, range_kind::single);
   EXPECT_EQ(parse_range(" bytes = 0 - 1 ", 1000).kind, range_kind::single);
-  for (const char* bad : {"bytes=5-1", "bytes=abc", "bytes=", "bytes=-", "items=0-1", "bytes=0-1,5-6",
-                          "bytes=--1", "bytes=+1-2", "bytes=1-+2", "bytes=99999999999999999999999-",
-                          "0-1", "bytes=1.5-2", "bytes=0x10-"}) {
+  for (const char* bad : {"bytes=5-1", "bytes=abc", "bytes=", "bytes=-", "items=0-1",
+                          "bytes=0-1,5-6", "bytes=--1", "bytes=+1-2", "bytes=1-+2",
+                          "bytes=99999999999999999999999-", "0-1", "bytes=1.5-2", "bytes=0x10-"}) {
     EXPECT_EQ(parse_range(bad, 1000).kind, range_kind::ignored) << bad;
   }
   EXPECT_EQ(content_range({0, 99}, 1000), "bytes 0-99/1000");
@@ -163,7 +163,12 @@ TEST(HttpServer, RangesOnStringBody) {
   const std::string body = pattern(1000);
   server_fixture f([&](request&&, responder resp) { resp.send(text_ok(body)); });
   raw_conn c(f.port());
-  struct rc { std::string range; int status; std::string expect; std::string cr; };
+  struct rc {
+    std::string range;
+    int status;
+    std::string expect;
+    std::string cr;
+  };
   std::vector<rc> cases = {
       {"bytes=0-99", 206, body.substr(0, 100), "bytes 0-99/1000"},
       {"bytes=990-", 206, body.substr(990), "bytes 990-999/1000"},
@@ -260,11 +265,18 @@ struct growing_object {
   bool failed = false;
 
   void append(const std::string& s) {
-    { std::lock_guard lk(mu); data += s; }
+    {
+      std::lock_guard lk(mu);
+      data += s;
+    }
     cv.notify_all();
   }
   void finish(bool ok) {
-    { std::lock_guard lk(mu); finished = true; failed = !ok; }
+    {
+      std::lock_guard lk(mu);
+      finished = true;
+      failed = !ok;
+    }
     cv.notify_all();
   }
 };
@@ -297,7 +309,10 @@ class growing_source final : public body_source {
     });
   }
   void cancel() override {
-    { std::lock_guard lk(obj_->mu); cancelled_ = true; }
+    {
+      std::lock_guard lk(obj_->mu);
+      cancelled_ = true;
+    }
     obj_->cv.notify_all();
   }
 
@@ -325,7 +340,8 @@ TEST(HttpServer, StreamsBytesBeforeTheProducerFinishes) {
   // The client sees the header and the first bytes while the rest does not exist yet.
   std::string got;
   auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (got.find("\r\n\r\n") == std::string::npos || got.size() - got.find("\r\n\r\n") - 4 < 1000) {
+  while (got.find("\r\n\r\n") == std::string::npos ||
+         got.size() - got.find("\r\n\r\n") - 4 < 1000) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "first bytes did not arrive";
     got += c.read_some(65536, 1000ms);
   }
@@ -405,7 +421,8 @@ TEST(HttpServer, BodyLimitGets413) {
   o.max_body_bytes = 1000;
   server_fixture f([&](request&&, responder resp) { resp.send(text_ok("x")); }, o);
   raw_conn c(f.port());
-  c.send_all("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'b'));
+  c.send_all("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n" +
+             std::string(5000, 'b'));
   auto r = c.read_response();
   EXPECT_EQ(r.status, 413);
 }
@@ -416,12 +433,14 @@ TEST(HttpServer, GarbageGets400AndServerKeepsServing) {
   for (int i = 0; i < 200; ++i) {
     raw_conn c(f.port());
     std::string junk;
-    for (int j = 0, n = 1 + static_cast<int>(rng() % 300); j < n; ++j) junk += static_cast<char>(rng());
+    for (int j = 0, n = 1 + static_cast<int>(rng() % 300); j < n; ++j)
+      junk += static_cast<char>(rng());
     if (i % 3 == 0) junk = "GET / HTTP/1.1\r\n" + junk + "\r\n\r\n";
     c.send_all(junk + "\r\n\r\n");
     auto r = c.read_response(false, 2000ms);
     if (r.status != 0) {
-      EXPECT_TRUE(r.status == 400 || r.status == 200 || r.status == 431 || r.status == 413) << r.status;
+      EXPECT_TRUE(r.status == 400 || r.status == 200 || r.status == 431 || r.status == 413)
+          << r.status;
     }
   }
   raw_conn c(f.port());
@@ -444,11 +463,13 @@ TEST(HttpServer, ClientThatStopsReadingIsDroppedAfterWriteTimeout) {
   temp_file tf(content);
   server_options o;
   o.write_timeout = 300ms;
-  server_fixture f([&](request&&, responder resp) {
-    response r;
-    r.body = file_body{tf.open(), 0, content.size()};
-    resp.send(std::move(r));
-  }, o);
+  server_fixture f(
+      [&](request&&, responder resp) {
+        response r;
+        r.body = file_body{tf.open(), 0, content.size()};
+        resp.send(std::move(r));
+      },
+      o);
   raw_conn c(f.port(), 4096);
   ASSERT_TRUE(c.send_all(get_req("/big")));
   // Never read. The server must give up instead of holding the connection forever.
@@ -561,7 +582,6 @@ TEST(HttpServer, SplitHostPort) {
   EXPECT_FALSE(percent_decode("%2"));
   EXPECT_FALSE(percent_decode("%"));
 }
-
 
 // sendfile(2) to a socket whose client left raises SIGPIPE, which would kill the daemon: once a
 // server exists, SIGPIPE is ignored (writes see EPIPE instead).

@@ -39,7 +39,9 @@ class raw_conn {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   }
-  ~raw_conn() { if (fd_ >= 0) ::close(fd_); }
+  ~raw_conn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   raw_conn(const raw_conn&) = delete;
   raw_conn& operator=(const raw_conn&) = delete;
 
@@ -66,7 +68,10 @@ class raw_conn {
     if (!wait_readable(timeout)) return {};
     std::string out(n, '\0');
     ssize_t r = ::recv(fd_, out.data(), n, 0);
-    if (r <= 0) { closed_ = true; return {}; }
+    if (r <= 0) {
+      closed_ = true;
+      return {};
+    }
     out.resize(static_cast<std::size_t>(r));
     return out;
   }
@@ -77,7 +82,10 @@ class raw_conn {
     raw_response r;
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (buf_.find("\r\n\r\n") == std::string::npos) {
-      if (!fill(deadline)) { r.closed = closed_; return r; }
+      if (!fill(deadline)) {
+        r.closed = closed_;
+        return r;
+      }
     }
     auto end = buf_.find("\r\n\r\n");
     std::string head_block = buf_.substr(0, end);
@@ -100,26 +108,41 @@ class raw_conn {
       }
       pos = e + 2;
     }
-    if (head || r.status == 204 || r.status == 304) { r.complete = true; return r; }
+    if (head || r.status == 204 || r.status == 304) {
+      r.complete = true;
+      return r;
+    }
     if (r.header("transfer-encoding") == "chunked") {
       for (;;) {
         while (buf_.find("\r\n") == std::string::npos) {
-          if (!fill(deadline)) { r.closed = closed_; return r; }
+          if (!fill(deadline)) {
+            r.closed = closed_;
+            return r;
+          }
         }
         auto le = buf_.find("\r\n");
         std::size_t sz = std::stoul(buf_.substr(0, le), nullptr, 16);
         buf_.erase(0, le + 2);
         while (buf_.size() < sz + 2) {
-          if (!fill(deadline)) { r.body += buf_; buf_.clear(); r.closed = closed_; return r; }
+          if (!fill(deadline)) {
+            r.body += buf_;
+            buf_.clear();
+            r.closed = closed_;
+            return r;
+          }
         }
         r.body += buf_.substr(0, sz);
         buf_.erase(0, sz + 2);
-        if (sz == 0) { r.complete = true; return r; }
+        if (sz == 0) {
+          r.complete = true;
+          return r;
+        }
       }
     }
     std::string cl = r.header("content-length");
     if (cl.empty()) {
-      while (fill(deadline)) {}
+      while (fill(deadline)) {
+      }
       r.body = buf_;
       buf_.clear();
       r.closed = closed_;
@@ -153,12 +176,16 @@ class raw_conn {
     return ::poll(&p, 1, static_cast<int>(timeout.count())) > 0;
   }
   bool fill(std::chrono::steady_clock::time_point deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     if (!wait_readable(left)) return false;
     char tmp[65536];
     ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
-    if (n <= 0) { closed_ = true; return false; }
+    if (n <= 0) {
+      closed_ = true;
+      return false;
+    }
     buf_.append(tmp, static_cast<std::size_t>(n));
     return true;
   }

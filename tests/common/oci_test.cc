@@ -12,9 +12,9 @@ TEST(OciName, ValidAndInvalid) {
                          "my.app", "a0/b1.c2_d3__e4-f5", "test/app"}) {
     EXPECT_TRUE(valid_name(ok)) << ok;
   }
-  for (const char* bad : {"", "A", "Library/nginx", "a//b", "/a", "a/", "-a", "a-", "a___b", "a..b",
-                          "a._b", "a/../b", "..", "a/./b", "a b", "a\nb", "a:b", "a@b", "%2e%2e",
-                          "a/B", "é"}) {
+  for (const char* bad : {"",    "A",     "Library/nginx", "a//b", "/a",     "a/",  "-a",
+                          "a-",  "a___b", "a..b",          "a._b", "a/../b", "..",  "a/./b",
+                          "a b", "a\nb",  "a:b",           "a@b",  "%2e%2e", "a/B", "é"}) {
     EXPECT_FALSE(valid_name(bad)) << bad;
   }
   EXPECT_TRUE(valid_name(std::string(255, 'a')));
@@ -22,8 +22,10 @@ TEST(OciName, ValidAndInvalid) {
 }
 
 TEST(OciTag, ValidAndInvalid) {
-  for (const char* ok : {"latest", "v1", "V1.2.3", "_x", "a-b.c_d", "1"}) EXPECT_TRUE(valid_tag(ok)) << ok;
-  for (const char* bad : {"", "-x", ".x", "a/b", "a:b", "a b", "a\x01", "a@b"}) EXPECT_FALSE(valid_tag(bad)) << bad;
+  for (const char* ok : {"latest", "v1", "V1.2.3", "_x", "a-b.c_d", "1"})
+    EXPECT_TRUE(valid_tag(ok)) << ok;
+  for (const char* bad : {"", "-x", ".x", "a/b", "a:b", "a b", "a\x01", "a@b"})
+    EXPECT_FALSE(valid_tag(bad)) << bad;
   EXPECT_TRUE(valid_tag(std::string(128, 'a')));
   EXPECT_FALSE(valid_tag(std::string(129, 'a')));
 }
@@ -43,7 +45,8 @@ TEST(OciManifestRef, TagOrDigest) {
   auto t = parse_manifest_ref("v1");
   ASSERT_TRUE(t);
   EXPECT_FALSE(t->is_digest());
-  auto d = parse_manifest_ref("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  auto d =
+      parse_manifest_ref("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   ASSERT_TRUE(d);
   EXPECT_TRUE(d->is_digest());
   EXPECT_FALSE(parse_manifest_ref("sha512:abc"));
@@ -52,7 +55,10 @@ TEST(OciManifestRef, TagOrDigest) {
 }
 
 TEST(OciImageRef, Normalization) {
-  struct c { const char* in; const char* out; };
+  struct c {
+    const char* in;
+    const char* out;
+  };
   for (auto [in, out] : {
            c{"nginx", "docker.io/library/nginx:latest"},
            c{"nginx:1.25", "docker.io/library/nginx:1.25"},
@@ -63,7 +69,8 @@ TEST(OciImageRef, Normalization) {
            c{"127.0.0.1:5000/test/app:v1", "127.0.0.1:5000/test/app:v1"},
            c{"registry.example.com/team/app", "registry.example.com/team/app:latest"},
            c{"nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-             "docker.io/library/nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+             "docker.io/library/"
+             "nginx@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
            c{"h:1/a:t@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
              "h:1/a:t@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
        }) {
@@ -71,8 +78,9 @@ TEST(OciImageRef, Normalization) {
     ASSERT_TRUE(r) << in << ": " << r.error().to_string();
     EXPECT_EQ(r->str(), out) << in;
   }
-  for (const char* bad : {"", "NGINX", "nginx:", "nginx@sha256:xyz", "a//b", "host:99999/app",
-                          "nginx:-bad", ":tag", "@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}) {
+  for (const char* bad :
+       {"", "NGINX", "nginx:", "nginx@sha256:xyz", "a//b", "host:99999/app", "nginx:-bad", ":tag",
+        "@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}) {
     EXPECT_FALSE(parse_image_ref(bad)) << bad;
   }
 }
@@ -103,9 +111,12 @@ TEST(OciErrors, BodyShape) {
 }
 
 TEST(OciMediaType, FromBody) {
-  EXPECT_EQ(manifest_media_type_of(R"({"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]})").value(),
+  EXPECT_EQ(manifest_media_type_of(
+                R"({"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]})")
+                .value(),
             media::oci_index);
-  EXPECT_EQ(manifest_media_type_of(R"({"schemaVersion":2,"config":{},"layers":[]})").value(), media::oci_manifest);
+  EXPECT_EQ(manifest_media_type_of(R"({"schemaVersion":2,"config":{},"layers":[]})").value(),
+            media::oci_manifest);
   EXPECT_FALSE(manifest_media_type_of("not json"));
   EXPECT_FALSE(manifest_media_type_of("[]"));
 }

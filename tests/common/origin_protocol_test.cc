@@ -16,12 +16,15 @@
 namespace shoal::origin {
 namespace {
 
-const std::string kDigest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-const std::string kOther = "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+const std::string kDigest =
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+const std::string kOther =
+    "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
 
 digest D(const std::string& s) { return *digest::parse(s); }
 
-http::request make_request(std::string target, std::vector<std::pair<std::string, std::string>> hdrs = {}) {
+http::request make_request(std::string target,
+                           std::vector<std::pair<std::string, std::string>> hdrs = {}) {
   http::request r;
   r.target = target;
   auto q = target.find('?');
@@ -35,7 +38,8 @@ http::request make_request(std::string target, std::vector<std::pair<std::string
 http::full_response received(const http::response& r) {
   http::full_response f;
   f.status = static_cast<int>(r.status);
-  for (const auto& h : r.headers) f.headers.emplace(std::string(h.name_string()), std::string(h.value()));
+  for (const auto& h : r.headers)
+    f.headers.emplace(std::string(h.name_string()), std::string(h.value()));
   if (auto* b = std::get_if<std::string>(&r.body)) f.body = *b;
   return f;
 }
@@ -83,7 +87,8 @@ TEST(OriginVersion, RegistryProxyServesKnownMajorsAndNamesBothSidesOtherwise) {
     auto e = version_mismatch_of(400, body);
     ASSERT_TRUE(e);
     EXPECT_TRUE(is_version_mismatch(*e));
-    EXPECT_NE(e->message.find("does not speak Shoal origin protocol 1 (it speaks 1 to 1)"), std::string::npos)
+    EXPECT_NE(e->message.find("does not speak Shoal origin protocol 1 (it speaks 1 to 1)"),
+              std::string::npos)
         << e->message;
   }
 }
@@ -94,7 +99,8 @@ TEST(OriginVersion, OtherErrorsAreNotMismatches) {
   EXPECT_FALSE(version_mismatch_of(400, "not json"));
   EXPECT_FALSE(version_mismatch_of(400, std::string(100 << 10, '{')));
   // Hostile numbers do not leak into the message.
-  auto e = version_mismatch_of(400, R"({"errors":[{"detail":{"shoal_protocol":{"oldest":-1,"current":1e99}}}]})");
+  auto e = version_mismatch_of(
+      400, R"({"errors":[{"detail":{"shoal_protocol":{"oldest":-1,"current":1e99}}}]})");
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("it speaks ? to ?"), std::string::npos) << e->message;
 }
@@ -112,8 +118,9 @@ TEST(OriginVersion, CallSendsTheVersionAndSurfacesAMismatch) {
     // A registry-proxy that dropped major 1 answers as check_version() does.
     r.status = 400;
     r.headers = {{"Content-Type", "application/json"}, {"Shoal-Protocol", "3"}};
-    r.body = R"({"errors":[{"code":"UNSUPPORTED","message":"this registry-proxy speaks Shoal origin protocol 2 to 3",)"
-             R"("detail":{"shoal_protocol":{"requested":"1","oldest":2,"current":3}}}]})";
+    r.body =
+        R"({"errors":[{"code":"UNSUPPORTED","message":"this registry-proxy speaks Shoal origin protocol 2 to 3",)"
+        R"("detail":{"shoal_protocol":{"requested":"1","oldest":2,"current":3}}}]})";
     return r;
   });
   http::client c;
@@ -127,19 +134,23 @@ TEST(OriginVersion, CallSendsTheVersionAndSurfacesAMismatch) {
   auto g = call(c, bad, 1 << 20);
   ASSERT_FALSE(g);
   EXPECT_TRUE(is_version_mismatch(g.error()));
-  EXPECT_NE(g.error().message.find("does not speak Shoal origin protocol 1 (it speaks 2 to 3)"), std::string::npos)
+  EXPECT_NE(g.error().message.find("does not speak Shoal origin protocol 1 (it speaks 2 to 3)"),
+            std::string::npos)
       << g.error().message;
-  for (const auto& r : srv.requests()) EXPECT_EQ(r.header("Shoal-Protocol"), std::to_string(protocol_version));
+  for (const auto& r : srv.requests())
+    EXPECT_EQ(r.header("Shoal-Protocol"), std::to_string(protocol_version));
 }
 
 // ---- Requests
 
 TEST(OriginRequests, TargetsParseBackOnTheServer) {
   object_ref o{"registry.example:5000", "team/app"};
-  auto t = metainfo_target(o, D(kDigest),
-                           {.wait = std::chrono::milliseconds(1500), .chunks = true, .parent = D(kOther)});
-  EXPECT_EQ(t, "/shoal/v1/metainfo/" + kDigest +
-                   "?repo=team/app&ns=registry.example%3A5000&wait_ms=1500&chunks=1&parent=" + kOther);
+  auto t = metainfo_target(
+      o, D(kDigest),
+      {.wait = std::chrono::milliseconds(1500), .chunks = true, .parent = D(kOther)});
+  EXPECT_EQ(t,
+            "/shoal/v1/metainfo/" + kDigest +
+                "?repo=team/app&ns=registry.example%3A5000&wait_ms=1500&chunks=1&parent=" + kOther);
   auto m = parse_metainfo_request(make_request(t));
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->object, D(kDigest));
@@ -156,14 +167,16 @@ TEST(OriginRequests, TargetsParseBackOnTheServer) {
   EXPECT_FALSE(plain->chunks);
   EXPECT_FALSE(plain->parent);
 
-  auto c = parse_chunks_request(make_request(chunks_target(o, D(kDigest), 7, std::chrono::milliseconds(200))));
+  auto c = parse_chunks_request(
+      make_request(chunks_target(o, D(kDigest), 7, std::chrono::milliseconds(200))));
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->parent, D(kDigest));
   EXPECT_EQ(c->have, 7u);
   EXPECT_EQ(c->wait, std::chrono::milliseconds(200));
 
   EXPECT_EQ(blob_target({"", "a/b"}, D(kDigest)), "/v2/a/b/blobs/" + kDigest);
-  EXPECT_EQ(manifest_target({"docker.io", "library/x"}, "latest"), "/v2/library/x/manifests/latest?ns=docker.io");
+  EXPECT_EQ(manifest_target({"docker.io", "library/x"}, "latest"),
+            "/v2/library/x/manifests/latest?ns=docker.io");
   EXPECT_EQ(dataset_target("ds@1"), "/shoal/v1/datasets/ds@1");
   EXPECT_EQ(dataset_manifest_target("ds@1"), "/shoal/v1/datasets/ds@1/manifest");
   EXPECT_EQ(dataset_objects_base("ds@1"), "/shoal/v1/datasets/ds@1/objects/");
@@ -175,13 +188,17 @@ TEST(OriginRequests, TargetsParseBackOnTheServer) {
 }
 
 TEST(OriginRequests, MalformedRequestsGetTheSpecErrors) {
-  struct c { std::string target; oci::error_code code; };
+  struct c {
+    std::string target;
+    oci::error_code code;
+  };
   for (const auto& k : {
            c{"/shoal/v1/metainfo/sha256:xyz?repo=a", oci::error_code::digest_invalid},
            c{"/shoal/v1/metainfo/" + kDigest, oci::error_code::name_invalid},
            c{"/shoal/v1/metainfo/" + kDigest + "?repo=UPPER", oci::error_code::name_invalid},
            c{"/shoal/v1/metainfo/" + kDigest + "?repo=a&ns=%zz", oci::error_code::name_invalid},
-           c{"/shoal/v1/metainfo/" + kDigest + "?repo=a&parent=md5:00", oci::error_code::digest_invalid},
+           c{"/shoal/v1/metainfo/" + kDigest + "?repo=a&parent=md5:00",
+             oci::error_code::digest_invalid},
        }) {
     auto r = parse_metainfo_request(make_request(k.target));
     ASSERT_FALSE(r) << k.target;
@@ -190,10 +207,12 @@ TEST(OriginRequests, MalformedRequestsGetTheSpecErrors) {
     EXPECT_FALSE(r.error().message.empty());
   }
   // wait_ms= is only a hint on the metainfo endpoint, and checked on the chunk list.
-  auto lenient = parse_metainfo_request(make_request("/shoal/v1/metainfo/" + kDigest + "?repo=a&wait_ms=-5"));
+  auto lenient =
+      parse_metainfo_request(make_request("/shoal/v1/metainfo/" + kDigest + "?repo=a&wait_ms=-5"));
   ASSERT_TRUE(lenient);
   EXPECT_FALSE(lenient->wait);
-  for (const char* q : {"have=-1", "have=1000001", "have=x", "wait_ms=1s", "wait_ms=99999999999999999999"}) {
+  for (const char* q :
+       {"have=-1", "have=1000001", "have=x", "wait_ms=1s", "wait_ms=99999999999999999999"}) {
     auto r = parse_chunks_request(make_request("/shoal/v1/chunks/" + kDigest + "?repo=a&" + q));
     ASSERT_FALSE(r) << q;
     EXPECT_EQ(r.error().code, oci::error_code::unsupported) << q;
@@ -240,12 +259,13 @@ TEST(OriginAnswers, MetainfoRejectsMalformedHeaders) {
     return decode_metainfo(f);
   };
   EXPECT_TRUE(with("Shoal-Seed", "10.0.0.1:6881"));
-  for (auto [n, v] : std::vector<std::pair<std::string, std::string>>{{"Shoal-Seed", "a b"},
-                                                                      {"Shoal-Seed", std::string(400, 'a')},
-                                                                      {"Shoal-Seed", "\xc3\xa9"},
-                                                                      {"Shoal-Piece-Size", "-1"},
-                                                                      {"Shoal-Object-Size", "12abc"},
-                                                                      {"Shoal-Group-Bytes", "1e9"}}) {
+  for (auto [n, v] :
+       std::vector<std::pair<std::string, std::string>>{{"Shoal-Seed", "a b"},
+                                                        {"Shoal-Seed", std::string(400, 'a')},
+                                                        {"Shoal-Seed", "\xc3\xa9"},
+                                                        {"Shoal-Piece-Size", "-1"},
+                                                        {"Shoal-Object-Size", "12abc"},
+                                                        {"Shoal-Group-Bytes", "1e9"}}) {
     auto r = with(n, v);
     ASSERT_FALSE(r) << n << ": " << v;
     EXPECT_TRUE(r.error().is(errc::protocol_error));
@@ -268,9 +288,10 @@ TEST(OriginAnswers, ProgressRoundTripAndLayoutChecks) {
   auto q = decode_progress(std::get<std::string>(encode(progress{5, 0, 0, "1"}).body));
   ASSERT_TRUE(q);
   EXPECT_EQ(q->chunk_size, 0u);
-  for (const char* bad : {"", "[]", "null", R"({"bytes":-1})", R"({"bytes":"5"})", R"({"size":1.5})",
-                          R"({"size":10,"chunk_size":0})", R"({"size":10,"chunk_size":11})",
-                          R"({"size":100000000,"chunk_size":1})", "{\"bytes\":1"}) {
+  for (const char* bad :
+       {"", "[]", "null", R"({"bytes":-1})", R"({"bytes":"5"})", R"({"size":1.5})",
+        R"({"size":10,"chunk_size":0})", R"({"size":10,"chunk_size":11})",
+        R"({"size":100000000,"chunk_size":1})", "{\"bytes\":1"}) {
     auto d = decode_progress(bad);
     ASSERT_FALSE(d) << bad;
     EXPECT_TRUE(d.error().is(errc::protocol_error)) << bad;
@@ -377,13 +398,15 @@ TEST(OriginOci, StatusMappingAndErrorAnswers) {
   EXPECT_EQ(code_for_status(401), oci::error_code::unauthorized);
   EXPECT_EQ(code_for_status(403), oci::error_code::denied);
   EXPECT_EQ(code_for_status(404), oci::error_code::blob_unknown);
-  EXPECT_EQ(code_for_status(404, oci::error_code::manifest_unknown), oci::error_code::manifest_unknown);
+  EXPECT_EQ(code_for_status(404, oci::error_code::manifest_unknown),
+            oci::error_code::manifest_unknown);
   EXPECT_EQ(code_for_status(429), oci::error_code::toomanyrequests);
   EXPECT_EQ(code_for_status(500), oci::error_code::unsupported);
   auto r = oci_error(401, oci::error_code::unauthorized, "who?", "Basic realm=\"x\"");
   EXPECT_EQ(r.headers["WWW-Authenticate"], "Basic realm=\"x\"");
   EXPECT_EQ(r.headers["Docker-Distribution-API-Version"], "registry/2.0");
-  EXPECT_TRUE(oci_error(401, oci::error_code::unauthorized, "who?").headers["WWW-Authenticate"].empty());
+  EXPECT_TRUE(
+      oci_error(401, oci::error_code::unauthorized, "who?").headers["WWW-Authenticate"].empty());
   EXPECT_EQ(upstream_failure(409, "m", "", oci::error_code::blob_unknown).status, 502u);
   EXPECT_EQ(upstream_failure(503, "m", "", oci::error_code::blob_unknown).status, 503u);
   auto tm = upstream_failure(429, "slow down", "7", oci::error_code::blob_unknown);
@@ -392,8 +415,6 @@ TEST(OriginOci, StatusMappingAndErrorAnswers) {
   EXPECT_EQ(error_message_of(std::get<std::string>(tm.body)), "slow down");
   EXPECT_EQ(v2_base_ok().status, 200u);
 }
-
-
 
 TEST(Routes, ParsesPullApi) {
   route_error err;
@@ -417,14 +438,19 @@ TEST(Routes, ParsesPullApi) {
 }
 
 TEST(Routes, RejectsMalformedWithSpecErrors) {
-  struct c { std::string path; unsigned status; oci::error_code code; };
+  struct c {
+    std::string path;
+    unsigned status;
+    oci::error_code code;
+  };
   for (const auto& k : {
            c{"/v2/UPPER/manifests/latest", 400, oci::error_code::name_invalid},
            c{"/v2/../etc/manifests/latest", 400, oci::error_code::name_invalid},
            c{"/v2/a/../b/blobs/" + kDigest, 400, oci::error_code::name_invalid},
            c{"/v2//a/manifests/latest", 400, oci::error_code::name_invalid},
            c{"/v2/a/blobs/sha256:xyz", 400, oci::error_code::digest_invalid},
-           c{"/v2/a/blobs/md5:d41d8cd98f00b204e9800998ecf8427e", 400, oci::error_code::digest_invalid},
+           c{"/v2/a/blobs/md5:d41d8cd98f00b204e9800998ecf8427e", 400,
+             oci::error_code::digest_invalid},
            c{"/v2/a/blobs/latest", 400, oci::error_code::digest_invalid},
            c{"/v2/a/manifests/-bad", 400, oci::error_code::manifest_invalid},
            c{"/v2/a/manifests/sha256:ABC", 400, oci::error_code::digest_invalid},

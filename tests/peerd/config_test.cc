@@ -59,36 +59,39 @@ TEST_P(PeerdConfigRefuses, WithAMessageNamingTheKey) {
   auto before = config::to_yaml(c);
   auto st = config::load_string(GetParam().yaml, "peerd.yaml", c);
   ASSERT_FALSE(st) << GetParam().yaml;
-  EXPECT_NE(st.error().message.find(GetParam().must_mention), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find(GetParam().must_mention), std::string::npos)
+      << st.error().message;
   // A refused config leaves the struct as it was.
   EXPECT_EQ(config::to_yaml(c), before);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, PeerdConfigRefuses,
-    ::testing::Values(bad_case{"StallTooShort", "swarm: {stall_timeout: 10ms}", "stall_timeout"},
-                      bad_case{"DeadlineZero", "swarm: {fallback_deadline: 0s}", "fallback_deadline"},
-                      bad_case{"WindowNegative", "swarm: {streaming_window: -1}", "streaming_window"},
-                      bad_case{"WindowHuge", "swarm: {streaming_window: 100000}", "streaming_window"},
-                      bad_case{"NoLoadedTorrents", "swarm: {max_loaded_torrents: 0}", "max_loaded_torrents"},
-                      bad_case{"FewConnections", "swarm: {connections_limit: 1}", "connections_limit"},
-                      bad_case{"UnloadTooSoon", "swarm: {seed_idle_unload: 100ms}", "seed_idle_unload"},
-                      bad_case{"BadDuration", "swarm: {stall_timeout: soon}", "stall_timeout"},
-                      bad_case{"UnknownKey", "swarm: {no_such_key: 1}", "no_such_key"},
-                      bad_case{"Watermarks", "cache: {low_watermark: 0.9, high_watermark: 0.8}", "watermark"},
-                      bad_case{"BadQuota", "cache: {quota: lots}", "quota"},
-                      bad_case{"NoIoThreads", "io_threads: 0", "io_threads"},
-                      bad_case{"ConnectTooShort", "upstream: {connect_timeout: 1ms}", "connect_timeout"},
-                      // With the deadline not after the stall timeout the HTTP fallback could
-                      // never run before the download is failed.
-                      bad_case{"DeadlineNotAfterStall", "swarm: {stall_timeout: 5s, fallback_deadline: 5s}", "fallback_deadline"},
-                      bad_case{"SectionNotAMap", "swarm: [1, 2]", "swarm"}),
+    ::testing::Values(
+        bad_case{"StallTooShort", "swarm: {stall_timeout: 10ms}", "stall_timeout"},
+        bad_case{"DeadlineZero", "swarm: {fallback_deadline: 0s}", "fallback_deadline"},
+        bad_case{"WindowNegative", "swarm: {streaming_window: -1}", "streaming_window"},
+        bad_case{"WindowHuge", "swarm: {streaming_window: 100000}", "streaming_window"},
+        bad_case{"NoLoadedTorrents", "swarm: {max_loaded_torrents: 0}", "max_loaded_torrents"},
+        bad_case{"FewConnections", "swarm: {connections_limit: 1}", "connections_limit"},
+        bad_case{"UnloadTooSoon", "swarm: {seed_idle_unload: 100ms}", "seed_idle_unload"},
+        bad_case{"BadDuration", "swarm: {stall_timeout: soon}", "stall_timeout"},
+        bad_case{"UnknownKey", "swarm: {no_such_key: 1}", "no_such_key"},
+        bad_case{"Watermarks", "cache: {low_watermark: 0.9, high_watermark: 0.8}", "watermark"},
+        bad_case{"BadQuota", "cache: {quota: lots}", "quota"},
+        bad_case{"NoIoThreads", "io_threads: 0", "io_threads"},
+        bad_case{"ConnectTooShort", "upstream: {connect_timeout: 1ms}", "connect_timeout"},
+        // With the deadline not after the stall timeout the HTTP fallback could
+        // never run before the download is failed.
+        bad_case{"DeadlineNotAfterStall", "swarm: {stall_timeout: 5s, fallback_deadline: 5s}",
+                 "fallback_deadline"},
+        bad_case{"SectionNotAMap", "swarm: [1, 2]", "swarm"}),
     [](const ::testing::TestParamInfo<bad_case>& i) { return std::string(i.param.name); });
 
 TEST(PeerdConfig, ReferenceDocumentsTheSwarmKeys) {
   auto md = config::to_markdown<peerd_config>("peerd");
-  for (const char* k : {"stall_timeout", "fallback_deadline", "seed_idle_unload", "streaming_window",
-                        "announce_ip", "registry_proxy", "metainfo_wait"}) {
+  for (const char* k : {"stall_timeout", "fallback_deadline", "seed_idle_unload",
+                        "streaming_window", "announce_ip", "registry_proxy", "metainfo_wait"}) {
     EXPECT_NE(md.find(k), std::string::npos) << k;
   }
 }

@@ -142,7 +142,8 @@ void corrupt(const std::string& path, std::uint64_t off) {
   ASSERT_GE(fd, 0) << path;
   char junk[64];
   std::memset(junk, 0x5a, sizeof junk);
-  ASSERT_EQ(::pwrite(fd, junk, sizeof junk, static_cast<off_t>(off)), static_cast<ssize_t>(sizeof junk));
+  ASSERT_EQ(::pwrite(fd, junk, sizeof junk, static_cast<off_t>(off)),
+            static_cast<ssize_t>(sizeof junk));
   ::close(fd);
   ::chmod(path.c_str(), 0444);
 }
@@ -160,7 +161,8 @@ ht::reply range_reply(const std::string& bytes, const ht::recorded_request& r) {
   std::uint64_t to = std::stoull(range->substr(dash + 1));
   out.status = 206;
   out.body = bytes.substr(from, to - from + 1);
-  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" + std::to_string(to) + "/" +
+  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" +
+                                                std::to_string(to) + "/" +
                                                 std::to_string(bytes.size()));
   return out;
 }
@@ -208,7 +210,8 @@ TEST(Swarm, CorruptUnloadedHolderQuarantinesAndNeverUploadsBadBytes) {
   EXPECT_EQ((*dl)->current(), download::state::failed);
   EXPECT_FALSE(b.store->contains(m.object));
   // The holder found out and quarantined the object: gone from its cache and its index.
-  ASSERT_TRUE(wait_for([&] { return !a.store->contains(m.object); }, 10s)) << "holder kept a corrupt object";
+  ASSERT_TRUE(wait_for([&] { return !a.store->contains(m.object); }, 10s))
+      << "holder kept a corrupt object";
   EXPECT_GE(a.swarm->counters().quarantined.load(), 1u);
   EXPECT_FALSE(a.state->by_info_hash(m.info_hash_hex()));
   EXPECT_TRUE(a.swarm->holdings().empty());

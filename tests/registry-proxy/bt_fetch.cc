@@ -37,7 +37,8 @@ int fail_json(const std::string& why) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s <file.torrent> <seed ip:port> <save dir> [timeout s]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <file.torrent> <seed ip:port> <save dir> [timeout s]\n",
+                 argv[0]);
     return 2;
   }
   const std::string torrent_path = argv[1], seed = argv[2], save = argv[3];
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
     }
     // The seed may load the torrent a moment after serving its metainfo, and a refused peer is
     // not retried at once: connect again every second while no peer is connected.
-    if (st.num_peers == 0 && std::chrono::steady_clock::now() - last_connect > std::chrono::seconds(1) &&
+    if (st.num_peers == 0 &&
+        std::chrono::steady_clock::now() - last_connect > std::chrono::seconds(1) &&
         (st.state == lt::torrent_status::downloading || st.state == lt::torrent_status::finished)) {
       try {
         h.connect_peer(ep);
@@ -94,12 +96,13 @@ int main(int argc, char** argv) {
       last_connect = std::chrono::steady_clock::now();
     }
     if (std::getenv("SHOAL_BT_FETCH_DEBUG")) {
-      std::fprintf(stderr, "state=%d peers=%d done=%lld\n", static_cast<int>(st.state), st.num_peers,
-                   static_cast<long long>(st.total_wanted_done));
+      std::fprintf(stderr, "state=%d peers=%d done=%lld\n", static_cast<int>(st.state),
+                   st.num_peers, static_cast<long long>(st.total_wanted_done));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   auto st = h.status();
   return fail_json("timed out with " + std::to_string(st.total_wanted_done) + " of " +
-                   std::to_string(st.total_wanted) + " bytes, " + std::to_string(st.num_peers) + " peers");
+                   std::to_string(st.total_wanted) + " bytes, " + std::to_string(st.num_peers) +
+                   " peers");
 }

@@ -52,11 +52,12 @@ TEST(Chunker, CutsAStreamFedInOddPiecesIntoVerifiedChunks) {
   auto list = std::make_shared<chunk_list>(sha256_of(std::string_view(data)), data.size(), cs);
   std::vector<std::pair<chunk_entry, object_metainfo>> committed;
   {
-    chunker c(list, [&](const chunk_entry& e, const std::string& b, const object_metainfo& m) -> status {
-      EXPECT_EQ(b.size(), e.size);
-      committed.emplace_back(e, m);
-      return {};
-    });
+    chunker c(list,
+              [&](const chunk_entry& e, const std::string& b, const object_metainfo& m) -> status {
+                EXPECT_EQ(b.size(), e.size);
+                committed.emplace_back(e, m);
+                return {};
+              });
     std::mt19937 g(3);
     std::size_t off = 0;
     while (off < data.size()) {
@@ -76,7 +77,8 @@ TEST(Chunker, CutsAStreamFedInOddPiecesIntoVerifiedChunks) {
     const auto& e = s.chunks[i];
     EXPECT_EQ(e.offset, off);
     EXPECT_EQ(e.size, i < 2 ? cs : cs + 12345);
-    auto part = std::string_view(data).substr(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.size));
+    auto part = std::string_view(data).substr(static_cast<std::size_t>(e.offset),
+                                              static_cast<std::size_t>(e.size));
     EXPECT_EQ(e.id, sha256_of(part)) << "chunk " << i;
     EXPECT_TRUE(list->contains(e.id));
     // The chunk's metainfo is that of the chunk as an object of its own.
@@ -96,9 +98,12 @@ TEST(Chunker, WaitersFireOnPublishAndOnFailure) {
   std::atomic<int> fired{0};
   EXPECT_FALSE(list->when_beyond(0, [&] { ++fired; }));
   EXPECT_FALSE(list->when_beyond(1, [&] { ++fired; }));
-  chunker c(list, [](const chunk_entry&, const std::string&, const object_metainfo&) -> status { return {}; });
+  chunker c(list, [](const chunk_entry&, const std::string&, const object_metainfo&) -> status {
+    return {};
+  });
   c.update(data.data(), static_cast<std::size_t>(mib));
-  for (int i = 0; i < 500 && fired.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 0; i < 500 && fired.load() < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(fired.load(), 1) << "the first chunk wakes only the waiter that had none";
   c.update(data.data() + mib, static_cast<std::size_t>(mib));
   ASSERT_TRUE(c.finish());
@@ -132,7 +137,9 @@ TEST(Chunker, ShortStreamAndAbortFailTheList) {
   const std::string data = bytes_of(static_cast<std::size_t>(3 * mib), 4);
   {
     auto list = std::make_shared<chunk_list>(sha256_of(std::string_view(data)), data.size(), mib);
-    chunker c(list, [](const chunk_entry&, const std::string&, const object_metainfo&) -> status { return {}; });
+    chunker c(list, [](const chunk_entry&, const std::string&, const object_metainfo&) -> status {
+      return {};
+    });
     c.update(data.data(), static_cast<std::size_t>(2 * mib + 10));
     auto st = c.finish();
     ASSERT_FALSE(st);
@@ -145,7 +152,9 @@ TEST(Chunker, ShortStreamAndAbortFailTheList) {
     auto list = std::make_shared<chunk_list>(sha256_of(std::string_view(data)), data.size(), mib);
     std::atomic<bool> woke{false};
     list->when_beyond(10, [&] { woke = true; });
-    chunker c(list, [](const chunk_entry&, const std::string&, const object_metainfo&) -> status { return {}; });
+    chunker c(list, [](const chunk_entry&, const std::string&, const object_metainfo&) -> status {
+      return {};
+    });
     c.update(data.data(), 100);
     c.abort("upstream went away");
     EXPECT_TRUE(woke.load());

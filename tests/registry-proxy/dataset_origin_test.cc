@@ -48,16 +48,18 @@ struct origin_server {
   std::map<std::string, std::string> listings;  // "/dir/" → JSON
   std::map<std::string, std::string> files;     // "/dir/name" → bytes
   bool honour_range = true;
-  std::optional<std::size_t> cut_after;  // close the first plain GET after this many bytes
-  bool refuse_ranges = false;            // answer Range requests with 500
-  bool ranges_unsatisfiable = false;     // answer Range requests with 416
+  std::optional<std::size_t> cut_after;   // close the first plain GET after this many bytes
+  bool refuse_ranges = false;             // answer Range requests with 500
+  bool ranges_unsatisfiable = false;      // answer Range requests with 416
   std::map<std::string, int> status_for;  // "/dir/name" → status answered instead of the file
 
   testing::reply operator()(const testing::recorded_request& r) {
     std::lock_guard lk(mu);
     std::string path = r.target.substr(0, r.target.find('?'));
-    if (auto it = listings.find(path); it != listings.end()) return {.status = 200, .body = it->second};
-    if (auto st = status_for.find(path); st != status_for.end()) return {.status = st->second, .body = "no"};
+    if (auto it = listings.find(path); it != listings.end())
+      return {.status = 200, .body = it->second};
+    if (auto st = status_for.find(path); st != status_for.end())
+      return {.status = st->second, .body = "no"};
     auto it = files.find(path);
     if (it == files.end()) return {.status = 404, .body = "no"};
     auto range = r.header("Range");
@@ -94,7 +96,8 @@ struct fixture : ::testing::Test {
   std::atomic<bool> cancel{false};
 
   void SetUp() override {
-    srv = std::make_unique<testing::test_http_server>([this](const testing::recorded_request& r) { return os(r); });
+    srv = std::make_unique<testing::test_http_server>(
+        [this](const testing::recorded_request& r) { return os(r); });
     cache::options o;
     o.root = (tmp.path / "cache").string();
     o.quota_bytes = 256u << 20;
@@ -107,7 +110,8 @@ struct fixture : ::testing::Test {
   }
 
   std::unique_ptr<dataset_origin> origin(const std::string& include = "", int retries = 2) {
-    std::string decl = R"({"name":"t","version":"v1","origin":{"url":")" + srv->url("/data/") + R"("}})";
+    std::string decl =
+        R"({"name":"t","version":"v1","origin":{"url":")" + srv->url("/data/") + R"("}})";
     if (!include.empty()) decl.insert(decl.size() - 1, R"(,"include":[")" + include + R"("])");
     auto d = dataset::parse_declaration(decl);
     EXPECT_TRUE(d) << d.error().message;
@@ -123,7 +127,8 @@ struct fixture : ::testing::Test {
 using DatasetOrigin = fixture;
 
 TEST_F(DatasetOrigin, ListsRecursivelyAndFetchesIntoTheCache) {
-  os.listings["/data/"] = R"([{"name":"sub","type":"directory"},{"name":"a.txt","type":"file","size":5},
+  os.listings["/data/"] =
+      R"([{"name":"sub","type":"directory"},{"name":"a.txt","type":"file","size":5},
                               {"name":"skip.tmp","type":"file","size":1}])";
   os.listings["/data/sub/"] = R"([{"name":"b c.bin","type":"file","size":70000}])";
   os.files["/data/a.txt"] = "hello";
@@ -136,7 +141,8 @@ TEST_F(DatasetOrigin, ListsRecursivelyAndFetchesIntoTheCache) {
   EXPECT_EQ((*l)[2].path, "sub/b c.bin");
   for (std::size_t i : {0u, 2u}) {
     std::uint64_t seen = 0;
-    auto r = o->fetch((*l)[i], *store, staging, std::nullopt, [&](std::uint64_t n) { seen += n; }, cancel);
+    auto r = o->fetch((*l)[i], *store, staging, std::nullopt, [&](std::uint64_t n) { seen += n; },
+                      cancel);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(seen, (*l)[i].size);
     EXPECT_TRUE(store->contains(r->id));
@@ -157,17 +163,19 @@ TEST_F(DatasetOrigin, RefusesNamesThatCannotBePaths) {
   struct c {
     std::string listing, rule;
   };
-  for (const auto& k : {c{R"([{"name":"../../etc/passwd","type":"file","size":1}])", "'..'"},
-                        c{R"([{"name":"..","type":"directory"}])", "'..'"},
-                        c{R"([{"name":"/etc/passwd","type":"file","size":1}])", "absolute"},
-                        c{R"([{"name":"a\u0000b","type":"file","size":1}])", "NUL"},
-                        c{R"([{"name":"a\nb","type":"file","size":1}])", "control"},
-                        c{R"([{"name":")" + std::string(300, 'x') + R"(","type":"file","size":1}])", "longer"}}) {
+  for (const auto& k :
+       {c{R"([{"name":"../../etc/passwd","type":"file","size":1}])", "'..'"},
+        c{R"([{"name":"..","type":"directory"}])", "'..'"},
+        c{R"([{"name":"/etc/passwd","type":"file","size":1}])", "absolute"},
+        c{R"([{"name":"a\u0000b","type":"file","size":1}])", "NUL"},
+        c{R"([{"name":"a\nb","type":"file","size":1}])", "control"},
+        c{R"([{"name":")" + std::string(300, 'x') + R"(","type":"file","size":1}])", "longer"}}) {
     os.listings["/data/"] = k.listing;
     auto l = origin()->list(cancel);
     ASSERT_FALSE(l) << k.listing;
     EXPECT_NE(l.error().message.find(k.rule), std::string::npos) << l.error().message;
-    EXPECT_NE(l.error().message.find("cannot be a dataset path"), std::string::npos) << l.error().message;
+    EXPECT_NE(l.error().message.find("cannot be a dataset path"), std::string::npos)
+        << l.error().message;
   }
 }
 
@@ -182,7 +190,8 @@ TEST_F(DatasetOrigin, ResumesFromTheStagingFileWithRange) {
   ASSERT_TRUE(l);
   auto first = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_FALSE(first);
-  EXPECT_NE(first.error().message.find("100000 of 300000"), std::string::npos) << first.error().message;
+  EXPECT_NE(first.error().message.find("100000 of 300000"), std::string::npos)
+      << first.error().message;
   os.refuse_ranges = false;
   std::size_t before = srv->request_count();
   auto second = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
@@ -220,17 +229,20 @@ TEST_F(DatasetOrigin, ChangedObjectsAreRefused) {
   ASSERT_TRUE(first);
   // Same size, other bytes: the expected digest catches it.
   os.files["/data/f"] = "new!";
-  auto again = o->fetch(origin_object{"f", 4, "refetch"}, *store, staging, first->id, nullptr, cancel);
+  auto again =
+      o->fetch(origin_object{"f", 4, "refetch"}, *store, staging, first->id, nullptr, cancel);
   ASSERT_FALSE(again);
   EXPECT_TRUE(again.error().is(errc::digest_mismatch)) << again.error().message;
   // Longer than listed: refused while it streams.
   os.files["/data/f"] = "much longer now";
-  auto longer = o->fetch(origin_object{"f", 4, "refetch2"}, *store, staging, std::nullopt, nullptr, cancel);
+  auto longer =
+      o->fetch(origin_object{"f", 4, "refetch2"}, *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_FALSE(longer);
   EXPECT_TRUE(longer.error().is(errc::size_mismatch)) << longer.error().message;
   // Gone: not found, named.
   os.files.erase("/data/f");
-  auto gone = o->fetch(origin_object{"f", 4, "refetch3"}, *store, staging, std::nullopt, nullptr, cancel);
+  auto gone =
+      o->fetch(origin_object{"f", 4, "refetch3"}, *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_FALSE(gone);
   EXPECT_TRUE(gone.error().is(errc::not_found)) << gone.error().message;
 }
@@ -302,7 +314,8 @@ TEST_F(DatasetOrigin, StatusesAreJudged) {
     auto r = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
     ASSERT_FALSE(r);
     EXPECT_TRUE(r.error().is(errc::unauthorized)) << r.error().message;
-    EXPECT_NE(r.error().message.find("HTTP " + std::to_string(status)), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("HTTP " + std::to_string(status)), std::string::npos)
+        << r.error().message;
     EXPECT_EQ(srv->request_count(), before + 1);
   }
   os.status_for["/data/f"] = 410;
@@ -317,7 +330,8 @@ TEST_F(DatasetOrigin, StatusesAreJudged) {
   // Today the code is the transport's: on_response refused the status, so the request ended as
   // cancelled; only the message names the status.
   EXPECT_TRUE(busy.error().is(errc::cancelled)) << busy.error().message;
-  EXPECT_NE(busy.error().message.find("(0 of 4 bytes): HTTP 500"), std::string::npos) << busy.error().message;
+  EXPECT_NE(busy.error().message.find("(0 of 4 bytes): HTTP 500"), std::string::npos)
+      << busy.error().message;
   EXPECT_EQ(srv->request_count(), before + 2);  // the first try and one retry
 }
 
@@ -331,7 +345,8 @@ TEST_F(DatasetOrigin, ShortBodyIsASizeMismatch) {
   auto r = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(errc::size_mismatch)) << r.error().message;
-  EXPECT_NE(r.error().message.find("has 4 bytes, the listing said 10"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("has 4 bytes, the listing said 10"), std::string::npos)
+      << r.error().message;
 }
 
 // Fetching bytes the cache already holds succeeds, and leaves no staging file behind.
@@ -339,9 +354,11 @@ TEST_F(DatasetOrigin, AlreadyCachedContentIsNotAnError) {
   os.listings["/data/"] = R"([{"name":"f","type":"file","size":4}])";
   os.files["/data/f"] = "abcd";
   auto o = origin();
-  auto first = o->fetch(origin_object{"f", 4, "v1"}, *store, staging, std::nullopt, nullptr, cancel);
+  auto first =
+      o->fetch(origin_object{"f", 4, "v1"}, *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_TRUE(first) << first.error().message;
-  auto second = o->fetch(origin_object{"f", 4, "v2"}, *store, staging, std::nullopt, nullptr, cancel);
+  auto second =
+      o->fetch(origin_object{"f", 4, "v2"}, *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_TRUE(second) << second.error().message;
   EXPECT_EQ(second->id, first->id);
   EXPECT_TRUE(fs::is_empty(staging));

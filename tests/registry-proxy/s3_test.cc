@@ -78,14 +78,17 @@ TEST(S3List, ParsesPagesEntitiesAndErrors) {
   EXPECT_EQ(p->objects[1].key, "p/caf\xc3\xa9.bin");
   EXPECT_TRUE(p->truncated);
   EXPECT_EQ(p->next_token, "tok&1/+=");
-  auto e = parse_list_page("<Error><Code>NoSuchBucket</Code><Message>The bucket does not exist</Message></Error>");
+  auto e = parse_list_page(
+      "<Error><Code>NoSuchBucket</Code><Message>The bucket does not exist</Message></Error>");
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message.find("NoSuchBucket"), std::string::npos);
-  for (const char* bad : {"", "<ListBucketResult><Contents><Key>x</Key></Contents></ListBucketResult>",
-                          "<ListBucketResult><Contents><Key>x</Key><Size>-1</Size></Contents></ListBucketResult>",
-                          "<ListBucketResult><Contents><Key>&bogus;</Key><Size>1</Size></Contents></ListBucketResult>",
-                          "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
-                          "<ListBucketResult><Contents><Key>x</Key><Size>1</Size>"}) {
+  for (const char* bad :
+       {"", "<ListBucketResult><Contents><Key>x</Key></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>x</Key><Size>-1</Size></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>&bogus;</Key><Size>1</Size></Contents></"
+        "ListBucketResult>",
+        "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>x</Key><Size>1</Size>"}) {
     EXPECT_FALSE(parse_list_page(bad)) << bad;
   }
   std::mt19937_64 rng(3);
@@ -115,9 +118,11 @@ TEST(S3List, FollowsContinuationTokensWithSortedParameters) {
   auto reqs = srv.requests();
   ASSERT_EQ(reqs.size(), 2u);
   EXPECT_EQ(reqs[0].target, "/ds?list-type=2&max-keys=1000&prefix=p%2F");
-  EXPECT_EQ(reqs[1].target, "/ds?continuation-token=tok%261%2F%2B%3D&list-type=2&max-keys=1000&prefix=p%2F");
+  EXPECT_EQ(reqs[1].target,
+            "/ds?continuation-token=tok%261%2F%2B%3D&list-type=2&max-keys=1000&prefix=p%2F");
   ASSERT_TRUE(reqs[0].header("Authorization"));
-  EXPECT_EQ(reqs[0].header("Authorization")->rfind("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 0), 0u);
+  EXPECT_EQ(reqs[0].header("Authorization")->rfind("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 0),
+            0u);
   EXPECT_EQ(reqs[0].header("x-amz-content-sha256").value_or(""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }

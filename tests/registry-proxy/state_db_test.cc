@@ -68,7 +68,8 @@ TEST(ProxyStateDb, VisibilityMerges) {
   ASSERT_TRUE((*db)->add_visibility(d, true, ""));
   ASSERT_TRUE((*db)->add_visibility(d, false, ""));
   EXPECT_TRUE((*db)->get_visibility(d)->is_public) << "public stays public";
-  for (int i = 0; i < 300; ++i) ASSERT_TRUE((*db)->add_visibility(d, false, "up/r" + std::to_string(i)));
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE((*db)->add_visibility(d, false, "up/r" + std::to_string(i)));
   v = (*db)->get_visibility(d);
   ASSERT_EQ(v->repos.size(), 256u);
   EXPECT_EQ(v->repos.back(), "up/r299");

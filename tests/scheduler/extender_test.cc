@@ -349,11 +349,9 @@ TEST_F(ExtenderTest, PodWithoutImagesScoresZeroAndPassesHardFilter) {
 // The answers are written without building a json value per node; they must be the bytes
 // nlohmann's dump() gives for the same answer, also for names that need escaping.
 TEST_F(ExtenderTest, AnswersAreExactlyTheJsonDump) {
-  auto dump = [](const json& j) {
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-  };
-  std::vector<std::string> names = {"node-c", "node-a", "we\"ird\\", "tab\there", "n\u00f6de",
-                                    "node-b", "\x7f", ""};
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  std::vector<std::string> names = {"node-c",    "node-a", "we\"ird\\", "tab\there",
+                                    "n\u00f6de", "node-b", "\x7f",      ""};
   auto r = ext_.prioritize(args_names(pod(), names).dump());
   ASSERT_EQ(r.status, 200u);
   auto got = body_of(r);

@@ -221,9 +221,9 @@ TEST(PackingConfig, DefaultAndBounds) {
   EXPECT_DOUBLE_EQ(c.packing_seconds_per_gpu, default_packing_seconds_per_gpu);
   EXPECT_DOUBLE_EQ(evaluate_options{}.packing_seconds_per_gpu, default_packing_seconds_per_gpu);
   EXPECT_DOUBLE_EQ(placer_options{}.packing_seconds_per_gpu, default_packing_seconds_per_gpu);
-  for (const char* bad : {"placement: {packing_seconds_per_gpu: -1}",
-                          "placement: {packing_seconds_per_gpu: 4000}",
-                          "placement: {packing_seconds_per_gpu: lots}"}) {
+  for (const char* bad :
+       {"placement: {packing_seconds_per_gpu: -1}", "placement: {packing_seconds_per_gpu: 4000}",
+        "placement: {packing_seconds_per_gpu: lots}"}) {
     scheduler_config x;
     EXPECT_FALSE(config::load_string(bad, "test.yaml", x)) << bad;
   }

@@ -47,7 +47,8 @@ TEST(Metainfo, DeterministicAndParsesBack) {
   EXPECT_EQ(m1->pieces[1], sha1_of(std::string_view(data).substr(65536, 65536)));
 
   std::vector<std::string> tr;
-  std::string t = m1->torrent_file({"http://10.0.0.1:7000/announce", "http://10.0.0.2:7000/announce"});
+  std::string t =
+      m1->torrent_file({"http://10.0.0.1:7000/announce", "http://10.0.0.2:7000/announce"});
   auto parsed = object_metainfo::parse(t, d, &tr);
   ASSERT_TRUE(parsed) << parsed.error().to_string();
   EXPECT_EQ(parsed->info_hash(), m1->info_hash());
@@ -75,7 +76,10 @@ TEST(Metainfo, AsyncBuilderMatchesSynchronous) {
   async_metainfo_builder short_one(data.size(), false);
   short_one.update(data.data(), 100);
   EXPECT_FALSE(short_one.finish(d));
-  { async_metainfo_builder abandoned(data.size(), true); abandoned.update(data.data(), 10); }
+  {
+    async_metainfo_builder abandoned(data.size(), true);
+    abandoned.update(data.data(), 10);
+  }
 }
 
 TEST(Metainfo, RejectsWrongBytesAndForgedTorrents) {
@@ -109,7 +113,8 @@ TEST(Metainfo, RejectsWrongBytesAndForgedTorrents) {
   t_pub.replace(pos, 12, "7:privatei0e");
   EXPECT_FALSE(object_metainfo::parse(t_pub, d));
   // Truncations never parse and never crash.
-  for (std::size_t n = 0; n < t.size(); n += 7) EXPECT_FALSE(object_metainfo::parse(t.substr(0, n), d));
+  for (std::size_t n = 0; n < t.size(); n += 7)
+    EXPECT_FALSE(object_metainfo::parse(t.substr(0, n), d));
 }
 
 }  // namespace

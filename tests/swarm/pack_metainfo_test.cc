@@ -22,13 +22,16 @@ std::map<digest, std::string> make_objects(int n, unsigned seed) {
   return out;
 }
 
-result<pack_metainfo> build(const std::map<digest, std::string>& objs, std::vector<std::pair<digest, std::uint64_t>> order) {
-  return build_pack(order, [&](const digest& d, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
-    const auto& s = objs.at(d);
-    std::size_t k = std::min<std::size_t>(n, s.size() - static_cast<std::size_t>(off));
-    std::memcpy(buf, s.data() + off, k);
-    return k;
-  });
+result<pack_metainfo> build(const std::map<digest, std::string>& objs,
+                            std::vector<std::pair<digest, std::uint64_t>> order) {
+  return build_pack(
+      order,
+      [&](const digest& d, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
+        const auto& s = objs.at(d);
+        std::size_t k = std::min<std::size_t>(n, s.size() - static_cast<std::size_t>(off));
+        std::memcpy(buf, s.data() + off, k);
+        return k;
+      });
 }
 
 TEST(PackMetainfo, DeterministicLayoutAndLibtorrentAgrees) {
@@ -47,8 +50,9 @@ TEST(PackMetainfo, DeterministicLayoutAndLibtorrentAgrees) {
   lt::error_code ec;
   lt::torrent_info ti(t.data(), static_cast<int>(t.size()), ec);
   ASSERT_FALSE(ec) << ec.message();
-  EXPECT_EQ(hex_of(a->info_hash()), to_hex(std::span<const std::uint8_t>(
-                                        reinterpret_cast<const std::uint8_t*>(ti.info_hashes().v1.data()), 20)));
+  EXPECT_EQ(hex_of(a->info_hash()),
+            to_hex(std::span<const std::uint8_t>(
+                reinterpret_cast<const std::uint8_t*>(ti.info_hashes().v1.data()), 20)));
   ASSERT_EQ(ti.num_files(), 40);
   const auto& fs = ti.files();
   for (int i = 0; i < ti.num_files(); ++i) {

@@ -102,7 +102,8 @@ struct object_dir {
     b.update(data.data(), data.size());
     meta = *b.finish(d);
     fs::create_directories(root / "origin");
-    std::ofstream(root / "origin" / d.hex(), std::ios::binary).write(data.data(), static_cast<std::streamsize>(size));
+    std::ofstream(root / "origin" / d.hex(), std::ios::binary)
+        .write(data.data(), static_cast<std::streamsize>(size));
   }
   ~object_dir() {
     std::error_code ec;
@@ -170,10 +171,11 @@ TEST(SwarmSuperSeed, NodesCompleteFromOffersAlone) {
     ASSERT_FALSE(ec) << ec.message();
   }
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(wait_finished(*nodes[static_cast<std::size_t>(i)], handles[static_cast<std::size_t>(i)],
-                              std::chrono::seconds(30)))
+    ASSERT_TRUE(wait_finished(*nodes[static_cast<std::size_t>(i)],
+                              handles[static_cast<std::size_t>(i)], std::chrono::seconds(30)))
         << "node " << i << " did not complete from the origin's offers";
-    std::ifstream f(obj.root / ("node" + std::to_string(i)) / obj.meta.object.hex(), std::ios::binary);
+    std::ifstream f(obj.root / ("node" + std::to_string(i)) / obj.meta.object.hex(),
+                    std::ios::binary);
     std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_EQ(got, obj.data);
   }
@@ -206,7 +208,6 @@ TEST(SwarmSuperSeed, OtherClientsSeeAPlainSeed) {
   (*origin)->stop();
 }
 
-
 // A node ignores a super-seeding origin's bitfield for every torrent: dataset packs must be
 // offered too, or the node could request nothing from the origin (it would idle until peerd's
 // HTTP fallback).
@@ -227,12 +228,14 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
     fs::create_directories(f.parent_path());
     std::ofstream(f, std::ios::binary).write(s.data(), static_cast<std::streamsize>(s.size()));
   }
-  auto pack = build_pack(members, [&](const digest& d, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
-    const auto& s = objs.at(d);
-    std::size_t k = std::min<std::size_t>(n, s.size() - static_cast<std::size_t>(off));
-    std::memcpy(buf, s.data() + off, k);
-    return k;
-  });
+  auto pack = build_pack(
+      members,
+      [&](const digest& d, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
+        const auto& s = objs.at(d);
+        std::size_t k = std::min<std::size_t>(n, s.size() - static_cast<std::size_t>(off));
+        std::memcpy(buf, s.data() + off, k);
+        return k;
+      });
   ASSERT_TRUE(pack) << pack.error().to_string();
 
   auto origin = start_superseeding_origin();
@@ -250,7 +253,8 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
   p.peers.emplace_back(lt::make_address("127.0.0.1"), (*origin)->listen_port());
   auto h = node->add_torrent(std::move(p), ec);
   ASSERT_FALSE(ec) << ec.message();
-  EXPECT_TRUE(wait_finished(*node, h, std::chrono::seconds(30))) << "the node got nothing from a pack seed";
+  EXPECT_TRUE(wait_finished(*node, h, std::chrono::seconds(30)))
+      << "the node got nothing from a pack seed";
   for (const auto& [d, s] : objs) {
     std::ifstream f(root / "node" / "sha256" / d.hex().substr(0, 2) / d.hex(), std::ios::binary);
     std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -261,7 +265,6 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
   std::error_code rec;
   fs::remove_all(root, rec);
 }
-
 
 // A node that does not want some pieces (a dataset node skips files it already holds, and its
 // bitfield does not show them) never takes up those offers; they expire and free their slots,

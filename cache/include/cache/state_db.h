@@ -62,8 +62,9 @@ class state_db {
   [[nodiscard]] status write(const batch& b);
   // Calls fn(key, value) for every row whose key starts with `prefix`, in key order (the whole
   // key, prefix included).
-  [[nodiscard]] status scan(std::string_view prefix,
-                            const std::function<void(std::string_view key, std::string_view value)>& fn) const;
+  [[nodiscard]] status scan(
+      std::string_view prefix,
+      const std::function<void(std::string_view key, std::string_view value)>& fn) const;
 
  private:
   struct impl;

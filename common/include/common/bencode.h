@@ -26,12 +26,12 @@ struct value {
   std::string_view raw;
 
   value() : v(std::int64_t{0}) {}
-  value(std::int64_t i) : v(i) {}                       // NOLINT(runtime/explicit)
-  value(int i) : v(std::int64_t{i}) {}                  // NOLINT(runtime/explicit)
-  value(std::string s) : v(std::move(s)) {}             // NOLINT(runtime/explicit)
-  value(const char* s) : v(std::string(s)) {}           // NOLINT(runtime/explicit)
-  value(list l) : v(std::move(l)) {}                    // NOLINT(runtime/explicit)
-  value(dict d) : v(std::move(d)) {}                    // NOLINT(runtime/explicit)
+  value(std::int64_t i) : v(i) {}              // NOLINT(runtime/explicit)
+  value(int i) : v(std::int64_t{i}) {}         // NOLINT(runtime/explicit)
+  value(std::string s) : v(std::move(s)) {}    // NOLINT(runtime/explicit)
+  value(const char* s) : v(std::string(s)) {}  // NOLINT(runtime/explicit)
+  value(list l) : v(std::move(l)) {}           // NOLINT(runtime/explicit)
+  value(dict d) : v(std::move(d)) {}           // NOLINT(runtime/explicit)
 
   [[nodiscard]] bool is_int() const { return std::holds_alternative<std::int64_t>(v); }
   [[nodiscard]] bool is_string() const { return std::holds_alternative<std::string>(v); }
@@ -47,8 +47,8 @@ struct value {
 
 struct limits {
   std::size_t max_depth = 32;
-  std::size_t max_items = 1 << 20;           // total values
-  std::size_t max_string = 64u << 20;        // bytes in one string
+  std::size_t max_items = 1 << 20;     // total values
+  std::size_t max_string = 64u << 20;  // bytes in one string
 };
 
 // Decodes exactly one value spanning all of `in`; trailing bytes are an error. Strict: no

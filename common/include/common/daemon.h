@@ -55,7 +55,8 @@ class runtime {
 
   [[nodiscard]] boost::asio::io_context& io() noexcept { return io_; }
   // `drained` (optional) tells when in-flight work is done, so shutdown need not wait out `drain`.
-  void run(std::function<void()> on_signal, std::chrono::milliseconds drain = std::chrono::seconds(10),
+  void run(std::function<void()> on_signal,
+           std::chrono::milliseconds drain = std::chrono::seconds(10),
            std::function<bool()> drained = {});
   // Requests the same shutdown a signal would. Safe from any thread.
   void stop();
@@ -76,7 +77,8 @@ class runtime {
   boost::asio::steady_timer drain_timer_{io_};
 };
 
-// Health as /healthz reports it: "ok" (200) or "degraded"/"failing" with reasons (503 when failing).
+// Health as /healthz reports it: "ok" (200) or "degraded"/"failing" with reasons (503 when
+// failing).
 struct health {
   std::string status = "ok";
   std::vector<std::string> reasons;

@@ -25,10 +25,11 @@ namespace shoal::dataset {
 
 struct origin {
   enum class kind { s3, http } type = kind::s3;
-  std::string url;               // s3://bucket/prefix or https://host/base/
-  std::string endpoint;          // S3 endpoint URL (empty: AWS for the region)
+  std::string url;       // s3://bucket/prefix or https://host/base/
+  std::string endpoint;  // S3 endpoint URL (empty: AWS for the region)
   std::string region = "us-east-1";
-  std::string credentials_file;  // "ACCESS_KEY:SECRET" (empty: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
+  std::string
+      credentials_file;  // "ACCESS_KEY:SECRET" (empty: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
   // Parsed from url:
   std::string bucket;  // s3
   std::string prefix;  // s3 key prefix ("" or ending in '/'), or the http base URL
@@ -95,20 +96,23 @@ struct manifest {
 };
 
 // Sorts files, checks paths and duplicates, and groups them. Errors name the offending path.
-[[nodiscard]] result<manifest> build_manifest(std::string name, std::string version, std::string origin,
-                                              std::vector<file_entry> files, const grouping_policy& p = {});
+[[nodiscard]] result<manifest> build_manifest(std::string name, std::string version,
+                                              std::string origin, std::vector<file_entry> files,
+                                              const grouping_policy& p = {});
 // The canonical JSON (stable key order, no whitespace): its sha256 is the manifest's digest.
 [[nodiscard]] std::string canonical_json(const manifest& m);
 [[nodiscard]] digest manifest_digest(const manifest& m);
 // Parses a manifest and checks it: paths, sorting, group coverage (every file in exactly one
 // group), sizes. `expected` (when given) must equal the digest of the canonical form.
-[[nodiscard]] result<manifest> parse_manifest(std::string_view json, const std::optional<digest>& expected = {});
+[[nodiscard]] result<manifest> parse_manifest(std::string_view json,
+                                              const std::optional<digest>& expected = {});
 
 // ---- groups and origins (shared by registry-proxy and peerd)
 
 // The distinct objects of a group, as (digest, size) in pack order (sorted by digest): what its
 // torrent holds.
-[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> group_objects(const manifest& m, const group& g);
+[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> group_objects(const manifest& m,
+                                                                          const group& g);
 // A pack's identity independent of its torrent: the sha256 of its members' "<digest> <size>\n"
 // lines in pack order. Two datasets with the same small files share packs and their torrents.
 [[nodiscard]] digest pack_key(const std::vector<std::pair<digest, std::uint64_t>>& objects);
@@ -124,8 +128,8 @@ struct listing_entry {
 // Parses nginx's JSON autoindex: [{"name":..., "type":"file"|"directory", "size":N, ...}].
 // Other types (symlinks nginx could not follow) are skipped. Names are returned as sent; the
 // caller checks the resulting paths with check_path(). Bounded: at most `max_entries`.
-[[nodiscard]] result<std::vector<listing_entry>> parse_autoindex(std::string_view json,
-                                                                 std::size_t max_entries = 10'000'000);
+[[nodiscard]] result<std::vector<listing_entry>> parse_autoindex(
+    std::string_view json, std::size_t max_entries = 10'000'000);
 // Percent-encodes a dataset path for an http(s) origin URL ('/' kept, RFC 3986 unreserved kept).
 [[nodiscard]] std::string url_path_escape(std::string_view path);
 

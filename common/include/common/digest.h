@@ -71,7 +71,6 @@ class digest {
 
 }  // namespace shoal
 
-
 template <>
 struct std::hash<shoal::digest> {
   std::size_t operator()(const shoal::digest& d) const noexcept {

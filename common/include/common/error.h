@@ -14,25 +14,25 @@ namespace shoal {
 // Project-wide error codes. Components may add their own categories; these are the shared ones.
 enum class errc {
   ok = 0,
-  invalid_argument,     // malformed input from a caller or a peer
-  invalid_digest,       // a digest string that does not parse (see digest_errc for the reason)
-  not_found,            // object, key, route or peer unknown
-  already_exists,       // an object is already present
-  digest_mismatch,      // bytes do not hash to the digest they claim
-  size_mismatch,        // bytes do not have the size they claim
-  io_error,             // a filesystem or socket call failed (message carries errno text)
-  no_space,             // ENOSPC after eviction
-  timeout,              // connect, stall or overall deadline exceeded
-  cancelled,            // the operation was aborted by shutdown or by its owner
-  too_large,            // header, body or request beyond a configured limit
+  invalid_argument,  // malformed input from a caller or a peer
+  invalid_digest,    // a digest string that does not parse (see digest_errc for the reason)
+  not_found,         // object, key, route or peer unknown
+  already_exists,    // an object is already present
+  digest_mismatch,   // bytes do not hash to the digest they claim
+  size_mismatch,     // bytes do not have the size they claim
+  io_error,          // a filesystem or socket call failed (message carries errno text)
+  no_space,          // ENOSPC after eviction
+  timeout,           // connect, stall or overall deadline exceeded
+  cancelled,         // the operation was aborted by shutdown or by its owner
+  too_large,         // header, body or request beyond a configured limit
   range_not_satisfiable,
-  protocol_error,       // a peer or upstream spoke something we cannot parse
-  upstream_error,       // an upstream answered with an error status
-  unavailable,          // a dependency is down or refusing connections
-  unauthorized,         // credentials missing or rejected
-  config_error,         // configuration file or flag problem
-  busy,                 // a resource is pinned or in use
-  internal,             // a bug: an invariant did not hold
+  protocol_error,  // a peer or upstream spoke something we cannot parse
+  upstream_error,  // an upstream answered with an error status
+  unavailable,     // a dependency is down or refusing connections
+  unauthorized,    // credentials missing or rejected
+  config_error,    // configuration file or flag problem
+  busy,            // a resource is pinned or in use
+  internal,        // a bug: an invariant did not hold
 };
 
 }  // namespace shoal
@@ -84,4 +84,3 @@ using status = std::expected<void, error>;
 }
 
 }  // namespace shoal
-

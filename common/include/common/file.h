@@ -22,6 +22,7 @@ namespace shoal {
 
 // The same with the sync call injected (tests count and fail syncs). `sync` is called first on
 // the temporary file's fd, then on the directory's fd.
-[[nodiscard]] status write_atomic_for_test(const std::string& path, std::string_view data, int (*sync)(int));
+[[nodiscard]] status write_atomic_for_test(const std::string& path, std::string_view data,
+                                           int (*sync)(int));
 
 }  // namespace shoal

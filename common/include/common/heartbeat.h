@@ -80,7 +80,9 @@ struct dataset_presence {
   std::uint64_t bytes = 0;  // bytes of the dataset's distinct objects present in the cache
   std::uint64_t total = 0;  // bytes of the dataset's distinct objects
   bool view = false;        // the view is materialized
-  [[nodiscard]] double share() const { return total ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0; }
+  [[nodiscard]] double share() const {
+    return total ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0;
+  }
 };
 
 struct message {

@@ -76,8 +76,8 @@ struct redirect_policy {
   // changes scheme+host+port. Once dropped they stay dropped for the rest of the chain, even if
   // it comes back to the first origin.
   std::vector<std::string> credential_headers;
-  // Whether client_request::customize also runs for hops to another origin. Off by default because a
-  // customize hook may set credentials (SigV4, user:password) that must not follow redirects.
+  // Whether client_request::customize also runs for hops to another origin. Off by default because
+  // a customize hook may set credentials (SigV4, user:password) that must not follow redirects.
   bool customize_on_other_origin = false;
 };
 

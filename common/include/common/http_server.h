@@ -63,14 +63,24 @@ struct request {
 struct chunk {
   enum class kind { data, file, eof };
   kind type = kind::eof;
-  std::string data;              // kind::data
-  int fd = -1;                   // kind::file: borrowed; valid until the next next() call
-  std::uint64_t offset = 0;      // kind::file
-  std::uint64_t length = 0;      // kind::file
+  std::string data;          // kind::data
+  int fd = -1;               // kind::file: borrowed; valid until the next next() call
+  std::uint64_t offset = 0;  // kind::file
+  std::uint64_t length = 0;  // kind::file
 
-  static chunk bytes(std::string d) { chunk c; c.type = kind::data; c.data = std::move(d); return c; }
+  static chunk bytes(std::string d) {
+    chunk c;
+    c.type = kind::data;
+    c.data = std::move(d);
+    return c;
+  }
   static chunk file_region(int fd, std::uint64_t off, std::uint64_t len) {
-    chunk c; c.type = kind::file; c.fd = fd; c.offset = off; c.length = len; return c;
+    chunk c;
+    c.type = kind::file;
+    c.fd = fd;
+    c.offset = off;
+    c.length = len;
+    return c;
   }
   static chunk end() { return chunk{}; }
 };
@@ -115,7 +125,8 @@ struct response {
   // Forces Connection: close after this response.
   bool close = false;
 
-  static response text(unsigned status, std::string body, std::string content_type = "text/plain; charset=utf-8");
+  static response text(unsigned status, std::string body,
+                       std::string content_type = "text/plain; charset=utf-8");
   static response json(unsigned status, std::string body);
 };
 
@@ -149,14 +160,14 @@ struct request_log {
 };
 
 struct server_options {
-  std::string name = "shoal";                     // Server header
-  std::size_t max_header_bytes = 64 * 1024;       // request line + headers
-  std::uint64_t max_body_bytes = 1 << 20;         // request body
-  std::chrono::milliseconds idle_timeout{60000};  // no request on a keep-alive connection
-  std::chrono::milliseconds read_timeout{30000};  // a request that does not finish arriving
-  std::chrono::milliseconds write_timeout{60000}; // the client does not take any bytes
-  std::chrono::milliseconds source_timeout{60000};// a body_source produces nothing
-  std::size_t stream_chunk_bytes = 1 << 20;       // max piece requested from a body_source
+  std::string name = "shoal";                       // Server header
+  std::size_t max_header_bytes = 64 * 1024;         // request line + headers
+  std::uint64_t max_body_bytes = 1 << 20;           // request body
+  std::chrono::milliseconds idle_timeout{60000};    // no request on a keep-alive connection
+  std::chrono::milliseconds read_timeout{30000};    // a request that does not finish arriving
+  std::chrono::milliseconds write_timeout{60000};   // the client does not take any bytes
+  std::chrono::milliseconds source_timeout{60000};  // a body_source produces nothing
+  std::size_t stream_chunk_bytes = 1 << 20;         // max piece requested from a body_source
   std::size_t max_connections = 10000;
   std::function<void(const request_log&)> on_request_done;  // called on the connection strand
 };
@@ -189,6 +200,7 @@ class server {
 // "host:port" → (host, port); accepts "[v6]:port". Errors name the input.
 [[nodiscard]] result<std::pair<std::string, std::uint16_t>> split_host_port(std::string_view s);
 // Percent-decoding of a query component ('+' is a space); nullopt on malformed escapes.
-[[nodiscard]] std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space = true);
+[[nodiscard]] std::optional<std::string> percent_decode(std::string_view s,
+                                                        bool plus_is_space = true);
 
 }  // namespace shoal::http

@@ -57,11 +57,26 @@ void emit(level l, std::string_view msg, F&&... fields) {
   }
 }
 
-template <class... F> void trace(std::string_view m, F&&... f) { emit(level::trace, m, std::forward<F>(f)...); }
-template <class... F> void debug(std::string_view m, F&&... f) { emit(level::debug, m, std::forward<F>(f)...); }
-template <class... F> void info(std::string_view m, F&&... f) { emit(level::info, m, std::forward<F>(f)...); }
-template <class... F> void warn(std::string_view m, F&&... f) { emit(level::warn, m, std::forward<F>(f)...); }
-template <class... F> void error(std::string_view m, F&&... f) { emit(level::error, m, std::forward<F>(f)...); }
+template <class... F>
+void trace(std::string_view m, F&&... f) {
+  emit(level::trace, m, std::forward<F>(f)...);
+}
+template <class... F>
+void debug(std::string_view m, F&&... f) {
+  emit(level::debug, m, std::forward<F>(f)...);
+}
+template <class... F>
+void info(std::string_view m, F&&... f) {
+  emit(level::info, m, std::forward<F>(f)...);
+}
+template <class... F>
+void warn(std::string_view m, F&&... f) {
+  emit(level::warn, m, std::forward<F>(f)...);
+}
+template <class... F>
+void error(std::string_view m, F&&... f) {
+  emit(level::error, m, std::forward<F>(f)...);
+}
 
 // Renders one line without writing it (tests use this).
 std::string render(format f, level l, std::string_view component, std::string_view msg,

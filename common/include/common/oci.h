@@ -56,13 +56,18 @@ struct image_ref {
 namespace media {
 inline constexpr std::string_view oci_manifest = "application/vnd.oci.image.manifest.v1+json";
 inline constexpr std::string_view oci_index = "application/vnd.oci.image.index.v1+json";
-inline constexpr std::string_view docker_manifest = "application/vnd.docker.distribution.manifest.v2+json";
-inline constexpr std::string_view docker_manifest_list = "application/vnd.docker.distribution.manifest.list.v2+json";
-inline constexpr std::string_view docker_manifest_v1_signed = "application/vnd.docker.distribution.manifest.v1+prettyjws";
+inline constexpr std::string_view docker_manifest =
+    "application/vnd.docker.distribution.manifest.v2+json";
+inline constexpr std::string_view docker_manifest_list =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+inline constexpr std::string_view docker_manifest_v1_signed =
+    "application/vnd.docker.distribution.manifest.v1+prettyjws";
 // The Accept header we send when a client sent none: everything we can serve.
 inline constexpr std::string_view accept_all =
-    "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, "
-    "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+    "application/vnd.oci.image.index.v1+json, "
+    "application/vnd.docker.distribution.manifest.list.v2+json, "
+    "application/vnd.oci.image.manifest.v1+json, "
+    "application/vnd.docker.distribution.manifest.v2+json";
 }  // namespace media
 
 // True for the four manifest media types we serve (index, list, OCI and Docker manifests).
@@ -72,12 +77,25 @@ inline constexpr std::string_view accept_all =
 
 // Spec error codes (distribution-spec "Error Codes").
 enum class error_code {
-  blob_unknown, blob_upload_invalid, blob_upload_unknown, digest_invalid, manifest_blob_unknown,
-  manifest_invalid, manifest_unknown, name_invalid, name_unknown, size_invalid, unauthorized,
-  denied, unsupported, toomanyrequests, range_invalid,
+  blob_unknown,
+  blob_upload_invalid,
+  blob_upload_unknown,
+  digest_invalid,
+  manifest_blob_unknown,
+  manifest_invalid,
+  manifest_unknown,
+  name_invalid,
+  name_unknown,
+  size_invalid,
+  unauthorized,
+  denied,
+  unsupported,
+  toomanyrequests,
+  range_invalid,
 };
 [[nodiscard]] std::string_view error_code_string(error_code c);
 // {"errors":[{"code":"BLOB_UNKNOWN","message":"...","detail":...}]}; detail omitted when empty.
-[[nodiscard]] std::string error_body(error_code c, std::string_view message, std::string_view detail_json = {});
+[[nodiscard]] std::string error_body(error_code c, std::string_view message,
+                                     std::string_view detail_json = {});
 
 }  // namespace shoal::oci

@@ -16,8 +16,8 @@
 // oldest_protocol_version to protocol_version; a request without the header is major 1 (peerd
 // releases before the header). Any other value is answered 400 with an OCI UNSUPPORTED error
 // naming both sides' versions (and a `Shoal-Protocol` header with the server's major), which
-// peerd turns into an origin_errc::version_mismatch error saying so. New fields in answers are additions that old
-// decoders ignore; anything an old peer would misread takes a new major.
+// peerd turns into an origin_errc::version_mismatch error saying so. New fields in answers are
+// additions that old decoders ignore; anything an old peer would misread takes a new major.
 //
 // Decoders take hostile input: sizes are bounded, nothing throws, and any text taken from an
 // answer into an error message is cut short and made printable.
@@ -59,7 +59,8 @@ enum class origin_errc {
 
 namespace headers {
 inline constexpr std::string_view protocol = "Shoal-Protocol";
-inline constexpr std::string_view seed = "Shoal-Seed";  // "ip:port" of the origin's BitTorrent listener
+inline constexpr std::string_view seed =
+    "Shoal-Seed";  // "ip:port" of the origin's BitTorrent listener
 inline constexpr std::string_view info_hash = "Shoal-Info-Hash";
 inline constexpr std::string_view piece_size = "Shoal-Piece-Size";
 inline constexpr std::string_view object_size = "Shoal-Object-Size";
@@ -84,7 +85,8 @@ inline constexpr std::string_view metainfo = "/shoal/v1/metainfo/";  // + <diges
 inline constexpr std::string_view chunks = "/shoal/v1/chunks/";      // + <digest>
 // The dataset API: registry-proxy's (declare, state, manifest, objects) and peerd's (prefetch).
 inline constexpr std::string_view datasets = "/shoal/v1/datasets";
-inline constexpr std::string_view dataset_metainfo = "/shoal/v1/dataset-metainfo/";  // + <ref>/<group>
+inline constexpr std::string_view dataset_metainfo =
+    "/shoal/v1/dataset-metainfo/";  // + <ref>/<group>
 // Both of the above: what registry-proxy hands to its dataset service.
 inline constexpr std::string_view dataset_family = "/shoal/v1/dataset";
 // peerd's node API (shoalctl, the scheduler's prewarm orders go elsewhere).
@@ -111,7 +113,8 @@ struct metainfo_query {
   std::optional<digest> parent;                   // parent=: `d` is a chunk of this blob
 };
 // "/shoal/v1/metainfo/<d>?repo=..&ns=..[&wait_ms=..][&chunks=1][&parent=..]"
-[[nodiscard]] std::string metainfo_target(const object_ref& o, const digest& d, const metainfo_query& q);
+[[nodiscard]] std::string metainfo_target(const object_ref& o, const digest& d,
+                                          const metainfo_query& q);
 // "/shoal/v1/chunks/<parent>?repo=..&ns=..&have=..&wait_ms=.."
 [[nodiscard]] std::string chunks_target(const object_ref& o, const digest& parent, std::size_t have,
                                         std::chrono::milliseconds wait);
@@ -128,7 +131,8 @@ struct metainfo_query {
 // The one way peerd asks registry-proxy anything: adds `Shoal-Protocol`, fetches (body bounded
 // by `max_body`), and turns a version-mismatch answer into an origin_errc::version_mismatch
 // error that names both versions. Other statuses come back as they are. Blocking (http::fetch).
-[[nodiscard]] result<http::full_response> call(http::client& c, http::client_request r, std::size_t max_body);
+[[nodiscard]] result<http::full_response> call(http::client& c, http::client_request r,
+                                               std::size_t max_body);
 // Adds `Shoal-Protocol: <protocol_version>` to a request (call() does it).
 void add_protocol_header(http::client_request& r);
 // The version-mismatch error in an answer, if it is one.
@@ -236,16 +240,18 @@ struct chunk_list {
 
 // The spec's JSON error answer. `challenge`: the WWW-Authenticate a 401 carries (registry-proxy
 // asks for Basic credentials); empty: none.
-[[nodiscard]] http::response oci_error(unsigned status, oci::error_code code, std::string_view message,
-                                       std::string_view challenge = {});
+[[nodiscard]] http::response oci_error(unsigned status, oci::error_code code,
+                                       std::string_view message, std::string_view challenge = {});
 // The error code for an HTTP status: 401 UNAUTHORIZED, 403 DENIED, 404 `not_found`, 429
 // TOOMANYREQUESTS, anything else UNSUPPORTED.
-[[nodiscard]] oci::error_code code_for_status(unsigned status,
-                                              oci::error_code not_found = oci::error_code::blob_unknown);
+[[nodiscard]] oci::error_code code_for_status(
+    unsigned status, oci::error_code not_found = oci::error_code::blob_unknown);
 // An upstream's failure passed on to a client: 401/403/404/429 keep their status (429 with
 // Retry-After), 5xx too, anything else becomes 502.
-[[nodiscard]] http::response upstream_failure(unsigned status, std::string_view message, std::string_view retry_after,
-                                              oci::error_code not_found, std::string_view challenge = {});
+[[nodiscard]] http::response upstream_failure(unsigned status, std::string_view message,
+                                              std::string_view retry_after,
+                                              oci::error_code not_found,
+                                              std::string_view challenge = {});
 // 200 "{}" to GET /v2/ (the API version check).
 [[nodiscard]] http::response v2_base_ok();
 

@@ -38,7 +38,8 @@ class sha256_hasher {
 
 [[nodiscard]] digest sha256_of(std::string_view data);
 // Hashes a whole file by path with large sequential reads.
-[[nodiscard]] result<digest> sha256_file(const std::string& path, std::uint64_t* size_out = nullptr);
+[[nodiscard]] result<digest> sha256_file(const std::string& path,
+                                         std::uint64_t* size_out = nullptr);
 // Hashes `len` bytes of an open fd starting at `off` (pread; does not move the file offset).
 [[nodiscard]] result<digest> sha256_fd(int fd, std::uint64_t off, std::uint64_t len);
 

@@ -34,13 +34,17 @@ using sha1_hash = std::array<std::uint8_t, 20>;
 [[nodiscard]] std::uint32_t piece_size_for(std::uint64_t size);
 
 struct object_metainfo {
-  digest object;                  // sha256 of the whole object
+  digest object;  // sha256 of the whole object
   std::uint64_t size = 0;
   std::uint32_t piece_size = 0;
   std::vector<sha1_hash> pieces;  // one per piece, the last one may be short
 
-  [[nodiscard]] std::uint32_t piece_count() const { return static_cast<std::uint32_t>(pieces.size()); }
-  [[nodiscard]] std::uint64_t piece_offset(std::uint32_t i) const { return std::uint64_t{i} * piece_size; }
+  [[nodiscard]] std::uint32_t piece_count() const {
+    return static_cast<std::uint32_t>(pieces.size());
+  }
+  [[nodiscard]] std::uint64_t piece_offset(std::uint32_t i) const {
+    return std::uint64_t{i} * piece_size;
+  }
   [[nodiscard]] std::uint32_t piece_length(std::uint32_t i) const;
   // The bencoded info dict (canonical bytes) and its SHA-1: the swarm's identity.
   [[nodiscard]] std::string info_dict() const;
@@ -52,8 +56,9 @@ struct object_metainfo {
   // Parses and validates a .torrent for `expected` (name must be its hex, private flag set,
   // piece size and count consistent with the rule and the length). Trackers are returned in
   // `trackers_out` when given.
-  [[nodiscard]] static result<object_metainfo> parse(std::string_view torrent, const digest& expected,
-                                                     std::vector<std::string>* trackers_out = nullptr);
+  [[nodiscard]] static result<object_metainfo> parse(
+      std::string_view torrent, const digest& expected,
+      std::vector<std::string>* trackers_out = nullptr);
 };
 
 // A pack: several small objects in one multi-file torrent, so a dataset of millions of small
@@ -74,17 +79,19 @@ struct pack_metainfo {
   [[nodiscard]] std::string info_hash_hex() const;
   [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
   // Validates against the objects the pack must hold (any order; duplicates removed).
-  [[nodiscard]] static result<pack_metainfo> parse(std::string_view torrent,
-                                                   std::vector<std::pair<digest, std::uint64_t>> expected);
+  [[nodiscard]] static result<pack_metainfo> parse(
+      std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected);
 };
 
 // Sorts and deduplicates the objects of a pack (the order their bytes must be fed in).
-[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> pack_order(std::vector<std::pair<digest, std::uint64_t>> files);
+[[nodiscard]] std::vector<std::pair<digest, std::uint64_t>> pack_order(
+    std::vector<std::pair<digest, std::uint64_t>> files);
 // Builds a pack's metainfo from its objects' bytes, read through `read(digest, offset, buf, n)`
 // (returns bytes read, 0 at end, or an error) in pack order; verifies every object's sha256.
 [[nodiscard]] result<pack_metainfo> build_pack(
     const std::vector<std::pair<digest, std::uint64_t>>& files,
-    const std::function<result<std::size_t>(const digest&, std::uint64_t, char*, std::size_t)>& read);
+    const std::function<result<std::size_t>(const digest&, std::uint64_t, char*, std::size_t)>&
+        read);
 
 // Computes piece hashes (SHA-1) and the object digest (SHA-256) as bytes stream in, in order.
 class metainfo_builder {
@@ -128,8 +135,10 @@ class async_metainfo_builder {
 };
 
 // Builds metainfo for a file on disk (reads it once). Verifies it hashes to `expected`.
-[[nodiscard]] result<object_metainfo> metainfo_for_file(const std::string& path, const digest& expected);
-[[nodiscard]] result<object_metainfo> metainfo_for_fd(int fd, std::uint64_t size, const digest& expected);
+[[nodiscard]] result<object_metainfo> metainfo_for_file(const std::string& path,
+                                                        const digest& expected);
+[[nodiscard]] result<object_metainfo> metainfo_for_fd(int fd, std::uint64_t size,
+                                                      const digest& expected);
 [[nodiscard]] sha1_hash sha1_of(std::string_view data);
 [[nodiscard]] std::string hex_of(const sha1_hash& h);
 

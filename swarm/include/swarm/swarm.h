@@ -65,7 +65,8 @@ inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
 
 // Applies `overrides` (libtorrent key → value) to `p`. Booleans take true/false/1/0, integers
 // decimal numbers; an unknown key or an unparsable value is an error naming it.
-[[nodiscard]] status apply_overrides(lt::settings_pack& p, const std::map<std::string, std::string>& overrides);
+[[nodiscard]] status apply_overrides(lt::settings_pack& p,
+                                     const std::map<std::string, std::string>& overrides);
 
 // Shoal super seeding (BEP 16 semantics between Shoal's own daemons). The origin offers every
 // node a few pieces at a time with HAVE messages, preferring pieces no peer holds and nobody was
@@ -82,13 +83,15 @@ inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
 // superseeding_origin_fingerprint.
 // `in_order`: among equally good pieces offer the lowest index first, so the swarm holds a growing
 // prefix of the object and peers streaming it in order are served as it arrives.
-[[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order);
+[[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer,
+                                                                  bool in_order);
 // Node side: ignores the bitfield (have-all) of peers whose id starts with
 // superseeding_origin_fingerprint. The node's peer id must start with superseed_node_fingerprint.
 // `on_block` (optional) is called for every block received from a peer, on the network thread:
 // the torrent, whether registry-proxy sent it, and its size. Much cheaper than libtorrent's
 // per-block alerts (an allocation and a thread hand-off each).
-using block_callback = std::function<void(const lt::torrent_handle&, bool from_origin, std::size_t bytes)>;
+using block_callback =
+    std::function<void(const lt::torrent_handle&, bool from_origin, std::size_t bytes)>;
 [[nodiscard]] std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block = {});
 // Whether a peer id is registry-proxy's (either origin fingerprint).
 [[nodiscard]] bool is_origin(const lt::peer_id& pid);
@@ -98,13 +101,16 @@ using block_callback = std::function<void(const lt::torrent_handle&, bool from_o
 [[nodiscard]] bool serving_a_peer(const lt::torrent_handle& h);
 
 // "<announce>?node=n1&zone=z&rack=r&role=peer" (or with '&' when the URL already has a query).
-[[nodiscard]] std::string tracker_url(const std::string& announce, const std::string& node, const std::string& zone,
-                                      const std::string& rack, const std::string& role);
+[[nodiscard]] std::string tracker_url(const std::string& announce, const std::string& node,
+                                      const std::string& zone, const std::string& rack,
+                                      const std::string& role);
 
 // 20 raw bytes → "0123..." hex, and back.
 [[nodiscard]] std::string hash_hex(const lt::sha1_hash& h);
 // The v1 info-hash of a torrent, the same way.
-[[nodiscard]] inline std::string hash_hex(const lt::torrent_handle& h) { return hash_hex(h.info_hashes().v1); }
+[[nodiscard]] inline std::string hash_hex(const lt::torrent_handle& h) {
+  return hash_hex(h.info_hashes().v1);
+}
 
 class session {
  public:
@@ -121,7 +127,8 @@ class session {
   // nothing is rehashed. `save_path` is the directory holding the file named <hex digest>.
   // Adding a torrent that is already loaded fails with errc::already_exists.
   // The torrent carries its piece count for origin_superseed_plugin().
-  [[nodiscard]] result<lt::torrent_handle> add_seed(const object_metainfo& m, const std::string& save_path,
+  [[nodiscard]] result<lt::torrent_handle> add_seed(const object_metainfo& m,
+                                                    const std::string& save_path,
                                                     const std::vector<std::string>& trackers);
   void remove(const lt::torrent_handle& h);
 
@@ -129,7 +136,8 @@ class session {
   // a seed, the same way as add_seed(): every member must already be verified at
   // `<objects_dir>/sha256/<hh>/<hex>`, where `objects_dir` is the cache's objects directory
   // (the pack's file layout is the cache's object layout, so nothing is copied).
-  [[nodiscard]] result<lt::torrent_handle> add_pack_seed(const pack_metainfo& m, const std::string& objects_dir,
+  [[nodiscard]] result<lt::torrent_handle> add_pack_seed(const pack_metainfo& m,
+                                                         const std::string& objects_dir,
                                                          const std::vector<std::string>& trackers);
 
   // Called on the pump thread for every alert (after the built-in error logging).

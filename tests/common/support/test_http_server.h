@@ -71,7 +71,7 @@ struct reply {
   std::size_t chunk_size = 0;       // write the body in pieces of this size (0: at once)
   std::chrono::milliseconds chunk_delay{0};
   std::chrono::milliseconds head_delay{0};
-  bool no_response = false;               // read the request, never answer, hold the socket
+  bool no_response = false;                // read the request, never answer, hold the socket
   std::optional<std::size_t> close_after;  // close after this many body bytes
   std::optional<std::size_t> stall_after;  // stop after this many body bytes, hold the socket
   bool close = false;                      // close the connection after this reply
@@ -298,20 +298,34 @@ class test_http_server {
 
   static std::string phrase(int s) {
     switch (s) {
-      case 200: return "OK";
-      case 206: return "Partial Content";
-      case 301: return "Moved Permanently";
-      case 302: return "Found";
-      case 303: return "See Other";
-      case 307: return "Temporary Redirect";
-      case 308: return "Permanent Redirect";
-      case 404: return "Not Found";
-      case 429: return "Too Many Requests";
-      case 500: return "Internal Server Error";
-      case 502: return "Bad Gateway";
-      case 503: return "Service Unavailable";
-      case 504: return "Gateway Timeout";
-      default: return "Status";
+      case 200:
+        return "OK";
+      case 206:
+        return "Partial Content";
+      case 301:
+        return "Moved Permanently";
+      case 302:
+        return "Found";
+      case 303:
+        return "See Other";
+      case 307:
+        return "Temporary Redirect";
+      case 308:
+        return "Permanent Redirect";
+      case 404:
+        return "Not Found";
+      case 429:
+        return "Too Many Requests";
+      case 500:
+        return "Internal Server Error";
+      case 502:
+        return "Bad Gateway";
+      case 503:
+        return "Service Unavailable";
+      case 504:
+        return "Gateway Timeout";
+      default:
+        return "Status";
     }
   }
 
@@ -339,8 +353,8 @@ class test_http_server {
                         (r.reason.empty() ? phrase(r.status) : r.reason) + "\r\n";
       for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
       if (r.send_content_length) {
-        out += "Content-Length: " + std::to_string(r.content_length.value_or(r.body.size())) +
-               "\r\n";
+        out +=
+            "Content-Length: " + std::to_string(r.content_length.value_or(r.body.size())) + "\r\n";
       }
       const bool close = r.close || !r.send_content_length;
       if (close) out += "Connection: close\r\n";

@@ -47,8 +47,8 @@ class test_tls_identity {
     }
 
     const char* base = getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/shoal-tls-XXXXXX";
+    std::string tmpl =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/shoal-tls-XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("tls: mkdtemp");
     dir_ = tmpl;
     ca_file_ = dir_ + "/ca.pem";
