@@ -46,27 +46,7 @@ status app::init() {
     cfg_.swarm.partial_dir =
         std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/partial";
   }
-  {
-    // Downloads never survive a restart (each is re-requested by its client), so whatever is in
-    // the partial directory now is debris of a crash: remove it, it is outside the cache quota.
-    std::error_code ec;
-    std::uint64_t bytes = 0, files = 0;
-    if (std::filesystem::exists(cfg_.swarm.partial_dir, ec)) {
-      for (auto it = std::filesystem::recursive_directory_iterator(cfg_.swarm.partial_dir, ec);
-           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_regular_file(ec)) {
-          bytes += it->file_size(ec);
-          ++files;
-        }
-      }
-      std::filesystem::remove_all(cfg_.swarm.partial_dir, ec);
-      if (ec) return fail(ec, "clean " + cfg_.swarm.partial_dir + ": " + ec.message());
-    }
-    std::filesystem::create_directories(cfg_.swarm.partial_dir, ec);
-    if (ec) return fail(ec, "create " + cfg_.swarm.partial_dir + ": " + ec.message());
-    if (files)
-      log::info("removed unfinished downloads", log::kv("files", files), log::kv("bytes", bytes));
-  }
+  if (auto s = clean_partial_dir(); !s) return s;
   http_client_ = std::make_unique<http::client>();
   cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
@@ -101,6 +81,51 @@ status app::init() {
   }
   register_metrics();
 
+  if (auto s = start_server(); !s) return s;
+  if (!cfg_.upstream.scheduler.empty()) {
+    prewarm_ = std::make_unique<prewarm_executor>(
+        prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_, datasets_.get()},
+        prewarm_executor::options{});
+    heartbeat_sender::deps hd{
+        cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
+    if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
+    heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
+    prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
+    prewarm_->start();
+    heartbeat_->start();
+  }
+  log::info("peerd listening", log::kv("node", cfg_.node.name),
+            log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
+            log::kv("registry_proxy", cfg_.upstream.registry_proxy));
+  return {};
+}
+
+// Empties the partial-download directory at start.
+status app::clean_partial_dir() {
+  // Downloads never survive a restart (each is re-requested by its client), so whatever is in
+  // the partial directory now is debris of a crash: remove it, it is outside the cache quota.
+  std::error_code ec;
+  std::uint64_t bytes = 0, files = 0;
+  if (std::filesystem::exists(cfg_.swarm.partial_dir, ec)) {
+    for (auto it = std::filesystem::recursive_directory_iterator(cfg_.swarm.partial_dir, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_regular_file(ec)) {
+        bytes += it->file_size(ec);
+        ++files;
+      }
+    }
+    std::filesystem::remove_all(cfg_.swarm.partial_dir, ec);
+    if (ec) return fail(ec, "clean " + cfg_.swarm.partial_dir + ": " + ec.message());
+  }
+  std::filesystem::create_directories(cfg_.swarm.partial_dir, ec);
+  if (ec) return fail(ec, "create " + cfg_.swarm.partial_dir + ": " + ec.message());
+  if (files)
+    log::info("removed unfinished downloads", log::kv("files", files), log::kv("bytes", bytes));
+  return {};
+}
+
+// The HTTP server (containerd's mirror endpoint and the node API) with its request metrics.
+status app::start_server() {
   auto so = daemon::server_options_from(cfg_.http, "shoal-peerd");
   auto& req_total =
       reg_.counter("shoal_peerd_requests_total", "HTTP requests answered.", {"kind", "code"});
@@ -127,21 +152,6 @@ status app::init() {
   auto hp = http::split_host_port(cfg_.http.listen);
   if (!hp) return fail(hp.error().wrap("http.listen"));
   if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
-  if (!cfg_.upstream.scheduler.empty()) {
-    prewarm_ = std::make_unique<prewarm_executor>(
-        prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_, datasets_.get()},
-        prewarm_executor::options{});
-    heartbeat_sender::deps hd{
-        cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
-    if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
-    heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
-    prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
-    prewarm_->start();
-    heartbeat_->start();
-  }
-  log::info("peerd listening", log::kv("node", cfg_.node.name),
-            log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
-            log::kv("registry_proxy", cfg_.upstream.registry_proxy));
   return {};
 }
 

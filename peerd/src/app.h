@@ -35,6 +35,8 @@ class app {
   explicit app(const peerd_config& cfg);
   [[nodiscard]] status init();
   [[nodiscard]] status init_datasets();
+  [[nodiscard]] status clean_partial_dir();
+  [[nodiscard]] status start_server();
   void register_metrics();
 
   peerd_config cfg_;

@@ -563,6 +563,46 @@ void mirror::handle_status(const http::responder& resp) {
   });
 }
 
+namespace {
+
+// The digest of the manifest for `platform` ("os/arch") in an image index, or "".
+std::string platform_digest(const nlohmann::json& index, const std::string& platform) {
+  std::string want_os = platform.substr(0, platform.find('/'));
+  std::string want_arch = platform.substr(platform.find('/') + 1);
+  for (const auto& m : index["manifests"]) {
+    if (!m.is_object() || !m.contains("platform")) continue;
+    if (m["platform"].value("os", "") == want_os &&
+        m["platform"].value("architecture", "") == want_arch) {
+      return m.value("digest", "");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+// One manifest of `ref` (by tag or digest) through registry-proxy, parsed; blocking.
+result<nlohmann::json> mirror::pull_manifest(const oci::image_ref& ref,
+                                             const std::string& reference,
+                                             const std::string& auth) {
+  http::client_request r;
+  r.url = proxy_url(origin::manifest_target({ref.registry, ref.repository}, reference));
+  r.headers.emplace_back("Accept", std::string(oci::media::accept_all));
+  if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
+  r.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  r.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+  auto f = origin::call(d_.http, std::move(r), 8u << 20);
+  if (!f) return fail(f.error());
+  if (f->status != 200)
+    return fail(errc::upstream_error,
+                "manifest " + reference + ": HTTP " + std::to_string(f->status));
+  auto j = nlohmann::json::parse(f->body, nullptr, false);
+  if (j.is_discarded()) return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
+  return j;
+}
+
 void mirror::handle_pull(const http::request& req, const http::responder& resp) {
   if (req.method != http::verb::post)
     return resp.send(http::response::json(405, R"({"error":"use POST"})"));
@@ -581,57 +621,26 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
   std::string auth(req.header("Authorization"));
   net::post(d_.pool, [this, ref = *ref, platform, auth, resp] {
     auto t0 = steady::now();
-    const std::string accept = std::string(oci::media::accept_all);
-    auto get_manifest =
-        [&](const std::string& reference) -> result<std::pair<std::string, nlohmann::json>> {
-      http::client_request r;
-      r.url = proxy_url(origin::manifest_target({ref.registry, ref.repository}, reference));
-      r.headers.emplace_back("Accept", accept);
-      if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
-      r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
-          d_.cfg.upstream.connect_timeout.get());
-      r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
-          d_.cfg.upstream.request_timeout.get());
-      auto f = origin::call(d_.http, std::move(r), 8u << 20);
-      if (!f) return fail(f.error());
-      if (f->status != 200)
-        return fail(errc::upstream_error,
-                    "manifest " + reference + ": HTTP " + std::to_string(f->status));
-      auto j = nlohmann::json::parse(f->body, nullptr, false);
-      if (j.is_discarded())
-        return fail(errc::protocol_error, "manifest " + reference + " is not JSON");
-      return std::make_pair(std::string(f->header("Content-Type").value_or("")), j);
-    };
     nlohmann::json out;
-    auto top = get_manifest(ref.dig ? ref.dig->str() : ref.tag);
+    auto top = pull_manifest(ref, ref.dig ? ref.dig->str() : ref.tag, auth);
     if (!top) {
       out["error"] = top.error().message;
       return resp.send(http::response::json(502, out.dump()));
     }
-    nlohmann::json manifest = top->second;
+    nlohmann::json manifest = *top;
     if (manifest.contains("manifests")) {
       // An index: pick the platform.
-      std::string want_os = platform.substr(0, platform.find('/'));
-      std::string want_arch = platform.substr(platform.find('/') + 1);
-      std::string chosen;
-      for (const auto& m : manifest["manifests"]) {
-        if (!m.is_object() || !m.contains("platform")) continue;
-        if (m["platform"].value("os", "") == want_os &&
-            m["platform"].value("architecture", "") == want_arch) {
-          chosen = m.value("digest", "");
-          break;
-        }
-      }
+      std::string chosen = platform_digest(manifest, platform);
       if (chosen.empty()) {
         out["error"] = "no manifest for platform " + platform;
         return resp.send(http::response::json(404, out.dump()));
       }
-      auto sub = get_manifest(chosen);
+      auto sub = pull_manifest(ref, chosen, auth);
       if (!sub) {
         out["error"] = sub.error().message;
         return resp.send(http::response::json(502, out.dump()));
       }
-      manifest = sub->second;
+      manifest = *sub;
     }
     std::vector<std::pair<digest, std::uint64_t>> blobs;
     auto add = [&](const nlohmann::json& desc) {

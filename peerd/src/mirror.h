@@ -14,11 +14,14 @@
 #include <mutex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cache/store.h"
 #include "common/daemon.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/oci.h"
 #include "common/origin_protocol.h"
 #include "chunked.h"
 #include "config.h"
@@ -76,6 +79,9 @@ class mirror {
                                                    const std::string& auth);
   [[nodiscard]] std::shared_ptr<chunked_blob> find_chunked(const digest& d);
   void handle_pull(const http::request& req, const http::responder& resp);
+  [[nodiscard]] result<nlohmann::json> pull_manifest(const oci::image_ref& ref,
+                                                     const std::string& reference,
+                                                     const std::string& auth);
   void handle_status(const http::responder& resp);
   std::string proxy_url(const std::string& path_and_query) const;
 

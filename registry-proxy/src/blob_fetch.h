@@ -184,93 +184,96 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     req_id_ = rid;
   }
 
+  // Client thread: a 200 from upstream. Checks the announced digest and length, records the
+  // object's visibility, and starts the cache write (or follows the one already running);
+  // returns whether this fetch streams the body itself.
+  bool on_ok(const http::response_head& h) {
+    if (auto dcd = h.header("Docker-Content-Digest"); dcd && *dcd != id_.str()) {
+      capture_error(502, "upstream announced digest " + std::string(*dcd) + " for " + id_.str());
+      return false;
+    }
+    std::optional<std::uint64_t> size;
+    if (auto cl = h.header("Content-Length")) {
+      std::uint64_t v = 0;
+      auto s = std::string(*cl);
+      if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() < 20)
+        v = std::stoull(s);
+      else
+        return capture_error(502, "upstream sent a bad Content-Length"), false;
+      size = v;
+    }
+    // Visibility is recorded before the object can become visible, so no reader ever sees it
+    // without knowing whether it is public.
+    std::string repo_key =
+        who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
+    (void)svc_.state().add_visibility(id_, who_ == acting_as::proxy, repo_key);
+    auto ticket = svc_.store().begin_write(id_, size, cache::object_kind::blob);
+    if (!ticket) {
+      capture_error(ticket.error().is(errc::no_space) ? 507 : 500,
+                    "cache: " + ticket.error().message);
+      return false;
+    }
+    if (ticket->role == cache::write_role::present) {
+      set_phase(phase::committed, 0, {});
+      return false;
+    }
+    if (ticket->role == cache::write_role::follower) {
+      // Someone else in this process is writing it (it cannot be us): follow that write.
+      auto infl = ticket->inflight;
+      {
+        std::lock_guard lk(mu_);
+        inflight_ = infl;
+        size_ = size;
+      }
+      set_phase(phase::streaming, 0, {});
+      auto self = shared_from_this();
+      infl->wait_for(UINT64_MAX - 1, [self](const cache::progress& p) {
+        if (p.state == cache::write_state::committed)
+          self->set_phase(phase::committed, 0, {});
+        else
+          self->set_phase(phase::failed, 502, p.err ? p.err->message : "write failed");
+        self->svc_.finish_fetch(self);
+      });
+      follower_ = true;
+      return false;
+    }
+    writer_ = std::move(ticket->writer);
+    // Piece hashes cost CPU on every byte: compute them while streaming only when someone
+    // already asked for the metainfo (peerd always does); else lazily when first asked.
+    if (size && want_meta_.load()) pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
+    // A large object peerd waits for is also cut into chunk objects that swarm while the
+    // rest still downloads (chunks.h).
+    std::shared_ptr<chunk_list> chunks;
+    if (std::uint64_t cs =
+            size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0;
+        cs) {
+      chunks = std::make_shared<chunk_list>(id_, *size, cs);
+      svc_.register_chunks(chunks);
+      bool pub = who_ == acting_as::proxy;
+      chunker_ = std::make_unique<chunker>(
+          chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
+                                               const object_metainfo& m) {
+            return svc->commit_chunk(e, b, m, pub, repo_key);
+          });
+    }
+    std::vector<std::function<void()>> chunk_waiters;
+    {
+      std::lock_guard lk(mu_);
+      inflight_ = ticket->inflight;
+      size_ = size;
+      chunks_ = chunks;
+      if (chunks_) chunk_waiters.swap(chunk_waiters_);
+    }
+    set_phase(phase::streaming, 0, {});
+    for (auto& w : chunk_waiters) w();
+    return true;
+  }
+
   // Client thread.
   bool on_response(const http::response_head& h) {
     next_ = next_step::none;
     err_body_.clear();
-    if (h.status == 200) {
-      if (auto dcd = h.header("Docker-Content-Digest"); dcd && *dcd != id_.str()) {
-        capture_error(502, "upstream announced digest " + std::string(*dcd) + " for " + id_.str());
-        return false;
-      }
-      std::optional<std::uint64_t> size;
-      if (auto cl = h.header("Content-Length")) {
-        std::uint64_t v = 0;
-        auto s = std::string(*cl);
-        if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() < 20)
-          v = std::stoull(s);
-        else
-          return capture_error(502, "upstream sent a bad Content-Length"), false;
-        size = v;
-      }
-      // Visibility is recorded before the object can become visible, so no reader ever sees it
-      // without knowing whether it is public.
-      std::string repo_key =
-          who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
-      (void)svc_.state().add_visibility(id_, who_ == acting_as::proxy, repo_key);
-      auto ticket = svc_.store().begin_write(id_, size, cache::object_kind::blob);
-      if (!ticket) {
-        capture_error(ticket.error().is(errc::no_space) ? 507 : 500,
-                      "cache: " + ticket.error().message);
-        return false;
-      }
-      if (ticket->role == cache::write_role::present) {
-        set_phase(phase::committed, 0, {});
-        return false;
-      }
-      if (ticket->role == cache::write_role::follower) {
-        // Someone else in this process is writing it (it cannot be us): follow that write.
-        auto infl = ticket->inflight;
-        {
-          std::lock_guard lk(mu_);
-          inflight_ = infl;
-          size_ = size;
-        }
-        set_phase(phase::streaming, 0, {});
-        auto self = shared_from_this();
-        infl->wait_for(UINT64_MAX - 1, [self](const cache::progress& p) {
-          if (p.state == cache::write_state::committed)
-            self->set_phase(phase::committed, 0, {});
-          else
-            self->set_phase(phase::failed, 502, p.err ? p.err->message : "write failed");
-          self->svc_.finish_fetch(self);
-        });
-        follower_ = true;
-        return false;
-      }
-      writer_ = std::move(ticket->writer);
-      // Piece hashes cost CPU on every byte: compute them while streaming only when someone
-      // already asked for the metainfo (peerd always does); else lazily when first asked.
-      if (size && want_meta_.load())
-        pieces_ = std::make_unique<async_metainfo_builder>(*size, false);
-      // A large object peerd waits for is also cut into chunk objects that swarm while the
-      // rest still downloads (chunks.h).
-      std::shared_ptr<chunk_list> chunks;
-      if (std::uint64_t cs = size && want_chunks_.load() && !chunker_
-                                 ? chunk_size_for(*size, svc_.chunk_size())
-                                 : 0;
-          cs) {
-        chunks = std::make_shared<chunk_list>(id_, *size, cs);
-        svc_.register_chunks(chunks);
-        bool pub = who_ == acting_as::proxy;
-        chunker_ = std::make_unique<chunker>(
-            chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
-                                                 const object_metainfo& m) {
-              return svc->commit_chunk(e, b, m, pub, repo_key);
-            });
-      }
-      std::vector<std::function<void()>> chunk_waiters;
-      {
-        std::lock_guard lk(mu_);
-        inflight_ = ticket->inflight;
-        size_ = size;
-        chunks_ = chunks;
-        if (chunks_) chunk_waiters.swap(chunk_waiters_);
-      }
-      set_phase(phase::streaming, 0, {});
-      for (auto& w : chunk_waiters) w();
-      return true;
-    }
+    if (h.status == 200) return on_ok(h);
     if (h.status == 401 && auth_round_ == 0 &&
         svc_.upstreams().note_challenge(*sel_.up, h.headers,
                                         who_ == acting_as::client ? &client_ : nullptr)) {

@@ -1,0 +1,360 @@
+// One HTTP/1.1 connection of common/http_server.h (declared in http_connection.h).
+#include "http_connection.h"
+
+namespace shoal::http {
+
+using namespace server_detail;
+
+responder::state::~state() {
+  if (!sent.load() && conn) {
+    net::post(ex, [c = conn] { c->on_response(response::text(500, "handler did not answer\n")); });
+  }
+}
+
+void responder::send(response r) const {
+  if (state_->sent.exchange(true)) return;
+  net::post(state_->ex,
+            [c = state_->conn, r = std::move(r)]() mutable { c->on_response(std::move(r)); });
+}
+
+bool responder::client_gone() const { return state_->gone.load(); }
+
+void connection::close_now() {
+  if (closed_) return;
+  closed_ = true;
+  if (auto st = current_.lock()) st->gone = true;
+  if (source_) {
+    source_->cancel();
+    source_.reset();
+  }
+  beast::error_code ec;
+  timer_.cancel();
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+  srv_->remove(this);
+}
+
+void connection::arm_write_timer() {
+  timer_.expires_after(srv_->opts.write_timeout);
+  timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+    if (ec) return;
+    if (auto c = weak.lock()) {
+      beast::error_code e2;
+      c->stream_.socket().cancel(e2);
+    }
+  });
+}
+
+void connection::on_response(response&& r) {
+  if (closed_ || !busy_) return;  // a late answer for a request already handled
+  if (auto st = current_.lock()) st->sent = true;
+  status_ = r.status;
+  sent_ = 0;
+  if (r.close) keep_alive_ = false;
+
+  // Work out the body length and apply Range.
+  std::optional<std::uint64_t> length;
+  if (auto* s = std::get_if<std::string>(&r.body))
+    length = s->size();
+  else if (auto* f = std::get_if<file_body>(&r.body))
+    length = f->length;
+  else if (auto* sb = std::get_if<stream_body>(&r.body))
+    length = sb->length;
+  else
+    length = 0;
+
+  std::uint64_t body_off = 0;
+  std::optional<std::uint64_t> body_len = length;
+  if (r.rangeable && r.status == 200 && length) {
+    r.headers.set(bhttp::field::accept_ranges, "bytes");
+    auto spec = parse_range(range_header_, *length);
+    if (spec.kind == range_kind::single) {
+      r.status = 206;
+      r.headers.set(bhttp::field::content_range, content_range(spec.range, *length));
+      body_off = spec.range.first;
+      body_len = spec.range.length();
+    } else if (spec.kind == range_kind::unsatisfiable) {
+      r.status = 416;
+      r.headers.set(bhttp::field::content_range, unsatisfied_range(*length));
+      r.headers.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+      r.body = std::string("range not satisfiable\n");
+      body_off = 0;
+      body_len = std::string("range not satisfiable\n").size();
+    }
+  }
+  status_ = r.status;
+
+  header_ = {};
+  header_.result(r.status);
+  header_.version(11);
+  for (const auto& f : r.headers) header_.insert(f.name_string(), f.value());
+  header_.result(r.status);
+  if (header_.find(bhttp::field::server) == header_.end())
+    header_.set(bhttp::field::server, srv_->opts.name);
+  header_.set(bhttp::field::date, http_date());
+  header_.keep_alive(keep_alive_);
+  chunked_ = false;
+  const bool no_body = status_has_no_body(r.status);
+  if (no_body) {
+    header_.erase(bhttp::field::content_length);
+  } else if (body_len) {
+    bool explicit_len = std::holds_alternative<std::monostate>(r.body) && head_ &&
+                        header_.find(bhttp::field::content_length) != header_.end();
+    if (!explicit_len) header_.set(bhttp::field::content_length, std::to_string(*body_len));
+  } else {
+    header_.set(bhttp::field::transfer_encoding, "chunked");
+    chunked_ = true;
+  }
+
+  if (head_ || no_body) {
+    write_header([this] { finish(); });
+    return;
+  }
+  if (auto* s = std::get_if<std::string>(&r.body)) {
+    std::string b =
+        s->substr(static_cast<std::size_t>(body_off), static_cast<std::size_t>(*body_len));
+    write_header([this, b = std::move(b)]() mutable { send_string(std::move(b)); });
+  } else if (auto* f = std::get_if<file_body>(&r.body)) {
+    auto fd = f->fd;
+    std::uint64_t off = f->offset + body_off;
+    std::uint64_t len = *body_len;
+    write_header(
+        [this, fd, off, len] { send_file(fd->get(), off, len, [this, fd] { finish(); }); });
+  } else if (auto* sb = std::get_if<stream_body>(&r.body)) {
+    std::uint64_t len = body_len ? *body_len : UINT64_MAX;
+    source_ = sb->open ? sb->open(body_off, len) : nullptr;
+    if (!source_) {
+      // Headers not sent yet: we can still answer properly.
+      response e = response::text(500, "body source unavailable\n");
+      busy_ = true;
+      return on_response(std::move(e));
+    }
+    remaining_ = body_len;
+    ++source_gen_;
+    write_header([this] { pump(); });
+  } else {
+    write_header([this] { finish(); });
+  }
+}
+
+void connection::write_header(std::function<void()> next) {
+  serializer_.emplace(header_);
+  stream_.expires_after(srv_->opts.write_timeout);
+  bhttp::async_write_header(
+      stream_, *serializer_,
+      [self = shared_from_this(), next = std::move(next)](beast::error_code ec, std::size_t) {
+        if (ec) return self->abort("write header: " + ec.message());
+        next();
+      });
+}
+
+void connection::send_string(std::string body) {
+  auto buf = std::make_shared<std::string>(std::move(body));
+  stream_.expires_after(srv_->opts.write_timeout);
+  net::async_write(stream_, net::buffer(*buf),
+                   [self = shared_from_this(), buf](beast::error_code ec, std::size_t n) {
+                     self->sent_ += n;
+                     if (ec) return self->abort("write body: " + ec.message());
+                     self->finish();
+                   });
+}
+
+void connection::send_file(int fd, std::uint64_t off, std::uint64_t len,
+                           std::function<void()> next) {
+  auto& sock = stream_.socket();
+  beast::error_code ec;
+  sock.non_blocking(true, ec);
+  const int sfd = sock.native_handle();
+  std::uint64_t budget = 8u << 20;  // yield to other connections after this many bytes
+  while (len > 0) {
+    off_t o = static_cast<off_t>(off);
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(len, 1u << 30));
+    ssize_t n = ::sendfile(sfd, fd, &o, want);
+    if (n > 0) {
+      off += static_cast<std::uint64_t>(n);
+      len -= static_cast<std::uint64_t>(n);
+      sent_ += static_cast<std::uint64_t>(n);
+      if (static_cast<std::uint64_t>(n) >= budget) {
+        net::post(executor(),
+                  [self = shared_from_this(), fd, off, len, next = std::move(next)]() mutable {
+                    if (self->closed_) return;
+                    self->send_file(fd, off, len, std::move(next));
+                  });
+        return;
+      }
+      budget -= static_cast<std::uint64_t>(n);
+      continue;
+    }
+    if (n == 0) return abort("sendfile: file ended " + std::to_string(len) + " bytes early");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      arm_write_timer();
+      sock.async_wait(tcp::socket::wait_write,
+                      [self = shared_from_this(), fd, off, len,
+                       next = std::move(next)](beast::error_code wec) mutable {
+                        self->timer_.cancel();
+                        if (self->closed_) return;
+                        if (wec) {
+                          return self->abort(wec == net::error::operation_aborted
+                                                 ? "client stopped reading (write timeout)"
+                                                 : "wait for socket: " + wec.message());
+                        }
+                        self->send_file(fd, off, len, std::move(next));
+                      });
+      return;
+    }
+    return abort(std::string("sendfile: ") + std::strerror(errno));
+  }
+  next();
+}
+
+void connection::pump() {
+  if (closed_) return;
+  if (remaining_ && *remaining_ == 0) {
+    // All bytes sent: release the source before the next request.
+    source_.reset();
+    return finish();
+  }
+  std::size_t want = srv_->opts.stream_chunk_bytes;
+  if (remaining_) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, *remaining_));
+  auto gen = source_gen_;
+  // A producer that never answers must not pin the connection forever.
+  timer_.expires_after(srv_->opts.source_timeout);
+  timer_.async_wait([weak = weak_from_this(), gen](beast::error_code ec) {
+    if (ec) return;
+    auto self = weak.lock();
+    if (!self || self->closed_ || self->source_gen_ != gen || !self->source_) return;
+    self->abort("body source produced nothing for " +
+                std::to_string(self->srv_->opts.source_timeout.count()) + " ms");
+  });
+  // The callback holds the connection alive while the producer works.
+  source_->next(want, [self = shared_from_this(), gen](result<chunk> c) mutable {
+    auto ex = self->executor();
+    net::post(ex, [self = std::move(self), gen, c = std::move(c)]() mutable {
+      if (self->closed_ || self->source_gen_ != gen || !self->source_) return;
+      self->timer_.cancel();
+      self->on_chunk(std::move(c));
+    });
+  });
+}
+
+void connection::on_chunk(result<chunk> c) {
+  if (!c) return abort("body source: " + c.error().to_string());
+  switch (c->type) {
+    case chunk::kind::eof:
+      if (remaining_ && *remaining_ > 0) {
+        return abort("body source ended " + std::to_string(*remaining_) + " bytes early");
+      }
+      source_.reset();
+      if (chunked_) {
+        auto tail = std::make_shared<std::string>("0\r\n\r\n");
+        stream_.expires_after(srv_->opts.write_timeout);
+        net::async_write(stream_, net::buffer(*tail),
+                         [self = shared_from_this(), tail](beast::error_code ec, std::size_t) {
+                           if (ec) return self->abort("write: " + ec.message());
+                           self->finish();
+                         });
+        return;
+      }
+      return finish();
+    case chunk::kind::data: {
+      if (c->data.empty()) return pump();
+      if (remaining_ && c->data.size() > *remaining_) {
+        return abort("body source produced more bytes than announced");
+      }
+      const std::uint64_t payload = c->data.size();
+      auto buf = std::make_shared<std::string>();
+      if (chunked_) {
+        char hdr[32];
+        std::snprintf(hdr, sizeof hdr, "%zx\r\n", c->data.size());
+        *buf = hdr;
+        *buf += c->data;
+        *buf += "\r\n";
+      } else {
+        *buf = std::move(c->data);
+      }
+      stream_.expires_after(srv_->opts.write_timeout);
+      net::async_write(
+          stream_, net::buffer(*buf),
+          [self = shared_from_this(), buf, payload](beast::error_code ec, std::size_t) {
+            if (ec) return self->abort("write: " + ec.message());
+            self->sent_ += payload;
+            if (self->remaining_) *self->remaining_ -= payload;
+            self->pump();
+          });
+      return;
+    }
+    case chunk::kind::file: {
+      if (c->length == 0) return pump();
+      if (remaining_ && c->length > *remaining_) {
+        return abort("body source produced more bytes than announced");
+      }
+      std::uint64_t len = c->length;
+      auto after = [this, len] {
+        if (remaining_) *remaining_ -= len;
+        if (chunked_) {
+          auto crlf = std::make_shared<std::string>("\r\n");
+          net::async_write(stream_, net::buffer(*crlf),
+                           [self = shared_from_this(), crlf](beast::error_code ec, std::size_t) {
+                             if (ec) return self->abort("write: " + ec.message());
+                             self->pump();
+                           });
+          return;
+        }
+        pump();
+      };
+      if (chunked_) {
+        auto hdr = std::make_shared<std::string>();
+        char h[32];
+        std::snprintf(h, sizeof h, "%llx\r\n", static_cast<unsigned long long>(len));
+        *hdr = h;
+        int fd = c->fd;
+        std::uint64_t off = c->offset;
+        net::async_write(stream_, net::buffer(*hdr),
+                         [self = shared_from_this(), hdr, fd, off, len, after](beast::error_code ec,
+                                                                               std::size_t) {
+                           if (ec) return self->abort("write: " + ec.message());
+                           self->send_file(fd, off, len, after);
+                         });
+        return;
+      }
+      send_file(c->fd, c->offset, len, after);
+      return;
+    }
+  }
+}
+
+void connection::finish() {
+  if (closed_) return;
+  source_.reset();
+  if (srv_->opts.on_request_done) {
+    request_log l{
+        method_, target_, status_, sent_, false, {}, std::chrono::steady_clock::now() - started_,
+        remote_};
+    srv_->opts.on_request_done(l);
+  }
+  current_.reset();
+  busy_ = false;
+  if (!keep_alive_ || srv_->stopping.load()) {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    close_now();
+    return;
+  }
+  do_read();
+}
+
+void connection::abort(std::string why) {
+  if (closed_) return;
+  if (srv_->opts.on_request_done) {
+    request_log l{
+        method_, target_, status_, sent_, true, why, std::chrono::steady_clock::now() - started_,
+        remote_};
+    srv_->opts.on_request_done(l);
+  }
+  log::debug("http response aborted", log::kv("target", target_), log::kv("reason", why),
+             log::kv("bytes_sent", sent_));
+  close_now();
+}
+
+}  // namespace shoal::http
