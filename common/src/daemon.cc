@@ -61,6 +61,20 @@ http::server_options server_options_from(const http_config& c, std::string name)
   return o;
 }
 
+status listen(http::server& s, const http_config& c) {
+  auto hp = http::split_host_port(c.listen);
+  if (!hp) return fail(hp.error().wrap("http.listen"));
+  return s.listen(hp->first, hp->second);
+}
+
+void log_request(const http::request_log& l) {
+  log::debug(
+      "request", log::kv("method", l.method), log::kv("target", l.target),
+      log::kv("status", l.status), log::kv("bytes", l.body_bytes_sent),
+      log::kv("aborted", l.aborted), log::kv("error", l.error),
+      log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+}
+
 runtime::runtime(unsigned threads) : threads_(threads == 0 ? 1 : threads) {}
 runtime::~runtime() = default;
 

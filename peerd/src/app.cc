@@ -139,19 +139,13 @@ status app::start_server() {
                                                                          : "other";
     req_total.with({kind, std::to_string(l.status)}).inc();
     if (l.aborted) aborted.with({kind}).inc();
-    log::debug(
-        "request", log::kv("method", l.method), log::kv("target", l.target),
-        log::kv("status", l.status), log::kv("bytes", l.body_bytes_sent),
-        log::kv("aborted", l.aborted), log::kv("error", l.error),
-        log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+    daemon::log_request(l);
   };
   server_ =
       std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
         (*mirror_)(std::move(r), std::move(resp));
       });
-  auto hp = http::split_host_port(cfg_.http.listen);
-  if (!hp) return fail(hp.error().wrap("http.listen"));
-  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
+  if (auto s = daemon::listen(*server_, cfg_.http); !s) return fail(s.error());
   return {};
 }
 

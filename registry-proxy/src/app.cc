@@ -214,19 +214,13 @@ status app::start_server() {
     bytes_total.with({route}).inc(l.body_bytes_sent);
     if (l.aborted) aborted.with({route}).inc();
     latency.with({route}).observe(std::chrono::duration<double>(l.duration).count());
-    log::debug(
-        "request", log::kv("method", l.method), log::kv("target", l.target),
-        log::kv("status", l.status), log::kv("bytes", l.body_bytes_sent),
-        log::kv("aborted", l.aborted), log::kv("error", l.error),
-        log::kv("ms", std::chrono::duration_cast<std::chrono::milliseconds>(l.duration).count()));
+    daemon::log_request(l);
   };
   server_ =
       std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
         (*handler_)(std::move(r), std::move(resp));
       });
-  auto hp = http::split_host_port(cfg_.http.listen);
-  if (!hp) return fail(hp.error().wrap("http.listen"));
-  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
+  if (auto s = daemon::listen(*server_, cfg_.http); !s) return fail(s.error());
   log::info("registry-proxy listening", log::kv("address", cfg_.http.listen),
             log::kv("port", server_->port()), log::kv("upstreams", ups_->all().size()));
   return {};

@@ -124,9 +124,7 @@ status app::init() {
   server_ = std::make_unique<http::server>(
       rt_.io(), so,
       [this](http::request&& r, http::responder resp) { handle(std::move(r), std::move(resp)); });
-  auto hp = http::split_host_port(cfg_.http.listen);
-  if (!hp) return fail(hp.error().wrap("http.listen"));
-  if (auto s = server_->listen(hp->first, hp->second); !s) return fail(s.error());
+  if (auto s = daemon::listen(*server_, cfg_.http); !s) return fail(s.error());
   schedule_maintenance();
   log::info("scheduler listening", log::kv("address", cfg_.http.listen),
             log::kv("port", server_->port()), log::kv("epoch", epoch),

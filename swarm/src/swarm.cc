@@ -507,16 +507,21 @@ void session::pump() {
   }
 }
 
-result<lt::torrent_handle> session::add_seed(const object_metainfo& m, const std::string& save_path,
-                                             const std::vector<std::string>& trackers) {
-  std::string t = m.torrent_file(trackers);
+// Adds a torrent whose pieces are all verified on disk already (objects entered the cache
+// against their sha256): not auto-managed, not paused, seed_mode with every piece verified, so
+// no rehash and no lazy checks. Super-seeded (the origin sends each piece once before any
+// twice); an offer a node does not take up (it skips files it already holds) expires and frees
+// its slot. `name` is what errors call the torrent.
+result<lt::torrent_handle> session::add_verified_seed(const std::string& torrent,
+                                                      const std::string& save_path,
+                                                      const std::string& name) {
   lt::error_code ec;
-  auto ti = std::make_shared<lt::torrent_info>(t.data(), static_cast<int>(t.size()), ec);
-  if (ec) return fail(errc::internal, "torrent for " + m.object.short_str() + ": " + ec.message());
+  auto ti =
+      std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  if (ec) return fail(errc::internal, "torrent for " + name + ": " + ec.message());
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = save_path;
-  // Not auto-managed, not paused; seed_mode with every piece verified: no rehash, no lazy checks.
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
             lt::torrent_flags::duplicate_is_error;
   p.userdata = superseed_userdata(ti->num_pieces());
@@ -524,9 +529,14 @@ result<lt::torrent_handle> session::add_seed(const object_metainfo& m, const std
   p.have_pieces.resize(ti->num_pieces(), true);
   auto h = ses_->add_torrent(std::move(p), ec);
   if (ec == lt::errors::duplicate_torrent)
-    return fail(errc::already_exists, "already seeding " + m.object.short_str());
-  if (ec) return fail(errc::internal, "add seed " + m.object.short_str() + ": " + ec.message());
+    return fail(errc::already_exists, "already seeding " + name);
+  if (ec) return fail(errc::internal, "add seed " + name + ": " + ec.message());
   return h;
+}
+
+result<lt::torrent_handle> session::add_seed(const object_metainfo& m, const std::string& save_path,
+                                             const std::vector<std::string>& trackers) {
+  return add_verified_seed(m.torrent_file(trackers), save_path, m.object.short_str());
 }
 
 void session::remove(const lt::torrent_handle& h) {
@@ -536,28 +546,8 @@ void session::remove(const lt::torrent_handle& h) {
 result<lt::torrent_handle> session::add_pack_seed(const pack_metainfo& m,
                                                   const std::string& objects_dir,
                                                   const std::vector<std::string>& trackers) {
-  std::string t = m.torrent_file(trackers);
-  std::string name = "pack " + m.info_hash_hex().substr(0, 12);
-  lt::error_code ec;
-  auto ti = std::make_shared<lt::torrent_info>(t.data(), static_cast<int>(t.size()), ec);
-  if (ec) return fail(errc::internal, "torrent for " + name + ": " + ec.message());
-  lt::add_torrent_params p;
-  p.ti = ti;
-  p.save_path = objects_dir;
-  // As add_seed(): not auto-managed, not paused, every piece verified (the members were
-  // verified against their sha256 when they entered the cache).
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
-            lt::torrent_flags::duplicate_is_error;
-  // Super-seeded like single objects (the origin sends each piece once before any twice). An
-  // offer a node does not take up (it skips files it already holds) expires and frees its slot.
-  p.userdata = superseed_userdata(ti->num_pieces());
-  p.verified_pieces.resize(ti->num_pieces(), true);
-  p.have_pieces.resize(ti->num_pieces(), true);
-  auto h = ses_->add_torrent(std::move(p), ec);
-  if (ec == lt::errors::duplicate_torrent)
-    return fail(errc::already_exists, "already seeding " + name);
-  if (ec) return fail(errc::internal, "add seed " + name + ": " + ec.message());
-  return h;
+  return add_verified_seed(m.torrent_file(trackers), objects_dir,
+                           "pack " + m.info_hash_hex().substr(0, 12));
 }
 
 }  // namespace shoal::swarm

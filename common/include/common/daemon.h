@@ -42,6 +42,10 @@ struct http_config {
 // `default_listen` documents the daemon's own default.
 void describe(config::binder& b, http_config& c);
 [[nodiscard]] http::server_options server_options_from(const http_config& c, std::string name);
+// Starts `s` listening on `c.listen` ("host:port"); errors name the key.
+[[nodiscard]] status listen(http::server& s, const http_config& c);
+// The debug log line every daemon writes for an answered request.
+void log_request(const http::request_log& l);
 
 // An io_context running on `threads` threads. run() blocks until SIGTERM or SIGINT (or stop()),
 // calls `on_signal` once on an io thread (the daemon begins its graceful shutdown there), then

@@ -145,6 +145,9 @@ class session {
   void stop();
 
  private:
+  [[nodiscard]] result<lt::torrent_handle> add_verified_seed(const std::string& torrent,
+                                                             const std::string& save_path,
+                                                             const std::string& name);
   session() = default;
   void pump();
 
