@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmarks' verdict rules (issue 20), checked on synthetic results, no daemons:
+"""The benchmarks' verdict rules, checked on synthetic results, no daemons:
 
   - a ratio is compared unrounded: 1.6004 is missed against <= 1.6;
   - a fan-out warm phase with any upstream byte is missed, whatever its time;
