@@ -4,7 +4,7 @@
 #include <map>
 
 #include "common/heartbeat.h"
-#include "placement.h"
+#include "scheduler/placement.h"
 
 namespace shoal::scheduler_bench {
 

@@ -16,9 +16,9 @@
 #include "bench/scheduler/sim_cluster.h"
 #include "bench/scheduler/trace.h"
 #include "bench/scheduler/util.h"
-#include "cost.h"
-#include "index.h"
-#include "network.h"
+#include "scheduler/cost.h"
+#include "scheduler/index.h"
+#include "scheduler/network.h"
 
 namespace shoal::scheduler_bench {
 

@@ -12,13 +12,13 @@
 #include "common/heartbeat.h"
 #include "common/metrics.h"
 #include "common/sha256.h"
-#include "cost.h"
-#include "dataset_catalog.h"
-#include "extender.h"
-#include "index.h"
-#include "network.h"
-#include "placement.h"
-#include "resolver.h"
+#include "scheduler/cost.h"
+#include "scheduler/dataset_catalog.h"
+#include "scheduler/extender.h"
+#include "scheduler/index.h"
+#include "scheduler/network.h"
+#include "scheduler/placement.h"
+#include "scheduler/resolver.h"
 
 namespace shoal::scheduler_bench {
 

@@ -11,7 +11,7 @@
 
 #include "bench/scheduler/util.h"
 #include "common/digest.h"
-#include "config.h"
+#include "scheduler/config.h"
 
 namespace shoal::scheduler_bench {
 

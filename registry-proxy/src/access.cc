@@ -1,4 +1,4 @@
-#include "access.h"
+#include "registry-proxy/access.h"
 
 #include "common/log.h"
 #include "common/oci.h"

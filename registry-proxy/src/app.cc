@@ -1,4 +1,4 @@
-#include "app.h"
+#include "registry-proxy/app.h"
 
 #include <openssl/rand.h>
 

@@ -1,4 +1,4 @@
-#include "auth_challenge.h"
+#include "registry-proxy/auth_challenge.h"
 
 #include <cctype>
 

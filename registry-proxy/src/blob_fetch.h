@@ -18,7 +18,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "blobs.h"
+#include "registry-proxy/blobs.h"
 #include "common/log.h"
 #include "common/oci.h"
 

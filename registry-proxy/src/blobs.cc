@@ -1,4 +1,4 @@
-#include "blobs.h"
+#include "registry-proxy/blobs.h"
 #include "blob_fetch.h"
 
 #include <algorithm>

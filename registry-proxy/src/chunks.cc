@@ -1,4 +1,4 @@
-#include "chunks.h"
+#include "registry-proxy/chunks.h"
 
 #include <algorithm>
 

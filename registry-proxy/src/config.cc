@@ -1,4 +1,4 @@
-#include "config.h"
+#include "registry-proxy/config.h"
 
 #include "common/oci.h"
 

@@ -1,4 +1,4 @@
-#include "dataset_origin.h"
+#include "registry-proxy/dataset_origin.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -4,7 +4,7 @@
 // cache objects. datasets.cc holds the service's lifecycle and its pack groups,
 // datasets_http.cc the HTTP API, datasets_resolve.cc the resolution of a declaration into a
 // manifest.
-#include "datasets.h"
+#include "registry-proxy/datasets.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -25,7 +25,7 @@
 #include "common/log.h"
 #include "common/origin_protocol.h"
 #include "common/sha256.h"
-#include "seeder.h"
+#include "registry-proxy/seeder.h"
 
 namespace shoal::proxy {
 

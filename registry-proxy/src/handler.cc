@@ -1,4 +1,4 @@
-#include "handler.h"
+#include "registry-proxy/handler.h"
 
 #include "common/log.h"
 #include "common/oci.h"

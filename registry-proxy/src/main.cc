@@ -1,7 +1,7 @@
 // shoal-registry-proxy: the cluster's OCI pull-through cache and P2P origin.
 #include <cstdio>
 
-#include "app.h"
+#include "registry-proxy/app.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {

@@ -1,11 +1,11 @@
-#include "manifests.h"
+#include "registry-proxy/manifests.h"
 
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <set>
 
-#include "blobs.h"
+#include "registry-proxy/blobs.h"
 #include "common/log.h"
 #include "common/sha256.h"
 

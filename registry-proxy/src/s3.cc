@@ -1,4 +1,4 @@
-#include "s3.h"
+#include "registry-proxy/s3.h"
 #include "common/text.h"
 
 #include <algorithm>

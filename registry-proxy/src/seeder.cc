@@ -1,4 +1,4 @@
-#include "seeder.h"
+#include "registry-proxy/seeder.h"
 
 #include <libtorrent/alert_types.hpp>
 #include <libtorrent/session_stats.hpp>

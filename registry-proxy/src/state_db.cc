@@ -1,5 +1,5 @@
 // registry-proxy's records on the shared side index (see state_db.h).
-#include "state_db.h"
+#include "registry-proxy/state_db.h"
 
 #include <algorithm>
 #include <mutex>

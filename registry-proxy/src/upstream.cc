@@ -1,11 +1,11 @@
-#include "upstream.h"
+#include "registry-proxy/upstream.h"
 
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "auth_challenge.h"
+#include "registry-proxy/auth_challenge.h"
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/sha256.h"

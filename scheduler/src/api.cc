@@ -1,4 +1,4 @@
-#include "api.h"
+#include "scheduler/api.h"
 
 #include <openssl/rand.h>
 

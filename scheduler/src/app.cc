@@ -1,11 +1,11 @@
-#include "app.h"
+#include "scheduler/app.h"
 
 #include <openssl/rand.h>
 
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
-#include "dataset_catalog.h"
+#include "scheduler/dataset_catalog.h"
 
 namespace shoal::scheduler {
 

@@ -1,6 +1,6 @@
-#include "config.h"
+#include "scheduler/config.h"
 
-#include "cost.h"
+#include "scheduler/cost.h"
 
 namespace shoal::scheduler {
 

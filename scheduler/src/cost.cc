@@ -1,4 +1,4 @@
-#include "cost.h"
+#include "scheduler/cost.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "dataset_catalog.h"
+#include "scheduler/dataset_catalog.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "extender.h"
+#include "scheduler/extender.h"
 
 #include <algorithm>
 #include <set>

@@ -1,4 +1,4 @@
-#include "index.h"
+#include "scheduler/index.h"
 
 #include <algorithm>
 #include <bit>

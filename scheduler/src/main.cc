@@ -1,7 +1,7 @@
 // shoal-scheduler: tracker, cluster cache index, placement.
 #include <cstdio>
 
-#include "app.h"
+#include "scheduler/app.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {

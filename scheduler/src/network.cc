@@ -1,4 +1,4 @@
-#include "network.h"
+#include "scheduler/network.h"
 
 #include "netsetup/affinity.h"
 #include "netsetup/inventory.h"

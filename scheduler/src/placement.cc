@@ -1,4 +1,4 @@
-#include "placement.h"
+#include "scheduler/placement.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "prewarm.h"
+#include "scheduler/prewarm.h"
 
 #include <cmath>
 #include <set>

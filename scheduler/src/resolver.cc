@@ -1,4 +1,4 @@
-#include "resolver.h"
+#include "scheduler/resolver.h"
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>

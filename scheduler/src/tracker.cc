@@ -1,4 +1,4 @@
-#include "tracker.h"
+#include "scheduler/tracker.h"
 
 #include <arpa/inet.h>
 

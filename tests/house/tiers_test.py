@@ -6,6 +6,11 @@
 - libtorrent: only swarm/, peerd/, registry-proxy/ and their tests name a libtorrent header, and
   only shoal-peerd and shoal-registry-proxy load libtorrent-rasterbar (ldd, not grep: a link
   line can drag the library in without a single include).
+- Doors: a daemon with an include/<daemon>/ directory keeps its public headers there and the rest
+  in src/. (a) A public header's quoted includes resolve to public headers (its own door or
+  another component's include/), never to the daemon's src/. (b) Its consumers (tests/<daemon>/
+  and every tests/ or bench/ directory whose CMakeLists.txt names the daemon's library) include
+  nothing that only src/ holds, and no file under tests/ or bench/ reaches into <daemon>/src/.
 
 Usage: tiers_test.py SOURCE_DIR BINARY...  (each BINARY as name=path)
 """
@@ -26,6 +31,7 @@ ALLOWED = {
     "tools": {"common", "netsetup"},
 }
 PROJECT_PREFIXES = set(ALLOWED)
+DAEMONS = ("peerd", "registry-proxy", "scheduler")
 LIBTORRENT_DIRS = ("swarm/", "peerd/", "registry-proxy/", "tests/swarm/", "tests/peerd/",
                    "tests/registry-proxy/")
 LINKS_LIBTORRENT = {"shoal-peerd", "shoal-registry-proxy"}
@@ -68,6 +74,93 @@ def check_libtorrent_headers(root):
     return bad
 
 
+def resolve(inc, dirs):
+    """The first of dirs holding inc, as the compiler searches a quoted include."""
+    for d in dirs:
+        p = os.path.normpath(os.path.join(d, inc))
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+def quoted_includes(path):
+    for n, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+        m = INCLUDE.match(line)
+        if m:
+            yield n, m.group(1)
+
+
+def cmake_include_dirs(root, directory):
+    """The project-rooted directories a CMakeLists.txt adds with target_include_directories."""
+    path = os.path.join(directory, "CMakeLists.txt")
+    if not os.path.exists(path):
+        return []
+    dirs = []
+    for call in re.findall(r"target_include_directories\(([^)]*)\)", open(path).read()):
+        for m in re.finditer(r"\$\{(PROJECT_SOURCE_DIR|CMAKE_CURRENT_SOURCE_DIR)\}(/[^\s)]*)?",
+                             call):
+            base = root if m.group(1) == "PROJECT_SOURCE_DIR" else directory
+            dirs.append(os.path.normpath(base + (m.group(2) or "")))
+    return dirs
+
+
+def daemon_library(root, daemon):
+    m = re.search(r"add_library\((\w+)", open(os.path.join(root, daemon, "CMakeLists.txt")).read())
+    return m.group(1) if m else None
+
+
+def check_doors(root):
+    bad = []
+    root = os.path.abspath(root)
+    public = [os.path.join(root, c, "include") for c in sorted(ALLOWED)
+              if os.path.isdir(os.path.join(root, c, "include"))]
+    for daemon in DAEMONS:
+        door = os.path.join(root, daemon, "include", daemon)
+        if not os.path.isdir(door):
+            continue  # no doors yet: everything in src/ is reachable, nothing to hold it to
+        src = os.path.join(root, daemon, "src") + os.sep
+        # (a) The public set is closed: a door includes doors and other components' include/.
+        for f in sorted(os.listdir(door)):
+            path = os.path.join(door, f)
+            for n, inc in quoted_includes(path):
+                got = resolve(inc, [door] + public)
+                where = f"{os.path.relpath(path, root)}:{n}"
+                if got is None and os.path.isfile(os.path.join(src, inc)):
+                    bad.append(f"{where}: public header includes \"{inc}\", private to {daemon}/src/ "
+                               f"(make it a door in {daemon}/include/{daemon}/ or drop the include)")
+                elif got is None:
+                    bad.append(f"{where}: public header includes \"{inc}\", which is no public header")
+                elif got.startswith(src):
+                    bad.append(f"{where}: public header reaches into {daemon}/src/ with \"{inc}\"")
+        # (b) Consumers use the doors: tests/<daemon>/ and the tests/ and bench/ directories
+        # whose CMakeLists.txt links the daemon's library; and nothing under tests/ or bench/
+        # names a path into <daemon>/src/.
+        lib = daemon_library(root, daemon)
+        word = re.compile(rf"(?<![\w-]){re.escape(lib)}(?![\w-])") if lib else None
+        for top in ("tests", "bench"):
+            for dirpath, _, files in os.walk(os.path.join(root, top)):
+                cml = os.path.join(dirpath, "CMakeLists.txt")
+                consumer = (dirpath == os.path.join(root, "tests", daemon) or
+                            (word is not None and os.path.exists(cml) and
+                             word.search(open(cml).read()) is not None))
+                dirs = [dirpath] + cmake_include_dirs(root, dirpath) + public
+                for f in sorted(files):
+                    if not f.endswith((".h", ".cc")):
+                        continue
+                    path = os.path.join(dirpath, f)
+                    for n, inc in quoted_includes(path):
+                        got = resolve(inc, dirs)
+                        where = f"{os.path.relpath(path, root)}:{n}"
+                        if got is not None and got.startswith(src):
+                            bad.append(f"{where}: includes \"{inc}\" from {daemon}/src/ (private; "
+                                       f"use a header of {daemon}/include/{daemon}/)")
+                        elif got is None and consumer and os.path.isfile(os.path.join(src, inc)):
+                            bad.append(f"{where}: includes \"{inc}\", private to {daemon}/src/ "
+                                       f"(include \"{daemon}/...\" from {daemon}/include/{daemon}/, "
+                                       f"or make it a door: tools/doors)")
+    return bad
+
+
 def check_binaries(binaries):
     bad = []
     for spec in binaries:
@@ -86,11 +179,13 @@ def main():
     if not binaries:
         print("tiers_test: no binaries given", file=sys.stderr)
         return 2
-    problems = check_includes(root) + check_libtorrent_headers(root) + check_binaries(binaries)
+    problems = (check_includes(root) + check_libtorrent_headers(root) + check_doors(root) +
+                check_binaries(binaries))
     for p in problems:
         print("tiers:", p, file=sys.stderr)
-    print(f"tiers: {len(binaries)} binaries checked with ldd, includes of {len(ALLOWED)} components; "
-          f"{len(problems)} problem(s)")
+    doors = [d for d in DAEMONS if os.path.isdir(os.path.join(root, d, "include", d))]
+    print(f"tiers: {len(binaries)} binaries checked with ldd, includes of {len(ALLOWED)} components, "
+          f"doors of {', '.join(doors) or 'no daemon'}; {len(problems)} problem(s)")
     return 1 if problems else 0
 
 

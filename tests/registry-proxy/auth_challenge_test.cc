@@ -3,7 +3,7 @@
 
 #include <random>
 
-#include "auth_challenge.h"
+#include "registry-proxy/auth_challenge.h"
 
 namespace shoal::proxy {
 namespace {

@@ -1,4 +1,4 @@
-// Unit tests of chunk objects (registry-proxy/src/chunks.h): the layout rule, the chunker's
+// Unit tests of chunk objects (registry-proxy/chunks.h): the layout rule, the chunker's
 // cutting of a byte stream fed in arbitrary pieces (each chunk's digest and metainfo match its
 // bytes), waiters on the published list, and failures (a commit that fails, a short stream, an
 // aborted transfer) that must fail the list rather than publish a wrong or partial chunk.
@@ -8,7 +8,7 @@
 #include <atomic>
 #include <random>
 
-#include "chunks.h"
+#include "registry-proxy/chunks.h"
 #include "common/sha256.h"
 
 namespace shoal::proxy {

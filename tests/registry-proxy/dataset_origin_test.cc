@@ -12,7 +12,7 @@
 #include "../common/support/test_http_server.h"
 #include "cache/store.h"
 #include "common/sha256.h"
-#include "dataset_origin.h"
+#include "registry-proxy/dataset_origin.h"
 
 namespace shoal::proxy {
 namespace {

@@ -2,7 +2,7 @@
 // types, visibility merging, metainfo, what forget() removes, and that rows keep the keys and
 // JSON an existing state directory already holds.
 
-#include "state_db.h"
+#include "registry-proxy/state_db.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

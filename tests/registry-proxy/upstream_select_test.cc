@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "handler.h"
-#include "manifests.h"
-#include "upstream.h"
+#include "registry-proxy/handler.h"
+#include "registry-proxy/manifests.h"
+#include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
 namespace {

@@ -1,7 +1,7 @@
 // The REST API through the router (no sockets): heartbeats with resync and the tracker fed from
 // them, nodes, objects, images, datasets, place, prewarm end to end (orders in heartbeat
 // replies, progress, completion), and malformed or oversized requests.
-#include "api.h"
+#include "scheduler/api.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/config.h"
-#include "config.h"
+#include "scheduler/config.h"
 
 namespace shoal::scheduler {
 namespace {

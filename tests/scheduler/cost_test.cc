@@ -1,16 +1,16 @@
 // The cost model: sources by topology, shared layers counted once, parallel/serial time, the
 // documented worked example, extender scores and hard-mode thresholds — and cases where
 // kube-scheduler's ImageLocality picks the wrong node while the byte-level model picks right.
-#include "cost.h"
+#include "scheduler/cost.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "index.h"
-#include "network.h"
-#include "placement.h"
+#include "scheduler/index.h"
+#include "scheduler/network.h"
+#include "scheduler/placement.h"
 #include "test_util.h"
 
 namespace shoal::scheduler {

@@ -1,7 +1,7 @@
 // The kube-scheduler extender with v1.Pod and v1.NodeList JSON as kube-scheduler sends them:
 // init containers, digests, tags, short names, private registries with ports; both the NodeNames
 // (nodeCacheCapable) and the Nodes forms; soft and hard modes; malformed and oversized bodies.
-#include "extender.h"
+#include "scheduler/extender.h"
 
 #include <gtest/gtest.h>
 

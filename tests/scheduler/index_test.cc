@@ -1,6 +1,6 @@
 // The cluster cache index: full lists and deltas, resync on unknown node / epoch / gap, health
 // and dropping of silent nodes, and the views placement uses.
-#include "index.h"
+#include "scheduler/index.h"
 
 #include <gtest/gtest.h>
 

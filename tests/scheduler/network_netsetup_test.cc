@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "netsetup/inventory.h"
-#include "network.h"
+#include "scheduler/network.h"
 #include "topologies.h"
 
 namespace shoal::scheduler {

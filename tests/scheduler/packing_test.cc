@@ -7,8 +7,8 @@
 
 #include <set>
 
-#include "network.h"
-#include "placement.h"
+#include "scheduler/network.h"
+#include "scheduler/placement.h"
 #include "test_util.h"
 
 namespace shoal::scheduler {

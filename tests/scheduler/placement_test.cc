@@ -1,7 +1,7 @@
 // Placement: eligibility (health, selector, GPUs, platform, network), ranking, gangs inside one
 // fabric segment with consistent network settings, standby, GPU reservations, the job parser,
 // and the placer end to end over a fake registry-proxy.
-#include "placement.h"
+#include "scheduler/placement.h"
 
 #include <gtest/gtest.h>
 

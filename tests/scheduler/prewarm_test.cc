@@ -1,7 +1,7 @@
 // The prewarm manager: orders delivered through heartbeat replies (and re-sent when a node
 // forgets them), progress and completion from the index, failures reported by nodes, nodes that
 // disappear mid-prewarm, standby replacement for job prewarms, timeouts, retention.
-#include "prewarm.h"
+#include "scheduler/prewarm.h"
 
 #include <gtest/gtest.h>
 

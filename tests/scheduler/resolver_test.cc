@@ -1,7 +1,7 @@
 // The resolver: normalization (short names, docker.io), tags with a TTL and stale use, digests
 // verified and cached, multi-arch indexes narrowed to a platform, single flight, deadlines, and
 // the manifest parser's strictness.
-#include "resolver.h"
+#include "scheduler/resolver.h"
 
 #include <gtest/gtest.h>
 

@@ -16,9 +16,9 @@
 
 #include "common/heartbeat.h"
 #include "common/sha256.h"
-#include "cost.h"
-#include "dataset_catalog.h"
-#include "resolver.h"
+#include "scheduler/cost.h"
+#include "scheduler/dataset_catalog.h"
+#include "scheduler/resolver.h"
 
 namespace shoal::scheduler::testing {
 

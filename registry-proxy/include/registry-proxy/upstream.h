@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "common/http_client.h"
-#include "config.h"
+#include "registry-proxy/config.h"
 
 namespace shoal::proxy {
 

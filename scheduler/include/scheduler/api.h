@@ -26,13 +26,13 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "config.h"
-#include "extender.h"
-#include "index.h"
-#include "placement.h"
-#include "prewarm.h"
-#include "resolver.h"
-#include "tracker.h"
+#include "scheduler/config.h"
+#include "scheduler/extender.h"
+#include "scheduler/index.h"
+#include "scheduler/placement.h"
+#include "scheduler/prewarm.h"
+#include "scheduler/resolver.h"
+#include "scheduler/tracker.h"
 
 namespace shoal::scheduler {
 

@@ -20,16 +20,16 @@
 #include <string>
 #include <vector>
 
-#include "access.h"
+#include "registry-proxy/access.h"
 #include "cache/store.h"
 #include "common/http_server.h"
-#include "chunks.h"
+#include "registry-proxy/chunks.h"
 #include "swarm/metainfo.h"
 #include "common/oci.h"
 #include "common/metrics.h"
 #include "common/origin_protocol.h"
-#include "state_db.h"
-#include "upstream.h"
+#include "registry-proxy/state_db.h"
+#include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
 

@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "cost.h"
-#include "index.h"
-#include "network.h"
-#include "resolver.h"
+#include "scheduler/cost.h"
+#include "scheduler/index.h"
+#include "scheduler/network.h"
+#include "scheduler/resolver.h"
 
 namespace shoal::scheduler {
 

@@ -33,8 +33,8 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "cost.h"
-#include "placement.h"
+#include "scheduler/cost.h"
+#include "scheduler/placement.h"
 
 namespace shoal::scheduler {
 

@@ -9,12 +9,12 @@
 #include <string_view>
 #include <vector>
 
-#include "blobs.h"
+#include "registry-proxy/blobs.h"
 #include "common/daemon.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "manifests.h"
-#include "upstream.h"
+#include "registry-proxy/manifests.h"
+#include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
 

@@ -13,8 +13,8 @@
 #include <mutex>
 #include <string>
 
-#include "state_db.h"
-#include "upstream.h"
+#include "registry-proxy/state_db.h"
+#include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
 

@@ -9,14 +9,14 @@
 #include <chrono>
 #include <string>
 
-#include "access.h"
+#include "registry-proxy/access.h"
 #include "cache/store.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/oci.h"
-#include "config.h"
-#include "state_db.h"
-#include "upstream.h"
+#include "registry-proxy/config.h"
+#include "registry-proxy/state_db.h"
+#include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
 

@@ -47,8 +47,8 @@
 #include "common/http_server.h"
 #include "swarm/metainfo.h"
 #include "common/metrics.h"
-#include "dataset_origin.h"
-#include "state_db.h"
+#include "registry-proxy/dataset_origin.h"
+#include "registry-proxy/state_db.h"
 
 namespace shoal::proxy {
 

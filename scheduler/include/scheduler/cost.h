@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "common/digest.h"
-#include "config.h"
+#include "scheduler/config.h"
 
 namespace shoal::scheduler {
 

@@ -28,7 +28,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/http_client.h"
-#include "cost.h"
+#include "scheduler/cost.h"
 
 namespace shoal::scheduler {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/http_client.h"
-#include "resolver.h"
+#include "scheduler/resolver.h"
 
 namespace shoal::scheduler {
 

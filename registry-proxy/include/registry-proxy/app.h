@@ -6,20 +6,20 @@
 
 #include <memory>
 
-#include "access.h"
-#include "blobs.h"
+#include "registry-proxy/access.h"
+#include "registry-proxy/blobs.h"
 #include "cache/store.h"
 #include "common/daemon.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "config.h"
-#include "datasets.h"
-#include "handler.h"
-#include "manifests.h"
-#include "seeder.h"
-#include "state_db.h"
-#include "upstream.h"
+#include "registry-proxy/config.h"
+#include "registry-proxy/datasets.h"
+#include "registry-proxy/handler.h"
+#include "registry-proxy/manifests.h"
+#include "registry-proxy/seeder.h"
+#include "registry-proxy/state_db.h"
+#include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
 

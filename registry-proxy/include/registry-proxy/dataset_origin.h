@@ -28,7 +28,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/http_client.h"
-#include "s3.h"
+#include "registry-proxy/s3.h"
 
 namespace shoal::proxy {
 

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "common/heartbeat.h"
-#include "cost.h"
-#include "index.h"
+#include "scheduler/cost.h"
+#include "scheduler/index.h"
 
 namespace shoal::scheduler {
 

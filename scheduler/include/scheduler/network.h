@@ -20,7 +20,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "cost.h"
+#include "scheduler/cost.h"
 #include "netsetup/policy.h"
 
 namespace shoal::scheduler {

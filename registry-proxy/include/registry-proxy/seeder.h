@@ -19,8 +19,8 @@
 #include "cache/store.h"
 #include "swarm/metainfo.h"
 #include "swarm/swarm.h"
-#include "config.h"
-#include "state_db.h"
+#include "registry-proxy/config.h"
+#include "registry-proxy/state_db.h"
 
 namespace shoal::proxy {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/heartbeat.h"
-#include "cost.h"
+#include "scheduler/cost.h"
 
 namespace shoal::scheduler {
 
