@@ -68,10 +68,16 @@ status app::init() {
     auto d = e.id;
     boost::asio::post(pool_, [this, d] { (void)state_->forget(d); });
   });
+  if (auto s = init_groups(); !s) return s;
+  {
+    fetcher::deps fd{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
+    fd.state = state_.get();
+    fd.groups = groups_.get();
+    fetcher_ = std::make_unique<fetcher>(std::move(fd));
+  }
   if (auto s = init_datasets(); !s) return s;
   {
-    mirror::deps md{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
-    md.state = state_.get();
+    mirror::deps md{cfg_, *store_, *swarm_, *fetcher_, *http_client_, pool_, reg_};
     if (datasets_) {
       md.datasets = [ds = datasets_.get()](const http::request& r, const http::responder& resp) {
         return ds->handle(r, resp);
@@ -84,7 +90,7 @@ status app::init() {
   if (auto s = start_server(); !s) return s;
   if (!cfg_.upstream.scheduler.empty()) {
     prewarm_ = std::make_unique<prewarm_executor>(
-        prewarm_executor::deps{cfg_, *store_, *swarm_, *mirror_, *http_client_, datasets_.get()},
+        prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get()},
         prewarm_executor::options{});
     heartbeat_sender::deps hd{
         cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
@@ -149,13 +155,14 @@ status app::start_server() {
   return {};
 }
 
-status app::init_datasets() {
+// The dataset pack groups' swarm (when datasets are on): the fetcher fetches groups through it.
+status app::init_groups() {
   const auto& dc = cfg_.datasets;
   if (!dc.enabled) return {};
   auto base = std::filesystem::path(cfg_.cache.dir).parent_path();
   group_swarm::options go;
   go.partial_dir = dc.partial_dir.empty() ? (base / "dataset-partial").string() : dc.partial_dir;
-  go.dir = dc.dir.empty() ? (base / "datasets").string() : dc.dir;
+  go.dir = dataset_dir();
   go.stall_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.stall_timeout.get());
   go.fallback_deadline =
@@ -167,20 +174,33 @@ status app::init_datasets() {
       group_swarm::start(group_swarm::deps{*store_, *state_, *swarm_, *http_client_, pool_}, go);
   if (!gs) return fail(gs.error().wrap("datasets"));
   groups_ = std::move(*gs);
-  dataset_manager::options o;
-  o.views_dir = dc.views_dir.empty() ? (base / "views").string() : dc.views_dir;
-  o.dir = go.dir;
-  o.parallel_groups = dc.parallel_groups;
-  o.resolve_wait = std::chrono::duration_cast<std::chrono::milliseconds>(dc.resolve_wait.get());
-  o.max_manifest = static_cast<std::size_t>(dc.max_manifest.bytes());
-  datasets_ = std::make_unique<dataset_manager>(
-      dataset_manager::deps{cfg_, *store_, *groups_, *http_client_, pool_}, std::move(o));
-  if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
   auto* g = groups_.get();
   reg_.gauge_fn("shoal_peerd_dataset_downloads_active", "Dataset groups being downloaded.",
                 [g] { return static_cast<double>(g->active()); });
   reg_.gauge_fn("shoal_peerd_dataset_seeds_loaded", "Dataset groups loaded as seeds.",
                 [g] { return static_cast<double>(g->loaded()); });
+  return {};
+}
+
+std::string app::dataset_dir() const {
+  const auto& dc = cfg_.datasets;
+  auto base = std::filesystem::path(cfg_.cache.dir).parent_path();
+  return dc.dir.empty() ? (base / "datasets").string() : dc.dir;
+}
+
+status app::init_datasets() {
+  const auto& dc = cfg_.datasets;
+  if (!dc.enabled) return {};
+  auto base = std::filesystem::path(cfg_.cache.dir).parent_path();
+  dataset_manager::options o;
+  o.views_dir = dc.views_dir.empty() ? (base / "views").string() : dc.views_dir;
+  o.dir = dataset_dir();
+  o.parallel_groups = dc.parallel_groups;
+  o.resolve_wait = std::chrono::duration_cast<std::chrono::milliseconds>(dc.resolve_wait.get());
+  o.max_manifest = static_cast<std::size_t>(dc.max_manifest.bytes());
+  datasets_ = std::make_unique<dataset_manager>(
+      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_}, std::move(o));
+  if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
   return {};
 }
 

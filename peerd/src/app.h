@@ -5,6 +5,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <memory>
+#include <string>
 
 #include "cache/store.h"
 #include "common/daemon.h"
@@ -13,6 +14,7 @@
 #include "common/metrics.h"
 #include "config.h"
 #include "datasets.h"
+#include "fetcher.h"
 #include "group_swarm.h"
 #include "heartbeat.h"
 #include "mirror.h"
@@ -34,7 +36,9 @@ class app {
  private:
   explicit app(const peerd_config& cfg);
   [[nodiscard]] status init();
+  [[nodiscard]] status init_groups();
   [[nodiscard]] status init_datasets();
+  [[nodiscard]] std::string dataset_dir() const;
   [[nodiscard]] status clean_partial_dir();
   [[nodiscard]] status start_server();
   void register_metrics();
@@ -48,6 +52,7 @@ class app {
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;
   std::unique_ptr<group_swarm> groups_;
+  std::unique_ptr<fetcher> fetcher_;
   std::unique_ptr<dataset_manager> datasets_;
   std::unique_ptr<mirror> mirror_;
   std::unique_ptr<http::server> server_;

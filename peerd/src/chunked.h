@@ -11,7 +11,7 @@
 // get bytes as soon as the chunk holding them has them; the blob's last byte is held back until
 // the whole blob is verified, so a client never takes wrong bytes for the blob.
 //
-// Lifecycle: created by the mirror when registry-proxy answers that the object is chunked;
+// Lifecycle: created by the fetcher when registry-proxy answers that the object is chunked;
 // start() runs the driver on a thread of its own (it long-polls); the object ends complete (the
 // blob is in the cache and its metainfo recorded, so the node seeds it later) or failed (every
 // waiting reader gets the error). Every wait is bounded by the swarm's fallback_deadline.

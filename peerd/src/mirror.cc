@@ -6,8 +6,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <future>
-
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
@@ -126,36 +124,11 @@ class chunked_source final : public http::body_source {
 
 }  // namespace
 
-// The single flight of "get the metainfo, start the download" for one object.
-struct mirror::job {
-  std::mutex mu;
-  bool finished = false;
-  std::shared_ptr<download> dl;
-  std::shared_ptr<chunked_blob> chunked;
-  unsigned status = 0;  // when no download: the HTTP status to answer
-  std::string message;
-  std::vector<std::function<void()>> waiters;
-  std::uint64_t last_bytes = 0;
-  steady::time_point last_progress = steady::now();
-};
-
 mirror::mirror(deps d) : d_(d) {
   cache_hits_ =
       &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.")
            .with({});
-  swarm_fetches_ =
-      &d_.metrics.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.")
-           .with({});
-  chunked_fetches_ =
-      &d_.metrics
-           .counter("shoal_peerd_chunked_fetches_total",
-                    "Blobs fetched as chunk objects while registry-proxy still downloaded them.")
-           .with({});
-  forward_errors_ =
-      &d_.metrics
-           .counter("shoal_peerd_forward_errors_total",
-                    "Requests registry-proxy could not answer (unreachable or timed out).")
-           .with({});
+  forward_errors_ = &forward_errors_counter(d_.metrics);
 }
 
 std::string mirror::proxy_url(const std::string& path_and_query) const {
@@ -249,9 +222,8 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       if (!head) d_.swarm.counters_mut().served_local.fetch_add(size);
       return resp.send(std::move(r));
     }
-    // 2. A download in progress.
-    if (auto dl = d_.swarm.find(d)) return respond_from_download(dl, head, resp);
-    if (auto cb = find_chunked(d)) return respond_from_chunked(cb, resp);
+    // 2. A fetch in progress.
+    if (auto h = d_.fetch.find(d)) return respond_from(h, resp);
     // 3. HEAD of something we do not have: registry-proxy knows.
     if (head) {
       http::request fake;
@@ -260,68 +232,13 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       if (!auth.empty()) fake.headers.set("Authorization", auth);
       return forward(fake, resp);
     }
-    // 4. Fetch it through the swarm (one metainfo request per object, however many ask).
-    std::shared_ptr<job> j;
-    bool leader = false;
-    {
-      std::lock_guard lk(mu_);
-      auto it = jobs_.find(d);
-      if (it != jobs_.end()) {
-        j = it->second;
-      } else {
-        j = std::make_shared<job>();
-        jobs_[d] = j;
-        leader = true;
-      }
-    }
-    auto respond = [this, j, head, resp] {
-      std::shared_ptr<download> dl;
-      std::shared_ptr<chunked_blob> chunked;
-      unsigned status;
-      std::string message;
-      {
-        std::lock_guard lk(j->mu);
-        dl = j->dl;
-        chunked = j->chunked;
-        status = j->status;
-        message = j->message;
-      }
-      if (dl) return respond_from_download(dl, head, resp);
-      if (chunked) return respond_from_chunked(chunked, resp);
+    // 4. Fetch it (one metainfo request per object, however many ask).
+    d_.fetch.join({ns, repo}, d, auth, [this, resp](fetch_start s) {
+      if (s) return respond_from(*s, resp);
       // The object may have become cached meanwhile (someone else completed it).
-      resp.send(oci_error(status ? status : 502, origin::code_for_status(status), message));
-    };
-    {
-      std::lock_guard lk(j->mu);
-      if (j->finished) {
-        // fallthrough to respond below
-      } else {
-        j->waiters.push_back(respond);
-        if (!leader) return;
-      }
-    }
-    if (!leader) return respond();
-    swarm_fetches_->inc();
-    unsigned status = 0;
-    auto dl = start_download(ns, repo, d, auth, status);
-    std::vector<std::function<void()>> waiters;
-    {
-      std::lock_guard lk(j->mu);
-      j->finished = true;
-      if (dl) {
-        j->dl = dl->dl;
-        j->chunked = dl->chunked;
-      } else {
-        j->status = status ? status : 502;
-        j->message = dl.error().message;
-      }
-      waiters.swap(j->waiters);
-    }
-    {
-      std::lock_guard lk(mu_);
-      jobs_.erase(d);
-    }
-    for (auto& w : waiters) w();
+      const auto& f = s.error();
+      resp.send(oci_error(f.status, origin::code_for_status(f.status), f.why.message));
+    });
   });
 }
 
@@ -342,178 +259,19 @@ http::response streamed_blob(
 
 }  // namespace
 
-void mirror::respond_from_download(const std::shared_ptr<download>& dl, bool head,
-                                   const http::responder& resp) {
+void mirror::respond_from(const fetch_handle& h, const http::responder& resp) {
   auto* served = &d_.swarm.counters_mut().served_local;
-  auto* pool = &d_.pool;
-  (void)head;
-  resp.send(streamed_blob(dl->id(), dl->meta().size,
-                          [dl, served, pool](std::uint64_t off, std::uint64_t len) {
-                            return std::make_unique<download_source>(dl, off, len, served, pool);
-                          }));
-}
-
-std::shared_ptr<chunked_blob> mirror::find_chunked(const digest& d) {
-  std::lock_guard lk(mu_);
-  auto it = chunked_.find(d);
-  if (it == chunked_.end()) return nullptr;
-  if (it->second->current() != chunked_blob::state::running) {
-    chunked_.erase(it);
-    return nullptr;
+  if (auto dl = h.dl) {
+    auto* pool = &d_.pool;
+    return resp.send(streamed_blob(
+        dl->id(), dl->meta().size, [dl, served, pool](std::uint64_t off, std::uint64_t len) {
+          return std::make_unique<download_source>(dl, off, len, served, pool);
+        }));
   }
-  return it->second;
-}
-
-void mirror::respond_from_chunked(const std::shared_ptr<chunked_blob>& cb,
-                                  const http::responder& resp) {
-  auto* served = &d_.swarm.counters_mut().served_local;
+  auto cb = h.chunked;
   resp.send(streamed_blob(cb->id(), cb->size(), [cb, served](std::uint64_t off, std::uint64_t len) {
     return std::make_unique<chunked_source>(cb, off, len, served);
   }));
-}
-
-result<mirror::fetch_handle> mirror::start_download(const std::string& ns, const std::string& repo,
-                                                    const digest& d, const std::string& auth,
-                                                    unsigned& status_out) {
-  // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
-  const auto wait =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
-  const auto deadline =
-      std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
-  const origin::object_ref where{ns, repo};
-  std::uint64_t last_bytes = 0;
-  auto last_progress = steady::now();
-  for (int round = 0; round < 100000; ++round) {
-    http::client_request r;
-    r.url = proxy_url(origin::metainfo_target(where, d, {.wait = wait, .chunks = true}));
-    if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.connect_timeout.get());
-    r.timeouts.stall = wait + std::chrono::seconds(3);
-    r.max_retries = 0;
-    auto f = origin::call(d_.http, std::move(r), 64u << 20);
-    if (!f) {
-      forward_errors_->inc();
-      status_out = f.error().is(errc::timeout) ? 504 : 502;
-      return fail(f.error().wrap("metainfo from registry-proxy"));
-    }
-    if (f->status == 200) return start_swarm(where, d, *f, auth, status_out);
-    if (f->status == 202) {
-      auto p = origin::decode_progress(f->body);
-      if (!p) {
-        status_out = 502;
-        return fail(p.error());
-      }
-      // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
-      if (d_.state && p->chunk_size) return start_chunked(where, d, *p, auth);
-      auto now = steady::now();
-      if (round == 0 || p->bytes > last_bytes) {
-        last_bytes = p->bytes;
-        last_progress = now;
-      } else if (now - last_progress > deadline) {
-        status_out = 504;
-        return fail(errc::timeout, "registry-proxy made no progress fetching " + d.short_str());
-      }
-      continue;
-    }
-    status_out = static_cast<unsigned>(f->status);
-    std::string msg = "registry-proxy answered HTTP " + std::to_string(f->status);
-    if (auto why = origin::error_message_of(f->body); !why.empty()) msg += ": " + why;
-    return fail(errc::upstream_error, msg);
-  }
-  status_out = 504;
-  return fail(errc::timeout, "metainfo never became ready");
-}
-
-result<mirror::fetch_handle> mirror::start_swarm(const origin::object_ref& where, const digest& d,
-                                                 const http::full_response& answer,
-                                                 const std::string& auth, unsigned& status_out) {
-  auto a = origin::decode_metainfo(answer);
-  if (!a) {
-    status_out = 502;
-    return fail(a.error());
-  }
-  auto m = object_metainfo::parse(a->torrent, d);
-  if (!m) {
-    status_out = 502;
-    return fail(m.error());
-  }
-  std::vector<std::string> seeds;
-  if (!a->seed.empty()) seeds.push_back(a->seed);
-  fallback_info fb;
-  fb.url = proxy_url(origin::blob_target(where, d));
-  fb.authorization = auth;
-  auto dl = d_.swarm.fetch(d, a->torrent, *m, seeds, std::move(fb));
-  if (!dl && dl.error().is(errc::already_exists)) {
-    status_out = 503;
-    return fail(errc::busy, "object became available locally; retry");
-  }
-  if (!dl) {
-    status_out = 500;
-    return fail(dl.error());
-  }
-  return fetch_handle{*dl, nullptr};
-}
-
-result<mirror::fetch_handle> mirror::start_chunked(const origin::object_ref& where, const digest& d,
-                                                   const origin::progress& p,
-                                                   const std::string& auth) {
-  chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
-  cd.poll_wait =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
-  cd.connect_timeout =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-  cd.deadline =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
-  auto cb = std::make_shared<chunked_blob>(std::move(cd), where.ns, where.repo, d, p.size,
-                                           p.chunk_size, auth);
-  {
-    std::lock_guard lk(mu_);
-    chunked_[d] = cb;
-  }
-  cb->start();
-  chunked_fetches_->inc();
-  log::info("fetching in chunks", log::kv("digest", d.str()), log::kv("size", p.size),
-            log::kv("chunk_size", p.chunk_size));
-  return fetch_handle{nullptr, cb};
-}
-
-status mirror::ensure_blob(const std::string& ns, const std::string& repo, const digest& d,
-                           const std::string& authorization) {
-  if (d_.store.contains(d)) return {};
-  std::shared_ptr<download> dl = d_.swarm.find(d);
-  std::shared_ptr<chunked_blob> chunked = dl ? nullptr : find_chunked(d);
-  if (!dl && !chunked) {
-    unsigned s = 0;
-    auto r = start_download(ns, repo, d, authorization, s);
-    if (!r) {
-      if (d_.store.contains(d)) return {};
-      return fail(r.error());
-    }
-    dl = r->dl;
-    chunked = r->chunked;
-  }
-  if (chunked) return chunked->wait();
-  // Wait for the last piece: reading it completes only when it exists.
-  std::promise<status> p;
-  auto fut = p.get_future();
-  std::uint32_t last = dl->meta().piece_count() == 0 ? 0 : dl->meta().piece_count() - 1;
-  if (dl->meta().piece_count() == 0) return {};
-  dl->read_piece(last, [&p](result<piece_buffer> b) {
-    if (!b)
-      p.set_value(fail(b.error()));
-    else
-      p.set_value({});
-  });
-  auto st = fut.get();
-  if (!st) return st;
-  // Then until it is committed to the cache.
-  for (int i = 0; i < 6000 && !d_.store.contains(d); ++i) {
-    if (dl->current() == download::state::failed) return fail(*dl->failure());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!d_.store.contains(d)) return fail(errc::timeout, "object downloaded but not committed");
-  return {};
 }
 
 void mirror::handle_status(const http::responder& resp) {
@@ -544,21 +302,19 @@ void mirror::handle_status(const http::responder& resp) {
                                 {"upload_rate", s.upload_rate}});
     }
     j["torrents_loaded"] = d_.swarm.loaded_torrents();
-    {
-      // Blobs being fetched as chunk objects (chunked.h): chunks complete of all.
-      std::lock_guard lk(mu_);
-      auto& arr = j["chunked"] = nlohmann::json::array();
-      for (const auto& [dd, cb] : chunked_) {
-        if (cb->current() != chunked_blob::state::running) continue;
-        auto [done, total] = cb->chunks_done();
-        arr.push_back(
-            {{"digest", dd.str()}, {"size", cb->size()}, {"chunks_done", done}, {"chunks", total}});
-      }
+    // Blobs being fetched as chunk objects (chunked.h): chunks complete of all.
+    auto fs = d_.fetch.status_snapshot();
+    auto& arr = j["chunked"] = nlohmann::json::array();
+    for (const auto& cp : fs.chunked) {
+      arr.push_back({{"digest", cp.id.str()},
+                     {"size", cp.size},
+                     {"chunks_done", cp.chunks_done},
+                     {"chunks", cp.chunks}});
     }
     j["counters"] = {
         {"downloads_ok", c.downloads_ok.load()},   {"downloads_failed", c.downloads_failed.load()},
         {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
-        {"http_fallbacks", c.fallbacks.load()},    {"chunked_fetches", chunked_fetches_->value()}};
+        {"http_fallbacks", c.fallbacks.load()},    {"chunked_fetches", fs.chunked_fetches}};
     resp.send(http::response::json(200, j.dump()));
   });
 }
@@ -657,7 +413,7 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
     bool ok = true;
     for (const auto& [dd, size] : blobs) {
       bool had = d_.store.contains(dd);
-      auto st = ensure_blob(ref.registry, ref.repository, dd, auth);
+      auto st = d_.fetch.ensure({ref.registry, ref.repository}, dd, auth);
       total += size;
       results.push_back({{"digest", dd.str()},
                          {"size", size},

@@ -195,7 +195,7 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
     }
     boost::asio::post(pool_, [&, d = ob.id] {
       status st = stop_.load() ? status(fail(errc::cancelled, "peerd is shutting down"))
-                               : d_.mir.ensure_blob(o.registry, o.repository, d, "");
+                               : d_.fetch.ensure({o.registry, o.repository}, d, "");
       std::lock_guard lk(mu);
       if (!st && first_error.empty()) first_error = d.str() + ": " + st.error().message;
       --pending;

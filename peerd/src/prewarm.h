@@ -5,7 +5,7 @@
 //
 // Orders arrive in heartbeat replies (submit()); an id already known is ignored, so the
 // scheduler may resend. Orders run one at a time, in arrival order, each with up to `parallel`
-// objects in flight (mirror::ensure_blob: swarm first, registry-proxy's HTTP fallback when it
+// objects in flight (fetcher::ensure: swarm first, registry-proxy's HTTP fallback when it
 // stalls). An order whose objects were not resolved by the scheduler is resolved here for this
 // node's platform through registry-proxy. The objects are pinned in the cache for the order's
 // `pin_seconds` so eviction does not undo the prewarm before the job starts. Finished orders are
@@ -32,7 +32,7 @@
 #include "common/heartbeat.h"
 #include "common/http_client.h"
 #include "config.h"
-#include "mirror.h"
+#include "fetcher.h"
 #include "swarm.h"
 
 namespace shoal::peerd {
@@ -45,7 +45,7 @@ class prewarm_executor {
     const peerd_config& cfg;
     cache::store& store;
     swarm_manager& swarm;
-    mirror& mir;
+    fetcher& fetch;
     http::client& http;
     dataset_manager* datasets = nullptr;  // null: dataset orders fail
   };

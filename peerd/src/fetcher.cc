@@ -1,0 +1,266 @@
+#include "fetcher.h"
+
+#include <boost/asio/post.hpp>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "common/log.h"
+
+namespace shoal::peerd {
+
+namespace net = boost::asio;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+std::unexpected<fetch_failure> failed(unsigned status, error why) {
+  return std::unexpected(fetch_failure{status, std::move(why)});
+}
+
+}  // namespace
+
+metrics::counter& forward_errors_counter(metrics::registry& r) {
+  return r
+      .counter("shoal_peerd_forward_errors_total",
+               "Requests registry-proxy could not answer (unreachable or timed out).")
+      .with({});
+}
+
+// The single flight of "get the metainfo, start the download" for one object.
+struct fetcher::job {
+  std::mutex mu;
+  bool finished = false;
+  std::optional<fetch_start> outcome;  // once finished
+  std::vector<std::function<void(fetch_start)>> waiters;
+};
+
+fetcher::fetcher(deps d) : d_(d) {
+  swarm_fetches_ =
+      &d_.metrics.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.")
+           .with({});
+  chunked_fetches_ =
+      &d_.metrics
+           .counter("shoal_peerd_chunked_fetches_total",
+                    "Blobs fetched as chunk objects while registry-proxy still downloaded them.")
+           .with({});
+  forward_errors_ = &forward_errors_counter(d_.metrics);
+}
+
+fetcher::~fetcher() = default;
+
+std::string fetcher::proxy_url(const std::string& path_and_query) const {
+  std::string base = d_.cfg.upstream.registry_proxy;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + path_and_query;
+}
+
+fetch_handle fetcher::find(const digest& d) {
+  if (auto dl = d_.swarm.find(d)) return {dl, nullptr};
+  return {nullptr, find_chunked(d)};
+}
+
+std::shared_ptr<chunked_blob> fetcher::find_chunked(const digest& d) {
+  std::lock_guard lk(mu_);
+  auto it = chunked_.find(d);
+  if (it == chunked_.end()) return nullptr;
+  if (it->second->current() != chunked_blob::state::running) {
+    chunked_.erase(it);
+    return nullptr;
+  }
+  return it->second;
+}
+
+void fetcher::join(const origin::object_ref& where, const digest& d,
+                   const std::string& authorization, std::function<void(fetch_start)> done) {
+  std::shared_ptr<job> j;
+  bool leader = false;
+  {
+    std::lock_guard lk(mu_);
+    auto it = jobs_.find(d);
+    if (it != jobs_.end()) {
+      j = it->second;
+    } else {
+      j = std::make_shared<job>();
+      jobs_[d] = j;
+      leader = true;
+    }
+  }
+  {
+    std::unique_lock lk(j->mu);
+    if (j->finished) {
+      // Found just before the leader took it out of the table: the answer is known.
+      auto outcome = *j->outcome;
+      lk.unlock();
+      return done(std::move(outcome));
+    }
+    j->waiters.push_back(std::move(done));
+  }
+  if (!leader) return;
+  swarm_fetches_->inc();
+  net::post(d_.pool, [this, j, where, d, authorization] { lead(j, where, d, authorization); });
+}
+
+void fetcher::lead(const std::shared_ptr<job>& j, const origin::object_ref& where, const digest& d,
+                   const std::string& auth) {
+  auto outcome = start(where, d, auth);
+  std::vector<std::function<void(fetch_start)>> waiters;
+  {
+    std::lock_guard lk(j->mu);
+    j->finished = true;
+    j->outcome = outcome;
+    waiters.swap(j->waiters);
+  }
+  {
+    std::lock_guard lk(mu_);
+    jobs_.erase(d);
+  }
+  for (auto& w : waiters) w(outcome);
+}
+
+fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
+                           const std::string& auth) {
+  // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
+  const auto wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  const auto deadline =
+      std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
+  std::uint64_t last_bytes = 0;
+  auto last_progress = steady::now();
+  for (int round = 0; round < 100000; ++round) {
+    http::client_request r;
+    r.url = proxy_url(origin::metainfo_target(where, d, {.wait = wait, .chunks = true}));
+    if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.stall = wait + std::chrono::seconds(3);
+    r.max_retries = 0;
+    auto f = origin::call(d_.http, std::move(r), 64u << 20);
+    if (!f) {
+      forward_errors_->inc();
+      return failed(f.error().is(errc::timeout) ? 504 : 502,
+                    f.error().wrap("metainfo from registry-proxy"));
+    }
+    if (f->status == 200) return start_swarm(where, d, *f, auth);
+    if (f->status == 202) {
+      auto p = origin::decode_progress(f->body);
+      if (!p) return failed(502, p.error());
+      // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
+      if (d_.state && p->chunk_size) return start_chunked(where, d, *p, auth);
+      auto now = steady::now();
+      if (round == 0 || p->bytes > last_bytes) {
+        last_bytes = p->bytes;
+        last_progress = now;
+      } else if (now - last_progress > deadline) {
+        return failed(
+            504, error{errc::timeout, "registry-proxy made no progress fetching " + d.short_str()});
+      }
+      continue;
+    }
+    std::string msg = "registry-proxy answered HTTP " + std::to_string(f->status);
+    if (auto why = origin::error_message_of(f->body); !why.empty()) msg += ": " + why;
+    return failed(static_cast<unsigned>(f->status), error{errc::upstream_error, msg});
+  }
+  return failed(504, error{errc::timeout, "metainfo never became ready"});
+}
+
+fetch_start fetcher::start_swarm(const origin::object_ref& where, const digest& d,
+                                 const http::full_response& answer, const std::string& auth) {
+  auto a = origin::decode_metainfo(answer);
+  if (!a) return failed(502, a.error());
+  auto m = object_metainfo::parse(a->torrent, d);
+  if (!m) return failed(502, m.error());
+  std::vector<std::string> seeds;
+  if (!a->seed.empty()) seeds.push_back(a->seed);
+  fallback_info fb;
+  fb.url = proxy_url(origin::blob_target(where, d));
+  fb.authorization = auth;
+  auto dl = d_.swarm.fetch(d, a->torrent, *m, seeds, std::move(fb));
+  if (!dl && dl.error().is(errc::already_exists))
+    return failed(503, error{errc::busy, "object became available locally; retry"});
+  if (!dl) return failed(500, dl.error());
+  return fetch_handle{*dl, nullptr};
+}
+
+fetch_handle fetcher::start_chunked(const origin::object_ref& where, const digest& d,
+                                    const origin::progress& p, const std::string& auth) {
+  chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
+  cd.poll_wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
+  cd.connect_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  cd.deadline =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.fallback_deadline.get());
+  auto cb = std::make_shared<chunked_blob>(std::move(cd), where.ns, where.repo, d, p.size,
+                                           p.chunk_size, auth);
+  {
+    std::lock_guard lk(mu_);
+    chunked_[d] = cb;
+  }
+  cb->start();
+  chunked_fetches_->inc();
+  log::info("fetching in chunks", log::kv("digest", d.str()), log::kv("size", p.size),
+            log::kv("chunk_size", p.chunk_size));
+  return fetch_handle{nullptr, cb};
+}
+
+status fetcher::ensure(const origin::object_ref& where, const digest& d,
+                       const std::string& authorization) {
+  if (d_.store.contains(d)) return {};
+  fetch_handle h = find(d);
+  if (!h) {
+    auto r = start(where, d, authorization);
+    if (!r) {
+      if (d_.store.contains(d)) return {};
+      return fail(r.error().why);
+    }
+    h = *r;
+  }
+  if (h.chunked) return h.chunked->wait();
+  return wait_committed(h.dl);
+}
+
+// Blocks until a download's object is committed to the cache, or the download failed.
+status fetcher::wait_committed(const std::shared_ptr<download>& dl) {
+  const digest& d = dl->id();
+  // Wait for the last piece: reading it completes only when it exists.
+  std::promise<status> p;
+  auto fut = p.get_future();
+  if (dl->meta().piece_count() == 0) return {};
+  std::uint32_t last = dl->meta().piece_count() - 1;
+  dl->read_piece(last, [&p](result<piece_buffer> b) {
+    if (!b)
+      p.set_value(fail(b.error()));
+    else
+      p.set_value({});
+  });
+  auto st = fut.get();
+  if (!st) return st;
+  // Then until it is committed to the cache.
+  for (int i = 0; i < 6000 && !d_.store.contains(d); ++i) {
+    if (dl->current() == download::state::failed) return fail(*dl->failure());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!d_.store.contains(d)) return fail(errc::timeout, "object downloaded but not committed");
+  return {};
+}
+
+result<std::shared_ptr<group_download>> fetcher::fetch_group(group_spec spec) {
+  if (!d_.groups) return fail(errc::unavailable, "datasets are not enabled on this node");
+  return d_.groups->fetch(std::move(spec));
+}
+
+fetcher::snapshot fetcher::status_snapshot() {
+  snapshot s;
+  s.chunked_fetches = chunked_fetches_->value();
+  std::lock_guard lk(mu_);
+  for (const auto& [d, cb] : chunked_) {
+    if (cb->current() != chunked_blob::state::running) continue;
+    auto [done, total] = cb->chunks_done();
+    s.chunked.push_back({d, cb->size(), done, total});
+  }
+  return s;
+}
+
+}  // namespace shoal::peerd

@@ -1,0 +1,248 @@
+// peerd's fetcher on loopback against a scripted HTTP server standing in for registry-proxy (its
+// metainfo answers and its blob URL), with a real cache and swarm and no peers: every object
+// arrives through the swarm's HTTP fallback.
+//
+// What is pinned down here:
+//   - ensure() long-polls through 202 progress answers, starts the download from the 200
+//     metainfo and returns once the object is committed; the request speaks the origin protocol
+//     (repo, ns, wait_ms, chunks, Authorization);
+//   - join() is one metainfo request per object however many join, and hands every joiner the
+//     same answer: registry-proxy's refusal keeps its status;
+//   - an unreachable registry-proxy is a 502 and counts in shoal_peerd_forward_errors_total;
+//     202 answers that make no progress end in a 504 within fallback_deadline;
+//   - fetch_group without datasets fails; the status snapshot lists no chunked fetch.
+
+#include "fetcher.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "../common/support/test_http_server.h"
+#include "common/sha256.h"
+#include "test_util.h"
+
+namespace shoal::peerd {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::temp_dir;
+namespace ht = ::shoal::testing;
+using steady = std::chrono::steady_clock;
+
+// One node: cache, state index, HTTP client, worker pool, swarm, metrics and the fetcher.
+struct node {
+  explicit node(const std::string& registry_proxy) {
+    cache::options co;
+    co.root = dir.path() + "/cache";
+    co.quota_bytes = 1ull << 30;
+    co.scrub_bytes_per_sec = 0;
+    auto st = cache::store::open(co);
+    if (!st) throw std::runtime_error(st.error().message);
+    store = std::move(*st);
+    auto sdb = state_db::open(dir.path() + "/state");
+    if (!sdb) throw std::runtime_error(sdb.error().message);
+    state = std::move(*sdb);
+    cfg.upstream.registry_proxy = registry_proxy;
+    cfg.upstream.metainfo_wait = config::duration(1s);
+    cfg.upstream.connect_timeout = config::duration(1s);
+    cfg.swarm.listen = "127.0.0.1:0";
+    cfg.swarm.partial_dir = dir.path() + "/partial";
+    cfg.swarm.stall_timeout = config::duration(300ms);
+    cfg.swarm.fallback_deadline = config::duration(3s);
+    cfg.node.name = "n";
+    auto sw = swarm_manager::start(cfg.swarm, cfg.node, "",
+                                   swarm_manager::deps{*store, *state, http, pool});
+    if (!sw) throw std::runtime_error(sw.error().message);
+    swarm = std::move(*sw);
+    fetcher::deps fd{cfg, *store, *swarm, http, pool, reg};
+    fd.state = state.get();
+    fetch = std::make_unique<fetcher>(std::move(fd));
+  }
+  ~node() {
+    swarm->stop();
+    http.stop();
+    pool.join();
+    fetch.reset();
+    store->stop();
+  }
+
+  std::uint64_t swarm_fetches() {
+    return reg.counter("shoal_peerd_swarm_fetches_total", "Blobs fetched through the swarm.")
+        .with({})
+        .value();
+  }
+
+  temp_dir dir;
+  peerd_config cfg;
+  metrics::registry reg;
+  std::unique_ptr<cache::store> store;
+  std::unique_ptr<state_db> state;
+  http::client http;
+  boost::asio::thread_pool pool{4};
+  std::unique_ptr<swarm_manager> swarm;
+  std::unique_ptr<fetcher> fetch;
+};
+
+object_metainfo meta_of(const std::string& bytes) {
+  metainfo_builder b(bytes.size());
+  b.update(bytes.data(), bytes.size());
+  auto m = b.finish(sha256_of(bytes));
+  if (!m) throw std::runtime_error(m.error().message);
+  return *m;
+}
+
+bool is_metainfo(const ht::recorded_request& r) {
+  return r.target.rfind(std::string(origin::paths::metainfo), 0) == 0;
+}
+
+std::size_t metainfo_requests(const ht::test_http_server& srv) {
+  std::size_t n = 0;
+  for (const auto& r : srv.requests()) n += is_metainfo(r) ? 1 : 0;
+  return n;
+}
+
+// registry-proxy's blob URL answering Range requests from `bytes`.
+ht::reply range_reply(const std::string& bytes, const ht::recorded_request& r) {
+  ht::reply out;
+  auto range = r.header("Range");
+  if (!range || range->rfind("bytes=", 0) != 0) {
+    out.body = bytes;
+    return out;
+  }
+  auto dash = range->find('-');
+  std::uint64_t from = std::stoull(range->substr(6, dash - 6));
+  std::uint64_t to = std::stoull(range->substr(dash + 1));
+  out.status = 206;
+  out.body = bytes.substr(from, to - from + 1);
+  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" +
+                                                std::to_string(to) + "/" +
+                                                std::to_string(bytes.size()));
+  return out;
+}
+
+// Joins and waits for the answer.
+fetch_start join_and_wait(fetcher& f, const digest& d) {
+  auto p = std::make_shared<std::promise<fetch_start>>();
+  auto fut = p->get_future();
+  f.join({"r.example", "team/app"}, d, "", [p](fetch_start s) { p->set_value(std::move(s)); });
+  if (fut.wait_for(20s) != std::future_status::ready) {
+    return std::unexpected(fetch_failure{0, error{errc::timeout, "join never answered"}});
+  }
+  return fut.get();
+}
+
+TEST(Fetcher, EnsureLongPollsThenFetchesAndCommits) {
+  auto bytes = testing::bytes_of(1 << 20, 7);
+  auto m = meta_of(bytes);
+  std::atomic<int> polls{0};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (!is_metainfo(r)) return range_reply(bytes, r);
+    ht::reply out;
+    if (polls.fetch_add(1) < 2) {
+      // Still fetching upstream, and making progress.
+      out.status = 202;
+      out.body = R"({"status":"fetching","bytes":)" + std::to_string(polls.load()) + "}";
+      return out;
+    }
+    out.body = m.torrent_file({});
+    return out;
+  });
+  node n(srv.url(""));
+  auto st = n.fetch->ensure({"r.example", "team/app"}, m.object, "Bearer secret");
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_TRUE(n.store->contains(m.object));
+  EXPECT_EQ(metainfo_requests(srv), 3u);
+  for (const auto& r : srv.requests()) {
+    EXPECT_EQ(r.header("Authorization").value_or(""), "Bearer secret") << r.target;
+    if (!is_metainfo(r)) continue;
+    EXPECT_NE(r.target.find(m.object.str()), std::string::npos) << r.target;
+    for (const char* q : {"repo=team", "ns=r.example", "wait_ms=", "chunks=1"})
+      EXPECT_NE(r.target.find(q), std::string::npos) << r.target << " lacks " << q;
+  }
+  // Held now: no request at all.
+  auto before = srv.requests().size();
+  EXPECT_TRUE(n.fetch->ensure({"r.example", "team/app"}, m.object, ""));
+  EXPECT_EQ(srv.requests().size(), before);
+  // ensure() is not a containerd fetch.
+  EXPECT_EQ(n.swarm_fetches(), 0u);
+}
+
+TEST(Fetcher, JoinIsOneMetainfoRequestPerObject) {
+  auto d = sha256_of("nobody has this");
+  ht::test_http_server srv([&](const ht::recorded_request&) {
+    ht::reply out;
+    out.status = 404;
+    out.head_delay = 500ms;
+    out.body = R"({"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]})";
+    out.headers.emplace_back("Content-Type", "application/json");
+    return out;
+  });
+  node n(srv.url(""));
+  std::vector<std::future<fetch_start>> answers;
+  for (int i = 0; i < 3; ++i) {
+    answers.push_back(std::async(std::launch::async, [&] { return join_and_wait(*n.fetch, d); }));
+    std::this_thread::sleep_for(50ms);
+  }
+  for (auto& a : answers) {
+    auto s = a.get();
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().status, 404u) << s.error().why.message;
+    EXPECT_NE(s.error().why.message.find("HTTP 404"), std::string::npos) << s.error().why.message;
+  }
+  EXPECT_EQ(metainfo_requests(srv), 1u);
+  EXPECT_EQ(n.swarm_fetches(), 1u);
+  EXPECT_FALSE(n.fetch->find(d));
+  // Once answered, the next join asks again.
+  EXPECT_FALSE(join_and_wait(*n.fetch, d));
+  EXPECT_EQ(metainfo_requests(srv), 2u);
+}
+
+TEST(Fetcher, UnreachableRegistryProxyIs502AndCounted) {
+  node n("http://127.0.0.1:1");
+  auto d = sha256_of("x");
+  auto t0 = steady::now();
+  auto s = join_and_wait(*n.fetch, d);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().status, 502u) << s.error().why.message;
+  EXPECT_FALSE(n.fetch->ensure({"r.example", "team/app"}, d, ""));
+  EXPECT_LT(std::chrono::duration<double>(steady::now() - t0).count(), 5.0);
+  EXPECT_EQ(forward_errors_counter(n.reg).value(), 2u);
+}
+
+TEST(Fetcher, ProgressThatStopsIsA504WithinTheDeadline) {
+  ht::test_http_server srv([&](const ht::recorded_request&) {
+    ht::reply out;
+    out.status = 202;
+    out.head_delay = 200ms;
+    out.body = R"({"status":"fetching","bytes":5})";
+    return out;
+  });
+  node n(srv.url(""));
+  auto t0 = steady::now();
+  auto s = join_and_wait(*n.fetch, sha256_of("stuck"));
+  double secs = std::chrono::duration<double>(steady::now() - t0).count();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().status, 504u) << s.error().why.message;
+  EXPECT_TRUE(s.error().why.is(errc::timeout));
+  EXPECT_GE(secs, 2.9);  // fallback_deadline is 3 s
+  EXPECT_LT(secs, 8.0);
+}
+
+TEST(Fetcher, GroupsNeedDatasetsAndStatusStartsEmpty) {
+  node n("http://127.0.0.1:1");
+  auto g = n.fetch->fetch_group(group_spec{});
+  ASSERT_FALSE(g);
+  EXPECT_TRUE(g.error().is(errc::unavailable));
+  auto s = n.fetch->status_snapshot();
+  EXPECT_TRUE(s.chunked.empty());
+  EXPECT_EQ(s.chunked_fetches, 0u);
+}
+
+}  // namespace
+}  // namespace shoal::peerd
