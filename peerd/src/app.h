@@ -13,7 +13,6 @@
 #include "common/metrics.h"
 #include "config.h"
 #include "datasets.h"
-#include "group_swarm.h"
 #include "heartbeat.h"
 #include "mirror.h"
 #include "prewarm.h"
@@ -47,7 +46,6 @@ class app {
   std::unique_ptr<cache::store> store_;
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;
-  std::unique_ptr<group_swarm> groups_;
   std::unique_ptr<dataset_manager> datasets_;
   std::unique_ptr<mirror> mirror_;
   std::unique_ptr<http::server> server_;

@@ -10,7 +10,7 @@
 // A prefetch waits for registry-proxy to resolve the dataset, fetches its manifest (verified
 // against its digest), pins every object (owner "view:<name>@<version>", and "prewarm:<id>" for
 // the scheduler's orders), downloads the groups that are not complete here through the swarm
-// (group_swarm.h; `parallel_groups` at a time), and materializes the view
+// (swarm_manager::fetch_group; `parallel_groups` at a time), and materializes the view
 // <views_dir>/<name>@<version>/<path>: hard links to the cache's object files (no second copy),
 // files 0444, directories 0555, empty files created; built aside and renamed into place, so a
 // view is either whole or absent. Restarted after an interruption (a new request, or peerd's
@@ -46,7 +46,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "config.h"
-#include "group_swarm.h"
+#include "swarm.h"
 
 namespace shoal::peerd {
 
@@ -55,7 +55,7 @@ class dataset_manager {
   struct deps {
     const peerd_config& cfg;
     cache::store& store;
-    group_swarm& groups;
+    swarm_manager& groups;
     http::client& http;
     boost::asio::thread_pool& pool;
   };

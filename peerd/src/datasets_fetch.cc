@@ -147,7 +147,7 @@ status dataset_manager::fetch_groups(const std::shared_ptr<job>& j, const datase
           if (spec.error().is(errc::digest_mismatch) || spec.error().is(errc::not_found)) break;
           continue;
         }
-        auto dl = d_.groups.fetch(std::move(*spec));
+        auto dl = d_.groups.fetch_group(std::move(*spec));
         if (!dl) {
           err = dl.error();
           continue;
