@@ -324,7 +324,7 @@ class swarm_manager {
   [[nodiscard]] std::string member_path(const group_download& dl, const digest& d) const;
   bool prepare_pack_on_demand(const std::string& ih, lt::add_torrent_params& p);
 
-  // The monitor and HTTP fallbacks (swarm_fallback.cc, swarm_group_fallback.cc).
+  // The monitor and the HTTP fallbacks of objects and groups (swarm_fallback.cc).
   void monitor();
   void watch(const std::shared_ptr<transfer>& job, steady::time_point now);
   void start_fallback(const std::shared_ptr<download>& dl);
