@@ -469,6 +469,18 @@ void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
   for (auto& cb : cbs) cb(shoal::fail(e));
 }
 
+void swarm_manager::post_step(const std::shared_ptr<transfer>& job, std::function<void()> step) {
+  net::post(d_.pool, [this, job, step = std::move(step)] {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      log::error("swarm job step failed unexpectedly", log::kv("info_hash", job->info_hash()),
+                 log::kv("error", e.what()));
+      fail(job, error{errc::internal, std::string("unexpected: ") + e.what()});
+    }
+  });
+}
+
 std::vector<swarm_manager::download_status> swarm_manager::status() const {
   std::vector<std::shared_ptr<download>> dls;
   {

@@ -300,6 +300,8 @@ class swarm_manager {
 
   // The one failure path (swarm.cc).
   void fail(const std::shared_ptr<transfer>& job, error e);
+  // Runs a step of `job` on the worker pool; an exception fails the job instead of escaping.
+  void post_step(const std::shared_ptr<transfer>& job, std::function<void()> step);
 
   // Objects (swarm.cc).
   void complete(const std::shared_ptr<download>& dl);

@@ -25,7 +25,7 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) return on_read_piece(rp);
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) return on_torrent_finished(tf);
   if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
-    if (auto dl = by_alert(sm)) net::post(d_.pool, [this, dl] { complete(dl); });
+    if (auto dl = by_alert(sm)) post_step(dl, [this, dl] { complete(dl); });
     return;
   }
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
@@ -114,7 +114,7 @@ void swarm_manager::on_torrent_finished(lt::torrent_finished_alert* tf) {
   auto dl = by_alert(tf);
   if (!dl) return;
   if (dl->transient()) {
-    net::post(d_.pool, [this, dl] { complete_transient(dl); });
+    post_step(dl, [this, dl] { complete_transient(dl); });
     return;
   }
   // Every piece passed its hash: move the file into the cache's object directory.

@@ -205,7 +205,7 @@ void swarm_manager::start_group_fallback(const std::shared_ptr<group_download>& 
     g->h_ = lt::torrent_handle{};
   }
   if (h.is_valid()) ses_->raw().remove_torrent(h);
-  net::post(d_.pool, [this, g] { group_http_fallback(g); });
+  post_step(g, [this, g] { group_http_fallback(g); });
 }
 
 void swarm_manager::group_http_fallback(const std::shared_ptr<group_download>& dl) {

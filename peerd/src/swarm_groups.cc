@@ -281,7 +281,7 @@ bool swarm_manager::on_group_alert(lt::alert* a) {
       std::lock_guard lk(dl->mu_);
       go = dl->finishing_ && dl->st_ == transfer::state::running;
     }
-    if (go) net::post(d_.pool, [this, dl] { finish_group(dl); });
+    if (go) post_step(dl, [this, dl] { finish_group(dl); });
     return true;
   }
   if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) {
