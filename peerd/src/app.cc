@@ -20,7 +20,6 @@ app::~app() {
   if (datasets_) datasets_->request_stop();
   heartbeat_.reset();
   if (server_) server_->stop(std::chrono::milliseconds(0));
-  if (groups_) groups_->stop();
   if (swarm_) swarm_->stop();
   if (http_client_) http_client_->stop();
   prewarm_.reset();
@@ -72,7 +71,6 @@ status app::init() {
   {
     fetcher::deps fd{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
     fd.state = state_.get();
-    fd.groups = groups_.get();
     fetcher_ = std::make_unique<fetcher>(std::move(fd));
   }
   if (auto s = init_datasets(); !s) return s;
@@ -155,30 +153,20 @@ status app::start_server() {
   return {};
 }
 
-// The dataset pack groups' swarm (when datasets are on): the fetcher fetches groups through it.
+// Dataset groups in the swarm engine (when datasets are on); the fetcher fetches them.
 status app::init_groups() {
   const auto& dc = cfg_.datasets;
   if (!dc.enabled) return {};
   auto base = std::filesystem::path(cfg_.cache.dir).parent_path();
-  group_swarm::options go;
+  swarm_manager::group_options go;
   go.partial_dir = dc.partial_dir.empty() ? (base / "dataset-partial").string() : dc.partial_dir;
   go.dir = dataset_dir();
-  go.stall_timeout =
-      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.stall_timeout.get());
-  go.fallback_deadline =
-      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.fallback_deadline.get());
-  go.seed_idle_unload =
-      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.swarm.seed_idle_unload.get());
-  go.max_loaded = static_cast<std::size_t>(cfg_.swarm.max_loaded_torrents);
-  auto gs =
-      group_swarm::start(group_swarm::deps{*store_, *state_, *swarm_, *http_client_, pool_}, go);
-  if (!gs) return fail(gs.error().wrap("datasets"));
-  groups_ = std::move(*gs);
-  auto* g = groups_.get();
+  if (auto s = swarm_->enable_groups(go); !s) return fail(s.error().wrap("datasets"));
+  auto* g = swarm_.get();
   reg_.gauge_fn("shoal_peerd_dataset_downloads_active", "Dataset groups being downloaded.",
-                [g] { return static_cast<double>(g->active()); });
+                [g] { return static_cast<double>(g->active_groups()); });
   reg_.gauge_fn("shoal_peerd_dataset_seeds_loaded", "Dataset groups loaded as seeds.",
-                [g] { return static_cast<double>(g->loaded()); });
+                [g] { return static_cast<double>(g->loaded_groups()); });
   return {};
 }
 

@@ -15,7 +15,6 @@
 #include "config.h"
 #include "datasets.h"
 #include "fetcher.h"
-#include "group_swarm.h"
 #include "heartbeat.h"
 #include "mirror.h"
 #include "prewarm.h"
@@ -51,7 +50,6 @@ class app {
   std::unique_ptr<cache::store> store_;
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;
-  std::unique_ptr<group_swarm> groups_;
   std::unique_ptr<fetcher> fetcher_;
   std::unique_ptr<dataset_manager> datasets_;
   std::unique_ptr<mirror> mirror_;

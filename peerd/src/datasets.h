@@ -10,10 +10,10 @@
 // A prefetch waits for registry-proxy to resolve the dataset, fetches its manifest (verified
 // against its digest), pins every object (owner "view:<name>@<version>", and "prewarm:<id>" for
 // the scheduler's orders), downloads the groups that are not complete here through the swarm
-// (fetcher::fetch_group, group_swarm.h; `parallel_groups` at a time), and materializes the view
-// <views_dir>/<name>@<version>/<path>: hard links to the cache's object files (no second copy),
-// files 0444, directories 0555, empty files created; built aside and renamed into place, so a
-// view is either whole or absent. Restarted after an interruption (a new request, or peerd's
+// (fetcher::fetch_group into the swarm engine; `parallel_groups` at a time), and materializes the
+// view <views_dir>/<name>@<version>/<path>: hard links to the cache's object files (no second
+// copy), files 0444, directories 0555, empty files created; built aside and renamed into place, so
+// a view is either whole or absent. Restarted after an interruption (a new request, or peerd's
 // start for prefetches that were running), a prefetch skips complete groups and libtorrent
 // resumes partial ones.
 //
@@ -47,7 +47,6 @@
 #include "common/http_server.h"
 #include "config.h"
 #include "fetcher.h"
-#include "group_swarm.h"
 
 namespace shoal::peerd {
 

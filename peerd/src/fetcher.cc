@@ -247,8 +247,8 @@ status fetcher::wait_committed(const std::shared_ptr<download>& dl) {
 }
 
 result<std::shared_ptr<group_download>> fetcher::fetch_group(group_spec spec) {
-  if (!d_.groups) return fail(errc::unavailable, "datasets are not enabled on this node");
-  return d_.groups->fetch(std::move(spec));
+  // The swarm engine refuses when datasets are off on this node.
+  return d_.swarm.fetch_group(std::move(spec));
 }
 
 fetcher::snapshot fetcher::status_snapshot() {

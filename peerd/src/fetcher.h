@@ -39,7 +39,6 @@
 #include "common/origin_protocol.h"
 #include "chunked.h"
 #include "config.h"
-#include "group_swarm.h"
 #include "state_db.h"
 #include "swarm.h"
 
@@ -77,8 +76,6 @@ class fetcher {
     // Where a chunked blob records its metainfo once joined (null: no chunked fetches; a 202 is
     // long-polled until the metainfo is ready).
     state_db* state = nullptr;
-    // Dataset pack groups (null when datasets are off: fetch_group fails).
-    group_swarm* groups = nullptr;
   };
   // A chunked fetch in progress, for status.
   struct chunked_progress {

@@ -1,3 +1,5 @@
+// swarm_manager's core (swarm.h): the jobs' common state, object downloads and their readers,
+// the engine's start and stop, and the one failure path of every job.
 #include "swarm.h"
 
 #include <fcntl.h>
@@ -25,7 +27,7 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// Loads the torrent of an object this node holds when a peer asks for it (unloaded seeds).
+// Loads the torrent of a seed this node holds when a peer asks for it (unloaded seeds).
 struct on_demand_plugin final : lt::plugin {
   explicit on_demand_plugin(swarm_manager* m) : mgr(m) {}
   bool on_unknown_torrent(lt::info_hash_t const& ih, lt::peer_connection_handle const&,
@@ -60,25 +62,25 @@ result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std
 // ---------------------------------------------------------------------------------------------
 // download
 
-download::state download::current() const {
+transfer::state transfer::current() const {
   std::lock_guard lk(mu_);
   return st_;
 }
 
-std::optional<error> download::failure() const {
+std::optional<error> transfer::failure() const {
   std::lock_guard lk(mu_);
   return err_;
+}
+
+transfer::state transfer::wait(std::chrono::steady_clock::duration timeout) const {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [this] { return st_ != state::running; });
+  return st_;
 }
 
 std::uint32_t download::pieces_done() const {
   std::lock_guard lk(mu_);
   return done_;
-}
-
-download::state download::wait_done(std::chrono::steady_clock::duration timeout) const {
-  std::unique_lock lk(mu_);
-  done_cv_.wait_for(lk, timeout, [this] { return st_ != state::running; });
-  return st_;
 }
 
 std::string download::complete_path() const {
@@ -194,12 +196,12 @@ void swarm_manager::stop() {
   if (stop_.exchange(true)) return;
   mon_cv_.notify_all();
   if (monitor_.joinable()) monitor_.join();
-  std::vector<std::shared_ptr<download>> dls;
+  std::vector<std::shared_ptr<transfer>> jobs;
   {
     std::lock_guard lk(mu_);
-    for (auto& [d, dl] : downloads_) dls.push_back(dl);
+    for (auto& [ih, job] : jobs_) jobs.push_back(job);
   }
-  for (auto& dl : dls) fail(dl, error{errc::cancelled, "peerd is shutting down"});
+  for (auto& job : jobs) fail(job, error{errc::cancelled, "peerd is shutting down"});
   if (ses_) ses_->stop();
 }
 
@@ -234,8 +236,16 @@ std::shared_ptr<download> swarm_manager::by_alert(const lt::torrent_alert* a) co
 
 std::shared_ptr<download> swarm_manager::by_hash(const std::string& ih) const {
   std::lock_guard lk(mu_);
-  auto it = by_ih_.find(ih);
-  return it == by_ih_.end() ? nullptr : it->second;
+  auto it = jobs_.find(ih);
+  if (it == jobs_.end() || it->second->type() == transfer::kind::group) return nullptr;
+  return std::static_pointer_cast<download>(it->second);
+}
+
+std::shared_ptr<group_download> swarm_manager::group_by_hash(const std::string& ih) const {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(ih);
+  if (it == jobs_.end() || it->second->type() != transfer::kind::group) return nullptr;
+  return std::static_pointer_cast<group_download>(it->second);
 }
 
 std::size_t swarm_manager::active_downloads() const {
@@ -245,7 +255,21 @@ std::size_t swarm_manager::active_downloads() const {
 
 std::size_t swarm_manager::loaded_torrents() const {
   std::lock_guard lk(mu_);
-  return downloads_.size() + seeds_.size();
+  std::size_t n = downloads_.size();
+  for (const auto& [ih, s] : seeds_) n += s.type != transfer::kind::group;
+  return n;
+}
+
+std::size_t swarm_manager::active_groups() const {
+  std::lock_guard lk(mu_);
+  return jobs_.size() - downloads_.size();
+}
+
+std::size_t swarm_manager::loaded_groups() const {
+  std::lock_guard lk(mu_);
+  std::size_t n = 0;
+  for (const auto& [ih, s] : seeds_) n += s.type == transfer::kind::group;
+  return n;
 }
 
 result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const std::string& torrent,
@@ -265,14 +289,16 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     if (it != downloads_.end()) return it->second;
     if (seeds_.count(ih))
       return shoal::fail(errc::already_exists, "object is already held and seeded");
+    if (jobs_.count(ih))
+      return shoal::fail(errc::busy, "torrent of " + d.short_str() + " is already loaded");
     dl = std::make_shared<download>(d, m, partial);
     dl->mgr_ = this;
     dl->fallback_ = std::move(fb);
     dl->started_ = dl->last_progress_ = steady::now();
     dl->torrent_ = torrent;
-    dl->transient_ = transient;
+    if (transient) dl->kind_ = transfer::kind::chunk;
     downloads_[d] = dl;
-    by_ih_[ih] = dl;
+    jobs_[ih] = dl;
   }
   lt::error_code lec;
   auto ti =
@@ -325,67 +351,6 @@ void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint
   if (h.is_valid()) h.read_piece(lt::piece_index_t(static_cast<int>(piece)));
 }
 
-void swarm_manager::set_extension(extension e) {
-  std::lock_guard lk(ext_mu_);
-  ext_ = std::make_shared<const extension>(std::move(e));
-}
-
-void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h) {
-  std::vector<lt::torrent_handle> drop;
-  std::vector<std::string> files;
-  {
-    std::lock_guard lk(mu_);
-    auto it = seeds_.find(ih);
-    if (it != seeds_.end()) {
-      it->second.last_used = steady::now();
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return;
-    }
-    lru_.push_front(ih);
-    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), true};
-    while (seeds_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {
-      std::string victim = lru_.back();
-      lru_.pop_back();
-      auto vit = seeds_.find(victim);
-      drop.push_back(vit->second.h);
-      if (!vit->second.transient_file.empty()) files.push_back(vit->second.transient_file);
-      seeds_.erase(vit);
-    }
-  }
-  for (auto& x : drop) ses_->remove(x);
-  for (const auto& f : files) {
-    std::error_code ec;
-    std::filesystem::remove(f, ec);
-  }
-}
-
-bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_params& p) {
-  if (stop_.load()) return false;
-  {
-    std::shared_ptr<const extension> ext;
-    {
-      std::lock_guard lk(ext_mu_);
-      ext = ext_;
-    }
-    if (ext && ext->on_unknown_torrent && ext->on_unknown_torrent(h, p)) return true;
-  }
-  std::string ih = swarm::hash_hex(h);
-  auto d = d_.state.by_info_hash(ih);
-  if (!d || !d_.store.contains(*d)) return false;
-  auto t = d_.state.torrent(*d);
-  if (!t) return false;
-  lt::error_code ec;
-  auto ti = std::make_shared<lt::torrent_info>(t->data(), static_cast<int>(t->size()), ec);
-  if (ec) return false;
-  p.ti = ti;
-  p.save_path = d_.store.shard_dir(*d);
-  // Seed mode without trusted pieces: each piece is hashed before its first upload.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
-            lt::torrent_flags::override_trackers;
-  p.trackers = trackers();
-  return true;
-}
-
 void swarm_manager::complete(const std::shared_ptr<download>& dl) {
   const digest& d = dl->id();
   std::string path = d_.store.object_path(d);
@@ -400,9 +365,7 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl) {
   }
   std::string ih = dl->meta().info_hash_hex();
   (void)d_.state.put(d, ih, dl->torrent_);
-  auto expiry = cache::clock::now() +
-                std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
-  (void)d_.store.pin(d, "swarm", expiry);
+  (void)d_.store.pin(d, "swarm", pin_expiry());
   settle_complete(dl, path, false, {});
   counters_.downloads_ok.fetch_add(1);
   auto secs = std::chrono::duration<double>(steady::now() - dl->started_).count();
@@ -430,7 +393,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
     std::lock_guard lk(dl->mu_);
     if (only_running && dl->st_ != download::state::running) return false;
     dl->st_ = download::state::complete;
-    dl->done_cv_.notify_all();
+    dl->cv_.notify_all();
     dl->object_path_ = path;
     h = dl->h_;
     // Readers waiting for a piece, or for a read_piece answer that will no longer be routed
@@ -440,90 +403,82 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
     dl->waiting_.clear();
     dl->reading_.clear();
   }
+  unloaded evicted;
   {
     std::lock_guard lk(mu_);
     downloads_.erase(d);
-    by_ih_.erase(ih);
-    lru_.push_front(ih);
-    seeds_[ih] = seed_entry{d, h, steady::now(), lru_.begin(), false, std::move(transient_file)};
+    jobs_.erase(ih);
+    seed_entry e;
+    e.type = dl->type();
+    e.id = d;
+    e.h = h;
+    e.transient_file = std::move(transient_file);
+    put_seed_locked(ih, std::move(e), evicted);
   }
+  unload(evicted);
   for (auto& [p, cbs] : pending) {
     for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
   }
   return true;
 }
 
-void swarm_manager::fail(const std::shared_ptr<download>& dl, error e) {
+// The one failure path of every job: state and error, downloads_failed, waiters and readers woken
+// with the error, the torrent removed (an object's partial file with it; a group's partial files
+// stay for the next attempt), one log line.
+void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
   std::vector<download::piece_cb> cbs;
   lt::torrent_handle h;
+  auto dl =
+      job->type() == transfer::kind::group ? nullptr : std::static_pointer_cast<download>(job);
+  auto g = dl ? nullptr : std::static_pointer_cast<group_download>(job);
   {
-    std::lock_guard lk(dl->mu_);
-    if (dl->st_ != download::state::running) return;
-    dl->st_ = download::state::failed;
-    dl->done_cv_.notify_all();
-    dl->err_ = e;
-    h = dl->h_;
-    for (auto& [p, v] : dl->waiting_) {
-      for (auto& cb : v) cbs.push_back(std::move(cb));
-    }
-    for (auto& [p, v] : dl->reading_) {
-      for (auto& cb : v) cbs.push_back(std::move(cb));
-    }
-    dl->waiting_.clear();
-    dl->reading_.clear();
-  }
-  {
-    std::lock_guard lk(mu_);
-    auto it = downloads_.find(dl->id());
-    if (it != downloads_.end() && it->second == dl) downloads_.erase(it);
-    by_ih_.erase(dl->meta().info_hash_hex());
-  }
-  if (h.is_valid() && ses_) ses_->raw().remove_torrent(h, lt::session::delete_files);
-  counters_.downloads_failed.fetch_add(1);
-  log::warn("download failed", log::kv("digest", dl->id().str()), log::kv("error", e.message));
-  for (auto& cb : cbs) cb(shoal::fail(e));
-}
-
-void swarm_manager::quarantine(const digest& d, const std::string& why) {
-  counters_.quarantined.fetch_add(1);
-  log::error("held object is corrupt; quarantining it", log::kv("digest", d.str()),
-             log::kv("reason", why));
-  std::string ih;
-  lt::torrent_handle h;
-  {
-    std::lock_guard lk(mu_);
-    for (auto it = seeds_.begin(); it != seeds_.end(); ++it) {
-      if (it->second.id == d) {
-        ih = it->first;
-        h = it->second.h;
-        lru_.erase(it->second.lru);
-        seeds_.erase(it);
-        break;
+    std::lock_guard lk(job->mu_);
+    if (job->st_ != transfer::state::running) return;
+    job->st_ = transfer::state::failed;
+    job->err_ = e;
+    job->cv_.notify_all();
+    // A finishing group's torrent is already on its way out.
+    if (!g || !g->finishing_) h = job->h_;
+    if (dl) {
+      for (auto* m : {&dl->waiting_, &dl->reading_}) {
+        for (auto& [p, v] : *m) {
+          for (auto& cb : v) cbs.push_back(std::move(cb));
+        }
+        m->clear();
       }
     }
   }
-  if (h.is_valid()) ses_->remove(h);
-  net::post(d_.pool, [this, d] {
-    (void)d_.store.unpin(d, "swarm");
-    auto st = d_.store.verify(d);
-    if (st) {
-      log::warn("object verified intact after a failed piece; keeping it",
-                log::kv("digest", d.str()));
-      return;
+  {
+    std::lock_guard lk(mu_);
+    auto it = jobs_.find(job->ih_);
+    if (it != jobs_.end() && it->second == job) jobs_.erase(it);
+    if (dl) {
+      auto dit = downloads_.find(dl->id());
+      if (dit != downloads_.end() && dit->second == dl) downloads_.erase(dit);
     }
-    log::error("object quarantined", log::kv("digest", d.str()),
-               log::kv("error", st.error().message));
-    (void)d_.state.forget(d);
-  });
+  }
+  counters_.downloads_failed.fetch_add(1);
+  if (dl) {
+    if (h.is_valid() && ses_) ses_->raw().remove_torrent(h, lt::session::delete_files);
+    log::warn("download failed", log::kv("digest", dl->id().str()), log::kv("error", e.message));
+  } else {
+    if (h.is_valid() && ses_ && !stop_.load()) ses_->raw().remove_torrent(h);
+    log::warn("dataset group download failed", log::kv("group", g->spec_.name),
+              log::kv("error", e.message));
+  }
+  for (auto& cb : cbs) cb(shoal::fail(e));
 }
 
-std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {
-  auto all = d_.state.all();
-  std::vector<std::pair<digest, std::string>> out;
-  for (auto& e : all) {
-    if (d_.store.contains(e.first)) out.push_back(std::move(e));
-  }
-  return out;
+void swarm_manager::post_step(const std::shared_ptr<transfer>& job, std::function<void()> step) {
+  net::post(d_.pool, [this, job, step = std::move(step)] {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      log::error("swarm job step failed unexpectedly", log::kv("info_hash", job->info_hash()),
+                 log::kv("error", e.what()));
+      fail(job, error{errc::internal, std::string("unexpected: ") + e.what()});
+    }
+  });
 }
 
 std::vector<swarm_manager::download_status> swarm_manager::status() const {

@@ -1,24 +1,39 @@
 #pragma once
-// peerd's swarm: one libtorrent session where objects are downloaded (pieces in whatever order
-// suits the swarm, with deadlines near each local reader's position) and seeded afterwards.
+// peerd's swarm engine: one libtorrent session, one engine (swarm_manager) for every transfer
+// this node makes and every torrent it seeds. A transfer is a job of one of three kinds:
+//   - object: a blob or manifest, committed to the cache when complete;
+//   - chunk: a transient object (a chunk of a larger blob, chunked.h), kept in the partial
+//     directory and seeded from there while wanted;
+//   - group: a dataset group, one torrent holding one large object (a single) or many small ones
+//     (a pack: a multi-file torrent laid out sha256/<hh>/<hex>, the cache's object layout).
 //
-// Downloads live in a partial directory on the cache's filesystem. When every piece has passed
-// its hash, the file is moved into the cache's object directory and adopted (the cache verifies
-// the object's sha256 before it becomes visible), and the torrent keeps seeding from there.
+// Objects download into the partial directory (pieces in whatever order suits the swarm, with
+// deadlines near each local reader's position). When every piece has passed its hash, the file
+// is moved into the cache's object directory and adopted (the cache verifies its sha256).
+// A group downloads into its own directory, <datasets partial_dir>/<info-hash>, which survives
+// restarts: adding the same torrent again makes libtorrent check the files there, so an
+// interrupted prefetch resumes. Members already cached get file priority 0. When every wanted
+// piece verified, the torrent is removed, every member is adopted into the cache, the directory
+// goes and the group is added again as a verified seed from the cache's files.
 //
-// Seeds are not kept loaded forever: after `seed_idle_unload` without peers, or beyond
-// `max_loaded_torrents` (least recently used first), a seed is unloaded. Any node still holds
-// the object, reports it to the scheduler (holdings), and when a peer connects for an unloaded
-// info-hash, the torrent is loaded on the spot (libtorrent's on_unknown_torrent plugin hook) in
-// seed mode without trusted pieces: each piece is verified on its first upload, so an object
-// corrupted on disk is detected, never sent, and quarantined.
+// One monitor thread watches every running job. If nothing verifies for `stall_timeout`, the
+// missing bytes come from registry-proxy over HTTP: an object's missing pieces as Ranges injected
+// with add_piece (after a stall, ranges follow each other while each verifies and no peer sends
+// a block), a group's missing members each straight into the cache (its torrent is dropped). If
+// nothing arrives from any source for `fallback_deadline`, the job fails through the one failure
+// path (fail()): state, error, downloads_failed, waiters and readers woken, torrent removed (an
+// object's partial file deleted, a group's partial files kept for the next attempt).
 //
-// If the swarm stalls (no piece for `stall_timeout`), missing pieces are fetched from
-// registry-proxy over HTTP with Range and injected with add_piece (libtorrent checks their
-// hashes too). If nothing arrives from any source for `fallback_deadline`, the download fails
-// and the local readers get an error (containerd then tries its next host).
+// One seed table holds every loaded seed (objects, transient chunks, groups): after
+// `seed_idle_unload` without peers, or beyond `max_loaded_torrents` (least recently used first),
+// a seed is unloaded. Any node still holds the objects, reports them to the scheduler, and when
+// a peer connects for an unloaded info-hash the torrent is loaded on the spot (libtorrent's
+// on_unknown_torrent plugin hook: objects from the object table, packs from the torrents kept
+// under <datasets dir>/packs) in seed mode without trusted pieces: each piece is verified on its
+// first upload, so an object corrupted on disk is detected, never sent, and quarantined.
 //
-// Threading: libtorrent's network thread, our alert pump thread, and a monitor thread; public
+// Threading: libtorrent's network thread, our alert pump thread (one dispatch for every alert),
+// the monitor thread, and the worker pool (commits, group adoption and HTTP fallbacks); public
 // methods are thread-safe.
 
 #include <boost/asio/thread_pool.hpp>
@@ -33,6 +48,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,28 +86,75 @@ struct fallback_info {
 
 class swarm_manager;
 
-class download : public std::enable_shared_from_this<download> {
- public:
-  enum class state { running, complete, failed };
+// A whole file (records, manifests, pack torrents); nullopt when it cannot be opened.
+[[nodiscard]] std::optional<std::string> read_file(const std::string& path);
 
+// What a dataset group is, as registry-proxy described it.
+struct group_spec {
+  std::string torrent;  // .torrent bytes as served (trackers are replaced by ours)
+  bool pack = false;
+  std::vector<std::pair<digest, std::uint64_t>> objects;  // pack order; a single has one
+  std::vector<std::string> seeds;                         // Shoal-Seed endpoints
+  std::string fallback_base;  // registry-proxy + origin::dataset_objects_base(<ref>) (+ digest)
+  std::string name;           // for logs: "<ref> group <i>"
+};
+
+// What every job of the engine shares: its state, error, torrent and progress clock.
+class transfer {
+ public:
+  enum class kind { object, chunk, group };
+  enum class state { running, complete, failed };
+  virtual ~transfer() = default;
+  [[nodiscard]] state current() const;
+  [[nodiscard]] std::optional<error> failure() const;
+  [[nodiscard]] kind type() const { return kind_; }
+  [[nodiscard]] const std::string& info_hash() const { return ih_; }
+
+ protected:
+  friend class swarm_manager;
+  explicit transfer(kind k) : kind_(k) {}
+  // Blocks until the job leaves running or `timeout` passed; returns the state.
+  state wait(std::chrono::steady_clock::duration timeout) const;
+
+  kind kind_;
+  std::string ih_;  // info-hash hex
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;  // notified when st_ leaves running
+  state st_ = state::running;
+  std::optional<error> err_;
+  lt::torrent_handle h_;
+  // last_progress_: the last verified piece (or fallback byte of a group); stall and deadline are
+  // measured from it.
+  std::chrono::steady_clock::time_point started_, last_progress_;
+};
+
+// An object or a chunk.
+class download : public transfer, public std::enable_shared_from_this<download> {
+ public:
   download(const digest& d, object_metainfo m, std::string partial_dir)
-      : id_(d),
+      : transfer(kind::object),
+        id_(d),
         meta_(std::move(m)),
         partial_dir_(std::move(partial_dir)),
-        have_(meta_.piece_count(), false) {}
+        have_(meta_.piece_count(), false) {
+    ih_ = meta_.info_hash_hex();
+  }
 
   [[nodiscard]] const digest& id() const { return id_; }
   [[nodiscard]] const object_metainfo& meta() const { return meta_; }
-  [[nodiscard]] state current() const;
-  [[nodiscard]] std::optional<error> failure() const;
   [[nodiscard]] std::uint32_t pieces_done() const;
   // The complete object's file (the cache's, or the partial file of a transient download), empty
   // before completion: only then are all its bytes in a file (a piece that passed its hash may
   // still sit in libtorrent's store buffer).
   [[nodiscard]] std::string complete_path() const;
   // Blocks until the download is complete or failed, or `timeout` passed; returns the state.
-  [[nodiscard]] state wait_done(std::chrono::steady_clock::duration timeout) const;
-  [[nodiscard]] bool transient() const { return transient_; }
+  [[nodiscard]] state wait_done(std::chrono::steady_clock::duration timeout) const {
+    return wait(timeout);
+  }
+  // A transient download (a chunk of a larger blob, chunked.h) is not committed to the cache:
+  // every piece passed its SHA-1 and the blob it belongs to is verified whole, so the file stays
+  // in the partial directory, is seeded from there while wanted and deleted when unloaded.
+  [[nodiscard]] bool transient() const { return kind_ == kind::chunk; }
 
   // Delivers the verified bytes of piece `i` once it exists (or an error), on some internal
   // thread; keep the callback short. Also tells the swarm a local reader needs this piece soon.
@@ -105,31 +168,45 @@ class download : public std::enable_shared_from_this<download> {
   object_metainfo meta_;
   std::string partial_dir_;
   swarm_manager* mgr_ = nullptr;
-  lt::torrent_handle h_;
   fallback_info fallback_;
   std::string torrent_;
-  // A transient download (a chunk of a larger blob, chunked.h) is not committed to the cache:
-  // every piece passed its SHA-1 and the blob it belongs to is verified whole, so the file stays
-  // in the partial directory, is seeded from there while wanted and deleted when unloaded.
-  bool transient_ = false;
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable done_cv_;  // notified when st_ leaves running
-  state st_ = state::running;
-  std::optional<error> err_;
   std::vector<bool> have_;
   std::uint32_t done_ = 0;
   std::map<std::uint32_t, std::vector<piece_cb>> waiting_;  // piece not finished yet
   std::map<std::uint32_t, std::vector<piece_cb>> reading_;  // read_piece issued
   std::string object_path_;                                 // once complete
-  // last_progress_: the last piece that passed its hash (stall and deadline are measured from it).
-  std::chrono::steady_clock::time_point started_, last_progress_;
   bool fallback_inflight_ = false;
   // Once the swarm has stalled, HTTP ranges follow each other without another stall_timeout
   // while each range verifies and no peer delivers a block; a peer block ends the chain.
   bool fallback_chain_ = false;
   std::chrono::steady_clock::time_point fallback_started_, last_peer_block_;
   std::uint32_t cursor_ = 0;  // lowest piece a reader waits for
+};
+
+// A dataset group (single or pack).
+class group_download : public transfer {
+ public:
+  group_download() : transfer(kind::group) {}
+  // Bytes of the group present (members already cached plus verified pieces) and its total.
+  [[nodiscard]] std::uint64_t bytes_done() const { return done_.load(); }
+  [[nodiscard]] std::uint64_t total() const { return total_; }
+  // Waits until the download ends or `d` passes; returns the state then.
+  state wait_for(std::chrono::milliseconds d) const { return wait(d); }
+
+  // Where the bytes came from (payload, this download only).
+  std::atomic<std::uint64_t> from_origin{0}, from_peers{0}, from_http{0};
+
+ private:
+  friend class swarm_manager;
+  group_spec spec_;
+  std::shared_ptr<const lt::torrent_info> ti_;
+  std::string dir_;
+  std::uint64_t total_ = 0;
+  std::atomic<std::uint64_t> done_{0};
+  std::uint64_t present_bytes_ = 0;  // members in the cache before the download
+  bool finishing_ = false;           // torrent removal requested; adoption follows its alert
+  bool fallback_ = false;            // HTTP fallback running or done
 };
 
 class swarm_manager {
@@ -139,6 +216,13 @@ class swarm_manager {
     state_db& state;
     http::client& http;
     boost::asio::thread_pool& pool;
+  };
+  // Where dataset groups live (app.cc from the datasets config). Stall, deadline and seed limits
+  // are the swarm config's, shared with objects.
+  struct group_options {
+    std::string partial_dir;        // group downloads in progress (kept across restarts)
+    std::string dir;                // <dir>/packs/<info-hash>.torrent: packs this node can seed
+    std::size_t http_parallel = 4;  // members fetched at once by a group's HTTP fallback
   };
   [[nodiscard]] static result<std::unique_ptr<swarm_manager>> start(
       const swarm_config& cfg, const node_config& node, const std::string& scheduler_url, deps d);
@@ -154,13 +238,24 @@ class swarm_manager {
                                                         fallback_info fb, bool transient = false);
   [[nodiscard]] std::shared_ptr<download> find(const digest& d) const;
 
+  // Makes dataset groups available (creates the directories, lists the packs held). Once, before
+  // the first fetch_group.
+  [[nodiscard]] shoal::status enable_groups(group_options o);
+  // Starts (or joins) the download of a dataset group. A group whose members are all cached
+  // completes at once (and is loaded as a seed).
+  [[nodiscard]] result<std::shared_ptr<group_download>> fetch_group(group_spec spec);
+
   // Info-hashes of every complete object held here (for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
   [[nodiscard]] const source_counters& counters() const { return counters_; }
   [[nodiscard]] source_counters& counters_mut() { return counters_; }
+  // Objects and chunks: running, and running plus loaded as seeds.
   [[nodiscard]] std::size_t active_downloads() const;
   [[nodiscard]] std::size_t loaded_torrents() const;
-  // JSON-ready snapshot of active downloads: digest, pieces done/total, rate.
+  // Dataset groups: running, and loaded as seeds.
+  [[nodiscard]] std::size_t active_groups() const;
+  [[nodiscard]] std::size_t loaded_groups() const;
+  // JSON-ready snapshot of active object downloads: digest, pieces done/total, rate.
   struct download_status {
     digest id;
     std::uint32_t done = 0, total = 0;
@@ -175,23 +270,10 @@ class swarm_manager {
 
   [[nodiscard]] boost::asio::thread_pool& pool() { return d_.pool; }
   [[nodiscard]] int streaming_window() const { return cfg_.streaming_window; }
-
-  // Dataset groups (group_swarm.h) share this session. Their hooks see every alert first (and
-  // return true for the alerts of their own torrents) and may load a torrent a peer asks for
-  // before the object table is consulted. Set once, before the session carries traffic.
-  struct extension {
-    std::function<bool(lt::alert*)> on_alert;
-    std::function<bool(const lt::sha1_hash&, lt::add_torrent_params&)> on_unknown_torrent;
-    // A block arrived from a peer (network thread; compare handles, no sync libtorrent calls).
-    // Returns true when the torrent is the extension's.
-    std::function<bool(const lt::torrent_handle&, bool from_origin, std::size_t bytes)> on_block;
-  };
-  void set_extension(extension e);
-  [[nodiscard]] lt::session& session_for_extension() { return ses_->raw(); }
-  [[nodiscard]] std::vector<std::string> tracker_urls() const { return trackers(); }
   [[nodiscard]] const swarm_config& config() const { return cfg_; }
 
   // Internal (plugin and download callbacks).
+  // Loads the torrent of an unloaded seed a peer asks for (a pack, or an object of the table).
   bool prepare_on_demand(const lt::sha1_hash& ih, lt::add_torrent_params& p);
   // A block arrived from a peer (network thread).
   void on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
@@ -200,6 +282,9 @@ class swarm_manager {
  private:
   swarm_manager(const swarm_config& cfg, const node_config& node, std::string scheduler_url, deps d)
       : cfg_(cfg), node_(node), scheduler_(std::move(scheduler_url)), d_(d) {}
+  using steady = std::chrono::steady_clock;
+
+  // Alerts (swarm_alerts.cc): one dispatch; group torrents first (swarm_groups.cc).
   void on_alert(lt::alert* a);
   void on_piece_finished(lt::piece_finished_alert* pf);
   void on_read_piece(lt::read_piece_alert* rp);
@@ -209,9 +294,16 @@ class swarm_manager {
   void on_hash_failed(lt::hash_failed_alert* hf);
   void on_torrent_failure(const std::string& ih, const std::string& why);
   void on_torrent_added(lt::add_torrent_alert* at);
-  // The object a seed of this info-hash serves, if it is one.
-  [[nodiscard]] std::optional<digest> seed_digest(const std::string& ih) const;
-  void monitor();
+  void on_session_stats(lt::session_stats_alert* ss);
+  bool on_group_alert(lt::alert* a);
+  void on_group_seed_trouble(const std::string& ih, const std::string& why);
+
+  // The one failure path (swarm.cc).
+  void fail(const std::shared_ptr<transfer>& job, error e);
+  // Runs a step of `job` on the worker pool; an exception fails the job instead of escaping.
+  void post_step(const std::shared_ptr<transfer>& job, std::function<void()> step);
+
+  // Objects (swarm.cc).
   void complete(const std::shared_ptr<download>& dl);
   void complete_transient(const std::shared_ptr<download>& dl);
   // Marks `dl` complete with its bytes at `path`, moves it from the downloads to the seeds (a
@@ -219,13 +311,55 @@ class swarm_manager {
   // from the file. With `only_running`, false (and nothing done) when it had already ended.
   bool settle_complete(const std::shared_ptr<download>& dl, const std::string& path,
                        bool only_running, std::string transient_file);
-  void fail(const std::shared_ptr<download>& dl, error e);
-  void start_fallback(const std::shared_ptr<download>& dl);
-  void quarantine(const digest& d, const std::string& why);
-  void touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h);
   std::vector<std::string> trackers() const;
   std::shared_ptr<download> by_hash(const std::string& ih) const;
   std::shared_ptr<download> by_alert(const lt::torrent_alert* a) const;
+  std::shared_ptr<group_download> group_by_hash(const std::string& ih) const;
+
+  // Groups (swarm_groups.cc).
+  [[nodiscard]] result<std::shared_ptr<group_download>> prepare_group(group_spec spec);
+  [[nodiscard]] shoal::status add_group_torrent(const std::shared_ptr<group_download>& dl);
+  void finish_group(const std::shared_ptr<group_download>& dl);
+  void complete_group(const std::shared_ptr<group_download>& dl);
+  void seed_group(const group_spec& spec, const std::string& ih);
+  [[nodiscard]] shoal::status check_space(const group_download& dl) const;
+  [[nodiscard]] std::string member_path(const group_download& dl, const digest& d) const;
+  bool prepare_pack_on_demand(const std::string& ih, lt::add_torrent_params& p);
+
+  // The monitor and the HTTP fallbacks of objects and groups (swarm_fallback.cc).
+  void monitor();
+  void watch(const std::shared_ptr<transfer>& job, steady::time_point now);
+  void start_fallback(const std::shared_ptr<download>& dl);
+  void start_group_fallback(const std::shared_ptr<group_download>& dl);
+  void group_http_fallback(const std::shared_ptr<group_download>& dl);
+  [[nodiscard]] std::optional<error> group_fetch_members(
+      const std::shared_ptr<group_download>& dl,
+      const std::vector<std::pair<digest, std::uint64_t>>& missing);
+
+  // The seed table (swarm_seeds.cc).
+  struct seed_entry {
+    transfer::kind type = transfer::kind::object;
+    digest id;             // objects and chunks
+    lt::torrent_handle h;  // invalid while a group seed is being added
+    steady::time_point last_used;
+    std::list<std::string>::iterator lru;
+    bool lazy = false;           // loaded on demand: pieces verified on first upload
+    std::string transient_file;  // deleted once unloaded (transient downloads)
+  };
+  struct unloaded {
+    std::vector<lt::torrent_handle> handles;
+    std::vector<std::string> files;
+  };
+  // Adds (or refreshes) a seed; those beyond max_loaded_torrents go into `out`. Under mu_.
+  void put_seed_locked(const std::string& ih, seed_entry e, unloaded& out);
+  void erase_seed_locked(std::map<std::string, seed_entry>::iterator it, unloaded* out);
+  void unload(const unloaded& u);
+  void touch_seed(const std::string& ih, const digest& d, lt::torrent_handle h);
+  void sweep_seeds(steady::time_point now);
+  void quarantine(const digest& d, const std::string& why);
+  // The object a seed of this info-hash serves, if it is one (not a group).
+  [[nodiscard]] std::optional<digest> seed_digest(const std::string& ih) const;
+  [[nodiscard]] cache::clock::time_point pin_expiry() const;
 
   swarm_config cfg_;
   node_config node_;
@@ -235,21 +369,13 @@ class swarm_manager {
   source_counters counters_;
 
   mutable std::mutex mu_;
-  std::map<digest, std::shared_ptr<download>> downloads_;   // running
-  std::map<std::string, std::shared_ptr<download>> by_ih_;  // running, by info-hash hex
-  struct seed_entry {
-    digest id;
-    lt::torrent_handle h;
-    std::chrono::steady_clock::time_point last_used;
-    std::list<std::string>::iterator lru;
-    bool lazy = false;           // loaded on demand: pieces verified on first upload
-    std::string transient_file;  // deleted once unloaded (transient downloads)
-  };
-  std::map<std::string, seed_entry> seeds_;  // by info-hash hex
+  std::map<std::string, std::shared_ptr<transfer>> jobs_;  // running, by info-hash hex
+  std::map<digest, std::shared_ptr<download>> downloads_;  // running objects, by digest
+  std::map<std::string, seed_entry> seeds_;                // by info-hash hex
   std::list<std::string> lru_;
-
-  std::mutex ext_mu_;
-  std::shared_ptr<const extension> ext_;
+  std::optional<group_options> groups_;  // set by enable_groups
+  std::atomic<bool> groups_enabled_{false};
+  std::set<std::string> packs_;  // packs with a torrent under <dir>/packs
 
   std::thread monitor_;
   std::atomic<bool> stop_{false};

@@ -1,6 +1,7 @@
-// swarm_manager's side of libtorrent's alerts (swarm.h): pieces verified and read back, downloads
-// finished and moved into the cache, corrupt seeds quarantined, failed torrents dropped, on-demand
-// seeds tracked, and the bytes counted by source. All of it runs on the alert pump thread.
+// swarm_manager's one alert dispatch (swarm.h): group torrents' alerts go to swarm_groups.cc; for
+// objects, pieces verified and read back, downloads finished and moved into the cache, corrupt
+// seeds quarantined, failed torrents dropped, on-demand seeds tracked. Blocks are counted by
+// source from the network thread (on_block). Alerts run on the alert pump thread.
 #include "swarm.h"
 
 #include <libtorrent/alert_types.hpp>
@@ -19,19 +20,12 @@ using steady = std::chrono::steady_clock;
 void swarm_manager::on_alert(lt::alert* a) {
   if (log::enabled(log::level::trace))
     log::trace("libtorrent alert", log::kv("type", a->what()), log::kv("message", a->message()));
-  {
-    std::shared_ptr<const extension> ext;
-    {
-      std::lock_guard lk(ext_mu_);
-      ext = ext_;
-    }
-    if (ext && ext->on_alert && ext->on_alert(a)) return;
-  }
+  if (on_group_alert(a)) return;
   if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) return on_piece_finished(pf);
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) return on_read_piece(rp);
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) return on_torrent_finished(tf);
   if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
-    if (auto dl = by_alert(sm)) net::post(d_.pool, [this, dl] { complete(dl); });
+    if (auto dl = by_alert(sm)) post_step(dl, [this, dl] { complete(dl); });
     return;
   }
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
@@ -48,12 +42,14 @@ void swarm_manager::on_alert(lt::alert* a) {
     return on_torrent_failure(swarm::hash_hex(fe->handle), "file error: " + fe->error.message());
   }
   if (auto* at = lt::alert_cast<lt::add_torrent_alert>(a)) return on_torrent_added(at);
-  if (auto* ss = lt::alert_cast<lt::session_stats_alert>(a)) {
-    static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
-    auto c = ss->counters();
-    if (sent_idx >= 0)
-      counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
-  }
+  if (auto* ss = lt::alert_cast<lt::session_stats_alert>(a)) return on_session_stats(ss);
+}
+
+void swarm_manager::on_session_stats(lt::session_stats_alert* ss) {
+  static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
+  auto c = ss->counters();
+  if (sent_idx >= 0)
+    counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
 }
 
 // A verified piece: record it and start the reads that waited for it.
@@ -117,8 +113,8 @@ void swarm_manager::on_read_piece(lt::read_piece_alert* rp) {
 void swarm_manager::on_torrent_finished(lt::torrent_finished_alert* tf) {
   auto dl = by_alert(tf);
   if (!dl) return;
-  if (dl->transient_) {
-    net::post(d_.pool, [this, dl] { complete_transient(dl); });
+  if (dl->transient()) {
+    post_step(dl, [this, dl] { complete_transient(dl); });
     return;
   }
   // Every piece passed its hash: move the file into the cache's object directory.
@@ -160,13 +156,13 @@ void swarm_manager::on_torrent_failure(const std::string& ih, const std::string&
     fail(dl, error{errc::io_error, why});
     return;
   }
-  std::lock_guard lk(mu_);
-  auto it = seeds_.find(ih);
-  if (it != seeds_.end()) {
-    ses_->remove(it->second.h);
-    lru_.erase(it->second.lru);
-    seeds_.erase(it);
+  unloaded u;
+  {
+    std::lock_guard lk(mu_);
+    auto it = seeds_.find(ih);
+    if (it != seeds_.end()) erase_seed_locked(it, &u);
   }
+  unload(u);
 }
 
 // A torrent the on-demand seed plugin added: track it as a seed and pin its object.
@@ -177,47 +173,33 @@ void swarm_manager::on_torrent_added(lt::add_torrent_alert* at) {
   if (!d || by_hash(ih)) return;
   // An on-demand seed (the plugin added it).
   touch_seed(ih, *d, at->handle);
-  net::post(d_.pool, [this, d = *d] {
-    auto expiry = cache::clock::now() +
-                  std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
-    (void)d_.store.pin(d, "swarm", expiry);
-  });
+  net::post(d_.pool, [this, d = *d] { (void)d_.store.pin(d, "swarm", pin_expiry()); });
   log::info("loaded a seed on demand", log::kv("digest", d->str()), log::kv("info_hash", ih));
-}
-
-std::optional<digest> swarm_manager::seed_digest(const std::string& ih) const {
-  std::lock_guard lk(mu_);
-  auto it = seeds_.find(ih);
-  if (it == seeds_.end()) return std::nullopt;
-  return it->second.id;
 }
 
 void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::size_t n) {
   // Pieces injected from the HTTP fallback come without a peer and are counted there.
   (origin ? counters_.from_origin : counters_.from_peers).fetch_add(n);
-  {
-    std::shared_ptr<const extension> ext;
-    {
-      std::lock_guard lk(ext_mu_);
-      ext = ext_;
-    }
-    if (ext && ext->on_block && ext->on_block(th, origin, n)) return;
-  }
-  std::vector<std::shared_ptr<download>> dls;
+  std::vector<std::shared_ptr<transfer>> jobs;
   {
     std::lock_guard lk(mu_);
-    dls.reserve(downloads_.size());
-    for (auto& [d, x] : downloads_) dls.push_back(x);
+    jobs.reserve(jobs_.size());
+    for (auto& [ih, x] : jobs_) jobs.push_back(x);
   }
   auto now = steady::now();
-  for (auto& x : dls) {
+  for (auto& x : jobs) {
     std::lock_guard lk(x->mu_);
-    if (x->h_ == th) {
+    if (x->h_ != th) continue;
+    if (x->type() == transfer::kind::group) {
+      // Attributed per group download (the totals are counted above).
+      auto* g = static_cast<group_download*>(x.get());
+      (origin ? g->from_origin : g->from_peers).fetch_add(n);
+    } else {
       // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes
       // back from a new port). Only a piece that passes its hash moves last_progress_.
-      x->last_peer_block_ = now;
-      return;
+      static_cast<download*>(x.get())->last_peer_block_ = now;
     }
+    return;
   }
 }
 

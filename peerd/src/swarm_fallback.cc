@@ -1,5 +1,6 @@
-// swarm_manager's stall watch (swarm.h): the monitor thread that notices a download making no
-// progress, and the HTTP fallback that fetches its missing pieces from registry-proxy.
+// swarm_manager's stall watch (swarm.h): the one monitor thread that notices a job making no
+// progress (HTTP fallback) or none for fallback_deadline (failure) and sweeps the seed table, and
+// the HTTP fallbacks: an object's missing pieces as Ranges, a group's missing members whole.
 #include "swarm.h"
 
 #include <libtorrent/alert_types.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/post.hpp>
 
 #include <filesystem>
+#include <future>
 
 #include "common/log.h"
 
@@ -112,83 +114,202 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
 }
 
 void swarm_manager::monitor() {
-  auto next_sweep = steady::now();
-  std::unique_lock lk(mon_mu_);
-  while (!stop_.load()) {
-    mon_cv_.wait_for(lk, std::chrono::milliseconds(250));
-    if (stop_.load()) break;
-    lk.unlock();
-    auto now = steady::now();
-    std::vector<std::shared_ptr<download>> dls;
-    {
-      std::lock_guard g(mu_);
-      for (auto& [d, dl] : downloads_) dls.push_back(dl);
-    }
-    auto stall = std::chrono::duration_cast<steady::duration>(cfg_.stall_timeout.get());
-    auto deadline = std::chrono::duration_cast<steady::duration>(cfg_.fallback_deadline.get());
-    for (auto& dl : dls) {
-      steady::time_point last;
-      bool inflight, chain;
-      {
-        std::lock_guard g(dl->mu_);
-        last = dl->last_progress_;
-        inflight = dl->fallback_inflight_;
-        // The last range arrived and verified, and no peer sent anything meanwhile.
-        chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&
-                dl->last_peer_block_ < dl->fallback_started_;
-      }
-      if (now - last > deadline) {
-        fail(dl, error{errc::timeout,
-                       "no data from the swarm or registry-proxy for " +
-                           std::to_string(
-                               std::chrono::duration_cast<std::chrono::seconds>(deadline).count()) +
-                           "s"});
-      } else if ((now - last > stall || chain) && !inflight) {
-        start_fallback(dl);
-      }
-    }
-    if (now >= next_sweep) {
-      next_sweep = now + std::chrono::seconds(5);
-      ses_->raw().post_session_stats();
-      // Unload seeds nobody used for a while.
-      auto idle = std::chrono::duration_cast<steady::duration>(cfg_.seed_idle_unload.get());
-      std::vector<std::pair<std::string, lt::torrent_handle>> snap;
+  try {
+    auto next_sweep = steady::now();
+    std::unique_lock lk(mon_mu_);
+    while (!stop_.load()) {
+      mon_cv_.wait_for(lk, std::chrono::milliseconds(250));
+      if (stop_.load()) break;
+      lk.unlock();
+      auto now = steady::now();
+      std::vector<std::shared_ptr<transfer>> jobs;
       {
         std::lock_guard g(mu_);
-        for (auto& [ih, s] : seeds_) snap.emplace_back(ih, s.h);
+        for (auto& [ih, job] : jobs_) jobs.push_back(job);
       }
-      std::vector<lt::torrent_handle> drop;
-      std::vector<std::string> files;
-      std::vector<digest> keep;
-      for (auto& [ih, h] : snap) {
-        bool serving = swarm::serving_a_peer(h);
-        std::lock_guard g(mu_);
-        auto it = seeds_.find(ih);
-        if (it == seeds_.end()) continue;
-        if (serving) it->second.last_used = now;
-        if (now - it->second.last_used > idle) {
-          drop.push_back(it->second.h);
-          if (!it->second.transient_file.empty()) files.push_back(it->second.transient_file);
-          lru_.erase(it->second.lru);
-          seeds_.erase(it);
-        } else {
-          keep.push_back(it->second.id);
-        }
+      for (auto& job : jobs) watch(job, now);
+      if (now >= next_sweep) {
+        next_sweep = now + std::chrono::seconds(5);
+        ses_->raw().post_session_stats();
+        sweep_seeds(now);
       }
-      for (auto& h : drop) ses_->remove(h);
-      for (const auto& f : files) {
-        std::error_code ec;
-        std::filesystem::remove(f, ec);
-      }
-      auto expiry =
-          cache::clock::now() +
-          std::chrono::duration_cast<std::chrono::seconds>(cfg_.seed_idle_unload.get()) * 3;
-      for (const auto& d : keep) {
-        if (d_.store.pin(d, "swarm", expiry)) (void)d_.store.unpin(d, "swarm");
-      }
+      lk.lock();
     }
-    lk.lock();
+  } catch (const std::exception& e) {
+    log::error("swarm monitor stopped", log::kv("error", e.what()));
   }
+}
+
+// One running job: its progress, an HTTP fallback when it stalled, failure past the deadline.
+void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_point now) {
+  auto stall = std::chrono::duration_cast<steady::duration>(cfg_.stall_timeout.get());
+  auto deadline = std::chrono::duration_cast<steady::duration>(cfg_.fallback_deadline.get());
+  steady::time_point last;
+  bool want_fallback = false;
+  std::string what;  // names a group in the deadline's error
+  std::shared_ptr<group_download> g;
+  if (job->type() == transfer::kind::group) {
+    g = std::static_pointer_cast<group_download>(job);
+    lt::torrent_handle h;
+    bool busy, fallback;
+    {
+      std::lock_guard lk(g->mu_);
+      h = g->h_;
+      last = g->last_progress_;
+      busy = g->finishing_ || g->fallback_;
+      fallback = g->fallback_;
+    }
+    if (!busy && h.is_valid()) {
+      auto st = h.status(lt::torrent_handle::query_accurate_download_counters);
+      auto done = g->present_bytes_ +
+                  static_cast<std::uint64_t>(std::max<std::int64_t>(0, st.total_wanted_done));
+      g->done_ = std::min(done, g->total_);
+    } else if (fallback) {
+      g->done_ = std::min(g->total_, g->present_bytes_ + g->from_http.load() +
+                                         g->from_peers.load() + g->from_origin.load());
+    }
+    if (busy && !fallback) return;  // adopting its members
+    want_fallback = !busy && now - last > stall && !g->spec_.fallback_base.empty();
+    what = " for " + g->spec_.name;
+  } else {
+    auto* dl = static_cast<download*>(job.get());
+    std::lock_guard lk(dl->mu_);
+    last = dl->last_progress_;
+    // The last range arrived and verified, and no peer sent anything meanwhile.
+    bool chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&
+                 dl->last_peer_block_ < dl->fallback_started_;
+    want_fallback = (now - last > stall || chain) && !dl->fallback_inflight_;
+  }
+  if (now - last > deadline) {
+    auto secs = std::chrono::duration_cast<std::chrono::seconds>(deadline).count();
+    fail(job, error{errc::timeout, "no data" + what + " from the swarm or registry-proxy for " +
+                                       std::to_string(secs) + "s"});
+  } else if (want_fallback) {
+    if (g) {
+      start_group_fallback(g);
+    } else {
+      start_fallback(std::static_pointer_cast<download>(job));
+    }
+  }
+}
+
+// A stalled group: its torrent is dropped and the missing members come over HTTP.
+void swarm_manager::start_group_fallback(const std::shared_ptr<group_download>& g) {
+  lt::torrent_handle h;
+  {
+    std::lock_guard lk(g->mu_);
+    if (g->fallback_ || g->finishing_ || g->st_ != transfer::state::running) return;
+    h = g->h_;
+    g->fallback_ = true;
+    g->last_progress_ = steady::now();
+    g->h_ = lt::torrent_handle{};
+  }
+  if (h.is_valid()) ses_->raw().remove_torrent(h);
+  post_step(g, [this, g] { group_http_fallback(g); });
+}
+
+void swarm_manager::group_http_fallback(const std::shared_ptr<group_download>& dl) {
+  counters_.fallbacks.fetch_add(1);
+  // Members whose file is already whole in the partial directory are adopted (the cache verifies
+  // them); the rest come over HTTP, each straight into the cache.
+  std::vector<std::pair<digest, std::uint64_t>> missing;
+  for (const auto& [d, size] : dl->spec_.objects) {
+    if (d_.store.contains(d)) continue;
+    std::error_code ec;
+    auto path = member_path(*dl, d);
+    if (std::filesystem::file_size(path, ec) == size && !ec) {
+      if (auto s = d_.store.adopt_file(path, d, cache::object_kind::dataset_file);
+          s || s.error().is(errc::already_exists)) {
+        continue;
+      }
+    }
+    missing.emplace_back(d, size);
+  }
+  log::info("dataset group stalled; fetching its objects from registry-proxy over HTTP",
+            log::kv("group", dl->spec_.name), log::kv("objects", missing.size()));
+  if (auto e = group_fetch_members(dl, missing)) return fail(dl, *e);
+  for (const auto& [d, size] : dl->spec_.objects) {
+    // Members written by someone else meanwhile: give them a moment.
+    for (int i = 0; i < 200 && !d_.store.contains(d); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!d_.store.contains(d))
+      return fail(dl, error{errc::not_found, d.str() + " did not arrive for " + dl->spec_.name});
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dl->dir_, ec);
+  complete_group(dl);
+}
+
+// Batches of `http_parallel` transfers; each object streams into its cache writer. The first
+// error, if any.
+std::optional<error> swarm_manager::group_fetch_members(
+    const std::shared_ptr<group_download>& dl,
+    const std::vector<std::pair<digest, std::uint64_t>>& missing) {
+  const std::size_t parallel = std::max<std::size_t>(1, groups_->http_parallel);
+  auto stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get());
+  std::optional<error> first;
+  for (std::size_t at = 0; at < missing.size() && !first && !stop_.load(); at += parallel) {
+    struct member {
+      digest id;
+      std::shared_ptr<cache::object_writer> writer;
+      std::shared_ptr<int> status = std::make_shared<int>(0);
+      std::future<result<http::completion>> done;
+    };
+    std::vector<member> batch;
+    for (std::size_t k = at; k < std::min(missing.size(), at + parallel); ++k) {
+      const auto& [d, size] = missing[k];
+      auto t = d_.store.begin_write(d, size, cache::object_kind::dataset_file);
+      if (!t) {
+        first = t.error().wrap("HTTP fallback for " + dl->spec_.name);
+        break;
+      }
+      if (t->role != cache::write_role::writer) continue;  // present, or someone else writes it
+      member x;
+      x.id = d;
+      x.writer = std::shared_ptr<cache::object_writer>(std::move(t->writer));
+      auto prom = std::make_shared<std::promise<result<http::completion>>>();
+      x.done = prom->get_future();
+      http::client_request r;
+      r.url = dl->spec_.fallback_base + d.str();
+      r.timeouts.connect = std::chrono::milliseconds(2000);
+      r.timeouts.stall = stall * 2;
+      r.max_retries = 2;
+      r.resume = true;
+      http::callbacks cb;
+      cb.on_response = [st = x.status](const http::response_head& h) {
+        *st = h.status;
+        return h.status == 200;
+      };
+      cb.on_data = [w = x.writer, dl, this](std::string_view chunk) {
+        if (!w->write(chunk)) return false;
+        dl->from_http.fetch_add(chunk.size());
+        counters_.from_http.fetch_add(chunk.size());
+        std::lock_guard lk(dl->mu_);
+        dl->last_progress_ = steady::now();
+        return true;
+      };
+      cb.on_complete = [prom](result<http::completion> res) { prom->set_value(std::move(res)); };
+      d_.http.submit(std::move(r), std::move(cb));
+      batch.push_back(std::move(x));
+    }
+    for (auto& x : batch) {
+      auto res = x.done.get();
+      std::optional<error> e;
+      if (!res) {
+        e = res.error();
+      } else if (*x.status != 200) {
+        e = error{errc::upstream_error, "registry-proxy answered HTTP " +
+                                            std::to_string(*x.status) + " for " + x.id.str()};
+      } else if (auto c = x.writer->commit(); !c) {
+        e = c.error();
+      }
+      if (e) {
+        x.writer->abort(e->message);
+        if (!first) first = e->wrap("HTTP fallback for " + dl->spec_.name);
+      }
+    }
+  }
+  return first;
 }
 
 }  // namespace shoal::peerd

@@ -10,7 +10,11 @@
 //     get an error, never wrong bytes;
 //   - a stalled swarm falls back to HTTP ranges; wrong bytes over HTTP are rejected too; a server
 //     ignoring Range is never trusted; with no source at all the download fails within
-//     fallback_deadline.
+//     fallback_deadline;
+//   - dataset groups are jobs of the same engine: a group whose members are cached completes at
+//     once and is seeded (in the one seed table), a peer downloads it from that seed, and a group
+//     with no source fails within fallback_deadline through the one failure path, keeping its
+//     partial directory for the next attempt.
 
 #include "swarm.h"
 
@@ -404,6 +408,65 @@ TEST(Swarm, PrepareOnDemandOnlyForHeldObjects) {
   ASSERT_TRUE(a.store->remove(m.object));
   lt::add_torrent_params r;
   EXPECT_FALSE(a.swarm->prepare_on_demand(ih, r));
+}
+
+// A single-object dataset group: `a` holds the object and seeds the group, `b` downloads it.
+group_spec single_group(const object_metainfo& m, std::vector<std::string> seeds) {
+  group_spec g;
+  g.torrent = m.torrent_file({});
+  g.objects = {{m.object, m.size}};
+  g.seeds = std::move(seeds);
+  g.name = "test group 0";
+  return g;
+}
+
+swarm_manager::group_options group_dirs(const node& n) {
+  return {n.dir.path() + "/dataset-partial", n.dir.path() + "/datasets"};
+}
+
+TEST(Swarm, GroupsAreJobsOfTheSameEngine) {
+  node a("a", fast_cfg()), b("b", fast_cfg());
+  auto bytes = testing::bytes_of(2 << 20, 11);
+  auto m = meta_of(bytes);
+  EXPECT_FALSE(b.swarm->fetch_group(single_group(m, {}))) << "groups not enabled yet";
+  ASSERT_TRUE(a.swarm->enable_groups(group_dirs(a)));
+  ASSERT_TRUE(b.swarm->enable_groups(group_dirs(b)));
+  a.hold(bytes, m);
+  auto held = a.swarm->fetch_group(single_group(m, {}));
+  ASSERT_TRUE(held) << held.error().message;
+  EXPECT_EQ((*held)->current(), transfer::state::complete);
+  EXPECT_EQ(a.swarm->loaded_groups(), 1u);
+  EXPECT_EQ(a.swarm->loaded_torrents(), 0u);  // objects only
+
+  auto dl = b.swarm->fetch_group(single_group(m, {a.endpoint()}));
+  ASSERT_TRUE(dl) << dl.error().message;
+  EXPECT_EQ((*dl)->wait_for(20s), transfer::state::complete)
+      << ((*dl)->failure() ? (*dl)->failure()->message : "");
+  EXPECT_TRUE(b.store->contains(m.object));
+  EXPECT_EQ((*dl)->bytes_done(), bytes.size());
+  EXPECT_EQ((*dl)->from_peers.load(), bytes.size());
+  EXPECT_EQ(b.swarm->active_groups(), 0u);
+  EXPECT_EQ(b.swarm->loaded_groups(), 1u);
+  EXPECT_EQ(b.swarm->counters().downloads_failed.load(), 0u);
+}
+
+TEST(Swarm, GroupWithoutSourcesFailsAndKeepsItsPartialDirectory) {
+  node b("b", fast_cfg());
+  ASSERT_TRUE(b.swarm->enable_groups(group_dirs(b)));
+  auto m = meta_of(testing::bytes_of(1 << 20, 12));
+  auto dl = b.swarm->fetch_group(single_group(m, {}));
+  ASSERT_TRUE(dl) << dl.error().message;
+  EXPECT_EQ(b.swarm->active_groups(), 1u);
+  auto start = steady::now();
+  EXPECT_EQ((*dl)->wait_for(10s), transfer::state::failed);
+  double secs = std::chrono::duration<double>(steady::now() - start).count();
+  EXPECT_GE(secs, 2.7);  // fallback_deadline is 3 s
+  ASSERT_TRUE((*dl)->failure());
+  EXPECT_EQ((*dl)->failure()->code, make_error_code(errc::timeout));
+  // Waiters wake as the state changes; the table and the counter follow at once.
+  EXPECT_TRUE(wait_for([&] { return b.swarm->active_groups() == 0; }, 2s));
+  EXPECT_TRUE(wait_for([&] { return b.swarm->counters().downloads_failed.load() == 1; }, 2s));
+  EXPECT_TRUE(std::filesystem::exists(group_dirs(b).partial_dir + "/" + (*dl)->info_hash()));
 }
 
 }  // namespace
