@@ -1,4 +1,4 @@
-#include "app.h"
+#include "peerd/app.h"
 
 #include <unistd.h>
 
@@ -7,6 +7,13 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "datasets.h"
+#include "peerd/fetcher.h"
+#include "heartbeat.h"
+#include "mirror.h"
+#include "prewarm.h"
+#include "peerd/state_db.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

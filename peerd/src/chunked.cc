@@ -1,4 +1,4 @@
-#include "chunked.h"
+#include "peerd/chunked.h"
 
 #include <fcntl.h>
 #include <unistd.h>

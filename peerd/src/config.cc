@@ -1,4 +1,4 @@
-#include "config.h"
+#include "peerd/config.h"
 
 namespace shoal::peerd {
 

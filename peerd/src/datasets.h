@@ -45,8 +45,8 @@
 #include "common/heartbeat.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
-#include "config.h"
-#include "fetcher.h"
+#include "peerd/config.h"
+#include "peerd/fetcher.h"
 
 namespace shoal::peerd {
 

@@ -1,4 +1,4 @@
-#include "fetcher.h"
+#include "peerd/fetcher.h"
 
 #include <boost/asio/post.hpp>
 

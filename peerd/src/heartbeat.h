@@ -25,8 +25,8 @@
 #include "cache/store.h"
 #include "common/heartbeat.h"
 #include "common/http_client.h"
-#include "config.h"
-#include "swarm.h"
+#include "peerd/config.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

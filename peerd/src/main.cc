@@ -1,7 +1,7 @@
 // shoal-peerd: the node daemon (containerd mirror, swarm, local cache).
 #include <cstdio>
 
-#include "app.h"
+#include "peerd/app.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {

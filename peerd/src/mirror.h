@@ -23,9 +23,9 @@
 #include "common/metrics.h"
 #include "common/oci.h"
 #include "common/origin_protocol.h"
-#include "config.h"
-#include "fetcher.h"
-#include "swarm.h"
+#include "peerd/config.h"
+#include "peerd/fetcher.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

@@ -31,9 +31,9 @@
 #include "cache/store.h"
 #include "common/heartbeat.h"
 #include "common/http_client.h"
-#include "config.h"
-#include "fetcher.h"
-#include "swarm.h"
+#include "peerd/config.h"
+#include "peerd/fetcher.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

@@ -1,5 +1,5 @@
 // peerd's torrent records on the shared side index (see state_db.h).
-#include "state_db.h"
+#include "peerd/state_db.h"
 
 namespace shoal::peerd {
 

@@ -1,6 +1,6 @@
 // swarm_manager's core (swarm.h): the jobs' common state, object downloads and their readers,
 // the engine's start and stop, and the one failure path of every job.
-#include "swarm.h"
+#include "peerd/swarm.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // objects, pieces verified and read back, downloads finished and moved into the cache, corrupt
 // seeds quarantined, failed torrents dropped, on-demand seeds tracked. Blocks are counted by
 // source from the network thread (on_block). Alerts run on the alert pump thread.
-#include "swarm.h"
+#include "peerd/swarm.h"
 
 #include <libtorrent/alert_types.hpp>
 #include <libtorrent/session_stats.hpp>

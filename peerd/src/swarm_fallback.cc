@@ -1,7 +1,7 @@
 // swarm_manager's stall watch (swarm.h): the one monitor thread that notices a job making no
 // progress (HTTP fallback) or none for fallback_deadline (failure) and sweeps the seed table, and
 // the HTTP fallbacks: an object's missing pieces as Ranges, a group's missing members whole.
-#include "swarm.h"
+#include "peerd/swarm.h"
 
 #include <libtorrent/alert_types.hpp>
 #include <libtorrent/session_stats.hpp>

@@ -16,7 +16,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
-#include "swarm.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "common/log.h"
-#include "swarm.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

@@ -1,7 +1,7 @@
 // peerd's configuration: defaults are valid, every documented key loads, and bad values are
 // refused with a message naming the key.
 
-#include "config.h"
+#include "peerd/config.h"
 
 #include <gtest/gtest.h>
 

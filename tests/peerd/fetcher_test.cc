@@ -12,7 +12,7 @@
 //     202 answers that make no progress end in a 504 within fallback_deadline;
 //   - fetch_group without datasets fails; the status snapshot lists no chunked fetch.
 
-#include "fetcher.h"
+#include "peerd/fetcher.h"
 
 #include <gtest/gtest.h>
 

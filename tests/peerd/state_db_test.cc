@@ -2,7 +2,7 @@
 // restarts, what forget() removes, and how it treats damaged rows. The side index itself
 // (batches, scans, open errors) is tested in tests/cache/state_db_test.cc.
 
-#include "state_db.h"
+#include "peerd/state_db.h"
 
 #include <gtest/gtest.h>
 

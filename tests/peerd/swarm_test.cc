@@ -16,7 +16,7 @@
 //     with no source fails within fallback_deadline through the one failure path, keeping its
 //     partial directory for the next attempt.
 
-#include "swarm.h"
+#include "peerd/swarm.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -37,10 +37,10 @@
 #include "common/http_client.h"
 #include "common/metrics.h"
 #include "common/origin_protocol.h"
-#include "chunked.h"
-#include "config.h"
-#include "state_db.h"
-#include "swarm.h"
+#include "peerd/chunked.h"
+#include "peerd/config.h"
+#include "peerd/state_db.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 

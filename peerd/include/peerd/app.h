@@ -12,16 +12,19 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "config.h"
-#include "datasets.h"
-#include "fetcher.h"
-#include "heartbeat.h"
-#include "mirror.h"
-#include "prewarm.h"
-#include "state_db.h"
-#include "swarm.h"
+#include "peerd/config.h"
 
 namespace shoal::peerd {
+
+// The parts, defined in their own (private) headers: app.h is the daemon's door for main() and
+// tests, and names them only.
+class state_db;
+class swarm_manager;
+class fetcher;
+class dataset_manager;
+class mirror;
+class prewarm_executor;
+class heartbeat_sender;
 
 class app {
  public:

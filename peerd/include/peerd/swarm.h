@@ -57,8 +57,8 @@
 #include "common/http_client.h"
 #include "swarm/metainfo.h"
 #include "swarm/swarm.h"
-#include "config.h"
-#include "state_db.h"
+#include "peerd/config.h"
+#include "peerd/state_db.h"
 
 namespace shoal::peerd {
 

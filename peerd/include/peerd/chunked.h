@@ -32,8 +32,8 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/http_client.h"
-#include "state_db.h"
-#include "swarm.h"
+#include "peerd/state_db.h"
+#include "peerd/swarm.h"
 
 namespace shoal::peerd {
 
