@@ -3,7 +3,8 @@ on the real binary:
 
 - the review's input: two ~30 MiB heartbeats for fake nodes with 200,000 objects each. Before the
   caps they were accepted and the scheduler's RSS grew by ~220 MiB each (15 -> 452 MiB); now
-  both are refused with 413 before parsing and RSS stays flat (VmRSS/VmHWM from /proc);
+  both are refused with 413 before parsing and RSS stays flat (VmRSS/VmHWM from /proc; the
+  old binary grew by over 200 MiB and had not answered within 120 s on a loaded 2-core box);
 - a new node beyond nodes.max_nodes gets 429, a known node is still heard;
 - a heartbeat listing more than nodes.max_objects_per_node, or a delta that would leave the node
   holding more, gets 413 and changes nothing;
@@ -43,6 +44,8 @@ def post(url: str, body: bytes, timeout: float = 60) -> tuple[int, object]:
             return e.code, json.loads(raw)
         except ValueError:
             return e.code, raw.decode(errors="replace")
+    except TimeoutError:
+        return 0, f"no answer within {timeout} s"
 
 
 def get(url: str, timeout: float = 30) -> tuple[int, bytes]:
@@ -113,8 +116,8 @@ class ReviewFlood(FixtureTestCase):
               f"{[round(a[3], 1) for a in answers]} s; RSS {before['VmRSS'] / 1024:.0f} -> "
               f"{after['VmRSS'] / 1024:.0f} MiB, peak {after['VmHWM'] / 1024:.0f} MiB", file=sys.stderr)
         # The finding's symptom: hundreds of MiB kept (until drop_after) per fake node.
-        self.assertLess(grew_rss, 64, f"RSS grew by {grew_rss:.0f} MiB")
-        self.assertLess(grew_hwm, 128, f"peak RSS grew by {grew_hwm:.0f} MiB")
+        self.assertLess(grew_rss, 96, f"RSS grew by {grew_rss:.0f} MiB")
+        self.assertLess(grew_hwm, 160, f"peak RSS grew by {grew_hwm:.0f} MiB")
         for code, body, size, _ in answers:
             self.assertEqual(code, 413, body)
             self.assertIn("larger than", body["error"])
