@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace shoal::heartbeat {
@@ -405,23 +407,27 @@ status decode_identity(const reader& r, message& m) {
 }
 
 // What the node's cache holds: objects, removals (deltas only) and the cache's size.
-status decode_holdings(const reader& r, message& m) {
-  if (const json* o = r.find("objects"); o && o->is_array() && o->size() <= max_objects) {
-    m.objects.reserve(o->size());
-  }
-  SHOAL_TRY(collect(r, "objects", max_objects, parse_object, m.objects));
+status decode_holdings(const reader& r, message& m, std::size_t limit) {
+  const json* objects = nullptr;
   const json* removed = nullptr;
-  SHOAL_TRY(r.array("removed", removed, max_objects));
+  SHOAL_TRY(r.array("objects", objects, limit));
+  SHOAL_TRY(r.array("removed", removed, limit));
+  std::size_t listed = (objects ? objects->size() : 0) + (removed ? removed->size() : 0);
+  if (listed > limit) {
+    return fail(errc::too_large, "objects and removed list " + std::to_string(listed) +
+                                     " entries together, more than " + std::to_string(limit));
+  }
+  if (objects) m.objects.reserve(objects->size());
+  SHOAL_TRY(collect(r, "objects", limit, parse_object, m.objects));
   if (removed && m.full && !removed->empty())
     return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
-  SHOAL_TRY(
-      for_each_in(r, "removed", max_objects, [&](const json& x, const std::string& p) -> status {
-        if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
-        auto d = digest::parse(x.get_ref<const std::string&>());
-        if (!d) return fail(d.error().wrap(p));
-        m.removed.push_back(*d);
-        return {};
-      }));
+  SHOAL_TRY(for_each_in(r, "removed", limit, [&](const json& x, const std::string& p) -> status {
+    if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
+    auto d = digest::parse(x.get_ref<const std::string&>());
+    if (!d) return fail(d.error().wrap(p));
+    m.removed.push_back(*d);
+    return {};
+  }));
   if (const json* cache = r.find("cache")) {
     if (!cache->is_object()) return fail(errc::invalid_argument, "cache must be an object");
     reader cr(*cache, "cache");
@@ -489,9 +495,15 @@ status decode_reports(const reader& r, message& m) {
 
 }  // namespace
 
-result<message> decode(std::string_view text) {
-  if (text.size() > max_message_bytes)
-    return fail(errc::too_large, "heartbeat larger than 256 MiB");
+result<message> decode(std::string_view text, const decode_limits& limits) {
+  const std::size_t max_listed = std::min(limits.max_objects, max_objects);
+  const std::size_t max_bytes = std::min(max_message_bytes_for(max_listed), max_message_bytes);
+  if (text.size() > max_bytes) {
+    return fail(errc::too_large, "heartbeat of " + std::to_string(text.size()) +
+                                     " bytes is larger than " + std::to_string(max_bytes) +
+                                     " (the most a node with " + std::to_string(max_listed) +
+                                     " objects sends)");
+  }
   if (json_too_deep(text))
     return fail(errc::invalid_argument,
                 "heartbeat nests deeper than " + std::to_string(max_json_depth));
@@ -501,7 +513,7 @@ result<message> decode(std::string_view text) {
   message m;
   reader r(j, "");
   SHOAL_TRY(decode_identity(r, m));
-  SHOAL_TRY(decode_holdings(r, m));
+  SHOAL_TRY(decode_holdings(r, m, max_listed));
   SHOAL_TRY(decode_inventory(r, j, m));
   SHOAL_TRY(decode_reports(r, m));
   return m;

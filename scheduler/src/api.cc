@@ -91,7 +91,8 @@ api::api(api_deps d)
                .with({})),
       resyncs_(d.reg.counter(
           "shoal_scheduler_resyncs_total",
-          "Heartbeat deltas refused with a resync request, by reason (unknown_node, epoch, gap).",
+          "Heartbeat deltas refused with a resync request, by reason (unknown_node, epoch, gap, "
+          "moved).",
           {"reason"})),
       latency_(d.reg.histogram(
           "shoal_scheduler_placement_duration_seconds",
@@ -102,7 +103,7 @@ api::api(api_deps d)
   // Every series exists from the start, so dashboards and alerts see zeros rather than gaps.
   for (const char* a : {"place", "filter", "prioritize", "prewarm", "images"})
     (void)latency_.with({a});
-  for (const char* r : {"unknown_node", "epoch", "gap"}) (void)resyncs_.with({r});
+  for (const char* r : {"unknown_node", "epoch", "gap", "moved"}) (void)resyncs_.with({r});
 }
 
 bool api::heavy(const http::request& req) {
@@ -164,7 +165,9 @@ http::response api::serve(const http::request& req) {
 }
 
 http::response api::on_heartbeat(const http::request& req) {
-  auto m = heartbeat::decode(req.body);
+  heartbeat::decode_limits limits;
+  limits.max_objects = d_.cfg.nodes.max_objects_per_node;
+  auto m = heartbeat::decode(req.body, limits);
   if (!m) {
     bad_heartbeats_->inc();
     log::warn("bad heartbeat", log::kv("from", req.remote.address().to_string()),
@@ -172,23 +175,35 @@ http::response api::on_heartbeat(const http::request& req) {
     return json_error(m.error().is(errc::too_large) ? 413 : 400, m.error().message);
   }
   auto out = d_.index.apply(*m, req.remote.address().to_string());
+  if (out.refused != 0) {
+    log::warn("heartbeat refused", log::kv("node", m->node),
+              log::kv("from", req.remote.address().to_string()),
+              log::kv("reason", out.refused_reason));
+    return json_error(out.refused, out.refused_reason);
+  }
   if (out.resync) {
     resyncs_.with({out.resync_reason}).inc();
     log::info("heartbeat delta refused: resync", log::kv("node", m->node),
               log::kv("reason", out.resync_reason), log::kv("seq", m->seq));
   }
+  if (out.moved_from_port != 0) d_.trk.drop_holder(out.moved_from_ip, out.moved_from_port);
   if (m->bt_port != 0) {
     auto label = [&](const char* k) {
       auto it = m->labels.find(k);
       return it == m->labels.end() ? std::string() : it->second;
     };
     std::string zone = label("zone"), rack = label("rack");
+    std::size_t skipped = 0;
     if (out.full) {
-      d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack, out.added, true);
+      skipped = d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack, out.added, true);
     } else {
-      d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack,
-                          out.resync ? std::vector<info_hash>{} : out.added, false);
+      skipped = d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack,
+                                    out.resync ? std::vector<info_hash>{} : out.added, false);
       if (!out.removed.empty()) d_.trk.remove_holdings(out.ip, m->bt_port, out.removed);
+    }
+    if (skipped != 0) {
+      log::warn("tracker full: holdings not recorded", log::kv("node", m->node),
+                log::kv("skipped", skipped));
     }
   }
   heartbeat::reply r;

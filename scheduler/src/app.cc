@@ -2,6 +2,7 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
@@ -57,12 +58,16 @@ status app::init() {
   to.default_numwant = static_cast<std::uint32_t>(cfg_.tracker.default_numwant);
   to.max_numwant = static_cast<std::uint32_t>(cfg_.tracker.max_numwant);
   to.trust_announced_ip = cfg_.tracker.trust_announced_ip;
+  to.max_swarms = cfg_.tracker.max_swarms;
+  to.max_peers_per_swarm = cfg_.tracker.max_peers_per_swarm;
   tracker_ = std::make_unique<tracker>(to);
 
   index_options io;
   io.unhealthy_after = ms(cfg_.nodes.unhealthy_after);
   io.drop_after = ms(cfg_.nodes.drop_after);
   io.default_platform = cfg_.resolver.default_platform;
+  io.max_nodes = cfg_.nodes.max_nodes;
+  io.max_objects_per_node = cfg_.nodes.max_objects_per_node;
   index_ = std::make_unique<cluster_index>(io, epoch);
 
   http::client_options co;
@@ -121,6 +126,9 @@ status app::init() {
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
+  // The heartbeat route checks its own, derived limit; the server must let such a body through.
+  so.max_body_bytes = std::max<std::uint64_t>(
+      so.max_body_bytes, heartbeat::max_message_bytes_for(cfg_.nodes.max_objects_per_node));
   server_ = std::make_unique<http::server>(
       rt_.io(), so,
       [this](http::request&& r, http::responder resp) { handle(std::move(r), std::move(resp)); });
@@ -142,6 +150,12 @@ void app::register_metrics() {
                   [t] { return static_cast<double>(t->stats().announces); });
   reg_.counter_fn("shoal_tracker_bad_announces_total", "Announces refused as malformed.",
                   [t] { return static_cast<double>(t->stats().bad_announces); });
+  reg_.counter_fn("shoal_tracker_refused_announces_total",
+                  "Announces refused because of tracker.max_swarms or tracker.max_peers_per_swarm.",
+                  [t] { return static_cast<double>(t->stats().refused_announces); });
+  reg_.counter_fn("shoal_tracker_skipped_holdings_total",
+                  "Heartbeat holdings not recorded in the tracker because of its caps.",
+                  [t] { return static_cast<double>(t->stats().skipped_holdings); });
   reg_.gauge_fn("shoal_tracker_swarms", "Swarms known.",
                 [t] { return static_cast<double>(t->stats().swarms); });
   reg_.gauge_fn("shoal_tracker_peers", "Peer entries across swarms.",

@@ -21,6 +21,16 @@ void describe(config::binder& b, tracker_config& c) {
   b.field("trust_announced_ip", c.trust_announced_ip,
           "Use the ip= parameter of announces (peerd's data-plane address) instead of the source "
           "address.");
+  b.field("max_swarms", c.max_swarms,
+          "Most swarms (distinct info-hashes) tracked. An announce that would start another is "
+          "refused (429, failure reason \"tracker full\"); heartbeat holdings beyond it are not "
+          "recorded (the index still has them). About 300 bytes per swarm and per peer entry.",
+          {.min = 1u, .max = 100'000'000u});
+  b.field("max_peers_per_swarm", c.max_peers_per_swarm,
+          "Most peers (announcing peers and heartbeat holders) in one swarm; a new peer beyond it "
+          "is refused (429, \"swarm full\"), known ones are still heard. Keep it above "
+          "nodes.max_nodes plus the origins, so a layer every node holds fits.",
+          {.min = 1u, .max = 10'000'000u});
 }
 
 void describe(config::binder& b, nodes_config& c) {
@@ -36,6 +46,17 @@ void describe(config::binder& b, nodes_config& c) {
       "heartbeat_interval", c.heartbeat_interval,
       "The heartbeat interval peerds use (swarm.heartbeat_interval there); reported by /v1/nodes.",
       {.min = 1s});
+  b.field("max_nodes", c.max_nodes,
+          "Most nodes known at once (heartbeating, or not yet dropped). A heartbeat naming a new "
+          "node beyond it is refused (429); known nodes are always heard.",
+          {.min = 1u, .max = 10'000'000u});
+  b.field("max_objects_per_node", c.max_objects_per_node,
+          "Most objects one node may hold in the index. A heartbeat that would leave its node with "
+          "more, or that lists more entries (objects and removed together), is refused (413). It "
+          "also sizes the heartbeat body limit: this × 206 bytes (the longest encoded object) + "
+          "8.5 MiB (labels, documents, orders, datasets at their bounds): 28.1 MiB for 100,000. "
+          "The index needs about 1 KiB per (node, object) in the worst case (index and tracker).",
+          {.min = 1u, .max = static_cast<std::uint32_t>(heartbeat::max_objects)});
   b.check(c.unhealthy_after < c.drop_after, "nodes.unhealthy_after must be below nodes.drop_after");
 }
 

@@ -76,12 +76,39 @@ void cluster_index::remove_holder(node_entry& n, const digest& d, std::vector<in
   if (e.holders.empty()) objects_.erase(it);
 }
 
+bool cluster_index::refuse_locked(const heartbeat::message& m, const node_entry* n,
+                                  apply_outcome& out) const {
+  if (!n && nodes_.size() >= opts_.max_nodes) {
+    out.refused = 429;
+    out.refused_reason = "the scheduler already knows " + std::to_string(nodes_.size()) +
+                         " nodes (nodes.max_nodes); new node \"" + m.node + "\" refused";
+    return true;
+  }
+  // The node's object count once this message is applied (a delta that will be answered with
+  // resync applies nothing, but counting it anyway keeps this simple and conservative).
+  std::size_t after = m.objects.size();
+  if (!m.full && n) {
+    after = n->held.size();
+    for (const auto& o : m.objects) after += n->held.count(o.id) ? 0 : 1;
+    for (const auto& d : m.removed) after -= std::min<std::size_t>(after, n->held.count(d));
+  }
+  if (after > opts_.max_objects_per_node) {
+    out.refused = 413;
+    out.refused_reason = "node \"" + m.node + "\" would hold " + std::to_string(after) +
+                         " objects, more than " + std::to_string(opts_.max_objects_per_node) +
+                         " (nodes.max_objects_per_node)";
+    return true;
+  }
+  return false;
+}
+
 apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip) {
   auto now = now_();
   std::unique_lock lk(mu_);
   apply_outcome out;
   auto it = nodes_.find(m.node);
   bool known = it != nodes_.end();
+  if (refuse_locked(m, known ? &it->second : nullptr, out)) return out;
   if (!known) {
     node_entry fresh;
     fresh.id = next_id_++;
@@ -106,6 +133,11 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
       n.inv.health != m.health || !same_gpus(n.inv.gpus, m.gpus)) {
     ++nodes_generation_;
   }
+  std::string ip = m.ip.empty() ? std::string(source_ip) : m.ip;
+  if (known && n.inv.bt_port != 0 && (n.ip != ip || n.inv.bt_port != m.bt_port)) {
+    out.moved_from_ip = n.ip;
+    out.moved_from_port = n.inv.bt_port;
+  }
   n.inv.schema = m.schema;
   n.inv.node = m.node;
   n.inv.labels = m.labels;
@@ -121,12 +153,12 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.health = m.health;
   n.inv.health_reasons = m.health_reasons;
   n.inv.datasets = m.datasets;
-  n.ip = m.ip.empty() ? std::string(source_ip) : m.ip;
+  n.ip = std::move(ip);
   n.last_seen = now;
   out.ip = n.ip;
 
   if (m.full) {
-    std::unordered_set<digest> listed;
+    std::unordered_set<digest, keyed_hash> listed;
     listed.reserve(m.objects.size());
     for (const auto& o : m.objects) {
       listed.insert(o.id);
@@ -151,6 +183,10 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   } else if (m.seq != n.seq + 1) {
     out.resync = true;
     out.resync_reason = "gap";
+  } else if (out.moved_from_port != 0) {
+    // Its tracker entries at the old endpoint go: the full list puts them at the new one.
+    out.resync = true;
+    out.resync_reason = "moved";
   }
   if (out.resync) {
     // Until the full list arrives, what we have is kept (it is the best guess) but no further

@@ -272,13 +272,37 @@ void tracker::add_peers(bencode::dict& d, const std::vector<peer*>& chosen,
   }
 }
 
-std::string tracker::announce(const announce_request& a) {
+tracker::swarm* tracker::admit_locked(const std::array<std::uint8_t, 20>& info_hash,
+                                      const std::string& key) {
+  auto it = swarms_.find(info_hash);
+  if (it == swarms_.end()) {
+    if (swarms_.size() >= opts_.max_swarms || opts_.max_peers_per_swarm == 0) return nullptr;
+    return &swarms_[info_hash];
+  }
+  auto& sw = it->second;
+  if (sw.peers.size() >= opts_.max_peers_per_swarm && !sw.peers.count(key)) return nullptr;
+  return &sw;
+}
+
+announce_answer tracker::answer(const announce_request& a) {
   auto now = now_();
   std::lock_guard lk(mu_);
   ++stats_.announces;
   if (now - last_expire_ > std::chrono::seconds(10)) expire_locked(now);
-  auto& sw = swarms_[a.info_hash];
   std::string key = a.ip + ":" + std::to_string(a.port);
+  swarm* admitted = admit_locked(a.info_hash, key);
+  if (!admitted && a.event != announce_request::event_t::stopped) {
+    ++stats_.refused_announces;
+    bool new_swarm = !swarms_.count(a.info_hash);
+    return {429, failure(new_swarm ? "tracker full: " + std::to_string(swarms_.size()) +
+                                         " swarms (tracker.max_swarms)"
+                                   : "swarm full: " + std::to_string(opts_.max_peers_per_swarm) +
+                                         " peers (tracker.max_peers_per_swarm)")};
+  }
+  // A "stopped" peer that is not in the swarm leaves nothing behind: it is answered from an
+  // empty scratch swarm that is never stored.
+  swarm scratch;
+  auto& sw = admitted ? *admitted : scratch;
   record_locked(sw, key, a, now);
   auto pick = pick_peers_locked(sw, key, a, now);
 
@@ -290,14 +314,15 @@ std::string tracker::announce(const announce_request& a) {
   d["incomplete"] = pick.incomplete;
   d["downloaded"] = static_cast<std::int64_t>(sw.completed);
   add_peers(d, pick.chosen, a, now);
-  if (sw.peers.empty()) swarms_.erase(a.info_hash);
-  return bencode::encode(bencode::value(std::move(d)));
+  if (admitted && sw.peers.empty()) swarms_.erase(a.info_hash);
+  return {200, bencode::encode(bencode::value(std::move(d)))};
 }
 
-void tracker::set_holdings(const std::string& node, const std::string& ip, std::uint16_t port,
-                           const std::string& zone, const std::string& rack,
-                           const std::vector<std::array<std::uint8_t, 20>>& info_hashes,
-                           bool full) {
+std::size_t tracker::set_holdings(const std::string& node, const std::string& ip,
+                                  std::uint16_t port, const std::string& zone,
+                                  const std::string& rack,
+                                  const std::vector<std::array<std::uint8_t, 20>>& info_hashes,
+                                  bool full) {
   auto now = now_();
   std::lock_guard lk(mu_);
   std::string key = ip + ":" + std::to_string(port);
@@ -306,9 +331,15 @@ void tracker::set_holdings(const std::string& node, const std::string& ip, std::
   if (full) held.clear();
   for (const auto& ih : info_hashes) held.insert(ih);
   std::unordered_map<std::array<std::uint8_t, 20>, bool, hash_key> listed;
+  std::size_t skipped = 0;
   for (const auto& ih : info_hashes) {
     listed[ih] = true;
-    auto& p = swarms_[ih].peers[key];
+    swarm* sw = admit_locked(ih, key);
+    if (!sw) {
+      ++skipped;
+      continue;
+    }
+    auto& p = sw->peers[key];
     if (p.node.empty()) p.node = node;
     p.zone = zone;
     p.rack = rack;
@@ -318,7 +349,8 @@ void tracker::set_holdings(const std::string& node, const std::string& ip, std::
     p.holder = true;
     p.last_seen = now;
   }
-  if (!full) return;
+  stats_.skipped_holdings += skipped;
+  if (!full) return skipped;
   for (auto it = swarms_.begin(); it != swarms_.end();) {
     auto pit = it->second.peers.find(key);
     if (pit != it->second.peers.end() && pit->second.holder && !listed.count(it->first)) {
@@ -329,6 +361,7 @@ void tracker::set_holdings(const std::string& node, const std::string& ip, std::
     else
       ++it;
   }
+  return skipped;
 }
 
 void tracker::remove_holdings(const std::string& ip, std::uint16_t port,
@@ -372,7 +405,11 @@ http::response tracker::handle(const http::request& req) {
     log::debug("bad announce", log::kv("from", src), log::kv("error", a.error().message));
     return http::response::text(400, failure(a.error().message), "text/plain");
   }
-  return http::response::text(200, announce(*a), "text/plain");
+  auto ans = answer(*a);
+  if (ans.status != 200) {
+    log::debug("announce refused", log::kv("from", src), log::kv("status", ans.status));
+  }
+  return http::response::text(ans.status, std::move(ans.body), "text/plain");
 }
 
 tracker_stats tracker::stats() const {

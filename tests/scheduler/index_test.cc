@@ -278,5 +278,69 @@ TEST_F(IndexTest, ManyNodesAndObjectsStayConsistent) {
   EXPECT_EQ(sum, 50u * 100u);
 }
 
+// Caps: heartbeats are unauthenticated, so a sender can name new nodes and list any digests.
+TEST(IndexCaps, NewNodesBeyondMaxNodesAreRefusedKnownOnesStillHeard) {
+  fake_clock clock;
+  index_options o;
+  o.max_nodes = 2;
+  cluster_index idx(o, "e", clock.fn());
+  EXPECT_EQ(idx.apply(full_hb("n1", {held("a", 1)}), "10.0.0.9").refused, 0u);
+  EXPECT_EQ(idx.apply(full_hb("n2", {held("b", 1)}), "10.0.0.9").refused, 0u);
+  auto r = idx.apply(full_hb("n3", {held("c", 1)}), "10.0.0.9");
+  EXPECT_EQ(r.refused, 429u);
+  EXPECT_NE(r.refused_reason.find("nodes.max_nodes"), std::string::npos) << r.refused_reason;
+  EXPECT_NE(r.refused_reason.find("\"n3\""), std::string::npos) << r.refused_reason;
+  EXPECT_FALSE(idx.node("n3"));
+  EXPECT_FALSE(idx.object(dg("c")));
+  // A known node is still heard, and once one is dropped a new one fits.
+  EXPECT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("d", 1)}, {}, 2), "10.0.0.9").refused, 0u);
+  EXPECT_EQ(idx.node("n1")->objects, 2u);
+  clock.advance(o.drop_after);
+  EXPECT_EQ(idx.apply(full_hb("n1", {held("a", 1)}, {}, 3), "10.0.0.9").refused, 0u);
+  EXPECT_EQ(idx.expire().size(), 1u);  // n2
+  EXPECT_EQ(idx.apply(full_hb("n3", {held("c", 1)}), "10.0.0.9").refused, 0u);
+}
+
+TEST(IndexCaps, ObjectsPerNodeAreCappedForFullListsAndDeltas) {
+  fake_clock clock;
+  index_options o;
+  o.max_objects_per_node = 3;
+  cluster_index idx(o, "e", clock.fn());
+  auto r = idx.apply(full_hb("n1", {held("a", 1), held("b", 1), held("c", 1), held("d", 1)}),
+                     "10.0.0.9");
+  EXPECT_EQ(r.refused, 413u);
+  EXPECT_NE(r.refused_reason.find("nodes.max_objects_per_node"), std::string::npos);
+  EXPECT_FALSE(idx.node("n1"));  // refused: nothing applied, not even the node
+  ASSERT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("b", 1)}), "10.0.0.9").refused, 0u);
+  // +c: 3, fine; then +d: 4, refused; +d -a: 3, fine.
+  EXPECT_EQ(idx.apply(delta_hb("n1", 2, "e", {held("c", 1)}), "10.0.0.9").refused, 0u);
+  r = idx.apply(delta_hb("n1", 3, "e", {held("d", 1)}), "10.0.0.9");
+  EXPECT_EQ(r.refused, 413u);
+  EXPECT_EQ(idx.node("n1")->objects, 3u);
+  EXPECT_EQ(idx.node("n1")->seq, 2u);
+  r = idx.apply(delta_hb("n1", 3, "e", {held("d", 1)}, {dg("a")}), "10.0.0.9");
+  EXPECT_EQ(r.refused, 0u) << r.refused_reason;
+  EXPECT_FALSE(r.resync) << r.resync_reason;
+  EXPECT_EQ(idx.node("n1")->objects, 3u);
+}
+
+TEST(IndexCaps, ANodeMovingItsEndpointReportsTheOldOneAndResyncs) {
+  fake_clock clock;
+  cluster_index idx(index_options{}, "e", clock.fn());
+  ASSERT_FALSE(idx.apply(full_hb("n1", {held("a", 1)}), "10.0.0.9").resync);
+  auto m = delta_hb("n1", 2, "e", {held("b", 1)});
+  m.bt_port = 7000;
+  auto r = idx.apply(m, "10.0.0.9");
+  EXPECT_EQ(r.moved_from_ip, "10.0.0.1");
+  EXPECT_EQ(r.moved_from_port, 6881u);
+  EXPECT_TRUE(r.resync);
+  EXPECT_EQ(r.resync_reason, "moved");
+  // Same endpoint again: nothing moved.
+  auto f = full_hb("n1", {held("a", 1)}, {}, 3, "e");
+  f.bt_port = 7000;
+  r = idx.apply(f, "10.0.0.9");
+  EXPECT_EQ(r.moved_from_port, 0u);
+}
+
 }  // namespace
 }  // namespace shoal::scheduler

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <set>
 
@@ -241,6 +243,117 @@ TEST_F(TrackerTest, RandomQueriesNeverCrash) {
     auto resp = trk_.handle(r);
     EXPECT_TRUE(resp.status == 200 || resp.status == 400);
   }
+}
+
+// Caps: swarms and peers per swarm (announces and heartbeat holdings are unauthenticated).
+announce_request plain_announce(std::uint8_t swarm, const std::string& ip, std::uint16_t port) {
+  announce_request a;
+  a.info_hash.fill(swarm);
+  a.ip = ip;
+  a.port = port;
+  a.left = 10;
+  a.numwant = 50;
+  return a;
+}
+
+std::string failure_reason(const std::string& body) {
+  auto v = bencode::decode(body);
+  if (!v) return "";
+  const auto* f = v->find("failure reason");
+  return f && f->is_string() ? f->as_string() : "";
+}
+
+TEST(TrackerCaps, SwarmsBeyondMaxSwarmsAreRefused) {
+  tracker_options o;
+  o.max_swarms = 2;
+  tracker trk(o);
+  EXPECT_EQ(trk.answer(plain_announce(1, "10.0.0.1", 1)).status, 200u);
+  EXPECT_EQ(trk.answer(plain_announce(2, "10.0.0.1", 1)).status, 200u);
+  auto a = trk.answer(plain_announce(3, "10.0.0.1", 1));
+  EXPECT_EQ(a.status, 429u);
+  EXPECT_NE(failure_reason(a.body).find("tracker.max_swarms"), std::string::npos) << a.body;
+  // Known swarms still take new peers; a stopped announce for a new swarm leaves nothing.
+  EXPECT_EQ(trk.answer(plain_announce(1, "10.0.0.2", 2)).status, 200u);
+  auto stop = plain_announce(4, "10.0.0.1", 1);
+  stop.event = announce_request::event_t::stopped;
+  EXPECT_EQ(trk.answer(stop).status, 200u);
+  EXPECT_EQ(trk.stats().swarms, 2u);
+  EXPECT_EQ(trk.stats().refused_announces, 1u);
+  // Heartbeat holdings beyond the cap are counted, not recorded.
+  std::array<std::uint8_t, 20> h1{}, h5{};
+  h1.fill(1);
+  h5.fill(5);
+  EXPECT_EQ(trk.set_holdings("n9", "10.0.0.9", 9, "", "", {h1, h5}, true), 1u);
+  EXPECT_EQ(trk.nodes_in(h1).size(), 3u);
+  EXPECT_TRUE(trk.nodes_in(h5).empty());
+  EXPECT_EQ(trk.stats().swarms, 2u);
+  EXPECT_EQ(trk.stats().skipped_holdings, 1u);
+}
+
+TEST(TrackerCaps, PeersBeyondMaxPeersPerSwarmAreRefusedKnownOnesStillHeard) {
+  tracker_options o;
+  o.max_peers_per_swarm = 2;
+  o.trust_announced_ip = true;
+  tracker trk(o);
+  EXPECT_EQ(trk.answer(plain_announce(1, "10.0.0.1", 1)).status, 200u);
+  EXPECT_EQ(trk.answer(plain_announce(1, "10.0.0.1", 2)).status, 200u);
+  auto a = trk.answer(plain_announce(1, "10.0.0.1", 3));
+  EXPECT_EQ(a.status, 429u);
+  EXPECT_NE(failure_reason(a.body).find("tracker.max_peers_per_swarm"), std::string::npos);
+  EXPECT_EQ(trk.answer(plain_announce(1, "10.0.0.1", 2)).status, 200u);  // known: heard
+  EXPECT_EQ(trk.stats().peers, 2u);
+  // Through the HTTP face: 429 with a bencoded failure reason.
+  http::request r;
+  r.query = "info_hash=" + pct(std::string(20, '\x01')) + "&peer_id=" + pct(std::string(20, 'p')) +
+            "&port=4&left=1";
+  r.remote = http::tcp::endpoint(http::net::ip::make_address("10.0.0.7"), 1);
+  auto resp = trk.handle(r);
+  EXPECT_EQ(resp.status, 429u);
+  EXPECT_NE(failure_reason(std::get<std::string>(resp.body)).find("swarm full"), std::string::npos);
+}
+
+// Info-hashes sharing their first 8 bytes (what an attacker announces to pile every swarm into
+// one bucket of a first-bytes hash), or spread out.
+std::vector<announce_request> many_swarms(std::size_t n, bool colliding) {
+  std::mt19937_64 rng(7);
+  std::vector<announce_request> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto a = plain_announce(0, "10.0.0.1", 6881);
+    for (auto& b : a.info_hash) b = colliding ? 0x5a : static_cast<std::uint8_t>(rng());
+    for (std::size_t k = 0; k < 4; ++k)
+      a.info_hash[19 - k] = static_cast<std::uint8_t>(i >> (8 * k));
+    out.push_back(a);
+  }
+  return out;
+}
+
+// Seconds to start `n` swarms, then to re-announce into 2,000 of them.
+std::pair<double, double> announce_seconds(std::size_t n, bool colliding) {
+  tracker trk(tracker_options{});
+  auto reqs = many_swarms(n, colliding);
+  using sclock = std::chrono::steady_clock;
+  auto t0 = sclock::now();
+  for (const auto& a : reqs) (void)trk.announce(a);
+  auto t1 = sclock::now();
+  for (std::size_t i = 0; i < 2000; ++i) (void)trk.announce(reqs[(i * 7919) % n]);
+  auto t2 = sclock::now();
+  EXPECT_EQ(trk.stats().swarms, n);
+  return {std::chrono::duration<double>(t1 - t0).count(),
+          std::chrono::duration<double>(t2 - t1).count()};
+}
+
+TEST(TrackerCaps, AnnounceLatencyStaysBoundedWith20kCollidingSwarms) {
+  constexpr std::size_t n = 20'000;
+  auto [spread_fill, spread_again] = announce_seconds(n, false);
+  auto [collide_fill, collide_again] = announce_seconds(n, true);
+  std::printf("20k swarms: spread %.3f s + %.3f s; colliding %.3f s + %.3f s\n", spread_fill,
+              spread_again, collide_fill, collide_again);
+  // With a keyed hash the shared prefix does not matter: within a few times the spread case
+  // (plus slack for a busy machine). A first-bytes hash makes every lookup walk all 20k.
+  EXPECT_LT(collide_fill, 4 * spread_fill + 0.25);
+  EXPECT_LT(collide_again, 4 * spread_again + 0.05);
+  EXPECT_LT(collide_again / 2000, 0.0005) << "seconds per announce";
 }
 
 }  // namespace

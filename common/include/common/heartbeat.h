@@ -33,9 +33,12 @@ namespace shoal::heartbeat {
 inline constexpr int schema_version = 2;
 inline constexpr int min_schema_version = 1;
 
-// Bounds the decoder enforces (a heartbeat is untrusted input).
-inline constexpr std::size_t max_message_bytes = 256u << 20;
-inline constexpr std::size_t max_objects = 4'000'000;  // per message, objects and removed each
+// Bounds the decoder enforces (a heartbeat is untrusted input). The object bound and the size
+// bound derived from it are the scheduler's cap on objects per node (nodes.max_objects_per_node,
+// passed in decode_limits); the constants here are its default and its ceiling.
+inline constexpr std::size_t max_objects = 4'000'000;  // ceiling of decode_limits::max_objects
+inline constexpr std::size_t default_max_objects = 100'000;
+inline constexpr std::size_t max_message_bytes = 1u << 30;  // ceiling of the size bound
 inline constexpr std::size_t max_labels = 64;
 inline constexpr std::size_t max_gpu_groups = 64;
 inline constexpr std::uint32_t max_gpus_per_group = 4096;
@@ -45,6 +48,28 @@ inline constexpr std::size_t max_order_objects = 100'000;
 inline constexpr std::uint64_t max_object_size = std::uint64_t{1} << 50;  // 1 PiB
 inline constexpr int max_json_depth = 64;
 inline constexpr std::size_t max_datasets = 4096;
+
+// The largest encode() output of one `objects` entry: a 71-character digest, a 40-character
+// info-hash, a size of up to 16 digits (max_object_size) and a 32-character kind, with the keys,
+// quotes, braces and the comma. A `removed` entry is shorter (a quoted digest and a comma).
+inline constexpr std::size_t max_object_json_bytes = 206;
+// The largest encode() output of everything else, each list at its bound: 64 labels, the two
+// documents (max_document_bytes each), 64 GPU groups, 32 health reasons, 1024 order reports
+// with 4 KiB errors, 4096 dataset entries (strings without escapes). tests/common checks both.
+inline constexpr std::size_t max_fixed_json_bytes = (8u << 20) + (512u << 10);
+
+// The largest heartbeat a node holding `objects` objects sends (a full list), which is also the
+// largest delta of that many entries (`objects` and `removed` together): the body limit of
+// POST /v1/heartbeat. 100,000 objects: 28.1 MiB.
+[[nodiscard]] constexpr std::size_t max_message_bytes_for(std::size_t objects) noexcept {
+  return max_fixed_json_bytes + objects * max_object_json_bytes;
+}
+
+// What decode() accepts: at most `max_objects` entries in `objects` and `removed` together, and
+// at most max_message_bytes_for(max_objects) bytes (checked before parsing).
+struct decode_limits {
+  std::size_t max_objects = default_max_objects;
+};
 
 struct held_object {
   digest id;
@@ -141,7 +166,8 @@ struct reply {
 [[nodiscard]] std::string encode(const message& m);
 // Strict: unknown schema, bad names, digests, info-hashes, sizes, ports, addresses, documents,
 // oversized lists and wrong JSON types are errors naming the field.
-[[nodiscard]] result<message> decode(std::string_view json);
+// Too many objects or too many bytes for `limits` are errc::too_large.
+[[nodiscard]] result<message> decode(std::string_view json, const decode_limits& limits = {});
 [[nodiscard]] std::string encode(const reply& r);
 [[nodiscard]] result<reply> decode_reply(std::string_view json);
 

@@ -6,6 +6,7 @@
 
 #include "common/config.h"
 #include "common/daemon.h"
+#include "common/heartbeat.h"
 
 namespace shoal::scheduler {
 
@@ -18,7 +19,9 @@ struct tracker_config {
   config::duration peer_timeout = 180s;  // drop peers (and heartbeat holders) silent this long
   int default_numwant = 50;
   int max_numwant = 200;
-  bool trust_announced_ip = true;  // use ip= from peerd (its data-plane address)
+  bool trust_announced_ip = true;              // use ip= from peerd (its data-plane address)
+  std::uint32_t max_swarms = 1'000'000;        // distinct info-hashes tracked
+  std::uint32_t max_peers_per_swarm = 20'000;  // peers (and heartbeat holders) in one swarm
 };
 void describe(config::binder& b, tracker_config& c);
 
@@ -28,6 +31,9 @@ struct nodes_config {
   config::duration drop_after = 5min;         // no heartbeat this long: forgotten with its objects
   config::duration heartbeat_interval = 10s;  // what peerds are configured with (documentation
                                               // and the restart test: resync within one period)
+  std::uint32_t max_nodes = 10'000;  // distinct node names; new ones beyond are refused (429)
+  // Objects one node may hold; also bounds a heartbeat's lists and body (413 beyond).
+  std::uint32_t max_objects_per_node = heartbeat::default_max_objects;
 };
 void describe(config::binder& b, nodes_config& c);
 
@@ -89,7 +95,8 @@ struct prewarm_config {
 void describe(config::binder& b, prewarm_config& c);
 
 struct scheduler_config {
-  daemon::http_config http{.listen = "0.0.0.0:7070", .max_body_bytes = config::byte_size::mib(64)};
+  // Bodies up to the extender's 32 MiB; heartbeats may be larger (nodes.max_objects_per_node).
+  daemon::http_config http{.listen = "0.0.0.0:7070", .max_body_bytes = config::byte_size::mib(32)};
   daemon::log_config log;
   int io_threads = 2;
   int worker_threads = 4;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/heartbeat.h"
+#include "common/siphash.h"
 #include "scheduler/cost.h"
 
 namespace shoal::scheduler {
@@ -38,16 +39,29 @@ struct index_options {
   std::chrono::milliseconds drop_after{300'000};
   std::string default_platform = "linux/amd64";
   std::size_t max_seen = 1'000'000;  // digests remembered as "has been in the cluster"
+  // Caps (heartbeats are unauthenticated: any sender can name a new node and list any digests).
+  // A heartbeat from a node not yet known when max_nodes are is refused (429); known nodes are
+  // always heard. A heartbeat that would leave its node holding more than max_objects_per_node
+  // objects is refused (413). Refused heartbeats change nothing.
+  std::size_t max_nodes = 10'000;
+  std::size_t max_objects_per_node = heartbeat::default_max_objects;
 };
 
 // What applying one heartbeat did, for the tracker and the reply.
 struct apply_outcome {
   bool resync = false;
-  std::string resync_reason;  // unknown_node | epoch | gap
+  std::string resync_reason;  // unknown_node | epoch | gap | moved (a new BitTorrent endpoint)
   bool full = false;          // a full list replaced the node's holdings
   std::string ip;             // the node's BitTorrent address (message ip, or the source address)
   std::vector<info_hash> added;    // full: every held info-hash; delta: added ones
   std::vector<info_hash> removed;  // delta only
+  // The node's previous BitTorrent endpoint when this heartbeat moved it (its tracker holder
+  // entries there go); empty otherwise.
+  std::string moved_from_ip;
+  std::uint16_t moved_from_port = 0;
+  // Refused by a cap, nothing applied: the HTTP status (413 or 429) and why; 0 when applied.
+  unsigned refused = 0;
+  std::string refused_reason;
 };
 
 struct node_summary {
@@ -157,12 +171,15 @@ class cluster_index {
     heartbeat::message inv;  // last inventory (objects, removed and orders cleared)
     std::string ip;
     clock::time_point last_seen;
-    std::unordered_set<digest> held;
+    std::unordered_set<digest, keyed_hash> held;
     std::uint64_t bytes_held = 0;
     std::uint64_t seq = 0;
     bool synced = false;
   };
 
+  // Why the caps refuse `m` (sets out.refused), with mu_ held; `n` is null for a new node.
+  [[nodiscard]] bool refuse_locked(const heartbeat::message& m, const node_entry* n,
+                                   apply_outcome& out) const;
   void add_holder(node_entry& n, const heartbeat::held_object& o, std::vector<info_hash>* hashes);
   void remove_holder(node_entry& n, const digest& d, std::vector<info_hash>* hashes);
   void remember(const digest& d);
@@ -176,9 +193,10 @@ class cluster_index {
   std::map<std::string, node_entry, std::less<>> nodes_;
   std::unordered_map<std::uint32_t, std::string> names_;  // id → name
   std::uint32_t next_id_ = 1;
-  std::unordered_map<digest, object_entry> objects_;
+  // Keyed by digests that heartbeats name (chosen by the sender): hashed with a keyed hash.
+  std::unordered_map<digest, object_entry, keyed_hash> objects_;
   std::size_t holdings_ = 0;
-  std::unordered_set<digest> seen_;
+  std::unordered_set<digest, keyed_hash> seen_;
   std::deque<digest> seen_order_;
   // Bumped (under the unique lock) by every change a node_snapshot shows, other than liveness.
   std::uint64_t nodes_generation_ = 1;

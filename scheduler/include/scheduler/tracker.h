@@ -27,6 +27,7 @@
 #include "common/bencode.h"
 #include "common/error.h"
 #include "common/http_server.h"
+#include "common/siphash.h"
 
 namespace shoal::scheduler {
 
@@ -39,6 +40,11 @@ struct tracker_options {
   std::uint32_t max_numwant = 200;
   bool trust_announced_ip = false;       // use the ip= parameter instead of the source address
   std::chrono::seconds load_window{30};  // handouts counted as load for this long
+  // Caps: an announce that would start a swarm beyond max_swarms, or add a peer to a swarm that
+  // has max_peers_per_swarm, is refused (429 with a failure reason); a heartbeat's holdings
+  // beyond them are not recorded (set_holdings counts them). Known peers are always heard.
+  std::size_t max_swarms = 1'000'000;
+  std::size_t max_peers_per_swarm = 20'000;
 };
 
 struct announce_request {
@@ -64,6 +70,14 @@ struct tracker_stats {
   std::uint64_t bad_announces = 0;
   std::uint64_t swarms = 0;
   std::uint64_t peers = 0;
+  std::uint64_t refused_announces = 0;  // by max_swarms or max_peers_per_swarm
+  std::uint64_t skipped_holdings = 0;   // heartbeat holdings beyond the caps
+};
+
+// An announce's answer: the HTTP status and the bencoded body (peers, or a failure reason).
+struct announce_answer {
+  unsigned status = 200;
+  std::string body;
 };
 
 class tracker {
@@ -72,7 +86,9 @@ class tracker {
   explicit tracker(tracker_options opts, std::function<clock::time_point()> now = clock::now);
 
   // Records the announce and returns the bencoded response body.
-  [[nodiscard]] std::string announce(const announce_request& a);
+  [[nodiscard]] std::string announce(const announce_request& a) { return answer(a).body; }
+  // The same with the status: 429 when a cap refuses the announce.
+  [[nodiscard]] announce_answer answer(const announce_request& a);
   // The HTTP face: GET /announce → 200 with a bencoded body (failure reason on bad input, 400).
   [[nodiscard]] http::response handle(const http::request& req);
 
@@ -81,9 +97,10 @@ class tracker {
   // With `full`, swarms the node no longer lists drop its holder entry.
   // Every call (also with an empty delta) refreshes the node's holder entries: they expire
   // `peer_timeout` after the node's last heartbeat, not after the heartbeat that listed them.
-  void set_holdings(const std::string& node, const std::string& ip, std::uint16_t port,
-                    const std::string& zone, const std::string& rack,
-                    const std::vector<std::array<std::uint8_t, 20>>& info_hashes, bool full);
+  // Returns how many info-hashes were not recorded because of max_swarms/max_peers_per_swarm.
+  std::size_t set_holdings(const std::string& node, const std::string& ip, std::uint16_t port,
+                           const std::string& zone, const std::string& rack,
+                           const std::vector<std::array<std::uint8_t, 20>>& info_hashes, bool full);
   // A heartbeat delta's removed objects: the node stops being a holder of these swarms.
   void remove_holdings(const std::string& ip, std::uint16_t port,
                        const std::vector<std::array<std::uint8_t, 20>>& info_hashes);
@@ -112,13 +129,9 @@ class tracker {
     std::map<std::string, peer> peers;  // key: ip:port
     std::uint64_t completed = 0;
   };
-  struct hash_key {
-    std::size_t operator()(const std::array<std::uint8_t, 20>& h) const noexcept {
-      std::size_t v = 0;
-      for (int i = 0; i < 8; ++i) v = (v << 8) | h[static_cast<std::size_t>(i)];
-      return v;
-    }
-  };
+  // Info-hashes come from announces and heartbeats (chosen by the sender): a keyed hash, so
+  // nobody can pile swarms into one bucket.
+  using hash_key = keyed_hash;
 
   // The peers an announce hands out, and the swarm's seed and leecher counts.
   struct peer_pick {
@@ -128,6 +141,9 @@ class tracker {
 
   std::string failure(const std::string& why) const;
   void expire_locked(clock::time_point now);
+  // The swarm an announce or a holding goes to, created if the caps allow (else null), and
+  // whether `key` may join it (already there, or room for one more peer).
+  swarm* admit_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key);
   // announce(), with mu_ held: records the requester in its swarm (a "stopped" holder stays a
   // holder), ...
   void record_locked(swarm& sw, const std::string& key, const announce_request& a,
