@@ -16,7 +16,14 @@ dataset_service::dataset_service(dataset_service_options o, net::io_context& io,
       http_(http),
       seeder_(sd),
       m_(m),
-      pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches))) {}
+      budget_(store, opts_.staging_dir, 64u << 20),
+      pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches))) {
+  if (opts_.origin.allowed) {
+    http::client_options co;
+    co.policy = dataset_connect_policy(opts_.origin.allowed);
+    origin_http_ = std::make_unique<http::client>(std::move(co));
+  }
+}
 
 dataset_service::~dataset_service() { stop(); }
 
@@ -60,16 +67,34 @@ status dataset_service::start() {
     r->resolve_seconds = j.value("resolve_seconds", 0.0);
     if (auto md = digest::parse(j.value("manifest", "")); md) r->manifest_digest = *md;
     if (r->state == "ready" && !r->manifest_digest) r->state = "resolving";
+    r->interrupted = j.value("interrupted", 0);
     if (r->state == "resolving") resume.push_back(r);
     std::lock_guard lk(mu_);
     records_[r->ref] = r;
   }
-  for (auto& r : resume) {
-    log::info("resuming the resolution of a dataset", log::kv("dataset", r->ref));
-    start_resolution(r);
-  }
+  sweep_staging(resume.empty());
+  start_resolvers();
+  for (auto& r : resume) resume_resolution(r);
   log::info("datasets loaded", log::kv("dir", opts_.dir), log::kv("datasets", records_.size()));
   return {};
+}
+
+void dataset_service::sweep_staging(bool all) {
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  std::size_t removed = 0;
+  for (auto it = fs::directory_iterator(opts_.staging_dir, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->path().extension() != ".part") continue;
+    std::error_code e2;
+    auto t = fs::last_write_time(it->path(), e2);
+    if (!all && !e2 && now - t < kStagingKeep) continue;
+    if (fs::remove(it->path(), e2)) ++removed;
+  }
+  if (removed > 0) {
+    log::info("removed staging files left by an earlier run", log::kv("files", removed),
+              log::kv("dir", opts_.staging_dir));
+  }
 }
 
 void dataset_service::stop() {
@@ -80,10 +105,12 @@ void dataset_service::stop() {
     std::lock_guard lk(mu_);
     ts.swap(resolvers_);
   }
+  queue_cv_.notify_all();
   for (auto& t : ts) {
     if (t.joinable()) t.join();
   }
   pool_.join();
+  if (origin_http_) origin_http_->stop();
 }
 
 std::size_t dataset_service::resolving() const {
@@ -111,13 +138,14 @@ status dataset_service::persist(const record& r) const {
          {"declaration", json::parse(r.decl_json)},
          {"state", r.state},
          {"manifest", r.manifest_digest ? r.manifest_digest->str() : ""},
-         {"error", r.error},
+         {"error", utf8_safe(r.error, 4096)},
+         {"interrupted", r.interrupted},
          {"files", r.files},
          {"bytes", r.bytes},
          {"groups", r.groups},
          {"resolve_seconds", r.resolve_seconds}};
   }
-  return write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", j.dump(2));
+  return write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", safe_dump(j, 2));
 }
 
 // ---- groups

@@ -31,7 +31,8 @@ class LoopbackDatasets(FixtureTestCase):
         cls.nginx = cls.class_track(Nginx(d / "nginx", cls.www).start())
         creds = d / "creds"
         cls.s3.credentials_file(creds)
-        cls.proxy = cls.class_track(dc.dataset_proxy(d / "proxy", credentials_dir=creds).start())
+        cls.proxy = cls.class_track(dc.dataset_proxy(d / "proxy", credentials_dir=creds,
+                                                      origins=[cls.s3, cls.nginx.url]).start())
         cls.a = cls.class_track(dc.dataset_peerd(d / "a", "node-a", cls.proxy.url).start())
         cls.b = cls.class_track(dc.dataset_peerd(d / "b", "node-b", cls.proxy.url).start())
         cls.decl_dir = d / "decl"
