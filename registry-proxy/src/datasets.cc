@@ -247,85 +247,90 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
   auto r = find(ref);
   if (!r) return resp.send(json_error(404, "unknown dataset " + ref));
   net::post(pool_, [this, r, g, wait, resp] {
-    auto m = manifest_of(r);
-    if (!m) {
-      auto a = json_error(m.error().is(errc::not_found) ? 404 : 409, m.error().message);
+    answer_guarded(resp, [&] { answer_metainfo(r, g, wait, resp); });
+  });
+}
+
+void dataset_service::answer_metainfo(const std::shared_ptr<record>& r, std::uint32_t g,
+                                      std::chrono::milliseconds wait, const http::responder& resp) {
+  auto m = manifest_of(r);
+  if (!m) {
+    auto a = json_error(m.error().is(errc::not_found) ? 404 : 409, m.error().message);
+    return resp.send(std::move(a));
+  }
+  if (g >= (*m)->groups.size())
+    return resp.send(json_error(404, r->ref + " has no group " + std::to_string(g)));
+  std::string key = r->ref + "/" + std::to_string(g);
+  std::shared_ptr<group_job> job;
+  bool leader = false;
+  {
+    std::lock_guard lk(mu_);
+    auto it = group_jobs_.find(key);
+    if (it != group_jobs_.end()) {
+      job = it->second;
+    } else {
+      job = std::make_shared<group_job>();
+      group_jobs_[key] = job;
+      leader = true;
+    }
+  }
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto timer = std::make_shared<net::steady_timer>(io_, wait);
+  auto final_answer = [this, job, answered, resp] {
+    // The timer is not cancelled from here (asio timers are not thread-safe): it fires later
+    // and finds the request answered.
+    if (answered->exchange(true)) return;
+    std::lock_guard lk(job->mu);
+    if (job->status != 200) {
+      auto a = json_error(job->status, job->message);
+      if (job->status == 503) a.headers.set("Retry-After", "1");
       return resp.send(std::move(a));
     }
-    if (g >= (*m)->groups.size())
-      return resp.send(json_error(404, r->ref + " has no group " + std::to_string(g)));
-    std::string key = r->ref + "/" + std::to_string(g);
-    std::shared_ptr<group_job> job;
-    bool leader = false;
+    origin::metainfo_answer a;
+    a.torrent = job->torrent;
+    a.info_hash = job->info_hash;
+    a.group_kind = job->kind;
+    a.group_bytes = job->bytes;
+    a.seed = opts_.seed_endpoint;
+    resp.send(origin::encode(a));
+  };
+  {
+    std::lock_guard lk(job->mu);
+    if (job->done) {
+      // Answered below, outside the lock.
+    } else {
+      job->waiters.push_back(final_answer);
+    }
+  }
+  timer->async_wait([job, answered, resp, timer](const boost::system::error_code& ec) {
+    if (ec || answered->exchange(true)) return;
+    resp.send(origin::encode(origin::progress{job->bytes_done.load(), job->bytes, 0, "1"}));
+  });
+  if (!leader) {
+    std::lock_guard lk(job->mu);
+    if (!job->done) return;
+  } else {
+    auto t = prepare_group(r, **m, g, *job);
+    std::vector<std::function<void()>> waiters;
+    {
+      std::lock_guard lk(job->mu);
+      job->done = true;
+      if (t) {
+        job->torrent = std::move(*t);
+      } else {
+        job->status = status_for(t.error());
+        job->message = t.error().message;
+      }
+      waiters.swap(job->waiters);
+    }
     {
       std::lock_guard lk(mu_);
-      auto it = group_jobs_.find(key);
-      if (it != group_jobs_.end()) {
-        job = it->second;
-      } else {
-        job = std::make_shared<group_job>();
-        group_jobs_[key] = job;
-        leader = true;
-      }
+      group_jobs_.erase(key);
     }
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    auto timer = std::make_shared<net::steady_timer>(io_, wait);
-    auto final_answer = [this, job, answered, resp] {
-      // The timer is not cancelled from here (asio timers are not thread-safe): it fires later
-      // and finds the request answered.
-      if (answered->exchange(true)) return;
-      std::lock_guard lk(job->mu);
-      if (job->status != 200) {
-        auto a = json_error(job->status, job->message);
-        if (job->status == 503) a.headers.set("Retry-After", "1");
-        return resp.send(std::move(a));
-      }
-      origin::metainfo_answer a;
-      a.torrent = job->torrent;
-      a.info_hash = job->info_hash;
-      a.group_kind = job->kind;
-      a.group_bytes = job->bytes;
-      a.seed = opts_.seed_endpoint;
-      resp.send(origin::encode(a));
-    };
-    {
-      std::lock_guard lk(job->mu);
-      if (job->done) {
-        // Answered below, outside the lock.
-      } else {
-        job->waiters.push_back(final_answer);
-      }
-    }
-    timer->async_wait([job, answered, resp, timer](const boost::system::error_code& ec) {
-      if (ec || answered->exchange(true)) return;
-      resp.send(origin::encode(origin::progress{job->bytes_done.load(), job->bytes, 0, "1"}));
-    });
-    if (!leader) {
-      std::lock_guard lk(job->mu);
-      if (!job->done) return;
-    } else {
-      auto t = prepare_group(r, **m, g, *job);
-      std::vector<std::function<void()>> waiters;
-      {
-        std::lock_guard lk(job->mu);
-        job->done = true;
-        if (t) {
-          job->torrent = std::move(*t);
-        } else {
-          job->status = status_for(t.error());
-          job->message = t.error().message;
-        }
-        waiters.swap(job->waiters);
-      }
-      {
-        std::lock_guard lk(mu_);
-        group_jobs_.erase(key);
-      }
-      for (auto& w : waiters) w();
-      return;
-    }
-    final_answer();
-  });
+    for (auto& w : waiters) w();
+    return;
+  }
+  final_answer();
 }
 
 }  // namespace shoal::proxy

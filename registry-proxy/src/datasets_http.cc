@@ -256,34 +256,39 @@ void dataset_service::serve_object(const std::string& ref, std::string_view dig,
   auto r = find(ref);
   if (!r) return resp.send(json_error(404, "unknown dataset " + ref));
   net::post(pool_, [this, r, id = *d, resp] {
-    auto m = manifest_of(r);
-    if (!m) return resp.send(json_error(status_for(m.error()), m.error().message));
-    std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> idx;
-    {
-      std::lock_guard rl(r->mu);
-      idx = r->by_digest;
-    }
-    auto it = idx->find(id);
-    if (it == idx->end()) return resp.send(json_error(404, id.str() + " is not part of " + r->ref));
-    const auto& f = (*m)->files[it->second];
-    if (!store_.contains(id) && f.size > 0) {
-      auto origin = origin_of(r);
-      if (!origin) return resp.send(json_error(502, origin.error().message));
-      auto rep =
-          fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
-      if (!rep) return resp.send(json_error(status_for(rep.error()), rep.error().message));
-    }
-    auto rd = store_.open_read(id);
-    if (!rd) return resp.send(json_error(404, id.str() + " is not in the cache"));
-    http::response out;
-    out.status = 200;
-    out.headers.set("Content-Type", "application/octet-stream");
-    out.headers.set("Docker-Content-Digest", id.str());
-    out.rangeable = true;
-    std::uint64_t size = rd->size();
-    out.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
-    resp.send(std::move(out));
+    answer_guarded(resp, [&] { answer_object(r, id, resp); });
   });
+}
+
+void dataset_service::answer_object(const std::shared_ptr<record>& r, const digest& id,
+                                    const http::responder& resp) {
+  auto m = manifest_of(r);
+  if (!m) return resp.send(json_error(status_for(m.error()), m.error().message));
+  std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> idx;
+  {
+    std::lock_guard rl(r->mu);
+    idx = r->by_digest;
+  }
+  auto it = idx->find(id);
+  if (it == idx->end()) return resp.send(json_error(404, id.str() + " is not part of " + r->ref));
+  const auto& f = (*m)->files[it->second];
+  if (!store_.contains(id) && f.size > 0) {
+    auto origin = origin_of(r);
+    if (!origin) return resp.send(json_error(502, origin.error().message));
+    auto rep =
+        fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
+    if (!rep) return resp.send(json_error(status_for(rep.error()), rep.error().message));
+  }
+  auto rd = store_.open_read(id);
+  if (!rd) return resp.send(json_error(404, id.str() + " is not in the cache"));
+  http::response out;
+  out.status = 200;
+  out.headers.set("Content-Type", "application/octet-stream");
+  out.headers.set("Docker-Content-Digest", id.str());
+  out.rangeable = true;
+  std::uint64_t size = rd->size();
+  out.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
+  resp.send(std::move(out));
 }
 
 result<std::shared_ptr<const dataset_origin>> dataset_service::origin_of(

@@ -51,6 +51,39 @@ inline http::response json_error(unsigned status, const std::string& message) {
   return origin::plain_error(status, utf8_safe(message, 2048));
 }
 
+// Runs `f` (returning status) so that nothing escapes: a pool task or thread body that throws
+// would end the process, or leave its waiters waiting. What it threw becomes an internal error.
+template <class F>
+status guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return fail(errc::internal, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(errc::internal, "internal error: unknown exception");
+  }
+}
+
+// Runs the body `f` of a pool task that answers `resp`: what it throws is logged and answered
+// 500, and never leaves the pool's thread.
+template <class F>
+void answer_guarded(const http::responder& resp, F&& f) noexcept {
+  std::string why;
+  try {
+    f();
+    return;
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "unknown exception";
+  }
+  try {
+    log::error("dataset request failed", log::kv("error", utf8_safe(why)));
+    resp.send(json_error(500, "internal error: " + why));
+  } catch (...) {
+  }
+}
+
 inline unsigned status_for(const error& e) {
   if (e.is(errc::not_found)) return 404;
   if (e.is(errc::invalid_argument)) return 400;

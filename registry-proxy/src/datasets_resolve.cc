@@ -181,31 +181,11 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
   for (std::size_t i = 0; i < listing.size(); ++i) {
     net::post(pool_, [&, i] {
       const auto& o = listing[i];
-      std::optional<error> err;
-      if (!abort.load() && !stop_.load()) {
-        if (o.size == 0) {
-          files[i] = dataset::file_entry{o.path, 0, sha256_of(std::string_view())};
-        } else {
-          auto rep = fetch_object(origin, o, std::nullopt,
-                                  [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
-          if (!rep) {
-            err = rep.error();
-          } else {
-            files[i] = dataset::file_entry{o.path, o.size, rep->id};
-            r->origin_bytes.fetch_add(rep->origin_bytes);
-            r->resumed_bytes.fetch_add(rep->resumed_bytes);
-            r->bytes_done.fetch_add(rep->resumed_bytes);
-            if (auto p = store_.pin(rep->id, owner, until); !p)
-              err = p.error().wrap("pin " + o.path);
-          }
-        }
-      } else if (stop_.load()) {
-        err = error{errc::cancelled, "registry-proxy is stopping"};
-      }
+      auto s = guarded([&] { return fetch_one(r, origin, o, files[i], until, owner, abort); });
       r->files_done.fetch_add(1);
       std::lock_guard lk(mu);
-      if (err && !first) {
-        first = err;
+      if (!s && !first) {
+        first = s.error();
         abort = true;
       }
       if (--pending == 0) cv.notify_all();
@@ -214,6 +194,27 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
   std::unique_lock lk(mu);
   cv.wait(lk, [&] { return pending == 0; });
   if (first) return fail(*first);
+  return {};
+}
+
+status dataset_service::fetch_one(const std::shared_ptr<record>& r, const dataset_origin& origin,
+                                  const origin_object& o, dataset::file_entry& file,
+                                  cache::time_point until, const std::string& owner,
+                                  const std::atomic<bool>& abort) {
+  if (stop_.load()) return fail(errc::cancelled, "registry-proxy is stopping");
+  if (abort.load()) return {};  // another file failed: the resolution reports that one
+  if (o.size == 0) {
+    file = dataset::file_entry{o.path, 0, sha256_of(std::string_view())};
+    return {};
+  }
+  auto rep =
+      fetch_object(origin, o, std::nullopt, [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
+  if (!rep) return fail(rep.error());
+  file = dataset::file_entry{o.path, o.size, rep->id};
+  r->origin_bytes.fetch_add(rep->origin_bytes);
+  r->resumed_bytes.fetch_add(rep->resumed_bytes);
+  r->bytes_done.fetch_add(rep->resumed_bytes);
+  if (auto p = store_.pin(rep->id, owner, until); !p) return fail(p.error().wrap("pin " + o.path));
   return {};
 }
 
@@ -226,7 +227,11 @@ status dataset_service::prepare_groups(const std::shared_ptr<record>& r,
   for (std::size_t g = 0; g < m.groups.size(); ++g) {
     net::post(pool_, [&, g] {
       group_job job;
-      auto t = prepare_group(r, m, static_cast<std::uint32_t>(g), job);
+      auto t = guarded([&]() -> status {
+        auto torrent = prepare_group(r, m, static_cast<std::uint32_t>(g), job);
+        if (!torrent) return fail(torrent.error());
+        return {};
+      });
       std::lock_guard lk(mu);
       if (!t && !first) first = t.error();
       if (--pending == 0) cv.notify_all();

@@ -110,6 +110,11 @@ class dataset_service {
   void serve_metainfo(const std::string& ref, std::string_view group,
                       std::chrono::milliseconds wait, const http::responder& resp);
 
+  // The pool tasks of serve_object and serve_metainfo.
+  void answer_object(const std::shared_ptr<record>& r, const digest& id,
+                     const http::responder& resp);
+  void answer_metainfo(const std::shared_ptr<record>& r, std::uint32_t g,
+                       std::chrono::milliseconds wait, const http::responder& resp);
   [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
   // Queues the record for a resolver thread; false when the queue is full (or stopping).
   [[nodiscard]] bool start_resolution(const std::shared_ptr<record>& r);
@@ -124,6 +129,11 @@ class dataset_service {
   [[nodiscard]] status fetch_listed(const std::shared_ptr<record>& r, const dataset_origin& origin,
                                     const std::vector<origin_object>& listing,
                                     std::vector<dataset::file_entry>& files);
+  // One file of fetch_listed (a pool task): fetches it unless `abort`, fills `file`, pins it.
+  [[nodiscard]] status fetch_one(const std::shared_ptr<record>& r, const dataset_origin& origin,
+                                 const origin_object& o, dataset::file_entry& file,
+                                 cache::time_point until, const std::string& owner,
+                                 const std::atomic<bool>& abort);
   // Builds every pack group's metainfo now, so the first nodes do not wait for it.
   [[nodiscard]] status prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m);
   [[nodiscard]] status persist(const record& r) const;
