@@ -113,22 +113,27 @@ std::vector<std::string_view> split(std::string_view s) {
   return out;
 }
 
-bool match_parts(const std::vector<std::string_view>& p, std::size_t pi,
-                 const std::vector<std::string_view>& s, std::size_t si, int depth) {
-  if (depth > 64) return false;
-  while (pi < p.size()) {
+// Whether pattern components p match path components s, '**' matching zero or more whole
+// components. Dynamic programming over (pattern index, path index), each pair decided once:
+// time O(|p| × |s|) component matches whatever the number of '**' (a backtracking matcher is
+// exponential in it). row[si] holds the answer for p[pi..] against s[si..], built from the last
+// pattern component backwards.
+bool match_parts(const std::vector<std::string_view>& p, const std::vector<std::string_view>& s) {
+  const std::size_t n = s.size();
+  std::vector<char> next(n + 1, 0), row(n + 1, 0);
+  next[n] = 1;  // the empty pattern matches only the empty rest of the path
+  for (std::size_t pi = p.size(); pi-- > 0;) {
     if (p[pi] == "**") {
-      // '**' matches zero or more whole components.
-      for (std::size_t k = si; k <= s.size(); ++k) {
-        if (match_parts(p, pi + 1, s, k, depth + 1)) return true;
-      }
-      return false;
+      row[n] = next[n];
+      for (std::size_t si = n; si-- > 0;) row[si] = next[si] || row[si + 1];
+    } else {
+      row[n] = 0;
+      for (std::size_t si = 0; si < n; ++si)
+        row[si] = next[si + 1] && match_component(p[pi], s[si]) ? 1 : 0;
     }
-    if (si >= s.size() || !match_component(p[pi], s[si])) return false;
-    ++pi;
-    ++si;
+    std::swap(row, next);
   }
-  return si == s.size();
+  return next[0] != 0;
 }
 
 }  // namespace
@@ -192,7 +197,7 @@ bool glob_match(std::string_view pattern, std::string_view path) {
   if (pattern.size() > 1024 || path.size() > max_path_bytes) return false;
   auto s = split(path);
   if (pattern.find('/') == std::string_view::npos) return match_component(pattern, s.back());
-  return match_parts(split(pattern), 0, s, 0, 0);
+  return match_parts(split(pattern), s);
 }
 
 bool selected(const declaration& d, std::string_view path) {

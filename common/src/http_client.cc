@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "common/utf8.h"
 #include "http_client_impl.h"
 #include "http_client_util.h"
 
@@ -169,6 +170,13 @@ void client::impl::accept(std::unique_ptr<transfer> tp) {
   auto o = detail::parse_origin(t.req.url);
   if (!o) return fail_transfer(t, o.error());
   t.first_origin = *o;
+  if (t.req.policy) {
+    t.policy = &*t.req.policy;
+    t.own_policy = true;
+  } else if (opts_.policy) {
+    t.policy = &*opts_.policy;
+  }
+  if (auto s = check_hop(t, *o); !s) return fail_transfer(t, s.error());
   if (t.req.method.empty() ||
       !std::all_of(t.req.method.begin(), t.req.method.end(),
                    [](unsigned char c) { return std::isalpha(c) || c == '-' || c == '_'; })) {
@@ -224,6 +232,7 @@ void client::impl::launch(transfer& t) {
   t.last_upload = 0;
   t.location.clear();
   t.retry_after.reset();
+  t.refused.reset();
   t.errbuf[0] = '\0';
   t.os_errno = 0;
   t.attempt_start = clock::now();
@@ -412,6 +421,9 @@ void client::impl::after_attempt(transfer& t, CURLcode code) {
       }
       err = error{errc::protocol_error, "no response"};
       retryable = true;
+    } else if (t.refused) {
+      err = *t.refused;  // the connect policy refused every address: final
+      retryable = false;
     } else {
       err = curl_failure(t, code);
       retryable = detail::is_retryable(code);
@@ -439,6 +451,7 @@ void client::impl::follow_redirect(transfer& t) {
   if (!next) return fail_transfer(t, next.error());
   auto o = detail::parse_origin(*next);
   if (!o) return fail_transfer(t, o.error().wrap("redirect"));
+  if (auto s = check_hop(t, *o); !s) return fail_transfer(t, s.error().wrap("redirect"));
   if (!(*o == t.hop_origin)) t.creds_dropped = true;
   t.other_origin = !(*o == t.first_origin);
   const int s = t.status;
@@ -484,7 +497,8 @@ void client::impl::fail_transfer(transfer& t, error e) {
   std::string msg =
       t.method + " " + detail::redact_url(t.url.empty() ? t.req.url : t.url) + ": " + e.message;
   if (t.attempts > 1) msg += " (after " + std::to_string(t.attempts) + " attempts)";
-  e.message = std::move(msg);
+  // Parts of the message come from the network (Location, curl's text about it).
+  e.message = utf8_safe(msg);
   finish(t, std::unexpected(std::move(e)));
 }
 
@@ -515,6 +529,12 @@ request_id client::submit(client_request req, callbacks cb) {
 void client::cancel(request_id id) { impl_->cancel(id); }
 void client::stop() { impl_->stop(); }
 bool client::on_client_thread() const noexcept { return impl_->on_thread(); }
+
+result<endpoint> parse_endpoint(const std::string& url) {
+  auto o = detail::parse_origin(url);
+  if (!o) return fail(o.error());
+  return endpoint{o->scheme, o->host, o->port};
+}
 
 // fetch
 

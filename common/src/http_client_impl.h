@@ -117,6 +117,11 @@ struct transfer {
   long os_errno = 0;  // kept from the easy handle before it is released
   std::string location;
   std::optional<milliseconds> retry_after;
+  std::optional<error> refused;  // the connect policy refused an address of this attempt
+
+  // The policy in force (the request's, else the client's), or null.
+  const connect_policy* policy = nullptr;
+  bool own_policy = false;  // the request's own: no connection reuse
 };
 
 // The multi loop. Everything except the inbox, the cancel list and the stop flag belongs to the
@@ -165,6 +170,9 @@ class client::impl {
   static size_t header_cb(char* data, size_t size, size_t n, void* user);
   static size_t write_cb(char* data, size_t size, size_t n, void* user);
   static int xfer_cb(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t ulnow);
+  static curl_socket_t open_socket_cb(void* user, curlsocktype purpose, curl_sockaddr* address);
+  // The connect policy's verdict on a hop, if the transfer has a policy.
+  [[nodiscard]] static status check_hop(const transfer& t, const detail::origin& o);
   bool on_head_done(transfer& t);
   bool on_resumed_head(transfer& t);
   void note_resumable_entity(transfer& t);

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "http_client_impl.h"
 
 namespace shoal::http {
@@ -60,6 +64,18 @@ bool client::impl::set_transfer_options(transfer& t) {
   curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
   if (!opts_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, opts_.ca_file.c_str());
   if (opts_.proxy) curl_easy_setopt(e, CURLOPT_PROXY, opts_.proxy->c_str());
+  if (t.policy != nullptr) {
+    // Checked requests connect themselves: never through a proxy, every address checked.
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
+    if (t.policy->address) {
+      curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &impl::open_socket_cb);
+      curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, &t);
+    }
+    if (t.own_policy) {
+      curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+      curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+    }
+  }
   if (opts_.insecure) {
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -349,6 +365,46 @@ int client::impl::xfer_cb(void* user, curl_off_t, curl_off_t, curl_off_t, curl_o
     t.last_progress = clock::now();
   }
   return 0;
+}
+
+curl_socket_t client::impl::open_socket_cb(void* user, curlsocktype purpose,
+                                           curl_sockaddr* address) {
+  transfer& t = *static_cast<transfer*>(user);
+  if (purpose != CURLSOCKTYPE_IPCXN || address == nullptr) return CURL_SOCKET_BAD;
+  char ip[INET6_ADDRSTRLEN] = {};
+  const void* raw = nullptr;
+  if (address->family == AF_INET) {
+    raw = &reinterpret_cast<const sockaddr_in*>(&address->addr)->sin_addr;
+  } else if (address->family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6*>(&address->addr)->sin6_addr;
+  }
+  if (raw == nullptr || ::inet_ntop(address->family, raw, ip, sizeof ip) == nullptr) {
+    t.refused = error{errc::unauthorized, "connect to a non-IP address refused"};
+    return CURL_SOCKET_BAD;
+  }
+  status verdict;
+  try {
+    endpoint hop{t.hop_origin.scheme, t.hop_origin.host, t.hop_origin.port};
+    verdict = t.policy->address(hop, ip);
+  } catch (...) {
+    verdict = fail(errc::internal,
+                   "connect policy threw: " + describe_exception(std::current_exception()));
+  }
+  if (!verdict) {
+    t.refused = verdict.error();
+    return CURL_SOCKET_BAD;
+  }
+  return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+}
+
+status client::impl::check_hop(const transfer& t, const detail::origin& o) {
+  if (t.policy == nullptr || !t.policy->origin) return {};
+  try {
+    return t.policy->origin(endpoint{o.scheme, o.host, o.port});
+  } catch (...) {
+    return fail(errc::internal,
+                "connect policy threw: " + describe_exception(std::current_exception()));
+  }
 }
 
 error client::impl::curl_failure(const transfer& t, CURLcode code) {

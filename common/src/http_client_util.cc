@@ -6,6 +6,8 @@
 #include <ctime>
 #include <memory>
 
+#include "common/utf8.h"
+
 namespace shoal::http::detail {
 namespace {
 
@@ -73,8 +75,10 @@ std::string redact_url(const std::string& url) {
   if (!u ||
       curl_url_set(u.get(), CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK) {
     // Unparseable: show only a prefix up to the first character that could start a secret.
+    // The text is foreign (a Location header): well-formed UTF-8 whatever its bytes.
     auto cut = url.find_first_of("?@#");
-    return url.substr(0, std::min<std::size_t>(cut, 200)) + (cut == std::string::npos ? "" : "…");
+    return utf8_safe(std::string_view(url).substr(0, std::min<std::size_t>(cut, 200)), 200) +
+           (cut == std::string::npos ? "" : "…");
   }
   bool had_query = !get_part(u.get(), CURLUPART_QUERY).empty();
   curl_url_set(u.get(), CURLUPART_USER, nullptr, 0);
@@ -83,7 +87,7 @@ std::string redact_url(const std::string& url) {
   curl_url_set(u.get(), CURLUPART_FRAGMENT, nullptr, 0);
   std::string out = get_part(u.get(), CURLUPART_URL);
   if (had_query) out += "?…";
-  return out;
+  return utf8_safe(out, 2048);
 }
 
 bool iequals(std::string_view a, std::string_view b) noexcept {

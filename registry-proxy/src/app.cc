@@ -266,6 +266,16 @@ status app::init_datasets() {
   o.policy.small_file_max = dc.small_file_max.bytes();
   o.policy.pack_target = dc.pack_target.bytes();
   o.origin.credentials_dir = dc.credentials_dir;
+  auto allowed = std::make_shared<std::vector<allowed_origin>>();
+  for (const auto& a : dc.allowed_origins) {
+    auto e = http::parse_endpoint(a.url);
+    if (!e) return fail(errc::config_error, "datasets.allowed_origins: " + e.error().message);
+    allowed->push_back(
+        allowed_origin{*e, a.private_addresses, a.credentials_file, a.credentials_env, a.buckets});
+  }
+  o.origin.allowed = std::move(allowed);
+  o.max_resolving = dc.max_resolving;
+  o.max_queued = static_cast<std::size_t>(dc.max_queued);
   o.origin.connect_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(dc.connect_timeout.get());
   o.origin.stall_timeout =

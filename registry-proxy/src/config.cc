@@ -1,5 +1,6 @@
 #include "registry-proxy/config.h"
 
+#include "common/http_client.h"
 #include "common/oci.h"
 
 namespace shoal::proxy {
@@ -112,6 +113,33 @@ void describe(config::binder& b, torrent_config& c) {
       "table (docs/p2p.md). For tuning experiments; unknown keys fail the start.");
 }
 
+void describe(config::binder& b, dataset_origin_config& c) {
+  b.field("url", c.url,
+          "scheme://host[:port] of an HTTP origin or an S3 endpoint (no path). A dataset's origin "
+          "(or S3 endpoint), and every redirect hop while fetching it, must match an entry's "
+          "scheme, host and port exactly: http://127.0.0.1:8080 allows nothing on "
+          "127.0.0.1:9000.",
+          {.required = true});
+  b.field("private_addresses", c.private_addresses,
+          "Whether a host name in url may resolve to loopback, link-local or private addresses "
+          "(checked on every connection, after DNS). An IP literal in url names its own address "
+          "and needs no such permission.");
+  b.field("credentials_file", c.credentials_file,
+          "S3: the credentials file (ACCESS_KEY:SECRET, relative to credentials_dir) every "
+          "request to this endpoint is signed with. A declaration cannot choose credentials: its "
+          "origin.credentials_file, if given, must be this name.");
+  b.field("credentials_env", c.credentials_env,
+          "S3, without credentials_file: sign with the process's AWS_ACCESS_KEY_ID / "
+          "AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN). Neither: requests are unsigned.");
+  b.field("buckets", c.buckets,
+          "S3: the buckets datasets may read at this endpoint (with its credentials). Empty: any.");
+  b.check(c.url.empty() || http::parse_endpoint(c.url).has_value(),
+          "datasets.allowed_origins[].url must be an http:// or https:// URL");
+  b.check(c.url.find('/', c.url.find("://") == std::string::npos ? 0 : c.url.find("://") + 3) ==
+              std::string::npos,
+          "datasets.allowed_origins[].url is scheme://host[:port], without a path");
+}
+
 void describe(config::binder& b, dataset_config& c) {
   b.field("enabled", c.enabled,
           "Serve the dataset API (declare, resolve, manifests, group metainfo).");
@@ -123,12 +151,23 @@ void describe(config::binder& b, dataset_config& c) {
           "cache's filesystem (objects are renamed into the cache). Partial files stay here so an "
           "interrupted fetch resumes. Empty: <cache.dir>/../dataset-staging.");
   b.field("credentials_dir", c.credentials_dir,
-          "Directory holding S3 credentials files (ACCESS_KEY:SECRET). A declaration's "
-          "origin.credentials_file is a name relative to it and can never reach outside it. "
-          "Empty: declarations may not name credentials files (the environment's AWS_* "
-          "variables are used).");
+          "Directory holding S3 credentials files (ACCESS_KEY:SECRET): relative "
+          "allowed_origins[].credentials_file names are resolved here.");
+  b.list("allowed_origins", c.allowed_origins,
+         "Where datasets may come from: a declaration whose origin (HTTP base or S3 endpoint) "
+         "is not listed is refused with 403, a redirect to an origin not listed fails the fetch, "
+         "and connections to loopback, link-local or private addresses are refused unless the "
+         "entry names them. Empty: no dataset can be declared.");
   b.field("parallel_fetches", c.parallel_fetches, "Origin objects fetched at the same time.",
           {.min = 1, .max = 256});
+  b.field("max_resolving", c.max_resolving,
+          "Datasets resolved at the same time (resolver threads); further declarations wait in "
+          "arrival order (state resolving, queued).",
+          {.min = 1, .max = 64});
+  b.field("max_queued", c.max_queued,
+          "Declarations waiting for a resolver at most; beyond, a declaration is refused with 429 "
+          "and nothing of it is kept.",
+          {.min = 1, .max = 1'000'000});
   b.field("small_file_max", c.small_file_max,
           "Files smaller than this are grouped into packs (one multi-file torrent each); larger "
           "files are each their own object and swarm.",

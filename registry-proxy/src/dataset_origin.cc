@@ -13,6 +13,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "common/text.h"
 
 namespace shoal::proxy {
 
@@ -125,11 +126,12 @@ struct attempt {
 attempt request_rest(http::client& http, http::client_request req, const std::string& where,
                      std::uint64_t size, staging_file& sf, fetch_report& rep,
                      const std::function<void(std::uint64_t)>& progress,
-                     const std::atomic<bool>& cancel) {
+                     const std::atomic<bool>& cancel, staging_budget* budget) {
   struct state_t {
     int status = 0;
     bool restart = false;
     std::optional<error> err;
+    std::uint64_t unchecked = 0;  // bytes written since the free space was last checked
   };
   auto st_ = std::make_shared<state_t>();
   std::promise<result<http::completion>> done;
@@ -166,9 +168,18 @@ attempt request_rest(http::client& http, http::client_request req, const std::st
       rep.resumed_bytes = 0;
     }
     if (sf.have + chunk.size() > size) {
-      st_->err = error{errc::size_mismatch, where + " is longer than the " + std::to_string(size) +
-                                                " bytes listed (it changed at the origin)"};
+      st_->err = error{errc::size_mismatch,
+                       where + " is longer than the listing said (it changed at the origin)"};
       return false;
+    }
+    // The free space, again while writing (others write to the filesystem too).
+    st_->unchecked += chunk.size();
+    if (budget != nullptr && st_->unchecked >= (8u << 20)) {
+      st_->unchecked = 0;
+      if (auto s = budget->check_free(size - sf.have); !s) {
+        st_->err = s.error();
+        return false;
+      }
     }
     if (auto s = sf.append(chunk); !s) {
       st_->err = s.error();
@@ -243,39 +254,111 @@ status adopt_staged(cache::store& store, const std::string& path, const digest& 
 
 }  // namespace
 
+bool resumable_failure(const error& e) {
+  if (e.code.category() != shoal_category()) return false;  // the disk (write, open, truncate)
+  for (errc c : {errc::size_mismatch, errc::digest_mismatch, errc::not_found, errc::unauthorized,
+                 errc::no_space, errc::too_large, errc::invalid_argument}) {
+    if (e.is(c)) return false;
+  }
+  return true;
+}
+
 std::string staging_name(const std::string& origin_url, const origin_object& o) {
   std::string id = origin_url + "\n" + o.path + "\n" + std::to_string(o.size) + "\n" + o.version;
   return sha256_of(id).hex();
 }
 
+namespace {
+
+// The file a relative credentials name means (inside `dir`), or the name itself if absolute.
+std::string credentials_path(const std::string& dir, const std::string& name) {
+  if (name.empty() || name.front() == '/' || dir.empty()) return name;
+  return trim_slashes(dir) + "/" + name;
+}
+
+// Without an allowlist (unit tests): a declaration may name a file inside credentials_dir, or
+// use the process's AWS_* variables.
+result<std::string> declared_credentials(const dataset::declaration& d, const origin_options& o) {
+  if (d.origin.credentials_file.empty()) return std::string();
+  // A declaration comes from a client: it may only name a file inside credentials_dir, or it
+  // could make registry-proxy send the first line of any file it can read to any endpoint.
+  if (o.credentials_dir.empty()) {
+    return fail(errc::config_error, "dataset origin names credentials_file " +
+                                        quote_excerpt(d.origin.credentials_file) +
+                                        " but datasets.credentials_dir is not configured");
+  }
+  if (auto s = dataset::check_path(d.origin.credentials_file); !s) {
+    return fail(errc::invalid_argument,
+                "credentials_file must be a relative name inside datasets.credentials_dir: " +
+                    s.error().message);
+  }
+  return credentials_path(o.credentials_dir, d.origin.credentials_file);
+}
+
+// With an allowlist: the credentials the configuration binds to the S3 endpoint, never chosen by
+// the declaration (which may repeat the bound name, or leave it out).
+result<s3::credentials> bound_credentials(const dataset::declaration& d, const origin_options& o,
+                                          const allowed_origin& a, const std::string& endpoint) {
+  if (!a.buckets.empty() &&
+      std::find(a.buckets.begin(), a.buckets.end(), d.origin.bucket) == a.buckets.end()) {
+    return fail(errc::unauthorized, "bucket " + quote_excerpt(d.origin.bucket) +
+                                        " is not among the buckets datasets.allowed_origins "
+                                        "allows at " +
+                                        endpoint);
+  }
+  if (!d.origin.credentials_file.empty() && d.origin.credentials_file != a.credentials_file) {
+    return fail(errc::unauthorized, "credentials_file " + quote_excerpt(d.origin.credentials_file) +
+                                        " is not the one datasets.allowed_origins binds to " +
+                                        endpoint +
+                                        " (the configuration chooses credentials; leave it out)");
+  }
+  if (!a.credentials_file.empty())
+    return s3::load_credentials(credentials_path(o.credentials_dir, a.credentials_file));
+  if (a.credentials_env) return s3::load_credentials("");
+  return s3::credentials{};
+}
+
+// Whether the declaration's origin (an HTTP base, or an S3 endpoint) is allowed; its entry.
+result<const allowed_origin*> allowed_entry(const origin_options& o, const std::string& url) {
+  auto e = http::parse_endpoint(url);
+  if (!e) return fail(errc::invalid_argument, "dataset origin: " + e.error().message);
+  const allowed_origin* a = find_allowed(*o.allowed, *e);
+  if (a == nullptr) {
+    return fail(errc::unauthorized, "dataset origin " + e->scheme + "://" + e->host + ":" +
+                                        e->port + " is not in datasets.allowed_origins");
+  }
+  return a;
+}
+
+}  // namespace
+
 result<std::unique_ptr<dataset_origin>> dataset_origin::make(const dataset::declaration& d,
                                                              http::client& http, origin_options o) {
   std::unique_ptr<dataset_origin> out(new dataset_origin(d, http, std::move(o)));
-  if (d.origin.type != dataset::origin::kind::s3) return out;
+  const origin_options& opts = out->opts_;
+  if (d.origin.type != dataset::origin::kind::s3) {
+    if (opts.allowed) {
+      if (auto a = allowed_entry(opts, d.origin.prefix); !a) return fail(a.error());
+    }
+    return out;
+  }
   s3::config c;
   c.endpoint = d.origin.endpoint.empty() ? "https://s3." + d.origin.region + ".amazonaws.com"
                                          : d.origin.endpoint;
   c.region = d.origin.region;
   c.bucket = d.origin.bucket;
-  c.timeouts.connect = out->opts_.connect_timeout;
-  c.timeouts.stall = out->opts_.stall_timeout;
-  std::string file;
-  if (!d.origin.credentials_file.empty()) {
-    // A declaration comes from a client: it may only name a file inside credentials_dir, or it
-    // could make registry-proxy send the first line of any file it can read to any endpoint.
-    if (out->opts_.credentials_dir.empty()) {
-      return fail(errc::config_error, "dataset origin names credentials_file " +
-                                          d.origin.credentials_file +
-                                          " but datasets.credentials_dir is not configured");
-    }
-    if (auto s = dataset::check_path(d.origin.credentials_file); !s) {
-      return fail(errc::invalid_argument,
-                  "credentials_file must be a relative name inside datasets.credentials_dir: " +
-                      s.error().message);
-    }
-    file = trim_slashes(out->opts_.credentials_dir) + "/" + d.origin.credentials_file;
+  c.timeouts.connect = opts.connect_timeout;
+  c.timeouts.stall = opts.stall_timeout;
+  result<s3::credentials> creds;
+  if (opts.allowed) {
+    auto a = allowed_entry(opts, c.endpoint);
+    if (!a) return fail(a.error());
+    creds = bound_credentials(d, opts, **a, c.endpoint);
+  } else {
+    auto file = declared_credentials(d, opts);
+    if (!file) return fail(file.error());
+    creds = s3::load_credentials(*file);
   }
-  auto creds = s3::load_credentials(file);
   if (!creds) return fail(creds.error());
   c.creds = std::move(*creds);
   out->s3_ = std::make_unique<s3::client>(http, std::move(c));
@@ -404,25 +487,48 @@ result<fetch_report> dataset_origin::fetch(const origin_object& o, cache::store&
                                            const std::string& staging_dir,
                                            const std::optional<digest>& expected,
                                            const std::function<void(std::uint64_t)>& progress,
-                                           const std::atomic<bool>& cancel) const {
+                                           const std::atomic<bool>& cancel,
+                                           staging_budget* budget) const {
+  const std::string path = staging_dir + "/" + staging_name(decl_.origin.url, o) + ".part";
+  auto r = fetch_staged(o, store, path, expected, progress, cancel, budget);
+  if (!r && !resumable_failure(r.error())) ::unlink(path.c_str());
+  return r;
+}
+
+result<fetch_report> dataset_origin::fetch_staged(
+    const origin_object& o, cache::store& store, const std::string& path,
+    const std::optional<digest>& expected, const std::function<void(std::uint64_t)>& progress,
+    const std::atomic<bool>& cancel, staging_budget* budget) const {
   fetch_report rep;
   const std::string where = describe(o.path);
-  auto sf =
-      open_staging(staging_dir + "/" + staging_name(decl_.origin.url, o) + ".part", o.size, rep);
+  auto sf = open_staging(path, o.size, rep);
   if (!sf) return fail(sf.error());
+  if (budget != nullptr) {
+    if (auto s = budget->reserve(o.size, o.size - sf->have); !s)
+      return fail(s.error().wrap("stage " + where));
+  }
+  struct release_t {
+    staging_budget* b;
+    std::uint64_t n;
+    ~release_t() {
+      if (b != nullptr) b->release(n);
+    }
+  } release{budget, o.size};
   int failures = 0;
   while (sf->have < o.size) {
     if (cancel.load()) return fail(errc::cancelled, "fetch of " + where + " cancelled");
     ++rep.requests;
     attempt a = request_rest(http_, request_for(o.path, sf->have, o.size), where, o.size, *sf, rep,
-                             progress, cancel);
+                             progress, cancel, budget);
     if (a.err && ends_fetch(*a.err)) return fail(*a.err);
+    // The connect policy refused a hop (datasets.allowed_origins): final, and nothing of it kept.
+    if (!a.res && a.res.error().is(errc::unauthorized)) return fail(a.res.error());
     if (a.res && (a.res->status == 200 || a.res->status == 206) && !a.err) {
       if (sf->have == o.size) break;
-      // A short body without a transport error: the object shrank.
-      return fail(errc::size_mismatch, where + " has " + std::to_string(sf->have) +
-                                           " bytes, the listing said " + std::to_string(o.size) +
-                                           " (it changed at the origin)");
+      // A short body without a transport error: the object shrank. The message does not say
+      // how many bytes came: that would tell what an origin answered.
+      return fail(errc::size_mismatch,
+                  where + " is shorter than the listing said (it changed at the origin)");
     }
     // A status we refused in on_response ends the request as "aborted": judge by the status.
     const int status = a.res ? a.res->status : a.status;
@@ -434,8 +540,7 @@ result<fetch_report> dataset_origin::fetch(const origin_object& o, cache::store&
     std::string why = failure_reason(a, status);
     if (++failures > opts_.max_retries) {
       return fail(!a.res ? a.res.error().code : make_error_code(errc::upstream_error),
-                  "fetch " + where + " (" + std::to_string(sf->have) + " of " +
-                      std::to_string(o.size) + " bytes): " + why);
+                  "fetch " + where + ": " + why);
     }
     log::warn("origin fetch failed; resuming", log::kv("object", where), log::kv("bytes", sf->have),
               log::kv("attempt", failures), log::kv("error", why));

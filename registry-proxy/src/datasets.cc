@@ -16,7 +16,14 @@ dataset_service::dataset_service(dataset_service_options o, net::io_context& io,
       http_(http),
       seeder_(sd),
       m_(m),
-      pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches))) {}
+      budget_(store, opts_.staging_dir, 64u << 20),
+      pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches))) {
+  if (opts_.origin.allowed) {
+    http::client_options co;
+    co.policy = dataset_connect_policy(opts_.origin.allowed);
+    origin_http_ = std::make_unique<http::client>(std::move(co));
+  }
+}
 
 dataset_service::~dataset_service() { stop(); }
 
@@ -60,16 +67,34 @@ status dataset_service::start() {
     r->resolve_seconds = j.value("resolve_seconds", 0.0);
     if (auto md = digest::parse(j.value("manifest", "")); md) r->manifest_digest = *md;
     if (r->state == "ready" && !r->manifest_digest) r->state = "resolving";
+    r->interrupted = j.value("interrupted", 0);
     if (r->state == "resolving") resume.push_back(r);
     std::lock_guard lk(mu_);
     records_[r->ref] = r;
   }
-  for (auto& r : resume) {
-    log::info("resuming the resolution of a dataset", log::kv("dataset", r->ref));
-    start_resolution(r);
-  }
+  sweep_staging(resume.empty());
+  start_resolvers();
+  for (auto& r : resume) resume_resolution(r);
   log::info("datasets loaded", log::kv("dir", opts_.dir), log::kv("datasets", records_.size()));
   return {};
+}
+
+void dataset_service::sweep_staging(bool all) {
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  std::size_t removed = 0;
+  for (auto it = fs::directory_iterator(opts_.staging_dir, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->path().extension() != ".part") continue;
+    std::error_code e2;
+    auto t = fs::last_write_time(it->path(), e2);
+    if (!all && !e2 && now - t < kStagingKeep) continue;
+    if (fs::remove(it->path(), e2)) ++removed;
+  }
+  if (removed > 0) {
+    log::info("removed staging files left by an earlier run", log::kv("files", removed),
+              log::kv("dir", opts_.staging_dir));
+  }
 }
 
 void dataset_service::stop() {
@@ -80,10 +105,12 @@ void dataset_service::stop() {
     std::lock_guard lk(mu_);
     ts.swap(resolvers_);
   }
+  queue_cv_.notify_all();
   for (auto& t : ts) {
     if (t.joinable()) t.join();
   }
   pool_.join();
+  if (origin_http_) origin_http_->stop();
 }
 
 std::size_t dataset_service::resolving() const {
@@ -111,13 +138,14 @@ status dataset_service::persist(const record& r) const {
          {"declaration", json::parse(r.decl_json)},
          {"state", r.state},
          {"manifest", r.manifest_digest ? r.manifest_digest->str() : ""},
-         {"error", r.error},
+         {"error", utf8_safe(r.error, 4096)},
+         {"interrupted", r.interrupted},
          {"files", r.files},
          {"bytes", r.bytes},
          {"groups", r.groups},
          {"resolve_seconds", r.resolve_seconds}};
   }
-  return write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", j.dump(2));
+  return write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", safe_dump(j, 2));
 }
 
 // ---- groups
@@ -219,85 +247,90 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
   auto r = find(ref);
   if (!r) return resp.send(json_error(404, "unknown dataset " + ref));
   net::post(pool_, [this, r, g, wait, resp] {
-    auto m = manifest_of(r);
-    if (!m) {
-      auto a = json_error(m.error().is(errc::not_found) ? 404 : 409, m.error().message);
+    answer_guarded(resp, [&] { answer_metainfo(r, g, wait, resp); });
+  });
+}
+
+void dataset_service::answer_metainfo(const std::shared_ptr<record>& r, std::uint32_t g,
+                                      std::chrono::milliseconds wait, const http::responder& resp) {
+  auto m = manifest_of(r);
+  if (!m) {
+    auto a = json_error(m.error().is(errc::not_found) ? 404 : 409, m.error().message);
+    return resp.send(std::move(a));
+  }
+  if (g >= (*m)->groups.size())
+    return resp.send(json_error(404, r->ref + " has no group " + std::to_string(g)));
+  std::string key = r->ref + "/" + std::to_string(g);
+  std::shared_ptr<group_job> job;
+  bool leader = false;
+  {
+    std::lock_guard lk(mu_);
+    auto it = group_jobs_.find(key);
+    if (it != group_jobs_.end()) {
+      job = it->second;
+    } else {
+      job = std::make_shared<group_job>();
+      group_jobs_[key] = job;
+      leader = true;
+    }
+  }
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto timer = std::make_shared<net::steady_timer>(io_, wait);
+  auto final_answer = [this, job, answered, resp] {
+    // The timer is not cancelled from here (asio timers are not thread-safe): it fires later
+    // and finds the request answered.
+    if (answered->exchange(true)) return;
+    std::lock_guard lk(job->mu);
+    if (job->status != 200) {
+      auto a = json_error(job->status, job->message);
+      if (job->status == 503) a.headers.set("Retry-After", "1");
       return resp.send(std::move(a));
     }
-    if (g >= (*m)->groups.size())
-      return resp.send(json_error(404, r->ref + " has no group " + std::to_string(g)));
-    std::string key = r->ref + "/" + std::to_string(g);
-    std::shared_ptr<group_job> job;
-    bool leader = false;
+    origin::metainfo_answer a;
+    a.torrent = job->torrent;
+    a.info_hash = job->info_hash;
+    a.group_kind = job->kind;
+    a.group_bytes = job->bytes;
+    a.seed = opts_.seed_endpoint;
+    resp.send(origin::encode(a));
+  };
+  {
+    std::lock_guard lk(job->mu);
+    if (job->done) {
+      // Answered below, outside the lock.
+    } else {
+      job->waiters.push_back(final_answer);
+    }
+  }
+  timer->async_wait([job, answered, resp, timer](const boost::system::error_code& ec) {
+    if (ec || answered->exchange(true)) return;
+    resp.send(origin::encode(origin::progress{job->bytes_done.load(), job->bytes, 0, "1"}));
+  });
+  if (!leader) {
+    std::lock_guard lk(job->mu);
+    if (!job->done) return;
+  } else {
+    auto t = prepare_group(r, **m, g, *job);
+    std::vector<std::function<void()>> waiters;
+    {
+      std::lock_guard lk(job->mu);
+      job->done = true;
+      if (t) {
+        job->torrent = std::move(*t);
+      } else {
+        job->status = status_for(t.error());
+        job->message = t.error().message;
+      }
+      waiters.swap(job->waiters);
+    }
     {
       std::lock_guard lk(mu_);
-      auto it = group_jobs_.find(key);
-      if (it != group_jobs_.end()) {
-        job = it->second;
-      } else {
-        job = std::make_shared<group_job>();
-        group_jobs_[key] = job;
-        leader = true;
-      }
+      group_jobs_.erase(key);
     }
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    auto timer = std::make_shared<net::steady_timer>(io_, wait);
-    auto final_answer = [this, job, answered, resp] {
-      // The timer is not cancelled from here (asio timers are not thread-safe): it fires later
-      // and finds the request answered.
-      if (answered->exchange(true)) return;
-      std::lock_guard lk(job->mu);
-      if (job->status != 200) {
-        auto a = json_error(job->status, job->message);
-        if (job->status == 503) a.headers.set("Retry-After", "1");
-        return resp.send(std::move(a));
-      }
-      origin::metainfo_answer a;
-      a.torrent = job->torrent;
-      a.info_hash = job->info_hash;
-      a.group_kind = job->kind;
-      a.group_bytes = job->bytes;
-      a.seed = opts_.seed_endpoint;
-      resp.send(origin::encode(a));
-    };
-    {
-      std::lock_guard lk(job->mu);
-      if (job->done) {
-        // Answered below, outside the lock.
-      } else {
-        job->waiters.push_back(final_answer);
-      }
-    }
-    timer->async_wait([job, answered, resp, timer](const boost::system::error_code& ec) {
-      if (ec || answered->exchange(true)) return;
-      resp.send(origin::encode(origin::progress{job->bytes_done.load(), job->bytes, 0, "1"}));
-    });
-    if (!leader) {
-      std::lock_guard lk(job->mu);
-      if (!job->done) return;
-    } else {
-      auto t = prepare_group(r, **m, g, *job);
-      std::vector<std::function<void()>> waiters;
-      {
-        std::lock_guard lk(job->mu);
-        job->done = true;
-        if (t) {
-          job->torrent = std::move(*t);
-        } else {
-          job->status = status_for(t.error());
-          job->message = t.error().message;
-        }
-        waiters.swap(job->waiters);
-      }
-      {
-        std::lock_guard lk(mu_);
-        group_jobs_.erase(key);
-      }
-      for (auto& w : waiters) w();
-      return;
-    }
-    final_answer();
-  });
+    for (auto& w : waiters) w();
+    return;
+  }
+  final_answer();
 }
 
 }  // namespace shoal::proxy

@@ -107,8 +107,11 @@ void dataset_service::declare(const http::request& req, const http::responder& r
   }
   if (fresh) {
     // Refuse what can never resolve (bad credentials reference) before remembering it.
-    auto o = dataset_origin::make(*decl, http_, opts_.origin);
-    if (!o) return resp.send(json_error(400, o.error().message));
+    auto o = dataset_origin::make(*decl, origin_http(), opts_.origin);
+    if (!o) {
+      // Not allowed by the configuration (origin, endpoint, bucket, credentials): 403.
+      return resp.send(json_error(o.error().is(errc::unauthorized) ? 403 : 400, o.error().message));
+    }
     {
       std::lock_guard rl(r->mu);
       r->origin = std::shared_ptr<const dataset_origin>(std::move(*o));
@@ -122,13 +125,30 @@ void dataset_service::declare(const http::request& req, const http::responder& r
         fresh = false;
       }
     }
-    if (fresh) {
-      if (auto s = persist(*r); !s)
-        log::warn("cannot save a dataset record", log::kv("error", s.error().message));
-      log::info("dataset declared", log::kv("dataset", ref), log::kv("origin", decl->origin.url));
-    }
   }
-  if (fresh || restart) start_resolution(r);
+  if (fresh) {
+    if (auto s = persist(*r); !s)
+      log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+  }
+  if ((fresh || restart) && !start_resolution(r)) {
+    // Nothing is kept of a refused declaration (a repeat of a failed one stays failed).
+    if (fresh) {
+      std::lock_guard lk(mu_);
+      records_.erase(ref);
+      ::unlink((opts_.dir + "/datasets/" + ref + ".json").c_str());
+    } else {
+      std::lock_guard rl(r->mu);
+      r->state = "failed";
+    }
+    auto a = json_error(429, "too many datasets waiting to resolve (datasets.max_queued " +
+                                 std::to_string(opts_.max_queued) + "); declare again later");
+    a.headers.set("Retry-After", "10");
+    return resp.send(std::move(a));
+  }
+  if (fresh) {
+    log::info("dataset declared", log::kv("dataset", ref),
+              log::kv("origin", utf8_safe(decl->origin.url, 512)));
+  }
   return status_of(ref, resp);
 }
 
@@ -157,6 +177,7 @@ void dataset_service::status_of(const std::string& ref, const http::responder& r
     j = status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files, r->bytes,
                     r->groups, r->resolve_seconds);
     j["origin"] = r->decl.origin.url;
+    if (r->state == "resolving") j["queued"] = r->queued;
     ready = r->state == "ready";
   }
   double secs = std::chrono::duration<double>(steady::now() - r->started).count();
@@ -235,34 +256,39 @@ void dataset_service::serve_object(const std::string& ref, std::string_view dig,
   auto r = find(ref);
   if (!r) return resp.send(json_error(404, "unknown dataset " + ref));
   net::post(pool_, [this, r, id = *d, resp] {
-    auto m = manifest_of(r);
-    if (!m) return resp.send(json_error(status_for(m.error()), m.error().message));
-    std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> idx;
-    {
-      std::lock_guard rl(r->mu);
-      idx = r->by_digest;
-    }
-    auto it = idx->find(id);
-    if (it == idx->end()) return resp.send(json_error(404, id.str() + " is not part of " + r->ref));
-    const auto& f = (*m)->files[it->second];
-    if (!store_.contains(id) && f.size > 0) {
-      auto origin = origin_of(r);
-      if (!origin) return resp.send(json_error(502, origin.error().message));
-      auto rep =
-          fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
-      if (!rep) return resp.send(json_error(status_for(rep.error()), rep.error().message));
-    }
-    auto rd = store_.open_read(id);
-    if (!rd) return resp.send(json_error(404, id.str() + " is not in the cache"));
-    http::response out;
-    out.status = 200;
-    out.headers.set("Content-Type", "application/octet-stream");
-    out.headers.set("Docker-Content-Digest", id.str());
-    out.rangeable = true;
-    std::uint64_t size = rd->size();
-    out.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
-    resp.send(std::move(out));
+    answer_guarded(resp, [&] { answer_object(r, id, resp); });
   });
+}
+
+void dataset_service::answer_object(const std::shared_ptr<record>& r, const digest& id,
+                                    const http::responder& resp) {
+  auto m = manifest_of(r);
+  if (!m) return resp.send(json_error(status_for(m.error()), m.error().message));
+  std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> idx;
+  {
+    std::lock_guard rl(r->mu);
+    idx = r->by_digest;
+  }
+  auto it = idx->find(id);
+  if (it == idx->end()) return resp.send(json_error(404, id.str() + " is not part of " + r->ref));
+  const auto& f = (*m)->files[it->second];
+  if (!store_.contains(id) && f.size > 0) {
+    auto origin = origin_of(r);
+    if (!origin) return resp.send(json_error(502, origin.error().message));
+    auto rep =
+        fetch_object(**origin, origin_object{f.path, f.size, "refetch:" + id.hex()}, id, nullptr);
+    if (!rep) return resp.send(json_error(status_for(rep.error()), rep.error().message));
+  }
+  auto rd = store_.open_read(id);
+  if (!rd) return resp.send(json_error(404, id.str() + " is not in the cache"));
+  http::response out;
+  out.status = 200;
+  out.headers.set("Content-Type", "application/octet-stream");
+  out.headers.set("Docker-Content-Digest", id.str());
+  out.rangeable = true;
+  std::uint64_t size = rd->size();
+  out.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
+  resp.send(std::move(out));
 }
 
 result<std::shared_ptr<const dataset_origin>> dataset_service::origin_of(
@@ -272,7 +298,7 @@ result<std::shared_ptr<const dataset_origin>> dataset_service::origin_of(
     if (r->origin) return r->origin;
   }
   // Records loaded at start have no origin client yet (credentials are read when needed).
-  auto o = dataset_origin::make(r->decl, http_, opts_.origin);
+  auto o = dataset_origin::make(r->decl, origin_http(), opts_.origin);
   if (!o) return fail(o.error().wrap("origin of " + r->ref));
   std::lock_guard rl(r->mu);
   if (!r->origin) r->origin = std::shared_ptr<const dataset_origin>(std::move(*o));

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/origin_protocol.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "registry-proxy/seeder.h"
 
 namespace shoal::proxy {
@@ -36,12 +37,51 @@ using steady = std::chrono::steady_clock;
 
 namespace datasets_detail {
 
+// JSON text of a value that may hold foreign strings (an origin's error, a URL): invalid UTF-8
+// becomes U+FFFD instead of throwing.
+inline std::string safe_dump(const json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
 inline http::response json_answer(unsigned status, const json& j) {
-  return http::response::json(status, j.dump());
+  return http::response::json(status, safe_dump(j));
 }
 
 inline http::response json_error(unsigned status, const std::string& message) {
-  return origin::plain_error(status, message);
+  return origin::plain_error(status, utf8_safe(message, 2048));
+}
+
+// Runs `f` (returning status) so that nothing escapes: a pool task or thread body that throws
+// would end the process, or leave its waiters waiting. What it threw becomes an internal error.
+template <class F>
+status guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return fail(errc::internal, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(errc::internal, "internal error: unknown exception");
+  }
+}
+
+// Runs the body `f` of a pool task that answers `resp`: what it throws is logged and answered
+// 500, and never leaves the pool's thread.
+template <class F>
+void answer_guarded(const http::responder& resp, F&& f) noexcept {
+  std::string why;
+  try {
+    f();
+    return;
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "unknown exception";
+  }
+  try {
+    log::error("dataset request failed", log::kv("error", utf8_safe(why)));
+    resp.send(json_error(500, "internal error: " + why));
+  } catch (...) {
+  }
 }
 
 inline unsigned status_for(const error& e) {
@@ -87,6 +127,8 @@ struct dataset_service::record {
   std::string state = "resolving";  // resolving | ready | failed
   std::optional<digest> manifest_digest;
   std::string error;
+  int interrupted = 0;  // starts of registry-proxy that found this record resolving, in a row
+  bool queued = false;  // waiting for a resolver thread
   std::uint64_t files = 0, bytes = 0, groups = 0;
   double resolve_seconds = 0;
   std::shared_ptr<const dataset::manifest> manifest;

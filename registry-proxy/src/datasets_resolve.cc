@@ -8,21 +8,97 @@ using namespace datasets_detail;
 
 // ---- resolution
 
-void dataset_service::start_resolution(const std::shared_ptr<record>& r) {
+bool dataset_service::start_resolution(const std::shared_ptr<record>& r) {
   {
     std::lock_guard rl(r->mu);
-    if (r->running) return;
-    r->running = true;
-    r->state = "resolving";
-    r->started = steady::now();
+    if (r->running) return true;
   }
+  {
+    std::lock_guard lk(mu_);
+    if (stop_.load()) return false;
+    if (queue_.size() >= opts_.max_queued) return false;
+    {
+      std::lock_guard rl(r->mu);
+      r->running = true;
+      r->queued = true;
+      r->state = "resolving";
+      r->started = steady::now();
+    }
+    queue_.push_back(r);
+  }
+  queue_cv_.notify_one();
+  return true;
+}
+
+void dataset_service::start_resolvers() {
   std::lock_guard lk(mu_);
-  if (stop_.load()) return;
-  resolvers_.emplace_back([this, r] {
-    resolve(r);
+  for (int i = 0; i < std::max(1, opts_.max_resolving); ++i) {
+    resolvers_.emplace_back([this] { resolver_loop(); });
+  }
+}
+
+// One of the `max_resolving` resolver threads: takes queued records in arrival order. Nothing a
+// resolution does may end the thread: whatever escapes is logged and the record is failed (and
+// saved so), so a restart does not replay it.
+void dataset_service::resolver_loop() {
+  for (;;) {
+    std::shared_ptr<record> r;
+    {
+      std::unique_lock lk(mu_);
+      queue_cv_.wait(lk, [this] { return stop_.load() || !queue_.empty(); });
+      if (stop_.load()) return;
+      r = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    {
+      std::lock_guard rl(r->mu);
+      r->queued = false;
+      r->started = steady::now();
+    }
+    std::optional<std::string> why;
+    try {
+      resolve(r);
+    } catch (const std::exception& e) {
+      why = std::string("internal error: ") + e.what();
+    } catch (...) {
+      why = "internal error: unknown exception";
+    }
+    if (why) {
+      log::error("dataset resolution threw", log::kv("dataset", r->ref),
+                 log::kv("error", utf8_safe(*why)));
+      try {
+        resolve_failed(r, error{errc::internal, *why});
+      } catch (...) {
+        log::error("cannot record a dataset's failure", log::kv("dataset", r->ref));
+      }
+    }
     std::lock_guard rl(r->mu);
     r->running = false;
-  });
+  }
+}
+
+// A record found resolving at start: registry-proxy stopped (or died) during its resolution.
+// After kMaxInterrupted such starts in a row it is failed instead, so that an input that kills
+// the process cannot do it at every start.
+void dataset_service::resume_resolution(const std::shared_ptr<record>& r) {
+  constexpr int kMaxInterrupted = 3;
+  int n;
+  {
+    std::lock_guard rl(r->mu);
+    n = ++r->interrupted;
+  }
+  if (n > kMaxInterrupted) {
+    return resolve_failed(
+        r,
+        error{errc::internal, "the resolution was interrupted " + std::to_string(kMaxInterrupted) +
+                                  " times (registry-proxy stopped during it); declare the "
+                                  "dataset again to retry"});
+  }
+  if (auto s = persist(*r); !s)
+    log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+  log::info("resuming the resolution of a dataset", log::kv("dataset", r->ref),
+            log::kv("interrupted", n));
+  if (!start_resolution(r)) resolve_failed(r, error{errc::unavailable, "resolver queue full"});
 }
 
 void dataset_service::resolve(const std::shared_ptr<record>& r) {
@@ -60,6 +136,7 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
     std::lock_guard rl(r->mu);
     r->state = "ready";
     r->error.clear();
+    r->interrupted = 0;
     r->manifest_digest = md;
     r->files = m->files.size();
     r->bytes = m->total_bytes();
@@ -81,11 +158,14 @@ void dataset_service::resolve_failed(const std::shared_ptr<record>& r, const err
   {
     std::lock_guard rl(r->mu);
     r->state = "failed";
-    r->error = e.message;
+    r->error = utf8_safe(e.message, 4096);
+    r->interrupted = 0;
   }
   if (m_.resolve_failures) m_.resolve_failures->inc();
-  log::warn("dataset resolution failed", log::kv("dataset", r->ref), log::kv("error", e.message));
-  (void)persist(*r);
+  log::warn("dataset resolution failed", log::kv("dataset", r->ref),
+            log::kv("error", utf8_safe(e.message, 4096)));
+  if (auto s = persist(*r); !s)
+    log::warn("cannot save a dataset record", log::kv("error", s.error().message));
 }
 
 status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dataset_origin& origin,
@@ -101,31 +181,11 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
   for (std::size_t i = 0; i < listing.size(); ++i) {
     net::post(pool_, [&, i] {
       const auto& o = listing[i];
-      std::optional<error> err;
-      if (!abort.load() && !stop_.load()) {
-        if (o.size == 0) {
-          files[i] = dataset::file_entry{o.path, 0, sha256_of(std::string_view())};
-        } else {
-          auto rep = fetch_object(origin, o, std::nullopt,
-                                  [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
-          if (!rep) {
-            err = rep.error();
-          } else {
-            files[i] = dataset::file_entry{o.path, o.size, rep->id};
-            r->origin_bytes.fetch_add(rep->origin_bytes);
-            r->resumed_bytes.fetch_add(rep->resumed_bytes);
-            r->bytes_done.fetch_add(rep->resumed_bytes);
-            if (auto p = store_.pin(rep->id, owner, until); !p)
-              err = p.error().wrap("pin " + o.path);
-          }
-        }
-      } else if (stop_.load()) {
-        err = error{errc::cancelled, "registry-proxy is stopping"};
-      }
+      auto s = guarded([&] { return fetch_one(r, origin, o, files[i], until, owner, abort); });
       r->files_done.fetch_add(1);
       std::lock_guard lk(mu);
-      if (err && !first) {
-        first = err;
+      if (!s && !first) {
+        first = s.error();
         abort = true;
       }
       if (--pending == 0) cv.notify_all();
@@ -134,6 +194,27 @@ status dataset_service::fetch_listed(const std::shared_ptr<record>& r, const dat
   std::unique_lock lk(mu);
   cv.wait(lk, [&] { return pending == 0; });
   if (first) return fail(*first);
+  return {};
+}
+
+status dataset_service::fetch_one(const std::shared_ptr<record>& r, const dataset_origin& origin,
+                                  const origin_object& o, dataset::file_entry& file,
+                                  cache::time_point until, const std::string& owner,
+                                  const std::atomic<bool>& abort) {
+  if (stop_.load()) return fail(errc::cancelled, "registry-proxy is stopping");
+  if (abort.load()) return {};  // another file failed: the resolution reports that one
+  if (o.size == 0) {
+    file = dataset::file_entry{o.path, 0, sha256_of(std::string_view())};
+    return {};
+  }
+  auto rep =
+      fetch_object(origin, o, std::nullopt, [&](std::uint64_t n) { r->bytes_done.fetch_add(n); });
+  if (!rep) return fail(rep.error());
+  file = dataset::file_entry{o.path, o.size, rep->id};
+  r->origin_bytes.fetch_add(rep->origin_bytes);
+  r->resumed_bytes.fetch_add(rep->resumed_bytes);
+  r->bytes_done.fetch_add(rep->resumed_bytes);
+  if (auto p = store_.pin(rep->id, owner, until); !p) return fail(p.error().wrap("pin " + o.path));
   return {};
 }
 
@@ -146,7 +227,11 @@ status dataset_service::prepare_groups(const std::shared_ptr<record>& r,
   for (std::size_t g = 0; g < m.groups.size(); ++g) {
     net::post(pool_, [&, g] {
       group_job job;
-      auto t = prepare_group(r, m, static_cast<std::uint32_t>(g), job);
+      auto t = guarded([&]() -> status {
+        auto torrent = prepare_group(r, m, static_cast<std::uint32_t>(g), job);
+        if (!torrent) return fail(torrent.error());
+        return {};
+      });
       std::lock_guard lk(mu);
       if (!t && !first) first = t.error();
       if (--pending == 0) cv.notify_all();
@@ -177,7 +262,7 @@ result<fetch_report> dataset_service::fetch_object(
     }
   }
   if (!leader) return fut.get();
-  auto rep = origin.fetch(o, store_, opts_.staging_dir, expected, progress, stop_);
+  auto rep = origin.fetch(o, store_, opts_.staging_dir, expected, progress, stop_, &budget_);
   if (rep) {
     if (m_.origin_gets) m_.origin_gets->inc(static_cast<std::uint64_t>(rep->requests));
     if (m_.origin_bytes) m_.origin_bytes->inc(rep->origin_bytes);

@@ -12,6 +12,7 @@ import stat
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
@@ -68,12 +69,26 @@ def http_json(url: str, *, method: str = "GET", body: Any = None, timeout: float
             return e.code, raw.decode(errors="replace")
 
 
-def dataset_proxy(directory: Path, *, credentials_dir: Path, extra: Mapping[str, Any] | None = None,
+def allowed_origin(origin: Any) -> dict:
+    """A datasets.allowed_origins entry: a URL (its scheme://host:port is kept), an S3rver (its
+    endpoint, with the credentials s3_declaration names bound to it), or an entry as a dict."""
+    if isinstance(origin, dict):
+        return origin
+    if hasattr(origin, "endpoint") and hasattr(origin, "bucket"):
+        return {"url": origin.endpoint, "credentials_file": "s3rver.creds"}
+    u = urllib.parse.urlsplit(str(origin))
+    return {"url": f"{u.scheme}://{u.netloc}"}
+
+
+def dataset_proxy(directory: Path, *, credentials_dir: Path, origins=(), extra: Mapping[str, Any] | None = None,
                   host: str = "127.0.0.1", netns: str | None = None, port: int | None = None,
                   bt_port: int | None = None, trackers=(), log_level: str = "info") -> RegistryProxy:
+    """registry-proxy for datasets; `origins` (URLs, S3rvers or entries, see allowed_origin) are
+    the only places datasets may come from (datasets.allowed_origins)."""
     cfg: dict[str, Any] = {
         "datasets": {"credentials_dir": str(credentials_dir), "small_file_max": "256KiB", "pack_target": "1MiB",
-                     "stall_timeout": "3s", "connect_timeout": "2s", "max_retries": 2, "parallel_fetches": 8},
+                     "stall_timeout": "3s", "connect_timeout": "2s", "max_retries": 2, "parallel_fetches": 8,
+                     "allowed_origins": [allowed_origin(o) for o in origins]},
     }
     if extra:
         from shoal_fixtures.shoal import _merge

@@ -89,8 +89,9 @@ class DatasetFaults(FixtureTestCase):
         self.d = d
         self.creds = d / "creds"
 
-    def proxy(self, name: str = "proxy", **extra):
-        return self.track(dc.dataset_proxy(self.d / name, credentials_dir=self.creds, extra=extra or None).start())
+    def proxy(self, name: str = "proxy", origins=(), **extra):
+        return self.track(dc.dataset_proxy(self.d / name, credentials_dir=self.creds, origins=origins,
+                                           extra=extra or None).start())
 
     def test_origin_changed_under_a_version(self):
         s3 = self.track(S3rver(self.d / "s3").start())
@@ -99,7 +100,7 @@ class DatasetFaults(FixtureTestCase):
                  "chg/small.bin": dc.content("small", 9000)}
         for k, v in files.items():
             s3.write_object(k, v)
-        proxy = self.proxy()
+        proxy = self.proxy(origins=[s3])
         decl = dc.s3_declaration("chg", "v1", s3, "chg/")
         code, body = dc.declare(proxy.url, decl)
         self.assertIn(code, (200, 202), body)
@@ -141,7 +142,7 @@ class DatasetFaults(FixtureTestCase):
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(v)
         nginx = self.track(Nginx(self.d / "nginx", www, limit_rate="4m").start())
-        proxy = self.proxy(datasets={"max_retries": 1, "stall_timeout": "2s"})
+        proxy = self.proxy(origins=[nginx.url], datasets={"max_retries": 1, "stall_timeout": "2s"})
         decl = dc.http_declaration("dies", "v1", nginx.url + "f/")
         code, body = dc.declare(proxy.url, decl)
         self.assertIn(code, (200, 202), body)
@@ -172,7 +173,7 @@ class DatasetFaults(FixtureTestCase):
         fake = self.track(FakeOrigin())
         self.creds.mkdir(parents=True, exist_ok=True)
         (self.creds / "fake.creds").write_text("AK:SK\n")
-        proxy = self.proxy()
+        proxy = self.proxy(origins=[{"url": fake.url, "credentials_file": "fake.creds"}])
         http_cases = [
             ("../../etc/passwd", "'..'"),
             ("/etc/passwd", "absolute"),
@@ -215,7 +216,7 @@ class DatasetFaults(FixtureTestCase):
         files = {f"full/part-{i}.bin": dc.content(f"full{i}", 3 << 20) for i in range(12)}
         for k, v in files.items():
             s3.write_object(k, v)
-        proxy = self.proxy()
+        proxy = self.proxy(origins=[s3])
         code, body = dc.declare(proxy.url, dc.s3_declaration("full", "v1", s3, "full/"))
         self.assertIn(code, (200, 202), body)
         dc.wait_dataset(proxy.url, "full@v1")

@@ -31,7 +31,8 @@ class LoopbackDatasets(FixtureTestCase):
         cls.nginx = cls.class_track(Nginx(d / "nginx", cls.www).start())
         creds = d / "creds"
         cls.s3.credentials_file(creds)
-        cls.proxy = cls.class_track(dc.dataset_proxy(d / "proxy", credentials_dir=creds).start())
+        cls.proxy = cls.class_track(dc.dataset_proxy(d / "proxy", credentials_dir=creds,
+                                                      origins=[cls.s3, cls.nginx.url]).start())
         cls.a = cls.class_track(dc.dataset_peerd(d / "a", "node-a", cls.proxy.url).start())
         cls.b = cls.class_track(dc.dataset_peerd(d / "b", "node-b", cls.proxy.url).start())
         cls.decl_dir = d / "decl"
@@ -127,12 +128,14 @@ class LoopbackDatasets(FixtureTestCase):
         self.assertEqual(code, 409, body)
         self.assertIn("declare a new version", body["error"])
         # Bad declarations are refused with the reason.
-        for bad, why in (({"name": "x", "version": "v1", "origin": {"url": "ftp://x"}}, "s3://"),
-                         ({"name": "X", "version": "v1", "origin": {"url": "s3://b/p"}}, "name"),
-                         (dict(decl, name="creds", origin=dict(decl["origin"], credentials_file="../../etc/shadow")),
-                          "credentials_file")):
+        # Credentials are the configuration's: a declaration naming others is forbidden.
+        for bad, status, why in (({"name": "x", "version": "v1", "origin": {"url": "ftp://x"}}, 400, "s3://"),
+                                 ({"name": "X", "version": "v1", "origin": {"url": "s3://b/p"}}, 400, "name"),
+                                 (dict(decl, name="creds",
+                                       origin=dict(decl["origin"], credentials_file="../../etc/shadow")),
+                                  403, "credentials_file")):
             code, body = dc.declare(self.proxy.url, bad)
-            self.assertEqual(code, 400, body)
+            self.assertEqual(code, status, body)
             self.assertIn(why, body["error"])
         # Unknown datasets are errors on both daemons.
         code, _ = dc.http_json(f"{self.proxy.url}/shoal/v1/datasets/nope@v1")

@@ -81,7 +81,7 @@ class HundredThousandFiles(FixtureTestCase):
             expected[key] = dc.content(f"large{i}", (8 << 20) + i)
             s3.write_object("scale/" + key, expected[key])
         gen_s = time.monotonic() - t0
-        proxy = self.track(dc.dataset_proxy(d / "proxy", credentials_dir=creds, extra={
+        proxy = self.track(dc.dataset_proxy(d / "proxy", credentials_dir=creds, origins=[s3], extra={
             "datasets": {"small_file_max": "4MiB", "pack_target": "64MiB", "parallel_fetches": 16,
                          "stall_timeout": "30s"}}).start())
         node = self.track(dc.dataset_peerd(d / "node", "node", proxy.url).start())

@@ -190,8 +190,8 @@ TEST_F(DatasetOrigin, ResumesFromTheStagingFileWithRange) {
   ASSERT_TRUE(l);
   auto first = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_FALSE(first);
-  EXPECT_NE(first.error().message.find("100000 of 300000"), std::string::npos)
-      << first.error().message;
+  // The bytes staged stay for the next fetch (the failure leaves a valid prefix).
+  EXPECT_FALSE(fs::is_empty(staging)) << first.error().message;
   os.refuse_ranges = false;
   std::size_t before = srv->request_count();
   auto second = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
@@ -330,8 +330,7 @@ TEST_F(DatasetOrigin, StatusesAreJudged) {
   // Today the code is the transport's: on_response refused the status, so the request ended as
   // cancelled; only the message names the status.
   EXPECT_TRUE(busy.error().is(errc::cancelled)) << busy.error().message;
-  EXPECT_NE(busy.error().message.find("(0 of 4 bytes): HTTP 500"), std::string::npos)
-      << busy.error().message;
+  EXPECT_NE(busy.error().message.find(": HTTP 500"), std::string::npos) << busy.error().message;
   EXPECT_EQ(srv->request_count(), before + 2);  // the first try and one retry
 }
 
@@ -345,7 +344,7 @@ TEST_F(DatasetOrigin, ShortBodyIsASizeMismatch) {
   auto r = o->fetch((*l)[0], *store, staging, std::nullopt, nullptr, cancel);
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(errc::size_mismatch)) << r.error().message;
-  EXPECT_NE(r.error().message.find("has 4 bytes, the listing said 10"), std::string::npos)
+  EXPECT_NE(r.error().message.find("is shorter than the listing said"), std::string::npos)
       << r.error().message;
 }
 

@@ -24,6 +24,7 @@
 //    byte, and a resume continues exactly where the delivery stopped or fails.
 //  - Redirects are followed by the client itself (curl's FOLLOWLOCATION is off) and never carry
 //    Authorization, or a header the caller marks as a credential, to another scheme+host+port.
+//  - With a connect_policy, every hop and every address connected to is checked first.
 //  - A transfer never hangs: connect timeout, stall timeout (no bytes for N, including a server
 //    that accepts and never answers), optional total timeout, cancel(), stop().
 
@@ -81,6 +82,32 @@ struct redirect_policy {
   bool customize_on_other_origin = false;
 };
 
+// One scheme+host+port a request goes to (the request's URL or a redirect hop). host is
+// lower-case; an IPv6 literal keeps its brackets; port is decimal (the scheme's default if the URL
+// has none).
+struct endpoint {
+  std::string scheme;
+  std::string host;
+  std::string port;
+};
+
+// The endpoint of an absolute http:// or https:// URL (lower-case host, default port filled in),
+// as connect_policy sees it; anything else is errc::invalid_argument.
+[[nodiscard]] result<endpoint> parse_endpoint(const std::string& url);
+
+// Where a request may go. `origin` is asked before the request's URL and before every redirect
+// hop is followed; `address` is asked for every address libcurl is about to connect to (from
+// libcurl's open-socket hook, after DNS: the address checked is the one connected to, so DNS
+// cannot change the answer in between). A refusal ends the request at once (no retry) with the
+// refusal's error (dataset origins use errc::unauthorized); nothing of the refused hop is fetched.
+// With a policy the request never goes through a proxy (the proxy would make the connect address
+// meaningless).
+struct connect_policy {
+  std::function<status(const endpoint& hop)> origin;
+  std::function<status(const endpoint& hop, const std::string& ip)> address;
+  [[nodiscard]] explicit operator bool() const { return origin || address; }
+};
+
 // One HTTP request, a plain value: the same request may be submitted again.
 struct client_request {
   std::string method = "GET";
@@ -104,6 +131,9 @@ struct client_request {
   // error: bytes are never delivered twice. A caller's own Range is honoured.
   bool resume = false;
   redirect_policy redirects;
+  // Unset: the client's (client_options::policy), if any. A request's own policy never reuses a
+  // kept-alive connection (another request may have opened it without the policy).
+  std::optional<connect_policy> policy;
   // Runs on the client thread on every attempt's easy handle after the client has set its own
   // options: the hook for extra curl options (CURLOPT_AWS_SIGV4 + CURLOPT_USERPWD, a proxy).
   // Must not replace the callbacks, URL, method or headers the client set.
@@ -175,6 +205,10 @@ struct client_options {
   // Outbound proxy. Unset: curl's default, which honours http_proxy, https_proxy and no_proxy
   // from the environment. Empty: never use a proxy. Otherwise the proxy's URL.
   std::optional<std::string> proxy;
+  // Applies to every request that sets none of its own (client_request::policy); a client whose
+  // every request is checked keeps only checked connections alive. Unset: requests go anywhere
+  // (the behaviour of every client but the dataset origins').
+  std::optional<connect_policy> policy;
 };
 
 // The client: owns one background thread running a curl_multi loop, and every transfer on it.

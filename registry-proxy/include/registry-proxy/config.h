@@ -64,15 +64,27 @@ struct torrent_config {
 };
 void describe(config::binder& b, torrent_config& c);
 
+// One origin datasets may use (datasets.allowed_origins): an HTTP origin or an S3 endpoint.
+struct dataset_origin_config {
+  std::string url;                   // scheme://host[:port]
+  bool private_addresses = false;    // a host name may resolve to loopback/private addresses
+  std::string credentials_file;      // S3: signs requests to this endpoint
+  bool credentials_env = false;      // S3: sign with the AWS_* environment variables instead
+  std::vector<std::string> buckets;  // S3: the buckets datasets may read here (empty: any)
+};
+void describe(config::binder& b, dataset_origin_config& c);
+
 // Datasets (datasets.h): declarations resolved into manifests, origin fetches, group torrents.
 struct dataset_config {
   bool enabled = true;
   std::string dir;          // records, manifests, pack torrents (empty: <state_dir>/../datasets)
   std::string staging_dir;  // origin fetches in progress, on the cache's filesystem (empty:
                             // <cache.dir>/../dataset-staging)
-  std::string credentials_dir;  // declarations' credentials_file names are resolved here (empty:
-                                // none allowed)
-  int parallel_fetches = 8;     // origin objects fetched at once
+  std::string credentials_dir;  // relative credentials_file names are resolved here
+  std::vector<dataset_origin_config> allowed_origins;  // where datasets may come from (empty: none)
+  int parallel_fetches = 8;                            // origin objects fetched at once
+  int max_resolving = 4;                               // datasets resolved at once
+  std::uint64_t max_queued = 1000;  // declarations waiting to resolve (more: 429)
   config::byte_size small_file_max = config::byte_size::mib(4);  // files below are packed
   config::byte_size pack_target = config::byte_size::mib(64);    // a pack closes at this many bytes
   std::uint64_t max_files = 10'000'000;                          // files one dataset may select

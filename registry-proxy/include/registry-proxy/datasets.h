@@ -23,14 +23,18 @@
 //
 // Lifecycle: construct, start() (loads the records and resumes resolutions that were running),
 // serve, stop() (cancels and joins). Threading: handlers may be called on any io thread; every
-// blocking step runs on the service's own threads (a resolver thread per dataset being resolved,
-// and a pool of `parallel_fetches` threads for origin fetches and group preparation).
+// blocking step runs on the service's own threads (`max_resolving` resolver threads taking
+// declarations in arrival order from a queue of at most `max_queued`, beyond which a declaration
+// is refused with 429, and a pool of `parallel_fetches` threads for origin fetches and group
+// preparation).
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <map>
@@ -58,6 +62,8 @@ struct dataset_service_options {
   std::string dir;          // records, manifests, pack torrents
   std::string staging_dir;  // on the cache's filesystem
   int parallel_fetches = 8;
+  int max_resolving = 4;          // resolver threads (datasets resolved at once)
+  std::size_t max_queued = 1000;  // resolutions waiting for one; more declarations get 429
   dataset::grouping_policy policy;
   origin_options origin;
   std::chrono::seconds resolve_pin{
@@ -104,8 +110,17 @@ class dataset_service {
   void serve_metainfo(const std::string& ref, std::string_view group,
                       std::chrono::milliseconds wait, const http::responder& resp);
 
+  // The pool tasks of serve_object and serve_metainfo.
+  void answer_object(const std::shared_ptr<record>& r, const digest& id,
+                     const http::responder& resp);
+  void answer_metainfo(const std::shared_ptr<record>& r, std::uint32_t g,
+                       std::chrono::milliseconds wait, const http::responder& resp);
   [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
-  void start_resolution(const std::shared_ptr<record>& r);
+  // Queues the record for a resolver thread; false when the queue is full (or stopping).
+  [[nodiscard]] bool start_resolution(const std::shared_ptr<record>& r);
+  void start_resolvers();
+  void resolver_loop();
+  void resume_resolution(const std::shared_ptr<record>& r);
   void resolve(const std::shared_ptr<record>& r);
   // Marks the record failed, counts and logs it, and saves it.
   void resolve_failed(const std::shared_ptr<record>& r, const error& e);
@@ -114,9 +129,17 @@ class dataset_service {
   [[nodiscard]] status fetch_listed(const std::shared_ptr<record>& r, const dataset_origin& origin,
                                     const std::vector<origin_object>& listing,
                                     std::vector<dataset::file_entry>& files);
+  // One file of fetch_listed (a pool task): fetches it unless `abort`, fills `file`, pins it.
+  [[nodiscard]] status fetch_one(const std::shared_ptr<record>& r, const dataset_origin& origin,
+                                 const origin_object& o, dataset::file_entry& file,
+                                 cache::time_point until, const std::string& owner,
+                                 const std::atomic<bool>& abort);
   // Builds every pack group's metainfo now, so the first nodes do not wait for it.
   [[nodiscard]] status prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m);
   [[nodiscard]] status persist(const record& r) const;
+  // Removes staging files left by earlier runs: all of them when no resolution resumes, else
+  // those older than kStagingKeep.
+  void sweep_staging(bool all);
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> manifest_of(
       const std::shared_ptr<record>& r);
   // Makes sure every object of group `g` is in the cache (fetching again from the origin what was
@@ -136,8 +159,13 @@ class dataset_service {
   cache::store& store_;
   state_db& st_;
   http::client& http_;
+  // Origin requests' own client when origin.allowed is set: every request it sends runs under
+  // dataset_connect_policy, so every connection it keeps alive was checked.
+  std::unique_ptr<http::client> origin_http_;
+  [[nodiscard]] http::client& origin_http() { return origin_http_ ? *origin_http_ : http_; }
   seeder* seeder_;
   dataset_metrics m_;
+  staging_budget budget_;  // staging files against the cache's quota and the free space
   boost::asio::thread_pool pool_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> stopped_{false};
@@ -145,7 +173,9 @@ class dataset_service {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<record>> records_;        // by "name@version"
   std::map<std::string, std::shared_ptr<group_job>> group_jobs_;  // by "name@version/<group>"
-  std::vector<std::thread> resolvers_;
+  std::vector<std::thread> resolvers_;                            // max_resolving threads
+  std::deque<std::shared_ptr<record>> queue_;  // waiting for a resolver (guarded by mu_)
+  std::condition_variable queue_cv_;
 
   std::mutex flight_mu_;
   std::map<std::string, std::shared_future<result<fetch_report>>> flights_;  // by staging identity

@@ -100,6 +100,9 @@ class Cluster:
             self.s3.credentials_file(creds)
             ds = dict(proxy_extra.get("datasets", {}))
             ds.setdefault("credentials_dir", str(creds))
+            # The only origin datasets may come from, with the credentials bound to it.
+            ds["allowed_origins"] = list(ds.get("allowed_origins", [])) + [
+                {"url": self.s3.endpoint, "credentials_file": "s3rver.creds"}]
             proxy_extra["datasets"] = ds
         # The scheduler resolves images and datasets through registry-proxy (started next, on 5050).
         self.scheduler = Scheduler(self.workdir / "scheduler", host=n1.ip, port=7070, netns=n1.name,
