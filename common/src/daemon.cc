@@ -5,7 +5,14 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
 
 #include "common/log.h"
 
@@ -44,6 +51,41 @@ void describe(config::binder& b, http_config& c) {
   b.field("write_timeout", c.write_timeout,
           "Drop a client that accepts no bytes for this long (or a body source silent this long).",
           {.min = std::chrono::milliseconds(10)});
+  b.field("header_timeout", c.header_timeout,
+          "Close a connection whose request header is not complete this long after it was "
+          "accepted (or, on a keep-alive connection, after the next request's first byte): "
+          "slow and half-sent headers. Waiting for that first byte is idle_timeout's.",
+          {.min = std::chrono::milliseconds(10)});
+  b.field("max_connections", c.max_connections,
+          "Open client connections at most. When full, the oldest connection waiting for a "
+          "request of the address holding the most is closed so that a new client is served. "
+          "Lowered at start (with a warning) to what the open-file limit holds: the soft limit "
+          "is raised to the hard one, and a quarter of it (256 to 4096) is left for other files.",
+          {.min = std::uint64_t{1}});
+  b.field("max_connections_per_address", c.max_connections_per_address,
+          "Open connections one client address may hold (an IPv6 client: its /64); further "
+          "ones are closed at once. 0: no per-address cap.");
+}
+
+std::uint64_t raise_fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit want = rl;
+    want.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) == 0) {
+      rl = want;
+    } else {
+      log::warn("cannot raise the open-file limit", log::kv("soft", rl.rlim_cur),
+                log::kv("hard", rl.rlim_max), log::kv("error", std::strerror(errno)));
+    }
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? std::numeric_limits<std::uint64_t>::max() : rl.rlim_cur;
+}
+
+std::uint64_t connections_for_fd_limit(std::uint64_t fd_limit) {
+  const std::uint64_t reserve = std::clamp<std::uint64_t>(fd_limit / 4, 256, 4096);
+  return fd_limit > reserve + 16 ? fd_limit - reserve : 16;
 }
 
 http::server_options server_options_from(const http_config& c, std::string name) {
@@ -58,6 +100,17 @@ http::server_options server_options_from(const http_config& c, std::string name)
   o.read_timeout = ms(c.read_timeout);
   o.write_timeout = ms(c.write_timeout);
   o.source_timeout = ms(c.write_timeout);
+  o.header_timeout = ms(c.header_timeout);
+  const std::uint64_t fds = raise_fd_limit();
+  const std::uint64_t fit = connections_for_fd_limit(fds);
+  std::uint64_t maxc = c.max_connections;
+  if (maxc > fit) {
+    log::warn("http.max_connections lowered to fit the open-file limit",
+              log::kv("configured", maxc), log::kv("used", fit), log::kv("fd_limit", fds));
+    maxc = fit;
+  }
+  o.max_connections = static_cast<std::size_t>(maxc);
+  o.max_connections_per_address = static_cast<std::size_t>(c.max_connections_per_address);
   return o;
 }
 

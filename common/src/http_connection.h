@@ -14,12 +14,16 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "common/http_range.h"
@@ -53,21 +57,61 @@ inline bool status_has_no_body(unsigned status) {
 
 class connection;
 
+// Connections are counted per client address: an IPv4 address, or the /64 of an IPv6 one (one
+// host usually holds a whole /64). IPv4-mapped IPv6 addresses count as the IPv4 address.
+using addr_key = std::array<unsigned char, 16>;
+addr_key address_key(const net::ip::address& a);
+std::string address_key_text(const addr_key& k);
+
 struct server::impl : std::enable_shared_from_this<server::impl> {
+  struct conn_entry {
+    std::weak_ptr<connection> conn;
+    addr_key addr{};
+    std::uint64_t seq = 0;  // accept order: lower is older
+    bool shedding = false;  // picked for eviction, close pending on its strand
+  };
+  struct addr_entry {
+    std::size_t count = 0;
+    std::map<std::uint64_t, connection*> by_age;  // seq → connection
+  };
+
   net::io_context& ioc;
   server_options opts;
   handler h;
   tcp::acceptor acceptor;
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;
-  std::unordered_map<connection*, std::weak_ptr<connection>> conns;
+  // Under mu: every open connection, the per-address counts, and the addresses ordered by count
+  // (the biggest holder is ranking.rbegin()). std::map/set, not hashes: the keys are the
+  // clients' addresses, so no one can choose them to collide.
+  std::unordered_map<connection*, conn_entry> conns;
+  std::map<addr_key, addr_entry> addrs;
+  std::set<std::pair<std::size_t, addr_key>> ranking;
+  std::uint64_t next_seq = 0;
+  std::size_t shedding = 0;  // entries with shedding set
+  std::atomic<std::uint64_t> refused{0}, evicted{0};
+  // Accept strand only: the last "connections shed" log line and the counts it reported.
+  std::chrono::steady_clock::time_point shed_logged{};
+  std::uint64_t logged_refused = 0, logged_evicted = 0;
 
   impl(net::io_context& c, server_options o, handler hh)
       : ioc(c), opts(std::move(o)), h(std::move(hh)), acceptor(net::make_strand(c)) {}
 
   void do_accept();
-  void add(const std::shared_ptr<connection>& c);
+  void on_accept(tcp::socket s);
+  void on_accept_error(const beast::error_code& ec);
+  // Admission of a connection from `k` (under mu): nullptr means refuse; otherwise the new
+  // connection, registered, and `victim` maybe set to a waiting connection to close for room.
+  // `trusted` is the seam for authenticated nodes (reserved_connections); false for now.
+  std::shared_ptr<connection> admit(tcp::socket& s, const addr_key& k, bool trusted,
+                                    std::shared_ptr<connection>& victim);
+  // The oldest waiting connection of the biggest holder with more than `newcomer_count`
+  // connections, marked shedding; nullptr when there is none (under mu).
+  std::shared_ptr<connection> pick_victim(std::size_t newcomer_count);
+  void set_count(addr_entry& e, const addr_key& k, std::size_t n);  // under mu
   void remove(connection* c);
+  void unmark_shedding(connection* c);
+  void log_shedding();
 };
 
 // Holds the connection alive while a handler works on the request (nothing else does then).
@@ -88,6 +132,8 @@ class connection : public std::enable_shared_from_this<connection> {
     remote_ = stream_.socket().remote_endpoint(ec);
   }
 
+  ~connection() { srv_->remove(this); }  // in case no path closed it
+
   strand_t executor() { return stream_.get_executor(); }
 
   void start() {
@@ -102,6 +148,14 @@ class connection : public std::enable_shared_from_this<connection> {
       keep_alive_ = false;
   }
   void force_close() { close_now(); }
+  // Shedding (server::impl::pick_victim): close if still waiting for a request.
+  void shed() {
+    if (closed_) return;
+    if (busy_) return srv_->unmark_shedding(this);
+    close_now();
+  }
+  // True while the connection waits for a request (readable from any thread).
+  [[nodiscard]] bool waiting() const { return waiting_.load(std::memory_order_relaxed); }
 
   void on_response(response&& r);
 
@@ -117,13 +171,35 @@ class connection : public std::enable_shared_from_this<connection> {
         static_cast<std::uint32_t>(std::min<std::size_t>(srv_->opts.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(srv_->opts.max_body_bytes);
     busy_ = false;
+    waiting_ = true;
+    if (first_ || buf_.size() > 0) {
+      // A fresh connection, or the next request already (partly) arrived: the header deadline
+      // runs from now (bounded by idle_timeout too on a fresh connection that sends nothing).
+      auto d = srv_->opts.header_timeout;
+      if (first_) d = std::min(d, srv_->opts.idle_timeout);
+      first_ = false;
+      return read_header(d);
+    }
+    // Keep-alive: wait up to idle_timeout for the first byte of the next request, then give
+    // the rest of its header header_timeout.
     stream_.expires_after(srv_->opts.idle_timeout);
+    stream_.async_read_some(buf_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              if (ec) return self->on_read_error(ec);
+                              self->buf_.commit(n);
+                              self->read_header(self->srv_->opts.header_timeout);
+                            });
+  }
+
+  void read_header(std::chrono::milliseconds deadline) {
+    stream_.expires_after(deadline);
     bhttp::async_read_header(
         stream_, buf_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
+    waiting_ = false;
     if (ec) return on_read_error(ec);
     busy_ = true;
     if (parser_->is_done()) return on_read(ec);
@@ -134,6 +210,7 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   void on_read_error(beast::error_code ec) {
+    waiting_ = false;
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::operation_aborted || ec == beast::error::timeout ||
         ec == net::error::connection_reset) {
@@ -219,6 +296,8 @@ class connection : public std::enable_shared_from_this<connection> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
 
   // Per-request state.
+  bool first_ = true;  // no request read yet
+  std::atomic<bool> waiting_{false};
   bool busy_ = false;
   bool closed_ = false;
   bool keep_alive_ = true;

@@ -30,9 +30,16 @@ struct raw_response {
 
 class raw_conn {
  public:
-  explicit raw_conn(std::uint16_t port, int rcvbuf = 0) {
+  // `source`: the local IPv4 address to connect from (host order; 0: any), e.g. 127.0.0.2.
+  explicit raw_conn(std::uint16_t port, int rcvbuf = 0, std::uint32_t source = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    if (source != 0) {
+      sockaddr_in b{};
+      b.sin_family = AF_INET;
+      b.sin_addr.s_addr = htonl(source);
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&b), sizeof b);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);

@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -38,10 +39,21 @@ struct http_config {
   config::duration idle_timeout = std::chrono::seconds(60);
   config::duration read_timeout = std::chrono::seconds(30);
   config::duration write_timeout = std::chrono::seconds(60);
+  config::duration header_timeout = std::chrono::seconds(10);
+  std::uint64_t max_connections = 10000;
+  std::uint64_t max_connections_per_address = 256;
 };
 // `default_listen` documents the daemon's own default.
 void describe(config::binder& b, http_config& c);
+// Also raises the open-file soft limit to the hard limit (raise_fd_limit) and lowers
+// max_connections, with a warning, when the limit cannot hold that many connections besides the
+// daemon's other files.
 [[nodiscard]] http::server_options server_options_from(const http_config& c, std::string name);
+// Raises RLIMIT_NOFILE's soft limit to its hard limit; returns the soft limit now in force.
+std::uint64_t raise_fd_limit();
+// The most HTTP connections that fit `fd_limit` descriptors, leaving a quarter (at least 256, at
+// most 4096) for the daemon's own files, sockets and libraries.
+[[nodiscard]] std::uint64_t connections_for_fd_limit(std::uint64_t fd_limit);
 // Starts `s` listening on `c.listen` ("host:port"); errors name the key.
 [[nodiscard]] status listen(http::server& s, const http_config& c);
 // The debug log line every daemon writes for an answered request.

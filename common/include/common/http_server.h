@@ -168,7 +168,21 @@ struct server_options {
   std::chrono::milliseconds write_timeout{60000};   // the client does not take any bytes
   std::chrono::milliseconds source_timeout{60000};  // a body_source produces nothing
   std::size_t stream_chunk_bytes = 1 << 20;         // max piece requested from a body_source
+  // A request header must be complete this long after the connection was accepted, or after
+  // the first byte of a later request on a keep-alive connection arrived (slow or half-sent
+  // headers: slowloris). Waiting for that first byte is bounded by idle_timeout instead; a fresh
+  // connection that sends nothing is closed after the shorter of the two.
+  std::chrono::milliseconds header_timeout{10000};
+  // Shedding (docs/design.md, "HTTP server"). Over max_connections_per_address (0: no cap) a new
+  // connection is closed at once; at max_connections the server closes the oldest connection
+  // waiting for a request of the address holding the most, so that an address holding fewer
+  // (a new client) is still served. The accept loop never stops. IPv6 addresses count per /64.
   std::size_t max_connections = 10000;
+  std::size_t max_connections_per_address = 256;
+  // Slots of max_connections that anonymous connections may not take. Every connection is
+  // anonymous today; once peers authenticate (mTLS, the identity work), admission in
+  // server::impl::admit() lets authenticated nodes use these. 0 until then.
+  std::size_t reserved_connections = 0;
   std::function<void(const request_log&)> on_request_done;  // called on the connection strand
 };
 
@@ -190,6 +204,14 @@ class server {
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
   // Number of open client connections.
   [[nodiscard]] std::size_t connections() const;
+  // Connections closed by shedding since start: refused at accept (per-address cap, or at
+  // max_connections when no waiting connection of a bigger holder could go) and evicted (a
+  // waiting connection closed to make room).
+  struct shed_counts {
+    std::uint64_t refused = 0;
+    std::uint64_t evicted = 0;
+  };
+  [[nodiscard]] shed_counts shed() const;
 
   struct impl;
 
