@@ -149,8 +149,12 @@ status parse_xml(std::string_view xml, page_state& st) {
   const auto rc = XML_Parse(p.get(), xml.data(), static_cast<int>(xml.size()), XML_TRUE);
   if (st.failure) return fail(*st.failure);
   if (rc != XML_STATUS_OK) {
-    return fail(errc::protocol_error, std::string("S3 listing is not well-formed XML: ") +
-                                          XML_ErrorString(XML_GetErrorCode(p.get())) + " at line " +
+    const auto code = XML_GetErrorCode(p.get());
+    // S3 writes a key's control characters (and NUL) as character references XML 1.0 forbids.
+    const std::string why = code == XML_ERROR_BAD_CHAR_REF
+                                ? "bad XML character reference (a key with a control character?)"
+                                : XML_ErrorString(code);
+    return fail(errc::protocol_error, "S3 listing is not well-formed XML: " + why + " at line " +
                                           std::to_string(XML_GetCurrentLineNumber(p.get())) +
                                           " column " +
                                           std::to_string(XML_GetCurrentColumnNumber(p.get())));

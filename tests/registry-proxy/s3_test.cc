@@ -182,6 +182,11 @@ TEST(S3List, ParsesXmlAsXml) {
   EXPECT_EQ(p->objects[0].key, "a</Key><Size>5</Size>");
   EXPECT_EQ(p->objects[0].size, 3u);
   EXPECT_EQ(p->objects[1].key, "caf\xc3\xa9");
+  // S3 writes a key's control characters as references XML 1.0 forbids: refused, and said so.
+  auto ctl = parse_list_page(
+      "<ListBucketResult><Contents><Key>a&#1;b</Key><Size>1</Size></Contents></ListBucketResult>");
+  ASSERT_FALSE(ctl);
+  EXPECT_NE(ctl.error().message.find("control character"), std::string::npos);
   std::string deep = "<ListBucketResult>";
   for (int i = 0; i < 100; ++i) deep += "<a>";
   for (int i = 0; i < 100; ++i) deep += "</a>";
