@@ -61,6 +61,8 @@ std::atomic<std::int64_t> g_cur_start_ns{0};
 std::atomic<bool> g_dumped{false};
 std::atomic<std::uint64_t> g_iteration{0};
 std::atomic<std::uint64_t> g_accepted{0};
+std::uint64_t g_seed = 0;
+std::atomic<bool> g_mutating{false};  // false while the corpus is replayed
 
 void write_all(int fd, const void* p, std::size_t n) {
   const char* c = static_cast<const char*>(p);
@@ -70,6 +72,16 @@ void write_all(int fd, const void* p, std::size_t n) {
     c += w;
     n -= static_cast<std::size_t>(w);
   }
+}
+
+void write_u64(int fd, std::uint64_t v) {
+  char buf[24];
+  int i = sizeof buf;
+  do {
+    buf[--i] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  write_all(fd, buf + i, sizeof buf - static_cast<std::size_t>(i));
 }
 
 // Async-signal-safe: FNV-1a of the input names the file; open/write/close only.
@@ -95,6 +107,15 @@ void dump_current(const char* kind) {
   const char msg[] = "\n==fuzz== input written to ";
   write_all(2, msg, sizeof msg - 1);
   write_all(2, path, len);
+  if (g_mutating.load()) {
+    write_all(2, " (seed ", 7);
+    write_u64(2, g_seed);
+    write_all(2, ", mutation ", 11);
+    write_u64(2, g_iteration.load());
+    write_all(2, ")", 1);
+  } else {
+    write_all(2, " (corpus replay)", 16);
+  }
   write_all(2, "\n", 1);
 }
 
@@ -374,6 +395,8 @@ int main(int argc, char** argv) {
   const double replay_s = elapsed();
 
   mutator m(o.seed, corpus, dict, o.max_len);
+  g_seed = o.seed;
+  g_mutating.store(true);
   std::uint64_t runs = 0;
   for (; runs < o.runs && elapsed() < o.seconds; ++runs) {
     g_iteration.store(runs);
