@@ -1,80 +1,165 @@
 #include "registry-proxy/s3.h"
-#include "common/text.h"
+
+#include <expat.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+
+#include "common/text.h"
 
 namespace shoal::s3 {
 
 namespace {
 
-// Decodes the five XML entities and numeric character references.
-result<std::string> xml_unescape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    auto semi = s.find(';', i);
-    if (semi == std::string_view::npos || semi - i > 10)
-      return fail(errc::protocol_error, "bad XML entity");
-    std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp")
-      out += '&';
-    else if (ent == "lt")
-      out += '<';
-    else if (ent == "gt")
-      out += '>';
-    else if (ent == "quot")
-      out += '"';
-    else if (ent == "apos")
-      out += '\'';
-    else if (!ent.empty() && ent[0] == '#') {
-      unsigned long cp = 0;
-      char* end = nullptr;
-      std::string num(ent.substr(1));
-      if (!num.empty() && (num[0] == 'x' || num[0] == 'X'))
-        cp = std::strtoul(num.c_str() + 1, &end, 16);
-      else
-        cp = std::strtoul(num.c_str(), &end, 10);
-      if (!end || *end != '\0' || cp == 0 || cp > 0x10ffff)
-        return fail(errc::protocol_error, "bad XML character reference");
-      // UTF-8 encode.
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xc0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xe0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-      } else {
-        out += static_cast<char>(0xf0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-      }
-    } else {
-      return fail(errc::protocol_error, "unknown XML entity &" + std::string(ent) + ";");
-    }
-    i = semi;
+// Bounds of one ListObjectsV2 page (S3 sends at most 1000 keys of at most 1024 bytes).
+constexpr std::size_t kMaxPageBytes = 64u << 20;
+constexpr std::size_t kMaxText = 64u << 10;  // one element's text
+constexpr std::size_t kMaxDepth = 32;
+constexpr std::size_t kMaxObjects = 100'000;
+
+// What the expat callbacks build. Element text is collected only where it is used:
+// /ListBucketResult/{IsTruncated,NextContinuationToken}, .../Contents/{Key,Size,ETag},
+// /Error/{Code,Message}.
+struct page_state {
+  XML_Parser parser = nullptr;
+  std::vector<std::string> path;  // open elements, root first
+  std::string text;
+  bool collect = false;
+  std::optional<error> failure;  // set by a callback that stopped the parser
+  std::string root;
+  list_page page;
+  std::optional<std::string> key, size, etag;
+  std::optional<std::string> code, message;
+  std::string truncated;
+
+  void stop(error e) {
+    if (!failure) failure = std::move(e);
+    XML_StopParser(parser, XML_FALSE);
   }
-  return out;
+};
+
+bool collected(const std::vector<std::string>& path) {
+  if (path.size() == 2) {
+    const auto& r = path[0];
+    const auto& e = path[1];
+    return (r == "ListBucketResult" && (e == "IsTruncated" || e == "NextContinuationToken")) ||
+           (r == "Error" && (e == "Code" || e == "Message"));
+  }
+  return path.size() == 3 && path[0] == "ListBucketResult" && path[1] == "Contents" &&
+         (path[2] == "Key" || path[2] == "Size" || path[2] == "ETag");
 }
 
-// The text of the first <tag>...</tag> inside [from, to) of `xml`, or nullopt.
-std::optional<std::string_view> element(std::string_view xml, std::string_view tag) {
-  std::string open = "<" + std::string(tag) + ">";
-  std::string close = "</" + std::string(tag) + ">";
-  auto a = xml.find(open);
-  if (a == std::string_view::npos) return std::nullopt;
-  auto b = xml.find(close, a + open.size());
-  if (b == std::string_view::npos) return std::nullopt;
-  return xml.substr(a + open.size(), b - a - open.size());
+void XMLCALL on_start(void* ud, const XML_Char* name, const XML_Char**) {
+  auto& st = *static_cast<page_state*>(ud);
+  if (st.path.size() >= kMaxDepth)
+    return st.stop(error{make_error_code(errc::protocol_error), "S3 listing nests too deep"});
+  st.path.emplace_back(name);
+  if (st.path.size() == 1) st.root = name;
+  if (st.path.size() == 2 && st.root == "ListBucketResult" && st.path[1] == "Contents") {
+    st.key.reset();
+    st.size.reset();
+    st.etag.reset();
+  }
+  st.collect = collected(st.path);
+  st.text.clear();
+}
+
+// A <Contents> block ends: one object, checked.
+void end_contents(page_state& st) {
+  if (!st.key || !st.size) {
+    return st.stop(
+        error{make_error_code(errc::protocol_error), "S3 listing: <Contents> without Key or Size"});
+  }
+  const std::string& sz = *st.size;
+  if (sz.empty() || sz.size() > 19 || sz.find_first_not_of("0123456789") != std::string::npos) {
+    return st.stop(error{make_error_code(errc::protocol_error),
+                         "S3 listing: bad Size for key " + quote_excerpt(*st.key, 200)});
+  }
+  if (st.page.objects.size() >= kMaxObjects) {
+    return st.stop(
+        error{make_error_code(errc::too_large),
+              "S3 listing page holds more than " + std::to_string(kMaxObjects) + " objects"});
+  }
+  object o;
+  o.key = std::move(*st.key);
+  o.size = std::stoull(sz);
+  if (st.etag) {
+    o.etag = std::move(*st.etag);
+    if (o.etag.size() >= 2 && o.etag.front() == '"' && o.etag.back() == '"')
+      o.etag = o.etag.substr(1, o.etag.size() - 2);
+  }
+  st.page.objects.push_back(std::move(o));
+}
+
+void XMLCALL on_end(void* ud, const XML_Char*) {
+  auto& st = *static_cast<page_state*>(ud);
+  if (st.collect) {
+    const std::string& leaf = st.path.back();
+    std::string t = std::move(st.text);
+    if (st.path.size() == 3) {
+      (leaf == "Key" ? st.key : leaf == "Size" ? st.size : st.etag) = std::move(t);
+    } else if (leaf == "IsTruncated") {
+      st.truncated = std::move(t);
+    } else if (leaf == "NextContinuationToken") {
+      st.page.next_token = std::move(t);
+    } else {
+      (leaf == "Code" ? st.code : st.message) = std::move(t);
+    }
+  } else if (st.path.size() == 2 && st.root == "ListBucketResult" && st.path[1] == "Contents") {
+    end_contents(st);
+  }
+  st.path.pop_back();
+  st.collect = false;
+  st.text.clear();
+}
+
+void XMLCALL on_text(void* ud, const XML_Char* s, int len) {
+  auto& st = *static_cast<page_state*>(ud);
+  if (!st.collect) return;
+  if (st.text.size() + static_cast<std::size_t>(len) > kMaxText) {
+    return st.stop(error{
+        make_error_code(errc::too_large),
+        "S3 listing: <" + st.path.back() + "> longer than " + std::to_string(kMaxText) + " bytes"});
+  }
+  st.text.append(s, static_cast<std::size_t>(len));
+}
+
+// No DTD at all: nothing can declare entities (billion laughs) or pull external ones.
+void XMLCALL on_doctype(void* ud, const XML_Char*, const XML_Char*, const XML_Char*, int) {
+  static_cast<page_state*>(ud)->stop(
+      error{make_error_code(errc::protocol_error), "S3 listing: DOCTYPE refused"});
+}
+
+struct parser_deleter {
+  void operator()(XML_ParserStruct* p) const { XML_ParserFree(p); }
+};
+
+// Runs expat over the whole document into `st`; an error for what is not well-formed XML.
+status parse_xml(std::string_view xml, page_state& st) {
+  std::unique_ptr<XML_ParserStruct, parser_deleter> p(XML_ParserCreate(nullptr));
+  if (!p) return fail(errc::internal, "cannot create an XML parser");
+  st.parser = p.get();
+  XML_SetUserData(p.get(), &st);
+  XML_SetElementHandler(p.get(), on_start, on_end);
+  XML_SetCharacterDataHandler(p.get(), on_text);
+  XML_SetStartDoctypeDeclHandler(p.get(), on_doctype);
+  XML_SetParamEntityParsing(p.get(), XML_PARAM_ENTITY_PARSING_NEVER);
+  const auto rc = XML_Parse(p.get(), xml.data(), static_cast<int>(xml.size()), XML_TRUE);
+  if (st.failure) return fail(*st.failure);
+  if (rc != XML_STATUS_OK) {
+    const auto code = XML_GetErrorCode(p.get());
+    // S3 writes a key's control characters (and NUL) as character references XML 1.0 forbids.
+    const std::string why = code == XML_ERROR_BAD_CHAR_REF
+                                ? "bad XML character reference (a key with a control character?)"
+                                : XML_ErrorString(code);
+    return fail(errc::protocol_error, "S3 listing is not well-formed XML: " + why + " at line " +
+                                          std::to_string(XML_GetCurrentLineNumber(p.get())) +
+                                          " column " +
+                                          std::to_string(XML_GetCurrentColumnNumber(p.get())));
+  }
+  return {};
 }
 
 }  // namespace
@@ -113,57 +198,23 @@ result<credentials> load_credentials(const std::string& file) {
 }
 
 result<list_page> parse_list_page(std::string_view xml) {
-  if (xml.size() > (64u << 20)) return fail(errc::too_large, "S3 listing page larger than 64 MiB");
-  if (xml.find("<ListBucketResult") == std::string_view::npos) {
-    if (auto code = element(xml, "Code")) {
-      auto msg = element(xml, "Message");
+  if (xml.size() > kMaxPageBytes)
+    return fail(errc::too_large, "S3 listing page larger than 64 MiB");
+  page_state st;
+  if (auto ok = parse_xml(xml, st); !ok) return fail(ok.error());
+  if (st.root != "ListBucketResult") {
+    // The server's own words, quoted and bounded: they end up in logs and JSON answers.
+    if (st.root == "Error" && st.code) {
       return fail(errc::upstream_error,
-                  "S3 error " + std::string(*code) + (msg ? ": " + std::string(*msg) : ""));
+                  "S3 error " + quote_excerpt(*st.code, 100) +
+                      (st.message ? ": " + quote_excerpt(*st.message, 200) : ""));
     }
     return fail(errc::protocol_error, "S3 listing is not a ListBucketResult");
   }
-  list_page p;
-  std::size_t pos = 0;
-  while (true) {
-    auto a = xml.find("<Contents>", pos);
-    if (a == std::string_view::npos) break;
-    auto b = xml.find("</Contents>", a);
-    if (b == std::string_view::npos)
-      return fail(errc::protocol_error, "S3 listing: unterminated <Contents>");
-    std::string_view block = xml.substr(a, b - a);
-    auto key = element(block, "Key");
-    auto size = element(block, "Size");
-    if (!key || !size)
-      return fail(errc::protocol_error, "S3 listing: <Contents> without Key or Size");
-    object o;
-    auto k = xml_unescape(*key);
-    if (!k) return fail(k.error());
-    o.key = std::move(*k);
-    std::string sz(*size);
-    if (sz.empty() || sz.size() > 20 || sz.find_first_not_of("0123456789") != std::string::npos) {
-      return fail(errc::protocol_error, "S3 listing: bad Size for key " + o.key.substr(0, 200));
-    }
-    o.size = std::stoull(sz);
-    if (auto e = element(block, "ETag")) {
-      auto et = xml_unescape(*e);
-      if (et) {
-        o.etag = *et;
-        if (o.etag.size() >= 2 && o.etag.front() == '"' && o.etag.back() == '"')
-          o.etag = o.etag.substr(1, o.etag.size() - 2);
-      }
-    }
-    p.objects.push_back(std::move(o));
-    pos = b + 11;
-  }
-  if (auto t = element(xml, "IsTruncated")) p.truncated = *t == "true";
-  if (auto n = element(xml, "NextContinuationToken")) {
-    auto tok = xml_unescape(*n);
-    if (!tok) return fail(tok.error());
-    p.next_token = std::move(*tok);
-  }
-  if (p.truncated && p.next_token.empty())
+  st.page.truncated = st.truncated == "true";
+  if (st.page.truncated && st.page.next_token.empty())
     return fail(errc::protocol_error, "S3 listing truncated without a continuation token");
-  return p;
+  return std::move(st.page);
 }
 
 std::string client::object_url(const std::string& key) const {

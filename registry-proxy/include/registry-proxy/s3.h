@@ -44,7 +44,9 @@ struct list_page {
   std::string next_token;
 };
 
-// Parses one ListObjectsV2 answer. Bounded: refuses absurd input with a clear error.
+// Parses one ListObjectsV2 answer with expat. Bounded: refuses absurd input (over 64 MiB, keys
+// over 64 KiB, nesting over 32) and any DOCTYPE (so no entity expansion) with a clear error. An
+// S3 <Error> document becomes an upstream_error quoting its <Code> and <Message> (bounded, ASCII).
 [[nodiscard]] result<list_page> parse_list_page(std::string_view xml);
 
 // RFC 3986 encoding as SigV4 wants it: unreserved characters stay, '/' stays when `keep_slash`.

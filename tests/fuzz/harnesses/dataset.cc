@@ -1,0 +1,71 @@
+// Dataset declarations (POST /shoal/v1/datasets), dataset manifests (what peerd fetches from
+// registry-proxy), HTTP origins' nginx JSON listings, references, paths and include/exclude
+// globs. Every input goes through every parser: none crashes, errors are UTF-8 and bounded, a
+// declaration that parses round-trips through to_json, a manifest that parses has a canonical
+// form that parses again.
+#include "common/dataset.h"
+#include "../harness.h"
+
+namespace {
+
+using namespace shoal;
+
+void declarations(std::string_view in) {
+  auto d = dataset::parse_declaration(in);
+  fuzz::check_result(d, "parse_declaration");
+  if (!d) return;
+  fuzz::accepted();
+  const std::string j = dataset::to_json(*d);
+  auto again = dataset::parse_declaration(j);
+  if (!again) fuzz::check_failed("declaration re-parse", again.error().message + " of " + j);
+  if (dataset::to_json(*again) != j) fuzz::check_failed("declaration round trip", j);
+  for (std::string_view p : {"a", "a/b.txt", "train/shard-00001.tar", "x/y/z/w.bin"})
+    (void)dataset::selected(*d, p);
+}
+
+void manifests(std::string_view in) {
+  auto m = dataset::parse_manifest(in);
+  fuzz::check_result(m, "parse_manifest");
+  if (!m) return;
+  fuzz::accepted();
+  const std::string c = dataset::canonical_json(*m);
+  auto again = dataset::parse_manifest(c, dataset::manifest_digest(*m));
+  if (!again) fuzz::check_failed("manifest re-parse", again.error().message);
+  (void)dataset::manifest_objects(*m);
+}
+
+void listings(std::string_view in) {
+  auto l = dataset::parse_autoindex(in, 100'000);
+  fuzz::check_result(l, "parse_autoindex");
+  if (!l) return;
+  fuzz::accepted();
+  for (const auto& e : *l) {
+    auto c = dataset::check_path(e.name);
+    if (!c) fuzz::check_error(c.error(), "check_path");
+    (void)dataset::url_path_escape(e.name);
+  }
+}
+
+void names(std::string_view in) {
+  fuzz::check_result(dataset::parse_ref(in), "parse_ref");
+  (void)dataset::valid_name(in);
+  (void)dataset::valid_version(in);
+  auto c = dataset::check_path(in);
+  if (!c) fuzz::check_error(c.error(), "check_path");
+  (void)dataset::url_path_escape(in);
+  // "pattern\npath": globs as a declaration's include/exclude (bounded as the parser bounds them).
+  auto nl = in.find('\n');
+  if (nl != std::string_view::npos && nl <= 256 && in.size() - nl <= 1024)
+    (void)dataset::glob_match(in.substr(0, nl), in.substr(nl + 1));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto in = fuzz::text(data, size);
+  declarations(in);
+  manifests(in);
+  listings(in);
+  names(in);
+  return 0;
+}
