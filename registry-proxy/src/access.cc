@@ -19,8 +19,8 @@ access_verdict access_checker::check(const selection& sel, const digest& d,
   auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lk(mu_);
-    auto it = positive_.find(key);
-    if (it != positive_.end() && it->second > now) {
+    auto* until = positive_.find(key);
+    if (until && *until > now) {
       ++counters_.cached_allow;
       return {true, 0, {}};
     }
@@ -31,22 +31,19 @@ access_verdict access_checker::check(const selection& sel, const digest& d,
   const std::string accept = manifest ? std::string(oci::media::accept_all) : std::string("*/*");
   auto resp = uc_.call(*sel.up, sel.repo, &cred, "HEAD", object_path, {{"Accept", accept}}, 0);
   if (!resp) {
+    unsigned s = gateway_status(resp.error());
+    if (s == 429) {
+      std::lock_guard lk(mu_);
+      ++counters_.denied;
+      return {false, 429, "credential check refused: " + resp.error().message, "1"};
+    }
     log::warn("access check failed", log::kv("repo", repo_key),
               log::kv("error", resp.error().message));
-    return {false, gateway_status(resp.error()),
-            "upstream access check failed: " + resp.error().message};
+    return {false, s, "upstream access check failed: " + resp.error().message};
   }
   if (resp->status == 200) {
     std::lock_guard lk(mu_);
-    if (positive_.size() > 100000) {
-      for (auto it = positive_.begin(); it != positive_.end();) {
-        if (it->second <= now)
-          it = positive_.erase(it);
-        else
-          ++it;
-      }
-    }
-    positive_[key] = now + ttl_;
+    positive_.put(key, now + ttl_);
     ++counters_.upstream_allow;
     (void)st_.add_visibility(d, false, repo_key);
     return {true, 0, {}};

@@ -88,10 +88,19 @@ status app::init_upstreams() {
   auto ups = upstream_set::build(cfg_.upstreams, cfg_.default_upstream);
   if (!ups) return fail(ups.error());
   ups_ = std::make_unique<upstream_set>(std::move(*ups));
-  uc_ = std::make_unique<upstream_client>(*http_client_);
+  const auto& ac = cfg_.access;
+  credential_gate_limits gl;
+  gl.per_client_rate = ac.unseen_per_client_rate;
+  gl.per_client_burst = ac.unseen_per_client_burst;
+  gl.global_rate = ac.unseen_rate;
+  gl.global_burst = ac.unseen_burst;
+  gl.max_concurrent = static_cast<std::size_t>(ac.unseen_concurrency);
+  gl.table_entries = static_cast<std::size_t>(ac.cache_entries);
+  uc_ = std::make_unique<upstream_client>(*http_client_, gl,
+                                          static_cast<std::size_t>(ac.cache_entries));
   access_ = std::make_unique<access_checker>(
-      *uc_, *state_,
-      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.access.positive_ttl.get()));
+      *uc_, *state_, std::chrono::duration_cast<std::chrono::milliseconds>(ac.positive_ttl.get()),
+      static_cast<std::size_t>(ac.cache_entries));
   return {};
 }
 
@@ -124,6 +133,8 @@ void app::init_services() {
            .with({});
   blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
   blobs_->set_fetch_limit(cfg_.torrent.enabled ? cfg_.torrent.fetch_concurrency : 0);
+  blobs_->set_queue_limits(static_cast<std::size_t>(cfg_.torrent.fetch_queue_max),
+                           static_cast<std::size_t>(cfg_.torrent.fetch_queue_per_client));
   blobs_->set_chunk_size(cfg_.torrent.enabled ? cfg_.torrent.chunk_size.bytes() : 0);
 
   manifest_metrics mm;
@@ -244,6 +255,10 @@ void app::register_metrics() {
   auto* u = uc_.get();
   reg_.counter_fn("shoal_proxy_token_fetches_total", "Bearer tokens fetched from upstream realms.",
                   [u] { return static_cast<double>(u->get_counters().token_fetches); });
+  reg_.counter_fn("shoal_proxy_credential_checks_refused_total",
+                  "Upstream checks of not-yet-accepted credentials refused with 429 "
+                  "(access.unseen_*).",
+                  [u] { return static_cast<double>(u->gate().refused()); });
   if (seeder_) {
     auto* sd = seeder_.get();
     reg_.gauge_fn("shoal_proxy_torrents_loaded", "Objects currently seeded.",

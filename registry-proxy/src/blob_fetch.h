@@ -47,21 +47,25 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     std::shared_ptr<chunk_list> chunks;  // set when the object is cut into chunk objects
   };
 
-  blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred)
+  // `personal`: keyed by the client's credential too (flight_key).
+  blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred, bool personal)
       : svc_(svc),
         sel_(std::move(sel)),
         id_(d),
         client_(std::move(cred)),
+        key_{d, sel_.up->cfg.name, sel_.repo, personal ? client_.hash : std::string()},
         enqueued_at_(svc.upstream_progress()) {}
 
   const digest& id() const { return id_; }
+  // The single-flight key (blobs.h): object, upstream, repository, credential.
+  const flight_key& key() const { return key_; }
   // Someone wants this object's metainfo (peerd joining the swarm): hash pieces as bytes arrive.
   void want_metainfo() { want_meta_.store(true); }
   // A node that understands chunk objects waits for it: cut it into chunks (chunks.h).
   void want_chunks() { want_chunks_.store(true); }
 
   // Admission bookkeeping, guarded by blob_service::mu_.
-  bool admitted = false;  // counted in blob_service::running_
+  bool admitted = false;  // counted in blob_service::running_ (of its upstream)
   bool released = false;  // finished and uncounted
 
   // The first start of the transfer (admission); retries call restart().
@@ -154,6 +158,21 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       cancelled = cancelled_;
     }
     if (cancelled) return fail_and_fire(503, "registry-proxy is shutting down");
+    if (who_ == acting_as::client && !gated_) {
+      // The client's credential goes upstream: once per fetch it passes the credential gate
+      // (credential_gate.h), and holds its pass until upstream answered.
+      gated_ = true;
+      auto pass = svc_.upstreams().gate().admit(client_.peer, client_.hash);
+      if (!pass) {
+        {
+          std::lock_guard lk(mu_);
+          retry_after_ = "1";
+        }
+        return fail_and_fire(429, "credential check refused: " + pass.error().message);
+      }
+      std::lock_guard lk(mu_);
+      gate_pass_ = std::move(*pass);
+    }
     const credential* cred = who_ == acting_as::client ? &client_ : nullptr;
     auto auth = svc_.upstreams().authorization(*sel_.up, sel_.repo, cred, auth_round_ > 0);
     if (!auth) {
@@ -202,11 +221,15 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         return capture_error(502, "upstream sent a bad Content-Length"), false;
       size = v;
     }
-    // Visibility is recorded before the object can become visible, so no reader ever sees it
-    // without knowing whether it is public.
+    // A private fetch names its repository at once (that grants nothing: strangers are still
+    // checked upstream). "Public" waits until this transfer's own bytes matched the digest
+    // (commit): a response head proves nothing about the object it announces.
     std::string repo_key =
         who_ == acting_as::client ? sel_.up->cfg.name + "/" + sel_.repo : std::string();
-    (void)svc_.state().add_visibility(id_, who_ == acting_as::proxy, repo_key);
+    if (who_ == acting_as::client) {
+      (void)svc_.state().add_visibility(id_, false, repo_key);
+      svc_.upstreams().gate().note_accepted(client_.hash);
+    }
     auto ticket = svc_.store().begin_write(id_, size, cache::object_kind::blob);
     if (!ticket) {
       capture_error(ticket.error().is(errc::no_space) ? 507 : 500,
@@ -247,9 +270,9 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     if (std::uint64_t cs =
             size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0;
         cs) {
-      chunks = std::make_shared<chunk_list>(id_, *size, cs);
-      svc_.register_chunks(chunks);
       bool pub = who_ == acting_as::proxy;
+      chunks = std::make_shared<chunk_list>(id_, *size, cs, pub);
+      svc_.register_chunks(chunks);
       chunker_ = std::make_unique<chunker>(
           chunks, [svc = &svc_, pub, repo_key](const chunk_entry& e, const std::string& b,
                                                const object_metainfo& m) {
@@ -367,6 +390,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     }
     unsigned s = capture_status_;
     std::string msg = "upstream " + sel_.up->cfg.name + " answered HTTP " + std::to_string(s);
+    if (auto why = svc_.upstreams().realm_refused(*sel_.up); s == 401 && !why.empty())
+      msg += " (" + why + ")";
     {
       std::lock_guard lk(mu_);
       retry_after_ = retry_after_capture_;
@@ -382,6 +407,15 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
         log::warn("chunk objects incomplete; nodes fall back to the whole object",
                   log::kv("digest", id_.str()), log::kv("error", st.error().message));
       }
+    }
+    // Public is recorded once the bytes are verified and before the object becomes visible
+    // (the callback runs inside commit(), between the hash check and the rename), so no reader
+    // sees the object without knowing whether it is public.
+    if (who_ == acting_as::proxy) {
+      writer_->inflight()->wait_verified([svc = &svc_, id = id_](const cache::progress& p) {
+        if (p.verified && p.state != cache::write_state::failed)
+          (void)svc->state().add_visibility(id, true, {});
+      });
     }
     auto info = writer_->commit();
     writer_.reset();
@@ -433,10 +467,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
   void set_phase(phase p, unsigned status, std::string msg) {
     std::vector<std::function<void()>> heads, dones;
+    credential_gate::pass done_with;
     {
       std::lock_guard lk(mu_);
       if (ph_ == phase::committed || ph_ == phase::failed) return;
       ph_ = p;
+      if (p != phase::starting) done_with = std::move(gate_pass_);
       if (p == phase::failed) {
         status_ = status;
         message_ = std::move(msg);
@@ -457,7 +493,9 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   selection sel_;
   digest id_;
   credential client_;
+  const flight_key key_;
   acting_as who_ = acting_as::proxy;
+  bool gated_ = false;  // the client's credential passed (or was refused by) the gate
   int auth_round_ = 0;
   next_step next_ = next_step::none;
 
@@ -490,6 +528,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   unsigned status_ = 0;
   std::string message_, retry_after_;
   std::vector<std::function<void()>> head_waiters_, done_waiters_;
+  credential_gate::pass gate_pass_;
 };
 
 }  // namespace shoal::proxy

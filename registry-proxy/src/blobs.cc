@@ -109,6 +109,15 @@ http::response failure_response(unsigned status, const std::string& message,
   return origin::upstream_failure(status, message, retry_after, not_found_code, basic_challenge);
 }
 
+// A fetch shared by every client of one upstream and repository failed with a refusal (401, 403,
+// 404) of the credential it acted with, or of none: a client with another credential may get
+// another answer, from a fetch of its own (keyed by its credential; never retried again).
+bool wants_own_answer(blob_fetch& f, const credential& cred) {
+  auto s = f.snap();
+  return s.ph == blob_fetch::phase::failed && !cred.anonymous() && f.key().cred.empty() &&
+         (s.status == 401 || s.status == 403 || s.status == 404) && s.client_hash != cred.hash;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -136,30 +145,44 @@ void blob_service::shutdown() {
   std::vector<std::shared_ptr<blob_fetch>> all, waiting;
   {
     std::lock_guard lk(mu_);
-    for (auto& [d, f] : fetches_) all.push_back(f);
-    for (auto& f : queue_) {
+    for (auto& [k, f] : fetches_) all.push_back(f);
+    waiting = queue_.drain();
+    for (auto& f : waiting) {
       f->admitted = true;
-      ++running_;
-      waiting.push_back(f);
+      ++running_[f->key().upstream];
     }
-    queue_.clear();
   }
   for (auto& f : all) f->cancel();
   // Queued fetches start cancelled: they fail at once and answer their waiters.
   for (auto& f : waiting) f->start();
 }
 
-std::vector<std::shared_ptr<blob_fetch>> blob_service::admit_locked() {
+bool blob_service::room_locked(const std::string& upstream) const {
+  if (fetch_limit_ <= 0) return true;
+  auto it = running_.find(upstream);
+  return it == running_.end() || it->second < static_cast<std::size_t>(fetch_limit_);
+}
+
+std::vector<std::shared_ptr<blob_fetch>> blob_service::admit_locked(const std::string& upstream) {
   std::vector<std::shared_ptr<blob_fetch>> out;
-  while (!queue_.empty() &&
-         (fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_))) {
-    auto f = queue_.front();
-    queue_.pop_front();
-    f->admitted = true;
-    ++running_;
-    out.push_back(std::move(f));
+  while (room_locked(upstream)) {
+    auto f = queue_.pop(upstream);
+    if (!f) break;
+    (*f)->admitted = true;
+    ++running_[upstream];
+    out.push_back(std::move(*f));
   }
   return out;
+}
+
+// Called with mu_ held: `f` no longer holds a slot of its upstream.
+static void uncount(std::map<std::string, std::size_t>& running, const std::string& upstream) {
+  auto it = running.find(upstream);
+  if (it == running.end()) return;
+  if (it->second <= 1)
+    running.erase(it);
+  else
+    --it->second;
 }
 
 void blob_service::release_slot(const std::shared_ptr<blob_fetch>& f) {
@@ -168,8 +191,8 @@ void blob_service::release_slot(const std::shared_ptr<blob_fetch>& f) {
     std::lock_guard lk(mu_);
     if (!f->admitted || f->released) return;
     f->released = true;
-    --running_;
-    next = admit_locked();
+    uncount(running_, f->key().upstream);
+    next = admit_locked(f->key().upstream);
   }
   for (auto& n : next) n->start();
 }
@@ -178,24 +201,44 @@ void blob_service::finish_fetch(const std::shared_ptr<blob_fetch>& f) {
   std::vector<std::shared_ptr<blob_fetch>> next;
   {
     std::lock_guard lk(mu_);
-    auto it = fetches_.find(f->id());
+    auto it = fetches_.find(f->key());
     if (it != fetches_.end() && it->second == f) fetches_.erase(it);
     if (f->admitted && !f->released) {
       f->released = true;
-      --running_;
+      uncount(running_, f->key().upstream);
     }
-    next = admit_locked();
+    next = admit_locked(f->key().upstream);
   }
   for (auto& n : next) n->start();
 }
 
+// A fetch of `d` through another upstream or repository that acted as registry-proxy itself and
+// whose bytes already matched the digest: the object is about to be cached as public, and a
+// cached public object is served to anyone, so joining it is joining the cache (no other
+// upstream request). Unverified fetches are never joined across repositories (flight_key).
+std::map<flight_key, std::shared_ptr<blob_fetch>>::iterator blob_service::verified_public_locked(
+    const digest& d) {
+  for (auto it = fetches_.lower_bound(flight_key{d, {}, {}, {}});
+       it != fetches_.end() && it->first.d == d; ++it) {
+    auto s = it->second->snap();
+    bool verified =
+        s.ph == blob_fetch::phase::committed ||
+        (s.ph == blob_fetch::phase::streaming && s.inflight && s.inflight->snapshot().verified);
+    if (s.is_public && verified) return it;
+  }
+  return fetches_.end();
+}
+
 std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, const digest& d,
                                                         const credential& cred, bool& started,
-                                                        bool for_metainfo, bool for_chunks) {
+                                                        const fetch_opts& o) {
   std::shared_ptr<blob_fetch> f;
+  const bool for_metainfo = o.for_metainfo, for_chunks = o.for_chunks;
+  const flight_key key{d, sel.up->cfg.name, sel.repo, o.personal ? cred.hash : std::string()};
   {
     std::lock_guard lk(mu_);
-    auto it = fetches_.find(d);
+    auto it = fetches_.find(key);
+    if (it == fetches_.end() && !o.personal) it = verified_public_locked(d);
     if (it != fetches_.end()) {
       started = false;
       if (m_.joins) m_.joins->inc();
@@ -204,24 +247,33 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
       if (for_chunks) f->want_chunks();
       if (f->admitted || for_metainfo) return f;
       // An HTTP client streams this object: it may not wait in the queue.
-      queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
+      queue_.remove(f);
       f->admitted = true;
-      ++running_;
+      ++running_[key.upstream];
     } else {
-      f = std::make_shared<blob_fetch>(*this, sel, d, cred);
+      f = std::make_shared<blob_fetch>(*this, sel, d, cred, o.personal);
       if (for_metainfo) f->want_metainfo();
       if (for_chunks) f->want_chunks();
-      fetches_[d] = f;
       started = true;
-      bool room = fetch_limit_ <= 0 || running_ < static_cast<std::size_t>(fetch_limit_);
-      if (for_metainfo && !room) {
-        queue_.push_back(f);
+      if (for_metainfo && !room_locked(key.upstream)) {
+        auto r = queue_.push(key.upstream, cred.peer, f);
+        if (r != fetch_queue<std::shared_ptr<blob_fetch>>::pushed::queued) {
+          started = false;
+          if (o.refused)
+            *o.refused = r == fetch_queue<std::shared_ptr<blob_fetch>>::pushed::full
+                             ? "the upstream fetch queue is full; retry later"
+                             : "this client has too many fetches in the upstream fetch queue; "
+                               "retry later";
+          return nullptr;
+        }
+        fetches_[key] = f;
         log::debug("upstream fetch queued", log::kv("digest", d.str()),
-                   log::kv("ahead", queue_.size() - 1));
+                   log::kv("upstream", key.upstream), log::kv("queued", queue_.size()));
         return f;
       }
+      fetches_[key] = f;
       f->admitted = true;
-      ++running_;
+      ++running_[key.upstream];
     }
   }
   f->start();
@@ -235,7 +287,8 @@ void blob_service::serve(const selection& sel, const digest& d, const credential
     std::shared_ptr<blob_fetch> f;
     {
       std::lock_guard lk(mu_);
-      auto it = fetches_.find(d);
+      auto it = fetches_.find(flight_key{d, sel.up->cfg.name, sel.repo, {}});
+      if (it == fetches_.end()) it = verified_public_locked(d);
       if (it != fetches_.end()) f = it->second;
     }
     if (!f && head) return head_upstream(sel, d, cred, resp);
@@ -244,10 +297,17 @@ void blob_service::serve(const selection& sel, const digest& d, const credential
           oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down"));
     // Joins a running fetch, admits a queued one (an HTTP client may not wait in the queue) or
     // starts one.
-    bool started = false;
-    f = join_or_start(sel, d, cred, started);
-    serve_from_fetch(f, sel, cred, head, resp);
+    serve_fetched(sel, d, cred, head, false, resp);
   });
+}
+
+void blob_service::serve_fetched(const selection& sel, const digest& d, const credential& cred,
+                                 bool head, bool personal, http::responder resp) {
+  bool started = false;
+  std::string refused;
+  auto f = join_or_start(sel, d, cred, started, {.personal = personal, .refused = &refused});
+  if (!f) return resp.send(failure_response(429, refused, "5", oci::error_code::blob_unknown));
+  serve_from_fetch(f, sel, cred, head, resp);
 }
 
 void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel,
@@ -255,6 +315,14 @@ void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const 
   f->when_head([this, f, sel, cred, head, resp] {
     auto s = f->snap();
     if (s.ph == blob_fetch::phase::failed) {
+      // A refusal of the credential (or of none) the fetch acted with: this client's own
+      // credential may get another answer, from a fetch of its own.
+      if (wants_own_answer(*f, cred)) {
+        net::post(pool_, [this, sel, d = f->id(), cred, head, resp] {
+          serve_fetched(sel, d, cred, head, true, resp);
+        });
+        return;
+      }
       return resp.send(
           failure_response(s.status, s.message, s.retry_after, oci::error_code::blob_unknown));
     }
@@ -279,7 +347,8 @@ void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const 
     net::post(pool_, [this, f, sel, cred, resp, respond] {
       auto v = access_.check(sel, f->id(), "/v2/" + sel.repo + "/blobs/" + f->id().str(), cred);
       if (!v.allowed)
-        return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
+        return resp.send(
+            failure_response(v.status, v.message, v.retry_after, oci::error_code::blob_unknown));
       respond();
     });
   });
@@ -289,15 +358,14 @@ void blob_service::serve_cached(const selection& sel, const digest& d, const cre
                                 bool head, http::responder resp) {
   auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
   if (!v.allowed)
-    return resp.send(failure_response(v.status, v.message, {}, oci::error_code::blob_unknown));
+    return resp.send(
+        failure_response(v.status, v.message, v.retry_after, oci::error_code::blob_unknown));
   auto rd = store_.open_read(d);
   if (!rd) {
     if (rd.error().is(errc::not_found)) {
       // Evicted between the check and the open: fetch it again.
       if (head) return head_upstream(sel, d, cred, resp);
-      bool started = false;
-      auto f = join_or_start(sel, d, cred, started);
-      return serve_from_fetch(f, sel, cred, head, resp);
+      return serve_fetched(sel, d, cred, head, false, resp);
     }
     return resp.send(
         oci_error(500, oci::error_code::unsupported, "cache read: " + rd.error().message));
@@ -317,9 +385,9 @@ void blob_service::head_upstream(const selection& sel, const digest& d, const cr
     r = uc_.call(*sel.up, sel.repo, &cred, "HEAD", path, {{"Accept", "*/*"}}, 0);
   }
   if (!r) {
-    return resp.send(failure_response(gateway_status(r.error()),
-                                      "upstream " + sel.up->cfg.name + ": " + r.error().message, {},
-                                      oci::error_code::blob_unknown));
+    unsigned s = gateway_status(r.error());
+    return resp.send(failure_response(s, "upstream " + sel.up->cfg.name + ": " + r.error().message,
+                                      s == 429 ? "1" : "", oci::error_code::blob_unknown));
   }
   if (r->status != 200) {
     std::string ra(r->header("Retry-After").value_or(""));
@@ -356,81 +424,110 @@ result<metainfo_answer> blob_service::cached_metainfo(const digest& d) {
   return a;
 }
 
+void blob_service::metainfo_cached(const selection& sel, const digest& d, const credential& cred,
+                                   const std::function<void(metainfo_answer)>& done) {
+  auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
+  if (!v.allowed) {
+    metainfo_answer a;
+    a.status = v.status;
+    a.message = v.message;
+    a.retry_after = v.retry_after;
+    return done(std::move(a));
+  }
+  auto a = cached_metainfo(d);
+  if (!a) {
+    metainfo_answer e;
+    e.status = a.error().is(errc::not_found) ? 404 : 500;
+    e.message = a.error().message;
+    return done(std::move(e));
+  }
+  done(std::move(*a));
+}
+
 void blob_service::metainfo(const selection& sel, const digest& d, const credential& cred,
                             std::chrono::milliseconds wait, bool accept_chunks,
                             std::function<void(metainfo_answer)> done) {
-  auto answer_cached = [this, sel, d, cred, done] {
-    auto v = access_.check(sel, d, "/v2/" + sel.repo + "/blobs/" + d.str(), cred);
-    if (!v.allowed) {
-      metainfo_answer a;
-      a.status = v.status;
-      a.message = v.message;
-      return done(std::move(a));
+  net::post(pool_, [this, sel, d, cred, wait, accept_chunks, done] {
+    metainfo_fetch(sel, d, cred, wait, accept_chunks, false, done);
+  });
+}
+
+// Worker thread: the metainfo of an object in the cache, or of the fetch this request starts or
+// joins (`personal`: a fetch keyed by this client's credential, see wants_own_answer).
+void blob_service::metainfo_fetch(const selection& sel, const digest& d, const credential& cred,
+                                  std::chrono::milliseconds wait, bool accept_chunks, bool personal,
+                                  std::function<void(metainfo_answer)> done) {
+  if (store_.contains(d)) return metainfo_cached(sel, d, cred, done);
+  if (stopping_) {
+    metainfo_answer a;
+    a.status = 503;
+    a.message = "registry-proxy is shutting down";
+    return done(std::move(a));
+  }
+  bool started = false;
+  std::string refused;
+  auto f = join_or_start(sel, d, cred, started,
+                         {.for_metainfo = true,
+                          .for_chunks = accept_chunks,
+                          .personal = personal,
+                          .refused = &refused});
+  if (!f) {
+    metainfo_answer a;
+    a.status = 429;
+    a.message = refused;
+    a.retry_after = "5";
+    return done(std::move(a));
+  }
+  auto fired = std::make_shared<std::atomic<bool>>(false);
+  auto timer = std::make_shared<net::steady_timer>(io_, wait);
+  f->when_done([this, f, fired, timer, done, sel, d, cred, wait, accept_chunks] {
+    if (fired->exchange(true)) return;
+    timer->cancel();
+    auto s = f->snap();
+    if (s.ph == blob_fetch::phase::committed) {
+      net::post(pool_, [this, sel, d, cred, done] { metainfo_cached(sel, d, cred, done); });
+      return;
     }
-    auto a = cached_metainfo(d);
-    if (!a) {
-      metainfo_answer e;
-      e.status = a.error().is(errc::not_found) ? 404 : 500;
-      e.message = a.error().message;
-      return done(std::move(e));
+    if (wants_own_answer(*f, cred)) {
+      net::post(pool_, [this, sel, d, cred, wait, accept_chunks, done] {
+        metainfo_fetch(sel, d, cred, wait, accept_chunks, true, done);
+      });
+      return;
     }
-    done(std::move(*a));
-  };
-  net::post(pool_, [this, sel, d, cred, wait, accept_chunks, done, answer_cached] {
-    if (store_.contains(d)) return answer_cached();
-    if (stopping_) {
-      metainfo_answer a;
-      a.status = 503;
-      a.message = "registry-proxy is shutting down";
-      return done(std::move(a));
-    }
-    bool started = false;
-    auto f = join_or_start(sel, d, cred, started, true, accept_chunks);
-    auto fired = std::make_shared<std::atomic<bool>>(false);
-    auto timer = std::make_shared<net::steady_timer>(io_, wait);
-    f->when_done([this, f, fired, timer, done, answer_cached] {
+    metainfo_answer a;
+    a.status = s.status ? s.status : 502;
+    a.message = s.message;
+    a.retry_after = s.retry_after;
+    done(std::move(a));
+  });
+  // A chunked object answers at once: the node fetches its chunks while the rest downloads.
+  if (accept_chunks)
+    f->when_chunked([f, fired, timer, done] {
       if (fired->exchange(true)) return;
       timer->cancel();
       auto s = f->snap();
-      if (s.ph == blob_fetch::phase::committed) {
-        net::post(pool_, answer_cached);
-        return;
-      }
-      metainfo_answer a;
-      a.status = s.status ? s.status : 502;
-      a.message = s.message;
-      a.retry_after = s.retry_after;
-      done(std::move(a));
-    });
-    // A chunked object answers at once: the node fetches its chunks while the rest downloads.
-    if (accept_chunks)
-      f->when_chunked([f, fired, timer, done] {
-        if (fired->exchange(true)) return;
-        timer->cancel();
-        auto s = f->snap();
-        metainfo_answer a;
-        a.status = 202;
-        a.chunk_size = s.chunks ? s.chunks->chunk_size() : 0;
-        a.bytes_done = s.progress;
-        a.size = s.size.value_or(0);
-        a.message = "fetch in progress; chunks swarm";
-        a.retry_after = "1";
-        done(std::move(a));
-      });
-    timer->async_wait([f, fired, accept_chunks, done](boost::system::error_code ec) {
-      if (ec || fired->exchange(true)) return;
-      auto s = f->snap();
       metainfo_answer a;
       a.status = 202;
-      if (s.chunks && accept_chunks) a.chunk_size = s.chunks->chunk_size();
-      // Progress, not the object's own bytes: peers treat a growing value as liveness, and an
-      // object waiting in the fetch queue grows with the fetches ahead of it.
+      a.chunk_size = s.chunks ? s.chunks->chunk_size() : 0;
       a.bytes_done = s.progress;
       a.size = s.size.value_or(0);
-      a.message = "fetch in progress";
+      a.message = "fetch in progress; chunks swarm";
       a.retry_after = "1";
       done(std::move(a));
     });
+  timer->async_wait([f, fired, accept_chunks, done](boost::system::error_code ec) {
+    if (ec || fired->exchange(true)) return;
+    auto s = f->snap();
+    metainfo_answer a;
+    a.status = 202;
+    if (s.chunks && accept_chunks) a.chunk_size = s.chunks->chunk_size();
+    // Progress, not the object's own bytes: peers treat a growing value as liveness, and an
+    // object waiting in the fetch queue grows with the fetches ahead of it.
+    a.bytes_done = s.progress;
+    a.size = s.size.value_or(0);
+    a.message = "fetch in progress";
+    a.retry_after = "1";
+    done(std::move(a));
   });
 }
 
@@ -499,13 +596,32 @@ std::string chunk_list_body(const chunk_list& c) {
 
 }  // namespace
 
+access_verdict blob_service::parent_access(const selection& sel, const digest& parent,
+                                           const credential& cred) {
+  // While the blob is still arriving it is not recorded public yet (only its verified bytes
+  // make it so): its fetch says whom it was fetched for, as it does for streaming readers.
+  std::shared_ptr<blob_fetch> f;
+  {
+    std::lock_guard lk(mu_);
+    auto it = fetches_.find(flight_key{parent, sel.up->cfg.name, sel.repo, {}});
+    if (it != fetches_.end()) f = it->second;
+  }
+  if (f) {
+    auto s = f->snap();
+    bool answered = s.ph == blob_fetch::phase::streaming || s.ph == blob_fetch::phase::committed;
+    if (answered && (s.is_public || (!s.client_hash.empty() && s.client_hash == cred.hash)))
+      return {true, 0, {}, {}};
+  }
+  return access_.check(sel, parent, "/v2/" + sel.repo + "/blobs/" + parent.str(), cred);
+}
+
 void blob_service::chunks(const selection& sel, const digest& parent, const credential& cred,
                           std::size_t have, std::chrono::milliseconds wait,
                           std::function<void(unsigned, std::string)> done) {
   net::post(pool_, [this, sel, parent, cred, have, wait, done] {
     auto c = chunks_of(parent);
     if (!c) return done(404, origin::plain_error_body("the object is not cut into chunks here"));
-    auto v = access_.check(sel, parent, "/v2/" + sel.repo + "/blobs/" + parent.str(), cred);
+    auto v = c->cut_publicly() ? access_verdict{true, 0, {}, {}} : parent_access(sel, parent, cred);
     if (!v.allowed) return done(v.status, origin::plain_error_body(v.message));
     auto fired = std::make_shared<std::atomic<bool>>(false);
     auto timer = std::make_shared<net::steady_timer>(io_, wait);
@@ -532,10 +648,11 @@ void blob_service::chunk_metainfo(const selection& sel, const digest& parent, co
       e.message = chunk.short_str() + " is not a published chunk of " + parent.short_str();
       return done(std::move(e));
     }
-    auto v = access_.check(sel, parent, "/v2/" + sel.repo + "/blobs/" + parent.str(), cred);
+    auto v = c->cut_publicly() ? access_verdict{true, 0, {}, {}} : parent_access(sel, parent, cred);
     if (!v.allowed) {
       e.status = v.status;
       e.message = v.message;
+      e.retry_after = v.retry_after;
       return done(std::move(e));
     }
     auto a = cached_metainfo(chunk);

@@ -33,6 +33,10 @@ void describe(config::binder& b, upstream_config& c) {
   b.field("max_retries", c.max_retries,
           "Retries of idempotent requests (and resumes of broken blob transfers).",
           {.min = 0, .max = 20});
+  b.field("token_realm_hosts", c.token_realm_hosts,
+          "Hosts besides the upstream's own whose Bearer token realms are followed (a token realm "
+          "gets the client's credentials). auth.docker.io is implied for docker_hub upstreams. "
+          "Realms must use https unless the upstream's url is http.");
   b.check(c.name.empty() || oci::valid_registry_host(c.name),
           "upstreams[].name is not a valid registry host");
   b.check(c.url.empty() || c.url.rfind("http://", 0) == 0 || c.url.rfind("https://", 0) == 0,
@@ -46,7 +50,8 @@ void describe(config::binder& b, manifest_config& c) {
           "How long a tag's resolution is reused before asking upstream again.");
   b.field(
       "stale_if_error", c.stale_if_error,
-      "When upstream fails, serve an expired tag answer up to this old (with a Warning header).");
+      "When upstream fails, serve an expired tag answer up to this old (with a Warning header). "
+      "Tag rows older than this (and tag_ttl) are deleted from the state index.");
   b.field("max_size", c.max_size, "Largest manifest accepted from upstream.",
           {.min = config::byte_size::kib(4), .max = config::byte_size::mib(64)});
 }
@@ -56,6 +61,25 @@ void describe(config::binder& b, access_config& c) {
           "How long upstream's confirmation that a credential may pull a private repository is "
           "reused (keyed by a hash of the credential; the credential is never stored).",
           {.min = 1s});
+  // Pull-path hardening: credentials upstream has not accepted lately.
+  b.field("unseen_per_client_rate", c.unseen_per_client_rate,
+          "Upstream checks per second one client address may cause with credentials upstream has "
+          "not accepted lately (beyond: 429 with Retry-After).",
+          {.min = 1, .max = 100000});
+  b.field("unseen_per_client_burst", c.unseen_per_client_burst, "Burst of unseen_per_client_rate.",
+          {.min = 1, .max = 100000});
+  b.field("unseen_rate", c.unseen_rate,
+          "Upstream checks per second of not-yet-accepted credentials, all clients together.",
+          {.min = 1, .max = 100000});
+  b.field("unseen_burst", c.unseen_burst, "Burst of unseen_rate.", {.min = 1, .max = 100000});
+  b.field("unseen_concurrency", c.unseen_concurrency,
+          "Upstream checks of not-yet-accepted credentials running at once; keep it below "
+          "worker_threads so they cannot occupy every worker.",
+          {.min = 1, .max = 256});
+  b.field("cache_entries", c.cache_entries,
+          "Entries of the credential-keyed caches (positive answers, tokens, clients, accepted "
+          "credentials); the least recently used go first.",
+          {.min = 100, .max = 10000000});
 }
 
 void describe(config::binder& b, torrent_config& c) {
@@ -78,13 +102,22 @@ void describe(config::binder& b, torrent_config& c) {
   b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
   b.field(
       "fetch_concurrency", c.fetch_concurrency,
-      "Upstream blob fetches started for the swarm (metainfo requests) that run at once; more wait "
-      "in arrival order, and their metainfo long-polls report the queue's progress. Metainfo "
+      "Upstream blob fetches started for the swarm (metainfo requests) that run at once per "
+      "upstream; more wait in that upstream's queue, served round robin among the clients that "
+      "asked, and their metainfo long-polls report the queue's progress. Metainfo "
       "exists "
       "only for whole objects, so with 1 an image's layers complete one after another and each "
       "swarms while the next still downloads (docs/p2p.md). Fetches for HTTP clients never wait. "
       "0: no limit.",
       {.min = 0, .max = 1000});
+  // Pull-path hardening: the fetch queue's bounds.
+  b.field("fetch_queue_max", c.fetch_queue_max,
+          "Fetches waiting in the queue at most, all upstreams; a metainfo request beyond it is "
+          "answered 429 with Retry-After.",
+          {.min = 1, .max = 1000000});
+  b.field("fetch_queue_per_client", c.fetch_queue_per_client,
+          "Fetches one client address may have waiting in the queue; beyond it, 429.",
+          {.min = 1, .max = 1000000});
   b.field(
       "chunk_size", c.chunk_size,
       "A blob at least twice this long that a node waits for is also cut, as it streams in from "

@@ -24,6 +24,12 @@ std::string route_of(std::string_view target) {
   return "other";
 }
 
+credential proxy_handler::credential_of(const http::request& req) const {
+  credential c = credential_from(req.header("Authorization"), d_.credential_salt);
+  c.peer = req.remote.address().to_string();
+  return c;
+}
+
 void proxy_handler::operator()(http::request&& req, http::responder resp) {
   if (daemon::serve_ops(req, resp, d_.metrics, d_.health)) return;
   // A peer of another release that speaks no protocol version this one serves: a clear 400.
@@ -71,7 +77,7 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
         oci_error(s, s == 404 ? oci::error_code::name_unknown : oci::error_code::name_invalid,
                   sel.error().message));
   }
-  credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
+  credential cred = credential_of(req);
   const http::responder& out = resp;
   if (route->kind == origin::route_kind::manifest) {
     std::string accept = req.header_list("Accept");
@@ -98,7 +104,7 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
   if (!q) return resp.send(oci_error(q.error().status, q.error().code, q.error().message));
   auto sel = select_repo(q->repo, q->ns, resp);
   if (!sel) return;
-  credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
+  credential cred = credential_of(req);
   // Clients may ask for a shorter wait, never a longer one.
   auto wait = std::min(d_.metainfo_wait, q->wait.value_or(d_.metainfo_wait));
   auto dig = q->object;
@@ -132,7 +138,7 @@ void proxy_handler::handle_chunks(http::request&& req, const http::responder& re
   auto sel = select_repo(q->repo, q->ns, resp);
   if (!sel) return;
   auto wait = std::min(d_.metainfo_wait, q->wait.value_or(d_.metainfo_wait));
-  credential cred = credential_from(req.header("Authorization"), d_.credential_salt);
+  credential cred = credential_of(req);
   d_.blobs.chunks(*sel, q->parent, cred, q->have, wait, [resp](unsigned status, std::string body) {
     resp.send(http::response::json(status, std::move(body)));
   });

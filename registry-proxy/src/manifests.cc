@@ -3,7 +3,6 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
-#include <set>
 
 #include "registry-proxy/blobs.h"
 #include "common/log.h"
@@ -36,20 +35,29 @@ http::response manifest_error(unsigned status, const std::string& message,
 }  // namespace
 
 std::string manifest_service::normalize_accept(std::string_view accept) {
-  std::set<std::string> types;
+  // The manifest types registry-proxy knows, in a fixed order: the key is the subset the client
+  // named, so however the header is spelled (order, parameters, other types) at most 2^5 keys
+  // exist per tag.
+  static constexpr std::string_view known[] = {
+      oci::media::oci_index, oci::media::docker_manifest_list, oci::media::oci_manifest,
+      oci::media::docker_manifest, oci::media::docker_manifest_v1_signed};
+  unsigned mask = 0;
   std::size_t start = 0;
   while (start <= accept.size()) {
     auto comma = accept.find(',', start);
     auto part = strip_params(accept.substr(
         start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    if (!part.empty()) types.insert(part);
+    for (std::size_t i = 0; i < std::size(known); ++i) {
+      if (part == known[i]) mask |= 1u << i;
+    }
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
   std::string out;
-  for (const auto& t : types) {
-    if (!out.empty()) out += ',';
-    out += t;
+  for (std::size_t i = 0; i < std::size(known); ++i) {
+    if (!(mask & (1u << i))) continue;
+    if (!out.empty()) out += ", ";
+    out += known[i];
   }
   return out;
 }
@@ -83,7 +91,8 @@ manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
     // A token realm refusing the client's credentials is an answer, not an outage: no stale
     // tag for it.
     out.status = gateway_status(r.error());
-    out.transport_error = out.status != 401;
+    out.transport_error = out.status != 401 && out.status != 429;
+    if (out.status == 429) out.retry_after = "1";
     out.message = "upstream " + sel.up->cfg.name + ": " + r.error().message;
     return out;
   }
@@ -92,6 +101,8 @@ manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
     out.retry_after = std::string(r->header("Retry-After").value_or(""));
     out.message = "upstream " + sel.up->cfg.name + " answered HTTP " + std::to_string(r->status) +
                   " for " + sel.repo + ":" + ref;
+    if (auto why = uc_.realm_refused(*sel.up); r->status == 401 && !why.empty())
+      out.message += " (" + why + ")";
     // A 5xx from upstream counts as the upstream being down (stale answers may be served).
     out.transport_error = r->status >= 500;
     return out;
@@ -156,6 +167,22 @@ http::response manifest_service::from_store(const digest& d, const std::string& 
   return r;
 }
 
+void manifest_service::sweep_tags(std::int64_t now) {
+  // Now and then (worker thread): rows too old to be served even stale are deleted.
+  constexpr std::int64_t every_ms = 10 * 60 * 1000;
+  auto last = last_sweep_ms_.load();
+  if (now - last < every_ms || !last_sweep_ms_.compare_exchange_strong(last, now)) return;
+  auto to_ms = [](auto d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  const auto keep_ms = std::max(to_ms(cfg_.tag_ttl.get()), to_ms(cfg_.stale_if_error.get()));
+  auto n = st_.sweep_tags(now - keep_ms);
+  if (!n)
+    log::warn("could not sweep expired tag rows", log::kv("error", n.error().message));
+  else if (*n)
+    log::info("expired tag rows deleted", log::kv("rows", *n));
+}
+
 http::response manifest_service::answer(const selection& sel, const oci::manifest_ref& ref,
                                         const credential& cred, const std::string& accept,
                                         bool head) {
@@ -164,10 +191,10 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
     const digest& d = *ref.dig;
     if (store_.contains(d)) {
       auto v = access_.check(sel, d, "/v2/" + sel.repo + "/manifests/" + d.str(), cred);
-      if (!v.allowed) return manifest_error(v.status, v.message, {});
+      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
       return from_store(d, {}, head, false);
     }
-    auto f = fetch_upstream(sel, d.str(), cred, accept);
+    auto f = fetch_upstream(sel, d.str(), cred, normalize_accept(accept));
     if (f.status != 200) return manifest_error(f.status, f.message, f.retry_after);
     if (f.dig != d) {
       if (m_.digest_mismatch) m_.digest_mismatch->inc();
@@ -206,18 +233,19 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
     if (!entry->is_public) {
       auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(),
                              cred);
-      if (!v.allowed) return manifest_error(v.status, v.message, {});
+      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
     }
     if (m_.tag_hits) m_.tag_hits->inc();
     return from_store(entry->dig, entry->media_type, head, false);
   }
-  auto f = fetch_upstream(sel, *ref.tag, cred, accept);
+  auto f = fetch_upstream(sel, *ref.tag, cred, normalize_accept(accept));
   if (f.status == 200) {
     if (auto s = store_manifest(f.dig, f.body, f.media_type, f.is_public, repo_key); !s) {
       log::warn("could not cache manifest", log::kv("digest", f.dig.str()),
                 log::kv("error", s.error().message));
     }
     (void)st_.put_tag(key, tag_entry{f.dig, f.media_type, now, f.is_public});
+    sweep_tags(now);
     http::response r;
     r.status = 200;
     r.headers.set("Content-Type", f.media_type);
@@ -240,7 +268,7 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
       auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(),
                              cred);
       // The check needs upstream too; without it private content stays closed.
-      if (!v.allowed) return manifest_error(v.status, v.message, {});
+      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
     }
     log::warn("serving a stale tag because upstream failed",
               log::kv("tag", repo_key + ":" + *ref.tag), log::kv("error", f.message));

@@ -50,6 +50,25 @@ status state_db::put_tag(const std::string& key, const tag_entry& e) {
   return put("t/" + key, j.dump());
 }
 
+result<std::size_t> state_db::sweep_tags(std::int64_t older_than_ms) {
+  std::vector<std::string> old;
+  auto st = db_->scan("t/", [&](std::string_view key, std::string_view value) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    // Rows that are not JSON are never read back either: they go too. A row of another version
+    // (a newer release's) is not ours to judge.
+    bool junk = j.is_discarded() || !j.is_object();
+    if (junk || (j.value("v", 0) == 1 && j.value("at", std::int64_t{0}) < older_than_ms))
+      old.emplace_back(key);
+  });
+  if (!st) return fail(st.error().wrap("sweep tag rows"));
+  cache::state_db::batch b;
+  for (const auto& k : old) b.remove(k);
+  if (!b.empty()) {
+    if (auto w = db_->write(b); !w) return fail(w.error().wrap("sweep tag rows"));
+  }
+  return old.size();
+}
+
 std::optional<std::string> state_db::get_media_type(const digest& d) const {
   return get("m/" + d.hex());
 }

@@ -25,7 +25,71 @@ std::string lower(std::string_view s) {
 unsigned gateway_status(const error& e) {
   if (e.is(errc::unauthorized)) return 401;
   if (e.is(errc::timeout)) return 504;
+  if (e.is(errc::busy)) return 429;
   return 502;
+}
+
+namespace {
+
+struct url_parts {
+  std::string scheme, host;  // lower case; host without port or brackets
+  bool ok = false;
+};
+
+url_parts split_url(std::string_view url) {
+  url_parts p;
+  auto colon = url.find("://");
+  if (colon == std::string_view::npos) return p;
+  p.scheme = lower(url.substr(0, colon));
+  std::string_view rest = url.substr(colon + 3);
+  auto end = rest.find_first_of("/?#");
+  std::string_view authority = rest.substr(0, end);
+  if (authority.empty() || authority.find('@') != std::string_view::npos) return p;
+  if (authority.front() == '[') {
+    auto close = authority.find(']');
+    if (close == std::string_view::npos) return p;
+    p.host = lower(authority.substr(1, close - 1));
+  } else {
+    p.host = lower(authority.substr(0, authority.find(':')));
+  }
+  p.ok = !p.host.empty();
+  return p;
+}
+
+// A foreign string in a message: quoted, at most 200 bytes, control and non-ASCII bytes escaped.
+std::string quoted(std::string_view s) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < s.size() && i < 200; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > 200) out += "...";
+  return out + "\"";
+}
+
+}  // namespace
+
+std::optional<std::string> realm_refusal(const upstream_config& up, std::string_view realm) {
+  auto r = split_url(realm);
+  auto u = split_url(up.url);
+  if (!r.ok || (r.scheme != "https" && r.scheme != "http"))
+    return "token realm " + quoted(realm) + " is not an http(s) URL";
+  if (r.scheme == "http" && u.scheme != "http")
+    return "token realm " + quoted(realm) + " is plain http while the upstream is https";
+  if (u.ok && r.host == u.host) return std::nullopt;
+  if (up.docker_hub && r.host == "auth.docker.io") return std::nullopt;
+  for (const auto& h : up.token_realm_hosts) {
+    if (lower(h) == r.host) return std::nullopt;
+  }
+  return "token realm " + quoted(realm) + " is neither on the upstream's host nor in its " +
+         "token_realm_hosts";
 }
 
 std::string base64_encode(std::string_view in) {
@@ -213,12 +277,20 @@ http::client_request upstream_client::make_request(const upstream& up, std::stri
 }
 
 bool upstream_client::note_challenge(const upstream& up, const http::header_map& headers,
-                                     const credential* cred) {
+                                     const credential* cred, bool* bearer) {
   bool actionable = false;
+  if (bearer) *bearer = false;
   auto [b, e] = headers.equal_range("www-authenticate");
   for (auto it = b; it != e; ++it) {
     for (const auto& ch : parse_www_authenticate(it->second)) {
       if (ch.scheme == "bearer" && !ch.param("realm").empty()) {
+        if (auto why = realm_refusal(up.cfg, ch.param("realm"))) {
+          log::warn("token realm refused", log::kv("upstream", up.cfg.name),
+                    log::kv("reason", *why));
+          std::lock_guard lk(mu_);
+          refused_realms_[up.cfg.name] = *why;
+          continue;
+        }
         std::lock_guard lk(mu_);
         auto& c = challenges_[up.cfg.name];
         if (c.realm != ch.param("realm") || c.service != ch.param("service")) {
@@ -226,6 +298,7 @@ bool upstream_client::note_challenge(const upstream& up, const http::header_map&
           c.service = ch.param("service");
         }
         actionable = true;
+        if (bearer) *bearer = true;
       } else if (ch.scheme == "basic") {
         // Basic helps only if we have Basic credentials for whom we act.
         bool have = cred ? cred->basic.has_value() : up.own_basic.has_value();
@@ -330,25 +403,15 @@ result<std::optional<std::string>> upstream_client::authorization(const upstream
   std::string key = up.cfg.name + "|" + scope + "|" + (cred ? cred->hash : std::string("proxy"));
   if (!refresh) {
     std::lock_guard lk(mu_);
-    auto it = tokens_.find(key);
-    if (it != tokens_.end() && it->second.expires > std::chrono::steady_clock::now()) {
-      return std::optional<std::string>("Bearer " + it->second.value);
+    auto* t = tokens_.find(key);
+    if (t && t->expires > std::chrono::steady_clock::now()) {
+      return std::optional<std::string>("Bearer " + t->value);
     }
   }
   auto t = fetch_token(up, *ch, scope, basic);
   if (!t) return fail(t.error());
   std::lock_guard lk(mu_);
-  // Bound the cache: drop expired entries when it grows.
-  if (tokens_.size() > 10000) {
-    auto now = std::chrono::steady_clock::now();
-    for (auto it = tokens_.begin(); it != tokens_.end();) {
-      if (it->second.expires <= now)
-        it = tokens_.erase(it);
-      else
-        ++it;
-    }
-  }
-  tokens_[key] = *t;
+  tokens_.put(key, *t);
   return std::optional<std::string>("Bearer " + t->value);
 }
 
@@ -356,6 +419,12 @@ result<http::full_response> upstream_client::call(
     const upstream& up, const std::string& repo, const credential* cred, std::string method,
     const std::string& path, std::vector<std::pair<std::string, std::string>> headers,
     std::size_t max_body) {
+  credential_gate::pass held;
+  if (cred && !cred->anonymous()) {
+    auto p = gate_.admit(cred->peer, cred->hash);
+    if (!p) return fail(p.error());
+    held = std::move(*p);
+  }
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto auth = authorization(up, repo, cred, attempt > 0);
     if (!auth) return fail(auth.error());
@@ -364,10 +433,23 @@ result<http::full_response> upstream_client::call(
     if (*auth) r.headers.emplace_back("Authorization", **auth);
     auto resp = http::fetch(http_, std::move(r), max_body);
     if (!resp) return resp;
-    if (resp->status == 401 && attempt == 0 && note_challenge(up, resp->headers, cred)) continue;
+    if (resp->status >= 200 && resp->status < 300 && cred && !cred->anonymous())
+      gate_.note_accepted(cred->hash);
+    bool bearer = false;
+    if (resp->status == 401 && attempt == 0 && note_challenge(up, resp->headers, cred, &bearer)) {
+      // Sending the same Basic credentials again cannot change a Basic refusal.
+      bool sent_basic = *auth && (*auth)->rfind("Basic ", 0) == 0;
+      if (bearer || !sent_basic) continue;
+    }
     return resp;
   }
   return fail(errc::internal, "unreachable");
+}
+
+std::string upstream_client::realm_refused(const upstream& up) const {
+  std::lock_guard lk(mu_);
+  auto it = refused_realms_.find(up.cfg.name);
+  return it == refused_realms_.end() ? std::string() : it->second;
 }
 
 upstream_client::counters upstream_client::get_counters() const {

@@ -18,14 +18,16 @@ never wait" assertion.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
 import time
 import unittest
 
-from shoal_fixtures import FixtureTestCase
+from shoal_fixtures import FixtureTestCase, oci
 from shoal_fixtures.procs import wait_until
+from shoal_fixtures.registry import Registry
 from shoal_fixtures.shoal import RegistryProxy, upstream
 from stub_upstream import StubUpstream
 
@@ -108,6 +110,66 @@ class FetchQueueTest(FixtureTestCase):
         self.assertEqual(self.proxy.metric("shoal_proxy_fetches_queued") - queued0, 0)
         for d in (a, b, c):
             self.assertEqual(self.upstream_gets(d), 1, f"{d[:16]} fetched more than once")
+
+
+class FetchQueueFairnessTest(FixtureTestCase):
+    """The queue is bounded and fair (docs/security-review.md, finding 11): one client flooding
+    it with metainfo requests for random digests through a slow upstream (1 s per answer) gets
+    429 beyond its share, and a real blob of another upstream, asked by another client, gets its
+    metainfo at once instead of waiting behind the flood."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-fetchq-fair-")
+        cls.reg = cls.class_track(Registry(d / "registry").start())
+        cls.image = oci.make_image(d / "img", [oci.LayerSpec(size=100_000, seed="fair")])
+        cls.reg.push(cls.image, "lib/legit")
+        cls.slow = cls.class_track(StubUpstream().start())
+        cls.slow.delay = 1.0
+        cls.proxy = cls.class_track(RegistryProxy(d / "proxy", upstreams=[
+            upstream("slow.test", cls.slow.url, stall_timeout="10s"),
+            upstream(cls.reg.host_port, cls.reg.url)], torrent=True).start())
+
+    def get_from(self, source: str, path: str) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection(self.proxy.host, self.proxy.port, timeout=30,
+                                          source_address=(source, 0))
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            conn.close()
+
+    def test_a_flood_through_a_slow_upstream_starves_nobody(self):
+        rng = random.Random("flood")
+        answers: dict[int, int] = {}
+        limited = None
+        for _ in range(300):
+            dig = "sha256:" + rng.randbytes(32).hex()
+            s, h, body = self.get_from("127.0.0.1",
+                                       f"/shoal/v1/metainfo/{dig}?repo=x/y&ns=slow.test&wait_ms=0")
+            answers[s] = answers.get(s, 0) + 1
+            if s == 429 and limited is None:
+                limited = (h, body)
+        queued = self.proxy.metric("shoal_proxy_fetches_queued")
+        layer = self.image.images[0].layers[0].digest
+        path = f"/shoal/v1/metainfo/{layer}?repo=lib/legit&ns={self.reg.host_port}&wait_ms=2000"
+        t0 = time.monotonic()
+        s, body = 0, b""
+        while time.monotonic() - t0 < 10:
+            s, _, body = self.get_from("127.0.0.2", path)
+            if s == 200:
+                break
+        took = time.monotonic() - t0
+        self.assertEqual(s, 200, f"metainfo of a real blob of another upstream still {s} after "
+                                 f"{took:.1f} s behind {queued:.0f} queued fetches: {body[:200]!r}")
+        self.assertLess(took, 5)
+        self.assertGreater(answers.get(429, 0), 0, f"one client queued 300 fetches: {answers}")
+        self.assertLessEqual(queued, 64, "the queue is not bounded per client")
+        assert limited is not None
+        self.assertIn("retry-after", limited[0])
+        self.assertIn("queue", json.loads(limited[1])["errors"][0]["message"])
 
 
 if __name__ == "__main__":

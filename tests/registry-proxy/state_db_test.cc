@@ -96,6 +96,33 @@ TEST(ProxyStateDb, ForgetDropsTheObjectsRowsNotTheTags) {
   ASSERT_TRUE((*db)->get_tag("up/repo:v1"));
 }
 
+// Tag rows expire: a sweep deletes those fetched before the cut-off (and junk), nothing else.
+TEST(ProxyStateDb, SweepDeletesOldTagRows) {
+  temp_dir t;
+  auto d = sha256_of("manifest");
+  {
+    auto raw = cache::state_db::open(t.path);
+    ASSERT_TRUE(raw);
+    ASSERT_TRUE((*raw)->put("t/up/repo:junk", "not json"));
+    ASSERT_TRUE((*raw)->put("t/up/repo:future", R"({"v":2,"at":1})"));
+  }
+  auto db = state_db::open(t.path);
+  ASSERT_TRUE(db);
+  for (int i = 0; i < 50; ++i)
+    ASSERT_TRUE((*db)->put_tag("up/repo:old" + std::to_string(i), tag_entry{d, "mt", 1000, true}));
+  ASSERT_TRUE((*db)->put_tag("up/repo:new", tag_entry{d, "mt", 5000, true}));
+  ASSERT_TRUE((*db)->put_media_type(d, "mt"));
+  auto n = (*db)->sweep_tags(2000);
+  ASSERT_TRUE(n) << n.error().message;
+  EXPECT_EQ(*n, 51u);
+  EXPECT_FALSE((*db)->get_tag("up/repo:old7"));
+  EXPECT_TRUE((*db)->get_tag("up/repo:new"));
+  EXPECT_EQ((*db)->get_media_type(d), "mt");
+  auto again = (*db)->sweep_tags(2000);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 0u) << "the newer release's row is kept";
+}
+
 // The rows of a state directory written before the side index was shared: same keys, same JSON.
 TEST(ProxyStateDb, ReadsTheRowsAnExistingStateDirectoryHolds) {
   temp_dir t;

@@ -17,6 +17,11 @@ Blob behaviours (`BlobScript`), applied to GET (HEAD answers the headers only):
   - `hang_headers=True`: read the request and answer nothing until `release()`.
   - `status=S` (+ `headers`): answer S with a JSON error body (429 with Retry-After, 404, 500).
   - `redirect_to=URL`: answer GET and HEAD with 307 and `Location: URL` (blob storage, a CDN).
+  - `repos={...}`: the blob exists only in these repositories; elsewhere 404 after `deny_delay` s.
+  - `auth=VALUE`: only requests whose Authorization is VALUE get the blob; others 401 (with
+    `StubUpstream.challenge` as WWW-Authenticate) after `deny_delay` s.
+`StubUpstream.delay`: seconds every request waits before it is answered (a slow upstream, for
+missing objects too).
 Manifests are served from `manifests[(repo, ref)] = ManifestScript(...)` the same way.
 
 Lifecycle: `StubUpstream().start()`, `stop()`; serves on 127.0.0.1 from daemon threads. The
@@ -56,6 +61,9 @@ class BlobScript:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     redirect_to: str | None = None
+    repos: set[str] | None = None
+    auth: str | None = None
+    deny_delay: float = 0.0
     # How many GETs have started and finished sending their body (for the test's assertions).
     gets_started: int = 0
     gets_finished: int = 0
@@ -90,6 +98,8 @@ class StubUpstream:
         self._lock = threading.Lock()
         self._log: list[StubRequest] = []
         self._release = threading.Event()
+        self.delay = 0.0
+        self.challenge = 'Basic realm="stub"'
         self._server = StubServer(self._handle, methods=("GET", "HEAD"), host=host, name="stub-upstream")
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -158,6 +168,8 @@ class StubUpstream:
         with self._lock:
             self._log.append(StubRequest(time.monotonic(), method, path, query,
                                          {k.lower(): v for k, v in req.headers.items()}))
+        if self.delay:
+            time.sleep(self.delay)
         if path in ("/v2", "/v2/"):
             return self._json(req, 200, {})
         m = _BLOB.match(path)
@@ -166,6 +178,13 @@ class StubUpstream:
                 script = self.blobs.get(m["digest"])
             if script is None:
                 return self._error(req, 404, "BLOB_UNKNOWN", "blob unknown to stub")
+            if script.repos is not None and m["name"] not in script.repos:
+                time.sleep(script.deny_delay)
+                return self._error(req, 404, "BLOB_UNKNOWN", "blob unknown to this repository")
+            if script.auth is not None and req.headers.get("Authorization") != script.auth:
+                time.sleep(script.deny_delay)
+                return self._error(req, 401, "UNAUTHORIZED", "authentication required",
+                                   {"WWW-Authenticate": self.challenge})
             return self._blob(req, method, m["digest"], script)
         m = _MANIFEST.match(path)
         if m:

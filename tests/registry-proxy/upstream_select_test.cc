@@ -147,7 +147,16 @@ TEST(Base64, RoundTripsEveryLength) {
 
 TEST(ManifestAccept, NormalizedForTheTagCacheKey) {
   EXPECT_EQ(manifest_service::normalize_accept(""), "");
-  EXPECT_EQ(manifest_service::normalize_accept(" b ;q=0.5, a,b"), "a,b");
+  // Unknown types are ignored: they would make a cache key (and an upstream request) each.
+  EXPECT_EQ(manifest_service::normalize_accept(" b ;q=0.5, a,b"), "");
+  EXPECT_EQ(manifest_service::normalize_accept("*/*"), "");
+  EXPECT_EQ(manifest_service::normalize_accept("x/y1, application/vnd.oci.image.manifest.v1+json"),
+            manifest_service::normalize_accept("application/vnd.oci.image.manifest.v1+json ;q=1, "
+                                               "x/y2"));
+  EXPECT_EQ(manifest_service::normalize_accept("application/vnd.docker.distribution.manifest.v2+"
+                                               "json, application/vnd.oci.image.index.v1+json"),
+            "application/vnd.oci.image.index.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json");
   EXPECT_EQ(manifest_service::normalize_accept("application/vnd.oci.image.index.v1+json;q=0.9, "
                                                "application/vnd.oci.image.manifest.v1+json"),
             manifest_service::normalize_accept("application/vnd.oci.image.manifest.v1+json,"

@@ -3,7 +3,9 @@
 // a repository the upstream does not serve anonymously is served from the cache to a later
 // client only after the upstream confirmed, with that client's own credential (a HEAD of the
 // same object in the same repository), that it may pull it. Positive answers are cached briefly,
-// keyed by a salted hash of the credential; the credential itself is never kept.
+// keyed by a salted hash of the credential; the credential itself is never kept. A credential
+// upstream has not accepted lately passes the credential gate first (credential_gate.h): over
+// its limits the answer is 429, without asking upstream.
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -13,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "registry-proxy/lru.h"
 #include "registry-proxy/state_db.h"
 #include "registry-proxy/upstream.h"
 
@@ -20,14 +23,16 @@ namespace shoal::proxy {
 
 struct access_verdict {
   bool allowed = false;
-  unsigned status = 0;  // when denied: 401, 403, 404 or 502
+  unsigned status = 0;  // when denied: 401, 403, 404, 429 (credential gate) or 502
   std::string message;
+  std::string retry_after;  // with 429
 };
 
 class access_checker {
  public:
-  access_checker(upstream_client& uc, state_db& st, std::chrono::milliseconds positive_ttl)
-      : uc_(uc), st_(st), ttl_(positive_ttl) {}
+  access_checker(upstream_client& uc, state_db& st, std::chrono::milliseconds positive_ttl,
+                 std::size_t max_entries = 10000)
+      : uc_(uc), st_(st), ttl_(positive_ttl), positive_(max_entries) {}
 
   // Blocking (worker thread). `object_path` is the upstream path to HEAD, e.g.
   // "/v2/<repo>/blobs/<digest>". `is_public`: the object is known to be served anonymously.
@@ -44,7 +49,7 @@ class access_checker {
   state_db& st_;
   std::chrono::milliseconds ttl_;
   mutable std::mutex mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> positive_;  // key → expiry
+  lru_map<std::chrono::steady_clock::time_point> positive_;  // key → expiry (bounded)
   counters counters_;
 };
 

@@ -18,12 +18,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "registry-proxy/access.h"
 #include "cache/store.h"
 #include "common/http_server.h"
 #include "registry-proxy/chunks.h"
+#include "registry-proxy/fetch_queue.h"
 #include "swarm/metainfo.h"
 #include "common/oci.h"
 #include "common/metrics.h"
@@ -34,6 +36,20 @@
 namespace shoal::proxy {
 
 class blob_fetch;
+
+// What one upstream transfer is shared by (single flight): the object, the upstream and the
+// repository it is fetched from. A client asking through another repository gets its own fetch
+// and so its own answer (never another repository's 404). A client with a credential that
+// joined a fetch refused for another credential (or none) gets a fetch of its own, keyed by its
+// credential's hash too (`cred`). The bytes are written once all the same (a second write
+// follows the first in the cache, verified before its last byte is served).
+struct flight_key {
+  digest d;
+  std::string upstream, repo, cred;  // cred: a credential's hash for its own fetch, else empty
+  bool operator<(const flight_key& o) const {
+    return std::tie(d, upstream, repo, cred) < std::tie(o.d, o.upstream, o.repo, o.cred);
+  }
+};
 
 // The answer to a metainfo request.
 struct metainfo_answer {
@@ -78,10 +94,15 @@ class blob_service {
     committed_cb_ = std::move(cb);
   }
 
-  // At most `n` upstream fetches started by metainfo requests (the swarm path) run at once; more
-  // wait in arrival order (0: no limit). Fetches for HTTP clients never wait: they start at once
-  // and count toward the limit. Call before serving.
+  // At most `n` upstream fetches started by metainfo requests (the swarm path) run at once per
+  // upstream; more wait in that upstream's lane of the queue (fetch_queue.h: round robin among
+  // clients) (0: no limit). Fetches for HTTP clients never wait: they start at once and count
+  // toward the limit. Call before serving.
   void set_fetch_limit(int n) { fetch_limit_ = n; }
+  // The queue's bounds: beyond them a metainfo request is answered 429. Call before serving.
+  void set_queue_limits(std::size_t total, std::size_t per_client) {
+    queue_ = fetch_queue<std::shared_ptr<blob_fetch>>(total, per_client);
+  }
   // Objects at least twice this long that peerd waits for are cut into chunk objects of this
   // size (chunks.h); 0: never. Call before serving.
   void set_chunk_size(std::uint64_t n) { chunk_size_ = n; }
@@ -129,17 +150,42 @@ class blob_service {
                     http::responder resp);
   void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel,
                         const credential& cred, bool head, http::responder resp);
+  // Serves `d` from the fetch this request starts or joins (`personal`: see fetch_opts).
+  void serve_fetched(const selection& sel, const digest& d, const credential& cred, bool head,
+                     bool personal, http::responder resp);
+  void metainfo_cached(const selection& sel, const digest& d, const credential& cred,
+                       const std::function<void(metainfo_answer)>& done);
+  void metainfo_fetch(const selection& sel, const digest& d, const credential& cred,
+                      std::chrono::milliseconds wait, bool accept_chunks, bool personal,
+                      std::function<void(metainfo_answer)> done);
   void head_upstream(const selection& sel, const digest& d, const credential& cred,
                      http::responder resp);
-  // `for_metainfo`: the caller wants the metainfo (pieces are hashed as bytes arrive) and waits
-  // through metainfo long-polls, so the fetch may wait its turn in the queue.
+  struct fetch_opts {
+    // The caller wants the metainfo (pieces are hashed as bytes arrive) and waits through
+    // metainfo long-polls, so the fetch may wait its turn in the queue.
+    bool for_metainfo = false;
+    bool for_chunks = false;
+    // A fetch keyed by the client's credential too (flight_key::cred), for a client whose
+    // credential the shared fetch's refusal does not speak for.
+    bool personal = false;
+    std::string* refused = nullptr;  // why, when null is returned
+  };
+  // Null when the queue is full (for everyone or for this client).
   std::shared_ptr<blob_fetch> join_or_start(const selection& sel, const digest& d,
                                             const credential& cred, bool& started,
-                                            bool for_metainfo = false, bool for_chunks = false);
-  // Starts queued fetches while fewer than fetch_limit_ run. Called with mu_ held; returns the
-  // fetches to start once it is released.
-  std::vector<std::shared_ptr<blob_fetch>> admit_locked();
+                                            const fetch_opts& o);
+  // A fetch of `d` (any upstream and repository) made as registry-proxy whose bytes matched the
+  // digest, or fetches_.end(). Called with mu_ held.
+  std::map<flight_key, std::shared_ptr<blob_fetch>>::iterator verified_public_locked(
+      const digest& d);
+  // Starts `upstream`'s queued fetches while fewer than fetch_limit_ of its fetches run. Called
+  // with mu_ held; returns the fetches to start once it is released.
+  std::vector<std::shared_ptr<blob_fetch>> admit_locked(const std::string& upstream);
+  [[nodiscard]] bool room_locked(const std::string& upstream) const;
   [[nodiscard]] result<metainfo_answer> cached_metainfo(const digest& d);
+  // May `cred` read blob `parent` (whose chunks it asks for)? Its fetch in flight answers for it.
+  [[nodiscard]] access_verdict parent_access(const selection& sel, const digest& parent,
+                                             const credential& cred);
 
   boost::asio::io_context& io_;
   boost::asio::thread_pool& pool_;
@@ -150,9 +196,11 @@ class blob_service {
   blob_metrics m_;
   std::function<void(const digest&, const object_metainfo&)> committed_cb_;
   mutable std::mutex mu_;
-  std::map<digest, std::shared_ptr<blob_fetch>> fetches_;
-  std::deque<std::shared_ptr<blob_fetch>> queue_;  // waiting for a slot (guarded by mu_)
-  std::size_t running_ = 0;                        // admitted and not finished (guarded by mu_)
+  std::map<flight_key, std::shared_ptr<blob_fetch>> fetches_;
+  // Waiting for a slot (guarded by mu_).
+  fetch_queue<std::shared_ptr<blob_fetch>> queue_{1024, 64};
+  // Admitted and not finished, per upstream (guarded by mu_).
+  std::map<std::string, std::size_t> running_;
   int fetch_limit_ = 0;
   std::uint64_t chunk_size_ = 0;
   std::map<digest, std::shared_ptr<chunk_list>> chunk_lists_;  // guarded by mu_

@@ -40,8 +40,13 @@ struct chunk_entry {
 // while after (blob_service) for nodes still joining.
 class chunk_list {
  public:
-  chunk_list(const digest& parent, std::uint64_t size, std::uint64_t chunk_size)
-      : parent_(parent), size_(size), chunk_size_(chunk_size) {}
+  // `cut_publicly`: cut from a fetch made as registry-proxy itself (its chunk objects are public;
+  // the blob becomes so only once its own bytes are verified).
+  chunk_list(const digest& parent, std::uint64_t size, std::uint64_t chunk_size,
+             bool cut_publicly = false)
+      : parent_(parent), size_(size), chunk_size_(chunk_size), public_(cut_publicly) {}
+
+  [[nodiscard]] bool cut_publicly() const { return public_; }
 
   [[nodiscard]] const digest& parent() const { return parent_; }
   [[nodiscard]] std::uint64_t size() const { return size_; }
@@ -76,6 +81,7 @@ class chunk_list {
 
   digest parent_;
   std::uint64_t size_, chunk_size_;
+  bool public_ = false;
   mutable std::mutex mu_;
   std::vector<chunk_entry> chunks_;
   std::optional<std::string> failed_;

@@ -27,6 +27,8 @@ struct upstream_config {
   config::duration connect_timeout = 5s;
   config::duration stall_timeout = 30s;
   int max_retries = 3;
+  // Pull-path hardening: hosts besides the upstream's own whose token realms are followed.
+  std::vector<std::string> token_realm_hosts;
 };
 void describe(config::binder& b, upstream_config& c);
 
@@ -39,6 +41,14 @@ void describe(config::binder& b, manifest_config& c);
 
 struct access_config {
   config::duration positive_ttl = 60s;  // an upstream "yes, this credential may pull" is reused
+  // Pull-path hardening: what credentials upstream has not accepted lately may cost
+  // (credential_gate.h), and the bound of the credential-keyed caches.
+  int unseen_per_client_rate = 10;  // upstream checks per second per client address
+  int unseen_per_client_burst = 50;
+  int unseen_rate = 50;  // all clients together
+  int unseen_burst = 100;
+  int unseen_concurrency = 4;  // such checks running at once (of worker_threads)
+  int cache_entries = 10000;   // positive answers, tokens, clients remembered (LRU)
 };
 void describe(config::binder& b, access_config& c);
 
@@ -53,7 +63,10 @@ struct torrent_config {
   config::duration idle_unload = 10min;  // unload a torrent with no activity this long
   config::duration metainfo_wait = 20s;  // how long a metainfo request waits for a fetch
   int connections_limit = 4000;
-  int fetch_concurrency = 1;  // upstream fetches for swarms at once (0: no limit)
+  int fetch_concurrency = 1;  // upstream fetches for swarms at once, per upstream (0: no limit)
+  // Pull-path hardening: bounds of the fetch queue (429 with Retry-After beyond them).
+  int fetch_queue_max = 1024;
+  int fetch_queue_per_client = 64;
   config::byte_size chunk_size =
       config::byte_size::mib(16);  // chunk objects of large blobs (0: off)
   bool super_seeding = true;       // offer each node a few pieces at a time (docs/p2p.md)

@@ -48,6 +48,9 @@ class proxy_handler {
   std::optional<selection> select_repo(const std::string& repo,
                                        const std::optional<std::string>& ns,
                                        const http::responder& resp);
+  // The request's credential, with the client's address (the limits of unseen credentials and
+  // of the fetch queue are per address).
+  [[nodiscard]] credential credential_of(const http::request& req) const;
   handler_deps d_;
 };
 

@@ -1,11 +1,13 @@
 #pragma once
 // Manifests: by digest, fetched once, verified (the bytes hash to the digest) and kept for good;
-// by tag, resolved upstream with the client's Accept header and reused for a TTL, and served
+// by tag, resolved upstream with the known manifest types the client accepts and reused for a TTL
+// (rows older than stale_if_error are swept from the state index), and served
 // stale (with a Warning header) when the upstream is unreachable. The bytes are never
 // re-serialized; the Content-Type is the one upstream gave for these bytes.
 
 #include <boost/asio/thread_pool.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -47,7 +49,10 @@ class manifest_service {
   [[nodiscard]] http::response answer(const selection& sel, const oci::manifest_ref& ref,
                                       const credential& cred, const std::string& accept, bool head);
 
-  // "a, b;q=0.5, c" → "a,b,c" (sorted, parameters dropped): the tag cache key part.
+  // The known manifest media types the header names, in a fixed order and without parameters
+  // ("" when it names none: the client accepts whatever upstream has). The tag cache key part and
+  // the Accept sent upstream: types registry-proxy does not know are ignored, so varying them
+  // cannot multiply cache keys or upstream requests.
   [[nodiscard]] static std::string normalize_accept(std::string_view accept);
 
  private:
@@ -65,6 +70,8 @@ class manifest_service {
                                       const std::string& repo_key);
   [[nodiscard]] http::response from_store(const digest& d, const std::string& media_type_hint,
                                           bool head, bool stale);
+  // At most every 10 minutes: deletes tag rows older than max(tag_ttl, stale_if_error).
+  void sweep_tags(std::int64_t now_ms);
 
   boost::asio::thread_pool& pool_;
   cache::store& store_;
@@ -73,6 +80,7 @@ class manifest_service {
   access_checker& access_;
   manifest_config cfg_;
   manifest_metrics m_;
+  std::atomic<std::int64_t> last_sweep_ms_{0};
 };
 
 }  // namespace shoal::proxy

@@ -39,6 +39,9 @@ class state_db {
 
   [[nodiscard]] std::optional<tag_entry> get_tag(const std::string& key) const;
   [[nodiscard]] status put_tag(const std::string& key, const tag_entry& e);
+  // Deletes the tag rows fetched before `older_than_ms` (wall clock, ms since epoch) and rows
+  // that are not JSON; returns how many went.
+  [[nodiscard]] result<std::size_t> sweep_tags(std::int64_t older_than_ms);
 
   [[nodiscard]] std::optional<std::string> get_media_type(const digest& d) const;
   [[nodiscard]] status put_media_type(const digest& d, const std::string& mt);
