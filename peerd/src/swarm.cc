@@ -219,6 +219,21 @@ std::vector<std::string> swarm_manager::trackers() const {
   return {t};
 }
 
+void swarm_manager::add_seed_peers(lt::add_torrent_params& p,
+                                   const std::vector<std::string>& seeds) {
+  for (const auto& s : seeds) {
+    auto colon = s.rfind(':');
+    if (colon == std::string::npos) continue;
+    boost::system::error_code aec;
+    auto addr = lt::make_address(s.substr(0, colon), aec);
+    if (aec) continue;
+    try {
+      p.peers.emplace_back(addr, static_cast<std::uint16_t>(std::stoi(s.substr(colon + 1))));
+    } catch (...) {
+    }
+  }
+}
+
 std::shared_ptr<download> swarm_manager::find(const digest& d) const {
   std::lock_guard lk(mu_);
   auto it = downloads_.find(d);
@@ -316,18 +331,7 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
   p.flags = lt::torrent_flags::update_subscribe | lt::torrent_flags::override_trackers |
             lt::torrent_flags::duplicate_is_error;
   p.trackers = trackers();
-  for (const auto& s : seeds) {
-    auto colon = s.rfind(':');
-    if (colon == std::string::npos) continue;
-    boost::system::error_code aec;
-    auto addr = lt::make_address(s.substr(0, colon), aec);
-    if (aec) continue;
-    try {
-      auto port = static_cast<std::uint16_t>(std::stoi(s.substr(colon + 1)));
-      p.peers.emplace_back(addr, port);
-    } catch (...) {
-    }
-  }
+  add_seed_peers(p, seeds);
   auto h = ses_->raw().add_torrent(std::move(p), lec);
   if (lec) {
     fail(dl, error{errc::internal, "add torrent: " + lec.message()});

@@ -35,20 +35,6 @@ std::shared_ptr<lt::torrent_info> parse_torrent(const std::string& t, std::strin
   return ti;
 }
 
-void add_peers(lt::add_torrent_params& p, const std::vector<std::string>& seeds) {
-  for (const auto& s : seeds) {
-    auto colon = s.rfind(':');
-    if (colon == std::string::npos) continue;
-    boost::system::error_code aec;
-    auto addr = lt::make_address(s.substr(0, colon), aec);
-    if (aec) continue;
-    try {
-      p.peers.emplace_back(addr, static_cast<std::uint16_t>(std::stoi(s.substr(colon + 1))));
-    } catch (...) {
-    }
-  }
-}
-
 // The info-hash of an alert a group may need, or "" for any other alert. Cheap type filter
 // first: computing an alert's info-hash is a call into libtorrent.
 std::string wanted_info_hash(lt::alert* a) {
@@ -213,7 +199,7 @@ status swarm_manager::add_group_torrent(const std::shared_ptr<group_download>& d
             lt::torrent_flags::duplicate_is_error;
   p.trackers = trackers();
   p.file_priorities = prio;
-  add_peers(p, dl->spec_.seeds);
+  add_seed_peers(p, dl->spec_.seeds);
   lt::error_code lec;
   auto h = ses_->raw().add_torrent(std::move(p), lec);
   if (lec) {

@@ -312,6 +312,9 @@ class swarm_manager {
   bool settle_complete(const std::shared_ptr<download>& dl, const std::string& path,
                        bool only_running, std::string transient_file);
   std::vector<std::string> trackers() const;
+  // Adds the "host:port" endpoints (registry-proxy's Shoal-Seed) as peers; malformed ones are
+  // skipped.
+  static void add_seed_peers(lt::add_torrent_params& p, const std::vector<std::string>& seeds);
   std::shared_ptr<download> by_hash(const std::string& ih) const;
   std::shared_ptr<download> by_alert(const lt::torrent_alert* a) const;
   std::shared_ptr<group_download> group_by_hash(const std::string& ih) const;
