@@ -39,6 +39,15 @@ connect_policy only(std::vector<std::string> allowed) {
   return p;
 }
 
+// A server answering 200 with `body` to everything.
+test_http_server body_server(std::string body) {
+  return test_http_server([body = std::move(body)](const recorded_request&) {
+    reply r;
+    r.body = body;
+    return r;
+  });
+}
+
 test_http_server redirector(const std::string& location) {
   return test_http_server([location](const recorded_request&) {
     reply r;
@@ -49,11 +58,7 @@ test_http_server redirector(const std::string& location) {
 }
 
 TEST(HttpClientPolicy, RedirectToAnOriginNotAllowedIsRefused) {
-  test_http_server internal([](const recorded_request&) {
-    reply r;
-    r.body = "internal secret";
-    return r;
-  });
+  auto internal = body_server("internal secret");
   auto origin = redirector(internal.url("/latest/meta-data"));
   client_options o;
   o.policy = only({"http://127.0.0.1:" + std::to_string(origin.port())});
@@ -96,11 +101,7 @@ TEST(HttpClientPolicy, AddressesAreCheckedAfterResolution) {
 }
 
 TEST(HttpClientPolicy, AllowedHopsAreFollowed) {
-  test_http_server storage([](const recorded_request&) {
-    reply r;
-    r.body = "blob";
-    return r;
-  });
+  auto storage = body_server("blob");
   auto origin = redirector(storage.url("/b"));
   client_options o;
   o.policy = only({"http://127.0.0.1:" + std::to_string(origin.port()),

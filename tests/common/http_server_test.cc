@@ -17,6 +17,7 @@
 
 #include "common/http_range.h"
 #include "common/log.h"
+#include "http_server_fixture.h"
 #include "http_test_util.h"
 
 namespace shoal::http {
@@ -26,47 +27,7 @@ using namespace std::chrono_literals;
 using shoal::testing::get_req;
 using shoal::testing::raw_conn;
 
-// An io_context on two threads with a server on 127.0.0.1:0.
-class server_fixture {
- public:
-  explicit server_fixture(handler h, server_options o = {}) {
-    if (std::getenv("SHOAL_TEST_TRACE")) log::init(log::format::text, log::level::trace, "test");
-    o.on_request_done = [this, user = o.on_request_done](const request_log& l) {
-      {
-        std::lock_guard lk(mu);
-        logs.push_back(l);
-      }
-      cv.notify_all();
-      if (user) user(l);
-    };
-    srv = std::make_unique<server>(ioc, o, std::move(h));
-    auto st = srv->listen("127.0.0.1", 0);
-    EXPECT_TRUE(st.has_value()) << (st ? "" : st.error().to_string());
-    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { ioc.run(); });
-  }
-  ~server_fixture() {
-    srv->stop(0ms);
-    work.reset();
-    // Give the stop a moment, then stop the context.
-    std::this_thread::sleep_for(20ms);
-    ioc.stop();
-    for (auto& t : threads) t.join();
-  }
-  std::uint16_t port() const { return srv->port(); }
-  bool wait_logs(std::size_t n, std::chrono::milliseconds t = 5000ms) {
-    std::unique_lock lk(mu);
-    return cv.wait_for(lk, t, [&] { return logs.size() >= n; });
-  }
-
-  net::io_context ioc;
-  net::executor_work_guard<net::io_context::executor_type> guard{ioc.get_executor()};
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work{ioc.get_executor()};
-  std::unique_ptr<server> srv;
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<request_log> logs;
-};
+using shoal::testing::server_fixture;
 
 response text_ok(std::string body) {
   auto r = response::text(200, std::move(body));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/http_server.h"
+#include "http_server_fixture.h"
 #include "http_test_util.h"
 
 namespace shoal::http {
@@ -23,37 +24,12 @@ constexpr std::uint32_t k_lo1 = 0x7f000001;  // 127.0.0.1
 constexpr std::uint32_t k_lo2 = 0x7f000002;  // 127.0.0.2
 constexpr std::uint32_t k_lo3 = 0x7f000003;  // 127.0.0.3
 
-class shed_fixture {
+// A server answering 200 "ok" to everything, with the options under test.
+class shed_fixture : public shoal::testing::server_fixture {
  public:
-  explicit shed_fixture(server_options o) {
-    srv = std::make_unique<server>(
-        ioc, std::move(o), [](request&&, responder r) { r.send(response::text(200, "ok")); });
-    auto st = srv->listen("127.0.0.1", 0);
-    EXPECT_TRUE(st.has_value());
-    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { ioc.run(); });
-  }
-  ~shed_fixture() {
-    srv->stop(0ms);
-    work.reset();
-    std::this_thread::sleep_for(20ms);
-    ioc.stop();
-    for (auto& t : threads) t.join();
-  }
-  std::uint16_t port() const { return srv->port(); }
-  // Waits until the server holds `n` connections.
-  bool wait_connections(std::size_t n, std::chrono::milliseconds t = 3000ms) const {
-    auto end = std::chrono::steady_clock::now() + t;
-    while (srv->connections() != n) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
-  }
-
-  net::io_context ioc;
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work{ioc.get_executor()};
-  std::unique_ptr<server> srv;
-  std::vector<std::thread> threads;
+  explicit shed_fixture(server_options o)
+      : server_fixture([](request&&, responder r) { r.send(response::text(200, "ok")); },
+                       std::move(o)) {}
 };
 
 bool served(std::uint16_t port, std::uint32_t source) {
