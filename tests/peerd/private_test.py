@@ -138,11 +138,11 @@ class PeerdPrivateContentTest(FixtureTestCase):
         self.assertEqual(checks(self.port), before, "alice's positive answer was not cached")
 
     def test_4_public_blob_is_served_anonymously_without_round_trips(self):
-        s, _, body = request(self.port, "GET", self.pub_path)
+        before = checks(self.port)
+        s, _, body = request(self.port, "GET", self.pub_path)  # the metainfo answer says public
         self.assert_bytes(s, body, self.pub_layer.digest)
         s, _, body = request(self.port, "GET", self.pub_path)  # from the cache now
         self.assert_bytes(s, body, self.pub_layer.digest)
-        before = checks(self.port)
         for path in (self.pub_path, f"/v2/some/other/blobs/{self.pub_layer.digest}"):
             for method in ("GET", "HEAD"):
                 s, _, body = request(self.port, method, path)
