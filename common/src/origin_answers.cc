@@ -80,6 +80,7 @@ http::response encode(const metainfo_answer& a) {
   if (!a.group_kind.empty()) set(r, headers::group_kind, a.group_kind);
   if (a.group_bytes) set(r, headers::group_bytes, std::to_string(*a.group_bytes));
   if (!a.seed.empty()) set(r, headers::seed, a.seed);
+  if (a.is_public) set(r, headers::visibility, headers::visibility_public);
   return r;
 }
 
@@ -106,6 +107,7 @@ result<metainfo_answer> decode_metainfo(const http::full_response& r) {
   a.object_size = *size;
   a.group_bytes = *bytes;
   a.torrent = r.body;
+  a.is_public = r.header(headers::visibility) == headers::visibility_public;
   return a;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "datasets.h"
+#include "peerd/blob_access.h"
 #include "peerd/fetcher.h"
 #include "heartbeat.h"
 #include "mirror.h"
@@ -75,14 +76,16 @@ status app::init() {
     boost::asio::post(pool_, [this, d] { (void)state_->forget(d); });
   });
   if (auto s = init_groups(); !s) return s;
+  access_ = std::make_unique<blob_access>(blob_access::deps{cfg_, *http_client_, reg_});
   {
     fetcher::deps fd{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
     fd.state = state_.get();
+    fd.access = access_.get();
     fetcher_ = std::make_unique<fetcher>(std::move(fd));
   }
   if (auto s = init_datasets(); !s) return s;
   {
-    mirror::deps md{cfg_, *store_, *swarm_, *fetcher_, *http_client_, pool_, reg_};
+    mirror::deps md{cfg_, *store_, *swarm_, *fetcher_, *access_, *http_client_, pool_, reg_};
     if (datasets_) {
       md.datasets = [ds = datasets_.get()](const http::request& r, const http::responder& resp) {
         return ds->handle(r, resp);

@@ -108,6 +108,21 @@ void describe(config::binder& b, datasets_config& c) {
           {.min = config::byte_size::kib(64)});
 }
 
+void describe(config::binder& b, access_config& c) {
+  b.field("positive_ttl", c.positive_ttl,
+          "How long registry-proxy's confirmation that a credential may pull a private blob from "
+          "a repository is reused before asking again (keyed by a salted hash of the "
+          "credential; never kept on disk).",
+          {.min = 0ms, .max = 1h});
+  b.field("cache_entries", c.cache_entries,
+          "Confirmations remembered at most (least recently used dropped first).",
+          {.min = 1, .max = 10000000});
+  b.field("public_entries", c.public_entries,
+          "Digests registry-proxy said are public remembered at most (least recently used "
+          "dropped first; a forgotten one is confirmed once again).",
+          {.min = 1, .max = 10000000});
+}
+
 void describe(config::binder& b, peerd_config& c) {
   b.section("http", c.http, "The HTTP API: containerd's mirror endpoint, status, pull.");
   b.section("log", c.log, "Logging.");
@@ -121,6 +136,9 @@ void describe(config::binder& b, peerd_config& c) {
   b.section("swarm", c.swarm, "BitTorrent.");
   b.section("datasets", c.datasets,
             "Datasets: prefetch, read-only views, pins (docs/datasets.md).");
+  b.section("access", c.access,
+            "Private content: a blob not known public is served from this node only to a client "
+            "registry-proxy confirmed.");
 }
 
 }  // namespace shoal::peerd

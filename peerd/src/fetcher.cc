@@ -2,11 +2,13 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
 
 #include "common/log.h"
+#include "peerd/blob_access.h"
 
 namespace shoal::peerd {
 
@@ -15,8 +17,24 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-std::unexpected<fetch_failure> failed(unsigned status, error why) {
-  return std::unexpected(fetch_failure{status, std::move(why)});
+std::unexpected<fetch_failure> failed(unsigned status, error why, std::string retry_after = {}) {
+  return std::unexpected(fetch_failure{status, std::move(why), std::move(retry_after)});
+}
+
+// How long to wait before asking again after a 429: its Retry-After in seconds (an HTTP date or
+// nonsense counts as 1 s), at least 100 ms and at most 5 s.
+steady::duration retry_wait(const http::full_response& r) {
+  using namespace std::chrono_literals;
+  std::string_view v = r.header("Retry-After").value_or("");
+  std::uint64_t secs = 0;
+  bool digits = !v.empty() && v.size() <= 6;
+  for (char c : v) digits = digits && c >= '0' && c <= '9';
+  if (digits) {
+    for (char c : v) secs = secs * 10 + static_cast<std::uint64_t>(c - '0');
+  } else {
+    secs = 1;
+  }
+  return std::clamp<steady::duration>(std::chrono::seconds(secs), 100ms, 5s);
 }
 
 }  // namespace
@@ -128,6 +146,7 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
       std::chrono::duration_cast<steady::duration>(d_.cfg.swarm.fallback_deadline.get());
   std::uint64_t last_bytes = 0;
   auto last_progress = steady::now();
+  const auto shed_deadline = last_progress + deadline;
   for (int round = 0; round < 100000; ++round) {
     http::client_request r;
     r.url = proxy_url(origin::metainfo_target(where, d, {.wait = wait, .chunks = true}));
@@ -143,6 +162,20 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
                     f.error().wrap("metainfo from registry-proxy"));
     }
     if (f->status == 200) return start_swarm(where, d, *f, auth);
+    if (f->status == 429) {
+      // registry-proxy sheds load (its fetch queue is full): wait as told, never past the
+      // deadline; the client then hears 503 with Retry-After instead of a bare failure.
+      std::string ra(f->header("Retry-After").value_or("1"));
+      auto now = steady::now();
+      if (now >= shed_deadline) {
+        std::string msg = "registry-proxy is busy (HTTP 429";
+        if (auto why = origin::error_message_of(f->body); !why.empty()) msg += ": " + why;
+        msg += "); gave up after " + std::to_string(deadline / std::chrono::seconds(1)) + " s";
+        return failed(503, error{errc::busy, msg}, ra);
+      }
+      std::this_thread::sleep_for(std::min(retry_wait(*f), shed_deadline - now));
+      continue;
+    }
     if (f->status == 202) {
       auto p = origin::decode_progress(f->body);
       if (!p) return failed(502, p.error());
@@ -169,6 +202,9 @@ fetch_start fetcher::start_swarm(const origin::object_ref& where, const digest& 
                                  const http::full_response& answer, const std::string& auth) {
   auto a = origin::decode_metainfo(answer);
   if (!a) return failed(502, a.error());
+  // registry-proxy answered 200 only after its access check of this credential.
+  if (d_.access && a->is_public) d_.access->note_public(d);
+  if (d_.access && !a->is_public) d_.access->note_confirmed(where, d, auth);
   auto m = object_metainfo::parse(a->torrent, d);
   if (!m) return failed(502, m.error());
   std::vector<std::string> seeds;

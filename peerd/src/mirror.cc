@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/origin_protocol.h"
+#include "common/text.h"
 
 namespace shoal::peerd {
 
@@ -124,6 +125,51 @@ class chunked_source final : public http::body_source {
 
 }  // namespace
 
+namespace {
+
+// A path segment with its %XX escapes decoded (a malformed escape stays as it is).
+std::string decoded_segment(std::string_view seg) {
+  std::string out;
+  out.reserve(seg.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < seg.size(); ++i) {
+    if (seg[i] == '%' && i + 2 < seg.size() && hex(seg[i + 1]) >= 0 && hex(seg[i + 2]) >= 0) {
+      out += static_cast<char>(hex(seg[i + 1]) * 16 + hex(seg[i + 2]));
+      i += 2;
+    } else {
+      out += seg[i];
+    }
+  }
+  return out;
+}
+
+// Why a request path must be refused before it is routed or relayed (a relay's URL library
+// would resolve it into another path on registry-proxy): a "." or ".." segment, plain or
+// percent-encoded; under /v2 (where every legitimate segment is a name component, a reference or
+// a digest) also an empty segment, a backslash and an encoded slash. Empty when the path is clean.
+std::string unsafe_path(std::string_view path) {
+  const bool v2 = path == "/v2" || path.starts_with("/v2/");
+  if (v2 && path.find('\\') != std::string_view::npos) return "a backslash";
+  std::size_t pos = 1;
+  while (pos <= path.size()) {
+    std::size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    std::string seg = decoded_segment(path.substr(pos, end - pos));
+    if (seg == "." || seg == "..") return "a dot segment";
+    if (v2 && seg.empty() && end < path.size()) return "an empty segment";
+    if (v2 && seg.find_first_of("/\\") != std::string::npos) return "an encoded slash or backslash";
+    pos = end + 1;
+  }
+  return {};
+}
+
+}  // namespace
+
 mirror::mirror(deps d) : d_(d) {
   cache_hits_ =
       &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.")
@@ -143,6 +189,11 @@ void mirror::operator()(http::request&& req, http::responder resp) {
     return h;
   };
   if (daemon::serve_ops(req, resp, d_.metrics, health)) return;
+  // Nothing is routed or relayed on a path that means another one once normalized.
+  if (auto why = unsafe_path(req.path); !why.empty()) {
+    return resp.send(oci_error(400, oci::error_code::name_invalid,
+                               "path " + quote_excerpt(req.path, 200) + " has " + why));
+  }
   if (req.path == origin::paths::node_status) return handle_status(resp);
   if (req.path == origin::paths::node_pull) return handle_pull(req, resp);
   if (d_.datasets && req.path.starts_with(origin::paths::datasets) && d_.datasets(req, resp))
@@ -153,13 +204,13 @@ void mirror::operator()(http::request&& req, http::responder resp) {
     return resp.send(
         oci_error(405, oci::error_code::unsupported, "peerd serves the pull API only"));
   }
-  // /v2/ and /v2/<name>/blobs/<digest>: ours; everything else under /v2 goes to registry-proxy.
+  // /v2/ and /v2/<name>/blobs/<digest>: ours; a manifest goes to registry-proxy; anything else
+  // is answered here as registry-proxy would (it serves no other /v2 path), never relayed.
   origin::route_error err;
   auto route = origin::parse_v2_path(req.path, err);
-  if (route && route->kind == origin::route_kind::base) return resp.send(origin::v2_base_ok());
-  if (!route && err.kind == origin::route_kind::blob)
-    return resp.send(oci_error(err.status, err.code, err.message));
-  if (route && route->kind == origin::route_kind::blob) {
+  if (!route) return resp.send(oci_error(err.status, err.code, err.message));
+  if (route->kind == origin::route_kind::base) return resp.send(origin::v2_base_ok());
+  if (route->kind == origin::route_kind::blob) {
     auto ns = req.query_param(origin::params::ns).value_or("");
     if (!ns.empty() && !oci::valid_registry_host(ns)) {
       return resp.send(oci_error(400, oci::error_code::name_invalid, "ns is not a registry host"));
@@ -209,6 +260,12 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
 void mirror::serve_blob(const std::string& ns, const std::string& repo, const digest& d,
                         const std::string& auth, bool head, const http::responder& resp) {
   net::post(d_.pool, [this, ns, repo, d, auth, head, resp] {
+    const origin::object_ref where{ns, repo};
+    // Bytes held here (cached, or being fetched for someone) go only to a client registry-proxy
+    // allows: a public blob, or this credential confirmed for this repository (blob_access.h).
+    if (d_.store.contains(d) || d_.fetch.find(d)) {
+      if (auto refused = d_.access.check(where, d, auth)) return resp.send(std::move(*refused));
+    }
     // 1. The local cache.
     if (auto rd = d_.store.open_read(d)) {
       http::response r;
@@ -233,11 +290,26 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       return forward(fake, resp);
     }
     // 4. Fetch it (one metainfo request per object, however many ask).
-    d_.fetch.join({ns, repo}, d, auth, [this, resp](fetch_start s) {
-      if (s) return respond_from(*s, resp);
-      // The object may have become cached meanwhile (someone else completed it).
-      const auto& f = s.error();
-      resp.send(oci_error(f.status, origin::code_for_status(f.status), f.why.message));
+    d_.fetch.join(where, d, auth, [this, where, d, auth, resp](fetch_start s) {
+      if (!s) {
+        const auto& f = s.error();
+        auto r = oci_error(f.status, origin::code_for_status(f.status), f.why.message);
+        if (!f.retry_after.empty()) r.headers.set("Retry-After", f.retry_after);
+        return resp.send(std::move(r));
+      }
+      // Joined a fetch another client started (or one registry-proxy cut into chunks): this
+      // client's own credential is confirmed first, off the thread answering every joiner.
+      if (d_.access.known_allowed(where, d, auth)) return respond_from(*s, resp);
+      net::post(d_.pool, [this, h = *s, where, d, auth, resp] {
+        try {
+          if (auto refused = d_.access.confirm(where, d, auth))
+            return resp.send(std::move(*refused));
+          respond_from(h, resp);
+        } catch (const std::exception& e) {
+          log::error("blob access check failed", log::kv("error", e.what()));
+          resp.send(oci_error(500, oci::error_code::unsupported, "internal error"));
+        }
+      });
     });
   });
 }

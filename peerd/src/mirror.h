@@ -1,10 +1,11 @@
 #pragma once
 // containerd's mirror endpoint on the node (the same OCI pull subset as registry-proxy), HTTP
 // only: manifests are forwarded to registry-proxy with ns= and the client's Authorization; a
-// cached blob is served from the local cache with sendfile and Range; a missing blob is joined
-// through the fetcher (fetcher.h, which gets it from the swarm or in chunks) and streamed to the
-// client in order as its pieces arrive. Also the node's own API: status and pull (warm the cache
-// with an image, fetcher::ensure), at origin::paths::node_status and node_pull. Blocking work
+// cached blob is served from the local cache with sendfile and Range (to a client registry-proxy
+// allows, blob_access.h; so is a fetch in progress another client started); a missing blob is
+// joined through the fetcher (fetcher.h, which gets it from the swarm or in chunks) and streamed to
+// the client in order as its pieces arrive. Also the node's own API: status and pull (warm the
+// cache with an image, fetcher::ensure), at origin::paths::node_status and node_pull. Blocking work
 // (disk, registry-proxy) runs on the worker pool, never on the HTTP loop. Everything said to
 // registry-proxy goes through the origin protocol (common/origin_protocol.h).
 
@@ -23,6 +24,7 @@
 #include "common/metrics.h"
 #include "common/oci.h"
 #include "common/origin_protocol.h"
+#include "peerd/blob_access.h"
 #include "peerd/config.h"
 #include "peerd/fetcher.h"
 #include "peerd/swarm.h"
@@ -36,6 +38,7 @@ class mirror {
     cache::store& store;
     swarm_manager& swarm;  // bytes served and /status
     fetcher& fetch;
+    blob_access& access;  // who may read what this node holds
     http::client& http;
     boost::asio::thread_pool& pool;
     metrics::registry& metrics;
@@ -46,6 +49,7 @@ class mirror {
   void operator()(http::request&& req, http::responder resp);
 
  private:
+  // Relays a manifest request (a parsed, clean path) to registry-proxy; blocking.
   void forward(const http::request& req, const http::responder& resp);
   void serve_blob(const std::string& ns, const std::string& repo, const digest& d,
                   const std::string& auth, bool head, const http::responder& resp);

@@ -371,6 +371,8 @@ void blob_service::serve_cached(const selection& sel, const digest& d, const cre
         oci_error(500, oci::error_code::unsupported, "cache read: " + rd.error().message));
   }
   auto r = blob_headers(d);
+  if (auto vis = st_.get_visibility(d); vis && vis->is_public)  // nodes may serve it to anyone
+    r.headers.set(std::string(origin::headers::visibility), "public");
   std::uint64_t size = rd->size();
   if (m_.served_cache_bytes && !head) m_.served_cache_bytes->inc(size);
   r.body = http::file_body{std::make_shared<unique_fd>(rd->release()), 0, size};
@@ -441,6 +443,8 @@ void blob_service::metainfo_cached(const selection& sel, const digest& d, const 
     e.message = a.error().message;
     return done(std::move(e));
   }
+  auto vis = st_.get_visibility(d);
+  a->is_public = vis && vis->is_public;
   done(std::move(*a));
 }
 

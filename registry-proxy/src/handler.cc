@@ -116,6 +116,7 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
       m.piece_size = a.meta->piece_size;
       m.object_size = a.meta->size;
       m.seed = d_.seed_endpoint;
+      m.is_public = a.is_public;
       if (d_.on_metainfo_served) d_.on_metainfo_served(dig);
       return resp.send(origin::encode(m));
     }

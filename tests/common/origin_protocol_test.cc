@@ -238,6 +238,10 @@ TEST(OriginAnswers, MetainfoRoundTrip) {
   EXPECT_EQ(b->object_size, a.object_size);
   EXPECT_EQ(b->seed, a.seed);
   EXPECT_FALSE(b->group_bytes);
+  EXPECT_FALSE(b->is_public);  // not said: not public (a node confirms each client)
+  a.is_public = true;
+  EXPECT_EQ(received(encode(a)).header(headers::visibility), headers::visibility_public);
+  EXPECT_TRUE(decode_metainfo(received(encode(a)))->is_public);
 
   metainfo_answer g;
   g.torrent = "d4:infodee";

@@ -4,6 +4,9 @@ It records every request (method, path, query, headers) and answers:
   /v2/<repo>/manifests/<ref>      from `manifests[(repo, ref)]` = (status, headers, body)
   /shoal/v1/metainfo/<digest>     the .torrent of a blob in `blobs` (or `metainfo_status[digest]`)
   /v2/<repo>/blobs/<digest>       the blob's bytes, honouring Range, at most `rate` bytes/s
+A digest in `private` (digest -> the one Authorization value allowed) answers metainfo, blob GET
+and HEAD with 401 and a Basic challenge to any other credential, as registry-proxy does for
+private content.
 Setting `hang = True` makes every request wait without an answer (a registry-proxy that accepts
 connections but never responds) until `hang` is cleared or 60 s pass.
 """
@@ -35,6 +38,7 @@ class FakeProxy:
         self.manifests: dict[tuple[str, str], tuple[int, dict[str, str], bytes]] = {}
         self.blobs: dict[str, bytes] = {}
         self.metainfo_status: dict[str, tuple[int, bytes]] = {}
+        self.private: dict[str, str] = {}
         self.rate: float | None = None
         self.hang = False
         self.seen: list[Seen] = []
@@ -106,6 +110,11 @@ class FakeProxy:
             time.sleep(0.05)
         parts = u.path.split("/")
         try:
+            allowed = self.private.get(parts[-1]) if ("/blobs/" in u.path or "/metainfo/" in u.path) else None
+            if allowed is not None and h.headers.get("Authorization") != allowed:
+                return self._send(h, 401, {"Content-Type": "application/json",
+                                           "WWW-Authenticate": 'Basic realm="fake"'},
+                                  b'{"errors":[{"code":"UNAUTHORIZED","message":"private"}]}', head)
             if u.path.startswith("/shoal/v1/metainfo/"):
                 d = u.path.rsplit("/", 1)[1]
                 if d in self.metainfo_status:

@@ -10,6 +10,8 @@
 //     same answer: registry-proxy's refusal keeps its status;
 //   - an unreachable registry-proxy is a 502 and counts in shoal_peerd_forward_errors_total;
 //     202 answers that make no progress end in a 504 within fallback_deadline;
+//   - registry-proxy shedding load (429 + Retry-After) is waited out and asked again; one that
+//     keeps shedding ends in a 503 with Retry-After at fallback_deadline;
 //   - fetch_group without datasets fails; the status snapshot lists no chunked fetch.
 
 #include "peerd/fetcher.h"
@@ -232,6 +234,61 @@ TEST(Fetcher, ProgressThatStopsIsA504WithinTheDeadline) {
   EXPECT_TRUE(s.error().why.is(errc::timeout));
   EXPECT_GE(secs, 2.9);  // fallback_deadline is 3 s
   EXPECT_LT(secs, 8.0);
+}
+
+// registry-proxy sheds load with 429 + Retry-After while its fetch queue is full: peerd waits as
+// told and asks again instead of failing the client.
+TEST(Fetcher, ShedLoadIsWaitedOutThenFetched) {
+  auto bytes = testing::bytes_of(256 << 10, 3);
+  auto m = meta_of(bytes);
+  std::atomic<int> polls{0};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (!is_metainfo(r)) return range_reply(bytes, r);
+    ht::reply out;
+    if (polls.fetch_add(1) == 0) {
+      out.status = 429;
+      out.headers.emplace_back("Retry-After", "1");
+      out.headers.emplace_back("Content-Type", "application/json");
+      out.body = R"({"errors":[{"code":"TOOMANYREQUESTS","message":"fetch queue full"}]})";
+      return out;
+    }
+    out.body = m.torrent_file({});
+    return out;
+  });
+  node n(srv.url(""));
+  auto t0 = steady::now();
+  auto s = join_and_wait(*n.fetch, m.object);
+  ASSERT_TRUE(s) << s.error().status << " " << s.error().why.message;
+  EXPECT_GE(std::chrono::duration<double>(steady::now() - t0).count(), 0.9);  // Retry-After: 1
+  EXPECT_EQ(metainfo_requests(srv), 2u);
+  EXPECT_TRUE(n.fetch->ensure({"r.example", "team/app"}, m.object, ""));
+  EXPECT_TRUE(n.store->contains(m.object));
+}
+
+// A registry-proxy that keeps shedding: the client hears 503 with Retry-After and the cause at
+// the deadline (swarm.fallback_deadline, 3 s here), however long Retry-After says.
+TEST(Fetcher, PermanentShedIsA503AtTheDeadline) {
+  ht::test_http_server srv([&](const ht::recorded_request&) {
+    ht::reply out;
+    out.status = 429;
+    out.headers.emplace_back("Retry-After", "3600");
+    out.headers.emplace_back("Content-Type", "application/json");
+    out.body = R"({"errors":[{"code":"TOOMANYREQUESTS","message":"fetch queue full"}]})";
+    return out;
+  });
+  node n(srv.url(""));
+  auto t0 = steady::now();
+  auto s = join_and_wait(*n.fetch, sha256_of("always shed"));
+  double secs = std::chrono::duration<double>(steady::now() - t0).count();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().status, 503u) << s.error().why.message;
+  EXPECT_EQ(s.error().retry_after, "3600");
+  EXPECT_NE(s.error().why.message.find("HTTP 429"), std::string::npos) << s.error().why.message;
+  EXPECT_NE(s.error().why.message.find("fetch queue full"), std::string::npos);
+  EXPECT_GE(secs, 2.9);
+  EXPECT_LT(secs, 6.0);
+  EXPECT_GE(metainfo_requests(srv), 2u);  // asked again, not given up at the first 429
+  EXPECT_LE(metainfo_requests(srv), 3u);  // at most 5 s apart
 }
 
 TEST(Fetcher, GroupsNeedDatasetsAndStatusStartsEmpty) {

@@ -9,6 +9,8 @@ swarm.stall_timeout, which is what a stalled swarm looks like):
     the client in order while it arrives (first bytes long before the last), then is cached and
     served from the cache with Range and HEAD; concurrent readers share one download;
   - HEAD and Range of a blob while it downloads;
+  - a client joining a download of a private blob another client started gets registry-proxy's
+    answer for its own credential (401), not the bytes (security review finding 5);
   - bad requests are refused without reaching registry-proxy;
   - registry-proxy refusing connections, or accepting and never answering: every answer is an
     error within a bounded time (containerd then falls back to its next host);
@@ -233,6 +235,37 @@ class MirrorTest(FixtureTestCase):
         self.assertEqual(st["bytes"]["from_peers"], 0)
         self.assertEqual(st["bytes"]["from_origin"], 0)
         self.assertGreaterEqual(st["counters"]["http_fallbacks"], 1)
+
+    def test_joining_a_private_download_in_flight_needs_own_access(self):
+        data = os.urandom(3 << 20)
+        dig = self.fake.add_blob(data)
+        alice = {"Authorization": "Basic YWxpY2U6cHc="}
+        self.fake.private[dig] = alice["Authorization"]
+        self.fake.rate = 1.5e6  # in flight for ~2 s after the stall timeout
+        path = f"/v2/team/app/blobs/{dig}?ns=r.example:5000"
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                a = ex.submit(request, self.port, "GET", path, alice)
+                time.sleep(STALL + 0.3)
+                # A stranger joins alice's download (or, a moment earlier, her metainfo request).
+                s, h, body, secs = request(self.port, "GET", path)
+                self.assertEqual(s, 401, body[:200])
+                self.assertEqual(h.get("www-authenticate"), 'Basic realm="fake"')
+                self.assertNotIn(data[:4096], body)
+                self.assertLess(secs, 2.0, "the refusal waited for the download")
+                self.assertEqual(request(self.port, "HEAD", f"/v2/other/repo/blobs/{dig}")[0], 401)
+                c = ex.submit(request, self.port, "GET", path, alice)  # alice again: joins, served
+                (sa, _, body_a, _), (sc, _, body_c, _) = a.result(60), c.result(60)
+        finally:
+            self.fake.rate = None
+        self.assertEqual((sa, sc), (200, 200))
+        self.assertEqual(body_a, data)
+        self.assertEqual(body_c, data)
+        heads = [q for q in self.fake.requests(f"/v2/team/app/blobs/{dig}") if q.method == "HEAD"]
+        self.assertTrue(any("authorization" not in q.headers for q in heads), "the stranger was not checked")
+        # Cached now: still only for alice.
+        self.assertEqual(request(self.port, "GET", path)[0], 401)
+        self.assertEqual(request(self.port, "GET", path, alice)[0], 200)
 
     def test_head_and_range_while_downloading(self):
         data = os.urandom(3 << 20)

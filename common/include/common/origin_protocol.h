@@ -67,6 +67,12 @@ inline constexpr std::string_view object_size = "Shoal-Object-Size";
 inline constexpr std::string_view group_kind = "Shoal-Group-Kind";  // "pack" or "object"
 inline constexpr std::string_view group_bytes = "Shoal-Group-Bytes";
 inline constexpr std::string_view manifest_digest = "Shoal-Manifest-Digest";
+// On blob answers (GET, HEAD) and metainfo answers: `visibility_public` when registry-proxy
+// serves the object to anyone, anonymous clients included, so a node may serve it from its own
+// cache to anyone too. Absent: not known public; a node serves the object from its cache only to
+// a client whose credential registry-proxy confirmed for the repository (peerd's blob_access).
+inline constexpr std::string_view visibility = "Shoal-Visibility";
+inline constexpr std::string_view visibility_public = "public";
 inline constexpr std::string_view api_version = "Docker-Distribution-API-Version";
 inline constexpr std::string_view api_version_value = "registry/2.0";
 }  // namespace headers
@@ -192,6 +198,7 @@ struct metainfo_answer {
   std::string group_kind;                    // dataset groups
   std::optional<std::uint64_t> group_bytes;  // dataset groups
   std::string seed;                          // Shoal-Seed; empty when the origin does not seed
+  bool is_public = false;                    // Shoal-Visibility: public
 };
 [[nodiscard]] http::response encode(const metainfo_answer& a);
 // The 200 answer's torrent and headers; a malformed header or an empty torrent is a

@@ -20,6 +20,7 @@ namespace shoal::peerd {
 // tests, and names them only.
 class state_db;
 class swarm_manager;
+class blob_access;
 class fetcher;
 class dataset_manager;
 class mirror;
@@ -53,6 +54,7 @@ class app {
   std::unique_ptr<cache::store> store_;
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;
+  std::unique_ptr<blob_access> access_;  // who may read what this node holds
   std::unique_ptr<fetcher> fetcher_;
   std::unique_ptr<dataset_manager> datasets_;
   std::unique_ptr<mirror> mirror_;

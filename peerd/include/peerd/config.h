@@ -75,6 +75,14 @@ struct datasets_config {
 };
 void describe(config::binder& b, datasets_config& c);
 
+// Private content held on this node (peerd/blob_access.h): who may read it from the cache.
+struct access_config {
+  config::duration positive_ttl = 60s;  // a registry-proxy "yes, this credential may" is reused
+  int cache_entries = 10000;            // such answers remembered (LRU)
+  int public_entries = 100000;          // digests known public remembered (LRU)
+};
+void describe(config::binder& b, access_config& c);
+
 struct peerd_config {
   daemon::http_config http{.listen = "127.0.0.1:65001"};
   daemon::log_config log;
@@ -85,6 +93,7 @@ struct peerd_config {
   cache::config_section cache{.dir = "/var/lib/shoal/peerd/cache", .fs_share = 0.8};
   swarm_config swarm;
   datasets_config datasets;
+  access_config access;
 };
 void describe(config::binder& b, peerd_config& c);
 

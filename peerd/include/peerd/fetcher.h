@@ -16,6 +16,11 @@
 // shoal_peerd_chunked_fetches_total, and shoal_peerd_forward_errors_total (shared with the
 // mirror: a metainfo request registry-proxy could not answer counts there too).
 //
+// registry-proxy shedding load (429 with Retry-After, its fetch queue full) is waited out: the
+// metainfo request is asked again after Retry-After (at most 5 s a time) until
+// swarm.fallback_deadline has passed since the first request, then the fetch fails 503 with
+// Retry-After and the cause.
+//
 // Threading: public methods are thread-safe. join() never blocks (the metainfo long-poll runs
 // on the worker pool); ensure() blocks and must run on a worker thread, never the HTTP loop.
 // Lifetime: outlives the mirror, prewarm and datasets, dies before the swarm.
@@ -44,6 +49,8 @@
 
 namespace shoal::peerd {
 
+class blob_access;
+
 // A fetch in progress, what a reader streams from: one download of the whole object, or the
 // object's chunks. Empty (false) when there is none.
 struct fetch_handle {
@@ -57,6 +64,7 @@ struct fetch_handle {
 struct fetch_failure {
   unsigned status = 502;
   error why;
+  std::string retry_after;  // with 429 and 503: when to ask again (seconds), passed on
 };
 using fetch_start = std::expected<fetch_handle, fetch_failure>;
 
@@ -76,6 +84,9 @@ class fetcher {
     // Where a chunked blob records its metainfo once joined (null: no chunked fetches; a 202 is
     // long-polled until the metainfo is ready).
     state_db* state = nullptr;
+    // Told what registry-proxy's metainfo answers say about access (public, or this credential
+    // confirmed for the repository); null: nobody listens.
+    blob_access* access = nullptr;
   };
   // A chunked fetch in progress, for status.
   struct chunked_progress {

@@ -60,6 +60,7 @@ struct metainfo_answer {
   std::uint64_t chunk_size = 0;            // status 202: the object is cut into chunks of this size
   std::string message;
   std::string www_authenticate, retry_after;
+  bool is_public = false;  // status 200: served to anyone (origin::headers::visibility)
 };
 
 struct blob_metrics {
