@@ -256,6 +256,51 @@ TEST(Swarm, BadPiecesFromALoadedSeedAreRejected) {
   EXPECT_FALSE(b.store->contains(m.object));
 }
 
+// Another path (a dataset group, a chunk join; here a direct cache write) commits the object
+// while a swarm download of it is under way: when the download finishes, the committed file is
+// never written over or deleted (same inode, same bytes), the index keeps it, and the download
+// completes with the committed object.
+TEST(Swarm, DownloadFinishingBesideACommittedObjectLeavesItIntact) {
+  auto bytes = testing::bytes_of(1 << 20, 14);
+  auto m = meta_of(bytes);
+  std::atomic<bool> open{false};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (!open.load()) {
+      ht::reply busy;
+      busy.status = 503;
+      return busy;
+    }
+    return range_reply(bytes, r);
+  });
+  node b("b", fast_cfg());
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto t = b.store->begin_write(m.object, bytes.size(), cache::object_kind::blob);
+  ASSERT_TRUE(t) << t.error().message;
+  ASSERT_EQ(t->role, cache::write_role::writer);
+  ASSERT_TRUE(t->writer->write(bytes));
+  ASSERT_TRUE(t->writer->commit());
+  const std::string path = b.store->object_path(m.object);
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  open = true;  // the download's bytes may come now
+  auto got = read_all(**dl);
+  EXPECT_TRUE(got && *got == bytes) << (got ? "wrong bytes" : got.error().message);
+  EXPECT_EQ((*dl)->wait_done(10s), download::state::complete)
+      << ((*dl)->failure() ? (*dl)->failure()->message : "");
+  std::this_thread::sleep_for(300ms);  // anything still running on the pool gets its chance
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0) << "the committed object's file was deleted";
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the committed object's file was replaced";
+  EXPECT_TRUE(b.store->contains(m.object));
+  auto rd = b.store->open_read(m.object);
+  ASSERT_TRUE(rd) << rd.error().message;
+  std::string back(bytes.size(), '\0');
+  ASSERT_EQ(::pread(rd->fd(), back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  EXPECT_TRUE(back == bytes);
+  EXPECT_EQ(b.swarm->counters().downloads_failed.load(), 0u);
+}
+
 TEST(Swarm, StalledSwarmFallsBackToHttpRanges) {
   auto bytes = testing::bytes_of(3 << 20, 4);
   auto m = meta_of(bytes);
