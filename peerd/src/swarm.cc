@@ -59,6 +59,15 @@ result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std
 
 }  // namespace
 
+std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent, std::string* why) {
+  lt::error_code ec;
+  auto ti =
+      std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  if (!ec) return ti;
+  if (why) *why = ec.message();
+  return nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // download
 
@@ -172,16 +181,16 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
     b.update("", 1);
     auto sm = b.finish(sha256_of(std::string_view("", 1)));
     auto st = sm ? sm->torrent_file({}) : std::string();
-    lt::error_code ec;
-    auto ti = std::make_shared<lt::torrent_info>(st.data(), static_cast<int>(st.size()), ec);
+    std::string why;
     lt::add_torrent_params p;
-    p.ti = ti;
+    p.ti = parse_torrent(st, &why);
     p.save_path = cfg.partial_dir + "/.sentinel";
     p.flags = lt::torrent_flags::upload_mode;
-    if (!ec && sm) m->ses_->raw().add_torrent(std::move(p), ec);
-    if (ec || !sm)
-      log::warn("no sentinel torrent: holders cannot serve unloaded seeds",
-                log::kv("error", ec.message()));
+    lt::error_code ec;
+    if (p.ti && sm) m->ses_->raw().add_torrent(std::move(p), ec);
+    if (ec) why = ec.message();
+    if (!why.empty() || !sm)
+      log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", why));
   }
   // Every received block is attributed to its source (registry-proxy or a peer) and counts as
   // progress, from a plugin callback on the network thread: libtorrent's per-block alerts cost
@@ -327,14 +336,13 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     downloads_[d] = dl;
     jobs_[ih] = dl;
   }
-  lt::error_code lec;
-  auto ti =
-      std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), lec);
-  if (lec) {
-    fail(dl, error{errc::protocol_error, "metainfo: " + lec.message()});
-    return shoal::fail(errc::protocol_error,
-                       "metainfo for " + d.short_str() + ": " + lec.message());
+  std::string why;
+  auto ti = parse_torrent(torrent, &why);
+  if (!ti) {
+    fail(dl, error{errc::protocol_error, "metainfo: " + why});
+    return shoal::fail(errc::protocol_error, "metainfo for " + d.short_str() + ": " + why);
   }
+  lt::error_code lec;
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = partial;
@@ -429,10 +437,9 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl,
 lt::torrent_handle swarm_manager::seed_object(const std::shared_ptr<download>& dl,
                                               const std::vector<std::string>& peers) {
   if (stop_.load()) return {};
+  auto ti = parse_torrent(dl->torrent_);
+  if (!ti) return {};
   lt::error_code ec;
-  auto ti = std::make_shared<lt::torrent_info>(dl->torrent_.data(),
-                                               static_cast<int>(dl->torrent_.size()), ec);
-  if (ec) return {};
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = d_.store.shard_dir(dl->id());

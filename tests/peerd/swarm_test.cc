@@ -44,56 +44,9 @@ using testing::temp_dir;
 namespace ht = ::shoal::testing;
 using steady = std::chrono::steady_clock;
 
-// One node: its cache, state index, HTTP client, worker pool and swarm.
-struct node {
-  explicit node(const std::string& name, swarm_config cfg = {}) {
-    // SHOAL_TRACE=1 shows every libtorrent alert (debugging a failure by hand).
-    if (std::getenv("SHOAL_TRACE")) log::init(log::format::text, log::level::trace, "swarm_test");
-    cache::options co;
-    co.root = dir.path() + "/cache";
-    co.quota_bytes = 1ull << 30;
-    co.scrub_bytes_per_sec = 0;
-    auto st = cache::store::open(co);
-    if (!st) throw std::runtime_error(st.error().message);
-    store = std::move(*st);
-    auto sdb = state_db::open(dir.path() + "/state");
-    if (!sdb) throw std::runtime_error(sdb.error().message);
-    state = std::move(*sdb);
-    cfg.listen = "127.0.0.1:0";
-    cfg.partial_dir = dir.path() + "/partial";
-    node_config nc;
-    nc.name = name;
-    auto sw = swarm_manager::start(cfg, nc, "", swarm_manager::deps{*store, *state, http, pool});
-    if (!sw) throw std::runtime_error(sw.error().message);
-    swarm = std::move(*sw);
-  }
-  ~node() {
-    swarm->stop();
-    http.stop();
-    pool.join();
-    store->stop();
-  }
-
-  std::string endpoint() const { return "127.0.0.1:" + std::to_string(swarm->listen_port()); }
-
-  // Puts a complete object into the cache and the state index, without loading its torrent:
-  // the situation of a node whose seed was unloaded (or that restarted).
-  void hold(const std::string& bytes, const object_metainfo& m) {
-    std::string tmp = dir.path() + "/cache/in.tmp";
-    std::ofstream(tmp, std::ios::binary) << bytes;
-    auto st = store->adopt_file(tmp, m.object, cache::object_kind::blob);
-    if (!st) throw std::runtime_error(st.error().message);
-    auto p = state->put(m.object, m.info_hash_hex(), m.torrent_file({}));
-    if (!p) throw std::runtime_error(p.error().message);
-  }
-
-  temp_dir dir;
-  std::unique_ptr<cache::store> store;
-  std::unique_ptr<state_db> state;
-  http::client http;
-  boost::asio::thread_pool pool{4};
-  std::unique_ptr<swarm_manager> swarm;
-};
+using node = testing::swarm_node;
+using testing::meta_of;
+using testing::range_reply;
 
 swarm_config fast_cfg() {
   swarm_config c;
@@ -103,14 +56,6 @@ swarm_config fast_cfg() {
   c.fallback_deadline = config::duration(3s);
   c.seed_idle_unload = config::duration(60s);
   return c;
-}
-
-object_metainfo meta_of(const std::string& bytes) {
-  metainfo_builder b(bytes.size());
-  b.update(bytes.data(), bytes.size());
-  auto m = b.finish(sha256_of(bytes));
-  if (!m) throw std::runtime_error(m.error().message);
-  return *m;
 }
 
 // Reads every piece in order; returns the bytes, or the first error.
@@ -150,25 +95,6 @@ void corrupt(const std::string& path, std::uint64_t off) {
             static_cast<ssize_t>(sizeof junk));
   ::close(fd);
   ::chmod(path.c_str(), 0444);
-}
-
-// A stand-in for registry-proxy's blob URL answering Range requests from `bytes`.
-ht::reply range_reply(const std::string& bytes, const ht::recorded_request& r) {
-  ht::reply out;
-  auto range = r.header("Range");
-  if (!range || range->rfind("bytes=", 0) != 0) {
-    out.body = bytes;
-    return out;
-  }
-  auto dash = range->find('-');
-  std::uint64_t from = std::stoull(range->substr(6, dash - 6));
-  std::uint64_t to = std::stoull(range->substr(dash + 1));
-  out.status = 206;
-  out.body = bytes.substr(from, to - from + 1);
-  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" +
-                                                std::to_string(to) + "/" +
-                                                std::to_string(bytes.size()));
-  return out;
 }
 
 TEST(Swarm, UnloadedHolderServesOnDemand) {

@@ -55,6 +55,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -95,6 +96,11 @@ class swarm_manager;
 
 // A whole file (records, manifests, pack torrents); nullopt when it cannot be opened.
 [[nodiscard]] std::optional<std::string> read_file(const std::string& path);
+
+// The one parse of a .torrent (an object's, a chunk's, a group's, a held seed's) into libtorrent's
+// form: nullptr when it does not parse, with libtorrent's reason in `why` (when given).
+[[nodiscard]] std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent,
+                                                              std::string* why = nullptr);
 
 // What a dataset group is, as registry-proxy described it.
 struct group_spec {
