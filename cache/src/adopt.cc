@@ -14,14 +14,12 @@
 
 namespace shoal::cache::detail {
 
-status core::adopt_file(const std::string& path, const digest& id, object_kind kind) {
-  if (static_cast<std::size_t>(kind) >= object_kind_count) {
-    return fail(errc::invalid_argument, "adopt " + path + ": invalid object kind");
-  }
-  if (closed()) return fail(errc::cancelled, "adopt " + path + ": cache is closed");
+namespace {
+
+// Opens a file to adopt (read-only, not through a symlink) and stats it: its fd, or why not.
+result<int> open_regular(const std::string& path, struct stat& st) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return fail_errno(errno, "adopt: open " + path);
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     close_quietly(fd);
@@ -31,6 +29,20 @@ status core::adopt_file(const std::string& path, const digest& id, object_kind k
     close_quietly(fd);
     return fail(errc::invalid_argument, "adopt: " + path + " is not a regular file");
   }
+  return fd;
+}
+
+}  // namespace
+
+status core::adopt_file(const std::string& path, const digest& id, object_kind kind) {
+  if (static_cast<std::size_t>(kind) >= object_kind_count) {
+    return fail(errc::invalid_argument, "adopt " + path + ": invalid object kind");
+  }
+  if (closed()) return fail(errc::cancelled, "adopt " + path + ": cache is closed");
+  struct stat st {};
+  auto opened = open_regular(path, st);
+  if (!opened) return std::unexpected(opened.error());
+  int fd = *opened;
   auto size = static_cast<std::uint64_t>(st.st_size);
   std::string hex = id.hex();
   struct stat dst {};
@@ -104,14 +116,10 @@ void core::set_aside_stray(const digest& id) {
 }
 
 status core::verify_file(const std::string& path, const digest& id) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return fail_errno(errno, "adopt: open " + path);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    close_quietly(fd);
-    return fail_errno(err, "adopt: stat " + path);
-  }
+  auto opened = open_regular(path, st);
+  if (!opened) return std::unexpected(opened.error());
+  int fd = *opened;
   auto got = sha256_fd(fd, 0, static_cast<std::uint64_t>(st.st_size));
   close_quietly(fd);
   if (!got) return std::unexpected(got.error().wrap("adopt " + path));

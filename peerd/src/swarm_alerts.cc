@@ -182,6 +182,11 @@ void swarm_manager::on_torrent_failure(const std::string& ih, const std::string&
 void swarm_manager::on_torrent_added(lt::add_torrent_alert* at) {
   if (at->error) return;
   std::string ih = swarm::hash_hex(at->handle);
+  {
+    // The seed of a download that just completed (seed_object) is in the table already.
+    std::lock_guard lk(mu_);
+    if (auto it = seeds_.find(ih); it != seeds_.end() && it->second.h == at->handle) return;
+  }
   auto d = d_.state.by_info_hash(ih);
   if (!d || by_hash(ih)) return;
   // An on-demand seed (the plugin added it).
