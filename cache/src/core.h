@@ -64,6 +64,8 @@ struct install_source {
   int dirfd = -1;         // directory of `name` (tmp fd, or AT_FDCWD for adopted paths)
   std::string name;       // path relative to dirfd
   bool in_place = false;  // already at the object path (libtorrent wrote it there)
+  // Never replace a file at the object path (adoptions): one found there is set aside.
+  bool no_replace = false;
 };
 
 class core : public std::enable_shared_from_this<core> {
@@ -80,6 +82,8 @@ class core : public std::enable_shared_from_this<core> {
                                                  std::optional<std::uint64_t> expected,
                                                  object_kind kind);
   [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind);
+  [[nodiscard]] result<adopt_outcome> adopt_staged(const std::string& path, const digest& id,
+                                                   object_kind kind);
   [[nodiscard]] std::shared_ptr<inflight_object> find_inflight(const digest& id) const;
 
   [[nodiscard]] result<object_reader> open_read(const digest& id);
@@ -133,6 +137,11 @@ class core : public std::enable_shared_from_this<core> {
   // Pool for overlapping writes with hashing; null when options.write_threads == 0.
   [[nodiscard]] io_pool* pool() noexcept { return pool_.get(); }
   void count_no_space() noexcept { ctr_.no_space.fetch_add(1, std::memory_order_relaxed); }
+
+  // Moves a file found at id's object path without an index row to quarantine/ (adopt.cc).
+  void set_aside_stray(const digest& id);
+  // Success when the file at `path` hashes to `id`; errc::digest_mismatch (counted) otherwise.
+  [[nodiscard]] status verify_file(const std::string& path, const digest& id);
 
   // Moves the object's file (if it is still the inode `fd` refers to) to quarantine/ and forgets
   // it.

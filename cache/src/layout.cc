@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +149,16 @@ status make_dirs(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) return fail_errno(errno, "stat " + path);
   if (!S_ISDIR(st.st_mode)) return fail(errc::io_error, path + " exists and is not a directory");
   return {};
+}
+
+int rename_noreplace(int from_dir, const std::string& from, int to_dir,
+                     const std::string& to) noexcept {
+  if (::renameat2(from_dir, from.c_str(), to_dir, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) return -1;
+  // The filesystem cannot rename without replacing: a hard link fails with EEXIST just the same.
+  if (::linkat(from_dir, from.c_str(), to_dir, to.c_str(), 0) != 0) return -1;
+  ::unlinkat(from_dir, from.c_str(), 0);
+  return 0;
 }
 
 void close_quietly(int fd) noexcept {

@@ -71,6 +71,10 @@ class layout {
 [[nodiscard]] status fdatasync_fd(int fd, std::string_view what);
 // mkdir -p; ok if it already exists as a directory.
 [[nodiscard]] status make_dirs(const std::string& path);
+// renameat that fails with EEXIST instead of replacing an existing `to` (renameat2 with
+// RENAME_NOREPLACE; link and unlink where the filesystem lacks it). Returns 0, or -1 with errno.
+[[nodiscard]] int rename_noreplace(int from_dir, const std::string& from, int to_dir,
+                                   const std::string& to) noexcept;
 // Closes fd if >= 0, ignoring errors (used on error paths and in destructors).
 void close_quietly(int fd) noexcept;
 // Opens `name` (relative to dirfd) read-only with O_NOATIME, since the cache keeps its own access

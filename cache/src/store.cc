@@ -203,6 +203,11 @@ status store::adopt_file(const std::string& path, const digest& id, object_kind 
   return core_->adopt_file(path, id, kind);
 }
 
+result<adopt_outcome> store::adopt_staged(const std::string& path, const digest& id,
+                                          object_kind kind) {
+  return core_->adopt_staged(path, id, kind);
+}
+
 std::shared_ptr<inflight_object> store::find_inflight(const digest& id) const {
   return core_->find_inflight(id);
 }
@@ -229,6 +234,7 @@ bool store::contains(const digest& id) const { return core_->contains(id); }
 std::vector<object_info> store::list() const { return core_->list(); }
 std::string store::object_path(const digest& id) const { return core_->dirs().object_path(id); }
 std::string store::shard_dir(const digest& id) const { return core_->dirs().shard_path(id); }
+std::string store::staging_dir() const { return core_->dirs().tmp_dir(); }
 std::string store::pack_dir() const { return core_->dirs().pack_dir(); }
 std::string store::pack_member_path(const digest& id) {
   return detail::layout::relative_object_path(id);

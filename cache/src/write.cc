@@ -1,7 +1,7 @@
 // The core's side of the write path: begin_write (present, follower or writer), capacity
-// reservations, install (commit into objects/ and the index) and abandon (a failed write), and
-// adoption of files written by someone else. The in-flight state is in inflight.cc, the writer in
-// writer.cc.
+// reservations, install (commit into objects/ and the index) and abandon (a failed write).
+// Adoption of files written by someone else is in adopt.cc, the in-flight state in inflight.cc,
+// the writer in writer.cc.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -156,12 +156,22 @@ result<object_info> core::install(const std::shared_ptr<inflight_object>& in,
   std::string hex = id.hex();
   int shard = layout_.shard_fd(id);
   if (!src.in_place) {
-    bool retried = false;
-    while (::renameat(src.dirfd, src.name.c_str(), shard, hex.c_str()) != 0) {
+    bool retried = false, set_aside = false;
+    for (;;) {
+      int rc = src.no_replace ? rename_noreplace(src.dirfd, src.name, shard, hex)
+                              : ::renameat(src.dirfd, src.name.c_str(), shard, hex.c_str());
+      if (rc == 0) break;
       int err = errno;
       if ((err == ENOSPC || err == EDQUOT) && !retried) {
         retried = true;
         make_room(4096);
+        continue;
+      }
+      if (err == EEXIST && !set_aside) {
+        // A file at the object path without a row (this write holds the digest's in-flight slot,
+        // so nothing committed it): debris, set aside in quarantine/, never written over.
+        set_aside = true;
+        set_aside_stray(id);
         continue;
       }
       if (err == ENOSPC || err == EDQUOT) count_no_space();
@@ -224,83 +234,6 @@ void core::abandon(const std::shared_ptr<inflight_object>& in, const std::string
   (mismatch ? ctr_.mismatches : ctr_.aborted).fetch_add(1, std::memory_order_relaxed);
   log::warn("cache write failed", log::kv("digest", in->id().short_str()),
             log::kv("error", e.to_string()));
-}
-
-status core::adopt_file(const std::string& path, const digest& id, object_kind kind) {
-  if (static_cast<std::size_t>(kind) >= object_kind_count) {
-    return fail(errc::invalid_argument, "adopt " + path + ": invalid object kind");
-  }
-  if (closed()) return fail(errc::cancelled, "adopt " + path + ": cache is closed");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return fail_errno(errno, "adopt: open " + path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    close_quietly(fd);
-    return fail_errno(err, "adopt: stat " + path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close_quietly(fd);
-    return fail(errc::invalid_argument, "adopt: " + path + " is not a regular file");
-  }
-  auto size = static_cast<std::uint64_t>(st.st_size);
-  std::string hex = id.hex();
-  struct stat dst {};
-  bool in_place = ::fstatat(layout_.shard_fd(id), hex.c_str(), &dst, AT_SYMLINK_NOFOLLOW) == 0 &&
-                  dst.st_dev == st.st_dev && dst.st_ino == st.st_ino;
-  if (!in_place && ::fstatat(layout_.shard_fd(id), ".", &dst, 0) == 0 && dst.st_dev != st.st_dev) {
-    close_quietly(fd);
-    return fail(errc::invalid_argument, "adopt: " + path + " is not on the cache's filesystem (" +
-                                            layout_.root() + "); a rename cannot move it");
-  }
-
-  std::shared_ptr<inflight_object> in;
-  {
-    std::unique_lock lk(mu_);
-    wait_not_removing(lk, id);
-    if (table_.contains(id) || removing_.contains(id)) {
-      close_quietly(fd);
-      return fail(errc::already_exists, "adopt " + path + ": " + id.str() + " is already cached");
-    }
-    if (inflight_.contains(id)) {
-      close_quietly(fd);
-      return fail(errc::busy, "adopt " + path + ": a write of " + id.str() + " is in progress");
-    }
-    // The in-flight object owns the fd from here (followers read it once committed).
-    in.reset(new inflight_object(id, kind, size, fd));
-    inflight_.emplace(id, in);
-  }
-  if (auto r = reserve(size); !r) {
-    count_no_space();
-    abandon(in, {}, 0, r.error().wrap("adopt " + path), false);
-    return std::unexpected(r.error().wrap("adopt " + path));
-  }
-  auto got = sha256_fd(fd, 0, size);
-  if (!got || *got != id) {
-    error e = got ? error{errc::digest_mismatch, "adopt " + path + ": content hashes to " +
-                                                     got->str() + ", expected " + id.str()}
-                  : got.error().wrap("adopt " + path);
-    // A bad file sitting at the object path would otherwise look like an object to a reader
-    // that bypasses the index (libtorrent seeding); it goes.
-    if (in_place && got.has_value()) ::unlinkat(layout_.shard_fd(id), hex.c_str(), 0);
-    abandon(in, {}, size, e, got.has_value());
-    return std::unexpected(e);
-  }
-  if (auto s = fdatasync_fd(fd, "fdatasync " + path); !s) {
-    abandon(in, {}, size, s.error(), false);
-    return std::unexpected(s.error().wrap("adopt"));
-  }
-  if (::fchmod(fd, 0444) != 0) {
-    error e = errno_error(errno, "adopt: fchmod " + path);
-    abandon(in, {}, size, e, false);
-    return std::unexpected(e);
-  }
-  auto info = install(in, install_source{AT_FDCWD, path, in_place}, size, size, true);
-  if (!info) {
-    abandon(in, {}, size, info.error(), false);
-    return std::unexpected(info.error().wrap("adopt " + path));
-  }
-  return {};
 }
 
 }  // namespace shoal::cache::detail

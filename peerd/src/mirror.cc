@@ -26,49 +26,74 @@ namespace {
 // Streams an object being downloaded (or just downloaded) to one client, in order: piece by
 // piece through read_piece while downloading; once the download is complete, the rest straight
 // from the cache's file with sendfile (a reader that fell behind catches up without copies).
+// The object's last byte waits until the download is complete, which means its sha256 verified
+// and the object is committed (swarm.h): pieces pass their SHA-1 against metainfo fetched over
+// HTTP, so until then a whole body could still be the wrong object. A download that fails instead
+// fails the body, and the server cuts the connection short: the client sees a short read, never
+// a complete wrong body. A Range that ends at the object's end holds back the same way (a lazy
+// reader of ranges has no digest check of its own); other ranges stream as the pieces verify.
 class download_source final : public http::body_source {
  public:
   download_source(std::shared_ptr<download> dl, std::uint64_t off, std::uint64_t len,
                   std::atomic<std::uint64_t>* served, net::thread_pool* pool)
-      : st_(std::make_shared<state>()), served_(served), pool_(pool) {
+      : st_(std::make_shared<state>()) {
     st_->dl = std::move(dl);
     st_->off = off;
     st_->end = len == UINT64_MAX ? st_->dl->meta().size : off + len;
+    st_->served = served;
+    st_->pool = pool;
   }
 
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
-    auto st = st_;
+    step(st_, max_bytes, std::move(done));
+  }
+
+ private:
+  struct state {
+    std::shared_ptr<download> dl;
+    std::uint64_t off = 0, end = 0;
+    std::atomic<std::uint64_t>* served = nullptr;
+    net::thread_pool* pool = nullptr;
+    piece_buffer buf;
+    std::uint32_t buf_piece = UINT32_MAX;
+    unique_fd fd;            // the committed object file, opened once
+    bool no_direct = false;  // the file could not be opened: read_piece only
+  };
+  using done_fn = std::function<void(result<http::chunk>)>;
+
+  // One chunk of the body. Callbacks may run after the source is gone (the client left): they
+  // own everything they touch through `st`.
+  static void step(const std::shared_ptr<state>& st, std::size_t max_bytes, done_fn done) {
     if (st->off >= st->end) return done(http::chunk::end());
-    if (pool_ && !st->no_direct && (st->fd || !st->dl->complete_path().empty())) {
-      std::uint64_t run = std::min<std::uint64_t>(max_bytes, st->end - st->off);
-      // The open is disk work: off the server's thread.
-      net::post(*pool_, [st, run, served = served_, done = std::move(done)]() mutable {
-        if (!st->fd)
-          st->fd = unique_fd(::open(st->dl->complete_path().c_str(), O_RDONLY | O_CLOEXEC));
-        if (!st->fd) {
-          // The object left the cache since (evicted): piece by piece, which reports the error.
-          st->no_direct = true;
-          return done(http::chunk::file_region(-1, 0, 0));
+    const std::uint64_t size = st->dl->meta().size;
+    std::string path = st->dl->complete_path();  // non-empty once verified and committed
+    // Bytes below `limit` may go now; the object's last byte only once it verified.
+    std::uint64_t limit = st->end;
+    if (path.empty() && st->end == size) limit = size - 1;
+    if (st->off >= limit) {
+      st->dl->when_settled([st, max_bytes, done = std::move(done)](shoal::status s) mutable {
+        if (!s) {
+          log::warn("object did not verify: ending its body short",
+                    log::kv("digest", st->dl->id().str()), log::kv("sent", st->off),
+                    log::kv("error", s.error().message));
+          return done(fail(s.error()));
         }
-        // The server sends the region with sendfile; the fd stays open until this source ends.
-        std::uint64_t off = st->off;
-        st->off += run;
-        if (served) served->fetch_add(run);
-        done(http::chunk::file_region(st->fd.get(), off, run));
+        step(st, max_bytes, std::move(done));
       });
       return;
     }
+    if (st->pool && !st->no_direct && (st->fd || !path.empty())) {
+      return send_file(st, std::min<std::uint64_t>(max_bytes, st->end - st->off), std::move(path),
+                       std::move(done));
+    }
     const auto& m = st->dl->meta();
     std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
-    auto slice = [st, max_bytes, served = served_](const piece_buffer& buf,
-                                                   std::uint32_t p) -> http::chunk {
-      const auto& mm = st->dl->meta();
-      std::uint64_t poff = mm.piece_offset(p);
-      std::uint64_t from = st->off - poff;
-      std::uint64_t n = std::min<std::uint64_t>({buf->size() - from, st->end - st->off, max_bytes});
+    auto slice = [st, max_bytes, limit](const piece_buffer& buf, std::uint32_t p) -> http::chunk {
+      std::uint64_t from = st->off - st->dl->meta().piece_offset(p);
+      std::uint64_t n = std::min<std::uint64_t>({buf->size() - from, limit - st->off, max_bytes});
       std::string out = buf->substr(static_cast<std::size_t>(from), static_cast<std::size_t>(n));
       st->off += n;
-      if (served) served->fetch_add(n);
+      if (st->served) st->served->fetch_add(n);
       return http::chunk::bytes(std::move(out));
     };
     if (st->buf && st->buf_piece == piece) return done(slice(st->buf, piece));
@@ -80,19 +105,26 @@ class download_source final : public http::body_source {
     });
   }
 
- private:
-  struct state {
-    std::shared_ptr<download> dl;
-    std::uint64_t off = 0, end = 0;
-    piece_buffer buf;
-    std::uint32_t buf_piece = UINT32_MAX;
-    unique_fd fd;            // the committed object file, opened once
-    bool no_direct = false;  // the file could not be opened: read_piece only
-  };
+  // `run` bytes from the committed object's file with sendfile.
+  static void send_file(const std::shared_ptr<state>& st, std::uint64_t run, std::string path,
+                        done_fn done) {
+    // The open is disk work: off the server's thread.
+    net::post(*st->pool, [st, run, path = std::move(path), done = std::move(done)]() mutable {
+      if (!st->fd) st->fd = unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!st->fd) {
+        // The object left the cache since (evicted): piece by piece, which reports the error.
+        st->no_direct = true;
+        return done(http::chunk::file_region(-1, 0, 0));
+      }
+      // The server sends the region with sendfile; the fd stays open until this source ends.
+      std::uint64_t off = st->off;
+      st->off += run;
+      if (st->served) st->served->fetch_add(run);
+      done(http::chunk::file_region(st->fd.get(), off, run));
+    });
+  }
 
   std::shared_ptr<state> st_;
-  std::atomic<std::uint64_t>* served_;
-  net::thread_pool* pool_;
 };
 
 // Streams a blob fetched in chunks (chunked.h) to one client, in order.

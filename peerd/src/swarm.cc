@@ -59,6 +59,15 @@ result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std
 
 }  // namespace
 
+std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent, std::string* why) {
+  lt::error_code ec;
+  auto ti =
+      std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  if (!ec) return ti;
+  if (why) *why = ec.message();
+  return nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // download
 
@@ -81,6 +90,18 @@ transfer::state transfer::wait(std::chrono::steady_clock::duration timeout) cons
 std::uint32_t download::pieces_done() const {
   std::lock_guard lk(mu_);
   return done_;
+}
+
+void download::when_settled(std::function<void(shoal::status)> cb) {
+  std::unique_lock lk(mu_);
+  if (st_ == state::running) {
+    settled_.push_back(std::move(cb));
+    return;
+  }
+  shoal::status s;
+  if (st_ == state::failed) s = shoal::fail(*err_);
+  lk.unlock();
+  cb(s);
 }
 
 std::string download::complete_path() const {
@@ -160,16 +181,16 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
     b.update("", 1);
     auto sm = b.finish(sha256_of(std::string_view("", 1)));
     auto st = sm ? sm->torrent_file({}) : std::string();
-    lt::error_code ec;
-    auto ti = std::make_shared<lt::torrent_info>(st.data(), static_cast<int>(st.size()), ec);
+    std::string why;
     lt::add_torrent_params p;
-    p.ti = ti;
+    p.ti = parse_torrent(st, &why);
     p.save_path = cfg.partial_dir + "/.sentinel";
     p.flags = lt::torrent_flags::upload_mode;
-    if (!ec && sm) m->ses_->raw().add_torrent(std::move(p), ec);
-    if (ec || !sm)
-      log::warn("no sentinel torrent: holders cannot serve unloaded seeds",
-                log::kv("error", ec.message()));
+    lt::error_code ec;
+    if (p.ti && sm) m->ses_->raw().add_torrent(std::move(p), ec);
+    if (ec) why = ec.message();
+    if (!why.empty() || !sm)
+      log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", why));
   }
   // Every received block is attributed to its source (registry-proxy or a peer) and counts as
   // progress, from a plugin callback on the network thread: libtorrent's per-block alerts cost
@@ -315,14 +336,13 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     downloads_[d] = dl;
     jobs_[ih] = dl;
   }
-  lt::error_code lec;
-  auto ti =
-      std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), lec);
-  if (lec) {
-    fail(dl, error{errc::protocol_error, "metainfo: " + lec.message()});
-    return shoal::fail(errc::protocol_error,
-                       "metainfo for " + d.short_str() + ": " + lec.message());
+  std::string why;
+  auto ti = parse_torrent(torrent, &why);
+  if (!ti) {
+    fail(dl, error{errc::protocol_error, "metainfo: " + why});
+    return shoal::fail(errc::protocol_error, "metainfo for " + d.short_str() + ": " + why);
   }
+  lt::error_code lec;
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = partial;
@@ -355,26 +375,90 @@ void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint
   if (h.is_valid()) h.read_piece(lt::piece_index_t(static_cast<int>(piece)));
 }
 
-void swarm_manager::complete(const std::shared_ptr<download>& dl) {
+// Every piece passed its hash and the file is in the cache's staging directory. The torrent goes
+// first (libtorrent no longer touches the file), then the cache adopts it on the worker pool.
+void swarm_manager::finish_object(const std::shared_ptr<download>& dl,
+                                  const lt::torrent_handle& h) {
+  {
+    std::lock_guard lk(dl->mu_);
+    if (dl->st_ != transfer::state::running || dl->finishing_) return;
+    dl->finishing_ = true;
+    dl->h_ = lt::torrent_handle();
+  }
+  // Once per download: the peers it had, reconnected to by the seed that replaces the torrent.
+  std::vector<std::string> peers;
+  std::vector<lt::peer_info> info;
+  h.get_peer_info(info);
+  for (const auto& pi : info) {
+    if (!(pi.flags & lt::peer_info::connecting))
+      peers.push_back(pi.ip.address().to_string() + ":" + std::to_string(pi.ip.port()));
+  }
+  ses_->raw().remove_torrent(h);
+  post_step(dl, [this, dl, peers = std::move(peers)] { complete(dl, peers); });
+}
+
+void swarm_manager::complete(const std::shared_ptr<download>& dl,
+                             const std::vector<std::string>& peers) {
   const digest& d = dl->id();
-  std::string path = d_.store.object_path(d);
-  auto st = d_.store.adopt_file(path, d, cache::object_kind::blob);
-  if (!st) {
-    // Every piece hash passed but the whole object does not verify: never keep or serve it.
-    log::error("downloaded object does not verify", log::kv("digest", d.str()),
-               log::kv("error", st.error().message));
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-    return fail(dl, st.error());
+  auto adopted =
+      d_.store.adopt_staged(d_.store.staging_dir() + "/" + d.hex(), d, cache::object_kind::blob);
+  if (!adopted) {
+    // Every piece hash passed but the whole object does not verify: nothing of it is kept, and a
+    // reader still waiting for the last byte gets the error instead (mirror.cc).
+    if (adopted.error().is(errc::digest_mismatch)) {
+      counters_.hash_failures.fetch_add(1);
+      log::error("downloaded object does not verify; discarded", log::kv("digest", d.str()),
+                 log::kv("info_hash", dl->info_hash()), log::kv("error", adopted.error().message));
+    }
+    return fail(dl, adopted.error());
+  }
+  if (*adopted == cache::adopt_outcome::already_present)
+    log::info("object was committed meanwhile by another path; the download verified and kept it",
+              log::kv("digest", d.str()));
+  auto h = seed_object(dl, peers);
+  {
+    std::lock_guard lk(dl->mu_);
+    dl->h_ = h;
   }
   std::string ih = dl->meta().info_hash_hex();
   (void)d_.state.put(d, ih, dl->torrent_);
   (void)d_.store.pin(d, "swarm", pin_expiry());
-  settle_complete(dl, path, false, {});
+  if (!settle_complete(dl, d_.store.object_path(d), true, {})) {
+    // Ended meanwhile (shutdown): the object stays committed; its seed goes.
+    if (h.is_valid()) ses_->remove(h);
+    return;
+  }
   counters_.downloads_ok.fetch_add(1);
   auto secs = std::chrono::duration<double>(steady::now() - dl->started_).count();
   log::info("object downloaded", log::kv("digest", d.str()), log::kv("bytes", dl->meta().size),
             log::kv("seconds", secs));
+}
+
+lt::torrent_handle swarm_manager::seed_object(const std::shared_ptr<download>& dl,
+                                              const std::vector<std::string>& peers) {
+  if (stop_.load()) return {};
+  auto ti = parse_torrent(dl->torrent_);
+  if (!ti) return {};
+  lt::error_code ec;
+  lt::add_torrent_params p;
+  p.ti = ti;
+  p.save_path = d_.store.shard_dir(dl->id());
+  // Its pieces are the ones that just passed their hashes, and the object its sha256.
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
+  p.trackers = trackers();
+  p.verified_pieces.resize(ti->num_pieces(), true);
+  p.have_pieces.resize(ti->num_pieces(), true);
+  add_seed_peers(p, peers);
+  auto h = ses_->raw().add_torrent(std::move(p), ec);
+  if (ec) {
+    // A peer asked first and the torrent was loaded on demand: it seeds already.
+    if (ec != lt::errors::duplicate_torrent)
+      log::warn("cannot seed a downloaded object", log::kv("digest", dl->id().str()),
+                log::kv("error", ec.message()));
+    return {};
+  }
+  return h;
 }
 
 void swarm_manager::complete_transient(const std::shared_ptr<download>& dl) {
@@ -393,6 +477,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
   std::string ih = dl->meta().info_hash_hex();
   lt::torrent_handle h;
   std::vector<std::pair<std::uint32_t, std::vector<download::piece_cb>>> pending;
+  std::vector<std::function<void(shoal::status)>> settled;
   {
     std::lock_guard lk(dl->mu_);
     if (only_running && dl->st_ != download::state::running) return false;
@@ -406,6 +491,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
     for (auto& [p, cbs] : dl->reading_) pending.emplace_back(p, std::move(cbs));
     dl->waiting_.clear();
     dl->reading_.clear();
+    settled.swap(dl->settled_);
   }
   unloaded evicted;
   {
@@ -423,6 +509,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
   for (auto& [p, cbs] : pending) {
     for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
   }
+  for (auto& cb : settled) cb({});
   return true;
 }
 
@@ -431,6 +518,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
 // stay for the next attempt), one log line.
 void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
   std::vector<download::piece_cb> cbs;
+  std::vector<std::function<void(shoal::status)>> settled;
   lt::torrent_handle h;
   auto dl =
       job->type() == transfer::kind::group ? nullptr : std::static_pointer_cast<download>(job);
@@ -450,6 +538,7 @@ void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
         }
         m->clear();
       }
+      settled.swap(dl->settled_);
     }
   }
   {
@@ -471,6 +560,7 @@ void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
               log::kv("error", e.message));
   }
   for (auto& cb : cbs) cb(shoal::fail(e));
+  for (auto& cb : settled) cb(shoal::fail(e));
 }
 
 void swarm_manager::post_step(const std::shared_ptr<transfer>& job, std::function<void()> step) {

@@ -25,12 +25,12 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) return on_read_piece(rp);
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) return on_torrent_finished(tf);
   if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
-    if (auto dl = by_alert(sm)) post_step(dl, [this, dl] { complete(dl); });
+    if (auto dl = by_alert(sm)) finish_object(dl, sm->handle);
     return;
   }
   if (auto* smf = lt::alert_cast<lt::storage_moved_failed_alert>(a)) {
     if (auto dl = by_alert(smf))
-      fail(dl, error{errc::io_error, "move into the cache: " + smf->error.message()});
+      fail(dl, error{errc::io_error, "move into the cache's staging: " + smf->error.message()});
     return;
   }
   if (auto* sc = lt::alert_cast<lt::state_changed_alert>(a)) return on_state_changed(sc);
@@ -109,16 +109,24 @@ void swarm_manager::on_read_piece(lt::read_piece_alert* rp) {
   for (auto& cb : cbs) cb(piece_buffer(buf));
 }
 
-// Every piece passed its hash: commit the download (a transient one is handed over as it is).
+// Every piece passed its hash: stage the download for adoption (a transient one is handed over
+// as it is).
 void swarm_manager::on_torrent_finished(lt::torrent_finished_alert* tf) {
   auto dl = by_alert(tf);
   if (!dl) return;
+  {
+    // The seed that replaced a finished download's torrent says "finished" too: not again.
+    std::lock_guard lk(dl->mu_);
+    if (dl->finishing_) return;
+  }
   if (dl->transient()) {
     post_step(dl, [this, dl] { complete_transient(dl); });
     return;
   }
-  // Every piece passed its hash: move the file into the cache's object directory.
-  tf->handle.move_storage(d_.store.shard_dir(dl->id()), lt::move_flags_t::always_replace_files);
+  // Every piece passed its hash: move the file into the cache's staging directory (which holds
+  // downloads only, never a committed object: a leftover of an earlier attempt is replaced),
+  // then finish_object drops the torrent and the cache adopts the file.
+  tf->handle.move_storage(d_.store.staging_dir(), lt::move_flags_t::always_replace_files);
 }
 
 void swarm_manager::on_state_changed(lt::state_changed_alert* sc) {
@@ -153,6 +161,11 @@ void swarm_manager::on_hash_failed(lt::hash_failed_alert* hf) {
 // seed is dropped from the session.
 void swarm_manager::on_torrent_failure(const std::string& ih, const std::string& why) {
   if (auto dl = by_hash(ih)) {
+    {
+      // Its torrent is gone (the file is staged for adoption): late alerts of it do not count.
+      std::lock_guard lk(dl->mu_);
+      if (dl->finishing_) return;
+    }
     fail(dl, error{errc::io_error, why});
     return;
   }
@@ -169,6 +182,11 @@ void swarm_manager::on_torrent_failure(const std::string& ih, const std::string&
 void swarm_manager::on_torrent_added(lt::add_torrent_alert* at) {
   if (at->error) return;
   std::string ih = swarm::hash_hex(at->handle);
+  {
+    // The seed of a download that just completed (seed_object) is in the table already.
+    std::lock_guard lk(mu_);
+    if (auto it = seeds_.find(ih); it != seeds_.end() && it->second.h == at->handle) return;
+  }
   auto d = d_.state.by_info_hash(ih);
   if (!d || by_hash(ih)) return;
   // An on-demand seed (the plugin added it).

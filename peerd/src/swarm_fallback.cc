@@ -174,6 +174,7 @@ void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_poi
   } else {
     auto* dl = static_cast<download*>(job.get());
     std::lock_guard lk(dl->mu_);
+    if (dl->finishing_) return;  // every piece is in; the cache is adopting it
     last = dl->last_progress_;
     // The last range arrived and verified, and no peer sent anything meanwhile.
     bool chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&

@@ -25,16 +25,6 @@ namespace net = boost::asio;
 
 namespace {
 
-std::shared_ptr<lt::torrent_info> parse_torrent(const std::string& t, std::string& why) {
-  lt::error_code ec;
-  auto ti = std::make_shared<lt::torrent_info>(t.data(), static_cast<int>(t.size()), ec);
-  if (ec) {
-    why = ec.message();
-    return nullptr;
-  }
-  return ti;
-}
-
 // The info-hash of an alert a group may need, or "" for any other alert. Cheap type filter
 // first: computing an alert's info-hash is a call into libtorrent.
 std::string wanted_info_hash(lt::alert* a) {
@@ -159,7 +149,7 @@ result<std::shared_ptr<group_download>> swarm_manager::fetch_group(group_spec sp
 // The group's job, not yet registered: its torrent, directory, and the members already cached.
 result<std::shared_ptr<group_download>> swarm_manager::prepare_group(group_spec spec) {
   std::string why;
-  auto ti = parse_torrent(spec.torrent, why);
+  auto ti = parse_torrent(spec.torrent, &why);
   if (!ti) return shoal::fail(errc::protocol_error, "metainfo of " + spec.name + ": " + why);
   if (static_cast<std::size_t>(ti->num_files()) != spec.objects.size() || spec.objects.empty()) {
     return shoal::fail(errc::protocol_error,
@@ -314,8 +304,7 @@ bool swarm_manager::prepare_pack_on_demand(const std::string& ih, lt::add_torren
   }
   auto t = read_file(groups_->dir + "/packs/" + ih + ".torrent");
   if (!t) return false;
-  std::string why;
-  auto ti = parse_torrent(*t, why);
+  auto ti = parse_torrent(*t);
   if (!ti) return false;
   const auto& files = ti->files();
   for (auto i : files.file_range()) {
@@ -336,8 +325,7 @@ bool swarm_manager::prepare_pack_on_demand(const std::string& ih, lt::add_torren
 // directory, a single from its shard).
 void swarm_manager::seed_group(const group_spec& spec, const std::string& ih) {
   if (stop_.load()) return;
-  std::string why;
-  auto ti = parse_torrent(spec.torrent, why);
+  auto ti = parse_torrent(spec.torrent);
   if (!ti) return;
   unloaded evicted;
   {

@@ -151,9 +151,8 @@ bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_pa
   if (!d || !d_.store.contains(*d)) return false;
   auto t = d_.state.torrent(*d);
   if (!t) return false;
-  lt::error_code ec;
-  auto ti = std::make_shared<lt::torrent_info>(t->data(), static_cast<int>(t->size()), ec);
-  if (ec) return false;
+  auto ti = parse_torrent(*t);
+  if (!ti) return false;
   p.ti = ti;
   p.save_path = d_.store.shard_dir(*d);
   // Seed mode without trusted pieces: each piece is hashed before its first upload.

@@ -6,6 +6,8 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <future>
+#include <thread>
 
 #include "test_util.h"
 
@@ -351,6 +353,79 @@ TEST(CacheWrite, AdoptFileMovesVerifiedFilesIn) {
   EXPECT_FALSE(s->adopt_file(dir.path() + "/missing", id, object_kind::blob));
   EXPECT_FALSE(s->adopt_file(dir.path(), id, object_kind::blob));  // a directory
   EXPECT_EQ(s->get_stats().adoptions, 2u);
+}
+
+// Adoption never writes over or deletes what is at an object path: a committed object stays (same
+// inode, same bytes, still indexed) whichever way another copy arrives; a staged copy is verified
+// and consumed; a file without a row at the object path is set aside, not overwritten.
+TEST(CacheWrite, AdoptNeverReplacesACommittedObject) {
+  temp_dir dir;
+  auto s = open_store(test_options(dir.path()));
+  std::string content = random_bytes(40'000, 11);
+  digest id = sha256_of(content);
+  ASSERT_TRUE(put(*s, content));
+  struct stat before {};
+  ASSERT_EQ(::stat(s->object_path(id).c_str(), &before), 0);
+  auto intact = [&] {
+    struct stat now {};
+    ASSERT_EQ(::stat(s->object_path(id).c_str(), &now), 0) << "the object's file went";
+    EXPECT_EQ(now.st_ino, before.st_ino) << "the object's file was replaced";
+    EXPECT_TRUE(s->contains(id));
+    EXPECT_EQ(read_all(*s, id), content);
+  };
+  const std::string staged = s->staging_dir() + "/" + id.hex();
+  // The same bytes staged by a download: verified, then dropped; the object stays.
+  write_file(staged, content);
+  auto same = s->adopt_staged(staged, id, object_kind::blob);
+  ASSERT_TRUE(same) << same.error().to_string();
+  EXPECT_EQ(*same, adopt_outcome::already_present);
+  EXPECT_NE(::access(staged.c_str(), F_OK), 0);
+  intact();
+  // Wrong bytes staged under its name: a digest mismatch, dropped as well.
+  write_file(staged, random_bytes(content.size(), 12));
+  auto wrong = s->adopt_staged(staged, id, object_kind::blob);
+  ASSERT_FALSE(wrong);
+  EXPECT_TRUE(wrong.error().is(errc::digest_mismatch)) << wrong.error().to_string();
+  EXPECT_NE(::access(staged.c_str(), F_OK), 0);
+  intact();
+  // adopt_file of another copy: already_exists, and that copy is left to its owner.
+  std::string copy = dir.path() + "/copy.bin";
+  write_file(copy, content);
+  EXPECT_TRUE(s->adopt_file(copy, id, object_kind::blob).error().is(errc::already_exists));
+  EXPECT_EQ(::access(copy.c_str(), F_OK), 0);
+  intact();
+
+  // A write of the object in progress: adopt_staged waits for it, then keeps its result.
+  std::string other = random_bytes(30'000, 13);
+  digest oid = sha256_of(other);
+  auto t = s->begin_write(oid, other.size(), object_kind::blob);
+  ASSERT_TRUE(t && t->role == write_role::writer);
+  ASSERT_TRUE(t->writer->write(other));
+  const std::string staged2 = s->staging_dir() + "/" + oid.hex();
+  write_file(staged2, other);
+  auto waiting = std::async(std::launch::async,
+                            [&] { return s->adopt_staged(staged2, oid, object_kind::blob); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(t->writer->commit());
+  auto joined = waiting.get();
+  ASSERT_TRUE(joined) << joined.error().to_string();
+  EXPECT_EQ(*joined, adopt_outcome::already_present);
+  EXPECT_NE(::access(staged2.c_str(), F_OK), 0);
+  EXPECT_EQ(read_all(*s, oid), other);
+
+  // A stray file (no row) at an object path is set aside in quarantine/, never overwritten.
+  std::string third = random_bytes(20'000, 14);
+  digest tid = sha256_of(third);
+  write_file(s->object_path(tid), "debris");
+  const std::string staged3 = s->staging_dir() + "/" + tid.hex();
+  write_file(staged3, third);
+  auto adopted = s->adopt_staged(staged3, tid, object_kind::blob);
+  ASSERT_TRUE(adopted) << adopted.error().to_string();
+  EXPECT_EQ(*adopted, adopt_outcome::adopted);
+  EXPECT_EQ(read_all(*s, tid), third);
+  auto q = list_dir(dir.path() + "/quarantine");
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0].rfind(tid.hex() + ".stray.", 0), 0u) << q[0];
 }
 
 TEST(CacheWrite, IndexSurvivesReopenWithAccessHistory) {

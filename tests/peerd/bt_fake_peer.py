@@ -84,11 +84,13 @@ def piece_size_for(size: int) -> int:
     return p
 
 
-def make_torrent(data: bytes, trackers: list[str] = ()) -> bytes:
-    """The .torrent registry-proxy would serve for `data` (same info dict, same info-hash)."""
+def make_torrent(data: bytes, trackers: list[str] = (), name: str | None = None) -> bytes:
+    """The .torrent registry-proxy would serve for `data` (same info dict, same info-hash).
+    `name` (a digest's hex) replaces the name: a poisoned metainfo whose piece hashes describe
+    `data` while it claims to be another object."""
     ps = piece_size_for(len(data))
     pieces = b"".join(hashlib.sha1(data[i:i + ps]).digest() for i in range(0, len(data), ps))
-    info = {"length": len(data), "name": hashlib.sha256(data).hexdigest(), "piece length": ps,
+    info = {"length": len(data), "name": name or hashlib.sha256(data).hexdigest(), "piece length": ps,
             "pieces": pieces, "private": 1}
     top = {"created by": "shoal-test", "info": info}
     if trackers:

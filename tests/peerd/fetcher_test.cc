@@ -37,41 +37,32 @@ using testing::temp_dir;
 namespace ht = ::shoal::testing;
 using steady = std::chrono::steady_clock;
 
-// One node: cache, state index, HTTP client, worker pool, swarm, metrics and the fetcher.
-struct node {
-  explicit node(const std::string& registry_proxy) {
-    cache::options co;
-    co.root = dir.path() + "/cache";
-    co.quota_bytes = 1ull << 30;
-    co.scrub_bytes_per_sec = 0;
-    auto st = cache::store::open(co);
-    if (!st) throw std::runtime_error(st.error().message);
-    store = std::move(*st);
-    auto sdb = state_db::open(dir.path() + "/state");
-    if (!sdb) throw std::runtime_error(sdb.error().message);
-    state = std::move(*sdb);
+using testing::meta_of;
+using testing::range_reply;
+
+// One node (testing::swarm_node: cache, state index, HTTP client, worker pool, swarm), its
+// metrics and the fetcher.
+struct node : testing::swarm_node {
+  explicit node(const std::string& registry_proxy) : swarm_node("n", swarm_settings()) {
     cfg.upstream.registry_proxy = registry_proxy;
     cfg.upstream.metainfo_wait = config::duration(1s);
     cfg.upstream.connect_timeout = config::duration(1s);
-    cfg.swarm.listen = "127.0.0.1:0";
-    cfg.swarm.partial_dir = dir.path() + "/partial";
-    cfg.swarm.stall_timeout = config::duration(300ms);
-    cfg.swarm.fallback_deadline = config::duration(3s);
+    cfg.swarm = swarm_cfg;
     cfg.node.name = "n";
-    auto sw = swarm_manager::start(cfg.swarm, cfg.node, "",
-                                   swarm_manager::deps{*store, *state, http, pool});
-    if (!sw) throw std::runtime_error(sw.error().message);
-    swarm = std::move(*sw);
     fetcher::deps fd{cfg, *store, *swarm, http, pool, reg};
     fd.state = state.get();
     fetch = std::make_unique<fetcher>(std::move(fd));
   }
   ~node() {
-    swarm->stop();
-    http.stop();
-    pool.join();
+    stop();  // no pool task of the fetcher's runs after this
     fetch.reset();
-    store->stop();
+  }
+
+  static swarm_config swarm_settings() {
+    swarm_config c;
+    c.stall_timeout = config::duration(300ms);
+    c.fallback_deadline = config::duration(3s);
+    return c;
   }
 
   std::uint64_t swarm_fetches() {
@@ -80,24 +71,10 @@ struct node {
         .value();
   }
 
-  temp_dir dir;
   peerd_config cfg;
   metrics::registry reg;
-  std::unique_ptr<cache::store> store;
-  std::unique_ptr<state_db> state;
-  http::client http;
-  boost::asio::thread_pool pool{4};
-  std::unique_ptr<swarm_manager> swarm;
   std::unique_ptr<fetcher> fetch;
 };
-
-object_metainfo meta_of(const std::string& bytes) {
-  metainfo_builder b(bytes.size());
-  b.update(bytes.data(), bytes.size());
-  auto m = b.finish(sha256_of(bytes));
-  if (!m) throw std::runtime_error(m.error().message);
-  return *m;
-}
 
 bool is_metainfo(const ht::recorded_request& r) {
   return r.target.rfind(std::string(origin::paths::metainfo), 0) == 0;
@@ -107,25 +84,6 @@ std::size_t metainfo_requests(const ht::test_http_server& srv) {
   std::size_t n = 0;
   for (const auto& r : srv.requests()) n += is_metainfo(r) ? 1 : 0;
   return n;
-}
-
-// registry-proxy's blob URL answering Range requests from `bytes`.
-ht::reply range_reply(const std::string& bytes, const ht::recorded_request& r) {
-  ht::reply out;
-  auto range = r.header("Range");
-  if (!range || range->rfind("bytes=", 0) != 0) {
-    out.body = bytes;
-    return out;
-  }
-  auto dash = range->find('-');
-  std::uint64_t from = std::stoull(range->substr(6, dash - 6));
-  std::uint64_t to = std::stoull(range->substr(dash + 1));
-  out.status = 206;
-  out.body = bytes.substr(from, to - from + 1);
-  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" +
-                                                std::to_string(to) + "/" +
-                                                std::to_string(bytes.size()));
-  return out;
 }
 
 // Joins and waits for the answer.

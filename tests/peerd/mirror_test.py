@@ -14,7 +14,10 @@ swarm.stall_timeout, which is what a stalled swarm looks like):
   - bad requests are refused without reaching registry-proxy;
   - registry-proxy refusing connections, or accepting and never answering: every answer is an
     error within a bounded time (containerd then falls back to its next host);
-  - /shoal/v1/status reports bytes by source; /metrics passes `promtool check metrics`.
+  - /shoal/v1/status reports bytes by source; /metrics passes `promtool check metrics`;
+  - a poisoned metainfo (piece hashes of junk, name of the real blob) never yields a whole wrong
+    body: the last byte waits for the object's sha256, so a full GET and a Range to the end are
+    cut short, the object is not cached and the hash failure is counted and logged.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0] / "support"))
 sys.path.insert(0, str(HERE))
 
+from bt_fake_peer import make_torrent  # noqa: E402
 from fake_proxy import FakeProxy  # noqa: E402
 from shoal_fixtures import FixtureTestCase, free_port  # noqa: E402
 from shoal_fixtures.nodes import Peerd  # noqa: E402
@@ -66,6 +70,21 @@ def timed_get(port: int, path: str, timeout: float = 60) -> tuple[int, bytes, fl
         ttfb = time.monotonic() - t0
         rest = r.read()
         return r.status, first + rest, ttfb, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def partial_get(port: int, path: str, headers: dict[str, str]) -> tuple[int, int, bytes, bool]:
+    """GET that tolerates a body cut short: (status, Content-Length, bytes read, whole body?)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        n = int(r.getheader("Content-Length", "-1"))
+        try:
+            return r.status, n, r.read(), True
+        except http.client.IncompleteRead as e:
+            return r.status, n, e.partial, False
     finally:
         c.close()
 
@@ -347,6 +366,36 @@ class MirrorTest(FixtureTestCase):
                      "shoal_peerd_bytes_from_http_fallback_total", "shoal_peerd_quarantined_total",
                      "shoal_peerd_downloads_active", "shoal_cache_bytes"):
             self.assertIn(name, m)
+
+    def test_poisoned_metainfo_never_completes_a_wrong_body(self):
+        real = os.urandom(1536 << 10)
+        junk = os.urandom(len(real))
+        dig = "sha256:" + hashlib.sha256(real).hexdigest()
+        # registry-proxy's HTTP fallback and metainfo both describe the junk under the real digest:
+        # every piece passes its SHA-1, only the object's sha256 can tell.
+        self.fake.blobs[dig] = junk
+        self.fake.metainfo_status[dig] = (200, make_torrent(junk, name=dig[7:]))
+        before = self.peerd.status()["counters"]
+        path = f"/v2/team/app/blobs/{dig}?ns=r.example"
+        tail = len(real) - 1000
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            full = ex.submit(partial_get, self.port, path, {})
+            self._wait(lambda: self.peerd.status().get("downloads"), 10, "the download to start")
+            ranged = ex.submit(partial_get, self.port, path, {"Range": f"bytes={tail}-"})
+            (s1, n1, got1, whole1), (s2, n2, got2, whole2) = full.result(60), ranged.result(60)
+        print(f"\npoisoned metainfo: full GET {s1} got {len(got1)} of {n1}, range {s2} got {len(got2)} of {n2}")
+        self.assertEqual((s1, n1), (200, len(real)))
+        self.assertFalse(whole1, "peerd completed a wrong body")
+        self.assertLess(len(got1), len(real))
+        self.assertEqual(got1, junk[:len(got1)], "bytes other than the download's")
+        self.assertEqual((s2, n2), (206, 1000))
+        self.assertFalse(whole2, "peerd completed a wrong range at the object's end")
+        self.assertLess(len(got2), 1000)
+        after = self.peerd.status()["counters"]
+        self.assertGreater(after["hash_failures"], before["hash_failures"])
+        self.assertGreater(after["downloads_failed"], before["downloads_failed"])
+        self.assertIn(dig, self.peerd.log_text(), "the hash failure is not logged with its digest")
+        self.assertFalse(any(d["digest"] == dig for d in self.peerd.status().get("downloads", [])))
 
     # -- helpers ---------------------------------------------------------------------------------
 

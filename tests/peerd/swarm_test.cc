@@ -44,56 +44,9 @@ using testing::temp_dir;
 namespace ht = ::shoal::testing;
 using steady = std::chrono::steady_clock;
 
-// One node: its cache, state index, HTTP client, worker pool and swarm.
-struct node {
-  explicit node(const std::string& name, swarm_config cfg = {}) {
-    // SHOAL_TRACE=1 shows every libtorrent alert (debugging a failure by hand).
-    if (std::getenv("SHOAL_TRACE")) log::init(log::format::text, log::level::trace, "swarm_test");
-    cache::options co;
-    co.root = dir.path() + "/cache";
-    co.quota_bytes = 1ull << 30;
-    co.scrub_bytes_per_sec = 0;
-    auto st = cache::store::open(co);
-    if (!st) throw std::runtime_error(st.error().message);
-    store = std::move(*st);
-    auto sdb = state_db::open(dir.path() + "/state");
-    if (!sdb) throw std::runtime_error(sdb.error().message);
-    state = std::move(*sdb);
-    cfg.listen = "127.0.0.1:0";
-    cfg.partial_dir = dir.path() + "/partial";
-    node_config nc;
-    nc.name = name;
-    auto sw = swarm_manager::start(cfg, nc, "", swarm_manager::deps{*store, *state, http, pool});
-    if (!sw) throw std::runtime_error(sw.error().message);
-    swarm = std::move(*sw);
-  }
-  ~node() {
-    swarm->stop();
-    http.stop();
-    pool.join();
-    store->stop();
-  }
-
-  std::string endpoint() const { return "127.0.0.1:" + std::to_string(swarm->listen_port()); }
-
-  // Puts a complete object into the cache and the state index, without loading its torrent:
-  // the situation of a node whose seed was unloaded (or that restarted).
-  void hold(const std::string& bytes, const object_metainfo& m) {
-    std::string tmp = dir.path() + "/cache/in.tmp";
-    std::ofstream(tmp, std::ios::binary) << bytes;
-    auto st = store->adopt_file(tmp, m.object, cache::object_kind::blob);
-    if (!st) throw std::runtime_error(st.error().message);
-    auto p = state->put(m.object, m.info_hash_hex(), m.torrent_file({}));
-    if (!p) throw std::runtime_error(p.error().message);
-  }
-
-  temp_dir dir;
-  std::unique_ptr<cache::store> store;
-  std::unique_ptr<state_db> state;
-  http::client http;
-  boost::asio::thread_pool pool{4};
-  std::unique_ptr<swarm_manager> swarm;
-};
+using node = testing::swarm_node;
+using testing::meta_of;
+using testing::range_reply;
 
 swarm_config fast_cfg() {
   swarm_config c;
@@ -103,14 +56,6 @@ swarm_config fast_cfg() {
   c.fallback_deadline = config::duration(3s);
   c.seed_idle_unload = config::duration(60s);
   return c;
-}
-
-object_metainfo meta_of(const std::string& bytes) {
-  metainfo_builder b(bytes.size());
-  b.update(bytes.data(), bytes.size());
-  auto m = b.finish(sha256_of(bytes));
-  if (!m) throw std::runtime_error(m.error().message);
-  return *m;
 }
 
 // Reads every piece in order; returns the bytes, or the first error.
@@ -150,25 +95,6 @@ void corrupt(const std::string& path, std::uint64_t off) {
             static_cast<ssize_t>(sizeof junk));
   ::close(fd);
   ::chmod(path.c_str(), 0444);
-}
-
-// A stand-in for registry-proxy's blob URL answering Range requests from `bytes`.
-ht::reply range_reply(const std::string& bytes, const ht::recorded_request& r) {
-  ht::reply out;
-  auto range = r.header("Range");
-  if (!range || range->rfind("bytes=", 0) != 0) {
-    out.body = bytes;
-    return out;
-  }
-  auto dash = range->find('-');
-  std::uint64_t from = std::stoull(range->substr(6, dash - 6));
-  std::uint64_t to = std::stoull(range->substr(dash + 1));
-  out.status = 206;
-  out.body = bytes.substr(from, to - from + 1);
-  out.headers.emplace_back("Content-Range", "bytes " + std::to_string(from) + "-" +
-                                                std::to_string(to) + "/" +
-                                                std::to_string(bytes.size()));
-  return out;
 }
 
 TEST(Swarm, UnloadedHolderServesOnDemand) {
@@ -254,6 +180,51 @@ TEST(Swarm, BadPiecesFromALoadedSeedAreRejected) {
   EXPECT_EQ((*dl)->current(), download::state::failed);
   EXPECT_GE(b.swarm->counters().hash_failures.load(), 1u);
   EXPECT_FALSE(b.store->contains(m.object));
+}
+
+// Another path (a dataset group, a chunk join; here a direct cache write) commits the object
+// while a swarm download of it is under way: when the download finishes, the committed file is
+// never written over or deleted (same inode, same bytes), the index keeps it, and the download
+// completes with the committed object.
+TEST(Swarm, DownloadFinishingBesideACommittedObjectLeavesItIntact) {
+  auto bytes = testing::bytes_of(1 << 20, 14);
+  auto m = meta_of(bytes);
+  std::atomic<bool> open{false};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (!open.load()) {
+      ht::reply busy;
+      busy.status = 503;
+      return busy;
+    }
+    return range_reply(bytes, r);
+  });
+  node b("b", fast_cfg());
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto t = b.store->begin_write(m.object, bytes.size(), cache::object_kind::blob);
+  ASSERT_TRUE(t) << t.error().message;
+  ASSERT_EQ(t->role, cache::write_role::writer);
+  ASSERT_TRUE(t->writer->write(bytes));
+  ASSERT_TRUE(t->writer->commit());
+  const std::string path = b.store->object_path(m.object);
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  open = true;  // the download's bytes may come now
+  auto got = read_all(**dl);
+  EXPECT_TRUE(got && *got == bytes) << (got ? "wrong bytes" : got.error().message);
+  EXPECT_EQ((*dl)->wait_done(10s), download::state::complete)
+      << ((*dl)->failure() ? (*dl)->failure()->message : "");
+  std::this_thread::sleep_for(300ms);  // anything still running on the pool gets its chance
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0) << "the committed object's file was deleted";
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the committed object's file was replaced";
+  EXPECT_TRUE(b.store->contains(m.object));
+  auto rd = b.store->open_read(m.object);
+  ASSERT_TRUE(rd) << rd.error().message;
+  std::string back(bytes.size(), '\0');
+  ASSERT_EQ(::pread(rd->fd(), back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  EXPECT_TRUE(back == bytes);
+  EXPECT_EQ(b.swarm->counters().downloads_failed.load(), 0u);
 }
 
 TEST(Swarm, StalledSwarmFallsBackToHttpRanges) {

@@ -3,6 +3,7 @@
 //
 //   <root>/objects/sha256/<hh>/<64hex>   committed objects, read-only (0444)
 //   <root>/tmp/<64hex>.<random>.part     writes in progress
+//   <root>/tmp/<64hex>                   downloads finished there (staging_dir), then adopted
 //   <root>/quarantine/                   objects that failed a scrub
 //   <root>/index/                        RocksDB: one row per object, pins, labels
 //
@@ -80,9 +81,18 @@ class store {
                                                  object_kind kind);
   // Takes a complete file written by someone else (libtorrent) into the store: verifies size and
   // hash, makes it read-only and renames it to its object path (it may already be there). The
-  // file must be on the cache's filesystem. On failure the file is left where it was, except a
-  // file already at the object path that does not verify, which is removed.
+  // file must be on the cache's filesystem. It never replaces a committed object (errc::
+  // already_exists; errc::busy while another write of `id` runs) nor any file at the object path
+  // (one without an index row is set aside in quarantine/). On failure the file is left where it
+  // was, except a file already at the object path that does not verify, which is removed.
   [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind);
+  // Adopts a file a downloader finished at staging_dir() + "/" + id.hex() (or any path on the
+  // cache's filesystem) and consumes it in every outcome: committed (adopted), or removed. When
+  // another path committed `id` first (or was committing it: adopt waits for that write), the
+  // staged file is still verified, then removed, and the committed object is left untouched
+  // (already_present). A staged file that does not hash to `id` fails with errc::digest_mismatch.
+  [[nodiscard]] result<adopt_outcome> adopt_staged(const std::string& path, const digest& id,
+                                                   object_kind kind);
   // The write in progress for `id`, if any (to stream an arriving object without joining it).
   [[nodiscard]] std::shared_ptr<inflight_object> find_inflight(const digest& id) const;
 
@@ -102,8 +112,12 @@ class store {
   // serve it.
   [[nodiscard]] std::string object_path(const digest& id) const;
   // The directory of object_path(id): a single-object torrent (file named <64hex>) saved here
-  // seeds from the object itself; a torrent finished elsewhere is moved here, then adopt_file().
+  // seeds from the object itself (nothing may write into it: a download finishes in
+  // staging_dir()).
   [[nodiscard]] std::string shard_dir(const digest& id) const;
+  // Where a downloader (libtorrent) finishes an object before adopt_staged: a directory on the
+  // cache's filesystem, emptied when the store opens, never holding committed objects.
+  [[nodiscard]] std::string staging_dir() const;
   // A pack's place: a multi-file torrent whose files are pack_member_path(d) (the pack metainfo
   // layout) saved here seeds every member from its object path, with nothing copied.
   [[nodiscard]] std::string pack_dir() const;

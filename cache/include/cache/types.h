@@ -48,6 +48,12 @@ struct object_info {
   std::vector<std::string> labels;  // which images or datasets reference it
 };
 
+// What store::adopt_staged did with a staged file it verified.
+enum class adopt_outcome {
+  adopted,          // it is now the committed object
+  already_present,  // another path had committed the object: it stays, the staged copy is gone
+};
+
 enum class event_type { committed, evicted, quarantined, removed };
 enum class evict_reason { none, watermark, idle_ttl, no_space, requested };
 [[nodiscard]] std::string_view to_string(event_type t) noexcept;

@@ -9,7 +9,12 @@
 //
 // Objects download into the partial directory (pieces in whatever order suits the swarm, with
 // deadlines near each local reader's position). When every piece has passed its hash, the file
-// is moved into the cache's object directory and adopted (the cache verifies its sha256).
+// is moved into the cache's staging directory, the torrent is removed and the cache adopts the
+// file (it verifies its sha256 and never replaces a committed object: when another path committed
+// the same object meanwhile, the staged copy is verified and dropped, the object stays); the
+// object is then seeded from the cache's file by a fresh torrent. Only then is the download
+// complete: a reader holds back an object's last byte until then (mirror.cc), so a body whose
+// pieces passed SHA-1 but whose sha256 does not match is never delivered whole.
 // A group downloads into its own directory, <datasets partial_dir>/<info-hash>, which survives
 // restarts: adding the same torrent again makes libtorrent check the files there, so an
 // interrupted prefetch resumes. Members already cached get file priority 0. When every wanted
@@ -50,6 +55,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -66,14 +72,16 @@ using piece_buffer = std::shared_ptr<const std::string>;
 
 // Where bytes came from, for status and the demo report.
 struct source_counters {
-  std::atomic<std::uint64_t> from_origin{0};    // BitTorrent blocks from registry-proxy
-  std::atomic<std::uint64_t> from_peers{0};     // BitTorrent blocks from other nodes
-  std::atomic<std::uint64_t> from_http{0};      // HTTP fallback ranges from registry-proxy
-  std::atomic<std::uint64_t> served_local{0};   // bytes served to local clients
-  std::atomic<std::uint64_t> uploaded{0};       // payload uploaded to peers (session total)
-  std::atomic<std::uint64_t> hash_failures{0};  // pieces rejected (bad data from a peer or HTTP)
-  std::atomic<std::uint64_t> quarantined{0};    // local objects found corrupt while seeding
-  std::atomic<std::uint64_t> fallbacks{0};      // HTTP fallback ranges fetched
+  std::atomic<std::uint64_t> from_origin{0};   // BitTorrent blocks from registry-proxy
+  std::atomic<std::uint64_t> from_peers{0};    // BitTorrent blocks from other nodes
+  std::atomic<std::uint64_t> from_http{0};     // HTTP fallback ranges from registry-proxy
+  std::atomic<std::uint64_t> served_local{0};  // bytes served to local clients
+  std::atomic<std::uint64_t> uploaded{0};      // payload uploaded to peers (session total)
+  // Pieces rejected (bad data from a peer or HTTP), and objects whose pieces all passed but whose
+  // sha256 did not match (a poisoned metainfo).
+  std::atomic<std::uint64_t> hash_failures{0};
+  std::atomic<std::uint64_t> quarantined{0};  // local objects found corrupt while seeding
+  std::atomic<std::uint64_t> fallbacks{0};    // HTTP fallback ranges fetched
   std::atomic<std::uint64_t> downloads_ok{0}, downloads_failed{0};
 };
 
@@ -88,6 +96,11 @@ class swarm_manager;
 
 // A whole file (records, manifests, pack torrents); nullopt when it cannot be opened.
 [[nodiscard]] std::optional<std::string> read_file(const std::string& path);
+
+// The one parse of a .torrent (an object's, a chunk's, a group's, a held seed's) into libtorrent's
+// form: nullptr when it does not parse, with libtorrent's reason in `why` (when given).
+[[nodiscard]] std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent,
+                                                              std::string* why = nullptr);
 
 // What a dataset group is, as registry-proxy described it.
 struct group_spec {
@@ -151,6 +164,10 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   [[nodiscard]] state wait_done(std::chrono::steady_clock::duration timeout) const {
     return wait(timeout);
   }
+  // Calls `cb` once the download leaves running: success when it is complete (an object's
+  // sha256 verified and committed), its error when it failed. At once, on this thread, when it
+  // already has; else on the thread that ends it. Keep it short.
+  void when_settled(std::function<void(shoal::status)> cb);
   // A transient download (a chunk of a larger blob, chunked.h) is not committed to the cache:
   // every piece passed its SHA-1 and the blob it belongs to is verified whole, so the file stays
   // in the partial directory, is seeded from there while wanted and deleted when unloaded.
@@ -173,9 +190,12 @@ class download : public transfer, public std::enable_shared_from_this<download> 
 
   std::vector<bool> have_;
   std::uint32_t done_ = 0;
-  std::map<std::uint32_t, std::vector<piece_cb>> waiting_;  // piece not finished yet
-  std::map<std::uint32_t, std::vector<piece_cb>> reading_;  // read_piece issued
-  std::string object_path_;                                 // once complete
+  std::map<std::uint32_t, std::vector<piece_cb>> waiting_;   // piece not finished yet
+  std::map<std::uint32_t, std::vector<piece_cb>> reading_;   // read_piece issued
+  std::vector<std::function<void(shoal::status)>> settled_;  // when_settled
+  std::string object_path_;                                  // once complete
+  // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
+  bool finishing_ = false;
   bool fallback_inflight_ = false;
   // Once the swarm has stalled, HTTP ranges follow each other without another stall_timeout
   // while each range verifies and no peer delivers a block; a peer block ends the chain.
@@ -304,7 +324,14 @@ class swarm_manager {
   void post_step(const std::shared_ptr<transfer>& job, std::function<void()> step);
 
   // Objects (swarm.cc).
-  void complete(const std::shared_ptr<download>& dl);
+  // The file is in the staging directory: drop the torrent, then adopt (complete).
+  void finish_object(const std::shared_ptr<download>& dl, const lt::torrent_handle& h);
+  // Adopts the staged file (worker pool); `peers` were the download's.
+  void complete(const std::shared_ptr<download>& dl, const std::vector<std::string>& peers);
+  // Seeds a committed object from the cache's file (trusted pieces); the handle, invalid when it
+  // could not be added. `peers`: endpoints to reconnect to (the download's).
+  lt::torrent_handle seed_object(const std::shared_ptr<download>& dl,
+                                 const std::vector<std::string>& peers);
   void complete_transient(const std::shared_ptr<download>& dl);
   // Marks `dl` complete with its bytes at `path`, moves it from the downloads to the seeds (a
   // transient one with the file to delete when it is unloaded) and serves its waiting readers
