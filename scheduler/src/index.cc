@@ -47,7 +47,12 @@ void cluster_index::remember(const digest& d) {
 
 cluster_index::object_ptr cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o,
                                                     std::vector<info_hash>* hashes) {
-  object_ptr p = &*objects_.try_emplace(o.id).first;
+  auto [it, fresh] = objects_.try_emplace(o.id);
+  // seen_ learns an object when it enters the index and again when it leaves (remove_holder):
+  // while it is in objects_ its holders say it is in the cluster, so a holding need not hash it
+  // into seen_ once more.
+  if (fresh) remember(o.id);
+  object_ptr p = &*it;
   auto& e = p->second;
   if (o.size != 0) e.size = o.size;
   if (!o.info_hash.empty()) e.info_hash = o.info_hash;
@@ -57,9 +62,6 @@ cluster_index::object_ptr cluster_index::add_holder(node_entry& n, const heartbe
     if (pos == e.holders.end() || *pos != n.id) e.holders.insert(pos, n.id);
     n.bytes_held += e.size;
     ++holdings_;
-    // A holding already recorded was remembered when it was recorded (a full list repeats
-    // every holding; remembering each again would only hash it once more).
-    remember(o.id);
   }
   info_hash ih;
   if (hashes && !e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) hashes->push_back(ih);
@@ -83,6 +85,7 @@ void cluster_index::remove_holder(node_entry& n, object_ptr p, std::vector<info_
   if (e.holders.empty()) {
     const digest d = p->first;  // erase() must not read a key inside the element it frees
     objects_.erase(d);
+    remember(d);  // it was in the cluster (and may have left seen_'s window meanwhile)
   }
 }
 
