@@ -10,7 +10,7 @@ namespace shoal::scheduler {
 
 std::vector<object_ref> dedup(std::span<const object_ref> objects) {
   std::vector<object_ref> out;
-  std::unordered_set<digest> seen;
+  std::unordered_set<digest, keyed_hash> seen;  // a job's digests: chosen by others
   out.reserve(objects.size());
   for (const auto& o : objects) {
     if (seen.insert(o.id).second) out.push_back(o);

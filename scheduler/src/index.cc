@@ -45,35 +45,54 @@ void cluster_index::remember(const digest& d) {
   }
 }
 
-void cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o,
-                               std::vector<info_hash>* hashes) {
-  auto& e = objects_[o.id];
+cluster_index::object_ptr cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o,
+                                                    std::vector<info_hash>* hashes) {
+  auto [it, fresh] = objects_.try_emplace(o.id);
+  // seen_ learns an object when it enters the index and again when it leaves (remove_holder):
+  // while it is in objects_ its holders say it is in the cluster, so a holding need not hash it
+  // into seen_ once more.
+  if (fresh) remember(o.id);
+  object_ptr p = &*it;
+  auto& e = p->second;
   if (o.size != 0) e.size = o.size;
   if (!o.info_hash.empty()) e.info_hash = o.info_hash;
   if (!o.kind.empty()) e.kind = o.kind;
-  if (n.held.insert(o.id).second) {
+  if (n.held.insert(p).second) {
     auto pos = std::lower_bound(e.holders.begin(), e.holders.end(), n.id);
     if (pos == e.holders.end() || *pos != n.id) e.holders.insert(pos, n.id);
     n.bytes_held += e.size;
     ++holdings_;
   }
-  remember(o.id);
   info_hash ih;
   if (hashes && !e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) hashes->push_back(ih);
+  return p;
 }
 
 void cluster_index::remove_holder(node_entry& n, const digest& d, std::vector<info_hash>* hashes) {
-  if (n.held.erase(d) == 0) return;
-  --holdings_;
   auto it = objects_.find(d);
-  if (it == objects_.end()) return;
-  auto& e = it->second;
+  if (it != objects_.end()) remove_holder(n, &*it, hashes);
+}
+
+void cluster_index::remove_holder(node_entry& n, object_ptr p, std::vector<info_hash>* hashes) {
+  if (n.held.erase(p) == 0) return;
+  --holdings_;
+  auto& e = p->second;
   n.bytes_held -= std::min(n.bytes_held, e.size);
   auto pos = std::lower_bound(e.holders.begin(), e.holders.end(), n.id);
   if (pos != e.holders.end() && *pos == n.id) e.holders.erase(pos);
   info_hash ih;
   if (hashes && !e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) hashes->push_back(ih);
-  if (e.holders.empty()) objects_.erase(it);
+  if (e.holders.empty()) {
+    const digest d = p->first;  // erase() must not read a key inside the element it frees
+    objects_.erase(d);
+    remember(d);  // it was in the cluster (and may have left seen_'s window meanwhile)
+  }
+}
+
+bool cluster_index::holds_locked(const node_entry& n, const digest& d) const {
+  auto it = objects_.find(d);
+  // held stores non-const pointers; the lookup only compares addresses.
+  return it != objects_.end() && n.held.count(const_cast<object_ptr>(&*it)) != 0;
 }
 
 bool cluster_index::refuse_locked(const heartbeat::message& m, const node_entry* n,
@@ -88,9 +107,13 @@ bool cluster_index::refuse_locked(const heartbeat::message& m, const node_entry*
   // resync applies nothing, but counting it anyway keeps this simple and conservative).
   std::size_t after = m.objects.size();
   if (!m.full && n) {
-    after = n->held.size();
-    for (const auto& o : m.objects) after += n->held.count(o.id) ? 0 : 1;
-    for (const auto& d : m.removed) after -= std::min<std::size_t>(after, n->held.count(d));
+    // A delta adds at most its objects; only near the cap are they looked up one by one.
+    after = n->held.size() + m.objects.size();
+    if (after > opts_.max_objects_per_node) {
+      after = n->held.size();
+      for (const auto& o : m.objects) after += holds_locked(*n, o.id) ? 0 : 1;
+      for (const auto& d : m.removed) after -= std::min<std::size_t>(after, holds_locked(*n, d));
+    }
   }
   if (after > opts_.max_objects_per_node) {
     out.refused = 413;
@@ -158,17 +181,16 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   out.ip = n.ip;
 
   if (m.full) {
-    std::unordered_set<digest, keyed_hash> listed;
+    std::unordered_set<object_ptr> listed;
     listed.reserve(m.objects.size());
-    for (const auto& o : m.objects) {
-      listed.insert(o.id);
-      add_holder(n, o, &out.added);
+    for (const auto& o : m.objects) listed.insert(add_holder(n, o, &out.added));
+    std::vector<object_ptr> gone;
+    if (n.held.size() != listed.size()) {  // else the node holds exactly what it listed
+      for (object_ptr p : n.held) {
+        if (!listed.count(p)) gone.push_back(p);
+      }
     }
-    std::vector<digest> gone;
-    for (const auto& d : n.held) {
-      if (!listed.count(d)) gone.push_back(d);
-    }
-    for (const auto& d : gone) remove_holder(n, d, nullptr);
+    for (object_ptr p : gone) remove_holder(n, p, nullptr);
     n.seq = m.seq;
     n.synced = true;
     out.full = true;
@@ -211,8 +233,8 @@ std::vector<dropped_node> cluster_index::expire() {
       continue;
     }
     out.push_back({it->first, n.ip, n.inv.bt_port});
-    std::vector<digest> held(n.held.begin(), n.held.end());
-    for (const auto& d : held) remove_holder(n, d, nullptr);
+    std::vector<object_ptr> held(n.held.begin(), n.held.end());
+    for (object_ptr p : held) remove_holder(n, p, nullptr);
     names_.erase(n.id);
     it = nodes_.erase(it);
     ++nodes_generation_;
@@ -405,7 +427,7 @@ cluster_index::held_summary cluster_index::held(std::string_view node,
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return s;
   for (const auto& o : objects) {
-    if (it->second.held.count(o.id)) {
+    if (holds_locked(it->second, o.id)) {
       ++s.count;
       s.bytes += o.size;
     }

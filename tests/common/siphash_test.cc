@@ -56,6 +56,54 @@ TEST(SipHash, PaperAppendixExample) {
   EXPECT_EQ(siphash24(key, std::string_view(m)), 0xa129ca6149be45e5ull);
 }
 
+// SipHash-1-3 under the all-zero key, message 00 01 .. (len-1) for len 1..63: CPython's
+// implementation (Python/pyhash.c, the bytes hash with PYTHONHASHSEED=0, which zeroes the key).
+constexpr std::uint64_t kVectors13[63] = {
+    0x68a914128e01e473, 0x010bac45c41e3669, 0x4d4c9a4a8ef6e0ad, 0x7cc43f98813e4dbd,
+    0x5abe2169dff36275, 0xe3c25f87624f1cdb, 0x2f098ab0c751325a, 0xead411e67ebe2eea,
+    0x75927f9d95124362, 0xaf9f77a65ab51a1d, 0xfe64ce8b6617fcff, 0xa6baf4fb0f9fe1c2,
+    0xa0cf3211850f8e0d, 0x7f86049379fbfe67, 0xf30eb725bb91c9ea, 0x8972188433a5c5b7,
+    0x4883c49a2c009c1d, 0xadc2c0b63044067d, 0x091f4a3329f87d19, 0x639e355ae68c0100,
+    0xb17bef2cb5213239, 0xf8aeb1066236ccfe, 0x37332b1389daa4ff, 0x31185a47af932f3a,
+    0xebf352e82ae23e2f, 0xed36ff242fe478b2, 0x2454d97d299299df, 0x8cd57fe8130d0ac7,
+    0xbe98eb2faf0a0e85, 0xd427c34ee09470c6, 0x169739443111d49b, 0x31ef8061c910629b,
+    0x7fb71d24dfa4c9f6, 0x92771f49e836d389, 0x3c393cf6f0853bc3, 0xac77921fcc642bd3,
+    0x422a9751192ff266, 0xc680ae8a8c584ddf, 0x6c76b6d34bb6d26b, 0x95bc321ab41d8206,
+    0x908a3a97a6d37669, 0xfcaf3c64874dd0b4, 0xf689479b32b84a44, 0xd857641079efd1fd,
+    0x8b581578722633f7, 0x83cb09d35ea7bcd4, 0x8485f7f5ae725a0d, 0xfe1f2445ba50237f,
+    0x23cece041d7866b0, 0x416687480b336c09, 0xf15960da7e7f3892, 0xded6177b9826835a,
+    0xf80dae51668be6be, 0x17ecc6ee6647df18, 0x5220d642b4a52110, 0xa4f0cf4ba4adc016,
+    0xe5125bb26d1f2976, 0x851b0e75f580d256, 0x12605250a37e39ac, 0xd95a713568daebf1,
+    0xcdcf4a42ec0dd605, 0xa5c708712b617164, 0x385d3e39e5f37359,
+};
+
+TEST(SipHash13, CPythonVectors) {
+  siphash_key zero;
+  std::array<std::uint8_t, 64> msg{};
+  for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<std::uint8_t>(i);
+  for (std::size_t len = 1; len < 64; ++len) {
+    EXPECT_EQ(siphash13(zero, std::span<const std::uint8_t>(msg.data(), len)), kVectors13[len - 1])
+        << "length " << len;
+  }
+  // hash(b"siphash") in CPython 3.11 with PYTHONHASHSEED=0.
+  EXPECT_EQ(siphash13(zero, std::string_view("siphash")), 0x8264ceeccb16bcbeull);
+}
+
+TEST(KeyedHash, IsSipHash13UnderTheProcessKey) {
+  keyed_hash h;
+  std::array<std::uint8_t, 32> d{};
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::uint8_t>(3 * i + 1);
+  const auto& k = process_siphash_key();
+  EXPECT_EQ(h(d), siphash13(k, std::span<const std::uint8_t>(d)));
+  EXPECT_EQ(h(digest(d)), siphash13(k, std::span<const std::uint8_t>(d)));
+  std::array<std::uint8_t, 20> ih{};
+  ih[19] = 7;
+  EXPECT_EQ(h(ih), siphash13(k, std::span<const std::uint8_t>(ih)));
+  EXPECT_EQ(h(std::string_view("abc")), siphash13(k, std::string_view("abc")));
+  // Not the unkeyed value: the key is random.
+  EXPECT_NE(h(d), siphash13(siphash_key{}, std::span<const std::uint8_t>(d)));
+}
+
 TEST(SipHash, ProcessKeyIsRandomAndStable) {
   const auto& k = process_siphash_key();
   EXPECT_FALSE(k.k0 == 0 && k.k1 == 0);

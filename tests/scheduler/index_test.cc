@@ -342,5 +342,41 @@ TEST(IndexCaps, ANodeMovingItsEndpointReportsTheOldOneAndResyncs) {
   EXPECT_EQ(r.moved_from_port, 0u);
 }
 
+// The cap check takes a shortcut (held + listed) below the cap; at the cap it counts exactly.
+TEST(IndexCaps, ADeltaRelistingHeldObjectsAtTheCapIsCountedExactly) {
+  fake_clock clock;
+  index_options o;
+  o.max_objects_per_node = 2;
+  cluster_index idx(o, "e", clock.fn());
+  ASSERT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("b", 1)}), "10.0.0.9").refused, 0u);
+  auto r = idx.apply(delta_hb("n1", 2, "e", {held("a", 1)}), "10.0.0.9");
+  EXPECT_EQ(r.refused, 0u) << r.refused_reason;
+  EXPECT_EQ(idx.node("n1")->objects, 2u);
+}
+
+// Holdings point into the object table: a full list that repeats an entry and drops another
+// leaves exactly what it lists, and an object that left is still remembered as seen.
+TEST(IndexHoldings, FullListWithDuplicatesReplacesTheHoldings) {
+  fake_clock clock;
+  cluster_index idx(index_options{}, "e", clock.fn());
+  ASSERT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("b", 2)}), "10.0.0.9").refused, 0u);
+  ASSERT_EQ(idx.apply(full_hb("n2", {held("b", 2)}), "10.0.0.8").refused, 0u);
+  auto m = full_hb("n1", {held("b", 2), held("c", 3), held("b", 2)});
+  m.seq = 2;
+  ASSERT_EQ(idx.apply(m, "10.0.0.9").refused, 0u);
+  EXPECT_EQ(idx.node("n1")->objects, 2u);
+  EXPECT_EQ(idx.node("n1")->bytes_held, 5u);
+  EXPECT_FALSE(idx.object(dg("a")));
+  std::vector<object_ref> want = {{dg("a"), 1}, {dg("b"), 2}, {dg("c"), 3}};
+  auto h = idx.held("n1", want);
+  EXPECT_EQ(h.count, 2u);
+  EXPECT_EQ(h.bytes, 5u);
+  std::vector<digest> ids = {dg("a"), dg("b")};
+  auto v = idx.view(ids);
+  EXPECT_TRUE(v.objects.at(dg("a")).seen_before);
+  EXPECT_EQ(v.objects.at(dg("b")).holders.size(), 2u);
+  EXPECT_EQ(idx.expire().size(), 0u);
+}
+
 }  // namespace
 }  // namespace shoal::scheduler

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/digest.h"
+#include "common/siphash.h"
 #include "scheduler/config.h"
 
 namespace shoal::scheduler {
@@ -93,7 +94,8 @@ class node_list {
 
 struct cluster_view {
   node_list nodes;  // sorted by name
-  std::unordered_map<digest, object_view> objects;
+  // Keyed by a job's digests (from manifests and dataset lists others wrote): a keyed hash.
+  std::unordered_map<digest, object_view, keyed_hash> objects;
 };
 
 // Bandwidths per source class (bytes/s) and how classes combine.

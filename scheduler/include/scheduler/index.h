@@ -166,12 +166,20 @@ class cluster_index {
     std::string kind;
     std::vector<std::uint32_t> holders;  // node ids, sorted
   };
+  // Keyed by digests that heartbeats name (chosen by the sender): hashed with a keyed hash.
+  using object_map = std::unordered_map<digest, object_entry, keyed_hash>;
+  // An object's element of objects_ (stable: unordered_map never moves its elements). A node's
+  // holdings point at them, so that a digest is hashed (SipHash) once per heartbeat entry rather
+  // than once per container it is looked up in, and a holding costs a 16-byte node.
+  using object_ptr = object_map::value_type*;
   struct node_entry {
     std::uint32_t id = 0;
     heartbeat::message inv;  // last inventory (objects, removed and orders cleared)
     std::string ip;
     clock::time_point last_seen;
-    std::unordered_set<digest, keyed_hash> held;
+    // What the node holds: elements of objects_ (each lists this node in its holders). Hashed by
+    // address, which no sender chooses.
+    std::unordered_set<object_ptr> held;
     std::uint64_t bytes_held = 0;
     std::uint64_t seq = 0;
     bool synced = false;
@@ -180,8 +188,13 @@ class cluster_index {
   // Why the caps refuse `m` (sets out.refused), with mu_ held; `n` is null for a new node.
   [[nodiscard]] bool refuse_locked(const heartbeat::message& m, const node_entry* n,
                                    apply_outcome& out) const;
-  void add_holder(node_entry& n, const heartbeat::held_object& o, std::vector<info_hash>* hashes);
+  // Records that `n` holds `o`; returns its element of objects_.
+  object_ptr add_holder(node_entry& n, const heartbeat::held_object& o,
+                        std::vector<info_hash>* hashes);
   void remove_holder(node_entry& n, const digest& d, std::vector<info_hash>* hashes);
+  void remove_holder(node_entry& n, object_ptr e, std::vector<info_hash>* hashes);
+  // Whether `n` holds `d`.
+  [[nodiscard]] bool holds_locked(const node_entry& n, const digest& d) const;
   void remember(const digest& d);
   [[nodiscard]] bool healthy_locked(const node_entry& n, clock::time_point now) const;
   [[nodiscard]] node_summary summary_locked(const node_entry& n, clock::time_point now) const;
@@ -193,8 +206,7 @@ class cluster_index {
   std::map<std::string, node_entry, std::less<>> nodes_;
   std::unordered_map<std::uint32_t, std::string> names_;  // id → name
   std::uint32_t next_id_ = 1;
-  // Keyed by digests that heartbeats name (chosen by the sender): hashed with a keyed hash.
-  std::unordered_map<digest, object_entry, keyed_hash> objects_;
+  object_map objects_;
   std::size_t holdings_ = 0;
   std::unordered_set<digest, keyed_hash> seen_;
   std::deque<digest> seen_order_;

@@ -129,7 +129,9 @@ class resolver {
   resolver_options opts_;
   std::function<clock::time_point()> now_;
   mutable std::mutex mu_;
-  std::unordered_map<digest, std::pair<std::shared_ptr<const parsed>, std::list<digest>::iterator>>
+  // Keyed by manifest digests that pods and index manifests name: a keyed hash.
+  std::unordered_map<digest, std::pair<std::shared_ptr<const parsed>, std::list<digest>::iterator>,
+                     keyed_hash>
       manifests_;
   std::list<digest> lru_;  // front: most recent
   std::map<std::string, tag_entry> tags_;
