@@ -127,7 +127,7 @@ class dataset_manager {
   [[nodiscard]] status pin_all(const dataset::manifest& m, const std::string& owner,
                                std::optional<cache::time_point> until);
   void unpin_all(const dataset::manifest& m, const std::string& owner);
-  // Moves `owner`'s pins (one count each) to expire at `until` (pin then unpin).
+  // Moves `owner`'s pins (one count each) to expire at `until` (unpin then pin).
   [[nodiscard]] status repin_all(const dataset::manifest& m, const std::string& owner,
                                  cache::time_point until);
   // Removes the view, unpins it and forgets the record; returns the objects unpinned.

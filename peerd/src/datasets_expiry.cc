@@ -22,10 +22,12 @@ std::shared_ptr<const dataset::manifest> dataset_manager::extend_locked(job& j,
 
 status dataset_manager::repin_all(const dataset::manifest& m, const std::string& owner,
                                   cache::time_point until) {
-  // pin() extends an unexpired pin's expiry and adds a count; unpin() takes the count back.
-  if (auto s = pin_all(m, owner, until); !s) return s;
+  // Unpin, then pin: pin() alone adds a count to a live pin (extending its expiry) but restarts
+  // an expired one at count 1, which a following unpin() would delete. This order leaves one
+  // count with the new expiry either way; an object evicted in between is fetched again by the
+  // swarm if needed (the view is a copy and does not lose it).
   unpin_all(m, owner);
-  return {};
+  return pin_all(m, owner, until);
 }
 
 result<cache::time_point> dataset_manager::renew(const std::string& ref,
@@ -95,13 +97,22 @@ result<std::size_t> dataset_manager::drop(const std::string& ref) {
 
 std::size_t dataset_manager::expire_now() {
   auto now = cache::clock::now();
-  std::vector<std::string> due;
+  std::vector<std::string> due, in_use;
   {
     std::lock_guard lk(mu_);
     for (auto& [ref, j] : jobs_) {
       std::lock_guard jl(j->mu);
-      // A prefetch in progress is in use; its TTL restarts when it ends.
-      if (!j->running && j->expires && *j->expires <= now) due.push_back(ref);
+      if (!j->expires) continue;
+      // A prefetch in progress (a huge dataset may take longer than the TTL) is in use: its pins
+      // are renewed before they lapse, and its TTL starts again when it ends.
+      if (j->running && *j->expires - now < opts_.pin_ttl / 2) in_use.push_back(ref);
+      if (!j->running && *j->expires <= now) due.push_back(ref);
+    }
+  }
+  for (const auto& ref : in_use) {
+    if (auto r = renew(ref, std::nullopt); !r) {
+      log::warn("cannot renew the pins of a running prefetch", log::kv("dataset", ref),
+                log::kv("error", r.error().message));
     }
   }
   std::size_t n = 0;
