@@ -8,9 +8,10 @@ registry-proxy and the scheduler on a third, s3rver on a fourth (docs/datasets.m
   quarantines nothing, and another node that fetches the dataset from it (registry-proxy's link is
   slow, node 1's is not) gets the origin's bytes with no piece failing its hash.
 - F8, expiry: with datasets.pin_ttl 8 s, a view that is renewed (`shoalctl dataset renew`) stays;
-  one that is not is removed with its record after the TTL, its objects lose their pins and are
-  evicted once another dataset needs the space (cache quota 16 MiB); the renewed one expires as
-  soon as the renewals stop, and the expiry counter says so.
+  one that is not (its expiry survives a restart of peerd) is removed with its record after the
+  TTL, its objects lose their pins and are evicted once another dataset needs the space (cache
+  quota 16 MiB); the renewed one expires as soon as the renewals stop, and the expiry counter
+  says so.
 
 One cluster serves both cases.
 """
@@ -130,6 +131,13 @@ class Views(FixtureTestCase):
         self.prefetch(0, "keep@v1")
         keep_ready = time.monotonic()
         self.prefetch(1, "junk@v1")
+        _, before = self.status(1, "junk@v1")
+        # The expiry is persisted with the record: a restart neither loses nor resets it.
+        c.restart_peerd(1)
+        code, st = self.status(1, "junk@v1")
+        self.assertEqual(code, 200, st)
+        self.assertEqual(st["expires"], before["expires"], st)
+        self.assertLessEqual(st["expires_in_seconds"], TTL, st)
         # node 1 renews keep@v1 (shoalctl dataset renew) all along; nobody renews junk@v1 on node 2.
         stop, errors = threading.Event(), []
 
