@@ -18,6 +18,26 @@ dataset_manager::~dataset_manager() {
     if (t.joinable()) t.join();
   }
   if (expiry_thread_.joinable()) expiry_thread_.join();
+  // Tasks posted to the app's pool capture `this`: wait for them (they are short).
+  std::unique_lock lk(posted_mu_);
+  posted_cv_.wait_for(lk, std::chrono::seconds(60), [&] { return posted_ == 0; });
+}
+
+void dataset_manager::post(std::function<void()> fn) {
+  {
+    std::lock_guard lk(posted_mu_);
+    ++posted_;
+  }
+  net::post(d_.pool, [this, fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      log::error("dataset task failed", log::kv("error", e.what()));
+    }
+    std::lock_guard lk(posted_mu_);
+    --posted_;
+    posted_cv_.notify_all();
+  });
 }
 
 void dataset_manager::request_stop() {
@@ -197,7 +217,7 @@ std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
   (void)spawn;
   if (extended) {
     // Blocking index writes: off the caller's thread (an HTTP handler may be calling).
-    net::post(d_.pool, [this, j, repin, view_until] {
+    post([this, j, repin, view_until] {
       if (repin) {
         if (auto s = repin_all(*repin, "view:" + j->ref, view_until); !s) {
           log::warn("cannot renew a dataset view's pins", log::kv("dataset", j->ref),

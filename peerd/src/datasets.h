@@ -135,6 +135,8 @@ class dataset_manager {
   // Extends j's expiry to `until`; the manifest whose view pins must follow, if any.
   std::shared_ptr<const dataset::manifest> extend_locked(job& j, cache::time_point until);
   void expiry_loop();
+  // Runs fn on the app's worker pool (catching and logging); the destructor waits for it.
+  void post(std::function<void()> fn);
   void persist(const job& j);
   [[nodiscard]] std::string status_json(const job& j) const;
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> load_manifest(const digest& d);
@@ -155,6 +157,9 @@ class dataset_manager {
   std::mutex expiry_mu_;
   std::condition_variable expiry_cv_;
   std::thread expiry_thread_;
+  std::mutex posted_mu_;
+  std::condition_variable posted_cv_;
+  std::size_t posted_ = 0;
 };
 
 }  // namespace shoal::peerd

@@ -109,7 +109,7 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
     return true;
   }
   if (req.method == http::verb::delete_) {
-    net::post(d_.pool, [this, ref, resp] { remove(ref, resp); });
+    post([this, ref, resp] { remove(ref, resp); });
     return true;
   }
   if (req.method != http::verb::get && req.method != http::verb::head) {
@@ -159,7 +159,7 @@ void dataset_manager::handle_renew(const std::string& ref, const http::request& 
       ttl = std::chrono::seconds(it->get<std::uint64_t>());
     }
   }
-  net::post(d_.pool, [this, ref, ttl, resp] {
+  post([this, ref, ttl, resp] {
     auto r = renew(ref, ttl);
     if (!r) {
       resp.send(json_error(r.error().is(errc::not_found) ? 404 : 500, r.error().message));
