@@ -9,6 +9,7 @@
 //   shoalctl dataset declare FILE   declare a dataset to registry-proxy (JSON declaration)
 //   shoalctl dataset prefetch NAME@VERSION   fetch it onto this node, with progress, and make its
 //   view shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
+//   shoalctl dataset renew NAME@VERSION [--ttl SECONDS]   keep its view and pins from expiring
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
 //            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070),
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -74,7 +76,9 @@ int usage(int code) {
       "view\n"
       "  dataset ls         datasets on this node\n"
       "  dataset status NAME@VERSION [--json]\n"
-      "  dataset rm NAME@VERSION   remove the view and unpin its objects\n");
+      "  dataset rm NAME@VERSION   remove the view and unpin its objects\n"
+      "  dataset renew NAME@VERSION [--ttl SECONDS]   extend the view's expiry (default:\n"
+      "                     peerd's datasets.pin_ttl); unrenewed views expire and are removed\n");
   return code;
 }
 
@@ -246,7 +250,7 @@ int cmd_nodes(shoal::http::client& c, const std::string& scheduler) {
 struct cmd_options {
   std::vector<std::string> words;
   std::vector<std::string> datasets, nodes, selectors;
-  unsigned k = 1, gpus = 0, standby = 0;
+  unsigned k = 1, gpus = 0, standby = 0, ttl = 0;
   bool job = false, dry_run = false, as_json = false, wait = true;
   double timeout = 1800;
 };
@@ -561,13 +565,22 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    std::printf("%-40s %-13s %9s %11s %7s  %s\n", "DATASET", "STATE", "FILES", "SIZE", "PRESENT",
-                "VIEW");
+    std::printf("%-40s %-13s %9s %11s %7s %9s  %s\n", "DATASET", "STATE", "FILES", "SIZE",
+                "PRESENT", "EXPIRES", "VIEW");
     for (const auto& d : j) {
+      std::string exp = "-";
+      if (d.contains("expires_in_seconds") && d["expires_in_seconds"].is_number()) {
+        double s = num_of(d, "expires_in_seconds");
+        char b[32];
+        std::snprintf(b, sizeof b, s >= 3600 ? "%.0fh%02.0fm" : "%.0fm%02.0fs",
+                      std::floor(s / (s >= 3600 ? 3600 : 60)),
+                      std::fmod(std::floor(s / (s >= 3600 ? 60 : 1)), 60));
+        exp = b;
+      }
       std::printf(
-          "%-40s %-13s %9.0f %11s %7s  %s\n", d.value("dataset", "").c_str(),
+          "%-40s %-13s %9.0f %11s %7s %9s  %s\n", d.value("dataset", "").c_str(),
           d.value("state", "").c_str(), num_of(d, "files"), human(num_of(d, "bytes")).c_str(),
-          pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(),
+          pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(), exp.c_str(),
           d.contains("view") && d["view"].is_string() ? d["view"].get<std::string>().c_str() : "-");
     }
     return 0;
@@ -592,6 +605,15 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
     if (!r || r->status != 200) return fail_with("dataset rm " + ref, r);
     auto j = json::parse(r->body, nullptr, false);
     std::printf("%s removed (%.0f objects unpinned)\n", ref.c_str(), num_of(j, "unpinned"));
+    return 0;
+  }
+  if (w[0] == "renew") {
+    json body = json::object();
+    if (o.ttl > 0) body["ttl_seconds"] = o.ttl;
+    auto r = request(c, "POST", peerd + origin::dataset_target(ref) + "/renew", body.dump());
+    if (!r || r->status != 200) return fail_with("dataset renew " + ref, r);
+    auto j = json::parse(r->body, nullptr, false);
+    std::printf("%s renewed: expires in %.0fs\n", ref.c_str(), num_of(j, "expires_in_seconds"));
     return 0;
   }
   if (w[0] != "prefetch") return usage(2);
@@ -684,7 +706,14 @@ int main(int argc, char** argv) {
       ok = number(o.gpus);
     else if (a == "--standby")
       ok = number(o.standby);
-    else if (a == "--dataset")
+    else if (a == "--ttl") {
+      std::string v;
+      ok = value(v);
+      char* end = nullptr;
+      unsigned long n = ok ? std::strtoul(v.c_str(), &end, 10) : 0;
+      ok = ok && !v.empty() && *end == '\0' && n > 0 && n <= 365ul * 24 * 3600;
+      o.ttl = static_cast<unsigned>(n);
+    } else if (a == "--dataset")
       ok = push(o.datasets);
     else if (a == "--node")
       ok = push(o.nodes);

@@ -196,6 +196,10 @@ status app::init_datasets() {
   o.parallel_groups = dc.parallel_groups;
   o.resolve_wait = std::chrono::duration_cast<std::chrono::milliseconds>(dc.resolve_wait.get());
   o.max_manifest = static_cast<std::size_t>(dc.max_manifest.bytes());
+  o.pin_ttl = std::chrono::duration_cast<std::chrono::seconds>(dc.pin_ttl.get());
+  o.pin_ttl_max = std::chrono::duration_cast<std::chrono::seconds>(dc.pin_ttl_max.get());
+  o.expiry_interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(dc.expiry_check_interval.get());
   datasets_ = std::make_unique<dataset_manager>(
       dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_}, std::move(o));
   if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
@@ -227,6 +231,11 @@ void app::register_metrics() {
   reg_.counter_fn("shoal_peerd_http_fallbacks_total",
                   "Ranges fetched over HTTP because the swarm stalled.",
                   [c] { return static_cast<double>(c->fallbacks.load()); });
+  if (auto* ds = datasets_.get()) {
+    reg_.counter_fn("shoal_peerd_dataset_views_expired_total",
+                    "Dataset views removed (and unpinned) because nobody renewed them.",
+                    [ds] { return static_cast<double>(ds->views_expired()); });
+  }
   reg_.gauge_fn("shoal_peerd_downloads_active", "Objects being downloaded.",
                 [w] { return static_cast<double>(w->active_downloads()); });
   reg_.gauge_fn("shoal_peerd_torrents_loaded", "Torrents loaded in the session.",

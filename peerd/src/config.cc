@@ -92,8 +92,9 @@ void describe(config::binder& b, datasets_config& c) {
   b.field("enabled", c.enabled,
           "Serve the dataset API (prefetch, ls, status, rm) and dataset prewarm orders.");
   b.field("views_dir", c.views_dir,
-          "Where read-only dataset views are made (<views_dir>/<name>@<version>/<path>, hard links "
-          "into the cache); must be on the cache's filesystem. Empty: next to cache.dir.");
+          "Where read-only dataset views are made (<views_dir>/<name>@<version>/<path>: clones "
+          "(reflinks) of the cache's objects where the filesystem can, copies elsewhere; never "
+          "the objects' own files); must be on the cache's filesystem. Empty: next to cache.dir.");
   b.field(
       "partial_dir", c.partial_dir,
       "Dataset group downloads in progress; kept across restarts so a prefetch resumes; must be "
@@ -106,6 +107,19 @@ void describe(config::binder& b, datasets_config& c) {
           "How long a prefetch waits for registry-proxy to resolve the dataset.", {.min = 1s});
   b.field("max_manifest", c.max_manifest, "Largest dataset manifest accepted from registry-proxy.",
           {.min = config::byte_size::kib(64)});
+  b.field("pin_ttl", c.pin_ttl,
+          "How long a dataset view and the pins of its objects last after the last prefetch, "
+          "prewarm or renewal (POST .../datasets/<ref>/renew, `shoalctl dataset renew`). Then "
+          "the view is removed and its objects become evictable.",
+          {.min = 1s});
+  b.field("pin_ttl_max", c.pin_ttl_max,
+          "Longest TTL a renewal may ask for; also caps the pin_seconds of the scheduler's "
+          "prewarm orders.",
+          {.min = 1s});
+  b.field("expiry_check_interval", c.expiry_check_interval,
+          "How often peerd looks for expired dataset views (off the event loop).", {.min = 100ms});
+  b.check(c.pin_ttl.get() <= c.pin_ttl_max.get(),
+          "datasets.pin_ttl must not be longer than datasets.pin_ttl_max");
 }
 
 void describe(config::binder& b, access_config& c) {

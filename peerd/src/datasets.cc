@@ -17,10 +17,35 @@ dataset_manager::~dataset_manager() {
   for (auto& t : ts) {
     if (t.joinable()) t.join();
   }
+  if (expiry_thread_.joinable()) expiry_thread_.join();
+  // Tasks posted to the app's pool capture `this`: wait for them (they are short).
+  std::unique_lock lk(posted_mu_);
+  posted_cv_.wait_for(lk, std::chrono::seconds(60), [&] { return posted_ == 0; });
+}
+
+void dataset_manager::post(std::function<void()> fn) {
+  {
+    std::lock_guard lk(posted_mu_);
+    ++posted_;
+  }
+  net::post(d_.pool, [this, fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      log::error("dataset task failed", log::kv("error", e.what()));
+    }
+    std::lock_guard lk(posted_mu_);
+    --posted_;
+    posted_cv_.notify_all();
+  });
 }
 
 void dataset_manager::request_stop() {
   stop_.store(true);
+  {
+    std::lock_guard el(expiry_mu_);
+    expiry_cv_.notify_all();
+  }
   std::lock_guard lk(mu_);
   for (auto& [r, j] : jobs_) {
     j->cancel = true;
@@ -41,7 +66,7 @@ status dataset_manager::start() {
     if (ec) return fail(ec, "create " + dir + ": " + ec.message());
   }
   if (auto s = d_.store.check_same_filesystem(opts_.views_dir); !s) {
-    return fail(s.error().wrap("datasets.views_dir (views are hard links into the cache)"));
+    return fail(s.error().wrap("datasets.views_dir (views are clones of the cache's objects)"));
   }
   std::error_code ec;
   std::vector<std::string> resume;
@@ -58,6 +83,13 @@ status dataset_manager::start() {
     r->error = j.value("error", "");
     r->view = j.value("view", false);
     r->view_pinned = j.value("view_pinned", false);
+    // Records written before views expired have none: the TTL starts now, and the view's pins
+    // (taken without an expiry, which a new expiry cannot shorten) are taken again below.
+    bool unbounded = !j.contains("expires");
+    r->expires =
+        unbounded
+            ? cache::clock::now() + opts_.pin_ttl
+            : cache::time_point(std::chrono::milliseconds(j.value("expires", std::int64_t{0})));
     r->files = j.value("files", std::uint64_t{0});
     r->total = j.value("bytes", std::uint64_t{0});
     r->groups = j.value("groups", std::uint64_t{0});
@@ -77,6 +109,14 @@ status dataset_manager::start() {
       r->done_bytes = r->total;
       r->groups_done = r->groups;
     }
+    if (unbounded && r->view_pinned && r->manifest) {
+      unpin_all(*r->manifest, "view:" + r->ref);
+      if (auto s = pin_all(*r->manifest, "view:" + r->ref, r->expires); !s) {
+        log::warn("cannot give a dataset view's pins an expiry", log::kv("dataset", r->ref),
+                  log::kv("error", s.error().message));
+      }
+      persist(*r);
+    }
     bool was_running = r->state != "ready" && r->state != "failed";
     if (was_running) r->state = "queued";
     {
@@ -89,6 +129,7 @@ status dataset_manager::start() {
     log::info("resuming an interrupted dataset prefetch", log::kv("dataset", ref));
     start_prefetch(ref, "", std::nullopt);
   }
+  expiry_thread_ = std::thread([this] { expiry_loop(); });
   return {};
 }
 
@@ -112,6 +153,10 @@ void dataset_manager::persist(const job& j) {
          {"manifest", j.manifest_digest ? j.manifest_digest->str() : ""},
          {"view", j.view},
          {"view_pinned", j.view_pinned},
+         {"expires", j.expires ? json(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          j.expires->time_since_epoch())
+                                          .count())
+                               : json()},
          {"files", j.files},
          {"bytes", j.total},
          {"groups", j.groups},
@@ -131,7 +176,14 @@ std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
     const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until) {
   std::shared_ptr<job> j;
   bool spawn = false;
-  std::shared_ptr<const dataset::manifest> pin_now;
+  std::shared_ptr<const dataset::manifest> pin_now, repin;
+  // Every pin expires: an order's own expiry is bounded, and the view lasts pin_ttl from now or
+  // as long as the order's pin, whichever is later (a repeated prefetch or prewarm renews it).
+  auto bounded = bounded_expiry(until);
+  if (!pin_owner.empty()) until = bounded;
+  auto view_until = cache::clock::now() + opts_.pin_ttl;
+  if (!pin_owner.empty()) view_until = std::max(view_until, bounded);
+  bool extended = false;
   {
     std::lock_guard lk(mu_);
     auto it = jobs_.find(ref);
@@ -143,6 +195,8 @@ std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
       j = it->second;
     }
     std::lock_guard jl(j->mu);
+    extended = !j->expires || view_until > *j->expires;
+    repin = extend_locked(*j, view_until);
     if (!pin_owner.empty()) {
       if (j->state == "ready" && j->manifest) {
         pin_now = j->manifest;
@@ -161,6 +215,18 @@ std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
     }
   }
   (void)spawn;
+  if (extended) {
+    // Blocking index writes: off the caller's thread (an HTTP handler may be calling).
+    post([this, j, repin, view_until] {
+      if (repin) {
+        if (auto s = repin_all(*repin, "view:" + j->ref, view_until); !s) {
+          log::warn("cannot renew a dataset view's pins", log::kv("dataset", j->ref),
+                    log::kv("error", s.error().message));
+        }
+      }
+      persist(*j);
+    });
+  }
   if (pin_now) {
     if (auto s = pin_all(*pin_now, pin_owner, until); !s) {
       log::warn("dataset pin failed", log::kv("dataset", ref), log::kv("error", s.error().message));
@@ -200,6 +266,19 @@ void dataset_manager::run(const std::shared_ptr<job>& j) {
     }
     j->active.clear();
   }
+  // The TTL runs from the end of the prefetch (a long one must not expire as it finishes).
+  auto until = cache::clock::now() + opts_.pin_ttl;
+  std::shared_ptr<const dataset::manifest> repin;
+  {
+    std::lock_guard lk(j->mu);
+    repin = extend_locked(*j, until);
+  }
+  if (repin) {
+    if (auto r = repin_all(*repin, "view:" + j->ref, until); !r) {
+      log::warn("cannot renew a dataset view's pins", log::kv("dataset", j->ref),
+                log::kv("error", r.error().message));
+    }
+  }
   j->cv.notify_all();
   persist(*j);
   if (!s) {
@@ -227,6 +306,7 @@ status dataset_manager::run_steps(const std::shared_ptr<job>& j) {
   for (const auto& g : (*m)->groups) total += g.bytes;
   std::vector<std::pair<std::string, std::optional<cache::time_point>>> pins;
   bool pin_view;
+  cache::time_point view_until;
   {
     std::lock_guard lk(j->mu);
     j->manifest = *m;
@@ -236,11 +316,13 @@ status dataset_manager::run_steps(const std::shared_ptr<job>& j) {
     j->groups = (*m)->groups.size();
     pins.swap(j->pending_pins);
     pin_view = !j->view_pinned;
+    if (!j->expires) j->expires = cache::clock::now() + opts_.pin_ttl;
+    view_until = *j->expires;
   }
   persist(*j);
   // Pins first: nothing fetched for this dataset may be evicted before the view exists.
   if (pin_view) {
-    if (auto s = pin_all(**m, "view:" + j->ref, std::nullopt); !s) return s;
+    if (auto s = pin_all(**m, "view:" + j->ref, view_until); !s) return s;
     std::lock_guard lk(j->mu);
     j->view_pinned = true;
   }

@@ -5,17 +5,27 @@
 //   GET    .../datasets                                       every dataset here (ls)
 //   GET    .../datasets/<name>@<version>                      state and progress
 //   DELETE .../datasets/<name>@<version>                      remove the view, unpin (rm)
+//   POST   .../datasets/<name>@<version>/renew {"ttl_seconds": N}  extend the view's expiry
 // (the paths are origin::paths::datasets and dataset_prefetch, common/origin_protocol.h)
 //
 // A prefetch waits for registry-proxy to resolve the dataset, fetches its manifest (verified
 // against its digest), pins every object (owner "view:<name>@<version>", and "prewarm:<id>" for
 // the scheduler's orders), downloads the groups that are not complete here through the swarm
 // (fetcher::fetch_group into the swarm engine; `parallel_groups` at a time), and materializes the
-// view <views_dir>/<name>@<version>/<path>: hard links to the cache's object files (no second
-// copy), files 0444, directories 0555, empty files created; built aside and renamed into place, so
-// a view is either whole or absent. Restarted after an interruption (a new request, or peerd's
-// start for prefetches that were running), a prefetch skips complete groups and libtorrent
-// resumes partial ones.
+// view <views_dir>/<name>@<version>/<path>: clones (reflinks, FICLONE) of the cache's object files
+// where the filesystem can, copies elsewhere (after a free-space check) - never the objects' own
+// inodes, so a write through a view (root in a pod ignores 0444) cannot reach the cache or the
+// swarm (security review F19); files 0444, directories 0555, empty files created; built aside and
+// renamed into place, so a view is either whole or absent.
+//
+// Expiry (security review F8): a view and its pins ("view:<ref>", "prewarm:<id>") last
+// `pin_ttl` after the last prefetch, prewarm order or renewal (a prewarm's own pin_seconds may
+// extend it, up to `pin_ttl_max`). Every pin carries its expiry in the cache's index, so the store
+// stops protecting the objects at that time even while peerd is down; the record keeps the
+// view's expiry, and a timer thread removes expired views (the copies would otherwise keep the
+// bytes on disk), unpins and forgets them (log, shoal_peerd_dataset_views_expired_total). Restarted
+// after an interruption (a new request, or peerd's start for prefetches that were running), a
+// prefetch skips complete groups and libtorrent resumes partial ones.
 //
 // Progress: bytes present (of the dataset's distinct objects), rate, ETA, and where the bytes
 // came from (peers, registry-proxy over BitTorrent, registry-proxy over HTTP, already here).
@@ -65,13 +75,17 @@ class dataset_manager {
     int parallel_groups = 4;
     std::chrono::milliseconds resolve_wait{30 * 60'000};
     std::size_t max_manifest = 1u << 30;
+    std::chrono::seconds pin_ttl{24 * 3600};
+    std::chrono::seconds pin_ttl_max{7 * 24 * 3600};
+    std::chrono::milliseconds expiry_interval{60'000};
   };
   dataset_manager(deps d, options o);
   ~dataset_manager();
   dataset_manager(const dataset_manager&) = delete;
   dataset_manager& operator=(const dataset_manager&) = delete;
 
-  // Creates the directories, loads the records, restarts prefetches that were running.
+  // Creates the directories, loads the records, restarts prefetches that were running, starts
+  // the expiry timer.
   [[nodiscard]] status start();
   void request_stop();
 
@@ -86,6 +100,17 @@ class dataset_manager {
 
   // For the heartbeat: every dataset with a record here, bytes present and total, view ready.
   [[nodiscard]] std::vector<heartbeat::dataset_presence> presence();
+
+  // Extends `ref`'s view and pins to now + ttl (pin_ttl when nullopt; never shortens them).
+  // Blocking (index writes). errc::not_found when the dataset is not here.
+  [[nodiscard]] result<cache::time_point> renew(const std::string& ref,
+                                                std::optional<std::chrono::seconds> ttl);
+  // Removes every view whose expiry passed (the timer calls it); returns how many.
+  std::size_t expire_now();
+  [[nodiscard]] std::uint64_t views_expired() const { return expired_.load(); }
+  // A pin expiry an order asked for, bounded: nullopt (forever) and beyond pin_ttl_max become
+  // pin_ttl and pin_ttl_max from now.
+  [[nodiscard]] cache::time_point bounded_expiry(std::optional<cache::time_point> until) const;
 
  private:
   struct job;
@@ -102,11 +127,22 @@ class dataset_manager {
   [[nodiscard]] status pin_all(const dataset::manifest& m, const std::string& owner,
                                std::optional<cache::time_point> until);
   void unpin_all(const dataset::manifest& m, const std::string& owner);
+  // Moves `owner`'s pins (one count each) to expire at `until` (unpin then pin).
+  [[nodiscard]] status repin_all(const dataset::manifest& m, const std::string& owner,
+                                 cache::time_point until);
+  // Removes the view, unpins it and forgets the record; returns the objects unpinned.
+  [[nodiscard]] result<std::size_t> drop(const std::string& ref);
+  // Extends j's expiry to `until`; the manifest whose view pins must follow, if any.
+  std::shared_ptr<const dataset::manifest> extend_locked(job& j, cache::time_point until);
+  void expiry_loop();
+  // Runs fn on the app's worker pool (catching and logging); the destructor waits for it.
+  void post(std::function<void()> fn);
   void persist(const job& j);
   [[nodiscard]] std::string status_json(const job& j) const;
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> load_manifest(const digest& d);
   [[nodiscard]] std::string proxy(const std::string& path) const;
   void remove(const std::string& ref, const http::responder& resp);
+  void handle_renew(const std::string& ref, const http::request& req, const http::responder& resp);
   [[nodiscard]] std::string view_path(const std::string& ref) const {
     return opts_.views_dir + "/" + ref;
   }
@@ -117,6 +153,13 @@ class dataset_manager {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<job>> jobs_;  // every dataset with a record, by ref
   std::vector<std::thread> threads_;
+  std::atomic<std::uint64_t> expired_{0};
+  std::mutex expiry_mu_;
+  std::condition_variable expiry_cv_;
+  std::thread expiry_thread_;
+  std::mutex posted_mu_;
+  std::condition_variable posted_cv_;
+  std::size_t posted_ = 0;
 };
 
 }  // namespace shoal::peerd

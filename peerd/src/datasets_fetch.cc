@@ -1,5 +1,10 @@
 // The dataset manager's fetching (datasets.h): every pack group through the swarm, pins, and the
-// read-only view of hard links into the cache.
+// read-only view of clones (or copies) of the cache's objects.
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/statvfs.h>
+
+#include "common/fd.h"
 #include "datasets_internal.h"
 
 namespace shoal::peerd {
@@ -23,6 +28,64 @@ void parallel_for(std::size_t n, const std::function<bool(std::size_t)>& fn) {
   for (std::size_t t = 1; t < threads; ++t) ts.emplace_back(worker);
   worker();
   for (auto& t : ts) t.join();
+}
+
+// Copies `size` bytes from `in` to `out`: copy_file_range (in-kernel), else read/write.
+status copy_bytes(int in, int out, std::uint64_t size, const std::string& what) {
+  bool in_kernel = true;
+  std::vector<char> buf;
+  while (size > 0) {
+    ssize_t n;
+    if (in_kernel) {
+      n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(size), 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        in_kernel = false;
+        continue;
+      }
+    } else {
+      if (buf.empty()) buf.resize(1u << 20);
+      n = ::read(in, buf.data(),
+                 static_cast<std::size_t>(std::min<std::uint64_t>(size, buf.size())));
+      for (ssize_t w = 0, m; n > 0 && w < n; w += m) {
+        m = ::write(out, buf.data() + w, static_cast<std::size_t>(n - w));
+        if (m < 0 && errno == EINTR) m = 0;
+        if (m < 0) return fail_errno(errno, "write " + what);
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(errno, "copy " + what);
+    if (n == 0) return fail(errc::size_mismatch, what + ": the cache object ended early");
+    size -= static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+// Makes dst a file of its own with src's bytes: a clone (FICLONE: shared extents, copy on write)
+// where the filesystem can, else a copy. Never a hard link: a view must not share the cache
+// object's inode, or a write through the view (root ignores 0444) would change what this node
+// seeds (security review F19). `cloned` says which it was.
+status clone_or_copy(const std::string& src, const std::string& dst, std::uint64_t size,
+                     bool& cloned) {
+  unique_fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return fail_errno(errno, "open " + src);
+  unique_fd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+  if (!out) return fail_errno(errno, "create " + dst);
+  cloned = ::ioctl(out.get(), FICLONE, in.get()) == 0;
+  if (cloned) return {};
+  return copy_bytes(in.get(), out.get(), size, dst);
+}
+
+// Fails with errc::no_space when copying `bytes` into `dir` would leave less than a twentieth of
+// its filesystem free (the cache, RocksDB and pulls share it).
+status check_room(const std::string& dir, std::uint64_t bytes) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return {};  // the copy reports what went wrong
+  auto avail = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+  auto reserve = static_cast<std::uint64_t>(v.f_blocks) * v.f_frsize / 20;
+  if (avail >= bytes + reserve) return {};
+  return fail(errc::no_space, "the view needs " + std::to_string(bytes) + " bytes of copies (" +
+                                  dir + " cannot clone files) but only " + std::to_string(avail) +
+                                  " are free (5% kept in reserve)");
 }
 
 }  // namespace
@@ -200,6 +263,9 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
   remove_tree(tmp);
   if (::mkdir(tmp.c_str(), 0755) != 0) return fail_errno(errno, "mkdir " + tmp);
   std::set<std::string> dirs;
+  std::uint64_t left = 0;
+  for (const auto& f : m.files) left += f.size;
+  bool checked_room = false;
   for (const auto& f : m.files) {
     // Parent directories (paths were checked by parse_manifest: relative, no "..").
     for (std::size_t slash = f.path.find('/'); slash != std::string::npos;
@@ -218,17 +284,20 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
       ::close(fd);
       continue;
     }
-    std::string src = d_.store.object_path(f.id);
-    if (::link(src.c_str(), dst.c_str()) != 0) {
-      int e = errno;
-      if (e == EXDEV) {
-        return fail(errc::config_error, "datasets.views_dir " + opts_.views_dir +
-                                            " is not on the cache's filesystem (hard link " + src +
-                                            ")");
+    bool cloned = false;
+    if (auto s = clone_or_copy(d_.store.object_path(f.id), dst, f.size, cloned); !s) return s;
+    left -= f.size;
+    if (!cloned && !checked_room) {
+      // The filesystem copies: the rest of the view needs room of its own.
+      checked_room = true;
+      if (auto s = check_room(tmp, left); !s) {
+        remove_tree(tmp);
+        return s;
       }
-      return fail_errno(e, "link " + src + " to " + dst);
     }
   }
+  // One flush for the whole view before it appears (copies are written through the page cache).
+  if (unique_fd d(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d) ::syncfs(d.get());
   // Read-only directories, deepest first.
   std::vector<std::string> order(dirs.begin(), dirs.end());
   std::sort(order.begin(), order.end(), [](const std::string& a, const std::string& b) {

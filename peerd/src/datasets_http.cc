@@ -39,7 +39,16 @@ std::string dataset_manager::status_json(const job& j) const {
       {"eta_seconds",
        rate > 0 && done < j.total ? json(static_cast<double>(j.total - done) / rate) : json()},
       {"seconds", secs},
-      {"view", j.view ? json(view_path(j.ref)) : json()}};
+      {"view", j.view ? json(view_path(j.ref)) : json()},
+      {"expires", j.expires ? json(std::chrono::duration_cast<std::chrono::seconds>(
+                                       j.expires->time_since_epoch())
+                                       .count())
+                            : json()},
+      {"expires_in_seconds",
+       j.expires ? json(std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(
+                                                      *j.expires - cache::clock::now())
+                                                      .count()))
+                 : json()}};
   return out.dump();
 }
 
@@ -89,13 +98,18 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
     resp.send(json_answer(st == "ready" ? 200 : 202, status_json(*jb)));
     return true;
   }
+  static constexpr std::string_view renew_suffix = "/renew";
+  if (rest.ends_with(renew_suffix)) {
+    handle_renew(std::string(rest.substr(0, rest.size() - renew_suffix.size())), req, resp);
+    return true;
+  }
   std::string ref(rest);
   if (auto p = dataset::parse_ref(ref); !p) {
     resp.send(json_error(400, p.error().message));
     return true;
   }
   if (req.method == http::verb::delete_) {
-    net::post(d_.pool, [this, ref, resp] { remove(ref, resp); });
+    post([this, ref, resp] { remove(ref, resp); });
     return true;
   }
   if (req.method != http::verb::get && req.method != http::verb::head) {
@@ -115,42 +129,59 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
   return true;
 }
 
+// POST .../datasets/<ref>/renew [{"ttl_seconds": N}]: the view and its pins last N more seconds
+// (datasets.pin_ttl when absent; at most datasets.pin_ttl_max).
+void dataset_manager::handle_renew(const std::string& ref, const http::request& req,
+                                   const http::responder& resp) {
+  if (req.method != http::verb::post) {
+    resp.send(json_error(405, "POST renews the view and pins of a dataset"));
+    return;
+  }
+  if (auto p = dataset::parse_ref(ref); !p) {
+    resp.send(json_error(400, p.error().message));
+    return;
+  }
+  std::optional<std::chrono::seconds> ttl;
+  if (!req.body.empty()) {
+    auto b = json::parse(req.body, nullptr, false);
+    if (!b.is_object()) {
+      resp.send(json_error(400, "the body must be a JSON object: {\"ttl_seconds\": N}"));
+      return;
+    }
+    if (auto it = b.find("ttl_seconds"); it != b.end()) {
+      auto max = static_cast<std::uint64_t>(opts_.pin_ttl_max.count());
+      if (!it->is_number_unsigned() || it->get<std::uint64_t>() < 1 ||
+          it->get<std::uint64_t>() > max) {
+        resp.send(json_error(400, "ttl_seconds must be an integer from 1 to " +
+                                      std::to_string(max) + " (datasets.pin_ttl_max)"));
+        return;
+      }
+      ttl = std::chrono::seconds(it->get<std::uint64_t>());
+    }
+  }
+  post([this, ref, ttl, resp] {
+    auto r = renew(ref, ttl);
+    if (!r) {
+      resp.send(json_error(r.error().is(errc::not_found) ? 404 : 500, r.error().message));
+      return;
+    }
+    std::shared_ptr<job> j;
+    {
+      std::lock_guard lk(mu_);
+      if (auto it = jobs_.find(ref); it != jobs_.end()) j = it->second;
+    }
+    if (!j) return resp.send(json_error(404, "dataset " + ref + " is not on this node"));
+    resp.send(json_answer(200, status_json(*j)));
+  });
+}
+
 void dataset_manager::remove(const std::string& ref, const http::responder& resp) {
-  std::shared_ptr<job> j;
-  {
-    std::lock_guard lk(mu_);
-    if (auto it = jobs_.find(ref); it != jobs_.end()) j = it->second;
+  auto r = drop(ref);
+  if (!r) {
+    unsigned code = r.error().is(errc::not_found) ? 404 : r.error().is(errc::busy) ? 503 : 500;
+    return resp.send(json_error(code, r.error().message));
   }
-  if (!j) return resp.send(json_error(404, "dataset " + ref + " is not on this node"));
-  {
-    std::unique_lock lk(j->mu);
-    j->cancel = true;
-    j->cv.notify_all();
-    j->cv.wait_for(lk, std::chrono::seconds(30), [&] { return !j->running; });
-    if (j->running)
-      return resp.send(json_error(503, "the prefetch of " + ref + " is still stopping; retry"));
-  }
-  remove_tree(view_path(ref));
-  std::shared_ptr<const dataset::manifest> m;
-  bool pinned;
-  std::size_t objects;
-  {
-    std::lock_guard lk(j->mu);
-    m = j->manifest;
-    pinned = j->view_pinned;
-    objects = j->objects.size();
-  }
-  std::size_t unpinned = 0;
-  if (m && pinned) {
-    unpin_all(*m, "view:" + ref);
-    unpinned = objects;
-  }
-  std::error_code ec;
-  fs::remove(opts_.dir + "/records/" + ref + ".json", ec);
-  {
-    std::lock_guard lk(mu_);
-    jobs_.erase(ref);
-  }
+  std::size_t unpinned = *r;
   log::info("dataset view removed", log::kv("dataset", ref), log::kv("unpinned", unpinned));
   resp.send(
       json_answer(200, json{{"dataset", ref}, {"removed", true}, {"unpinned", unpinned}}.dump()));

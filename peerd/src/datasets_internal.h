@@ -63,6 +63,8 @@ struct dataset_manager::job {
   bool running = false;
   bool view = false;         // the view is materialized
   bool view_pinned = false;  // every object carries the view's pin
+  // When the view and its pins expire (persisted as "expires", ms since the epoch).
+  std::optional<cache::time_point> expires;
   std::optional<digest> manifest_digest;
   std::shared_ptr<const dataset::manifest> manifest;
   std::vector<std::pair<digest, std::uint64_t>> objects;  // distinct, for presence

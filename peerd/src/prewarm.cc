@@ -148,8 +148,11 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
       return failed("dataset " + o.dataset + ": datasets are disabled on this node");
     std::optional<cache::time_point> until;
     if (o.pin_seconds > 0) until = cache::clock::now() + std::chrono::seconds(o.pin_seconds);
-    // The prefetch pins every object for the order (owner prewarm:<id>) and makes the view.
-    auto st = d_.datasets->prefetch_and_wait(o.dataset, "prewarm:" + o.id, until, nullptr);
+    // The prefetch pins every object for the order (owner prewarm:<id>, bounded by
+    // datasets.pin_ttl_max) and makes the view, which lasts datasets.pin_ttl or as long as that
+    // pin; a repeated prewarm renews it. pin_seconds 0: the view's own pin only.
+    auto st = d_.datasets->prefetch_and_wait(o.dataset, o.pin_seconds > 0 ? "prewarm:" + o.id : "",
+                                             until, nullptr);
     if (!st) return failed(st.error().message);
     std::lock_guard lk(mu_);
     j->state = heartbeat::order_state::done;
@@ -174,7 +177,12 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
     j->order.objects = o.objects;
   }
   if (o.pin_seconds > 0) {
-    auto until = cache::clock::now() + std::chrono::seconds(o.pin_seconds);
+    // Bounded like a dataset's pins (datasets.pin_ttl_max): an order cannot pin for a year.
+    auto until =
+        cache::clock::now() +
+        std::min<cache::clock::duration>(
+            std::chrono::seconds(o.pin_seconds),
+            std::chrono::duration_cast<cache::clock::duration>(d_.cfg.datasets.pin_ttl_max.get()));
     for (const auto& ob : o.objects) {
       if (auto s = d_.store.pin(ob.id, "prewarm:" + o.id, until); !s) {
         log::warn("prewarm pin failed", log::kv("digest", ob.id.str()),

@@ -1,6 +1,7 @@
 """Shared helpers of the dataset integration tests: deterministic dataset contents, the daemons
 (s3rver, nginx, registry-proxy, peerd) wired for datasets, shoalctl, and the checks every test
-makes on a view (every file byte-identical to the origin, read-only, hard links into the cache).
+makes on a view (every file byte-identical to the origin, read-only, files of their own: clones or
+copies of the cache's objects, never their inodes).
 """
 from __future__ import annotations
 
@@ -152,7 +153,8 @@ def view_dir(peerd: Peerd, ref: str) -> Path:
 
 def verify_view(view: Path, expected: Mapping[str, bytes], *, cache_objects: Path | None = None) -> int:
     """Every expected file is in the view with the same bytes (sha256), nothing else is; files are
-    0444, directories 0555, non-empty files are hard links into the cache. Returns files checked."""
+    0444, directories 0555, non-empty files are files of their own, not the cache's objects (a
+    write through a view must not reach the cache, security review F19). Returns files checked."""
     seen: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(view):
         st = os.stat(dirpath)
@@ -167,12 +169,12 @@ def verify_view(view: Path, expected: Mapping[str, bytes], *, cache_objects: Pat
             data = p.read_bytes()
             seen[rel] = sha(data)
             if st.st_size > 0:
-                if st.st_nlink < 2:
-                    raise AssertionError(f"view file {rel} is not a hard link (nlink {st.st_nlink})")
+                if st.st_nlink != 1:
+                    raise AssertionError(f"view file {rel} has {st.st_nlink} links, not its own inode")
                 if cache_objects is not None:
                     obj = cache_objects / "sha256" / seen[rel][:2] / seen[rel]
-                    if os.stat(obj).st_ino != st.st_ino:
-                        raise AssertionError(f"view file {rel} is not the cache's object {obj}")
+                    if obj.exists() and os.stat(obj).st_ino == st.st_ino:
+                        raise AssertionError(f"view file {rel} is the cache's object {obj} itself")
     want = {k: sha(v) for k, v in expected.items()}
     missing = sorted(set(want) - set(seen))
     extra = sorted(set(seen) - set(want))

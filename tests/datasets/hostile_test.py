@@ -209,10 +209,12 @@ class HostileDatasets(FixtureTestCase):
         # (max_queued 1): the next is refused and nothing of it is kept.
         self.origin.hold.clear()
         try:
+            # slow2 is declared once slow1 runs: declared together, slow2 could find slow1 still
+            # in the queue (max_queued 1) and be refused.
             for name in ("slow1", "slow2"):
                 code, body = self.declare(name, f"{self.origin.url}/slow/{name}/")
                 self.assertIn(code, (200, 202), body)
-            wait_until(lambda: "/slow/slow1/" in self.origin.paths(), 10, "the first resolution runs")
+                wait_until(lambda: "/slow/slow1/" in self.origin.paths(), 10, "the first resolution runs")
             self.assertTrue(dc.http_json(f"{self.proxy.url}/shoal/v1/datasets/slow2@v1")[1].get("queued"))
             code, body = self.declare("slow3", f"{self.origin.url}/slow/slow3/")
             self.assertEqual(code, 429, body)

@@ -3,9 +3,9 @@
 registry-proxy resolving declarations, two peerds prefetching through the swarm with shoalctl.
 
 Checks: every file of a view is byte-identical to the origin (sha256), files 0444 and directories
-0555, hard links to the cache's objects; each origin object is read from the origin once however
-many nodes prefetch; include/exclude globs; ls/status/rm (rm removes the view and its record);
-re-declaring a version with other globs is refused; the scheduler-facing manifest endpoint.
+0555, files of their own (clones or copies, never the cache objects themselves); each origin
+object is read from the origin once however many nodes prefetch; include/exclude globs;
+ls/status/rm (rm removes the view and its record); re-declaring a version with other globs is refused; the scheduler-facing manifest endpoint.
 """
 from __future__ import annotations
 

@@ -15,6 +15,9 @@ TEST(PeerdConfig, DefaultsValidate) {
   auto st = config::validate(c);
   EXPECT_TRUE(st) << st.error().message;
   EXPECT_LT(c.swarm.stall_timeout.get(), c.swarm.fallback_deadline.get());
+  // Dataset views and their pins expire after hours, not seconds, unless renewed.
+  EXPECT_EQ(c.datasets.pin_ttl.get(), 24h);
+  EXPECT_EQ(c.datasets.pin_ttl_max.get(), 168h);
 }
 
 TEST(PeerdConfig, LoadsEverySection) {
@@ -85,7 +88,10 @@ INSTANTIATE_TEST_SUITE_P(
         // never run before the download is failed.
         bad_case{"DeadlineNotAfterStall", "swarm: {stall_timeout: 5s, fallback_deadline: 5s}",
                  "fallback_deadline"},
-        bad_case{"SectionNotAMap", "swarm: [1, 2]", "swarm"}),
+        bad_case{"SectionNotAMap", "swarm: [1, 2]", "swarm"},
+        // Every dataset pin expires (security review F8): a TTL cannot exceed the renewal cap.
+        bad_case{"PinTtlBeyondMax", "datasets: {pin_ttl: 8d, pin_ttl_max: 7d}", "pin_ttl"},
+        bad_case{"PinTtlZero", "datasets: {pin_ttl: 0s}", "pin_ttl"}),
     [](const ::testing::TestParamInfo<bad_case>& i) { return std::string(i.param.name); });
 
 TEST(PeerdConfig, ReferenceDocumentsTheSwarmKeys) {

@@ -64,14 +64,19 @@ void describe(config::binder& b, swarm_config& c);
 // Datasets on this node (datasets.h): prefetch, read-only views, pins.
 struct datasets_config {
   bool enabled = true;
-  std::string views_dir;    // <views_dir>/<name>@<version>/...: hard links into the cache (empty:
-                            // <cache.dir>/../views)
+  std::string views_dir;    // <views_dir>/<name>@<version>/...: clones (reflinks) or copies of
+                            // the cache's objects (empty: <cache.dir>/../views)
   std::string partial_dir;  // group downloads in progress, kept across restarts (empty:
                             // <cache.dir>/../dataset-partial)
   std::string dir;          // records, manifests, pack torrents (empty: <cache.dir>/../datasets)
   int parallel_groups = 4;  // groups (torrents) downloaded at once per prefetch
   config::duration resolve_wait = 30min;  // how long a prefetch waits for registry-proxy to resolve
   config::byte_size max_manifest = config::byte_size::mib(1024);
+  // Expiry of views and pins (security review F8): a view and the pins of its objects last
+  // pin_ttl after the last prefetch, prewarm or renewal; then the view is removed.
+  config::duration pin_ttl = 24h;
+  config::duration pin_ttl_max = 168h;            // longest TTL a renewal or a prewarm order gets
+  config::duration expiry_check_interval = 1min;  // how often expired views are looked for
 };
 void describe(config::binder& b, datasets_config& c);
 
