@@ -30,6 +30,7 @@
 #include "cache/store.h"
 #include "cache/types.h"
 #include "cache/writer.h"
+#include "common/siphash.h"
 #include "codec.h"
 #include "index.h"
 #include "io_pool.h"
@@ -220,12 +221,12 @@ class core : public std::enable_shared_from_this<core> {
   std::mutex db_mu_;
   mutable std::mutex mu_;
   std::condition_variable removing_cv_;
-  std::unordered_map<digest, entry> table_;                                // mu_
-  std::unordered_map<digest, std::shared_ptr<inflight_object>> inflight_;  // mu_
-  std::unordered_map<digest, std::vector<pin_rec>> pins_;                  // mu_
-  std::unordered_set<digest> removing_;                                    // mu_
-  std::vector<digest> dirty_;                                              // mu_
-  std::array<kind_stats, object_kind_count> by_kind_{};                    // mu_
+  std::unordered_map<digest, entry, keyed_hash> table_;                                // mu_
+  std::unordered_map<digest, std::shared_ptr<inflight_object>, keyed_hash> inflight_;  // mu_
+  std::unordered_map<digest, std::vector<pin_rec>, keyed_hash> pins_;                  // mu_
+  std::unordered_set<digest, keyed_hash> removing_;                                    // mu_
+  std::vector<digest> dirty_;                                                          // mu_
+  std::array<kind_stats, object_kind_count> by_kind_{};                                // mu_
 
   mutable std::mutex listeners_mu_;
   std::vector<std::shared_ptr<listener>> listeners_;

@@ -77,7 +77,7 @@ struct shard_result {
   std::vector<std::uint8_t> shards_changed;  // need a directory fsync
 };
 
-using object_table = std::unordered_map<digest, entry>;
+using object_table = std::unordered_map<digest, entry, keyed_hash>;
 
 // Step 1: removes tmp/*; every write in progress died with the previous process.
 status remove_temp_files(const layout& dirs, reconcile_report& rep) {

@@ -8,6 +8,7 @@
 
 #include "common/sha256.h"
 #include "common/text.h"
+#include "common/siphash.h"
 
 namespace shoal::dataset {
 
@@ -318,7 +319,7 @@ result<manifest> build_manifest(std::string name, std::string version, std::stri
   m.files = std::move(files);
   group pack;
   pack.type = group::kind::pack;
-  std::unordered_set<digest> in_pack;
+  std::unordered_set<digest, keyed_hash> in_pack;
   auto close_pack = [&] {
     if (!pack.files.empty()) m.groups.push_back(std::move(pack));
     pack = group{};
@@ -434,7 +435,7 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
           return fail(errc::protocol_error,
                       "dataset manifest group kind " + quote_excerpt(kind) + " is unknown");
         gr.bytes = g.at("bytes").get<std::uint64_t>();
-        std::unordered_set<digest> uniq;
+        std::unordered_set<digest, keyed_hash> uniq;
         std::uint64_t bytes = 0;
         for (const auto& i : g.at("files")) {
           auto idx = i.get<std::uint32_t>();

@@ -241,7 +241,7 @@ result<std::shared_ptr<const dataset::manifest>> dataset_service::manifest_of(
   auto m = dataset::parse_manifest(*text, *md);
   if (!m) return fail(m.error().wrap("manifest of " + r->ref));
   auto mp = std::make_shared<const dataset::manifest>(std::move(*m));
-  auto idx = std::make_shared<std::unordered_map<digest, std::uint32_t>>();
+  auto idx = std::make_shared<std::unordered_map<digest, std::uint32_t, keyed_hash>>();
   for (std::uint32_t i = 0; i < mp->files.size(); ++i) idx->emplace(mp->files[i].id, i);
   std::lock_guard rl(r->mu);
   r->manifest = mp;
@@ -264,7 +264,7 @@ void dataset_service::answer_object(const std::shared_ptr<record>& r, const dige
                                     const http::responder& resp) {
   auto m = manifest_of(r);
   if (!m) return resp.send(json_error(status_for(m.error()), m.error().message));
-  std::shared_ptr<const std::unordered_map<digest, std::uint32_t>> idx;
+  std::shared_ptr<const std::unordered_map<digest, std::uint32_t, keyed_hash>> idx;
   {
     std::lock_guard rl(r->mu);
     idx = r->by_digest;

@@ -27,6 +27,7 @@
 #include "common/sha256.h"
 #include "common/utf8.h"
 #include "registry-proxy/seeder.h"
+#include "common/siphash.h"
 
 namespace shoal::proxy {
 
@@ -132,7 +133,7 @@ struct dataset_service::record {
   std::uint64_t files = 0, bytes = 0, groups = 0;
   double resolve_seconds = 0;
   std::shared_ptr<const dataset::manifest> manifest;
-  std::shared_ptr<const std::unordered_map<digest, std::uint32_t>>
+  std::shared_ptr<const std::unordered_map<digest, std::uint32_t, keyed_hash>>
       by_digest;  // digest → a file index
   std::shared_ptr<const dataset_origin> origin;
   bool running = false;
