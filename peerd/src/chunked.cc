@@ -8,6 +8,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/origin_protocol.h"
+#include "shed.h"
 
 namespace shoal::peerd {
 
@@ -96,6 +97,51 @@ std::optional<error> chunked_blob::failure() const {
   return err_;
 }
 
+status chunked_blob::first_round() {
+  std::unique_lock lk(mu_);
+  // The learner ends the fetch when registry-proxy sheds or makes no progress for the deadline;
+  // this bound is a backstop only.
+  cv_.wait_for(lk, d_.deadline * 3 + d_.poll_wait * 2,
+               [this] { return first_round_ || st_ != state::running; });
+  if (st_ == state::failed && err_) return fail(*err_);
+  if (!first_round_ && st_ == state::running)
+    return fail(errc::timeout, "registry-proxy never listed the chunks of " + id_.short_str());
+  return {};
+}
+
+std::string chunked_blob::retry_after() const {
+  std::lock_guard lk(mu_);
+  return retry_after_;
+}
+
+result<http::full_response> chunked_blob::ask(const http::client_request& r, std::size_t max_body,
+                                              steady::time_point until, const std::string& what) {
+  const auto t0 = steady::now();
+  // The client's own retries would honour Retry-After past the deadline: they are done here
+  // (a broken connection or a 502/503/504 as often as the request allows, a 429 until `until`).
+  int retries = r.max_retries;
+  for (int round = 0; round < 100000; ++round) {
+    http::client_request once(r);
+    once.max_retries = 0;
+    auto f = origin::call(d_.http, std::move(once), max_body);
+    bool flaky = !f || f->status == 502 || f->status == 503 || f->status == 504;
+    if (flaky && retries-- > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    if (!f) return fail(f.error().wrap(what + " from registry-proxy"));
+    if (f->status != 429) return f;
+    auto now = steady::now();
+    if (now >= until || current() != state::running) {
+      std::lock_guard lk(mu_);
+      retry_after_ = shed::retry_after(*f);
+      return fail(errc::busy, what + ": " + shed::gave_up(*f, now - t0));
+    }
+    std::this_thread::sleep_for(std::min(shed::retry_wait(*f), until - now));
+  }
+  return fail(errc::timeout, what + ": registry-proxy never stopped shedding load");
+}
+
 std::pair<std::uint32_t, std::uint32_t> chunked_blob::chunks_done() const {
   std::lock_guard lk(mu_);
   std::uint32_t done = 0;
@@ -114,6 +160,11 @@ void chunked_blob::drive() {
   // The chunk list is learnt on a thread of its own while this one joins the chunks.
   std::thread learner([this] {
     if (auto st = learn_chunks(); !st) finish(st.error());
+    {
+      std::lock_guard lk(mu_);
+      first_round_ = true;
+    }
+    cv_.notify_all();
   });
   status st = assemble();
   if (!st) finish(st.error());
@@ -169,8 +220,8 @@ status chunked_blob::learn_chunks() {
     r.timeouts.connect = d_.connect_timeout;
     r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
     r.max_retries = 1;
-    auto f = origin::call(d_.http, std::move(r), 4u << 20);
-    if (!f) return fail(f.error().wrap("chunk list from registry-proxy"));
+    auto f = ask(r, 4u << 20, last_progress + d_.deadline, "chunk list");
+    if (!f) return fail(f.error());
     if (f->status != 200) {
       std::string why = origin::error_message_of(f->body);
       return fail(errc::upstream_error, "chunk list: registry-proxy answered HTTP " +
@@ -196,6 +247,13 @@ status chunked_blob::learn_chunks() {
       if (auto s = start_chunk(i); !s) return s;
       last_progress = steady::now();
     }
+    if (round == 0) {
+      {
+        std::lock_guard lk(mu_);
+        first_round_ = true;
+      }
+      cv_.notify_all();
+    }
     if (known == have && steady::now() - last_progress > d_.deadline) {
       return fail(errc::timeout, "registry-proxy published no chunk of " + id_.short_str() +
                                      " for " + std::to_string(d_.deadline.count() / 1000) + " s");
@@ -220,8 +278,9 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       r.timeouts.connect = d_.connect_timeout;
       r.timeouts.stall = d_.deadline;
       r.max_retries = 1;
-      auto f = origin::call(d_.http, std::move(r), 16u << 20);
-      if (!f) return fail(f.error().wrap("metainfo of chunk " + std::to_string(i)));
+      auto f =
+          ask(r, 16u << 20, steady::now() + d_.deadline, "metainfo of chunk " + std::to_string(i));
+      if (!f) return fail(f.error());
       if (f->status != 200) {
         return fail(errc::upstream_error, "metainfo of chunk " + std::to_string(i) + ": HTTP " +
                                               std::to_string(f->status));

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "peerd/blob_access.h"
+#include "shed.h"
 
 namespace shoal::peerd {
 
@@ -21,20 +22,13 @@ std::unexpected<fetch_failure> failed(unsigned status, error why, std::string re
   return std::unexpected(fetch_failure{status, std::move(why), std::move(retry_after)});
 }
 
-// How long to wait before asking again after a 429: its Retry-After in seconds (an HTTP date or
-// nonsense counts as 1 s), at least 100 ms and at most 5 s.
-steady::duration retry_wait(const http::full_response& r) {
-  using namespace std::chrono_literals;
-  std::string_view v = r.header("Retry-After").value_or("");
-  std::uint64_t secs = 0;
-  bool digits = !v.empty() && v.size() <= 6;
-  for (char c : v) digits = digits && c >= '0' && c <= '9';
-  if (digits) {
-    for (char c : v) secs = secs * 10 + static_cast<std::uint64_t>(c - '0');
-  } else {
-    secs = 1;
-  }
-  return std::clamp<steady::duration>(std::chrono::seconds(secs), 100ms, 5s);
+// A chunked fetch answers the client once its first chunk-list round is through: a
+// registry-proxy that shed load until the deadline is then a 503 with Retry-After, not a 200
+// whose body breaks off.
+fetch_start chunked_started(fetch_handle h) {
+  auto st = h.chunked->first_round();
+  if (st) return h;
+  return failed(st.error().is(errc::busy) ? 503 : 502, st.error(), h.chunked->retry_after());
 }
 
 }  // namespace
@@ -165,22 +159,17 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
     if (f->status == 429) {
       // registry-proxy sheds load (its fetch queue is full): wait as told, never past the
       // deadline; the client then hears 503 with Retry-After instead of a bare failure.
-      std::string ra(f->header("Retry-After").value_or("1"));
       auto now = steady::now();
-      if (now >= shed_deadline) {
-        std::string msg = "registry-proxy is busy (HTTP 429";
-        if (auto why = origin::error_message_of(f->body); !why.empty()) msg += ": " + why;
-        msg += "); gave up after " + std::to_string(deadline / std::chrono::seconds(1)) + " s";
-        return failed(503, error{errc::busy, msg}, ra);
-      }
-      std::this_thread::sleep_for(std::min(retry_wait(*f), shed_deadline - now));
+      if (now >= shed_deadline)
+        return failed(503, error{errc::busy, shed::gave_up(*f, deadline)}, shed::retry_after(*f));
+      std::this_thread::sleep_for(std::min(shed::retry_wait(*f), shed_deadline - now));
       continue;
     }
     if (f->status == 202) {
       auto p = origin::decode_progress(f->body);
       if (!p) return failed(502, p.error());
       // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
-      if (d_.state && p->chunk_size) return start_chunked(where, d, *p, auth);
+      if (d_.state && p->chunk_size) return chunked_started(start_chunked(where, d, *p, auth));
       auto now = steady::now();
       if (round == 0 || p->bytes > last_bytes) {
         last_bytes = p->bytes;

@@ -516,14 +516,28 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
     nlohmann::json results = nlohmann::json::array();
     bool ok = true;
     for (const auto& [dd, size] : blobs) {
+      const origin::object_ref where{ref.registry, ref.repository};
       bool had = d_.store.contains(dd);
-      auto st = d_.fetch.ensure({ref.registry, ref.repository}, dd, auth);
+      auto st = d_.fetch.ensure(where, dd, auth);
+      // A blob already here (or fetched for someone else) proves nothing about this caller:
+      // registry-proxy confirms its credential before it learns anything about the blob,
+      // cached_before included.
+      if (st) {
+        if (auto refused = d_.access.check(where, dd, auth)) {
+          std::string msg = "registry-proxy answered HTTP " + std::to_string(refused->status);
+          if (auto* b = std::get_if<std::string>(&refused->body)) {
+            if (auto why = origin::error_message_of(*b); !why.empty()) msg += ": " + why;
+          }
+          st = fail(errc::unauthorized, msg);
+        }
+      }
       total += size;
-      results.push_back({{"digest", dd.str()},
-                         {"size", size},
-                         {"cached_before", had},
-                         {"ok", static_cast<bool>(st)},
-                         {"error", st ? std::string() : st.error().message}});
+      nlohmann::json item = {{"digest", dd.str()},
+                             {"size", size},
+                             {"ok", static_cast<bool>(st)},
+                             {"error", st ? std::string() : st.error().message}};
+      if (st) item["cached_before"] = had;
+      results.push_back(std::move(item));
       ok = ok && static_cast<bool>(st);
     }
     out["image"] = ref.str();

@@ -11,7 +11,8 @@
 //   - an unreachable registry-proxy is a 502 and counts in shoal_peerd_forward_errors_total;
 //     202 answers that make no progress end in a 504 within fallback_deadline;
 //   - registry-proxy shedding load (429 + Retry-After) is waited out and asked again; one that
-//     keeps shedding ends in a 503 with Retry-After at fallback_deadline;
+//     keeps shedding ends in a 503 with Retry-After at fallback_deadline; the same for a blob
+//     fetched in chunks (its chunk list and chunk metainfo requests);
 //   - fetch_group without datasets fails; the status snapshot lists no chunked fetch.
 
 #include "peerd/fetcher.h"
@@ -22,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -247,6 +249,121 @@ TEST(Fetcher, PermanentShedIsA503AtTheDeadline) {
   EXPECT_LT(secs, 6.0);
   EXPECT_GE(metainfo_requests(srv), 2u);  // asked again, not given up at the first 429
   EXPECT_LE(metainfo_requests(srv), 3u);  // at most 5 s apart
+}
+
+// A blob registry-proxy cuts into chunk objects (chunked.h): 202 with chunk_size to the metainfo
+// request, then the chunk list, each chunk's metainfo (parent=) and the blob's bytes by range.
+// `shed(r)` answers a request with 429 instead when it returns true.
+struct chunked_origin {
+  static constexpr std::uint64_t chunk = 128 << 10;
+  std::string bytes = testing::bytes_of(2 * chunk, 11);
+  object_metainfo whole = meta_of(bytes);
+  std::vector<object_metainfo> parts{meta_of(bytes.substr(0, chunk)), meta_of(bytes.substr(chunk))};
+
+  static bool is_chunk_list(const ht::recorded_request& r) {
+    return r.target.rfind(std::string(origin::paths::chunks), 0) == 0;
+  }
+  static ht::reply shed() {
+    ht::reply out;
+    out.status = 429;
+    out.headers.emplace_back("Retry-After", "1");
+    out.headers.emplace_back("Content-Type", "application/json");
+    out.body = R"({"errors":[{"code":"TOOMANYREQUESTS","message":"fetch queue full"}]})";
+    return out;
+  }
+  ht::reply answer(const ht::recorded_request& r) const {
+    ht::reply out;
+    if (is_chunk_list(r)) {
+      origin::chunk_list l{whole.object, bytes.size(), chunk, true, std::nullopt, {}};
+      for (std::uint64_t i = 0; i < parts.size(); ++i)
+        l.chunks.push_back({parts[i].object, i * chunk, parts[i].size});
+      out.headers.emplace_back("Content-Type", "application/json");
+      out.body = origin::encode(l);
+      return out;
+    }
+    if (!is_metainfo(r)) return range_reply(bytes, r);
+    for (const auto& m : parts) {
+      if (r.target.find(m.object.str()) != std::string::npos) {
+        out.body = m.torrent_file({});
+        return out;
+      }
+    }
+    if (r.target.find("chunks=1") == std::string::npos) {  // the joined blob's own metainfo
+      out.body = whole.torrent_file({});
+      return out;
+    }
+    auto p =
+        origin::encode(origin::progress{.bytes = 1, .size = bytes.size(), .chunk_size = chunk});
+    out.status = 202;
+    out.headers.emplace_back("Content-Type", "application/json");
+    out.body = std::get<std::string>(p.body);
+    return out;
+  }
+};
+
+std::size_t requests_where(const ht::test_http_server& srv,
+                           const std::function<bool(const ht::recorded_request&)>& pred) {
+  std::size_t n = 0;
+  for (const auto& r : srv.requests()) n += pred(r) ? 1 : 0;
+  return n;
+}
+
+// The chunked fetch's own requests (chunk list, chunk metainfo) wait out 429 + Retry-After too.
+TEST(Fetcher, ChunkedShedLoadIsWaitedOutThenFetched) {
+  chunked_origin o;
+  std::atomic<int> lists{0}, chunk_metas{0};
+  auto is_chunk_meta = [](const ht::recorded_request& r) {
+    return is_metainfo(r) && r.target.find("parent=") != std::string::npos;
+  };
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    // Twice in a row each: more than the HTTP client's own retry takes.
+    if (chunked_origin::is_chunk_list(r) && lists.fetch_add(1) < 2) return chunked_origin::shed();
+    if (is_chunk_meta(r) && chunk_metas.fetch_add(1) < 2) {
+      auto out = chunked_origin::shed();
+      out.headers[0].second = "0";  // waited 100 ms (the floor)
+      return out;
+    }
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto t0 = steady::now();
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  ASSERT_TRUE(s) << s.error().status << " " << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  auto st = s->chunked->wait();
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_TRUE(n.store->contains(o.whole.object));
+  EXPECT_GE(std::chrono::duration<double>(steady::now() - t0).count(), 1.9);  // 2 × Retry-After
+  EXPECT_EQ(requests_where(srv, chunked_origin::is_chunk_list), 3u);
+  EXPECT_EQ(requests_where(srv, is_chunk_meta), 4u);  // 2 chunks, the first asked 3 times
+}
+
+// A registry-proxy that keeps shedding the chunk list: the client hears 503 with Retry-After and
+// the cause at the deadline (3 s), not a 200 whose body breaks off.
+TEST(Fetcher, ChunkedPermanentShedIsA503AtTheDeadline) {
+  chunked_origin o;
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (!chunked_origin::is_chunk_list(r)) return o.answer(r);
+    auto out = chunked_origin::shed();
+    out.headers[0].second = "3600";
+    return out;
+  });
+  node n(srv.url(""));
+  auto t0 = steady::now();
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  double secs = std::chrono::duration<double>(steady::now() - t0).count();
+  ASSERT_FALSE(s) << "a 200 whose chunk list is shed";
+  EXPECT_EQ(s.error().status, 503u) << s.error().why.message;
+  EXPECT_EQ(s.error().retry_after, "3600");
+  EXPECT_NE(s.error().why.message.find("chunk list"), std::string::npos) << s.error().why.message;
+  EXPECT_NE(s.error().why.message.find("HTTP 429"), std::string::npos) << s.error().why.message;
+  EXPECT_NE(s.error().why.message.find("fetch queue full"), std::string::npos);
+  EXPECT_GE(secs, 2.9);
+  EXPECT_LT(secs, 7.0);
+  auto lists = requests_where(srv, chunked_origin::is_chunk_list);
+  EXPECT_GE(lists, 2u);  // asked again, not given up at the first 429
+  EXPECT_LE(lists, 3u);  // at most 5 s apart
+  EXPECT_FALSE(n.store->contains(o.whole.object));
 }
 
 TEST(Fetcher, GroupsNeedDatasetsAndStatusStartsEmpty) {

@@ -15,6 +15,10 @@ one peerd mirrors registry-proxy. Pinned down here:
     request confirms anything (shoal_peerd_access_checks_total stays put);
   - after a restart peerd knows nothing about visibility and still refuses anonymous clients
     (fail closed), serves alice after one confirmation and the public blob after at most one;
+  - the pull API (POST /shoal/v1/pull) tells whether a blob was cached before only to a
+    caller allowed to fetch it: a public image whose manifest lists the cached private layer as
+    a foreign (non-distributable) layer learns nothing about it (no cached_before, not ok),
+    while alice pulling the private image hears cached_before for its layer;
   - `/v2/../<path>`, `/v2/%2e%2e/<path>` and other dot segments, empty segments and
     backslashes are refused 400 before anything is relayed: registry-proxy sees no request.
 """
@@ -23,7 +27,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
+import json
 import sys
+import urllib.error
+import urllib.request
 import unittest
 from pathlib import Path
 
@@ -79,7 +86,9 @@ class PeerdPrivateContentTest(FixtureTestCase):
         d = cls.class_tmpdir("shoal-peerd-private-")
         cls.reg = cls.class_track(Registry(d / "private-registry", auth="htpasswd",
                                            users=dict(USERS)).start())
-        cls.pub = cls.class_track(Registry(d / "public-registry").start())
+        # Foreign-layer URLs allowed (test_7 pushes such a manifest).
+        cls.pub = cls.class_track(Registry(d / "public-registry", extra_config={
+            "validation": {"manifests": {"urls": {"allow": ["^https?://"]}}}}).start())
         cls.private = oci.make_image(d / "priv", [oci.LayerSpec(size=150_000, seed="peerd-priv")])
         cls.public = oci.make_image(d / "pub", [oci.LayerSpec(size=90_000, seed="peerd-pub")])
         cls.reg.push(cls.private, "team/app")
@@ -179,6 +188,49 @@ class PeerdPrivateContentTest(FixtureTestCase):
         s, _, body = request(self.port, "GET", self.pub_path)
         self.assert_bytes(s, body, self.pub_layer.digest)
         self.assertEqual(checks(self.port), before, "public visibility was not learned again")
+
+    def pull_api(self, image: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            c.request("POST", "/shoal/v1/pull", body=json.dumps({"image": image}),
+                      headers={"Content-Type": "application/json", **(headers or {})})
+            r = c.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            c.close()
+
+    def test_7_pull_api_tells_cached_before_only_to_callers_allowed_the_blob(self):
+        request(self.port, "GET", self.path, basic("alice", USERS["alice"]))  # cached here
+        # A public image naming the private layer as a foreign layer (the registry checks no
+        # foreign layer's presence): a stranger's probe of peerd's cache.
+        im = self.public.images[0]
+        manifest = json.loads(im.manifest_bytes)
+        manifest["layers"].append({
+            "mediaType": "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+            "digest": self.layer.digest, "size": self.layer.size,
+            "urls": ["http://example.invalid/layer"]})
+        put = urllib.request.Request(f"{self.pub.url}/v2/library/app/manifests/probe",
+                                     data=json.dumps(manifest).encode(), method="PUT",
+                                     headers={"Content-Type": manifest["mediaType"]})
+        try:
+            with urllib.request.urlopen(put, timeout=10) as r:
+                self.assertEqual(r.status, 201)
+        except urllib.error.HTTPError as e:
+            self.fail(f"manifest PUT: {e.code} {e.read()[:300]!r}\n{self.pub.diagnostics()[-3000:]}")
+        s, out = self.pull_api(f"{self.pub.host_port}/library/app:probe")
+        by_digest = {b["digest"]: b for b in out.get("blobs", [])}
+        self.assertIn(self.layer.digest, by_digest, out)
+        probe = by_digest[self.layer.digest]
+        self.assertNotIn("cached_before", probe, f"the probe learnt the private blob is cached: {out}")
+        self.assertFalse(probe["ok"], out)
+        self.assertEqual(s, 502, out)
+        self.assertTrue(by_digest[self.pub_layer.digest]["ok"], out)  # its own blobs: as before
+        self.assertIn("cached_before", by_digest[self.pub_layer.digest])
+        # alice may: she hears it.
+        s, out = self.pull_api(self.private.reference, basic("alice", USERS["alice"]))
+        self.assertEqual(s, 200, out)
+        by_digest = {b["digest"]: b for b in out["blobs"]}
+        self.assertIs(by_digest[self.layer.digest].get("cached_before"), True, out)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@
 // start() runs the driver on a thread of its own (it long-polls); the object ends complete (the
 // blob is in the cache and its metainfo recorded, so the node seeds it later) or failed (every
 // waiting reader gets the error). Every wait is bounded by the swarm's fallback_deadline.
+// registry-proxy shedding load (429 + Retry-After) is waited out and asked again within that
+// deadline; past it the fetch fails as busy (errc::busy) with the last Retry-After kept for the
+// client's 503 (retry_after()). The fetcher answers the client only after the first chunk-list
+// round (first_round()), so shedding at the start is a 503, not a 200 that breaks off.
 // Public methods are thread-safe.
 
 #include <condition_variable>
@@ -62,6 +66,11 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   [[nodiscard]] std::uint64_t size() const { return size_; }
   [[nodiscard]] state current() const;
   [[nodiscard]] std::optional<error> failure() const;
+  // Blocks until the first chunk-list answer was taken in (its chunks started) or the fetch
+  // failed; bounded by the deadline.
+  [[nodiscard]] status first_round();
+  // registry-proxy's Retry-After when the fetch failed on its shedding load, else empty.
+  [[nodiscard]] std::string retry_after() const;
   // Chunks known so far and complete locally (for status).
   [[nodiscard]] std::pair<std::uint32_t, std::uint32_t> chunks_done() const;
 
@@ -82,6 +91,10 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
 
   void drive();
   [[nodiscard]] status learn_chunks();
+  // One request to registry-proxy; its 429s are waited out (Retry-After) until `until`.
+  [[nodiscard]] result<http::full_response> ask(const http::client_request& r, std::size_t max_body,
+                                                std::chrono::steady_clock::time_point until,
+                                                const std::string& what);
   [[nodiscard]] status start_chunk(std::uint32_t i);
   [[nodiscard]] status wait_chunk(std::uint32_t i);
   [[nodiscard]] status assemble();
@@ -105,7 +118,9 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   std::optional<error> err_;
   std::vector<chunk> chunks_;  // indexed by chunk number; entries fill in order
   std::uint32_t known_ = 0;
-  bool verified_ = false;  // the blob's sha256 matched (its last byte may be served)
+  bool first_round_ = false;  // the first chunk-list answer was taken in
+  std::string retry_after_;   // set when shedding load failed the fetch
+  bool verified_ = false;     // the blob's sha256 matched (its last byte may be served)
   std::multimap<std::uint32_t, std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
       waiting_;  // by chunk
   std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
