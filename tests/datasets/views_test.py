@@ -70,8 +70,11 @@ class Views(FixtureTestCase):
             registry_origin=False, s3_origin=True,
             proxy_extra={"datasets": {"small_file_max": "1MiB", "pack_target": "1MiB"}},
             peerd_extra={"cache": {"quota": "20MiB"},
-                         # seed_idle_unload: a loaded seed pins its object (3 x this)
-                         "swarm": {"stall_timeout": "5s", "fallback_deadline": "30s", "seed_idle_unload": "2s"},
+                         # seed_idle_unload: a loaded seed pins its object (3 x this). registry-proxy asks
+                         # node 2 for some junk@v1 objects every 4-6 s (each ask loads a seed); at 2 s
+                         # (6 s pins) two of them stayed pinned all along on a loaded machine, at 1 s
+                         # (3 s pins) they come and go, so the view's own pins can be seen gone.
+                         "swarm": {"stall_timeout": "5s", "fallback_deadline": "30s", "seed_idle_unload": "1s"},
                          "datasets": {"pin_ttl": f"{TTL}s", "expiry_check_interval": "500ms"}}))
         cls.cluster.start()
         for name, files in DATASETS.items():
