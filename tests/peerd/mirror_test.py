@@ -41,6 +41,7 @@ from bt_fake_peer import make_torrent  # noqa: E402
 from fake_proxy import FakeProxy  # noqa: E402
 from shoal_fixtures import FixtureTestCase, free_port  # noqa: E402
 from shoal_fixtures.nodes import Peerd  # noqa: E402
+from shoal_fixtures.shoal import parse_metrics  # noqa: E402
 
 STALL, DEADLINE, REQUEST_TIMEOUT, METAINFO_WAIT = 1.0, 4.0, 2.0, 1.0
 
@@ -95,15 +96,7 @@ def promtool_check(text: str) -> subprocess.CompletedProcess:
 
 def metrics(port: int) -> dict[str, float]:
     _, _, body, _ = request(port, "GET", "/metrics")
-    out = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#"):
-            k, _, v = line.rpartition(" ")
-            try:
-                out[k] = float(v)
-            except ValueError:
-                pass
-    return out
+    return parse_metrics(body.decode())
 
 
 class MirrorTest(FixtureTestCase):

@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE.parents[0] / "support"))
 from shoal_fixtures import FixtureTestCase, oci  # noqa: E402
 from shoal_fixtures.nodes import Peerd  # noqa: E402
 from shoal_fixtures.registry import Registry  # noqa: E402
-from shoal_fixtures.shoal import RegistryProxy, upstream  # noqa: E402
+from shoal_fixtures.shoal import RegistryProxy, parse_metrics, upstream  # noqa: E402
 
 USERS = {"alice": "alice-pw"}
 CHECKS = "shoal_peerd_access_checks_total"
@@ -64,15 +64,7 @@ def request(port: int, method: str, path: str, headers: dict[str, str] | None = 
 
 def metrics(port: int) -> dict[str, float]:
     _, _, body = request(port, "GET", "/metrics")
-    out = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#"):
-            k, _, v = line.rpartition(" ")
-            try:
-                out[k] = float(v)
-            except ValueError:
-                pass
-    return out
+    return parse_metrics(body.decode())
 
 
 def checks(port: int) -> float:

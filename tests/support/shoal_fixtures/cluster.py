@@ -20,7 +20,7 @@ from .containerd import Containerd
 from .netns import Network, Shape
 from .nodes import Peerd, Scheduler
 from .registry import Registry
-from .shoal import RegistryProxy
+from .shoal import RegistryProxy, parse_metrics
 
 
 def _env_json(name: str) -> dict[str, Any]:
@@ -186,15 +186,7 @@ class Cluster:
         from .procs import run
         out = run(["curl", "-s", "-m", "5", self.proxy.url + "/metrics"], netns=self.net.nodes[1].name,
                   check=False).stdout
-        m: dict[str, float] = {}
-        for line in out.splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                try:
-                    m[k] = float(v)
-                except ValueError:
-                    pass
-        return m
+        return parse_metrics(out)
 
     # -- per-node access (tests) -----------------------------------------------------------------
 
@@ -219,15 +211,7 @@ class Cluster:
 
     def metrics_of(self, url: str, i: int | None = None) -> dict[str, float]:
         """Parses a /metrics page fetched from node i (None: the infra node)."""
-        m: dict[str, float] = {}
-        for line in self.curl(i, url + "/metrics", timeout=10).stdout.splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                try:
-                    m[k] = float(v)
-                except ValueError:
-                    pass
-        return m
+        return parse_metrics(self.curl(i, url + "/metrics", timeout=10).stdout)
 
     def shape_node(self, i: int, rate: str | None) -> None:
         """Reshapes node i's link (None: back to the cluster's rate)."""

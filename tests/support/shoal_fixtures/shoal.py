@@ -70,6 +70,20 @@ def upstream(name: str, url: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "url": url, **fields}
 
 
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """A Prometheus text page as {'name{labels}': value}; comments and unparsable lines skipped."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, val = line.rpartition(" ")
+        try:
+            out[key] = float(val)
+        except ValueError:
+            pass
+    return out
+
 class RegistryProxy:
     """shoal-registry-proxy with a generated config.
 
@@ -153,17 +167,7 @@ class RegistryProxy:
     def metrics(self) -> dict[str, float]:
         """Parses /metrics into {'name{labels}': value}."""
         with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
-            text = r.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            key, _, val = line.rpartition(" ")
-            try:
-                out[key] = float(val)
-            except ValueError:
-                pass
-        return out
+            return parse_metrics(r.read().decode())
 
     def metric(self, name: str, labels: str = "") -> float:
         key = f"{name}{{{labels}}}" if labels else name
