@@ -26,15 +26,6 @@ from shoal_fixtures.cluster import Cluster  # noqa: E402
 from shoal_fixtures.procs import wait_until  # noqa: E402
 
 
-def curl_json(cluster: Cluster, node, url: str, *args: str) -> tuple[int, object]:
-    cp = cluster.curl(node, "-w", "\n%{http_code}", *args, url, timeout=30)
-    text, _, code = cp.stdout.rpartition("\n")
-    try:
-        return int(code or 0), json.loads(text) if text else None
-    except ValueError:
-        return int(code or 0), text
-
-
 # Copies of the dataset registry-proxy may send to the 4 nodes (see the assertion).
 SUPERSEED_MAX_COPIES = 1.65
 
@@ -58,12 +49,12 @@ class FourNodes(FixtureTestCase):
         for k, v in files.items():
             s3.write_object("four/" + k, v)
         decl = dc.s3_declaration("four", "v1", s3, "four/")
-        code, body = curl_json(cluster, None, cluster.proxy.url + "/shoal/v1/datasets", "-X", "POST", "-H",
-                               "Content-Type: application/json", "--data-binary", json.dumps(decl))
+        code, body = dc.curl_json(cluster, None, cluster.proxy.url + "/shoal/v1/datasets", "-X", "POST", "-H",
+                                  "Content-Type: application/json", "--data-binary", json.dumps(decl))
         self.assertIn(code, (200, 202), body)
 
         def resolved():
-            c, b = curl_json(cluster, None, cluster.proxy.url + "/shoal/v1/datasets/four@v1")
+            c, b = dc.curl_json(cluster, None, cluster.proxy.url + "/shoal/v1/datasets/four@v1")
             if isinstance(b, dict) and b.get("state") == "failed":
                 raise AssertionError(b)
             return c == 200
@@ -90,7 +81,7 @@ class FourNodes(FixtureTestCase):
         # The nodes traded with each other.
         statuses = []
         for i, p in enumerate(cluster.peerds):
-            code, st = curl_json(cluster, i, p.url + "/shoal/v1/datasets/four@v1")
+            code, st = dc.curl_json(cluster, i, p.url + "/shoal/v1/datasets/four@v1")
             self.assertEqual(code, 200)
             statuses.append(st)
         from_peers = sum(s["from_peers"] for s in statuses)
@@ -110,13 +101,13 @@ class FourNodes(FixtureTestCase):
         sched = cluster.scheduler.url
 
         def everywhere():
-            c, b = curl_json(cluster, None, sched + "/v1/datasets/four@v1")
+            c, b = dc.curl_json(cluster, None, sched + "/v1/datasets/four@v1")
             if c != 200 or not isinstance(b, dict):
                 return False
             pres = {x["node"]: x for x in b.get("presence", [])}
             return len(pres) == 4 and all(x["share"] == 1.0 and x["view"] for x in pres.values())
         wait_until(everywhere, 60, "the scheduler shows four@v1 on 4 nodes")
-        c, b = curl_json(cluster, None, sched + "/v1/datasets/four@v1")
+        c, b = dc.curl_json(cluster, None, sched + "/v1/datasets/four@v1")
         self.assertEqual(len(b["objects"]), len({dc.sha(v) for v in files.values() if v}))
 
         # A view removed on node 4 comes back through a scheduler prewarm.
@@ -125,7 +116,7 @@ class FourNodes(FixtureTestCase):
         self.assertFalse(dc.view_dir(cluster.peerds[3], "four@v1").exists())
 
         def gone_from_node4():
-            c, b = curl_json(cluster, None, sched + "/v1/datasets/four@v1")
+            c, b = dc.curl_json(cluster, None, sched + "/v1/datasets/four@v1")
             return c == 200 and not any(x["node"] == "node4" and x["view"] for x in b.get("presence", []))
         wait_until(gone_from_node4, 30, "the scheduler sees node4 without the view")
         cp = dc.shoalctl("--scheduler", sched, "prewarm", "--dataset", "four@v1", "--node", "node4",

@@ -70,6 +70,17 @@ def http_json(url: str, *, method: str = "GET", body: Any = None, timeout: float
             return e.code, raw.decode(errors="replace")
 
 
+def curl_json(cluster, node, url: str, *args: str) -> tuple[int, object]:
+    """curl from node (None: the infra node) of a Cluster: the status and the JSON body (the raw
+    text if it is not JSON)."""
+    cp = cluster.curl(node, "-w", "\n%{http_code}", *args, url, timeout=30)
+    text, _, code = cp.stdout.rpartition("\n")
+    try:
+        return int(code or 0), json.loads(text) if text else None
+    except ValueError:
+        return int(code or 0), text
+
+
 def allowed_origin(origin: Any) -> dict:
     """A datasets.allowed_origins entry: a URL (its scheme://host:port is kept), an S3rver (its
     endpoint, with the credentials s3_declaration names bound to it), or an entry as a dict."""

@@ -43,15 +43,6 @@ BIG2 = {f"big2-{i}.bin": dc.content(f"big2-{i}", 4 * MIB + 7 * i) for i in range
 DATASETS = {"poison": POISON, "keep": KEEP, "junk": JUNK, "big2": BIG2}
 
 
-def curl_json(cluster: Cluster, node, url: str, *args: str) -> tuple[int, object]:
-    cp = cluster.curl(node, "-w", "\n%{http_code}", *args, url, timeout=30)
-    text, _, code = cp.stdout.rpartition("\n")
-    try:
-        return int(code or 0), json.loads(text) if text else None
-    except ValueError:
-        return int(code or 0), text
-
-
 def object_file(peerd, data: bytes) -> Path:
     h = hashlib.sha256(data).hexdigest()
     return Path(peerd.dir) / "cache" / "objects" / "sha256" / h[:2] / h
@@ -81,13 +72,13 @@ class Views(FixtureTestCase):
             for k, v in files.items():
                 cls.cluster.s3.write_object(f"{name}/{k}", v)
             decl = dc.s3_declaration(name, "v1", cls.cluster.s3, f"{name}/")
-            code, body = curl_json(cls.cluster, None, cls.cluster.proxy.url + "/shoal/v1/datasets", "-X",
-                                   "POST", "-H", "Content-Type: application/json", "--data-binary",
-                                   json.dumps(decl))
+            code, body = dc.curl_json(cls.cluster, None, cls.cluster.proxy.url + "/shoal/v1/datasets", "-X",
+                                      "POST", "-H", "Content-Type: application/json", "--data-binary",
+                                      json.dumps(decl))
             assert code in (200, 202), body
         for name in DATASETS:
-            wait_until(lambda n=name: curl_json(cls.cluster, None,
-                                                f"{cls.cluster.proxy.url}/shoal/v1/datasets/{n}@v1")[0] == 200,
+            wait_until(lambda n=name: dc.curl_json(cls.cluster, None,
+                                                   f"{cls.cluster.proxy.url}/shoal/v1/datasets/{n}@v1")[0] == 200,
                        120, f"{name}@v1 resolved")
 
     def prefetch(self, i: int, ref: str):
@@ -96,7 +87,7 @@ class Views(FixtureTestCase):
         self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
 
     def status(self, i: int, ref: str) -> tuple[int, object]:
-        return curl_json(self.cluster, i, f"{self.cluster.peerds[i].url}/shoal/v1/datasets/{ref}")
+        return dc.curl_json(self.cluster, i, f"{self.cluster.peerds[i].url}/shoal/v1/datasets/{ref}")
 
     def test_1_write_through_a_view_stays_in_it(self):
         c = self.cluster
