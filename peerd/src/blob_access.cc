@@ -1,11 +1,8 @@
 #include "peerd/blob_access.h"
 
-#include <array>
-#include <random>
-
+#include "common/credential_hash.h"
 #include "common/log.h"
 #include "common/oci.h"
-#include "common/sha256.h"
 #include "common/text.h"
 
 namespace shoal::peerd {
@@ -13,13 +10,6 @@ namespace shoal::peerd {
 namespace {
 
 using steady = std::chrono::steady_clock;
-
-std::string random_salt() {
-  std::random_device rd;
-  std::array<std::uint8_t, 32> b{};
-  for (auto& x : b) x = static_cast<std::uint8_t>(rd());
-  return to_hex(std::span<const std::uint8_t>(b.data(), b.size()));
-}
 
 // What a refused client is told to authenticate with when registry-proxy's answer named nothing.
 constexpr std::string_view fallback_challenge = R"(Basic realm="shoal")";
@@ -79,11 +69,9 @@ blob_access::blob_access(deps d)
 
 std::string blob_access::key_of(const origin::object_ref& where, const digest& d,
                                 const std::string& authorization) const {
-  sha256_hasher h;
-  h.update(salt_);
-  h.update(authorization);
   // Separators that neither a registry host, a repository name nor a hex digest contains.
-  return h.finish().hex() + "|" + where.ns + "|" + where.repo + "|" + d.hex();
+  return salted_credential_hash(salt_, authorization) + "|" + where.ns + "|" + where.repo + "|" +
+         d.hex();
 }
 
 void blob_access::note_public(const digest& d) {

@@ -1,29 +1,13 @@
 #include "registry-proxy/app.h"
 
-#include <openssl/rand.h>
-
 #include <boost/asio/post.hpp>
 
 #include <filesystem>
 
+#include "common/credential_hash.h"
 #include "common/log.h"
-#include "common/sha256.h"
 
 namespace shoal::proxy {
-
-namespace {
-
-std::string random_salt() {
-  unsigned char b[32];
-  if (RAND_bytes(b, sizeof b) != 1) {
-    // Fall back to something process-unique; the salt only has to be unguessable by clients.
-    auto t = std::chrono::steady_clock::now().time_since_epoch().count();
-    return sha256_of(std::to_string(t) + std::to_string(::getpid())).hex();
-  }
-  return to_hex(std::span<const std::uint8_t>(b, sizeof b));
-}
-
-}  // namespace
 
 app::app(const proxy_config& cfg)
     : cfg_(cfg),

@@ -8,7 +8,7 @@
 #include "registry-proxy/auth_challenge.h"
 #include "common/log.h"
 #include "common/oci.h"
-#include "common/sha256.h"
+#include "common/credential_hash.h"
 #include "common/text.h"
 
 namespace shoal::proxy {
@@ -153,10 +153,7 @@ credential credential_from(std::string_view authorization, std::string_view salt
   credential c;
   if (authorization.empty()) return c;
   c.header = std::string(authorization);
-  sha256_hasher h;
-  h.update(salt);
-  h.update(authorization);
-  c.hash = h.finish().hex();
+  c.hash = salted_credential_hash(salt, authorization);
   auto sp = authorization.find(' ');
   if (sp != std::string_view::npos && lower(authorization.substr(0, sp)) == "basic") {
     auto dec = base64_decode(trim(std::string(authorization.substr(sp + 1))));
