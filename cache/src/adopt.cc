@@ -82,7 +82,7 @@ status core::adopt_file(const std::string& path, const digest& id, object_kind k
                   : got.error().wrap("adopt " + path);
     // A bad file sitting at the object path would otherwise look like an object to a reader
     // that bypasses the index (libtorrent seeding); it goes.
-    if (in_place && got.has_value()) ::unlinkat(layout_.shard_fd(id), hex.c_str(), 0);
+    if (in_place && got.has_value()) (void)unlinkat_sealed(layout_.shard_fd(id), hex.c_str());
     abandon(in, {}, size, e, got.has_value());
     return std::unexpected(e);
   }
@@ -106,7 +106,8 @@ status core::adopt_file(const std::string& path, const digest& id, object_kind k
 void core::set_aside_stray(const digest& id) {
   std::string hex = id.hex();
   std::string qname = hex + ".stray." + random_suffix();
-  if (::renameat(layout_.shard_fd(id), hex.c_str(), layout_.quarantine_fd(), qname.c_str()) != 0) {
+  if (renameat_sealed(layout_.shard_fd(id), hex.c_str(), layout_.quarantine_fd(), qname.c_str()) !=
+      0) {
     log::warn("cache: could not set aside a stray file at an object path",
               log::kv("digest", id.short_str()), log::kv("errno", errno));
     return;

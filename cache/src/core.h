@@ -100,6 +100,9 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] status remove_label(const digest& id, std::string_view label);
 
   [[nodiscard]] status remove(const digest& id);
+  // Dataset views (seal.cc; store.h says what they do).
+  [[nodiscard]] status link_sealed(const digest& id, const std::string& dst);
+  [[nodiscard]] status unlink_sealed(const std::string& path, const digest& id);
   std::uint64_t evict_to(std::uint64_t target, evict_reason reason);
   void run_maintenance(bool force_flush);
   void flush_access();
@@ -238,6 +241,7 @@ class core : public std::enable_shared_from_this<core> {
   std::thread maintenance_thread_;
   std::thread scrub_thread_;
   std::atomic<std::int64_t> last_flush_ns_{0};  // steady clock of the last access flush
+  std::mutex seal_mu_;                          // link_sealed and unlink_sealed, one at a time
   std::mutex scrub_mu_;                         // one scrub pass at a time
 };
 

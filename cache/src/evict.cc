@@ -35,7 +35,7 @@ void core::finish_removal(std::vector<victim>& victims, event_type type, evict_r
   if (type != event_type::quarantined) {
     for (const victim& v : victims) {
       std::string hex = v.id.hex();
-      if (::unlinkat(layout_.shard_fd(v.id), hex.c_str(), 0) != 0 && errno != ENOENT) {
+      if (unlinkat_sealed(layout_.shard_fd(v.id), hex.c_str()) != 0 && errno != ENOENT) {
         log::warn("cache: unlink of removed object failed", log::kv("digest", v.id.short_str()),
                   log::kv("errno", errno));
       }

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,6 +171,56 @@ int open_read_noatime(int dirfd, const char* name) noexcept {
   int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOATIME);
   if (fd < 0 && errno == EPERM) fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC);
   return fd;
+}
+
+bool is_sealed(int fd) noexcept {
+  int flags = 0;
+  return ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 && (flags & FS_IMMUTABLE_FL) != 0;
+}
+
+int set_sealed(int fd, bool on) noexcept {
+  int flags = 0;
+  if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) return -1;
+  int want = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+  if (want == flags) return 0;
+  return ::ioctl(fd, FS_IOC_SETFLAGS, &want);
+}
+
+namespace {
+
+// Runs op() (an unlinkat or renameat of the file `name` in dirfd) with the file's seal lifted
+// when it failed with EPERM because of it; reseals the inode if it still has a link.
+template <class Op>
+int with_seal_lifted(int dirfd, const char* name, Op op) noexcept {
+  if (op() == 0) return 0;
+  if (errno != EPERM) return -1;
+  int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    errno = EPERM;
+    return -1;
+  }
+  if (!is_sealed(fd) || set_sealed(fd, false) != 0) {
+    close_quietly(fd);
+    errno = EPERM;
+    return -1;
+  }
+  int rc = op();
+  int err = errno;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_nlink > 0) (void)set_sealed(fd, true);
+  close_quietly(fd);
+  errno = err;
+  return rc;
+}
+
+}  // namespace
+
+int unlinkat_sealed(int dirfd, const char* name) noexcept {
+  return with_seal_lifted(dirfd, name, [&] { return ::unlinkat(dirfd, name, 0); });
+}
+
+int renameat_sealed(int from_dir, const char* from, int to_dir, const char* to) noexcept {
+  return with_seal_lifted(from_dir, from, [&] { return ::renameat(from_dir, from, to_dir, to); });
 }
 
 }  // namespace shoal::cache::detail

@@ -82,4 +82,18 @@ void close_quietly(int fd) noexcept;
 // not the file's owner) it opens without. Returns the fd, or -1 with errno set.
 [[nodiscard]] int open_read_noatime(int dirfd, const char* name) noexcept;
 
+// Seals (store::link_sealed): an object linked into a dataset view carries FS_IMMUTABLE_FL, so
+// nobody without CAP_LINUX_IMMUTABLE (root in a pod included) can write, truncate, chmod, rename
+// or unlink it, nor write through a descriptor opened earlier.
+[[nodiscard]] bool is_sealed(int fd) noexcept;
+// Sets or clears the seal; 0, or -1 with errno (EPERM: no CAP_LINUX_IMMUTABLE; ENOTTY or
+// EOPNOTSUPP: the filesystem has no such flag).
+[[nodiscard]] int set_sealed(int fd, bool on) noexcept;
+// unlinkat and renameat for files that may be sealed: on EPERM from a sealed file the seal is
+// lifted for the call, and put back when another link (a view) still holds the inode. Returns 0,
+// or -1 with errno.
+[[nodiscard]] int unlinkat_sealed(int dirfd, const char* name) noexcept;
+[[nodiscard]] int renameat_sealed(int from_dir, const char* from, int to_dir,
+                                  const char* to) noexcept;
+
 }  // namespace shoal::cache::detail

@@ -99,8 +99,8 @@ bool verify_orphan(int sfd, const std::string& n, const digest& id, std::uint64_
   int fd = open_read_noatime(sfd, n.c_str());
   if (fd < 0) return false;
   auto h = sha256_fd(fd, 0, size);
-  bool ok =
-      h && *h == id && fdatasync_fd(fd, "fdatasync orphan").has_value() && ::fchmod(fd, 0444) == 0;
+  bool ok = h && *h == id && fdatasync_fd(fd, "fdatasync orphan").has_value() &&
+            (is_sealed(fd) || ::fchmod(fd, 0444) == 0);  // sealed: linked into a view
   close_quietly(fd);
   return ok;
 }
@@ -116,7 +116,7 @@ bool reconcile_file(int sfd, const std::string& spath, std::uint8_t shard, std::
   }
   auto id = digest::from_hex(name);
   if (!id || id->bytes()[0] != shard || type != DT_REG) {
-    if (::unlinkat(sfd, n.c_str(), 0) != 0) return false;
+    if (unlinkat_sealed(sfd, n.c_str()) != 0) return false;
     ++r.malformed;
     return true;
   }
@@ -135,7 +135,7 @@ bool reconcile_file(int sfd, const std::string& spath, std::uint8_t shard, std::
     r.adopted.push_back({*id, size, kind});
     return true;
   }
-  if (::unlinkat(sfd, n.c_str(), 0) != 0) return false;
+  if (unlinkat_sealed(sfd, n.c_str()) != 0) return false;
   ++r.orphans_removed;
   return true;
 }

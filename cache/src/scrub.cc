@@ -35,10 +35,10 @@ void core::quarantine(const digest& id, int fd) {
     v.push_back(take_locked(id));
   }
   std::string qname = hex + "." + std::to_string(to_ms(now()));
-  if (::renameat(shard, hex.c_str(), layout_.quarantine_fd(), qname.c_str()) != 0) {
+  if (renameat_sealed(shard, hex.c_str(), layout_.quarantine_fd(), qname.c_str()) != 0) {
     log::warn("cache: could not move a corrupt object to quarantine; deleting it",
               log::kv("digest", id.short_str()), log::kv("errno", errno));
-    ::unlinkat(shard, hex.c_str(), 0);
+    (void)unlinkat_sealed(shard, hex.c_str());
   }
   log::error("cache: object failed verification and was quarantined", log::kv("digest", id.str()),
              log::kv("file", layout_.quarantine_dir() + "/" + qname));

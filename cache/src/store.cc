@@ -261,6 +261,12 @@ status store::remove_label(const digest& id, std::string_view label) {
 }
 
 status store::remove(const digest& id) { return core_->remove(id); }
+status store::link_sealed(const digest& id, const std::string& dst) {
+  return core_->link_sealed(id, dst);
+}
+status store::unlink_sealed(const std::string& path, const digest& id) {
+  return core_->unlink_sealed(path, id);
+}
 std::uint64_t store::evict_to(std::uint64_t target) {
   return core_->evict_to(target, evict_reason::requested);
 }

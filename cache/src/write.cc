@@ -167,9 +167,10 @@ result<object_info> core::install(const std::shared_ptr<inflight_object>& in,
         make_room(4096);
         continue;
       }
-      if (err == EEXIST && !set_aside) {
+      if ((err == EEXIST || err == EPERM) && !set_aside) {
         // A file at the object path without a row (this write holds the digest's in-flight slot,
-        // so nothing committed it): debris, set aside in quarantine/, never written over.
+        // so nothing committed it): debris, set aside in quarantine/, never written over. EPERM:
+        // it is sealed (an evicted object a dataset view still links, its row lost in a crash).
         set_aside = true;
         set_aside_stray(id);
         continue;

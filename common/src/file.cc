@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 #include "common/fd.h"
 
@@ -82,6 +84,35 @@ status write_atomic_for_test(const std::string& path, std::string_view data, int
 
 status write_atomic(const std::string& path, std::string_view data) {
   return write_atomic_for_test(path, data, ::fsync);
+}
+
+status copy_bytes(int in, int out, std::uint64_t size, const std::string& what) {
+  bool in_kernel = true;
+  std::vector<char> buf;
+  while (size > 0) {
+    ssize_t n;
+    if (in_kernel) {
+      n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(size), 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        in_kernel = false;
+        continue;
+      }
+    } else {
+      if (buf.empty()) buf.resize(1u << 20);
+      n = ::read(in, buf.data(),
+                 static_cast<std::size_t>(std::min<std::uint64_t>(size, buf.size())));
+      for (ssize_t w = 0, m; n > 0 && w < n; w += m) {
+        m = ::write(out, buf.data() + w, static_cast<std::size_t>(n - w));
+        if (m < 0 && errno == EINTR) m = 0;
+        if (m < 0) return fail_errno(errno, "write " + what);
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(errno, "copy " + what);
+    if (n == 0) return fail(errc::size_mismatch, what + ": the source ended early");
+    size -= static_cast<std::uint64_t>(n);
+  }
+  return {};
 }
 
 }  // namespace shoal

@@ -235,6 +235,17 @@ void app::register_metrics() {
     reg_.counter_fn("shoal_peerd_dataset_views_expired_total",
                     "Dataset views removed (and unpinned) because nobody renewed them.",
                     [ds] { return static_cast<double>(ds->views_expired()); });
+    using how = dataset_manager::view_file;
+    for (auto [h, name, help] :
+         {std::tuple{how::cloned, "shoal_peerd_dataset_view_files_cloned_total",
+                     "View files made as clones of cache objects (FICLONE; no bytes copied)."},
+          std::tuple{how::sealed, "shoal_peerd_dataset_view_files_sealed_total",
+                     "View files made as sealed (immutable) hard links to cache objects."},
+          std::tuple{how::copied, "shoal_peerd_dataset_view_files_copied_total",
+                     "View files made as copies (the filesystem can neither clone nor seal, "
+                     "or another view links the object)."}}) {
+      reg_.counter_fn(name, help, [ds, h] { return static_cast<double>(ds->view_files(h)); });
+    }
   }
   reg_.gauge_fn("shoal_peerd_downloads_active", "Objects being downloaded.",
                 [w] { return static_cast<double>(w->active_downloads()); });

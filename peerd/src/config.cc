@@ -93,8 +93,9 @@ void describe(config::binder& b, datasets_config& c) {
           "Serve the dataset API (prefetch, ls, status, rm) and dataset prewarm orders.");
   b.field("views_dir", c.views_dir,
           "Where read-only dataset views are made (<views_dir>/<name>@<version>/<path>: clones "
-          "(reflinks) of the cache's objects where the filesystem can, copies elsewhere; never "
-          "the objects' own files); must be on the cache's filesystem. Empty: next to cache.dir.");
+          "(reflinks) of the cache's objects where the filesystem can, else hard links sealed "
+          "immutable (needs CAP_LINUX_IMMUTABLE), else copies; never a writable link to an "
+          "object); must be on the cache's filesystem. Empty: next to cache.dir.");
   b.field(
       "partial_dir", c.partial_dir,
       "Dataset group downloads in progress; kept across restarts so a prefetch resumes; must be "

@@ -13,10 +13,11 @@
 // the scheduler's orders), downloads the groups that are not complete here through the swarm
 // (fetcher::fetch_group into the swarm engine; `parallel_groups` at a time), and materializes the
 // view <views_dir>/<name>@<version>/<path>: clones (reflinks, FICLONE) of the cache's object files
-// where the filesystem can, copies elsewhere (after a free-space check) - never the objects' own
-// inodes, so a write through a view (root in a pod ignores 0444) cannot reach the cache or the
-// swarm (security review F19); files 0444, directories 0555, empty files created; built aside and
-// renamed into place, so a view is either whole or absent.
+// where the filesystem can, else hard links sealed immutable (cache::store::link_sealed), else
+// copies (after a free-space check) - never a writable link, so a write through a view (root in a
+// pod ignores 0444) cannot reach the cache or the swarm (security review F19); files 0444,
+// directories 0555, empty files created; built aside and renamed into place, so a view is either
+// whole or absent.
 //
 // Expiry (security review F8): a view and its pins ("view:<ref>", "prewarm:<id>") last
 // `pin_ttl` after the last prefetch, prewarm order or renewal (a prewarm's own pin_seconds may
@@ -38,6 +39,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -79,6 +81,9 @@ class dataset_manager {
     std::chrono::seconds pin_ttl_max{7 * 24 * 3600};
     std::chrono::milliseconds expiry_interval{60'000};
   };
+  // How a view's file was made (make_view_file in datasets_fetch.cc).
+  enum class view_file { cloned = 0, sealed = 1, copied = 2 };
+
   dataset_manager(deps d, options o);
   ~dataset_manager();
   dataset_manager(const dataset_manager&) = delete;
@@ -108,6 +113,9 @@ class dataset_manager {
   // Removes every view whose expiry passed (the timer calls it); returns how many.
   std::size_t expire_now();
   [[nodiscard]] std::uint64_t views_expired() const { return expired_.load(); }
+  [[nodiscard]] std::uint64_t view_files(view_file how) const {
+    return view_files_[static_cast<int>(how)].load();
+  }
   // A pin expiry an order asked for, bounded: nullopt (forever) and beyond pin_ttl_max become
   // pin_ttl and pin_ttl_max from now.
   [[nodiscard]] cache::time_point bounded_expiry(std::optional<cache::time_point> until) const;
@@ -124,6 +132,10 @@ class dataset_manager {
   [[nodiscard]] result<group_spec> group_metainfo(const std::shared_ptr<job>& j,
                                                   const dataset::manifest& m, std::uint32_t g);
   [[nodiscard]] status materialize(const std::shared_ptr<job>& j, const dataset::manifest& m);
+  // Removes a view (or a view being built) at `path`: sealed links through the cache (so the
+  // object keeps an inode no view can write), then the rest. `m` names the files' objects when
+  // known; a sealed file it does not name is hashed to find its object.
+  void remove_view(const std::string& path, const dataset::manifest* m);
   [[nodiscard]] status pin_all(const dataset::manifest& m, const std::string& owner,
                                std::optional<cache::time_point> until);
   void unpin_all(const dataset::manifest& m, const std::string& owner);
@@ -154,6 +166,7 @@ class dataset_manager {
   std::map<std::string, std::shared_ptr<job>> jobs_;  // every dataset with a record, by ref
   std::vector<std::thread> threads_;
   std::atomic<std::uint64_t> expired_{0};
+  std::array<std::atomic<std::uint64_t>, 3> view_files_{};
   std::mutex expiry_mu_;
   std::condition_variable expiry_cv_;
   std::thread expiry_thread_;

@@ -71,7 +71,6 @@ result<std::size_t> dataset_manager::drop(const std::string& ref) {
     j->cv.wait_for(lk, std::chrono::seconds(30), [&] { return !j->running; });
     if (j->running) return fail(errc::busy, "the prefetch of " + ref + " is still stopping; retry");
   }
-  remove_tree(view_path(ref));
   std::shared_ptr<const dataset::manifest> m;
   bool pinned;
   std::size_t objects;
@@ -81,6 +80,7 @@ result<std::size_t> dataset_manager::drop(const std::string& ref) {
     pinned = j->view_pinned;
     objects = j->objects.size();
   }
+  remove_view(view_path(ref), m.get());
   std::size_t unpinned = 0;
   if (m && pinned) {
     unpin_all(*m, "view:" + ref);

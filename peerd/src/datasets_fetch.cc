@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 
 #include "common/fd.h"
+#include "common/sha256.h"
 #include "datasets_internal.h"
 
 namespace shoal::peerd {
@@ -30,49 +31,50 @@ void parallel_for(std::size_t n, const std::function<bool(std::size_t)>& fn) {
   for (auto& t : ts) t.join();
 }
 
-// Copies `size` bytes from `in` to `out`: copy_file_range (in-kernel), else read/write.
-status copy_bytes(int in, int out, std::uint64_t size, const std::string& what) {
-  bool in_kernel = true;
-  std::vector<char> buf;
-  while (size > 0) {
-    ssize_t n;
-    if (in_kernel) {
-      n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(size), 0);
-      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-        in_kernel = false;
-        continue;
-      }
-    } else {
-      if (buf.empty()) buf.resize(1u << 20);
-      n = ::read(in, buf.data(),
-                 static_cast<std::size_t>(std::min<std::uint64_t>(size, buf.size())));
-      for (ssize_t w = 0, m; n > 0 && w < n; w += m) {
-        m = ::write(out, buf.data() + w, static_cast<std::size_t>(n - w));
-        if (m < 0 && errno == EINTR) m = 0;
-        if (m < 0) return fail_errno(errno, "write " + what);
-      }
+// Makes dst a view of cache object `id` (of `size` bytes, at `src`) that no write through it
+// can turn into a change of the object (security review F19; root in a pod ignores 0444):
+// - a clone (FICLONE: shared extents, copy on write) where the filesystem can (XFS, btrfs);
+// - else a hard link to the object's inode, sealed immutable (cache::store::link_sealed), where
+//   the filesystem and peerd can seal (ext4 as root) and no other view links the object yet;
+// - else a copy.
+// `can_clone` and `can_seal` are cleared at the first refusal so that later files skip the try.
+dataset_manager::view_file make_view_file(cache::store& store, const digest& id,
+                                          const std::string& src, const std::string& dst,
+                                          std::uint64_t size, bool& can_clone, bool& can_seal,
+                                          status& st) {
+  using how = dataset_manager::view_file;
+  st = {};
+  if (!can_clone && can_seal) {
+    auto s = store.link_sealed(id, dst);
+    if (s) return how::sealed;
+    if (s.error().code != make_error_code(errc::busy)) {
+      can_seal = false;
+      log::info("dataset views: cannot seal links here; copying",
+                log::kv("error", s.error().message));
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(errno, "copy " + what);
-    if (n == 0) return fail(errc::size_mismatch, what + ": the cache object ended early");
-    size -= static_cast<std::uint64_t>(n);
   }
-  return {};
-}
-
-// Makes dst a file of its own with src's bytes: a clone (FICLONE: shared extents, copy on write)
-// where the filesystem can, else a copy. Never a hard link: a view must not share the cache
-// object's inode, or a write through the view (root ignores 0444) would change what this node
-// seeds (security review F19). `cloned` says which it was.
-status clone_or_copy(const std::string& src, const std::string& dst, std::uint64_t size,
-                     bool& cloned) {
   unique_fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in) return fail_errno(errno, "open " + src);
+  if (!in) {
+    st = fail_errno(errno, "open " + src);
+    return how::copied;
+  }
   unique_fd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
-  if (!out) return fail_errno(errno, "create " + dst);
-  cloned = ::ioctl(out.get(), FICLONE, in.get()) == 0;
-  if (cloned) return {};
-  return copy_bytes(in.get(), out.get(), size, dst);
+  if (!out) {
+    st = fail_errno(errno, "create " + dst);
+    return how::copied;
+  }
+  if (can_clone) {
+    if (::ioctl(out.get(), FICLONE, in.get()) == 0) return how::cloned;
+    can_clone = false;
+    if (can_seal) {
+      // The filesystem cannot clone: a sealed link instead of this empty file.
+      out.reset();
+      ::unlink(dst.c_str());
+      return make_view_file(store, id, src, dst, size, can_clone, can_seal, st);
+    }
+  }
+  st = copy_bytes(in.get(), out.get(), size, dst);
+  return how::copied;
 }
 
 // Fails with errc::no_space when copying `bytes` into `dir` would leave less than a twentieth of
@@ -260,12 +262,13 @@ status dataset_manager::fetch_groups(const std::shared_ptr<job>& j, const datase
 status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset::manifest& m) {
   std::string final_path = view_path(j->ref);
   std::string tmp = opts_.views_dir + "/." + j->ref + ".building";
-  remove_tree(tmp);
+  remove_view(tmp, &m);
   if (::mkdir(tmp.c_str(), 0755) != 0) return fail_errno(errno, "mkdir " + tmp);
   std::set<std::string> dirs;
   std::uint64_t left = 0;
   for (const auto& f : m.files) left += f.size;
   bool checked_room = false;
+  bool can_clone = true, can_seal = true;
   for (const auto& f : m.files) {
     // Parent directories (paths were checked by parse_manifest: relative, no "..").
     for (std::size_t slash = f.path.find('/'); slash != std::string::npos;
@@ -284,14 +287,20 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
       ::close(fd);
       continue;
     }
-    bool cloned = false;
-    if (auto s = clone_or_copy(d_.store.object_path(f.id), dst, f.size, cloned); !s) return s;
+    status st;
+    auto how = make_view_file(d_.store, f.id, d_.store.object_path(f.id), dst, f.size, can_clone,
+                              can_seal, st);
+    if (!st) {
+      remove_view(tmp, &m);
+      return st;
+    }
+    view_files_[static_cast<int>(how)].fetch_add(1);
     left -= f.size;
-    if (!cloned && !checked_room) {
+    if (how == view_file::copied && !checked_room) {
       // The filesystem copies: the rest of the view needs room of its own.
       checked_room = true;
       if (auto s = check_room(tmp, left); !s) {
-        remove_tree(tmp);
+        remove_view(tmp, &m);
         return s;
       }
     }
@@ -305,10 +314,49 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
   });
   for (const auto& d : order) ::chmod((tmp + "/" + d).c_str(), 0555);
   ::chmod(tmp.c_str(), 0555);
-  remove_tree(final_path);
+  remove_view(final_path, &m);
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
     return fail_errno(errno, "rename " + tmp + " to " + final_path);
   return {};
+}
+
+void dataset_manager::remove_view(const std::string& path, const dataset::manifest* m) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  std::size_t unsealed = 0;
+  auto unseal = [&](const std::string& file, const digest& id) {
+    if (auto s = d_.store.unlink_sealed(file, id); !s) {
+      log::warn("dataset view: cannot remove a sealed file", log::kv("file", file),
+                log::kv("error", s.error().message));
+      return;
+    }
+    ++unsealed;
+  };
+  if (m) {
+    for (const auto& f : m->files) {
+      if (f.size > 0) unseal(path + "/" + f.path, f.id);
+    }
+  }
+  // What the manifest does not name (a view built from another one): a file that refuses its
+  // unlink may be sealed, and its content names its object.
+  std::vector<std::string> refused;
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && ::unlink(it->path().c_str()) != 0 && errno == EPERM)
+      refused.push_back(it->path().string());
+  }
+  for (const auto& file : refused) {
+    unique_fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) continue;
+    if (auto h = sha256_fd(fd.get(), 0, static_cast<std::uint64_t>(st.st_size))) unseal(file, *h);
+  }
+  remove_tree(path);
+  // The cache's objects that got inodes of their own, and the unlinks, made durable at once.
+  if (unsealed > 0) {
+    if (unique_fd d(::open(opts_.views_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d)
+      ::syncfs(d.get());
+  }
 }
 
 }  // namespace shoal::peerd

@@ -3,6 +3,9 @@
 // one-call put/read wrappers. Header-only because every *_test.cc is its own executable.
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,6 +36,18 @@ class temp_dir {
   }
   ~temp_dir() {
     std::error_code ec;
+    // Sealed (immutable) files refuse their unlink: lift the seals first (seal_test).
+    for (auto it = std::filesystem::recursive_directory_iterator(path_, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      int flags = 0;
+      if (fd >= 0 && ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 && (flags & FS_IMMUTABLE_FL)) {
+        flags &= ~FS_IMMUTABLE_FL;
+        ::ioctl(fd, FS_IOC_SETFLAGS, &flags);
+      }
+      if (fd >= 0) ::close(fd);
+    }
     std::filesystem::remove_all(path_, ec);
   }
   temp_dir(const temp_dir&) = delete;

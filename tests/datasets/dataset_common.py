@@ -21,7 +21,7 @@ from typing import Any, Mapping
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from shoal_fixtures.nodes import Peerd  # noqa: E402
-from shoal_fixtures.procs import FixtureError, run, wait_until  # noqa: E402
+from shoal_fixtures.procs import FixtureError, is_sealed, run, wait_until  # noqa: E402
 from shoal_fixtures.shoal import RegistryProxy, binary  # noqa: E402
 
 # A dummy upstream: registry-proxy wants one; dataset tests never pull images.
@@ -164,8 +164,9 @@ def view_dir(peerd: Peerd, ref: str) -> Path:
 
 def verify_view(view: Path, expected: Mapping[str, bytes], *, cache_objects: Path | None = None) -> int:
     """Every expected file is in the view with the same bytes (sha256), nothing else is; files are
-    0444, directories 0555, non-empty files are files of their own, not the cache's objects (a
-    write through a view must not reach the cache, security review F19). Returns files checked."""
+    0444, directories 0555, non-empty files are files of their own (not the cache's objects) or
+    sealed links to them (immutable: nobody can write them): a write through a view must not reach
+    the cache, security review F19. Returns files checked."""
     seen: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(view):
         st = os.stat(dirpath)
@@ -179,7 +180,7 @@ def verify_view(view: Path, expected: Mapping[str, bytes], *, cache_objects: Pat
                 raise AssertionError(f"view file {rel} has mode {oct(stat.S_IMODE(st.st_mode))}, not 0444")
             data = p.read_bytes()
             seen[rel] = sha(data)
-            if st.st_size > 0:
+            if st.st_size > 0 and not is_sealed(p):
                 if st.st_nlink != 1:
                     raise AssertionError(f"view file {rel} has {st.st_nlink} links, not its own inode")
                 if cache_objects is not None:

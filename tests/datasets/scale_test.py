@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dataset_common as dc  # noqa: E402
 from shoal_fixtures import FixtureTestCase  # noqa: E402
+from shoal_fixtures.procs import rmtree_sealed  # noqa: E402
 from shoal_fixtures.s3 import S3rver  # noqa: E402
 
 FILES = int(os.environ.get("SHOAL_SCALE_FILES", "100000"))
@@ -64,7 +65,7 @@ class HundredThousandFiles(FixtureTestCase):
     def test_100k_files(self):
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         d = Path(tempfile.mkdtemp(prefix="shoal-scale-", dir=shm))
-        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        self.addCleanup(rmtree_sealed, d)
         s3 = self.track(S3rver(d / "s3").start())
         creds = d / "creds"
         s3.credentials_file(creds)

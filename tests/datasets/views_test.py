@@ -3,10 +3,13 @@
 registry-proxy and the scheduler on a third, s3rver on a fourth (docs/datasets.md "Views",
 "Expiry"; security review findings 8 and 19).
 
-- F19, a write through a view: root in a training pod ignores the view's 0444 and writes into a
-  file. The cache object of that node keeps its bytes (the view is a file of its own), the node
+- F19, a write through a view: root in a training pod ignores the view's 0444. On this ext4 as
+  root a view's files are sealed hard links to the cache objects (immutable: the open for writing
+  is refused, even to root); a second view of the same objects (twin@v1) gets copies, and a write
+  into a copy stays in it. Either way the cache object of that node keeps its bytes, the node
   quarantines nothing, and another node that fetches the dataset from it (registry-proxy's link is
-  slow, node 1's is not) gets the origin's bytes with no piece failing its hash.
+  slow, node 1's is not) gets the origin's bytes with no piece failing its hash. Removing the
+  sealed view leaves the cache object with its bytes, unsealed, on an inode of its own.
 - F8, expiry: with datasets.pin_ttl 8 s, a view that is renewed (`shoalctl dataset renew`) stays;
   one that is not (its expiry survives a restart of peerd) is removed with its record after the
   TTL, its objects lose their pins and are evicted once another dataset needs the space (cache
@@ -40,7 +43,7 @@ POISON = {"big.bin": dc.content("poison-big", 3 * MIB + 1234),
 KEEP = {f"k{i}.bin": dc.content(f"keep{i}", 5000 + i) for i in range(10)}
 JUNK = {f"junk-{i}.bin": dc.content(f"junk{i}", 4 * MIB + i) for i in range(3)}
 BIG2 = {f"big2-{i}.bin": dc.content(f"big2-{i}", 4 * MIB + 7 * i) for i in range(3)}
-DATASETS = {"poison": POISON, "keep": KEEP, "junk": JUNK, "big2": BIG2}
+DATASETS = {"poison": POISON, "twin": POISON, "keep": KEEP, "junk": JUNK, "big2": BIG2}
 
 
 def object_file(peerd, data: bytes) -> Path:
@@ -92,19 +95,37 @@ class Views(FixtureTestCase):
     def test_1_write_through_a_view_stays_in_it(self):
         c = self.cluster
         n1, n2 = c.peerds
+        view_files = lambda: {k: c.metrics_of(n1.url, 0).get(f"shoal_peerd_dataset_view_files_{k}_total", 0)
+                              for k in ("cloned", "sealed", "copied")}
+        before = view_files()
         self.prefetch(0, "poison@v1")
+        made = {k: v - before[k] for k, v in view_files().items()}
         view = dc.view_dir(n1, "poison@v1")
         self.assertEqual(dc.sha((view / "big.bin").read_bytes()), dc.sha(POISON["big.bin"]))
-        # Root in a pod: 0444 does not stop it.
-        with open(view / "big.bin", "r+b") as f:
-            f.write(b"POISON" * 100_000)
-        with open(view / "small" / "s03.bin", "r+b") as f:
-            f.write(b"X" * 100)
-        for name in ("big.bin", "small/s03.bin"):
-            self.assertNotEqual(dc.sha((view / name).read_bytes()), dc.sha(POISON[name]))
-        # The cache object (what this node seeds) still has the origin's bytes.
         obj = object_file(n1, POISON["big.bin"])
         self.assertTrue(obj.exists(), obj)
+        # ext4 (no clones) as root: every file a sealed link to its cache object.
+        self.assertEqual(made, {"cloned": 0, "sealed": len(POISON), "copied": 0})
+        self.assertEqual(os.stat(view / "big.bin").st_ino, obj.stat().st_ino)
+        # Root in a pod: 0444 does not stop it, the seal does.
+        for name in ("big.bin", "small/s03.bin"):
+            with self.assertRaises(PermissionError, msg=f"{name} opened for writing"):
+                open(view / name, "r+b")
+        with self.assertRaises(PermissionError):
+            os.unlink(view / "big.bin")
+        # A second view of the same objects: copies (one view per sealed inode). Root writes into
+        # them; the writes stay there.
+        self.prefetch(0, "twin@v1")
+        self.assertEqual(view_files()["copied"] - before["copied"], len(POISON))
+        twin = dc.view_dir(n1, "twin@v1")
+        with open(twin / "big.bin", "r+b") as f:
+            f.write(b"POISON" * 100_000)
+        with open(twin / "small" / "s03.bin", "r+b") as f:
+            f.write(b"X" * 100)
+        for name in ("big.bin", "small/s03.bin"):
+            self.assertNotEqual(dc.sha((twin / name).read_bytes()), dc.sha(POISON[name]))
+            self.assertEqual(dc.sha((view / name).read_bytes()), dc.sha(POISON[name]))
+        # The cache object (what this node seeds) still has the origin's bytes.
         self.assertEqual(dc.sha(obj.read_bytes()), dc.sha(POISON["big.bin"]),
                          "a write through the view reached node 1's cache object")
 
@@ -119,6 +140,18 @@ class Views(FixtureTestCase):
         self.assertEqual(m2.get("shoal_peerd_hash_failures_total", 0), 0, "node 1 served pieces that fail their hash")
         self.assertEqual(m1.get("shoal_peerd_quarantined_total", 0), 0)
         self.assertGreater(st["from_peers"], 0, f"node 2 got nothing from node 1: {st}")
+        # Removing the sealed view: gone, and the cache keeps the object's bytes on an inode no
+        # view shares, without the seal.
+        inode = obj.stat().st_ino
+        code, body = dc.curl_json(c, 0, f"{n1.url}/shoal/v1/datasets/poison@v1", "-X", "DELETE")
+        self.assertEqual(code, 200, body)
+        self.assertFalse(view.exists(), "the sealed view is still there")
+        self.assertTrue(obj.exists(), "the cache lost the object with the view")
+        self.assertNotEqual(obj.stat().st_ino, inode)
+        self.assertEqual(obj.stat().st_nlink, 1)
+        self.assertEqual(dc.sha(obj.read_bytes()), dc.sha(POISON["big.bin"]))
+        with open(obj, "r+b"):
+            pass  # not sealed any more (root may open it; 0444 is all that is left)
 
     def test_2_views_expire_unless_renewed(self):
         c = self.cluster

@@ -141,6 +141,22 @@ class store {
   [[nodiscard]] status add_label(const digest& id, std::string_view label);
   [[nodiscard]] status remove_label(const digest& id, std::string_view label);
 
+  // ---- dataset views: read-only hard links to objects (docs/cache.md "Sealed views")
+  // Makes `dst` (a new path on the cache's filesystem) a hard link to committed object `id` and
+  // seals the inode (FS_IMMUTABLE_FL): nobody without CAP_LINUX_IMMUTABLE, root in a pod
+  // included, can write, truncate, chmod, rename or unlink it, or write through a descriptor
+  // opened earlier. An inode is linked into one view at most: errc::busy when the object already
+  // has another link (a view) or a seal; errno's error when the filesystem or the process cannot
+  // seal (EPERM without CAP_LINUX_IMMUTABLE, ENOTTY/EOPNOTSUPP); `dst` is then not created. The
+  // caller makes a copy in every failure case.
+  [[nodiscard]] status link_sealed(const digest& id, const std::string& dst);
+  // Removes `path` (a view's file; not there: success). When it is a sealed link to `id`'s
+  // object, the object first gets an inode of its own, copied while still sealed, so a write that
+  // lands through the view in the moment the seal is lifted for the unlink never reaches the
+  // cache. Any other file is just unlinked (its seal lifted). Not durable until the caller syncs
+  // the filesystem (a crash may leave the view's link; removing it again is safe).
+  [[nodiscard]] status unlink_sealed(const std::string& path, const digest& id);
+
   // ---- lifecycle of objects
   // Deletes a committed object: errc::busy if pinned or in flight, errc::not_found if absent.
   [[nodiscard]] status remove(const digest& id);

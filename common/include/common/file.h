@@ -5,6 +5,7 @@
 //
 // Blocking disk work: call it from worker threads, never from an event loop.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -24,5 +25,9 @@ namespace shoal {
 // the temporary file's fd, then on the directory's fd.
 [[nodiscard]] status write_atomic_for_test(const std::string& path, std::string_view data,
                                            int (*sync)(int));
+
+// Copies `size` bytes from the current offset of `in` to that of `out`: copy_file_range (in the
+// kernel), else read and write. errc::size_mismatch when `in` ends early; errors name `what`.
+[[nodiscard]] status copy_bytes(int in, int out, std::uint64_t size, const std::string& what);
 
 }  // namespace shoal

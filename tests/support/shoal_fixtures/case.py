@@ -11,14 +11,13 @@ test's and its class's) are printed to stderr before anything is stopped or remo
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import unittest
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from .procs import tail
+from .procs import rmtree_sealed, tail
 
 T = TypeVar("T")
 LogSource = tuple[str, Callable[[], str]]
@@ -35,7 +34,7 @@ def _make_tmpdir(prefix: str) -> tuple[Path, Callable[[], None]]:
         if keep_tmp():
             print(f"SHOAL_KEEP_TMP: kept {path}", file=sys.stderr)
         else:
-            shutil.rmtree(path, ignore_errors=True)
+            rmtree_sealed(path)
     return path, remove
 
 
