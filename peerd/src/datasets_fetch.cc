@@ -263,6 +263,9 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
   std::string final_path = view_path(j->ref);
   std::string tmp = opts_.views_dir + "/." + j->ref + ".building";
   remove_view(tmp, &m);
+  // A view left by a run that died before it was recorded ready is nobody's: it goes first, so
+  // that its sealed links do not make this one copy.
+  remove_view(final_path, &m);
   if (::mkdir(tmp.c_str(), 0755) != 0) return fail_errno(errno, "mkdir " + tmp);
   std::set<std::string> dirs;
   std::uint64_t left = 0;
@@ -314,7 +317,6 @@ status dataset_manager::materialize(const std::shared_ptr<job>& j, const dataset
   });
   for (const auto& d : order) ::chmod((tmp + "/" + d).c_str(), 0555);
   ::chmod(tmp.c_str(), 0555);
-  remove_view(final_path, &m);
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
     return fail_errno(errno, "rename " + tmp + " to " + final_path);
   return {};
