@@ -7,7 +7,8 @@ Checks: every node's view is byte-identical to the origin; s3rver's own access l
 object read exactly once; nodes got bytes from each other (the swarm), not all from
 registry-proxy; the scheduler's index shows the dataset on every node (bytes, share, view) from
 the heartbeats, and its catalog lists the dataset's objects from the manifest; a node whose view
-was removed gets it back through a scheduler prewarm.
+was removed gets it back through a scheduler prewarm, whose pin (1 h asked) the node caps at its
+datasets.pin_ttl_max (security review F8).
 """
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ class FourNodes(FixtureTestCase):
         work = self.tmpdir("datasets-cluster")
         cluster = Cluster(work, nodes=4, rate="200mbit", containerd=False, registry_origin=False, s3_origin=True,
                           proxy_extra={"datasets": {"small_file_max": "1MiB", "pack_target": "4MiB"}},
-                          peerd_extra={"swarm": {"stall_timeout": "5s", "fallback_deadline": "30s"}})
+                          peerd_extra={"swarm": {"stall_timeout": "5s", "fallback_deadline": "30s"},
+                                       # The prewarm's pin (the scheduler's prewarm.pin_for, 1 h)
+                                       # is capped at pin_ttl_max (security review F8).
+                                       "datasets": {"pin_ttl": "10m", "pin_ttl_max": "30m"}})
         self.track(cluster, logs=[])
         cluster.start()
         s3 = cluster.s3
@@ -123,6 +127,14 @@ class FourNodes(FixtureTestCase):
                          "--timeout", "120", netns=cluster.infra_netns, timeout=180)
         self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
         dc.verify_view(dc.view_dir(cluster.peerds[3], "four@v1"), files)
+        # The order pinned for the scheduler's prewarm.pin_for (1 h); node 4 keeps the view and its
+        # pins for its pin_ttl_max (30 min) at most, and longer than its pin_ttl (10 min).
+        c, st = dc.curl_json(cluster, 3, f"{cluster.peerds[3].url}/shoal/v1/datasets/four@v1")
+        self.assertEqual(c, 200, st)
+        self.assertLessEqual(st["expires_in_seconds"], 30 * 60, st)
+        self.assertGreater(st["expires_in_seconds"], 30 * 60 - 180, st)
+        c, st = dc.curl_json(cluster, 0, f"{cluster.peerds[0].url}/shoal/v1/datasets/four@v1")
+        self.assertLessEqual(st["expires_in_seconds"], 10 * 60, st)
 
 
 if __name__ == "__main__":
