@@ -95,19 +95,25 @@ def pump(ses: lt.session, sink: list) -> list:
 
 
 class Peer:
-    """One libtorrent session with the SSL torrent, and the alerts it posted."""
+    """One libtorrent session with the SSL torrent (a seeder may add a second: `add`), and the
+    alerts it posted."""
 
     def __init__(self, name: str, ti: lt.torrent_info, save: Path, cert: certs.Cert | None,
                  dh: Path, listen: str = "127.0.0.1:0s"):
         self.name = name
         self.alerts: list = []
         self.ses = lt.session(settings(listen))
+        self.ports: dict[str, int] = {}
+        self.handle = self.add(ti, save, cert, dh, listen)
+
+    def add(self, ti: lt.torrent_info, save: Path, cert: certs.Cert | None, dh: Path,
+            listen: str = "") -> lt.torrent_handle:
+        """Adds `ti` and, once libtorrent asks for it, gives it `cert` (per torrent)."""
         atp = lt.add_torrent_params()
         atp.ti = ti
         atp.save_path = str(save)
         atp.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
-        self.handle = self.ses.add_torrent(atp)
-        self.ports: dict[str, int] = {}
+        handle = self.ses.add_torrent(atp)
         deadline = time.monotonic() + 5
         need_cert = False
         while time.monotonic() < deadline and not (need_cert and self.ports_ready(listen)):
@@ -117,12 +123,14 @@ class Peer:
                     self.ports[e.socket] = e.port
             time.sleep(0.02)
         if not need_cert:
-            raise AssertionError(f"{name}: no torrent_need_cert_alert: not an SSL torrent?")
+            raise AssertionError(f"{self.name}: no torrent_need_cert_alert: not an SSL torrent?")
         if cert is not None:
-            self.handle.set_ssl_certificate(str(cert.cert), str(cert.key), str(dh))
+            handle.set_ssl_certificate(str(cert.cert), str(cert.key), str(dh))
+        return handle
 
     def ports_ready(self, listen: str) -> bool:
-        return ("ssl" in self.ports) and ("plain" in self.ports or listen.count(",") == 0)
+        return not listen or (
+            ("ssl" in self.ports) and ("plain" in self.ports or listen.count(",") == 0))
 
     def done(self) -> int:
         return self.handle.status().total_done
@@ -224,12 +232,13 @@ class Tracker:
         self.httpd.server_close()
 
 
-def make_torrent(data_dir: Path, ca: certs.CA) -> tuple[lt.torrent_info, str]:
+def make_torrent(data_dir: Path, ca: certs.CA, name: str = "") -> tuple[lt.torrent_info, str]:
     """A Shoal-shaped object torrent (v1, private, one file named by the content's sha256 hex)
-    that is an SSL torrent rooted at `ca`."""
-    data = os.urandom(SIZE)
-    name = hashlib.sha256(data).hexdigest()
-    (data_dir / name).write_bytes(data)
+    that is an SSL torrent rooted at `ca`; new random content unless `name` (already there)."""
+    if not name:
+        data = os.urandom(SIZE)
+        name = hashlib.sha256(data).hexdigest()
+        (data_dir / name).write_bytes(data)
     fs = lt.file_storage()
     fs.add_file(name, SIZE)
     ct = lt.create_torrent(fs, PIECE, lt.create_torrent.v1_only)
@@ -273,6 +282,16 @@ class TlsProfileTest(unittest.TestCase):
         for label, cert in cls.certs.items():
             (t / f"d-{label}").mkdir()
             cls.peers[label] = Peer(label, cls.ti, t / f"d-{label}", cert, dh)
+        # CA rotation: the same object rooted at a new CA is another torrent (another info-hash);
+        # the seeder serves it beside the old one, on the same SSL port, with a certificate
+        # from the new CA set on that torrent only.
+        new_ca = certs.make_ca(t / "new-ca", "Shoal test cluster CA (rotated)")
+        cls.ti_new, _ = make_torrent(t / "seed", new_ca, cls.name)
+        cls.seeder.add(cls.ti_new, t / "seed", certs.issue_node(new_ca, t / "c-seed-new", "node-a"),
+                       dh)
+        (t / "d-rotated").mkdir()
+        cls.peers["rotated"] = Peer("rotated", cls.ti_new, t / "d-rotated",
+                                    certs.issue_node(new_ca, t / "c-rotated", "node-c"), dh)
         cls.raw = cls.run_swarm()
         cls.trackers = cls.run_trackers(other)
 
@@ -287,7 +306,7 @@ class TlsProfileTest(unittest.TestCase):
             pump(cls.seeder.ses, cls.seeder.alerts)
             for p in cls.peers.values():
                 pump(p.ses, p.alerts)
-            settled = cls.peers["member"].done() == SIZE and cls.peers["hex_prefix"].done() == SIZE
+            settled = all(cls.peers[k].done() == SIZE for k in ("member", "hex_prefix", "rotated"))
             if settled and time.monotonic() - start >= WINDOW_S:
                 break
             time.sleep(0.1)
@@ -393,6 +412,12 @@ class TlsProfileTest(unittest.TestCase):
         """libtorrent 2.0.8 compares a DNS SAN with strncmp over the SAN's length: any cluster
         certificate whose DNS SAN or CN is a hex prefix of the torrent name is admitted."""
         self.assert_complete("hex_prefix")
+
+    def test_rotated_ca_is_another_swarm_on_the_same_port(self):
+        """What a CA rotation does: the info-hash changes (ssl-cert is in the info dict); one
+        node serves both swarms, each torrent with the certificate of its own CA."""
+        self.assertNotEqual(self.ti_new.info_hashes().v1, self.ti.info_hashes().v1)
+        self.assert_complete("rotated")
 
     def test_hand_written_peers(self):
         raw = self.raw
