@@ -17,6 +17,15 @@ in its own session, each dialling the seeder's SSL port with `connect_peer`:
                                                                        the torrent's root
   hex_prefix  cluster CA, DNS SAN = the first 4 hex digits of the   -> completes: libtorrent's
               torrent name, no *                                       name check is a prefix match
+  client_eku_missing  profile, but extendedKeyUsage serverAuth only  -> 0 bytes: needs clientAuth
+  to_impostor member certificate, dialling a seeder that holds the  -> 0 bytes: the dialler checks
+              same torrent and data with another CA's certificate      the answering peer too
+  rotated     the same object rooted at a new CA (another info-hash), -> completes, from the same
+              new-CA certificate; the seeder has both torrents, each     seeder and SSL port
+              with its own CA's certificate
+
+After that window the expired peer's torrent gets a renewed certificate (set_ssl_certificate
+again, no re-add) and completes on its next connection.
 
 and hand-written peers speaking the BitTorrent wire protocol (handshake, interested, request):
 plaintext to the SSL port, plaintext to the plain port, TLS without a client certificate, and TLS
@@ -69,6 +78,8 @@ def settings(listen: str) -> dict:
         "enable_dht": False, "enable_lsd": False, "enable_upnp": False, "enable_natpmp": False,
         "enable_outgoing_utp": False, "enable_incoming_utp": False,
         "allow_multiple_connections_per_ip": True,
+        # a refused peer is retried after min_reconnect_time x failcount (default 60 s)
+        "min_reconnect_time": 1,
         "announce_to_all_trackers": True, "announce_to_all_tiers": True,
         "alert_mask": lt.alert.category_t.all_categories,
         "user_agent": "shoal-tls-spike",
@@ -274,10 +285,16 @@ class TlsProfileTest(unittest.TestCase):
                                     uris=[certs.node_uri("node-u")]),
             "via_inter": certs.issue_node(inter, t / "c-inter", "node-i"),
             "hex_prefix": certs.issue(cls.ca, t / "c-hex", "not-a-node", dns=[cls.name[:4]]),
+            "client_eku_missing": certs.issue(cls.ca, t / "c-eku", "node-s", dns=["*"],
+                                              uris=[certs.node_uri("node-s")], eku="serverAuth"),
+            "to_impostor": certs.issue_node(cls.ca, t / "c-to-imp", "node-d"),
         }
         cls.seed_cert = certs.issue_node(cls.ca, t / "c-seed", "node-a")
         cls.seeder = Peer("seeder", cls.ti, t / "seed", cls.seed_cert, dh,
                           listen="127.0.0.1:0,127.0.0.1:0s")
+        # A seeder outside the cluster (another CA, same torrent and data) that a member dials.
+        cls.impostor = Peer("impostor", cls.ti, t / "seed",
+                            certs.issue_node(other, t / "c-impostor", "node-a"), dh)
         cls.peers = {}
         for label, cert in cls.certs.items():
             (t / f"d-{label}").mkdir()
@@ -297,21 +314,38 @@ class TlsProfileTest(unittest.TestCase):
 
     @classmethod
     def run_swarm(cls) -> dict:
+        """All downloaders dial at once; after the window each one's outcome is recorded. Then
+        the expired peer gets a fresh certificate on the same torrent (a reload) and dials again."""
         ssl_port, plain_port = cls.seeder.ports["ssl"], cls.seeder.ports["plain"]
-        for p in cls.peers.values():
-            p.handle.connect_peer(("127.0.0.1", ssl_port))
+        for label, p in cls.peers.items():
+            port = cls.impostor.ports["ssl"] if label == "to_impostor" else ssl_port
+            p.handle.connect_peer(("127.0.0.1", port))
         raw = cls.raw_peers(ssl_port, plain_port)
+        must_finish = ("member", "hex_prefix", "rotated")
         start = time.monotonic()
-        while time.monotonic() - start < DEADLINE_S:
-            pump(cls.seeder.ses, cls.seeder.alerts)
-            for p in cls.peers.values():
-                pump(p.ses, p.alerts)
-            settled = all(cls.peers[k].done() == SIZE for k in ("member", "hex_prefix", "rotated"))
-            if settled and time.monotonic() - start >= WINDOW_S:
-                break
-            time.sleep(0.1)
+        cls.wait(lambda: all(cls.peers[k].done() == SIZE for k in must_finish)
+                 and time.monotonic() - start >= WINDOW_S, DEADLINE_S)
         cls.elapsed = time.monotonic() - start
+        cls.outcome = {k: (p.done(), p.payload(), p.handle.status().num_peers)
+                       for k, p in cls.peers.items()}
+        expired = cls.peers["expired"]
+        fresh = certs.issue_node(cls.ca, cls.tmp / "c-renewed", "node-old")
+        expired.handle.set_ssl_certificate(str(fresh.cert), str(fresh.key),
+                                           str(cls.tmp / "dh.pem"))
+        expired.handle.connect_peer(("127.0.0.1", ssl_port))
+        cls.wait(lambda: expired.done() == SIZE, DEADLINE_S)
+        cls.renewed_done = expired.done()
         return raw
+
+    @classmethod
+    def wait(cls, done, budget_s: float):
+        deadline = time.monotonic() + budget_s
+        while time.monotonic() < deadline:
+            for p in (cls.seeder, cls.impostor, *cls.peers.values()):
+                pump(p.ses, p.alerts)
+            if done():
+                return
+            time.sleep(0.1)
 
     @classmethod
     def raw_peers(cls, ssl_port: int, plain_port: int) -> dict:
@@ -373,20 +407,15 @@ class TlsProfileTest(unittest.TestCase):
                 for k in trackers}
 
     def report(self, label: str) -> str:
-        p = self.peers[label]
-        return (f"{label}: total_done={p.done()} payload={p.payload()} after {self.elapsed:.1f}s;"
-                f" its reasons: {p.reasons()[-3:]}")
+        done, payload, peers = self.outcome[label]
+        return (f"{label}: total_done={done} payload={payload} peers={peers} after"
+                f" {self.elapsed:.1f}s; its reasons: {self.peers[label].reasons()[-3:]}")
 
     def assert_complete(self, label: str):
-        p = self.peers[label]
-        self.assertEqual(p.done(), SIZE, self.report(label))
-        self.assertTrue(p.handle.status().is_seeding, self.report(label))
+        self.assertEqual(self.outcome[label][0], SIZE, self.report(label))
 
     def assert_nothing(self, label: str):
-        p = self.peers[label]
-        self.assertEqual(p.payload(), 0, self.report(label))
-        self.assertEqual(p.done(), 0, self.report(label))
-        self.assertEqual(p.handle.status().num_peers, 0, self.report(label))
+        self.assertEqual(self.outcome[label], (0, 0, 0), self.report(label))
 
     def test_member_completes(self):
         self.assert_complete("member")
@@ -399,6 +428,21 @@ class TlsProfileTest(unittest.TestCase):
 
     def test_expired_gets_nothing(self):
         self.assert_nothing("expired")
+
+    def test_certificate_set_again_applies_to_new_connections(self):
+        """A renewed certificate given to the running torrent (set_ssl_certificate again, no
+        re-add): the next connection uses it; the once-expired peer completes."""
+        self.assertEqual(self.renewed_done, SIZE, self.peers["expired"].reasons()[-3:])
+
+    def test_client_without_client_auth_eku_is_refused(self):
+        """A peer dialling out is the TLS client: OpenSSL checks clientAuth in its EKU (and
+        serverAuth in the answering peer's), so a swarm certificate needs both."""
+        self.assert_nothing("client_eku_missing")
+
+    def test_member_does_not_download_from_a_non_member(self):
+        """Verification is mutual: a member dialling a seeder with another CA's certificate
+        (e.g. an address a poisoned tracker handed out) gets nothing from it."""
+        self.assert_nothing("to_impostor")
 
     def test_uri_san_alone_is_not_admitted(self):
         """The identity SAN (shoal://node/...) does not admit a peer: DNS SAN * does."""

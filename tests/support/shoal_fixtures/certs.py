@@ -25,7 +25,7 @@ from .procs import FixtureError
 # the TLS client on outgoing ones, so a swarm certificate needs both.
 LEAF_EXT = """basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
-extendedKeyUsage = serverAuth, clientAuth
+extendedKeyUsage = {eku}
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 """
@@ -130,7 +130,8 @@ def make_ca(directory: str | Path, cn: str, days: float = 30) -> CA:
     key = _key(d / "ca.key")
     cert = d / "ca.pem"
     conf = d / "req.cnf"
-    conf.write_text("[ req ]\ndistinguished_name = dn\n[ dn ]\n[ ext ]\n" + CA_EXT.format(pathlen=""))
+    conf.write_text("[ req ]\ndistinguished_name = dn\n[ dn ]\n[ ext ]\n"
+                    + CA_EXT.format(pathlen=""))
     _openssl(["req", "-x509", "-new", "-key", str(key), "-subj", "/CN=" + cn, "-days",
               str(max(1, int(days))), "-sha256", "-config", str(conf), "-extensions", "ext",
               "-out", str(cert)], f"req -x509 {cert}")
@@ -150,14 +151,14 @@ def make_intermediate(parent: CA, directory: str | Path, cn: str, days: float = 
 
 def issue(ca: CA, directory: str | Path, cn: str, *, dns: Sequence[str] = (),
           uris: Sequence[str] = (), ips: Sequence[str] = (), days: float = 7,
-          expired: bool = False) -> Cert:
+          expired: bool = False, eku: str = "serverAuth, clientAuth") -> Cert:
     """A leaf certificate for `cn` signed by `ca`, with exactly the SANs given (none: no SAN
-    extension). `expired`: valid from two days ago until yesterday."""
+    extension). `expired`: valid from two days ago until yesterday. `eku`: extendedKeyUsage."""
     d = Path(directory)
     key = _key(d / "key.pem")
     cert = d / "cert.pem"
     sans = [f"DNS:{n}" for n in dns] + [f"URI:{u}" for u in uris] + [f"IP:{i}" for i in ips]
-    ext = LEAF_EXT + (f"subjectAltName = {', '.join(sans)}\n" if sans else "")
+    ext = LEAF_EXT.format(eku=eku) + (f"subjectAltName = {', '.join(sans)}\n" if sans else "")
     _sign(ca, _csr(key, cn, d / "req.csr"), cert, ext, days, expired)
     return Cert(cert=cert, key=key)
 
