@@ -28,14 +28,16 @@ After that window the expired peer's torrent gets a renewed certificate (set_ssl
 again, no re-add) and completes on its next connection.
 
 and hand-written peers speaking the BitTorrent wire protocol (handshake, interested, request):
-plaintext to the SSL port, plaintext to the plain port, TLS without a client certificate, and TLS
-with the member's certificate (the control that proves the hand-written peer can get a block).
+plaintext to the SSL port, plaintext to the plain port, TLS without a client certificate, TLS with
+the member's certificate but an SNI naming a torrent the seeder has not loaded (the handshake
+fails), and TLS with the member's certificate (the control: the hand-written peer gets a block).
 
-Then the HTTPS tracker: an SSL torrent announces with its own TLS context. Three trackers on
+Then the HTTPS tracker: an SSL torrent announces with its own TLS context. Four trackers on
 loopback (`/announce`, the SSRF rule for loopback trackers) that require a cluster client
 certificate: one whose certificate is from the cluster CA with IP SAN 127.0.0.1 (answers, and sees
-the node's URI SAN and the SSL listen port), one from the cluster CA with DNS SAN * only (refused:
-the announce checks the URL's host, not the torrent name), one from another CA (refused).
+the node's URI SAN and the SSL listen port), one from the cluster CA with DNS SAN localhost named
+so in the URL (answers), one from the cluster CA with DNS SAN * only (refused: the announce checks
+the URL's host, not the torrent name), one from another CA (refused).
 
 The expectations are the profile's claims; a change in libtorrent that breaks one fails here.
 """
@@ -358,7 +360,12 @@ class TlsProfileTest(unittest.TestCase):
         with socket.create_connection(("127.0.0.1", plain_port), timeout=3) as s:
             out["plain_to_plain_port"] = raw_fetch_block(s, cls.info_hash)
         sni = cls.info_hash.hex()  # libtorrent picks the torrent by SNI = hex info-hash
-        for label, cert in (("tls_no_cert", None), ("tls_member", cls.certs["member"])):
+        member = cls.certs["member"]
+        # An SNI naming a torrent the seeder has not loaded fails the TLS handshake itself, before
+        # the BitTorrent handshake that would reach a plugin's on_unknown_torrent.
+        unknown = hashlib.sha1(b"not loaded").hexdigest()
+        for label, cert, name in (("tls_no_cert", None, sni), ("tls_member", member, sni),
+                                  ("tls_member_unknown_sni", member, unknown)):
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             ctx.check_hostname = False  # a peer's certificate names no host (DNS SAN *)
             ctx.load_verify_locations(cls.ca.cert)
@@ -366,7 +373,7 @@ class TlsProfileTest(unittest.TestCase):
                 ctx.load_cert_chain(cert.cert, cert.key)
             try:
                 with socket.create_connection(("127.0.0.1", ssl_port), timeout=3) as tcp:
-                    with ctx.wrap_socket(tcp, server_hostname=sni) as s:
+                    with ctx.wrap_socket(tcp, server_hostname=name) as s:
                         out[label] = raw_fetch_block(s, cls.info_hash)
             except (OSError, ssl.SSLError) as e:
                 out[label] = (0, f"{type(e).__name__}: {e}")
@@ -374,16 +381,21 @@ class TlsProfileTest(unittest.TestCase):
 
     @classmethod
     def run_trackers(cls, other: certs.CA) -> dict:
-        """The member announces to three HTTPS trackers; returns url label -> (outcome, message,
+        """The member announces to four HTTPS trackers; returns url label -> (outcome, message,
         announces the tracker recorded)."""
         t = cls.tmp
         servers = {
             "cluster_ip_san": certs.issue(cls.ca, t / "t-ok", "tracker", ips=["127.0.0.1"],
                                           dns=["scheduler.shoal.test"]),
             "cluster_dns_star": certs.issue(cls.ca, t / "t-star", "tracker", dns=["*"]),
+            "cluster_dns_name": certs.issue(cls.ca, t / "t-name", "tracker", dns=["localhost"]),
             "other_ca_ip_san": certs.issue(other, t / "t-other", "tracker", ips=["127.0.0.1"]),
         }
         trackers = {k: Tracker(v, cls.ca) for k, v in servers.items()}
+        # a host name in the URL, checked against DNS SANs (localhost: the one name this
+        # machine resolves to 127.0.0.1 without touching /etc/hosts)
+        named = trackers["cluster_dns_name"]
+        named.url = named.url.replace("127.0.0.1", "localhost")
         member = cls.peers["member"]
         by_url = {tr.url: k for k, tr in trackers.items()}
         out: dict = {}
@@ -483,8 +495,10 @@ class TlsProfileTest(unittest.TestCase):
     def test_hand_written_peers(self):
         raw = self.raw
         self.assertEqual(raw["tls_member"][0], BLOCK, f"control failed: {raw}")
-        for label in ("plain_to_ssl_port", "plain_to_plain_port", "tls_no_cert"):
+        for label in ("plain_to_ssl_port", "plain_to_plain_port", "tls_no_cert",
+                      "tls_member_unknown_sni"):
             self.assertEqual(raw[label][0], 0, f"{label}: {raw[label]}")
+        self.assertIn("SSLError", raw["tls_member_unknown_sni"][1])
 
     def test_seeder_refusals_are_logged(self):
         """The seeder saw the refused peers (its alerts say why), so a log line can say why."""
@@ -502,6 +516,11 @@ class TlsProfileTest(unittest.TestCase):
         self.assertIn(certs.node_uri("node-b"), sans, announces)
         ports = {a["query"].get("port", [""])[0] for a in announces}
         self.assertEqual(ports, {str(self.peers["member"].ports["ssl"])}, announces)
+
+    def test_tracker_named_by_dns_san(self):
+        outcome, msg, announces = self.trackers["cluster_dns_name"]
+        self.assertEqual(outcome, "reply", msg)
+        self.assertTrue(announces, msg)
 
     def test_tracker_name_is_checked_against_the_url(self):
         outcome, msg, announces = self.trackers["cluster_dns_star"]
