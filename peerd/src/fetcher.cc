@@ -169,7 +169,15 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
       auto p = origin::decode_progress(f->body);
       if (!p) return failed(502, p.error());
       // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
-      if (d_.state && p->chunk_size) return chunked_started(start_chunked(where, d, *p, auth));
+      if (d_.state && p->chunk_size) {
+        auto h = chunked_started(start_chunked(where, d, *p, auth));
+        // Its first round was a 200 chunk list for this repository and credential, which
+        // registry-proxy answers only after the parent blob's access check (or for a blob it
+        // cut as itself, public): the client that started it is confirmed, as a metainfo 200
+        // confirms it (start_swarm), and needs no HEAD of its own (blob_access::confirm).
+        if (h && d_.access) d_.access->note_confirmed(where, d, auth);
+        return h;
+      }
       auto now = steady::now();
       if (round == 0 || p->bytes > last_bytes) {
         last_bytes = p->bytes;

@@ -16,6 +16,7 @@
 //   - fetch_group without datasets fails; the status snapshot lists no chunked fetch.
 
 #include "peerd/fetcher.h"
+#include "peerd/blob_access.h"
 
 #include <gtest/gtest.h>
 
@@ -336,6 +337,31 @@ TEST(Fetcher, ChunkedShedLoadIsWaitedOutThenFetched) {
   EXPECT_GE(std::chrono::duration<double>(steady::now() - t0).count(), 1.9);  // 2 × Retry-After
   EXPECT_EQ(requests_where(srv, chunked_origin::is_chunk_list), 3u);
   EXPECT_EQ(requests_where(srv, is_chunk_meta), 4u);  // 2 chunks, the first asked 3 times
+}
+
+// The client that starts a chunked fetch is confirmed by its first chunk list (a 200 comes only
+// after registry-proxy's access check of the parent blob): it is known allowed at once, so the
+// mirror sends no HEAD /v2/.../blobs/ of its own for it; another credential is not.
+TEST(Fetcher, ChunkedStartConfirmsItsClient) {
+  chunked_origin o;
+  ht::test_http_server srv([&](const ht::recorded_request& r) { return o.answer(r); });
+  node n(srv.url(""));
+  blob_access access({n.cfg, n.http, n.reg});
+  fetcher::deps fd{n.cfg, *n.store, *n.swarm, n.http, n.pool, n.reg};
+  fd.state = n.state.get();
+  fd.access = &access;
+  n.fetch = std::make_unique<fetcher>(std::move(fd));
+  const origin::object_ref where{"r.example", "team/app"};
+  EXPECT_FALSE(access.known_allowed(where, o.whole.object, ""));
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  ASSERT_TRUE(s) << s.error().status << " " << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  EXPECT_TRUE(access.known_allowed(where, o.whole.object, ""));
+  EXPECT_FALSE(access.known_allowed(where, o.whole.object, "Basic b3RoZXI6b3RoZXI="));
+  EXPECT_FALSE(access.known_allowed({"r.example", "other/repo"}, o.whole.object, ""));
+  ASSERT_TRUE(s->chunked->wait());
+  n.stop();  // the fetcher, which points at `access`, ends before it
+  n.fetch.reset();
 }
 
 // A registry-proxy that keeps shedding the chunk list: the client hears 503 with Retry-After and
