@@ -264,6 +264,7 @@ void tls_context::impl::warn_expiry() {
   const auto left = i.not_after - sys_clock::now();
   if (left > cfg.expiry_warning.get()) return;
   const auto now = std::chrono::steady_clock::now();
+  std::lock_guard rl(reload_mu);  // warned_at
   if (warned_at != std::chrono::steady_clock::time_point{} &&
       now - warned_at < std::chrono::hours(24))
     return;
