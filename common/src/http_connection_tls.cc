@@ -106,9 +106,11 @@ void connection<Stream>::on_handshake(beast::error_code ec, std::size_t used) {
     auto id = tls::identity_from_certificate(cert, &problem);
     peer_.role = id.role;
     peer_.name = std::move(id.name);
-    if (peer_.role == tls::peer_role::none) {
-      log::warn("tls client certificate carries no identity; served as anonymous",
-                log::kv("remote", endpoint_text(remote_)), log::kv("reason", problem));
+    std::uint64_t suppressed = 0;
+    if (peer_.role == tls::peer_role::none && srv_->tls_log_allowed(suppressed)) {
+      log::warn("tls client certificate carries no identity; served without a role",
+                log::kv("remote", endpoint_text(remote_)), log::kv("reason", problem),
+                log::kv("suppressed_before", suppressed));
     }
   }
   do_read();

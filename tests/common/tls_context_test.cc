@@ -105,6 +105,18 @@ TEST(TlsContext, ReportsTheCertificateAndItsExpiry) {
   EXPECT_EQ(read_log().find("tls certificate expires soon"), std::string::npos);
 }
 
+TEST(TlsContext, WarnsWhenTheCertificateExpiresSoon) {
+  const auto from = read_log().size();
+  auto c = server_tls("short");
+  auto quiet = c;
+  quiet.expiry_warning = std::chrono::hours(24);  // 2 days left: not yet
+  ASSERT_TRUE(make_ctx(quiet, tls::side::server));
+  EXPECT_EQ(read_log().find("tls certificate expires soon", from), std::string::npos);
+  ASSERT_TRUE(make_ctx(c, tls::side::server));  // default 14 days: warn
+  EXPECT_TRUE(log_has("tls certificate expires soon", from)) << read_log().substr(from);
+  EXPECT_TRUE(log_has("days_left=", from));
+}
+
 // The server's files, copied so the test can replace them under the running server.
 tls::tls_config live_files(const std::string& tag) {
   auto& p = suite_pki();

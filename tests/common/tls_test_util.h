@@ -33,7 +33,8 @@ namespace shoal::testing {
 // Made once per test program: CA "ca" and "other-ca"; "server" (shoal://scheduler/s1,
 // IP:127.0.0.1) and "server2" (its replacement for rotation); clients "n1" (shoal://node/n1),
 // "op" (shoal://operator/alice), "stranger" (n1 signed by other-ca), "expired" (n1, expired
-// yesterday), "noid" (signed by ca, no shoal:// URI). Logs go to <dir>/log.txt.
+// yesterday), "noid" (signed by ca, no shoal:// URI), "short" (a server certificate valid for 2
+// days). Logs go to <dir>/log.txt.
 inline test_pki& suite_pki() {
   static test_pki* pki = [] {
     auto* p = new test_pki;
@@ -48,6 +49,7 @@ inline test_pki& suite_pki() {
     p->issue("stranger", "other-ca", "URI:shoal://node/n1");
     p->issue("expired", "ca", "URI:shoal://node/n1", -1);
     p->issue("noid", "ca", "DNS:n9.example");
+    p->issue("short", "ca", "URI:shoal://scheduler/s1,IP:127.0.0.1", 2);
     return p;
   }();
   return *pki;
