@@ -40,6 +40,7 @@ std::optional<peer_role> parse_role(std::string_view s) noexcept {
 std::string peer_identity::str() const {
   if (!verified) return tls ? "anonymous (tls)" : "anonymous";
   if (role == peer_role::none) return "verified (no role)";
+  if (name.empty()) return std::string(to_string(role));
   return std::string(to_string(role)) + "/" + name;
 }
 
@@ -48,9 +49,13 @@ std::optional<role_and_name> parse_identity_uri(std::string_view uri) {
   if (!uri.starts_with(scheme)) return std::nullopt;
   uri.remove_prefix(scheme.size());
   const auto slash = uri.find('/');
-  if (slash == std::string_view::npos) return std::nullopt;
   auto role = parse_role(uri.substr(0, slash));
   if (!role) return std::nullopt;
+  if (slash == std::string_view::npos) {
+    // A single-instance party (registry-proxy, kube-scheduler); a node must be named.
+    if (*role == peer_role::node) return std::nullopt;
+    return role_and_name{*role, {}};
+  }
   const std::string_view name = uri.substr(slash + 1);
   if (name.empty() || name.size() > 253) return std::nullopt;
   for (char c : name) {

@@ -123,8 +123,10 @@ certificate_info info_of(X509* cert) {
   info.not_after = to_time_point(X509_get0_notAfter(cert));
   std::string problem;
   auto id = identity_from_certificate(cert, &problem);
-  if (id.role != peer_role::none)
-    info.identity_uri = "shoal://" + std::string(to_string(id.role)) + "/" + id.name;
+  if (id.role != peer_role::none) {
+    info.identity_uri = "shoal://" + std::string(to_string(id.role));
+    if (!id.name.empty()) info.identity_uri += "/" + id.name;
+  }
   return info;
 }
 

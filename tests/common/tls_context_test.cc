@@ -28,15 +28,25 @@ TEST(TlsIdentity, ParsesShoalUris) {
   EXPECT_EQ(tls::parse_identity_uri("shoal://kube-scheduler/ks")->role,
             tls::peer_role::kube_scheduler);
   EXPECT_EQ(tls::parse_identity_uri("shoal://operator/alice")->role, tls::peer_role::operator_);
+  // Single-instance parties need no name (docs/security.md); a node does.
+  auto rp = tls::parse_identity_uri("shoal://registry-proxy");
+  ASSERT_TRUE(rp);
+  EXPECT_EQ(rp->role, tls::peer_role::registry_proxy);
+  EXPECT_EQ(rp->name, "");
+  EXPECT_EQ(tls::parse_identity_uri("shoal://kube-scheduler")->role,
+            tls::peer_role::kube_scheduler);
   for (const char* bad :
-       {"shoal://node/", "shoal://node", "shoal://root/x", "shoal://none/x", "http://node/n1",
-        "shoal://node/n1/extra", "shoal://node/n1?x=1", "shoal://node/n%31", "shoal://node/a b",
-        "SHOAL://node/n1", "shoal://node/n1#f", "shoal://user@node/n1"}) {
+       {"shoal://node/", "shoal://node", "shoal://registry-proxy/", "shoal://", "shoal://root/x",
+        "shoal://none/x", "http://node/n1", "shoal://node/n1/extra", "shoal://node/n1?x=1",
+        "shoal://node/n%31", "shoal://node/a b", "SHOAL://node/n1", "shoal://node/n1#f",
+        "shoal://user@node/n1"}) {
     EXPECT_FALSE(tls::parse_identity_uri(bad)) << bad;
   }
   EXPECT_FALSE(tls::parse_identity_uri("shoal://node/" + std::string(254, 'a')));
   EXPECT_EQ(tls::to_string(tls::peer_role::registry_proxy), "registry-proxy");
   EXPECT_EQ(tls::peer_identity{}.str(), "anonymous");
+  EXPECT_EQ((tls::peer_identity{true, true, tls::peer_role::registry_proxy, ""}.str()),
+            "registry-proxy");
 }
 
 struct with_tls {

@@ -56,7 +56,7 @@ def make_pki(d: Path) -> None:
     issue("scheduler", "ca", "URI:shoal://scheduler/s1,IP:127.0.0.1", 1)
     issue("n1", "ca", "URI:shoal://node/n1", 2)
     issue("n2", "ca", "URI:shoal://node/n2", 3)
-    issue("rp", "ca", "URI:shoal://registry-proxy/rp", 4)
+    issue("rp", "ca", "URI:shoal://registry-proxy", 4)  # docs/security.md: no name
     issue("stranger", "other-ca", "URI:shoal://node/n1", 5)
 
 

@@ -17,7 +17,9 @@
 // with forward-secret AEAD suites; no compression, no renegotiation. Server side: client
 // certificates are verified against ca_file, and required when require_client_cert is set; a
 // presented certificate that does not verify (another CA, expired) fails the handshake either
-// way. Client side: the server's certificate is verified against ca_file.
+// way. Client side: the server's certificate is verified against ca_file; the caller names the
+// host it expects per connection (SSL_set1_host, or X509_VERIFY_PARAM_set1_ip_asc for an IP;
+// libcurl does this itself from the URL).
 //
 // Rotation: a watcher thread stats the three files every reload_interval (inode, size, mtime,
 // ctime: an atomic rename and Kubernetes' symlink swap are both seen) and, when one changed,
