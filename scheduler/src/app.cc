@@ -160,7 +160,20 @@ status app::init() {
 
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
-  if (tls_) tls::register_metrics(reg_, *tls_, "shoal_scheduler");
+  if (tls_) {
+    tls::register_metrics(reg_, *tls_, "shoal_scheduler");
+    // server_ is made after the metrics; scrapes only come through it.
+    reg_.counter_fn("shoal_scheduler_tls_plaintext_refused_total",
+                    "Plaintext HTTP requests refused on the TLS port.", [this] {
+                      return server_ ? static_cast<double>(server_->tls_refused().plaintext) : 0.0;
+                    });
+    reg_.counter_fn(
+        "shoal_scheduler_tls_handshakes_failed_total",
+        "TLS handshakes refused or timed out (no client certificate, another CA, expired).",
+        [this] {
+          return server_ ? static_cast<double>(server_->tls_refused().handshake_failed) : 0.0;
+        });
+  }
   auto* t = tracker_.get();
   reg_.counter_fn("shoal_tracker_announces_total", "Announces answered.",
                   [t] { return static_cast<double>(t->stats().announces); });

@@ -162,6 +162,10 @@ class SchedulerTls(FixtureTestCase):
         self.assertEqual(len(line), 1, body[:2000])
         days = (float(line[0].split()[1]) - time.time()) / 86400
         self.assertTrue(29 < days < 31, days)
+        for name in ("shoal_scheduler_tls_plaintext_refused_total",
+                     "shoal_scheduler_tls_handshakes_failed_total", "shoal_scheduler_tls_reloads_total",
+                     "shoal_tracker_unauthorized_announces_total"):
+            self.assertIn("\n" + name + " ", body.decode(), name)
 
 
 if __name__ == "__main__":
