@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/utf8.h"
 #include "http_client_impl.h"
 #include "http_client_util.h"
@@ -520,6 +521,14 @@ void client::impl::finish(transfer& t, result<completion> r) {
 }
 
 // client
+
+client_options client_options_with_tls(client_options o, const tls::tls_config& t) {
+  if (!t.enabled) return o;
+  o.ca_file = t.ca_file;
+  o.cert_file = t.cert_file;
+  o.key_file = t.key_file;
+  return o;
+}
 
 client::client(client_options opts) : impl_(std::make_unique<impl>(std::move(opts))) {}
 client::~client() { impl_->stop(); }

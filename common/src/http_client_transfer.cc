@@ -62,7 +62,24 @@ bool client::impl::set_transfer_options(transfer& t) {
   curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &impl::xfer_cb);
   curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-  if (!opts_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, opts_.ca_file.c_str());
+  if (!opts_.ca_file.empty()) {
+    curl_easy_setopt(e, CURLOPT_CAINFO, opts_.ca_file.c_str());
+    // libcurl keeps a parsed CA store for 24 h by default: a rotated cluster CA would not be
+    // seen for a day.
+    curl_easy_setopt(e, CURLOPT_CA_CACHE_TIMEOUT, 10L);
+  }
+  if (!opts_.cert_file.empty()) {
+    curl_easy_setopt(e, CURLOPT_SSLCERT, opts_.cert_file.c_str());
+    curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+  }
+  if (!opts_.key_file.empty()) {
+    curl_easy_setopt(e, CURLOPT_SSLKEY, opts_.key_file.c_str());
+    curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+  }
+  if (!opts_.cert_file.empty() || !opts_.ca_file.empty()) {
+    // Same floor as the servers (common/tls.h); 1.3 whenever the server has it.
+    curl_easy_setopt(e, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2));
+  }
   if (opts_.proxy) curl_easy_setopt(e, CURLOPT_PROXY, opts_.proxy->c_str());
   if (t.policy != nullptr) {
     // Checked requests connect themselves: never through a proxy, every address checked.

@@ -19,7 +19,8 @@ void responder::send(response r) const {
 
 bool responder::client_gone() const { return state_->gone.load(); }
 
-void connection::close_now() {
+template <class Stream>
+void connection<Stream>::close_now() {
   if (closed_) return;
   closed_ = true;
   if (auto st = current_.lock()) st->gone = true;
@@ -29,23 +30,25 @@ void connection::close_now() {
   }
   beast::error_code ec;
   timer_.cancel();
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-  stream_.socket().close(ec);
+  sock().shutdown(tcp::socket::shutdown_both, ec);
+  sock().close(ec);
   srv_->remove(this);
 }
 
-void connection::arm_write_timer() {
+template <class Stream>
+void connection<Stream>::arm_write_timer() {
   timer_.expires_after(srv_->opts.write_timeout);
-  timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+  timer_.async_wait([weak = std::weak_ptr<connection>(self())](beast::error_code ec) {
     if (ec) return;
     if (auto c = weak.lock()) {
       beast::error_code e2;
-      c->stream_.socket().cancel(e2);
+      c->sock().cancel(e2);
     }
   });
 }
 
-void connection::on_response(response&& r) {
+template <class Stream>
+void connection<Stream>::on_response(response&& r) {
   if (closed_ || !busy_) return;  // a late answer for a request already handled
   if (auto st = current_.lock()) st->sent = true;
   status_ = r.status;
@@ -137,34 +140,40 @@ void connection::on_response(response&& r) {
   }
 }
 
-void connection::write_header(std::function<void()> next) {
+template <class Stream>
+void connection<Stream>::write_header(std::function<void()> next) {
   serializer_.emplace(header_);
-  stream_.expires_after(srv_->opts.write_timeout);
+  lowest().expires_after(srv_->opts.write_timeout);
   bhttp::async_write_header(
       stream_, *serializer_,
-      [self = shared_from_this(), next = std::move(next)](beast::error_code ec, std::size_t) {
+      [self = self(), next = std::move(next)](beast::error_code ec, std::size_t) {
         if (ec) return self->abort("write header: " + ec.message());
         next();
       });
 }
 
-void connection::send_string(std::string body) {
+template <class Stream>
+void connection<Stream>::send_string(std::string body) {
   auto buf = std::make_shared<std::string>(std::move(body));
-  stream_.expires_after(srv_->opts.write_timeout);
+  lowest().expires_after(srv_->opts.write_timeout);
   net::async_write(stream_, net::buffer(*buf),
-                   [self = shared_from_this(), buf](beast::error_code ec, std::size_t n) {
+                   [self = self(), buf](beast::error_code ec, std::size_t n) {
                      self->sent_ += n;
                      if (ec) return self->abort("write body: " + ec.message());
                      self->finish();
                    });
 }
 
-void connection::send_file(int fd, std::uint64_t off, std::uint64_t len,
-                           std::function<void()> next) {
-  auto& sock = stream_.socket();
+template <class Stream>
+void connection<Stream>::send_file(int fd, std::uint64_t off, std::uint64_t len,
+                                   std::function<void()> next) {
+  if constexpr (is_tls) {
+    return send_file_tls(fd, off, len, std::move(next));
+  }
+  auto& sk = sock();
   beast::error_code ec;
-  sock.non_blocking(true, ec);
-  const int sfd = sock.native_handle();
+  sk.non_blocking(true, ec);
+  const int sfd = sk.native_handle();
   std::uint64_t budget = 8u << 20;  // yield to other connections after this many bytes
   while (len > 0) {
     off_t o = static_cast<off_t>(off);
@@ -175,11 +184,10 @@ void connection::send_file(int fd, std::uint64_t off, std::uint64_t len,
       len -= static_cast<std::uint64_t>(n);
       sent_ += static_cast<std::uint64_t>(n);
       if (static_cast<std::uint64_t>(n) >= budget) {
-        net::post(executor(),
-                  [self = shared_from_this(), fd, off, len, next = std::move(next)]() mutable {
-                    if (self->closed_) return;
-                    self->send_file(fd, off, len, std::move(next));
-                  });
+        net::post(executor(), [self = self(), fd, off, len, next = std::move(next)]() mutable {
+          if (self->closed_) return;
+          self->send_file(fd, off, len, std::move(next));
+        });
         return;
       }
       budget -= static_cast<std::uint64_t>(n);
@@ -189,18 +197,17 @@ void connection::send_file(int fd, std::uint64_t off, std::uint64_t len,
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       arm_write_timer();
-      sock.async_wait(tcp::socket::wait_write,
-                      [self = shared_from_this(), fd, off, len,
-                       next = std::move(next)](beast::error_code wec) mutable {
-                        self->timer_.cancel();
-                        if (self->closed_) return;
-                        if (wec) {
-                          return self->abort(wec == net::error::operation_aborted
-                                                 ? "client stopped reading (write timeout)"
-                                                 : "wait for socket: " + wec.message());
-                        }
-                        self->send_file(fd, off, len, std::move(next));
-                      });
+      sk.async_wait(tcp::socket::wait_write, [self = self(), fd, off, len, next = std::move(next)](
+                                                 beast::error_code wec) mutable {
+        self->timer_.cancel();
+        if (self->closed_) return;
+        if (wec) {
+          return self->abort(wec == net::error::operation_aborted
+                                 ? "client stopped reading (write timeout)"
+                                 : "wait for socket: " + wec.message());
+        }
+        self->send_file(fd, off, len, std::move(next));
+      });
       return;
     }
     return abort(std::string("sendfile: ") + std::strerror(errno));
@@ -208,7 +215,8 @@ void connection::send_file(int fd, std::uint64_t off, std::uint64_t len,
   next();
 }
 
-void connection::pump() {
+template <class Stream>
+void connection<Stream>::pump() {
   if (closed_) return;
   if (remaining_ && *remaining_ == 0) {
     // All bytes sent: release the source before the next request.
@@ -220,7 +228,7 @@ void connection::pump() {
   auto gen = source_gen_;
   // A producer that never answers must not pin the connection forever.
   timer_.expires_after(srv_->opts.source_timeout);
-  timer_.async_wait([weak = weak_from_this(), gen](beast::error_code ec) {
+  timer_.async_wait([weak = std::weak_ptr<connection>(self()), gen](beast::error_code ec) {
     if (ec) return;
     auto self = weak.lock();
     if (!self || self->closed_ || self->source_gen_ != gen || !self->source_) return;
@@ -228,7 +236,7 @@ void connection::pump() {
                 std::to_string(self->srv_->opts.source_timeout.count()) + " ms");
   });
   // The callback holds the connection alive while the producer works.
-  source_->next(want, [self = shared_from_this(), gen](result<chunk> c) mutable {
+  source_->next(want, [self = self(), gen](result<chunk> c) mutable {
     auto ex = self->executor();
     net::post(ex, [self = std::move(self), gen, c = std::move(c)]() mutable {
       if (self->closed_ || self->source_gen_ != gen || !self->source_) return;
@@ -238,7 +246,8 @@ void connection::pump() {
   });
 }
 
-void connection::on_chunk(result<chunk> c) {
+template <class Stream>
+void connection<Stream>::on_chunk(result<chunk> c) {
   if (!c) return abort("body source: " + c.error().to_string());
   switch (c->type) {
     case chunk::kind::eof:
@@ -248,9 +257,9 @@ void connection::on_chunk(result<chunk> c) {
       source_.reset();
       if (chunked_) {
         auto tail = std::make_shared<std::string>("0\r\n\r\n");
-        stream_.expires_after(srv_->opts.write_timeout);
+        lowest().expires_after(srv_->opts.write_timeout);
         net::async_write(stream_, net::buffer(*tail),
-                         [self = shared_from_this(), tail](beast::error_code ec, std::size_t) {
+                         [self = self(), tail](beast::error_code ec, std::size_t) {
                            if (ec) return self->abort("write: " + ec.message());
                            self->finish();
                          });
@@ -273,15 +282,14 @@ void connection::on_chunk(result<chunk> c) {
       } else {
         *buf = std::move(c->data);
       }
-      stream_.expires_after(srv_->opts.write_timeout);
-      net::async_write(
-          stream_, net::buffer(*buf),
-          [self = shared_from_this(), buf, payload](beast::error_code ec, std::size_t) {
-            if (ec) return self->abort("write: " + ec.message());
-            self->sent_ += payload;
-            if (self->remaining_) *self->remaining_ -= payload;
-            self->pump();
-          });
+      lowest().expires_after(srv_->opts.write_timeout);
+      net::async_write(stream_, net::buffer(*buf),
+                       [self = self(), buf, payload](beast::error_code ec, std::size_t) {
+                         if (ec) return self->abort("write: " + ec.message());
+                         self->sent_ += payload;
+                         if (self->remaining_) *self->remaining_ -= payload;
+                         self->pump();
+                       });
       return;
     }
     case chunk::kind::file: {
@@ -295,7 +303,7 @@ void connection::on_chunk(result<chunk> c) {
         if (chunked_) {
           auto crlf = std::make_shared<std::string>("\r\n");
           net::async_write(stream_, net::buffer(*crlf),
-                           [self = shared_from_this(), crlf](beast::error_code ec, std::size_t) {
+                           [self = self(), crlf](beast::error_code ec, std::size_t) {
                              if (ec) return self->abort("write: " + ec.message());
                              self->pump();
                            });
@@ -310,12 +318,12 @@ void connection::on_chunk(result<chunk> c) {
         *hdr = h;
         int fd = c->fd;
         std::uint64_t off = c->offset;
-        net::async_write(stream_, net::buffer(*hdr),
-                         [self = shared_from_this(), hdr, fd, off, len, after](beast::error_code ec,
-                                                                               std::size_t) {
-                           if (ec) return self->abort("write: " + ec.message());
-                           self->send_file(fd, off, len, after);
-                         });
+        net::async_write(
+            stream_, net::buffer(*hdr),
+            [self = self(), hdr, fd, off, len, after](beast::error_code ec, std::size_t) {
+              if (ec) return self->abort("write: " + ec.message());
+              self->send_file(fd, off, len, after);
+            });
         return;
       }
       send_file(c->fd, c->offset, len, after);
@@ -324,37 +332,44 @@ void connection::on_chunk(result<chunk> c) {
   }
 }
 
-void connection::finish() {
+template <class Stream>
+void connection<Stream>::finish() {
   if (closed_) return;
   source_.reset();
   if (srv_->opts.on_request_done) {
     request_log l{
         method_, target_, status_, sent_, false, {}, std::chrono::steady_clock::now() - started_,
-        remote_};
+        remote_, peer_};
     srv_->opts.on_request_done(l);
   }
   current_.reset();
   busy_ = false;
   if (!keep_alive_ || srv_->stopping.load()) {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    sock().shutdown(tcp::socket::shutdown_send, ec);
     close_now();
     return;
   }
   do_read();
 }
 
-void connection::abort(std::string why) {
+template <class Stream>
+void connection<Stream>::abort(std::string why) {
   if (closed_) return;
   if (srv_->opts.on_request_done) {
     request_log l{
         method_, target_, status_, sent_, true, why, std::chrono::steady_clock::now() - started_,
-        remote_};
+        remote_, peer_};
     srv_->opts.on_request_done(l);
   }
   log::debug("http response aborted", log::kv("target", target_), log::kv("reason", why),
              log::kv("bytes_sent", sent_));
   close_now();
 }
+
+// Both kinds of connection, compiled here once (the TLS-only members are in
+// http_connection_tls.cc).
+template class connection<plain_stream>;
+template class connection<tls_stream>;
 
 }  // namespace shoal::http

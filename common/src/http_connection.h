@@ -2,7 +2,14 @@
 // The connection machinery behind common/http_server.h, private to it: the server's shared state,
 // the responder's state, and one connection (read a request, hand it to the handler, write the
 // response: strings, files with sendfile, streamed chunks). http_connection.cc defines the
-// connection's methods, http_server.cc the server's.
+// connection's methods, http_connection_tls.cc the TLS ones (detection of plaintext clients,
+// the handshake, the peer's identity, files without sendfile), http_server.cc the server's.
+//
+// The connection is a template on its stream: beast::tcp_stream for plain HTTP, an ssl_stream
+// over it for TLS. Both are instantiated once (explicitly, in the .cc files), so the plain path
+// is the same code it was before TLS existed: no virtual call per read or write. The server
+// holds connections through connection_base, whose few virtual methods are per connection or
+// per response (start, stop, shed, answer).
 #include "common/http_server.h"
 
 #include <sys/sendfile.h>
@@ -13,6 +20,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <algorithm>
 #include <array>
@@ -24,6 +32,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <type_traits>
 #include <unordered_map>
 
 #include "common/http_range.h"
@@ -55,7 +64,8 @@ inline bool status_has_no_body(unsigned status) {
 // ---------------------------------------------------------------------------------------------
 // connection
 
-class connection;
+class connection_base;
+using connection_ptr = std::shared_ptr<connection_base>;
 
 // Connections are counted per client address: an IPv4 address, or the /64 of an IPv6 one (one
 // host usually holds a whole /64). IPv4-mapped IPv6 addresses count as the IPv4 address.
@@ -65,14 +75,14 @@ std::string address_key_text(const addr_key& k);
 
 struct server::impl : std::enable_shared_from_this<server::impl> {
   struct conn_entry {
-    std::weak_ptr<connection> conn;
+    std::weak_ptr<connection_base> conn;
     addr_key addr{};
     std::uint64_t seq = 0;  // accept order: lower is older
     bool shedding = false;  // picked for eviction, close pending on its strand
   };
   struct addr_entry {
     std::size_t count = 0;
-    std::map<std::uint64_t, connection*> by_age;  // seq → connection
+    std::map<std::uint64_t, connection_base*> by_age;  // seq → connection
   };
 
   net::io_context& ioc;
@@ -84,7 +94,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   // Under mu: every open connection, the per-address counts, and the addresses ordered by count
   // (the biggest holder is ranking.rbegin()). std::map/set, not hashes: the keys are the
   // clients' addresses, so no one can choose them to collide.
-  std::unordered_map<connection*, conn_entry> conns;
+  std::unordered_map<connection_base*, conn_entry> conns;
   std::map<addr_key, addr_entry> addrs;
   std::set<std::pair<std::size_t, addr_key>> ranking;
   std::uint64_t next_seq = 0;
@@ -93,6 +103,12 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   // Accept strand only: the last "connections shed" log line and the counts it reported.
   std::chrono::steady_clock::time_point shed_logged{};
   std::uint64_t logged_refused = 0, logged_evicted = 0;
+  // TLS refusals (server::tls_refused) and the budget of their log lines.
+  std::atomic<std::uint64_t> tls_plaintext{0}, tls_failed{0};
+  std::mutex tls_log_mu;
+  std::chrono::steady_clock::time_point tls_log_window{};  // under tls_log_mu
+  int tls_log_lines = 0;                                   // under tls_log_mu
+  std::uint64_t tls_log_suppressed = 0;                    // under tls_log_mu
 
   impl(net::io_context& c, server_options o, handler hh)
       : ioc(c), opts(std::move(o)), h(std::move(hh)), acceptor(net::make_strand(c)) {}
@@ -103,61 +119,104 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
   // Admission of a connection from `k` (under mu): nullptr means refuse; otherwise the new
   // connection, registered, and `victim` maybe set to a waiting connection to close for room.
   // `trusted` is the seam for authenticated nodes (reserved_connections); false for now.
-  std::shared_ptr<connection> admit(tcp::socket& s, const addr_key& k, bool trusted,
-                                    std::shared_ptr<connection>& victim);
+  connection_ptr admit(tcp::socket& s, const addr_key& k, bool trusted, connection_ptr& victim);
+  // A new connection of the right kind (plain, or TLS with the context's current certificate).
+  connection_ptr make_connection(tcp::socket&& s);
   // The oldest waiting connection of the biggest holder with more than `newcomer_count`
   // connections, marked shedding; nullptr when there is none (under mu).
-  std::shared_ptr<connection> pick_victim(std::size_t newcomer_count);
+  connection_ptr pick_victim(std::size_t newcomer_count);
   void set_count(addr_entry& e, const addr_key& k, std::size_t n);  // under mu
-  void remove(connection* c);
-  void unmark_shedding(connection* c);
+  void remove(connection_base* c);
+  void unmark_shedding(connection_base* c);
   void log_shedding();
+  // Whether a TLS refusal may be logged now: at most 20 lines per 10 s; the first line of the
+  // next window says how many were left out.
+  bool tls_log_allowed(std::uint64_t& suppressed);
 };
 
 // Holds the connection alive while a handler works on the request (nothing else does then).
 struct responder::state {
-  std::shared_ptr<connection> conn;
+  connection_ptr conn;
   strand_t ex;
   std::atomic<bool> sent{false};
   std::atomic<bool> gone{false};
-  state(std::shared_ptr<connection> c, strand_t e) : conn(std::move(c)), ex(std::move(e)) {}
+  state(connection_ptr c, strand_t e) : conn(std::move(c)), ex(std::move(e)) {}
   ~state();
 };
 
-class connection : public std::enable_shared_from_this<connection> {
+// What the server and responders see of a connection. Lives on: its strand (every method but
+// waiting() must run there).
+class connection_base : public std::enable_shared_from_this<connection_base> {
  public:
-  connection(tcp::socket&& s, std::shared_ptr<server::impl> srv)
-      : stream_(std::move(s)), srv_(std::move(srv)), timer_(stream_.get_executor()) {
-    beast::error_code ec;
-    remote_ = stream_.socket().remote_endpoint(ec);
-  }
+  explicit connection_base(std::shared_ptr<server::impl> srv) : srv_(std::move(srv)) {}
+  virtual ~connection_base() { srv_->remove(this); }  // in case no path closed it
+  connection_base(const connection_base&) = delete;
+  connection_base& operator=(const connection_base&) = delete;
 
-  ~connection() { srv_->remove(this); }  // in case no path closed it
-
-  strand_t executor() { return stream_.get_executor(); }
-
-  void start() {
-    net::dispatch(executor(), [self = shared_from_this()] { self->do_read(); });
-  }
-
+  virtual strand_t executor() = 0;
+  virtual void start() = 0;
   // Called by server::stop on the strand.
-  void on_stop() {
+  virtual void on_stop() = 0;
+  virtual void force_close() = 0;
+  // Shedding (server::impl::pick_victim): close if still waiting for a request.
+  virtual void shed() = 0;
+  virtual void on_response(response&& r) = 0;
+  // True while the connection waits for a request or a TLS handshake (readable from any
+  // thread).
+  [[nodiscard]] bool waiting() const { return waiting_.load(std::memory_order_relaxed); }
+
+ protected:
+  std::shared_ptr<server::impl> srv_;
+  std::atomic<bool> waiting_{false};
+};
+
+using plain_stream = beast::tcp_stream;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
+
+template <class Stream>
+class connection final : public connection_base {
+ public:
+  static constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
+
+  connection(tcp::socket&& s, std::shared_ptr<server::impl> srv) requires(!is_tls)
+      : connection_base(std::move(srv)), stream_(std::move(s)), timer_(stream_.get_executor()) {
+    init_remote();
+  }
+  connection(tcp::socket&& s, std::shared_ptr<net::ssl::context> ctx,
+             std::shared_ptr<server::impl> srv) requires(is_tls)
+      : connection_base(std::move(srv)),
+        ctx_(std::move(ctx)),
+        stream_(std::move(s), *ctx_),
+        timer_(stream_.get_executor()) {
+    init_remote();
+    peer_.tls = true;
+  }
+
+  strand_t executor() override { return stream_.get_executor(); }
+
+  void start() override {
+    net::dispatch(executor(), [self = self()] {
+      if constexpr (is_tls)
+        self->handshake();
+      else
+        self->do_read();
+    });
+  }
+
+  void on_stop() override {
     if (!busy_)
       close_now();
     else
       keep_alive_ = false;
   }
-  void force_close() { close_now(); }
-  // Shedding (server::impl::pick_victim): close if still waiting for a request.
-  void shed() {
+  void force_close() override { close_now(); }
+  void shed() override {
     if (closed_) return;
     if (busy_) return srv_->unmark_shedding(this);
     close_now();
   }
-  // True while the connection waits for a request (readable from any thread).
-  [[nodiscard]] bool waiting() const { return waiting_.load(std::memory_order_relaxed); }
 
-  void on_response(response&& r);
+  void on_response(response&& r) override;
 
  private:
   void do_read() {
@@ -182,9 +241,9 @@ class connection : public std::enable_shared_from_this<connection> {
     }
     // Keep-alive: wait up to idle_timeout for the first byte of the next request, then give
     // the rest of its header header_timeout.
-    stream_.expires_after(srv_->opts.idle_timeout);
+    lowest().expires_after(srv_->opts.idle_timeout);
     stream_.async_read_some(buf_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            [self = self()](beast::error_code ec, std::size_t n) {
                               if (ec) return self->on_read_error(ec);
                               self->buf_.commit(n);
                               self->read_header(self->srv_->opts.header_timeout);
@@ -192,10 +251,10 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   void read_header(std::chrono::milliseconds deadline) {
-    stream_.expires_after(deadline);
+    lowest().expires_after(deadline);
     bhttp::async_read_header(
         stream_, buf_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+        [self = self()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -203,17 +262,16 @@ class connection : public std::enable_shared_from_this<connection> {
     if (ec) return on_read_error(ec);
     busy_ = true;
     if (parser_->is_done()) return on_read(ec);
-    stream_.expires_after(srv_->opts.read_timeout);
-    bhttp::async_read(
-        stream_, buf_, *parser_,
-        [self = shared_from_this()](beast::error_code ec2, std::size_t) { self->on_read(ec2); });
+    lowest().expires_after(srv_->opts.read_timeout);
+    bhttp::async_read(stream_, buf_, *parser_,
+                      [self = self()](beast::error_code ec2, std::size_t) { self->on_read(ec2); });
   }
 
   void on_read_error(beast::error_code ec) {
     waiting_ = false;
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::operation_aborted || ec == beast::error::timeout ||
-        ec == net::error::connection_reset) {
+        ec == net::error::connection_reset || ec == net::ssl::error::stream_truncated) {
       return close_now();
     }
     unsigned status = 400;
@@ -254,6 +312,7 @@ class connection : public std::enable_shared_from_this<connection> {
     for (const auto& f : msg) req.headers.insert(f.name_string(), f.value());
     req.body = std::move(msg.body());
     req.remote = remote_;
+    req.peer = peer_;
     req.version = msg.version();
     req.received = std::chrono::steady_clock::now();
 
@@ -263,7 +322,7 @@ class connection : public std::enable_shared_from_this<connection> {
     target_ = req.target;
     range_header_ = std::string(req.header("Range"));
     started_ = req.received;
-    stream_.expires_never();
+    lowest().expires_never();
 
     auto st = std::make_shared<responder::state>(shared_from_this(), executor());
     current_ = st;
@@ -278,6 +337,27 @@ class connection : public std::enable_shared_from_this<connection> {
     }
   }
 
+  std::shared_ptr<connection> self() {
+    return std::static_pointer_cast<connection>(shared_from_this());
+  }
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+  tcp::socket& sock() { return lowest().socket(); }
+  void init_remote() {
+    beast::error_code ec;
+    remote_ = sock().remote_endpoint(ec);
+  }
+
+  // TLS only (http_connection_tls.cc): tell a plaintext client apart, shake hands within the
+  // header deadline, read the peer's identity; refusals are answered and logged there.
+  void handshake();
+  void on_detect(beast::error_code ec, bool is_tls_hello);
+  void on_handshake(beast::error_code ec, std::size_t used);
+  void refuse_plaintext();
+  void drain_plaintext(std::size_t drained);
+  void log_refusal(std::string_view what, std::string_view why);
+  // Files without sendfile(2): pread into a buffer, then an encrypted write.
+  void send_file_tls(int fd, std::uint64_t off, std::uint64_t len, std::function<void()> next);
+
   void write_header(std::function<void()> next);
   void send_string(std::string body);
   void send_file(int fd, std::uint64_t off, std::uint64_t len, std::function<void()> next);
@@ -288,16 +368,16 @@ class connection : public std::enable_shared_from_this<connection> {
   void close_now();
   void arm_write_timer();
 
-  beast::tcp_stream stream_;
+  std::shared_ptr<net::ssl::context> ctx_;  // TLS: the certificate this connection presents
+  Stream stream_;
   beast::flat_buffer buf_;
-  std::shared_ptr<server::impl> srv_;
   net::steady_timer timer_;
   tcp::endpoint remote_;
+  tls::peer_identity peer_;  // TLS: set once the handshake is done
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
 
   // Per-request state.
   bool first_ = true;  // no request read yet
-  std::atomic<bool> waiting_{false};
   bool busy_ = false;
   bool closed_ = false;
   bool keep_alive_ = true;
@@ -314,6 +394,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool chunked_ = false;
   std::string chunk_buf_;
   std::uint64_t source_gen_ = 0;
+  std::vector<char> file_buf_;  // TLS: a file region on its way into the TLS stream
 };
 
 }  // namespace shoal::http

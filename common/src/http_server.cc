@@ -2,6 +2,10 @@
 // (http_connection.h has the connection itself).
 #include "http_connection.h"
 
+#include <utility>
+
+#include "common/tls.h"
+
 namespace shoal::http {
 
 using namespace server_detail;
@@ -48,7 +52,7 @@ void server::impl::on_accept_error(const beast::error_code& ec) {
   if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
   // EMFILE and friends: free a descriptor by closing the oldest waiting connection of the
   // biggest holder, and try again shortly (the close runs on that connection's strand).
-  std::shared_ptr<connection> victim;
+  connection_ptr victim;
   if (ec == net::error::no_descriptors || ec.value() == ENFILE) {
     std::lock_guard lk(mu);
     victim = pick_victim(0);
@@ -74,8 +78,8 @@ void server::impl::on_accept(tcp::socket s) {
     return;
   }
   const addr_key k = address_key(ep.address());
-  std::shared_ptr<connection> victim;
-  std::shared_ptr<connection> c;
+  connection_ptr victim;
+  connection_ptr c;
   {
     std::lock_guard lk(mu);
     c = admit(s, k, /*trusted=*/false, victim);
@@ -93,8 +97,8 @@ void server::impl::on_accept(tcp::socket s) {
   if (!c || victim) log_shedding();
 }
 
-std::shared_ptr<connection> server::impl::admit(tcp::socket& s, const addr_key& k, bool trusted,
-                                                std::shared_ptr<connection>& victim) {
+connection_ptr server::impl::admit(tcp::socket& s, const addr_key& k, bool trusted,
+                                   connection_ptr& victim) {
   auto it = addrs.find(k);
   const std::size_t mine = it == addrs.end() ? 0 : it->second.count;
   if (opts.max_connections_per_address > 0 && mine >= opts.max_connections_per_address)
@@ -109,7 +113,7 @@ std::shared_ptr<connection> server::impl::admit(tcp::socket& s, const addr_key& 
     victim = pick_victim(mine);
     if (!victim) return nullptr;
   }
-  auto c = std::make_shared<connection>(std::move(s), shared_from_this());
+  auto c = make_connection(std::move(s));
   if (it == addrs.end()) it = addrs.emplace(k, addr_entry{}).first;
   const std::uint64_t seq = next_seq++;
   conns[c.get()] = conn_entry{c, k, seq, false};
@@ -118,7 +122,14 @@ std::shared_ptr<connection> server::impl::admit(tcp::socket& s, const addr_key& 
   return c;
 }
 
-std::shared_ptr<connection> server::impl::pick_victim(std::size_t newcomer_count) {
+connection_ptr server::impl::make_connection(tcp::socket&& s) {
+  if (opts.tls)
+    return std::make_shared<connection<tls_stream>>(std::move(s), opts.tls->current(),
+                                                    shared_from_this());
+  return std::make_shared<connection<plain_stream>>(std::move(s), shared_from_this());
+}
+
+connection_ptr server::impl::pick_victim(std::size_t newcomer_count) {
   // Bounded work per accept: a few of the biggest holders, a few connections each (busy ones
   // are skipped; they are serving a request).
   int holders = 0;
@@ -150,7 +161,7 @@ void server::impl::set_count(addr_entry& e, const addr_key& k, std::size_t n) {
   if (n > 0) ranking.insert({n, k});
 }
 
-void server::impl::remove(connection* c) {
+void server::impl::remove(connection_base* c) {
   std::lock_guard lk(mu);
   auto it = conns.find(c);
   if (it == conns.end()) return;
@@ -164,7 +175,7 @@ void server::impl::remove(connection* c) {
   conns.erase(it);
 }
 
-void server::impl::unmark_shedding(connection* c) {
+void server::impl::unmark_shedding(connection_base* c) {
   std::lock_guard lk(mu);
   auto it = conns.find(c);
   if (it == conns.end() || !it->second.shedding) return;
@@ -194,6 +205,22 @@ void server::impl::log_shedding() {
             log::kv("top_address", top), log::kv("top_address_connections", top_count));
   logged_refused = r;
   logged_evicted = e;
+}
+
+bool server::impl::tls_log_allowed(std::uint64_t& suppressed) {
+  std::lock_guard lk(tls_log_mu);
+  auto now = std::chrono::steady_clock::now();
+  if (now - tls_log_window >= std::chrono::seconds(10)) {
+    tls_log_window = now;
+    tls_log_lines = 0;
+  }
+  if (tls_log_lines >= 20) {
+    ++tls_log_suppressed;
+    return false;
+  }
+  ++tls_log_lines;
+  suppressed = std::exchange(tls_log_suppressed, 0);
+  return true;
 }
 
 server::server(net::io_context& ioc, server_options opts, handler h)
@@ -242,6 +269,10 @@ std::size_t server::connections() const {
 
 server::shed_counts server::shed() const { return {impl_->refused.load(), impl_->evicted.load()}; }
 
+server::tls_counts server::tls_refused() const {
+  return {impl_->tls_plaintext.load(), impl_->tls_failed.load()};
+}
+
 void server::stop(std::chrono::milliseconds grace) {
   auto self = impl_;
   if (self->stopping.exchange(true)) return;
@@ -249,7 +280,7 @@ void server::stop(std::chrono::milliseconds grace) {
     beast::error_code ec;
     self->acceptor.close(ec);
   });
-  std::vector<std::shared_ptr<connection>> live;
+  std::vector<connection_ptr> live;
   {
     std::lock_guard lk(self->mu);
     for (auto& [p, e] : self->conns) {
@@ -260,7 +291,7 @@ void server::stop(std::chrono::milliseconds grace) {
   // After the grace period, close whatever is left.
   auto t = std::make_shared<net::steady_timer>(self->ioc, grace);
   t->async_wait([self, t](beast::error_code) {
-    std::vector<std::shared_ptr<connection>> rest;
+    std::vector<connection_ptr> rest;
     {
       std::lock_guard lk(self->mu);
       for (auto& [p, e] : self->conns) {

@@ -165,6 +165,15 @@ http::response api::serve(const http::request& req) {
 }
 
 http::response api::on_heartbeat(const http::request& req) {
+  // Mutual TLS (tls.enabled): only a node's own certificate may heartbeat for it. A caller
+  // without a node certificate is refused before its body is decoded.
+  if (req.peer.tls && !req.peer.is(tls::peer_role::node)) {
+    log::warn("heartbeat refused: not a node certificate",
+              log::kv("from", req.remote.address().to_string()),
+              log::kv("certificate", req.peer.str()));
+    return json_error(
+        403, "heartbeats need a node certificate; the client certificate is " + req.peer.str());
+  }
   heartbeat::decode_limits limits;
   limits.max_objects = d_.cfg.nodes.max_objects_per_node;
   auto m = heartbeat::decode(req.body, limits);
@@ -173,6 +182,13 @@ http::response api::on_heartbeat(const http::request& req) {
     log::warn("bad heartbeat", log::kv("from", req.remote.address().to_string()),
               log::kv("error", m.error().message));
     return json_error(m.error().is(errc::too_large) ? 413 : 400, m.error().message);
+  }
+  if (req.peer.tls && !req.peer.is_node(m->node)) {
+    log::warn("heartbeat refused: certificate names another node", log::kv("node", m->node),
+              log::kv("from", req.remote.address().to_string()),
+              log::kv("certificate", req.peer.str()));
+    return json_error(403, "heartbeat for node \"" + m->node +
+                               "\" refused: the client certificate is " + req.peer.str());
   }
   auto out = d_.index.apply(*m, req.remote.address().to_string());
   if (out.refused != 0) {

@@ -42,6 +42,22 @@ app::~app() {
   heartbeat_pool_.join();
 }
 
+status app::init_transport() {
+  http::client_options co;
+  co.max_connections_per_host = static_cast<std::size_t>(cfg_.resolver.threads) + 2;
+  http_client_ = std::make_unique<http::client>(http::client_options_with_tls(co, cfg_.tls));
+  if (!cfg_.tls.enabled) {
+    log::warn(
+        "tls.enabled is false: plain HTTP, no caller is authenticated; any host that can "
+        "reach this port may heartbeat or announce for any node (single-machine demo only)");
+    return {};
+  }
+  auto t = tls::tls_context::create(cfg_.tls, tls::side::server, "scheduler");
+  if (!t) return fail(t.error());
+  tls_ = std::move(*t);
+  return {};
+}
+
 status app::init() {
   unsigned char b[8];
   if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
@@ -70,9 +86,7 @@ status app::init() {
   io.max_objects_per_node = cfg_.nodes.max_objects_per_node;
   index_ = std::make_unique<cluster_index>(io, epoch);
 
-  http::client_options co;
-  co.max_connections_per_host = static_cast<std::size_t>(cfg_.resolver.threads) + 2;
-  http_client_ = std::make_unique<http::client>(co);
+  if (auto s = init_transport(); !s) return s;
   manifests_ = std::make_unique<registry_proxy_source>(
       *http_client_,
       registry_proxy_options{cfg_.resolver.registry_proxy, ms(cfg_.resolver.connect_timeout),
@@ -129,6 +143,7 @@ status app::init() {
   // The heartbeat route checks its own, derived limit; the server must let such a body through.
   so.max_body_bytes = std::max<std::uint64_t>(
       so.max_body_bytes, heartbeat::max_message_bytes_for(cfg_.nodes.max_objects_per_node));
+  so.tls = tls_;
   server_ = std::make_unique<http::server>(
       rt_.io(), so,
       [this](http::request&& r, http::responder resp) { handle(std::move(r), std::move(resp)); });
@@ -137,7 +152,7 @@ status app::init() {
   log::info("scheduler listening", log::kv("address", cfg_.http.listen),
             log::kv("port", server_->port()), log::kv("epoch", epoch),
             log::kv("registry_proxy", cfg_.resolver.registry_proxy),
-            log::kv("extender_mode", cfg_.extender.mode));
+            log::kv("extender_mode", cfg_.extender.mode), log::kv("tls", tls_ != nullptr));
   for (const auto& [k, v] : config::non_defaults(cfg_))
     log::info("config", log::kv("key", k), log::kv("value", v));
   return {};
@@ -145,6 +160,20 @@ status app::init() {
 
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
+  if (tls_) {
+    tls::register_metrics(reg_, *tls_, "shoal_scheduler");
+    // server_ is made after the metrics; scrapes only come through it.
+    reg_.counter_fn("shoal_scheduler_tls_plaintext_refused_total",
+                    "Plaintext HTTP requests refused on the TLS port.", [this] {
+                      return server_ ? static_cast<double>(server_->tls_refused().plaintext) : 0.0;
+                    });
+    reg_.counter_fn(
+        "shoal_scheduler_tls_handshakes_failed_total",
+        "TLS handshakes refused or timed out (no client certificate, another CA, expired).",
+        [this] {
+          return server_ ? static_cast<double>(server_->tls_refused().handshake_failed) : 0.0;
+        });
+  }
   auto* t = tracker_.get();
   reg_.counter_fn("shoal_tracker_announces_total", "Announces answered.",
                   [t] { return static_cast<double>(t->stats().announces); });
@@ -153,6 +182,10 @@ void app::register_metrics() {
   reg_.counter_fn("shoal_tracker_refused_announces_total",
                   "Announces refused because of tracker.max_swarms or tracker.max_peers_per_swarm.",
                   [t] { return static_cast<double>(t->stats().refused_announces); });
+  reg_.counter_fn("shoal_tracker_unauthorized_announces_total",
+                  "Announces refused because the caller's certificate does not name their node "
+                  "(or, for role=origin, is not registry-proxy's).",
+                  [t] { return static_cast<double>(t->stats().unauthorized_announces); });
   reg_.counter_fn("shoal_tracker_skipped_holdings_total",
                   "Heartbeat holdings not recorded in the tracker because of its caps.",
                   [t] { return static_cast<double>(t->stats().skipped_holdings); });

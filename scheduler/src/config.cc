@@ -166,6 +166,11 @@ void describe(config::binder& b, scheduler_config& c) {
   b.section("placement", c.placement, "Placement: cost model, gangs, GPU reservations.");
   b.section("extender", c.extender, "The kube-scheduler extender (filter and prioritize verbs).");
   b.section("prewarm", c.prewarm, "Prewarm orders.");
+  b.section("tls", c.tls,
+            "Mutual TLS on the API: a heartbeat is accepted only for the node named in the "
+            "caller's certificate (URI SAN shoal://node/<name>), an announce only from the node "
+            "it names (role=origin: registry-proxy's certificate); registry-proxy is called with "
+            "the same certificate. Off: plain HTTP, anyone may speak for any node (a demo).");
 }
 
 }  // namespace shoal::scheduler

@@ -394,6 +394,25 @@ void tracker::drop_holder(const std::string& ip, std::uint16_t port) {
   }
 }
 
+std::string authorize_announce(announce_request& a, const tls::peer_identity& peer) {
+  if (!peer.tls) return {};  // plain mode: no identities (tls.enabled: false)
+  if (a.origin) {
+    if (peer.is(tls::peer_role::registry_proxy)) return {};
+    return "role=origin needs registry-proxy's certificate; the client certificate is " +
+           peer.str();
+  }
+  if (!peer.is(tls::peer_role::node))
+    return "announces need a node certificate; the client certificate is " + peer.str();
+  if (a.node.empty()) {
+    a.node = peer.name;  // the certificate says who it is
+    return {};
+  }
+  if (a.node != peer.name) {
+    return "announce for node \"" + a.node + "\" refused: the client certificate is " + peer.str();
+  }
+  return {};
+}
+
 http::response tracker::handle(const http::request& req) {
   std::string src = req.remote.address().to_string();
   auto a = parse_announce(req, src, opts_);
@@ -404,6 +423,15 @@ http::response tracker::handle(const http::request& req) {
     }
     log::debug("bad announce", log::kv("from", src), log::kv("error", a.error().message));
     return http::response::text(400, failure(a.error().message), "text/plain");
+  }
+  if (auto why = authorize_announce(*a, req.peer); !why.empty()) {
+    {
+      std::lock_guard lk(mu_);
+      ++stats_.unauthorized_announces;
+    }
+    log::warn("announce refused", log::kv("from", src), log::kv("node", a->node),
+              log::kv("certificate", req.peer.str()), log::kv("reason", why));
+    return http::response::text(403, failure(why), "text/plain");
   }
   auto ans = answer(*a);
   if (ans.status != 200) {

@@ -33,7 +33,8 @@ class ApiTest : public ::testing::Test {
     o.cost = cost_model::from(cost_config{});
     return o;
   }
-  http::response call(http::verb method, const std::string& target, const std::string& body = "") {
+  http::response call(http::verb method, const std::string& target, const std::string& body = "",
+                      const tls::peer_identity& peer = {}) {
     http::request r;
     r.method = method;
     r.target = target;
@@ -42,6 +43,7 @@ class ApiTest : public ::testing::Test {
     r.query = q == std::string::npos ? "" : target.substr(q + 1);
     r.body = body;
     r.remote = http::tcp::endpoint(http::net::ip::make_address("10.9.9.9"), 40000);
+    r.peer = peer;
     return api_.serve(r);
   }
   static json js(const http::response& r) { return json::parse(std::get<std::string>(r.body)); }
@@ -328,6 +330,36 @@ TEST_F(ApiTest, RoutesOnTheirPools) {
   EXPECT_TRUE(api::is_heartbeat(r));
   EXPECT_EQ(call(http::verb::get, "/v1/extender/filter").status, 405u);
   EXPECT_EQ(call(http::verb::post, "/v1/extender/prioritize", "nope").status, 400u);
+}
+
+// With TLS on (req.peer.tls), a heartbeat is accepted only from the certificate of the node it
+// names; without TLS (every test above) nothing is checked.
+TEST_F(ApiTest, WithTlsAHeartbeatNeedsTheNodesOwnCertificate) {
+  auto as = [](tls::peer_role role, std::string name) {
+    tls::peer_identity p;
+    p.tls = p.verified = true;
+    p.role = role;
+    p.name = std::move(name);
+    return p;
+  };
+  auto hb = heartbeat::encode(full_hb("n1", {held("base", 100 * MiB)}, {}, 1, ""));
+  auto own = call(http::verb::post, "/v1/heartbeat", hb, as(tls::peer_role::node, "n1"));
+  EXPECT_EQ(own.status, 200u) << std::get<std::string>(own.body);
+
+  auto forged = call(http::verb::post, "/v1/heartbeat", hb, as(tls::peer_role::node, "n2"));
+  EXPECT_EQ(forged.status, 403u);
+  EXPECT_EQ(js(forged)["error"],
+            "heartbeat for node \"n1\" refused: the client certificate is node/n2");
+
+  auto op = call(http::verb::post, "/v1/heartbeat", hb, as(tls::peer_role::operator_, "n1"));
+  EXPECT_EQ(op.status, 403u);
+  tls::peer_identity anonymous;
+  anonymous.tls = true;
+  auto anon = call(http::verb::post, "/v1/heartbeat", hb, anonymous);
+  EXPECT_EQ(anon.status, 403u);
+  EXPECT_EQ(js(anon)["error"],
+            "heartbeats need a node certificate; the client certificate is anonymous (tls)");
+  EXPECT_EQ(js(call(http::verb::get, "/v1/nodes")).size(), 1u);  // n1 only, once
 }
 
 }  // namespace

@@ -356,5 +356,44 @@ TEST(TrackerCaps, AnnounceLatencyStaysBoundedWith20kCollidingSwarms) {
   EXPECT_LT(collide_again / 2000, 0.0005) << "seconds per announce";
 }
 
+// With TLS on (req.peer.tls), the certificate decides who may announce what.
+TEST_F(TrackerTest, WithTlsAnAnnounceNeedsTheNodesOwnCertificate) {
+  auto as = [](tls::peer_role role, std::string name) {
+    tls::peer_identity p;
+    p.tls = p.verified = true;
+    p.role = role;
+    p.name = std::move(name);
+    return p;
+  };
+  auto own = make("10.0.0.1", 6001, 100, "");  // node=n6001
+  own.peer = as(tls::peer_role::node, "n6001");
+  EXPECT_EQ(trk_.handle(own).status, 200u);
+
+  auto forged = make("10.0.0.2", 6002, 100, "");  // node=n6002
+  forged.peer = as(tls::peer_role::node, "n6001");
+  auto refused = trk_.handle(forged);
+  EXPECT_EQ(refused.status, 403u);
+  EXPECT_NE(std::get<std::string>(refused.body)
+                .find("announce for node \"n6002\" refused: the client certificate is node/n6001"),
+            std::string::npos)
+      << std::get<std::string>(refused.body);
+
+  auto anon = make("10.0.0.3", 6003, 100, "");
+  anon.peer.tls = true;
+  EXPECT_EQ(trk_.handle(anon).status, 403u);
+
+  auto origin = make("10.0.0.4", 6004, 0, "role=origin");
+  origin.peer = as(tls::peer_role::node, "n6004");
+  EXPECT_EQ(trk_.handle(origin).status, 403u);
+  origin.peer = as(tls::peer_role::registry_proxy, "rp");
+  EXPECT_EQ(trk_.handle(origin).status, 200u);
+  EXPECT_EQ(trk_.stats().unauthorized_announces, 3u);
+
+  // No node= in the URL: the certificate names the node.
+  announce_request a;
+  EXPECT_EQ(authorize_announce(a, as(tls::peer_role::node, "n9")), "");
+  EXPECT_EQ(a.node, "n9");
+}
+
 }  // namespace
 }  // namespace shoal::scheduler

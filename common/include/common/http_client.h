@@ -44,6 +44,10 @@
 
 #include "common/error.h"
 
+namespace shoal::tls {
+struct tls_config;
+}
+
 namespace shoal::http {
 
 // Orders header names case-insensitively (ASCII), so header_map::find("content-length") works
@@ -197,10 +201,18 @@ struct client_options {
   std::chrono::milliseconds retry_cap{5'000};
   // A Retry-After (seconds or HTTP date) on 429/503 is honoured up to this long.
   std::chrono::milliseconds max_retry_after{10'000};
-  // TLS: the system CA store unless ca_file is set; insecure disables peer and host checks
-  // (tests with self-signed certificates only).
+  // TLS: the system CA store unless ca_file is set (then only that file's CAs: the cluster CA
+  // for calls between Shoal's daemons); insecure disables peer and host checks (tests with
+  // self-signed certificates only). The server's certificate must name the host of the URL
+  // (a DNS or IP SAN). ca_file is re-read at most every 10 s for new connections (a rotated CA).
   std::string ca_file;
   bool insecure = false;
+  // Client certificate and its unencrypted private key (PEM), presented to servers that ask for
+  // one (mutual TLS). An empty key_file reads the key from cert_file. libcurl reads them for each
+  // new connection, so a rotated pair is used from the next connection on; kept-alive connections
+  // keep the old one.
+  std::string cert_file;
+  std::string key_file;
   std::string user_agent = "shoal/0.1";
   // Outbound proxy. Unset: curl's default, which honours http_proxy, https_proxy and no_proxy
   // from the environment. Empty: never use a proxy. Otherwise the proxy's URL.
@@ -210,6 +222,10 @@ struct client_options {
   // (the behaviour of every client but the dataset origins').
   std::optional<connect_policy> policy;
 };
+
+// These options with a daemon's `tls` config section applied (its CA, certificate and key),
+// when the section is enabled; unchanged otherwise.
+[[nodiscard]] client_options client_options_with_tls(client_options o, const tls::tls_config& t);
 
 // The client: owns one background thread running a curl_multi loop, and every transfer on it.
 // Lifecycle: constructed running; stop() (or the destructor) cancels every request in flight or

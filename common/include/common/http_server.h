@@ -30,6 +30,11 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/peer_identity.h"
+
+namespace shoal::tls {
+class tls_context;
+}
 
 namespace shoal::http {
 
@@ -48,6 +53,9 @@ struct request {
   fields headers;
   std::string body;
   tcp::endpoint remote;
+  // Who the client is, from its verified certificate on a TLS server (common/peer_identity.h);
+  // on a plain server always anonymous. Authorize on this, never on what the request says.
+  tls::peer_identity peer;
   unsigned version = 11;
   std::chrono::steady_clock::time_point received;
 
@@ -157,6 +165,7 @@ struct request_log {
   std::string error;     // why it was aborted
   std::chrono::nanoseconds duration{0};
   tcp::endpoint remote;
+  tls::peer_identity peer;
 };
 
 struct server_options {
@@ -184,6 +193,15 @@ struct server_options {
   // server::impl::admit() lets authenticated nodes use these. 0 until then.
   std::size_t reserved_connections = 0;
   std::function<void(const request_log&)> on_request_done;  // called on the connection strand
+  // TLS (common/tls.h): when set, the server speaks only TLS, each new connection with the
+  // context's current certificate (rotations apply to new connections). The handshake must be
+  // done within header_timeout (bounded by idle_timeout) of the accept, or the connection is
+  // closed; until then it counts as waiting (sheddable) against the per-address and total caps.
+  // A plaintext HTTP request gets a 400 that says the port speaks TLS. Failed handshakes (no
+  // client certificate where one is required, another CA, an expired certificate) are closed by
+  // OpenSSL's alert and logged with the reason (at most 20 lines per 10 s; the rest counted).
+  // Files are sent by pread and TLS writes (no kTLS here) instead of sendfile.
+  std::shared_ptr<tls::tls_context> tls;
 };
 
 // Lifecycle: construct → listen() → (serve) → stop(). Non-copyable, non-movable.
@@ -212,6 +230,12 @@ class server {
     std::uint64_t evicted = 0;
   };
   [[nodiscard]] shed_counts shed() const;
+  // TLS connections refused since start: a plaintext request, a failed or timed-out handshake.
+  struct tls_counts {
+    std::uint64_t plaintext = 0;
+    std::uint64_t handshake_failed = 0;
+  };
+  [[nodiscard]] tls_counts tls_refused() const;
 
   struct impl;
 

@@ -42,6 +42,9 @@ class app {
  private:
   explicit app(const scheduler_config& cfg);
   [[nodiscard]] status init();
+  // The outbound client (presenting the `tls` certificate to registry-proxy) and the server's
+  // TLS context when tls.enabled (start-up fails on bad files); a loud warning when not.
+  [[nodiscard]] status init_transport();
   void handle(http::request&& req, http::responder resp);
   void register_metrics();
   void schedule_maintenance();
@@ -51,6 +54,7 @@ class app {
   daemon::runtime rt_;
   boost::asio::thread_pool workers_;
   boost::asio::thread_pool heartbeat_pool_;
+  std::shared_ptr<tls::tls_context> tls_;  // null when tls.enabled is false; outlives reg_
   metrics::registry reg_;
   std::unique_ptr<http::client> http_client_;
   std::unique_ptr<tracker> tracker_;

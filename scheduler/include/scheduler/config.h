@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/heartbeat.h"
+#include "common/tls.h"
 
 namespace shoal::scheduler {
 
@@ -106,6 +107,10 @@ struct scheduler_config {
   placement_config placement;
   extender_config extender;
   prewarm_config prewarm;
+  // Mutual TLS on the API (issue 15). On: heartbeats are accepted only for the node named in the
+  // caller's certificate, announces only from a node certificate for their node (origin
+  // announces from registry-proxy's), and calls to registry-proxy present the same certificate.
+  tls::tls_config tls;
 };
 void describe(config::binder& b, scheduler_config& c);
 

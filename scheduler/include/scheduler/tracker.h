@@ -9,6 +9,7 @@
 // Node identity and topology come from the announce URL that peerd configures:
 //   /announce?node=<name>&zone=<zone>&rack=<rack>&role=<peer|origin>&info_hash=...
 // (libtorrent appends its own parameters to a tracker URL that already has a query string.)
+// With TLS on, the caller's certificate must name that node (authorize_announce).
 //
 // Threading: thread-safe (one mutex); announce handling is O(swarm size) and never blocks.
 
@@ -64,14 +65,20 @@ struct announce_request {
 [[nodiscard]] result<announce_request> parse_announce(const http::request& req,
                                                       const std::string& source_ip,
                                                       const tracker_options& opts);
+// Mutual TLS (issue 15): "" when the caller's certificate may make this announce, else why not
+// (answered 403). A node certificate announces for its own node only (an announce without
+// node= takes the certificate's name); role=origin needs registry-proxy's certificate. Plain
+// connections (tls.enabled: false) are not checked.
+[[nodiscard]] std::string authorize_announce(announce_request& a, const tls::peer_identity& peer);
 
 struct tracker_stats {
   std::uint64_t announces = 0;
   std::uint64_t bad_announces = 0;
   std::uint64_t swarms = 0;
   std::uint64_t peers = 0;
-  std::uint64_t refused_announces = 0;  // by max_swarms or max_peers_per_swarm
-  std::uint64_t skipped_holdings = 0;   // heartbeat holdings beyond the caps
+  std::uint64_t refused_announces = 0;       // by max_swarms or max_peers_per_swarm
+  std::uint64_t skipped_holdings = 0;        // heartbeat holdings beyond the caps
+  std::uint64_t unauthorized_announces = 0;  // TLS: the certificate does not name the announcer
 };
 
 // An announce's answer: the HTTP status and the bencoded body (peers, or a failure reason).
