@@ -335,13 +335,7 @@ TEST_F(ApiTest, RoutesOnTheirPools) {
 // With TLS on (req.peer.tls), a heartbeat is accepted only from the certificate of the node it
 // names; without TLS (every test above) nothing is checked.
 TEST_F(ApiTest, WithTlsAHeartbeatNeedsTheNodesOwnCertificate) {
-  auto as = [](tls::peer_role role, std::string name) {
-    tls::peer_identity p;
-    p.tls = p.verified = true;
-    p.role = role;
-    p.name = std::move(name);
-    return p;
-  };
+  auto as = testing::verified_peer;
   auto hb = heartbeat::encode(full_hb("n1", {held("base", 100 * MiB)}, {}, 1, ""));
   auto own = call(http::verb::post, "/v1/heartbeat", hb, as(tls::peer_role::node, "n1"));
   EXPECT_EQ(own.status, 200u) << std::get<std::string>(own.body);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/heartbeat.h"
+#include "common/peer_identity.h"
 #include "common/sha256.h"
 #include "scheduler/cost.h"
 #include "scheduler/dataset_catalog.h"
@@ -37,6 +38,15 @@ struct fake_clock {
 };
 
 inline digest dg(std::string_view name) { return sha256_of(name); }
+
+// The identity a handler sees for a caller with a verified cluster certificate (mutual TLS).
+inline tls::peer_identity verified_peer(tls::peer_role role, std::string name) {
+  tls::peer_identity p;
+  p.tls = p.verified = true;
+  p.role = role;
+  p.name = std::move(name);
+  return p;
+}
 inline object_ref obj(std::string_view name, std::uint64_t size) { return {dg(name), size}; }
 
 inline std::string ih_of(std::string_view name) {

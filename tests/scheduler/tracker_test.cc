@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/bencode.h"
+#include "test_util.h"
 
 namespace shoal::scheduler {
 namespace {
@@ -358,13 +359,7 @@ TEST(TrackerCaps, AnnounceLatencyStaysBoundedWith20kCollidingSwarms) {
 
 // With TLS on (req.peer.tls), the certificate decides who may announce what.
 TEST_F(TrackerTest, WithTlsAnAnnounceNeedsTheNodesOwnCertificate) {
-  auto as = [](tls::peer_role role, std::string name) {
-    tls::peer_identity p;
-    p.tls = p.verified = true;
-    p.role = role;
-    p.name = std::move(name);
-    return p;
-  };
+  auto as = testing::verified_peer;
   auto own = make("10.0.0.1", 6001, 100, "");  // node=n6001
   own.peer = as(tls::peer_role::node, "n6001");
   EXPECT_EQ(trk_.handle(own).status, 200u);
