@@ -1,4 +1,4 @@
-"""The scheduler with mutual TLS on (issue 15), on the real binary and real certificates made by
+"""The scheduler with mutual TLS on, on the real binary and real certificates made by
 the openssl CLI (a cluster CA, the scheduler's server certificate for 127.0.0.1, node
 certificates shoal://node/n1 and shoal://node/n2, registry-proxy's, and n1 signed by another CA):
 

@@ -1,4 +1,4 @@
-"""Spike for issue 15: does Shoal's certificate profile work with libtorrent 2.0.8's SSL torrents?
+"""Certificate-profile spike: does Shoal's certificate profile work with libtorrent 2.0.8's SSL torrents?
 
 Debian's python3-libtorrent (the same libtorrent-rasterbar 2.0.8 that peerd links) on loopback.
 One v1, private, SSL torrent shaped like a Shoal object (its single file is named by the

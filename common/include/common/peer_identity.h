@@ -1,5 +1,5 @@
 #pragma once
-// Who is on the other end of a connection, from its verified client certificate (issue 15).
+// Who is on the other end of a connection, from its verified client certificate.
 //
 // The identity is the certificate's one URI subject alternative name of the form
 // `shoal://<role>/<name>` or `shoal://<role>`: role is one of node, registry-proxy, scheduler,

@@ -1,5 +1,5 @@
 #pragma once
-// TLS for Shoal's daemons (issue 15, "Transport"): the `tls` config section every daemon shares,
+// TLS for Shoal's daemons: the `tls` config section every daemon shares,
 // and tls_context, the OpenSSL context its HTTP server (or an asio client) hands to each new
 // connection, kept fresh when the certificate, key or CA files change on disk.
 //

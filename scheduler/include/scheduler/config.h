@@ -107,7 +107,7 @@ struct scheduler_config {
   placement_config placement;
   extender_config extender;
   prewarm_config prewarm;
-  // Mutual TLS on the API (issue 15). On: heartbeats are accepted only for the node named in the
+  // Mutual TLS on the API. On: heartbeats are accepted only for the node named in the
   // caller's certificate, announces only from a node certificate for their node (origin
   // announces from registry-proxy's), and calls to registry-proxy present the same certificate.
   tls::tls_config tls;

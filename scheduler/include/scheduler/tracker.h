@@ -65,7 +65,7 @@ struct announce_request {
 [[nodiscard]] result<announce_request> parse_announce(const http::request& req,
                                                       const std::string& source_ip,
                                                       const tracker_options& opts);
-// Mutual TLS (issue 15): "" when the caller's certificate may make this announce, else why not
+// Mutual TLS: "" when the caller's certificate may make this announce, else why not
 // (answered 403). A node certificate announces for its own node only (an announce without
 // node= takes the certificate's name); role=origin needs registry-proxy's certificate. Plain
 // connections (tls.enabled: false) are not checked.
