@@ -27,6 +27,7 @@ app::~app() {
   if (prewarm_) prewarm_->request_stop();
   if (datasets_) datasets_->request_stop();
   heartbeat_.reset();
+  if (metrics_server_) metrics_server_->stop(std::chrono::milliseconds(0));
   if (server_) server_->stop(std::chrono::milliseconds(0));
   if (swarm_) swarm_->stop();
   if (http_client_) http_client_->stop();
@@ -54,7 +55,9 @@ status app::init() {
         std::filesystem::path(cfg_.cache.dir).parent_path().string() + "/partial";
   }
   if (auto s = clean_partial_dir(); !s) return s;
-  http_client_ = std::make_unique<http::client>();
+  if (auto s = init_tls(); !s) return s;
+  // Every outbound call (registry-proxy, the scheduler) presents this node's certificate.
+  http_client_ = std::make_unique<http::client>(http::client_options_with_tls({}, cfg_.tls));
   cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
   if (!st) return fail(st.error().wrap("cache " + co.root));
@@ -96,6 +99,7 @@ status app::init() {
   register_metrics();
 
   if (auto s = start_server(); !s) return s;
+  if (auto s = start_metrics_server(); !s) return s;
   if (!cfg_.upstream.scheduler.empty()) {
     prewarm_ = std::make_unique<prewarm_executor>(
         prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get()},
@@ -110,7 +114,79 @@ status app::init() {
   }
   log::info("peerd listening", log::kv("node", cfg_.node.name),
             log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
-            log::kv("registry_proxy", cfg_.upstream.registry_proxy));
+            log::kv("registry_proxy", cfg_.upstream.registry_proxy),
+            log::kv("metrics", cfg_.metrics_listen), log::kv("tls", cfg_.tls.enabled));
+  return {};
+}
+
+// TLS for the outbound calls: with it on, both upstream URLs must be https (a plain one would
+// send the node's forwarded credentials in clear); with it off, one loud warning that they are.
+status app::init_tls() {
+  if (!cfg_.tls.enabled) {
+    log::warn(
+        "tls.enabled is false: registry credentials forwarded to registry-proxy, heartbeats and "
+        "every other call to registry-proxy and the scheduler go in clear text over plain HTTP, "
+        "and nothing proves this node's identity (single-machine demo only)");
+    return {};
+  }
+  for (auto [key, url] : {std::pair{"upstream.registry_proxy", &cfg_.upstream.registry_proxy},
+                          std::pair{"upstream.scheduler", &cfg_.upstream.scheduler}}) {
+    if (!url->empty() && !url->starts_with("https://")) {
+      return fail(errc::config_error, std::string(key) + " is " + *url +
+                                          ": with tls.enabled it must be an https:// URL");
+    }
+  }
+  // Loads the files now, so a missing or mismatched certificate or key stops the start with a
+  // clear error rather than failing every call later (libcurl reads them per connection).
+  auto t = tls::tls_context::create(cfg_.tls, tls::side::server, "peerd");
+  if (!t) return fail(t.error().wrap("tls"));
+  metrics_tls_ = std::move(*t);
+  tls::register_metrics(reg_, *metrics_tls_, "shoal_peerd");
+  auto ci = metrics_tls_->certificate();
+  const std::string want = "shoal://node/" + cfg_.node.name;
+  if (ci.identity_uri != want) {
+    log::warn(
+        "the certificate does not name this node: registry-proxy and the scheduler will "
+        "take this node for whoever it names",
+        log::kv("node", cfg_.node.name), log::kv("expected", want),
+        log::kv("certificate", ci.identity_uri.empty() ? "(no shoal:// URI)" : ci.identity_uri));
+  }
+  return {};
+}
+
+// The metrics listener: /metrics and /healthz only, on the node address for scrapers on other
+// hosts; TLS with the node certificate when tls.enabled (a client certificate of the cluster CA
+// required unless tls.require_client_cert is false).
+status app::start_metrics_server() {
+  if (cfg_.metrics_listen.empty()) return {};
+  daemon::http_config hc;
+  hc.listen = cfg_.metrics_listen;
+  hc.max_connections = 64;
+  hc.max_connections_per_address = 8;
+  hc.max_body_bytes = config::byte_size::kib(1);
+  auto so = daemon::server_options_from(hc, "shoal-peerd");
+  so.tls = metrics_tls_;
+  if (!metrics_tls_) {
+    log::warn(
+        "metrics_listen serves plain HTTP (tls.enabled is false): anyone who reaches it "
+        "may read this node's metrics (counters and gauges, no digests or credentials)",
+        log::kv("address", cfg_.metrics_listen));
+  }
+  metrics_server_ = std::make_unique<http::server>(
+      rt_.io(), so, [this](http::request&& req, http::responder resp) {
+        if (req.path == "/metrics" || req.path == "/healthz") {
+          if (daemon::serve_ops(req, resp, reg_, [] { return daemon::health{}; })) return;
+        }
+        resp.send(http::response::json(
+            404, R"({"error":"the metrics listener serves /metrics and /healthz only"})"));
+      });
+  auto hp = http::split_host_port(hc.listen);
+  if (!hp) return fail(hp.error().wrap("metrics_listen"));
+  if (auto s = metrics_server_->listen(hp->first, hp->second); !s) {
+    return fail(s.error().wrap("metrics_listen " + hc.listen));
+  }
+  log::info("metrics listening", log::kv("address", cfg_.metrics_listen),
+            log::kv("port", metrics_server_->port()), log::kv("tls", metrics_tls_ != nullptr));
   return {};
 }
 
@@ -258,6 +334,7 @@ int app::run() {
       [this] {
         log::info("peerd stopping");
         if (prewarm_) prewarm_->request_stop();
+        if (metrics_server_) metrics_server_->stop(std::chrono::milliseconds(0));
         if (server_) server_->stop(std::chrono::milliseconds(3000));
       },
       std::chrono::seconds(4), [this] { return server_->connections() == 0; });

@@ -173,6 +173,10 @@ void heartbeat_sender::loop() {
   auto interval =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.swarm.heartbeat_interval.get());
   bool immediate = true;
+  // A refusal (a certificate the scheduler does not take for this node, a CA it does not trust)
+  // is logged as a warning once per distinct error, not every interval; other failures (the
+  // scheduler restarting) stay at debug.
+  std::string warned;
   while (!stop_.load()) {
     if (!immediate) {
       std::unique_lock lk(mu_);
@@ -183,10 +187,22 @@ void heartbeat_sender::loop() {
     auto m = build_message();
     auto r = send(m);
     if (!r) {
-      log::debug("heartbeat failed", log::kv("error", r.error().message), log::kv("seq", m.seq));
-    } else if (r->resync) {
-      log::info("scheduler asked for a full heartbeat", log::kv("epoch", r->epoch),
-                log::kv("seq", m.seq));
+      const auto& msg = r.error().message;
+      bool refused =
+          msg.find("HTTP 403") != std::string::npos || msg.find("HTTP 400") != std::string::npos ||
+          msg.find("SSL") != std::string::npos || msg.find("certificate") != std::string::npos;
+      if (refused && msg != warned) {
+        warned = msg;
+        log::warn("heartbeat refused", log::kv("error", msg), log::kv("url", url_));
+      } else {
+        log::debug("heartbeat failed", log::kv("error", msg), log::kv("seq", m.seq));
+      }
+    } else {
+      warned.clear();
+      if (r->resync) {
+        log::info("scheduler asked for a full heartbeat", log::kv("epoch", r->epoch),
+                  log::kv("seq", m.seq));
+      }
     }
     // A resync is answered at once, but only once in a row: a scheduler refusing even full lists
     // must not make us spin.

@@ -37,6 +37,8 @@ result<std::unique_ptr<app>> app::build(const proxy_config& cfg) {
 
 status app::init() {
   salt_ = random_salt();
+  if (auto s = init_tls(); !s) return s;
+  // Upstream registries and dataset origins only: they never see the cluster certificate.
   http_client_ = std::make_unique<http::client>();
   if (auto s = open_storage(); !s) return s;
   if (auto s = init_upstreams(); !s) return s;
@@ -46,6 +48,21 @@ status app::init() {
   register_metrics();
   handler_ = std::make_unique<proxy_handler>(make_handler_deps());
   return start_server();
+}
+
+// The HTTP API's TLS context (tls.enabled), or the warning that plain mode authenticates nobody.
+status app::init_tls() {
+  if (!cfg_.tls.enabled) {
+    log::warn(
+        "tls.enabled is false: plain HTTP, no caller is authenticated; any host that can reach "
+        "this port may pull through the proxy, declare datasets, and read the registry "
+        "credentials nodes forward (single-machine demo only)");
+    return {};
+  }
+  auto t = tls::tls_context::create(cfg_.tls, tls::side::server, "registry-proxy");
+  if (!t) return fail(t.error());
+  tls_ = std::move(*t);
+  return {};
 }
 
 // The cache (reconciled and running its background work) and the state database.
@@ -211,19 +228,35 @@ status app::start_server() {
     latency.with({route}).observe(std::chrono::duration<double>(l.duration).count());
     daemon::log_request(l);
   };
+  so.tls = tls_;
   server_ =
       std::make_unique<http::server>(rt_.io(), so, [this](http::request&& r, http::responder resp) {
         (*handler_)(std::move(r), std::move(resp));
       });
   if (auto s = daemon::listen(*server_, cfg_.http); !s) return fail(s.error());
   log::info("registry-proxy listening", log::kv("address", cfg_.http.listen),
-            log::kv("port", server_->port()), log::kv("upstreams", ups_->all().size()));
+            log::kv("port", server_->port()), log::kv("upstreams", ups_->all().size()),
+            log::kv("tls", tls_ != nullptr));
   return {};
 }
 
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
   cache::register_metrics(reg_, *store_);
+  if (tls_) {
+    tls::register_metrics(reg_, *tls_, "shoal_proxy");
+    // server_ is made after the metrics; scrapes only come through it.
+    reg_.counter_fn("shoal_proxy_tls_plaintext_refused_total",
+                    "Plaintext HTTP requests refused on the TLS port.", [this] {
+                      return server_ ? static_cast<double>(server_->tls_refused().plaintext) : 0.0;
+                    });
+    reg_.counter_fn(
+        "shoal_proxy_tls_handshakes_failed_total",
+        "TLS handshakes refused or timed out (no client certificate, another CA, expired).",
+        [this] {
+          return server_ ? static_cast<double>(server_->tls_refused().handshake_failed) : 0.0;
+        });
+  }
   auto* b = blobs_.get();
   reg_.gauge_fn("shoal_proxy_fetches_in_flight", "Upstream blob fetches in flight.",
                 [b] { return static_cast<double>(b->inflight_count()); });

@@ -24,6 +24,66 @@ std::string route_of(std::string_view target) {
   return "other";
 }
 
+namespace {
+
+using tls::peer_role;
+
+constexpr unsigned bit(peer_role r) { return 1u << static_cast<unsigned>(r); }
+constexpr unsigned node = bit(peer_role::node);
+constexpr unsigned scheduler = bit(peer_role::scheduler);
+constexpr unsigned operator_ = bit(peer_role::operator_);
+constexpr peer_role all_roles[] = {peer_role::node, peer_role::registry_proxy, peer_role::scheduler,
+                                   peer_role::operator_, peer_role::kube_scheduler};
+
+struct route_policy {
+  std::string_view what;  // for the refusal: "the pull API", "declaring datasets", ...
+  unsigned roles = 0;     // bits of the roles admitted; 0: any verified certificate
+};
+
+route_policy policy_for(const http::request& req) {
+  using origin::paths::dataset_metainfo;
+  using origin::paths::datasets;
+  std::string_view path = req.path;
+  if (path == "/metrics" || path == "/healthz" || path == "/readyz") return {"metrics and health"};
+  if (path.starts_with("/v2")) return {"the pull API", node | scheduler | operator_};
+  if (path.starts_with(origin::paths::metainfo) || path.starts_with(origin::paths::chunks)) {
+    return {"metainfo and chunk lists", node | operator_};
+  }
+  if (path.starts_with(dataset_metainfo)) return {"dataset metainfo", node | operator_};
+  if (path == datasets || path == std::string(datasets) + "/") {
+    if (req.method == http::verb::post) return {"declaring datasets", operator_};
+    return {"the dataset list", node | scheduler | operator_};
+  }
+  if (path.starts_with(std::string(datasets) + "/")) {
+    if (path.find("/objects/") != std::string_view::npos) {
+      return {"dataset objects", node | operator_};
+    }
+    return {"dataset records", node | scheduler | operator_};
+  }
+  return {"this path"};
+}
+
+}  // namespace
+
+std::string authorize(const http::request& req) {
+  const auto& peer = req.peer;
+  if (!peer.tls) return {};  // plain mode: no identities (tls.enabled: false)
+  auto pol = policy_for(req);
+  if (!peer.verified) {
+    return std::string(pol.what) +
+           ": needs a client certificate of the cluster CA; none was presented";
+  }
+  if (pol.roles == 0 || (pol.roles & bit(peer.role)) != 0) return {};
+  std::string allowed;
+  for (auto r : all_roles) {
+    if ((pol.roles & bit(r)) == 0) continue;
+    if (!allowed.empty()) allowed += ", ";
+    allowed += tls::to_string(r);
+  }
+  return std::string(pol.what) + ": needs a certificate with role " + allowed +
+         "; the client certificate is " + peer.str();
+}
+
 credential proxy_handler::credential_of(const http::request& req) const {
   credential c = credential_from(req.header("Authorization"), d_.credential_salt);
   c.peer = req.remote.address().to_string();
@@ -31,6 +91,12 @@ credential proxy_handler::credential_of(const http::request& req) const {
 }
 
 void proxy_handler::operator()(http::request&& req, http::responder resp) {
+  if (auto why = authorize(req); !why.empty()) {
+    log::warn("request refused", log::kv("from", req.remote.address().to_string()),
+              log::kv("path", req.path.substr(0, 256)), log::kv("certificate", req.peer.str()),
+              log::kv("reason", why));
+    return resp.send(oci_error(403, oci::error_code::denied, why));
+  }
   if (daemon::serve_ops(req, resp, d_.metrics, d_.health)) return;
   // A peer of another release that speaks no protocol version this one serves: a clear 400.
   if (auto mismatch = origin::check_version(req)) return resp.send(std::move(*mismatch));

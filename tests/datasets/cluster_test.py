@@ -123,7 +123,7 @@ class FourNodes(FixtureTestCase):
             c, b = dc.curl_json(cluster, None, sched + "/v1/datasets/four@v1")
             return c == 200 and not any(x["node"] == "node4" and x["view"] for x in b.get("presence", []))
         wait_until(gone_from_node4, 30, "the scheduler sees node4 without the view")
-        cp = dc.shoalctl("--scheduler", sched, "prewarm", "--dataset", "four@v1", "--node", "node4",
+        cp = dc.shoalctl("--scheduler", sched, *cluster.shoalctl_tls_args(), "prewarm", "--dataset", "four@v1", "--node", "node4",
                          "--timeout", "120", netns=cluster.infra_netns, timeout=180)
         self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
         dc.verify_view(dc.view_dir(cluster.peerds[3], "four@v1"), files)

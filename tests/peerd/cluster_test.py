@@ -25,6 +25,12 @@ end of each.
      the chunks are contiguous and verify, every node joins them into the layer
   11 the kubelet path: every node's containerd pulls through its CRI plugin (ImageService/
      PullImage, hosts.toml via the plugin's config_path) at once; every blob came through peerd
+  12 TLS (the cluster runs with mutual TLS, docs/security.md): the nodes' pulls reached
+     registry-proxy over HTTPS with their node certificates (metainfo and manifests counted, no
+     plaintext request refused); plaintext gets 400, a node certificate declaring a dataset 403;
+     each peerd's metrics listener on its node address serves /metrics (promtool-clean) and
+     /healthz over TLS to a cluster certificate from another node, 404 for anything else, and
+     refuses plaintext and clients without a certificate
 
 Every containerd runs its CRI plugin (test 11 needs it); the other tests pull with ctr.
 """
@@ -487,6 +493,54 @@ class ClusterTest(ClusterCase):
         for i in range(NODES):
             got = sum(after[i].get(k, 0) - before[i].get(k, 0) for k in ("from_origin", "from_http_fallback", "from_peers"))
             self.assertGreaterEqual(got, size * 0.98, f"node{i + 1} did not pull through peerd: {after[i]}")
+
+    def test_12_tls_between_the_daemons(self):
+        import subprocess
+        self.assertTrue(self.c.tls, "the cluster tests run with TLS on")
+        self.assertTrue(self.c.proxy.url.startswith("https://"))
+        for p in self.c.peerds:
+            self.assertTrue(p.config["upstream"]["registry_proxy"].startswith("https://"))
+        # Every pull of the tests above went through registry-proxy's TLS port with a node
+        # certificate (route policy: only node and operator certificates get metainfo).
+        m = self.c.proxy_metrics()
+        ok = {k: v for k, v in m.items() if k.startswith("shoal_proxy_requests_total{") and 'code="200"' in k}
+        self.assertGreater(sum(v for k, v in ok.items() if 'route="metainfo"' in k), 0, ok)
+        self.assertGreater(sum(v for k, v in ok.items() if 'route="manifest"' in k), 0, ok)
+        # Plaintext on the TLS port: 400, counted.
+        plain = self.c.proxy.url.replace("https://", "http://") + "/healthz"
+        before = m.get("shoal_proxy_tls_plaintext_refused_total", 0)
+        self.assertEqual(self.c.curl(0, "-o", "/dev/null", "-w", "%{http_code}", plain).stdout, "400")
+        self.assertGreater(self.c.proxy_metrics()["shoal_proxy_tls_plaintext_refused_total"], before)
+        # A node may not declare a dataset (operators only).
+        code, body = self.fetch_bytes(0, self.c.proxy.url + "/shoal/v1/datasets")
+        self.assertEqual(code, 200, body[:300])
+        cp = self.c.curl(0, "-w", "\n%{http_code}", "-X", "POST", "-H", "Content-Type: application/json",
+                         "--data-binary", '{"name":"x","version":"v1"}', self.c.proxy.url + "/shoal/v1/datasets")
+        text, _, code = cp.stdout.rpartition("\n")
+        self.assertEqual(code, "403", cp.stdout)
+        self.assertIn("role operator", text)
+        self.assertIn("node/node1", text)
+        # The metrics listener of node 1, scraped from node 2 with node 2's certificate.
+        url = self.c.peerds[0].metrics_url
+        self.assertTrue(url.startswith(f"https://{self.c.node_ip(0)}:"), url)
+        code, body = self.fetch_bytes(1, url + "/metrics")
+        self.assertEqual(code, 200, body[:300])
+        p = subprocess.run(["promtool", "check", "metrics"], input=body.decode(), capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("shoal_peerd_tls_certificate_expiry_timestamp_seconds", body.decode())
+        self.assertEqual(self.fetch_bytes(1, url + "/healthz")[0], 200)
+        self.assertEqual(self.fetch_bytes(1, url + "/shoal/v1/status")[0], 404)
+        self.assertEqual(self.fetch_bytes(1, url + "/v2/")[0], 404)
+        # Plaintext: 400; no client certificate: no answer at all (the handshake fails).
+        from shoal_fixtures.procs import run
+        cp = run(["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
+                  url.replace("https://", "http://") + "/metrics"], netns=self.c.netns(1), check=False)
+        self.assertEqual(cp.stdout, "400")
+        cp = run(["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", "--cacert",
+                  str(self.c.pki.ca.cert), url + "/metrics"], netns=self.c.netns(1), check=False)
+        self.assertEqual(cp.stdout, "000", "served a client without a certificate")
+        self.assertNotEqual(cp.returncode, 0)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ fallback. swarm.seed_idle_unload is 2 s so holders unload their torrents quickly
      shoal_peerd_hash_failures_total), the pull completes from good sources; raw garbage on the
      BitTorrent port does not hurt peerd
   05 the same with real bytes from the wrong place (another piece's data)
+  06 plain mode says so: each peerd warned at start that credentials go in clear text,
+     registry-proxy and the scheduler that nobody is authenticated
+
+This suite is also the plain-mode smoke (`tls=False`: registry-proxy, the scheduler and peerd's
+calls in plain HTTP, as `tls.enabled: false` gives a single-machine demo): its fake peers are
+non-members that plain BitTorrent lets in, and every other multi-node suite runs with TLS on.
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ PEERD = {"upstream": {"connect_timeout": "1s", "request_timeout": "3s", "metainf
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (network namespaces, containerd)")
 class FaultsTest(ClusterCase):
-    CLUSTER = {"nodes": NODES, "rate": "200mbit", "torrent": False, "peerd_extra": PEERD}
+    CLUSTER = {"nodes": NODES, "rate": "200mbit", "torrent": False, "peerd_extra": PEERD, "tls": False}
     TMP_PREFIX = "shoal-peerd-faults-"
     REPO_PREFIX = "faults"
 
@@ -198,6 +204,13 @@ class FaultsTest(ClusterCase):
 
     def test_05_wrong_pieces_peer(self):
         self._bad_peer("wrong", downloader=0, fake_node=2)
+
+    def test_06_plain_mode_warns_once(self):
+        self.assertFalse(self.c.tls)
+        for p in self.c.peerds:
+            self.assertIn("credentials forwarded to registry-proxy", p.log_text(), p.name)
+        self.assertIn("tls.enabled is false", self.c.proxy.log_text())
+        self.assertIn("tls.enabled is false", self.c.scheduler.daemon.log_text())
 
 
 if __name__ == "__main__":

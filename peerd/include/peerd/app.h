@@ -12,6 +12,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/tls.h"
 #include "peerd/config.h"
 
 namespace shoal::peerd {
@@ -44,6 +45,8 @@ class app {
   [[nodiscard]] std::string dataset_dir() const;
   [[nodiscard]] status clean_partial_dir();
   [[nodiscard]] status start_server();
+  [[nodiscard]] status init_tls();
+  [[nodiscard]] status start_metrics_server();
   void register_metrics();
 
   peerd_config cfg_;
@@ -59,6 +62,9 @@ class app {
   std::unique_ptr<dataset_manager> datasets_;
   std::unique_ptr<mirror> mirror_;
   std::unique_ptr<http::server> server_;
+  // The metrics listener (metrics_listen) and its TLS context (tls.enabled); null when off.
+  std::shared_ptr<tls::tls_context> metrics_tls_;
+  std::unique_ptr<http::server> metrics_server_;
   cache::subscription cache_events_;
   std::unique_ptr<prewarm_executor> prewarm_;
   std::unique_ptr<heartbeat_sender> heartbeat_;

@@ -13,6 +13,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/tls.h"
 #include "registry-proxy/config.h"
 #include "registry-proxy/datasets.h"
 #include "registry-proxy/handler.h"
@@ -46,6 +47,7 @@ class app {
   [[nodiscard]] status init_seeder();
   [[nodiscard]] status init_datasets();
   [[nodiscard]] handler_deps make_handler_deps();
+  [[nodiscard]] status init_tls();
   [[nodiscard]] status start_server();
   void register_metrics();
 
@@ -64,6 +66,7 @@ class app {
   std::unique_ptr<seeder> seeder_;
   std::unique_ptr<dataset_service> datasets_;
   std::unique_ptr<proxy_handler> handler_;
+  std::shared_ptr<tls::tls_context> tls_;  // the HTTP API's (server side); null with TLS off
   std::unique_ptr<http::server> server_;
   cache::subscription cache_events_;
   std::string salt_;

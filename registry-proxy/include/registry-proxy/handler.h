@@ -54,6 +54,18 @@ class proxy_handler {
   handler_deps d_;
 };
 
+// Who may call a route with TLS on (docs/registry-proxy.md "Who may call what"), by the role in
+// the caller's verified certificate:
+//   /metrics, /healthz, /readyz                       any certificate of the cluster CA
+//   /v2/... (manifests, blobs)                        node, scheduler, operator
+//   metainfo, chunk lists                             node, operator
+//   GET datasets: list, status, manifest              node, scheduler, operator
+//   GET dataset objects and dataset metainfo          node, operator
+//   POST /shoal/v1/datasets (declare)                 operator
+// Anything else (a 404 anyway) needs a certificate. Empty when allowed, otherwise why not (the
+// 403's message). A plain connection (tls.enabled false) is always allowed: nobody has a role.
+[[nodiscard]] std::string authorize(const http::request& req);
+
 // The metrics label for a request target: base, manifest, blob, metainfo, dataset, ops, v2_other,
 // other.
 [[nodiscard]] std::string route_of(std::string_view target);

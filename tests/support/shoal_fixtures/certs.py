@@ -189,3 +189,84 @@ def text(cert: Cert | Path) -> str:
     """`openssl x509 -text` of a certificate, for failure messages."""
     path = cert.cert if isinstance(cert, Cert) else Path(cert)
     return _openssl(["x509", "-in", str(path), "-noout", "-text"], f"x509 -text {path}")
+
+
+def issue_node_at(ca: CA, directory: str | Path, name: str, ips: Sequence[str] = (), *,
+                  days: float = 7) -> Cert:
+    """A node certificate (issue_node's profile) that also names the node's addresses (IP SANs):
+    what its metrics listener serves with TLS."""
+    return issue(ca, directory, name, dns=["*"], uris=[node_uri(name)], ips=ips, days=days)
+
+
+def _host_sans(hosts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Host names and IPs of a server's URLs as (DNS SANs, IP SANs)."""
+    import ipaddress
+    dns, ips = [], []
+    for h in hosts:
+        try:
+            ipaddress.ip_address(h)
+            ips.append(h)
+        except ValueError:
+            dns.append(h)
+    return dns, ips
+
+
+@dataclass(frozen=True)
+class TLSParty:
+    """One party's TLS files: the cluster CA it trusts and its own certificate. What a daemon's
+    `tls` config section takes, and what a test presents as a client (curl, urllib)."""
+
+    ca: Path
+    cert: Cert
+
+    def section(self, **over: object) -> dict:
+        """A daemon's `tls:` config section for this party."""
+        return {"enabled": True, "ca_file": str(self.ca), "cert_file": str(self.cert.cert),
+                "key_file": str(self.cert.key), "reload_interval": "1s", **over}
+
+    def curl_args(self) -> list[str]:
+        return ["--cacert", str(self.ca), "--cert", str(self.cert.cert), "--key", str(self.cert.key)]
+
+    def ssl_context(self):
+        import ssl
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        ctx.load_cert_chain(str(self.cert.cert), str(self.cert.key))
+        return ctx
+
+
+class ClusterPKI:
+    """A cluster CA and the certificates of every party in docs/security.md's profile, made once
+    per cluster (or test class) in `directory`; each party's certificate is issued on first use.
+
+        pki = ClusterPKI(tmp / "pki")
+        proxy = pki.registry_proxy(["10.0.0.2"])   # URI shoal://registry-proxy, DNS *, IP SAN
+        node = pki.node("node1", ["10.0.0.3"])     # URI shoal://node/node1, DNS *, IP SAN
+        op = pki.operator()                        # URI shoal://operator/test (client only)
+    """
+
+    def __init__(self, directory: str | Path, cn: str = "Shoal test cluster CA"):
+        self.dir = Path(directory)
+        self.ca = make_ca(self.dir / "ca", cn)
+        self._parties: dict[str, TLSParty] = {}
+
+    def _party(self, key: str, make) -> TLSParty:
+        if key not in self._parties:
+            self._parties[key] = TLSParty(self.ca.cert, make(self.dir / key.replace("/", "_")))
+        return self._parties[key]
+
+    def node(self, name: str, ips: Sequence[str] = ()) -> TLSParty:
+        return self._party(f"node/{name}", lambda d: issue_node_at(self.ca, d, name, ips))
+
+    def registry_proxy(self, hosts: Sequence[str]) -> TLSParty:
+        dns, ips = _host_sans(hosts)
+        return self._party("registry-proxy", lambda d: issue(
+            self.ca, d, "shoal-registry-proxy", dns=["*", *dns], uris=["shoal://registry-proxy"], ips=ips))
+
+    def scheduler(self, hosts: Sequence[str], replica: str = "s1") -> TLSParty:
+        dns, ips = _host_sans(hosts)
+        return self._party(f"scheduler/{replica}", lambda d: issue(
+            self.ca, d, f"shoal-scheduler-{replica}", dns=dns, uris=[f"shoal://scheduler/{replica}"], ips=ips))
+
+    def operator(self, user: str = "test") -> TLSParty:
+        return self._party(f"operator/{user}", lambda d: issue(
+            self.ca, d, f"shoal-operator-{user}", uris=[f"shoal://operator/{user}"], eku="clientAuth"))

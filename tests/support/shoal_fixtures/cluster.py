@@ -5,6 +5,14 @@ registry-proxy and the scheduler (tracker), nodes 2.. each run peerd and (unless
 false) a containerd whose hosts.toml points at that peerd (with the registry itself as
 containerd's fallback `server`). Used by `make demo`, the multi-node tests, bench/fanout/run and
 the dataset tests and benchmark.
+
+With `tls` (the default) the cluster runs as docs/security.md's profile says: one CA made at
+start (certs.ClusterPKI, in <workdir>/pki), registry-proxy and the scheduler serve HTTPS with
+mutual TLS on the infra node's IP, each peerd calls them with its own node certificate and serves
+its metrics listener with it, and `curl`/`metrics_of`/`proxy_metrics` present certificates (an
+operator's from the infra node, the node's own from a node). `tls=False` is the plain-mode smoke.
+BitTorrent itself stays plain here until the swarm's TLS switch is set in `peerd_extra` and
+`proxy_extra`.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import oci
+from .certs import ClusterPKI, TLSParty
 from .containerd import Containerd
 from .netns import Network, Shape
 from .nodes import Peerd, Scheduler
@@ -67,6 +76,9 @@ class Cluster:
     containerd_kw: Mapping[str, Any] | None = None  # more Containerd() arguments (cri=True, …)
     registry_origin: bool = True     # node 0 runs the upstream registry
     s3_origin: bool = False          # node 0 runs s3rver (dataset origin, s3.py) on port 4568
+    tls: bool = True                 # mutual TLS between the daemons (see the module's doc)
+    metrics_port: int = 9465         # each peerd's metrics listener on its node address
+    pki: ClusterPKI | None = None
     s3: Any = None
     net: Network | None = None
     registry: Registry | None = None
@@ -86,6 +98,8 @@ class Cluster:
             self.net.nodes[0].set_shape(infra_shape)
             self.net.nodes[1].set_shape(infra_shape)
         n0, n1 = self.net.nodes[0], self.net.nodes[1]
+        if self.tls:
+            self.pki = ClusterPKI(self.workdir / "pki")
         upstreams = [{"name": "127.0.0.1:9", "url": "http://127.0.0.1:9"}]
         if self.registry_origin:
             self.registry = Registry(self.workdir / "registry", host=n0.ip, port=5000, netns=n0.name).start()
@@ -107,12 +121,16 @@ class Cluster:
         # The scheduler resolves images and datasets through registry-proxy (started next, on 5050).
         self.scheduler = Scheduler(self.workdir / "scheduler", host=n1.ip, port=7070, netns=n1.name,
                                    log_level=self.log_level,
-                                   extra={"resolver": {"registry_proxy": f"http://{n1.ip}:5050"}}).start()
+                                   tls=self.pki.scheduler([n1.ip]) if self.pki else None,
+                                   client=self.operator,
+                                   extra=self.scheduler_extra).start()
         self._stack.append(self.scheduler)
         self.proxy = RegistryProxy(self.workdir / "registry-proxy", host=n1.ip, port=5050, netns=n1.name,
                                    upstreams=upstreams,
                                    torrent=self.torrent, trackers=[self.scheduler.url + "/announce"],
-                                   bt_port=6881, extra=proxy_extra or None, log_level=self.log_level)
+                                   bt_port=6881, extra=proxy_extra or None, log_level=self.log_level,
+                                   tls=self.pki.registry_proxy([n1.ip]) if self.pki else None,
+                                   client=self.operator)
         self.proxy.daemon.start()
         self.proxy.daemon.wait_tcp(5050, n1.ip, timeout=30)
         self._stack.append(self.proxy)
@@ -120,7 +138,9 @@ class Cluster:
             node = self.net.nodes[i + 2]
             p = Peerd(self.workdir / f"node{i + 1}" / "peerd", name=f"node{i + 1}", registry_proxy=self.proxy.url,
                       scheduler=self.scheduler.url, host=node.ip, http_port=65001, bt_port=6881, netns=node.name,
-                      zone="z1", rack=f"r{(i % 2) + 1}", extra=self.peerd_extra, log_level=self.log_level)
+                      zone="z1", rack=f"r{(i % 2) + 1}", extra=self.peerd_extra, log_level=self.log_level,
+                      tls=self.pki.node(f"node{i + 1}", [node.ip]) if self.pki else None,
+                      metrics_port=self.metrics_port)
             p.start()
             self._stack.append(p)
             self.peerds.append(p)
@@ -183,10 +203,38 @@ class Cluster:
         }
 
     def proxy_metrics(self) -> dict[str, float]:
-        from .procs import run
-        out = run(["curl", "-s", "-m", "5", self.proxy.url + "/metrics"], netns=self.net.nodes[1].name,
-                  check=False).stdout
-        return parse_metrics(out)
+        return parse_metrics(self.curl(None, self.proxy.url + "/metrics", timeout=5).stdout)
+
+    # -- identities (tls) ------------------------------------------------------------------------
+
+    @property
+    def scheduler_extra(self) -> dict[str, Any]:
+        """The scheduler's config beside the fixture's defaults: it resolves images and datasets
+        through registry-proxy (on the infra node, port 5050)."""
+        scheme = "https" if self.tls else "http"
+        return {"resolver": {"registry_proxy": f"{scheme}://{self.net.nodes[1].ip}:5050"}}
+
+    @property
+    def operator(self) -> TLSParty | None:
+        """The operator certificate tests use from the infra node (None without tls)."""
+        return self.pki.operator() if self.pki else None
+
+    def client(self, i: int | None) -> TLSParty | None:
+        """What a request from node i presents: its node certificate (None: the operator's)."""
+        if not self.pki:
+            return None
+        return self.operator if i is None else self.pki.node(f"node{i + 1}", [self.node_ip(i)])
+
+    def shoalctl_tls_args(self) -> list[str]:
+        """shoalctl's flags presenting the operator certificate to the scheduler (https) with tls;
+        empty without."""
+        op = self.operator
+        return ["--ca", str(op.ca), "--cert", str(op.cert.cert), "--key", str(op.cert.key)] if op else []
+
+    def client_args(self, i: int | None) -> list[str]:
+        """curl arguments presenting client(i) (empty without tls)."""
+        c = self.client(i)
+        return c.curl_args() if c else []
 
     # -- per-node access (tests) -----------------------------------------------------------------
 
@@ -203,11 +251,12 @@ class Cluster:
         return self.net.nodes[1].name
 
     def curl(self, i: int | None, *args: str, timeout: float = 60, check: bool = False):
-        """Runs curl inside node i's namespace (None: the registry-proxy/scheduler node)."""
+        """Runs curl inside node i's namespace (None: the registry-proxy/scheduler node), presenting
+        client(i)'s certificate with tls (harmless toward plain URLs such as peerd's)."""
         from .procs import run
         ns = self.infra_netns if i is None else self.netns(i)
-        return run(["curl", "-s", "--globoff", "-m", str(int(timeout)), *args], netns=ns, timeout=timeout + 10,
-                   check=check)
+        return run(["curl", "-s", "--globoff", "-m", str(int(timeout)), *self.client_args(i), *args], netns=ns,
+                   timeout=timeout + 10, check=check)
 
     def metrics_of(self, url: str, i: int | None = None) -> dict[str, float]:
         """Parses a /metrics page fetched from node i (None: the infra node)."""

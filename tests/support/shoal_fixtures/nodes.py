@@ -17,12 +17,13 @@ from .shoal import _merge, binary, to_yaml
 
 
 def _http_json(url: str, *, method: str = "GET", body: Any = None, timeout: float = 30,
-               netns: str | None = None) -> tuple[int, Any]:
+               netns: str | None = None, client: Any = None) -> tuple[int, Any]:
+    """`client` (a certs.TLSParty): the CA and client certificate for an https URL."""
     if netns is not None:
         # Run curl inside the namespace (urllib cannot enter it).
         from .procs import run
         argv = ["ip", "netns", "exec", netns, "curl", "-s", "-m", str(int(timeout)), "-w", "\n%{http_code}",
-                "-X", method, url]
+                "-X", method, *(client.curl_args() if client else []), url]
         if body is not None:
             argv += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
         out = run(argv, timeout=timeout + 5, check=False).stdout
@@ -35,7 +36,8 @@ def _http_json(url: str, *, method: str = "GET", body: Any = None, timeout: floa
     req = urllib.request.Request(url, method=method, data=data,
                                  headers={"Content-Type": "application/json"} if data else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout,
+                                    context=client.ssl_context() if client else None) as r:
             raw = r.read()
             return r.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as e:
@@ -47,14 +49,21 @@ def _http_json(url: str, *, method: str = "GET", body: Any = None, timeout: floa
 
 
 class Scheduler:
+    """shoal-scheduler. tls: its certs.TLSParty (serves HTTPS, calls registry-proxy with it);
+    client: the party this fixture presents for its own requests (default: `tls`)."""
+
     def __init__(self, directory: str | os.PathLike, *, host: str = "127.0.0.1", port: int | None = None,
-                 netns: str | None = None, extra: Mapping[str, Any] | None = None, log_level: str = "info"):
+                 netns: str | None = None, extra: Mapping[str, Any] | None = None, log_level: str = "info",
+                 tls: Any = None, client: Any = None):
         self.dir = Path(directory)
+        self.tls, self.client = tls, client or tls
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host, self.netns = host, netns
         self.port = port or free_port("127.0.0.1" if netns else host)
         cfg: dict[str, Any] = {"http": {"listen": f"{host}:{self.port}"}, "log": {"level": log_level},
                                "tracker": {"interval": "5s", "min_interval": "2s"}}
+        if tls is not None:
+            cfg["tls"] = tls.section()
         if extra:
             _merge(cfg, extra)
         self.config_path = self.dir / "scheduler.yaml"
@@ -64,14 +73,15 @@ class Scheduler:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20) -> "Scheduler":
         self.daemon.start()
         if self.netns:
             self.daemon.wait_tcp(self.port, self.host, timeout=timeout)
         else:
-            self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200)
+            self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
+                                  client=self.client)
         return self
 
     def stop(self):
@@ -84,18 +94,22 @@ class Scheduler:
         return self.daemon.diagnostics()
 
     def nodes(self, netns: str | None = None) -> list[dict]:
-        code, body = _http_json(self.url + "/v1/nodes", netns=netns)
+        code, body = _http_json(self.url + "/v1/nodes", netns=netns, client=self.client)
         return body if code == 200 else []
 
 
 class Peerd:
-    """shoal-peerd for one node. `host` is the node's address (inside `netns` when given)."""
+    """shoal-peerd for one node. `host` is the node's address (inside `netns` when given).
+    tls: the node's certs.TLSParty: its calls to registry-proxy and the scheduler (https URLs)
+    present it, and the metrics listener serves with it. metrics_port: the metrics listener
+    (metrics_listen) on host:port; None: off. The HTTP listener (`url`) stays plain."""
 
     def __init__(self, directory: str | os.PathLike, *, name: str, registry_proxy: str, scheduler: str = "",
                  host: str = "127.0.0.1", http_port: int | None = None, bt_port: int | None = None,
                  netns: str | None = None, zone: str = "", rack: str = "", extra: Mapping[str, Any] | None = None,
-                 log_level: str = "info"):
+                 log_level: str = "info", tls: Any = None, metrics_port: int | None = None):
         self.dir = Path(directory)
+        self.tls, self.metrics_port = tls, metrics_port
         self.dir.mkdir(parents=True, exist_ok=True)
         self.name, self.host, self.netns = name, host, netns
         self.http_port = http_port or free_port("127.0.0.1" if netns else host)
@@ -108,6 +122,10 @@ class Peerd:
             "cache": {"dir": str(self.dir / "cache"), "quota": "4GiB"},
             "swarm": {"listen": f"{host}:{self.bt_port}", "announce_ip": host, "heartbeat_interval": "2s"},
         }
+        if tls is not None:
+            cfg["tls"] = tls.section()
+        if metrics_port is not None:
+            cfg["metrics_listen"] = f"{host}:{metrics_port}"
         if extra:
             _merge(cfg, extra)
         self.config = cfg
@@ -119,6 +137,11 @@ class Peerd:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The metrics listener's base URL (https with TLS on)."""
+        return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.metrics_port}"
 
     def start(self, timeout: float = 20) -> "Peerd":
         self.daemon.start()

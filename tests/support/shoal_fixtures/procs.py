@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 _PR_SET_PDEATHSIG = 1
 
@@ -313,11 +313,12 @@ class Daemon:
                    interval=0.05, diagnostics=self.diagnostics)
 
     def wait_http(self, url: str, timeout: float = 20,
-                  ok: Callable[[int], bool] = lambda status: status < 500) -> int:
-        """Waits until `url` answers with a status accepted by `ok`; returns that status."""
+                  ok: Callable[[int], bool] = lambda status: status < 500, client: Any = None) -> int:
+        """Waits until `url` answers with a status accepted by `ok`; returns that status.
+        `client`: the certs.TLSParty presented to an https URL."""
         def up() -> int:
             self.check_alive(f"serving {url}")
-            status = http_status(url, netns=self.netns)
+            status = http_status(url, netns=self.netns, client=client)
             return status if ok(status) else 0
         return int(wait_until(up, timeout, f"{self.name} serving {url}", interval=0.1,
                               diagnostics=self.diagnostics))
@@ -380,11 +381,13 @@ class _DaemonDied(FixtureError):
 
 
 def http_status(url: str, *, netns: str | None = None, timeout: float = 2,
-                method: str = "GET", headers: Mapping[str, str] | None = None) -> int:
-    """The HTTP status of one request to `url` (4xx/5xx included), from `netns` when given."""
+                method: str = "GET", headers: Mapping[str, str] | None = None,
+                client: Any = None) -> int:
+    """The HTTP status of one request to `url` (4xx/5xx included), from `netns` when given.
+    `client` (a certs.TLSParty): the CA and client certificate for an https URL."""
     if netns:
         argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method,
-                "--max-time", str(timeout)]
+                "--max-time", str(timeout), *(client.curl_args() if client else [])]
         for k, v in (headers or {}).items():
             argv += ["-H", f"{k}: {v}"]
         cp = run([*argv, url], netns=netns, timeout=timeout + 5, check=False)
@@ -394,7 +397,8 @@ def http_status(url: str, *, netns: str | None = None, timeout: float = 2,
         return code
     req = urllib.request.Request(url, method=method, headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout,
+                                    context=client.ssl_context() if client else None) as r:
             return r.status
     except urllib.error.HTTPError as e:
         e.close()

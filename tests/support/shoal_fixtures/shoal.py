@@ -90,6 +90,10 @@ class RegistryProxy:
     upstreams: list of dicts as in the config (name, url, auth, ...); see `upstream()`.
     extra: merged over the generated config (nested dicts merge).
 
+    tls: its certs.TLSParty (the registry-proxy certificate): the daemon serves HTTPS (mutual TLS,
+    the `tls` section) and `url` is https. client: the party this fixture presents for its own
+    requests (metrics, get, readiness; default: an operator of the same CA, else `tls`).
+
     Lifecycle: construct (writes the config), `start()`, `stop()`/`kill()`; `restart()` keeps
     the port, cache and state (restart tests). The daemon runs with `no_proxy=*` so an
     http_proxy in the test environment never reroutes its upstream calls.
@@ -98,8 +102,11 @@ class RegistryProxy:
     def __init__(self, directory: str | os.PathLike, *, upstreams: Sequence[Mapping[str, Any]],
                  host: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
                  extra: Mapping[str, Any] | None = None, torrent: bool = False,
-                 trackers: Sequence[str] = (), bt_port: int | None = None, log_level: str = "debug"):
+                 trackers: Sequence[str] = (), bt_port: int | None = None, log_level: str = "debug",
+                 tls: Any = None, client: Any = None):
         self.dir = Path(directory)
+        self.tls = tls
+        self.client = client or tls
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.netns = netns
@@ -114,6 +121,8 @@ class RegistryProxy:
             "torrent": {"enabled": torrent, "listen": f"{host}:{self.bt_port}",
                         "trackers": list(trackers)},
         }
+        if tls is not None:
+            cfg["tls"] = tls.section()
         if extra:
             _merge(cfg, extra)
         self.config = cfg
@@ -125,16 +134,25 @@ class RegistryProxy:
         self.name = f"registry-proxy({self.dir.name})"
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def host_port(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def _ctx(self):
+        """The client SSL context for this instance's https URL (None when plain)."""
+        return self.client.ssl_context() if self.tls is not None and self.client else None
+
     def start(self, timeout: float = 20) -> "RegistryProxy":
         self.daemon.start()
-        self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200)
+        self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
+                              client=self.client if self.tls is not None else None)
         return self
 
     def stop(self) -> int | None:
@@ -166,7 +184,7 @@ class RegistryProxy:
 
     def metrics(self) -> dict[str, float]:
         """Parses /metrics into {'name{labels}': value}."""
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5, context=self._ctx()) as r:
             return parse_metrics(r.read().decode())
 
     def metric(self, name: str, labels: str = "") -> float:
@@ -174,14 +192,17 @@ class RegistryProxy:
         return self.metrics().get(key, 0.0)
 
     def metrics_text(self) -> str:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5, context=self._ctx()) as r:
             return r.read().decode()
 
     def open(self, path: str, headers: Mapping[str, str] | None = None, method: str = "GET",
              timeout: float = 30) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Sends one request on a fresh connection and returns it with the response, whose body
         the caller reads at its own pace (streaming tests) and then closes the connection."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        if self.tls is not None:
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._ctx())
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         conn.request(method, path, headers=dict(headers or {}))
         return conn, conn.getresponse()
 
@@ -189,7 +210,7 @@ class RegistryProxy:
             timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
         req = urllib.request.Request(self.url + path, method=method, headers=dict(headers or {}))
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ctx()) as r:
                 return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
         except urllib.error.HTTPError as e:
             return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
