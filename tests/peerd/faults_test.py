@@ -12,7 +12,8 @@ fallback. swarm.seed_idle_unload is 2 s so holders unload their torrents quickly
      BitTorrent port does not hurt peerd
   05 the same with real bytes from the wrong place (another piece's data)
   06 plain mode says so: each peerd warned at start that credentials go in clear text,
-     registry-proxy and the scheduler that nobody is authenticated
+     registry-proxy and the scheduler that nobody is authenticated; the metrics listener is plain
+     HTTP on the node address, scraped from another node
 
 This suite is also the plain-mode smoke (`tls=False`: registry-proxy, the scheduler and peerd's
 calls in plain HTTP, as `tls.enabled: false` gives a single-machine demo): its fake peers are
@@ -211,6 +212,15 @@ class FaultsTest(ClusterCase):
             self.assertIn("credentials forwarded to registry-proxy", p.log_text(), p.name)
         self.assertIn("tls.enabled is false", self.c.proxy.log_text())
         self.assertIn("tls.enabled is false", self.c.scheduler.daemon.log_text())
+        # The metrics listener is plain HTTP here, on the node address: another node scrapes it.
+        url = self.c.peerds[0].metrics_url
+        self.assertTrue(url.startswith(f"http://{self.c.node_ip(0)}:"), url)
+        cp = self.c.curl(1, "-w", "\n%{http_code}", url + "/metrics", timeout=10)
+        text, _, code = cp.stdout.rpartition("\n")
+        self.assertEqual(code, "200", cp.stdout[-300:])
+        self.assertIn("shoal_peerd_bytes_from_peers_total", text)
+        self.assertNotIn("shoal_peerd_tls_", text)
+        self.assertIn("metrics_listen serves plain HTTP", self.c.peerds[0].log_text())
 
 
 if __name__ == "__main__":

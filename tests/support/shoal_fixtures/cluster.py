@@ -76,7 +76,9 @@ class Cluster:
     containerd_kw: Mapping[str, Any] | None = None  # more Containerd() arguments (cri=True, …)
     registry_origin: bool = True     # node 0 runs the upstream registry
     s3_origin: bool = False          # node 0 runs s3rver (dataset origin, s3.py) on port 4568
-    tls: bool = True                 # mutual TLS between the daemons (see the module's doc)
+    # Mutual TLS between the daemons (see the module's doc); SHOAL_TEST_TLS=0 turns the default off
+    # (to time a suite both ways).
+    tls: bool = field(default_factory=lambda: os.environ.get("SHOAL_TEST_TLS", "1") != "0")
     metrics_port: int = 9465         # each peerd's metrics listener on its node address
     pki: ClusterPKI | None = None
     s3: Any = None
