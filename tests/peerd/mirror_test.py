@@ -18,6 +18,9 @@ swarm.stall_timeout, which is what a stalled swarm looks like):
   - a poisoned metainfo (piece hashes of junk, name of the real blob) never yields a whole wrong
     body: the last byte waits for the object's sha256, so a full GET and a Range to the end are
     cut short, the object is not cached and the hash failure is counted and logged.
+  - TLS start-up checks (PeerdTlsStart): with tls.enabled an http:// registry-proxy URL stops the
+    start (credentials would go in clear); a certificate naming another node is logged; the
+    metrics listener serves TLS with the node certificate and only /metrics and /healthz.
 """
 from __future__ import annotations
 
@@ -404,6 +407,49 @@ class MirrorTest(FixtureTestCase):
     def _wait_cached(self, dig):
         self._wait(lambda: not any(d["digest"] == dig for d in self.peerd.status().get("downloads", [])), 15,
                    f"{dig} to be committed")
+
+
+class PeerdTlsStart(FixtureTestCase):
+    """peerd's `tls` section at start (no registry-proxy needed: nothing is fetched)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        from shoal_fixtures.certs import ClusterPKI
+        cls.pki = ClusterPKI(cls.class_tmpdir("shoal-peerd-tls-") / "pki")
+
+    def exits(self, p: Peerd, timeout: float = 10) -> int:
+        p.daemon.start()
+        end = time.monotonic() + timeout
+        while p.daemon.returncode is None and time.monotonic() < end:
+            time.sleep(0.05)
+        rc = p.daemon.returncode
+        self.assertIsNotNone(rc, "peerd kept running")
+        return rc
+
+    def test_plain_url_with_tls_refuses_to_start(self):
+        p = self.track(Peerd(self.tmpdir() / "p", name="n1", registry_proxy="http://127.0.0.1:9",
+                             tls=self.pki.node("n1", ["127.0.0.1"])))
+        self.assertNotEqual(self.exits(p), 0)
+        self.assertIn("upstream.registry_proxy is http://127.0.0.1:9: with tls.enabled it must be an https:// URL",
+                      p.log_text())
+
+    def test_certificate_of_another_node_is_logged_and_metrics_listener_serves_tls(self):
+        port = free_port()
+        p = self.track(Peerd(self.tmpdir() / "p", name="n2", registry_proxy="https://127.0.0.1:9",
+                             tls=self.pki.node("n1", ["127.0.0.1"]), metrics_port=port))
+        p.start()
+        p.daemon.wait_log("the certificate does not name this node")
+        self.assertIn('expected=shoal://node/n2', p.log_text())
+        me = self.pki.node("n1", ["127.0.0.1"]).curl_args()
+        for path, want in (("/metrics", "200"), ("/healthz", "200"), ("/v2/", "404"), ("/shoal/v1/status", "404")):
+            cp = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", *me,
+                                 p.metrics_url + path], capture_output=True, text=True, timeout=20)
+            self.assertEqual(cp.stdout, want, path)
+        cp = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert",
+                             str(self.pki.ca.cert), p.metrics_url + "/metrics"], capture_output=True, text=True,
+                            timeout=20)
+        self.assertEqual(cp.stdout, "000", "served a client without a certificate")
 
 
 if __name__ == "__main__":
