@@ -192,7 +192,7 @@ def text(cert: Cert | Path) -> str:
 
 
 def issue_node_at(ca: CA, directory: str | Path, name: str, ips: Sequence[str] = (), *,
-                  days: float = 7) -> Cert:
+                  days: float = 30) -> Cert:
     """A node certificate (issue_node's profile) that also names the node's addresses (IP SANs):
     what its metrics listener serves with TLS."""
     return issue(ca, directory, name, dns=["*"], uris=[node_uri(name)], ips=ips, days=days)
@@ -244,9 +244,12 @@ class ClusterPKI:
         op = pki.operator()                        # URI shoal://operator/test (client only)
     """
 
+    # Leaves last 30 days, past the daemons' default expiry_warning (14 days): no warning at start.
+    DAYS = 30
+
     def __init__(self, directory: str | Path, cn: str = "Shoal test cluster CA"):
         self.dir = Path(directory)
-        self.ca = make_ca(self.dir / "ca", cn)
+        self.ca = make_ca(self.dir / "ca", cn, days=2 * self.DAYS)
         self._parties: dict[str, TLSParty] = {}
 
     def _party(self, key: str, make) -> TLSParty:
@@ -255,18 +258,21 @@ class ClusterPKI:
         return self._parties[key]
 
     def node(self, name: str, ips: Sequence[str] = ()) -> TLSParty:
-        return self._party(f"node/{name}", lambda d: issue_node_at(self.ca, d, name, ips))
+        return self._party(f"node/{name}", lambda d: issue_node_at(self.ca, d, name, ips, days=self.DAYS))
 
     def registry_proxy(self, hosts: Sequence[str]) -> TLSParty:
         dns, ips = _host_sans(hosts)
         return self._party("registry-proxy", lambda d: issue(
-            self.ca, d, "shoal-registry-proxy", dns=["*", *dns], uris=["shoal://registry-proxy"], ips=ips))
+            self.ca, d, "shoal-registry-proxy", dns=["*", *dns], uris=["shoal://registry-proxy"], ips=ips,
+            days=self.DAYS))
 
     def scheduler(self, hosts: Sequence[str], replica: str = "s1") -> TLSParty:
         dns, ips = _host_sans(hosts)
         return self._party(f"scheduler/{replica}", lambda d: issue(
-            self.ca, d, f"shoal-scheduler-{replica}", dns=dns, uris=[f"shoal://scheduler/{replica}"], ips=ips))
+            self.ca, d, f"shoal-scheduler-{replica}", dns=dns, uris=[f"shoal://scheduler/{replica}"], ips=ips,
+            days=self.DAYS))
 
     def operator(self, user: str = "test") -> TLSParty:
         return self._party(f"operator/{user}", lambda d: issue(
-            self.ca, d, f"shoal-operator-{user}", uris=[f"shoal://operator/{user}"], eku="clientAuth"))
+            self.ca, d, f"shoal-operator-{user}", uris=[f"shoal://operator/{user}"], eku="clientAuth",
+            days=self.DAYS))
