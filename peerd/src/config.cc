@@ -154,6 +154,17 @@ void describe(config::binder& b, peerd_config& c) {
   b.section("access", c.access,
             "Private content: a blob not known public is served from this node only to a client "
             "registry-proxy confirmed.");
+  b.field("metrics_listen", c.metrics_listen,
+          "host:port of a second listener serving only /metrics and /healthz, for scrapers on "
+          "other hosts (use the node address). Empty: off. With tls.enabled it serves TLS with "
+          "this node's certificate and requires a client certificate of the cluster CA.");
+  b.section("tls", c.tls,
+            "TLS for calls to registry-proxy and the scheduler: this node's certificate (URI SAN "
+            "shoal://node/<node.name>) as the client certificate, the servers verified against "
+            "ca_file; also the metrics listener's certificate. The registry credentials peerd "
+            "forwards to registry-proxy then travel encrypted. The `http` listener stays plain "
+            "(loopback: containerd and local tools). Off: every call is plain HTTP, credentials "
+            "included (a single-machine demo).");
 }
 
 }  // namespace shoal::peerd

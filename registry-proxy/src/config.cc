@@ -241,6 +241,13 @@ void describe(config::binder& b, proxy_config& c) {
   b.section("torrent", c.torrent, "The P2P origin.");
   b.section("datasets", c.datasets,
             "Datasets: declarations, origin fetches, manifests (docs/datasets.md).");
+  b.section("tls", c.tls,
+            "Mutual TLS on the HTTP API: every caller presents a certificate of the cluster CA "
+            "and each route admits the roles that need it (URI SAN shoal://<role>/<name>: node "
+            "for pulls, metainfo and dataset objects; scheduler for manifests and dataset "
+            "records; operator for everything, and alone may declare datasets); others get 403 "
+            "(docs/registry-proxy.md). Off: plain HTTP, anyone who reaches the port may pull "
+            "through the proxy and read the credentials nodes forward (a single-machine demo).");
 }
 
 }  // namespace shoal::proxy

@@ -175,6 +175,7 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
     if (h != holdings_.end() && h->second.count(a.info_hash)) {
       auto& p = sw.peers[key];
       p.holder = true;
+      p.announced = false;
       p.left = 0;
       p.last_seen = now;
     } else {
@@ -193,6 +194,7 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
   p.left = a.left;
   p.origin = a.origin;
   p.holder = false;
+  p.announced = true;
   p.last_seen = now;
 }
 
@@ -214,6 +216,7 @@ tracker::peer_pick tracker::pick_peers_locked(swarm& sw, const std::string& key,
     else
       ++out.incomplete;
     if (k == key || (!a.node.empty() && p.node == a.node)) continue;
+    if (opts_.announced_peers_only && !p.announced) continue;
     // A complete requester only needs peers it can upload to.
     if (a.left == 0 && p.left == 0) continue;
     // Forget old handouts (the load estimate decays over the window).

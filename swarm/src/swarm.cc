@@ -70,6 +70,26 @@ std::optional<std::string> read_whole(const std::string& path) {
 
 }  // namespace
 
+status enable_members_only(const tls::tls_config& tls) {
+  if (!tls.enabled) {
+    set_metainfo_root("");
+    return {};
+  }
+  auto root = load_root_pem(tls.ca_file);
+  if (!root) return fail(root.error().wrap("tls.ca_file (the root of every torrent)"));
+  set_metainfo_root(std::move(*root));
+  return {};
+}
+
+void apply_tls(settings& s, const tls::tls_config& tls) {
+  s.ssl = tls.enabled;
+  if (!tls.enabled) return;
+  s.cert_file = tls.cert_file;
+  s.key_file = tls.key_file;
+  s.reload_interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(tls.reload_interval.get());
+}
+
 lt::settings_pack lan_settings(const settings& s) {
   using sp = lt::settings_pack;
   sp p;

@@ -9,6 +9,7 @@
 #include "cache/config.h"
 #include "common/config.h"
 #include "common/daemon.h"
+#include "common/tls.h"
 
 namespace shoal::peerd {
 
@@ -99,6 +100,15 @@ struct peerd_config {
   swarm_config swarm;
   datasets_config datasets;
   access_config access;
+  // The metrics listener on the node address (docs/peerd.md "What listens where"): /metrics
+  // and /healthz only, for Prometheus on other hosts. Empty: off. With tls.enabled it serves
+  // TLS with the node certificate and requires a client certificate of the cluster CA.
+  std::string metrics_listen;
+  // TLS for peerd's calls to registry-proxy and the scheduler (client certificate: this node's,
+  // URI SAN shoal://node/<node.name>; servers verified against the cluster CA) and for the
+  // metrics listener. The HTTP listener (`http`: containerd's mirror, the node API) stays plain
+  // on loopback.
+  tls::tls_config tls;
 };
 void describe(config::binder& b, peerd_config& c);
 

@@ -9,6 +9,7 @@
 #include "cache/config.h"
 #include "common/config.h"
 #include "common/daemon.h"
+#include "common/tls.h"
 
 namespace shoal::proxy {
 
@@ -121,6 +122,13 @@ struct proxy_config {
   access_config access;
   torrent_config torrent;
   dataset_config datasets;
+  // Mutual TLS on the HTTP API (docs/registry-proxy.md "Who may call what"): each route admits
+  // the roles of the caller's certificate that need it (nodes pull, the scheduler reads
+  // manifests and dataset records, operators declare datasets). registry-proxy makes no HTTP
+  // call to another Shoal daemon (its announces are the seeder's, over BitTorrent's own TLS);
+  // its HTTP client talks to upstream registries and dataset origins, which never see this
+  // certificate.
+  tls::tls_config tls;
 };
 void describe(config::binder& b, proxy_config& c);
 

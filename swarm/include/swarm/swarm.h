@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/tls.h"
 #include "swarm/metainfo.h"
 
 namespace shoal::swarm {
@@ -83,6 +84,13 @@ inline constexpr std::string_view node_fingerprint = "-SN0100-";
 // An origin that super-seeds, and a node that understands it (see origin_superseed_plugin).
 inline constexpr std::string_view superseeding_origin_fingerprint = "-SO0110-";
 inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
+
+// BitTorrent between members for a daemon whose `tls` section is `tls`. enable_members_only()
+// sets the process's metainfo root (metainfo.h) from the first certificate of tls.ca_file, or
+// clears it when TLS is off; a daemon's app calls it once at start, before anything builds or
+// parses metainfo. apply_tls() turns `s` into an SSL session with the daemon's certificate.
+[[nodiscard]] status enable_members_only(const tls::tls_config& tls);
+void apply_tls(settings& s, const tls::tls_config& tls);
 
 // The settings_pack Shoal uses, from the table above (documented in docs/p2p.md), without the
 // raw overrides.
