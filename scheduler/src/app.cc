@@ -76,8 +76,7 @@ status app::init() {
   to.trust_announced_ip = cfg_.tracker.trust_announced_ip;
   to.max_swarms = cfg_.tracker.max_swarms;
   to.max_peers_per_swarm = cfg_.tracker.max_peers_per_swarm;
-  // SSL torrents: a holder that has not loaded a torrent cannot answer for it (docs/p2p.md).
-  to.announced_peers_only = cfg_.tls.enabled;
+  to.announced_peers_only = cfg_.tls.enabled;  // SSL torrents: docs/p2p.md, unloaded seeds
   tracker_ = std::make_unique<tracker>(to);
 
   index_options io;
