@@ -135,8 +135,17 @@ status app::init() {
   eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
 
+  if (!cfg_.auth.operator_token_file.empty()) {
+    auto t = operator_token::load(cfg_.auth.operator_token_file);
+    if (!t) return fail(t.error());
+    token_ = std::move(*t);
+  } else if (!cfg_.tls.enabled) {
+    log::warn(
+        "no auth.operator_token_file in plain mode: anyone who can reach this port may "
+        "place and prewarm");
+  }
   api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
-                                        *prewarm_, *extender_, reg_});
+                                        *prewarm_, *extender_, reg_, token_.get()});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
@@ -238,6 +247,7 @@ void app::maintenance() {
     log::warn("node dropped: no heartbeat", log::kv("node", d.name));
   }
   tracker_->expire();
+  if (token_) (void)token_->reload_if_changed();  // a stat a second; reads only on change
   prewarm_->tick();
   auto c = prewarm_->counts();
   for (const auto& [state, n] : c.orders)

@@ -13,6 +13,10 @@
 //   POST /v1/extender/filter|prioritize  kube-scheduler extender (extender.h)
 //   GET  /announce                     the BitTorrent tracker
 //
+// Every route first passes the authorizer (authz.h): with TLS on, reads need a cluster
+// certificate, place and prewarm an operator's (or the bearer token), the extender
+// kube-scheduler's, heartbeats a node's.
+//
 // A router apart from the listener, so tests drive it without sockets: serve() answers any
 // route and may block (resolution); the app runs heavy() routes on its worker pool and
 // heartbeats on their own pool, the rest on the io threads. Thread-safe.
@@ -26,6 +30,7 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "scheduler/authz.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
 #include "scheduler/index.h"
@@ -46,6 +51,8 @@ struct api_deps {
   prewarm_manager& prewarm;
   extender& ext;
   metrics::registry& reg;
+  // The operator bearer token (auth.operator_token_file); null: none is accepted.
+  const operator_token* token = nullptr;
 };
 
 class api {
@@ -61,6 +68,9 @@ class api {
 
  private:
   http::response on_heartbeat(const http::request& req);
+  // The address the node is reached at: the connection's, or (plain mode with
+  // tracker.trust_announced_ip) the one its heartbeat claims.
+  std::string node_address(const http::request& req, const std::string& claimed) const;
   http::response on_nodes(std::string_view rest);
   http::response on_object(std::string_view rest);
   http::response on_image(const http::request& req, std::string_view rest);
@@ -111,6 +121,7 @@ class api {
                               const std::string& platform) const;
 
   api_deps d_;
+  authorizer auth_;
   metrics::counter* heartbeats_;
   metrics::counter* bad_heartbeats_;
   metrics::counter_family& resyncs_;

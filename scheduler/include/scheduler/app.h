@@ -66,6 +66,7 @@ class app {
   std::unique_ptr<placer> placer_;
   std::unique_ptr<prewarm_manager> prewarm_;
   std::unique_ptr<extender> extender_;
+  std::unique_ptr<operator_token> token_;  // null without auth.operator_token_file; outlives api_
   std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;
   boost::asio::steady_timer timer_;
