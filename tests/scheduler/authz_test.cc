@@ -86,13 +86,15 @@ TEST_F(TokenDir, TheTokenFileIsValidatedAndOnlyItsHashCompared) {
   EXPECT_FALSE((*t)->matches(good_token.substr(1)));
   EXPECT_FALSE((*t)->matches(""));
 
-  for (const std::string bad : {std::string("short"), std::string(1025, 'a'),
-                                std::string("0123456789 abcdef0123"), std::string("")}) {
+  for (const std::string& bad : {std::string("short"), std::string(1025, 'a'),
+                                 std::string("0123456789 abcdef0123"), std::string("")}) {
     auto b = operator_token::load(put(bad, "bad"));
     ASSERT_FALSE(b) << bad;
     EXPECT_NE(b.error().message.find("auth.operator_token_file"), std::string::npos);
     // The error never repeats the file's content.
-    if (bad.size() > 3) EXPECT_EQ(b.error().message.find(bad), std::string::npos);
+    if (bad.size() > 3) {
+      EXPECT_EQ(b.error().message.find(bad), std::string::npos);
+    }
   }
   auto missing = operator_token::load((dir_ / "none").string());
   ASSERT_FALSE(missing);
