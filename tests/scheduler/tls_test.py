@@ -20,6 +20,7 @@ Two schedulers; a few seconds in all.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -68,9 +69,9 @@ def make_pki(d: Path) -> None:
     issue("ks", "ca", "URI:shoal://kube-scheduler", 7)
 
 
-def heartbeat(node: str) -> bytes:
+def heartbeat(node: str, objects: list | None = None) -> bytes:
     return json.dumps({"schema": 2, "node": node, "ip": "10.9.9.9", "bt_port": 6881, "full": True,
-                       "seq": 1, "epoch": "", "objects": [], "removed": [], "health": "ok"}).encode()
+                       "seq": 1, "epoch": "", "objects": objects or [], "removed": [], "health": "ok"}).encode()
 
 
 class SchedulerTls(FixtureTestCase):
@@ -236,17 +237,24 @@ class SchedulerTokenTls(FixtureTestCase):
 
     def test_objects_refuse_an_anonymous_caller(self):
         digest = "sha256:" + "ab" * 32
+        held = [{"digest": digest, "info_hash": "cd" * 20, "size": 10, "kind": "blob"}]
+        self.assertEqual(self.call("n1", "/v1/heartbeat", heartbeat("n1", held))[0], 200)
         code, body = self.call(None, "/v1/objects/" + digest)
         self.assertEqual(code, 401, body)
+        self.assertNotIn(b"n1", body)
         err = json.loads(body)
         self.assertEqual(err["presented"], "anonymous (tls)")
         self.assertIn("a cluster certificate with a shoal:// role or the operator bearer token", err["error"])
         self.assertEqual(self.call(None, "/v1/nodes")[0], 401)
-        self.assertEqual(self.call("n1", "/v1/objects/" + digest)[0], 404)  # a member: not held
+        code, body = self.call("ks", "/v1/objects/" + digest)  # any member
+        self.assertEqual(code, 200, body)
+        self.assertEqual([h["node"] for h in json.loads(body)["holders"]], ["n1"])
         self.assertEqual(self.call(None, "/healthz")[0], 200)
         code, body = self.call(None, "/metrics")
         self.assertEqual(code, 200)
         self.assertIn(b'shoal_scheduler_auth_refused_total{need="member",reason="unauthenticated"} 2', body)
+        # Open to anyone, so it must name no object (digest, info-hash) and no node.
+        self.assertIsNone(re.search(rb"[0-9a-f]{40}|node=", body), "metrics reveal an object or node")
         self.assertTrue(self.log_has("request refused status=401 path=/v1/objects/"))
 
     def test_the_bearer_token_stands_for_an_operator_and_follows_its_file(self):

@@ -1,21 +1,22 @@
 #pragma once
-// The scheduler's HTTP routes (JSON, versioned under /v1; docs/scheduler.md has examples):
+// The scheduler's HTTP routes (JSON, versioned under /v1; docs/scheduler.md has examples), and
+// who may call each with TLS on (authz.h; docs/security.md, "Who may call what (scheduler)"):
 //
-//   POST /v1/heartbeat                 peerd's heartbeat (common/heartbeat.h); the reply carries
-//                                      the epoch, resync and prewarm orders
-//   GET  /v1/nodes, /v1/nodes/<name>   inventory, health, cache, GPUs, network
-//   GET  /v1/objects/<digest>          holders of one object
-//   GET  /v1/images/<ref>[?platform=]  resolution, and how much of it each node holds
-//   GET  /v1/datasets/<name@version>   the same for a dataset (issue #7: "unknown dataset")
-//   POST /v1/place                     place a job: chosen nodes, and every node explained
-//   POST /v1/prewarm                   prewarm on nodes / a selector / a job's nodes + standby
-//   GET  /v1/prewarm, /v1/prewarm/<id> progress
-//   POST /v1/extender/filter|prioritize  kube-scheduler extender (extender.h)
-//   GET  /announce                     the BitTorrent tracker
+//   POST /v1/heartbeat                 node (its own name)  peerd's heartbeat (common/heartbeat.h);
+//                                      the reply carries the epoch, resync and prewarm orders
+//   GET  /v1/nodes, /v1/nodes/<name>   member   inventory, health, cache, GPUs, network
+//   GET  /v1/objects/<digest>          member   holders of one object
+//   GET  /v1/images/<ref>[?platform=]  member   resolution, and how much of it each node holds
+//   GET  /v1/datasets/<name@version>   member   the same for a dataset
+//   POST /v1/place                     operator place a job: chosen nodes, every node explained
+//   POST /v1/prewarm                   operator prewarm on nodes / a selector / a job's nodes
+//   GET  /v1/prewarm, /v1/prewarm/<id> member   progress
+//   POST /v1/extender/filter|prioritize  kube-scheduler  the extender (extender.h)
+//   GET  /announce                     the tracker (authorize_announce)
 //
-// Every route first passes the authorizer (authz.h): with TLS on, reads need a cluster
-// certificate, place and prewarm an operator's (or the bearer token), the extender
-// kube-scheduler's, heartbeats a node's.
+// member: any cluster certificate with a role; operator: an operator certificate or the bearer
+// token. serve() asks the authorizer before any route runs. In plain mode nothing is checked
+// except place and prewarm once a token file is configured.
 //
 // A router apart from the listener, so tests drive it without sockets: serve() answers any
 // route and may block (resolution); the app runs heavy() routes on its worker pool and
