@@ -179,9 +179,11 @@ http::response api::on_heartbeat(const http::request& req) {
     return json_error(m.error().is(errc::too_large) ? 413 : 400, m.error().message);
   }
   if (req.peer.tls && !req.peer.is_node(m->node)) {
-    log::warn("heartbeat refused: certificate names another node", log::kv("node", m->node),
-              log::kv("from", req.remote.address().to_string()),
-              log::kv("certificate", req.peer.str()));
+    if (auth_.refused_by_handler(req, route_access::node, "other_node")) {
+      log::warn("heartbeat refused: certificate names another node", log::kv("node", m->node),
+                log::kv("from", req.remote.address().to_string()),
+                log::kv("certificate", req.peer.str()));
+    }
     return json_error(403, "heartbeat for node \"" + m->node +
                                "\" refused: the client certificate is " + req.peer.str());
   }

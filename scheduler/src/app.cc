@@ -58,6 +58,21 @@ status app::init_transport() {
   return {};
 }
 
+status app::init_auth() {
+  if (cfg_.auth.operator_token_file.empty()) {
+    if (!cfg_.tls.enabled) {
+      log::warn(
+          "no auth.operator_token_file in plain mode: anyone who can reach this port may "
+          "place and prewarm");
+    }
+    return {};
+  }
+  auto t = operator_token::load(cfg_.auth.operator_token_file);
+  if (!t) return fail(t.error());
+  token_ = std::move(*t);
+  return {};
+}
+
 status app::init() {
   unsigned char b[8];
   if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
@@ -135,15 +150,7 @@ status app::init() {
   eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
 
-  if (!cfg_.auth.operator_token_file.empty()) {
-    auto t = operator_token::load(cfg_.auth.operator_token_file);
-    if (!t) return fail(t.error());
-    token_ = std::move(*t);
-  } else if (!cfg_.tls.enabled) {
-    log::warn(
-        "no auth.operator_token_file in plain mode: anyone who can reach this port may "
-        "place and prewarm");
-  }
+  if (auto s = init_auth(); !s) return s;
   api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
                                         *prewarm_, *extender_, reg_, token_.get()});
   register_metrics();

@@ -207,13 +207,21 @@ authorizer::authorizer(const operator_token* token, metrics::registry& reg)
                            "API requests refused by authorization, by what the route needs "
                            "(member, node, operator, kube-scheduler) and why (unauthenticated: "
                            "401 without credentials; bad_token: 401, a wrong bearer token; "
-                           "wrong_role: 403, a certificate of another role).",
+                           "wrong_role: 403, a certificate of another role; other_node: 403, "
+                           "a heartbeat for a node the certificate does not name).",
                            {"need", "reason"})) {
   for (auto need : {route_access::member, route_access::node, route_access::operator_,
                     route_access::kube_scheduler}) {
     for (const char* why : {"unauthenticated", "bad_token", "wrong_role"})
       (void)refused_.with({std::string(to_string(need)), why});
   }
+  (void)refused_.with({"node", "other_node"});
+}
+
+bool authorizer::refused_by_handler(const http::request& req, route_access need,
+                                    const char* reason) {
+  refused_.with({std::string(to_string(need)), reason}).inc();
+  return first_refusal_of(req);
 }
 
 std::optional<authorizer::refusal> authorizer::decide(const http::request& req,
@@ -261,7 +269,8 @@ std::optional<http::response> authorizer::check(const http::request& req) {
   if (!r) return std::nullopt;
   refused_.with({std::string(to_string(need)), r->reason}).inc();
   if (first_refusal_of(req)) {
-    log::warn("request refused", log::kv("status", r->status), log::kv("path", req.path),
+    log::warn("request refused", log::kv("status", r->status),
+              log::kv("path", req.path.substr(0, 256)),
               log::kv("from", req.remote.address().to_string()),
               log::kv("certificate", req.peer.str()), log::kv("reason", r->error));
   }

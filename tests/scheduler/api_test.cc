@@ -344,6 +344,9 @@ TEST_F(ApiTest, WithTlsAHeartbeatNeedsTheNodesOwnCertificate) {
   EXPECT_EQ(forged.status, 403u);
   EXPECT_EQ(js(forged)["error"],
             "heartbeat for node \"n1\" refused: the client certificate is node/n2");
+  EXPECT_NE(reg_.expose().find(
+                "shoal_scheduler_auth_refused_total{need=\"node\",reason=\"other_node\"} 1"),
+            std::string::npos);
 
   auto op = call(http::verb::post, "/v1/heartbeat", hb, as(tls::peer_role::operator_, "n1"));
   EXPECT_EQ(op.status, 403u);

@@ -45,6 +45,8 @@ class app {
   // The outbound client (presenting the `tls` certificate to registry-proxy) and the server's
   // TLS context when tls.enabled (start-up fails on bad files); a loud warning when not.
   [[nodiscard]] status init_transport();
+  // The operator token file (auth.operator_token_file), when set; a bad file stops start-up.
+  [[nodiscard]] status init_auth();
   void handle(http::request&& req, http::responder resp);
   void register_metrics();
   void schedule_maintenance();

@@ -14,7 +14,8 @@
 //
 // A refusal is 401 (no credentials, or a wrong token) or 403 (a certificate with the wrong role),
 // with a JSON error naming what the route needs and what the caller presented; it is counted in
-// shoal_scheduler_auth_refused_total{need,reason} and logged at most once per connection.
+// shoal_scheduler_auth_refused_total{need,reason} and logged at most once per connection (the
+// heartbeat handler's own refusal, a certificate naming another node, is counted there too).
 
 #include <cstdint>
 #include <memory>
@@ -101,6 +102,10 @@ class authorizer {
 
   // nullopt when the request may go on; otherwise the 401/403 answer (counted, logged).
   [[nodiscard]] std::optional<http::response> check(const http::request& req);
+  // A refusal a handler decided after check() (a heartbeat naming another node: reason
+  // "other_node"): counted; true when the caller should log it (first on this connection).
+  [[nodiscard]] bool refused_by_handler(const http::request& req, route_access need,
+                                        const char* reason);
 
  private:
   struct refusal {
