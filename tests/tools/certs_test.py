@@ -259,7 +259,8 @@ class ShoalctlCerts(FixtureTestCase):
         ctx.load_cert_chain(str(p / "scheduler-s1.pem"), str(p / "scheduler-s1.key"))
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
-        self.addCleanup(srv.shutdown)
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)  # cleanups run last-in first-out: shut down, then close
         token = self.tmp / "token"
         token.write_text("s3cret-token\n")
         url = f"https://127.0.0.1:{srv.server_address[1]}"
