@@ -2,6 +2,8 @@
 certificate profile and the way the daemons read their certificates:
 
 - the kustomization renders, with every object in shoal-system and the kinds the install needs;
+- every object validates against the Kubernetes API's and cert-manager's schemas (kubernetes-models
+  and @kubernetes-models/cert-manager from npm, tools/install-deps; validate_schema.js);
 - every Certificate is issued by the CA Issuer, names one shoal:// URI SAN, carries DNS "*" only
   when it is a swarm member (registry-proxy), has only FQDN DNS names otherwise (rule 3), ECDSA
   P-256 keys rotated on renewal, and the usages of the profile's table;
@@ -14,8 +16,10 @@ No API server runs here: what cert-manager and kubelet do with these objects is 
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 import unittest
 import urllib.parse
 from pathlib import Path
@@ -27,17 +31,20 @@ URI_ROLES = {"node", "registry-proxy", "scheduler", "operator", "kube-scheduler"
 BOTH = {"digital signature", "server auth", "client auth"}
 
 
-def render() -> list[dict]:
-    out = subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy")], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+MODELS = Path(os.environ.get("SHOAL_K8S_MODELS_DIR", "/opt/shoal/k8s-models")) / "node_modules"
+
+
+def render() -> str:
+    return subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy")], check=True,
+                          capture_output=True, text=True, timeout=60).stdout
 
 
 @unittest.skipIf(shutil.which("kubectl") is None, "kubectl is not installed (tools/install-deps)")
 class DeployRender(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.docs = render()
+        cls.rendered = render()
+        cls.docs = [d for d in yaml.safe_load_all(cls.rendered) if d]
         cls.by_kind: dict[str, list[dict]] = {}
         for d in cls.docs:
             cls.by_kind.setdefault(d["kind"], []).append(d)
@@ -49,6 +56,19 @@ class DeployRender(unittest.TestCase):
         for d in self.docs:
             if d["kind"] != "Namespace":
                 self.assertEqual(d["metadata"].get("namespace"), "shoal-system", d["metadata"])
+
+    @unittest.skipIf(not (MODELS / "@kubernetes-models" / "cert-manager").is_dir() or
+                     shutil.which("node") is None,
+                     f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
+    def test_every_object_validates_against_its_schema(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(self.rendered)
+            f.flush()
+            r = subprocess.run(["node", str(Path(__file__).with_name("validate_schema.js")),
+                                f.name], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "NODE_PATH": str(MODELS)})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"{len(self.docs)} objects, 0 problem(s)", r.stdout)
 
     def test_certificates_follow_the_profile(self):
         issuers = {i["metadata"]["name"] for i in self.by_kind["Issuer"] if "ca" in i["spec"]}
