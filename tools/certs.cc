@@ -176,8 +176,11 @@ result<x509_ptr> new_cert(const std::string& cn, EVP_PKEY* key, unsigned days) {
       !BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(x.get())))
     return fail(errc::internal, ssl_error("random serial"));
   X509_NAME* name = X509_get_subject_name(x.get());
+  // X.509 caps a CN at 64 characters and a node name may have 253. The CN is informational (the
+  // identity is the URI SAN), and a prefix keeps the `shoal-` start that rule 2 relies on.
+  const std::string short_cn = cn.substr(0, 64);
   if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                                 reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
+                                 reinterpret_cast<const unsigned char*>(short_cn.c_str()), -1, -1,
                                  0) != 1)
     return fail(errc::internal, ssl_error("subject CN=" + cn));
   // Five minutes back: a node whose clock is slightly behind still accepts a fresh certificate.
@@ -190,6 +193,7 @@ result<x509_ptr> new_cert(const std::string& cn, EVP_PKEY* key, unsigned days) {
 
 std::string describe_name(X509_NAME* n) {
   bio_ptr b(BIO_new(BIO_s_mem()));
+  if (!b) return "?";
   X509_NAME_print_ex(b.get(), n, 0, XN_FLAG_RFC2253);
   return bio_string(b.get());
 }
@@ -198,6 +202,7 @@ std::string describe_sans(X509* x) {
   int idx = X509_get_ext_by_NID(x, NID_subject_alt_name, -1);
   if (idx < 0) return {};
   bio_ptr b(BIO_new(BIO_s_mem()));
+  if (!b) return "?";
   X509V3_EXT_print(b.get(), X509_get_ext(x, idx), 0, 0);
   return bio_string(b.get());
 }

@@ -175,6 +175,14 @@ class ShoalctlCerts(FixtureTestCase):
         self.assertEqual(sorted(p.name for p in d.iterdir()),
                          ["ca.key", "ca.pem", "node-r1.key", "node-r1.pem"])  # no temporaries
 
+    def test_a_long_node_name_is_kept_whole_in_the_uri(self):
+        name = "ip-10-0-0-1." + "a" * 80 + ".compute.internal"  # 109 characters
+        r = self.ctl("certs", "issue", "--dir", str(self.pki), "--node", name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        t = self.text(f"node-{name}")
+        self.assertEqual(ext_value(t, "Subject Alternative Name"), f"URI:shoal://node/{name}, DNS:*")
+        self.assertIn(f"Subject: CN = {name[:64]}\n", t)  # X.509 caps a CN at 64
+
     # ---- refusals
 
     def test_refusals_name_the_rule(self):
