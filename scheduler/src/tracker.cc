@@ -117,7 +117,13 @@ result<announce_request> parse_announce(const http::request& req, const std::str
       if (inet_pton(AF_INET, ip->c_str(), buf) != 1 && inet_pton(AF_INET6, ip->c_str(), buf) != 1) {
         return fail(errc::invalid_argument, "ip is not an address: \"" + printable(*ip) + "\"");
       }
-      a.ip = *ip;
+      // With TLS on the node's address is the connection's: a claim is only logged.
+      if (req.peer.tls && *ip != source_ip) {
+        log::debug("announced ip ignored: TLS is on", log::kv("claimed", printable(*ip)),
+                   log::kv("from", source_ip));
+      } else {
+        a.ip = *ip;
+      }
     }
   }
   return a;

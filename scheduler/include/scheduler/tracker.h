@@ -39,7 +39,7 @@ struct tracker_options {
   std::chrono::seconds peer_timeout{180};  // drop peers silent for this long
   std::uint32_t default_numwant = 50;
   std::uint32_t max_numwant = 200;
-  bool trust_announced_ip = false;       // use the ip= parameter instead of the source address
+  bool trust_announced_ip = false;       // use ip= instead of the source address (not with TLS)
   std::chrono::seconds load_window{30};  // handouts counted as load for this long
   // Caps: an announce that would start a swarm beyond max_swarms, or add a peer to a swarm that
   // has max_peers_per_swarm, is refused (429 with a failure reason); a heartbeat's holdings
