@@ -78,7 +78,7 @@ status app::init() {
   if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
   std::string epoch = to_hex(std::span<const std::uint8_t>(b, sizeof b));
 
-  tracker_options to;
+  tracker_options to{.announced_peers_only = cfg_.tls.enabled};  // SSL torrents (docs/p2p.md)
   auto secs = [](const config::duration& d) {
     return std::chrono::duration_cast<std::chrono::seconds>(d.get());
   };
@@ -91,7 +91,6 @@ status app::init() {
   to.trust_announced_ip = cfg_.tracker.trust_announced_ip;
   to.max_swarms = cfg_.tracker.max_swarms;
   to.max_peers_per_swarm = cfg_.tracker.max_peers_per_swarm;
-  to.announced_peers_only = cfg_.tls.enabled;  // SSL torrents: docs/p2p.md, unloaded seeds
   tracker_ = std::make_unique<tracker>(to);
 
   index_options io;
