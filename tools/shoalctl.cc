@@ -10,10 +10,16 @@
 //   shoalctl dataset prefetch NAME@VERSION   fetch it onto this node, with progress, and make its
 //   view shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
 //   shoalctl dataset renew NAME@VERSION [--ttl SECONDS]   keep its view and pins from expiring
+//   shoalctl certs init|issue ...   the cluster CA and certificates (certs.h)
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
 //            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070),
 //            --registry-proxy URL (default $SHOAL_REGISTRY_PROXY or http://127.0.0.1:5050).
+// TLS (https URLs): --ca FILE (the cluster CA; default $SHOAL_CA), --cert FILE and --key FILE
+// (the operator's certificate, shoal://operator/<user>; default $SHOAL_CERT, $SHOAL_KEY), or
+// --token-file FILE (default $SHOAL_TOKEN_FILE): its first line is sent as
+// `Authorization: Bearer` to the scheduler and registry-proxy, for scripts without a certificate.
+// peerd's API stays plain HTTP on loopback.
 
 #include <unistd.h>
 
@@ -28,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "certs.h"
 #include "common/http_client.h"
 #include "common/origin_protocol.h"
 
@@ -40,6 +47,10 @@ std::string env_or(const char* name, const char* def) {
   const char* v = std::getenv(name);
   return v && *v ? v : def;
 }
+
+// `Authorization: Bearer <token>` for the scheduler's and registry-proxy's operator verbs; empty
+// without --token-file. Set once in main before any request.
+std::string g_bearer;
 
 std::string human(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -56,7 +67,8 @@ std::string human(double bytes) {
 int usage(int code) {
   std::fprintf(
       code ? stderr : stdout,
-      "usage: shoalctl [--peerd URL] [--scheduler URL] COMMAND\n"
+      "usage: shoalctl [--peerd URL] [--scheduler URL] [--registry-proxy URL]\n"
+      "                [--ca FILE] [--cert FILE --key FILE] [--token-file FILE] COMMAND\n"
       "  status             this node: cache use, downloads, rates, where bytes came from\n"
       "  pull IMAGE [--platform OS/ARCH]\n"
       "                     warm this node's cache with an image, showing progress\n"
@@ -78,7 +90,11 @@ int usage(int code) {
       "  dataset status NAME@VERSION [--json]\n"
       "  dataset rm NAME@VERSION   remove the view and unpin its objects\n"
       "  dataset renew NAME@VERSION [--ttl SECONDS]   extend the view's expiry (default:\n"
-      "                     peerd's datasets.pin_ttl); unrenewed views expire and are removed\n");
+      "                     peerd's datasets.pin_ttl); unrenewed views expire and are removed\n"
+      "  certs init|issue   the cluster CA and certificates (shoalctl certs --help)\n"
+      "TLS: https URLs are verified against --ca ($SHOAL_CA); --cert/--key ($SHOAL_CERT,\n"
+      "  $SHOAL_KEY) present an operator certificate; --token-file ($SHOAL_TOKEN_FILE) sends\n"
+      "  its first line as a bearer token to the scheduler and registry-proxy\n");
   return code;
 }
 
@@ -90,6 +106,9 @@ shoal::result<shoal::http::full_response> request(
   r.url = url;
   r.body = body;
   if (!body.empty()) r.headers.emplace_back("Content-Type", "application/json");
+  // Never to peerd (loopback, plain): the token is for the cluster's authenticated services.
+  if (!g_bearer.empty() && url.starts_with("https://"))
+    r.headers.emplace_back("Authorization", "Bearer " + g_bearer);
   r.timeouts.connect = std::chrono::seconds(3);
   r.timeouts.stall = stall;
   r.max_retries = method == "GET" ? 2 : 0;
@@ -661,11 +680,36 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
 
 }  // namespace
 
+// The first line of a token file, without surrounding whitespace; an error names the file.
+shoal::result<std::string> read_token(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return shoal::fail_errno(errno, "open " + path);
+  char buf[4096];
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string t(buf, n);
+  t = t.substr(0, t.find('\n'));
+  while (!t.empty() && (t.back() == '\r' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
+  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.erase(0, 1);
+  if (t.empty())
+    return shoal::fail(shoal::errc::invalid_argument, path + ": no token on its first line");
+  for (char c : t) {
+    if (c < 0x21 || c > 0x7e)
+      return shoal::fail(shoal::errc::invalid_argument,
+                         path + ": the token has a non-printable character");
+  }
+  return t;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "certs")
+    return shoal::tools::certs::main(std::vector<std::string>(argv + 2, argv + argc));
   std::string peerd = env_or("SHOAL_PEERD", "http://127.0.0.1:65001");
   std::string scheduler = env_or("SHOAL_SCHEDULER", "http://127.0.0.1:7070");
   std::string proxy = env_or("SHOAL_REGISTRY_PROXY", "http://127.0.0.1:5050");
   std::string platform = "linux/amd64";
+  std::string ca_file = env_or("SHOAL_CA", ""), cert_file = env_or("SHOAL_CERT", ""),
+              key_file = env_or("SHOAL_KEY", ""), token_file = env_or("SHOAL_TOKEN_FILE", "");
   std::vector<std::string> args;
   cmd_options o;
   for (int i = 1; i < argc; ++i) {
@@ -700,6 +744,14 @@ int main(int argc, char** argv) {
       ok = value(proxy);
     else if (a == "--platform")
       ok = value(platform);
+    else if (a == "--ca")
+      ok = value(ca_file);
+    else if (a == "--cert")
+      ok = value(cert_file);
+    else if (a == "--key")
+      ok = value(key_file);
+    else if (a == "--token-file")
+      ok = value(token_file);
     else if (a == "--nodes")
       ok = number(o.k);
     else if (a == "--gpus")
@@ -748,7 +800,23 @@ int main(int argc, char** argv) {
   }
   if (args.empty()) return usage(2);
   while (!scheduler.empty() && scheduler.back() == '/') scheduler.pop_back();
-  shoal::http::client c;
+  if (cert_file.empty() != key_file.empty()) {
+    std::fprintf(stderr, "shoalctl: --cert and --key go together\n");
+    return 2;
+  }
+  if (!token_file.empty()) {
+    auto t = read_token(token_file);
+    if (!t) {
+      std::fprintf(stderr, "shoalctl: --token-file: %s\n", t.error().message.c_str());
+      return 2;
+    }
+    g_bearer = *t;
+  }
+  shoal::http::client_options copts;
+  copts.ca_file = ca_file;
+  copts.cert_file = cert_file;
+  copts.key_file = key_file;
+  shoal::http::client c(copts);
   o.words.assign(args.begin() + 1, args.end());
   if (args[0] == "status" && args.size() == 1) return cmd_status(c, peerd);
   if (args[0] == "pull" && args.size() == 2) return cmd_pull(c, peerd, args[1], platform);

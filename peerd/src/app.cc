@@ -56,6 +56,8 @@ status app::init() {
   }
   if (auto s = clean_partial_dir(); !s) return s;
   if (auto s = init_tls(); !s) return s;
+  // BitTorrent between members: every torrent rooted at tls.ca_file (swarm/swarm.h).
+  if (auto s = swarm::enable_members_only(cfg_.tls); !s) return fail(s.error());
   // Every outbound call (registry-proxy, the scheduler) presents this node's certificate.
   http_client_ = std::make_unique<http::client>(http::client_options_with_tls({}, cfg_.tls));
   cache::options co = cache::to_options(cfg_.cache);
@@ -69,8 +71,9 @@ status app::init() {
   if (!sdb) return fail(sdb.error());
   state_ = std::move(*sdb);
 
-  auto sw = swarm_manager::start(cfg_.swarm, cfg_.node, cfg_.upstream.scheduler,
-                                 swarm_manager::deps{*store_, *state_, *http_client_, pool_});
+  auto sw =
+      swarm_manager::start(cfg_.swarm, cfg_.node, cfg_.upstream.scheduler,
+                           swarm_manager::deps{*store_, *state_, *http_client_, pool_}, cfg_.tls);
   if (!sw) return fail(sw.error().wrap("swarm"));
   swarm_ = std::move(*sw);
   cache_events_ = store_->on_event([this](const cache::event& e) {

@@ -63,9 +63,29 @@ std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent, std::s
   lt::error_code ec;
   auto ti =
       std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
-  if (!ec) return ti;
-  if (why) *why = ec.message();
-  return nullptr;
+  if (ec) {
+    if (why) *why = ec.message();
+    return nullptr;
+  }
+  // BitTorrent between members: every torrent this node downloads or seeds is rooted at the
+  // cluster CA (tls.ca_file), byte for byte; with TLS off, none is rooted at all. Each caller has
+  // already checked its metainfo (object_metainfo/pack_metainfo::parse), this is the last word
+  // before libtorrent sees a torrent, whatever path it came by (the state database, packs on
+  // disk, registry-proxy's answers).
+  auto root = metainfo_root();
+  auto ssl_cert = ti->ssl_cert();
+  if (root.empty() != ssl_cert.empty() || (!root.empty() && ssl_cert != root)) {
+    if (why) {
+      *why = root.empty() ? "an SSL torrent (ssl-cert), but tls is off"
+             : ssl_cert.empty()
+                 ? "not rooted at the cluster CA (no ssl-cert)"
+                 : "rooted at another CA (its ssl-cert is not the cluster CA in tls.ca_file)";
+    }
+    log::warn("refused a torrent", log::kv("info_hash", swarm::hash_hex(ti->info_hashes().v1)),
+              log::kv("reason", root.empty() ? "ssl torrent without tls" : "not our CA"));
+    return nullptr;
+  }
+  return ti;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -156,9 +176,20 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
 result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& cfg,
                                                             const node_config& node,
                                                             const std::string& scheduler_url,
-                                                            deps d) {
+                                                            deps d, const tls::tls_config& tls) {
+  if (tls.enabled && metainfo_root().empty()) {
+    return shoal::fail(errc::config_error,
+                       "swarm: tls is on but no metainfo root is set (swarm::enable_members_only)");
+  }
+  if (tls.enabled && !scheduler_url.empty() && !scheduler_url.starts_with("https://")) {
+    log::warn(
+        "tls is on but upstream.scheduler is not https: SSL torrents will announce in "
+        "plain HTTP, which a TLS scheduler refuses",
+        log::kv("scheduler", scheduler_url));
+  }
   std::unique_ptr<swarm_manager> m(new swarm_manager(cfg, node, scheduler_url, d));
   swarm::settings ss;
+  swarm::apply_tls(ss, tls);
   ss.listen = cfg.listen;
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
@@ -206,8 +237,8 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });
-  log::info("swarm started", log::kv("listen", cfg.listen),
-            log::kv("port", m->ses_->listen_port()));
+  log::info("swarm started", log::kv("listen", cfg.listen), log::kv("port", m->ses_->listen_port()),
+            log::kv("members_only", tls.enabled ? "true (SSL torrents, cluster CA)" : "false"));
   return m;
 }
 

@@ -38,6 +38,8 @@ result<std::unique_ptr<app>> app::build(const proxy_config& cfg) {
 status app::init() {
   salt_ = random_salt();
   if (auto s = init_tls(); !s) return s;
+  // BitTorrent between members: every torrent rooted at tls.ca_file (swarm/swarm.h).
+  if (auto s = swarm::enable_members_only(cfg_.tls); !s) return fail(s.error());
   // Upstream registries and dataset origins only: they never see the cluster certificate.
   http_client_ = std::make_unique<http::client>();
   if (auto s = open_storage(); !s) return s;
@@ -158,7 +160,7 @@ void app::init_services() {
 // The origin seed (when torrents are on), and the cache events that stop seeding evicted objects.
 status app::init_seeder() {
   if (cfg_.torrent.enabled) {
-    auto sd = seeder::start(cfg_.torrent, *store_, *state_);
+    auto sd = seeder::start(cfg_.torrent, *store_, *state_, cfg_.tls);
     if (!sd) return fail(sd.error().wrap("torrent"));
     seeder_ = std::move(*sd);
     blobs_->on_committed(

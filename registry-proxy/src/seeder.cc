@@ -9,9 +9,22 @@
 namespace shoal::proxy {
 
 result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::store& store,
-                                              state_db& st) {
+                                              state_db& st, const tls::tls_config& tls) {
+  if (tls.enabled && metainfo_root().empty()) {
+    return fail(errc::config_error,
+                "seeder: tls is on but no metainfo root is set (swarm::enable_members_only)");
+  }
+  for (const auto& t : cfg.trackers) {
+    if (tls.enabled && !t.starts_with("https://")) {
+      log::warn(
+          "tls is on but a tracker URL is not https: SSL torrents announce to it in plain "
+          "HTTP, which a TLS scheduler refuses",
+          log::kv("tracker", t));
+    }
+  }
   std::unique_ptr<seeder> s(new seeder(cfg, store, st));
   swarm::settings ss;
+  swarm::apply_tls(ss, tls);
   ss.listen = cfg.listen;
   ss.connections_limit = cfg.connections_limit;
   ss.upload_rate_limit = cfg.upload_rate_limit.bytes();
@@ -44,7 +57,8 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
     }
   });
   log::info("origin seeder started", log::kv("listen", cfg.listen),
-            log::kv("port", s->ses_->listen_port()));
+            log::kv("port", s->ses_->listen_port()),
+            log::kv("members_only", tls.enabled ? "true (SSL torrents, cluster CA)" : "false"));
   return s;
 }
 

@@ -84,6 +84,7 @@ std::string random_id(std::string_view prefix) {
 
 api::api(api_deps d)
     : d_(d),
+      auth_(d.token, d.reg),
       heartbeats_(
           &d.reg.counter("shoal_scheduler_heartbeats_total", "Heartbeats accepted.").with({})),
       bad_heartbeats_(
@@ -123,7 +124,8 @@ http::response api::serve(const http::request& req) {
   auto need = [&](http::verb v) {
     return req.method == v || (v == http::verb::get && req.method == http::verb::head);
   };
-  if (path == "/announce") return d_.trk.handle(req);
+  if (path == "/announce") return d_.trk.handle(req);  // authorize_announce decides
+  if (auto refused = auth_.check(req)) return finish(std::move(*refused));
   if (path == "/v1/heartbeat") {
     if (!need(http::verb::post)) return finish(json_error(405, "use POST"));
     return finish(on_heartbeat(req));
@@ -166,14 +168,7 @@ http::response api::serve(const http::request& req) {
 
 http::response api::on_heartbeat(const http::request& req) {
   // Mutual TLS (tls.enabled): only a node's own certificate may heartbeat for it. A caller
-  // without a node certificate is refused before its body is decoded.
-  if (req.peer.tls && !req.peer.is(tls::peer_role::node)) {
-    log::warn("heartbeat refused: not a node certificate",
-              log::kv("from", req.remote.address().to_string()),
-              log::kv("certificate", req.peer.str()));
-    return json_error(
-        403, "heartbeats need a node certificate; the client certificate is " + req.peer.str());
-  }
+  // without a node certificate was refused by the authorizer before its body is decoded.
   heartbeat::decode_limits limits;
   limits.max_objects = d_.cfg.nodes.max_objects_per_node;
   auto m = heartbeat::decode(req.body, limits);
@@ -184,13 +179,16 @@ http::response api::on_heartbeat(const http::request& req) {
     return json_error(m.error().is(errc::too_large) ? 413 : 400, m.error().message);
   }
   if (req.peer.tls && !req.peer.is_node(m->node)) {
-    log::warn("heartbeat refused: certificate names another node", log::kv("node", m->node),
-              log::kv("from", req.remote.address().to_string()),
-              log::kv("certificate", req.peer.str()));
+    if (auth_.refused_by_handler(req, route_access::node, "other_node")) {
+      log::warn("heartbeat refused: certificate names another node", log::kv("node", m->node),
+                log::kv("from", req.remote.address().to_string()),
+                log::kv("certificate", req.peer.str()));
+    }
     return json_error(403, "heartbeat for node \"" + m->node +
                                "\" refused: the client certificate is " + req.peer.str());
   }
-  auto out = d_.index.apply(*m, req.remote.address().to_string());
+  m->ip = node_address(req, m->ip);
+  auto out = d_.index.apply(*m, m->ip);
   if (out.refused != 0) {
     log::warn("heartbeat refused", log::kv("node", m->node),
               log::kv("from", req.remote.address().to_string()),
@@ -230,6 +228,17 @@ http::response api::on_heartbeat(const http::request& req) {
   if (m->schema >= 2) r.orders = std::move(orders);
   heartbeats_->inc();
   return http::response::json(200, heartbeat::encode(r));
+}
+
+std::string api::node_address(const http::request& req, const std::string& claimed) const {
+  std::string source = req.remote.address().to_string();
+  if (claimed.empty() || claimed == source) return source;
+  if (req.peer.tls) {
+    log::debug("heartbeat ip ignored: TLS is on, the node is reached at the connection's address",
+               log::kv("claimed", claimed), log::kv("from", source));
+    return source;
+  }
+  return d_.cfg.tracker.trust_announced_ip ? claimed : source;
 }
 
 json api::node_json(const node_summary& n,

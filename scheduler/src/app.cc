@@ -58,12 +58,27 @@ status app::init_transport() {
   return {};
 }
 
+status app::init_auth() {
+  if (cfg_.auth.operator_token_file.empty()) {
+    if (!cfg_.tls.enabled) {
+      log::warn(
+          "no auth.operator_token_file in plain mode: anyone who can reach this port may "
+          "place and prewarm");
+    }
+    return {};
+  }
+  auto t = operator_token::load(cfg_.auth.operator_token_file);
+  if (!t) return fail(t.error());
+  token_ = std::move(*t);
+  return {};
+}
+
 status app::init() {
   unsigned char b[8];
   if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
   std::string epoch = to_hex(std::span<const std::uint8_t>(b, sizeof b));
 
-  tracker_options to;
+  tracker_options to{.announced_peers_only = cfg_.tls.enabled};  // SSL torrents (docs/p2p.md)
   auto secs = [](const config::duration& d) {
     return std::chrono::duration_cast<std::chrono::seconds>(d.get());
   };
@@ -135,8 +150,9 @@ status app::init() {
   eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
 
+  if (auto s = init_auth(); !s) return s;
   api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
-                                        *prewarm_, *extender_, reg_});
+                                        *prewarm_, *extender_, reg_, token_.get()});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
@@ -238,6 +254,7 @@ void app::maintenance() {
     log::warn("node dropped: no heartbeat", log::kv("node", d.name));
   }
   tracker_->expire();
+  if (token_) (void)token_->reload_if_changed();  // a stat a second; reads only on change
   prewarm_->tick();
   auto c = prewarm_->counts();
   for (const auto& [state, n] : c.orders)

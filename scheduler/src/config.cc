@@ -19,8 +19,12 @@ void describe(config::binder& b, tracker_config& c) {
   b.field("max_numwant", c.max_numwant, "Most peers handed out per announce.",
           {.min = 1, .max = 5000});
   b.field("trust_announced_ip", c.trust_announced_ip,
-          "Use the ip= parameter of announces (peerd's data-plane address) instead of the source "
-          "address.");
+          "Unsafe, plain mode only: use the address a node claims (the ip= parameter of "
+          "announces, the ip of heartbeats) instead of the connection's source address. Anyone "
+          "who can reach the scheduler can then point every node at an address of its choosing; "
+          "meant for one-machine setups where nodes listen on addresses they do not connect "
+          "from. With tls.enabled the claim is always ignored (a debug log line says so when it "
+          "differs).");
   b.field("max_swarms", c.max_swarms,
           "Most swarms (distinct info-hashes) tracked. An announce that would start another is "
           "refused (429, failure reason \"tracker full\"); heartbeat holdings beyond it are not "
@@ -153,6 +157,16 @@ void describe(config::binder& b, prewarm_config& c) {
           "Nodes pin prewarmed objects against eviction this long (0: no pin).");
 }
 
+void describe(config::binder& b, auth_config& c) {
+  b.field("operator_token_file", c.operator_token_file,
+          "File holding the operator bearer token (16 to 1024 visible ASCII characters, one "
+          "line). A request with `Authorization: Bearer <token>` may then do what an operator "
+          "certificate may (place, prewarm, every read); a wrong token is refused (401). The "
+          "file is re-read within a second of a change; an unreadable or invalid file accepts no "
+          "token until fixed. With tls.enabled false, placements and prewarms need the token once "
+          "this is set. Empty: no token is accepted.");
+}
+
 void describe(config::binder& b, scheduler_config& c) {
   b.section("http", c.http, "The HTTP API (tracker /announce, heartbeats, REST, extender).");
   b.section("log", c.log, "Logging.");
@@ -170,7 +184,10 @@ void describe(config::binder& b, scheduler_config& c) {
             "Mutual TLS on the API: a heartbeat is accepted only for the node named in the "
             "caller's certificate (URI SAN shoal://node/<name>), an announce only from the node "
             "it names (role=origin: registry-proxy's certificate); registry-proxy is called with "
-            "the same certificate. Off: plain HTTP, anyone may speak for any node (a demo).");
+            "the same certificate; reads need any cluster certificate, placements and prewarms an "
+            "operator's, the extender kube-scheduler's (docs/security.md, \"Who may call what "
+            "(scheduler)\"). Off: plain HTTP, anyone may speak for any node (a demo).");
+  b.section("auth", c.auth, "Bearer-token access for operator scripts.");
 }
 
 }  // namespace shoal::scheduler

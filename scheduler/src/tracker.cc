@@ -117,7 +117,13 @@ result<announce_request> parse_announce(const http::request& req, const std::str
       if (inet_pton(AF_INET, ip->c_str(), buf) != 1 && inet_pton(AF_INET6, ip->c_str(), buf) != 1) {
         return fail(errc::invalid_argument, "ip is not an address: \"" + printable(*ip) + "\"");
       }
-      a.ip = *ip;
+      // With TLS on the node's address is the connection's: a claim is only logged.
+      if (req.peer.tls && *ip != source_ip) {
+        log::debug("announced ip ignored: TLS is on", log::kv("claimed", printable(*ip)),
+                   log::kv("from", source_ip));
+      } else {
+        a.ip = *ip;
+      }
     }
   }
   return a;
@@ -175,6 +181,7 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
     if (h != holdings_.end() && h->second.count(a.info_hash)) {
       auto& p = sw.peers[key];
       p.holder = true;
+      p.announced = false;
       p.left = 0;
       p.last_seen = now;
     } else {
@@ -193,6 +200,7 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
   p.left = a.left;
   p.origin = a.origin;
   p.holder = false;
+  p.announced = true;
   p.last_seen = now;
 }
 
@@ -214,6 +222,7 @@ tracker::peer_pick tracker::pick_peers_locked(swarm& sw, const std::string& key,
     else
       ++out.incomplete;
     if (k == key || (!a.node.empty() && p.node == a.node)) continue;
+    if (opts_.announced_peers_only && !p.announced) continue;
     // A complete requester only needs peers it can upload to.
     if (a.left == 0 && p.left == 0) continue;
     // Forget old handouts (the load estimate decays over the window).

@@ -1,7 +1,10 @@
 #include "swarm/metainfo.h"
 
 #include <fcntl.h>
+#include <openssl/bio.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,7 +12,10 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "common/bencode.h"
@@ -45,7 +51,64 @@ std::string torrent_around(const std::string& info, const std::vector<std::strin
   return out;
 }
 
+std::mutex root_mu;
+std::string root_pem;  // guarded by root_mu
+
+// The ssl-cert check both parsers share: the torrent's must be exactly `root` (or absent when
+// `root` is empty). The message says which side is off.
+std::optional<std::string> root_problem(const bencode::value& info, std::string_view root) {
+  const auto* sc = info.find("ssl-cert");
+  if (!sc) {
+    if (root.empty()) return std::nullopt;
+    return "not rooted at the cluster CA (no ssl-cert; BitTorrent between members needs one)";
+  }
+  if (!sc->is_string()) return "bad ssl-cert";
+  if (root.empty())
+    return "rooted at a CA (ssl-cert), but this daemon runs without TLS (tls.enabled: false)";
+  if (sc->as_string() != root) {
+    auto norm = normalize_root_pem(sc->as_string());
+    if (norm && *norm == root) return "ssl-cert is the cluster CA but not in canonical form";
+    return "rooted at another CA (its ssl-cert is not the cluster CA in tls.ca_file)";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+result<std::string> normalize_root_pem(std::string_view pem) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  if (!in) return fail(errc::internal, "cluster CA: out of memory");
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (!cert) return fail(errc::invalid_argument, "cluster CA: no PEM certificate found");
+  std::unique_ptr<BIO, decltype(&BIO_free)> out(BIO_new(BIO_s_mem()), &BIO_free);
+  if (!out || PEM_write_bio_X509(out.get(), cert.get()) != 1)
+    return fail(errc::internal, "cluster CA: cannot re-encode the certificate");
+  char* data = nullptr;
+  long n = BIO_get_mem_data(out.get(), &data);
+  return std::string(data, static_cast<std::size_t>(n));
+}
+
+result<std::string> load_root_pem(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail_errno(errno, "open cluster CA " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  auto r = normalize_root_pem(ss.str());
+  if (!r) return fail(r.error().wrap(path));
+  return r;
+}
+
+void set_metainfo_root(std::string canonical_pem) {
+  std::lock_guard lk(root_mu);
+  root_pem = std::move(canonical_pem);
+}
+
+std::string metainfo_root() {
+  std::lock_guard lk(root_mu);
+  return root_pem;
+}
 
 std::uint32_t piece_size_for(std::uint64_t size) {
   constexpr std::uint64_t min_piece = 64 * 1024;
@@ -83,6 +146,7 @@ std::string object_metainfo::info_dict() const {
   info["piece length"] = static_cast<std::int64_t>(piece_size);
   info["pieces"] = std::move(pieces_str);
   info["private"] = 1;
+  if (!ssl_cert.empty()) info["ssl-cert"] = ssl_cert;
   return bencode::encode(bencode::value(std::move(info)));
 }
 
@@ -95,6 +159,12 @@ std::string object_metainfo::torrent_file(const std::vector<std::string>& tracke
 
 result<object_metainfo> object_metainfo::parse(std::string_view torrent, const digest& expected,
                                                std::vector<std::string>* trackers_out) {
+  return parse_rooted(torrent, expected, metainfo_root(), trackers_out);
+}
+
+result<object_metainfo> object_metainfo::parse_rooted(std::string_view torrent,
+                                                      const digest& expected, std::string_view ca,
+                                                      std::vector<std::string>* trackers_out) {
   bencode::limits lim;
   lim.max_depth = 8;
   lim.max_items = 4096;
@@ -117,9 +187,12 @@ result<object_metainfo> object_metainfo::parse(std::string_view torrent, const d
   if (!pieces || !pieces->is_string() || pieces->as_string().size() % 20 != 0)
     return bad("bad pieces");
   if (!priv || !priv->is_int() || priv->as_int() != 1) return bad("torrent is not private");
-  if (info->as_dict().size() != 5) return bad("unexpected keys in the info dict");
+  if (auto why = root_problem(*info, ca)) return bad(*why);
+  if (info->as_dict().size() != (ca.empty() ? 5u : 6u))
+    return bad("unexpected keys in the info dict");
   object_metainfo m;
   m.object = expected;
+  m.ssl_cert = std::string(ca);
   m.size = static_cast<std::uint64_t>(len->as_int());
   if (static_cast<std::uint64_t>(plen->as_int()) != piece_size_for(m.size))
     return bad("piece length does not follow the rule");
@@ -338,6 +411,7 @@ std::string pack_metainfo::info_dict() const {
   info["piece length"] = static_cast<std::int64_t>(piece_size);
   info["pieces"] = std::move(pieces_str);
   info["private"] = 1;
+  if (!ssl_cert.empty()) info["ssl-cert"] = ssl_cert;
   return bencode::encode(bencode::value(std::move(info)));
 }
 
@@ -350,6 +424,12 @@ std::string pack_metainfo::torrent_file(const std::vector<std::string>& trackers
 
 result<pack_metainfo> pack_metainfo::parse(std::string_view torrent,
                                            std::vector<std::pair<digest, std::uint64_t>> expected) {
+  return parse_rooted(torrent, std::move(expected), metainfo_root());
+}
+
+result<pack_metainfo> pack_metainfo::parse_rooted(
+    std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected,
+    std::string_view ca) {
   bencode::limits lim;
   lim.max_depth = 8;
   lim.max_items = 8u << 20;
@@ -360,7 +440,9 @@ result<pack_metainfo> pack_metainfo::parse(std::string_view torrent,
   };
   const auto* info = root->find("info");
   if (!info || !info->is_dict()) return bad("no info dict");
+  if (auto why = root_problem(*info, ca)) return bad(*why);
   pack_metainfo m;
+  m.ssl_cert = std::string(ca);
   m.files = pack_order(std::move(expected));
   const auto* plen = info->find("piece length");
   const auto* pieces = info->find("pieces");

@@ -15,13 +15,14 @@
 #include <random>
 
 #include "common/log.h"
+#include "swarm_tls.h"
 
 namespace shoal::swarm {
 
 lt::settings_pack lan_settings(const settings& s) {
   using sp = lt::settings_pack;
   sp p;
-  p.set_str(sp::listen_interfaces, s.listen);
+  p.set_str(sp::listen_interfaces, s.ssl ? detail::ssl_listen(s.listen) : s.listen);
   p.set_str(sp::user_agent, s.user_agent);
   p.set_str(sp::peer_fingerprint, s.peer_fingerprint);
   p.set_bool(sp::enable_dht, false);
@@ -430,6 +431,19 @@ std::string hash_hex(const lt::sha1_hash& h) {
 
 result<std::unique_ptr<session>> session::start(const settings& s) {
   std::unique_ptr<session> out(new session());
+  if (s.ssl) {
+    out->ssl_ = true;
+    out->cert_file_ = s.cert_file;
+    out->key_file_ = s.key_file;
+    out->reload_interval_ = s.reload_interval;
+    if (s.cert_file.empty() || s.key_file.empty())
+      return fail(errc::config_error,
+                  "BitTorrent between members needs tls.cert_file and tls.key_file");
+    out->stamp_ = out->file_stamp();
+    auto pair = out->load_certificate();
+    if (!pair) return fail(pair.error().wrap("swarm certificate"));
+    out->cert_ = std::make_shared<const cert_pair>(std::move(*pair));
+  }
   try {
     auto pack = lan_settings(s);
     if (auto st = apply_overrides(pack, s.libtorrent); !st) return fail(st.error());
@@ -465,7 +479,7 @@ void session::stop() {
 
 std::uint16_t session::listen_port() const {
   if (!ses_) return 0;
-  return ses_->listen_port();
+  return ssl_ ? ses_->ssl_listen_port() : ses_->listen_port();
 }
 
 void session::on_alert(std::function<void(lt::alert*)> cb) {
@@ -475,7 +489,13 @@ void session::on_alert(std::function<void(lt::alert*)> cb) {
 
 void session::pump() {
   std::vector<lt::alert*> alerts;
+  auto next_reload = std::chrono::steady_clock::now() + reload_interval_;
   while (!stop_.load()) {
+    if (ssl_ && reload_interval_.count() > 0 && std::chrono::steady_clock::now() >= next_reload) {
+      next_reload = std::chrono::steady_clock::now() + reload_interval_;
+      if (auto r = reload_certificate_if_changed(); !r)
+        log::error("swarm certificate", log::kv("error", r.error().message));
+    }
     if (!ses_->wait_for_alert(lt::milliseconds(200))) continue;
     alerts.clear();
     ses_->pop_alerts(&alerts);
@@ -495,6 +515,8 @@ void session::pump() {
         log::info("libtorrent listening", log::kv("message", a->message()));
       } else if (lt::alert_cast<lt::performance_alert>(a)) {
         log::debug("libtorrent performance", log::kv("message", a->message()));
+      } else if (auto* nc = lt::alert_cast<lt::torrent_need_cert_alert>(a)) {
+        set_certificate(nc->handle);
       }
       if (cb) {
         try {
@@ -519,6 +541,12 @@ result<lt::torrent_handle> session::add_verified_seed(const std::string& torrent
   auto ti =
       std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
   if (ec) return fail(errc::internal, "torrent for " + name + ": " + ec.message());
+  if (ssl_ != !ti->ssl_cert().empty()) {
+    return fail(errc::invalid_argument,
+                "torrent for " + name +
+                    (ssl_ ? " has no ssl-cert, and this session speaks BitTorrent over TLS only"
+                          : " is an SSL torrent, and this session has no certificate"));
+  }
   lt::add_torrent_params p;
   p.ti = ti;
   p.save_path = save_path;
@@ -531,6 +559,7 @@ result<lt::torrent_handle> session::add_verified_seed(const std::string& torrent
   if (ec == lt::errors::duplicate_torrent)
     return fail(errc::already_exists, "already seeding " + name);
   if (ec) return fail(errc::internal, "add seed " + name + ": " + ec.message());
+  set_certificate(h);
   return h;
 }
 

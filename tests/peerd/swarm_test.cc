@@ -32,6 +32,7 @@
 #include <thread>
 
 #include "../common/support/test_http_server.h"
+#include "../common/support/test_pki.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "test_util.h"
@@ -438,6 +439,43 @@ TEST(Swarm, GroupWithoutSourcesFailsAndKeepsItsPartialDirectory) {
   EXPECT_TRUE(wait_for([&] { return b.swarm->active_groups() == 0; }, 2s));
   EXPECT_TRUE(wait_for([&] { return b.swarm->counters().downloads_failed.load() == 1; }, 2s));
   EXPECT_TRUE(std::filesystem::exists(group_dirs(b).partial_dir + "/" + (*dl)->info_hash()));
+}
+
+// BitTorrent between members: with a cluster root set, peerd's one parse of a .torrent (every
+// object, chunk, group and held seed goes through it before libtorrent) takes only torrents
+// rooted at exactly that CA; with none, only plain ones.
+TEST(Swarm, ParseTorrentTakesOnlyTheClusterRoot) {
+  ht::test_pki pki;
+  pki.make_ca("ca");
+  pki.make_ca("other");
+  auto ca = load_root_pem(pki.pem("ca"));
+  auto other = load_root_pem(pki.pem("other"));
+  ASSERT_TRUE(ca && other);
+  std::string data(200000, 'x');
+  metainfo_builder b(data.size());
+  b.update(data.data(), data.size());
+  auto plain = *b.finish(sha256_of(data));
+  auto ours = plain;
+  ours.ssl_cert = *ca;
+  auto theirs = plain;
+  theirs.ssl_cert = *other;
+
+  std::string why;
+  EXPECT_TRUE(parse_torrent(plain.torrent_file({}), &why)) << why;
+  EXPECT_FALSE(parse_torrent(ours.torrent_file({}), &why));
+  EXPECT_NE(why.find("tls is off"), std::string::npos) << why;
+
+  set_metainfo_root(*ca);
+  auto ok = parse_torrent(ours.torrent_file({}), &why);
+  auto foreign = parse_torrent(theirs.torrent_file({}), &why);
+  std::string foreign_why = why;
+  auto unrooted = parse_torrent(plain.torrent_file({}), &why);
+  set_metainfo_root("");
+  EXPECT_TRUE(ok);
+  EXPECT_FALSE(foreign);
+  EXPECT_NE(foreign_why.find("rooted at another CA"), std::string::npos) << foreign_why;
+  EXPECT_FALSE(unrooted);
+  EXPECT_NE(why.find("not rooted at the cluster CA"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 Complements tests/scheduler/tracker_test.cc (the policy on the tracker object) with what only
 the daemon shows: the query string as a client really sends it (percent-encoded binary), the
 bencoded failure for every malformed parameter, the counters in /metrics (promtool-clean),
-`ip=` trusted as peerd sends it, and heartbeat holdings turning a node into a seed of a swarm it
+`ip=` trusted as peerd sends it (plain mode with tracker.trust_announced_ip, since every client
+here connects from 127.0.0.1), and heartbeat holdings turning a node into a seed of a swarm it
 never announced (and dropping it again).
 """
 from __future__ import annotations
@@ -43,7 +44,8 @@ class TrackerHttpTest(FixtureTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.sched = cls.class_track(Scheduler(cls.class_tmpdir("shoal-tracker-") / "s").start())
+        cls.sched = cls.class_track(Scheduler(cls.class_tmpdir("shoal-tracker-") / "s",
+                                              extra={"tracker": {"trust_announced_ip": True}}).start())
         cls.base = cls.sched.url
 
     def announce(self, ih: bytes, *, port: int, left: int, node: str, ip: str | None = None, extra: str = "",

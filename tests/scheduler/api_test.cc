@@ -344,16 +344,82 @@ TEST_F(ApiTest, WithTlsAHeartbeatNeedsTheNodesOwnCertificate) {
   EXPECT_EQ(forged.status, 403u);
   EXPECT_EQ(js(forged)["error"],
             "heartbeat for node \"n1\" refused: the client certificate is node/n2");
+  EXPECT_NE(reg_.expose().find(
+                "shoal_scheduler_auth_refused_total{need=\"node\",reason=\"other_node\"} 1"),
+            std::string::npos);
 
   auto op = call(http::verb::post, "/v1/heartbeat", hb, as(tls::peer_role::operator_, "n1"));
   EXPECT_EQ(op.status, 403u);
   tls::peer_identity anonymous;
   anonymous.tls = true;
   auto anon = call(http::verb::post, "/v1/heartbeat", hb, anonymous);
-  EXPECT_EQ(anon.status, 403u);
+  EXPECT_EQ(anon.status, 401u);
   EXPECT_EQ(js(anon)["error"],
-            "heartbeats need a node certificate; the client certificate is anonymous (tls)");
+            "this route needs a node certificate (shoal://node/<name>); the client certificate is "
+            "anonymous (tls)");
   EXPECT_EQ(js(call(http::verb::get, "/v1/nodes")).size(), 1u);  // n1 only, once
+}
+
+// With TLS on, every route but the tracker's checks the caller's role before it runs.
+TEST_F(ApiTest, WithTlsRoutesNeedTheirRole) {
+  auto as = testing::verified_peer;
+  beat(full_hb("n1", {held("base", 100 * MiB)}));
+  tls::peer_identity anonymous;
+  anonymous.tls = true;
+  const std::string body = R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["n1"]})";
+
+  auto by_node = call(http::verb::post, "/v1/prewarm", body, as(tls::peer_role::node, "n1"));
+  EXPECT_EQ(by_node.status, 403u);
+  EXPECT_EQ(js(by_node)["presented"], "node/n1");
+  EXPECT_EQ(call(http::verb::post, "/v1/prewarm", body, anonymous).status, 401u);
+  auto by_rp = call(http::verb::post, "/v1/place", R"({"images":[]})",
+                    as(tls::peer_role::registry_proxy, ""));
+  EXPECT_EQ(by_rp.status, 403u);
+  auto by_op = call(http::verb::post, "/v1/prewarm", body, as(tls::peer_role::operator_, "alice"));
+  EXPECT_EQ(by_op.status, 202u) << std::get<std::string>(by_op.body);
+  EXPECT_EQ(call(http::verb::get, "/v1/prewarm", "", as(tls::peer_role::node, "n1")).status, 200u);
+
+  // The holders of an object are no one's business without a cluster certificate.
+  const std::string object = "/v1/objects/" + dg("base").str();
+  auto anon_read = call(http::verb::get, object, "", anonymous);
+  EXPECT_EQ(anon_read.status, 401u);
+  EXPECT_EQ(std::get<std::string>(anon_read.body).find("n1"), std::string::npos);
+  EXPECT_EQ(call(http::verb::get, object, "", as(tls::peer_role::node, "n2")).status, 200u);
+  EXPECT_EQ(call(http::verb::get, "/v1/nodes", "", anonymous).status, 401u);
+  EXPECT_EQ(call(http::verb::get, "/v1/no-such-route", "", anonymous).status, 401u);
+
+  auto filter =
+      call(http::verb::post, "/v1/extender/filter", "nope", as(tls::peer_role::node, "n1"));
+  EXPECT_EQ(filter.status, 403u);
+  // kube-scheduler's certificate gets through to the extender (which finds the body bad).
+  EXPECT_EQ(
+      call(http::verb::post, "/v1/extender/filter", "nope", as(tls::peer_role::kube_scheduler, ""))
+          .status,
+      400u);
+  auto m = reg_.expose();
+  EXPECT_NE(m.find("shoal_scheduler_auth_refused_total{need=\"operator\",reason=\"wrong_role\"} 2"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("shoal_scheduler_api_requests_total{route=\"/v1/objects\",code=\"401\"} 1"),
+            std::string::npos);
+}
+
+// The node's address is the connection's; what the heartbeat claims counts only in plain mode
+// with tracker.trust_announced_ip (one machine).
+TEST_F(ApiTest, TheNodeAddressIsTheConnections) {
+  auto ip_of = [&](const std::string& node) {
+    return js(call(http::verb::get, "/v1/nodes/" + node))["ip"].get<std::string>();
+  };
+  beat(full_hb("plain", {}));  // claims 10.0.0.1, connects from 10.9.9.9
+  EXPECT_EQ(ip_of("plain"), "10.9.9.9");
+  cfg_.tracker.trust_announced_ip = true;
+  beat(full_hb("trusted", {}));
+  EXPECT_EQ(ip_of("trusted"), "10.0.0.1");
+  auto hb = heartbeat::encode(full_hb("tls", {held("base", 100 * MiB)}));
+  auto r = call(http::verb::post, "/v1/heartbeat", hb,
+                testing::verified_peer(tls::peer_role::node, "tls"));
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(ip_of("tls"), "10.9.9.9");
 }
 
 }  // namespace

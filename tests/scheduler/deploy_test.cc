@@ -79,6 +79,17 @@ TEST(Deploy, KubeSchedulerConfigurationWiresTheExtender) {
     auto e = ext[0];
     auto prefix = e["urlPrefix"].as<std::string>();
     EXPECT_TRUE(prefix.ends_with(":7070/v1/extender")) << prefix;
+    // HTTPS to a name of at least two labels (Go matches DNS SAN `*` to any single label), with
+    // kube-scheduler's client certificate: the scheduler answers the verbs for it only.
+    ASSERT_TRUE(prefix.starts_with("https://")) << prefix;
+    auto host = prefix.substr(8, prefix.find(':', 8) - 8);
+    EXPECT_NE(host.find('.'), std::string::npos) << host;
+    EXPECT_TRUE(e["enableHTTPS"].as<bool>());
+    auto tls = e["tlsConfig"];
+    ASSERT_TRUE(tls && tls.IsMap());
+    for (const char* k : {"certFile", "keyFile", "caFile"})
+      EXPECT_FALSE(tls[k].as<std::string>("").empty()) << k;
+    EXPECT_FALSE(tls["insecure"] && tls["insecure"].as<bool>());
     EXPECT_EQ(e["filterVerb"].as<std::string>(), "filter");
     EXPECT_EQ(e["prioritizeVerb"].as<std::string>(), "prioritize");
     EXPECT_GE(e["weight"].as<int>(), 2);

@@ -384,6 +384,21 @@ TEST_F(TrackerTest, WithTlsAnAnnounceNeedsTheNodesOwnCertificate) {
   EXPECT_EQ(trk_.handle(origin).status, 200u);
   EXPECT_EQ(trk_.stats().unauthorized_announces, 3u);
 
+  // With TLS on, ip= never moves a node elsewhere, even with trust_announced_ip.
+  tracker_options o = opts();
+  o.trust_announced_ip = true;
+  for (bool tls : {false, true}) {
+    http::request claim = make("10.0.0.5", 6005, 100, "ip=10.66.0.1", 'T');
+    if (tls) claim.peer = as(tls::peer_role::node, "n6005");
+    auto parsed = parse_announce(claim, "10.0.0.5", o);
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ(parsed->ip, tls ? "10.0.0.5" : "10.66.0.1");
+  }
+  tracker_options untrusting = opts();
+  auto parsed = parse_announce(make("10.0.0.5", 6005, 100, "ip=10.66.0.1"), "10.0.0.5", untrusting);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->ip, "10.0.0.5");
+
   // No node= in the URL: the certificate names the node.
   announce_request a;
   EXPECT_EQ(authorize_announce(a, as(tls::peer_role::node, "n9")), "");

@@ -1,8 +1,14 @@
 // Metainfo (swarm): the piece size rule, deterministic object torrents, the async builder, and
-// torrents that do not match their bytes.
+// torrents that do not match their bytes; SSL torrents rooted at the cluster CA (ssl-cert), with
+// real CA certificates made by the openssl CLI.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
+
+#include "../common/support/test_pki.h"
 
 #include "common/bencode.h"
 #include "common/sha256.h"
@@ -115,6 +121,155 @@ TEST(Metainfo, RejectsWrongBytesAndForgedTorrents) {
   // Truncations never parse and never crash.
   for (std::size_t n = 0; n < t.size(); n += 7)
     EXPECT_FALSE(object_metainfo::parse(t.substr(0, n), d));
+}
+
+// Two CAs made once for the root tests.
+testing::test_pki& root_pki() {
+  static testing::test_pki* pki = [] {
+    auto* p = new testing::test_pki;
+    p->make_ca("ca");
+    p->make_ca("other-ca");
+    return p;
+  }();
+  return *pki;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+object_metainfo object_for(const std::string& data) {
+  metainfo_builder b(data.size());
+  b.update(data.data(), data.size());
+  return *b.finish(sha256_of(data));
+}
+
+// The same CA written with other line ends, blank lines, text around it and a second certificate
+// after it normalizes to the same bytes, so every party computes the same info-hash.
+TEST(MetainfoRoot, SameCaInAnyWhitespaceGivesTheSameInfoHash) {
+  std::string pem = slurp(root_pki().pem("ca"));
+  auto canon = normalize_root_pem(pem);
+  ASSERT_TRUE(canon) << canon.error().to_string();
+  EXPECT_TRUE(canon->starts_with("-----BEGIN CERTIFICATE-----\n"));
+
+  std::string crlf;
+  for (char c : pem) {
+    if (c == '\n')
+      crlf += "\r\n";
+    else
+      crlf += c;
+  }
+  std::string noisy =
+      "issuer: the cluster CA\n\n" + crlf + "\n\n" + slurp(root_pki().pem("other-ca"));
+  auto canon2 = normalize_root_pem(noisy);
+  ASSERT_TRUE(canon2) << canon2.error().to_string();
+  EXPECT_EQ(*canon, *canon2);
+  std::string bundle = root_pki().dir() + "/bundle.pem";
+  std::ofstream(bundle) << noisy;
+  auto loaded = load_root_pem(bundle);
+  ASSERT_TRUE(loaded) << loaded.error().to_string();
+  EXPECT_EQ(*loaded, *canon);
+
+  std::string data = random_bytes(200000, 3);
+  auto plain = object_for(data);
+  EXPECT_TRUE(plain.ssl_cert.empty());  // no process root: today's format
+  EXPECT_EQ(plain.info_dict().find("ssl-cert"), std::string::npos);
+  auto a = plain;
+  a.ssl_cert = *canon;
+  auto b = plain;
+  b.ssl_cert = *canon2;
+  EXPECT_EQ(a.info_hash_hex(), b.info_hash_hex());
+  EXPECT_NE(a.info_hash_hex(), plain.info_hash_hex());
+  EXPECT_NE(a.info_dict().find("8:ssl-cert"), std::string::npos);
+  auto other = plain;
+  other.ssl_cert = *load_root_pem(root_pki().pem("other-ca"));
+  EXPECT_NE(other.info_hash_hex(), a.info_hash_hex());  // a new CA is a new swarm
+
+  EXPECT_FALSE(normalize_root_pem("not a certificate"));
+  EXPECT_FALSE(load_root_pem(root_pki().dir() + "/missing.pem"));
+}
+
+// parse() takes only torrents rooted at exactly our CA when we have one, and only plain ones when
+// we do not; the process root set with set_metainfo_root() is what builders and parse() use.
+TEST(MetainfoRoot, ParseRefusesAForeignOrMissingRoot) {
+  auto ca = *load_root_pem(root_pki().pem("ca"));
+  auto other = *load_root_pem(root_pki().pem("other-ca"));
+  std::string data = random_bytes(150000, 4);
+  digest d = sha256_of(data);
+  auto plain = object_for(data);
+  auto ours = plain;
+  ours.ssl_cert = ca;
+  auto theirs = plain;
+  theirs.ssl_cert = other;
+
+  auto ok = object_metainfo::parse_rooted(ours.torrent_file({"http://t/announce"}), d, ca);
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_EQ(ok->ssl_cert, ca);
+  EXPECT_EQ(ok->info_hash_hex(), ours.info_hash_hex());
+
+  auto foreign = object_metainfo::parse_rooted(theirs.torrent_file({}), d, ca);
+  ASSERT_FALSE(foreign);
+  EXPECT_NE(foreign.error().message.find("rooted at another CA"), std::string::npos)
+      << foreign.error().message;
+  auto unrooted = object_metainfo::parse_rooted(plain.torrent_file({}), d, ca);
+  ASSERT_FALSE(unrooted);
+  EXPECT_NE(unrooted.error().message.find("not rooted at the cluster CA"), std::string::npos)
+      << unrooted.error().message;
+  auto no_tls = object_metainfo::parse_rooted(ours.torrent_file({}), d, "");
+  ASSERT_FALSE(no_tls);
+  EXPECT_NE(no_tls.error().message.find("without TLS"), std::string::npos);
+  // The CA, but not in canonical form: another info-hash, so refused too.
+  auto raw = plain;
+  raw.ssl_cert = slurp(root_pki().pem("ca")) + "\n";
+  EXPECT_FALSE(object_metainfo::parse_rooted(raw.torrent_file({}), d, ca));
+
+  // Packs: the same rule.
+  std::vector<std::pair<digest, std::uint64_t>> files{{d, data.size()}};
+  auto pm = build_pack(
+      files,
+      [&](const digest&, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
+        std::size_t k = std::min<std::size_t>(n, data.size() - off);
+        std::memcpy(buf, data.data() + off, k);
+        return k;
+      });
+  ASSERT_TRUE(pm) << pm.error().to_string();
+  auto pack_ours = *pm;
+  pack_ours.ssl_cert = ca;
+  auto pack_theirs = *pm;
+  pack_theirs.ssl_cert = other;
+  EXPECT_TRUE(pack_metainfo::parse_rooted(pack_ours.torrent_file({}), files, ca));
+  auto pf = pack_metainfo::parse_rooted(pack_theirs.torrent_file({}), files, ca);
+  ASSERT_FALSE(pf);
+  EXPECT_NE(pf.error().message.find("rooted at another CA"), std::string::npos);
+  EXPECT_FALSE(pack_metainfo::parse_rooted(pm->torrent_file({}), files, ca));
+  EXPECT_FALSE(pack_metainfo::parse_rooted(pack_ours.torrent_file({}), files, ""));
+
+  // The process root: builders root what they build, parse() checks against it.
+  set_metainfo_root(ca);
+  auto built = object_for(data);
+  auto pack_built = build_pack(
+      files,
+      [&](const digest&, std::uint64_t off, char* buf, std::size_t n) -> result<std::size_t> {
+        std::size_t k = std::min<std::size_t>(n, data.size() - off);
+        std::memcpy(buf, data.data() + off, k);
+        return k;
+      });
+  auto parsed_ours = object_metainfo::parse(ours.torrent_file({}), d);
+  auto parsed_theirs = object_metainfo::parse(theirs.torrent_file({}), d);
+  auto parsed_plain = object_metainfo::parse(plain.torrent_file({}), d);
+  set_metainfo_root("");
+  EXPECT_EQ(built.ssl_cert, ca);
+  EXPECT_EQ(built.info_hash_hex(), ours.info_hash_hex());
+  ASSERT_TRUE(pack_built);
+  EXPECT_EQ(pack_built->info_hash_hex(), pack_ours.info_hash_hex());
+  EXPECT_TRUE(parsed_ours);
+  EXPECT_FALSE(parsed_theirs);
+  EXPECT_FALSE(parsed_plain);
+  EXPECT_TRUE(object_metainfo::parse(plain.torrent_file({}), d));
+  EXPECT_FALSE(object_metainfo::parse(ours.torrent_file({}), d));
 }
 
 }  // namespace

@@ -19,8 +19,9 @@
 #include <random>
 #include <thread>
 
-#include "swarm/metainfo.h"
+#include "../common/support/test_pki.h"
 #include "common/sha256.h"
+#include "swarm/metainfo.h"
 
 namespace shoal::swarm {
 namespace {
@@ -304,6 +305,191 @@ TEST(SwarmSuperSeed, OffersANodeDoesNotTakeUpExpire) {
   EXPECT_TRUE(st.pieces[lt::piece_index_t(23)]);
   node->abort();
   (*origin)->stop();
+}
+
+// ---- SSL torrents: BitTorrent between members (docs/security.md) ----
+
+// The cluster's PKI, made once with the openssl CLI: "ca" and "other-ca"; "seed" and "member"
+// follow the profile (signed by ca, DNS SAN *, URI SAN shoal://node/<name>, serverAuth and
+// clientAuth); "foreign" is the same profile under other-ca; "uri_only" is signed by ca without
+// DNS *; "expired" follows the profile but ended yesterday.
+testing::test_pki& swarm_pki() {
+  static testing::test_pki* pki = [] {
+    auto* p = new testing::test_pki;
+    p->make_ca("ca");
+    p->make_ca("other-ca");
+    p->issue("seed", "ca", "DNS:*,URI:shoal://node/seed");
+    p->issue("member", "ca", "DNS:*,URI:shoal://node/member");
+    p->issue("member2", "ca", "DNS:*,URI:shoal://node/member");
+    p->issue("foreign", "other-ca", "DNS:*,URI:shoal://node/member");
+    p->issue("uri_only", "ca", "URI:shoal://node/member");
+    p->issue("expired", "ca", "DNS:*,URI:shoal://node/member", -1);
+    return p;
+  }();
+  return *pki;
+}
+
+std::string cluster_root() {
+  auto r = load_root_pem(swarm_pki().pem("ca"));
+  if (!r) ADD_FAILURE() << r.error().to_string();
+  return r ? *r : std::string();
+}
+
+settings ssl_settings(const std::string& who, std::string_view fingerprint) {
+  settings s;
+  s.listen = "127.0.0.1:0";
+  s.peer_fingerprint = std::string(fingerprint);
+  s.close_redundant_connections = false;
+  s.ssl = true;
+  s.cert_file = swarm_pki().pem(who);
+  s.key_file = swarm_pki().key(who);
+  s.reload_interval = std::chrono::milliseconds(100);
+  return s;
+}
+
+// Adds `torrent` to a downloading session, dialling the seed at 127.0.0.1:port.
+lt::torrent_handle add_download(lt::session& ses, const std::string& torrent,
+                                const std::string& dir, std::uint16_t port) {
+  lt::error_code ec;
+  lt::add_torrent_params p;
+  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  p.save_path = dir;
+  p.flags = lt::torrent_flags::update_subscribe;
+  p.peers.emplace_back(lt::make_address("127.0.0.1"), port);
+  auto h = ses.add_torrent(std::move(p), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  return h;
+}
+
+std::int64_t downloaded(const lt::torrent_handle& h) {
+  auto st = h.status();
+  return st.total_payload_download + st.total_wanted_done;
+}
+
+bool wait_seeding(const lt::torrent_handle& h, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (h.status().is_seeding) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// A member (cluster CA, DNS *) downloads the whole object from a seed over TLS; at the same time
+// a certificate from another CA, one without DNS *, and a session with no certificate at all get
+// no byte, and a plain BitTorrent client of the plain torrent cannot reach the SSL-only port.
+TEST(SwarmSsl, MembersDownloadNonMembersGetNothing) {
+  object_dir obj(16 * 64 * 1024 + 77, 21);
+  auto root = cluster_root();
+  auto meta = obj.meta;
+  meta.ssl_cert = root;
+  auto seed = session::start(ssl_settings("seed", superseeding_origin_fingerprint));
+  ASSERT_TRUE(seed) << seed.error().to_string();
+  (*seed)->raw().add_extension(origin_superseed_plugin(2, true));
+  ASSERT_TRUE((*seed)->ssl());
+  EXPECT_FALSE((*seed)->add_seed(obj.meta, (obj.root / "origin").string(), {}))
+      << "an SSL-only session must refuse a plain torrent";
+  ASSERT_TRUE((*seed)->add_seed(meta, (obj.root / "origin").string(), {}));
+  std::uint16_t port = (*seed)->listen_port();
+  ASSERT_NE(port, 0);
+  EXPECT_EQ((*seed)->raw().listen_port(), 0) << "no plain listener with ssl on";
+
+  std::string torrent = meta.torrent_file({});
+  struct dl {
+    std::string name;
+    std::unique_ptr<session> ses;
+    lt::torrent_handle h;
+  };
+  std::vector<dl> dls;
+  for (const char* who : {"member", "foreign", "uri_only"}) {
+    auto s = session::start(ssl_settings(who, superseed_node_fingerprint));
+    ASSERT_TRUE(s) << who << ": " << s.error().to_string();
+    (*s)->raw().add_extension(node_superseed_plugin());
+    dls.push_back({who, std::move(*s), {}});
+  }
+  for (auto& d : dls) d.h = add_download(d.ses->raw(), torrent, (obj.root / d.name).string(), port);
+  // No certificate at all: a raw session listening on an SSL port, never given one.
+  settings ns;
+  ns.listen = "127.0.0.1:0s";
+  lt::session no_cert(lt::session_params(lan_settings(ns)));
+  auto nh = add_download(no_cert, torrent, (obj.root / "no_cert").string(), port);
+  // A plain client with the plain torrent (same bytes) dialling the SSL port.
+  settings ps;
+  ps.listen = "127.0.0.1:0";
+  lt::session plain(lt::session_params(lan_settings(ps)));
+  auto ph = add_download(plain, obj.meta.torrent_file({}), (obj.root / "plain").string(), port);
+
+  ASSERT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(20))) << "the member did not complete";
+  std::ifstream f(obj.root / "member" / obj.meta.object.hex(), std::ios::binary);
+  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, obj.data);
+  // The others had the same time plus a second and several reconnect rounds (2 s apart).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (std::size_t i = 1; i < dls.size(); ++i)
+    EXPECT_EQ(downloaded(dls[i].h), 0) << dls[i].name << " got bytes";
+  EXPECT_EQ(downloaded(nh), 0) << "no_cert got bytes";
+  EXPECT_EQ(downloaded(ph), 0) << "plain got bytes";
+  EXPECT_GT(dls[0].ses->raw().get_torrents().size(), 0u);
+  no_cert.abort();
+  plain.abort();
+  for (auto& d : dls) d.ses->stop();
+  (*seed)->stop();
+}
+
+// A certificate renewed on disk under a running session is picked up without a restart: a
+// downloader whose certificate expired gets nothing, then its files are replaced (atomic renames)
+// and the same running torrent completes.
+TEST(SwarmSsl, CertificateRotatedOnDiskIsPickedUp) {
+  object_dir obj(8 * 64 * 1024, 22);
+  auto meta = obj.meta;
+  meta.ssl_cert = cluster_root();
+  auto seed = session::start(ssl_settings("seed", origin_fingerprint));
+  ASSERT_TRUE(seed) << seed.error().to_string();
+  ASSERT_TRUE((*seed)->add_seed(meta, (obj.root / "origin").string(), {}));
+
+  auto& pki = swarm_pki();
+  pki.install("expired", "rot");
+  auto s = session::start(ssl_settings("rot", node_fingerprint));
+  ASSERT_TRUE(s) << s.error().to_string();
+  auto h = add_download((*s)->raw(), meta.torrent_file({}), (obj.root / "rot").string(),
+                        (*seed)->listen_port());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(downloaded(h), 0) << "an expired certificate got bytes";
+  EXPECT_EQ((*s)->tls_stats().reloads, 0u);
+
+  pki.install("member2", "rot");
+  ASSERT_TRUE(wait_seeding(h, std::chrono::seconds(20)))
+      << "the renewed certificate was not used by the running torrent";
+  EXPECT_EQ((*s)->tls_stats().reloads, 1u);
+
+  // A broken replacement keeps the working pair and counts a failure.
+  std::ofstream(pki.pem("rot"), std::ios::trunc) << "garbage";
+  auto r = (*s)->reload_certificate_if_changed();
+  EXPECT_FALSE(r);
+  EXPECT_EQ((*s)->tls_stats().reload_failures, 1u);
+  (*s)->stop();
+  (*seed)->stop();
+}
+
+TEST(SwarmSsl, StartNeedsAMatchingCertificateAndKey) {
+  auto s = ssl_settings("member", node_fingerprint);
+  s.key_file = swarm_pki().key("seed");
+  auto r = session::start(s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("does not match"), std::string::npos) << r.error().message;
+  s.cert_file.clear();
+  EXPECT_FALSE(session::start(s));
+  // A plain session refuses an SSL torrent: it would have no certificate for it.
+  object_dir obj(64 * 1024, 23);
+  auto meta = obj.meta;
+  meta.ssl_cert = cluster_root();
+  settings ps;
+  ps.listen = "127.0.0.1:0";
+  auto plain = session::start(ps);
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE((*plain)->add_seed(meta, (obj.root / "origin").string(), {}));
+  (*plain)->stop();
 }
 
 }  // namespace

@@ -244,8 +244,12 @@ class swarm_manager {
     std::string dir;                // <dir>/packs/<info-hash>.torrent: packs this node can seed
     std::size_t http_parallel = 4;  // members fetched at once by a group's HTTP fallback
   };
+  // With `tls.enabled` every torrent is an SSL torrent (BitTorrent between members, swarm.h): the
+  // process's metainfo root must be set first (swarm::enable_members_only), the session listens
+  // on SSL sockets only and uses this node's certificate.
   [[nodiscard]] static result<std::unique_ptr<swarm_manager>> start(
-      const swarm_config& cfg, const node_config& node, const std::string& scheduler_url, deps d);
+      const swarm_config& cfg, const node_config& node, const std::string& scheduler_url, deps d,
+      const tls::tls_config& tls = {});
   ~swarm_manager();
   swarm_manager(const swarm_manager&) = delete;
   swarm_manager& operator=(const swarm_manager&) = delete;

@@ -26,8 +26,12 @@ namespace shoal::proxy {
 
 class seeder {
  public:
+  // With `tls.enabled` every torrent is an SSL torrent rooted at the cluster CA (the process's
+  // metainfo root, swarm::enable_members_only, must be set first), served on SSL sockets only
+  // with registry-proxy's certificate (swarm/swarm.h).
   [[nodiscard]] static result<std::unique_ptr<seeder>> start(const torrent_config& cfg,
-                                                             cache::store& store, state_db& st);
+                                                             cache::store& store, state_db& st,
+                                                             const tls::tls_config& tls = {});
   ~seeder();
   seeder(const seeder&) = delete;
   seeder& operator=(const seeder&) = delete;

@@ -1,17 +1,22 @@
 #pragma once
-// The scheduler's HTTP routes (JSON, versioned under /v1; docs/scheduler.md has examples):
+// The scheduler's HTTP routes (JSON, versioned under /v1; docs/scheduler.md has examples), and
+// who may call each with TLS on (authz.h; docs/security.md, "Who may call what (scheduler)"):
 //
-//   POST /v1/heartbeat                 peerd's heartbeat (common/heartbeat.h); the reply carries
-//                                      the epoch, resync and prewarm orders
-//   GET  /v1/nodes, /v1/nodes/<name>   inventory, health, cache, GPUs, network
-//   GET  /v1/objects/<digest>          holders of one object
-//   GET  /v1/images/<ref>[?platform=]  resolution, and how much of it each node holds
-//   GET  /v1/datasets/<name@version>   the same for a dataset (issue #7: "unknown dataset")
-//   POST /v1/place                     place a job: chosen nodes, and every node explained
-//   POST /v1/prewarm                   prewarm on nodes / a selector / a job's nodes + standby
-//   GET  /v1/prewarm, /v1/prewarm/<id> progress
-//   POST /v1/extender/filter|prioritize  kube-scheduler extender (extender.h)
-//   GET  /announce                     the BitTorrent tracker
+//   POST /v1/heartbeat                 node (its own name)  peerd's heartbeat (common/heartbeat.h);
+//                                      the reply carries the epoch, resync and prewarm orders
+//   GET  /v1/nodes, /v1/nodes/<name>   member   inventory, health, cache, GPUs, network
+//   GET  /v1/objects/<digest>          member   holders of one object
+//   GET  /v1/images/<ref>[?platform=]  member   resolution, and how much of it each node holds
+//   GET  /v1/datasets/<name@version>   member   the same for a dataset
+//   POST /v1/place                     operator place a job: chosen nodes, every node explained
+//   POST /v1/prewarm                   operator prewarm on nodes / a selector / a job's nodes
+//   GET  /v1/prewarm, /v1/prewarm/<id> member   progress
+//   POST /v1/extender/filter|prioritize  kube-scheduler  the extender (extender.h)
+//   GET  /announce                     the tracker (authorize_announce)
+//
+// member: any cluster certificate with a role; operator: an operator certificate or the bearer
+// token. serve() asks the authorizer before any route runs. In plain mode nothing is checked
+// except place and prewarm once a token file is configured.
 //
 // A router apart from the listener, so tests drive it without sockets: serve() answers any
 // route and may block (resolution); the app runs heavy() routes on its worker pool and
@@ -26,6 +31,7 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "scheduler/authz.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
 #include "scheduler/index.h"
@@ -46,6 +52,8 @@ struct api_deps {
   prewarm_manager& prewarm;
   extender& ext;
   metrics::registry& reg;
+  // The operator bearer token (auth.operator_token_file); null: none is accepted.
+  const operator_token* token = nullptr;
 };
 
 class api {
@@ -61,6 +69,9 @@ class api {
 
  private:
   http::response on_heartbeat(const http::request& req);
+  // The address the node is reached at: the connection's, or (plain mode with
+  // tracker.trust_announced_ip) the one its heartbeat claims.
+  std::string node_address(const http::request& req, const std::string& claimed) const;
   http::response on_nodes(std::string_view rest);
   http::response on_object(std::string_view rest);
   http::response on_image(const http::request& req, std::string_view rest);
@@ -111,6 +122,7 @@ class api {
                               const std::string& platform) const;
 
   api_deps d_;
+  authorizer auth_;
   metrics::counter* heartbeats_;
   metrics::counter* bad_heartbeats_;
   metrics::counter_family& resyncs_;

@@ -45,6 +45,8 @@ class app {
   // The outbound client (presenting the `tls` certificate to registry-proxy) and the server's
   // TLS context when tls.enabled (start-up fails on bad files); a loud warning when not.
   [[nodiscard]] status init_transport();
+  // The operator token file (auth.operator_token_file), when set; a bad file stops start-up.
+  [[nodiscard]] status init_auth();
   void handle(http::request&& req, http::responder resp);
   void register_metrics();
   void schedule_maintenance();
@@ -66,6 +68,7 @@ class app {
   std::unique_ptr<placer> placer_;
   std::unique_ptr<prewarm_manager> prewarm_;
   std::unique_ptr<extender> extender_;
+  std::unique_ptr<operator_token> token_;  // null without auth.operator_token_file; outlives api_
   std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;
   boost::asio::steady_timer timer_;

@@ -20,7 +20,9 @@ struct tracker_config {
   config::duration peer_timeout = 180s;  // drop peers (and heartbeat holders) silent this long
   int default_numwant = 50;
   int max_numwant = 200;
-  bool trust_announced_ip = true;              // use ip= from peerd (its data-plane address)
+  // Plain mode only, and unsafe: take the address a heartbeat or announce claims instead of the
+  // connection's (one-machine setups where nodes share 127.0.0.1). Ignored with TLS on.
+  bool trust_announced_ip = false;
   std::uint32_t max_swarms = 1'000'000;        // distinct info-hashes tracked
   std::uint32_t max_peers_per_swarm = 20'000;  // peers (and heartbeat holders) in one swarm
 };
@@ -95,6 +97,14 @@ struct prewarm_config {
 };
 void describe(config::binder& b, prewarm_config& c);
 
+// Who may call the API besides certificate holders (scheduler/authz.h).
+struct auth_config {
+  // A file holding the operator bearer token (Authorization: Bearer <token>), re-read when it
+  // changes. Empty: no token is accepted. Set in plain mode too: operator verbs then need it.
+  std::string operator_token_file;
+};
+void describe(config::binder& b, auth_config& c);
+
 struct scheduler_config {
   // Bodies up to the extender's 32 MiB; heartbeats may be larger (nodes.max_objects_per_node).
   daemon::http_config http{.listen = "0.0.0.0:7070", .max_body_bytes = config::byte_size::mib(32)};
@@ -109,8 +119,10 @@ struct scheduler_config {
   prewarm_config prewarm;
   // Mutual TLS on the API. On: heartbeats are accepted only for the node named in the
   // caller's certificate, announces only from a node certificate for their node (origin
-  // announces from registry-proxy's), and calls to registry-proxy present the same certificate.
+  // announces from registry-proxy's), every other route by role (scheduler/authz.h), and calls
+  // to registry-proxy present the same certificate.
   tls::tls_config tls;
+  auth_config auth;
 };
 void describe(config::binder& b, scheduler_config& c);
 

@@ -39,13 +39,18 @@ struct tracker_options {
   std::chrono::seconds peer_timeout{180};  // drop peers silent for this long
   std::uint32_t default_numwant = 50;
   std::uint32_t max_numwant = 200;
-  bool trust_announced_ip = false;       // use the ip= parameter instead of the source address
+  bool trust_announced_ip = false;       // use ip= instead of the source address (not with TLS)
   std::chrono::seconds load_window{30};  // handouts counted as load for this long
   // Caps: an announce that would start a swarm beyond max_swarms, or add a peer to a swarm that
   // has max_peers_per_swarm, is refused (429 with a failure reason); a heartbeat's holdings
   // beyond them are not recorded (set_holdings counts them). Known peers are always heard.
   std::size_t max_swarms = 1'000'000;
   std::size_t max_peers_per_swarm = 20'000;
+  // BitTorrent between members (TLS on): hand out only peers that announced the swarm and did
+  // not stop, i.e. that have its torrent loaded. A holder known from heartbeats alone cannot
+  // answer: an SSL peer refuses, in the TLS handshake, a connection for a torrent it has not
+  // loaded (docs/p2p.md "SSL torrents and unloaded seeds"). Such holders stay in the index.
+  bool announced_peers_only = false;
 };
 
 struct announce_request {
@@ -128,7 +133,8 @@ class tracker {
     std::uint16_t port = 0;
     std::uint64_t left = 0;
     bool origin = false;
-    bool holder = false;  // from a heartbeat, not an announce
+    bool holder = false;     // from a heartbeat, not an announce
+    bool announced = false;  // its last announce was not "stopped" (announced_peers_only)
     clock::time_point last_seen;
     std::vector<clock::time_point> handouts;  // recent handouts (load estimate)
   };

@@ -8,6 +8,21 @@
 // Nothing else goes into the info dict, so the info-hash depends only on the bytes. Trackers live
 // outside it ("announce", "announce-list") and can change without changing the swarm.
 //
+// SSL torrents (BitTorrent between cluster members, docs/security.md "BitTorrent between
+// members"): with a cluster root set (set_metainfo_root(), from the first certificate of the
+// daemon's tls.ca_file when tls.enabled), the info dict also holds
+//   ssl-cert: "<the CA certificate as PEM>"
+// normalized by normalize_root_pem(): parsed and re-encoded by OpenSSL (one certificate,
+// "-----BEGIN CERTIFICATE-----", base64 in 64-column lines, "\n" line ends, nothing else), so
+// every party derives the same bytes and the same info-hash from the same CA whatever whitespace,
+// comments or extra certificates its file has. The info-hash then depends on the bytes and the
+// CA: a new CA (even a renewal of the same key) gives every object a new swarm. libtorrent makes
+// such a torrent an SSL torrent: peers must present a certificate signed by that CA.
+// parse() accepts a torrent only when its ssl-cert is exactly the root (byte for byte, in
+// canonical form) and, with no root set, only one without ssl-cert: a torrent rooted at another CA
+// is refused with "rooted at another CA", an unrooted one with "not rooted at the cluster CA".
+// Without a root the format is the one above, unchanged.
+//
 // Why v1: every node runs libtorrent 2.0.8, hybrid torrents hash twice and announce two swarms,
 // v1 SHA-1 pieces are cheap to compute while the bytes stream in, and the sha256 of the whole
 // object remains the final word on integrity (docs/p2p.md).
@@ -28,6 +43,21 @@ namespace shoal {
 
 using sha1_hash = std::array<std::uint8_t, 20>;
 
+// The first certificate of a PEM text, re-encoded canonically (see above). An error when the text
+// holds no parsable certificate.
+[[nodiscard]] result<std::string> normalize_root_pem(std::string_view pem);
+// Reads a PEM file (tls.ca_file) and normalizes its first certificate. Blocking file I/O.
+[[nodiscard]] result<std::string> load_root_pem(const std::string& path);
+
+// The process-wide cluster root every metainfo built or parsed from now on uses (a canonical PEM
+// from normalize_root_pem(), or empty for plain torrents). Set once by a daemon's app at start,
+// before any metainfo is built, like OpenSSL's own process-wide setup: every builder and parser in
+// registry-proxy and peerd (blobs, datasets, chunks, the seeder, the swarm) must agree on it, and
+// threading a CA through each of them would change every call site for one constant. Tests set it
+// around a case, or use the explicit-root parse overloads and the `ssl_cert` fields. Thread-safe.
+void set_metainfo_root(std::string canonical_pem);
+[[nodiscard]] std::string metainfo_root();
+
 // The piece size rule: a power of two aiming at about 1024 pieces, at least 64 KiB, at most 4 MiB.
 //   1 MiB → 64 KiB (16 pieces); 256 MiB → 256 KiB; 1 GiB → 1 MiB; 10 GiB → 4 MiB (2560 pieces).
 // Small pieces start relaying sooner; the cap keeps per-piece overhead low for huge layers.
@@ -38,6 +68,8 @@ struct object_metainfo {
   std::uint64_t size = 0;
   std::uint32_t piece_size = 0;
   std::vector<sha1_hash> pieces;  // one per piece, the last one may be short
+  // The info dict's ssl-cert (canonical PEM of the cluster CA), empty for a plain torrent.
+  std::string ssl_cert = metainfo_root();
 
   [[nodiscard]] std::uint32_t piece_count() const {
     return static_cast<std::uint32_t>(pieces.size());
@@ -54,10 +86,14 @@ struct object_metainfo {
   [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
 
   // Parses and validates a .torrent for `expected` (name must be its hex, private flag set,
-  // piece size and count consistent with the rule and the length). Trackers are returned in
-  // `trackers_out` when given.
+  // piece size and count consistent with the rule and the length, ssl-cert exactly the process
+  // root or absent when there is none). Trackers are returned in `trackers_out` when given.
   [[nodiscard]] static result<object_metainfo> parse(
       std::string_view torrent, const digest& expected,
+      std::vector<std::string>* trackers_out = nullptr);
+  // The same against an explicit root (canonical PEM; empty: the torrent must be plain).
+  [[nodiscard]] static result<object_metainfo> parse_rooted(
+      std::string_view torrent, const digest& expected, std::string_view root,
       std::vector<std::string>* trackers_out = nullptr);
 };
 
@@ -67,20 +103,25 @@ struct object_metainfo {
 //    private: 1}
 // with files sorted by digest and unique, so downloading into a directory D places each file at
 // D/sha256/<hh>/<hex>: exactly the cache's object layout. The piece size follows
-// piece_size_for(total bytes).
+// piece_size_for(total bytes). With a cluster root the info dict also holds ssl-cert, as above.
 struct pack_metainfo {
   std::vector<std::pair<digest, std::uint64_t>> files;  // sorted by digest, unique
   std::uint32_t piece_size = 0;
   std::vector<sha1_hash> pieces;
+  std::string ssl_cert = metainfo_root();  // as object_metainfo::ssl_cert
 
   [[nodiscard]] std::uint64_t total_size() const;
   [[nodiscard]] std::string info_dict() const;
   [[nodiscard]] sha1_hash info_hash() const;
   [[nodiscard]] std::string info_hash_hex() const;
   [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
-  // Validates against the objects the pack must hold (any order; duplicates removed).
+  // Validates against the objects the pack must hold (any order; duplicates removed) and the
+  // process root (as object_metainfo::parse).
   [[nodiscard]] static result<pack_metainfo> parse(
       std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected);
+  [[nodiscard]] static result<pack_metainfo> parse_rooted(
+      std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected,
+      std::string_view root);
 };
 
 // Sorts and deduplicates the objects of a pack (the order their bytes must be fed in).

@@ -10,19 +10,38 @@
 // lowered so the tracker's short interval is honoured.
 //
 // Threading: lt::session's API is thread-safe; alert callbacks run on the pump thread.
+//
+// SSL (settings::ssl, docs/security.md "BitTorrent between members"): every torrent is then an
+// SSL torrent (metainfo.h: ssl-cert = the cluster CA). The session listens on SSL sockets only
+// (each listen entry gets libtorrent's "s" suffix; the plain port is not opened: libtorrent
+// refuses plaintext peers of SSL torrents anyway, and a plain listener would only answer
+// strangers). Each SSL torrent is given this party's certificate and key (and the RFC 7919
+// ffdhe2048 DH group, built in) when it is added through add_seed()/add_pack_seed() and on every
+// torrent_need_cert_alert (torrents added through raw()), before the alert reaches on_alert's
+// callback. The pump thread stats the certificate and key files every reload_interval; when
+// either changed (inode, size, mtime, ctime: an atomic rename and Kubernetes' symlink swap are
+// both seen) and the pair loads and matches, every loaded torrent gets the new pair (connections
+// made afterwards use it; open ones keep theirs), else the old pair stays and the failure is
+// logged once per change. Refused peers are retried after min_reconnect_time (2 s) × failcount,
+// so a renewed peer is dialled again within seconds. Trackers are announced over HTTPS with the
+// torrent's context when their URL is https (the node presents its certificate; the tracker's is
+// verified against the torrent's CA and its host name).
 
 #include <libtorrent/session.hpp>
 #include <libtorrent/torrent_handle.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "common/tls.h"
 #include "swarm/metainfo.h"
 
 namespace shoal::swarm {
@@ -47,6 +66,13 @@ struct settings {
   // The 8-character peer-id prefix. Origins use "-SO0100-", nodes "-SN0100-", so a node can tell
   // which bytes came from registry-proxy whatever address or port the connection used.
   std::string peer_fingerprint = "-SN0100-";
+  // BitTorrent between members (see above): SSL listen sockets only, and this party's
+  // certificate (signed directly by the cluster CA, DNS SAN `*`, serverAuth and clientAuth) on
+  // every SSL torrent. The files are the daemon's tls section's.
+  bool ssl = false;
+  std::string cert_file;  // PEM: the leaf first (only it is sent to peers)
+  std::string key_file;   // PEM, unencrypted
+  std::chrono::milliseconds reload_interval{5000};  // 0: never re-read
   // Raw settings_pack overrides by libtorrent's own key names ("predictive_piece_announce":
   // "20"), applied after the table. An escape hatch for tuning and benchmarks: the table is what
   // Shoal is measured with (docs/p2p.md); an unknown key or a bad value fails the start.
@@ -58,6 +84,13 @@ inline constexpr std::string_view node_fingerprint = "-SN0100-";
 // An origin that super-seeds, and a node that understands it (see origin_superseed_plugin).
 inline constexpr std::string_view superseeding_origin_fingerprint = "-SO0110-";
 inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
+
+// BitTorrent between members for a daemon whose `tls` section is `tls`. enable_members_only()
+// sets the process's metainfo root (metainfo.h) from the first certificate of tls.ca_file, or
+// clears it when TLS is off; a daemon's app calls it once at start, before anything builds or
+// parses metainfo. apply_tls() turns `s` into an SSL session with the daemon's certificate.
+[[nodiscard]] status enable_members_only(const tls::tls_config& tls);
+void apply_tls(settings& s, const tls::tls_config& tls);
 
 // The settings_pack Shoal uses, from the table above (documented in docs/p2p.md), without the
 // raw overrides.
@@ -120,8 +153,23 @@ class session {
   session& operator=(const session&) = delete;
 
   [[nodiscard]] lt::session& raw() { return *ses_; }
-  // The port actually bound (useful with port 0 in tests); 0 when not listening.
+  // The port actually bound (useful with port 0 in tests), the SSL one when ssl is on; 0 when not
+  // listening.
   [[nodiscard]] std::uint16_t listen_port() const;
+  [[nodiscard]] bool ssl() const { return ssl_; }
+
+  // Gives an SSL torrent this party's current certificate (no-op for a plain torrent or without
+  // ssl). Done by add_seed(), add_pack_seed() and on torrent_need_cert_alert already.
+  void set_certificate(const lt::torrent_handle& h);
+  // Re-reads the certificate and key now when their files changed: true when a new pair was
+  // installed on every loaded torrent, false when nothing changed, an error when the new files
+  // do not load (the old pair stays). The pump calls it every reload_interval. Blocking file I/O.
+  [[nodiscard]] result<bool> reload_certificate_if_changed();
+  struct tls_counters {
+    std::uint64_t reloads = 0;          // certificate pairs installed after the first
+    std::uint64_t reload_failures = 0;  // changed files that did not load
+  };
+  [[nodiscard]] tls_counters tls_stats() const;
 
   // Adds a complete, verified object as a seed: seed_mode with every piece marked verified, so
   // nothing is rehashed. `save_path` is the directory holding the file named <hex digest>.
@@ -150,6 +198,20 @@ class session {
                                                              const std::string& name);
   session() = default;
   void pump();
+  struct cert_pair {
+    std::string cert, key;
+  };
+  // Loads and checks (a certificate, a key that matches it) the configured files.
+  [[nodiscard]] result<cert_pair> load_certificate() const;
+  [[nodiscard]] std::string file_stamp() const;
+
+  bool ssl_ = false;
+  std::string cert_file_, key_file_;
+  std::chrono::milliseconds reload_interval_{0};
+  mutable std::mutex cert_mu_;
+  std::shared_ptr<const cert_pair> cert_;  // guarded by cert_mu_
+  std::string stamp_;                      // the files' stamp cert_ (or a failed load) came from
+  tls_counters tls_stats_;                 // guarded by cert_mu_
 
   std::unique_ptr<lt::session> ses_;
   std::thread pump_;

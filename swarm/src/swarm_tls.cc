@@ -1,0 +1,180 @@
+// The TLS side of swarm::session (swarm.h): BitTorrent between members. The daemon's tls section
+// turned into session settings and the process's metainfo root, the certificate pair loaded,
+// checked, given to each SSL torrent and re-read when its files change.
+#include "swarm_tls.h"
+
+#include <libtorrent/torrent_handle.hpp>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "common/log.h"
+#include "swarm/swarm.h"
+
+namespace shoal::swarm {
+
+namespace {
+
+// RFC 7919 ffdhe2048 (`openssl genpkey -genparam -algorithm DH -pkeyopt group:ffdhe2048`):
+// libtorrent's set_ssl_certificate wants DH parameters (without them it posts an error); a fixed,
+// published group needs no generation and no file.
+constexpr std::string_view ffdhe2048_pem =
+    "-----BEGIN DH PARAMETERS-----\n"
+    "MIIBCAKCAQEA//////////+t+FRYortKmq/cViAnPTzx2LnFg84tNpWp4TZBFGQz\n"
+    "+8yTnc4kmz75fS/jY2MMddj2gbICrsRhetPfHtXV/WVhJDP1H18GbtCFY2VVPe0a\n"
+    "87VXE15/V8k1mE8McODmi3fipona8+/och3xWKE2rec1MKzKT0g6eXq8CrGCsyT7\n"
+    "YdEIqUuyyOP7uWrat2DX9GgdT0Kj3jlN9K5W7edjcrsZCwenyO4KbXCeAvzhzffi\n"
+    "7MA0BM0oNC9hkXL+nOmFg/+OTxIy7vKBg8P+OxtMb61zO7X8vC7CIAXFjvGDfRaD\n"
+    "ssbzSibBsu/6iGtCOGEoXJf//////////wIBAg==\n"
+    "-----END DH PARAMETERS-----\n";
+
+std::optional<std::string> read_whole(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+namespace detail {
+
+// "a:1,b:2" → "a:1s,b:2s": every listen socket an SSL one.
+std::string ssl_listen(const std::string& listen) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= listen.size()) {
+    auto comma = listen.find(',', start);
+    std::string part =
+        listen.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!part.empty()) {
+      if (!out.empty()) out += ',';
+      out += part;
+      if (part.back() != 's') out += 's';
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+status enable_members_only(const tls::tls_config& tls) {
+  if (!tls.enabled) {
+    set_metainfo_root("");
+    return {};
+  }
+  auto root = load_root_pem(tls.ca_file);
+  if (!root) return fail(root.error().wrap("tls.ca_file (the root of every torrent)"));
+  set_metainfo_root(std::move(*root));
+  return {};
+}
+
+void apply_tls(settings& s, const tls::tls_config& tls) {
+  s.ssl = tls.enabled;
+  if (!tls.enabled) return;
+  s.cert_file = tls.cert_file;
+  s.key_file = tls.key_file;
+  s.reload_interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(tls.reload_interval.get());
+}
+
+// inode, size, mtime and ctime of both files (symlinks followed): any change is a new stamp.
+std::string session::file_stamp() const {
+  std::string out;
+  for (const auto* f : {&cert_file_, &key_file_}) {
+    struct stat st {};
+    if (::stat(f->c_str(), &st) != 0) {
+      out += "missing;";
+      continue;
+    }
+    out += std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec) + ";";
+  }
+  return out;
+}
+
+result<session::cert_pair> session::load_certificate() const {
+  auto cert = read_whole(cert_file_);
+  if (!cert) return fail_errno(errno, "read tls.cert_file " + cert_file_);
+  auto key = read_whole(key_file_);
+  if (!key) return fail_errno(errno, "read tls.key_file " + key_file_);
+  std::unique_ptr<BIO, decltype(&BIO_free)> cb(
+      BIO_new_mem_buf(cert->data(), static_cast<int>(cert->size())), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> x(
+      cb ? PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr) : nullptr, &X509_free);
+  if (!x) return fail(errc::invalid_argument, "tls.cert_file " + cert_file_ + ": no certificate");
+  std::unique_ptr<BIO, decltype(&BIO_free)> kb(
+      BIO_new_mem_buf(key->data(), static_cast<int>(key->size())), &BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> k(
+      kb ? PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr) : nullptr, &EVP_PKEY_free);
+  if (!k) return fail(errc::invalid_argument, "tls.key_file " + key_file_ + ": no private key");
+  if (X509_check_private_key(x.get(), k.get()) != 1)
+    return fail(errc::invalid_argument,
+                "tls.key_file " + key_file_ + " does not match tls.cert_file " + cert_file_);
+  return cert_pair{std::move(*cert), std::move(*key)};
+}
+
+void session::set_certificate(const lt::torrent_handle& h) {
+  if (!ssl_ || !h.is_valid()) return;
+  std::shared_ptr<const cert_pair> c;
+  {
+    std::lock_guard lk(cert_mu_);
+    c = cert_;
+  }
+  if (!c) return;
+  try {
+    lt::torrent_handle th = h;
+    th.set_ssl_certificate_buffer(c->cert, c->key, std::string(ffdhe2048_pem));
+  } catch (const std::exception&) {
+    // The torrent went away meanwhile.
+  }
+}
+
+result<bool> session::reload_certificate_if_changed() {
+  if (!ssl_) return false;
+  std::string stamp = file_stamp();
+  {
+    std::lock_guard lk(cert_mu_);
+    if (stamp == stamp_) return false;
+    stamp_ = stamp;  // a failed load is not retried until the files change again
+  }
+  auto pair = load_certificate();
+  if (!pair) {
+    std::lock_guard lk(cert_mu_);
+    ++tls_stats_.reload_failures;
+    return fail(pair.error().wrap("swarm certificate reload (the previous one stays)"));
+  }
+  {
+    std::lock_guard lk(cert_mu_);
+    cert_ = std::make_shared<const cert_pair>(std::move(*pair));
+    ++tls_stats_.reloads;
+  }
+  std::vector<lt::torrent_handle> all;
+  try {
+    all = ses_->get_torrents();
+  } catch (const std::exception& e) {
+    return fail(errc::internal, std::string("list torrents: ") + e.what());
+  }
+  for (const auto& h : all) set_certificate(h);
+  log::info("swarm certificate reloaded", log::kv("cert_file", cert_file_),
+            log::kv("torrents", all.size()));
+  return true;
+}
+
+session::tls_counters session::tls_stats() const {
+  std::lock_guard lk(cert_mu_);
+  return tls_stats_;
+}
+
+}  // namespace shoal::swarm
