@@ -10,9 +10,9 @@ With `tls` (the default) the cluster runs as docs/security.md's profile says: on
 start (certs.ClusterPKI, in <workdir>/pki), registry-proxy and the scheduler serve HTTPS with
 mutual TLS on the infra node's IP, each peerd calls them with its own node certificate and serves
 its metrics listener with it, and `curl`/`metrics_of`/`proxy_metrics` present certificates (an
-operator's from the infra node, the node's own from a node). `tls=False` is the plain-mode smoke.
-BitTorrent itself stays plain here until the swarm's TLS switch is set in `peerd_extra` and
-`proxy_extra`.
+operator's from the infra node, the node's own from a node); the same `tls` sections make every
+torrent an SSL torrent between members (docs/p2p.md). `tls=False` is the plain-mode smoke;
+SHOAL_TEST_TLS=0 turns the default off.
 """
 from __future__ import annotations
 
