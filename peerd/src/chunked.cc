@@ -196,12 +196,19 @@ void chunked_blob::record_metainfo() {
     if (auto a = origin::decode_metainfo(*f)) {
       if (auto m = object_metainfo::parse(a->torrent, id_)) {
         (void)d_.state.put(id_, m->info_hash_hex(), a->torrent);
+        seed_whole();
         return;
       }
     }
   }
   auto m = metainfo_for_file(d_.store.object_path(id_), id_);
-  if (m) (void)d_.state.put(id_, m->info_hash_hex(), m->torrent_file({}));
+  if (m && d_.state.put(id_, m->info_hash_hex(), m->torrent_file({}))) seed_whole();
+}
+
+// Plain swarms load the whole-object seed when a peer first asks for it; SSL swarms cannot (the
+// TLS handshake names only loaded torrents), so the seed is loaded now and announced.
+void chunked_blob::seed_whole() {
+  if (d_.swarm.ssl()) d_.swarm.load_seed(id_);
 }
 
 status chunked_blob::learn_chunks() {

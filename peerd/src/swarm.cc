@@ -218,7 +218,7 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
     p.save_path = cfg.partial_dir + "/.sentinel";
     p.flags = lt::torrent_flags::upload_mode;
     lt::error_code ec;
-    if (p.ti && sm) m->ses_->raw().add_torrent(std::move(p), ec);
+    if (p.ti && sm) (void)m->ses_->add_torrent(std::move(p), ec);
     if (ec) why = ec.message();
     if (!why.empty() || !sm)
       log::warn("no sentinel torrent: holders cannot serve unloaded seeds", log::kv("error", why));
@@ -383,7 +383,7 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
             lt::torrent_flags::duplicate_is_error;
   p.trackers = trackers();
   add_seed_peers(p, seeds);
-  auto h = ses_->raw().add_torrent(std::move(p), lec);
+  auto h = ses_->add_torrent(std::move(p), lec);
   if (lec) {
     fail(dl, error{errc::internal, "add torrent: " + lec.message()});
     return shoal::fail(errc::internal, "add torrent for " + d.short_str() + ": " + lec.message());
@@ -481,7 +481,7 @@ lt::torrent_handle swarm_manager::seed_object(const std::shared_ptr<download>& d
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   add_seed_peers(p, peers);
-  auto h = ses_->raw().add_torrent(std::move(p), ec);
+  auto h = ses_->add_torrent(std::move(p), ec);
   if (ec) {
     // A peer asked first and the torrent was loaded on demand: it seeds already.
     if (ec != lt::errors::duplicate_torrent)

@@ -191,7 +191,7 @@ status swarm_manager::add_group_torrent(const std::shared_ptr<group_download>& d
   p.file_priorities = prio;
   add_seed_peers(p, dl->spec_.seeds);
   lt::error_code lec;
-  auto h = ses_->raw().add_torrent(std::move(p), lec);
+  auto h = ses_->add_torrent(std::move(p), lec);
   if (lec) {
     return shoal::fail(lec == lt::errors::duplicate_torrent ? errc::busy : errc::internal,
                        "add torrent of " + dl->spec_.name + ": " + lec.message());
@@ -350,7 +350,7 @@ void swarm_manager::seed_group(const group_spec& spec, const std::string& ih) {
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
   lt::error_code ec;
-  auto h = ses_->raw().add_torrent(std::move(p), ec);
+  auto h = ses_->add_torrent(std::move(p), ec);
   {
     std::lock_guard lk(mu_);
     auto it = seeds_.find(ih);

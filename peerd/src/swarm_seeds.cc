@@ -162,6 +162,32 @@ bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_pa
   return true;
 }
 
+void swarm_manager::load_seed(const digest& d) {
+  if (stop_.load() || !ses_ || !d_.store.contains(d)) return;
+  auto t = d_.state.torrent(d);
+  if (!t) return;
+  auto ti = parse_torrent(*t);
+  if (!ti) return;
+  std::string ih = swarm::hash_hex(ti->info_hashes().v1);
+  {
+    std::lock_guard lk(mu_);
+    if (seeds_.count(ih)) return;
+  }
+  if (by_hash(ih)) return;
+  lt::add_torrent_params p;
+  p.ti = ti;
+  p.save_path = d_.store.shard_dir(d);
+  // As prepare_on_demand: seed mode without trusted pieces; on_torrent_added enters it in the
+  // seed table (idle unload, LRU) and pins the object.
+  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+            lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
+  p.trackers = trackers();
+  lt::error_code ec;
+  (void)ses_->add_torrent(std::move(p), ec);
+  if (ec && ec != lt::errors::duplicate_torrent)
+    log::warn("cannot load a seed", log::kv("digest", d.str()), log::kv("error", ec.message()));
+}
+
 std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {
   auto all = d_.state.all();
   std::vector<std::pair<digest, std::string>> out;

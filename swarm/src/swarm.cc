@@ -555,11 +555,22 @@ result<lt::torrent_handle> session::add_verified_seed(const std::string& torrent
   p.userdata = superseed_userdata(ti->num_pieces());
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
-  auto h = ses_->add_torrent(std::move(p), ec);
+  auto h = add_torrent(std::move(p), ec);
   if (ec == lt::errors::duplicate_torrent)
     return fail(errc::already_exists, "already seeding " + name);
   if (ec) return fail(errc::internal, "add seed " + name + ": " + ec.message());
+  return h;
+}
+
+lt::torrent_handle session::add_torrent(lt::add_torrent_params p, lt::error_code& ec) {
+  const bool hold = ssl_ && !(p.flags & lt::torrent_flags::paused);
+  if (hold) p.flags |= lt::torrent_flags::paused;
+  auto h = ses_->add_torrent(std::move(p), ec);
+  if (ec || !h.is_valid()) return h;
+  // Both calls are posted to libtorrent's network thread in this order: the certificate is in
+  // place before the torrent announces or dials anyone.
   set_certificate(h);
+  if (hold) h.resume();
   return h;
 }
 

@@ -100,6 +100,7 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   [[nodiscard]] status assemble();
   void mark_verified();
   void record_metainfo();
+  void seed_whole();
   void finish(std::optional<error> e);
   void serve(std::uint64_t off, std::size_t max, read_cb cb);
   [[nodiscard]] std::string blob_url() const;

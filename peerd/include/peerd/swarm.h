@@ -269,6 +269,15 @@ class swarm_manager {
   // completes at once (and is loaded as a seed).
   [[nodiscard]] result<std::shared_ptr<group_download>> fetch_group(group_spec spec);
 
+  // Loads the seed of an object held here now (its torrent from the state db), so it announces
+  // and peers can reach it. With SSL torrents (tls.enabled) a seed cannot be loaded when a peer
+  // asks, since the handshake names only loaded torrents, and the tracker hands out only peers
+  // that announced: a blob fetched in chunks calls this for its whole-object torrent. No-op when
+  // it is loaded already, or when the object or its torrent is not held. Blocking (state db):
+  // never on the io loop.
+  void load_seed(const digest& d);
+  [[nodiscard]] bool ssl() const { return ses_ && ses_->ssl(); }
+
   // Info-hashes of every complete object held here (for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
   [[nodiscard]] const source_counters& counters() const { return counters_; }

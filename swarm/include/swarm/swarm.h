@@ -159,8 +159,16 @@ class session {
   [[nodiscard]] bool ssl() const { return ssl_; }
 
   // Gives an SSL torrent this party's current certificate (no-op for a plain torrent or without
-  // ssl). Done by add_seed(), add_pack_seed() and on torrent_need_cert_alert already.
+  // ssl). Done by add_torrent(), add_seed(), add_pack_seed() and on torrent_need_cert_alert.
   void set_certificate(const lt::torrent_handle& h);
+  // lt::session::add_torrent, and for an SSL session the torrent is held paused until it has
+  // this party's certificate: otherwise its first announce and its first connections (to the
+  // peers in `p`, to the tracker's answer) go out before the pump thread handles
+  // torrent_need_cert_alert, fail the handshake without a certificate, and libtorrent backs off
+  // from that tracker and those peers (min_reconnect_time × failcount, 60 s by default) while the
+  // node pulls from registry-proxy instead. Every torrent peerd and registry-proxy add goes
+  // through here. A torrent the caller asked to be paused stays paused.
+  [[nodiscard]] lt::torrent_handle add_torrent(lt::add_torrent_params p, lt::error_code& ec);
   // Re-reads the certificate and key now when their files changed: true when a new pair was
   // installed on every loaded torrent, false when nothing changed, an error when the new files
   // do not load (the old pair stays). The pump calls it every reload_interval. Blocking file I/O.
