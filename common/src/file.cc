@@ -1,7 +1,8 @@
-// write_atomic: temp file, fsync, rename, fsync of the directory (see common/file.h).
+// write_atomic: temp file, fsync, rename, fsync of the directory; stamp_of (see common/file.h).
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +15,22 @@
 #include "common/fd.h"
 
 namespace shoal {
+
+file_stamp stamp_of(const std::string& path) {
+  file_stamp s;
+  if (path.empty()) return s;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    s.err = errno;
+    return s;
+  }
+  s.dev = static_cast<std::uint64_t>(st.st_dev);
+  s.ino = static_cast<std::uint64_t>(st.st_ino);
+  s.size = static_cast<std::uint64_t>(st.st_size);
+  s.mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  s.ctime_ns = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+  return s;
+}
 namespace {
 
 // A temp name no other live writer uses: the pid tells processes apart, the counter threads. A

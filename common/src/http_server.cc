@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "common/metrics.h"
 #include "common/tls.h"
 
 namespace shoal::http {
@@ -268,6 +269,22 @@ std::size_t server::connections() const {
 }
 
 server::shed_counts server::shed() const { return {impl_->refused.load(), impl_->evicted.load()}; }
+
+void register_tls_refusal_metrics(metrics::registry& reg, std::string_view prefix,
+                                  std::function<const server*()> get) {
+  const std::string p(prefix);
+  reg.counter_fn(p + "_tls_plaintext_refused_total",
+                 "Plaintext HTTP requests refused on the TLS port.", [get] {
+                   const server* s = get();
+                   return s ? static_cast<double>(s->tls_refused().plaintext) : 0.0;
+                 });
+  reg.counter_fn(
+      p + "_tls_handshakes_failed_total",
+      "TLS handshakes refused or timed out (no client certificate, another CA, expired).", [get] {
+        const server* s = get();
+        return s ? static_cast<double>(s->tls_refused().handshake_failed) : 0.0;
+      });
+}
 
 server::tls_counts server::tls_refused() const {
   return {impl_->tls_plaintext.load(), impl_->tls_failed.load()};

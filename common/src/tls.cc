@@ -5,7 +5,6 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
-#include <sys/stat.h>
 
 #include <boost/asio/ssl/context.hpp>
 
@@ -14,6 +13,7 @@
 #include <ctime>
 #include <thread>
 
+#include "common/file.h"
 #include "common/log.h"
 
 namespace shoal::tls {
@@ -47,32 +47,7 @@ void describe(config::binder& b, tls_config& c) {
 
 namespace {
 
-// What the watcher compares: a file's identity and last change, or the errno of its stat().
-struct file_stamp {
-  int err = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = 0;
-  std::int64_t mtime_ns = 0, ctime_ns = 0;
-  friend bool operator==(const file_stamp&, const file_stamp&) = default;
-};
 using stamps = std::array<file_stamp, 3>;
-
-file_stamp stamp_of(const std::string& path) {
-  file_stamp s;
-  if (path.empty()) return s;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    s.err = errno;
-    return s;
-  }
-  s.dev = st.st_dev;
-  s.ino = st.st_ino;
-  s.size = st.st_size;
-  s.mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-  s.ctime_ns = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
-  return s;
-}
 
 stamps stamps_of(const tls_config& c) {
   return {stamp_of(c.ca_file), stamp_of(c.cert_file), stamp_of(c.key_file)};

@@ -330,6 +330,7 @@ void app::register_metrics() {
                 [w] { return static_cast<double>(w->active_downloads()); });
   reg_.gauge_fn("shoal_peerd_torrents_loaded", "Torrents loaded in the session.",
                 [w] { return static_cast<double>(w->loaded_torrents()); });
+  if (const auto* ses = w->session()) swarm::register_tls_metrics(reg_, *ses, "shoal_peerd");
 }
 
 int app::run() {

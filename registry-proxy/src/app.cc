@@ -245,19 +245,12 @@ status app::start_server() {
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
   cache::register_metrics(reg_, *store_);
+  if (seeder_) swarm::register_tls_metrics(reg_, seeder_->session(), "shoal_proxy");
   if (tls_) {
     tls::register_metrics(reg_, *tls_, "shoal_proxy");
     // server_ is made after the metrics; scrapes only come through it.
-    reg_.counter_fn("shoal_proxy_tls_plaintext_refused_total",
-                    "Plaintext HTTP requests refused on the TLS port.", [this] {
-                      return server_ ? static_cast<double>(server_->tls_refused().plaintext) : 0.0;
-                    });
-    reg_.counter_fn(
-        "shoal_proxy_tls_handshakes_failed_total",
-        "TLS handshakes refused or timed out (no client certificate, another CA, expired).",
-        [this] {
-          return server_ ? static_cast<double>(server_->tls_refused().handshake_failed) : 0.0;
-        });
+    http::register_tls_refusal_metrics(reg_, "shoal_proxy",
+                                       [this]() -> const http::server* { return server_.get(); });
   }
   auto* b = blobs_.get();
   reg_.gauge_fn("shoal_proxy_fetches_in_flight", "Upstream blob fetches in flight.",

@@ -179,16 +179,8 @@ void app::register_metrics() {
   if (tls_) {
     tls::register_metrics(reg_, *tls_, "shoal_scheduler");
     // server_ is made after the metrics; scrapes only come through it.
-    reg_.counter_fn("shoal_scheduler_tls_plaintext_refused_total",
-                    "Plaintext HTTP requests refused on the TLS port.", [this] {
-                      return server_ ? static_cast<double>(server_->tls_refused().plaintext) : 0.0;
-                    });
-    reg_.counter_fn(
-        "shoal_scheduler_tls_handshakes_failed_total",
-        "TLS handshakes refused or timed out (no client certificate, another CA, expired).",
-        [this] {
-          return server_ ? static_cast<double>(server_->tls_refused().handshake_failed) : 0.0;
-        });
+    http::register_tls_refusal_metrics(reg_, "shoal_scheduler",
+                                       [this]() -> const http::server* { return server_.get(); });
   }
   auto* t = tracker_.get();
   reg_.counter_fn("shoal_tracker_announces_total", "Announces answered.",

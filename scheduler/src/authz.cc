@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -102,21 +101,6 @@ route_access access_of(const http::request& req) noexcept {
 }
 
 // ---- operator_token ----
-
-operator_token::stamp operator_token::stamp_of(const std::string& path) {
-  stamp s;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    s.err = errno;
-    return s;
-  }
-  s.dev = st.st_dev;
-  s.ino = st.st_ino;
-  s.size = static_cast<std::uint64_t>(st.st_size);
-  s.mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-  s.ctime_ns = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
-  return s;
-}
 
 result<digest> operator_token::read(const std::string& path) {
   std::string where = "auth.operator_token_file " + path;

@@ -439,7 +439,7 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
     if (s.cert_file.empty() || s.key_file.empty())
       return fail(errc::config_error,
                   "BitTorrent between members needs tls.cert_file and tls.key_file");
-    out->stamp_ = out->file_stamp();
+    out->stamp_ = out->file_stamps();
     auto pair = out->load_certificate();
     if (!pair) return fail(pair.error().wrap("swarm certificate"));
     out->cert_ = std::make_shared<const cert_pair>(std::move(*pair));

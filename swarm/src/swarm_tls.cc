@@ -8,13 +8,13 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "swarm/swarm.h"
 
@@ -88,20 +88,9 @@ void apply_tls(settings& s, const tls::tls_config& tls) {
       std::chrono::duration_cast<std::chrono::milliseconds>(tls.reload_interval.get());
 }
 
-// inode, size, mtime and ctime of both files (symlinks followed): any change is a new stamp.
-std::string session::file_stamp() const {
-  std::string out;
-  for (const auto* f : {&cert_file_, &key_file_}) {
-    struct stat st {};
-    if (::stat(f->c_str(), &st) != 0) {
-      out += "missing;";
-      continue;
-    }
-    out += std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
-           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec) + ";";
-  }
-  return out;
+// The stamps of both files (common/file.h): any change is a new pair.
+std::array<file_stamp, 2> session::file_stamps() const {
+  return {stamp_of(cert_file_), stamp_of(key_file_)};
 }
 
 result<session::cert_pair> session::load_certificate() const {
@@ -143,7 +132,7 @@ void session::set_certificate(const lt::torrent_handle& h) {
 
 result<bool> session::reload_certificate_if_changed() {
   if (!ssl_) return false;
-  std::string stamp = file_stamp();
+  auto stamp = file_stamps();
   {
     std::lock_guard lk(cert_mu_);
     if (stamp == stamp_) return false;
@@ -175,6 +164,18 @@ result<bool> session::reload_certificate_if_changed() {
 session::tls_counters session::tls_stats() const {
   std::lock_guard lk(cert_mu_);
   return tls_stats_;
+}
+
+void register_tls_metrics(metrics::registry& reg, const session& s, std::string_view prefix) {
+  if (!s.ssl()) return;
+  const std::string p(prefix);
+  const session* ps = &s;
+  reg.counter_fn(p + "_swarm_tls_reloads_total",
+                 "Swarm certificates re-read from disk and installed on every torrent.",
+                 [ps] { return static_cast<double>(ps->tls_stats().reloads); });
+  reg.counter_fn(p + "_swarm_tls_reload_failures_total",
+                 "Changed swarm certificate files that did not load (the previous pair stays).",
+                 [ps] { return static_cast<double>(ps->tls_stats().reload_failures); });
 }
 
 }  // namespace shoal::swarm

@@ -543,6 +543,64 @@ class ClusterTest(ClusterCase):
         self.assertEqual(cp.stdout, "000", "served a client without a certificate")
         self.assertNotEqual(cp.returncode, 0)
 
+    def test_13_certificates_rotated_on_disk_mid_pull(self):
+        """Two nodes get new certificates (new keys, new serials, another expiry) written over
+        their files while they pull: no restart, no failed pull, and afterwards their HTTPS
+        clients, the metrics listener and the swarm all present the new ones."""
+        from shoal_fixtures import certs
+        if not self.c.tls:
+            self.skipTest("SHOAL_TEST_TLS=0: the cluster runs plain")
+        nodes = [2, 3]
+        layout, ref, img = self.push("rotate", [16 * MiB, 8 * MiB])
+        size = sum(b.size for b in img.blobs())
+        metric = lambda i, name: self.c.metrics_of(self.c.peerds[i].url, i).get(name, 0.0)
+        expiry = "shoal_peerd_tls_certificate_expiry_timestamp_seconds"
+        old_expiry = {i: metric(i, expiry) for i in nodes}
+        swarm_reloads = {i: metric(i, "shoal_peerd_swarm_tls_reloads_total") for i in nodes}
+        objects_before = {i: self.node_record(f"node{i + 1}").get("objects", 0) for i in nodes}
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(self.c.pull_all, ref, nodes=nodes, timeout=120)
+            self.wait(lambda: any(self.status(i).get("downloads") for i in nodes) or fut.done(), 30,
+                      "a download under way")
+            for i in nodes:
+                party = self.c.pki.node(f"node{i + 1}", [self.c.node_ip(i)])
+                fresh = certs.issue_node_at(self.c.pki.ca, self.tmpdir() / f"rotated{i}", f"node{i + 1}",
+                                            [self.c.node_ip(i)], days=20)
+                # Key first, then the certificate, each by rename (what a Secret update does).
+                for src, dst in ((fresh.key, party.cert.key), (fresh.cert, party.cert.cert)):
+                    tmp = Path(str(dst) + ".new")
+                    tmp.write_bytes(Path(src).read_bytes())
+                    os.replace(tmp, dst)
+            results = fut.result(150)
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        for i in nodes:
+            self.c.containerds[i].verify_unpacked(layout.images)
+        # Every watcher saw the new pair: the TLS context (expiry gauge moved to the new
+        # certificate's not-after, 20 days instead of 30) and the swarm (reload counted).
+        for i in nodes:
+            self.wait(lambda i=i: metric(i, expiry) < old_expiry[i] - 5 * 86400, 15,
+                      f"node{i + 1}'s TLS context to load the new certificate")
+            self.wait(lambda i=i: metric(i, "shoal_peerd_swarm_tls_reloads_total") > swarm_reloads[i], 15,
+                      f"node{i + 1}'s swarm to install the new certificate")
+            self.assertEqual(metric(i, "shoal_peerd_swarm_tls_reload_failures_total"), 0)
+        # The new certificates work everywhere: heartbeats (the scheduler lists the new blobs),
+        # and another pull between the two nodes exchanges pieces over BitTorrent.
+        for i in nodes:
+            self.wait(lambda i=i: self.node_record(f"node{i + 1}").get("objects", 0) > objects_before[i], 20,
+                      f"node{i + 1}'s heartbeat with the new certificate")
+        layout2, ref2, img2 = self.push("rotated", [16 * MiB])
+        before = {i: self.bytes_of(i) for i in nodes}
+        results = self.c.pull_all(ref2, nodes=nodes, timeout=120)
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        after = {i: self.bytes_of(i) for i in nodes}
+        got = sum(after[i].get("from_peers", 0) + after[i].get("from_origin", 0)
+                  - before[i].get("from_peers", 0) - before[i].get("from_origin", 0) for i in nodes)
+        self.assertGreater(got, 0.5 * len(nodes) * sum(b.size for b in img2.blobs()),
+                           f"BitTorrent after the rotation: {before} -> {after}")
+        self.assertGreater(size, 0)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

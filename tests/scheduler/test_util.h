@@ -39,6 +39,18 @@ struct fake_clock {
 
 inline digest dg(std::string_view name) { return sha256_of(name); }
 
+// Every byte percent-encoded (raw info-hashes and peer ids in announce queries).
+inline std::string pct(std::string_view bytes) {
+  static const char* hx = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += '%';
+    out += hx[c >> 4];
+    out += hx[c & 15];
+  }
+  return out;
+}
+
 // The identity a handler sees for a caller with a verified cluster certificate (mutual TLS).
 inline tls::peer_identity verified_peer(tls::peer_role role, std::string name) {
   tls::peer_identity p;

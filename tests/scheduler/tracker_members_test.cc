@@ -11,20 +11,12 @@
 
 #include "common/bencode.h"
 #include "scheduler/tracker.h"
+#include "test_util.h"
 
 namespace shoal::scheduler {
 namespace {
 
-std::string pct(std::string_view bytes) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += '%';
-    out += hx[c >> 4];
-    out += hx[c & 15];
-  }
-  return out;
-}
+using testing::pct;
 
 http::request announce(std::uint16_t port, std::uint64_t left, const std::string& extra = "") {
   http::request r;

@@ -16,16 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string pct(std::string_view bytes) {
-  static const char* hx = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += '%';
-    out += hx[c >> 4];
-    out += hx[c & 15];
-  }
-  return out;
-}
+using testing::pct;
 
 struct fake_clock {
   tracker::clock::time_point t{std::chrono::seconds(1000)};

@@ -13,6 +13,18 @@
 
 namespace shoal {
 
+// What a watcher compares to see that a file changed on disk: its identity (device, inode) and
+// last change (size, mtime, ctime; symlinks followed), or the errno of its stat(). An atomic
+// rename and Kubernetes' Secret symlink swap both give a new stamp. An empty path gives the
+// default stamp. Used by the TLS context, the swarm's certificate and the scheduler's token file.
+struct file_stamp {
+  int err = 0;
+  std::uint64_t dev = 0, ino = 0, size = 0;
+  std::int64_t mtime_ns = 0, ctime_ns = 0;
+  friend bool operator==(const file_stamp&, const file_stamp&) = default;
+};
+[[nodiscard]] file_stamp stamp_of(const std::string& path);
+
 // Writes `data` to a temporary file beside `path` (same directory, unique name), fsyncs it,
 // renames it over `path` and fsyncs the directory. Every failure says which step failed on which
 // path, with errno_error()'s code and text ("fsync /d/x.json.tmp.12.3: Input/output error"; a

@@ -32,6 +32,9 @@
 #include "common/fd.h"
 #include "common/peer_identity.h"
 
+namespace shoal::metrics {
+class registry;
+}
 namespace shoal::tls {
 class tls_context;
 }
@@ -242,6 +245,12 @@ class server {
  private:
   std::shared_ptr<impl> impl_;
 };
+
+// Registers <prefix>_tls_plaintext_refused_total and <prefix>_tls_handshakes_failed_total from
+// server::tls_refused() of the server `get` returns at scrape time (nullptr counts 0: a daemon
+// makes its server after its metrics). tls::register_metrics covers the certificate itself.
+void register_tls_refusal_metrics(metrics::registry& reg, std::string_view prefix,
+                                  std::function<const server*()> get);
 
 // "host:port" → (host, port); accepts "[v6]:port". Errors name the input.
 [[nodiscard]] result<std::pair<std::string, std::uint16_t>> split_host_port(std::string_view s);

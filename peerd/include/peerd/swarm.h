@@ -277,6 +277,7 @@ class swarm_manager {
   // never on the io loop.
   void load_seed(const digest& d);
   [[nodiscard]] bool ssl() const { return ses_ && ses_->ssl(); }
+  [[nodiscard]] const swarm::session* session() const { return ses_.get(); }
 
   // Info-hashes of every complete object held here (for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;

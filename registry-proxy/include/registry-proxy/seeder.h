@@ -55,6 +55,7 @@ class seeder {
   [[nodiscard]] std::size_t loaded() const;
   [[nodiscard]] std::uint64_t uploaded_bytes() const { return uploaded_.load(); }
   [[nodiscard]] std::vector<std::string> trackers() const;
+  [[nodiscard]] const swarm::session& session() const { return *ses_; }
 
  private:
   seeder(torrent_config cfg, cache::store& store, state_db& st)

@@ -27,6 +27,7 @@
 
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/file.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 
@@ -75,20 +76,13 @@ class operator_token {
 
  private:
   explicit operator_token(std::string path) : path_(std::move(path)) {}
-  struct stamp {
-    int err = 0;
-    std::uint64_t dev = 0, ino = 0, size = 0;
-    std::int64_t mtime_ns = 0, ctime_ns = 0;
-    friend bool operator==(const stamp&, const stamp&) = default;
-  };
-  static stamp stamp_of(const std::string& path);
   // The token's hash, or why the file holds no valid token.
   static result<digest> read(const std::string& path);
 
   const std::string path_;
   mutable std::mutex mu_;
   std::optional<digest> hash_;  // under mu_; nullopt: no token accepted
-  stamp stamp_;                 // under mu_
+  file_stamp stamp_;            // under mu_
   std::uint64_t reloads_ = 0;   // under mu_
 };
 

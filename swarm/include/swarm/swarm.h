@@ -30,6 +30,7 @@
 #include <libtorrent/session.hpp>
 #include <libtorrent/torrent_handle.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -41,6 +42,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/file.h"
+#include "common/metrics.h"
 #include "common/tls.h"
 #include "swarm/metainfo.h"
 
@@ -145,6 +148,13 @@ using block_callback =
   return hash_hex(h.info_hashes().v1);
 }
 
+class session;
+// With SSL on: <prefix>_swarm_tls_reloads_total and <prefix>_swarm_tls_reload_failures_total
+// (the swarm's certificate re-read from disk and installed on every torrent, or refused and the
+// previous one kept). The expiry gauge comes from the daemon's tls_context, which watches the same
+// files. Nothing without SSL. `s` must outlive `reg`'s scrapes.
+void register_tls_metrics(metrics::registry& reg, const session& s, std::string_view prefix);
+
 class session {
  public:
   [[nodiscard]] static result<std::unique_ptr<session>> start(const settings& s);
@@ -211,14 +221,14 @@ class session {
   };
   // Loads and checks (a certificate, a key that matches it) the configured files.
   [[nodiscard]] result<cert_pair> load_certificate() const;
-  [[nodiscard]] std::string file_stamp() const;
+  [[nodiscard]] std::array<file_stamp, 2> file_stamps() const;
 
   bool ssl_ = false;
   std::string cert_file_, key_file_;
   std::chrono::milliseconds reload_interval_{0};
   mutable std::mutex cert_mu_;
   std::shared_ptr<const cert_pair> cert_;  // guarded by cert_mu_
-  std::string stamp_;                      // the files' stamp cert_ (or a failed load) came from
+  std::array<file_stamp, 2> stamp_{};      // the files' stamps cert_ (or a failed load) came from
   tls_counters tls_stats_;                 // guarded by cert_mu_
 
   std::unique_ptr<lt::session> ses_;
