@@ -148,13 +148,17 @@ bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_pa
   std::string ih = swarm::hash_hex(h);
   if (prepare_pack_on_demand(ih, p)) return true;
   auto d = d_.state.by_info_hash(ih);
-  if (!d || !d_.store.contains(*d)) return false;
-  auto t = d_.state.torrent(*d);
+  return d && held_seed_params(*d, p);
+}
+
+bool swarm_manager::held_seed_params(const digest& d, lt::add_torrent_params& p) {
+  if (!d_.store.contains(d)) return false;
+  auto t = d_.state.torrent(d);
   if (!t) return false;
   auto ti = parse_torrent(*t);
   if (!ti) return false;
   p.ti = ti;
-  p.save_path = d_.store.shard_dir(*d);
+  p.save_path = d_.store.shard_dir(d);
   // Seed mode without trusted pieces: each piece is hashed before its first upload.
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
             lt::torrent_flags::override_trackers;
@@ -163,25 +167,18 @@ bool swarm_manager::prepare_on_demand(const lt::sha1_hash& h, lt::add_torrent_pa
 }
 
 void swarm_manager::load_seed(const digest& d) {
-  if (stop_.load() || !ses_ || !d_.store.contains(d)) return;
-  auto t = d_.state.torrent(d);
-  if (!t) return;
-  auto ti = parse_torrent(*t);
-  if (!ti) return;
-  std::string ih = swarm::hash_hex(ti->info_hashes().v1);
+  if (stop_.load() || !ses_) return;
+  lt::add_torrent_params p;
+  if (!held_seed_params(d, p)) return;
+  std::string ih = swarm::hash_hex(p.ti->info_hashes().v1);
   {
     std::lock_guard lk(mu_);
     if (seeds_.count(ih)) return;
   }
   if (by_hash(ih)) return;
-  lt::add_torrent_params p;
-  p.ti = ti;
-  p.save_path = d_.store.shard_dir(d);
-  // As prepare_on_demand: seed mode without trusted pieces; on_torrent_added enters it in the
-  // seed table (idle unload, LRU) and pins the object.
-  p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
-            lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
-  p.trackers = trackers();
+  // As an on-demand load; on_torrent_added enters it in the seed table (idle unload, LRU) and
+  // pins the object.
+  p.flags |= lt::torrent_flags::duplicate_is_error;
   lt::error_code ec;
   (void)ses_->add_torrent(std::move(p), ec);
   if (ec && ec != lt::errors::duplicate_torrent)

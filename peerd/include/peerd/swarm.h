@@ -309,6 +309,9 @@ class swarm_manager {
   // Internal (plugin and download callbacks).
   // Loads the torrent of an unloaded seed a peer asks for (a pack, or an object of the table).
   bool prepare_on_demand(const lt::sha1_hash& ih, lt::add_torrent_params& p);
+  // The add parameters of an object held here as a seed (its torrent from the state db, seed
+  // mode without trusted pieces); false when the object or its torrent is not held.
+  bool held_seed_params(const digest& d, lt::add_torrent_params& p);
   // A block arrived from a peer (network thread).
   void on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
