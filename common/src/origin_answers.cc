@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/grant.h"
 #include "common/origin_protocol.h"
 #include "common/text.h"
 #include "origin_text.h"
@@ -81,6 +82,7 @@ http::response encode(const metainfo_answer& a) {
   if (a.group_bytes) set(r, headers::group_bytes, std::to_string(*a.group_bytes));
   if (!a.seed.empty()) set(r, headers::seed, a.seed);
   if (a.is_public) set(r, headers::visibility, headers::visibility_public);
+  if (!a.grant.empty()) set(r, headers::grant, grant::to_header(a.grant));
   return r;
 }
 
@@ -108,6 +110,11 @@ result<metainfo_answer> decode_metainfo(const http::full_response& r) {
   a.group_bytes = *bytes;
   a.torrent = r.body;
   a.is_public = r.header(headers::visibility) == headers::visibility_public;
+  if (auto g = r.header(headers::grant); g && !g->empty()) {
+    auto raw = grant::from_header(*g);
+    if (!raw) return fail(raw.error().wrap("metainfo answer"));
+    a.grant = std::move(*raw);
+  }
   return a;
 }
 

@@ -298,6 +298,7 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       if (!m) return fail(m.error().wrap("metainfo of chunk " + std::to_string(i)));
       std::vector<std::string> seeds;
       if (!a->seed.empty()) seeds.push_back(a->seed);
+      d_.swarm.note_grant(a->grant);
       fallback_info fb;
       fb.url = blob_url();
       fb.authorization = auth_;

@@ -76,6 +76,12 @@ void describe(config::binder& b, swarm_config& c) {
       "count_sources", c.count_sources,
       "Attribute every received block to registry-proxy or a peer (status bytes.from_origin and "
       "from_peers). Only a piece that passes its hash counts as progress either way.");
+  b.field("require_grants", c.require_grants,
+          "With tls.enabled: upload pieces of a swarm only to connections whose node presents "
+          "registry-proxy's grant for that swarm and that node, and present this node's own "
+          "grants (from registry-proxy's metainfo answers) to peers. A member without a grant for "
+          "an object gets no piece of it (docs/security.md). Off: any member may download what "
+          "it can name. Ignored without TLS.");
   b.field("libtorrent", c.libtorrent,
           "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. "
           "predictive_piece_announce: "

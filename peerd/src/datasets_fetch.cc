@@ -155,6 +155,7 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
       spec.objects = std::move(objs);
       if (!a->seed.empty()) spec.seeds.push_back(a->seed);
       spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
+      spec.grant = std::move(a->grant);
       spec.name = j->ref + " group " + std::to_string(g);
       return spec;
     }

@@ -206,6 +206,7 @@ fetch_start fetcher::start_swarm(const origin::object_ref& where, const digest& 
   if (!m) return failed(502, m.error());
   std::vector<std::string> seeds;
   if (!a->seed.empty()) seeds.push_back(a->seed);
+  d_.swarm.note_grant(a->grant);
   fallback_info fb;
   fb.url = proxy_url(origin::blob_target(where, d));
   fb.authorization = auth;

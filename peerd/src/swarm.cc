@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "common/fd.h"
+#include "common/grant.h"
 #include "common/log.h"
 #include "common/sha256.h"
 
@@ -198,6 +199,7 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   // Understands a super-seeding origin (it says so with this prefix; see swarm.h).
   ss.peer_fingerprint = std::string(swarm::superseed_node_fingerprint);
   ss.close_redundant_connections = false;
+  ss.require_grants = cfg.require_grants;
   auto ses = swarm::session::start(ss);
   if (!ses) return shoal::fail(ses.error());
   m->ses_ = std::move(*ses);
@@ -284,6 +286,20 @@ void swarm_manager::add_seed_peers(lt::add_torrent_params& p,
     } catch (...) {
     }
   }
+}
+
+void swarm_manager::note_grant(const std::string& grant) {
+  if (grant.empty() || !ses_->grants_required()) return;
+  auto c = shoal::grant::peek(grant);
+  if (!c) {
+    log::warn("grant from registry-proxy does not parse; peers will refuse this node pieces",
+              log::kv("error", c.error().message));
+    return;
+  }
+  lt::sha1_hash ih;
+  std::copy(c->swarm.begin(), c->swarm.end(), reinterpret_cast<std::uint8_t*>(ih.data()));
+  ses_->set_grant(ih, grant, c->expires);
+  log::debug("grant kept", log::kv("swarm", swarm::hash_hex(ih)), log::kv("node", c->node));
 }
 
 std::shared_ptr<download> swarm_manager::find(const digest& d) const {

@@ -116,6 +116,7 @@ result<std::shared_ptr<group_download>> swarm_manager::fetch_group(group_spec sp
   if (stop_.load()) return shoal::fail(errc::cancelled, "peerd is shutting down");
   if (!groups_enabled_.load())
     return shoal::fail(errc::unavailable, "datasets are not enabled on this node");
+  note_grant(spec.grant);
   auto dl = prepare_group(std::move(spec));
   if (!dl) return dl;
   const std::string& ih = (*dl)->ih_;

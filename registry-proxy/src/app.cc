@@ -163,6 +163,7 @@ status app::init_seeder() {
     auto sd = seeder::start(cfg_.torrent, *store_, *state_, cfg_.tls);
     if (!sd) return fail(sd.error().wrap("torrent"));
     seeder_ = std::move(*sd);
+    if (auto s = init_grants(); !s) return s;
     blobs_->on_committed(
         [s = seeder_.get()](const digest& d, const object_metainfo& m) { s->seed(d, m); });
   }
@@ -178,6 +179,35 @@ status app::init_seeder() {
   return {};
 }
 
+// The grant signer: registry-proxy's own certificate and key sign, with each metainfo answer to a
+// node, that node's grant for the answer's swarm (common/grant.h).
+status app::init_grants() {
+  if (!cfg_.tls.enabled || !cfg_.torrent.require_grants) return {};
+  auto sg = grant::signer::load(
+      cfg_.tls.cert_file, cfg_.tls.key_file,
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.tls.reload_interval.get()));
+  if (!sg) return fail(sg.error().wrap("torrent.require_grants"));
+  grant_signer_ = std::move(*sg);
+  auto ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg_.torrent.grant_ttl.get());
+  grant_for_ = [this, ttl](const tls::peer_identity& caller,
+                           const std::string& info_hash) -> std::string {
+    if (!caller.is(tls::peer_role::node)) return {};
+    auto ih = grant::parse_info_hash(info_hash);
+    if (!ih) return {};
+    grant::claims c{*ih, caller.name, std::chrono::system_clock::now() + ttl};
+    auto g = grant_signer_->sign(c);
+    if (!g) {
+      grant_failures_.fetch_add(1, std::memory_order_relaxed);
+      log::error("grant not signed", log::kv("node", caller.name), log::kv("swarm", info_hash),
+                 log::kv("error", g.error().message));
+      return {};
+    }
+    grants_issued_.fetch_add(1, std::memory_order_relaxed);
+    return std::move(*g);
+  };
+  return {};
+}
+
 // What the HTTP handler needs: services, the seed's endpoint, the dataset API and health.
 handler_deps app::make_handler_deps() {
   handler_deps hd{*ups_, *manifests_, *blobs_, reg_};
@@ -188,6 +218,7 @@ handler_deps app::make_handler_deps() {
     hd.on_metainfo_served = [this](const digest& d) {
       boost::asio::post(pool_, [this, d] { seeder_->seed(d); });
     };
+    hd.grant_for = grant_for_;
   }
   hd.metainfo_wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());
@@ -246,6 +277,14 @@ void app::register_metrics() {
   metrics::register_process_metrics(reg_);
   cache::register_metrics(reg_, *store_);
   if (seeder_) swarm::register_tls_metrics(reg_, seeder_->session(), "shoal_proxy");
+  if (grant_for_) {
+    reg_.counter_fn("shoal_proxy_grants_issued_total",
+                    "Grants signed with metainfo answers to nodes (common/grant.h).",
+                    [this] { return static_cast<double>(grants_issued_.load()); });
+    reg_.counter_fn("shoal_proxy_grant_failures_total",
+                    "Metainfo answers to nodes sent without a grant because signing failed.",
+                    [this] { return static_cast<double>(grant_failures_.load()); });
+  }
   if (tls_) {
     tls::register_metrics(reg_, *tls_, "shoal_proxy");
     // server_ is made after the metrics; scrapes only come through it.
@@ -313,6 +352,7 @@ status app::init_datasets() {
   if (seeder_) {
     o.trackers = cfg_.torrent.trackers;
     o.seed_endpoint = seeder_->endpoint();
+    o.grant_for = grant_for_;
   }
   dataset_metrics dm;
   dm.origin_gets = &reg_.counter("shoal_proxy_dataset_origin_requests_total",

@@ -140,6 +140,18 @@ void describe(config::binder& b, torrent_config& c) {
           "random), so "
           "the swarm holds a growing prefix and containerd's in-order reads are served as pieces "
           "arrive.");
+  b.field("require_grants", c.require_grants,
+          "With tls.enabled: sign, with every metainfo answer to a node (the node its client "
+          "certificate names), a grant for that node and that swarm (Shoal-Grant), and upload "
+          "pieces only to connections presenting a valid one. Nodes carry their grants to each "
+          "other the same way, so a member without registry-proxy's word for an object gets no "
+          "piece of it from anyone (docs/security.md). Off: any member may download any swarm it "
+          "can name. Ignored without TLS.");
+  b.field("grant_ttl", c.grant_ttl,
+          "How long a grant lets its node open connections in its swarm. A download running "
+          "longer opens no new peer connections once it expires (open ones stay) and finishes "
+          "over registry-proxy's HTTP path.",
+          {.min = 1min, .max = 168h});
   b.field(
       "libtorrent", c.libtorrent,
       "Raw libtorrent settings_pack overrides by libtorrent's key name, applied over Shoal's LAN "

@@ -235,7 +235,9 @@ result<std::string> dataset_service::prepare_group(const std::shared_ptr<record>
 }
 
 void dataset_service::serve_metainfo(const std::string& ref, std::string_view group,
-                                     std::chrono::milliseconds wait, const http::responder& resp) {
+                                     std::chrono::milliseconds wait,
+                                     const tls::peer_identity& caller,
+                                     const http::responder& resp) {
   std::uint32_t g = 0;
   if (group.empty() || group.size() > 9 ||
       group.find_first_not_of("0123456789") != std::string_view::npos) {
@@ -246,13 +248,15 @@ void dataset_service::serve_metainfo(const std::string& ref, std::string_view gr
   g = static_cast<std::uint32_t>(std::stoul(std::string(group)));
   auto r = find(ref);
   if (!r) return resp.send(json_error(404, "unknown dataset " + ref));
-  net::post(pool_, [this, r, g, wait, resp] {
-    answer_guarded(resp, [&] { answer_metainfo(r, g, wait, resp); });
+  net::post(pool_, [this, r, g, wait, caller, resp] {
+    answer_guarded(resp, [&] { answer_metainfo(r, g, wait, caller, resp); });
   });
 }
 
 void dataset_service::answer_metainfo(const std::shared_ptr<record>& r, std::uint32_t g,
-                                      std::chrono::milliseconds wait, const http::responder& resp) {
+                                      std::chrono::milliseconds wait,
+                                      const tls::peer_identity& caller,
+                                      const http::responder& resp) {
   auto m = manifest_of(r);
   if (!m) {
     auto a = json_error(m.error().is(errc::not_found) ? 404 : 409, m.error().message);
@@ -276,7 +280,7 @@ void dataset_service::answer_metainfo(const std::shared_ptr<record>& r, std::uin
   }
   auto answered = std::make_shared<std::atomic<bool>>(false);
   auto timer = std::make_shared<net::steady_timer>(io_, wait);
-  auto final_answer = [this, job, answered, resp] {
+  auto final_answer = [this, job, answered, caller, resp] {
     // The timer is not cancelled from here (asio timers are not thread-safe): it fires later
     // and finds the request answered.
     if (answered->exchange(true)) return;
@@ -292,6 +296,7 @@ void dataset_service::answer_metainfo(const std::shared_ptr<record>& r, std::uin
     a.group_kind = job->kind;
     a.group_bytes = job->bytes;
     a.seed = opts_.seed_endpoint;
+    if (opts_.grant_for) a.grant = opts_.grant_for(caller, a.info_hash);
     resp.send(origin::encode(a));
   };
   {

@@ -41,7 +41,7 @@ bool dataset_service::handle(http::request& req, const http::responder& resp) {
   if (is_meta) {
     constexpr auto max_wait = std::chrono::milliseconds(20000);
     auto wait = std::min(max_wait, origin::lenient_wait(req).value_or(max_wait));
-    serve_metainfo(ref, tail, wait, resp);
+    serve_metainfo(ref, tail, wait, req.peer, resp);
   } else if (tail.empty()) {
     status_of(ref, resp);
   } else if (tail == "manifest") {

@@ -174,7 +174,7 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
   // Clients may ask for a shorter wait, never a longer one.
   auto wait = std::min(d_.metainfo_wait, q->wait.value_or(d_.metainfo_wait));
   auto dig = q->object;
-  auto answer = [this, resp, dig](metainfo_answer a) {
+  auto answer = [this, resp, dig, caller = req.peer](metainfo_answer a) {
     if (a.status == 200 && a.meta) {
       origin::metainfo_answer m;
       m.torrent = a.meta->torrent_file(d_.trackers);
@@ -183,6 +183,7 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
       m.object_size = a.meta->size;
       m.seed = d_.seed_endpoint;
       m.is_public = a.is_public;
+      if (d_.grant_for) m.grant = d_.grant_for(caller, m.info_hash);
       if (d_.on_metainfo_served) d_.on_metainfo_served(dig);
       return resp.send(origin::encode(m));
     }

@@ -31,6 +31,7 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
   ss.peer_fingerprint = std::string(cfg.super_seeding ? swarm::superseeding_origin_fingerprint
                                                       : swarm::origin_fingerprint);
   ss.libtorrent = cfg.libtorrent;
+  ss.require_grants = cfg.require_grants;
   auto ses = swarm::session::start(ss);
   if (!ses) return fail(ses.error());
   s->ses_ = std::move(*ses);

@@ -452,6 +452,13 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
   } catch (const std::exception& e) {
     return fail(errc::internal, std::string("start libtorrent session: ") + e.what());
   }
+  if (s.ssl && s.require_grants) {
+    auto check = grant::verifier::load(s.ca_file, s.reload_interval);
+    if (!check) return fail(check.error().wrap("swarm grants"));
+    out->grants_ = std::make_shared<grant_book>();
+    out->grant_counters_ = std::make_shared<grant_counters>();
+    out->ses_->add_extension(grants_plugin(out->grants_, std::move(*check), out->grant_counters_));
+  }
   out->trace_ = log::enabled(log::level::trace);
   if (out->trace_) {
     // Connection-level alerts help debugging; they are too chatty otherwise.

@@ -84,6 +84,7 @@ void apply_tls(settings& s, const tls::tls_config& tls) {
   if (!tls.enabled) return;
   s.cert_file = tls.cert_file;
   s.key_file = tls.key_file;
+  s.ca_file = tls.ca_file;
   s.reload_interval =
       std::chrono::duration_cast<std::chrono::milliseconds>(tls.reload_interval.get());
 }
@@ -176,6 +177,21 @@ void register_tls_metrics(metrics::registry& reg, const session& s, std::string_
   reg.counter_fn(p + "_swarm_tls_reload_failures_total",
                  "Changed swarm certificate files that did not load (the previous pair stays).",
                  [ps] { return static_cast<double>(ps->tls_stats().reload_failures); });
+  if (const grant_counters* g = s.grant_stats()) {
+    reg.counter_fn(p + "_swarm_grants_accepted_total",
+                   "Connections whose grant (registry-proxy's, for the node and the swarm) "
+                   "verified.",
+                   [g] { return static_cast<double>(g->accepted.load()); });
+    reg.counter_fn(p + "_swarm_grant_refusals_total",
+                   "Connections refused pieces: no grant, or one that did not verify (the log "
+                   "says why).",
+                   [g] { return static_cast<double>(g->refused.load()); });
+  }
+}
+
+void session::set_grant(const lt::sha1_hash& swarm, std::string grant,
+                        std::chrono::system_clock::time_point expires) {
+  if (grants_) grants_->put(swarm, std::move(grant), expires);
 }
 
 }  // namespace shoal::swarm

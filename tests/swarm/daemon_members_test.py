@@ -2,14 +2,16 @@
 peerd with `tls.enabled`, every torrent an SSL torrent rooted at the cluster CA.
 
 One layer is pulled through peerd's loopback mirror, so registry-proxy loads its seed (metainfo
-served) and peerd downloads it over BitTorrent from the origin, then seeds it. Then three
-python3-libtorrent clients (Debian's, the build peerd links) are given the object's real .torrent
-(so its info-hash) and both daemons' BitTorrent ports:
-  - member: a certificate of the cluster CA in the profile (control: it must complete);
+served, with a grant for node n1) and peerd downloads it over BitTorrent from the origin,
+presenting that grant, then seeds it. peerd's bytes must have come from the origin over
+BitTorrent (not the HTTP fallback), which proves the daemons speak SSL BitTorrent to each other
+and accept each other's grants. Then three python3-libtorrent clients (Debian's, the build peerd
+links) are given the object's real .torrent (so its info-hash) and both daemons' BitTorrent ports:
+  - member: a certificate of the cluster CA in the profile, but no grant (it cannot send one);
   - foreign: the same profile signed by another CA;
   - no_cert: no certificate at all;
-the last two must download 0 bytes. peerd's bytes must have come from the origin over
-BitTorrent (not the HTTP fallback), which proves the daemons speak SSL BitTorrent to each other.
+all three must download 0 bytes: the last two are refused in the TLS handshake, the member after
+it (both daemons count and log a refusal for want of a grant).
 
 registry-proxy's HTTP API may or may not speak TLS (its `tls` section also covers the API once
 that is wired): the test asks it with the node's certificate over HTTPS first, plain HTTP if
@@ -18,6 +20,8 @@ that handshake fails, and points peerd at whichever answered.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 import ssl
 import sys
@@ -39,7 +43,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     lt = None
 
 MIB = 1 << 20
-WINDOW_S = 5.0  # the refused clients get this long after the member completed
+WINDOW_S = 5.0  # how long the refused clients keep trying
 
 
 def tls_section(ca: certs.CA, cert: certs.Cert) -> dict:
@@ -178,30 +182,64 @@ class DaemonMembersTest(FixtureTestCase):
         self.assertEqual(ssl.PEM_cert_to_DER_cert(info[b"ssl-cert"].decode()),
                          ssl.PEM_cert_to_DER_cert(self.ca.cert.read_text()))
 
+        # The node's metainfo answer carries registry-proxy's grant for n1 and this swarm.
+        self.assertIn("shoal-grant", h, "no grant on a metainfo answer to a node")
+        g = lt.bdecode(base64.b64decode(h["shoal-grant"]))
+        ih = hashlib.sha1(lt.bencode(info)).digest()
+        self.assertEqual((g[b"n"], g[b"h"], g[b"v"]), (b"n1", ih, 1))
+        self.assertGreater(g[b"e"], time.time() + 60)
+        self.assertGreater(self.metric_of(self.peerd.url, "shoal_peerd_swarm_grants_accepted_total")
+                           + self.metric_of(self.proxy_url, "shoal_proxy_swarm_grants_accepted_total"),
+                           0, "no daemon accepted a grant, yet peerd got bytes over BitTorrent")
+        refused_before = (self.metric_of(self.proxy_url, "shoal_proxy_swarm_grant_refusals_total"),
+                          self.metric_of(self.peerd.url, "shoal_peerd_swarm_grant_refusals_total"))
+
         ports = [self.proxy.bt_port, self.peerd.bt_port]
         clients = {name: Client(name, torrent, self.dir / ("dl-" + name), cert, self.dh, ports)
                    for name, cert in (("member", self.member), ("foreign", self.foreign),
                                       ("no_cert", None))}
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not clients["member"].complete():
-            for c in clients.values():
-                c.pump()
-            time.sleep(0.05)
-        self.assertTrue(clients["member"].complete(),
-                        f"the member did not complete: {clients['member'].reasons[-5:]}")
+        # A member of the CA that holds the info-hash but no grant: both daemons accept its TLS
+        # handshake, then refuse its first request and close. It retries (min_reconnect_time 1 s).
         end = time.monotonic() + WINDOW_S
+        next_dial = time.monotonic() + 2
         while time.monotonic() < end:
             for c in clients.values():
                 c.pump()
             time.sleep(0.1)
-        for name in ("foreign", "no_cert"):
+            if time.monotonic() > next_dial:
+                clients["member"].dial()
+                next_dial += 2
+        refused = (self.metric_of(self.proxy_url, "shoal_proxy_swarm_grant_refusals_total"),
+                   self.metric_of(self.peerd.url, "shoal_peerd_swarm_grant_refusals_total"))
+        for name in ("member", "foreign", "no_cert"):
             c = clients[name]
             self.assertEqual(c.payload(), 0, f"{name} downloaded bytes")
             self.assertFalse(c.complete())
+        for who, before, after in zip(("registry-proxy", "peerd"), refused_before, refused):
+            self.assertGreater(after, before,
+                               f"{who} did not refuse the member without a grant: "
+                               f"{clients['member'].reasons[-4:]}")
+        log = self.proxy.log_text() + self.peerd.log_text()
+        self.assertIn("without a valid grant", log)
+        self.assertIn("no grant in its extension handshake", log)
+        for name in ("foreign", "no_cert"):
+            c = clients[name]
             # Refused in the TLS handshake by both daemons ("unknown ca", "certificate required").
             for port in ports:
                 self.assertTrue(any(f":{port} " in r and "asio.ssl" in r for r in c.reasons),
                                 f"{name}: no TLS refusal from port {port}: {c.reasons[-4:]}")
+
+    def metric_of(self, base: str, name: str) -> float:
+        if base.startswith("https"):
+            s, _, body = self.proxy_get("/metrics")
+            self.assertEqual(s, 200)
+        else:
+            with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+                body = r.read()
+        for line in body.decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rpartition(" ")[2])
+        return 0.0
 
 
 if __name__ == "__main__":

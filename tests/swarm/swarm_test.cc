@@ -324,6 +324,8 @@ testing::test_pki& swarm_pki() {
     p->issue("foreign", "other-ca", "DNS:*,URI:shoal://node/member");
     p->issue("uri_only", "ca", "URI:shoal://node/member");
     p->issue("expired", "ca", "DNS:*,URI:shoal://node/member", -1);
+    p->issue("proxy", "ca", "DNS:*,URI:shoal://registry-proxy");
+    p->issue("thief", "ca", "DNS:*,URI:shoal://node/thief");
     return p;
   }();
   return *pki;
@@ -344,6 +346,8 @@ settings ssl_settings(const std::string& who, std::string_view fingerprint) {
   s.cert_file = swarm_pki().pem(who);
   s.key_file = swarm_pki().key(who);
   s.reload_interval = std::chrono::milliseconds(100);
+  s.ca_file = swarm_pki().pem("ca");
+  s.require_grants = false;  // the SwarmGrants cases turn them on
   return s;
 }
 
@@ -470,6 +474,137 @@ TEST(SwarmSsl, CertificateRotatedOnDiskIsPickedUp) {
   EXPECT_EQ((*s)->tls_stats().reload_failures, 1u);
   (*s)->stop();
   (*seed)->stop();
+}
+
+// ---- Grants (swarm/grants.h): pieces only for holders of registry-proxy's grant ----
+
+settings grant_settings(const std::string& who, std::string_view fingerprint) {
+  auto s = ssl_settings(who, fingerprint);
+  s.require_grants = true;
+  return s;
+}
+
+std::string grant_for(const lt::sha1_hash& swarm, const std::string& node,
+                      std::chrono::seconds ttl = std::chrono::seconds(600)) {
+  auto sg = grant::signer::load(swarm_pki().pem("proxy"), swarm_pki().key("proxy"));
+  EXPECT_TRUE(sg) << (sg ? "" : sg.error().message);
+  if (!sg) return {};
+  grant::info_hash ih{};
+  std::copy(swarm.begin(), swarm.end(), ih.begin());
+  auto g = (*sg)->sign({ih, node, std::chrono::system_clock::now() + ttl});
+  EXPECT_TRUE(g);
+  return g ? *g : std::string();
+}
+
+// With grants on, the seed uploads only to members presenting registry-proxy's grant for this
+// swarm and their own node: "member" (a grant for node "member") completes; at the same time
+// "thief" (a member of the same CA with no grant), "replay" (a member presenting the grant
+// issued to "member", under its own certificate shoal://node/thief) and "stale" (its grant
+// expired) get no byte, and the seed counts them refused. A member with a grant for another
+// swarm gets nothing either.
+TEST(SwarmGrants, OnlyHoldersOfAValidGrantGetPieces) {
+  object_dir obj(16 * 64 * 1024 + 5, 31);
+  auto meta = obj.meta;
+  meta.ssl_cert = cluster_root();
+  auto seed = session::start(grant_settings("seed", superseeding_origin_fingerprint));
+  ASSERT_TRUE(seed) << seed.error().to_string();
+  ASSERT_TRUE((*seed)->grants_required());
+  (*seed)->raw().add_extension(origin_superseed_plugin(2, true));
+  ASSERT_TRUE((*seed)->add_seed(meta, (obj.root / "origin").string(), {}));
+  std::uint16_t port = (*seed)->listen_port();
+  const lt::sha1_hash ih(reinterpret_cast<const char*>(meta.info_hash().data()));
+  lt::sha1_hash other_swarm = ih;
+  other_swarm[0] ^= 1;
+
+  struct dl {
+    std::string name, cert, grant;
+    std::unique_ptr<session> ses;
+    lt::torrent_handle h;
+  };
+  std::vector<dl> dls;
+  dls.push_back({"member", "member", grant_for(ih, "member"), nullptr, {}});
+  dls.push_back({"thief", "thief", "", nullptr, {}});
+  dls.push_back({"replay", "thief", grant_for(ih, "member"), nullptr, {}});
+  dls.push_back(
+      {"stale", "thief", grant_for(ih, "thief", std::chrono::seconds(-120)), nullptr, {}});
+  dls.push_back({"elsewhere", "thief", grant_for(other_swarm, "thief"), nullptr, {}});
+  std::string torrent = meta.torrent_file({});
+  for (auto& d : dls) {
+    auto s = session::start(grant_settings(d.cert, superseed_node_fingerprint));
+    ASSERT_TRUE(s) << d.name << ": " << s.error().to_string();
+    (*s)->raw().add_extension(node_superseed_plugin());
+    // The grant a node keeps is stored by the swarm it names (peerd's note_grant).
+    if (!d.grant.empty()) {
+      auto c = grant::peek(d.grant);
+      ASSERT_TRUE(c);
+      lt::sha1_hash named(reinterpret_cast<const char*>(c->swarm.data()));
+      (*s)->set_grant(named, d.grant, std::chrono::system_clock::now() + std::chrono::hours(1));
+    }
+    d.ses = std::move(*s);
+  }
+  for (auto& d : dls) d.h = add_download(d.ses->raw(), torrent, (obj.root / d.name).string(), port);
+
+  ASSERT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(20)))
+      << "the granted member did not complete";
+  std::ifstream f(obj.root / "member" / obj.meta.object.hex(), std::ios::binary);
+  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, obj.data);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (std::size_t i = 1; i < dls.size(); ++i)
+    EXPECT_EQ(downloaded(dls[i].h), 0) << dls[i].name << " got bytes";
+  const auto* c = (*seed)->grant_stats();
+  ASSERT_NE(c, nullptr);
+  EXPECT_GE(c->accepted.load(), 1u);
+  EXPECT_GE(c->refused.load(), dls.size() - 1) << "each refused downloader is counted";
+  // The granted member, now a seed, refuses the others the same way.
+  for (auto& d : dls) d.ses->stop();
+  (*seed)->stop();
+}
+
+// A granted member relays to another granted member: two nodes with grants, a seed that offers
+// each only some pieces (super seeding, 2 at a time), both complete and bytes moved between them.
+TEST(SwarmGrants, GrantedMembersTradeWithEachOther) {
+  object_dir obj(32 * 64 * 1024, 32);
+  auto meta = obj.meta;
+  meta.ssl_cert = cluster_root();
+  auto seed = session::start(grant_settings("seed", superseeding_origin_fingerprint));
+  ASSERT_TRUE(seed) << seed.error().to_string();
+  (*seed)->raw().add_extension(origin_superseed_plugin(2, true));
+  ASSERT_TRUE((*seed)->add_seed(meta, (obj.root / "origin").string(), {}));
+  const lt::sha1_hash ih(reinterpret_cast<const char*>(meta.info_hash().data()));
+  std::vector<std::unique_ptr<session>> nodes;
+  std::vector<lt::torrent_handle> hs;
+  for (const char* who : {"member", "thief"}) {
+    auto s = session::start(grant_settings(who, superseed_node_fingerprint));
+    ASSERT_TRUE(s) << s.error().to_string();
+    (*s)->raw().add_extension(node_superseed_plugin());
+    std::string node = std::string(who);
+    (*s)->set_grant(ih, grant_for(ih, node),
+                    std::chrono::system_clock::now() + std::chrono::hours(1));
+    nodes.push_back(std::move(*s));
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    hs.push_back(add_download(nodes[i]->raw(), meta.torrent_file({}),
+                              (obj.root / ("n" + std::to_string(i))).string(),
+                              (*seed)->listen_port()));
+  }
+  // Each node learns of the other.
+  hs[0].connect_peer({lt::make_address("127.0.0.1"), nodes[1]->listen_port()});
+  for (auto& h : hs) ASSERT_TRUE(wait_seeding(h, std::chrono::seconds(30)));
+  std::int64_t between = 0;
+  for (auto& n : nodes) between += n->grant_stats()->accepted.load();
+  EXPECT_GE(between, 1) << "the nodes never accepted each other's grant";
+  for (auto& n : nodes) EXPECT_EQ(n->grant_stats()->refused.load(), 0u);
+  for (auto& n : nodes) n->stop();
+  (*seed)->stop();
+}
+
+TEST(SwarmGrants, StartNeedsTheCaBundle) {
+  auto s = grant_settings("member", node_fingerprint);
+  s.ca_file = swarm_pki().dir() + "/missing.pem";
+  auto r = session::start(s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("swarm grants"), std::string::npos) << r.error().message;
 }
 
 TEST(SwarmSsl, StartNeedsAMatchingCertificateAndKey) {

@@ -73,6 +73,11 @@ inline constexpr std::string_view manifest_digest = "Shoal-Manifest-Digest";
 // a client whose credential registry-proxy confirmed for the repository (peerd's blob_access).
 inline constexpr std::string_view visibility = "Shoal-Visibility";
 inline constexpr std::string_view visibility_public = "public";
+// On metainfo answers to a node (its client certificate names it): registry-proxy's grant for
+// that node and the answer's swarm, base64 (common/grant.h). The node presents it to peers, which
+// upload pieces only to holders of a valid grant. Absent without TLS, or to a caller that is not
+// a node.
+inline constexpr std::string_view grant = "Shoal-Grant";
 inline constexpr std::string_view api_version = "Docker-Distribution-API-Version";
 inline constexpr std::string_view api_version_value = "registry/2.0";
 }  // namespace headers
@@ -199,10 +204,11 @@ struct metainfo_answer {
   std::optional<std::uint64_t> group_bytes;  // dataset groups
   std::string seed;                          // Shoal-Seed; empty when the origin does not seed
   bool is_public = false;                    // Shoal-Visibility: public
+  std::string grant;                         // Shoal-Grant, decoded; empty when none came
 };
 [[nodiscard]] http::response encode(const metainfo_answer& a);
-// The 200 answer's torrent and headers; a malformed header or an empty torrent is a
-// protocol_error.
+// The 200 answer's torrent and headers; a malformed header (a Shoal-Grant that is not base64 of
+// a grant-sized value included; it is not verified here) or an empty torrent is a protocol_error.
 [[nodiscard]] result<metainfo_answer> decode_metainfo(const http::full_response& r);
 
 // 202 to a metainfo request: the origin is still fetching (long-poll again).

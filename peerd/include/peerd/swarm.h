@@ -110,6 +110,7 @@ struct group_spec {
   std::vector<std::string> seeds;                         // Shoal-Seed endpoints
   std::string fallback_base;  // registry-proxy + origin::dataset_objects_base(<ref>) (+ digest)
   std::string name;           // for logs: "<ref> group <i>"
+  std::string grant;          // registry-proxy's grant for this node and swarm (Shoal-Grant)
 };
 
 // What every job of the engine shares: its state, error, torrent and progress clock.
@@ -261,6 +262,10 @@ class swarm_manager {
                                                         const std::vector<std::string>& seeds,
                                                         fallback_info fb, bool transient = false);
   [[nodiscard]] std::shared_ptr<download> find(const digest& d) const;
+  // Keeps registry-proxy's grant (a metainfo answer's Shoal-Grant, common/grant.h) for the swarm
+  // it names, to present to peers in that swarm: call before fetch() with the answer's grant.
+  // No-op for an empty grant or with grants off; one that does not parse is logged and dropped.
+  void note_grant(const std::string& grant);
 
   // Makes dataset groups available (creates the directories, lists the packs held). Once, before
   // the first fetch_group.

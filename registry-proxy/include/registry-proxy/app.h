@@ -4,12 +4,15 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 
 #include "registry-proxy/access.h"
 #include "registry-proxy/blobs.h"
 #include "cache/store.h"
 #include "common/daemon.h"
+#include "common/grant.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
@@ -45,6 +48,7 @@ class app {
   [[nodiscard]] status init_upstreams();
   void init_services();
   [[nodiscard]] status init_seeder();
+  [[nodiscard]] status init_grants();
   [[nodiscard]] status init_datasets();
   [[nodiscard]] handler_deps make_handler_deps();
   [[nodiscard]] status init_tls();
@@ -70,6 +74,10 @@ class app {
   std::unique_ptr<http::server> server_;
   cache::subscription cache_events_;
   std::string salt_;
+  // Grants (torrent.require_grants with TLS): signs one per metainfo answer to a node.
+  std::shared_ptr<grant::signer> grant_signer_;
+  std::function<std::string(const tls::peer_identity&, const std::string&)> grant_for_;
+  std::atomic<std::uint64_t> grants_issued_{0}, grant_failures_{0};
 };
 
 }  // namespace shoal::proxy

@@ -73,6 +73,10 @@ struct torrent_config {
   bool super_seeding = true;       // offer each node a few pieces at a time (docs/p2p.md)
   int superseed_offers = 8;        // pieces on offer per node connection
   bool superseed_in_order = true;  // offer pieces front to back (streaming readers)
+  // With tls.enabled: sign a grant with every metainfo answer to a node, and upload pieces only
+  // to nodes presenting one (common/grant.h, swarm/grants.h).
+  bool require_grants = true;
+  config::duration grant_ttl = 6h;
   std::map<std::string, std::string>
       libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };

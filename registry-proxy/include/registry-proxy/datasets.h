@@ -70,6 +70,10 @@ struct dataset_service_options {
       3600};                          // objects fetched by a resolution stay at least this long
   std::vector<std::string> trackers;  // announce URLs written into group torrents
   std::string seed_endpoint;          // Shoal-Seed ("ip:port"), empty without a seeder
+  // The grant for a metainfo answer to `caller` for the swarm named (hex info-hash): empty when
+  // none is due (see common/grant.h). Unset: no grants.
+  std::function<std::string(const tls::peer_identity& caller, const std::string& info_hash)>
+      grant_for;
 };
 
 struct dataset_metrics {
@@ -108,13 +112,15 @@ class dataset_service {
   void serve_manifest(const std::string& ref, const http::responder& resp);
   void serve_object(const std::string& ref, std::string_view dig, const http::responder& resp);
   void serve_metainfo(const std::string& ref, std::string_view group,
-                      std::chrono::milliseconds wait, const http::responder& resp);
+                      std::chrono::milliseconds wait, const tls::peer_identity& caller,
+                      const http::responder& resp);
 
   // The pool tasks of serve_object and serve_metainfo.
   void answer_object(const std::shared_ptr<record>& r, const digest& id,
                      const http::responder& resp);
   void answer_metainfo(const std::shared_ptr<record>& r, std::uint32_t g,
-                       std::chrono::milliseconds wait, const http::responder& resp);
+                       std::chrono::milliseconds wait, const tls::peer_identity& caller,
+                       const http::responder& resp);
   [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
   // Queues the record for a resolver thread; false when the queue is full (or stopping).
   [[nodiscard]] bool start_resolution(const std::shared_ptr<record>& r);

@@ -28,6 +28,10 @@ struct handler_deps {
   std::string seed_endpoint;          // "ip:port" of our BitTorrent listener (Shoal-Seed)
   std::chrono::milliseconds metainfo_wait{20000};
   std::function<void(const digest&)> on_metainfo_served;  // the seeder loads the torrent
+  // The grant for a metainfo answer to `caller` for the swarm named (hex info-hash): empty when
+  // none is due (common/grant.h). Unset: no grants.
+  std::function<std::string(const tls::peer_identity& caller, const std::string& info_hash)>
+      grant_for;
   std::function<daemon::health()> health;
   // The dataset API (datasets.h): handles origin::paths::datasets and dataset_metainfo; returns
   // false for paths it does not own. Empty when datasets are disabled.

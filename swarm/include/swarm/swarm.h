@@ -45,6 +45,7 @@
 #include "common/file.h"
 #include "common/metrics.h"
 #include "common/tls.h"
+#include "swarm/grants.h"
 #include "swarm/metainfo.h"
 
 namespace shoal::swarm {
@@ -76,6 +77,10 @@ struct settings {
   std::string cert_file;  // PEM: the leaf first (only it is sent to peers)
   std::string key_file;   // PEM, unencrypted
   std::chrono::milliseconds reload_interval{5000};  // 0: never re-read
+  // With ssl: pieces go only to connections presenting registry-proxy's grant for the swarm
+  // (swarm/grants.h), checked against ca_file (the daemon's tls.ca_file).
+  bool require_grants = true;
+  std::string ca_file;
   // Raw settings_pack overrides by libtorrent's own key names ("predictive_piece_announce":
   // "20"), applied after the table. An escape hatch for tuning and benchmarks: the table is what
   // Shoal is measured with (docs/p2p.md); an unknown key or a bad value fails the start.
@@ -151,8 +156,10 @@ using block_callback =
 class session;
 // With SSL on: <prefix>_swarm_tls_reloads_total and <prefix>_swarm_tls_reload_failures_total
 // (the swarm's certificate re-read from disk and installed on every torrent, or refused and the
-// previous one kept). The expiry gauge comes from the daemon's tls_context, which watches the same
-// files. Nothing without SSL. `s` must outlive `reg`'s scrapes.
+// previous one kept), and with grants required <prefix>_swarm_grants_accepted_total and
+// <prefix>_swarm_grant_refusals_total (connections whose grant verified; connections refused
+// pieces for want of one). The expiry gauge comes from the daemon's tls_context, which watches the
+// same files. Nothing without SSL. `s` must outlive `reg`'s scrapes.
 void register_tls_metrics(metrics::registry& reg, const session& s, std::string_view prefix);
 
 class session {
@@ -188,6 +195,14 @@ class session {
     std::uint64_t reload_failures = 0;  // changed files that did not load
   };
   [[nodiscard]] tls_counters tls_stats() const;
+
+  // Grants (settings::require_grants with ssl): whether they are checked, the grant this party
+  // sends for `swarm` from now on (registry-proxy's, from a metainfo answer; see grants.h), and
+  // the counters. set_grant() is a no-op when grants are off.
+  [[nodiscard]] bool grants_required() const { return grants_ != nullptr; }
+  void set_grant(const lt::sha1_hash& swarm, std::string grant,
+                 std::chrono::system_clock::time_point expires);
+  [[nodiscard]] const grant_counters* grant_stats() const { return grant_counters_.get(); }
 
   // Adds a complete, verified object as a seed: seed_mode with every piece marked verified, so
   // nothing is rehashed. `save_path` is the directory holding the file named <hex digest>.
@@ -230,6 +245,9 @@ class session {
   std::shared_ptr<const cert_pair> cert_;  // guarded by cert_mu_
   std::array<file_stamp, 2> stamp_{};      // the files' stamps cert_ (or a failed load) came from
   tls_counters tls_stats_;                 // guarded by cert_mu_
+
+  std::shared_ptr<grant_book> grants_;  // null: grants are not required
+  std::shared_ptr<grant_counters> grant_counters_;
 
   std::unique_ptr<lt::session> ses_;
   std::thread pump_;

@@ -1,8 +1,9 @@
-// Bencode (tracker answers, .torrent files) and the swarm's metainfo parsers (object and pack
-// torrents from registry-proxy): the decoder never crashes, is strict (what it accepts encodes
+// Bencode (tracker answers, .torrent files, grants) and the swarm's metainfo parsers (object and
+// pack torrents from registry-proxy): the decoder never crashes, is strict (what it accepts encodes
 // back to the same bytes), errors are UTF-8 and bounded; a torrent that parses for the digest
 // its own name claims builds back into a torrent with the same info-hash.
 #include "common/bencode.h"
+#include "common/grant.h"
 #include "swarm/metainfo.h"
 #include "../harness.h"
 
@@ -48,6 +49,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   bencode::limits lim;
   lim.max_items = 100'000;
   lim.max_string = 1u << 20;
+  // Grants arrive from peers (extension handshake) and from registry-proxy (Shoal-Grant): the
+  // parsers refuse garbage with a bounded error and never crash.
+  fuzz::check_result(grant::peek(in), "grant::peek");
+  fuzz::check_result(grant::from_header(in), "grant::from_header");
   auto v = bencode::decode(in, lim);
   fuzz::check_result(v, "bencode::decode");
   if (!v) return 0;
