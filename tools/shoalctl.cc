@@ -1,7 +1,8 @@
 // shoalctl: the operator's CLI. Talks to a node's peerd (status, pull) and to the scheduler.
 //
 //   shoalctl status                 cache use, downloads, rates, where bytes came from
-//   shoalctl pull IMAGE             warm this node's cache with an image (with progress)
+//   shoalctl pull IMAGE             warm this node's cache with an image for this machine's
+//                                   platform (--platform), with that image's progress
 //   shoalctl nodes                  nodes known to the scheduler (health, GPUs, cache, network)
 //   shoalctl place IMAGE...         where a job would go, every node explained
 //   shoalctl prewarm IMAGE...       warm nodes (--node, --selector or --job) and follow progress
@@ -11,6 +12,9 @@
 //   view shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
 //   shoalctl dataset renew NAME@VERSION [--ttl SECONDS]   keep its view and pins from expiring
 //   shoalctl certs init|issue ...   the cluster CA and certificates (certs.h)
+//
+// Every command takes -o json|yaml|table (--json is -o json) and has its own --help; --version
+// prints the build's version and its libraries'.
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
 //            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070),
@@ -23,177 +27,249 @@
 
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "certs.h"
 #include "common/http_client.h"
+#include "common/oci.h"
 #include "common/origin_protocol.h"
+#include "common/platform.h"
+#include "common/version.h"
+#include "shoalctl_output.h"
 
 namespace {
 
 using nlohmann::json;
 namespace origin = shoal::origin;
+namespace ctl = shoal::tools::ctl;
+using ctl::human;
+using response = shoal::result<shoal::http::full_response>;
 
 std::string env_or(const char* name, const char* def) {
   const char* v = std::getenv(name);
   return v && *v ? v : def;
 }
 
-// `Authorization: Bearer <token>` for the scheduler's and registry-proxy's operator verbs; empty
-// without --token-file. Set once in main before any request.
-std::string g_bearer;
+// What every command shares, set up in main before the first request.
+struct context {
+  std::string peerd, scheduler, proxy;
+  std::string bearer;  // `Authorization: Bearer` for the scheduler and registry-proxy; may be empty
+  ctl::format out = ctl::format::table;
+  std::unique_ptr<shoal::http::client> client;
+};
 
-std::string human(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return buf;
-}
-
-int usage(int code) {
-  std::fprintf(
-      code ? stderr : stdout,
-      "usage: shoalctl [--peerd URL] [--scheduler URL] [--registry-proxy URL]\n"
-      "                [--ca FILE] [--cert FILE --key FILE] [--token-file FILE] COMMAND\n"
-      "  status             this node: cache use, downloads, rates, where bytes came from\n"
-      "  pull IMAGE [--platform OS/ARCH]\n"
-      "                     warm this node's cache with an image, showing progress\n"
-      "  nodes              nodes known to the scheduler\n"
-      "  place IMAGE... [--nodes K] [--gpus G] [--dataset NAME@VER]... [--selector K=V]...\n"
-      "        [--standby N] [--dry-run] [--json]\n"
-      "                     where a job would run, with bytes present/missing and time per node\n"
-      "  prewarm IMAGE... (--node N... | --selector K=V... | --job [--nodes K] [--gpus G] "
-      "[--standby N])\n"
-      "        [--dataset NAME@VER]... [--no-wait] [--timeout SECONDS]\n"
-      "                     warm nodes through the scheduler, showing progress until done\n"
-      "  prewarm status [ID]  list prewarms, or show one\n"
-      "  dataset declare FILE [--registry-proxy URL]\n"
-      "                     declare a dataset (JSON: name, version, origin, include, exclude)\n"
-      "  dataset prefetch NAME@VERSION [--no-wait] [--timeout SECONDS]\n"
-      "                     fetch a dataset onto this node (progress bar, summary) and make its "
-      "view\n"
-      "  dataset ls         datasets on this node\n"
-      "  dataset status NAME@VERSION [--json]\n"
-      "  dataset rm NAME@VERSION   remove the view and unpin its objects\n"
-      "  dataset renew NAME@VERSION [--ttl SECONDS]   extend the view's expiry (default:\n"
-      "                     peerd's datasets.pin_ttl); unrenewed views expire and are removed\n"
-      "  certs init|issue   the cluster CA and certificates (shoalctl certs --help)\n"
-      "TLS: https URLs are verified against --ca ($SHOAL_CA); --cert/--key ($SHOAL_CERT,\n"
-      "  $SHOAL_KEY) present an operator certificate; --token-file ($SHOAL_TOKEN_FILE) sends\n"
-      "  its first line as a bearer token to the scheduler and registry-proxy\n");
-  return code;
-}
-
-shoal::result<shoal::http::full_response> request(
-    shoal::http::client& c, const std::string& method, const std::string& url,
-    const std::string& body = {}, std::chrono::milliseconds stall = std::chrono::seconds(30)) {
+response request(const context& cx, const std::string& method, const std::string& url,
+                 const std::string& body = {},
+                 std::chrono::milliseconds stall = std::chrono::seconds(30),
+                 const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   shoal::http::client_request r;
   r.method = method;
   r.url = url;
   r.body = body;
+  r.headers = headers;
   if (!body.empty()) r.headers.emplace_back("Content-Type", "application/json");
   // Never to peerd (loopback, plain): the token is for the cluster's authenticated services.
-  if (!g_bearer.empty() && url.starts_with("https://"))
-    r.headers.emplace_back("Authorization", "Bearer " + g_bearer);
+  if (!cx.bearer.empty() && url.starts_with("https://"))
+    r.headers.emplace_back("Authorization", "Bearer " + cx.bearer);
   r.timeouts.connect = std::chrono::seconds(3);
   r.timeouts.stall = stall;
   r.max_retries = method == "GET" ? 2 : 0;
-  return shoal::http::fetch(c, std::move(r));
+  return shoal::http::fetch(*cx.client, std::move(r));
 }
 
-int cmd_status(shoal::http::client& c, const std::string& peerd) {
-  auto r = request(c, "GET", peerd + std::string(origin::paths::node_status));
+double num_of(const json& o, const char* k) {
+  return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0;
+}
+
+std::string pct(double part, double whole) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", whole > 0 ? 100.0 * part / whole : 0.0);
+  return buf;
+}
+
+// Prints why a request failed ("shoalctl: WHAT: cause" or "... HTTP 404: reason"); returns 1.
+int report(const std::string& what, const response& r) {
   if (!r) {
-    std::fprintf(stderr, "shoalctl: peerd at %s: %s\n", peerd.c_str(), r.error().message.c_str());
+    std::fprintf(stderr, "shoalctl: %s: %s\n", what.c_str(), r.error().message.c_str());
     return 1;
   }
   auto j = json::parse(r->body, nullptr, false);
-  if (r->status != 200 || j.is_discarded()) {
-    std::fprintf(stderr, "shoalctl: peerd answered HTTP %d\n", r->status);
-    return 1;
+  std::string why = j.is_object() ? j.value("error", "") : "";
+  std::fprintf(stderr, "shoalctl: %s: HTTP %d%s\n", what.c_str(), r->status,
+               why.empty() ? "" : (": " + why).c_str());
+  return 1;
+}
+
+// GET `url` as a JSON document of the kind `ok` accepts; reports and returns nullopt otherwise.
+std::optional<json> get_json(const context& cx, const std::string& what, const std::string& url,
+                             bool (*ok)(const json&)) {
+  auto r = request(cx, "GET", url);
+  auto j = r ? json::parse(r->body, nullptr, false) : json();
+  if (!r || r->status != 200 || j.is_discarded() || !ok(j)) {
+    report(what, r);
+    return std::nullopt;
   }
-  auto num = [](const json& o, const char* k) {
-    return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0;
-  };
-  const auto& cache = j["cache"];
-  double cap = num(cache, "capacity");
-  std::printf("node        %s\n", j.value("node", "?").c_str());
+  return j;
+}
+bool is_object(const json& j) { return j.is_object(); }
+bool is_array(const json& j) { return j.is_array(); }
+
+// ---- status, pull, nodes
+
+int cmd_status(const context& cx) {
+  auto j = get_json(cx, "peerd at " + cx.peerd, cx.peerd + std::string(origin::paths::node_status),
+                    is_object);
+  if (!j) return 1;
+  if (ctl::print_document(*j, cx.out)) return 0;
+  const auto& cache = (*j)["cache"];
+  double cap = num_of(cache, "capacity");
+  std::printf("node        %s\n", j->value("node", "?").c_str());
   std::printf("cache       %s of %s (%.1f%%), %.0f objects, %.0f hits, %.0f evictions\n",
-              human(num(cache, "bytes")).c_str(), human(cap).c_str(),
-              cap > 0 ? 100.0 * num(cache, "bytes") / cap : 0.0, num(cache, "objects"),
-              num(cache, "hits"), num(cache, "evictions"));
-  const auto& b = j["bytes"];
+              human(num_of(cache, "bytes")).c_str(), human(cap).c_str(),
+              cap > 0 ? 100.0 * num_of(cache, "bytes") / cap : 0.0, num_of(cache, "objects"),
+              num_of(cache, "hits"), num_of(cache, "evictions"));
+  const auto& b = (*j)["bytes"];
   std::printf(
       "bytes in    from peers %s, from registry-proxy %s (BitTorrent) + %s (HTTP fallback)\n",
-      human(num(b, "from_peers")).c_str(), human(num(b, "from_origin")).c_str(),
-      human(num(b, "from_http_fallback")).c_str());
+      human(num_of(b, "from_peers")).c_str(), human(num_of(b, "from_origin")).c_str(),
+      human(num_of(b, "from_http_fallback")).c_str());
   std::printf("bytes out   to local clients %s, to peers %s\n",
-              human(num(b, "served_local")).c_str(), human(num(b, "uploaded_to_peers")).c_str());
-  std::printf("swarms      %.0f torrents loaded, %zu downloading\n", num(j, "torrents_loaded"),
-              j["downloads"].is_array() ? j["downloads"].size() : 0);
-  if (j["downloads"].is_array()) {
-    for (const auto& d : j["downloads"]) {
-      double done = num(d, "pieces_done"), total = num(d, "pieces");
+              human(num_of(b, "served_local")).c_str(),
+              human(num_of(b, "uploaded_to_peers")).c_str());
+  const auto& downloads = (*j)["downloads"];
+  std::printf("swarms      %.0f torrents loaded, %zu downloading\n", num_of(*j, "torrents_loaded"),
+              downloads.is_array() ? downloads.size() : 0);
+  if (downloads.is_array()) {
+    for (const auto& d : downloads) {
+      double done = num_of(d, "pieces_done"), total = num_of(d, "pieces");
       std::printf("  %s  %5.1f%%  %s  down %s/s  up %s/s  %.0f peers\n",
                   d.value("digest", "").substr(0, 19).c_str(),
-                  total > 0 ? 100.0 * done / total : 100.0, human(num(d, "size")).c_str(),
-                  human(num(d, "download_rate")).c_str(), human(num(d, "upload_rate")).c_str(),
-                  num(d, "peers"));
+                  total > 0 ? 100.0 * done / total : 100.0, human(num_of(d, "size")).c_str(),
+                  human(num_of(d, "download_rate")).c_str(),
+                  human(num_of(d, "upload_rate")).c_str(), num_of(d, "peers"));
     }
   }
   return 0;
 }
 
-int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string& image,
-             const std::string& platform) {
+// The blobs (digest → size) `image` pulls for `platform`, read through peerd as the pull itself
+// reads them; nullopt when they cannot be read (the pull then shows no byte progress).
+std::optional<std::map<std::string, double>> image_blobs(const context& cx,
+                                                         const std::string& image,
+                                                         const std::string& platform) {
+  auto ref = shoal::oci::parse_image_ref(image);
+  if (!ref) return std::nullopt;
+  const origin::object_ref where{ref->registry, ref->repository};
+  auto manifest = [&](const std::string& reference) -> std::optional<json> {
+    auto r =
+        request(cx, "GET", cx.peerd + origin::manifest_target(where, reference), {},
+                std::chrono::seconds(30), {{"Accept", std::string(shoal::oci::media::accept_all)}});
+    if (!r || r->status != 200) return std::nullopt;
+    auto j = json::parse(r->body, nullptr, false);
+    if (!j.is_object()) return std::nullopt;
+    return j;
+  };
+  auto m = manifest(ref->dig ? ref->dig->str() : ref->tag);
+  if (!m) return std::nullopt;
+  if (m->contains("manifests") && (*m)["manifests"].is_array()) {
+    const std::string os = platform.substr(0, platform.find('/'));
+    const std::string arch = platform.substr(platform.find('/') + 1);
+    std::optional<json> chosen;
+    for (const auto& e : (*m)["manifests"]) {
+      if (!e.is_object() || !e.contains("platform") || !e["platform"].is_object()) continue;
+      if (e["platform"].value("os", "") == os && e["platform"].value("architecture", "") == arch) {
+        chosen = manifest(e.value("digest", ""));
+        break;
+      }
+    }
+    if (!chosen) return std::nullopt;
+    m = std::move(chosen);
+  }
+  std::map<std::string, double> blobs;
+  auto add = [&](const json& d) {
+    if (d.is_object() && d.contains("digest")) blobs[d.value("digest", "")] = num_of(d, "size");
+  };
+  if (m->contains("config")) add((*m)["config"]);
+  if (m->contains("layers") && (*m)["layers"].is_array()) {
+    for (const auto& l : (*m)["layers"]) add(l);
+  }
+  return blobs;
+}
+
+// Polls peerd's status while a pull runs and draws that image's progress on stderr: its blobs
+// being downloaded (partly), blobs seen downloading that have finished (fully), and the rate
+// and ETA of those bytes only: other downloads on the node are not this pull's.
+void pull_progress(const context& cx, const std::map<std::string, double>& blobs,
+                   const std::atomic<bool>& done) {
+  const bool tty = ::isatty(2);
+  double total = 0;
+  for (const auto& [d, size] : blobs) total += size;
+  std::map<std::string, double> seen;  // digest → bytes done when last seen downloading
+  ctl::rate_meter meter;
+  auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  while (!done.load()) {
+    for (int i = 0; i < 5 && !done.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (done.load()) break;
+    auto r = request(cx, "GET", cx.peerd + std::string(origin::paths::node_status), {},
+                     std::chrono::seconds(5));
+    if (!r || r->status != 200) continue;
+    auto j = json::parse(r->body, nullptr, false);
+    if (!j.is_object() || !j["downloads"].is_array()) continue;
+    std::map<std::string, double> now;
+    double rate = 0;
+    for (const auto& d : j["downloads"]) {
+      auto it = blobs.find(d.value("digest", ""));
+      if (it == blobs.end()) continue;
+      double pieces = num_of(d, "pieces");
+      now[it->first] = pieces > 0 ? it->second * num_of(d, "pieces_done") / pieces : 0;
+      rate += num_of(d, "download_rate");
+    }
+    for (auto& [d, bytes] : seen) {
+      if (!now.contains(d)) bytes = blobs.at(d);  // no longer downloading: finished
+    }
+    for (const auto& [d, bytes] : now) seen[d] = bytes;
+    double have = 0;
+    for (const auto& [d, bytes] : seen) have += bytes;
+    const auto t = std::chrono::steady_clock::now();
+    meter.add(t, have);
+    if (total <= 0 || (!tty && t - last_line < std::chrono::seconds(5))) continue;
+    last_line = t;
+    std::optional<double> eta;
+    if (rate > 0) eta = (total - have) / rate;
+    std::fprintf(stderr, "%s%s %5.1f%%  %s / %s  %s/s  ETA %s%s", tty ? "\r\033[2K" : "",
+                 ctl::bar(have / total).c_str(), 100.0 * have / total, human(have).c_str(),
+                 human(total).c_str(), human(rate > 0 ? rate : meter.rate()).c_str(),
+                 ctl::eta_text(eta ? eta : meter.eta(total)).c_str(), tty ? "" : "\n");
+  }
+  if (tty) std::fprintf(stderr, "\r\033[2K");
+}
+
+int cmd_pull(const context& cx, const std::string& image, const std::string& platform) {
   json body = {{"image", image}, {"platform", platform}};
   std::atomic<bool> done{false};
-  // Progress: poll the node's status while the pull runs.
-  std::thread progress([&] {
-    bool tty = ::isatty(2);
-    while (!done.load()) {
-      for (int i = 0; i < 5 && !done.load(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (done.load()) break;
-      auto r = request(c, "GET", peerd + std::string(origin::paths::node_status), {},
-                       std::chrono::seconds(5));
-      if (!r || r->status != 200) continue;
-      auto j = json::parse(r->body, nullptr, false);
-      if (j.is_discarded() || !j["downloads"].is_array()) continue;
-      double have = 0, total = 0, rate = 0;
-      for (const auto& d : j["downloads"]) {
-        double size = d.value("size", 0.0), pieces = d.value("pieces", 0.0),
-               done_p = d.value("pieces_done", 0.0);
-        total += size;
-        have += pieces > 0 ? size * done_p / pieces : size;
-        rate += d.value("download_rate", 0.0);
-      }
-      if (total <= 0) continue;
-      double eta = rate > 0 ? (total - have) / rate : 0;
-      std::fprintf(stderr, "%s  %s / %s  %5.1f%%  %s/s  ETA %.0fs%s", tty ? "\r" : "",
-                   human(have).c_str(), human(total).c_str(), 100.0 * have / total,
-                   human(rate).c_str(), eta, tty ? "   " : "\n");
-    }
-  });
-  auto r = request(c, "POST", peerd + std::string(origin::paths::node_pull), body.dump(),
+  std::thread progress;
+  if (auto blobs = image_blobs(cx, image, platform)) {
+    progress = std::thread([&cx, b = std::move(*blobs), &done] { pull_progress(cx, b, done); });
+  }
+  auto r = request(cx, "POST", cx.peerd + std::string(origin::paths::node_pull), body.dump(),
                    std::chrono::minutes(30));
   done = true;
-  progress.join();
-  std::fprintf(stderr, "\n");
+  if (progress.joinable()) progress.join();
   if (!r) {
     std::fprintf(stderr, "shoalctl: pull %s: %s\n", image.c_str(), r.error().message.c_str());
     return 1;
@@ -204,44 +280,40 @@ int cmd_pull(shoal::http::client& c, const std::string& peerd, const std::string
     return 1;
   }
   if (j.contains("error")) {
-    std::fprintf(stderr, "shoalctl: pull %s: %s\n", image.c_str(),
-                 j["error"].get<std::string>().c_str());
+    std::fprintf(stderr, "shoalctl: pull %s: %s\n", image.c_str(), j.value("error", "").c_str());
+    ctl::print_document(j, cx.out);
     return 1;
   }
   int cached = 0, fetched = 0, failed = 0;
-  for (const auto& b : j["blobs"]) {
-    if (!b.value("ok", false)) {
-      ++failed;
-      std::fprintf(stderr, "  %s: %s\n", b.value("digest", "").c_str(),
-                   b.value("error", "").c_str());
-    } else if (b.value("cached_before", false)) {
-      ++cached;
-    } else {
-      ++fetched;
+  if (j.contains("blobs") && j["blobs"].is_array()) {
+    for (const auto& b : j["blobs"]) {
+      if (!b.value("ok", false)) {
+        ++failed;
+        std::fprintf(stderr, "  %s: %s\n", b.value("digest", "").c_str(),
+                     b.value("error", "").c_str());
+      } else if (b.value("cached_before", false)) {
+        ++cached;
+      } else {
+        ++fetched;
+      }
     }
   }
+  const int code = failed || r->status != 200 ? 1 : 0;
+  if (ctl::print_document(j, cx.out)) return code;
   std::printf("%s: %s in %.1fs (%d blobs fetched, %d already cached%s)\n",
-              j.value("image", image).c_str(), human(j.value("bytes", 0.0)).c_str(),
-              j.value("seconds", 0.0), fetched, cached,
+              j.value("image", image).c_str(), human(num_of(j, "bytes")).c_str(),
+              num_of(j, "seconds"), fetched, cached,
               failed ? (", " + std::to_string(failed) + " FAILED").c_str() : "");
-  return failed || r->status != 200 ? 1 : 0;
+  return code;
 }
 
-int cmd_nodes(shoal::http::client& c, const std::string& scheduler) {
-  auto r = request(c, "GET", scheduler + "/v1/nodes");
-  if (!r) {
-    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
-                 r.error().message.c_str());
-    return 1;
-  }
-  auto j = json::parse(r->body, nullptr, false);
-  if (r->status != 200 || !j.is_array()) {
-    std::fprintf(stderr, "shoalctl: scheduler answered HTTP %d\n", r->status);
-    return 1;
-  }
+int cmd_nodes(const context& cx) {
+  auto j = get_json(cx, "scheduler at " + cx.scheduler, cx.scheduler + "/v1/nodes", is_array);
+  if (!j) return 1;
+  if (ctl::print_document(*j, cx.out)) return 0;
   std::printf("%-16s %-8s %-12s %-10s %-8s %-7s %8s %11s %8s %-8s\n", "NODE", "HEALTHY", "PLATFORM",
               "ZONE/RACK", "FABRIC", "GPUS", "OBJECTS", "CACHE", "SEEN", "NETWORK");
-  for (const auto& n : j) {
+  for (const auto& n : *j) {
     if (!n.is_object()) continue;
     std::string zr, fabric;
     if (n.contains("labels") && n["labels"].is_object()) {
@@ -259,18 +331,20 @@ int cmd_nodes(shoal::http::client& c, const std::string& scheduler) {
     std::printf("%-16s %-8s %-12s %-10s %-8s %-7s %8zu %11s %7.1fs %-8s\n",
                 n.value("node", "").c_str(), n.value("healthy", false) ? "yes" : "no",
                 n.value("platform", "").c_str(), zr.c_str(), fabric.c_str(), gpus.c_str(),
-                n.value("objects", std::size_t{0}), human(n.value("cache_used", 0.0)).c_str(),
-                n.value("last_seen_s", 0.0), net.c_str());
+                n.value("objects", std::size_t{0}), human(num_of(n, "cache_used")).c_str(),
+                num_of(n, "last_seen_s"), net.c_str());
   }
   return 0;
 }
 
-// Command options after the command word: flags with values, repeatable ones collected in order.
+// ---- place and prewarm
+
+// Command options after the command word.
 struct cmd_options {
   std::vector<std::string> words;
   std::vector<std::string> datasets, nodes, selectors;
   unsigned k = 1, gpus = 0, standby = 0, ttl = 0;
-  bool job = false, dry_run = false, as_json = false, wait = true;
+  bool job = false, dry_run = false, wait = true;
   double timeout = 1800;
 };
 
@@ -291,14 +365,14 @@ std::string missing_summary(const json& n) {
   std::string out;
   if (!n.contains("missing_by_source") || !n["missing_by_source"].is_object()) return out;
   for (const char* s : {"rack", "zone", "cluster", "origin", "upstream"}) {
-    double v = n["missing_by_source"].value(s, 0.0);
+    double v = num_of(n["missing_by_source"], s);
     if (v <= 0) continue;
     out += (out.empty() ? "" : " ") + std::string(s) + ":" + human(v);
   }
   return out.empty() ? "-" : out;
 }
 
-int cmd_place(shoal::http::client& c, const std::string& scheduler, const cmd_options& o) {
+int cmd_place(const context& cx, const cmd_options& o) {
   json body = {{"images", o.words},
                {"nodes", o.k},
                {"gpus", o.gpus},
@@ -308,26 +382,12 @@ int cmd_place(shoal::http::client& c, const std::string& scheduler, const cmd_op
   json sel;
   if (!parse_selectors(o.selectors, sel)) return 2;
   if (!sel.empty()) body["selector"] = sel;
-  auto r = request(c, "POST", scheduler + "/v1/place", body.dump(), std::chrono::seconds(30));
-  if (!r) {
-    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
-                 r.error().message.c_str());
-    return 1;
-  }
+  auto r = request(cx, "POST", cx.scheduler + "/v1/place", body.dump(), std::chrono::seconds(30));
+  if (!r) return report("scheduler at " + cx.scheduler, r);
   auto j = json::parse(r->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    std::fprintf(stderr, "shoalctl: scheduler answered HTTP %d\n", r->status);
-    return 1;
-  }
-  if (o.as_json) {
-    std::printf("%s\n", j.dump(2).c_str());
-    return r->status == 200 && j.value("feasible", false) ? 0 : 1;
-  }
-  if (r->status != 200) {
-    std::fprintf(stderr, "shoalctl: place: %s\n",
-                 j.value("error", "HTTP " + std::to_string(r->status)).c_str());
-    return 1;
-  }
+  if (j.is_discarded() || !j.is_object()) return report("scheduler at " + cx.scheduler, r);
+  if (ctl::print_document(j, cx.out)) return r->status == 200 && j.value("feasible", false) ? 0 : 1;
+  if (r->status != 200) return report("place", r);
   if (!j.value("feasible", false)) {
     std::printf("not placeable: %s\n", j.value("reason", "").c_str());
   } else {
@@ -357,63 +417,84 @@ int cmd_place(shoal::http::client& c, const std::string& scheduler, const cmd_op
     }
     std::printf("%-5s %-16s %-8s %10s %10s %8.1fs %-6s %s\n", rank.c_str(),
                 n.value("node", "").c_str(), n.value("role", "").c_str(),
-                human(n.value("bytes_present", 0.0)).c_str(),
-                human(n.value("bytes_missing", 0.0)).c_str(), n.value("estimated_seconds", 0.0),
+                human(num_of(n, "bytes_present")).c_str(),
+                human(num_of(n, "bytes_missing")).c_str(), num_of(n, "estimated_seconds"),
                 gpus.c_str(), why.c_str());
   }
   return j.value("feasible", false) ? 0 : 1;
 }
 
-// Prints one prewarm's progress; returns its state.
-std::string show_prewarm(const json& j, bool tty) {
-  double total = j.value("bytes_total", 0.0), done = j.value("bytes_done", 0.0);
-  std::printf("%sprewarm %s  %s  %s / %s  %5.1f%%\n", tty ? "\033[2K" : "",
-              j.value("id", "").c_str(), j.value("state", "").c_str(), human(done).c_str(),
-              human(total).c_str(), total > 0 ? 100.0 * done / total : 100.0);
+// One prewarm's progress as lines (the first: bar, bytes, rate and ETA; then one per node and
+// per standby replacement). `meter`: the rate seen so far while following; null for one look.
+std::vector<std::string> prewarm_lines(const json& j, const ctl::rate_meter* meter) {
+  std::vector<std::string> out;
+  char buf[512];
+  double total = num_of(j, "bytes_total"), done = num_of(j, "bytes_done");
+  const double frac = total > 0 ? done / total : (j.value("state", "") == "done" ? 1.0 : 0.0);
+  std::string rate =
+      meter ? "  " + human(meter->rate()) + "/s  ETA " +
+                  ctl::eta_text(j.value("state", "") == "done" ? std::optional<double>(0)
+                                                               : meter->eta(total))
+            : "";
+  std::snprintf(buf, sizeof buf, "prewarm %s  %s  %s %5.1f%%  %s / %s%s", j.value("id", "").c_str(),
+                j.value("state", "").c_str(), ctl::bar(frac).c_str(), 100.0 * frac,
+                human(done).c_str(), human(total).c_str(), rate.c_str());
+  out.emplace_back(buf);
   if (j.contains("nodes") && j["nodes"].is_array()) {
     for (const auto& n : j["nodes"]) {
-      double nt = n.value("bytes_total", 0.0), nd = n.value("bytes_done", 0.0);
-      std::printf("%s  %-16s %-8s %-8s %10s / %-10s %5.1f%%  %s\n", tty ? "\033[2K" : "",
-                  n.value("node", "").c_str(), n.value("role", "").c_str(),
-                  n.value("state", "").c_str(), human(nd).c_str(), human(nt).c_str(),
-                  nt > 0 ? 100.0 * nd / nt : 100.0, n.value("error", "").c_str());
+      double nt = num_of(n, "bytes_total"), nd = num_of(n, "bytes_done");
+      std::snprintf(buf, sizeof buf, "  %-16s %-8s %-8s %10s / %-10s %5.1f%%  %s",
+                    n.value("node", "").c_str(), n.value("role", "").c_str(),
+                    n.value("state", "").c_str(), human(nd).c_str(), human(nt).c_str(),
+                    nt > 0 ? 100.0 * nd / nt : 100.0, n.value("error", "").c_str());
+      out.emplace_back(buf);
     }
   }
   if (j.contains("replacements") && j["replacements"].is_object()) {
     for (const auto& [failed, by] : j["replacements"].items()) {
-      std::printf("%s  %s replaced by standby %s\n", tty ? "\033[2K" : "", failed.c_str(),
-                  by.get<std::string>().c_str());
+      out.push_back("  " + failed + " replaced by standby " +
+                    (by.is_string() ? by.get<std::string>() : by.dump()));
     }
   }
-  return j.value("state", "");
+  return out;
 }
 
-int follow_prewarm(shoal::http::client& c, const std::string& scheduler, const std::string& id,
-                   double timeout) {
-  bool tty = ::isatty(1);
+// Follows a prewarm until it is done or failed. Table output redraws its lines on stdout (in
+// place on a terminal); json and yaml draw the first line on stderr and print the final
+// document on stdout.
+int follow_prewarm(const context& cx, const std::string& id, double timeout) {
+  const bool table = cx.out == ctl::format::table;
+  const bool tty = ::isatty(table ? 1 : 2);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-  int lines = 0;
+  auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  ctl::rate_meter meter;
+  std::size_t drawn = 0;
   for (;;) {
-    auto r = request(c, "GET", scheduler + "/v1/prewarm/" + id, {}, std::chrono::seconds(10));
-    if (!r || r->status != 200) {
-      std::fprintf(stderr, "shoalctl: prewarm %s: %s\n", id.c_str(),
-                   r ? ("HTTP " + std::to_string(r->status)).c_str() : r.error().message.c_str());
-      return 1;
+    auto r = request(cx, "GET", cx.scheduler + "/v1/prewarm/" + id, {}, std::chrono::seconds(10));
+    auto j = r ? json::parse(r->body, nullptr, false) : json();
+    if (!r || r->status != 200 || !j.is_object()) return report("prewarm " + id, r);
+    const auto now = std::chrono::steady_clock::now();
+    meter.add(now, num_of(j, "bytes_done"));
+    const std::string st = j.value("state", "");
+    const bool end = st == "done" || st == "failed";
+    auto lines = prewarm_lines(j, &meter);
+    if (table) {
+      if (tty && drawn > 0) std::printf("\033[%zuA", drawn);
+      for (const auto& l : lines) std::printf("%s%s\n", tty ? "\033[2K" : "", l.c_str());
+      std::fflush(stdout);
+      drawn = lines.size();
+    } else if (tty) {
+      std::fprintf(stderr, "\r\033[2K%s%s", lines[0].c_str(), end ? "\n" : "");
+    } else if (now - last_line >= std::chrono::seconds(5) || end) {
+      std::fprintf(stderr, "%s\n", lines[0].c_str());
+      last_line = now;
     }
-    auto j = json::parse(r->body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return 1;
-    if (tty && lines > 0) std::printf("\033[%dA", lines);
-    std::string st = show_prewarm(j, tty);
-    std::fflush(stdout);
-    lines =
-        1 +
-        (j.contains("nodes") && j["nodes"].is_array() ? static_cast<int>(j["nodes"].size()) : 0) +
-        (j.contains("replacements") && j["replacements"].is_object()
-             ? static_cast<int>(j["replacements"].size())
-             : 0);
-    if (st == "done") return 0;
-    if (st == "failed") return 1;
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (end) {
+      ctl::print_document(j, cx.out);
+      return st == "done" ? 0 : 1;
+    }
+    if (now > deadline) {
+      if (!table && tty) std::fprintf(stderr, "\n");
       std::fprintf(stderr, "shoalctl: prewarm %s still %s after %.0fs\n", id.c_str(), st.c_str(),
                    timeout);
       return 1;
@@ -422,37 +503,34 @@ int follow_prewarm(shoal::http::client& c, const std::string& scheduler, const s
   }
 }
 
-int cmd_prewarm(shoal::http::client& c, const std::string& scheduler, const cmd_options& o) {
-  if (!o.words.empty() && o.words[0] == "status") {
-    if (o.words.size() == 1) {
-      auto r = request(c, "GET", scheduler + "/v1/prewarm");
-      auto j = r ? json::parse(r->body, nullptr, false) : json();
-      if (!r || r->status != 200 || !j.is_array()) {
-        std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
-                     r ? ("HTTP " + std::to_string(r->status)).c_str() : r.error().message.c_str());
-        return 1;
-      }
-      std::printf("%-18s %-8s %6s %6s %6s %8s\n", "ID", "STATE", "NODES", "DONE", "FAILED", "AGE");
-      for (const auto& p : j) {
-        std::printf("%-18s %-8s %6zu %6zu %6zu %7.0fs\n", p.value("id", "").c_str(),
-                    p.value("state", "").c_str(), p.value("nodes", std::size_t{0}),
-                    p.value("nodes_done", std::size_t{0}), p.value("nodes_failed", std::size_t{0}),
-                    p.value("age_s", 0.0));
-      }
-      return 0;
+int cmd_prewarm_status(const context& cx, const std::string& id) {
+  if (id.empty()) {
+    auto j = get_json(cx, "scheduler at " + cx.scheduler, cx.scheduler + "/v1/prewarm", is_array);
+    if (!j) return 1;
+    if (ctl::print_document(*j, cx.out)) return 0;
+    std::printf("%-18s %-8s %6s %6s %6s %8s\n", "ID", "STATE", "NODES", "DONE", "FAILED", "AGE");
+    for (const auto& p : *j) {
+      std::printf("%-18s %-8s %6zu %6zu %6zu %7.0fs\n", p.value("id", "").c_str(),
+                  p.value("state", "").c_str(), p.value("nodes", std::size_t{0}),
+                  p.value("nodes_done", std::size_t{0}), p.value("nodes_failed", std::size_t{0}),
+                  num_of(p, "age_s"));
     }
-    auto r = request(c, "GET", scheduler + "/v1/prewarm/" + o.words[1]);
-    auto j = r ? json::parse(r->body, nullptr, false) : json();
-    if (!r || r->status != 200 || !j.is_object()) {
-      std::fprintf(
-          stderr, "shoalctl: prewarm %s: %s\n", o.words[1].c_str(),
-          r ? (j.is_object() ? j.value("error", "") : "HTTP " + std::to_string(r->status)).c_str()
-            : r.error().message.c_str());
-      return 1;
-    }
-    return show_prewarm(j, false) == "failed" ? 1 : 0;
+    return 0;
   }
+  auto j = get_json(cx, "prewarm " + id, cx.scheduler + "/v1/prewarm/" + id, is_object);
+  if (!j) return 1;
+  const int code = j->value("state", "") == "failed" ? 1 : 0;
+  if (ctl::print_document(*j, cx.out)) return code;
+  for (const auto& l : prewarm_lines(*j, nullptr)) std::printf("%s\n", l.c_str());
+  return code;
+}
+
+int cmd_prewarm(const context& cx, const cmd_options& o) {
   json body = json::object();
+  if (o.words.empty() && o.datasets.empty()) {
+    std::fprintf(stderr, "shoalctl: prewarm needs an image or a --dataset\n");
+    return 2;
+  }
   if (!o.words.empty()) body["images"] = o.words;
   if (!o.datasets.empty()) body["datasets"] = o.datasets;
   int targets = (o.nodes.empty() ? 0 : 1) + (o.selectors.empty() ? 0 : 1) + (o.job ? 1 : 0);
@@ -471,60 +549,35 @@ int cmd_prewarm(shoal::http::client& c, const std::string& scheduler, const cmd_
     if (!o.datasets.empty()) body["job"]["datasets"] = o.datasets;
     body["standby"] = o.standby;
   }
-  auto r = request(c, "POST", scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30));
-  if (!r) {
-    std::fprintf(stderr, "shoalctl: scheduler at %s: %s\n", scheduler.c_str(),
-                 r.error().message.c_str());
-    return 1;
-  }
-  auto j = json::parse(r->body, nullptr, false);
-  if (r->status != 202 || !j.is_object()) {
-    std::fprintf(stderr, "shoalctl: prewarm: %s\n",
-                 j.is_object() ? j.value("error", "HTTP " + std::to_string(r->status)).c_str()
-                               : ("HTTP " + std::to_string(r->status)).c_str());
-    return 1;
-  }
+  auto r = request(cx, "POST", cx.scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30));
+  auto j = r ? json::parse(r->body, nullptr, false) : json();
+  if (!r || r->status != 202 || !j.is_object()) return report("prewarm", r);
   std::string id = j.value("id", "");
   if (!o.wait) {
-    std::printf("%s\n", id.c_str());
+    if (!ctl::print_document(j, cx.out)) std::printf("%s\n", id.c_str());
     return 0;
   }
-  return follow_prewarm(c, scheduler, id, o.timeout);
+  return follow_prewarm(cx, id, o.timeout);
 }
 
 // ---- datasets
-
-double num_of(const json& o, const char* k) {
-  return o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0;
-}
-
-std::string pct(double part, double whole) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", whole > 0 ? 100.0 * part / whole : 0.0);
-  return buf;
-}
 
 // One progress line: bar, bytes, rate, ETA, where the bytes came from.
 std::string progress_line(const json& j) {
   double done = num_of(j, "bytes_done"), total = num_of(j, "bytes");
   double frac = total > 0 ? done / total : (j.value("state", "") == "ready" ? 1.0 : 0.0);
-  int width = 24, fill = static_cast<int>(frac * width + 0.5);
-  std::string bar = "[" + std::string(static_cast<std::size_t>(std::clamp(fill, 0, width)), '#') +
-                    std::string(static_cast<std::size_t>(width - std::clamp(fill, 0, width)), '.') +
-                    "]";
   double peers = num_of(j, "from_peers"),
          origin = num_of(j, "from_origin") + num_of(j, "from_http");
   double moved = peers + origin;
-  std::string eta = j.contains("eta_seconds") && j["eta_seconds"].is_number()
-                        ? std::to_string(static_cast<long>(j["eta_seconds"].get<double>())) + "s"
-                        : "-";
+  std::optional<double> eta;
+  if (j.contains("eta_seconds") && j["eta_seconds"].is_number()) eta = num_of(j, "eta_seconds");
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%s %5.1f%%  %s / %s  %s/s  ETA %s  peers %s origin %s  groups %.0f/%.0f  %s",
-                bar.c_str(), 100.0 * frac, human(done).c_str(), human(total).c_str(),
-                human(num_of(j, "rate")).c_str(), eta.c_str(), pct(peers, moved).c_str(),
-                pct(origin, moved).c_str(), num_of(j, "groups_done"), num_of(j, "groups"),
-                j.value("state", "").c_str());
+                ctl::bar(frac).c_str(), 100.0 * frac, human(done).c_str(), human(total).c_str(),
+                human(num_of(j, "rate")).c_str(), ctl::eta_text(eta).c_str(),
+                pct(peers, moved).c_str(), pct(origin, moved).c_str(), num_of(j, "groups_done"),
+                num_of(j, "groups"), j.value("state", "").c_str());
   return buf;
 }
 
@@ -545,102 +598,82 @@ void dataset_summary(const json& j) {
   if (!j.value("error", "").empty()) std::printf("  error: %s\n", j.value("error", "").c_str());
 }
 
-int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::string& proxy,
-                const cmd_options& o) {
-  const auto& w = o.words;
-  if (w.empty()) return usage(2);
-  auto fail_with = [](const std::string& what, const shoal::result<shoal::http::full_response>& r) {
-    if (!r) {
-      std::fprintf(stderr, "shoalctl: %s: %s\n", what.c_str(), r.error().message.c_str());
-      return 1;
-    }
-    auto j = json::parse(r->body, nullptr, false);
-    std::string why = j.is_object() ? j.value("error", "") : "";
-    std::fprintf(stderr, "shoalctl: %s: HTTP %d%s\n", what.c_str(), r->status,
-                 why.empty() ? "" : (": " + why).c_str());
+int cmd_dataset_declare(const context& cx, const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) {
+    std::fprintf(stderr, "shoalctl: cannot read %s\n", file.c_str());
     return 1;
-  };
-  if (w[0] == "declare" && w.size() == 2) {
-    std::FILE* f = std::fopen(w[1].c_str(), "rb");
-    if (!f) {
-      std::fprintf(stderr, "shoalctl: cannot read %s\n", w[1].c_str());
-      return 1;
-    }
-    std::string body;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) body.append(buf, n);
-    std::fclose(f);
-    auto r = request(c, "POST", proxy + std::string(origin::paths::datasets), body);
-    if (!r || (r->status != 200 && r->status != 202)) return fail_with("declare", r);
-    auto j = json::parse(r->body, nullptr, false);
-    std::printf("%s: %s\n", j.value("dataset", "").c_str(), j.value("state", "").c_str());
-    return 0;
   }
-  if (w[0] == "ls" && w.size() == 1) {
-    auto r = request(c, "GET", peerd + std::string(origin::paths::datasets));
-    auto j = r ? json::parse(r->body, nullptr, false) : json();
-    if (!r || r->status != 200 || !j.is_array()) return fail_with("dataset ls", r);
-    if (o.as_json) {
-      std::printf("%s\n", j.dump(2).c_str());
-      return 0;
-    }
-    std::printf("%-40s %-13s %9s %11s %7s %9s  %s\n", "DATASET", "STATE", "FILES", "SIZE",
-                "PRESENT", "EXPIRES", "VIEW");
-    for (const auto& d : j) {
-      std::string exp = "-";
-      if (d.contains("expires_in_seconds") && d["expires_in_seconds"].is_number()) {
-        double s = num_of(d, "expires_in_seconds");
-        char b[32];
-        std::snprintf(b, sizeof b, s >= 3600 ? "%.0fh%02.0fm" : "%.0fm%02.0fs",
-                      std::floor(s / (s >= 3600 ? 3600 : 60)),
-                      std::fmod(std::floor(s / (s >= 3600 ? 60 : 1)), 60));
-        exp = b;
-      }
-      std::printf(
-          "%-40s %-13s %9.0f %11s %7s %9s  %s\n", d.value("dataset", "").c_str(),
-          d.value("state", "").c_str(), num_of(d, "files"), human(num_of(d, "bytes")).c_str(),
-          pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(), exp.c_str(),
-          d.contains("view") && d["view"].is_string() ? d["view"].get<std::string>().c_str() : "-");
-    }
-    return 0;
+  std::string body;
+  char buf[65536];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) body.append(buf, n);
+  std::fclose(f);
+  auto r = request(cx, "POST", cx.proxy + std::string(origin::paths::datasets), body);
+  if (!r || (r->status != 200 && r->status != 202)) return report("declare", r);
+  auto j = json::parse(r->body, nullptr, false);
+  if (ctl::print_document(j, cx.out)) return 0;
+  std::printf("%s: %s\n", j.value("dataset", "").c_str(), j.value("state", "").c_str());
+  return 0;
+}
+
+int cmd_dataset_ls(const context& cx) {
+  auto j = get_json(cx, "dataset ls", cx.peerd + std::string(origin::paths::datasets), is_array);
+  if (!j) return 1;
+  if (ctl::print_document(*j, cx.out)) return 0;
+  std::printf("%-40s %-13s %9s %11s %7s %9s  %s\n", "DATASET", "STATE", "FILES", "SIZE", "PRESENT",
+              "EXPIRES", "VIEW");
+  for (const auto& d : *j) {
+    std::string exp = "-";
+    if (d.contains("expires_in_seconds") && d["expires_in_seconds"].is_number())
+      exp = ctl::eta_text(num_of(d, "expires_in_seconds"));
+    std::printf(
+        "%-40s %-13s %9.0f %11s %7s %9s  %s\n", d.value("dataset", "").c_str(),
+        d.value("state", "").c_str(), num_of(d, "files"), human(num_of(d, "bytes")).c_str(),
+        pct(num_of(d, "bytes_done"), num_of(d, "bytes")).c_str(), exp.c_str(),
+        d.contains("view") && d["view"].is_string() ? d["view"].get<std::string>().c_str() : "-");
   }
-  if (w.size() != 2) return usage(2);
-  const std::string& ref = w[1];
-  if (w[0] == "status") {
-    auto r = request(c, "GET", peerd + origin::dataset_target(ref));
-    auto j = r ? json::parse(r->body, nullptr, false) : json();
-    if (!r || r->status != 200 || !j.is_object()) return fail_with("dataset status " + ref, r);
-    if (o.as_json) {
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      std::printf("%s\n", progress_line(j).c_str());
-      dataset_summary(j);
-    }
-    return j.value("state", "") == "failed" ? 1 : 0;
+  return 0;
+}
+
+int cmd_dataset_status(const context& cx, const std::string& ref) {
+  auto j = get_json(cx, "dataset status " + ref, cx.peerd + origin::dataset_target(ref), is_object);
+  if (!j) return 1;
+  if (!ctl::print_document(*j, cx.out)) {
+    std::printf("%s\n", progress_line(*j).c_str());
+    dataset_summary(*j);
   }
-  if (w[0] == "rm") {
-    auto r =
-        request(c, "DELETE", peerd + origin::dataset_target(ref), {}, std::chrono::seconds(60));
-    if (!r || r->status != 200) return fail_with("dataset rm " + ref, r);
-    auto j = json::parse(r->body, nullptr, false);
-    std::printf("%s removed (%.0f objects unpinned)\n", ref.c_str(), num_of(j, "unpinned"));
-    return 0;
-  }
-  if (w[0] == "renew") {
-    json body = json::object();
-    if (o.ttl > 0) body["ttl_seconds"] = o.ttl;
-    auto r = request(c, "POST", peerd + origin::dataset_target(ref) + "/renew", body.dump());
-    if (!r || r->status != 200) return fail_with("dataset renew " + ref, r);
-    auto j = json::parse(r->body, nullptr, false);
-    std::printf("%s renewed: expires in %.0fs\n", ref.c_str(), num_of(j, "expires_in_seconds"));
-    return 0;
-  }
-  if (w[0] != "prefetch") return usage(2);
+  return j->value("state", "") == "failed" ? 1 : 0;
+}
+
+int cmd_dataset_rm(const context& cx, const std::string& ref) {
+  auto r =
+      request(cx, "DELETE", cx.peerd + origin::dataset_target(ref), {}, std::chrono::seconds(60));
+  if (!r || r->status != 200) return report("dataset rm " + ref, r);
+  auto j = json::parse(r->body, nullptr, false);
+  if (ctl::print_document(j, cx.out)) return 0;
+  std::printf("%s removed (%.0f objects unpinned)\n", ref.c_str(), num_of(j, "unpinned"));
+  return 0;
+}
+
+int cmd_dataset_renew(const context& cx, const std::string& ref, unsigned ttl) {
+  json body = json::object();
+  if (ttl > 0) body["ttl_seconds"] = ttl;
+  auto r = request(cx, "POST", cx.peerd + origin::dataset_target(ref) + "/renew", body.dump());
+  if (!r || r->status != 200) return report("dataset renew " + ref, r);
+  auto j = json::parse(r->body, nullptr, false);
+  if (ctl::print_document(j, cx.out)) return 0;
+  std::printf("%s renewed: expires in %.0fs\n", ref.c_str(), num_of(j, "expires_in_seconds"));
+  return 0;
+}
+
+int cmd_dataset_prefetch(const context& cx, const std::string& ref, const cmd_options& o) {
   json body = {{"dataset", ref}};
-  auto r = request(c, "POST", peerd + std::string(origin::paths::dataset_prefetch), body.dump());
-  if (!r || (r->status != 200 && r->status != 202)) return fail_with("dataset prefetch " + ref, r);
+  auto r =
+      request(cx, "POST", cx.peerd + std::string(origin::paths::dataset_prefetch), body.dump());
+  if (!r || (r->status != 200 && r->status != 202)) return report("dataset prefetch " + ref, r);
   if (!o.wait) {
-    std::printf("%s\n", progress_line(json::parse(r->body, nullptr, false)).c_str());
+    auto j = json::parse(r->body, nullptr, false);
+    if (!ctl::print_document(j, cx.out)) std::printf("%s\n", progress_line(j).c_str());
     return 0;
   }
   bool tty = ::isatty(2);
@@ -648,7 +681,8 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
   auto last_line = t0 - std::chrono::hours(1);
   json j;
   for (;;) {
-    auto s = request(c, "GET", peerd + origin::dataset_target(ref), {}, std::chrono::seconds(10));
+    auto s =
+        request(cx, "GET", cx.peerd + origin::dataset_target(ref), {}, std::chrono::seconds(10));
     if (s && s->status == 200) {
       j = json::parse(s->body, nullptr, false);
       if (j.is_object()) {
@@ -674,11 +708,9 @@ int cmd_dataset(shoal::http::client& c, const std::string& peerd, const std::str
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   if (tty) std::fprintf(stderr, "\n");
-  dataset_summary(j);
+  if (!ctl::print_document(j, cx.out)) dataset_summary(j);
   return j.value("state", "") == "ready" ? 0 : 1;
 }
-
-}  // namespace
 
 // The first line of a token file, without surrounding whitespace; an error names the file.
 shoal::result<std::string> read_token(const std::string& path) {
@@ -701,133 +733,171 @@ shoal::result<std::string> read_token(const std::string& path) {
   return t;
 }
 
-int main(int argc, char** argv) {
-  if (argc >= 2 && std::string_view(argv[1]) == "certs")
-    return shoal::tools::certs::main(std::vector<std::string>(argv + 2, argv + argc));
+std::string trim_slashes(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
+// The options every command takes (before or after the command words).
+struct globals {
   std::string peerd = env_or("SHOAL_PEERD", "http://127.0.0.1:65001");
   std::string scheduler = env_or("SHOAL_SCHEDULER", "http://127.0.0.1:7070");
   std::string proxy = env_or("SHOAL_REGISTRY_PROXY", "http://127.0.0.1:5050");
-  std::string platform = "linux/amd64";
-  std::string ca_file = env_or("SHOAL_CA", ""), cert_file = env_or("SHOAL_CERT", ""),
-              key_file = env_or("SHOAL_KEY", ""), token_file = env_or("SHOAL_TOKEN_FILE", "");
-  std::vector<std::string> args;
+  std::string ca = env_or("SHOAL_CA", ""), cert = env_or("SHOAL_CERT", ""),
+              key = env_or("SHOAL_KEY", ""), token_file = env_or("SHOAL_TOKEN_FILE", "");
+  std::string output = "table";
+  bool json = false;
+};
+
+void add_globals(CLI::App& app, globals& g) {
+  app.add_option("--peerd", g.peerd, "peerd's API on this node ($SHOAL_PEERD)")
+      ->capture_default_str();
+  app.add_option("--scheduler", g.scheduler, "The scheduler's API ($SHOAL_SCHEDULER)")
+      ->capture_default_str();
+  app.add_option("--registry-proxy", g.proxy, "registry-proxy's API ($SHOAL_REGISTRY_PROXY)")
+      ->capture_default_str();
+  app.add_option("--ca", g.ca, "The cluster CA that verifies https URLs ($SHOAL_CA)");
+  app.add_option("--cert", g.cert, "The operator's certificate, with --key ($SHOAL_CERT)");
+  app.add_option("--key", g.key, "The operator certificate's key ($SHOAL_KEY)");
+  app.add_option("--token-file", g.token_file,
+                 "Send this file's first line as a bearer token to the scheduler and "
+                 "registry-proxy ($SHOAL_TOKEN_FILE)");
+  app.add_option("-o,--output", g.output, "Output: table, json or yaml")
+      ->check(CLI::IsMember({"table", "json", "yaml"}))
+      ->capture_default_str();
+  app.add_flag("--json", g.json, "The same as -o json");
+}
+
+// One value per occurrence (`--node a --node b`), so a repeated flag never swallows the
+// positional words after it.
+CLI::Option* repeated(CLI::App* c, const std::string& name, std::vector<std::string>& out,
+                      const std::string& help) {
+  return c->add_option(name, out, help)->allow_extra_args(false);
+}
+
+void add_job_shape(CLI::App* c, cmd_options& o) {
+  c->add_option("--nodes", o.k, "Nodes the job needs")
+      ->check(CLI::Range(1u, 100000u))
+      ->capture_default_str();
+  c->add_option("--gpus", o.gpus, "GPUs per node")->check(CLI::Range(0u, 100000u));
+  c->add_option("--standby", o.standby, "Standby nodes besides the chosen ones")
+      ->check(CLI::Range(0u, 100000u));
+  repeated(c, "--dataset", o.datasets, "A dataset NAME@VERSION the job reads (repeatable)");
+}
+
+void add_wait(CLI::App* c, cmd_options& o) {
+  c->add_flag("--wait,!--no-wait", o.wait, "Follow progress until done (default), or return");
+  c->add_option("--timeout", o.timeout, "Give up following after this many seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "certs")
+    return shoal::tools::certs::main(std::vector<std::string>(argv + 2, argv + argc));
+  CLI::App app{
+      "shoalctl: the operator's CLI for Shoal (this node's peerd, the scheduler, "
+      "registry-proxy)",
+      "shoalctl"};
+  app.require_subcommand(1, 1);
+  app.fallthrough();  // the global options may follow the command words
+  std::string version = shoal::version::text("shoalctl", shoal::version::common_libraries());
+  version.pop_back();  // CLI11 ends the text with a newline of its own
+  app.set_version_flag("--version", version, "Print the version and the libraries' versions");
+  globals g;
+  add_globals(app, g);
   cmd_options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    auto number = [&](unsigned& out) {
-      std::string v;
-      if (!value(v)) return false;
-      char* end = nullptr;
-      unsigned long n = std::strtoul(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n > 100000) return false;
-      out = static_cast<unsigned>(n);
-      return true;
-    };
-    auto push = [&](std::vector<std::string>& list) {
-      std::string v;
-      if (!value(v)) return false;
-      list.push_back(v);
-      return true;
-    };
-    bool ok = true;
-    if (a == "-h" || a == "--help") return usage(0);
-    if (a == "--peerd")
-      ok = value(peerd);
-    else if (a == "--scheduler")
-      ok = value(scheduler);
-    else if (a == "--registry-proxy")
-      ok = value(proxy);
-    else if (a == "--platform")
-      ok = value(platform);
-    else if (a == "--ca")
-      ok = value(ca_file);
-    else if (a == "--cert")
-      ok = value(cert_file);
-    else if (a == "--key")
-      ok = value(key_file);
-    else if (a == "--token-file")
-      ok = value(token_file);
-    else if (a == "--nodes")
-      ok = number(o.k);
-    else if (a == "--gpus")
-      ok = number(o.gpus);
-    else if (a == "--standby")
-      ok = number(o.standby);
-    else if (a == "--ttl") {
-      std::string v;
-      ok = value(v);
-      char* end = nullptr;
-      unsigned long n = ok ? std::strtoul(v.c_str(), &end, 10) : 0;
-      ok = ok && !v.empty() && *end == '\0' && n > 0 && n <= 365ul * 24 * 3600;
-      o.ttl = static_cast<unsigned>(n);
-    } else if (a == "--dataset")
-      ok = push(o.datasets);
-    else if (a == "--node")
-      ok = push(o.nodes);
-    else if (a == "--selector")
-      ok = push(o.selectors);
-    else if (a == "--job")
-      o.job = true;
-    else if (a == "--dry-run")
-      o.dry_run = true;
-    else if (a == "--json")
-      o.as_json = true;
-    else if (a == "--no-wait")
-      o.wait = false;
-    else if (a == "--timeout") {
-      std::string v;
-      ok = value(v);
-      if (ok) {
-        char* end = nullptr;
-        o.timeout = std::strtod(v.c_str(), &end);
-        ok = !v.empty() && *end == '\0' && o.timeout > 0;
-      }
-    } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "shoalctl: unknown option %s\n", a.c_str());
-      return usage(2);
-    } else {
-      args.push_back(a);
-    }
-    if (!ok) {
-      std::fprintf(stderr, "shoalctl: %s needs a valid value\n", a.c_str());
-      return usage(2);
-    }
+  std::string image, platform = shoal::oci::host_platform(), ref, file, prewarm_id;
+
+  auto* status = app.add_subcommand("status", "This node: cache use, downloads, rates, sources");
+  auto* pull = app.add_subcommand("pull", "Warm this node's cache with an image, with progress");
+  pull->add_option("image", image, "Image reference (docker.io/library/nginx:1.27, ...)")
+      ->required();
+  pull->add_option("--platform", platform, "OS/ARCH picked from an image index")
+      ->capture_default_str();
+  auto* nodes = app.add_subcommand("nodes", "Nodes known to the scheduler");
+  auto* place = app.add_subcommand(
+      "place", "Where a job would run, with bytes present and missing and time per node");
+  place->add_option("images", o.words, "Images the job runs")->required();
+  add_job_shape(place, o);
+  repeated(place, "--selector", o.selectors, "Only nodes with this label KEY=VALUE (repeatable)");
+  place->add_flag("--dry-run", o.dry_run, "Reserve nothing");
+  auto* prewarm = app.add_subcommand(
+      "prewarm", "Warm nodes (--node, --selector or --job) through the scheduler, with progress");
+  prewarm->add_option("images", o.words, "Images to warm");
+  add_job_shape(prewarm, o);
+  repeated(prewarm, "--node", o.nodes, "Warm this node (repeatable)");
+  repeated(prewarm, "--selector", o.selectors, "Warm the nodes with this label KEY=VALUE");
+  prewarm->add_flag("--job", o.job, "Warm the nodes a job of this shape would be placed on");
+  add_wait(prewarm, o);
+  auto* prewarm_status = prewarm->add_subcommand("status", "List prewarms, or show one");
+  prewarm_status->add_option("id", prewarm_id, "The prewarm to show");
+  auto* dataset = app.add_subcommand("dataset", "Datasets: declare, prefetch onto this node, ...");
+  dataset->require_subcommand(1, 1);
+  auto* declare = dataset->add_subcommand("declare", "Declare a dataset to registry-proxy");
+  declare->add_option("file", file, "JSON: name, version, origin, include, exclude")->required();
+  auto* prefetch = dataset->add_subcommand(
+      "prefetch", "Fetch a dataset onto this node (progress, summary) and make its view");
+  prefetch->add_option("ref", ref, "NAME@VERSION")->required();
+  add_wait(prefetch, o);
+  auto* ls = dataset->add_subcommand("ls", "Datasets on this node");
+  auto* dstatus = dataset->add_subcommand("status", "One dataset's state and progress");
+  dstatus->add_option("ref", ref, "NAME@VERSION")->required();
+  auto* rm = dataset->add_subcommand("rm", "Remove a dataset's view and unpin its objects");
+  rm->add_option("ref", ref, "NAME@VERSION")->required();
+  auto* renew = dataset->add_subcommand(
+      "renew", "Extend the view's expiry; unrenewed views expire and are removed");
+  renew->add_option("ref", ref, "NAME@VERSION")->required();
+  renew->add_option("--ttl", o.ttl, "Seconds from now (default: peerd's datasets.pin_ttl)")
+      ->check(CLI::Range(1u, 365u * 24 * 3600));
+  auto* certs =
+      app.add_subcommand("certs", "The cluster CA and certificates (shoalctl certs --help)");
+  certs->prefix_command();
+  certs->set_help_flag();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  if (args.empty()) return usage(2);
-  while (!scheduler.empty() && scheduler.back() == '/') scheduler.pop_back();
-  if (cert_file.empty() != key_file.empty()) {
+  if (certs->parsed()) return shoal::tools::certs::main(certs->remaining());
+
+  context cx;
+  cx.peerd = trim_slashes(g.peerd);
+  cx.scheduler = trim_slashes(g.scheduler);
+  cx.proxy = trim_slashes(g.proxy);
+  cx.out = g.json ? ctl::format::json : *ctl::parse_format(g.output);
+  if (g.cert.empty() != g.key.empty()) {
     std::fprintf(stderr, "shoalctl: --cert and --key go together\n");
     return 2;
   }
-  if (!token_file.empty()) {
-    auto t = read_token(token_file);
+  if (!g.token_file.empty()) {
+    auto t = read_token(g.token_file);
     if (!t) {
       std::fprintf(stderr, "shoalctl: --token-file: %s\n", t.error().message.c_str());
       return 2;
     }
-    g_bearer = *t;
+    cx.bearer = *t;
   }
   shoal::http::client_options copts;
-  copts.ca_file = ca_file;
-  copts.cert_file = cert_file;
-  copts.key_file = key_file;
-  shoal::http::client c(copts);
-  o.words.assign(args.begin() + 1, args.end());
-  if (args[0] == "status" && args.size() == 1) return cmd_status(c, peerd);
-  if (args[0] == "pull" && args.size() == 2) return cmd_pull(c, peerd, args[1], platform);
-  if (args[0] == "nodes" && args.size() == 1) return cmd_nodes(c, scheduler);
-  if (args[0] == "place" && args.size() >= 1) return cmd_place(c, scheduler, o);
-  if (args[0] == "prewarm" && (args.size() >= 2 || !o.datasets.empty()))
-    return cmd_prewarm(c, scheduler, o);
-  if (args[0] == "dataset") {
-    while (!proxy.empty() && proxy.back() == '/') proxy.pop_back();
-    while (!peerd.empty() && peerd.back() == '/') peerd.pop_back();
-    return cmd_dataset(c, peerd, proxy, o);
-  }
-  return usage(2);
+  copts.ca_file = g.ca;
+  copts.cert_file = g.cert;
+  copts.key_file = g.key;
+  cx.client = std::make_unique<shoal::http::client>(copts);
+
+  if (status->parsed()) return cmd_status(cx);
+  if (pull->parsed()) return cmd_pull(cx, image, platform);
+  if (nodes->parsed()) return cmd_nodes(cx);
+  if (place->parsed()) return cmd_place(cx, o);
+  if (prewarm_status->parsed()) return cmd_prewarm_status(cx, prewarm_id);
+  if (prewarm->parsed()) return cmd_prewarm(cx, o);
+  if (declare->parsed()) return cmd_dataset_declare(cx, file);
+  if (prefetch->parsed()) return cmd_dataset_prefetch(cx, ref, o);
+  if (ls->parsed()) return cmd_dataset_ls(cx);
+  if (dstatus->parsed()) return cmd_dataset_status(cx, ref);
+  if (rm->parsed()) return cmd_dataset_rm(cx, ref);
+  if (renew->parsed()) return cmd_dataset_renew(cx, ref, o.ttl);
+  std::fputs(app.help().c_str(), stderr);
+  return 2;
 }

@@ -335,13 +335,16 @@ result<cli_request> parse_cli(int argc, const char* const* argv) {
 
 std::string cli_help(std::string_view daemon_name) {
   const std::string n(daemon_name);
-  return "usage: " + n +
-         " [-c FILE]... [--set KEY=VALUE]... [--print-config] [--print-config-docs]\n\n"
+  std::string usage =
+      "usage: " + n + " [-c FILE]... [--set KEY=VALUE]... [--print-config] [--print-config-docs]\n";
+  usage += "       " + n + " --version\n\n";
+  return usage +
          "  -c, --config FILE        load a YAML config file; repeat to layer files (later wins)\n"
          "      --set KEY=VALUE      override one key after the files, e.g. --set "
-         "cache.max_bytes=10GiB\n"
+         "log.level=debug\n"
          "      --print-config       print the effective configuration as YAML and exit\n"
          "      --print-config-docs  print the reference of every key as Markdown and exit\n"
+         "      --version            print the version and the libraries' versions and exit\n"
          "  -h, --help               print this help and exit\n";
 }
 

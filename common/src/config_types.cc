@@ -16,7 +16,9 @@ namespace {
 using u128 = unsigned __int128;
 
 constexpr std::string_view k_duration_units = "ns, us, ms, s, m, h, d";
-constexpr std::string_view k_byte_units = "B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB";
+constexpr std::string_view k_byte_units =
+    "B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB, EiB, and Kubernetes' k, M, G, T, P, E, "
+    "Ki, Mi, Gi, Ti, Pi, Ei";
 constexpr int k_max_digits = 30;  // keeps mantissa * unit below 2^128 together with the checks
 
 // A non-negative decimal number "123" or "1.25" as mantissa / 10^scale, exactly.
@@ -110,12 +112,42 @@ const unit k_size_units[] = {
     {"GB", 1'000'000'000},
     {"TB", 1'000'000'000'000},
     {"PB", 1'000'000'000'000'000},
+    {"EB", 1'000'000'000'000'000'000},
     {"KiB", u128(1) << 10},
     {"MiB", u128(1) << 20},
     {"GiB", u128(1) << 30},
     {"TiB", u128(1) << 40},
     {"PiB", u128(1) << 50},
+    {"EiB", u128(1) << 60},
+    // Kubernetes quantity suffixes (resource.Quantity): what a pod spec's sizes are written in.
+    {"k", 1'000},
+    {"M", 1'000'000},
+    {"G", 1'000'000'000},
+    {"T", 1'000'000'000'000},
+    {"P", 1'000'000'000'000'000},
+    {"E", 1'000'000'000'000'000'000},
+    {"Ki", u128(1) << 10},
+    {"Mi", u128(1) << 20},
+    {"Gi", u128(1) << 30},
+    {"Ti", u128(1) << 40},
+    {"Pi", u128(1) << 50},
+    {"Ei", u128(1) << 60},
 };
+
+// A Kubernetes decimal exponent after the number: "e3", "E6", "e+2", "e-1". Returns the
+// characters consumed (0: none, so "1E" stays the exa suffix) and sets `exp`.
+std::size_t read_exponent(std::string_view s, int& exp) {
+  if (s.size() < 2 || (s[0] != 'e' && s[0] != 'E')) return 0;
+  std::size_t i = 1;
+  bool neg = false;
+  if (s[i] == '+' || s[i] == '-') neg = s[i++] == '-';
+  const std::size_t digits_at = i;
+  int v = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && v < 100) v = v * 10 + (s[i++] - '0');
+  if (i == digits_at) return 0;
+  exp = neg ? -v : v;
+  return i;
+}
 
 const unit* find_unit(std::span<const unit> units, std::string_view name) {
   for (const auto& u : units) {
@@ -212,10 +244,36 @@ result<byte_size> byte_size::parse(std::string_view text) {
     return bad("expected a byte size like \"512KiB\", \"10MiB\" or \"2GiB\", got " + show(text));
   }
   s.remove_prefix(n);
+  int exp = 0;
+  if (const std::size_t e = read_exponent(s, exp); e > 0) {
+    // An exponent stands in for the unit: the factor stays 1 and the scale moves instead.
+    d.scale -= exp;
+    if (d.scale < 0) {
+      if (d.mantissa != 0 && (d.scale < -38 || d.mantissa > (~u128(0)) / pow10(-d.scale))) {
+        return bad("byte size " + show(text) + " is too large (at most 16 EiB)");
+      }
+      d.mantissa *= pow10(-d.scale);
+      d.scale = 0;
+    } else if (d.scale > k_max_digits) {
+      // mantissa < 10^k_max_digits: only zero is a whole number of bytes here.
+      if (d.mantissa != 0)
+        return bad("byte size " + show(text) + " is not a whole number of bytes");
+      d.scale = 0;
+    }
+    s.remove_prefix(e);
+    if (!s.empty()) {
+      return bad("byte size " + show(text) + ": no unit may follow an exponent like \"e3\"");
+    }
+  }
   if (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   u128 factor = 1;
   if (!s.empty()) {
     const unit* un = find_unit(k_size_units, s);
+    if (un == nullptr && (s == "K" || s == "m")) {
+      return bad("unknown unit " + show(s) + " in byte size " + show(text) +
+                 (s == "K" ? ": write \"k\" or \"KB\" (1000) or \"Ki\" or \"KiB\" (1024)"
+                           : ": \"m\" is a thousandth; a byte size has no fractions"));
+    }
     if (un == nullptr) return bad("unknown unit " + show(s) + " in byte size " + show(text) + hint);
     factor = un->factor;
   }

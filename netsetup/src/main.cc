@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/config.h"
+#include "common/version.h"
 #include "netsetup/command_runner.h"
 #include "netsetup/discover.h"
 #include "netsetup/errc.h"
@@ -231,6 +232,9 @@ int main(int argc, char** argv) {
   CLI::App app{"shoal-netsetup: RoCE discovery, plan, apply and validation"};
   app.require_subcommand(0, 1);
   app.fallthrough();
+  std::string version = shoal::version::text("shoal-netsetup", shoal::version::common_libraries());
+  version.pop_back();  // CLI11 ends the text with a newline of its own
+  app.set_version_flag("--version", version, "Print the version and the libraries' versions");
   options o;
   bool print_policy = false, policy_docs = false;
   app.add_option("--sysfs-root", o.sysfs_root, "Root under which /sys is read and written")

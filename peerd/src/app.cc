@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "cache/version.h"
 #include "common/log.h"
 #include "datasets.h"
 #include "peerd/blob_access.h"
@@ -15,6 +16,7 @@
 #include "prewarm.h"
 #include "peerd/state_db.h"
 #include "peerd/swarm.h"
+#include "swarm/version.h"
 
 namespace shoal::peerd {
 
@@ -285,8 +287,16 @@ status app::init_datasets() {
   return {};
 }
 
+std::vector<version::library> linked_libraries() {
+  auto libs = version::common_libraries();
+  libs.push_back(cache::rocksdb_version());
+  libs.push_back(swarm::libtorrent_version());
+  return libs;
+}
+
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
+  version::register_build_info(reg_, linked_libraries());
   cache::register_metrics(reg_, *store_);
   auto* w = swarm_.get();
   const auto* c = &w->counters();

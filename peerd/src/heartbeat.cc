@@ -1,38 +1,16 @@
 #include "heartbeat.h"
 
-#include <sys/utsname.h>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/log.h"
+#include "common/platform.h"
 #include "prewarm.h"
 
 namespace shoal::peerd {
 
-std::string local_platform() {
-  struct utsname u {};
-  std::string arch = "amd64";
-  if (::uname(&u) == 0) {
-    std::string m = u.machine;
-    if (m == "x86_64")
-      arch = "amd64";
-    else if (m == "aarch64" || m == "arm64")
-      arch = "arm64";
-    else if (m == "ppc64le")
-      arch = "ppc64le";
-    else if (m == "s390x")
-      arch = "s390x";
-    else if (m == "riscv64")
-      arch = "riscv64";
-    else
-      arch = m;
-  }
-  return "linux/" + arch;
-}
-
-heartbeat_sender::heartbeat_sender(deps d) : d_(std::move(d)), platform_(local_platform()) {
+heartbeat_sender::heartbeat_sender(deps d) : d_(std::move(d)), platform_(oci::host_platform()) {
   url_ = d_.cfg.upstream.scheduler;
   while (!url_.empty() && url_.back() == '/') url_.pop_back();
   url_ += "/v1/heartbeat";

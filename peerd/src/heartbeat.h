@@ -82,7 +82,4 @@ class heartbeat_sender {
   bool poked_ = false;
 };
 
-// This machine's platform in OCI terms ("linux/amd64", "linux/arm64").
-[[nodiscard]] std::string local_platform();
-
 }  // namespace shoal::peerd

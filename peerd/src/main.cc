@@ -6,6 +6,11 @@
 
 int main(int argc, char** argv) {
   shoal::peerd::peerd_config cfg;
+  if (shoal::version::requested(argc, argv)) {
+    std::fputs(shoal::version::text("shoal-peerd", shoal::peerd::linked_libraries()).c_str(),
+               stdout);
+    return 0;
+  }
   auto args = shoal::config::parse_daemon_args(argc, argv, "shoal-peerd", cfg);
   if (!args) {
     std::fprintf(stderr, "shoal-peerd: %s\n", args.error().message.c_str());

@@ -5,7 +5,9 @@
 #include <filesystem>
 
 #include "common/credential_hash.h"
+#include "cache/version.h"
 #include "common/log.h"
+#include "swarm/version.h"
 
 namespace shoal::proxy {
 
@@ -273,8 +275,16 @@ status app::start_server() {
   return {};
 }
 
+std::vector<version::library> linked_libraries() {
+  auto libs = version::common_libraries();
+  libs.push_back(cache::rocksdb_version());
+  libs.push_back(swarm::libtorrent_version());
+  return libs;
+}
+
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
+  version::register_build_info(reg_, linked_libraries());
   cache::register_metrics(reg_, *store_);
   if (seeder_) swarm::register_tls_metrics(reg_, seeder_->session(), "shoal_proxy");
   if (grant_for_) {

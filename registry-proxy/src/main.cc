@@ -6,6 +6,12 @@
 
 int main(int argc, char** argv) {
   shoal::proxy::proxy_config cfg;
+  if (shoal::version::requested(argc, argv)) {
+    std::fputs(
+        shoal::version::text("shoal-registry-proxy", shoal::proxy::linked_libraries()).c_str(),
+        stdout);
+    return 0;
+  }
   auto args = shoal::config::parse_daemon_args(argc, argv, "shoal-registry-proxy", cfg);
   if (!args) {
     std::fprintf(stderr, "shoal-registry-proxy: %s\n", args.error().message.c_str());

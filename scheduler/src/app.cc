@@ -174,8 +174,11 @@ status app::init() {
   return {};
 }
 
+std::vector<version::library> linked_libraries() { return version::common_libraries(); }
+
 void app::register_metrics() {
   metrics::register_process_metrics(reg_);
+  version::register_build_info(reg_, linked_libraries());
   if (tls_) {
     tls::register_metrics(reg_, *tls_, "shoal_scheduler");
     // server_ is made after the metrics; scrapes only come through it.

@@ -6,6 +6,12 @@
 
 int main(int argc, char** argv) {
   shoal::scheduler::scheduler_config cfg;
+  if (shoal::version::requested(argc, argv)) {
+    std::fputs(
+        shoal::version::text("shoal-scheduler", shoal::scheduler::linked_libraries()).c_str(),
+        stdout);
+    return 0;
+  }
   auto args = shoal::config::parse_daemon_args(argc, argv, "shoal-scheduler", cfg);
   if (!args) {
     std::fprintf(stderr, "shoal-scheduler: %s\n", args.error().message.c_str());

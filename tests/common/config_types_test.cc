@@ -117,6 +117,68 @@ TEST(ConfigByteSize, ParsesBinaryDecimalAndPlainBytes) {
   }
 }
 
+// Kubernetes quantities (resource.Quantity), as pod specs and Helm values write sizes.
+TEST(ConfigByteSize, ParsesKubernetesQuantities) {
+  struct ok_case {
+    std::string text;
+    std::uint64_t want;
+  };
+  const ok_case cases[] = {
+      {"10Gi", 10ull << 30},
+      {"500Mi", 500ull << 20},
+      {"1Ki", 1024},
+      {"2Ti", 2ull << 40},
+      {"1Pi", 1ull << 50},
+      {"3Ei", 3ull << 60},
+      {"1.5Gi", 3ull << 29},
+      {"1G", 1'000'000'000},
+      {"1k", 1000},
+      {"128M", 128'000'000},
+      {"4T", 4'000'000'000'000},
+      {"2P", 2'000'000'000'000'000},
+      {"1E", 1'000'000'000'000'000'000},
+      {"1EiB", 1ull << 60},
+      {"2EB", 2'000'000'000'000'000'000},
+      {"1e3", 1000},
+      {"1E6", 1'000'000},
+      {"1.5e3", 1500},
+      {"12e+2", 1200},
+      {"1000e-3", 1},
+      {"0e30", 0},
+      {"10 Gi", 10ull << 30},
+  };
+  for (const auto& c : cases) {
+    auto b = byte_size::parse(c.text);
+    ASSERT_TRUE(b.has_value()) << c.text << ": " << b.error().message;
+    EXPECT_EQ(b->bytes(), c.want) << c.text;
+  }
+}
+
+TEST(ConfigByteSize, RefusesQuantitiesThatAreNotWholeBytes) {
+  struct bad_case {
+    std::string text;
+    std::string needle;
+  };
+  const bad_case cases[] = {
+      {"100m", "a thousandth"},
+      {"1K", "write \"k\""},
+      {"1ki", "unknown unit \"ki\""},
+      {"1e-1", "not a whole number of bytes"},
+      {"1e20", "too large"},
+      {"20E", "too large"},
+      {"16Ei", "too large"},
+      {"1e99", "too large"},
+      {"1e3Ki", "no unit may follow an exponent"},
+      {"1e-90", "not a whole number"},
+  };
+  for (const auto& c : cases) {
+    auto b = byte_size::parse(c.text);
+    ASSERT_FALSE(b.has_value()) << c.text << " parsed as " << b->bytes();
+    EXPECT_NE(b.error().message.find(c.needle), std::string::npos)
+        << c.text << ": " << b.error().message;
+  }
+}
+
 TEST(ConfigByteSize, RefusesUnknownUnitsFractionsOfBytesAndOverflow) {
   struct bad_case {
     std::string text;

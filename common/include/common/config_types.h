@@ -45,9 +45,9 @@ class duration {
   std::chrono::nanoseconds ns_{0};
 };
 
-// A number of bytes, written "512KiB", "10MiB", "2GiB" (binary), "1GB", "500MB" (decimal), "10 MiB"
-// (one space allowed) or a plain integer of bytes. Fractions are accepted when they come to a
-// whole number of bytes ("1.5GiB" yes, "0.3KiB" no).
+// A number of bytes: "512KiB", "2GiB" (binary), "1GB", "500MB" (decimal), Kubernetes quantities
+// ("10Gi", "500Mi", "1G", "1k", "1e6"), "10 MiB" (one space allowed) or a plain integer. Fractions
+// are accepted when they come to a whole number of bytes ("1.5GiB" yes, "0.3KiB" no).
 class byte_size {
  public:
   constexpr byte_size() noexcept = default;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cache/store.h"
 #include "common/daemon.h"
@@ -13,6 +14,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/tls.h"
+#include "common/version.h"
 #include "peerd/config.h"
 
 namespace shoal::peerd {
@@ -27,6 +29,9 @@ class dataset_manager;
 class mirror;
 class prewarm_executor;
 class heartbeat_sender;
+
+// The libraries shoal-peerd links and their versions (--version, shoal_build_info).
+[[nodiscard]] std::vector<version::library> linked_libraries();
 
 class app {
  public:

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "registry-proxy/access.h"
 #include "registry-proxy/blobs.h"
@@ -17,6 +18,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/tls.h"
+#include "common/version.h"
 #include "registry-proxy/config.h"
 #include "registry-proxy/datasets.h"
 #include "registry-proxy/handler.h"
@@ -26,6 +28,9 @@
 #include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
+
+// The libraries shoal-registry-proxy links and their versions (--version, shoal_build_info).
+[[nodiscard]] std::vector<version::library> linked_libraries();
 
 class app {
  public:

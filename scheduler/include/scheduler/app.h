@@ -12,12 +12,14 @@
 #include <boost/asio/thread_pool.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "scheduler/api.h"
 #include "common/daemon.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/version.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
 #include "scheduler/index.h"
@@ -28,6 +30,9 @@
 #include "scheduler/tracker.h"
 
 namespace shoal::scheduler {
+
+// The libraries shoal-scheduler links and their versions (--version, shoal_build_info).
+[[nodiscard]] std::vector<version::library> linked_libraries();
 
 class app {
  public:
