@@ -188,6 +188,11 @@ handler_deps app::make_handler_deps() {
     hd.on_metainfo_served = [this](const digest& d) {
       boost::asio::post(pool_, [this, d] { seeder_->seed(d); });
     };
+    if (seeder_->session().roots().size() > 1) {
+      hd.metainfo_root_for = [s = seeder_.get()](const tls::peer_identity& p) {
+        return s->session().root_for_ca(p.ca_fingerprint);
+      };
+    }
   }
   hd.metainfo_wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());

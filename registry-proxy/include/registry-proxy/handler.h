@@ -28,6 +28,10 @@ struct handler_deps {
   std::string seed_endpoint;          // "ip:port" of our BitTorrent listener (Shoal-Seed)
   std::chrono::milliseconds metainfo_wait{20000};
   std::function<void(const digest&)> on_metainfo_served;  // the seeder loads the torrent
+  // The swarm root (canonical PEM) to answer a caller's metainfo in: the root its certificate
+  // chained to when the seeder holds a pair for it (a CA rotation); empty: the metainfo as
+  // stored (the primary root). Empty function: always as stored.
+  std::function<std::string(const tls::peer_identity&)> metainfo_root_for;
   std::function<daemon::health()> health;
   // The dataset API (datasets.h): handles origin::paths::datasets and dataset_metainfo; returns
   // false for paths it does not own. Empty when datasets are disabled.
