@@ -8,12 +8,14 @@ node `old` only an old-CA leaf, the node `new` only a new-CA leaf. The scheduler
 is an old-CA leaf sent with the old CA cross-signed by the new one, so announces of either root's
 torrents verify it.
 
-One layer is pulled through `both` first (registry-proxy's upload is rate-limited so the nodes'
-swarm carries the rest), then through `old` and `new` at once:
+One layer is pulled through `both` first, then through `old` and `new` at once:
   - each gets its metainfo in its own root (registry-proxy answers in the root of the caller's
     certificate), and each completes with the right bytes;
-  - each received bytes from a peer over BitTorrent (from_peers > 0): `both` seeds the object
-    under both roots, so it is the peer of both swarms;
+  - each received at least a piece from a peer over BitTorrent (from_peers): `both` seeds the
+    object under both roots, so it is the one peer of both swarms, and its upload counter covers
+    what both received. How much comes from `both` rather than registry-proxy is a race on
+    loopback (libtorrent does not rate-limit local peers): from 6% to 93% of the layer here;
+    without `both`'s new-CA leaf `new` gets 0 B from peers;
   - registry-proxy seeds the object under both roots.
 """
 
@@ -37,6 +39,7 @@ from shoal_fixtures.shoal import RegistryProxy, upstream  # noqa: E402
 
 MIB = 1 << 20
 LAYER = 4 * MIB
+PIECE = 64 * 1024  # piece_size_for(4 MiB)
 PEERD_EXTRA = {"upstream": {"connect_timeout": "1s", "request_timeout": "5s", "metainfo_wait": "5s"},
                "swarm": {"stall_timeout": "5s", "fallback_deadline": "20s"}}
 
@@ -96,12 +99,10 @@ class RotationTest(FixtureTestCase):
         cls.reg.push(cls.layout, "team/app")
         cls.sched = cls.class_track(Scheduler(d / "sched", tls=cls.sched_party,
                                               client=certs.TLSParty(bundle, proxy_old)).start())
-        # Its upload is limited so the pieces of `old` and `new` come mostly from `both`.
         cls.proxy = cls.class_track(RegistryProxy(
             d / "proxy", upstreams=[upstream(cls.reg.host_port, cls.reg.url)], torrent=True,
             trackers=[cls.sched.url + "/announce"], tls=certs.TLSParty(bundle, proxy_old),
-            extra={"tls": section(proxy_old, proxy_new),
-                   "torrent": {"upload_rate_limit": "1MiB"}}))
+            extra={"tls": section(proxy_old, proxy_new)}))
         cls.proxy.daemon.start()
         cls.proxy.daemon.wait_tcp(cls.proxy.port, cls.proxy.host, timeout=30)
         cls.peerds = {}
@@ -156,12 +157,12 @@ class RotationTest(FixtureTestCase):
         print(f"rotation: bytes by source {report}", file=sys.stderr)
         for name in ("old", "new"):
             b = report[name]
-            self.assertGreater(b.get("from_peers", 0), LAYER // 4,
+            self.assertGreaterEqual(b.get("from_peers", 0), PIECE,
                                f"{name}: too little from peers over BitTorrent in its root: {b}\n"
                                + self.peerds[name].log_text()[-3000:])
         # `both` is the only other node (`old` and `new` share no swarm): it served both swarms.
         # Its upload counter follows libtorrent's periodic session stats, so it may lag a little.
-        want_up = report["old"]["from_peers"] + report["new"]["from_peers"] - MIB
+        want_up = int(0.9 * (report["old"]["from_peers"] + report["new"]["from_peers"]))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             up = both.status().get("bytes", {}).get("uploaded_to_peers", 0)
