@@ -106,6 +106,9 @@ void connection<Stream>::on_handshake(beast::error_code ec, std::size_t used) {
     auto id = tls::identity_from_certificate(cert, &problem);
     peer_.role = id.role;
     peer_.name = std::move(id.name);
+    if (STACK_OF(X509)* chain = SSL_get0_verified_chain(ssl); chain && sk_X509_num(chain) > 0)
+      peer_.ca_fingerprint =
+          tls::certificate_fingerprint(sk_X509_value(chain, sk_X509_num(chain) - 1));
     std::uint64_t suppressed = 0;
     if (peer_.role == tls::peer_role::none && srv_->tls_log_allowed(suppressed)) {
       log::warn("tls client certificate carries no identity; served without a role",

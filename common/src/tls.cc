@@ -2,6 +2,7 @@
 #include "common/tls.h"
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -33,6 +34,14 @@ void describe(config::binder& b, tls_config& c) {
           "Required when enabled.");
   b.field("key_file", c.key_file,
           "PEM file of the certificate's private key (unencrypted). Required when enabled.");
+  b.field("swarm_extra_cert_file", c.swarm_extra_cert_file,
+          "During a CA rotation only (registry-proxy and peerd; other daemons ignore it): PEM "
+          "file of a second certificate of this party, signed by the other CA in ca_file, used "
+          "for BitTorrent only. The party then seeds and joins the swarms of both CAs (each "
+          "torrent gets the leaf its root issued). Empty: one swarm root, the issuer of "
+          "cert_file. docs/certificates.md \"Rotating the CA\".");
+  b.field("swarm_extra_key_file", c.swarm_extra_key_file,
+          "The private key of swarm_extra_cert_file (unencrypted PEM). Set both or neither.");
   b.field("require_client_cert", c.require_client_cert,
           "Refuse a client that presents no certificate (mutual TLS). false: such clients are "
           "served as anonymous; a certificate that is presented must still verify.");
@@ -43,6 +52,8 @@ void describe(config::binder& b, tls_config& c) {
           "Log a warning (at load, then daily) when the certificate expires within this long.");
   b.check(!c.enabled || (!c.ca_file.empty() && !c.cert_file.empty() && !c.key_file.empty()),
           "tls.enabled needs tls.ca_file, tls.cert_file and tls.key_file");
+  b.check(c.swarm_extra_cert_file.empty() == c.swarm_extra_key_file.empty(),
+          "tls.swarm_extra_cert_file and tls.swarm_extra_key_file go together");
 }
 
 namespace {
@@ -389,6 +400,21 @@ void register_metrics(metrics::registry& reg, const tls_context& ctx, std::strin
   reg.counter_fn(p + "_tls_reload_failures_total",
                  "TLS certificate reloads that failed (the previous certificate stayed).",
                  [&ctx] { return static_cast<double>(ctx.stats().reload_failures); });
+}
+
+std::string certificate_fingerprint(const x509_st* cert) {
+  if (cert == nullptr) return {};
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int n = 0;
+  if (X509_digest(cert, EVP_sha256(), md.data(), &n) != 1) return {};
+  static constexpr char hx[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned int i = 0; i < n; ++i) {
+    out += hx[md[i] >> 4];
+    out += hx[md[i] & 15];
+  }
+  return out;
 }
 
 role_and_name identity_from_certificate(const x509_st* cert, std::string* problem) {

@@ -14,6 +14,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/fd.h"
@@ -68,22 +69,27 @@ std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent, std::s
     if (why) *why = ec.message();
     return nullptr;
   }
-  // BitTorrent between members: every torrent this node downloads or seeds is rooted at the
-  // cluster CA (tls.ca_file), byte for byte; with TLS off, none is rooted at all. Each caller has
-  // already checked its metainfo (object_metainfo/pack_metainfo::parse), this is the last word
-  // before libtorrent sees a torrent, whatever path it came by (the state database, packs on
-  // disk, registry-proxy's answers).
-  auto root = metainfo_root();
+  // BitTorrent between members: every torrent this node downloads or seeds is rooted at one of
+  // its swarm roots (the CAs of tls.ca_file it holds a swarm certificate from), byte for byte;
+  // with TLS off, none is rooted at all. Each caller has already checked its metainfo
+  // (object_metainfo/pack_metainfo::parse), this is the last word before libtorrent sees a
+  // torrent, whatever path it came by (the state database, packs on disk, registry-proxy's
+  // answers).
+  auto roots = metainfo_roots();
   auto ssl_cert = ti->ssl_cert();
-  if (root.empty() != ssl_cert.empty() || (!root.empty() && ssl_cert != root)) {
+  bool ours = roots.empty() ? ssl_cert.empty()
+                            : !ssl_cert.empty() &&
+                                  std::find(roots.begin(), roots.end(), ssl_cert) != roots.end();
+  if (!ours) {
     if (why) {
-      *why = root.empty() ? "an SSL torrent (ssl-cert), but tls is off"
+      *why = roots.empty() ? "an SSL torrent (ssl-cert), but tls is off"
              : ssl_cert.empty()
                  ? "not rooted at the cluster CA (no ssl-cert)"
-                 : "rooted at another CA (its ssl-cert is not the cluster CA in tls.ca_file)";
+                 : "rooted at another CA (its ssl-cert is not a CA of tls.ca_file this node "
+                   "holds a swarm certificate from)";
     }
     log::warn("refused a torrent", log::kv("info_hash", swarm::hash_hex(ti->info_hashes().v1)),
-              log::kv("reason", root.empty() ? "ssl torrent without tls" : "not our CA"));
+              log::kv("reason", roots.empty() ? "ssl torrent without tls" : "not our CA"));
     return nullptr;
   }
   return ti;
@@ -467,6 +473,7 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl,
     std::lock_guard lk(dl->mu_);
     dl->h_ = h;
   }
+  if (h.is_valid()) seed_other_roots(d, dl->torrent_, true);
   std::string ih = dl->meta().info_hash_hex();
   (void)d_.state.put(d, ih, dl->torrent_);
   (void)d_.store.pin(d, "swarm", pin_expiry());

@@ -118,12 +118,14 @@ void swarm_manager::quarantine(const digest& d, const std::string& why) {
   unloaded u;
   {
     std::lock_guard lk(mu_);
-    for (auto it = seeds_.begin(); it != seeds_.end(); ++it) {
+    // Every seed of the object: one per swarm root during a CA rotation.
+    for (auto it = seeds_.begin(); it != seeds_.end();) {
+      auto next = std::next(it);
       if (it->second.type != transfer::kind::group && it->second.id == d) {
         u.handles.push_back(it->second.h);
         erase_seed_locked(it, nullptr);
-        break;
       }
+      it = next;
     }
   }
   unload(u);
@@ -183,6 +185,56 @@ void swarm_manager::load_seed(const digest& d) {
   (void)ses_->add_torrent(std::move(p), ec);
   if (ec && ec != lt::errors::duplicate_torrent)
     log::warn("cannot load a seed", log::kv("digest", d.str()), log::kv("error", ec.message()));
+  if (auto t = d_.state.torrent(d)) seed_other_roots(d, *t, false);
+}
+
+void swarm_manager::seed_other_roots(const digest& d, const std::string& torrent, bool trusted) {
+  if (stop_.load() || !ses_) return;
+  auto roots = ses_->roots();
+  if (roots.size() < 2) return;
+  auto m = object_metainfo::parse(torrent, d);
+  if (!m) return;
+  for (const auto& root : roots) {
+    if (root == m->ssl_cert) continue;
+    object_metainfo other = *m;
+    other.ssl_cert = root;
+    std::string ih = other.info_hash_hex();
+    {
+      std::lock_guard lk(mu_);
+      if (seeds_.count(ih) || jobs_.count(ih)) continue;
+    }
+    lt::add_torrent_params p;
+    p.ti = parse_torrent(other.torrent_file({}));
+    if (!p.ti) continue;
+    p.save_path = d_.store.shard_dir(d);
+    p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
+              lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
+    p.trackers = trackers();
+    if (trusted) {
+      // The same bytes and piece hashes as the torrent that just verified them.
+      p.verified_pieces.resize(p.ti->num_pieces(), true);
+      p.have_pieces.resize(p.ti->num_pieces(), true);
+    }
+    lt::error_code ec;
+    auto h = ses_->add_torrent(std::move(p), ec);
+    if (ec) {
+      if (ec != lt::errors::duplicate_torrent)
+        log::warn("cannot seed under another root", log::kv("digest", d.str()),
+                  log::kv("error", ec.message()));
+      continue;
+    }
+    unloaded evicted;
+    {
+      std::lock_guard lk(mu_);
+      seed_entry e;
+      e.id = d;
+      e.h = h;
+      e.lazy = !trusted;
+      put_seed_locked(ih, std::move(e), evicted);
+    }
+    unload(evicted);
+    log::info("seeding under another root", log::kv("digest", d.str()), log::kv("info_hash", ih));
+  }
 }
 
 std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {

@@ -221,6 +221,11 @@ handler_deps app::make_handler_deps() {
       boost::asio::post(pool_, [this, d] { seeder_->seed(d); });
     };
     hd.grant_for = grant_for_;
+    if (seeder_->session().roots().size() > 1) {
+      hd.metainfo_root_for = [s = seeder_.get()](const tls::peer_identity& p) {
+        return s->session().root_for_ca(p.ca_fingerprint);
+      };
+    }
   }
   hd.metainfo_wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.torrent.metainfo_wait.get());

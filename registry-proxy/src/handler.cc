@@ -174,8 +174,12 @@ void proxy_handler::handle_metainfo(http::request&& req, const http::responder& 
   // Clients may ask for a shorter wait, never a longer one.
   auto wait = std::min(d_.metainfo_wait, q->wait.value_or(d_.metainfo_wait));
   auto dig = q->object;
-  auto answer = [this, resp, dig, caller = req.peer](metainfo_answer a) {
+  // During a CA rotation the answer is rooted where the caller's certificate is from, so a node
+  // with a leaf of either CA joins a swarm it can enter (the seeder seeds both).
+  std::string root = d_.metainfo_root_for ? d_.metainfo_root_for(req.peer) : std::string();
+  auto answer = [this, resp, dig, root = std::move(root), caller = req.peer](metainfo_answer a) {
     if (a.status == 200 && a.meta) {
+      if (!root.empty() && a.meta->ssl_cert != root) a.meta->ssl_cert = root;
       origin::metainfo_answer m;
       m.torrent = a.meta->torrent_file(d_.trackers);
       m.info_hash = a.meta->info_hash_hex();

@@ -147,6 +147,8 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
     return;
   }
   auto h = ses_->add_seed(m, store_.shard_dir(d), trackers());
+  std::vector<lt::torrent_handle> others;
+  if (h) others = seed_other_roots(d, m);
   if (!h) {
     // Already loaded by a concurrent seed() of the same object: theirs stands, drop our pin.
     if (!h.error().is(errc::already_exists)) {
@@ -165,12 +167,12 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
       return;
     }
     lru_.push_front(d);
-    loaded_[d] = entry{*h, now, lru_.begin()};
+    loaded_[d] = entry{*h, std::move(others), now, lru_.begin()};
     while (loaded_.size() > static_cast<std::size_t>(cfg_.max_loaded_torrents)) {
       digest victim = lru_.back();
       evict.push_back(victim);
       auto vit = loaded_.find(victim);
-      ses_->remove(vit->second.h);
+      remove_locked(vit->second);
       lru_.pop_back();
       loaded_.erase(vit);
     }
@@ -179,12 +181,37 @@ void seeder::seed(const digest& d, const object_metainfo& m) {
   log::debug("seeding", log::kv("digest", d.str()), log::kv("info_hash", m.info_hash_hex()));
 }
 
+std::vector<lt::torrent_handle> seeder::seed_other_roots(const digest& d,
+                                                         const object_metainfo& m) {
+  std::vector<lt::torrent_handle> out;
+  for (const auto& root : ses_->roots()) {
+    if (root == m.ssl_cert) continue;
+    object_metainfo other = m;
+    other.ssl_cert = root;
+    auto h = ses_->add_seed(other, store_.shard_dir(d), trackers());
+    if (h) {
+      out.push_back(*h);
+      log::debug("seeding under another root", log::kv("digest", d.str()),
+                 log::kv("info_hash", other.info_hash_hex()));
+    } else if (!h.error().is(errc::already_exists)) {
+      log::warn("cannot seed under another root", log::kv("digest", d.str()),
+                log::kv("error", h.error().message));
+    }
+  }
+  return out;
+}
+
+void seeder::remove_locked(const entry& e) {
+  ses_->remove(e.h);
+  for (const auto& h : e.other_roots) ses_->remove(h);
+}
+
 void seeder::unload(const digest& d) {
   {
     std::lock_guard lk(mu_);
     auto it = loaded_.find(d);
     if (it == loaded_.end()) return;
-    ses_->remove(it->second.h);
+    remove_locked(it->second);
     lru_.erase(it->second.lru);
     loaded_.erase(it);
   }
@@ -195,20 +222,26 @@ void seeder::sweep() {
   auto now = std::chrono::steady_clock::now();
   auto idle =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.idle_unload.get());
-  std::vector<std::pair<digest, lt::torrent_handle>> snapshot;
+  std::vector<std::pair<digest, std::vector<lt::torrent_handle>>> snapshot;
   {
     std::lock_guard lk(mu_);
-    for (auto& [d, e] : loaded_) snapshot.emplace_back(d, e.h);
+    for (auto& [d, e] : loaded_) {
+      snapshot.emplace_back(d, e.other_roots);
+      snapshot.back().second.insert(snapshot.back().second.begin(), e.h);
+    }
   }
   ses_->raw().post_session_stats();
   std::vector<digest> idle_ones;
-  for (auto& [d, h] : snapshot) {
-    if (!h.is_valid()) continue;
-    auto st = h.status();
+  for (auto& [d, hs] : snapshot) {
+    if (!hs.front().is_valid()) continue;
+    int peers = 0;
+    for (const auto& h : hs) {
+      if (h.is_valid()) peers += h.status().num_peers;
+    }
     std::lock_guard lk(mu_);
     auto it = loaded_.find(d);
     if (it == loaded_.end()) continue;
-    if (st.num_peers > 0) {
+    if (peers > 0) {
       it->second.last_used = now;
     } else if (now - it->second.last_used > idle) {
       idle_ones.push_back(d);

@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +22,7 @@
 #include "common/bencode.h"
 #include "common/fd.h"
 #include "common/sha256.h"
+#include "common/tls.h"
 
 namespace shoal {
 namespace {
@@ -52,7 +54,37 @@ std::string torrent_around(const std::string& info, const std::vector<std::strin
 }
 
 std::mutex root_mu;
-std::string root_pem;  // guarded by root_mu
+std::vector<std::string> root_pems;  // guarded by root_mu; [0] the primary root
+
+// The root among `roots` a torrent's info dict names (its ssl-cert, exactly), else the primary
+// one (so the error says what is off against it); empty without roots.
+std::string_view pick_root(std::string_view torrent, const std::vector<std::string>& roots) {
+  if (roots.empty()) return {};
+  if (roots.size() == 1) return roots.front();
+  bencode::limits lim;
+  lim.max_depth = 8;
+  lim.max_items = 8u << 20;
+  auto top = bencode::decode(torrent, lim);
+  if (top) {
+    if (const auto* info = top->find("info"); info && info->is_dict()) {
+      if (const auto* sc = info->find("ssl-cert"); sc && sc->is_string()) {
+        for (const auto& r : roots) {
+          if (sc->as_string() == r) return r;
+        }
+      }
+    }
+  }
+  return roots.front();
+}
+
+using x509_ptr = std::unique_ptr<X509, decltype(&X509_free)>;
+
+x509_ptr first_certificate(std::string_view pem) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  return x509_ptr(in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr,
+                  &X509_free);
+}
 
 // The ssl-cert check both parsers share: the torrent's must be exactly `root` (or absent when
 // `root` is empty). The message says which side is off.
@@ -100,14 +132,75 @@ result<std::string> load_root_pem(const std::string& path) {
   return r;
 }
 
-void set_metainfo_root(std::string canonical_pem) {
+result<std::vector<std::string>> normalize_root_bundle(std::string_view pem) {
+  static constexpr std::string_view begin = "-----BEGIN CERTIFICATE-----";
+  std::vector<std::string> out;
+  for (auto at = pem.find(begin); at != std::string_view::npos; at = pem.find(begin, at + 1)) {
+    auto one = normalize_root_pem(pem.substr(at));
+    if (!one) return fail(one.error().wrap("certificate " + std::to_string(out.size() + 1)));
+    out.push_back(std::move(*one));
+  }
+  if (out.empty()) return fail(errc::invalid_argument, "cluster CA: no PEM certificate found");
+  return out;
+}
+
+result<std::vector<std::string>> load_root_bundle(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail_errno(errno, "open cluster CA " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  auto r = normalize_root_bundle(ss.str());
+  if (!r) return fail(r.error().wrap(path));
+  return r;
+}
+
+result<std::size_t> issuing_root(std::string_view leaf_pem, const std::vector<std::string>& roots) {
+  auto leaf = first_certificate(leaf_pem);
+  if (!leaf) return fail(errc::invalid_argument, "no certificate");
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    auto ca = first_certificate(roots[i]);
+    if (!ca || X509_check_issued(ca.get(), leaf.get()) != X509_V_OK) continue;
+    EVP_PKEY* key = X509_get0_pubkey(ca.get());
+    if (key != nullptr && X509_verify(leaf.get(), key) == 1) return i;
+  }
+  return fail(errc::not_found, "not signed by any of the " + std::to_string(roots.size()) +
+                                   " CA certificates given");
+}
+
+std::string root_fingerprint(std::string_view root_pem) {
+  auto ca = first_certificate(root_pem);
+  return ca ? tls::certificate_fingerprint(ca.get()) : std::string();
+}
+
+std::string root_with_fingerprint(std::string_view fingerprint,
+                                  const std::vector<std::string>& roots) {
+  if (fingerprint.empty()) return {};
+  for (const auto& r : roots) {
+    if (root_fingerprint(r) == fingerprint) return r;
+  }
+  return {};
+}
+
+void set_metainfo_roots(std::vector<std::string> canonical_pems) {
+  std::erase(canonical_pems, std::string());
   std::lock_guard lk(root_mu);
-  root_pem = std::move(canonical_pem);
+  root_pems = std::move(canonical_pems);
+}
+
+void set_metainfo_root(std::string canonical_pem) {
+  std::vector<std::string> r;
+  if (!canonical_pem.empty()) r.push_back(std::move(canonical_pem));
+  set_metainfo_roots(std::move(r));
 }
 
 std::string metainfo_root() {
   std::lock_guard lk(root_mu);
-  return root_pem;
+  return root_pems.empty() ? std::string() : root_pems.front();
+}
+
+std::vector<std::string> metainfo_roots() {
+  std::lock_guard lk(root_mu);
+  return root_pems;
 }
 
 std::uint32_t piece_size_for(std::uint64_t size) {
@@ -159,7 +252,13 @@ std::string object_metainfo::torrent_file(const std::vector<std::string>& tracke
 
 result<object_metainfo> object_metainfo::parse(std::string_view torrent, const digest& expected,
                                                std::vector<std::string>* trackers_out) {
-  return parse_rooted(torrent, expected, metainfo_root(), trackers_out);
+  return parse_any(torrent, expected, metainfo_roots(), trackers_out);
+}
+
+result<object_metainfo> object_metainfo::parse_any(std::string_view torrent, const digest& expected,
+                                                   const std::vector<std::string>& roots,
+                                                   std::vector<std::string>* trackers_out) {
+  return parse_rooted(torrent, expected, pick_root(torrent, roots), trackers_out);
 }
 
 result<object_metainfo> object_metainfo::parse_rooted(std::string_view torrent,
@@ -424,7 +523,8 @@ std::string pack_metainfo::torrent_file(const std::vector<std::string>& trackers
 
 result<pack_metainfo> pack_metainfo::parse(std::string_view torrent,
                                            std::vector<std::pair<digest, std::uint64_t>> expected) {
-  return parse_rooted(torrent, std::move(expected), metainfo_root());
+  auto roots = metainfo_roots();
+  return parse_rooted(torrent, std::move(expected), pick_root(torrent, roots));
 }
 
 result<pack_metainfo> pack_metainfo::parse_rooted(

@@ -433,16 +433,23 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
   std::unique_ptr<session> out(new session());
   if (s.ssl) {
     out->ssl_ = true;
-    out->cert_file_ = s.cert_file;
-    out->key_file_ = s.key_file;
+    out->roots_ = s.roots;
     out->reload_interval_ = s.reload_interval;
     if (s.cert_file.empty() || s.key_file.empty())
       return fail(errc::config_error,
                   "BitTorrent between members needs tls.cert_file and tls.key_file");
-    out->stamp_ = out->file_stamps();
-    auto pair = out->load_certificate();
-    if (!pair) return fail(pair.error().wrap("swarm certificate"));
-    out->cert_ = std::make_shared<const cert_pair>(std::move(*pair));
+    out->slots_.push_back(cert_slot{s.cert_file, s.key_file, nullptr, {}});
+    for (const auto& e : s.extra_certs) {
+      if (e.cert_file.empty() || e.key_file.empty())
+        return fail(errc::config_error, "a second swarm certificate needs a cert and a key file");
+      out->slots_.push_back(cert_slot{e.cert_file, e.key_file, nullptr, {}});
+    }
+    for (auto& slot : out->slots_) {
+      slot.stamp = file_stamps(slot);
+      auto pair = out->load_certificate(slot);
+      if (!pair) return fail(pair.error().wrap("swarm certificate"));
+      slot.pair = std::make_shared<const cert_pair>(std::move(*pair));
+    }
   }
   try {
     auto pack = lan_settings(s);
@@ -572,11 +579,13 @@ result<lt::torrent_handle> session::add_verified_seed(const std::string& torrent
 lt::torrent_handle session::add_torrent(lt::add_torrent_params p, lt::error_code& ec) {
   const bool hold = ssl_ && !(p.flags & lt::torrent_flags::paused);
   if (hold) p.flags |= lt::torrent_flags::paused;
+  // The torrent's root picks its certificate pair (none at hand: the primary pair).
+  std::string root = p.ti ? std::string(p.ti->ssl_cert()) : std::string();
   auto h = ses_->add_torrent(std::move(p), ec);
   if (ec || !h.is_valid()) return h;
   // Both calls are posted to libtorrent's network thread in this order: the certificate is in
   // place before the torrent announces or dials anyone.
-  set_certificate(h);
+  set_certificate(h, root);
   if (hold) h.resume();
   return h;
 }

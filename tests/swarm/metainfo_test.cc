@@ -13,6 +13,7 @@
 #include "common/bencode.h"
 #include "common/sha256.h"
 #include "swarm/metainfo.h"
+#include "swarm/swarm.h"
 
 namespace shoal {
 namespace {
@@ -123,12 +124,16 @@ TEST(Metainfo, RejectsWrongBytesAndForgedTorrents) {
     EXPECT_FALSE(object_metainfo::parse(t.substr(0, n), d));
 }
 
-// Two CAs made once for the root tests.
+// Three CAs and a leaf from each of the first two, made once for the root tests.
 testing::test_pki& root_pki() {
   static testing::test_pki* pki = [] {
     auto* p = new testing::test_pki;
     p->make_ca("ca");
     p->make_ca("other-ca");
+    p->make_ca("third-ca");
+    p->issue("leaf", "ca", "DNS:*,URI:shoal://node/n1");
+    p->issue("other-leaf", "other-ca", "DNS:*,URI:shoal://node/n1");
+    p->issue("third-leaf", "third-ca", "DNS:*,URI:shoal://node/n1");
     return p;
   }();
   return *pki;
@@ -270,6 +275,140 @@ TEST(MetainfoRoot, ParseRefusesAForeignOrMissingRoot) {
   EXPECT_FALSE(parsed_plain);
   EXPECT_TRUE(object_metainfo::parse(plain.torrent_file({}), d));
   EXPECT_FALSE(object_metainfo::parse(ours.torrent_file({}), d));
+}
+
+// A CA rotation: a bundle holds both CAs in either order; a leaf's root is the CA that signed it
+// (not the bundle's first certificate); a caller's CA fingerprint picks the matching root.
+TEST(MetainfoRoot, RotationRootIsTheLeafsIssuer) {
+  auto ca = *load_root_pem(root_pki().pem("ca"));
+  auto other = *load_root_pem(root_pki().pem("other-ca"));
+  auto third = *load_root_pem(root_pki().pem("third-ca"));
+  auto bundle = normalize_root_bundle("comment\n" + slurp(root_pki().pem("other-ca")) + "\n" +
+                                      slurp(root_pki().pem("ca")));
+  ASSERT_TRUE(bundle) << bundle.error().to_string();
+  ASSERT_EQ(bundle->size(), 2u);
+  EXPECT_EQ((*bundle)[0], other);
+  EXPECT_EQ((*bundle)[1], ca);
+  EXPECT_FALSE(normalize_root_bundle("no certificate here"));
+
+  auto leaf = issuing_root(slurp(root_pki().pem("leaf")), *bundle);
+  ASSERT_TRUE(leaf) << leaf.error().to_string();
+  EXPECT_EQ(*leaf, 1u);
+  auto other_leaf = issuing_root(slurp(root_pki().pem("other-leaf")), *bundle);
+  ASSERT_TRUE(other_leaf);
+  EXPECT_EQ(*other_leaf, 0u);
+  auto stranger = issuing_root(slurp(root_pki().pem("third-leaf")), *bundle);
+  ASSERT_FALSE(stranger);
+  EXPECT_NE(stranger.error().message.find("not signed by any"), std::string::npos);
+  // Another CA's own certificate was not issued by `ca`.
+  EXPECT_FALSE(issuing_root(slurp(root_pki().pem("other-ca")), {ca}));
+
+  EXPECT_EQ(root_fingerprint(ca).size(), 64u);
+  EXPECT_NE(root_fingerprint(ca), root_fingerprint(other));
+  EXPECT_EQ(root_with_fingerprint(root_fingerprint(other), {ca, other}), other);
+  EXPECT_EQ(root_with_fingerprint(root_fingerprint(third), {ca, other}), "");
+  EXPECT_EQ(root_with_fingerprint("", {ca, other}), "");
+}
+
+// With two roots (a rotation), builders use the primary one and parse() accepts a torrent rooted
+// at either, returning that root; a third CA and a plain torrent are still refused.
+TEST(MetainfoRoot, ParseAcceptsEitherRotationRoot) {
+  auto ca = *load_root_pem(root_pki().pem("ca"));
+  auto other = *load_root_pem(root_pki().pem("other-ca"));
+  auto third = *load_root_pem(root_pki().pem("third-ca"));
+  std::string data = random_bytes(150000, 5);
+  digest d = sha256_of(data);
+  auto plain = object_for(data);
+  auto ours = plain, theirs = plain, strangers = plain;
+  ours.ssl_cert = ca;
+  theirs.ssl_cert = other;
+  strangers.ssl_cert = third;
+  std::vector<std::pair<digest, std::uint64_t>> files{{d, data.size()}};
+  auto read = [&](const digest&, std::uint64_t off, char* buf,
+                  std::size_t n) -> result<std::size_t> {
+    std::size_t k = std::min<std::size_t>(n, data.size() - off);
+    std::memcpy(buf, data.data() + off, k);
+    return k;
+  };
+  auto pack = *build_pack(files, read);
+  auto pack_theirs = pack;
+  pack_theirs.ssl_cert = other;
+
+  set_metainfo_roots({ca, other});
+  auto built = object_for(data);
+  auto primary = metainfo_root();
+  auto all = metainfo_roots();
+  auto p_ours = object_metainfo::parse(ours.torrent_file({}), d);
+  auto p_theirs = object_metainfo::parse(theirs.torrent_file({}), d);
+  auto p_strangers = object_metainfo::parse(strangers.torrent_file({}), d);
+  auto p_plain = object_metainfo::parse(plain.torrent_file({}), d);
+  auto p_pack = pack_metainfo::parse(pack_theirs.torrent_file({}), files);
+  set_metainfo_root("");
+  EXPECT_EQ(primary, ca);
+  EXPECT_EQ(all, (std::vector<std::string>{ca, other}));
+  EXPECT_EQ(built.ssl_cert, ca);
+  ASSERT_TRUE(p_ours) << p_ours.error().to_string();
+  EXPECT_EQ(p_ours->ssl_cert, ca);
+  ASSERT_TRUE(p_theirs) << p_theirs.error().to_string();
+  EXPECT_EQ(p_theirs->ssl_cert, other);
+  EXPECT_EQ(p_theirs->info_hash_hex(), theirs.info_hash_hex());
+  EXPECT_NE(p_theirs->info_hash_hex(), p_ours->info_hash_hex());
+  ASSERT_FALSE(p_strangers);
+  EXPECT_NE(p_strangers.error().message.find("rooted at another CA"), std::string::npos);
+  EXPECT_FALSE(p_plain);
+  ASSERT_TRUE(p_pack) << p_pack.error().to_string();
+  EXPECT_EQ(p_pack->ssl_cert, other);
+  EXPECT_TRUE(metainfo_roots().empty());
+  // The explicit form, without the process roots.
+  EXPECT_TRUE(object_metainfo::parse_any(theirs.torrent_file({}), d, {ca, other}));
+  EXPECT_FALSE(object_metainfo::parse_any(theirs.torrent_file({}), d, {ca}));
+  EXPECT_TRUE(object_metainfo::parse_any(plain.torrent_file({}), d, {}));
+}
+
+// The daemon's tls section → the swarm roots: the primary root is tls.cert_file's issuer wherever
+// it sits in ca_file; tls.swarm_extra_cert_file adds its issuer; a one-CA file keeps rooting every
+// torrent at that CA whatever the leaf (as before).
+TEST(MetainfoRoot, EnableMembersOnlyFindsTheLeafsIssuer) {
+  auto ca = *load_root_pem(root_pki().pem("ca"));
+  auto other = *load_root_pem(root_pki().pem("other-ca"));
+  auto& pki = root_pki();
+  std::string bundle = pki.dir() + "/rotation-bundle.pem";
+  std::ofstream(bundle) << slurp(pki.pem("other-ca")) << slurp(pki.pem("ca"));
+  tls::tls_config c;
+  c.enabled = true;
+  c.ca_file = bundle;
+  c.cert_file = pki.pem("leaf");
+  c.key_file = pki.key("leaf");
+  ASSERT_TRUE(swarm::enable_members_only(c));
+  EXPECT_EQ(metainfo_roots(), (std::vector<std::string>{ca}));
+
+  c.swarm_extra_cert_file = pki.pem("other-leaf");
+  c.swarm_extra_key_file = pki.key("other-leaf");
+  ASSERT_TRUE(swarm::enable_members_only(c));
+  EXPECT_EQ(metainfo_roots(), (std::vector<std::string>{ca, other}));
+  swarm::settings s;
+  swarm::apply_tls(s, c);
+  EXPECT_EQ(s.roots, (std::vector<std::string>{ca, other}));
+  ASSERT_EQ(s.extra_certs.size(), 1u);
+  EXPECT_EQ(s.extra_certs[0].cert_file, pki.pem("other-leaf"));
+
+  c.swarm_extra_cert_file = pki.pem("leaf");  // the same CA twice
+  auto same = swarm::enable_members_only(c);
+  ASSERT_FALSE(same);
+  EXPECT_NE(same.error().message.find("same CA"), std::string::npos) << same.error().message;
+  c.swarm_extra_cert_file = pki.pem("third-leaf");
+  EXPECT_FALSE(swarm::enable_members_only(c));
+  c.swarm_extra_cert_file.clear();
+  c.swarm_extra_key_file.clear();
+  c.cert_file = pki.pem("third-leaf");  // signed by neither CA of a two-CA bundle
+  EXPECT_FALSE(swarm::enable_members_only(c));
+
+  c.ca_file = pki.pem("ca");  // one CA: it is the root whatever the leaf
+  ASSERT_TRUE(swarm::enable_members_only(c));
+  EXPECT_EQ(metainfo_roots(), (std::vector<std::string>{ca}));
+  c.enabled = false;
+  ASSERT_TRUE(swarm::enable_members_only(c));
+  EXPECT_TRUE(metainfo_roots().empty());
 }
 
 }  // namespace

@@ -322,6 +322,7 @@ testing::test_pki& swarm_pki() {
     p->issue("member", "ca", "DNS:*,URI:shoal://node/member");
     p->issue("member2", "ca", "DNS:*,URI:shoal://node/member");
     p->issue("foreign", "other-ca", "DNS:*,URI:shoal://node/member");
+    p->issue("seed-new", "other-ca", "DNS:*,URI:shoal://node/seed");
     p->issue("uri_only", "ca", "URI:shoal://node/member");
     p->issue("expired", "ca", "DNS:*,URI:shoal://node/member", -1);
     p->issue("proxy", "ca", "DNS:*,URI:shoal://registry-proxy");
@@ -605,6 +606,63 @@ TEST(SwarmGrants, StartNeedsTheCaBundle) {
   auto r = session::start(s);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("swarm grants"), std::string::npos) << r.error().message;
+}
+
+// A CA rotation: one session with a pair from each CA seeds the same object as two SSL torrents
+// (one per root) on one port; a downloader with only the old CA's leaf and one with only the new
+// CA's leaf each complete their own root's torrent, and neither can join the other's.
+TEST(SwarmSsl, OneSessionServesBothRootsOfARotation) {
+  object_dir obj(8 * 64 * 1024 + 5, 24);
+  auto old_root = cluster_root();
+  auto new_root = *load_root_pem(swarm_pki().pem("other-ca"));
+  auto s = ssl_settings("seed", origin_fingerprint);
+  s.extra_certs.push_back({swarm_pki().pem("seed-new"), swarm_pki().key("seed-new")});
+  s.roots = {old_root, new_root};
+  auto seed = session::start(s);
+  ASSERT_TRUE(seed) << seed.error().to_string();
+  EXPECT_EQ((*seed)->roots(), (std::vector<std::string>{old_root, new_root}));
+  EXPECT_EQ((*seed)->root_for_ca(root_fingerprint(new_root)), new_root);
+  EXPECT_EQ((*seed)->root_for_ca("00"), "");
+  auto old_meta = obj.meta, new_meta = obj.meta;
+  old_meta.ssl_cert = old_root;
+  new_meta.ssl_cert = new_root;
+  ASSERT_TRUE((*seed)->add_seed(old_meta, (obj.root / "origin").string(), {}));
+  ASSERT_TRUE((*seed)->add_seed(new_meta, (obj.root / "origin").string(), {}));
+  const auto port = (*seed)->listen_port();
+
+  struct dl {
+    const char* who;
+    const object_metainfo& meta;
+    std::unique_ptr<session> ses;
+    lt::torrent_handle h;
+  };
+  // "member" holds the old CA's leaf, "foreign" the new CA's; the last two dial the other root.
+  std::vector<dl> dls;
+  dls.push_back({"member", old_meta, nullptr, {}});
+  dls.push_back({"foreign", new_meta, nullptr, {}});
+  dls.push_back({"member", new_meta, nullptr, {}});
+  dls.push_back({"foreign", old_meta, nullptr, {}});
+  int i = 0;
+  for (auto& d : dls) {
+    auto ses = session::start(ssl_settings(d.who, node_fingerprint));
+    ASSERT_TRUE(ses) << ses.error().to_string();
+    d.ses = std::move(*ses);
+    d.h = add_download(d.ses->raw(), d.meta.torrent_file({}),
+                       (obj.root / ("dl" + std::to_string(i++))).string(), port);
+  }
+  EXPECT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(20))) << "old-CA leaf, old root";
+  EXPECT_TRUE(wait_seeding(dls[1].h, std::chrono::seconds(20))) << "new-CA leaf, new root";
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(downloaded(dls[2].h), 0) << "an old-CA leaf got bytes of the new root's swarm";
+  EXPECT_EQ(downloaded(dls[3].h), 0) << "a new-CA leaf got bytes of the old root's swarm";
+  for (auto& d : dls) d.ses->stop();
+
+  // A second pair must come from a root of its own.
+  auto bad = ssl_settings("seed", origin_fingerprint);
+  bad.roots = {old_root};
+  bad.extra_certs.push_back({swarm_pki().pem("seed-new"), swarm_pki().key("seed-new")});
+  EXPECT_FALSE(session::start(bad));
+  (*seed)->stop();
 }
 
 TEST(SwarmSsl, StartNeedsAMatchingCertificateAndKey) {

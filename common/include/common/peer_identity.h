@@ -40,6 +40,10 @@ struct peer_identity {
   bool verified = false;  // a client certificate was presented and verified against the CA
   peer_role role = peer_role::none;
   std::string name;  // the URI's name; empty for role none and for a role given without one
+  // The CA the verified client certificate chained to (tls::certificate_fingerprint of the top
+  // of the verified chain); empty without one. During a CA rotation it says which root the
+  // caller's swarm certificate is from.
+  std::string ca_fingerprint;
 
   // A verified certificate with this role (what a handler authorizes on).
   [[nodiscard]] bool is(peer_role r) const noexcept { return verified && role == r; }

@@ -48,9 +48,14 @@ namespace shoal::tls {
 
 struct tls_config {
   bool enabled = false;
-  std::string ca_file;              // PEM: the cluster CA (verifies peers)
-  std::string cert_file;            // PEM: this party's certificate, then any intermediates
-  std::string key_file;             // PEM: its private key (unencrypted)
+  std::string ca_file;    // PEM: the cluster CA (verifies peers)
+  std::string cert_file;  // PEM: this party's certificate, then any intermediates
+  std::string key_file;   // PEM: its private key (unencrypted)
+  // A second certificate pair for BitTorrent only, during a CA rotation: a leaf from the other CA
+  // in ca_file, so this party also serves and joins the swarms rooted at that CA (swarm/swarm.h).
+  // Both empty: one pair (cert_file), one root. Not used for HTTPS.
+  std::string swarm_extra_cert_file;
+  std::string swarm_extra_key_file;
   bool require_client_cert = true;  // server side: refuse clients without a certificate
   config::duration reload_interval = std::chrono::seconds(5);  // 0: never re-read
   config::duration expiry_warning = std::chrono::hours(24 * 14);
@@ -117,5 +122,10 @@ void register_metrics(metrics::registry& reg, const tls_context& ctx, std::strin
 // The identity a verified certificate carries (its one shoal:// URI SAN); role none, with the
 // reason in `problem`, when it has none, a malformed one or several.
 [[nodiscard]] role_and_name identity_from_certificate(const x509_st* cert, std::string* problem);
+
+// SHA-256 of a certificate's DER, 64 lowercase hex: how a CA is named when comparing the root a
+// client's certificate verified to (peer_identity::ca_fingerprint) with the roots of a swarm.
+// Empty for a null certificate.
+[[nodiscard]] std::string certificate_fingerprint(const x509_st* cert);
 
 }  // namespace shoal::tls

@@ -317,6 +317,11 @@ class swarm_manager {
   // The add parameters of an object held here as a seed (its torrent from the state db, seed
   // mode without trusted pieces); false when the object or its torrent is not held.
   bool held_seed_params(const digest& d, lt::add_torrent_params& p);
+  // During a CA rotation (the session holds a certificate pair for more than one root): seeds
+  // the held object `d`, whose torrent is `torrent`, under every other root too, each torrent
+  // its own entry of the seed table (the same digest). `trusted`: its pieces were just verified
+  // (else each is hashed before its first upload). Blocking; never on the network thread.
+  void seed_other_roots(const digest& d, const std::string& torrent, bool trusted);
   // A block arrived from a peer (network thread).
   void on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);

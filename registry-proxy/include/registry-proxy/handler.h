@@ -32,6 +32,10 @@ struct handler_deps {
   // none is due (common/grant.h). Unset: no grants.
   std::function<std::string(const tls::peer_identity& caller, const std::string& info_hash)>
       grant_for;
+  // The swarm root (canonical PEM) to answer a caller's metainfo in: the root its certificate
+  // chained to when the seeder holds a pair for it (a CA rotation); empty: the metainfo as
+  // stored (the primary root). Empty function: always as stored.
+  std::function<std::string(const tls::peer_identity&)> metainfo_root_for;
   std::function<daemon::health()> health;
   // The dataset API (datasets.h): handles origin::paths::datasets and dataset_metainfo; returns
   // false for paths it does not own. Empty when datasets are disabled.

@@ -27,8 +27,10 @@ namespace shoal::proxy {
 class seeder {
  public:
   // With `tls.enabled` every torrent is an SSL torrent rooted at the cluster CA (the process's
-  // metainfo root, swarm::enable_members_only, must be set first), served on SSL sockets only
-  // with registry-proxy's certificate (swarm/swarm.h).
+  // metainfo roots, swarm::enable_members_only, must be set first), served on SSL sockets only
+  // with registry-proxy's certificate (swarm/swarm.h). During a CA rotation (a second swarm
+  // certificate, tls.swarm_extra_cert_file) every object is seeded under each root the session
+  // holds a certificate for: one torrent per root, loaded and unloaded together.
   [[nodiscard]] static result<std::unique_ptr<seeder>> start(const torrent_config& cfg,
                                                              cache::store& store, state_db& st,
                                                              const tls::tls_config& tls = {});
@@ -63,12 +65,18 @@ class seeder {
   void sweep();
   void sweep_packs();
   void unload_pack_locked(const digest& key, std::vector<digest>& unpin);
+  // Seeds `m`'s object under every root of the session but m's own (a CA rotation); the
+  // handles added. Under load_mu_.
+  std::vector<lt::torrent_handle> seed_other_roots(const digest& d, const object_metainfo& m);
 
   struct entry {
     lt::torrent_handle h;
+    std::vector<lt::torrent_handle> other_roots;  // the same object under the other roots
     std::chrono::steady_clock::time_point last_used;
     std::list<digest>::iterator lru;
   };
+  // Removes every torrent of a loaded object (one per root). Under mu_.
+  void remove_locked(const entry& e);
 
   torrent_config cfg_;
   cache::store& store_;

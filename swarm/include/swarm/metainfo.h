@@ -9,8 +9,8 @@
 // outside it ("announce", "announce-list") and can change without changing the swarm.
 //
 // SSL torrents (BitTorrent between cluster members, docs/security.md "BitTorrent between
-// members"): with a cluster root set (set_metainfo_root(), from the first certificate of the
-// daemon's tls.ca_file when tls.enabled), the info dict also holds
+// members"): with a cluster root set (set_metainfo_roots(), from the daemon's tls section when
+// tls.enabled: the CA in tls.ca_file that issued tls.cert_file), the info dict also holds
 //   ssl-cert: "<the CA certificate as PEM>"
 // normalized by normalize_root_pem(): parsed and re-encoded by OpenSSL (one certificate,
 // "-----BEGIN CERTIFICATE-----", base64 in 64-column lines, "\n" line ends, nothing else), so
@@ -18,10 +18,12 @@
 // comments or extra certificates its file has. The info-hash then depends on the bytes and the
 // CA: a new CA (even a renewal of the same key) gives every object a new swarm. libtorrent makes
 // such a torrent an SSL torrent: peers must present a certificate signed by that CA.
-// parse() accepts a torrent only when its ssl-cert is exactly the root (byte for byte, in
-// canonical form) and, with no root set, only one without ssl-cert: a torrent rooted at another CA
-// is refused with "rooted at another CA", an unrooted one with "not rooted at the cluster CA".
-// Without a root the format is the one above, unchanged.
+// During a CA rotation a party may have a swarm certificate from each CA (tls.swarm_extra_*):
+// then it has two roots, the primary one (its tls.cert_file's issuer: what it builds metainfo
+// in) first. parse() accepts a torrent only when its ssl-cert is exactly one of the party's
+// roots (byte for byte, in canonical form) and, with no root set, only one without ssl-cert: a
+// torrent rooted at another CA is refused with "rooted at another CA", an unrooted one with "not
+// rooted at the cluster CA". Without a root the format is the one above, unchanged.
 //
 // Why v1: every node runs libtorrent 2.0.8, hybrid torrents hash twice and announce two swarms,
 // v1 SHA-1 pieces are cheap to compute while the bytes stream in, and the sha256 of the whole
@@ -48,15 +50,35 @@ using sha1_hash = std::array<std::uint8_t, 20>;
 [[nodiscard]] result<std::string> normalize_root_pem(std::string_view pem);
 // Reads a PEM file (tls.ca_file) and normalizes its first certificate. Blocking file I/O.
 [[nodiscard]] result<std::string> load_root_pem(const std::string& path);
+// Every certificate of a PEM text (a CA bundle: tls.ca_file during a rotation), each normalized,
+// in file order. An error when it holds none or one does not parse.
+[[nodiscard]] result<std::vector<std::string>> normalize_root_bundle(std::string_view pem);
+[[nodiscard]] result<std::vector<std::string>> load_root_bundle(const std::string& path);
+// The index in `roots` (canonical PEMs) of the CA that signed the first certificate of
+// `leaf_pem` (issuer name and signature both checked); an error saying so when none did.
+[[nodiscard]] result<std::size_t> issuing_root(std::string_view leaf_pem,
+                                               const std::vector<std::string>& roots);
+// tls::certificate_fingerprint of a root (canonical PEM); empty when it does not parse.
+[[nodiscard]] std::string root_fingerprint(std::string_view root_pem);
+// The root in `roots` whose fingerprint is `fingerprint` (a caller's ca_fingerprint), or empty.
+[[nodiscard]] std::string root_with_fingerprint(std::string_view fingerprint,
+                                                const std::vector<std::string>& roots);
 
-// The process-wide cluster root every metainfo built or parsed from now on uses (a canonical PEM
-// from normalize_root_pem(), or empty for plain torrents). Set once by a daemon's app at start,
-// before any metainfo is built, like OpenSSL's own process-wide setup: every builder and parser in
-// registry-proxy and peerd (blobs, datasets, chunks, the seeder, the swarm) must agree on it, and
-// threading a CA through each of them would change every call site for one constant. Tests set it
-// around a case, or use the explicit-root parse overloads and the `ssl_cert` fields. Thread-safe.
+// The process-wide swarm roots every metainfo built or parsed from now on uses (canonical PEMs
+// from normalize_root_pem(); none for plain torrents). roots[0] is the primary root: every
+// builder uses it. parse() accepts any of them. Set once by a daemon's app at start, before any
+// metainfo is built, like OpenSSL's own process-wide setup: every builder and parser in
+// registry-proxy and peerd (blobs, datasets, chunks, the seeder, the swarm) must agree on them,
+// and threading a CA through each of them would change every call site for one constant. The
+// places that choose a root per torrent (registry-proxy's metainfo answer, the seeds of a second
+// root) set object_metainfo::ssl_cert themselves. Tests set them around a case, or use the
+// explicit-root parse overloads and the `ssl_cert` fields. Thread-safe.
+void set_metainfo_roots(std::vector<std::string> canonical_pems);
+// set_metainfo_roots({pem}), or no root at all for an empty `canonical_pem`.
 void set_metainfo_root(std::string canonical_pem);
+// The primary root (empty: plain torrents), and all of them (primary first).
 [[nodiscard]] std::string metainfo_root();
+[[nodiscard]] std::vector<std::string> metainfo_roots();
 
 // The piece size rule: a power of two aiming at about 1024 pieces, at least 64 KiB, at most 4 MiB.
 //   1 MiB → 64 KiB (16 pieces); 256 MiB → 256 KiB; 1 GiB → 1 MiB; 10 GiB → 4 MiB (2560 pieces).
@@ -86,14 +108,19 @@ struct object_metainfo {
   [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
 
   // Parses and validates a .torrent for `expected` (name must be its hex, private flag set,
-  // piece size and count consistent with the rule and the length, ssl-cert exactly the process
-  // root or absent when there is none). Trackers are returned in `trackers_out` when given.
+  // piece size and count consistent with the rule and the length, ssl-cert exactly one of the
+  // process roots or absent when there is none). The result's ssl_cert is the torrent's root.
+  // Trackers are returned in `trackers_out` when given.
   [[nodiscard]] static result<object_metainfo> parse(
       std::string_view torrent, const digest& expected,
       std::vector<std::string>* trackers_out = nullptr);
   // The same against an explicit root (canonical PEM; empty: the torrent must be plain).
   [[nodiscard]] static result<object_metainfo> parse_rooted(
       std::string_view torrent, const digest& expected, std::string_view root,
+      std::vector<std::string>* trackers_out = nullptr);
+  // The same against any of `roots` (none: the torrent must be plain).
+  [[nodiscard]] static result<object_metainfo> parse_any(
+      std::string_view torrent, const digest& expected, const std::vector<std::string>& roots,
       std::vector<std::string>* trackers_out = nullptr);
 };
 
@@ -116,7 +143,7 @@ struct pack_metainfo {
   [[nodiscard]] std::string info_hash_hex() const;
   [[nodiscard]] std::string torrent_file(const std::vector<std::string>& trackers) const;
   // Validates against the objects the pack must hold (any order; duplicates removed) and the
-  // process root (as object_metainfo::parse).
+  // process roots (as object_metainfo::parse).
   [[nodiscard]] static result<pack_metainfo> parse(
       std::string_view torrent, std::vector<std::pair<digest, std::uint64_t>> expected);
   [[nodiscard]] static result<pack_metainfo> parse_rooted(

@@ -18,14 +18,18 @@
 // strangers). Each SSL torrent is given this party's certificate and key (and the RFC 7919
 // ffdhe2048 DH group, built in) when it is added through add_seed()/add_pack_seed() and on every
 // torrent_need_cert_alert (torrents added through raw()), before the alert reaches on_alert's
-// callback. The pump thread stats the certificate and key files every reload_interval; when
-// either changed (inode, size, mtime, ctime: an atomic rename and Kubernetes' symlink swap are
-// both seen) and the pair loads and matches, every loaded torrent gets the new pair (connections
-// made afterwards use it; open ones keep theirs), else the old pair stays and the failure is
-// logged once per change. Refused peers are retried after min_reconnect_time (2 s) × failcount,
-// so a renewed peer is dialled again within seconds. Trackers are announced over HTTPS with the
-// torrent's context when their URL is https (the node presents its certificate; the tracker's is
-// verified against the torrent's CA and its host name).
+// callback. During a CA rotation the session holds one pair per root (settings::extra_certs,
+// settings::roots): a torrent gets the pair whose leaf its ssl-cert root issued, so one session
+// serves the swarms of both CAs on one port (the SNI, the info-hash, picks the torrent); a
+// torrent rooted where no pair is from gets the primary pair. The pump thread stats every pair's
+// certificate and key files every reload_interval; when either changed (inode, size, mtime,
+// ctime: an atomic rename and Kubernetes' symlink swap are both seen) and the pair loads and
+// matches, every loaded torrent of its root gets the new pair (connections made afterwards use
+// it; open ones keep theirs), else the old pair stays and the failure is logged once per change.
+// Refused peers are retried after min_reconnect_time (2 s) × failcount, so a renewed peer is
+// dialled again within seconds. Trackers are announced over HTTPS with the torrent's context when
+// their URL is https (the node presents its certificate; the tracker's is verified against the
+// torrent's CA and its host name).
 
 #include <libtorrent/session.hpp>
 #include <libtorrent/torrent_handle.hpp>
@@ -76,6 +80,16 @@ struct settings {
   bool ssl = false;
   std::string cert_file;  // PEM: the leaf first (only it is sent to peers)
   std::string key_file;   // PEM, unencrypted
+  // Further pairs, each from another root (tls.swarm_extra_cert_file/_key_file during a CA
+  // rotation).
+  struct cert_files {
+    std::string cert_file, key_file;
+  };
+  std::vector<cert_files> extra_certs;
+  // The CAs the pairs may be from (canonical PEMs, metainfo.h), the primary root first: each
+  // pair serves the torrents rooted at its leaf's issuer. Empty: the one pair serves every SSL
+  // torrent, whatever its root.
+  std::vector<std::string> roots;
   std::chrono::milliseconds reload_interval{5000};  // 0: never re-read
   // With ssl: pieces go only to connections presenting registry-proxy's grant for the swarm
   // (swarm/grants.h), checked against ca_file (the daemon's tls.ca_file).
@@ -94,9 +108,12 @@ inline constexpr std::string_view superseeding_origin_fingerprint = "-SO0110-";
 inline constexpr std::string_view superseed_node_fingerprint = "-SN0110-";
 
 // BitTorrent between members for a daemon whose `tls` section is `tls`. enable_members_only()
-// sets the process's metainfo root (metainfo.h) from the first certificate of tls.ca_file, or
-// clears it when TLS is off; a daemon's app calls it once at start, before anything builds or
-// parses metainfo. apply_tls() turns `s` into an SSL session with the daemon's certificate.
+// sets the process's metainfo roots (metainfo.h), or clears them when TLS is off; a daemon's app
+// calls it once at start, before anything builds or parses metainfo. The primary root is the CA
+// in tls.ca_file that issued tls.cert_file (a one-certificate ca_file: that certificate, as
+// before); with tls.swarm_extra_cert_file the CA that issued it is the second root (it must be
+// another CA of ca_file). apply_tls() turns `s` into an SSL session with the daemon's
+// certificate pairs and those roots (enable_members_only() first).
 [[nodiscard]] status enable_members_only(const tls::tls_config& tls);
 void apply_tls(settings& s, const tls::tls_config& tls);
 
@@ -175,9 +192,18 @@ class session {
   [[nodiscard]] std::uint16_t listen_port() const;
   [[nodiscard]] bool ssl() const { return ssl_; }
 
-  // Gives an SSL torrent this party's current certificate (no-op for a plain torrent or without
-  // ssl). Done by add_torrent(), add_seed(), add_pack_seed() and on torrent_need_cert_alert.
+  // Gives an SSL torrent this party's current certificate for the torrent's root (no-op for a
+  // plain torrent or without ssl). Done by add_torrent(), add_seed(), add_pack_seed() and on
+  // torrent_need_cert_alert. `root`: the torrent's ssl-cert when the caller has it at hand (else
+  // it is read from the torrent, a round trip to the network thread).
   void set_certificate(const lt::torrent_handle& h);
+  void set_certificate(const lt::torrent_handle& h, std::string_view root);
+  // The roots this session holds a certificate pair for (canonical PEMs, the primary first):
+  // the swarms it can seed and join. Empty without ssl or without settings::roots.
+  [[nodiscard]] std::vector<std::string> roots() const;
+  // The root among roots() a client certificate chained to (its tls::peer_identity
+  // ca_fingerprint), or empty when none.
+  [[nodiscard]] std::string root_for_ca(std::string_view ca_fingerprint) const;
   // lt::session::add_torrent, and for an SSL session the torrent is held paused until it has
   // this party's certificate: otherwise its first announce and its first connections (to the
   // peers in `p`, to the tracker's answer) go out before the pump thread handles
@@ -186,9 +212,10 @@ class session {
   // node pulls from registry-proxy instead. Every torrent peerd and registry-proxy add goes
   // through here. A torrent the caller asked to be paused stays paused.
   [[nodiscard]] lt::torrent_handle add_torrent(lt::add_torrent_params p, lt::error_code& ec);
-  // Re-reads the certificate and key now when their files changed: true when a new pair was
-  // installed on every loaded torrent, false when nothing changed, an error when the new files
-  // do not load (the old pair stays). The pump calls it every reload_interval. Blocking file I/O.
+  // Re-reads each certificate pair now when its files changed: true when a new pair was
+  // installed on every loaded torrent of its root, false when nothing changed, an error when new
+  // files do not load (that old pair stays; the others are still reloaded). The pump calls it every
+  // reload_interval. Blocking file I/O.
   [[nodiscard]] result<bool> reload_certificate_if_changed();
   struct tls_counters {
     std::uint64_t reloads = 0;          // certificate pairs installed after the first
@@ -233,18 +260,27 @@ class session {
   void pump();
   struct cert_pair {
     std::string cert, key;
+    std::string root;  // the canonical PEM of the root that issued `cert`; empty: any torrent
   };
-  // Loads and checks (a certificate, a key that matches it) the configured files.
-  [[nodiscard]] result<cert_pair> load_certificate() const;
-  [[nodiscard]] std::array<file_stamp, 2> file_stamps() const;
+  // One configured pair of files and what was loaded from them.
+  struct cert_slot {
+    std::string cert_file, key_file;
+    std::shared_ptr<const cert_pair> pair;  // guarded by cert_mu_
+    std::array<file_stamp, 2> stamp{};      // the stamps `pair` (or a failed load) came from
+  };
+  // Loads and checks (a certificate, a key that matches it, issued by one of roots_) a slot's
+  // files.
+  [[nodiscard]] result<cert_pair> load_certificate(const cert_slot& slot) const;
+  [[nodiscard]] static std::array<file_stamp, 2> file_stamps(const cert_slot& slot);
+  // The pair for torrents rooted at `root`: the one its root issued, else the primary one.
+  [[nodiscard]] std::shared_ptr<const cert_pair> pair_for(std::string_view root) const;
 
   bool ssl_ = false;
-  std::string cert_file_, key_file_;
+  std::vector<std::string> roots_;  // settings::roots
   std::chrono::milliseconds reload_interval_{0};
   mutable std::mutex cert_mu_;
-  std::shared_ptr<const cert_pair> cert_;  // guarded by cert_mu_
-  std::array<file_stamp, 2> stamp_{};      // the files' stamps cert_ (or a failed load) came from
-  tls_counters tls_stats_;                 // guarded by cert_mu_
+  std::vector<cert_slot> slots_;  // [0] the primary pair; the vector itself never changes
+  tls_counters tls_stats_;        // guarded by cert_mu_
 
   std::shared_ptr<grant_book> grants_;  // null: grants are not required
   std::shared_ptr<grant_counters> grant_counters_;

@@ -149,6 +149,18 @@ def make_intermediate(parent: CA, directory: str | Path, cn: str, days: float = 
     return CA(cert=cert, key=key, dir=d)
 
 
+def cross_sign(subject: CA, subject_cn: str, by: CA, out: str | Path, days: float = 30) -> Path:
+    """`subject`'s CA certificate re-issued by `by`: the same name and key (so the same subject key
+    identifier), signed by the other CA. A server sending its leaf of `subject` followed by this
+    certificate verifies against either CA alone (a CA rotation's tracker, docs/security.md).
+    `subject_cn` is the CN `subject` was made with."""
+    o = Path(out)
+    o.parent.mkdir(parents=True, exist_ok=True)
+    _sign(by, _csr(subject.key, subject_cn, o.with_suffix(".csr")), o, CA_EXT.format(pathlen=""),
+          days, False)
+    return o
+
+
 def issue(ca: CA, directory: str | Path, cn: str, *, dns: Sequence[str] = (),
           uris: Sequence[str] = (), ips: Sequence[str] = (), days: float = 7,
           expired: bool = False, eku: str = "serverAuth, clientAuth") -> Cert:
