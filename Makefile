@@ -4,12 +4,14 @@
 BUILD_DIR   ?= build/release
 ASAN_DIR    ?= build/asan
 JOBS        ?= $(shell nproc)
-GENERATOR   := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+GENERATOR    = $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 # Builds go through ccache when it is installed (tools/install-deps installs it). The base
 # directory is this checkout, so a clone in another folder (CI) hits the same cache entries.
-CCACHE      := $(shell command -v ccache 2>/dev/null)
-CMAKE_LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE),)
+# Expanded when a recipe runs (`=`, not `:=`), after the deps prerequisite may have installed
+# ccache: on a fresh machine the first `make test` then builds through it too.
+CCACHE       = $(shell command -v ccache 2>/dev/null)
+CMAKE_LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE),)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
