@@ -545,7 +545,7 @@ TEST(SwarmGrants, OnlyHoldersOfAValidGrantGetPieces) {
   }
   for (auto& d : dls) d.h = add_download(d.ses->raw(), torrent, (obj.root / d.name).string(), port);
 
-  ASSERT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(20)))
+  ASSERT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(60)))
       << "the granted member did not complete";
   std::ifstream f(obj.root / "member" / obj.meta.object.hex(), std::ios::binary);
   std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -591,7 +591,7 @@ TEST(SwarmGrants, GrantedMembersTradeWithEachOther) {
   }
   // Each node learns of the other.
   hs[0].connect_peer({lt::make_address("127.0.0.1"), nodes[1]->listen_port()});
-  for (auto& h : hs) ASSERT_TRUE(wait_seeding(h, std::chrono::seconds(30)));
+  for (auto& h : hs) ASSERT_TRUE(wait_seeding(h, std::chrono::seconds(60)));
   std::int64_t between = 0;
   for (auto& n : nodes) between += n->grant_stats()->accepted.load();
   EXPECT_GE(between, 1) << "the nodes never accepted each other's grant";
