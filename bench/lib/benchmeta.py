@@ -1,7 +1,7 @@
 """What every benchmark's JSON carries besides its figures, and how verdicts are made.
 
-`meta(options)` describes the run: the machine (CPU model, cores, `openssl speed sha256` at 16 KiB
-blocks, /proc/loadavg before the run), the commit (and whether the tree was dirty), the command
+`meta(options)` describes the run: the machine (CPU model, cores, `openssl speed sha256` and
+`openssl speed -evp aes-128-gcm` at 16 KiB blocks, /proc/loadavg before the run), the commit (and whether the tree was dirty), the command
 line and options, and a `condition` key: the options that change what is measured (everything
 but output paths). Runs are only compared or pooled when their benchmark, condition and commit
 are equal (tools/bench-docs does that; a phase's verdict counts only like-for-like runs).
@@ -40,6 +40,15 @@ def openssl_sha256_bytes_per_s() -> float | None:
     return float(m[1]) * 1000 if m else None
 
 
+def openssl_aes_128_gcm_bytes_per_s() -> float | None:
+    """`openssl speed -seconds 1 -bytes 16384 -evp aes-128-gcm`: one core's AES-128-GCM throughput
+    in bytes/s (what TLS 1.3 costs per byte between the daemons, before any overhead)."""
+    out = _run(["openssl", "speed", "-seconds", "1", "-bytes", "16384", "-evp", "aes-128-gcm"],
+               timeout=30)
+    m = re.search(r"^AES-128-GCM\s+([\d.]+)k", out, re.M)
+    return float(m[1]) * 1000 if m else None
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -60,6 +69,7 @@ def loadavg() -> list[float]:
 def machine() -> dict[str, Any]:
     return {"cpu_model": cpu_model(), "cores": os.cpu_count(),
             "openssl_sha256_16k_bytes_per_s": openssl_sha256_bytes_per_s(),
+            "openssl_aes_128_gcm_16k_bytes_per_s": openssl_aes_128_gcm_bytes_per_s(),
             "kernel": platform.release(), "loadavg_before": loadavg()}
 
 

@@ -165,6 +165,16 @@ void connection<Stream>::send_string(std::string body) {
 }
 
 template <class Stream>
+void connection<Stream>::write_body(const char* data, std::size_t len,
+                                    std::function<void(beast::error_code)> done) {
+  if constexpr (is_tls) {
+    return write_sealed(data, len, std::move(done));
+  }
+  net::async_write(stream_, net::buffer(data, len),
+                   [done = std::move(done)](beast::error_code ec, std::size_t) { done(ec); });
+}
+
+template <class Stream>
 void connection<Stream>::send_file(int fd, std::uint64_t off, std::uint64_t len,
                                    std::function<void()> next) {
   if constexpr (is_tls) {
@@ -283,13 +293,12 @@ void connection<Stream>::on_chunk(result<chunk> c) {
         *buf = std::move(c->data);
       }
       lowest().expires_after(srv_->opts.write_timeout);
-      net::async_write(stream_, net::buffer(*buf),
-                       [self = self(), buf, payload](beast::error_code ec, std::size_t) {
-                         if (ec) return self->abort("write: " + ec.message());
-                         self->sent_ += payload;
-                         if (self->remaining_) *self->remaining_ -= payload;
-                         self->pump();
-                       });
+      write_body(buf->data(), buf->size(), [self = self(), buf, payload](beast::error_code ec) {
+        if (ec) return self->abort("write: " + ec.message());
+        self->sent_ += payload;
+        if (self->remaining_) *self->remaining_ -= payload;
+        self->pump();
+      });
       return;
     }
     case chunk::kind::file: {

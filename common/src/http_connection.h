@@ -357,6 +357,12 @@ class connection final : public connection_base {
   void log_refusal(std::string_view what, std::string_view why);
   // Files without sendfile(2): pread into a buffer, then an encrypted write.
   void send_file_tls(int fd, std::uint64_t off, std::uint64_t len, std::function<void()> next);
+  // Body bytes in TLS records: `data` sealed into records_ in one go (copied: the caller's buffer
+  // is free on return), then one write of all of them to the socket.
+  void write_sealed(const char* data, std::size_t len, std::function<void(beast::error_code)> done);
+
+  // A body write: plain, straight into the socket; TLS, through write_sealed.
+  void write_body(const char* data, std::size_t len, std::function<void(beast::error_code)> done);
 
   void write_header(std::function<void()> next);
   void send_string(std::string body);
@@ -395,6 +401,7 @@ class connection final : public connection_base {
   std::string chunk_buf_;
   std::uint64_t source_gen_ = 0;
   std::vector<char> file_buf_;  // TLS: a file region on its way into the TLS stream
+  std::vector<char> records_;   // TLS: file_buf_ sealed into TLS records, being sent
 };
 
 }  // namespace shoal::http

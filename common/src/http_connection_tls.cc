@@ -1,7 +1,8 @@
 // The TLS-only members of connection<tls_stream> (http_connection.h): a plaintext client told
 // apart from a TLS hello and answered in plain HTTP, the handshake under the header deadline,
-// refusals logged with their reason, the client certificate's identity, and files sent through
-// the TLS stream (no sendfile: this kernel has no kTLS).
+// refusals logged with their reason, the client certificate's identity, and files sent as TLS
+// records written to the socket in large batches (no sendfile: this kernel has no kTLS).
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
@@ -24,6 +25,77 @@ std::string first_line(const beast::flat_buffer& b) {
     out += (p[i] >= 0x20 && p[i] < 0x7f) ? static_cast<char>(p[i]) : '.';
   }
   return out;
+}
+
+// A write-only BIO that appends everything OpenSSL writes to a std::vector<char> (its data
+// pointer): the TLS records of one SSL_write, collected for one socket write.
+int collect_write(BIO* b, const char* data, int len) {
+  auto* out = static_cast<std::vector<char>*>(BIO_get_data(b));
+  if (out == nullptr || len < 0) return -1;
+  out->insert(out->end(), data, data + len);
+  return len;
+}
+
+long collect_ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+
+const BIO_METHOD* collect_method() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* b = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "shoal tls records");
+    if (b != nullptr) {
+      BIO_meth_set_write(b, collect_write);
+      BIO_meth_set_ctrl(b, collect_ctrl);
+    }
+    return b;
+  }();
+  return m;
+}
+
+std::string openssl_reason() {
+  const char* r = ERR_reason_error_string(ERR_peek_last_error());
+  return r != nullptr ? r : "no OpenSSL error queued";
+}
+
+// Encrypts `data` into TLS records appended to `out`, bypassing the stream's own output BIO:
+// asio's engine moves at most one record (16 KiB) per write operation through a 17 KiB BIO pair,
+// so a large body costs one copy, one send(2) and one completion per record. Here OpenSSL writes
+// all records of `data` into `out` in one SSL_write, and the caller sends them in one write.
+// Only valid between operations on the stream (the engine holds no unsent output then); the
+// swap of the write BIO and its restoration happen within this call.
+bool seal_records(SSL* ssl, const char* data, std::size_t len, std::vector<char>& out,
+                  std::string& why) {
+  if (SSL_is_init_finished(ssl) != 1) {
+    why = "TLS write: handshake not finished";
+    return false;
+  }
+  ERR_clear_error();
+  const BIO_METHOD* method = collect_method();
+  BIO* collect = method != nullptr ? BIO_new(method) : nullptr;
+  if (collect == nullptr) {
+    why = "TLS record buffer: " + openssl_reason();
+    return false;
+  }
+  BIO_set_data(collect, &out);
+  BIO_set_init(collect, 1);
+  BIO* engine_bio = SSL_get_wbio(ssl);
+  BIO_up_ref(engine_bio);       // SSL_set0_wbio below drops one reference of the old BIO
+  SSL_set0_wbio(ssl, collect);  // owns `collect` from here
+  // asio runs the SSL with partial writes on (SSL_write returns after each record); off here, one
+  // call writes every record and keeps its buffers until the end (asio also sets
+  // SSL_MODE_RELEASE_BUFFERS, which frees them whenever a call returns).
+  const long partial = SSL_get_mode(ssl) & SSL_MODE_ENABLE_PARTIAL_WRITE;
+  SSL_clear_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
+  std::size_t done = 0;
+  int n = 1;
+  while (done < len && n > 0) {
+    n = SSL_write(ssl, data + done, static_cast<int>(len - done));
+    if (n > 0) done += static_cast<std::size_t>(n);
+  }
+  const int err = n > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl, n);
+  SSL_set_mode(ssl, partial);
+  SSL_set0_wbio(ssl, engine_bio);  // frees `collect`, takes back our reference
+  if (done == len) return true;
+  why = "TLS write: SSL error " + std::to_string(err) + ": " + openssl_reason();
+  return false;
 }
 
 std::string endpoint_text(const tcp::endpoint& ep) {
@@ -168,13 +240,28 @@ void connection<Stream>::log_refusal(std::string_view what, std::string_view why
 }
 
 template <class Stream>
+void connection<Stream>::write_sealed(const char* data, std::size_t len,
+                                      std::function<void(beast::error_code)> done) {
+  // At most 16 KiB of plaintext per record, each with a header and a tag (22 bytes in TLS 1.3,
+  // 29 in TLS 1.2 with AES-GCM); 64 per record leaves room.
+  records_.clear();
+  records_.reserve(len + (len / 16384 + 1) * 64);
+  std::string why;
+  if (!seal_records(stream_.native_handle(), data, len, records_, why))
+    return abort(std::move(why));
+  net::async_write(lowest(), net::buffer(records_),
+                   [done = std::move(done)](beast::error_code ec, std::size_t) { done(ec); });
+}
+
+template <class Stream>
 void connection<Stream>::send_file_tls(int fd, std::uint64_t off, std::uint64_t len,
                                        std::function<void()> next) {
   if (closed_) return;
   if (len == 0) return next();
   // One buffer per connection, reused; the read is from the page cache in the common case, like
-  // sendfile(2)'s on the plain path.
-  constexpr std::size_t kPiece = 256u << 10;
+  // sendfile(2)'s on the plain path. 64 KiB (four records per socket write): the plaintext and
+  // its records stay in the core's L2 cache; 256 KiB cost about 10 % more CPU per GiB served.
+  constexpr std::size_t kPiece = 64u << 10;
   const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(len, kPiece));
   if (file_buf_.size() < want) file_buf_.resize(kPiece);
   ssize_t n;
@@ -185,17 +272,16 @@ void connection<Stream>::send_file_tls(int fd, std::uint64_t off, std::uint64_t 
   if (n == 0) return abort("read file: file ended " + std::to_string(len) + " bytes early");
   const auto got = static_cast<std::uint64_t>(n);
   lowest().expires_after(srv_->opts.write_timeout);
-  net::async_write(stream_, net::buffer(file_buf_.data(), static_cast<std::size_t>(got)),
-                   [self = self(), fd, off, len, got, next = std::move(next)](beast::error_code ec,
-                                                                              std::size_t) mutable {
-                     if (ec) {
-                       return self->abort(ec == beast::error::timeout
-                                              ? "client stopped reading (write timeout)"
-                                              : "write body: " + ec.message());
-                     }
-                     self->sent_ += got;
-                     self->send_file_tls(fd, off + got, len - got, std::move(next));
-                   });
+  write_sealed(
+      file_buf_.data(), static_cast<std::size_t>(got),
+      [self = self(), fd, off, len, got, next = std::move(next)](beast::error_code ec) mutable {
+        if (ec) {
+          return self->abort(ec == beast::error::timeout ? "client stopped reading (write timeout)"
+                                                         : "write body: " + ec.message());
+        }
+        self->sent_ += got;
+        self->send_file_tls(fd, off + got, len - got, std::move(next));
+      });
 }
 
 template void connection<tls_stream>::handshake();
@@ -206,5 +292,7 @@ template void connection<tls_stream>::drain_plaintext(std::size_t);
 template void connection<tls_stream>::log_refusal(std::string_view, std::string_view);
 template void connection<tls_stream>::send_file_tls(int, std::uint64_t, std::uint64_t,
                                                     std::function<void()>);
+template void connection<tls_stream>::write_sealed(const char*, std::size_t,
+                                                   std::function<void(beast::error_code)>);
 
 }  // namespace shoal::http

@@ -225,6 +225,52 @@ TEST(TlsServer, FileAndStreamedBodiesGoThroughTls) {
   EXPECT_TRUE(chunked->body == content);
 }
 
+// The server picks AES-128-GCM over a client's first choice of AES-256-GCM in TLS 1.3 and 1.2,
+// and a file body larger than one batch of TLS records (256 KiB) arrives whole in either
+// version (their records differ in size: 22 and 29 bytes of overhead).
+TEST(TlsServer, PrefersAes128GcmAndSendsFilesInTls13And12) {
+  auto ctx = make_ctx(server_tls(), tls::side::server);
+  std::string content(1024 * 1024 + 4099, '\0');
+  for (std::size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 151 % 241);
+  const std::string path = suite_pki().dir() + "/body-versions.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << content;
+  }
+  server_fixture f(
+      [&](request&&, responder resp) {
+        auto fd = std::make_shared<unique_fd>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        response r;
+        r.body = http::file_body{fd, 0, content.size()};
+        resp.send(std::move(r));
+      },
+      tls_options(ctx));
+  tls::tls_config n1;
+  n1.enabled = true;
+  n1.ca_file = suite_pki().pem("ca");
+  n1.cert_file = suite_pki().pem("n1");
+  n1.key_file = suite_pki().key("n1");
+  n1.reload_interval = 0s;
+  auto client = make_ctx(n1, tls::side::client);
+  probe_offer v13;
+  v13.ciphersuites = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256";
+  auto a = probe(f.port(), *client, "/file", v13);
+  ASSERT_TRUE(a.handshake) << a.error;
+  EXPECT_EQ(a.cipher, "TLS_AES_128_GCM_SHA256");
+  EXPECT_EQ(a.status, 200) << a.error;
+  EXPECT_EQ(a.body.size(), content.size());
+  EXPECT_TRUE(a.body == content);
+  probe_offer v12;
+  v12.cipher_list = "ECDHE+AESGCM+AES256:ECDHE+AESGCM+AES128";
+  v12.max_version = TLS1_2_VERSION;
+  auto b = probe(f.port(), *client, "/file", v12);
+  ASSERT_TRUE(b.handshake) << b.error;
+  EXPECT_NE(b.cipher.find("AES128-GCM"), std::string::npos) << b.cipher;
+  EXPECT_EQ(b.status, 200) << b.error;
+  EXPECT_EQ(b.body.size(), content.size());
+  EXPECT_TRUE(b.body == content);
+}
+
 TEST(TlsServer, PlainServerIsUnchanged) {
   server_fixture f(who_am_i());
   http::client_options o;

@@ -120,7 +120,15 @@ struct probe_result {
   int status = 0;
   std::string body;
   std::string server_serial;  // hex, as `openssl x509 -serial`
+  std::string cipher;         // the negotiated suite, as OpenSSL names it
   std::string error;          // what failed, with OpenSSL's reason
+};
+
+// What the probing client offers instead of its context's defaults ("": the context's).
+struct probe_offer {
+  std::string ciphersuites;  // TLS 1.3, in the client's order of preference
+  std::string cipher_list;   // TLS 1.2
+  int max_version = 0;       // e.g. TLS1_2_VERSION
 };
 
 inline std::string ssl_errors() {
@@ -135,7 +143,8 @@ inline std::string ssl_errors() {
 
 // One request over a fresh TLS connection made with `ctx` (a tls_context of side::client),
 // verifying the server as 127.0.0.1; reads until the server closes.
-inline probe_result probe(std::uint16_t port, tls::tls_context& ctx, const std::string& path) {
+inline probe_result probe(std::uint16_t port, tls::tls_context& ctx, const std::string& path,
+                          const probe_offer& offer = {}) {
   probe_result r;
   raw_conn c(port);
   if (!c.connected()) {
@@ -148,6 +157,9 @@ inline probe_result probe(std::uint16_t port, tls::tls_context& ctx, const std::
   auto sctx = ctx.current();
   SSL* ssl = SSL_new(sctx->native_handle());
   X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), "127.0.0.1");
+  if (!offer.ciphersuites.empty()) SSL_set_ciphersuites(ssl, offer.ciphersuites.c_str());
+  if (!offer.cipher_list.empty()) SSL_set_cipher_list(ssl, offer.cipher_list.c_str());
+  if (offer.max_version != 0) SSL_set_max_proto_version(ssl, offer.max_version);
   SSL_set_fd(ssl, c.fd());
   ERR_clear_error();
   if (SSL_connect(ssl) != 1) {
@@ -156,6 +168,7 @@ inline probe_result probe(std::uint16_t port, tls::tls_context& ctx, const std::
     return r;
   }
   r.handshake = true;
+  r.cipher = SSL_get_cipher_name(ssl);
   if (X509* cert = SSL_get1_peer_certificate(ssl)) {
     BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);
     char* hex = BN_bn2hex(bn);
