@@ -3,7 +3,8 @@ certificate profile and the way the daemons read their certificates:
 
 - the kustomization renders, with every object in shoal-system and the kinds the install needs;
 - every object validates against the Kubernetes API's and cert-manager's schemas (kubernetes-models
-  and @kubernetes-models/cert-manager from npm, tools/install-deps; validate_schema.js);
+  and @kubernetes-models/cert-manager from npm, tools/install-deps; validate_schema.js) and against
+  their TypeScript types, which refuse unknown fields: a misspelt field fails;
 - every Certificate is issued by the CA Issuer, names one shoal:// URI SAN, carries DNS "*" only
   when it is a swarm member (registry-proxy), has only FQDN DNS names otherwise (rule 3), ECDSA
   P-256 keys rotated on renewal, and the usages of the profile's table;
@@ -34,6 +35,21 @@ BOTH = {"digital signature", "server auth", "client auth"}
 MODELS = Path(os.environ.get("SHOAL_K8S_MODELS_DIR", "/opt/shoal/k8s-models")) / "node_modules"
 
 
+HAVE_MODELS = all((MODELS / p / "package.json").is_file() for p in (
+    "kubernetes-models", "@kubernetes-models/cert-manager", "@kubernetes-models/prometheus-operator",
+    "typescript")) and shutil.which("node") is not None
+
+
+def validate(text: str) -> subprocess.CompletedProcess:
+    """validate_schema.js on a multi-document YAML text (schemas, then TypeScript's types)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(text)
+        f.flush()
+        return subprocess.run(["node", str(Path(__file__).with_name("validate_schema.js")), f.name],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "NODE_PATH": str(MODELS)})
+
+
 def render() -> str:
     return subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy")], check=True,
                           capture_output=True, text=True, timeout=60).stdout
@@ -57,18 +73,28 @@ class DeployRender(unittest.TestCase):
             if d["kind"] != "Namespace":
                 self.assertEqual(d["metadata"].get("namespace"), "shoal-system", d["metadata"])
 
-    @unittest.skipIf(not (MODELS / "@kubernetes-models" / "cert-manager").is_dir() or
-                     shutil.which("node") is None,
-                     f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
+    @unittest.skipIf(not HAVE_MODELS, f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
     def test_every_object_validates_against_its_schema(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write(self.rendered)
-            f.flush()
-            r = subprocess.run(["node", str(Path(__file__).with_name("validate_schema.js")),
-                                f.name], capture_output=True, text=True, timeout=60,
-                               env={**os.environ, "NODE_PATH": str(MODELS)})
+        r = validate(self.rendered)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn(f"{len(self.docs)} objects, 0 problem(s)", r.stdout)
+
+    @unittest.skipIf(not HAVE_MODELS, f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
+    def test_a_misspelt_field_fails_validation(self):
+        """The validator is strict: a field the type does not declare fails, at any depth (the
+        schemas alone accept it; validate_schema.js's TypeScript check does not)."""
+        docs = yaml.safe_load_all(self.rendered)
+        bad = []
+        for d in docs:
+            if d and d["kind"] == "DaemonSet":
+                d["spec"]["template"]["spec"]["hostNetwrok"] = True
+            if d and d["kind"] == "Service":
+                d["spec"]["ports"][0]["targetPrt"] = 1
+            bad.append(d)
+        r = validate(yaml.safe_dump_all(bad))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("'\"hostNetwrok\"' does not exist", r.stdout)
+        self.assertIn("'\"targetPrt\"' does not exist", r.stdout)
 
     def test_certificates_follow_the_profile(self):
         issuers = {i["metadata"]["name"] for i in self.by_kind["Issuer"] if "ca" in i["spec"]}

@@ -32,6 +32,11 @@ end of each.
      /healthz over TLS to a cluster certificate from another node, 404 for anything else, and
      refuses plaintext and clients without a certificate
 
+  14 the observability pack: the Debian Prometheus, started with the cluster, has scraped every
+     daemon over mutual TLS (a certificate with no role) through all the tests above; every query
+     of every panel of deploy/observability/grafana-dashboard.json returns data, the alert rules
+     of alerts.yaml evaluate without error and none fires on this cluster
+
 Every containerd runs its CRI plugin (test 11 needs it); the other tests pull with ctr.
 """
 from __future__ import annotations
@@ -48,6 +53,7 @@ import urllib.parse
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parents[0] / "support"))
 sys.path.insert(0, str(HERE))
 
@@ -72,6 +78,22 @@ class ClusterTest(ClusterCase):
     CLUSTER = {"nodes": NODES, "rate": "200mbit", "peerd_extra": PEERD, "containerd_kw": {"cri": True}}
     TMP_PREFIX = "shoal-peerd-cluster-"
     REPO_PREFIX = "test"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # Prometheus scrapes from the start, so test 14 sees every test's traffic.
+        from shoal_fixtures.prometheus import Prometheus
+        c = cls.c
+        infra = c.net.nodes[1].ip
+        cls.prom = cls.class_track(Prometheus(
+            c.workdir / "prometheus", host=infra, port=9090, netns=c.infra_netns,
+            jobs={"shoal-peerd": [f"{c.node_ip(i)}:{c.metrics_port}" for i in range(NODES)],
+                  "shoal-registry-proxy": [f"{infra}:{c.proxy.port}"],
+                  "shoal-scheduler": [f"{infra}:7070"]},
+            tls=c.pki.monitor() if c.pki else None,
+            rule_files=[ROOT / "deploy" / "observability" / "alerts.yaml"]))
+        cls.prom.start()
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -600,6 +622,41 @@ class ClusterTest(ClusterCase):
         self.assertGreater(got, 0.5 * len(nodes) * sum(b.size for b in img2.blobs()),
                            f"BitTorrent after the rotation: {before} -> {after}")
         self.assertGreater(size, 0)
+
+
+    def test_14_observability_pack_on_live_metrics(self):
+        """Every dashboard panel's queries return data from this cluster's own metrics, scraped by
+        a real Prometheus over mutual TLS with a role-less certificate; the alert rules evaluate
+        cleanly and none fires."""
+        prom = self.prom
+        prom.wait_targets_up(timeout=30)
+        # One placement question, so the placement-latency histogram has an observation.
+        _, ref, _ = self.push("observe", [MiB])
+        cp = self.c.curl(None, "-X", "POST", "-H", "Content-Type: application/json", "-d",
+                         json.dumps({"images": [ref], "gpus": 1, "dry_run": True}), "-w", "\n%{http_code}",
+                         self.c.scheduler.url + "/v1/place", timeout=20)
+        self.assertTrue(cp.stdout.endswith("200"), cp.stdout[-500:])
+        time.sleep(3)  # two scrapes
+        dash = json.loads((ROOT / "deploy" / "observability" / "grafana-dashboard.json").read_text())
+        empty, checked = [], 0
+        for panel in dash["panels"]:
+            for t in panel.get("targets", []):
+                expr = t["expr"].replace("$__rate_interval", "2m")
+                checked += 1
+                if not prom.query(expr):
+                    empty.append(f"{panel['title']!r}: {expr}")
+        self.assertGreater(checked, 20)
+        self.assertEqual(empty, [], "panels whose query returned nothing")
+        # The targets are the jobs alerts.yaml names, and every daemon says which version it runs.
+        versions = prom.query("count by (job) (shoal_build_info)")
+        self.assertEqual({v["metric"]["job"] for v in versions},
+                         {"shoal-peerd", "shoal-registry-proxy", "shoal-scheduler"})
+        rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+        self.assertGreaterEqual(len(rules), 10)
+        self.assertEqual([f"{r['name']}: {r.get('lastError')}" for r in rules if r["health"] != "ok"], [])
+        firing = [f"{a['labels']} {a['annotations'].get('summary')}" for r in rules
+                  for a in r.get("alerts", []) if a["state"] == "firing"]
+        self.assertEqual(firing, [], "alerts firing on a healthy cluster")
 
 
 if __name__ == "__main__":

@@ -288,3 +288,9 @@ class ClusterPKI:
         return self._party(f"operator/{user}", lambda d: issue(
             self.ca, d, f"shoal-operator-{user}", uris=[f"shoal://operator/{user}"], eku="clientAuth",
             days=self.DAYS))
+
+    def monitor(self, name: str = "prometheus") -> TLSParty:
+        """A scraper's certificate: the cluster CA's, with no shoal:// URI, so no role — what
+        docs/security.md gives Prometheus: /metrics and /healthz on every daemon, nothing else."""
+        return self._party(f"monitor/{name}", lambda d: issue(
+            self.ca, d, f"shoal-monitor-{name}", eku="clientAuth", days=self.DAYS))
