@@ -50,8 +50,8 @@ def validate(text: str) -> subprocess.CompletedProcess:
                               env={**os.environ, "NODE_PATH": str(MODELS)})
 
 
-def render() -> str:
-    return subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy")], check=True,
+def render(path: str = "deploy/base") -> str:
+    return subprocess.run(["kubectl", "kustomize", str(ROOT / path)], check=True,
                           capture_output=True, text=True, timeout=60).stdout
 
 
@@ -67,7 +67,7 @@ class DeployRender(unittest.TestCase):
 
     def test_renders_everything_into_one_namespace(self):
         for kind in ("Namespace", "Issuer", "Certificate", "ConfigMap", "Deployment", "DaemonSet",
-                     "Service"):
+                     "Service", "ServiceAccount", "NetworkPolicy", "PodDisruptionBudget"):
             self.assertIn(kind, self.by_kind, kind)
         for d in self.docs:
             if d["kind"] != "Namespace":
@@ -165,6 +165,107 @@ class DeployRender(unittest.TestCase):
                     self.assertTrue(url.startswith("https://"), f"{key}: {url}")
                     self.assertTrue(host.endswith(".svc.cluster.local"), f"{key}: {url} (rule 3)")
         self.assertEqual(checked, set(workloads))
+
+
+    def test_workloads_are_operable(self):
+        """Probes, resource requests, a memory limit, their own token-less ServiceAccount."""
+        accounts = {a["metadata"]["name"]: a for a in self.by_kind["ServiceAccount"]}
+        for w in self.by_kind["Deployment"] + self.by_kind["DaemonSet"]:
+            name = w["metadata"]["name"]
+            pod = w["spec"]["template"]["spec"]
+            self.assertIn(pod.get("serviceAccountName"), accounts, name)
+            self.assertIs(accounts[pod["serviceAccountName"]].get("automountServiceAccountToken"), False, name)
+            self.assertIs(pod.get("automountServiceAccountToken"), False, name)
+            for c in pod["containers"]:
+                self.assertIn("readinessProbe", c, name)
+                self.assertIn("livenessProbe", c, name)
+                self.assertTrue({"cpu", "memory"} <= set(c["resources"]["requests"]), name)
+
+    def test_network_policies_admit_the_service_ports(self):
+        """Each control Service's ports are admitted by the NetworkPolicy over its pods, from the
+        nodes' range; no policy names a port its pods do not serve."""
+        pols = {n["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: n
+                for n in self.by_kind["NetworkPolicy"]}
+        for svc in self.by_kind["Service"]:
+            app = svc["spec"]["selector"]["app.kubernetes.io/name"]
+            self.assertIn(app, pols, f"no NetworkPolicy over {app}")
+            admitted = {p["port"] for rule in pols[app]["spec"]["ingress"] for p in rule["ports"]}
+            for port in svc["spec"]["ports"]:
+                self.assertIn(port["port"], admitted, f"{app}: {port}")
+            from_nodes = [r for r in pols[app]["spec"]["ingress"] if any("ipBlock" in f for f in r["from"])]
+            self.assertTrue(from_nodes, f"{app}: nodes (host network) are not admitted")
+        workload = {w["metadata"]["name"]: w for w in self.by_kind["Deployment"]}
+        for app, pol in pols.items():
+            served = {p["containerPort"] for c in workload[app]["spec"]["template"]["spec"]["containers"]
+                      for p in c.get("ports", [])} | {6881}  # registry-proxy's seeder (its config)
+            for rule in pol["spec"]["ingress"]:
+                for p in rule["ports"]:
+                    self.assertIn(p["port"], served, f"{app}: policy admits a port nothing serves")
+
+    def test_disruption_budgets_select_workloads(self):
+        labels = [w["spec"]["template"]["metadata"]["labels"] for w in self.by_kind["Deployment"]]
+        for pdb in self.by_kind["PodDisruptionBudget"]:
+            sel = pdb["spec"]["selector"]["matchLabels"]
+            self.assertTrue(any(sel.items() <= l.items() for l in labels), pdb["metadata"]["name"])
+            self.assertNotEqual(pdb["spec"].get("minAvailable"), 1,
+                                "minAvailable 1 over a single replica blocks every drain")
+
+
+@unittest.skipIf(shutil.which("kubectl") is None, "kubectl is not installed (tools/install-deps)")
+class SecondSchedulerProfile(unittest.TestCase):
+    """deploy/overlays/second-scheduler: the base plus a kube-scheduler named `shoal` (managed
+    clusters, where the default kube-scheduler cannot be edited)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rendered = render("deploy/overlays/second-scheduler")
+        cls.docs = [d for d in yaml.safe_load_all(cls.rendered) if d]
+        cls.base = [d for d in yaml.safe_load_all(render()) if d]
+
+    def find(self, kind: str, name: str) -> dict:
+        return next(d for d in self.docs if d["kind"] == kind and d["metadata"]["name"].startswith(name))
+
+    def test_contains_the_base(self):
+        key = lambda d: (d["kind"], d["metadata"]["name"])
+        self.assertLessEqual({key(d) for d in self.base}, {key(d) for d in self.docs})
+
+    @unittest.skipIf(not HAVE_MODELS, f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
+    def test_every_object_validates(self):
+        r = validate(self.rendered)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_scheduler_config_matches_the_default_profile(self):
+        """Same extender and scoring as deploy/kube-scheduler-config.yaml, under the name `shoal`,
+        with TLS files inside the mounted Secret of the kube-scheduler Certificate."""
+        dep = self.find("Deployment", "shoal-kube-scheduler")
+        pod = dep["spec"]["template"]["spec"]
+        cm = self.find("ConfigMap", "shoal-kube-scheduler")
+        vols = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(vols["config"]["configMap"]["name"], cm["metadata"]["name"])  # hashed name
+        cfg = yaml.safe_load(cm["data"]["config.yaml"])
+        default = yaml.safe_load((ROOT / "deploy" / "kube-scheduler-config.yaml").read_text())
+        self.assertEqual([p["schedulerName"] for p in cfg["profiles"]], ["shoal"])
+        self.assertEqual(cfg["profiles"][0]["pluginConfig"], default["profiles"][0]["pluginConfig"])
+        strip = lambda e: {k: v for k, v in e.items() if k != "tlsConfig"}
+        self.assertEqual([strip(e) for e in cfg["extenders"]], [strip(e) for e in default["extenders"]])
+        self.assertEqual(cfg["percentageOfNodesToScore"], default["percentageOfNodesToScore"])
+        self.assertEqual(cfg["leaderElection"]["resourceNamespace"], "shoal-system")
+        c = pod["containers"][0]
+        mounts = {m["mountPath"]: vols[m["name"]] for m in c["volumeMounts"]}
+        self.assertIn(f"--config={next(p for p, v in mounts.items() if 'configMap' in v)}/config.yaml", c["command"])
+        cert = next(d for d in self.docs if d["kind"] == "Certificate" and d["metadata"]["name"] == "shoal-kube-scheduler")
+        self.assertEqual(cert["spec"]["uris"], ["shoal://kube-scheduler"])
+        for f in cfg["extenders"][0]["tlsConfig"].values():
+            vol = mounts[str(Path(f).parent)]
+            self.assertEqual(vol["secret"]["secretName"], cert["spec"]["secretName"], f)
+            self.assertIn(Path(f).name, ("tls.crt", "tls.key", "ca.crt"))
+        # Its leader-election lease is one its Role lets it update.
+        role = self.find("Role", "shoal-kube-scheduler-lease")
+        names = [n for r in role["rules"] for n in r.get("resourceNames", [])]
+        self.assertIn(cfg["leaderElection"]["resourceName"], names)
+        bindings = [d for d in self.docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+        self.assertTrue(all(s["name"] == pod["serviceAccountName"] for b in bindings for s in b["subjects"]))
+        self.assertIn("system:kube-scheduler", [b["roleRef"]["name"] for b in bindings])
 
 
 def _urls(node) -> list[str]:
