@@ -202,7 +202,7 @@ class Objects(unittest.TestCase):
         """The monitors select Services and peerd's pods by app.kubernetes.io/name; the base
         deploy/ must put that label where they look, and peerd must expose the metrics port."""
         base = [d for d in yaml.safe_load_all(subprocess.run(
-            ["kubectl", "kustomize", str(ROOT / "deploy")], check=True, capture_output=True, text=True,
+            ["kubectl", "kustomize", str(ROOT / "deploy" / "base")], check=True, capture_output=True, text=True,
             timeout=60).stdout) if d]
         svc = {d["metadata"]["name"]: d for d in base if d["kind"] == "Service"}
         for name in ("shoal-registry-proxy", "shoal-scheduler"):
