@@ -60,6 +60,7 @@ sys.path.insert(0, str(HERE))
 from bt_fake_peer import Torrent, bdecode, compact_peers  # noqa: E402
 from cluster_case import ClusterCase  # noqa: E402
 from shoal_fixtures.containerd import CRI_NAMESPACE  # noqa: E402
+from shoal_fixtures.procs import run  # noqa: E402
 
 MiB = 1 << 20
 NODES = 4
@@ -657,6 +658,47 @@ class ClusterTest(ClusterCase):
         firing = [f"{a['labels']} {a['annotations'].get('summary')}" for r in rules
                   for a in r.get("alerts", []) if a["state"] == "firing"]
         self.assertEqual(firing, [], "alerts firing on a healthy cluster")
+
+
+    def test_15_shoal_distributes_its_own_images(self):
+        images_json = Path(os.environ.get("SHOAL_BUILD_DIR", ROOT / "build" / "release")) / "images" / "images.json"
+        if not images_json.exists():
+            if os.environ.get("SHOAL_REQUIRE_IMAGES"):
+                self.fail(f"{images_json} missing: the images_build test (tests/images) makes it")
+            self.skipTest(f"no images at {images_json} (`make images`)")
+        meta = json.loads(images_json.read_text())
+        reg = self.c.registry
+        mark = reg.mark()
+        refs = {}
+        for img in meta["images"]:
+            refs[img["name"]] = ref = f"{reg.host_port}/{img['name']}:{img['tag']}"
+            run(["skopeo", "copy", "--retry-times", "0", "--dest-tls-verify=false",
+                 f"oci-archive:{img['archive']}", f"docker://{ref}"], netns=reg.netns, timeout=300,
+                what=f"skopeo copy {img['archive']} -> {ref}")
+        before = [self.bytes_of(i) for i in range(NODES)]
+        mark = reg.mark()
+        # peerd's image on every node at once; the other two on one node each.
+        results = self.c.pull_all(refs["shoal/peerd"], timeout=300)
+        results += self.c.pull_all(refs["shoal/registry-proxy"], nodes=[0], timeout=300)
+        results += self.c.pull_all(refs["shoal/scheduler"], nodes=[1], timeout=300)
+        for r in results:
+            self.assertTrue(r.ok, f"{r.node}: {r.error}")
+        reg.wait_log_quiet()
+        gets = reg.blob_gets(since=mark)
+        self.assertTrue(gets and all(n == 1 for n in gets.values()), f"registry blob GETs: {gets}")
+        after = [self.bytes_of(i) for i in range(NODES)]
+        moved = sum(a.get(k, 0) - b.get(k, 0) for a, b in zip(after, before)
+                    for k in ("from_peers", "from_origin", "from_http_fallback"))
+        from_peers = sum(a.get("from_peers", 0) - b.get("from_peers", 0) for a, b in zip(after, before))
+        self.assertGreater(moved, 3 * 20 * MiB, f"peerd moved {moved} bytes of Shoal's images")
+        self.assertGreater(from_peers, 0, "no bytes between peers")
+        # Run it: the version the packages carry, printed by the binary inside the image.
+        c = self.c.containerds[2]
+        cp = c.ctr("run", "--rm", "--snapshotter", c.snapshotter, refs["shoal/peerd"], "shoal-version",
+                   "/usr/bin/shoal-peerd", "--version", timeout=120, check=False)
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr + c.diagnostics())
+        self.assertIn(meta["version"].split("~")[0], cp.stdout)
+        print(f"\n  shoal/peerd --version in a container: {cp.stdout.strip().splitlines()[0]}", file=sys.stderr)
 
 
 if __name__ == "__main__":

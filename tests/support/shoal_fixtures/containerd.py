@@ -60,6 +60,29 @@ class PullResult:
     content: dict[str, int]
 
 
+def _cgroup_mounts_script() -> str:
+    """Shell commands that mount the host's cgroup hierarchies (as /proc/self/mountinfo lists
+    them under /sys/fs/cgroup) again at the same places; each failure is ignored."""
+    cmds = ["mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup 2>/dev/null || true;"]
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        point, fstype, super_opts = fields[4], rest[0], rest[2]
+        if fstype not in ("cgroup", "cgroup2") or not point.startswith("/sys/fs/cgroup/"):
+            continue
+        opts = ",".join(o for o in super_opts.split(",") if o not in ("rw", "ro")) or "defaults"
+        if fstype == "cgroup" and all(o.startswith(("name=", "xattr")) for o in opts.split(",")):
+            opts = "none," + opts  # a named hierarchy without controllers (name=systemd)
+        cmds.append(f"mkdir -p {point} && mount -t {fstype} -o {opts} {fstype} {point} 2>/dev/null || true;")
+    return " ".join(cmds) + " "
+
+
 class Containerd:
     """One private containerd daemon. See the module comment for layout and findings."""
 
@@ -93,8 +116,14 @@ class Containerd:
 
     def start(self, timeout: float = 30) -> "Containerd":
         self._write_config()
-        self.daemon = Daemon(f"containerd({self.dir.name})",
-                             ["containerd", "--config", self.config_path],
+        argv = ["containerd", "--config", str(self.config_path)]
+        if self.netns:
+            # `ip netns exec` mounts a fresh /sys for the namespace, without the host's cgroup
+            # mounts under /sys/fs/cgroup, and runc then fails every `ctr run` ("no cgroup mount
+            # found in mountinfo"). The same hierarchies are mounted again in containerd's own
+            # mount namespace first (best effort: pulls do not need them).
+            argv = ["sh", "-c", _cgroup_mounts_script() + 'exec "$@"', "sh", *argv]
+        self.daemon = Daemon(f"containerd({self.dir.name})", argv,
                              log_path=self.log_path, netns=self.netns).start()
 
         def ready() -> bool:
