@@ -48,6 +48,8 @@ demo: build
 bench: build
 	@bench/cache/run
 
+packages: build ; @cd $(BUILD_DIR) && cpack -G DEB -B packages >/dev/null && ls -1 packages/*.deb
+
 # Regenerates the configuration references in docs/config/ from the daemons, and the benchmark
 # tables in docs/*.md from the JSON under bench/results/ (tools/bench-docs).
 docs: build
