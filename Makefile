@@ -15,7 +15,7 @@ CMAKE_LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE),)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: all deps build build-asan test test-release test-asan demo bench docs clean
+.PHONY: all deps build build-asan test test-release test-asan demo bench docs clean packages images
 
 all: build
 
@@ -49,6 +49,12 @@ bench: build
 	@bench/cache/run
 
 packages: build ; @cd $(BUILD_DIR) && cpack -G DEB -B packages >/dev/null && ls -1 packages/*.deb
+
+# Shoal's own container images (shoal/peerd, shoal/registry-proxy, shoal/scheduler) from those
+# packages on a Debian 12 root filesystem (mmdebstrap, cached in /var/cache/shoal/images) with
+# buildah, as OCI archives in build/release/images (docs/install.md). Needs root.
+images: packages
+	@tools/build-images --debs $(BUILD_DIR)/packages --out $(BUILD_DIR)/images
 
 # Regenerates the configuration references in docs/config/ from the daemons, and the benchmark
 # tables in docs/*.md from the JSON under bench/results/ (tools/bench-docs).
