@@ -1,5 +1,7 @@
 #include "peerd/config.h"
 
+#include "common/oci.h"
+
 namespace shoal::peerd {
 
 void describe(config::binder& b, gpu_config& c) {
@@ -144,6 +146,34 @@ void describe(config::binder& b, access_config& c) {
           {.min = 1, .max = 10000000});
 }
 
+void describe(config::binder& b, mirror_registry_config& c) {
+  b.field("host", c.host,
+          "Registry host as image references name it (docker.io, registry.example.com:5000): "
+          "the directory certs.d/<host>/ and the registries.conf `location`.");
+  b.field("server", c.server,
+          "The registry's own endpoint, containerd's `server =` fallback when peerd does not "
+          "answer. Empty: https://<host>.");
+  b.field("prefix", c.prefix,
+          "registry-proxy's path prefix for this registry (its upstreams[].prefix). CRI-O and "
+          "podman send no ns=, so their mirror location is <peerd>/<prefix>. Empty: the host, "
+          "when it is a valid path component (a host:port is not; such a registry is then left "
+          "out of the drop-in).");
+  b.check(oci::valid_registry_host(c.host),
+          "host must be a registry host such as docker.io or r.example:5000");
+  b.check(c.server.empty() || c.server.starts_with("http://") || c.server.starts_with("https://"),
+          "server must be an http:// or https:// URL");
+  b.check(c.prefix.empty() || oci::valid_name(c.prefix),
+          "prefix must be a repository path such as docker.io or hub");
+}
+
+void describe(config::binder& b, mirror_config& c) {
+  b.list("registries", c.registries,
+         "Registries `shoal-peerd mirror install` points containerd (certs.d/<host>/hosts.toml, "
+         "plus _default for every other registry) and CRI-O/podman (registries.conf.d/"
+         "50-shoal.conf) at this peerd for. Default: docker.io with server "
+         "https://registry-1.docker.io. A list given in a file replaces the default.");
+}
+
 void describe(config::binder& b, peerd_config& c) {
   b.section("http", c.http, "The HTTP API: containerd's mirror endpoint, status, pull.");
   b.section("log", c.log, "Logging.");
@@ -160,6 +190,9 @@ void describe(config::binder& b, peerd_config& c) {
   b.section("access", c.access,
             "Private content: a blob not known public is served from this node only to a client "
             "registry-proxy confirmed.");
+  b.section("mirror", c.mirror,
+            "What `shoal-peerd mirror install` writes for containerd and CRI-O (docs/peerd.md "
+            "\"Mirror set-up\").");
   b.field("metrics_listen", c.metrics_listen,
           "host:port of a second listener serving only /metrics and /healthz, for scrapers on "
           "other hosts (use the node address). Empty: off. With tls.enabled it serves TLS with "

@@ -1,10 +1,15 @@
 // shoal-peerd: the node daemon (containerd mirror, swarm, local cache).
+// `shoal-peerd mirror install|uninstall` sets up containerd and CRI-O to use it (mirror_setup.h).
 #include <cstdio>
+#include <string_view>
 
 #include "peerd/app.h"
 #include "common/log.h"
+#include "mirror_setup.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "mirror")
+    return shoal::peerd::mirror_setup::run_cli(argc - 1, argv + 1);
   shoal::peerd::peerd_config cfg;
   if (shoal::version::requested(argc, argv)) {
     std::fputs(shoal::version::text("shoal-peerd", shoal::peerd::linked_libraries()).c_str(),

@@ -90,6 +90,21 @@ struct access_config {
 };
 void describe(config::binder& b, access_config& c);
 
+// One registry whose pulls `shoal-peerd mirror install` points at this peerd (mirror_setup.h):
+// containerd's certs.d/<host>/hosts.toml and the CRI-O/podman registries.conf.d drop-in.
+struct mirror_registry_config {
+  std::string host;    // registry host as image references name it: "docker.io", "r.example:5000"
+  std::string server;  // its own endpoint, containerd's fallback (empty: https://<host>)
+  std::string prefix;  // registry-proxy's path prefix for it, for CRI-O/podman (empty: host)
+};
+void describe(config::binder& b, mirror_registry_config& c);
+
+struct mirror_config {
+  std::vector<mirror_registry_config> registries{{.host = "docker.io",
+                                                  .server = "https://registry-1.docker.io"}};
+};
+void describe(config::binder& b, mirror_config& c);
+
 struct peerd_config {
   daemon::http_config http{.listen = "127.0.0.1:65001"};
   daemon::log_config log;
@@ -101,6 +116,7 @@ struct peerd_config {
   swarm_config swarm;
   datasets_config datasets;
   access_config access;
+  mirror_config mirror;
   // The metrics listener on the node address (docs/peerd.md "What listens where"): /metrics
   // and /healthz only, for Prometheus on other hosts. Empty: off. With tls.enabled it serves
   // TLS with the node certificate and requires a client certificate of the cluster CA.
