@@ -198,7 +198,9 @@ struct manifest {
   }
 };
 
-std::string manifest_path(const options& o) { return trim_slashes(o.backup_dir) + "/manifest.json"; }
+std::string manifest_path(const options& o) {
+  return trim_slashes(o.backup_dir) + "/manifest.json";
+}
 
 result<manifest> load_manifest(const options& o) {
   const std::string path = manifest_path(o);
@@ -210,11 +212,11 @@ result<manifest> load_manifest(const options& o) {
   m.bytes = f->bytes;
   auto j = nlohmann::json::parse(f->bytes, nullptr, false);
   auto bad = [&](const std::string& why) {
-    return fail(errc::invalid_argument, "manifest " + path + " " + why +
-                                            "; restore it or move it away to start afresh");
+    return fail(errc::invalid_argument,
+                "manifest " + path + " " + why + "; restore it or move it away to start afresh");
   };
-  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1 ||
-      !j.contains("entries") || !j["entries"].is_array())
+  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1 || !j.contains("entries") ||
+      !j["entries"].is_array())
     return bad("is not a shoal-peerd mirror manifest (version 1)");
   for (const auto& x : j["entries"]) {
     if (!x.is_object() || !x.contains("path") || !x["path"].is_string())
@@ -279,9 +281,9 @@ std::string free_backup_path(const options& o, const std::string& rel, manifest&
   for (int i = 0;; ++i) {
     std::string p = i == 0 ? base : base + "." + std::to_string(i);
     struct stat sb {};
-    bool taken = ::lstat(p.c_str(), &sb) == 0 ||
-                 std::any_of(m.entries.begin(), m.entries.end(),
-                             [&](const entry& e) { return e.backup == p; });
+    bool taken =
+        ::lstat(p.c_str(), &sb) == 0 || std::any_of(m.entries.begin(), m.entries.end(),
+                                                    [&](const entry& e) { return e.backup == p; });
     if (!taken) return p;
   }
 }
@@ -319,6 +321,48 @@ void clean_up(const std::vector<std::string>& backups, std::vector<std::string> 
   for (const auto& d : dirs) {
     if (::rmdir(d.c_str()) == 0) out("removed directory " + d);
   }
+}
+
+// A file install (re)writes: its plan, what is there now, and whether that is an original.
+struct write_step {
+  const planned_file* f;
+  file_state cur;
+  bool back_up;
+};
+
+// Install's changes in order: directories, backups, the manifest (`next`, naming every file
+// before any of them changes, so a crash leaves it right), then the targets. Journaled.
+status apply_writes(const options& o, const manifest& old, manifest& next,
+                    const std::vector<write_step>& writes, journal& j, const sink& out) {
+  const std::string backup_dir = trim_slashes(o.backup_dir);
+  // Directories first, so the manifest can name every one this run makes.
+  if (auto st = make_dirs(backup_dir, j, next.created_dirs); !st) return st;
+  for (const auto& w : writes) {
+    if (auto st = make_dirs(parent_of(w.f->path), j, next.created_dirs); !st) return st;
+    if (!w.back_up) continue;
+    if (auto st = make_dirs(parent_of(next.find(w.f->path)->backup), j, next.created_dirs); !st)
+      return st;
+  }
+  for (const auto& w : writes) {
+    if (!w.back_up) continue;
+    const entry& e = *next.find(w.f->path);
+    if (auto st = write_file(e.backup, w.cur.bytes, w.cur.mode, w.cur.uid, w.cur.gid); !st)
+      return st;
+    out("backed up " + e.path + " to " + e.backup);
+    j.done("back up " + e.path, [b = e.backup]() -> status {
+      if (::unlink(b.c_str()) != 0) return fail_errno(errno, "unlink " + b);
+      return {};
+    });
+  }
+  // The manifest names every file before any of them changes (a crash leaves it right).
+  if (auto st = save_manifest(o, old, next, j); !st) return st;
+  for (const auto& w : writes) {
+    if (auto st = write_file(w.f->path, w.f->content, written_mode, ::geteuid(), ::getegid()); !st)
+      return st;
+    out("wrote " + w.f->path);
+    j.done("write " + w.f->path, [p = w.f->path, was = w.cur] { return put_back(p, was); });
+  }
+  return {};
 }
 
 }  // namespace
@@ -373,8 +417,7 @@ std::string registries_conf(const std::vector<mirror_registry_config>& registrie
   return out;
 }
 
-result<std::vector<planned_file>> plan(const peerd_config& cfg, const options& o,
-                                       const sink& out) {
+result<std::vector<planned_file>> plan(const peerd_config& cfg, const options& o, const sink& out) {
   auto url = mirror_url(cfg);
   if (!url) return fail(url.error());
   std::vector<planned_file> files;
@@ -419,11 +462,6 @@ status install(const std::vector<planned_file>& files, const options& o, const s
   manifest next = old;
   next.exists = true;
   // Decide first, touch nothing: every target is read (an unreadable one stops us here).
-  struct write_step {
-    const planned_file* f;
-    file_state cur;
-    bool back_up;
-  };
   std::vector<write_step> writes;
   for (const auto& f : files) {
     auto cur = read_file(f.path);
@@ -472,35 +510,7 @@ status install(const std::vector<planned_file>& files, const options& o, const s
 
   journal j(out);
   auto run = [&]() -> status {
-    const std::string backup_dir = trim_slashes(o.backup_dir);
-    // Directories first, so the manifest can name every one this run makes.
-    if (auto st = make_dirs(backup_dir, j, next.created_dirs); !st) return st;
-    for (const auto& w : writes) {
-      if (auto st = make_dirs(parent_of(w.f->path), j, next.created_dirs); !st) return st;
-      if (!w.back_up) continue;
-      if (auto st = make_dirs(parent_of(next.find(w.f->path)->backup), j, next.created_dirs); !st)
-        return st;
-    }
-    for (const auto& w : writes) {
-      if (!w.back_up) continue;
-      const entry& e = *next.find(w.f->path);
-      if (auto st = write_file(e.backup, w.cur.bytes, w.cur.mode, w.cur.uid, w.cur.gid); !st)
-        return st;
-      out("backed up " + e.path + " to " + e.backup);
-      j.done("back up " + e.path, [b = e.backup]() -> status {
-        if (::unlink(b.c_str()) != 0) return fail_errno(errno, "unlink " + b);
-        return {};
-      });
-    }
-    // The manifest names every file before any of them changes (a crash leaves it right).
-    if (auto st = save_manifest(o, old, next, j); !st) return st;
-    for (const auto& w : writes) {
-      if (auto st = write_file(w.f->path, w.f->content, written_mode, ::geteuid(), ::getegid());
-          !st)
-        return st;
-      out("wrote " + w.f->path);
-      j.done("write " + w.f->path, [p = w.f->path, was = w.cur] { return put_back(p, was); });
-    }
+    if (auto st = apply_writes(o, old, next, writes, j, out); !st) return st;
     if (obsolete.empty()) return {};
     for (const auto& [e, cur] : obsolete) {
       if (auto st = restore(e, cur, j, out); !st) return st;
@@ -599,8 +609,9 @@ int run_cli(int argc, char** argv) {
   options o;
   std::vector<std::string> configs;
   bool no_check = false, skip_containerd = false, skip_crio = false;
-  auto* inst = app.add_subcommand("install", "Write the files (after checking containerd's "
-                                             "config_path); run again after a config change.");
+  auto* inst = app.add_subcommand("install",
+                                  "Write the files (after checking containerd's "
+                                  "config_path); run again after a config change.");
   auto* un = app.add_subcommand(
       "uninstall", "Restore what install replaced; files edited since install are kept.");
   inst->add_option("-c,--config", configs,
@@ -609,8 +620,7 @@ int run_cli(int argc, char** argv) {
   for (auto* c : {inst, un}) {
     c->add_option("--certs-dir", o.certs_dir, "containerd's registry hosts directory")
         ->capture_default_str();
-    c->add_option("--backup-dir", o.backup_dir,
-                  "where replaced files and manifest.json are kept")
+    c->add_option("--backup-dir", o.backup_dir, "where replaced files and manifest.json are kept")
         ->capture_default_str();
   }
   inst->add_option("--containerd-config", o.containerd_config, "containerd's config file")
@@ -643,8 +653,9 @@ int run_cli(int argc, char** argv) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
   };
-  const std::string name = inst->parsed() ? "shoal-peerd mirror install" : "shoal-peerd mirror "
-                                                                           "uninstall";
+  const std::string name = inst->parsed() ? "shoal-peerd mirror install"
+                                          : "shoal-peerd mirror "
+                                            "uninstall";
   if (un->parsed()) {
     if (auto st = uninstall(o, out); !st) {
       std::fprintf(stderr, "%s: %s\n", name.c_str(), st.error().message.c_str());
@@ -670,8 +681,7 @@ int run_cli(int argc, char** argv) {
   if (o.containerd && o.check) {
     auto c = check_containerd_config(o.containerd_config, o.certs_dir);
     if (!c) {
-      std::fprintf(stderr, "%s: containerd config: %s\n", name.c_str(),
-                   c.error().message.c_str());
+      std::fprintf(stderr, "%s: containerd config: %s\n", name.c_str(), c.error().message.c_str());
       return 1;
     }
     if (!c->ok) {

@@ -196,13 +196,27 @@ class toml_reader {
     if (eof()) return err("unterminated escape");
     char c = next();
     switch (c) {
-      case 'b': s += '\b'; return {};
-      case 't': s += '\t'; return {};
-      case 'n': s += '\n'; return {};
-      case 'f': s += '\f'; return {};
-      case 'r': s += '\r'; return {};
-      case '"': s += '"'; return {};
-      case '\\': s += '\\'; return {};
+      case 'b':
+        s += '\b';
+        return {};
+      case 't':
+        s += '\t';
+        return {};
+      case 'n':
+        s += '\n';
+        return {};
+      case 'f':
+        s += '\f';
+        return {};
+      case 'r':
+        s += '\r';
+        return {};
+      case '"':
+        s += '"';
+        return {};
+      case '\\':
+        s += '\\';
+        return {};
       case 'u':
       case 'U': {
         const std::size_t n = c == 'u' ? 4 : 8;
@@ -324,15 +338,15 @@ status scan(const std::string& file, int* version, std::optional<found>& config_
   if (!rows) return fail(rows.error().wrap(file));
   int v = 1;
   for (const auto& r : *rows) {
-    if (r.path == std::vector<std::string>{"version"} && !r.is_string) v = std::atoi(r.value.c_str());
+    if (r.path == std::vector<std::string>{"version"} && !r.is_string)
+      v = std::atoi(r.value.c_str());
   }
   if (version != nullptr) *version = v;
   auto want = registry_table(v);
   want.push_back("config_path");
   for (const auto& r : *rows) {
     if (r.path == want) config_path = found{file, r.line, r.value};
-    if (imports != nullptr && r.is_string &&
-        r.path == std::vector<std::string>{"imports", "[]"})
+    if (imports != nullptr && r.is_string && r.path == std::vector<std::string>{"imports", "[]"})
       imports->push_back(r.value);
   }
   return {};
@@ -376,8 +390,8 @@ result<config_path_check> check_containerd_config(const std::string& toml_path,
       std::stringstream list(setting->value);
       for (std::string one; std::getline(list, one, ':');) {
         if (!one.empty() && canonical(one) == canonical(certs)) {
-          return config_path_check{true, "containerd reads " + certs + " (" + setting->file +
-                                             ":" + std::to_string(setting->line) + ")"};
+          return config_path_check{true, "containerd reads " + certs + " (" + setting->file + ":" +
+                                             std::to_string(setting->line) + ")"};
         }
       }
       reason = setting->file + ":" + std::to_string(setting->line) + " sets config_path = \"" +

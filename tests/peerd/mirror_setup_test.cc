@@ -280,6 +280,38 @@ TEST_F(MirrorSetup, ContainerdCheckSaysWhatToChange) {
   EXPECT_NE(c.error().message.find("line 2"), std::string::npos) << c.error().message;
 }
 
+TEST(MirrorSetupConfig, RegistriesLoadAndBadOnesAreRefusedByKey) {
+  peerd_config c;
+  ASSERT_EQ(c.mirror.registries.size(), 1u);
+  EXPECT_EQ(c.mirror.registries[0].host, "docker.io");
+  auto st = config::load_string(
+      "mirror: {registries: [{host: \"r.example:5000\", server: \"http://r.example:5000\", "
+      "prefix: example}, {host: ghcr.io}]}\n",
+      "peerd.yaml", c);
+  ASSERT_TRUE(st) << st.error().message;
+  ASSERT_EQ(c.mirror.registries.size(), 2u);  // the file's list replaces the default
+  EXPECT_EQ(c.mirror.registries[0].prefix, "example");
+  // ghcr.io: server defaults to https://ghcr.io, prefix to the host.
+  options o;
+  o.containerd = true;
+  o.crio = false;
+  o.certs_dir = "/c";
+  auto files = plan(c, o, [](std::string_view) {});
+  ASSERT_TRUE(files);
+  ASSERT_EQ(files->size(), 3u);
+  EXPECT_NE((*files)[1].content.find("server = \"https://ghcr.io\""), std::string::npos);
+  EXPECT_EQ((*files)[2].path, "/c/_default/hosts.toml");
+  for (const char* bad : {"mirror: {registries: [{host: \"no host\"}]}",
+                          "mirror: {registries: [{host: a.io, server: ftp://a.io}]}",
+                          "mirror: {registries: [{host: a.io, prefix: \"A:1\"}]}"}) {
+    peerd_config b;
+    auto r = config::load_string(bad, "peerd.yaml", b);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("mirror.registries[0]"), std::string::npos)
+        << r.error().message;
+  }
+}
+
 TEST(MirrorSetupToml, ReadsEveryFormOfTheKey) {
   const std::vector<std::string> want = {"plugins", "io.containerd.grpc.v1.cri", "registry",
                                          "config_path"};

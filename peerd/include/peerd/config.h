@@ -100,8 +100,8 @@ struct mirror_registry_config {
 void describe(config::binder& b, mirror_registry_config& c);
 
 struct mirror_config {
-  std::vector<mirror_registry_config> registries{{.host = "docker.io",
-                                                  .server = "https://registry-1.docker.io"}};
+  std::vector<mirror_registry_config> registries{
+      {.host = "docker.io", .server = "https://registry-1.docker.io"}};
 };
 void describe(config::binder& b, mirror_config& c);
 
