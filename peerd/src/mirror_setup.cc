@@ -139,7 +139,7 @@ class journal {
       }
     }
     steps_.clear();
-    if (!failed.empty()) e.message += failed;
+    e.message += failed.empty() ? " (every step done before was undone)" : failed;
     return e;
   }
 
@@ -298,7 +298,7 @@ status restore(const entry& e, const file_state& cur, journal& j, const sink& ou
                                        (b->exists ? " changed since install" : " is missing"));
     if (auto st = write_file(e.path, b->bytes, e.original_mode, e.original_uid, e.original_gid);
         !st)
-      return st;
+      return fail(st.error().wrap("restore " + e.path));
     out("restored " + e.path + " from " + e.backup);
   } else if (cur.exists) {
     if (::unlink(e.path.c_str()) != 0) return fail_errno(errno, "unlink " + e.path);
@@ -347,7 +347,7 @@ status apply_writes(const options& o, const manifest& old, manifest& next,
     if (!w.back_up) continue;
     const entry& e = *next.find(w.f->path);
     if (auto st = write_file(e.backup, w.cur.bytes, w.cur.mode, w.cur.uid, w.cur.gid); !st)
-      return st;
+      return fail(st.error().wrap("back up " + e.path));
     out("backed up " + e.path + " to " + e.backup);
     j.done("back up " + e.path, [b = e.backup]() -> status {
       if (::unlink(b.c_str()) != 0) return fail_errno(errno, "unlink " + b);
@@ -358,7 +358,7 @@ status apply_writes(const options& o, const manifest& old, manifest& next,
   if (auto st = save_manifest(o, old, next, j); !st) return st;
   for (const auto& w : writes) {
     if (auto st = write_file(w.f->path, w.f->content, written_mode, ::geteuid(), ::getegid()); !st)
-      return st;
+      return fail(st.error().wrap("write " + w.f->path));
     out("wrote " + w.f->path);
     j.done("write " + w.f->path, [p = w.f->path, was = w.cur] { return put_back(p, was); });
   }

@@ -403,9 +403,9 @@ result<config_path_check> check_containerd_config(const std::string& toml_path,
   }
   std::string m = "containerd will not read the hosts.toml files in " + certs + ": " + reason +
                   ".\nPut these lines in " + toml_path +
-                  " (replacing a config_path already in that table; containerd\nrefuses a "
-                  "`mirrors` table beside config_path, so move such entries into hosts.toml\n"
-                  "files), then restart containerd:\n\n";
+                  " and restart containerd (replace a config_path already in\nthat table; "
+                  "containerd refuses a `mirrors` table beside config_path, so move such\n"
+                  "entries into hosts.toml files):\n\n";
   if (::access(toml_path.c_str(), F_OK) != 0) m += "version = 2\n\n";
   m += table_header(version) + "\n  config_path = \"" + certs + "\"\n\n";
   m += "Nothing was written. --no-check installs without this check.";

@@ -219,6 +219,20 @@ TEST_F(MirrorSetup, FailureHalfWayLeavesTheOriginalState) {
   EXPECT_EQ(snapshot(root_), before) << "a failed install must leave no trace";
 }
 
+TEST_F(MirrorSetup, RefusesATargetItCannotBackUpFaithfullyBeforeAnyChange) {
+  // A symbolic link would come back as a regular file: refused, nothing touched.
+  const fs::path link = o_.certs_dir + "/registry.example:5000/hosts.toml";
+  fs::create_directories(link.parent_path());
+  fs::create_symlink(o_.certs_dir + "/docker.io/hosts.toml", link);
+  const auto before = snapshot(root_);
+  auto st = run_install();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find(link.string() + " is a symbolic link"), std::string::npos)
+      << st.error().message;
+  EXPECT_EQ(snapshot(root_), before);
+  EXPECT_TRUE(lines_.size() <= 1) << lines_.back();  // at most plan's own line, no action
+}
+
 TEST_F(MirrorSetup, UninstallWithoutInstallChangesNothing) {
   const auto before = snapshot(root_);
   ASSERT_TRUE(uninstall(o_, collect()));
