@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -171,6 +172,25 @@ status make_dirs(const std::string& dir, journal& j, std::vector<std::string>& c
     return {};
   });
   return {};
+}
+
+// One run at a time per backup dir (an init container and an operator could race): an
+// exclusive flock on the backup dir's parent, which leaves nothing behind. No lock when that
+// parent does not exist yet (nothing can have been installed there).
+result<unique_fd> lock_backup_parent(const options& o) {
+  const std::string dir = parent_of(trim_slashes(o.backup_dir));
+  unique_fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return fd;
+    return fail_errno(errno, "open " + dir);
+  }
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return fail(errc::busy, "another `shoal-peerd mirror` run holds the lock on " + dir +
+                                  "; run again once it has finished");
+    return fail_errno(errno, "flock " + dir);
+  }
+  return fd;
 }
 
 // ---- the manifest -----------------------------------------------------------------------------
@@ -456,6 +476,8 @@ result<std::vector<planned_file>> plan(const peerd_config& cfg, const options& o
 // ---- install and uninstall --------------------------------------------------------------------
 
 status install(const std::vector<planned_file>& files, const options& o, const sink& out) {
+  auto lock = lock_backup_parent(o);
+  if (!lock) return fail(lock.error().wrap("install"));
   auto loaded = load_manifest(o);
   if (!loaded) return fail(loaded.error().wrap("install"));
   const manifest& old = *loaded;
@@ -532,6 +554,8 @@ status install(const std::vector<planned_file>& files, const options& o, const s
 }
 
 status uninstall(const options& o, const sink& out) {
+  auto lock = lock_backup_parent(o);
+  if (!lock) return fail(lock.error().wrap("uninstall"));
   auto loaded = load_manifest(o);
   if (!loaded) return fail(loaded.error().wrap("uninstall"));
   const manifest& m = *loaded;

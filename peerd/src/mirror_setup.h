@@ -27,7 +27,9 @@
 // followed) sets the CRI registry `config_path` to the certs dir; when it does not, it writes
 // nothing and says exactly which TOML lines to put there (unless `check` is off).
 //
-// Blocking file work on the calling thread; not thread-safe (one run at a time per backup dir).
+// Blocking file work on the calling thread. One run at a time per backup dir: install and
+// uninstall hold an exclusive flock on the backup dir's parent and fail (errc::busy) when
+// another run holds it.
 
 #include <functional>
 #include <string>

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -69,6 +70,7 @@ class MirrorSetup : public ::testing::Test {
              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_ / "etc/containers/registries.conf.d");
+    fs::create_directories(root_ / "var");  // the backup dir's parent, as /var/lib/shoal/peerd
     o_.certs_dir = root_ / "etc/containerd/certs.d";
     o_.containerd_config = root_ / "etc/containerd/config.toml";
     o_.backup_dir = root_ / "var/backup";
@@ -219,6 +221,31 @@ TEST_F(MirrorSetup, FailureHalfWayLeavesTheOriginalState) {
   EXPECT_EQ(snapshot(root_), before) << "a failed install must leave no trace";
 }
 
+TEST_F(MirrorSetup, UninstallFailingHalfWayLeavesTheInstalledState) {
+  ASSERT_TRUE(run_install());
+  const auto installed = snapshot(root_);
+  // The drop-in is restored last: the hosts.toml files are back when its directory refuses.
+  sealed_ = o_.registries_conf_d;
+  if (::geteuid() == 0) {
+    if (!set_immutable(sealed_, true)) GTEST_SKIP() << "no immutable attribute on this filesystem";
+  } else {
+    ASSERT_EQ(::chmod(sealed_.c_str(), 0555), 0);
+  }
+  lines_.clear();
+  auto st = uninstall(o_, collect());
+  if (::geteuid() == 0) set_immutable(sealed_, false);
+  if (::geteuid() != 0) ::chmod(sealed_.c_str(), 0755);
+  sealed_.clear();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("restore " + o_.registries_conf_d + "/50-shoal.conf"),
+            std::string::npos)
+      << st.error().message;
+  EXPECT_TRUE(said("undone: restore " + o_.certs_dir + "/docker.io/hosts.toml"));
+  EXPECT_EQ(snapshot(root_), installed) << "a failed uninstall must leave the install whole";
+  ASSERT_TRUE(uninstall(o_, collect()));  // and it can be run again
+  EXPECT_EQ(read(o_.certs_dir + "/docker.io/hosts.toml"), original_);
+}
+
 TEST_F(MirrorSetup, RefusesATargetItCannotBackUpFaithfullyBeforeAnyChange) {
   // A symbolic link would come back as a regular file: refused, nothing touched.
   const fs::path link = o_.certs_dir + "/registry.example:5000/hosts.toml";
@@ -231,6 +258,20 @@ TEST_F(MirrorSetup, RefusesATargetItCannotBackUpFaithfullyBeforeAnyChange) {
       << st.error().message;
   EXPECT_EQ(snapshot(root_), before);
   EXPECT_TRUE(lines_.size() <= 1) << lines_.back();  // at most plan's own line, no action
+}
+
+TEST_F(MirrorSetup, OneRunAtATime) {
+  const auto before = snapshot(root_);
+  // Another run holds the lock on the backup dir's parent.
+  int fd = ::open(fs::path(o_.backup_dir).parent_path().c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  auto st = run_install();
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(errc::busy)) << st.error().message;
+  EXPECT_EQ(snapshot(root_), before);
+  ::close(fd);
+  EXPECT_TRUE(run_install());
 }
 
 TEST_F(MirrorSetup, UninstallWithoutInstallChangesNothing) {
