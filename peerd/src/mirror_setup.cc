@@ -520,7 +520,8 @@ status install(const std::vector<planned_file>& files, const options& o, const s
       continue;
     auto cur = read_file(e.path);
     if (!cur) return fail(cur.error().wrap("install"));
-    if (cur->exists && sha_hex(cur->bytes) != e.written_sha256) {
+    const std::string have = cur->exists ? sha_hex(cur->bytes) : "";
+    if (cur->exists && have != e.written_sha256 && have != e.original_sha256) {
       out("kept " + e.path + ": no longer configured, but edited since shoal-peerd wrote it");
       continue;
     }
