@@ -48,7 +48,7 @@ demo: build
 bench: build
 	@bench/cache/run
 
-packages: build ; @cd $(BUILD_DIR) && cpack -G DEB -B packages >/dev/null && ls -1 packages/*.deb
+packages: build ; @rm -f $(BUILD_DIR)/packages/*.deb && cd $(BUILD_DIR) && cpack -G DEB -B packages >/dev/null && ls -1 packages/*.deb
 
 # Shoal's own container images (shoal/peerd, shoal/registry-proxy, shoal/scheduler) from those
 # packages on a Debian 12 root filesystem (mmdebstrap, cached in /var/cache/shoal/images) with

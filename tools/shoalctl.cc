@@ -311,7 +311,7 @@ int cmd_nodes(const context& cx) {
   auto j = get_json(cx, "scheduler at " + cx.scheduler, cx.scheduler + "/v1/nodes", is_array);
   if (!j) return 1;
   if (ctl::print_document(*j, cx.out)) return 0;
-  std::printf("%-16s %-8s %-12s %-10s %-8s %-7s %8s %11s %8s %-8s\n", "NODE", "HEALTHY", "PLATFORM",
+  std::printf("%-16s %-10s %-12s %-10s %-8s %-7s %8s %11s %8s %-8s\n", "NODE", "STATE", "PLATFORM",
               "ZONE/RACK", "FABRIC", "GPUS", "OBJECTS", "CACHE", "SEEN", "NETWORK");
   for (const auto& n : *j) {
     if (!n.is_object()) continue;
@@ -328,11 +328,17 @@ int cmd_nodes(const context& cx) {
     std::string net = n.contains("network") && n["network"].is_object()
                           ? n["network"].value("validation", "")
                           : "";
-    std::printf("%-16s %-8s %-12s %-10s %-8s %-7s %8zu %11s %7.1fs %-8s\n",
-                n.value("node", "").c_str(), n.value("healthy", false) ? "yes" : "no",
-                n.value("platform", "").c_str(), zr.c_str(), fabric.c_str(), gpus.c_str(),
-                n.value("objects", std::size_t{0}), human(num_of(n, "cache_used")).c_str(),
-                num_of(n, "last_seen_s"), net.c_str());
+    // The failure detector's state (healthy, unhealthy, restarting, failed); older schedulers:
+    // healthy.
+    std::string state = n.contains("state") && n["state"].is_object()
+                            ? n["state"].value("state", "")
+                            : (n.value("healthy", false) ? "healthy" : "unhealthy");
+    std::printf("%-16s %-10s %-12s %-10s %-8s %-7s %8zu %11s %7.1fs %-8s\n",
+                n.value("node", "").c_str(), state.c_str(), n.value("platform", "").c_str(),
+                zr.c_str(), fabric.c_str(), gpus.c_str(), n.value("objects", std::size_t{0}),
+                human(num_of(n, "cache_used")).c_str(), num_of(n, "last_seen_s"), net.c_str());
+    if (state == "failed" || state == "restarting")  // why, on the next line
+      std::printf("%-16s   %s\n", "", n["state"].value("detail", "").c_str());
   }
   return 0;
 }

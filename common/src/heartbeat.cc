@@ -307,6 +307,7 @@ std::string encode(const message& m) {
   }
   j["health"] = m.health;
   j["health_reasons"] = m.health_reasons;
+  if (m.leaving) j["leaving"] = true;
   json orders = json::array();
   for (const auto& o : m.orders) {
     json x = {{"id", o.id},
@@ -401,6 +402,7 @@ status decode_identity(const reader& r, message& m) {
   SHOAL_TRY(r.str("epoch", m.epoch, 64));
   SHOAL_TRY(r.u64("seq", m.seq, std::uint64_t{1} << 62));
   SHOAL_TRY(r.boolean("full", m.full));
+  SHOAL_TRY(r.boolean("leaving", m.leaving));
   if (m.schema < 2 && !m.full)
     return fail(errc::invalid_argument, "schema 1 heartbeats carry full lists only");
   return {};

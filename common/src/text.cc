@@ -1,5 +1,7 @@
 #include "common/text.h"
 
+#include <ctime>
+
 namespace shoal {
 
 std::string url_escape(std::string_view s, bool keep_slash) {
@@ -45,6 +47,15 @@ std::string quote_excerpt(std::string_view s, std::size_t max) {
     }
   }
   return out + "\"";
+}
+
+std::string utc_rfc3339(std::chrono::system_clock::time_point t) {
+  std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace shoal

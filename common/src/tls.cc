@@ -16,6 +16,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace shoal::tls {
 
@@ -212,14 +213,7 @@ result<built> build_context(const tls_config& c, side s) {
   return b;
 }
 
-std::string iso_time(sys_clock::time_point t) {
-  std::time_t tt = sys_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string iso_time(sys_clock::time_point t) { return utc_rfc3339(t); }
 
 }  // namespace
 

@@ -135,8 +135,9 @@ result<heartbeat::reply> heartbeat_sender::send(const heartbeat::message& m) {
   r.url = url_;
   r.body = heartbeat::encode(m);
   r.headers.emplace_back("Content-Type", "application/json");
-  r.timeouts.connect = std::chrono::milliseconds(2000);
-  r.timeouts.stall = std::chrono::milliseconds(10000);
+  // The last message before a stop must not hold the stop up for long.
+  r.timeouts.connect = std::chrono::milliseconds(m.leaving ? 1000 : 2000);
+  r.timeouts.stall = std::chrono::milliseconds(m.leaving ? 2000 : 10000);
   r.max_retries = 0;
   auto f = http::fetch(d_.http, std::move(r), 64u << 20);
   if (!f) return fail(f.error());
@@ -186,6 +187,16 @@ void heartbeat_sender::loop() {
     // must not make us spin.
     bool again = on_reply(m, r);
     immediate = again && !m.full;
+  }
+  // A clean stop (SIGTERM: a restart, a rolling update) says so: the scheduler then counts the
+  // silence that follows as a restart, within its failover.restart_grace, not as a failure.
+  auto m = build_message();
+  m.leaving = true;
+  if (auto r = send(m); r) {
+    log::info("told the scheduler this node is stopping", log::kv("url", url_));
+  } else {
+    log::info("could not tell the scheduler this node is stopping",
+              log::kv("error", r.error().message));
   }
 }
 

@@ -5,7 +5,7 @@
 
 #include "peerd/app.h"
 #include "common/log.h"
-#include "mirror_setup.h"
+#include "peerd/mirror_setup.h"
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "mirror")

@@ -1,4 +1,4 @@
-#include "mirror_setup.h"
+#include "peerd/mirror_setup.h"
 
 #include <fcntl.h>
 #include <glob.h>

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "mirror_setup.h"
+#include "peerd/mirror_setup.h"
 
 namespace shoal::peerd::mirror_setup {
 namespace {

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "common/config.h"
-#include "mirror_setup.h"
+#include "peerd/mirror_setup.h"
 
 namespace shoal::peerd::mirror_setup {
 

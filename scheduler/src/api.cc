@@ -59,9 +59,9 @@ unsigned status_of(const error& e) {
 }
 
 std::string route_label(std::string_view path) {
-  for (std::string_view p :
-       {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
-        "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce"}) {
+  for (std::string_view p : {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images",
+                             "/v1/datasets", "/v1/place", "/v1/prewarm", "/v1/extender/filter",
+                             "/v1/extender/prioritize", "/announce", "/v1/events"}) {
     if (path.rfind(p, 0) == 0) return std::string(p);
   }
   return "other";
@@ -144,6 +144,10 @@ http::response api::serve(const http::request& req) {
   if (path == "/v1/prewarm" || path.rfind("/v1/prewarm/", 0) == 0) {
     if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
     return finish(on_prewarm_get(path.substr(std::string_view("/v1/prewarm").size())));
+  }
+  if (path == "/v1/events") {
+    if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
+    return finish(on_events(req));
   }
   for (auto [prefix, fn] : std::initializer_list<std::pair<std::string_view, int>>{
            {"/v1/nodes", 0}, {"/v1/objects/", 1}, {"/v1/images/", 2}, {"/v1/datasets/", 3}}) {
@@ -254,6 +258,14 @@ json api::node_json(const node_summary& n,
     total += g.count;
   }
   auto r = reserved.find(n.name);
+  // The failure detector's verdict (failures.h); a node heard for the first time within the last
+  // second has none yet and shows what the index says.
+  std::optional<node_verdict> fv = d_.failures ? d_.failures->verdict(n.name) : std::nullopt;
+  if (!fv) fv = node_verdict{n.healthy ? node_state::healthy : node_state::unhealthy};
+  json state = {{"state", to_string(fv->state)},
+                {"cause", to_string(fv->cause)},
+                {"detail", fv->detail},
+                {"since_s", std::round(fv->since_s * 10) / 10}};
   return {{"node", n.name},
           {"labels", n.labels},
           {"platform", n.platform},
@@ -261,6 +273,8 @@ json api::node_json(const node_summary& n,
           {"bt_port", n.bt_port},
           {"http_port", n.http_port},
           {"healthy", n.healthy},
+          {"state", std::move(state)},
+          {"leaving", n.leaving},
           {"health", n.health},
           {"health_reasons", n.health_reasons},
           {"datasets", datasets_json(n)},

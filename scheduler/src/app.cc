@@ -93,13 +93,7 @@ status app::init() {
   to.max_peers_per_swarm = cfg_.tracker.max_peers_per_swarm;
   tracker_ = std::make_unique<tracker>(to);
 
-  index_options io;
-  io.unhealthy_after = ms(cfg_.nodes.unhealthy_after);
-  io.drop_after = ms(cfg_.nodes.drop_after);
-  io.default_platform = cfg_.resolver.default_platform;
-  io.max_nodes = cfg_.nodes.max_nodes;
-  io.max_objects_per_node = cfg_.nodes.max_objects_per_node;
-  index_ = std::make_unique<cluster_index>(io, epoch);
+  init_index(epoch);
 
   if (auto s = init_transport(); !s) return s;
   manifests_ = std::make_unique<registry_proxy_source>(
@@ -130,6 +124,7 @@ status app::init() {
     network_ = std::make_unique<netsetup_network_model>(std::move(pol));
   }
 
+  init_failover();
   placer_options po;
   po.cost = cost_model::from(cfg_.placement.cost);
   po.require_network_validation = cfg_.placement.require_network_validation;
@@ -151,8 +146,9 @@ status app::init() {
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
 
   if (auto s = init_auth(); !s) return s;
-  api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
-                                        *prewarm_, *extender_, reg_, token_.get()});
+  api_ =
+      std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
+                                     *prewarm_, *extender_, reg_, token_.get(), failures_.get()});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
@@ -213,6 +209,23 @@ void app::register_metrics() {
                 [idx] { return static_cast<double>(idx->stats().objects); });
   reg_.gauge_fn("shoal_scheduler_index_holdings", "(node, object) pairs in the cache index.",
                 [idx] { return static_cast<double>(idx->stats().holdings); });
+  auto* fd = failures_.get();
+  reg_.gauge_fn("shoal_scheduler_nodes_failed",
+                "Nodes in state failed (failover.failed_after without a heartbeat, reported "
+                "failing, netsetup validation failed, or not back within restart_grace).",
+                [fd] { return static_cast<double>(fd->failed_nodes()); });
+  reg_.gauge_fn("shoal_scheduler_failover_view_stale",
+                "1 while the scheduler decides no failure on silence (just started, or too many "
+                "nodes silent at once).",
+                [fd] { return fd->view_stale() ? 1.0 : 0.0; });
+  node_failures_ = &reg_.counter("shoal_scheduler_node_failures_total",
+                                 "Nodes found failed, by cause (heartbeat, reported, netsetup, "
+                                 "restart_grace).",
+                                 {"cause"});
+  for (auto cause : {failure_cause::heartbeat, failure_cause::reported, failure_cause::netsetup,
+                     failure_cause::restart_grace}) {
+    node_failures_->with({std::string(to_string(cause))}).inc(0);
+  }
   dropped_ = &reg_.counter("shoal_scheduler_nodes_dropped_total",
                            "Nodes forgotten after missing heartbeats.")
                   .with({});
@@ -232,6 +245,39 @@ void app::register_metrics() {
     prewarm_orders_->with({s}).set(0);
 }
 
+// The cluster cache index, from the nodes section; `epoch` is this start's.
+void app::init_index(const std::string& epoch) {
+  index_options io;
+  io.unhealthy_after = ms(cfg_.nodes.unhealthy_after);
+  io.drop_after = ms(cfg_.nodes.drop_after);
+  io.default_platform = cfg_.resolver.default_platform;
+  io.max_nodes = cfg_.nodes.max_nodes;
+  io.max_objects_per_node = cfg_.nodes.max_objects_per_node;
+  index_ = std::make_unique<cluster_index>(io, epoch);
+}
+
+// The failure detector (failures.h), from the failover and nodes sections.
+void app::init_failover() {
+  failover_options fo;
+  fo.unhealthy_after = ms(cfg_.nodes.unhealthy_after);
+  fo.failed_after = ms(cfg_.failover.failed_after);
+  fo.restart_grace = ms(cfg_.failover.restart_grace);
+  fo.max_failed_fraction = cfg_.failover.max_failed_fraction;
+  fo.max_events = cfg_.failover.max_events;
+  auto* net = network_.get();
+  // A node whose netsetup validation failed has failed (issue 17: they count as node faults).
+  failures_ = std::make_unique<failure_detector>(
+      fo, [net](const node_summary& n) -> std::optional<std::string> {
+        if (n.netsetup.empty()) return std::nullopt;
+        node_view nv;
+        nv.name = n.name;
+        nv.netsetup = n.netsetup;
+        auto v = net->verdict(nv);
+        if (v.state != validation::failed) return std::nullopt;
+        return v.detail.empty() ? std::string("the node's validation failed") : v.detail;
+      });
+}
+
 void app::schedule_maintenance() {
   timer_.expires_after(std::chrono::seconds(1));
   timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -249,6 +295,9 @@ void app::maintenance() {
     log::warn("node dropped: no heartbeat", log::kv("node", d.name));
   }
   tracker_->expire();
+  for (const auto& e : failures_->evaluate(index_->nodes())) {  // it logs and keeps them
+    if (e.event == "failed") node_failures_->with({e.cause}).inc();
+  }
   if (token_) (void)token_->reload_if_changed();  // a stat a second; reads only on change
   prewarm_->tick();
   auto c = prewarm_->counts();

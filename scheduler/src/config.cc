@@ -64,6 +64,28 @@ void describe(config::binder& b, nodes_config& c) {
   b.check(c.unhealthy_after < c.drop_after, "nodes.unhealthy_after must be below nodes.drop_after");
 }
 
+void describe(config::binder& b, failover_config& c) {
+  b.field("failed_after", c.failed_after,
+          "A node without a heartbeat this long has failed: an event (GET /v1/events), the metric "
+          "shoal_scheduler_node_failures_total{cause=\"heartbeat\"} and state `failed` in "
+          "/v1/nodes. Not decided during the scheduler's first failed_after (nodes have not all "
+          "reported yet).",
+          {.min = 1s});
+  b.field("restart_grace", c.restart_grace,
+          "A node whose last heartbeat said it was stopping cleanly (peerd on SIGTERM: a restart, "
+          "a rolling update) is `restarting`, not failed, for this long; after it, failed with "
+          "cause restart_grace.",
+          {.min = 1s});
+  b.field("max_failed_fraction", c.max_failed_fraction,
+          "When more than this share of the known nodes would fail for silence at once, the "
+          "scheduler takes its own view as stale (it is more likely cut off than they all died) "
+          "and decides nothing on silence until heartbeats arrive again. A node's own report "
+          "(failing, netsetup validation) still counts.",
+          {.min = 0.0, .max = 1.0});
+  b.field("max_events", c.max_events, "Node events kept in memory for GET /v1/events (oldest go).",
+          {.min = 1u, .max = 1'000'000u});
+}
+
 void describe(config::binder& b, resolver_config& c) {
   b.field("registry_proxy", c.registry_proxy, "Base URL of registry-proxy (image manifests).");
   b.field("default_platform", c.default_platform,
@@ -176,6 +198,8 @@ void describe(config::binder& b, scheduler_config& c) {
           "Threads answering placement, prewarm and extender requests.", {.min = 1, .max = 256});
   b.section("tracker", c.tracker, "The BitTorrent tracker.");
   b.section("nodes", c.nodes, "Node liveness from heartbeats.");
+  b.section("failover", c.failover,
+            "Node failure detection: when a silent or failing node has failed.");
   b.section("resolver", c.resolver, "Image references to layers, through registry-proxy.");
   b.section("placement", c.placement, "Placement: cost model, gangs, GPU reservations.");
   b.section("extender", c.extender, "The kube-scheduler extender (filter and prioritize verbs).");
@@ -188,6 +212,9 @@ void describe(config::binder& b, scheduler_config& c) {
             "operator's, the extender kube-scheduler's (docs/security.md, \"Who may call what "
             "(scheduler)\"). Off: plain HTTP, anyone may speak for any node (a demo).");
   b.section("auth", c.auth, "Bearer-token access for operator scripts.");
+  b.check(c.failover.failed_after.get() >= c.nodes.unhealthy_after.get(),
+          "failover.failed_after must be at least nodes.unhealthy_after (a failed node is first "
+          "unhealthy)");
 }
 
 }  // namespace shoal::scheduler

@@ -153,7 +153,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   // going the other way.
   bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
   if (!known || was_unreachable || n.inv.labels != m.labels || n.inv.netsetup != m.netsetup ||
-      n.inv.health != m.health || !same_gpus(n.inv.gpus, m.gpus)) {
+      n.inv.health != m.health || n.inv.leaving != m.leaving || !same_gpus(n.inv.gpus, m.gpus)) {
     ++nodes_generation_;
   }
   std::string ip = m.ip.empty() ? std::string(source_ip) : m.ip;
@@ -176,6 +176,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.health = m.health;
   n.inv.health_reasons = m.health_reasons;
   n.inv.datasets = m.datasets;
+  n.inv.leaving = m.leaving;
   n.ip = std::move(ip);
   n.last_seen = now;
   out.ip = n.ip;
@@ -243,7 +244,7 @@ std::vector<dropped_node> cluster_index::expire() {
 }
 
 bool cluster_index::healthy_locked(const node_entry& n, clock::time_point now) const {
-  return now - n.last_seen < opts_.unhealthy_after && n.inv.health != "failing";
+  return now - n.last_seen < opts_.unhealthy_after && n.inv.health != "failing" && !n.inv.leaving;
 }
 
 node_summary cluster_index::summary_locked(const node_entry& n, clock::time_point now) const {
@@ -261,6 +262,7 @@ node_summary cluster_index::summary_locked(const node_entry& n, clock::time_poin
   s.health_reasons = n.inv.health_reasons;
   s.datasets = n.inv.datasets;
   s.healthy = healthy_locked(n, now);
+  s.leaving = n.inv.leaving;
   s.last_seen_s = std::chrono::duration<double>(now - n.last_seen).count();
   s.cache_capacity = n.inv.cache_capacity;
   s.cache_used = n.inv.cache_used;

@@ -38,6 +38,9 @@ class OciArchive:
     def __init__(self, path: Path):
         self.tar = tarfile.open(path)
 
+    def __del__(self):
+        self.tar.close()
+
     def read(self, name: str) -> bytes:
         return self.tar.extractfile(name).read()
 
@@ -54,6 +57,8 @@ class Images(unittest.TestCase):
     def setUpClass(cls):
         t0 = time.monotonic()
         debs = BUILD / "packages"
+        for stale in debs.glob("*.deb"):  # as `make packages` does: this build's packages only
+            stale.unlink()
         subprocess.run(["cpack", "-G", "DEB", "-B", str(debs)], cwd=BUILD, check=True,
                        capture_output=True, timeout=300)
         cp = subprocess.run([str(ROOT / "tools" / "build-images"), "--debs", str(debs), "--out",

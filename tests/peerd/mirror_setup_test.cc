@@ -1,9 +1,9 @@
-// `shoal-peerd mirror install|uninstall` (peerd/src/mirror_setup.h) on a temporary tree shaped
-// like a node's /etc: originals come back byte for byte with their mode, install twice changes
-// nothing, an edited file is kept, a failure half-way leaves the tree as it was, and the
+// `shoal-peerd mirror install|uninstall` (peerd/include/peerd/mirror_setup.h) on a temporary tree
+// shaped like a node's /etc: originals come back byte for byte with their mode, install twice
+// changes nothing, an edited file is kept, a failure half-way leaves the tree as it was, and the
 // containerd config check says what to change.
 
-#include "mirror_setup.h"
+#include "peerd/mirror_setup.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>

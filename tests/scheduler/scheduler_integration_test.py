@@ -6,7 +6,10 @@ the scheduler (tracker, index, placement, extender, prewarm) and four peerd node
 - a prewarm on two nodes (through shoalctl) completes and /v1/objects shows them as holders;
 - a node killed in the middle of a prewarm is reported lost;
 - after a scheduler crash and restart the index is whole again within one heartbeat period;
-- /metrics passes promtool.
+- /metrics passes promtool;
+- failure detection: a peerd stopped cleanly (SIGTERM) is `restarting`, comes back `recovered`
+  and is never called failed; a peerd killed (SIGKILL) is `failed` with cause heartbeat within
+  failover.failed_after, in /v1/nodes, /v1/events, the metric and `shoalctl nodes`.
 
 The scheduler's bandwidths are scaled down 1024 times (KiB/s instead of MiB/s) so test images of
 a few MiB rank like production images of a few GiB.
@@ -83,6 +86,7 @@ class SchedulerIntegration(FixtureTestCase):
         cls.scheduler = Scheduler(d / "scheduler", extra={
             "resolver": {"registry_proxy": f"http://127.0.0.1:{proxy_port}", "tag_ttl": "5s"},
             "nodes": {"unhealthy_after": "4s", "drop_after": "120s", "heartbeat_interval": f"{int(HEARTBEAT)}s"},
+            "failover": {"failed_after": "6s", "restart_grace": "30s"},
             "placement": {"cost": {"rack_bandwidth": kib(1024), "zone_bandwidth": kib(512),
                                    "cluster_bandwidth": kib(256), "origin_bandwidth": kib(128),
                                    "upstream_bandwidth": kib(32), "node_ingress": kib(1024)}},
@@ -295,6 +299,52 @@ class SchedulerIntegration(FixtureTestCase):
         # whose heartbeat failed while the scheduler was down sent its full list anyway).
         metrics = urllib.request.urlopen(self.scheduler.url + "/metrics", timeout=5).read().decode()
         self.assertIn('shoal_scheduler_resyncs_total{reason="unknown_node"}', metrics)
+
+    def test_8_a_restart_is_not_a_failure_and_a_death_is(self):
+        def state(node: str) -> dict:
+            return next((n["state"] for n in self.nodes() if n["node"] == node), {})
+
+        def events(node: str) -> list[dict]:
+            return http_json(self.scheduler.url + "/v1/events?node=" + node)[1]["events"]
+
+        # After test 6's restart the scheduler decides nothing on silence for failed_after.
+        wait_until(lambda: not http_json(self.scheduler.url + "/v1/events")[1]["view_stale"], 20,
+                   "the scheduler's view to be fresh")
+        # A clean stop: peerd's last heartbeat says `leaving`.
+        p2 = self.peerds["node2"]
+        p2.stop()
+        wait_until(lambda: state("node2").get("state") == "restarting", 10, "node2 restarting")
+        self.assertIn("stopped cleanly", state("node2")["detail"])
+        time.sleep(7)  # past failed_after (6 s): still a restart, not a failure
+        self.assertEqual(state("node2")["state"], "restarting")
+        p2.start()
+        wait_until(lambda: state("node2").get("state") == "healthy", 20, "node2 back")
+        kinds = [e["event"] for e in events("node2")]
+        self.assertEqual(kinds[:2], ["recovered", "restarting"], kinds)
+        self.assertNotIn("failed", kinds)
+        # A death: no last word.
+        p4 = self.peerds["node4"]
+        p4.kill()
+        killed = time.monotonic()
+        wait_until(lambda: state("node4").get("state") == "failed", 20, "node4 failed")
+        detected = time.monotonic() - killed
+        print(f"[ measure ] killed node found failed after {detected:.1f}s (failed_after 6s, heartbeat {HEARTBEAT}s)",
+              file=sys.stderr)
+        self.assertEqual(state("node4")["cause"], "heartbeat")
+        self.assertIn("no heartbeat for", state("node4")["detail"])
+        self.assertEqual(events("node4")[0]["event"], "failed")
+        metrics = urllib.request.urlopen(self.scheduler.url + "/metrics", timeout=5).read().decode()
+        self.assertIn('shoal_scheduler_node_failures_total{cause="heartbeat"} 1', metrics)
+        self.assertIn("shoal_scheduler_nodes_failed 1", metrics)
+        out = subprocess.run([str(binary("shoalctl")), "--scheduler", self.scheduler.url, "nodes"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        line = next(l for l in out.stdout.splitlines() if l.startswith("node4 "))
+        self.assertIn("failed", line)
+        self.assertIn("no heartbeat for", out.stdout)
+        p4.start()
+        wait_until(lambda: state("node4").get("state") == "healthy", 20, "node4 back")
+        self.assertEqual(events("node4")[0]["event"], "recovered")
 
     def test_7_metrics_pass_promtool(self):
         text = urllib.request.urlopen(self.scheduler.url + "/metrics", timeout=5).read().decode()

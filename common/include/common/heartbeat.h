@@ -133,6 +133,10 @@ struct message {
   std::vector<std::string> health_reasons;
   std::vector<order_report> orders;
   std::vector<dataset_presence> datasets;
+  // The node's last message before a clean stop (SIGTERM: a restart, a rolling update): its
+  // silence after this is a restart within failover.restart_grace, not a failure. Absent (false)
+  // in messages from nodes that predate it.
+  bool leaving = false;
 };
 
 // One object of a prewarm order, with where to fetch it from (registry-proxy's ns= and repo).

@@ -34,6 +34,7 @@
 #include "scheduler/authz.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
+#include "scheduler/failures.h"
 #include "scheduler/index.h"
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
@@ -54,6 +55,8 @@ struct api_deps {
   metrics::registry& reg;
   // The operator bearer token (auth.operator_token_file); null: none is accepted.
   const operator_token* token = nullptr;
+  // Node failure verdicts and events (failures.h); null: /v1/nodes shows no state, /v1/events 404.
+  const failure_detector* failures = nullptr;
 };
 
 class api {
@@ -73,6 +76,7 @@ class api {
   // tracker.trust_announced_ip) the one its heartbeat claims.
   std::string node_address(const http::request& req, const std::string& claimed) const;
   http::response on_nodes(std::string_view rest);
+  http::response on_events(const http::request& req);
   http::response on_object(std::string_view rest);
   http::response on_image(const http::request& req, std::string_view rest);
   http::response on_dataset(std::string_view rest);

@@ -22,6 +22,7 @@
 #include "common/version.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
+#include "scheduler/failures.h"
 #include "scheduler/index.h"
 #include "scheduler/network.h"
 #include "scheduler/placement.h"
@@ -52,6 +53,8 @@ class app {
   [[nodiscard]] status init_transport();
   // The operator token file (auth.operator_token_file), when set; a bad file stops start-up.
   [[nodiscard]] status init_auth();
+  void init_index(const std::string& epoch);
+  void init_failover();
   void handle(http::request&& req, http::responder resp);
   void register_metrics();
   void schedule_maintenance();
@@ -66,6 +69,7 @@ class app {
   std::unique_ptr<http::client> http_client_;
   std::unique_ptr<tracker> tracker_;
   std::unique_ptr<cluster_index> index_;
+  std::unique_ptr<failure_detector> failures_;
   std::unique_ptr<registry_proxy_source> manifests_;
   std::unique_ptr<resolver> resolver_;
   std::unique_ptr<dataset_catalog> datasets_;
@@ -79,6 +83,7 @@ class app {
   boost::asio::steady_timer timer_;
   metrics::gauge_family* prewarm_orders_ = nullptr;
   metrics::counter* dropped_ = nullptr;
+  metrics::counter_family* node_failures_ = nullptr;
 };
 
 }  // namespace shoal::scheduler

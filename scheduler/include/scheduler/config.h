@@ -40,6 +40,15 @@ struct nodes_config {
 };
 void describe(config::binder& b, nodes_config& c);
 
+// Node failure detection (scheduler/failures.h): when a silent or failing node counts as failed.
+struct failover_config {
+  config::duration failed_after = 60s;    // no heartbeat this long: failed (a decision, an event)
+  config::duration restart_grace = 2min;  // a node that said it was stopping may be gone this long
+  double max_failed_fraction = 0.5;  // more nodes silent at once: the scheduler's view is stale
+  std::uint32_t max_events = 1000;   // node events kept for /v1/events
+};
+void describe(config::binder& b, failover_config& c);
+
 // Image references → layers, through registry-proxy.
 struct resolver_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
@@ -113,6 +122,7 @@ struct scheduler_config {
   int worker_threads = 4;
   tracker_config tracker;
   nodes_config nodes;
+  failover_config failover;
   resolver_config resolver;
   placement_config placement;
   extender_config extender;

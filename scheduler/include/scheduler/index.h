@@ -3,8 +3,10 @@
 // it holds, kept as soft state. Heartbeats carry the node's full object list or a delta with a
 // sequence number; a delta the index cannot apply (an unknown node, a gap in the sequence, or an
 // epoch from before this scheduler started) is refused with "resync", and the node sends its
-// full list at once. A node silent for `unhealthy_after` is unhealthy (not a placement target,
-// not a source); silent for `drop_after`, it is forgotten with everything it held.
+// full list at once. A node silent for `unhealthy_after`, reporting `failing`, or whose last
+// heartbeat said it was leaving is unhealthy (not a placement target, not a source); silent for
+// `drop_after`, it is forgotten with everything it held. Whether an unhealthy node has failed is
+// failures.h's question.
 //
 // Lifecycle: built by the app with the scheduler's epoch (random per start); lives until exit.
 // Threading: thread-safe; one shared_mutex (heartbeats write, queries read). All queries copy
@@ -39,7 +41,8 @@ struct index_options {
   std::chrono::milliseconds drop_after{300'000};
   std::string default_platform = "linux/amd64";
   std::size_t max_seen = 1'000'000;  // digests remembered as "has been in the cluster"
-  // Caps (heartbeats are unauthenticated: any sender can name a new node and list any digests).
+  // Caps (the sender chooses the digests it lists: in plain mode any sender can name a new node;
+  // with TLS, any node can still list any digests for itself).
   // A heartbeat from a node not yet known when max_nodes are is refused (429); known nodes are
   // always heard. A heartbeat that would leave its node holding more than max_objects_per_node
   // objects is refused (413). Refused heartbeats change nothing.
@@ -75,7 +78,8 @@ struct node_summary {
   std::string health;          // as reported
   std::vector<std::string> health_reasons;
   std::vector<heartbeat::dataset_presence> datasets;  // as last reported (issue #7)
-  bool healthy = false;    // reported ok/degraded and heard from recently
+  bool healthy = false;    // reported ok/degraded, heard from recently, not leaving
+  bool leaving = false;    // its last heartbeat said it was stopping cleanly (a restart)
   double last_seen_s = 0;  // seconds since the last heartbeat
   std::uint64_t cache_capacity = 0, cache_used = 0;
   std::size_t objects = 0;

@@ -6,8 +6,8 @@
 // index (multi-arch) is narrowed to the platform; every manifest fetched by digest is checked
 // against its digest.
 //
-// Also the seam for datasets (issue #7): a `dataset_catalog` maps "name@version" to objects;
-// until registry-proxy resolves datasets, the only catalog says "unknown dataset".
+// Datasets (issue #7) go through a `dataset_catalog` ("name@version" to objects):
+// registry_proxy_datasets reads each dataset's manifest from registry-proxy (dataset_catalog.h).
 //
 // Lifecycle: built by the app; owns a small thread pool for resolve_many(). Threading: every
 // public method is thread-safe; resolve() blocks (worker threads only, never an io thread).
