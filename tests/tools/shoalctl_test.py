@@ -83,8 +83,9 @@ class Formats(FixtureTestCase):
         self.assertEqual([n["node"] for n in j], ["n1"])
         self.assertEqual([n["node"] for n in y], ["n1"])
         self.assertEqual(j[0]["platform"], y[0]["platform"])
-        self.assertRegex(t, r"(?m)^NODE\s+HEALTHY")
-        self.assertRegex(t, r"(?m)^n1\s+yes")
+        self.assertRegex(t, r"(?m)^NODE\s+STATE")
+        self.assertRegex(t, r"(?m)^n1\s+healthy")  # the failure detector's state
+        self.assertEqual(j[0]["state"]["state"], "healthy")
 
     def test_prewarm_status(self):
         j, y, t = self.formats("--scheduler", self.sched.url, "prewarm", "status")
