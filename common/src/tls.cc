@@ -213,8 +213,6 @@ result<built> build_context(const tls_config& c, side s) {
   return b;
 }
 
-std::string iso_time(sys_clock::time_point t) { return utc_rfc3339(t); }
-
 }  // namespace
 
 struct tls_context::impl {
@@ -262,7 +260,7 @@ void tls_context::impl::warn_expiry() {
   const auto days = std::chrono::duration_cast<std::chrono::hours>(left).count() / 24.0;
   log::warn("tls certificate expires soon", log::kv("context", name),
             log::kv("cert_file", cfg.cert_file), log::kv("subject", i.subject),
-            log::kv("not_after", iso_time(i.not_after)), log::kv("days_left", days));
+            log::kv("not_after", utc_rfc3339(i.not_after)), log::kv("days_left", days));
 }
 
 void tls_context::impl::watch() {
@@ -331,7 +329,7 @@ result<bool> tls_context::impl::reload_if_changed() {
   log::info("tls certificate reloaded", log::kv("context", name),
             log::kv("cert_file", cfg.cert_file), log::kv("subject", info_copy.subject),
             log::kv("serial", info_copy.serial),
-            log::kv("not_after", iso_time(info_copy.not_after)));
+            log::kv("not_after", utc_rfc3339(info_copy.not_after)));
   return true;
 }
 
@@ -353,7 +351,7 @@ result<std::shared_ptr<tls_context>> tls_context::create(const tls_config& c, si
   i.info = b->info;
   log::info("tls certificate loaded", log::kv("context", i.name), log::kv("cert_file", c.cert_file),
             log::kv("subject", i.info.subject), log::kv("identity", i.info.identity_uri),
-            log::kv("not_after", iso_time(i.info.not_after)),
+            log::kv("not_after", utc_rfc3339(i.info.not_after)),
             log::kv("client_cert",
                     s == side::server ? (c.require_client_cert ? "required" : "optional") : "-"));
   i.warn_expiry();

@@ -14,8 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 json datasets_json(const node_summary& n) {
   json out = json::array();
   for (const auto& p : n.datasets) {
@@ -68,6 +66,8 @@ std::string route_label(std::string_view path) {
 }
 
 }  // namespace
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 http::response json_error(unsigned status, std::string_view msg) {
   return http::response::json(status, dump(json{{"error", std::string(msg)}}));

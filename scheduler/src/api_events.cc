@@ -7,13 +7,6 @@ namespace shoal::scheduler {
 
 using nlohmann::json;
 
-namespace {
-
-// As api.cc dumps: invalid UTF-8 (a node name from a heartbeat) replaced, never thrown.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-}  // namespace
-
 // GET /v1/events[?node=N][&limit=K]: node failure events, newest first (failures.h).
 http::response api::on_events(const http::request& req) {
   if (!d_.failures) return json_error(404, "failure detection is not running");

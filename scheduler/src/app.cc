@@ -265,7 +265,7 @@ void app::init_failover() {
   fo.max_failed_fraction = cfg_.failover.max_failed_fraction;
   fo.max_events = cfg_.failover.max_events;
   auto* net = network_.get();
-  // A node whose netsetup validation failed has failed (issue 17: they count as node faults).
+  // A node whose netsetup validation failed has failed (a misconfigured fabric is a node fault).
   failures_ = std::make_unique<failure_detector>(
       fo, [net](const node_summary& n) -> std::optional<std::string> {
         if (n.netsetup.empty()) return std::nullopt;

@@ -134,6 +134,8 @@ class api {
   metrics::counter_family& requests_;
 };
 
+// JSON text of an answer; invalid UTF-8 (a node name from a heartbeat) replaced, never thrown.
+[[nodiscard]] std::string dump(const nlohmann::json& j);
 // {"error": msg} with the status.
 [[nodiscard]] http::response json_error(unsigned status, std::string_view msg);
 // A random lower-case hex id with a prefix ("pw-1a2b3c4d5e6f").

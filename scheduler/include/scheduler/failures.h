@@ -1,5 +1,5 @@
 #pragma once
-// Node failure detection (issue 17, part 3): turns what the index knows of each node into a
+// Node failure detection: turns what the index knows of each node into a
 // verdict — healthy, unhealthy (silent past unhealthy_after, or degraded), restarting, failed —
 // with its cause, and records every change as an event.
 //
