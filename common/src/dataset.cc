@@ -315,6 +315,14 @@ result<manifest> build_manifest(std::string name, std::string version, std::stri
     if (auto s = check_path(files[i].path); !s) return fail(s.error());
     if (i > 0 && files[i].path == files[i - 1].path)
       return fail(errc::invalid_argument, "duplicate path " + quote_excerpt(files[i].path));
+    auto& r = files[i].ranks;
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    if (r.size() > max_file_ranks || (!r.empty() && r.back() >= max_rank))
+      return fail(errc::invalid_argument, quote_excerpt(files[i].path) + ": more than " +
+                                              std::to_string(max_file_ranks) +
+                                              " ranks, or a rank beyond " +
+                                              std::to_string(max_rank - 1));
   }
   m.files = std::move(files);
   group pack;
@@ -358,6 +366,14 @@ std::string canonical_json(const manifest& m) {
     if (i) out += ',';
     out += "{\"digest\":\"" + f.id.str() + "\",\"path\":";
     str(out, f.path);
+    if (!f.ranks.empty()) {
+      out += ",\"ranks\":[";
+      for (std::size_t k = 0; k < f.ranks.size(); ++k) {
+        if (k) out += ',';
+        out += std::to_string(f.ranks[k]);
+      }
+      out += ']';
+    }
     out += ",\"size\":" + std::to_string(f.size) + "}";
   }
   out += "],\"groups\":[";
@@ -417,6 +433,20 @@ result<manifest> parse_manifest(std::string_view text, const std::optional<diges
         if (!d) return fail(d.error().wrap("dataset manifest file " + quote_excerpt(e.path)));
         e.id = *d;
         if (auto s = check_path(e.path); !s) return fail(s.error().wrap("dataset manifest"));
+        if (auto r = f.find("ranks"); r != f.end()) {
+          if (!r->is_array() || r->empty() || r->size() > max_file_ranks)
+            return fail(errc::protocol_error, "dataset manifest file " + quote_excerpt(e.path) +
+                                                  ": ranks must be a non-empty array of at most " +
+                                                  std::to_string(max_file_ranks));
+          for (const auto& v : *r) {
+            auto rank = v.get<std::uint32_t>();
+            if (rank >= max_rank || (!e.ranks.empty() && e.ranks.back() >= rank))
+              return fail(errc::protocol_error, "dataset manifest file " + quote_excerpt(e.path) +
+                                                    ": ranks must be sorted, unique, below " +
+                                                    std::to_string(max_rank));
+            e.ranks.push_back(rank);
+          }
+        }
         if (!m.files.empty() && !(m.files.back().path < e.path)) {
           return fail(errc::protocol_error, "dataset manifest files are not sorted and unique at " +
                                                 quote_excerpt(e.path));

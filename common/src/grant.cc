@@ -1,5 +1,7 @@
 #include "common/grant.h"
 
+#include "common/base64.h"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -148,36 +150,11 @@ result<parsed_grant> parse(std::string_view grant) {
 
 // ---- base64
 
-std::string to_header(std::string_view grant) {
-  std::string out(4 * ((grant.size() + 2) / 3), '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(grant.data()),
-                          static_cast<int>(grant.size()));
-  out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-  return out;
-}
+std::string to_header(std::string_view grant) { return base64_encode(grant); }
 
 result<std::string> from_header(std::string_view value) {
   if (value.empty()) return fail(errc::protocol_error, "grant header is empty");
-  if (value.size() % 4 != 0 || value.size() > 4 * ((max_bytes + 2) / 3))
-    return fail(errc::protocol_error, "grant header is not base64 of a grant-sized value");
-  for (char ch : value) {
-    bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-              ch == '+' || ch == '/' || ch == '=';
-    if (!ok) return fail(errc::protocol_error, "grant header is not base64");
-  }
-  std::size_t pad = 0;
-  if (value.back() == '=') ++pad;
-  if (value.size() >= 2 && value[value.size() - 2] == '=') ++pad;
-  if (value.find('=') < value.size() - pad)
-    return fail(errc::protocol_error, "grant header is not base64");
-  std::string out(3 * value.size() / 4, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(value.data()),
-                          static_cast<int>(value.size()));
-  if (n < 0) return fail(errc::protocol_error, "grant header is not base64");
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return out;
+  return base64_decode(value, max_bytes, "grant header");
 }
 
 result<info_hash> parse_info_hash(std::string_view hex) {
@@ -356,10 +333,10 @@ struct verifier::impl {
     }
     std::string problem;
     auto id = tls::identity_from_certificate(x.get(), &problem);
-    if (id.role != tls::peer_role::registry_proxy) {
+    if (id.role != tls::peer_role::registry_proxy && id.role != tls::peer_role::scheduler) {
       return fail(
           errc::unauthorized,
-          "grant signer is not registry-proxy (" +
+          "grant signer is neither registry-proxy nor the scheduler (" +
               (id.role == tls::peer_role::none ? problem : std::string(tls::to_string(id.role))) +
               ")");
     }

@@ -178,8 +178,10 @@ result<prewarm_order> parse_order(const json& o, const std::string& path) {
     return fail(errc::invalid_argument, path + ".id is missing or invalid");
   SHOAL_TRY(r.str("image", ord.image, 1024));
   SHOAL_TRY(r.str("dataset", ord.dataset, 512));
-  if (ord.image.empty() == ord.dataset.empty()) {
-    return fail(errc::invalid_argument, path + " needs exactly one of image and dataset");
+  SHOAL_TRY(r.str("checkpoint", ord.checkpoint, 512));
+  if (int(!ord.image.empty()) + int(!ord.dataset.empty()) + int(!ord.checkpoint.empty()) != 1) {
+    return fail(errc::invalid_argument,
+                path + " needs exactly one of image, dataset and checkpoint");
   }
   SHOAL_TRY(r.str("platform", ord.platform, 64));
   SHOAL_TRY(r.str("registry", ord.registry, 255));
@@ -325,6 +327,14 @@ std::string encode(const message& m) {
           {{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
     }
     j["datasets"] = std::move(ds);
+  }
+  if (!m.checkpoints.empty()) {
+    json cs = json::array();
+    for (const auto& d : m.checkpoints) {
+      cs.push_back(
+          {{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
+    }
+    j["checkpoints"] = std::move(cs);
   }
   return dump(j);
 }
@@ -492,7 +502,8 @@ result<dataset_presence> parse_dataset_presence(const json& x, const std::string
 // What the node reports back: prewarm order progress and dataset presence.
 status decode_reports(const reader& r, message& m) {
   SHOAL_TRY(collect(r, "orders", max_orders, parse_report, m.orders));
-  return collect(r, "datasets", max_datasets, parse_dataset_presence, m.datasets);
+  SHOAL_TRY(collect(r, "datasets", max_datasets, parse_dataset_presence, m.datasets));
+  return collect(r, "checkpoints", max_datasets, parse_dataset_presence, m.checkpoints);
 }
 
 }  // namespace
@@ -532,6 +543,7 @@ std::string encode(const reply& r) {
               {"pin_seconds", o.pin_seconds}};
     if (!o.image.empty()) x["image"] = o.image;
     if (!o.dataset.empty()) x["dataset"] = o.dataset;
+    if (!o.checkpoint.empty()) x["checkpoint"] = o.checkpoint;
     json objs = json::array();
     for (const auto& ob : o.objects) objs.push_back({{"digest", ob.id.str()}, {"size", ob.size}});
     x["objects"] = std::move(objs);

@@ -29,6 +29,7 @@ test_pki& pki() {
     k->issue("proxy", "ca", "URI:shoal://registry-proxy,DNS:*");
     k->issue("proxy-other", "other-ca", "URI:shoal://registry-proxy,DNS:*");
     k->issue("node", "ca", "URI:shoal://node/n1,DNS:*");
+    k->issue("scheduler", "ca", "URI:shoal://scheduler,DNS:*");
     k->issue("proxy-expired", "ca", "URI:shoal://registry-proxy", -1);
     return k;
   }();
@@ -101,6 +102,16 @@ TEST(Grant, ExpiredAfterItsTimePlusSkew) {
   EXPECT_NE(late.error().message.find("expired"), std::string::npos);
 }
 
+// The scheduler signs the grants of checkpoint swarms (common/checkpoint.h).
+TEST(Grant, SchedulerMaySign) {
+  auto s = signer_for("scheduler");
+  auto v = verifier_for("ca");
+  ASSERT_TRUE(s && v);
+  auto c = v->verify(sign(*s, swarm_of(9), "n1"), swarm_of(9), "n1");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_FALSE(v->verify(sign(*s, swarm_of(9), "n1"), swarm_of(9), "n2"));
+}
+
 TEST(Grant, SignerMustBeRegistryProxyOfThisCa) {
   auto v = verifier_for("ca");
   ASSERT_TRUE(v);
@@ -112,7 +123,8 @@ TEST(Grant, SignerMustBeRegistryProxyOfThisCa) {
   auto node = signer_for("node");  // a member signing grants for itself
   auto r2 = v->verify(sign(*node, swarm_of(2), "n1"), swarm_of(2), "n1");
   ASSERT_FALSE(r2);
-  EXPECT_NE(r2.error().message.find("not registry-proxy"), std::string::npos) << r2.error().message;
+  EXPECT_NE(r2.error().message.find("neither registry-proxy nor the scheduler"), std::string::npos)
+      << r2.error().message;
   auto expired = signer_for("proxy-expired");
   auto r3 = v->verify(sign(*expired, swarm_of(2), "n1"), swarm_of(2), "n1");
   ASSERT_FALSE(r3);

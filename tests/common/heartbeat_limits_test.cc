@@ -51,6 +51,7 @@ message fixed_parts_at_their_bounds() {
   for (std::size_t i = 0; i < max_datasets; ++i) {
     std::string name = std::to_string(i) + "@" + std::string(320, 'v');
     m.datasets.push_back({name, max_object_size * 1024, max_object_size * 1024, true});
+    m.checkpoints.push_back({name, max_object_size * 1024, max_object_size * 1024, true});
   }
   return m;
 }

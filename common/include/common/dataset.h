@@ -74,7 +74,13 @@ struct file_entry {
   std::string path;
   std::uint64_t size = 0;
   digest id;  // sha256 of the content
+  // Checkpoints (common/checkpoint.h): the ranks that wrote the file and read it back, sorted and
+  // unique, at most max_file_ranks, each below max_rank; empty: every rank's (metadata). Datasets
+  // leave it empty; the canonical form carries "ranks" only when it is not.
+  std::vector<std::uint32_t> ranks;
 };
+inline constexpr std::size_t max_file_ranks = 4096;
+inline constexpr std::uint32_t max_rank = 1u << 20;
 
 struct group {
   enum class kind { single, pack } type = kind::single;

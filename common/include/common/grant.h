@@ -1,5 +1,6 @@
 #pragma once
-// Grants: registry-proxy's signed word that one node may download one swarm until a time.
+// Grants: registry-proxy's signed word that one node may download one swarm until a time (and
+// the scheduler's, for checkpoint swarms: it holds the checkpoint catalog, common/checkpoint.h).
 //
 // Nodes have no repository access of their own; clients' credentials do. registry-proxy answers
 // a node's metainfo request only after the client's credential passed its access check
@@ -23,7 +24,7 @@
 // verifier::verify accepts a grant when all of these hold, and otherwise says which failed: it is
 // at most max_bytes and parses strictly; v is 1; the signer certificate chains to a CA of the
 // verifier's bundle, is within its validity, and is registry-proxy's (URI SAN
-// shoal://registry-proxy); the signature verifies with that certificate's key; the info-hash is
+// shoal://registry-proxy) or the scheduler's (shoal://scheduler); the signature verifies with that certificate's key; the info-hash is
 // the swarm's; the node is the one the connection's certificate names; it has not expired
 // (clock_skew allowed).
 //

@@ -55,8 +55,9 @@ inline constexpr std::size_t max_datasets = 4096;
 inline constexpr std::size_t max_object_json_bytes = 206;
 // The largest encode() output of everything else, each list at its bound: 64 labels, the two
 // documents (max_document_bytes each), 64 GPU groups, 32 health reasons, 1024 order reports
-// with 4 KiB errors, 4096 dataset entries (strings without escapes). tests/common checks both.
-inline constexpr std::size_t max_fixed_json_bytes = (8u << 20) + (512u << 10);
+// with 4 KiB errors, 4096 dataset and 4096 checkpoint entries (strings without escapes).
+// tests/common checks both.
+inline constexpr std::size_t max_fixed_json_bytes = (10u << 20) + (512u << 10);
 
 // The largest heartbeat a node holding `objects` objects sends (a full list), which is also the
 // largest delta of that many entries (`objects` and `removed` together): the body limit of
@@ -133,6 +134,9 @@ struct message {
   std::vector<std::string> health_reasons;
   std::vector<order_report> orders;
   std::vector<dataset_presence> datasets;
+  // Checkpoints restored or published here ("<job>@<step>" in `dataset`, common/checkpoint.h),
+  // the same fields. Absent in messages from nodes that predate checkpoints.
+  std::vector<dataset_presence> checkpoints;
   // The node's last message before a clean stop (SIGTERM: a restart, a rolling update): its
   // silence after this is a restart within failover.restart_grace, not a failure. Absent (false)
   // in messages from nodes that predate it.
@@ -150,6 +154,7 @@ struct prewarm_order {
   std::string id;          // unique; the node reports progress under it
   std::string image;       // normalized reference ("docker.io/library/nginx:latest"), or ""
   std::string dataset;     // "name@version", or ""
+  std::string checkpoint;  // "<job>@<step>" (common/checkpoint.h), or ""; exactly one of the three
   std::string platform;    // the platform `objects` were resolved for ("linux/amd64")
   std::string registry;    // ns= for registry-proxy ("docker.io")
   std::string repository;  // repository the objects belong to ("library/nginx")
