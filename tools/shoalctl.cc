@@ -11,6 +11,8 @@
 //   shoalctl dataset prefetch NAME@VERSION   fetch it onto this node, with progress, and make its
 //   view shoalctl dataset ls | status NAME@VERSION | rm NAME@VERSION   this node's datasets
 //   shoalctl dataset renew NAME@VERSION [--ttl SECONDS]   keep its view and pins from expiring
+//   shoalctl checkpoint publish DIR --job J --step N | restore J[@N|@latest] [DIR] [--ranks R]
+//            | ls [--job J] [--node] | rm J@N [--cluster]   (shoalctl_checkpoint.h)
 //   shoalctl certs init|issue ...   the cluster CA and certificates (certs.h)
 //
 // Every command takes -o json|yaml|table (--json is -o json) and has its own --help; --version
@@ -49,6 +51,8 @@
 #include "common/origin_protocol.h"
 #include "common/platform.h"
 #include "common/version.h"
+#include "shoalctl_checkpoint.h"
+#include "shoalctl_cli.h"
 #include "shoalctl_output.h"
 
 namespace {
@@ -56,77 +60,17 @@ namespace {
 using nlohmann::json;
 namespace origin = shoal::origin;
 namespace ctl = shoal::tools::ctl;
+using ctl::context;
+using ctl::env_or;
+using ctl::get_json;
 using ctl::human;
-using response = shoal::result<shoal::http::full_response>;
-
-std::string env_or(const char* name, const char* def) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : def;
-}
-
-// What every command shares, set up in main before the first request.
-struct context {
-  std::string peerd, scheduler, proxy;
-  std::string bearer;  // `Authorization: Bearer` for the scheduler and registry-proxy; may be empty
-  ctl::format out = ctl::format::table;
-  std::unique_ptr<shoal::http::client> client;
-};
-
-response request(const context& cx, const std::string& method, const std::string& url,
-                 const std::string& body = {},
-                 std::chrono::milliseconds stall = std::chrono::seconds(30),
-                 const std::vector<std::pair<std::string, std::string>>& headers = {}) {
-  shoal::http::client_request r;
-  r.method = method;
-  r.url = url;
-  r.body = body;
-  r.headers = headers;
-  if (!body.empty()) r.headers.emplace_back("Content-Type", "application/json");
-  // Never to peerd (loopback, plain): the token is for the cluster's authenticated services.
-  if (!cx.bearer.empty() && url.starts_with("https://"))
-    r.headers.emplace_back("Authorization", "Bearer " + cx.bearer);
-  r.timeouts.connect = std::chrono::seconds(3);
-  r.timeouts.stall = stall;
-  r.max_retries = method == "GET" ? 2 : 0;
-  return shoal::http::fetch(*cx.client, std::move(r));
-}
-
-double num_of(const json& o, const char* k) {
-  return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : 0.0;
-}
-
-std::string pct(double part, double whole) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", whole > 0 ? 100.0 * part / whole : 0.0);
-  return buf;
-}
-
-// Prints why a request failed ("shoalctl: WHAT: cause" or "... HTTP 404: reason"); returns 1.
-int report(const std::string& what, const response& r) {
-  if (!r) {
-    std::fprintf(stderr, "shoalctl: %s: %s\n", what.c_str(), r.error().message.c_str());
-    return 1;
-  }
-  auto j = json::parse(r->body, nullptr, false);
-  std::string why = j.is_object() ? j.value("error", "") : "";
-  std::fprintf(stderr, "shoalctl: %s: HTTP %d%s\n", what.c_str(), r->status,
-               why.empty() ? "" : (": " + why).c_str());
-  return 1;
-}
-
-// GET `url` as a JSON document of the kind `ok` accepts; reports and returns nullopt otherwise.
-std::optional<json> get_json(const context& cx, const std::string& what, const std::string& url,
-                             bool (*ok)(const json&)) {
-  auto r = request(cx, "GET", url);
-  auto j = r ? json::parse(r->body, nullptr, false) : json();
-  if (!r || r->status != 200 || j.is_discarded() || !ok(j)) {
-    report(what, r);
-    return std::nullopt;
-  }
-  return j;
-}
-bool is_object(const json& j) { return j.is_object(); }
-bool is_array(const json& j) { return j.is_array(); }
+using ctl::is_array;
+using ctl::is_object;
+using ctl::num_of;
+using ctl::pct;
+using ctl::report;
+using ctl::request;
+using ctl::response;
 
 // ---- status, pull, nodes
 
@@ -568,41 +512,8 @@ int cmd_prewarm(const context& cx, const cmd_options& o) {
 
 // ---- datasets
 
-// One progress line: bar, bytes, rate, ETA, where the bytes came from.
-std::string progress_line(const json& j) {
-  double done = num_of(j, "bytes_done"), total = num_of(j, "bytes");
-  double frac = total > 0 ? done / total : (j.value("state", "") == "ready" ? 1.0 : 0.0);
-  double peers = num_of(j, "from_peers"),
-         origin = num_of(j, "from_origin") + num_of(j, "from_http");
-  double moved = peers + origin;
-  std::optional<double> eta;
-  if (j.contains("eta_seconds") && j["eta_seconds"].is_number()) eta = num_of(j, "eta_seconds");
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "%s %5.1f%%  %s / %s  %s/s  ETA %s  peers %s origin %s  groups %.0f/%.0f  %s",
-                ctl::bar(frac).c_str(), 100.0 * frac, human(done).c_str(), human(total).c_str(),
-                human(num_of(j, "rate")).c_str(), ctl::eta_text(eta).c_str(),
-                pct(peers, moved).c_str(), pct(origin, moved).c_str(), num_of(j, "groups_done"),
-                num_of(j, "groups"), j.value("state", "").c_str());
-  return buf;
-}
-
-void dataset_summary(const json& j) {
-  double secs = num_of(j, "seconds"), total = num_of(j, "bytes");
-  double peers = num_of(j, "from_peers"), bt = num_of(j, "from_origin"),
-         http = num_of(j, "from_http"), local = num_of(j, "local_bytes");
-  double moved = peers + bt + http;
-  std::printf("%s %s: %.0f files, %s in %.1fs (%s/s)\n", j.value("dataset", "").c_str(),
-              j.value("state", "").c_str(), num_of(j, "files"), human(total).c_str(), secs,
-              human(secs > 0 ? moved / secs : 0).c_str());
-  std::printf(
-      "  from peers %s (%s), from registry-proxy %s (BitTorrent) + %s (HTTP), already here %s\n",
-      human(peers).c_str(), pct(peers, moved).c_str(), human(bt).c_str(), human(http).c_str(),
-      human(local).c_str());
-  if (j.contains("view") && j["view"].is_string())
-    std::printf("  view %s\n", j["view"].get<std::string>().c_str());
-  if (!j.value("error", "").empty()) std::printf("  error: %s\n", j.value("error", "").c_str());
-}
+using ctl::dataset_summary;
+using ctl::progress_line;
 
 int cmd_dataset_declare(const context& cx, const std::string& file) {
   std::FILE* f = std::fopen(file.c_str(), "rb");
@@ -718,31 +629,8 @@ int cmd_dataset_prefetch(const context& cx, const std::string& ref, const cmd_op
   return j.value("state", "") == "ready" ? 0 : 1;
 }
 
-// The first line of a token file, without surrounding whitespace; an error names the file.
-shoal::result<std::string> read_token(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return shoal::fail_errno(errno, "open " + path);
-  char buf[4096];
-  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  std::string t(buf, n);
-  t = t.substr(0, t.find('\n'));
-  while (!t.empty() && (t.back() == '\r' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
-  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.erase(0, 1);
-  if (t.empty())
-    return shoal::fail(shoal::errc::invalid_argument, path + ": no token on its first line");
-  for (char c : t) {
-    if (c < 0x21 || c > 0x7e)
-      return shoal::fail(shoal::errc::invalid_argument,
-                         path + ": the token has a non-printable character");
-  }
-  return t;
-}
-
-std::string trim_slashes(std::string s) {
-  while (!s.empty() && s.back() == '/') s.pop_back();
-  return s;
-}
+using ctl::read_token;
+using ctl::trim_slashes;
 
 // The options every command takes (before or after the command words).
 struct globals {
@@ -858,6 +746,8 @@ int main(int argc, char** argv) {
   renew->add_option("ref", ref, "NAME@VERSION")->required();
   renew->add_option("--ttl", o.ttl, "Seconds from now (default: peerd's datasets.pin_ttl)")
       ->check(CLI::Range(1u, 365u * 24 * 3600));
+  ctl::checkpoint_options co;
+  auto ckpt = ctl::add_checkpoint_commands(app, co);
   auto* certs =
       app.add_subcommand("certs", "The cluster CA and certificates (shoalctl certs --help)");
   certs->prefix_command();
@@ -904,6 +794,7 @@ int main(int argc, char** argv) {
   if (dstatus->parsed()) return cmd_dataset_status(cx, ref);
   if (rm->parsed()) return cmd_dataset_rm(cx, ref);
   if (renew->parsed()) return cmd_dataset_renew(cx, ref, o.ttl);
+  if (int rc = ctl::run_checkpoint(ckpt, cx, co); rc >= 0) return rc;
   std::fputs(app.help().c_str(), stderr);
   return 2;
 }

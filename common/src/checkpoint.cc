@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -45,17 +47,14 @@ std::string key(std::string_view job, std::uint64_t step) {
   return std::string(job) + "@" + std::to_string(step);
 }
 
-std::string ref::str() const {
-  return step ? key(job, *step) : job + "@" + std::string(latest);
-}
+std::string ref::str() const { return step ? key(job, *step) : job + "@" + std::string(latest); }
 
 result<ref> parse_ref(std::string_view s, bool allow_latest) {
   auto at = s.find('@');
   std::string_view job = s.substr(0, at);
   if (!valid_job(job))
-    return fail(errc::invalid_argument,
-                "checkpoint job " + quote_excerpt(job) +
-                    " is not a valid name ([a-z0-9][a-z0-9._-]{0,127})");
+    return fail(errc::invalid_argument, "checkpoint job " + quote_excerpt(job) +
+                                            " is not a valid name ([a-z0-9][a-z0-9._-]{0,127})");
   ref r{std::string(job), std::nullopt};
   std::string_view step = at == std::string_view::npos ? latest : s.substr(at + 1);
   if (step == latest) {
@@ -80,8 +79,38 @@ result<dataset::manifest> build_manifest(const std::string& job, std::uint64_t s
   if (step > max_step) return fail(errc::invalid_argument, "checkpoint step is too large");
   if (!heartbeat::valid_node_name(writer))
     return fail(errc::invalid_argument, "writer node " + quote_excerpt(writer) + " is invalid");
-  return dataset::build_manifest(job, std::to_string(step), std::string(writer_prefix) + writer,
-                                 std::move(files));
+  auto m = dataset::build_manifest(job, std::to_string(step), std::string(writer_prefix) + writer,
+                                   std::move(files));
+  if (!m) return m;
+  // Grouped as datasets are, but each pack holds the files of one rank set only, so a restore of
+  // some ranks takes whole groups (files_for_ranks) and no other rank's bytes.
+  const dataset::grouping_policy policy;
+  m->groups.clear();
+  struct open_pack {
+    dataset::group g;
+    std::set<digest> in;
+  };
+  std::map<std::vector<std::uint32_t>, open_pack> packs;
+  auto close = [&](open_pack& p) {
+    if (!p.g.files.empty()) m->groups.push_back(std::move(p.g));
+    p = open_pack{};
+    p.g.type = dataset::group::kind::pack;
+  };
+  for (std::uint32_t i = 0; i < m->files.size(); ++i) {
+    const auto& f = m->files[i];
+    if (f.size == 0) continue;
+    if (f.size >= policy.small_file_max) {
+      m->groups.push_back({dataset::group::kind::single, {i}, f.size});
+      continue;
+    }
+    auto& p = packs[f.ranks];
+    p.g.type = dataset::group::kind::pack;
+    p.g.files.push_back(i);
+    if (p.in.insert(f.id).second) p.g.bytes += f.size;
+    if (p.g.bytes >= policy.pack_target) close(p);
+  }
+  for (auto& [ranks, p] : packs) close(p);
+  return m;
 }
 
 result<dataset::manifest> parse_manifest(std::string_view text,
@@ -89,9 +118,8 @@ result<dataset::manifest> parse_manifest(std::string_view text,
   auto m = dataset::parse_manifest(text, expected);
   if (!m) return fail(m.error().wrap("checkpoint manifest"));
   if (!valid_job(m->name) || !parse_step(m->version))
-    return fail(errc::protocol_error,
-                "checkpoint manifest names no job@step (" + quote_excerpt(m->name + "@" + m->version) +
-                    ")");
+    return fail(errc::protocol_error, "checkpoint manifest names no job@step (" +
+                                          quote_excerpt(m->name + "@" + m->version) + ")");
   if (!m->origin.starts_with(writer_prefix) ||
       !heartbeat::valid_node_name(std::string_view(m->origin).substr(writer_prefix.size())))
     return fail(errc::protocol_error,
@@ -137,9 +165,12 @@ std::vector<std::uint32_t> files_for_ranks(const dataset::manifest& m,
     const auto& fr = m.files[i].ranks;
     bool take = ranks.empty() || fr.empty();
     for (std::size_t a = 0, b = 0; !take && a < fr.size() && b < ranks.size();) {
-      if (fr[a] == ranks[b]) take = true;
-      else if (fr[a] < ranks[b]) ++a;
-      else ++b;
+      if (fr[a] == ranks[b])
+        take = true;
+      else if (fr[a] < ranks[b])
+        ++a;
+      else
+        ++b;
     }
     if (take) out.push_back(i);
   }
@@ -160,8 +191,8 @@ result<std::vector<std::uint32_t>> parse_ranks(std::string_view list) {
                                               std::to_string(dataset::max_rank));
     out.push_back(v);
     if (out.size() > dataset::max_file_ranks)
-      return fail(errc::invalid_argument, "more than " + std::to_string(dataset::max_file_ranks) +
-                                              " ranks");
+      return fail(errc::invalid_argument,
+                  "more than " + std::to_string(dataset::max_file_ranks) + " ranks");
     if (comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);
   }
@@ -191,7 +222,8 @@ result<decoded_registration> decode_registration(std::string_view text) {
   auto m = j.find("manifest");
   auto g = j.find("groups");
   if (m == j.end() || !m->is_string() || g == j.end() || !g->is_array())
-    return fail(errc::protocol_error, "checkpoint registration needs manifest (a string) and groups");
+    return fail(errc::protocol_error,
+                "checkpoint registration needs manifest (a string) and groups");
   decoded_registration out;
   out.reg.manifest = m->get<std::string>();
   auto parsed = parse_manifest(out.reg.manifest);
@@ -209,8 +241,7 @@ result<decoded_registration> decode_registration(std::string_view text) {
     group_torrent t;
     t.info_hash = e["info_hash"].get<std::string>();
     if (!is_hex40(t.info_hash))
-      return fail(errc::protocol_error, "checkpoint group info_hash " +
-                                            quote_excerpt(t.info_hash) +
+      return fail(errc::protocol_error, "checkpoint group info_hash " + quote_excerpt(t.info_hash) +
                                             " is not 40 lower-case hex digits");
     auto tor = base64_decode(e["torrent"].get<std::string>(), max_torrent_bytes, "group torrent");
     if (!tor) return fail(tor.error());
@@ -228,15 +259,9 @@ namespace {
 json record_json(const record& r) {
   json holders = json::array();
   for (const auto& h : r.holders) holders.push_back({{"node", h.node}, {"bytes", h.bytes}});
-  return {{"checkpoint", r.key()},
-          {"job", r.job},
-          {"step", r.step},
-          {"manifest", r.manifest.str()},
-          {"bytes", r.bytes},
-          {"files", r.files},
-          {"groups", r.groups},
-          {"writer", r.writer},
-          {"published_ms", r.published_ms},
+  return {{"checkpoint", r.key()},        {"job", r.job},       {"step", r.step},
+          {"manifest", r.manifest.str()}, {"bytes", r.bytes},   {"files", r.files},
+          {"groups", r.groups},           {"writer", r.writer}, {"published_ms", r.published_ms},
           {"holders", std::move(holders)}};
 }
 

@@ -319,10 +319,9 @@ result<manifest> build_manifest(std::string name, std::string version, std::stri
     std::sort(r.begin(), r.end());
     r.erase(std::unique(r.begin(), r.end()), r.end());
     if (r.size() > max_file_ranks || (!r.empty() && r.back() >= max_rank))
-      return fail(errc::invalid_argument, quote_excerpt(files[i].path) + ": more than " +
-                                              std::to_string(max_file_ranks) +
-                                              " ranks, or a rank beyond " +
-                                              std::to_string(max_rank - 1));
+      return fail(errc::invalid_argument,
+                  quote_excerpt(files[i].path) + ": more than " + std::to_string(max_file_ranks) +
+                      " ranks, or a rank beyond " + std::to_string(max_rank - 1));
   }
   m.files = std::move(files);
   group pack;

@@ -1,5 +1,7 @@
 #include "common/heartbeat.h"
 
+#include "common/checkpoint.h"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -499,11 +501,19 @@ result<dataset_presence> parse_dataset_presence(const json& x, const std::string
   return d;
 }
 
+// One entry of "checkpoints": the same fields, the name a checkpoint's "<job>@<step>".
+result<dataset_presence> parse_checkpoint_presence(const json& x, const std::string& p) {
+  auto d = parse_dataset_presence(x, p);
+  if (d && !checkpoint::parse_ref(d->dataset, false))
+    return fail(errc::invalid_argument, p + ".dataset must be <job>@<step>");
+  return d;
+}
+
 // What the node reports back: prewarm order progress and dataset presence.
 status decode_reports(const reader& r, message& m) {
   SHOAL_TRY(collect(r, "orders", max_orders, parse_report, m.orders));
   SHOAL_TRY(collect(r, "datasets", max_datasets, parse_dataset_presence, m.datasets));
-  return collect(r, "checkpoints", max_datasets, parse_dataset_presence, m.checkpoints);
+  return collect(r, "checkpoints", max_checkpoints, parse_checkpoint_presence, m.checkpoints);
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "cache/version.h"
 #include "common/log.h"
+#include "checkpoints.h"
 #include "datasets.h"
 #include "peerd/blob_access.h"
 #include "peerd/fetcher.h"
@@ -28,12 +30,16 @@ app::app(const peerd_config& cfg)
 app::~app() {
   if (prewarm_) prewarm_->request_stop();
   if (datasets_) datasets_->request_stop();
+  if (restores_) restores_->request_stop();
+  if (publisher_) publisher_->request_stop();
   heartbeat_.reset();
   if (metrics_server_) metrics_server_->stop(std::chrono::milliseconds(0));
   if (server_) server_->stop(std::chrono::milliseconds(0));
   if (swarm_) swarm_->stop();
   if (http_client_) http_client_->stop();
   prewarm_.reset();
+  publisher_.reset();
+  restores_.reset();
   datasets_.reset();
   pool_.join();
   cache_events_.reset();
@@ -92,11 +98,17 @@ status app::init() {
     fetcher_ = std::make_unique<fetcher>(std::move(fd));
   }
   if (auto s = init_datasets(); !s) return s;
+  if (auto s = init_checkpoints(); !s) return s;
   {
     mirror::deps md{cfg_, *store_, *swarm_, *fetcher_, *access_, *http_client_, pool_, reg_};
     if (datasets_) {
       md.datasets = [ds = datasets_.get()](const http::request& r, const http::responder& resp) {
         return ds->handle(r, resp);
+      };
+    }
+    if (restores_) {
+      md.checkpoints = [this](const http::request& r, const http::responder& resp) {
+        return handle_checkpoints(r, resp);
       };
     }
     mirror_ = std::make_unique<mirror>(std::move(md));
@@ -107,11 +119,23 @@ status app::init() {
   if (auto s = start_metrics_server(); !s) return s;
   if (!cfg_.upstream.scheduler.empty()) {
     prewarm_ = std::make_unique<prewarm_executor>(
-        prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get()},
+        prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get(),
+                               restores_.get()},
         prewarm_executor::options{});
     heartbeat_sender::deps hd{
         cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
     if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
+    if (restores_) {
+      hd.checkpoints = [rs = restores_.get(), pb = publisher_.get()] {
+        auto out = rs->presence();
+        for (auto& p : pb->presence()) {
+          auto same = std::find_if(out.begin(), out.end(),
+                                   [&](const auto& o) { return o.dataset == p.dataset; });
+          if (same == out.end()) out.push_back(std::move(p));
+        }
+        return out;
+      };
+    }
     heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
     prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
     prewarm_->start();

@@ -131,6 +131,40 @@ void describe(config::binder& b, datasets_config& c) {
           "datasets.pin_ttl must not be longer than datasets.pin_ttl_max");
 }
 
+void describe(config::binder& b, checkpoints_config& c) {
+  b.field("enabled", c.enabled,
+          "Serve the checkpoint API (publish, restore, ls, rm) and checkpoint prewarm orders. "
+          "Needs datasets.enabled.");
+  b.field("publish_root", c.publish_root,
+          "Checkpoint directories a publish reads must lie under it (after resolving links): "
+          "mount the pods' checkpoint hostPath here. Must be on the cache's filesystem for "
+          "publishes to clone rather than copy. Empty: <cache.dir>/../checkpoints/incoming.");
+  b.field("views_dir", c.views_dir,
+          "Where restored checkpoints appear read-only (<views_dir>/<job>@<step>/<path>), made as "
+          "dataset views are; must be on the cache's filesystem. Empty: "
+          "<cache.dir>/../checkpoints/views.");
+  b.field("dir", c.dir,
+          "Checkpoint records, manifests and registrations of this node. Empty: "
+          "<cache.dir>/../checkpoints.");
+  b.field("token_file", c.token_file,
+          "File holding the bearer token that publish, restore and rm must present "
+          "(Authorization: Bearer <token>; shoalctl reads the same file). Empty: those calls are "
+          "refused (403); listing and status stay open on the loopback listener.");
+  b.field("keep_last", c.keep_last,
+          "Newest steps of each job whose objects stay pinned here (published and restored); "
+          "older ones become evictable and their restored views are removed.",
+          {.min = 1, .max = 1000});
+  b.field("hash_threads", c.hash_threads,
+          "Files a publish reads and hashes at the same time (beside the training job).",
+          {.min = 1, .max = 64});
+  b.field("parallel_groups", c.parallel_groups,
+          "Groups (torrents) one restore downloads at the same time.", {.min = 1, .max = 256});
+  b.field("view_ttl", c.view_ttl,
+          "How long a restored view and its pins last after the restore (renewed by another "
+          "restore or prewarm).",
+          {.min = 1s});
+}
+
 void describe(config::binder& b, access_config& c) {
   b.field("positive_ttl", c.positive_ttl,
           "How long registry-proxy's confirmation that a credential may pull a private blob from "
@@ -187,6 +221,8 @@ void describe(config::binder& b, peerd_config& c) {
   b.section("swarm", c.swarm, "BitTorrent.");
   b.section("datasets", c.datasets,
             "Datasets: prefetch, read-only views, pins (docs/datasets.md).");
+  b.section("checkpoints", c.checkpoints,
+            "Checkpoints: publish from the writer, restore anywhere (docs/checkpoints.md).");
   b.section("access", c.access,
             "Private content: a blob not known public is served from this node only to a client "
             "registry-proxy confirmed.");

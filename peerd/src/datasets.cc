@@ -59,6 +59,49 @@ std::string dataset_manager::proxy(const std::string& path) const {
   return base + path;
 }
 
+std::string dataset_manager::upstream(const std::string& path) const {
+  if (!opts_.checkpoints) return proxy(path);
+  std::string base = d_.cfg.upstream.scheduler;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + path;
+}
+
+void dataset_manager::adopt_manifest(job& j, std::shared_ptr<const dataset::manifest> full) {
+  j.full = full;
+  j.group_ids.clear();
+  if (j.ranks.empty()) {
+    j.manifest = std::move(full);
+    j.objects = dataset::manifest_objects(*j.manifest);
+    return;
+  }
+  // Checkpoint groups hold files of one rank set each (checkpoint::build_manifest), so a group is
+  // taken whole or not at all.
+  auto take = checkpoint::files_for_ranks(*full, j.ranks);
+  std::vector<std::int64_t> new_index(full->files.size(), -1);
+  auto m = std::make_shared<dataset::manifest>();
+  m->schema = full->schema;
+  m->name = full->name;
+  m->version = full->version;
+  m->origin = full->origin;
+  for (auto i : take) {
+    new_index[i] = static_cast<std::int64_t>(m->files.size());
+    m->files.push_back(full->files[i]);
+  }
+  for (std::uint32_t g = 0; g < full->groups.size(); ++g) {
+    const auto& gr = full->groups[g];
+    if (gr.files.empty() || new_index[gr.files.front()] < 0) continue;
+    dataset::group ng = gr;
+    ng.files.clear();
+    for (auto i : gr.files) {
+      if (new_index[i] >= 0) ng.files.push_back(static_cast<std::uint32_t>(new_index[i]));
+    }
+    m->groups.push_back(std::move(ng));
+    j.group_ids.push_back(g);
+  }
+  j.manifest = std::move(m);
+  j.objects = dataset::manifest_objects(*j.manifest);
+}
+
 status dataset_manager::start() {
   for (const auto& dir : {opts_.views_dir, opts_.dir + "/records", opts_.dir + "/manifests"}) {
     std::error_code ec;
@@ -98,12 +141,15 @@ status dataset_manager::start() {
     r->from_origin = j.value("from_origin", std::uint64_t{0});
     r->from_http = j.value("from_http", std::uint64_t{0});
     r->local_bytes = j.value("local_bytes", std::uint64_t{0});
+    if (auto rk = j.find("ranks"); rk != j.end() && rk->is_array()) {
+      for (const auto& v : *rk) {
+        if (v.is_number_unsigned() && v.get<std::uint64_t>() < dataset::max_rank)
+          r->ranks.push_back(v.get<std::uint32_t>());
+      }
+    }
     if (auto md = digest::parse(j.value("manifest", "")); md) {
       r->manifest_digest = *md;
-      if (auto m = load_manifest(*md)) {
-        r->manifest = *m;
-        r->objects = dataset::manifest_objects(**m);
-      }
+      if (auto m = load_manifest(*md)) adopt_manifest(*r, *m);
     }
     if (r->state == "ready") {
       r->done_bytes = r->total;
@@ -126,8 +172,15 @@ status dataset_manager::start() {
     if (was_running) resume.push_back(r->ref);
   }
   for (const auto& ref : resume) {
-    log::info("resuming an interrupted dataset prefetch", log::kv("dataset", ref));
-    start_prefetch(ref, "", std::nullopt);
+    log::info(opts_.checkpoints ? "resuming an interrupted checkpoint restore"
+                                : "resuming an interrupted dataset prefetch",
+              log::kv("ref", ref));
+    std::vector<std::uint32_t> ranks;
+    {
+      std::lock_guard lk(mu_);
+      ranks = jobs_[ref]->ranks;
+    }
+    (void)start_prefetch(ref, "", std::nullopt, ranks);
   }
   expiry_thread_ = std::thread([this] { expiry_loop(); });
   return {};
@@ -136,7 +189,8 @@ status dataset_manager::start() {
 result<std::shared_ptr<const dataset::manifest>> dataset_manager::load_manifest(const digest& d) {
   auto text = read_file(opts_.dir + "/manifests/" + d.hex() + ".json");
   if (!text) return fail(errc::not_found, "no local manifest " + d.str());
-  auto m = dataset::parse_manifest(*text, d);
+  auto m =
+      opts_.checkpoints ? checkpoint::parse_manifest(*text, d) : dataset::parse_manifest(*text, d);
   if (!m) return fail(m.error());
   return std::make_shared<const dataset::manifest>(std::move(*m));
 }
@@ -165,6 +219,7 @@ void dataset_manager::persist(const job& j) {
          {"from_origin", j.from_origin.load()},
          {"from_http", j.from_http.load()},
          {"local_bytes", j.local_bytes.load()}};
+    if (!j.ranks.empty()) r["ranks"] = j.ranks;
   }
   if (auto s = write_atomic(opts_.dir + "/records/" + j.ref + ".json", r.dump(2)); !s) {
     log::warn("cannot save a dataset record", log::kv("dataset", j.ref),
@@ -172,8 +227,9 @@ void dataset_manager::persist(const job& j) {
   }
 }
 
-std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
-    const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until) {
+result<std::shared_ptr<dataset_manager::job>> dataset_manager::start_prefetch(
+    const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until,
+    const std::vector<std::uint32_t>& ranks) {
   std::shared_ptr<job> j;
   bool spawn = false;
   std::shared_ptr<const dataset::manifest> pin_now, repin;
@@ -190,9 +246,19 @@ std::shared_ptr<dataset_manager::job> dataset_manager::start_prefetch(
     if (it == jobs_.end()) {
       j = std::make_shared<job>();
       j->ref = ref;
+      j->ranks = ranks;
       jobs_[ref] = j;
     } else {
       j = it->second;
+      if (j->ranks != ranks) {
+        auto list = [](const std::vector<std::uint32_t>& v) {
+          std::string out;
+          for (auto r : v) out += (out.empty() ? "" : ",") + std::to_string(r);
+          return out.empty() ? std::string("all") : out;
+        };
+        return fail(errc::already_exists, ref + " is here with ranks " + list(j->ranks) + ", not " +
+                                              list(ranks) + ": remove it first");
+      }
     }
     std::lock_guard jl(j->mu);
     extended = !j->expires || view_until > *j->expires;
@@ -239,7 +305,9 @@ status dataset_manager::prefetch_and_wait(
     const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until,
     std::function<void(std::uint64_t, std::uint64_t)> progress) {
   if (auto p = dataset::parse_ref(ref); !p) return fail(p.error());
-  auto j = start_prefetch(ref, pin_owner, until);
+  auto started = start_prefetch(ref, pin_owner, until);
+  if (!started) return fail(started.error());
+  auto j = *started;
   for (;;) {
     std::unique_lock lk(j->mu);
     j->cv.wait_for(lk, std::chrono::seconds(1), [&] { return !j->running || stop_.load(); });
@@ -247,8 +315,8 @@ status dataset_manager::prefetch_and_wait(
     if (stop_.load()) return fail(errc::cancelled, "peerd is stopping");
     if (!j->running) {
       if (j->state == "ready") return {};
-      return fail(errc::unavailable,
-                  "dataset " + ref + ": " + (j->error.empty() ? j->state : j->error));
+      return fail(errc::unavailable, (opts_.checkpoints ? "checkpoint " : "dataset ") + ref + ": " +
+                                         (j->error.empty() ? j->state : j->error));
     }
   }
 }
@@ -282,12 +350,13 @@ void dataset_manager::run(const std::shared_ptr<job>& j) {
   j->cv.notify_all();
   persist(*j);
   if (!s) {
-    log::warn("dataset prefetch failed", log::kv("dataset", j->ref),
-              log::kv("error", s.error().message));
+    log::warn(opts_.checkpoints ? "checkpoint restore failed" : "dataset prefetch failed",
+              log::kv("ref", j->ref), log::kv("error", s.error().message));
   } else {
-    log::info("dataset ready", log::kv("dataset", j->ref), log::kv("files", j->files),
-              log::kv("bytes", j->total), log::kv("seconds", j->seconds),
-              log::kv("from_peers", j->from_peers.load()),
+    if (opts_.checkpoints) keep_newest(j->ref);
+    log::info(opts_.checkpoints ? "checkpoint restored" : "dataset ready", log::kv("ref", j->ref),
+              log::kv("files", j->files), log::kv("bytes", j->total),
+              log::kv("seconds", j->seconds), log::kv("from_peers", j->from_peers.load()),
               log::kv("from_origin", j->from_origin.load()),
               log::kv("from_http", j->from_http.load()), log::kv("local", j->local_bytes.load()),
               log::kv("view", view_path(j->ref)));
@@ -302,6 +371,11 @@ status dataset_manager::run_steps(const std::shared_ptr<job>& j) {
   set_state("resolving");
   auto m = fetch_manifest(j);
   if (!m) return fail(m.error());
+  {
+    std::lock_guard lk(j->mu);
+    adopt_manifest(*j, *m);
+    m = j->manifest;
+  }
   std::uint64_t total = 0;
   for (const auto& g : (*m)->groups) total += g.bytes;
   std::vector<std::pair<std::string, std::optional<cache::time_point>>> pins;
@@ -309,8 +383,6 @@ status dataset_manager::run_steps(const std::shared_ptr<job>& j) {
   cache::time_point view_until;
   {
     std::lock_guard lk(j->mu);
-    j->manifest = *m;
-    j->objects = dataset::manifest_objects(**m);
     j->files = (*m)->files.size();
     j->total = total;
     j->groups = (*m)->groups.size();
@@ -354,6 +426,11 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   auto deadline = steady::now() + opts_.resolve_wait;
   std::optional<digest> md;
   int errors = 0;
+  if (opts_.checkpoints) {
+    auto d = checkpoint_digest(j);
+    if (!d) return fail(d.error());
+    md = *d;
+  }
   while (!md) {
     if (j->cancel.load() || stop_.load())
       return fail(errc::cancelled, "prefetch of " + j->ref + " cancelled");
@@ -398,12 +475,13 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   }
   {
     std::lock_guard lk(j->mu);
-    if (j->manifest && j->manifest_digest == md) return j->manifest;
+    if (j->manifest && j->manifest_digest == md) return j->full ? j->full : j->manifest;
     j->manifest_digest = md;
   }
   if (auto m = load_manifest(*md)) return m;
   http::client_request r;
-  r.url = proxy(origin::dataset_manifest_target(j->ref));
+  r.url = opts_.checkpoints ? upstream(checkpoint::manifest_target(j->ref))
+                            : proxy(origin::dataset_manifest_target(j->ref));
   r.timeouts.connect =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall = std::chrono::seconds(60);
@@ -413,13 +491,96 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   if (f->status != 200)
     return fail(errc::upstream_error,
                 "manifest of " + j->ref + ": HTTP " + std::to_string(f->status));
-  auto m = dataset::parse_manifest(f->body, *md);
-  if (!m) return fail(m.error().wrap("manifest of " + j->ref + " from registry-proxy"));
+  auto m = opts_.checkpoints ? checkpoint::parse_manifest(f->body, *md)
+                             : dataset::parse_manifest(f->body, *md);
+  if (!m)
+    return fail(m.error().wrap("manifest of " + j->ref + " from " +
+                               (opts_.checkpoints ? "the scheduler" : "registry-proxy")));
   if (m->name + "@" + m->version != j->ref)
     return fail(errc::protocol_error, "manifest names another dataset than " + j->ref);
   if (auto s = write_atomic(opts_.dir + "/manifests/" + md->hex() + ".json", f->body); !s)
     return fail(s.error());
   return std::make_shared<const dataset::manifest>(std::move(*m));
+}
+
+result<digest> dataset_manager::checkpoint_digest(const std::shared_ptr<job>& j) {
+  for (int attempt = 1;; ++attempt) {
+    if (j->cancel.load() || stop_.load())
+      return fail(errc::cancelled, "restore of " + j->ref + " cancelled");
+    http::client_request r;
+    r.url = upstream(std::string(checkpoint::paths::scheduler) + "/" + j->ref);
+    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.connect_timeout.get());
+    r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
+        d_.cfg.upstream.request_timeout.get());
+    r.max_retries = 1;
+    auto f = http::fetch(d_.http, std::move(r), 64u << 20);
+    if (f && f->status == 200) {
+      auto rec = checkpoint::decode_record(f->body);
+      if (!rec) return fail(rec.error().wrap("the scheduler's record of " + j->ref));
+      if (rec->key() != j->ref)
+        return fail(errc::protocol_error,
+                    "the scheduler answered for " + rec->key() + " when asked for " + j->ref);
+      return rec->manifest;
+    }
+    std::string why = f ? origin::error_message_of(f->body) : f.error().message;
+    if (f && (f->status == 404 || f->status == 400 || f->status == 403))
+      return fail(f->status == 404 ? errc::not_found : errc::unauthorized,
+                  "the scheduler: " + (why.empty() ? "HTTP " + std::to_string(f->status) : why));
+    if (attempt >= 5)
+      return fail(errc::unavailable, "the scheduler's record of " + j->ref + ": " +
+                                         (f ? "HTTP " + std::to_string(f->status) + " " : "") +
+                                         why);
+    std::unique_lock lk(j->mu);
+    j->cv.wait_for(lk, std::chrono::seconds(attempt),
+                   [&] { return j->cancel.load() || stop_.load(); });
+  }
+}
+
+result<std::string> dataset_manager::resolve_latest(const std::string& ref) {
+  auto r = checkpoint::parse_ref(ref);
+  if (!r) return fail(r.error());
+  if (r->step) return checkpoint::key(r->job, *r->step);
+  http::client_request q;
+  q.url = upstream(std::string(checkpoint::paths::scheduler) + "/" + r->str());
+  q.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  q.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+  q.max_retries = 2;
+  auto f = http::fetch(d_.http, std::move(q), 64u << 20);
+  if (!f) return fail(f.error().wrap("the scheduler, for the latest checkpoint of " + r->job));
+  if (f->status != 200) {
+    std::string why = origin::error_message_of(f->body);
+    return fail(f->status == 404 ? errc::not_found : errc::unavailable,
+                "the scheduler, for the latest checkpoint of " + r->job + ": " +
+                    (why.empty() ? "HTTP " + std::to_string(f->status) : why));
+  }
+  auto rec = checkpoint::decode_record(f->body);
+  if (!rec) return fail(rec.error().wrap("the scheduler's record"));
+  if (rec->job != r->job)
+    return fail(errc::protocol_error, "the scheduler answered for job " + rec->job);
+  return rec->key();
+}
+
+void dataset_manager::keep_newest(const std::string& ref) {
+  auto me = checkpoint::parse_ref(ref, false);
+  if (!me || opts_.keep_last == 0) return;
+  std::vector<std::pair<std::uint64_t, std::string>> steps;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [r, j] : jobs_) {
+      auto p = checkpoint::parse_ref(r, false);
+      if (p && p->job == me->job) steps.emplace_back(*p->step, r);
+    }
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (std::size_t i = opts_.keep_last; i < steps.size(); ++i) {
+    auto dropped = drop(steps[i].second);
+    log::info("checkpoint restore dropped: older than the newest steps kept",
+              log::kv("checkpoint", steps[i].second), log::kv("keep_last", opts_.keep_last),
+              log::kv("error", dropped ? "" : dropped.error().message));
+  }
 }
 
 std::vector<heartbeat::dataset_presence> dataset_manager::presence() {

@@ -80,6 +80,13 @@ class dataset_manager {
     std::chrono::seconds pin_ttl{24 * 3600};
     std::chrono::seconds pin_ttl_max{7 * 24 * 3600};
     std::chrono::milliseconds expiry_interval{60'000};
+    // Checkpoints (common/checkpoint.h, checkpoints.h): refs are "<job>@<step>", manifests and
+    // group torrents (with the scheduler's grants) come from the scheduler's catalog
+    // (upstream.scheduler) instead of registry-proxy, the API is checkpoint::paths::node (restore
+    // instead of prefetch), a restore may take only some ranks' files, and once a restore is
+    // ready only the `keep_last` newest steps of its job keep their views and pins here.
+    bool checkpoints = false;
+    std::size_t keep_last = 0;  // 0: no limit
   };
   // How a view's file was made (make_view_file in datasets_fetch.cc).
   enum class view_file { cloned = 0, sealed = 1, copied = 2 };
@@ -102,6 +109,8 @@ class dataset_manager {
   [[nodiscard]] status prefetch_and_wait(
       const std::string& ref, const std::string& pin_owner, std::optional<cache::time_point> until,
       std::function<void(std::uint64_t done, std::uint64_t total)> progress);
+  // Checkpoints: "<job>@<step>" for "<job>@latest" (or "<job>"), from the scheduler. Blocking.
+  [[nodiscard]] result<std::string> resolve_latest(const std::string& ref);
 
   // For the heartbeat: every dataset with a record here, bytes present and total, view ready.
   [[nodiscard]] std::vector<heartbeat::dataset_presence> presence();
@@ -122,8 +131,20 @@ class dataset_manager {
 
  private:
   struct job;
-  std::shared_ptr<job> start_prefetch(const std::string& ref, const std::string& pin_owner,
-                                      std::optional<cache::time_point> until);
+  // `ranks` (checkpoints): restore only those ranks' files (empty: all). errc::conflict when the
+  // ref is here already with other ranks.
+  result<std::shared_ptr<job>> start_prefetch(const std::string& ref, const std::string& pin_owner,
+                                              std::optional<cache::time_point> until,
+                                              const std::vector<std::uint32_t>& ranks = {});
+  // The manifest `j` works on: `full` itself, or (a restore of some ranks) the files of those
+  // ranks and their groups; j.group_ids maps its groups to `full`'s.
+  void adopt_manifest(job& j, std::shared_ptr<const dataset::manifest> full);
+  // Checkpoints: the record's manifest digest from the scheduler.
+  [[nodiscard]] result<digest> checkpoint_digest(const std::shared_ptr<job>& j);
+  [[nodiscard]] std::string upstream(const std::string& path) const;
+  // After a checkpoint restore of `ref` is ready: drops older steps of its job beyond keep_last.
+  void keep_newest(const std::string& ref);
+  void handle_start(const http::request& req, const http::responder& resp);
   void run(const std::shared_ptr<job>& j);
   [[nodiscard]] status run_steps(const std::shared_ptr<job>& j);
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> fetch_manifest(

@@ -130,7 +130,10 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
     if (steady::now() > deadline)
       return fail(errc::timeout, "registry-proxy did not prepare group " + std::to_string(g));
     http::client_request r;
-    r.url = proxy(origin::dataset_metainfo_target(j->ref, g, wait));
+    // A checkpoint's group, by its number in the published manifest.
+    std::uint32_t published = j->group_ids.empty() ? g : j->group_ids[g];
+    r.url = opts_.checkpoints ? upstream(checkpoint::group_target(j->ref, published))
+                              : proxy(origin::dataset_metainfo_target(j->ref, g, wait));
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
         d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(5);
@@ -154,7 +157,8 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
       spec.torrent = std::move(a->torrent);
       spec.objects = std::move(objs);
       if (!a->seed.empty()) spec.seeds.push_back(a->seed);
-      spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
+      // A checkpoint has no origin to fall back to: its holders are its only source.
+      if (!opts_.checkpoints) spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
       spec.grant = std::move(a->grant);
       spec.name = j->ref + " group " + std::to_string(g);
       return spec;

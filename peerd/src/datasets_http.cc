@@ -22,7 +22,7 @@ std::string dataset_manager::status_json(const job& j) const {
   std::uint64_t moved = done > j.local_bytes.load() ? done - j.local_bytes.load() : 0;
   double rate = fetch_secs > 0.05 ? static_cast<double>(moved) / fetch_secs : 0.0;
   json out = {
-      {"dataset", j.ref},
+      {opts_.checkpoints ? "checkpoint" : "dataset", j.ref},
       {"state", j.state},
       {"error", j.error},
       {"manifest", j.manifest_digest ? json(j.manifest_digest->str()) : json()},
@@ -39,6 +39,7 @@ std::string dataset_manager::status_json(const job& j) const {
       {"eta_seconds",
        rate > 0 && done < j.total ? json(static_cast<double>(j.total - done) / rate) : json()},
       {"seconds", secs},
+      {"ranks", j.ranks},
       {"view", j.view ? json(view_path(j.ref)) : json()},
       {"expires", j.expires ? json(std::chrono::duration_cast<std::chrono::seconds>(
                                        j.expires->time_since_epoch())
@@ -53,12 +54,14 @@ std::string dataset_manager::status_json(const job& j) const {
 }
 
 bool dataset_manager::handle(const http::request& req, const http::responder& resp) {
-  static constexpr std::string_view base = origin::paths::datasets;
+  const std::string_view base =
+      opts_.checkpoints ? checkpoint::paths::node : origin::paths::datasets;
+  const char* what = opts_.checkpoints ? "checkpoint" : "dataset";
   std::string_view path = req.path;
   if (!origin::has_prefix(path, base)) return false;
   if (path == base || path == std::string(base) + "/") {
     if (req.method != http::verb::get && req.method != http::verb::head) {
-      resp.send(json_error(405, "GET lists the datasets of this node"));
+      resp.send(json_error(405, std::string("GET lists the ") + what + "s of this node"));
       return true;
     }
     std::vector<std::shared_ptr<job>> all;
@@ -72,30 +75,9 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
     return true;
   }
   std::string_view rest = path.substr(base.size() + 1);
-  if (path == origin::paths::dataset_prefetch) {
-    if (req.method != http::verb::post) {
-      resp.send(json_error(405, "POST {\"dataset\": \"name@version\"}"));
-      return true;
-    }
-    auto j = json::parse(req.body, nullptr, false);
-    std::string ref = j.is_object() && j.contains("dataset") && j["dataset"].is_string()
-                          ? j["dataset"].get<std::string>()
-                          : "";
-    if (auto p = dataset::parse_ref(ref); !p) {
-      resp.send(json_error(400, p.error().message));
-      return true;
-    }
-    if (stop_.load()) {
-      resp.send(json_error(503, "peerd is stopping"));
-      return true;
-    }
-    auto jb = start_prefetch(ref, "", std::nullopt);
-    std::string st;
-    {
-      std::lock_guard lk(jb->mu);
-      st = jb->state;
-    }
-    resp.send(json_answer(st == "ready" ? 200 : 202, status_json(*jb)));
+  if (path ==
+      (opts_.checkpoints ? checkpoint::paths::node_restore : origin::paths::dataset_prefetch)) {
+    handle_start(req, resp);
     return true;
   }
   static constexpr std::string_view renew_suffix = "/renew";
@@ -113,7 +95,7 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
     return true;
   }
   if (req.method != http::verb::get && req.method != http::verb::head) {
-    resp.send(json_error(405, "GET shows a dataset, DELETE removes its view"));
+    resp.send(json_error(405, std::string("GET shows a ") + what + ", DELETE removes its view"));
     return true;
   }
   std::shared_ptr<job> jb;
@@ -122,11 +104,70 @@ bool dataset_manager::handle(const http::request& req, const http::responder& re
     if (auto it = jobs_.find(ref); it != jobs_.end()) jb = it->second;
   }
   if (!jb) {
-    resp.send(json_error(404, "dataset " + ref + " is not on this node"));
+    resp.send(json_error(404, std::string(what) + " " + ref + " is not on this node"));
     return true;
   }
   resp.send(json_answer(200, status_json(*jb)));
   return true;
+}
+
+// POST .../datasets/prefetch {"dataset": "name@version"}, or for checkpoints POST
+// .../checkpoints/restore {"checkpoint": "J[@N|@latest]"[, "ranks": [0, 3] or "0,3"]}.
+void dataset_manager::handle_start(const http::request& req, const http::responder& resp) {
+  const char* key = opts_.checkpoints ? "checkpoint" : "dataset";
+  if (req.method != http::verb::post) {
+    resp.send(json_error(405, opts_.checkpoints
+                                  ? "POST {\"checkpoint\": \"job@step\", \"ranks\": [..]}"
+                                  : "POST {\"dataset\": \"name@version\"}"));
+    return;
+  }
+  auto j = json::parse(req.body, nullptr, false);
+  std::string ref =
+      j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+  std::vector<std::uint32_t> ranks;
+  if (opts_.checkpoints) {
+    auto p = checkpoint::parse_ref(ref);
+    if (!p) return resp.send(json_error(400, p.error().message));
+    if (j.is_object() && j.contains("ranks")) {
+      const auto& r = j["ranks"];
+      std::string list;
+      if (r.is_string()) {
+        list = r.get<std::string>();
+      } else if (r.is_array() && r.size() <= dataset::max_file_ranks) {
+        for (const auto& v : r) {
+          if (!v.is_number_unsigned()) return resp.send(json_error(400, "ranks must be numbers"));
+          list += (list.empty() ? "" : ",") + std::to_string(v.get<std::uint64_t>());
+        }
+      } else {
+        return resp.send(json_error(400, "ranks must be an array of numbers or \"0,3\""));
+      }
+      auto parsed = checkpoint::parse_ranks(list);
+      if (!parsed) return resp.send(json_error(400, parsed.error().message));
+      ranks = std::move(*parsed);
+    }
+  } else if (auto p = dataset::parse_ref(ref); !p) {
+    return resp.send(json_error(400, p.error().message));
+  }
+  if (stop_.load()) return resp.send(json_error(503, "peerd is stopping"));
+  // "latest" asks the scheduler (blocking): on the worker pool.
+  post([this, ref, ranks, resp] {
+    std::string concrete = ref;
+    if (opts_.checkpoints) {
+      auto r = resolve_latest(ref);
+      if (!r) {
+        return resp.send(json_error(r.error().is(errc::not_found) ? 404 : 502, r.error().message));
+      }
+      concrete = *r;
+    }
+    auto jb = start_prefetch(concrete, "", std::nullopt, ranks);
+    if (!jb) return resp.send(json_error(409, jb.error().message));
+    std::string st;
+    {
+      std::lock_guard lk((*jb)->mu);
+      st = (*jb)->state;
+    }
+    resp.send(json_answer(st == "ready" ? 200 : 202, status_json(**jb)));
+  });
 }
 
 // POST .../datasets/<ref>/renew [{"ttl_seconds": N}]: the view and its pins last N more seconds

@@ -19,6 +19,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/checkpoint.h"
 #include "common/origin_protocol.h"
 #include "swarm/metainfo.h"
 
@@ -66,7 +67,10 @@ struct dataset_manager::job {
   // When the view and its pins expire (persisted as "expires", ms since the epoch).
   std::optional<cache::time_point> expires;
   std::optional<digest> manifest_digest;
-  std::shared_ptr<const dataset::manifest> manifest;
+  std::shared_ptr<const dataset::manifest> manifest;  // what this job fetches and shows
+  std::shared_ptr<const dataset::manifest> full;      // as published (differs only with ranks)
+  std::vector<std::uint32_t> ranks;      // checkpoints: the ranks restored (empty: all)
+  std::vector<std::uint32_t> group_ids;  // manifest's groups in full's numbering (empty: same)
   std::vector<std::pair<digest, std::uint64_t>> objects;  // distinct, for presence
   std::vector<std::pair<std::string, std::optional<cache::time_point>>> pending_pins;
   std::vector<std::shared_ptr<group_download>> active;

@@ -79,6 +79,7 @@ heartbeat::message heartbeat_sender::build_message() {
   // Prewarm reports before the holdings: an order reported done has its objects listed below.
   if (d_.prewarm) m.orders = d_.prewarm->reports();
   if (d_.datasets) m.datasets = d_.datasets();
+  if (d_.checkpoints) m.checkpoints = d_.checkpoints();
 
   std::map<digest, std::string> hashes;
   for (auto& [d, ih] : d_.swarm.holdings()) hashes.emplace(d, std::move(ih));

@@ -43,6 +43,8 @@ class heartbeat_sender {
     prewarm_executor* prewarm = nullptr;  // may be null
     // Datasets held here (datasets.h); empty when datasets are disabled.
     std::function<std::vector<heartbeat::dataset_presence>()> datasets;
+    // Checkpoints restored or published here; empty when checkpoints are disabled.
+    std::function<std::vector<heartbeat::dataset_presence>()> checkpoints;
   };
   explicit heartbeat_sender(deps d);
   ~heartbeat_sender();

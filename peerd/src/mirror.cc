@@ -1,5 +1,7 @@
 #include "mirror.h"
 
+#include "common/checkpoint.h"
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -229,6 +231,8 @@ void mirror::operator()(http::request&& req, http::responder resp) {
   if (req.path == origin::paths::node_status) return handle_status(resp);
   if (req.path == origin::paths::node_pull) return handle_pull(req, resp);
   if (d_.datasets && req.path.starts_with(origin::paths::datasets) && d_.datasets(req, resp))
+    return;
+  if (d_.checkpoints && req.path.starts_with(checkpoint::paths::node) && d_.checkpoints(req, resp))
     return;
   if (req.path.rfind("/v2", 0) != 0)
     return resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));

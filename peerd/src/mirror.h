@@ -44,6 +44,8 @@ class mirror {
     metrics::registry& metrics;
     // The dataset API (datasets.h): handles origin::paths::datasets, false for other paths.
     std::function<bool(const http::request&, const http::responder&)> datasets;
+    // The checkpoint API (app_checkpoints.cc): checkpoint::paths::node, false for other paths.
+    std::function<bool(const http::request&, const http::responder&)> checkpoints;
   };
   explicit mirror(deps d);
   void operator()(http::request&& req, http::responder resp);

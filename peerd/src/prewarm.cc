@@ -143,16 +143,21 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
     std::lock_guard lk(mu_);
     o = j->order;
   }
-  if (!o.dataset.empty()) {
-    if (!d_.datasets)
-      return failed("dataset " + o.dataset + ": datasets are disabled on this node");
+  if (!o.dataset.empty() || !o.checkpoint.empty()) {
+    // A checkpoint order (a standby kept current) is a restore of every rank's files.
+    bool ckpt = !o.checkpoint.empty();
+    auto* mgr = ckpt ? d_.checkpoints : d_.datasets;
+    const auto& ref = ckpt ? o.checkpoint : o.dataset;
+    if (!mgr)
+      return failed((ckpt ? "checkpoint " : "dataset ") + ref + ": " +
+                    (ckpt ? "checkpoints" : "datasets") + " are disabled on this node");
     std::optional<cache::time_point> until;
     if (o.pin_seconds > 0) until = cache::clock::now() + std::chrono::seconds(o.pin_seconds);
     // The prefetch pins every object for the order (owner prewarm:<id>, bounded by
     // datasets.pin_ttl_max) and makes the view, which lasts datasets.pin_ttl or as long as that
     // pin; a repeated prewarm renews it. pin_seconds 0: the view's own pin only.
-    auto st = d_.datasets->prefetch_and_wait(o.dataset, o.pin_seconds > 0 ? "prewarm:" + o.id : "",
-                                             until, nullptr);
+    auto st =
+        mgr->prefetch_and_wait(ref, o.pin_seconds > 0 ? "prewarm:" + o.id : "", until, nullptr);
     if (!st) return failed(st.error().message);
     std::lock_guard lk(mu_);
     j->state = heartbeat::order_state::done;

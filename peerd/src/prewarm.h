@@ -47,7 +47,8 @@ class prewarm_executor {
     swarm_manager& swarm;
     fetcher& fetch;
     http::client& http;
-    dataset_manager* datasets = nullptr;  // null: dataset orders fail
+    dataset_manager* datasets = nullptr;     // null: dataset orders fail
+    dataset_manager* checkpoints = nullptr;  // restores (checkpoint mode); null: those orders fail
   };
   struct options {
     std::size_t parallel = 3;

@@ -54,13 +54,15 @@ void describe(config::binder& b, nodes_config& c) {
           "Most nodes known at once (heartbeating, or not yet dropped). A heartbeat naming a new "
           "node beyond it is refused (429); known nodes are always heard.",
           {.min = 1u, .max = 10'000'000u});
-  b.field("max_objects_per_node", c.max_objects_per_node,
-          "Most objects one node may hold in the index. A heartbeat that would leave its node with "
-          "more, or that lists more entries (objects and removed together), is refused (413). It "
-          "also sizes the heartbeat body limit: this × 206 bytes (the longest encoded object) + "
-          "8.5 MiB (labels, documents, orders, datasets at their bounds): 28.1 MiB for 100,000. "
-          "The index needs about 1 KiB per (node, object) in the worst case (index and tracker).",
-          {.min = 1u, .max = static_cast<std::uint32_t>(heartbeat::max_objects)});
+  b.field(
+      "max_objects_per_node", c.max_objects_per_node,
+      "Most objects one node may hold in the index. A heartbeat that would leave its node with "
+      "more, or that lists more entries (objects and removed together), is refused (413). It "
+      "also sizes the heartbeat body limit: this × 206 bytes (the longest encoded object) + "
+      "8.75 MiB (labels, documents, orders, datasets and checkpoints at their bounds): 28.4 MiB "
+      "for 100,000. "
+      "The index needs about 1 KiB per (node, object) in the worst case (index and tracker).",
+      {.min = 1u, .max = static_cast<std::uint32_t>(heartbeat::max_objects)});
   b.check(c.unhealthy_after < c.drop_after, "nodes.unhealthy_after must be below nodes.drop_after");
 }
 

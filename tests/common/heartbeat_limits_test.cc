@@ -51,6 +51,10 @@ message fixed_parts_at_their_bounds() {
   for (std::size_t i = 0; i < max_datasets; ++i) {
     std::string name = std::to_string(i) + "@" + std::string(320, 'v');
     m.datasets.push_back({name, max_object_size * 1024, max_object_size * 1024, true});
+  }
+  for (std::size_t i = 0; i < max_checkpoints; ++i) {
+    std::string name = std::string(128 - std::to_string(i).size(), 'j') + std::to_string(i) + "@" +
+                       std::to_string(999'999'999'999'999'999ull - i);
     m.checkpoints.push_back({name, max_object_size * 1024, max_object_size * 1024, true});
   }
   return m;
@@ -107,7 +111,7 @@ TEST(HeartbeatLimits, ABodyLargerThanTheCapAllowsIsRefusedBeforeParsing) {
   EXPECT_TRUE(d.error().is(errc::too_large)) << d.error().message;
   EXPECT_NE(d.error().message.find("10 objects"), std::string::npos) << d.error().message;
   // The default cap's bound, and that it stays below the review's 29.6 MiB flood.
-  EXPECT_EQ(max_message_bytes_for(default_max_objects), (8u << 20) + (512u << 10) + 20'600'000u);
+  EXPECT_EQ(max_message_bytes_for(default_max_objects), (8u << 20) + (768u << 10) + 20'600'000u);
   EXPECT_LT(max_message_bytes_for(default_max_objects), 29u << 20);
 }
 

@@ -47,7 +47,7 @@ inline constexpr std::uint64_t max_step = 999'999'999'999'999'999ull;
 
 struct ref {
   std::string job;
-  std::optional<std::uint64_t> step;  // nullopt: the newest registered step ("latest")
+  std::optional<std::uint64_t> step;      // nullopt: the newest registered step ("latest")
   [[nodiscard]] std::string str() const;  // "J@N" or "J@latest"
 };
 // "J", "J@latest" or "J@N"; errors say which part is wrong. `allow_latest` false refuses the

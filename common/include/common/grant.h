@@ -24,9 +24,9 @@
 // verifier::verify accepts a grant when all of these hold, and otherwise says which failed: it is
 // at most max_bytes and parses strictly; v is 1; the signer certificate chains to a CA of the
 // verifier's bundle, is within its validity, and is registry-proxy's (URI SAN
-// shoal://registry-proxy) or the scheduler's (shoal://scheduler); the signature verifies with that certificate's key; the info-hash is
-// the swarm's; the node is the one the connection's certificate names; it has not expired
-// (clock_skew allowed).
+// shoal://registry-proxy) or the scheduler's (shoal://scheduler); the signature verifies with that
+// certificate's key; the info-hash is the swarm's; the node is the one the connection's certificate
+// names; it has not expired (clock_skew allowed).
 //
 // Thread-safety: signer and verifier are safe to share; both re-read their files when they change
 // (checked at most once per `recheck`), so a rotated certificate or CA bundle is picked up

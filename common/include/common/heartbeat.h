@@ -48,6 +48,7 @@ inline constexpr std::size_t max_order_objects = 100'000;
 inline constexpr std::uint64_t max_object_size = std::uint64_t{1} << 50;  // 1 PiB
 inline constexpr int max_json_depth = 64;
 inline constexpr std::size_t max_datasets = 4096;
+inline constexpr std::size_t max_checkpoints = 1024;  // "<job>@<step>" entries (checkpoint.h)
 
 // The largest encode() output of one `objects` entry: a 71-character digest, a 40-character
 // info-hash, a size of up to 16 digits (max_object_size) and a 32-character kind, with the keys,
@@ -55,9 +56,9 @@ inline constexpr std::size_t max_datasets = 4096;
 inline constexpr std::size_t max_object_json_bytes = 206;
 // The largest encode() output of everything else, each list at its bound: 64 labels, the two
 // documents (max_document_bytes each), 64 GPU groups, 32 health reasons, 1024 order reports
-// with 4 KiB errors, 4096 dataset and 4096 checkpoint entries (strings without escapes).
+// with 4 KiB errors, 4096 dataset entries, 1024 checkpoint entries (strings without escapes).
 // tests/common checks both.
-inline constexpr std::size_t max_fixed_json_bytes = (10u << 20) + (512u << 10);
+inline constexpr std::size_t max_fixed_json_bytes = (8u << 20) + (768u << 10);
 
 // The largest heartbeat a node holding `objects` objects sends (a full list), which is also the
 // largest delta of that many entries (`objects` and `removed` together): the body limit of

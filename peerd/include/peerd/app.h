@@ -5,11 +5,13 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cache/store.h"
 #include "common/daemon.h"
+#include "common/digest.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
@@ -26,6 +28,7 @@ class swarm_manager;
 class blob_access;
 class fetcher;
 class dataset_manager;
+class checkpoint_publisher;
 class mirror;
 class prewarm_executor;
 class heartbeat_sender;
@@ -47,6 +50,10 @@ class app {
   [[nodiscard]] status init();
   [[nodiscard]] status init_groups();
   [[nodiscard]] status init_datasets();
+  // Checkpoints (app_checkpoints.cc): the publisher, the restores (a dataset_manager in
+  // checkpoint mode) and the API's token check.
+  [[nodiscard]] status init_checkpoints();
+  bool handle_checkpoints(const http::request& req, const http::responder& resp);
   [[nodiscard]] std::string dataset_dir() const;
   [[nodiscard]] status clean_partial_dir();
   [[nodiscard]] status start_server();
@@ -65,6 +72,9 @@ class app {
   std::unique_ptr<blob_access> access_;  // who may read what this node holds
   std::unique_ptr<fetcher> fetcher_;
   std::unique_ptr<dataset_manager> datasets_;
+  std::unique_ptr<dataset_manager> restores_;  // checkpoints restored here
+  std::unique_ptr<checkpoint_publisher> publisher_;
+  std::optional<digest> checkpoint_token_;  // sha256 of checkpoints.token_file's token
   std::unique_ptr<mirror> mirror_;
   std::unique_ptr<http::server> server_;
   // The metrics listener (metrics_listen) and its TLS context (tls.enabled); null when off.

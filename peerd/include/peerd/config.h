@@ -82,6 +82,24 @@ struct datasets_config {
 };
 void describe(config::binder& b, datasets_config& c);
 
+// Checkpoints on this node (checkpoints.h, docs/checkpoints.md): publish from the writer,
+// restore anywhere. Needs datasets.enabled (they share the group engine).
+struct checkpoints_config {
+  bool enabled = true;
+  std::string publish_root;  // publish dirs lie under it: the pods' hostPath (empty:
+                             // <cache.dir>/../checkpoints/incoming)
+  std::string views_dir;     // restored views (empty: <cache.dir>/../checkpoints/views)
+  std::string dir;           // records and manifests (empty: <cache.dir>/../checkpoints)
+  // A file holding the bearer token publish, restore and rm need (shoalctl reads the same file;
+  // a pod gets it from a Secret). Empty: those calls are refused.
+  std::string token_file;
+  int keep_last = 2;                 // newest steps per job pinned here (published and restored)
+  int hash_threads = 2;              // files a publish reads and hashes at once
+  int parallel_groups = 4;           // groups a restore downloads at once
+  config::duration view_ttl = 168h;  // a restored view lasts this long after its restore
+};
+void describe(config::binder& b, checkpoints_config& c);
+
 // Private content held on this node (peerd/blob_access.h): who may read it from the cache.
 struct access_config {
   config::duration positive_ttl = 60s;  // a registry-proxy "yes, this credential may" is reused
@@ -115,6 +133,7 @@ struct peerd_config {
   cache::config_section cache{.dir = "/var/lib/shoal/peerd/cache", .fs_share = 0.8};
   swarm_config swarm;
   datasets_config datasets;
+  checkpoints_config checkpoints;
   access_config access;
   mirror_config mirror;
   // The metrics listener on the node address (docs/peerd.md "What listens where"): /metrics

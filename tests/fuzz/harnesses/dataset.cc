@@ -1,8 +1,9 @@
 // Dataset declarations (POST /shoal/v1/datasets), dataset manifests (what peerd fetches from
 // registry-proxy), HTTP origins' nginx JSON listings, references, paths and include/exclude
-// globs. Every input goes through every parser: none crashes, errors are UTF-8 and bounded, a
-// declaration that parses round-trips through to_json, a manifest that parses has a canonical
-// form that parses again.
+// globs, and checkpoints' wire (registrations, records, refs, ranks). Every input goes through
+// every parser: none crashes, errors are UTF-8 and bounded, a declaration that parses round-trips
+// through to_json, a manifest that parses has a canonical form that parses again.
+#include "common/checkpoint.h"
 #include "common/dataset.h"
 #include "../harness.h"
 
@@ -59,6 +60,36 @@ void names(std::string_view in) {
     (void)dataset::glob_match(in.substr(0, nl), in.substr(nl + 1));
 }
 
+// Checkpoints (common/checkpoint.h) share the manifest format and the JSON shapes: registrations
+// (a node's POST to the scheduler), records and lists (the scheduler's answers), refs, rank
+// lists, scheduler paths and rank-bearing paths.
+void checkpoints(std::string_view in) {
+  auto r = checkpoint::decode_registration(in);
+  fuzz::check_result(r, "decode_registration");
+  if (r) {
+    fuzz::accepted();
+    auto again = checkpoint::decode_registration(checkpoint::encode(r->reg));
+    if (!again) fuzz::check_failed("registration re-decode", again.error().message);
+  }
+  auto rec = checkpoint::decode_record(in);
+  fuzz::check_result(rec, "decode_record");
+  if (rec) {
+    auto again = checkpoint::decode_record(checkpoint::encode(*rec));
+    if (!again) fuzz::check_failed("record re-decode", again.error().message);
+  }
+  fuzz::check_result(checkpoint::decode_records(in), "decode_records");
+  fuzz::check_result(checkpoint::parse_manifest(in), "checkpoint parse_manifest");
+  auto ref = checkpoint::parse_ref(in);
+  fuzz::check_result(ref, "checkpoint parse_ref");
+  if (ref) {
+    auto again = checkpoint::parse_ref(ref->str());
+    if (!again || again->str() != ref->str()) fuzz::check_failed("ref round trip", ref->str());
+  }
+  fuzz::check_result(checkpoint::parse_ranks(in), "parse_ranks");
+  fuzz::check_result(checkpoint::parse_scheduler_path(in), "parse_scheduler_path");
+  (void)checkpoint::rank_of(in);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -67,5 +98,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   manifests(in);
   listings(in);
   names(in);
+  checkpoints(in);
   return 0;
 }
