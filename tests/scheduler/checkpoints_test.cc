@@ -428,6 +428,26 @@ TEST_F(CheckpointApi, WithTlsTheCertificateNamesTheWriterAndRolesAreChecked) {
             std::string::npos);
 }
 
+TEST_F(CheckpointApi, RoutesRunOnWorkersAndNeedTheirRole) {
+  auto req = [](http::verb m, std::string path) {
+    http::request r;
+    r.method = m;
+    r.path = std::move(path);
+    return r;
+  };
+  using http::verb;
+  for (const char* p :
+       {"/v1/checkpoints", "/v1/checkpoints/train@1", "/v1/checkpoints/train@1/manifest"})
+    EXPECT_TRUE(api::heavy(req(verb::get, p))) << p;
+  EXPECT_TRUE(api::heavy(req(verb::post, "/v1/checkpoints")));
+  EXPECT_EQ(access_of(req(verb::post, "/v1/checkpoints")), route_access::node);
+  EXPECT_EQ(access_of(req(verb::get, "/v1/checkpoints")), route_access::member);
+  EXPECT_EQ(access_of(req(verb::get, "/v1/checkpoints/train@1")), route_access::member);
+  EXPECT_EQ(access_of(req(verb::get, "/v1/checkpoints/train@1/manifest")), route_access::member);
+  EXPECT_EQ(access_of(req(verb::get, "/v1/checkpoints/train@1/groups/0")), route_access::node);
+  EXPECT_EQ(access_of(req(verb::delete_, "/v1/checkpoints/train@1")), route_access::operator_);
+}
+
 TEST_F(CheckpointApi, GroupsCarryAGrantTheVerifierAcceptsForTheCallerAndSwarmOnly) {
   test_pki pki;
   pki.make_ca("ca");

@@ -12,16 +12,16 @@
 //   POST /v1/prewarm                   operator prewarm on nodes / a selector / a job's nodes
 //   GET  /v1/prewarm, /v1/prewarm/<id> member   progress
 //   POST /v1/extender/filter|prioritize  kube-scheduler  the extender (extender.h)
-//   POST   /v1/checkpoints             node (the writer)  register a checkpoint (checkpoints.h)
-//   GET    /v1/checkpoints[?job=J]     member   records, newest step first
-//   GET    /v1/checkpoints/<J@N|J@latest|J>[/manifest]  member  a record (holders), its manifest
-//   GET    /v1/checkpoints/<J@N>/groups/<g>  node  a group's torrent and, with TLS, a grant
+//   POST /v1/checkpoints               node (the writer)  register a checkpoint (checkpoints.h)
+//   GET  /v1/checkpoints[?job=J]       member   records, newest step first
+//   GET  /v1/checkpoints/<J@N|J@latest|J>[/manifest]  member  a record (holders), its manifest
+//   GET  /v1/checkpoints/<J@N>/groups/<g>  node  a group's torrent and, with TLS, a grant
 //   DELETE /v1/checkpoints/<J@N>       operator forget a record
 //   GET  /announce                     the tracker (authorize_announce)
 //
 // member: any cluster certificate with a role; operator: an operator certificate or the bearer
 // token. serve() asks the authorizer before any route runs. In plain mode nothing is checked
-// except place and prewarm once a token file is configured.
+// except place, prewarm and checkpoint deletes once a token file is configured.
 //
 // A router apart from the listener, so tests drive it without sockets: serve() answers any
 // route and may block (resolution); the app runs heavy() routes on its worker pool and
