@@ -57,9 +57,10 @@ unsigned status_of(const error& e) {
 }
 
 std::string route_label(std::string_view path) {
-  for (std::string_view p : {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images",
-                             "/v1/datasets", "/v1/place", "/v1/prewarm", "/v1/extender/filter",
-                             "/v1/extender/prioritize", "/announce", "/v1/events"}) {
+  for (std::string_view p :
+       {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
+        "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce", "/v1/events",
+        "/v1/checkpoints"}) {
     if (path.rfind(p, 0) == 0) return std::string(p);
   }
   return "other";
@@ -110,7 +111,9 @@ api::api(api_deps d)
 bool api::heavy(const http::request& req) {
   std::string_view p = req.path;
   return p == "/v1/place" || p.rfind("/v1/images/", 0) == 0 || p.rfind("/v1/datasets/", 0) == 0 ||
-         p.rfind("/v1/extender/", 0) == 0 || (p == "/v1/prewarm" && req.method == http::verb::post);
+         p.rfind("/v1/extender/", 0) == 0 ||
+         (p == "/v1/prewarm" && req.method == http::verb::post) || p == "/v1/checkpoints" ||
+         p.rfind("/v1/checkpoints/", 0) == 0;
 }
 
 bool api::is_heartbeat(const http::request& req) { return req.path == "/v1/heartbeat"; }
@@ -149,6 +152,8 @@ http::response api::serve(const http::request& req) {
     if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
     return finish(on_events(req));
   }
+  if (path == "/v1/checkpoints" || path.rfind("/v1/checkpoints/", 0) == 0)
+    return finish(on_checkpoints(req));
   for (auto [prefix, fn] : std::initializer_list<std::pair<std::string_view, int>>{
            {"/v1/nodes", 0}, {"/v1/objects/", 1}, {"/v1/images/", 2}, {"/v1/datasets/", 3}}) {
     if (path.rfind(prefix, 0) != 0) continue;

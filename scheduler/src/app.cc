@@ -146,15 +146,19 @@ status app::init() {
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
 
   if (auto s = init_auth(); !s) return s;
-  api_ =
-      std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
-                                     *prewarm_, *extender_, reg_, token_.get(), failures_.get()});
+  if (auto s = init_checkpoints(); !s) return s;
+  api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
+                                        *prewarm_, *extender_, reg_, token_.get(), failures_.get(),
+                                        checkpoints_.get(), checkpoint_grant_for_});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
-  // The heartbeat route checks its own, derived limit; the server must let such a body through.
+  // The heartbeat and checkpoint registration routes check their own limits (derived from
+  // nodes.max_objects_per_node, and checkpoints.max_registration_bytes); the server must let such
+  // bodies through.
   so.max_body_bytes = std::max<std::uint64_t>(
-      so.max_body_bytes, heartbeat::max_message_bytes_for(cfg_.nodes.max_objects_per_node));
+      {so.max_body_bytes, heartbeat::max_message_bytes_for(cfg_.nodes.max_objects_per_node),
+       cfg_.checkpoints.max_registration_bytes.bytes()});
   so.tls = tls_;
   server_ = std::make_unique<http::server>(
       rt_.io(), so,
@@ -238,11 +242,27 @@ void app::register_metrics() {
                   [res] { return static_cast<double>(res->stats().fetches); });
   reg_.counter_fn("shoal_scheduler_resolver_errors_total", "Manifest fetches that failed.",
                   [res] { return static_cast<double>(res->stats().errors); });
+  register_checkpoint_metrics(reg_, *checkpoints_);
   prewarm_orders_ =
       &reg_.gauge("shoal_scheduler_prewarm_orders",
                   "Prewarm orders (one per image or dataset per node) by state.", {"state"});
   for (const char* s : {"pending", "queued", "running", "done", "failed"})
     prewarm_orders_->with({s}).set(0);
+}
+
+// The checkpoint catalog, and with TLS the signer of its swarms' grants: the scheduler's own
+// certificate and key (URI SAN shoal://scheduler, which grant verifiers accept).
+status app::init_checkpoints() {
+  checkpoints_ = std::make_unique<checkpoint_catalog>(
+      checkpoint_catalog_options{cfg_.checkpoints.max_per_job, cfg_.checkpoints.max_bytes.bytes()});
+  if (!cfg_.tls.enabled) return {};
+  auto sg =
+      grant::signer::load(cfg_.tls.cert_file, cfg_.tls.key_file, ms(cfg_.tls.reload_interval));
+  if (!sg) return fail(sg.error().wrap("checkpoint grants (tls.cert_file, tls.key_file)"));
+  checkpoint_grant_for_ = checkpoint_grants(
+      std::move(*sg),
+      std::chrono::duration_cast<std::chrono::seconds>(cfg_.checkpoints.grant_ttl.get()));
+  return {};
 }
 
 // The cluster cache index, from the nodes section; `epoch` is this start's.

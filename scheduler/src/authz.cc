@@ -97,6 +97,11 @@ route_access access_of(const http::request& req) noexcept {
   if (p == "/v1/prewarm" && req.method == http::verb::post) return route_access::operator_;
   if (p == "/v1/extender/filter" || p == "/v1/extender/prioritize")
     return route_access::kube_scheduler;
+  if (p == "/v1/checkpoints" && req.method == http::verb::post) return route_access::node;
+  if (p.starts_with("/v1/checkpoints/")) {
+    if (req.method == http::verb::delete_) return route_access::operator_;
+    if (p.find("/groups/") != std::string_view::npos) return route_access::node;
+  }
   return route_access::member;
 }
 

@@ -1,5 +1,6 @@
 #include "scheduler/config.h"
 
+#include "common/checkpoint.h"
 #include "scheduler/cost.h"
 
 namespace shoal::scheduler {
@@ -181,6 +182,27 @@ void describe(config::binder& b, prewarm_config& c) {
           "Nodes pin prewarmed objects against eviction this long (0: no pin).");
 }
 
+void describe(config::binder& b, checkpoints_config& c) {
+  b.field("max_per_job", c.max_per_job,
+          "Checkpoint records kept per job; registering one more drops the job's earliest "
+          "registered record (logged).",
+          {.min = 1u, .max = 100'000u});
+  b.field("max_bytes", c.max_bytes,
+          "Bytes of checkpoint manifests and torrents held in all; beyond it the earliest "
+          "registered records of any job are dropped. A registration larger than this alone is "
+          "refused (413).",
+          {.min = config::byte_size::mib(1)});
+  b.field("max_registration_bytes", c.max_registration_bytes,
+          "Largest POST /v1/checkpoints body (413 beyond). The server's body limit is raised to "
+          "it for every route, as for heartbeats.",
+          {.min = config::byte_size::mib(1),
+           .max = config::byte_size(checkpoint::max_registration_bytes)});
+  b.field("grant_ttl", c.grant_ttl,
+          "With tls.enabled, GET /v1/checkpoints/<job>@<step>/groups/<g> answers a node with a "
+          "grant for that group's swarm, signed with the scheduler's certificate, valid this long.",
+          {.min = 1min, .max = 168h});
+}
+
 void describe(config::binder& b, auth_config& c) {
   b.field("operator_token_file", c.operator_token_file,
           "File holding the operator bearer token (16 to 1024 visible ASCII characters, one "
@@ -206,6 +228,7 @@ void describe(config::binder& b, scheduler_config& c) {
   b.section("placement", c.placement, "Placement: cost model, gangs, GPU reservations.");
   b.section("extender", c.extender, "The kube-scheduler extender (filter and prioritize verbs).");
   b.section("prewarm", c.prewarm, "Prewarm orders.");
+  b.section("checkpoints", c.checkpoints, "The checkpoint catalog: bounds and grants.");
   b.section("tls", c.tls,
             "Mutual TLS on the API: a heartbeat is accepted only for the node named in the "
             "caller's certificate (URI SAN shoal://node/<name>), an announce only from the node "

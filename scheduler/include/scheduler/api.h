@@ -12,11 +12,16 @@
 //   POST /v1/prewarm                   operator prewarm on nodes / a selector / a job's nodes
 //   GET  /v1/prewarm, /v1/prewarm/<id> member   progress
 //   POST /v1/extender/filter|prioritize  kube-scheduler  the extender (extender.h)
+//   POST /v1/checkpoints               node (the writer)  register a checkpoint (checkpoints.h)
+//   GET  /v1/checkpoints[?job=J]       member   records, newest step first
+//   GET  /v1/checkpoints/<J@N|J@latest|J>[/manifest]  member  a record (holders), its manifest
+//   GET  /v1/checkpoints/<J@N>/groups/<g>  node  a group's torrent and, with TLS, a grant
+//   DELETE /v1/checkpoints/<J@N>       operator forget a record
 //   GET  /announce                     the tracker (authorize_announce)
 //
 // member: any cluster certificate with a role; operator: an operator certificate or the bearer
 // token. serve() asks the authorizer before any route runs. In plain mode nothing is checked
-// except place and prewarm once a token file is configured.
+// except place, prewarm and checkpoint deletes once a token file is configured.
 //
 // A router apart from the listener, so tests drive it without sockets: serve() answers any
 // route and may block (resolution); the app runs heavy() routes on its worker pool and
@@ -32,6 +37,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "scheduler/authz.h"
+#include "scheduler/checkpoints.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
 #include "scheduler/failures.h"
@@ -57,6 +63,10 @@ struct api_deps {
   const operator_token* token = nullptr;
   // Node failure verdicts and events (failures.h); null: /v1/nodes shows no state, /v1/events 404.
   const failure_detector* failures = nullptr;
+  // The checkpoint catalog (checkpoints.h); null: /v1/checkpoints 404. Grants for its swarms:
+  // empty without TLS.
+  checkpoint_catalog* checkpoints = nullptr;
+  checkpoint_grant_fn checkpoint_grant_for;
 };
 
 class api {
@@ -77,6 +87,9 @@ class api {
   std::string node_address(const http::request& req, const std::string& claimed) const;
   http::response on_nodes(std::string_view rest);
   http::response on_events(const http::request& req);
+  // /v1/checkpoints[/...] and its POST (api_checkpoints.cc).
+  http::response on_checkpoints(const http::request& req);
+  http::response on_checkpoint_register(const http::request& req);
   http::response on_object(std::string_view rest);
   http::response on_image(const http::request& req, std::string_view rest);
   http::response on_dataset(std::string_view rest);

@@ -1,8 +1,9 @@
 #pragma once
 // Wiring of the scheduler daemon: the tracker, the cluster cache index fed by heartbeats, the
-// resolver (registry-proxy), placement, the extender, prewarm, and the HTTP API. Soft state only:
-// everything is rebuilt from heartbeats after a restart (a new epoch makes every peerd resend its
-// full list at its next heartbeat).
+// resolver (registry-proxy), placement, the extender, prewarm, the checkpoint catalog, and the
+// HTTP API. Soft state only: everything is rebuilt from heartbeats after a restart (a new epoch
+// makes every peerd resend its full list at its next heartbeat); the checkpoint catalog starts
+// empty (checkpoints.h).
 //
 // Lifecycle: build() → run() (blocks until SIGTERM/SIGINT or stop()) → destructor. Threading:
 // the HTTP server on `io_threads`; heartbeats on their own small pool; placement, resolution and
@@ -20,6 +21,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/version.h"
+#include "scheduler/checkpoints.h"
 #include "scheduler/config.h"
 #include "scheduler/extender.h"
 #include "scheduler/failures.h"
@@ -53,6 +55,8 @@ class app {
   [[nodiscard]] status init_transport();
   // The operator token file (auth.operator_token_file), when set; a bad file stops start-up.
   [[nodiscard]] status init_auth();
+  // The checkpoint catalog; with TLS the grant signer (a bad certificate or key stops start-up).
+  [[nodiscard]] status init_checkpoints();
   void init_index(const std::string& epoch);
   void init_failover();
   void handle(http::request&& req, http::responder resp);
@@ -78,6 +82,8 @@ class app {
   std::unique_ptr<prewarm_manager> prewarm_;
   std::unique_ptr<extender> extender_;
   std::unique_ptr<operator_token> token_;  // null without auth.operator_token_file; outlives api_
+  std::unique_ptr<checkpoint_catalog> checkpoints_;
+  checkpoint_grant_fn checkpoint_grant_for_;  // empty without TLS
   std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;
   boost::asio::steady_timer timer_;

@@ -114,6 +114,15 @@ struct auth_config {
 };
 void describe(config::binder& b, auth_config& c);
 
+// The checkpoint catalog (scheduler/checkpoints.h, docs/scheduler.md "Checkpoints").
+struct checkpoints_config {
+  std::uint32_t max_per_job = 16;                           // records kept per job
+  config::byte_size max_bytes = config::byte_size::gib(1);  // manifests + torrents held
+  config::byte_size max_registration_bytes = config::byte_size::mib(64);  // one POST body
+  config::duration grant_ttl = 1h;  // grants for checkpoint swarms (tls.enabled)
+};
+void describe(config::binder& b, checkpoints_config& c);
+
 struct scheduler_config {
   // Bodies up to the extender's 32 MiB; heartbeats may be larger (nodes.max_objects_per_node).
   daemon::http_config http{.listen = "0.0.0.0:7070", .max_body_bytes = config::byte_size::mib(32)};
@@ -127,6 +136,7 @@ struct scheduler_config {
   placement_config placement;
   extender_config extender;
   prewarm_config prewarm;
+  checkpoints_config checkpoints;
   // Mutual TLS on the API. On: heartbeats are accepted only for the node named in the
   // caller's certificate, announces only from a node certificate for their node (origin
   // announces from registry-proxy's), every other route by role (scheduler/authz.h), and calls
