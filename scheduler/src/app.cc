@@ -144,11 +144,12 @@ status app::init() {
   eo.resolve_timeout = ms(cfg_.extender.resolve_timeout);
   eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
+  init_jobs();
 
   if (auto s = init_auth(); !s) return s;
-  api_ =
-      std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
-                                     *prewarm_, *extender_, reg_, token_.get(), failures_.get()});
+  api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
+                                        *prewarm_, *extender_, reg_, token_.get(), failures_.get(),
+                                        jobs_.get()});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
@@ -278,6 +279,23 @@ void app::init_failover() {
       });
 }
 
+void app::init_jobs() {
+  jobs_options jo;
+  jo.max_jobs = cfg_.jobs.max_jobs;
+  jo.ttl = ms(cfg_.jobs.ttl);
+  jo.failover_preference_ttl = ms(cfg_.jobs.failover_preference_ttl);
+  jo.checkpoint_pin =
+      std::chrono::duration_cast<std::chrono::seconds>(cfg_.jobs.checkpoint_pin_for.get());
+  jo.prewarm_pin = std::chrono::duration_cast<std::chrono::seconds>(cfg_.prewarm.pin_for.get());
+  jo.checkpoint_views_dir = cfg_.jobs.checkpoint_views_dir;
+  jo.resolve_timeout = ms(cfg_.placement.resolve_timeout);
+  jobs_ = std::make_unique<job_registry>(
+      job_registry_deps{*index_, *placer_, *resolver_, *datasets_, *prewarm_, *failures_, reg_},
+      jo);
+  extender_->set_job_preference(
+      [j = jobs_.get()](std::string_view job) { return j->preferred_node(job); });
+}
+
 void app::schedule_maintenance() {
   timer_.expires_after(std::chrono::seconds(1));
   timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -295,9 +313,14 @@ void app::maintenance() {
     log::warn("node dropped: no heartbeat", log::kv("node", d.name));
   }
   tracker_->expire();
-  for (const auto& e : failures_->evaluate(index_->nodes())) {  // it logs and keeps them
+  auto events = failures_->evaluate(index_->nodes());  // it logs and keeps them
+  for (const auto& e : events) {
     if (e.event == "failed") node_failures_->with({e.cause}).inc();
   }
+  // Failover decisions resolve images and datasets: on a worker, never here (jobs.h).
+  if (jobs_->on_node_events(events))
+    boost::asio::post(workers_, [this] { (void)jobs_->decide_pending(); });
+  jobs_->expire();
   if (token_) (void)token_->reload_if_changed();  // a stat a second; reads only on change
   prewarm_->tick();
   auto c = prewarm_->counts();

@@ -11,6 +11,10 @@
 //   POST /v1/place                     operator place a job: chosen nodes, every node explained
 //   POST /v1/prewarm                   operator prewarm on nodes / a selector / a job's nodes
 //   GET  /v1/prewarm, /v1/prewarm/<id> member   progress
+//   GET  /v1/jobs, /v1/jobs/<id>       member   jobs placed or prewarmed with an id (jobs.h)
+//   GET  /v1/jobs/<id>/failover        member   the job's newest failover decision
+//   DELETE /v1/jobs/<id>               operator forget a job
+//   GET  /v1/events                    member   node failure and failover events
 //   POST /v1/extender/filter|prioritize  kube-scheduler  the extender (extender.h)
 //   GET  /announce                     the tracker (authorize_announce)
 //
@@ -36,6 +40,7 @@
 #include "scheduler/extender.h"
 #include "scheduler/failures.h"
 #include "scheduler/index.h"
+#include "scheduler/jobs.h"
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
 #include "scheduler/resolver.h"
@@ -57,6 +62,8 @@ struct api_deps {
   const operator_token* token = nullptr;
   // Node failure verdicts and events (failures.h); null: /v1/nodes shows no state, /v1/events 404.
   const failure_detector* failures = nullptr;
+  // Jobs and failover decisions (jobs.h); null: jobs are not recorded, /v1/jobs 404.
+  job_registry* jobs = nullptr;
 };
 
 class api {
@@ -83,6 +90,7 @@ class api {
   http::response on_place(const http::request& req);
   http::response on_prewarm_create(const http::request& req);
   http::response on_prewarm_get(std::string_view rest);
+  http::response on_jobs(const http::request& req);  // api_jobs.cc
 
   // A step of a handler: its value, or the response that ends the request.
   template <class T>
@@ -93,6 +101,10 @@ class api {
     std::vector<planned_node> planned;
     std::string platform_override;  // a job's platform, else each node's own
     nlohmann::json job_answer;      // a job's placement, for the answer; null otherwise
+    // A job with an id and its placement, recorded once the prewarm exists (jobs.h).
+    std::optional<job_spec> job;
+    std::vector<std::string> members, standbys;
+    std::string segment;
   };
   struct prewarm_sources {
     std::map<std::string, std::string> platform_of;  // target node → platform

@@ -24,6 +24,7 @@
 #include "scheduler/extender.h"
 #include "scheduler/failures.h"
 #include "scheduler/index.h"
+#include "scheduler/jobs.h"
 #include "scheduler/network.h"
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
@@ -55,6 +56,8 @@ class app {
   [[nodiscard]] status init_auth();
   void init_index(const std::string& epoch);
   void init_failover();
+  // The job registry (jobs.h), after placement, prewarm and the extender it steers.
+  void init_jobs();
   void handle(http::request&& req, http::responder resp);
   void register_metrics();
   void schedule_maintenance();
@@ -77,6 +80,7 @@ class app {
   std::unique_ptr<placer> placer_;
   std::unique_ptr<prewarm_manager> prewarm_;
   std::unique_ptr<extender> extender_;
+  std::unique_ptr<job_registry> jobs_;
   std::unique_ptr<operator_token> token_;  // null without auth.operator_token_file; outlives api_
   std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;

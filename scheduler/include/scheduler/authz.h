@@ -38,7 +38,8 @@ enum class route_access : std::uint8_t {
   open,            // answered without credentials (the tracker authorizes announces itself)
   member,          // reads: a verified certificate with any role, or the operator token
   node,            // POST /v1/heartbeat: a node certificate (the handler checks it is the node's)
-  operator_,       // POST /v1/place, POST /v1/prewarm: an operator certificate or the token
+  operator_,       // POST /v1/place, POST /v1/prewarm, DELETE /v1/jobs/<id>: an operator
+                   // certificate or the token
   kube_scheduler,  // /v1/extender/*: kube-scheduler's certificate
 };
 
