@@ -99,7 +99,7 @@ json to_json(const failover_decision& d, const job_registry& jobs) {
       {"members", d.members},
       {"standbys", d.standbys},
       {"new_standbys", d.new_standbys},
-      {"standby_prewarm", or_null(d.standby_prewarm)},
+      {"prewarm", or_null(d.prewarm)},
       {"candidates", std::move(candidates)}};
   if (d.replacement.empty()) {
     out["reason"] = d.reason;

@@ -28,6 +28,22 @@ std::uint64_t bytes_of(const std::vector<object_ref>& objs) {
   return n;
 }
 
+std::size_t strings_bytes(const std::vector<std::string>& v) {
+  std::size_t n = 0;
+  for (const auto& x : v) n += x.size() + 32;
+  return n;
+}
+
+// About what a record holds in memory (its strings, with an allowance per string).
+std::size_t approx_bytes(const job_record& r) {
+  std::size_t n = 1024 + r.id.size() + strings_bytes(r.spec.images) +
+                  strings_bytes(r.spec.datasets) + strings_bytes(r.spec.exclude) +
+                  strings_bytes(r.spec.candidates) + strings_bytes(r.members) +
+                  strings_bytes(r.standbys);
+  for (const auto& [k, v] : r.spec.selector) n += k.size() + v.size() + 64;
+  return n;
+}
+
 std::string join(const std::vector<std::string>& v, std::string_view sep) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : std::string(sep)) + s;
@@ -114,6 +130,9 @@ void job_registry::record(const job_spec& spec, std::vector<std::string> members
   if (!prewarm.empty()) r.prewarm = std::move(prewarm);
   r.updated = t;
   r.updated_at = now;
+  bytes_ -= r.bytes;
+  r.bytes = approx_bytes(r);
+  bytes_ += r.bytes;
   log::info("job recorded", log::kv("job", r.id), log::kv("source", r.source),
             log::kv("members", join(r.members, ",")), log::kv("standbys", join(r.standbys, ",")),
             log::kv("segment", r.segment));
@@ -121,19 +140,26 @@ void job_registry::record(const job_spec& spec, std::vector<std::string> members
 }
 
 void job_registry::evict_locked() {
-  while (jobs_.size() > opts_.max_jobs) {
+  while (jobs_.size() > opts_.max_jobs || (bytes_ > max_jobs_bytes && jobs_.size() > 1)) {
     auto oldest = jobs_.begin();
     for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
       if (it->second.updated_at < oldest->second.updated_at) oldest = it;
     }
-    log::info("job forgotten: jobs.max_jobs reached", log::kv("job", oldest->first));
+    log::info("job forgotten: jobs.max_jobs (or max_jobs_bytes) reached",
+              log::kv("job", oldest->first));
+    bytes_ -= oldest->second.bytes;
     jobs_.erase(oldest);
   }
 }
 
 bool job_registry::forget(const std::string& id) {
   std::lock_guard lk(mu_);
-  return jobs_.erase(id) > 0;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return false;
+  bytes_ -= it->second.bytes;
+  jobs_.erase(it);
+  log::info("job forgotten on request", log::kv("job", id));
+  return true;
 }
 
 void job_registry::expire() {
@@ -142,6 +168,7 @@ void job_registry::expire() {
   std::erase_if(jobs_, [&](const auto& kv) {
     if (now - kv.second.updated_at < opts_.ttl) return false;
     log::info("job forgotten: not updated within jobs.ttl", log::kv("job", kv.first));
+    bytes_ -= kv.second.bytes;
     return true;
   });
 }
@@ -391,6 +418,20 @@ std::vector<failover_candidate> shown(const std::vector<weighed>& ranked, std::s
   return out;
 }
 
+// What the replacement holds of the job's image (for its platform), datasets and checkpoint.
+void held_on(failover_decision& d, const cluster_index& idx, const std::vector<object_ref>& image,
+             const std::vector<object_ref>& datasets, const std::vector<object_ref>& checkpoint) {
+  auto held = [&](const std::vector<object_ref>& objs) {
+    auto h = idx.held(d.replacement, objs);
+    return std::pair{bytes_held{h.bytes, bytes_of(objs)}, h.count == objs.size()};
+  };
+  d.image = held(image).first;
+  d.datasets = held(datasets).first;
+  auto [ck, complete] = held(checkpoint);
+  d.checkpoint = ck;
+  d.checkpoint_complete = !checkpoint.empty() && complete;
+}
+
 // Replaces `failed` by `by` among `members` (or drops it when `by` is empty).
 void swap_member(std::vector<std::string>& members, const std::string& failed,
                  const std::string& by) {
@@ -439,16 +480,9 @@ std::optional<failover_decision> job_registry::decide(const std::string& id, con
     d.replacement = pick->c.node;
     d.replacement_role = pick->c.role;
     std::erase(standbys, pick->c.node);
-    auto held = [&](const std::vector<object_ref>& objs) {
-      auto h = d_.index.held(pick->c.node, objs);
-      return std::pair{bytes_held{h.bytes, bytes_of(objs)}, h.count == objs.size()};
-    };
     auto img = c.images.find(pick->platform);
-    d.image = held(img == c.images.end() ? std::vector<object_ref>{} : img->second).first;
-    d.datasets = held(c.dataset_objects).first;
-    auto [ck, complete] = held(c.checkpoint);
-    d.checkpoint = ck;
-    d.checkpoint_complete = !c.checkpoint.empty() && complete;
+    held_on(d, d_.index, img == c.images.end() ? std::vector<object_ref>{} : img->second,
+            c.dataset_objects, c.checkpoint);
   } else {
     d.reason = no_replacement_reason(*job, c.ranked, c.segment, c.gang);
   }
@@ -471,13 +505,18 @@ std::optional<failover_decision> job_registry::decide(const std::string& id, con
     r.updated_at = d.at;
     r.failover = d;
   }
-  if (!d.new_standbys.empty()) {
-    d.standby_prewarm = prewarm_standbys(*job, c, d.new_standbys);
+  std::vector<std::pair<std::string, std::string>> targets;
+  const auto lacks = [](const bytes_held& b) { return b.held < b.total; };
+  if (!d.replacement.empty() && (lacks(d.image) || lacks(d.datasets) || lacks(d.checkpoint)))
+    targets.emplace_back(d.replacement, "primary");
+  for (const auto& s : d.new_standbys) targets.emplace_back(s, "standby");
+  if (!targets.empty()) d.prewarm = warm(*job, c, targets);
+  if (!d.prewarm.empty()) {
     std::lock_guard lk(mu_);
-    if (auto it = jobs_.find(id); it != jobs_.end() && !d.standby_prewarm.empty()) {
-      it->second.prewarm = d.standby_prewarm;
+    if (auto it = jobs_.find(id); it != jobs_.end()) {
+      it->second.prewarm = d.prewarm;
       if (it->second.failover && it->second.failover->at == d.at)
-        it->second.failover->standby_prewarm = d.standby_prewarm;
+        it->second.failover->prewarm = d.prewarm;
     }
   }
   publish(d);
@@ -503,7 +542,9 @@ void job_registry::replace_standby(const std::string& id, const std::string& fai
     it->second.updated = utc_now();
     it->second.updated_at = now_();
   }
-  std::string pw = added.empty() ? std::string() : prewarm_standbys(*job, c, added);
+  std::vector<std::pair<std::string, std::string>> targets;
+  for (const auto& s : added) targets.emplace_back(s, "standby");
+  std::string pw = targets.empty() ? std::string() : warm(*job, c, targets);
   if (!pw.empty()) {
     std::lock_guard lk(mu_);
     if (auto it = jobs_.find(id); it != jobs_.end()) it->second.prewarm = pw;
@@ -512,16 +553,18 @@ void job_registry::replace_standby(const std::string& id, const std::string& fai
             log::kv("new_standbys", join(added, ",")), log::kv("prewarm", pw));
 }
 
-std::string job_registry::prewarm_standbys(const job_record& job, const context& c,
-                                           const std::vector<std::string>& nodes) {
-  const std::string id = random_id("sb-");
+std::string job_registry::warm(const job_record& job, const context& c,
+                               const std::vector<std::pair<std::string, std::string>>& targets) {
+  const std::string id = random_id("fo-");
   const auto pin = static_cast<std::uint64_t>(opts_.prewarm_pin.count());
   const auto ck_pin = static_cast<std::uint64_t>(opts_.checkpoint_pin.count());
   std::vector<planned_node> planned;
-  for (const auto& node : nodes) {
+  std::vector<std::string> nodes;
+  for (const auto& [node, role] : targets) {
+    nodes.push_back(node);
     const weighed* w = c.find(node);
     const std::string plat = w ? w->platform : job.spec.platform;
-    planned_node p{node, "standby", {}};
+    planned_node p{node, role, {}};
     std::vector<std::pair<std::string, std::string>> pairs;
     for (const auto& img : job.spec.images) pairs.emplace_back(img, plat);
     auto resolved = d_.res.resolve_many(pairs, opts_.resolve_timeout);
@@ -529,7 +572,7 @@ std::string job_registry::prewarm_standbys(const job_record& job, const context&
       if (resolved[k]) {
         p.orders.push_back(image_order(id, k, *resolved[k], plat, pin));
       } else {
-        log::warn("standby prewarm without an image", log::kv("job", job.id),
+        log::warn("failover prewarm without an image", log::kv("job", job.id),
                   log::kv("image", pairs[k].first), log::kv("error", resolved[k].error().message));
       }
     }
@@ -543,12 +586,12 @@ std::string job_registry::prewarm_standbys(const job_record& job, const context&
   }
   if (planned.empty()) return "";
   json summary = {{"job", job.id},
-                  {"standbys", nodes},
+                  {"nodes", nodes},
                   {"images", job.spec.images},
                   {"datasets", job.spec.datasets},
                   {"checkpoint", c.checkpoint_key}};
   if (auto s = d_.prewarm.create(id, std::move(planned), std::move(summary)); !s) {
-    log::warn("standby prewarm not started", log::kv("job", job.id),
+    log::warn("failover prewarm not started", log::kv("job", job.id),
               log::kv("error", s.error().message));
     return "";
   }

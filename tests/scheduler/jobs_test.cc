@@ -243,7 +243,7 @@ TEST_F(JobsTest, AFailedMemberIsReplacedByTheStandbyOfItsFabric) {
   EXPECT_EQ(j["segment"], "f1");
   EXPECT_EQ(j["members"], json(members));
   EXPECT_EQ(j["new_standbys"], json({"sb2"}));
-  EXPECT_TRUE(j["standby_prewarm"].is_string());
+  EXPECT_TRUE(j["prewarm"].is_string());
   EXPECT_FALSE(j.contains("reason"));
   EXPECT_EQ(j["bytes_held"]["image"]["held"], 110 * MiB + 500);
   EXPECT_EQ(j["bytes_held"]["image"]["total"], 110 * MiB + 500);
@@ -285,10 +285,11 @@ TEST_F(JobsTest, AFailedMemberIsReplacedByTheStandbyOfItsFabric) {
   EXPECT_NE(m.find("shoal_scheduler_jobs 1"), std::string::npos);
 }
 
-TEST_F(JobsTest, TheNewStandbyIsPrewarmedWithImageDatasetAndCheckpoint) {
+TEST_F(JobsTest, TheNewStandbyAndTheReplacementArePrewarmed) {
   settle();
   place_train();
   ASSERT_EQ(fail_n2().size(), 1u);
+  // The new standby gets the image, the dataset and the newest checkpoint.
   auto orders = beat("sb2");
   ASSERT_EQ(orders.size(), 3u);
   EXPECT_EQ(orders[0].image, "127.0.0.1:5000/team/app:v1");
@@ -299,15 +300,26 @@ TEST_F(JobsTest, TheNewStandbyIsPrewarmedWithImageDatasetAndCheckpoint) {
   ASSERT_EQ(orders[2].objects.size(), 2u);
   EXPECT_EQ(orders[2].objects[0].id, dg("ck-0"));
   EXPECT_EQ(orders[2].pin_seconds, 7u * 24 * 3600);
-  // Its progress is counted from the index, the checkpoint like a dataset.
-  auto id =
-      js(call(http::verb::get, "/v1/jobs/train/failover"))["standby_prewarm"].get<std::string>();
+  // The replacement lacks the dataset: it is warmed too, as a primary.
+  orders = beat("sb1");
+  ASSERT_EQ(orders.size(), 3u);
+  EXPECT_EQ(orders[1].dataset, "imagenet@1");
+  // The progress is counted from the index, the checkpoint like a dataset.
+  auto id = js(call(http::verb::get, "/v1/jobs/train/failover"))["prewarm"].get<std::string>();
+  EXPECT_EQ(jobs_.get("train")->prewarm, id);
   auto st = js(call(http::verb::get, "/v1/prewarm/" + id));
-  EXPECT_EQ(st["nodes"][0]["node"], "sb2");
-  EXPECT_EQ(st["nodes"][0]["orders"][2]["checkpoint"], "train@2");
-  nodes_["sb2"].objects = nodes_["x1"].objects;
-  nodes_["sb2"].datasets = {{"imagenet@1", 100 * MiB, 100 * MiB, true}};
-  EXPECT_TRUE(beat("sb2").empty());
+  ASSERT_EQ(st["nodes"].size(), 2u);
+  EXPECT_EQ(st["nodes"][0]["node"], "sb1");
+  EXPECT_EQ(st["nodes"][0]["role"], "primary");
+  EXPECT_EQ(st["nodes"][1]["node"], "sb2");
+  EXPECT_EQ(st["nodes"][1]["role"], "standby");
+  EXPECT_EQ(st["nodes"][1]["orders"][2]["checkpoint"], "train@2");
+  EXPECT_EQ(st["request"]["job"], "train");
+  for (const char* n : {"sb1", "sb2"}) {
+    nodes_[n].objects = nodes_["x1"].objects;
+    nodes_[n].datasets = {{"imagenet@1", 100 * MiB, 100 * MiB, true}};
+    EXPECT_TRUE(beat(n).empty());
+  }
   pw_.tick();
   EXPECT_EQ(js(call(http::verb::get, "/v1/prewarm/" + id))["state"], "done");
 }
@@ -345,6 +357,21 @@ TEST_F(JobsTest, AStandbyInAnotherFabricIsNotChosenAndTheDecisionSaysWhy) {
   auto ev = js(call(http::verb::get, "/v1/events?node=n2"))["events"];
   EXPECT_EQ(ev[0]["event"], "failover");
   EXPECT_TRUE(ev[0]["replacement"].is_null());
+}
+
+TEST_F(JobsTest, AFailedStandbyIsReplacedWithoutADecision) {
+  settle();
+  place_train();
+  for (int i = 0; i < 7 && jobs_.get("train")->standbys[0] == "sb1"; ++i)
+    EXPECT_TRUE(tick(10s, {"sb1"}).empty());
+  auto job = jobs_.get("train");
+  EXPECT_FALSE(job->failover);
+  EXPECT_EQ(job->standbys, std::vector<std::string>{"sb2"});
+  EXPECT_EQ(job->members.size(), 4u);
+  auto orders = beat("sb2");
+  ASSERT_EQ(orders.size(), 3u);  // image, dataset, checkpoint
+  EXPECT_EQ(orders[2].checkpoint, "train@2");
+  EXPECT_EQ(reg_.expose().find("shoal_scheduler_failovers_total 1"), std::string::npos);
 }
 
 TEST_F(JobsTest, ARestartingNodeDecidesNothing) {

@@ -4,8 +4,9 @@
 // A job is known once it is placed (POST /v1/place, not a dry run) or prewarmed (POST /v1/prewarm
 // with a `job`) with an `id`: its spec, its members (the chosen nodes, best first), its standbys
 // (the next-ranked nodes of the same fabric segment), the segment, and when it was learned. Jobs
-// are bounded (jobs.max_jobs, the least recently updated go) and expire (jobs.ttl after the last
-// update). Jobs that only run as pods (seen through containerd's CRI) are not known here.
+// are bounded (jobs.max_jobs, and max_jobs_bytes of specs and node names: the least recently
+// updated go) and expire (jobs.ttl after the last update). Jobs that only run as pods (seen through
+// containerd's CRI) are not known here.
 //
 // The replacement decision. When the failure detector (failures.h) calls a node `failed`, every
 // job with that node as a member gets a decision, made on a worker thread, never while the
@@ -24,13 +25,14 @@
 //   4. placement's rank (rank seconds, health, tie key).
 // The replacement becomes a member in the failed node's place. The job's standbys are then topped
 // up to the count it was placed with, from the next candidates of the segment (a consumed or
-// failed standby is replaced), and each new standby is prewarmed (prewarm.h) with the job's
-// images, datasets and newest checkpoint. A standby that fails is replaced the same way, without
-// a decision. Each decision is kept (GET /v1/jobs/<id>/failover shows the newest), logged, an
-// event "failover" in the detector's log (GET /v1/events) and counted
-// (shoal_scheduler_failovers_total, shoal_scheduler_failover_no_replacement_total). For
-// jobs.failover_preference_ttl after it, while the replacement is still a member, the extender
-// prefers the replacement for pods labelled shoal.io/job: <id> (preferred_node()).
+// failed standby is replaced), and each new standby — and the replacement, when it lacks some of
+// it — is prewarmed (prewarm.h) with the job's images, datasets and newest checkpoint. A standby
+// that fails is replaced the same way, without a decision. Each decision is kept (GET
+// /v1/jobs/<id>/failover shows the newest), logged, an event "failover" in the detector's log (GET
+// /v1/events) and counted (shoal_scheduler_failovers_total,
+// shoal_scheduler_failover_no_replacement_total). For jobs.failover_preference_ttl after it, while
+// the replacement is still a member, the extender prefers the replacement for pods labelled
+// shoal.io/job: <id> (preferred_node()).
 //
 // Checkpoints. The checkpoint catalog is not a dependency: the newest checkpoint of a job comes
 // from an injected function (set_latest_checkpoint), and the catalog tells the registry of each
@@ -76,6 +78,10 @@ struct jobs_options {
   std::size_t max_candidates_shown = 8;  // in a decision
 };
 
+// What all known jobs may hold in memory at most (specs, node names), whatever jobs.max_jobs
+// says: a placement body is up to 1 MiB, and plain mode without a token lets anyone place.
+inline constexpr std::size_t max_jobs_bytes = 256u << 20;
+
 // A checkpoint's objects: (digest, size).
 using checkpoint_objects = std::vector<std::pair<digest, std::uint64_t>>;
 // The newest checkpoint of a job: its key "J@N" and objects; nullopt when it has none.
@@ -110,7 +116,7 @@ struct failover_decision {
   std::string segment;                         // the job's fabric segment ("" when it has none)
   std::vector<std::string> members, standbys;  // the job's, after the decision
   std::vector<std::string> new_standbys;       // chosen to top the standbys up
-  std::string standby_prewarm;                 // the prewarm warming them ("" when none)
+  std::string prewarm;  // warming the replacement (when it lacks bytes) and them ("" when none)
   bytes_held image, datasets, checkpoint;      // on the replacement
   std::string checkpoint_key;                  // the checkpoint to resume from ("" when none)
   bool checkpoint_complete = false;            // the replacement holds all of its bytes
@@ -129,6 +135,7 @@ struct job_record {
   std::string created, updated;  // UTC, RFC 3339
   std::chrono::steady_clock::time_point created_at, updated_at;
   std::optional<failover_decision> failover;  // the newest decision
+  std::size_t bytes = 0;                      // about what it holds in memory (max_jobs_bytes)
 };
 
 struct job_registry_deps {
@@ -198,9 +205,10 @@ class job_registry {
   [[nodiscard]] std::vector<std::string> top_up(const context& c, const job_record& job,
                                                 const std::vector<std::string>& members,
                                                 const std::vector<std::string>& standbys) const;
-  // Prewarms images, datasets and the newest checkpoint onto `nodes`; the prewarm id or "".
-  std::string prewarm_standbys(const job_record& job, const context& c,
-                               const std::vector<std::string>& nodes);
+  // Prewarms images, datasets and the newest checkpoint onto the (node, role) targets; the
+  // prewarm id or "".
+  std::string warm(const job_record& job, const context& c,
+                   const std::vector<std::pair<std::string, std::string>>& targets);
   void publish(const failover_decision& d);
   // Drops the least recently updated job beyond max_jobs. Caller holds mu_.
   void evict_locked();
@@ -213,6 +221,7 @@ class job_registry {
   std::mutex decide_mu_;  // one decision at a time; taken before mu_
   mutable std::mutex mu_;
   std::map<std::string, job_record, std::less<>> jobs_;
+  std::size_t bytes_ = 0;                      // approx_bytes() of every record
   std::map<std::string, node_event> pending_;  // failed nodes awaiting decisions
   bool scheduled_ = false;                     // decide_pending() is posted or running
   latest_checkpoint_fn latest_;
