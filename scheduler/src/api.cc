@@ -60,7 +60,7 @@ std::string route_label(std::string_view path) {
   for (std::string_view p :
        {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
         "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce", "/v1/events",
-        "/v1/checkpoints"}) {
+        "/v1/checkpoints", "/v1/jobs"}) {
     if (path.rfind(p, 0) == 0) return std::string(p);
   }
   return "other";
@@ -148,6 +148,7 @@ http::response api::serve(const http::request& req) {
     if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
     return finish(on_prewarm_get(path.substr(std::string_view("/v1/prewarm").size())));
   }
+  if (path == "/v1/jobs" || path.rfind("/v1/jobs/", 0) == 0) return finish(on_jobs(req));
   if (path == "/v1/events") {
     if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
     return finish(on_events(req));
@@ -429,6 +430,8 @@ http::response api::on_place(const http::request& req) {
   auto r = d_.place.place(*job, standby, !dry_run, wait);
   if (!r) return json_error(status_of(r.error()), r.error().message);
   auto out = to_json(r->p, r->view, *job, d_.place.network());
+  if (d_.jobs && !dry_run && r->p.feasible)
+    d_.jobs->record(*job, r->p.chosen, r->p.standby, r->p.segment, standby, "place");
   log::info("placed", log::kv("feasible", r->p.feasible), log::kv("nodes", job->nodes),
             log::kv("gpus", job->gpus),
             log::kv("chosen", r->p.chosen.empty() ? std::string() : r->p.chosen.front()),
@@ -473,35 +476,6 @@ std::expected<prewarm_request, http::response> parse_prewarm(const json& b) {
     out.standby = static_cast<std::uint32_t>(it->get<std::uint64_t>());
   }
   return out;
-}
-
-// One node's order for image number k of the prewarm.
-heartbeat::prewarm_order image_order(const std::string& id, std::size_t k,
-                                     const resolved_image& img, const std::string& plat,
-                                     std::uint64_t pin) {
-  heartbeat::prewarm_order o;
-  o.id = id + "." + std::to_string(k);
-  o.image = img.ref;
-  o.platform = plat;
-  o.registry = img.registry;
-  o.repository = img.repository;
-  o.pin_seconds = pin;
-  for (const auto& x : img.objects) o.objects.push_back({x.id, x.size});
-  return o;
-}
-
-// One node's order for dataset number k of the prewarm.
-heartbeat::prewarm_order dataset_order(const std::string& id, std::size_t k,
-                                       const std::string& dataset,
-                                       const std::vector<object_ref>& objects,
-                                       const std::string& plat, std::uint64_t pin) {
-  heartbeat::prewarm_order o;
-  o.id = id + ".d" + std::to_string(k);
-  o.dataset = dataset;
-  o.platform = plat;
-  o.pin_seconds = pin;
-  for (const auto& x : objects) o.objects.push_back({x.id, x.size});
-  return o;
 }
 
 // What the prewarm list shows of the request: images, datasets and the targets as asked.
@@ -581,6 +555,16 @@ api::or_response<api::prewarm_targets> api::job_targets(const json& job_doc, job
   for (const auto& n : placed->p.chosen) out.planned.push_back({n, "primary", {}});
   for (const auto& n : placed->p.standby) out.planned.push_back({n, "standby", {}});
   out.platform_override = job->platform;
+  if (!job->id.empty()) {
+    out.job = *job;
+    if (job->images.empty() && job->datasets.empty()) {  // the job's data: the prewarm's
+      out.job->images = spec.images;
+      out.job->datasets = spec.datasets;
+    }
+    out.members = placed->p.chosen;
+    out.standbys = placed->p.standby;
+    out.segment = placed->p.segment;
+  }
   return out;
 }
 
@@ -675,6 +659,10 @@ http::response api::on_prewarm_create(const http::request& req) {
   auto summary = prewarm_summary(b, spec, request->standby);
   if (auto s = d_.prewarm.create(id, std::move(targets->planned), summary); !s) {
     return json_error(status_of(s.error()), s.error().message);
+  }
+  if (d_.jobs && targets->job) {
+    d_.jobs->record(*targets->job, std::move(targets->members), std::move(targets->standbys),
+                    std::move(targets->segment), request->standby, "prewarm", id);
   }
   auto st = d_.prewarm.progress(id);
   json out = st ? *st : json::object();

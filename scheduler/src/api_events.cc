@@ -22,11 +22,15 @@ http::response api::on_events(const http::request& req) {
   if (node.size() > 253) return json_error(400, "node names have at most 253 characters");
   json out = json::array();
   for (const auto& e : d_.failures->events(node, limit)) {
-    out.push_back({{"time", e.time},
-                   {"node", e.node},
-                   {"event", e.event},
-                   {"cause", e.cause},
-                   {"detail", e.detail}});
+    json ev = {{"time", e.time},
+               {"node", e.node},
+               {"event", e.event},
+               {"cause", e.cause},
+               {"detail", e.detail}};
+    if (!e.job.empty()) ev["job"] = e.job;
+    if (e.event == "failover")
+      ev["replacement"] = e.replacement.empty() ? json() : json(e.replacement);
+    out.push_back(std::move(ev));
   }
   return http::response::json(
       200, dump(json{{"events", std::move(out)}, {"view_stale", d_.failures->view_stale()}}));

@@ -78,20 +78,7 @@ status app::init() {
   if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
   std::string epoch = to_hex(std::span<const std::uint8_t>(b, sizeof b));
 
-  tracker_options to{.announced_peers_only = cfg_.tls.enabled};  // SSL torrents (docs/p2p.md)
-  auto secs = [](const config::duration& d) {
-    return std::chrono::duration_cast<std::chrono::seconds>(d.get());
-  };
-  to.interval = secs(cfg_.tracker.interval);
-  to.seed_interval = secs(cfg_.tracker.seed_interval);
-  to.min_interval = secs(cfg_.tracker.min_interval);
-  to.peer_timeout = secs(cfg_.tracker.peer_timeout);
-  to.default_numwant = static_cast<std::uint32_t>(cfg_.tracker.default_numwant);
-  to.max_numwant = static_cast<std::uint32_t>(cfg_.tracker.max_numwant);
-  to.trust_announced_ip = cfg_.tracker.trust_announced_ip;
-  to.max_swarms = cfg_.tracker.max_swarms;
-  to.max_peers_per_swarm = cfg_.tracker.max_peers_per_swarm;
-  tracker_ = std::make_unique<tracker>(to);
+  init_tracker();
 
   init_index(epoch);
 
@@ -144,12 +131,13 @@ status app::init() {
   eo.resolve_timeout = ms(cfg_.extender.resolve_timeout);
   eo.max_request_bytes = cfg_.extender.max_request_bytes.bytes();
   extender_ = std::make_unique<extender>(*placer_, eo, reg_);
+  init_jobs();
 
   if (auto s = init_auth(); !s) return s;
   if (auto s = init_checkpoints(); !s) return s;
   api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
                                         *prewarm_, *extender_, reg_, token_.get(), failures_.get(),
-                                        checkpoints_.get(), checkpoint_grant_for_});
+                                        checkpoints_.get(), checkpoint_grant_for_, jobs_.get()});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
@@ -255,6 +243,22 @@ void app::register_metrics() {
 status app::init_checkpoints() {
   checkpoints_ = std::make_unique<checkpoint_catalog>(
       checkpoint_catalog_options{cfg_.checkpoints.max_per_job, cfg_.checkpoints.max_bytes.bytes()});
+  // Failover resumes from a job's newest checkpoint, and each new one is prewarmed onto the
+  // job's standbys as soon as it is registered (jobs.h).
+  auto* cat = checkpoints_.get();
+  jobs_->set_latest_checkpoint(
+      [cat](const std::string& job) -> std::optional<std::pair<std::string, checkpoint_objects>> {
+        auto r = cat->latest(job);
+        if (!r) return std::nullopt;
+        auto objs = cat->objects(r->key());
+        if (!objs) return std::nullopt;
+        return std::pair{r->key(), checkpoint_objects(objs->begin(), objs->end())};
+      });
+  cat->on_registered(
+      [cat, tell = jobs_->listener()](const std::string& job, const std::string& key) {
+        if (auto objs = cat->objects(key))
+          tell(job, key, checkpoint_objects(objs->begin(), objs->end()));
+      });
   if (!cfg_.tls.enabled) return {};
   auto sg =
       grant::signer::load(cfg_.tls.cert_file, cfg_.tls.key_file, ms(cfg_.tls.reload_interval));
@@ -263,6 +267,24 @@ status app::init_checkpoints() {
       std::move(*sg),
       std::chrono::duration_cast<std::chrono::seconds>(cfg_.checkpoints.grant_ttl.get()));
   return {};
+}
+
+// The tracker, from the tracker section (announced peers only with SSL torrents, docs/p2p.md).
+void app::init_tracker() {
+  tracker_options to{.announced_peers_only = cfg_.tls.enabled};
+  auto secs = [](const config::duration& d) {
+    return std::chrono::duration_cast<std::chrono::seconds>(d.get());
+  };
+  to.interval = secs(cfg_.tracker.interval);
+  to.seed_interval = secs(cfg_.tracker.seed_interval);
+  to.min_interval = secs(cfg_.tracker.min_interval);
+  to.peer_timeout = secs(cfg_.tracker.peer_timeout);
+  to.default_numwant = static_cast<std::uint32_t>(cfg_.tracker.default_numwant);
+  to.max_numwant = static_cast<std::uint32_t>(cfg_.tracker.max_numwant);
+  to.trust_announced_ip = cfg_.tracker.trust_announced_ip;
+  to.max_swarms = cfg_.tracker.max_swarms;
+  to.max_peers_per_swarm = cfg_.tracker.max_peers_per_swarm;
+  tracker_ = std::make_unique<tracker>(to);
 }
 
 // The cluster cache index, from the nodes section; `epoch` is this start's.
@@ -298,6 +320,23 @@ void app::init_failover() {
       });
 }
 
+void app::init_jobs() {
+  jobs_options jo;
+  jo.max_jobs = cfg_.jobs.max_jobs;
+  jo.ttl = ms(cfg_.jobs.ttl);
+  jo.failover_preference_ttl = ms(cfg_.jobs.failover_preference_ttl);
+  jo.checkpoint_pin =
+      std::chrono::duration_cast<std::chrono::seconds>(cfg_.jobs.checkpoint_pin_for.get());
+  jo.prewarm_pin = std::chrono::duration_cast<std::chrono::seconds>(cfg_.prewarm.pin_for.get());
+  jo.checkpoint_views_dir = cfg_.jobs.checkpoint_views_dir;
+  jo.resolve_timeout = ms(cfg_.placement.resolve_timeout);
+  jobs_ = std::make_unique<job_registry>(
+      job_registry_deps{*index_, *placer_, *resolver_, *datasets_, *prewarm_, *failures_, reg_},
+      jo);
+  extender_->set_job_preference(
+      [j = jobs_.get()](std::string_view job) { return j->preferred_node(job); });
+}
+
 void app::schedule_maintenance() {
   timer_.expires_after(std::chrono::seconds(1));
   timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -315,9 +354,14 @@ void app::maintenance() {
     log::warn("node dropped: no heartbeat", log::kv("node", d.name));
   }
   tracker_->expire();
-  for (const auto& e : failures_->evaluate(index_->nodes())) {  // it logs and keeps them
+  auto events = failures_->evaluate(index_->nodes());  // it logs and keeps them
+  for (const auto& e : events) {
     if (e.event == "failed") node_failures_->with({e.cause}).inc();
   }
+  // Failover decisions resolve images and datasets: on a worker, never here (jobs.h).
+  if (jobs_->on_node_events(events))
+    boost::asio::post(workers_, [this] { (void)jobs_->decide_pending(); });
+  jobs_->expire();
   if (token_) (void)token_->reload_if_changed();  // a stat a second; reads only on change
   prewarm_->tick();
   auto c = prewarm_->counts();

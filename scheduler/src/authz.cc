@@ -95,6 +95,8 @@ route_access access_of(const http::request& req) noexcept {
   if (p == "/v1/heartbeat") return route_access::node;
   if (p == "/v1/place") return route_access::operator_;
   if (p == "/v1/prewarm" && req.method == http::verb::post) return route_access::operator_;
+  if (p.rfind("/v1/jobs/", 0) == 0 && req.method == http::verb::delete_)
+    return route_access::operator_;
   if (p == "/v1/extender/filter" || p == "/v1/extender/prioritize")
     return route_access::kube_scheduler;
   if (p == "/v1/checkpoints" && req.method == http::verb::post) return route_access::node;

@@ -89,6 +89,26 @@ void describe(config::binder& b, failover_config& c) {
           {.min = 1u, .max = 1'000'000u});
 }
 
+void describe(config::binder& b, jobs_config& c) {
+  b.field("max_jobs", c.max_jobs,
+          "Jobs kept at once (a job is known once placed or prewarmed with an `id`); beyond it the "
+          "least recently updated is forgotten.",
+          {.min = 1u, .max = 1'000'000u});
+  b.field("ttl", c.ttl, "A job not placed, prewarmed or failed over for this long is forgotten.",
+          {.min = 1min});
+  b.field("failover_preference_ttl", c.failover_preference_ttl,
+          "After a failover decision, the extender keeps the job's replacement node first for a "
+          "pod labelled shoal.io/job: <id> this long (or until the job's next decision).",
+          {.min = 1s});
+  b.field("checkpoint_pin_for", c.checkpoint_pin_for,
+          "Standby nodes pin the checkpoints prewarmed onto them this long (the order's "
+          "pin_seconds; 0: no pin).",
+          {.max = std::chrono::days(365)});
+  b.field("checkpoint_views_dir", c.checkpoint_views_dir,
+          "Where peerd materializes restored checkpoints (peerd's checkpoints.views_dir): a "
+          "failover answer's resume.path is <this>/<job>@<step>.");
+}
+
 void describe(config::binder& b, resolver_config& c) {
   b.field("registry_proxy", c.registry_proxy, "Base URL of registry-proxy (image manifests).");
   b.field("default_platform", c.default_platform,
@@ -224,6 +244,8 @@ void describe(config::binder& b, scheduler_config& c) {
   b.section("nodes", c.nodes, "Node liveness from heartbeats.");
   b.section("failover", c.failover,
             "Node failure detection: when a silent or failing node has failed.");
+  b.section("jobs", c.jobs,
+            "Jobs known from placements and prewarms with an id: failover decisions, standbys.");
   b.section("resolver", c.resolver, "Image references to layers, through registry-proxy.");
   b.section("placement", c.placement, "Placement: cost model, gangs, GPU reservations.");
   b.section("extender", c.extender, "The kube-scheduler extender (filter and prioritize verbs).");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/checkpoint.h"
 #include "common/heartbeat.h"
 #include "common/log.h"
 #include "common/oci.h"
@@ -57,6 +58,14 @@ result<pod_info> parse_pod(const json& pod) {
   if (!pod.is_object()) return fail(errc::invalid_argument, "Pod must be a v1.Pod object");
   pod_info p;
   if (const json* md = member(pod, "metadata")) {
+    if (const json* l = member(*md, "labels"); l && l->is_object()) {
+      if (auto it = l->find(std::string(label_job)); it != l->end()) {
+        if (it->is_string() && checkpoint::valid_job(it->get_ref<const std::string&>()))
+          p.job = it->get<std::string>();
+        else
+          p.warnings.push_back(std::string(label_job) + " must be a job name");
+      }
+    }
     if (const json* n = member(*md, "name"); n && n->is_string())
       p.name = n->get<std::string>().substr(0, 253);
     if (const json* n = member(*md, "namespace"); n && n->is_string())
@@ -242,6 +251,11 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   return out;
 }
 
+std::string extender::preferred_for(const pod_info& pod) const {
+  if (pod.job.empty() || !preferred_) return "";
+  return preferred_(pod.job).value_or("");
+}
+
 http::response extender::filter(std::string_view body) {
   metrics::scoped_timer t(latency_.with({"filter"}));
   if (body.size() > opts_.max_request_bytes) {
@@ -270,9 +284,10 @@ http::response extender::filter(std::string_view body) {
     if (!errors.empty()) {
       err = "shoal: cannot check the pod's data: " + errors.front();
     } else {
+      const std::string preferred = preferred_for(a->pod);
       for (std::size_t i = 0; i < verdicts.size(); ++i) {
         const auto& v = verdicts[i];
-        if (v.cost.bytes_total == 0 && v.known && v.healthy) {
+        if ((v.cost.bytes_total == 0 || v.node == preferred) && v.known && v.healthy) {
           keep(i);
         } else if (!v.known) {
           failed[v.node] = "shoal: no heartbeat from this node's peerd";
@@ -337,6 +352,11 @@ http::response extender::prioritize(std::string_view body) {
   }
   std::vector<std::string> errors;
   auto verdicts = evaluate(*a, errors);
+  if (auto preferred = preferred_for(a->pod); !preferred.empty()) {
+    // A failover replacement comes first (jobs.h): 10 for it, at most 9 for the others.
+    for (auto& v : verdicts)
+      v.score = v.node == preferred && v.known && v.healthy ? 10 : std::min(v.score, 9);
+  }
   // HostPriorityList, written directly: the bytes dump() gives for
   // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node.
   std::string text;

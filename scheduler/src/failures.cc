@@ -200,6 +200,12 @@ std::vector<node_event> failure_detector::events(std::string_view node, std::siz
   return out;
 }
 
+void failure_detector::add_event(node_event e) {
+  std::lock_guard lk(mu_);
+  events_.push_back(std::move(e));
+  while (events_.size() > opts_.max_events) events_.pop_front();
+}
+
 bool failure_detector::view_stale() const {
   std::lock_guard lk(mu_);
   return stale_;

@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "common/checkpoint.h"
 #include "common/oci.h"
 
 namespace shoal::scheduler {
@@ -104,12 +105,18 @@ result<job_spec> parse_job(const json& j) {
   static const std::set<std::string> known = {
       "images",   "datasets", "nodes",      "gpus",
       "selector", "exclude",  "candidates", "require_network_validation",
-      "platform", "dry_run",  "standby",    "target"};
+      "platform", "dry_run",  "standby",    "target",
+      "id"};
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k))
       return fail(errc::invalid_argument, "unknown job field \"" + k.substr(0, 64) + "\"");
   }
   job_spec job;
+  if (auto it = j.find("id"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || !checkpoint::valid_job(it->get_ref<const std::string&>()))
+      return fail(errc::invalid_argument, "id must be a job name ([a-z0-9][a-z0-9._-]{0,127})");
+    job.id = it->get<std::string>();
+  }
   if (auto s = check_string_list(j, "images", 64, 512, job.images); !s) return fail(s.error());
   for (const auto& i : job.images) {
     auto r = oci::parse_image_ref(i);

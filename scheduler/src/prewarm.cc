@@ -23,6 +23,45 @@ std::string_view to_string(part_state s) noexcept {
   return "unknown";
 }
 
+heartbeat::prewarm_order image_order(const std::string& id, std::size_t k,
+                                     const resolved_image& img, const std::string& plat,
+                                     std::uint64_t pin) {
+  heartbeat::prewarm_order o;
+  o.id = id + "." + std::to_string(k);
+  o.image = img.ref;
+  o.platform = plat;
+  o.registry = img.registry;
+  o.repository = img.repository;
+  o.pin_seconds = pin;
+  for (const auto& x : img.objects) o.objects.push_back({x.id, x.size});
+  return o;
+}
+
+heartbeat::prewarm_order dataset_order(const std::string& id, std::size_t k,
+                                       const std::string& dataset,
+                                       const std::vector<object_ref>& objects,
+                                       const std::string& plat, std::uint64_t pin) {
+  heartbeat::prewarm_order o;
+  o.id = id + ".d" + std::to_string(k);
+  o.dataset = dataset;
+  o.platform = plat;
+  o.pin_seconds = pin;
+  for (const auto& x : objects) o.objects.push_back({x.id, x.size});
+  return o;
+}
+
+heartbeat::prewarm_order checkpoint_order(const std::string& id, const std::string& key,
+                                          const std::vector<object_ref>& objects,
+                                          const std::string& plat, std::uint64_t pin) {
+  heartbeat::prewarm_order o;
+  o.id = id + ".c";
+  o.checkpoint = key;
+  o.platform = plat;
+  o.pin_seconds = pin;
+  for (const auto& x : objects) o.objects.push_back({x.id, x.size});
+  return o;
+}
+
 prewarm_manager::prewarm_manager(cluster_index& idx, prewarm_options o,
                                  std::function<clock::time_point()> now)
     : idx_(idx), opts_(o), now_(std::move(now)) {}
@@ -106,7 +145,9 @@ void prewarm_manager::update_part(record& r, part& p, clock::time_point now) {
   if (held.count == p.objects.size() && views_ready()) return finish(part_state::done, "");
   for (const auto& t : p.orders) {
     if (t.report && t.report->state == heartbeat::order_state::failed) {
-      std::string what = t.order.image.empty() ? t.order.dataset : t.order.image;
+      std::string what = !t.order.image.empty()     ? t.order.image
+                         : !t.order.dataset.empty() ? t.order.dataset
+                                                    : t.order.checkpoint;
       return finish(part_state::failed,
                     what + ": " + (t.report->error.empty() ? "failed" : t.report->error));
     }
@@ -250,6 +291,7 @@ json prewarm_manager::to_json(const record& r, clock::time_point now) const {
       json o = {{"id", t.order.id}, {"platform", t.order.platform}};
       if (!t.order.image.empty()) o["image"] = t.order.image;
       if (!t.order.dataset.empty()) o["dataset"] = t.order.dataset;
+      if (!t.order.checkpoint.empty()) o["checkpoint"] = t.order.checkpoint;
       std::uint64_t bytes = 0;
       for (const auto& x : t.objects) bytes += x.size;
       o["bytes_total"] = bytes;

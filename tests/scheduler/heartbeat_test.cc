@@ -198,7 +198,8 @@ TEST(Heartbeat, ReplyDecoderIsStrictToo) {
   EXPECT_FALSE(decode_reply(R"({"epoch":5})"));
   auto r = decode_reply(R"({"epoch":"e","orders":[{"id":"x","objects":[]}]})");
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("exactly one of image and dataset"), std::string::npos);
+  EXPECT_NE(r.error().message.find("exactly one of image, dataset and checkpoint"),
+            std::string::npos);
   auto r2 = decode_reply(
       R"({"epoch":"e","orders":[{"id":"x","image":"a","objects":[{"digest":"sha256:1","size":1}]}]})");
   ASSERT_FALSE(r2);

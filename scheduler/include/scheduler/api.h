@@ -11,6 +11,10 @@
 //   POST /v1/place                     operator place a job: chosen nodes, every node explained
 //   POST /v1/prewarm                   operator prewarm on nodes / a selector / a job's nodes
 //   GET  /v1/prewarm, /v1/prewarm/<id> member   progress
+//   GET  /v1/jobs, /v1/jobs/<id>       member   jobs placed or prewarmed with an id (jobs.h)
+//   GET  /v1/jobs/<id>/failover        member   the job's newest failover decision
+//   DELETE /v1/jobs/<id>               operator forget a job
+//   GET  /v1/events                    member   node failure and failover events
 //   POST /v1/extender/filter|prioritize  kube-scheduler  the extender (extender.h)
 //   POST /v1/checkpoints               node (the writer)  register a checkpoint (checkpoints.h)
 //   GET  /v1/checkpoints[?job=J]       member   records, newest step first
@@ -42,6 +46,7 @@
 #include "scheduler/extender.h"
 #include "scheduler/failures.h"
 #include "scheduler/index.h"
+#include "scheduler/jobs.h"
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
 #include "scheduler/resolver.h"
@@ -67,6 +72,8 @@ struct api_deps {
   // empty without TLS.
   checkpoint_catalog* checkpoints = nullptr;
   checkpoint_grant_fn checkpoint_grant_for;
+  // Jobs and failover decisions (jobs.h); null: jobs are not recorded, /v1/jobs 404.
+  job_registry* jobs = nullptr;
 };
 
 class api {
@@ -96,6 +103,7 @@ class api {
   http::response on_place(const http::request& req);
   http::response on_prewarm_create(const http::request& req);
   http::response on_prewarm_get(std::string_view rest);
+  http::response on_jobs(const http::request& req);  // api_jobs.cc
 
   // A step of a handler: its value, or the response that ends the request.
   template <class T>
@@ -106,6 +114,10 @@ class api {
     std::vector<planned_node> planned;
     std::string platform_override;  // a job's platform, else each node's own
     nlohmann::json job_answer;      // a job's placement, for the answer; null otherwise
+    // A job with an id and its placement, recorded once the prewarm exists (jobs.h).
+    std::optional<job_spec> job;
+    std::vector<std::string> members, standbys;
+    std::string segment;
   };
   struct prewarm_sources {
     std::map<std::string, std::string> platform_of;  // target node → platform

@@ -26,6 +26,7 @@
 #include "scheduler/extender.h"
 #include "scheduler/failures.h"
 #include "scheduler/index.h"
+#include "scheduler/jobs.h"
 #include "scheduler/network.h"
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
@@ -59,6 +60,9 @@ class app {
   [[nodiscard]] status init_checkpoints();
   void init_index(const std::string& epoch);
   void init_failover();
+  // The job registry (jobs.h), after placement, prewarm and the extender it steers.
+  void init_jobs();
+  void init_tracker();
   void handle(http::request&& req, http::responder resp);
   void register_metrics();
   void schedule_maintenance();
@@ -81,6 +85,7 @@ class app {
   std::unique_ptr<placer> placer_;
   std::unique_ptr<prewarm_manager> prewarm_;
   std::unique_ptr<extender> extender_;
+  std::unique_ptr<job_registry> jobs_;
   std::unique_ptr<operator_token> token_;  // null without auth.operator_token_file; outlives api_
   std::unique_ptr<checkpoint_catalog> checkpoints_;
   checkpoint_grant_fn checkpoint_grant_for_;  // empty without TLS

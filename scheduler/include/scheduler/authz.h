@@ -39,7 +39,8 @@ enum class route_access : std::uint8_t {
   member,          // reads: a verified certificate with any role, or the operator token
   node,            // POST /v1/heartbeat, POST /v1/checkpoints, GET /v1/checkpoints/*/groups/*:
                    // a node certificate (heartbeat and registration: the handler checks whose)
-  operator_,       // POST /v1/place, POST /v1/prewarm, DELETE /v1/checkpoints/*: an operator
+  operator_,       // POST /v1/place, POST /v1/prewarm, DELETE /v1/checkpoints/*,
+                   // DELETE /v1/jobs/<id>: an operator
                    // certificate or the token
   kube_scheduler,  // /v1/extender/*: kube-scheduler's certificate
 };

@@ -49,6 +49,16 @@ struct failover_config {
 };
 void describe(config::binder& b, failover_config& c);
 
+// Jobs known to the scheduler and their failover (scheduler/jobs.h).
+struct jobs_config {
+  std::uint32_t max_jobs = 10'000;                   // kept at once (least recently updated go)
+  config::duration ttl = std::chrono::days(7);       // forgotten this long after the last update
+  config::duration failover_preference_ttl = 30min;  // the extender prefers a replacement this long
+  config::duration checkpoint_pin_for = std::chrono::days(7);  // standbys pin checkpoints this long
+  std::string checkpoint_views_dir = "/var/lib/shoal/checkpoints/views";  // peerd's views_dir
+};
+void describe(config::binder& b, jobs_config& c);
+
 // Image references → layers, through registry-proxy.
 struct resolver_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
@@ -132,6 +142,7 @@ struct scheduler_config {
   tracker_config tracker;
   nodes_config nodes;
   failover_config failover;
+  jobs_config jobs;
   resolver_config resolver;
   placement_config placement;
   extender_config extender;

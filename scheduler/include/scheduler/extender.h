@@ -23,9 +23,14 @@
 // an unresolved image makes filter answer `Error` (kube-scheduler skips an ignorable extender
 // that errs, and retries the pod otherwise).
 //
+// Failover (jobs.h): a pod labelled `shoal.io/job: <id>` whose job has an open failover decision
+// is steered to the replacement: filter keeps it (when known and healthy, whatever it lacks) and
+// prioritize gives it 10 while every other node gets at most 9.
+//
 // Threading: thread-safe; calls block on resolution (worker threads).
 
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -41,6 +46,7 @@ namespace shoal::scheduler {
 inline constexpr std::string_view annotation_datasets = "shoal.io/datasets";
 inline constexpr std::string_view annotation_placement = "shoal.io/placement";
 inline constexpr std::string_view annotation_max_missing = "shoal.io/max-missing";
+inline constexpr std::string_view label_job = "shoal.io/job";
 
 struct pod_info {
   std::string name, ns;
@@ -48,6 +54,7 @@ struct pod_info {
   std::vector<std::string> datasets;
   std::string mode;  // "" (config), soft, hard
   std::optional<threshold> max_missing;
+  std::string job;                    // label shoal.io/job (checkpoint::valid_job), "" when none
   std::vector<std::string> warnings;  // annotations or images we ignored, and why
 };
 // Reads what matters from a v1.Pod; unusable parts become warnings, a non-object pod an error.
@@ -88,7 +95,16 @@ class extender {
   [[nodiscard]] std::vector<verdict> evaluate(const extender_args& a,
                                               std::vector<std::string>& errors);
 
+  // The node a job's pods should go to (a failover replacement), or nullopt; set once at wiring,
+  // before requests (job_registry::preferred_node). Unset: no preference.
+  using job_preference = std::function<std::optional<std::string>(std::string_view job)>;
+  void set_job_preference(job_preference fn) { preferred_ = std::move(fn); }
+
  private:
+  // The pod's job's preferred node, or "".
+  [[nodiscard]] std::string preferred_for(const pod_info& pod) const;
+
+  job_preference preferred_;
   placer& placer_;
   extender_options opts_;
   metrics::counter_family& requests_;

@@ -59,9 +59,11 @@ struct node_verdict {
 struct node_event {
   std::string time;  // UTC, RFC 3339
   std::string node;
-  std::string event;  // failed | restarting | recovered | view_stale | view_fresh
+  std::string event;  // failed | restarting | recovered | view_stale | view_fresh | failover
   std::string cause;  // failure_cause for failed, else ""
   std::string detail;
+  std::string job;          // failover: the job (jobs.h), else ""
+  std::string replacement;  // failover: the node replacing `node` ("" when none)
 };
 
 class failure_detector {
@@ -80,6 +82,8 @@ class failure_detector {
   [[nodiscard]] std::optional<node_verdict> verdict(std::string_view node) const;
   // The newest events first, at most `limit`, only `node`'s when not empty.
   [[nodiscard]] std::vector<node_event> events(std::string_view node, std::size_t limit) const;
+  // Keeps an event decided elsewhere (a failover decision, jobs.h) with the detector's own.
+  void add_event(node_event e);
   [[nodiscard]] bool view_stale() const;
   [[nodiscard]] std::size_t failed_nodes() const;
   // Failures since start by cause (the metric).

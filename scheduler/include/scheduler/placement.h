@@ -38,6 +38,7 @@
 namespace shoal::scheduler {
 
 struct job_spec {
+  std::string id;  // the job's name (checkpoint::valid_job); "" for an anonymous job (jobs.h)
   std::vector<std::string> images;
   std::vector<std::string> datasets;            // "name@version"
   std::uint32_t nodes = 1;                      // K
@@ -151,6 +152,7 @@ class placer {
   [[nodiscard]] std::map<std::string, std::uint32_t> reserved();
 
   [[nodiscard]] const cost_model& model() const { return opts_.cost; }
+  [[nodiscard]] const placer_options& options() const { return opts_; }
   [[nodiscard]] const network_model& network() const { return net_; }
   [[nodiscard]] cluster_index& index() { return idx_; }
 

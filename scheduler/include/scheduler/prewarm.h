@@ -32,6 +32,7 @@
 #include "common/heartbeat.h"
 #include "scheduler/cost.h"
 #include "scheduler/index.h"
+#include "scheduler/resolver.h"
 
 namespace shoal::scheduler {
 
@@ -44,6 +45,21 @@ struct planned_node {
   std::string role = "target";  // target | primary | standby
   std::vector<heartbeat::prewarm_order> orders;
 };
+
+// A node's orders, built once for the API's prewarms and the job registry's standby upkeep
+// (jobs.h). Ids: "<id>.<k>" for image number k, "<id>.d<k>" for dataset number k, "<id>.c" for a
+// checkpoint ("<job>@<step>", its objects counted from the index like a dataset's).
+[[nodiscard]] heartbeat::prewarm_order image_order(const std::string& id, std::size_t k,
+                                                   const resolved_image& img,
+                                                   const std::string& plat, std::uint64_t pin);
+[[nodiscard]] heartbeat::prewarm_order dataset_order(const std::string& id, std::size_t k,
+                                                     const std::string& dataset,
+                                                     const std::vector<object_ref>& objects,
+                                                     const std::string& plat, std::uint64_t pin);
+[[nodiscard]] heartbeat::prewarm_order checkpoint_order(const std::string& id,
+                                                        const std::string& key,
+                                                        const std::vector<object_ref>& objects,
+                                                        const std::string& plat, std::uint64_t pin);
 
 struct prewarm_options {
   std::chrono::milliseconds timeout{30 * 60'000};
