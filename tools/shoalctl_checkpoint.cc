@@ -107,16 +107,19 @@ int cmd_publish(const context& cx, const checkpoint_options& o) {
   if (!r || r->status != 202) return report("checkpoint publish " + key, r);
   std::string url = cx.peerd + std::string(checkpoint::paths::node_published) + "/" + key;
   std::optional<json> j = json::parse(r->body, nullptr, false);
-  if (o.wait) j = follow(cx, url, o.timeout, publish_line, {"registered", "failed", "unpinned"});
+  if (o.wait)
+    j = follow(cx, url, o.timeout, publish_line, {"registered", "refused", "failed", "unpinned"});
   if (!j) return 1;
-  if (print_document(*j, cx.out)) return j->value("state", "") == "failed" ? 1 : 0;
   std::string st = j->value("state", "");
+  // refused: this publish was refused; what was registered before under the step stands.
+  bool bad = st == "failed" || st == "refused";
+  if (print_document(*j, cx.out)) return bad ? 1 : 0;
   std::printf("%s %s: %.0f files, %s (%s new to this node) in %.1fs, read in %.1fs\n", key.c_str(),
               st.c_str(), num_of(*j, "files"), human(num_of(*j, "bytes")).c_str(),
               human(num_of(*j, "bytes_stored")).c_str(), num_of(*j, "seconds"),
               num_of(*j, "read_seconds"));
   if (!j->value("error", "").empty()) std::printf("  error: %s\n", j->value("error", "").c_str());
-  return st == "failed" ? 1 : 0;
+  return bad ? 1 : 0;
 }
 
 int cmd_restore(const context& cx, const checkpoint_options& o) {
@@ -152,6 +155,10 @@ int cmd_restore(const context& cx, const checkpoint_options& o) {
     j = follow(cx, cx.peerd + std::string(checkpoint::paths::node) + "/" + key, o.timeout,
                progress_line, {"ready", "failed"});
   if (!j) return 1;
+  if (!o.wait) {  // started: what it is doing now
+    if (!print_document(*j, cx.out)) std::printf("%s\n", progress_line(*j).c_str());
+    return j->value("state", "") == "failed" ? 1 : 0;
+  }
   bool ok = j->value("state", "") == "ready";
   if (ok && !o.dir.empty() && (*j)["view"].is_string()) {
     fs::create_symlink((*j)["view"].get<std::string>(), o.dir, ec);

@@ -182,11 +182,16 @@ result<std::string> checkpoint_publisher::publish(publish_request r) {
     return fail(errc::not_found, "dir " + quote_excerpt(r.dir) + " is not a directory");
   auto key = checkpoint::key(r.job, r.step);
   std::lock_guard lk(mu_);
+  std::shared_ptr<pub> previous;
   if (auto it = pubs_.find(key); it != pubs_.end()) {
     std::lock_guard pl(it->second->mu);
-    if (it->second->running || it->second->state == "registered") return key;
+    if (it->second->running) return key;
+    // Published again: read again. The same files are the same manifest (the scheduler answers
+    // as before); other files are refused, and what was registered stands.
+    if (it->second->held()) previous = it->second->previous ? it->second->previous : it->second;
   }
   auto p = std::make_shared<pub>();
+  p->previous = std::move(previous);
   p->key = key;
   p->job = r.job;
   p->step = r.step;
@@ -200,17 +205,33 @@ result<std::string> checkpoint_publisher::publish(publish_request r) {
 
 void checkpoint_publisher::run(const std::shared_ptr<pub>& p) {
   auto s = run_steps(p);
+  std::vector<std::pair<digest, std::uint64_t>> unpin;
   {
     std::lock_guard lk(p->mu);
     p->running = false;
     p->publish_s = std::chrono::duration<double>(steady::now() - p->started).count();
     if (!s) {
-      p->state = "failed";
       p->error = s.error().message;
+      unpin.swap(p->pinned);
+      p->state = "failed";
+      if (p->previous) {
+        std::lock_guard ol(p->previous->mu);
+        p->state = "refused";
+        p->manifest = p->previous->manifest;
+        p->objects = p->previous->objects;
+        p->groups = p->previous->groups;
+      }
     } else {
       p->state = "registered";
+      // The same files again: the registered record's pins are these already.
+      if (p->previous) {
+        unpin = p->pinned;
+        p->previous.reset();
+      }
     }
   }
+  // A failed attempt, or a repeat, gives its own pins back.
+  for (const auto& [d, size] : unpin) (void)d_.store.unpin(d, "checkpoint:" + p->key);
   persist(*p);
   if (!s) {
     failed_->inc();
@@ -239,9 +260,23 @@ status checkpoint_publisher::run_steps(const std::shared_ptr<pub>& p) {
   auto text = dataset::canonical_json(*m);
   auto md = sha256_of(text);
   auto objects = dataset::manifest_objects(*m);
+  if (p->previous) {
+    std::optional<digest> before;
+    {
+      std::lock_guard lk(p->previous->mu);
+      before = p->previous->manifest;
+    }
+    if (before && *before != md)
+      return fail(errc::already_exists,
+                  p->key + " is already published with manifest " + before->str() +
+                      "; these files make " + md.str() +
+                      " (files changed under the same step?): publish them as a new step");
+  }
   for (const auto& [d, size] : objects) {
     if (auto s = d_.store.pin(d, "checkpoint:" + p->key); !s)
       return fail(s.error().wrap("pin " + d.str()));
+    std::lock_guard lk(p->mu);
+    p->pinned.emplace_back(d, size);
   }
   {
     std::lock_guard lk(p->mu);
@@ -433,7 +468,7 @@ void checkpoint_publisher::keep_newest(const std::string& job) {
     std::lock_guard lk(mu_);
     for (const auto& [k, p] : pubs_) {
       std::lock_guard pl(p->mu);
-      if (p->job == job && p->state == "registered") mine.push_back(p);
+      if (p->job == job && p->held()) mine.push_back(p);
     }
   }
   std::sort(mine.begin(), mine.end(),

@@ -93,7 +93,7 @@ status checkpoint_publisher::start() {
     p->dir = j.value("dir", "");
     p->state = j.value("state", "failed");
     p->error = j.value("error", "");
-    if (p->state != "registered" && p->state != "unpinned" && p->state != "failed") {
+    if (!p->held() && p->state != "unpinned" && p->state != "failed") {
       p->state = "failed";
       p->error = "interrupted by a peerd restart; publish it again";
     }
@@ -114,7 +114,7 @@ status checkpoint_publisher::start() {
           p->objects.emplace_back(*d, e[1].get<std::uint64_t>());
       }
     }
-    if (p->state == "registered") {
+    if (p->held()) {
       auto reg_text = read_file(opts_.dir + "/published/" + p->key + ".reg");
       auto reg =
           reg_text
@@ -159,7 +159,7 @@ std::vector<heartbeat::dataset_presence> checkpoint_publisher::presence() {
     std::vector<std::pair<digest, std::uint64_t>> objs;
     {
       std::lock_guard lk(p->mu);
-      if (p->state != "registered") continue;
+      if (!p->held()) continue;
       d.dataset = p->key;
       objs = p->objects;
     }

@@ -18,7 +18,8 @@ struct checkpoint_publisher::pub {
   std::uint64_t step = 0;
   std::map<std::string, std::vector<std::uint32_t>> ranks;
   mutable std::mutex mu;
-  // listing | reading | seeding | registering | registered | unpinned | failed
+  // listing | reading | seeding | registering | registered | unpinned | failed | refused
+  // (refused: this publish of a step registered before failed; the registered one stands)
   std::string state = "listing";
   std::string error;
   bool running = false;
@@ -28,6 +29,10 @@ struct checkpoint_publisher::pub {
   std::atomic<std::uint64_t> bytes_read{0}, bytes_stored{0}, files_done{0};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   double read_s = 0, publish_s = 0;  // to the end of reading; to "registered"
+  // A publish again of a step registered before: that record (its manifest and pins stand).
+  std::shared_ptr<pub> previous;
+  std::vector<std::pair<digest, std::uint64_t>> pinned;  // this attempt's pins
+  [[nodiscard]] bool held() const { return state == "registered" || state == "refused"; }
 };
 
 }  // namespace shoal::peerd

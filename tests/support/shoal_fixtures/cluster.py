@@ -70,6 +70,7 @@ class Cluster:
     torrent: bool = True
     peerd_extra: Mapping[str, Any] | None = None
     proxy_extra: Mapping[str, Any] | None = None
+    scheduler_config: Mapping[str, Any] | None = None  # merged over scheduler_extra
     log_level: str = "info"
     snapshotter: str | None = None
     containerd: bool = True          # a containerd per node (image pulls); dataset tests need none
@@ -214,7 +215,8 @@ class Cluster:
         """The scheduler's config beside the fixture's defaults: it resolves images and datasets
         through registry-proxy (on the infra node, port 5050)."""
         scheme = "https" if self.tls else "http"
-        return {"resolver": {"registry_proxy": f"{scheme}://{self.net.nodes[1].ip}:5050"}}
+        base = {"resolver": {"registry_proxy": f"{scheme}://{self.net.nodes[1].ip}:5050"}}
+        return _merged(base, self.scheduler_config or {})
 
     @property
     def operator(self) -> TLSParty | None:
