@@ -13,6 +13,7 @@
 #include "datasets.h"
 #include "peerd/blob_access.h"
 #include "peerd/fetcher.h"
+#include "peerd/health.h"
 #include "heartbeat.h"
 #include "mirror.h"
 #include "prewarm.h"
@@ -33,6 +34,7 @@ app::~app() {
   if (restores_) restores_->request_stop();
   if (publisher_) publisher_->request_stop();
   heartbeat_.reset();
+  health_.reset();
   if (metrics_server_) metrics_server_->stop(std::chrono::milliseconds(0));
   if (server_) server_->stop(std::chrono::milliseconds(0));
   if (swarm_) swarm_->stop();
@@ -122,8 +124,11 @@ status app::init() {
         prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get(),
                                restores_.get()},
         prewarm_executor::options{});
+    health_ = std::make_unique<health_monitor>(cfg_.node);
+    health_->start();
     heartbeat_sender::deps hd{
         cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
+    hd.health = health_.get();
     if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
     if (restores_) {
       hd.checkpoints = [rs = restores_.get(), pb = publisher_.get()] {

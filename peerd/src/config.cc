@@ -22,6 +22,23 @@ void describe(config::binder& b, node_config& c) {
   b.list("gpus", c.gpus, "GPUs of this node, reported to the scheduler (GPU fit of placements).");
   b.field("netsetup_report", c.netsetup_report,
           "Path of netsetup's discovery document (JSON) attached to heartbeats; empty: none.");
+  b.field("health_command", c.health_command,
+          "The node's health check, e.g. a GPU check: an argv run every health_interval without a "
+          "shell. Exit 0 is ok, exit 1 degraded, anything else (another exit, a signal, "
+          "health_timeout passed) failing, with the first line of its output as the reason. The "
+          "scheduler takes a failing node for failed. Empty: none.");
+  b.field("health_interval", c.health_interval, "How often the health command and file are read.",
+          {.min = 1s});
+  b.field("health_timeout", c.health_timeout,
+          "The health command is killed, and the node failing, past this.", {.min = 100ms});
+  b.field("health_file", c.health_file,
+          "A file another agent keeps current: its first line is ok, degraded[: why] or "
+          "failing[: why]. Missing, unreadable, anything else or older than health_file_max_age "
+          "is degraded. Empty: none.");
+  b.field("health_file_max_age", c.health_file_max_age,
+          "A health file not modified for this long is degraded (its writer may be dead); 0: no "
+          "limit.",
+          {.min = 0s});
 }
 
 void describe(config::binder& b, upstream_config& c) {

@@ -1,5 +1,7 @@
 #include "heartbeat.h"
 
+#include "peerd/health.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -71,6 +73,17 @@ heartbeat::message heartbeat_sender::build_message() {
                                  " is not a JSON object of at most 1 MiB");
     } else {
       m.netsetup = std::move(text);
+    }
+  }
+  if (d_.health) {
+    auto h = d_.health->current();
+    health_verdict mine{m.health, m.health_reasons};
+    merge_health(mine, h);
+    m.health = mine.state;
+    m.health_reasons = std::move(mine.reasons);
+    if (m.health_reasons.size() > 32) m.health_reasons.resize(32);
+    for (auto& r : m.health_reasons) {
+      if (r.size() > 500) r = r.substr(0, 497) + "...";  // the schema's bound is 512 bytes
     }
   }
   auto cs = d_.store.get_stats();

@@ -31,6 +31,7 @@
 namespace shoal::peerd {
 
 class prewarm_executor;
+class health_monitor;
 
 class heartbeat_sender {
  public:
@@ -40,7 +41,8 @@ class heartbeat_sender {
     swarm_manager& swarm;
     http::client& http;
     std::function<std::uint16_t()> http_port;
-    prewarm_executor* prewarm = nullptr;  // may be null
+    prewarm_executor* prewarm = nullptr;     // may be null
+    const health_monitor* health = nullptr;  // the node's health hook; null: none
     // Datasets held here (datasets.h); empty when datasets are disabled.
     std::function<std::vector<heartbeat::dataset_presence>()> datasets;
     // Checkpoints restored or published here; empty when checkpoints are disabled.

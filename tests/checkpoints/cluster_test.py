@@ -17,6 +17,7 @@ One cluster start, cases in order (each builds on the last):
     other holders.
  7. A corrupt copy on one holder is refused (piece hash) and fetched from another; the view is
     byte-exact. Ranks: a restore of rank 3 takes rank 3's shard and the shared files only.
+ 8. A node whose health hook says failing is failed (cause `reported`).
 """
 from __future__ import annotations
 
@@ -176,6 +177,8 @@ class CheckpointFailover(FixtureTestCase):
               f"{time.monotonic() - t0:.2f}s (read {p1['read_seconds']:.2f}s)", file=sys.stderr)
         self.assertEqual(p1["state"], "registered")
         self.assertEqual(p1["files"], 10)
+        # Steps are minutes apart in training: the standby holds step 1 before step 2 comes.
+        wait_until(lambda: self.holds_all(self.standby, "train@1"), 120, "the standby holds train@1")
         cp = self.ctl(w, "publish", str(root / "train-2"), "--job", "train", "--step", "2", "-o", "json")
         self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
         p2 = json.loads(cp.stdout)
@@ -295,6 +298,25 @@ class CheckpointFailover(FixtureTestCase):
         self.assertEqual(r["ranks"], [3])
         moved = r["from_peers"] + r["from_origin"] + r["from_http"]
         self.assertLess(moved, 2 * SHARD, r)  # one shard and the shared pack, not the others
+
+    def test_8_health_hook_failing_is_a_failure(self):
+        """peerd's health hook (node.health_command) says failing: the scheduler marks the node
+        failed with cause `reported`, whatever its heartbeats."""
+        from shoal_fixtures.nodes import to_yaml
+        c = self.cluster
+        i = self.idx(self.survivor)
+        p = c.peerds[i]
+        p.config.setdefault("node", {})["health_command"] = ["/bin/sh", "-c", "echo GPU 0: XID 79; exit 3"]
+        p.config_path.write_text(to_yaml(p.config) + "\n")
+        c.restart_peerd(i)
+
+        def failed():
+            code, nodes = self.sched(f"/v1/nodes/{self.survivor}")
+            st = nodes.get("state", {}) if code == 200 and isinstance(nodes, dict) else {}
+            return st if st.get("state") == "failed" else None
+        st = wait_until(failed, 30, f"{self.survivor} failed by its health hook")
+        self.assertEqual(st["cause"], "reported", st)
+        self.assertIn("XID 79", json.dumps(st))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ class checkpoint_publisher;
 class mirror;
 class prewarm_executor;
 class heartbeat_sender;
+class health_monitor;
 
 // The libraries shoal-peerd links and their versions (--version, shoal_build_info).
 [[nodiscard]] std::vector<version::library> linked_libraries();
@@ -82,6 +83,7 @@ class app {
   std::unique_ptr<http::server> metrics_server_;
   cache::subscription cache_events_;
   std::unique_ptr<prewarm_executor> prewarm_;
+  std::unique_ptr<health_monitor> health_;
   std::unique_ptr<heartbeat_sender> heartbeat_;
 };
 

@@ -30,6 +30,12 @@ struct node_config {
   std::map<std::string, std::string> labels;  // more heartbeat labels (platform: os/arch)
   std::vector<gpu_config> gpus;
   std::string netsetup_report;  // netsetup's discovery document (JSON file) sent with heartbeats
+  // The node's health hook (health.h): a command and/or a file, reported with heartbeats.
+  std::vector<std::string> health_command;  // argv (no shell); empty: none
+  config::duration health_interval = 30s;
+  config::duration health_timeout = 10s;
+  std::string health_file;  // first line ok | degraded[: why] | failing[: why]; empty: none
+  config::duration health_file_max_age = 5min;
 };
 void describe(config::binder& b, node_config& c);
 
