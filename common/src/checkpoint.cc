@@ -181,7 +181,7 @@ result<std::vector<std::uint32_t>> parse_ranks(std::string_view list) {
   std::vector<std::uint32_t> out;
   while (!list.empty()) {
     auto comma = list.find(',');
-    std::string_view item = trim(list.substr(0, comma));
+    std::string item = trim(list.substr(0, comma));
     std::uint32_t v = 0;
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc{} || p != item.data() + item.size() ||

@@ -98,7 +98,8 @@ TEST(HealthMonitor, RunsTheFirstCheckAtStart) {
   ASSERT_FALSE(v.reasons.empty());
   EXPECT_NE(v.reasons[0].find("nvlink down"), std::string::npos);
   m.stop();
-  health_monitor none(node_config{});
+  node_config nothing;  // the monitor keeps a reference: the config outlives it
+  health_monitor none(nothing);
   none.start();
   EXPECT_EQ(none.current().state, "ok");
 }
