@@ -1,6 +1,8 @@
 // peerd's checkpoints (app.h): the publisher, the restores and the API's bearer token.
 #include <openssl/crypto.h>
 
+#include <boost/asio/post.hpp>
+
 #include <filesystem>
 
 #include "checkpoints.h"
@@ -97,6 +99,31 @@ bool app::handle_checkpoints(const http::request& req, const http::responder& re
     }
   }
   if (publisher_->handle(req, resp)) return true;
+  // rm on the writer: its published pins go too; the view (if restored here) through restores_.
+  std::string_view rest = std::string_view(req.path).substr(checkpoint::paths::node.size());
+  if (req.method == http::verb::delete_ && rest.size() > 1) {
+    std::string key(rest.substr(1));
+    if (auto r = checkpoint::parse_ref(key, false); r && publisher_->status_json(key)) {
+      boost::asio::post(pool_, [this, key, resp] {
+        auto s = publisher_->unpin(key);
+        if (!s) {
+          resp.send(origin::plain_error(s.error().is(errc::busy) ? 409 : 500, s.error().message));
+          return;
+        }
+        // Restored here as well: that view goes too (its own answer then).
+        if (restores_->has(key)) {
+          http::request again;
+          again.method = http::verb::delete_;
+          again.path = std::string(checkpoint::paths::node) + "/" + key;
+          restores_->handle(again, resp);
+          return;
+        }
+        resp.send(http::response::json(200, "{\"checkpoint\":\"" + key +
+                                                "\",\"unpinned\":\"published\"}"));
+      });
+      return true;
+    }
+  }
   return restores_->handle(req, resp);
 }
 

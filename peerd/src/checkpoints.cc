@@ -462,6 +462,27 @@ status checkpoint_publisher::register_with_scheduler(pub& p, const checkpoint::r
   }
 }
 
+status checkpoint_publisher::unpin(const std::string& key) {
+  std::shared_ptr<pub> p;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = pubs_.find(key); it != pubs_.end()) p = it->second;
+  }
+  if (!p) return fail(errc::not_found, "checkpoint " + key + " was not published from this node");
+  std::vector<std::pair<digest, std::uint64_t>> objs;
+  {
+    std::lock_guard pl(p->mu);
+    if (p->running) return fail(errc::busy, "a publish of " + key + " is running");
+    if (!p->held()) return {};
+    objs.swap(p->objects);
+    p->state = "unpinned";
+  }
+  for (const auto& [d, size] : objs) (void)d_.store.unpin(d, "checkpoint:" + p->key);
+  persist(*p);
+  log::info("published checkpoint unpinned here", log::kv("checkpoint", key));
+  return {};
+}
+
 void checkpoint_publisher::keep_newest(const std::string& job) {
   std::vector<std::shared_ptr<pub>> mine;
   {

@@ -88,6 +88,10 @@ class checkpoint_publisher {
   // Starts a publish (or returns the one of the same J@N in progress). Errors: a bad request
   // (invalid_argument), a dir outside publish_root (unauthorized), stopping (cancelled).
   [[nodiscard]] result<std::string> publish(publish_request r);
+  // `shoalctl checkpoint rm` on the writer: its pins go (the objects become evictable; peers keep
+  // their copies), the record says "unpinned". errc::not_found when not published here, busy
+  // while a publish of it runs. Blocking (index writes).
+  [[nodiscard]] status unpin(const std::string& key);
   // The record's JSON, or nullopt when `key` was never published here.
   [[nodiscard]] std::optional<std::string> status_json(const std::string& key) const;
 

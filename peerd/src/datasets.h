@@ -112,6 +112,11 @@ class dataset_manager {
   // Checkpoints: "<job>@<step>" for "<job>@latest" (or "<job>"), from the scheduler. Blocking.
   [[nodiscard]] result<std::string> resolve_latest(const std::string& ref);
 
+  // Whether `ref` has a record here.
+  [[nodiscard]] bool has(const std::string& ref) const {
+    std::lock_guard lk(mu_);
+    return jobs_.count(ref) > 0;
+  }
   // For the heartbeat: every dataset with a record here, bytes present and total, view ready.
   [[nodiscard]] std::vector<heartbeat::dataset_presence> presence();
 
