@@ -11,7 +11,13 @@ certificate profile and the way the daemons read their certificates:
 - every daemon whose ConfigMap enables `tls` mounts a volume at the directory of each of its
   ca/cert/key files, not through a subPath (a subPath never sees a renewal), from the Secret of a
   Certificate here or (peerd) the node's /etc/shoal/pki; every URL of a Shoal service in a ConfigMap is
-  https and names its server by the Service's FQDN.
+  https and names its server by the Service's FQDN;
+- peerd's checkpoint directories (publish_root, views_dir) lie inside the mount that holds its cache
+  (clones and hard links do not cross mount points), at the same path on the host, its token file
+  in a Secret volume, and the scheduler's jobs.checkpoint_views_dir names peerd's views_dir;
+- deploy/examples/*.yaml validate the same way, and the checkpoint Job's pods reach peerd as the
+  base deploys it: host network, the `shoal.io/job` label, hostPaths under publish_root and at
+  views_dir mounted at the paths peerd sees, the token Secret peerd reads.
 
 No API server runs here: what cert-manager and kubelet do with these objects is not tested.
 """
@@ -173,6 +179,28 @@ class DeployRender(unittest.TestCase):
         self.assertEqual(checked, set(workloads))
 
 
+    def test_peerd_checkpoint_directories_and_token(self):
+        """Checkpoints reach peerd through its data hostPath (docs/checkpoints.md "On Kubernetes")."""
+        cfg = _daemon_config(self.by_kind["ConfigMap"], "peerd.yaml")
+        ck = cfg["checkpoints"]
+        mounts, _ = self.mounts_of("DaemonSet", "shoal-peerd")
+        cache_mount = _mount_of(mounts, cfg["cache"]["dir"])
+        self.assertIsNotNone(cache_mount, "cache.dir is under no mount")
+        for key in ("publish_root", "views_dir"):
+            path = ck[key]
+            m = _mount_of(mounts, path)
+            self.assertEqual(m, cache_mount, f"checkpoints.{key} {path}: not the cache's mount")
+            vol = mounts[m]
+            self.assertIn("hostPath", vol, key)
+            # The host path is the path peerd sees, so pods mount it at the same place.
+            self.assertEqual(vol["hostPath"]["path"], m, key)
+        token_dir = str(Path(ck["token_file"]).parent)
+        self.assertIn(token_dir, mounts, "checkpoints.token_file is under no mount")
+        self.assertIn("secret", mounts[token_dir])
+        sched = _daemon_config(self.by_kind["ConfigMap"], "scheduler.yaml")
+        self.assertEqual(sched["jobs"]["checkpoint_views_dir"], ck["views_dir"],
+                         "a failover answer's resume.path would name another directory")
+
     def test_workloads_are_operable(self):
         """Probes, resource requests, a memory limit, their own token-less ServiceAccount."""
         accounts = {a["metadata"]["name"]: a for a in self.by_kind["ServiceAccount"]}
@@ -272,6 +300,93 @@ class SecondSchedulerProfile(unittest.TestCase):
         bindings = [d for d in self.docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
         self.assertTrue(all(s["name"] == pod["serviceAccountName"] for b in bindings for s in b["subjects"]))
         self.assertIn("system:kube-scheduler", [b["roleRef"]["name"] for b in bindings])
+
+
+@unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")
+class Examples(unittest.TestCase):
+    """deploy/examples: objects a user applies beside Shoal (not part of any kustomization)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.files = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+        base = [d for d in yaml.safe_load_all(render()) if d]
+        cls.peerd = _daemon_config([d for d in base if d["kind"] == "ConfigMap"], "peerd.yaml")
+        ds = next(d for d in base if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "shoal-peerd")
+        cls.peerd_pod = ds["spec"]["template"]["spec"]
+
+    @unittest.skipIf(not HAVE_MODELS, f"no Kubernetes schemas under {MODELS} (tools/install-deps)")
+    def test_every_example_validates(self):
+        self.assertTrue(self.files)
+        for f in self.files:
+            text = f.read_text()
+            n = len([d for d in yaml.safe_load_all(text) if d])
+            r = validate(text)
+            self.assertEqual(r.returncode, 0, f"{f.name}: {r.stdout}{r.stderr}")
+            self.assertIn(f"{n} objects, 0 problem(s)", r.stdout, f.name)
+
+    def test_checkpoint_job_reaches_peerd(self):
+        docs = [d for d in yaml.safe_load_all((ROOT / "deploy/examples/checkpoint-job.yaml").read_text()) if d]
+        job = next(d for d in docs if d["kind"] == "Job")
+        tmpl = job["spec"]["template"]
+        pod = tmpl["spec"]
+        name = tmpl["metadata"]["labels"]["shoal.io/job"]
+        self.assertRegex(name, r"^[a-z0-9][a-z0-9._-]{0,127}$")  # checkpoint::valid_job
+        # peerd's API is the node's loopback (http.listen).
+        self.assertTrue(self.peerd["http"]["listen"].startswith("127.0.0.1:"))
+        self.assertIs(pod.get("hostNetwork"), True)
+        self.assertEqual(pod.get("dnsPolicy"), "ClusterFirstWithHostNet")
+        vols = {v["name"]: v for v in pod["volumes"]}
+        ck = self.peerd["checkpoints"]
+        token_secret = next(v["secret"]["secretName"] for v in self.peerd_pod["volumes"]
+                            if "secret" in v and Path(ck["token_file"]).parent.as_posix() in
+                            [m["mountPath"] for m in self.peerd_pod["containers"][0]["volumeMounts"]
+                             if m["name"] == v["name"]])
+        containers = {c["name"]: c for c in pod["initContainers"] + pod["containers"]}
+        publish_root = Path(ck["publish_root"])
+        seen = set()
+        for c in containers.values():
+            env = {e["name"]: e.get("value", "") for e in c.get("env", [])}
+            for m in c.get("volumeMounts", []):
+                self.assertNotIn("subPath", m, c["name"])
+                v = vols[m["name"]]
+                if "hostPath" in v:
+                    host = Path(v["hostPath"]["path"])
+                    # Mounted where peerd sees it: shoalctl sends peerd this path, and the
+                    # restored view's link names peerd's path.
+                    self.assertEqual(Path(m["mountPath"]), host, c["name"])
+                    if host == Path(ck["views_dir"]):
+                        self.assertIs(m.get("readOnly"), True, c["name"])
+                        seen.add("views")
+                    else:
+                        self.assertIn(publish_root, host.parents, f"{host}: not under publish_root")
+                        seen.add("out")
+                if "secret" in v:
+                    self.assertEqual(v["secret"]["secretName"], token_secret)
+                    self.assertEqual(env.get("SHOAL_CHECKPOINT_TOKEN_FILE"),
+                                     f"{m['mountPath']}/token", c["name"])
+                    seen.add("token:" + c["name"])
+        self.assertEqual(seen, {"views", "out", "token:restore", "token:publish"})
+        self.assertIn("shoalctl checkpoint restore", containers["restore"]["args"][0])
+        self.assertIn("@latest", containers["restore"]["args"][0])
+        self.assertIn("shoalctl checkpoint publish", containers["publish"]["args"][0])
+        self.assertEqual(containers["publish"].get("restartPolicy"), "Always")  # a sidecar
+        self.assertIn("--resume /ckpt/resume", containers["trainer"]["args"][0])
+
+
+def _daemon_config(configmaps: list[dict], key: str) -> dict:
+    cm = next(c for c in configmaps if key in c.get("data", {}))
+    return yaml.safe_load(cm["data"][key])
+
+
+def _mount_of(mounts: dict, path: str) -> str | None:
+    """The mount path (of `mounts`) that holds `path`: the longest prefix."""
+    p = Path(path)
+    best = None
+    for m in mounts:
+        if p == Path(m) or Path(m) in p.parents:
+            if best is None or len(m) > len(best):
+                best = m
+    return best
 
 
 def _urls(node) -> list[str]:

@@ -24,6 +24,7 @@ const ts = require("typescript");
 const groups = {
   "v1": "kubernetes-models/v1",
   "apps/v1": "kubernetes-models/apps/v1",
+  "batch/v1": "kubernetes-models/batch/v1",
   "policy/v1": "kubernetes-models/policy/v1",
   "networking.k8s.io/v1": "kubernetes-models/networking.k8s.io/v1",
   "rbac.authorization.k8s.io/v1": "kubernetes-models/rbac.authorization.k8s.io/v1",
