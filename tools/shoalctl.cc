@@ -296,6 +296,7 @@ struct cmd_options {
   unsigned k = 1, gpus = 0, standby = 0, ttl = 0;
   bool job = false, dry_run = false, wait = true;
   double timeout = 1800;
+  std::string job_id;  // --id: the job's name, so the scheduler records it (failover, standbys)
 };
 
 bool parse_selectors(const std::vector<std::string>& in, json& out) {
@@ -329,6 +330,7 @@ int cmd_place(const context& cx, const cmd_options& o) {
                {"dry_run", o.dry_run},
                {"standby", o.standby}};
   if (!o.datasets.empty()) body["datasets"] = o.datasets;
+  if (!o.job_id.empty()) body["id"] = o.job_id;
   json sel;
   if (!parse_selectors(o.selectors, sel)) return 2;
   if (!sel.empty()) body["selector"] = sel;
@@ -497,6 +499,7 @@ int cmd_prewarm(const context& cx, const cmd_options& o) {
   if (o.job) {
     body["job"] = {{"images", o.words}, {"nodes", o.k}, {"gpus", o.gpus}};
     if (!o.datasets.empty()) body["job"]["datasets"] = o.datasets;
+    if (!o.job_id.empty()) body["job"]["id"] = o.job_id;
     body["standby"] = o.standby;
   }
   auto r = request(cx, "POST", cx.scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30));
@@ -677,6 +680,9 @@ void add_job_shape(CLI::App* c, cmd_options& o) {
   c->add_option("--standby", o.standby, "Standby nodes besides the chosen ones")
       ->check(CLI::Range(0u, 100000u));
   repeated(c, "--dataset", o.datasets, "A dataset NAME@VERSION the job reads (repeatable)");
+  c->add_option("--id", o.job_id,
+                "The job's name: the scheduler records the job (its members and standbys) for "
+                "failover and keeps its standbys current with its checkpoints");
 }
 
 void add_wait(CLI::App* c, cmd_options& o) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/checkpoint.h"
+#include "common/text.h"
 
 namespace shoal::tools::ctl {
 
@@ -200,16 +201,17 @@ int cmd_ls(const context& cx, const checkpoint_options& o) {
   auto j = get_json(cx, "checkpoint ls", url, is_object);
   if (!j) return 1;
   if (print_document(*j, cx.out)) return 0;
-  std::printf("%-40s %9s %10s %-16s %s\n", "CHECKPOINT", "FILES", "BYTES", "WRITER", "HOLDERS");
+  // Holders are in one checkpoint's record (GET /v1/checkpoints/<J@N>), not in the list.
+  std::printf("%-40s %9s %10s %7s %-16s %s\n", "CHECKPOINT", "FILES", "BYTES", "GROUPS", "WRITER",
+              "PUBLISHED");
   for (const auto& c : j->value("checkpoints", json::array())) {
-    std::string holders;
-    for (const auto& h : c.value("holders", json::array())) {
-      holders += (holders.empty() ? "" : ", ") + h.value("node", "") + " " +
-                 pct(num_of(h, "bytes"), num_of(c, "bytes"));
-    }
-    std::printf("%-40s %9.0f %10s %-16s %s\n", c.value("checkpoint", "").c_str(),
-                num_of(c, "files"), human(num_of(c, "bytes")).c_str(),
-                c.value("writer", "").c_str(), holders.c_str());
+    auto ms = static_cast<std::int64_t>(num_of(c, "published_ms"));
+    std::string when = utc_rfc3339(std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::milliseconds(ms))));
+    std::printf("%-40s %9.0f %10s %7.0f %-16s %s\n", c.value("checkpoint", "").c_str(),
+                num_of(c, "files"), human(num_of(c, "bytes")).c_str(), num_of(c, "groups"),
+                c.value("writer", "").c_str(), when.c_str());
   }
   return 0;
 }

@@ -129,6 +129,7 @@ status app::init() {
     heartbeat_sender::deps hd{
         cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
     hd.health = health_.get();
+    if (publisher_) hd.on_new_epoch = [pb = publisher_.get()] { pb->register_again(); };
     if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
     if (restores_) {
       hd.checkpoints = [rs = restores_.get(), pb = publisher_.get()] {

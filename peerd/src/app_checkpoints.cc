@@ -34,7 +34,7 @@ status app::init_checkpoints() {
     if (!t)
       return fail(errc::config_error,
                   "checkpoints.token_file " + cc.token_file + " cannot be read");
-    auto token = trim(*t);
+    auto token = trim(t->substr(0, t->find('\n')));  // the first line, as shoalctl sends it
     if (token.size() < 16)
       return fail(errc::config_error,
                   "checkpoints.token_file " + cc.token_file + " holds fewer than 16 characters");
@@ -118,8 +118,8 @@ bool app::handle_checkpoints(const http::request& req, const http::responder& re
           restores_->handle(again, resp);
           return;
         }
-        resp.send(http::response::json(200, "{\"checkpoint\":\"" + key +
-                                                "\",\"unpinned\":\"published\"}"));
+        resp.send(http::response::json(
+            200, "{\"checkpoint\":\"" + key + "\",\"unpinned\":\"published\"}"));
       });
       return true;
     }

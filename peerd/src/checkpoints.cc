@@ -462,6 +462,40 @@ status checkpoint_publisher::register_with_scheduler(pub& p, const checkpoint::r
   }
 }
 
+void checkpoint_publisher::register_again() {
+  if (stop_.load() || registering_.exchange(true)) return;
+  std::lock_guard lk(mu_);
+  threads_.emplace_back([this] {
+    std::vector<std::shared_ptr<pub>> held;
+    {
+      std::lock_guard l2(mu_);
+      for (const auto& [k, p] : pubs_) {
+        std::lock_guard pl(p->mu);
+        if (p->held() && !p->running) held.push_back(p);
+      }
+    }
+    std::size_t ok = 0;
+    for (const auto& p : held) {
+      if (stop_.load()) break;
+      auto text = read_file(opts_.dir + "/published/" + p->key + ".reg");
+      auto reg = text ? checkpoint::decode_registration(*text)
+                      : result<checkpoint::decoded_registration>(
+                            fail(errc::not_found, "no registration file"));
+      auto s = reg ? register_with_scheduler(*p, reg->reg) : status(fail(reg.error()));
+      if (s) {
+        ++ok;
+      } else {
+        log::warn("cannot register a published checkpoint again", log::kv("checkpoint", p->key),
+                  log::kv("error", s.error().message));
+      }
+    }
+    if (!held.empty())
+      log::info("published checkpoints registered again with the scheduler",
+                log::kv("registered", ok), log::kv("held", held.size()));
+    registering_ = false;
+  });
+}
+
 status checkpoint_publisher::unpin(const std::string& key) {
   std::shared_ptr<pub> p;
   {

@@ -88,6 +88,9 @@ class checkpoint_publisher {
   // Starts a publish (or returns the one of the same J@N in progress). Errors: a bad request
   // (invalid_argument), a dir outside publish_root (unauthorized), stopping (cancelled).
   [[nodiscard]] result<std::string> publish(publish_request r);
+  // Registers every step held here with the scheduler again (it restarted: its catalog is in
+  // memory), on a thread of its own; repeats are idempotent there. Never blocks.
+  void register_again();
   // `shoalctl checkpoint rm` on the writer: its pins go (the objects become evictable; peers keep
   // their copies), the record says "unpinned". errc::not_found when not published here, busy
   // while a publish of it runs. Blocking (index writes).
@@ -115,6 +118,7 @@ class checkpoint_publisher {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<pub>> pubs_;
   std::vector<std::thread> threads_;
+  std::atomic<bool> registering_{false};
   metrics::counter* published_;
   metrics::counter* failed_;
   metrics::counter* bytes_read_;

@@ -250,7 +250,8 @@ result<std::shared_ptr<dataset_manager::job>> dataset_manager::start_prefetch(
       jobs_[ref] = j;
     } else {
       j = it->second;
-      if (j->ranks != ranks) {
+      // Restored whole here already (a standby's prewarm): that view holds every rank's files.
+      if (j->ranks != ranks && !j->ranks.empty()) {
         auto list = [](const std::vector<std::uint32_t>& v) {
           std::string out;
           for (auto r : v) out += (out.empty() ? "" : ",") + std::to_string(r);

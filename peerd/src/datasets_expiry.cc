@@ -37,7 +37,9 @@ result<cache::time_point> dataset_manager::renew(const std::string& ref,
     std::lock_guard lk(mu_);
     if (auto it = jobs_.find(ref); it != jobs_.end()) j = it->second;
   }
-  if (!j) return fail(errc::not_found, "dataset " + ref + " is not on this node");
+  if (!j)
+    return fail(errc::not_found,
+                (opts_.checkpoints ? "checkpoint " : "dataset ") + ref + " is not on this node");
   auto until = cache::clock::now() + std::min(ttl.value_or(opts_.pin_ttl), opts_.pin_ttl_max);
   std::shared_ptr<const dataset::manifest> repin;
   cache::time_point now_expires;
@@ -63,7 +65,9 @@ result<std::size_t> dataset_manager::drop(const std::string& ref) {
     std::lock_guard lk(mu_);
     if (auto it = jobs_.find(ref); it != jobs_.end()) j = it->second;
   }
-  if (!j) return fail(errc::not_found, "dataset " + ref + " is not on this node");
+  if (!j)
+    return fail(errc::not_found,
+                (opts_.checkpoints ? "checkpoint " : "dataset ") + ref + " is not on this node");
   {
     std::unique_lock lk(j->mu);
     j->cancel = true;

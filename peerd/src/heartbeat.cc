@@ -130,7 +130,9 @@ bool heartbeat_sender::on_reply(const heartbeat::message& sent, const result<hea
     need_full_ = true;
     return false;
   }
+  bool new_epoch = !r->epoch.empty() && r->epoch != epoch_;
   epoch_ = r->epoch;
+  if (new_epoch && d_.on_new_epoch) d_.on_new_epoch();
   if (d_.prewarm && !r->orders.empty()) d_.prewarm->submit(r->orders);
   if (r->resync) {
     need_full_ = true;

@@ -43,6 +43,9 @@ class heartbeat_sender {
     std::function<std::uint16_t()> http_port;
     prewarm_executor* prewarm = nullptr;     // may be null
     const health_monitor* health = nullptr;  // the node's health hook; null: none
+    // Called (on the heartbeat thread; must not block) when the scheduler's epoch changed: it
+    // restarted and knows only what nodes tell it again (published checkpoints).
+    std::function<void()> on_new_epoch;
     // Datasets held here (datasets.h); empty when datasets are disabled.
     std::function<std::vector<heartbeat::dataset_presence>()> datasets;
     // Checkpoints restored or published here; empty when checkpoints are disabled.

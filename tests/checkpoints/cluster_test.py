@@ -18,6 +18,7 @@ One cluster start, cases in order (each builds on the last):
  7. A corrupt copy on one holder is refused (piece hash) and fetched from another; the view is
     byte-exact. Ranks: a restore of rank 3 takes rank 3's shard and the shared files only.
  8. A node whose health hook says failing is failed (cause `reported`).
+ 9. A restarted scheduler (its catalog is in memory) learns the steps again from their writer.
 """
 from __future__ import annotations
 
@@ -317,6 +318,21 @@ class CheckpointFailover(FixtureTestCase):
         st = wait_until(failed, 30, f"{self.survivor} failed by its health hook")
         self.assertEqual(st["cause"], "reported", st)
         self.assertIn("XID 79", json.dumps(st))
+
+    def test_9_restarted_scheduler_learns_the_steps_again(self):
+        """The catalog is in memory: a restarted scheduler gets each step back from its writer's
+        peerd, which registers again on seeing the new epoch."""
+        c = self.cluster
+        c.restart_peerd(self.writer)  # killed in case 6
+        c.restart_scheduler()
+        t0 = time.monotonic()
+        wait_until(lambda: self.sched("/v1/checkpoints/train@latest")[0] == 200, 60,
+                   "train@latest known again")
+        print(f"[ measure ] catalog whole again {time.monotonic() - t0:.1f}s after the scheduler restart",
+              file=sys.stderr)
+        code, rec = self.sched("/v1/checkpoints/train@latest")
+        self.assertEqual(rec["step"], 2, rec)
+        self.assertEqual(self.sched("/v1/checkpoints/train@1")[0], 200)
 
 
 if __name__ == "__main__":

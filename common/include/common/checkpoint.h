@@ -9,7 +9,7 @@
 // read. Its digest is the sha256 of its canonical form, as for datasets.
 //
 //   peerd (loopback node API, checkpoints.token_file's bearer token):
-//     POST   /shoal/v1/checkpoints/publish {"job","step","dir"[,"rank_pattern"]}  → 202 publish
+//     POST   /shoal/v1/checkpoints/publish {"job","step","dir"[,"ranks"]}  → 202 publish
 //     GET    /shoal/v1/checkpoints/published[/<job>@<step>]                         publish state
 //     POST   /shoal/v1/checkpoints/restore {"checkpoint":"J[@N|@latest]"[,"ranks":[..]]}
 //     GET    /shoal/v1/checkpoints[/<job>@<step>]                                   restores here

@@ -55,7 +55,7 @@ struct jobs_config {
   config::duration ttl = std::chrono::days(7);       // forgotten this long after the last update
   config::duration failover_preference_ttl = 30min;  // the extender prefers a replacement this long
   config::duration checkpoint_pin_for = std::chrono::days(7);  // standbys pin checkpoints this long
-  std::string checkpoint_views_dir = "/var/lib/shoal/checkpoints/views";  // peerd's views_dir
+  std::string checkpoint_views_dir = "/var/lib/shoal/peerd/checkpoints/views";  // peerd's views_dir
 };
 void describe(config::binder& b, jobs_config& c);
 

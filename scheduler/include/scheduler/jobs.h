@@ -73,7 +73,7 @@ struct jobs_options {
   std::chrono::milliseconds failover_preference_ttl{30 * 60'000};
   std::chrono::seconds checkpoint_pin{std::chrono::hours(7 * 24)};
   std::chrono::seconds prewarm_pin{3600};  // images and datasets on new standbys (prewarm.pin_for)
-  std::string checkpoint_views_dir = "/var/lib/shoal/checkpoints/views";
+  std::string checkpoint_views_dir = "/var/lib/shoal/peerd/checkpoints/views";
   std::chrono::milliseconds resolve_timeout{3000};
   std::size_t max_candidates_shown = 8;  // in a decision
 };
