@@ -71,23 +71,21 @@ std::optional<json> follow(const context& cx, const std::string& url, double tim
   }
 }
 
-std::vector<std::pair<std::string, std::string>> auth_header(const checkpoint_options& o,
-                                                             std::string& error) {
+// The bearer token peerd wants for publish, restore and rm; empty (after saying why) when the
+// token file cannot be read.
+std::vector<std::pair<std::string, std::string>> auth_header(const checkpoint_options& o) {
   auto t = read_token(o.token_file);
   if (!t) {
-    error = "the checkpoint token (--checkpoint-token-file): " + t.error().message;
+    std::fprintf(stderr, "shoalctl: the checkpoint token (--checkpoint-token-file): %s\n",
+                 t.error().message.c_str());
     return {};
   }
   return {{"Authorization", "Bearer " + *t}};
 }
 
 int cmd_publish(const context& cx, const checkpoint_options& o) {
-  std::string err;
-  auto headers = auth_header(o, err);
-  if (headers.empty()) {
-    std::fprintf(stderr, "shoalctl: %s\n", err.c_str());
-    return 2;
-  }
+  auto headers = auth_header(o);
+  if (headers.empty()) return 2;
   std::error_code ec;
   json body = {{"job", o.job}, {"step", o.step}, {"dir", fs::absolute(o.dir, ec).string()}};
   if (!o.ranks_file.empty()) {
@@ -129,12 +127,8 @@ int cmd_restore(const context& cx, const checkpoint_options& o) {
     std::fprintf(stderr, "shoalctl: %s\n", ref.error().message.c_str());
     return 2;
   }
-  std::string err;
-  auto headers = auth_header(o, err);
-  if (headers.empty()) {
-    std::fprintf(stderr, "shoalctl: %s\n", err.c_str());
-    return 2;
-  }
+  auto headers = auth_header(o);
+  if (headers.empty()) return 2;
   std::error_code ec;
   if (!o.dir.empty() && fs::symlink_status(o.dir, ec).type() != fs::file_type::not_found) {
     std::fprintf(stderr, "shoalctl: %s exists: restore links a new path to the view\n",
@@ -230,12 +224,8 @@ int cmd_rm(const context& cx, const checkpoint_options& o) {
     std::printf("%s: forgotten by the scheduler\n", key.c_str());
     return 0;
   }
-  std::string err;
-  auto headers = auth_header(o, err);
-  if (headers.empty()) {
-    std::fprintf(stderr, "shoalctl: %s\n", err.c_str());
-    return 2;
-  }
+  auto headers = auth_header(o);
+  if (headers.empty()) return 2;
   auto r = request(cx, "DELETE", cx.peerd + std::string(checkpoint::paths::node) + "/" + key, {},
                    std::chrono::seconds(60), headers);
   if (!r || r->status != 200) return report("checkpoint rm " + key, r);

@@ -322,21 +322,16 @@ std::string encode(const message& m) {
     orders.push_back(std::move(x));
   }
   j["orders"] = std::move(orders);
-  if (!m.datasets.empty()) {
+  // Datasets and checkpoints held here: the same fields (absent when none).
+  for (const auto& [key, list] :
+       {std::pair{"datasets", &m.datasets}, std::pair{"checkpoints", &m.checkpoints}}) {
+    if (list->empty()) continue;
     json ds = json::array();
-    for (const auto& d : m.datasets) {
+    for (const auto& d : *list) {
       ds.push_back(
           {{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
     }
-    j["datasets"] = std::move(ds);
-  }
-  if (!m.checkpoints.empty()) {
-    json cs = json::array();
-    for (const auto& d : m.checkpoints) {
-      cs.push_back(
-          {{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
-    }
-    j["checkpoints"] = std::move(cs);
+    j[key] = std::move(ds);
   }
   return dump(j);
 }

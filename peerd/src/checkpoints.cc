@@ -463,37 +463,47 @@ status checkpoint_publisher::register_with_scheduler(pub& p, const checkpoint::r
 }
 
 void checkpoint_publisher::register_again() {
-  if (stop_.load() || registering_.exchange(true)) return;
+  register_pending_ = true;
+  if (stop_.load() || registering_.exchange(true)) return;  // the running pass goes again
   std::lock_guard lk(mu_);
   threads_.emplace_back([this] {
-    std::vector<std::shared_ptr<pub>> held;
-    {
-      std::lock_guard l2(mu_);
-      for (const auto& [k, p] : pubs_) {
-        std::lock_guard pl(p->mu);
-        if (p->held() && !p->running) held.push_back(p);
-      }
-    }
-    std::size_t ok = 0;
-    for (const auto& p : held) {
-      if (stop_.load()) break;
-      auto text = read_file(opts_.dir + "/published/" + p->key + ".reg");
-      auto reg = text ? checkpoint::decode_registration(*text)
-                      : result<checkpoint::decoded_registration>(
-                            fail(errc::not_found, "no registration file"));
-      auto s = reg ? register_with_scheduler(*p, reg->reg) : status(fail(reg.error()));
-      if (s) {
-        ++ok;
-      } else {
-        log::warn("cannot register a published checkpoint again", log::kv("checkpoint", p->key),
-                  log::kv("error", s.error().message));
-      }
-    }
-    if (!held.empty())
-      log::info("published checkpoints registered again with the scheduler",
-                log::kv("registered", ok), log::kv("held", held.size()));
+    while (register_pending_.exchange(false) && !stop_.load()) register_pass();
     registering_ = false;
+    // Asked between the last check and the flag's reset: that request runs now.
+    if (register_pending_.load() && !registering_.exchange(true)) {
+      while (register_pending_.exchange(false) && !stop_.load()) register_pass();
+      registering_ = false;
+    }
   });
+}
+
+void checkpoint_publisher::register_pass() {
+  std::vector<std::shared_ptr<pub>> held;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [k, p] : pubs_) {
+      std::lock_guard pl(p->mu);
+      if (p->held() && !p->running) held.push_back(p);
+    }
+  }
+  std::size_t ok = 0;
+  for (const auto& p : held) {
+    if (stop_.load()) break;
+    auto text = read_file(opts_.dir + "/published/" + p->key + ".reg");
+    auto reg = text ? checkpoint::decode_registration(*text)
+                    : result<checkpoint::decoded_registration>(
+                          fail(errc::not_found, "no registration file"));
+    auto s = reg ? register_with_scheduler(*p, reg->reg) : status(fail(reg.error()));
+    if (s) {
+      ++ok;
+    } else {
+      log::warn("cannot register a published checkpoint again", log::kv("checkpoint", p->key),
+                log::kv("error", s.error().message));
+    }
+  }
+  if (!held.empty())
+    log::info("published checkpoints registered again with the scheduler",
+              log::kv("registered", ok), log::kv("held", held.size()));
 }
 
 status checkpoint_publisher::unpin(const std::string& key) {

@@ -109,6 +109,7 @@ class checkpoint_publisher {
                                                       std::map<digest, std::string>& torrents);
   [[nodiscard]] status register_with_scheduler(pub& p, const checkpoint::registration& reg);
   void keep_newest(const std::string& job);
+  void register_pass();
   void persist(const pub& p) const;
   [[nodiscard]] std::string json_of(const pub& p) const;
 
@@ -119,6 +120,7 @@ class checkpoint_publisher {
   std::map<std::string, std::shared_ptr<pub>> pubs_;
   std::vector<std::thread> threads_;
   std::atomic<bool> registering_{false};
+  std::atomic<bool> register_pending_{false};  // asked again while a pass ran: one more pass
   metrics::counter* published_;
   metrics::counter* failed_;
   metrics::counter* bytes_read_;

@@ -59,6 +59,17 @@ std::string dataset_manager::proxy(const std::string& path) const {
   return base + path;
 }
 
+http::client_request dataset_manager::small_request(std::string url) const {
+  http::client_request r;
+  r.url = std::move(url);
+  r.timeouts.connect =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
+  r.timeouts.stall =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+  r.max_retries = 1;
+  return r;
+}
+
 std::string dataset_manager::upstream(const std::string& path) const {
   if (!opts_.checkpoints) return proxy(path);
   std::string base = d_.cfg.upstream.scheduler;
@@ -439,14 +450,7 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
       return fail(errc::timeout, "registry-proxy did not resolve " + j->ref + " within " +
                                      std::to_string(opts_.resolve_wait.count() / 1000) + "s");
     }
-    http::client_request r;
-    r.url = proxy(origin::dataset_target(j->ref));
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.connect_timeout.get());
-    r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.request_timeout.get());
-    r.max_retries = 1;
-    auto f = origin::call(d_.http, std::move(r), 1u << 20);
+    auto f = origin::call(d_.http, small_request(proxy(origin::dataset_target(j->ref))), 1u << 20);
     if (!f && origin::is_version_mismatch(f.error())) return fail(f.error());
     auto body = f ? json::parse(f->body, nullptr, false) : json();
     std::string why = f ? origin::error_message_of(f->body) : "";
@@ -508,14 +512,9 @@ result<digest> dataset_manager::checkpoint_digest(const std::shared_ptr<job>& j)
   for (int attempt = 1;; ++attempt) {
     if (j->cancel.load() || stop_.load())
       return fail(errc::cancelled, "restore of " + j->ref + " cancelled");
-    http::client_request r;
-    r.url = upstream(std::string(checkpoint::paths::scheduler) + "/" + j->ref);
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.connect_timeout.get());
-    r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.request_timeout.get());
-    r.max_retries = 1;
-    auto f = http::fetch(d_.http, std::move(r), 64u << 20);
+    auto f = http::fetch(
+        d_.http, small_request(upstream(std::string(checkpoint::paths::scheduler) + "/" + j->ref)),
+        64u << 20);
     if (f && f->status == 200) {
       auto rec = checkpoint::decode_record(f->body);
       if (!rec) return fail(rec.error().wrap("the scheduler's record of " + j->ref));
@@ -542,12 +541,7 @@ result<std::string> dataset_manager::resolve_latest(const std::string& ref) {
   auto r = checkpoint::parse_ref(ref);
   if (!r) return fail(r.error());
   if (r->step) return checkpoint::key(r->job, *r->step);
-  http::client_request q;
-  q.url = upstream(std::string(checkpoint::paths::scheduler) + "/" + r->str());
-  q.timeouts.connect =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
-  q.timeouts.stall =
-      std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
+  auto q = small_request(upstream(std::string(checkpoint::paths::scheduler) + "/" + r->str()));
   q.max_retries = 2;
   auto f = http::fetch(d_.http, std::move(q), 64u << 20);
   if (!f) return fail(f.error().wrap("the scheduler, for the latest checkpoint of " + r->job));

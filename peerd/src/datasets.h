@@ -147,6 +147,8 @@ class dataset_manager {
   // Checkpoints: the record's manifest digest from the scheduler.
   [[nodiscard]] result<digest> checkpoint_digest(const std::shared_ptr<job>& j);
   [[nodiscard]] std::string upstream(const std::string& path) const;
+  // A GET of a small answer from registry-proxy or the scheduler (upstream.* timeouts, 1 retry).
+  [[nodiscard]] http::client_request small_request(std::string url) const;
   // After a checkpoint restore of `ref` is ready: drops older steps of its job beyond keep_last.
   void keep_newest(const std::string& ref);
   void handle_start(const http::request& req, const http::responder& resp);

@@ -268,7 +268,7 @@ TEST_F(JobsTest, AFailedMemberIsReplacedByTheStandbyOfItsFabric) {
                                    {"bytes_total", 40 * MiB + 8}}));
   EXPECT_EQ(j["resume"], json({{"checkpoint", "train@2"},
                                {"restore_command", "shoalctl checkpoint restore train@2 <dir>"},
-                               {"path", "/var/lib/shoal/checkpoints/views/train@2"}}));
+                               {"path", "/var/lib/shoal/peerd/checkpoints/views/train@2"}}));
   EXPECT_EQ(j["extender_preference"]["active"], true);
   EXPECT_EQ(j["candidates"][0]["node"], "sb1");
   bool x1_refused = false;
