@@ -596,40 +596,11 @@ int cmd_dataset_prefetch(const context& cx, const std::string& ref, const cmd_op
     if (!ctl::print_document(j, cx.out)) std::printf("%s\n", progress_line(j).c_str());
     return 0;
   }
-  bool tty = ::isatty(2);
-  auto t0 = std::chrono::steady_clock::now();
-  auto last_line = t0 - std::chrono::hours(1);
-  json j;
-  for (;;) {
-    auto s =
-        request(cx, "GET", cx.peerd + origin::dataset_target(ref), {}, std::chrono::seconds(10));
-    if (s && s->status == 200) {
-      j = json::parse(s->body, nullptr, false);
-      if (j.is_object()) {
-        std::string st = j.value("state", "");
-        auto now = std::chrono::steady_clock::now();
-        // On a terminal the bar redraws in place; in a log, one line every 5 seconds.
-        if (tty) {
-          std::fprintf(stderr, "\r\033[2K%s", progress_line(j).c_str());
-        } else if (now - last_line >= std::chrono::seconds(5) || st == "ready" || st == "failed") {
-          std::fprintf(stderr, "%s\n", progress_line(j).c_str());
-          last_line = now;
-        }
-        if (st == "ready" || st == "failed") break;
-      }
-    } else if (!s) {
-      std::fprintf(stderr, "%sshoalctl: peerd: %s%s", tty ? "\r\033[2K" : "",
-                   s.error().message.c_str(), tty ? "" : "\n");
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o.timeout) {
-      std::fprintf(stderr, "\nshoalctl: %s not ready after %.0fs\n", ref.c_str(), o.timeout);
-      return 1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  if (tty) std::fprintf(stderr, "\n");
-  if (!ctl::print_document(j, cx.out)) dataset_summary(j);
-  return j.value("state", "") == "ready" ? 0 : 1;
+  auto j = ctl::follow(cx, cx.peerd + origin::dataset_target(ref), o.timeout, progress_line,
+                       {"ready", "failed"}, ref, std::chrono::milliseconds(500));
+  if (!j) return 1;
+  if (!ctl::print_document(*j, cx.out)) dataset_summary(*j);
+  return j->value("state", "") == "ready" ? 0 : 1;
 }
 
 using ctl::read_token;

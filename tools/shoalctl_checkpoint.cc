@@ -32,45 +32,6 @@ std::string publish_line(const json& j) {
   return buf;
 }
 
-// Polls `url` until the document's state is one of `final`; redraws `line` of it on a terminal,
-// one line every 5 s in a log. Returns the last document, or nullopt after the timeout.
-std::optional<json> follow(const context& cx, const std::string& url, double timeout,
-                           std::string (*line)(const json&),
-                           std::initializer_list<std::string_view> final) {
-  bool tty = ::isatty(2);
-  auto t0 = std::chrono::steady_clock::now();
-  auto last = t0 - std::chrono::hours(1);
-  for (;;) {
-    auto s = request(cx, "GET", url, {}, std::chrono::seconds(10));
-    if (s && s->status == 200) {
-      auto j = json::parse(s->body, nullptr, false);
-      if (j.is_object()) {
-        std::string st = j.value("state", "");
-        bool done = std::find(final.begin(), final.end(), st) != final.end();
-        auto now = std::chrono::steady_clock::now();
-        if (tty) {
-          std::fprintf(stderr, "\r\033[2K%s", line(j).c_str());
-        } else if (now - last >= std::chrono::seconds(5) || done) {
-          std::fprintf(stderr, "%s\n", line(j).c_str());
-          last = now;
-        }
-        if (done) {
-          if (tty) std::fprintf(stderr, "\n");
-          return j;
-        }
-      }
-    } else if (!s) {
-      std::fprintf(stderr, "%sshoalctl: peerd: %s%s", tty ? "\r\033[2K" : "",
-                   s.error().message.c_str(), tty ? "" : "\n");
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
-      std::fprintf(stderr, "\nshoalctl: still not done after %.0fs\n", timeout);
-      return std::nullopt;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
-}
-
 // The bearer token peerd wants for publish, restore and rm; empty (after saying why) when the
 // token file cannot be read.
 std::vector<std::pair<std::string, std::string>> auth_header(const checkpoint_options& o) {
@@ -107,7 +68,8 @@ int cmd_publish(const context& cx, const checkpoint_options& o) {
   std::string url = cx.peerd + std::string(checkpoint::paths::node_published) + "/" + key;
   std::optional<json> j = json::parse(r->body, nullptr, false);
   if (o.wait)
-    j = follow(cx, url, o.timeout, publish_line, {"registered", "refused", "failed", "unpinned"});
+    j = follow(cx, url, o.timeout, publish_line, {"registered", "refused", "failed", "unpinned"},
+               key, std::chrono::milliseconds(300));
   if (!j) return 1;
   std::string st = j->value("state", "");
   // refused: this publish was refused; what was registered before under the step stands.
@@ -148,7 +110,7 @@ int cmd_restore(const context& cx, const checkpoint_options& o) {
   }
   if (o.wait)
     j = follow(cx, cx.peerd + std::string(checkpoint::paths::node) + "/" + key, o.timeout,
-               progress_line, {"ready", "failed"});
+               progress_line, {"ready", "failed"}, key, std::chrono::milliseconds(300));
   if (!j) return 1;
   if (!o.wait) {  // started: what it is doing now
     if (!print_document(*j, cx.out)) std::printf("%s\n", progress_line(*j).c_str());

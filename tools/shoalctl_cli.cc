@@ -1,6 +1,11 @@
 // What shoalctl's commands share (shoalctl_cli.h).
 #include "shoalctl_cli.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -130,6 +135,45 @@ shoal::result<std::string> read_token(const std::string& path) {
 std::string trim_slashes(std::string s) {
   while (!s.empty() && s.back() == '/') s.pop_back();
   return s;
+}
+
+std::optional<json> follow(const context& cx, const std::string& url, double timeout,
+                           std::string (*line)(const json&),
+                           std::initializer_list<std::string_view> final, const std::string& what,
+                           std::chrono::milliseconds interval) {
+  bool tty = ::isatty(2);
+  auto t0 = std::chrono::steady_clock::now();
+  auto last = t0 - std::chrono::hours(1);
+  for (;;) {
+    auto s = request(cx, "GET", url, {}, std::chrono::seconds(10));
+    if (s && s->status == 200) {
+      auto j = json::parse(s->body, nullptr, false);
+      if (j.is_object()) {
+        std::string st = j.value("state", "");
+        bool done = std::find(final.begin(), final.end(), st) != final.end();
+        auto now = std::chrono::steady_clock::now();
+        // On a terminal the bar redraws in place; in a log, one line every 5 seconds.
+        if (tty) {
+          std::fprintf(stderr, "\r\033[2K%s", line(j).c_str());
+        } else if (now - last >= std::chrono::seconds(5) || done) {
+          std::fprintf(stderr, "%s\n", line(j).c_str());
+          last = now;
+        }
+        if (done) {
+          if (tty) std::fprintf(stderr, "\n");
+          return j;
+        }
+      }
+    } else if (!s) {
+      std::fprintf(stderr, "%sshoalctl: peerd: %s%s", tty ? "\r\033[2K" : "",
+                   s.error().message.c_str(), tty ? "" : "\n");
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
+      std::fprintf(stderr, "\nshoalctl: %s not ready after %.0fs\n", what.c_str(), timeout);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(interval);
+  }
 }
 
 }  // namespace shoal::tools::ctl

@@ -3,6 +3,8 @@
 // credentials, error reports, and the progress line of a transfer followed by polling.
 
 #include <chrono>
+#include <initializer_list>
+#include <string_view>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -51,6 +53,15 @@ std::optional<nlohmann::json> get_json(const context& cx, const std::string& wha
 [[nodiscard]] std::string progress_line(const nlohmann::json& j);
 // The closing summary of a prefetch or restore.
 void dataset_summary(const nlohmann::json& j);
+
+// Polls `url` (peerd's status of a prefetch, restore or publish) until the document's state is
+// one of `final`, every `interval`; redraws `line` of it on a terminal, one line every 5 s in a
+// log. Returns the last document, or nullopt (after saying "<what> not ready") past `timeout`
+// seconds.
+std::optional<nlohmann::json> follow(const context& cx, const std::string& url, double timeout,
+                                     std::string (*line)(const nlohmann::json&),
+                                     std::initializer_list<std::string_view> final,
+                                     const std::string& what, std::chrono::milliseconds interval);
 
 // The first line of a token file, without surrounding whitespace; an error names the file.
 [[nodiscard]] shoal::result<std::string> read_token(const std::string& path);

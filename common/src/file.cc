@@ -54,19 +54,6 @@ status sync_fd(int (*sync)(int), int fd, const std::string& what) {
   return {};
 }
 
-status write_all(int fd, std::string_view data, const std::string& tmp) {
-  std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno(errno, "write " + tmp);
-    }
-    off += static_cast<std::size_t>(n);
-  }
-  return {};
-}
-
 // Writes and syncs the temp file; removes it on failure.
 status write_temp(const std::string& tmp, std::string_view data, int (*sync)(int)) {
   unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -101,6 +88,19 @@ status write_atomic_for_test(const std::string& path, std::string_view data, int
 
 status write_atomic(const std::string& path, std::string_view data) {
   return write_atomic_for_test(path, data, ::fsync);
+}
+
+status write_all(int fd, std::string_view data, const std::string& what) {
+  std::size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(errno, "write " + what);
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  return {};
 }
 
 status copy_bytes(int in, int out, std::uint64_t size, const std::string& what) {

@@ -111,13 +111,7 @@ bool app::handle_checkpoints(const http::request& req, const http::responder& re
           return;
         }
         // Restored here as well: that view goes too (its own answer then).
-        if (restores_->has(key)) {
-          http::request again;
-          again.method = http::verb::delete_;
-          again.path = std::string(checkpoint::paths::node) + "/" + key;
-          restores_->handle(again, resp);
-          return;
-        }
+        if (restores_->has(key)) return restores_->remove(key, resp);
         resp.send(http::response::json(
             200, "{\"checkpoint\":\"" + key + "\",\"unpinned\":\"published\"}"));
       });

@@ -32,17 +32,6 @@ namespace {
 
 constexpr std::size_t buffer_bytes = 1u << 20;
 
-status write_fully(int fd, const char* p, std::size_t n, const std::string& what) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return fail_errno(errno, "write " + what);
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return {};
-}
-
 bool same_file_state(const struct stat& a, const struct stat& b) {
   return a.st_size == b.st_size && a.st_ino == b.st_ino && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
          a.st_mtim.tv_nsec == b.st_mtim.tv_nsec && a.st_ctim.tv_sec == b.st_ctim.tv_sec &&
@@ -90,7 +79,9 @@ result<ingested> ingest_file(cache::store& store, const std::string& src, const 
     h.update(buf.data(), static_cast<std::size_t>(n));
     if (pieces) pieces->update(buf.data(), static_cast<std::size_t>(n));
     if (!cloned) {
-      if (auto s = write_fully(out.get(), buf.data(), static_cast<std::size_t>(n), staging); !s) {
+      if (auto s = write_all(out.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)),
+                             staging);
+          !s) {
         cleanup();
         return fail(s.error());
       }
@@ -128,6 +119,16 @@ result<ingested> ingest_file(cache::store& store, const std::string& src, const 
 }
 
 }  // namespace
+
+group_spec group_spec_of(const std::string& key, const dataset::manifest& m, std::uint32_t g,
+                         std::string torrent) {
+  group_spec spec;
+  spec.pack = m.groups[g].type == dataset::group::kind::pack;
+  spec.objects = dataset::group_objects(m, m.groups[g]);
+  spec.torrent = std::move(torrent);
+  spec.name = key + " group " + std::to_string(g);
+  return spec;
+}
 
 checkpoint_publisher::checkpoint_publisher(deps d, options o) : d_(d), opts_(std::move(o)) {
   published_ = &d_.metrics
@@ -387,11 +388,7 @@ result<checkpoint::registration> checkpoint_publisher::seed(
     pub& p, const dataset::manifest& m, std::map<digest, std::string>& torrents) {
   checkpoint::registration reg;
   for (std::uint32_t g = 0; g < m.groups.size(); ++g) {
-    const auto& gr = m.groups[g];
-    group_spec spec;
-    spec.pack = gr.type == dataset::group::kind::pack;
-    spec.objects = dataset::group_objects(m, gr);
-    spec.name = p.key + " group " + std::to_string(g);
+    auto spec = group_spec_of(p.key, m, g, {});
     std::string ih;
     if (spec.pack) {
       auto pm = build_pack(
@@ -463,16 +460,25 @@ status checkpoint_publisher::register_with_scheduler(pub& p, const checkpoint::r
 }
 
 void checkpoint_publisher::register_again() {
-  register_pending_ = true;
-  if (stop_.load() || registering_.exchange(true)) return;  // the running pass goes again
+  {
+    std::lock_guard lk(register_mu_);
+    if (stop_.load()) return;
+    register_pending_ = true;
+    if (registering_) return;  // the running thread makes one more pass
+    registering_ = true;
+  }
   std::lock_guard lk(mu_);
   threads_.emplace_back([this] {
-    while (register_pending_.exchange(false) && !stop_.load()) register_pass();
-    registering_ = false;
-    // Asked between the last check and the flag's reset: that request runs now.
-    if (register_pending_.load() && !registering_.exchange(true)) {
-      while (register_pending_.exchange(false) && !stop_.load()) register_pass();
-      registering_ = false;
+    for (;;) {
+      {
+        std::lock_guard rl(register_mu_);
+        if (!register_pending_ || stop_.load()) {
+          registering_ = false;
+          return;
+        }
+        register_pending_ = false;
+      }
+      register_pass();
     }
   });
 }

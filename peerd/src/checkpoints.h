@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "cache/store.h"
+#include <nlohmann/json.hpp>
+
 #include "common/checkpoint.h"
 #include "common/heartbeat.h"
 #include "common/http_client.h"
@@ -111,7 +113,8 @@ class checkpoint_publisher {
   void keep_newest(const std::string& job);
   void register_pass();
   void persist(const pub& p) const;
-  [[nodiscard]] std::string json_of(const pub& p) const;
+  // The record as the API shows it, and as persisted (with the pinned objects).
+  [[nodiscard]] nlohmann::json record_json(const pub& p, bool with_objects) const;
 
   deps d_;
   options opts_;
@@ -119,8 +122,9 @@ class checkpoint_publisher {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<pub>> pubs_;
   std::vector<std::thread> threads_;
-  std::atomic<bool> registering_{false};
-  std::atomic<bool> register_pending_{false};  // asked again while a pass ran: one more pass
+  std::mutex register_mu_;
+  bool registering_ = false;       // a thread runs register_pass()
+  bool register_pending_ = false;  // asked (again) since that thread's last pass began
   metrics::counter* published_;
   metrics::counter* failed_;
   metrics::counter* bytes_read_;

@@ -16,7 +16,7 @@ namespace shoal::peerd {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string checkpoint_publisher::json_of(const pub& p) const {
+nlohmann::json checkpoint_publisher::record_json(const pub& p, bool with_objects) const {
   std::lock_guard lk(p.mu);
   double secs =
       p.running
@@ -43,7 +43,12 @@ std::string checkpoint_publisher::json_of(const pub& p) const {
                                   : json()},
               {"read_seconds", p.read_s},
               {"seconds", secs}};
-  return out.dump();
+  if (with_objects) {
+    json objs = json::array();
+    for (const auto& [d, size] : p.objects) objs.push_back({d.str(), size});
+    out["objects"] = std::move(objs);
+  }
+  return out;
 }
 
 std::optional<std::string> checkpoint_publisher::status_json(const std::string& key) const {
@@ -53,19 +58,13 @@ std::optional<std::string> checkpoint_publisher::status_json(const std::string& 
     if (auto it = pubs_.find(key); it != pubs_.end()) p = it->second;
   }
   if (!p) return std::nullopt;
-  return json_of(*p);
+  return record_json(*p, false).dump();
 }
 
 void checkpoint_publisher::persist(const pub& p) const {
-  auto text = json_of(p);
-  auto j = json::parse(text);
-  {
-    std::lock_guard lk(p.mu);
-    json objs = json::array();
-    for (const auto& [d, size] : p.objects) objs.push_back({d.str(), size});
-    j["objects"] = std::move(objs);
-  }
-  if (auto s = write_atomic(opts_.dir + "/published/" + p.key + ".json", j.dump()); !s) {
+  if (auto s =
+          write_atomic(opts_.dir + "/published/" + p.key + ".json", record_json(p, true).dump());
+      !s) {
     log::warn("cannot save a checkpoint record", log::kv("checkpoint", p.key),
               log::kv("error", s.error().message));
   }
@@ -130,11 +129,7 @@ status checkpoint_publisher::start() {
     auto m = checkpoint::parse_manifest(reg.manifest);
     if (!m || m->groups.size() != reg.groups.size()) continue;
     for (std::uint32_t g = 0; g < m->groups.size(); ++g) {
-      group_spec spec;
-      spec.pack = m->groups[g].type == dataset::group::kind::pack;
-      spec.objects = dataset::group_objects(*m, m->groups[g]);
-      spec.torrent = reg.groups[g].torrent;
-      spec.name = p->key + " group " + std::to_string(g);
+      auto spec = group_spec_of(p->key, *m, g, reg.groups[g].torrent);
       bool held = std::all_of(spec.objects.begin(), spec.objects.end(),
                               [&](const auto& o) { return d_.store.contains(o.first); });
       if (!held) continue;  // evicted since (older steps are not pinned)

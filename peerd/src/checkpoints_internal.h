@@ -35,4 +35,9 @@ struct checkpoint_publisher::pub {
   [[nodiscard]] bool held() const { return state == "registered" || state == "refused"; }
 };
 
+// The swarm download of group g of `m` (checkpoint `key`) with its torrent: what fetch_group
+// takes to seed a group held here (complete: it is added as a seed at once).
+group_spec group_spec_of(const std::string& key, const dataset::manifest& m, std::uint32_t g,
+                         std::string torrent);
+
 }  // namespace shoal::peerd

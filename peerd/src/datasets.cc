@@ -508,29 +508,34 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   return std::make_shared<const dataset::manifest>(std::move(*m));
 }
 
+result<checkpoint::record> dataset_manager::scheduler_record(const std::string& ref, int retries) {
+  auto q = small_request(upstream(std::string(checkpoint::paths::scheduler) + "/" + ref));
+  q.max_retries = retries;
+  auto f = http::fetch(d_.http, std::move(q), 64u << 20);
+  if (!f) return fail(errc::unavailable, f.error().message);
+  if (f->status != 200) {
+    std::string why = origin::error_message_of(f->body);
+    if (why.empty()) why = "HTTP " + std::to_string(f->status);
+    auto code = f->status == 404                       ? errc::not_found
+                : f->status == 400 || f->status == 403 ? errc::unauthorized
+                                                       : errc::unavailable;
+    return fail(code, why);
+  }
+  return checkpoint::decode_record(f->body);
+}
+
 result<digest> dataset_manager::checkpoint_digest(const std::shared_ptr<job>& j) {
   for (int attempt = 1;; ++attempt) {
     if (j->cancel.load() || stop_.load())
       return fail(errc::cancelled, "restore of " + j->ref + " cancelled");
-    auto f = http::fetch(
-        d_.http, small_request(upstream(std::string(checkpoint::paths::scheduler) + "/" + j->ref)),
-        64u << 20);
-    if (f && f->status == 200) {
-      auto rec = checkpoint::decode_record(f->body);
-      if (!rec) return fail(rec.error().wrap("the scheduler's record of " + j->ref));
-      if (rec->key() != j->ref)
-        return fail(errc::protocol_error,
-                    "the scheduler answered for " + rec->key() + " when asked for " + j->ref);
-      return rec->manifest;
-    }
-    std::string why = f ? origin::error_message_of(f->body) : f.error().message;
-    if (f && (f->status == 404 || f->status == 400 || f->status == 403))
-      return fail(f->status == 404 ? errc::not_found : errc::unauthorized,
-                  "the scheduler: " + (why.empty() ? "HTTP " + std::to_string(f->status) : why));
-    if (attempt >= 5)
-      return fail(errc::unavailable, "the scheduler's record of " + j->ref + ": " +
-                                         (f ? "HTTP " + std::to_string(f->status) + " " : "") +
-                                         why);
+    auto rec = scheduler_record(j->ref, 1);
+    if (rec && rec->key() != j->ref)
+      return fail(errc::protocol_error,
+                  "the scheduler answered for " + rec->key() + " when asked for " + j->ref);
+    if (rec) return rec->manifest;
+    // The scheduler unreachable or busy: a few more tries; anything else is its answer.
+    if (!rec.error().is(errc::unavailable) || attempt >= 5)
+      return fail(rec.error().wrap("the scheduler's record of " + j->ref));
     std::unique_lock lk(j->mu);
     j->cv.wait_for(lk, std::chrono::seconds(attempt),
                    [&] { return j->cancel.load() || stop_.load(); });
@@ -541,18 +546,8 @@ result<std::string> dataset_manager::resolve_latest(const std::string& ref) {
   auto r = checkpoint::parse_ref(ref);
   if (!r) return fail(r.error());
   if (r->step) return checkpoint::key(r->job, *r->step);
-  auto q = small_request(upstream(std::string(checkpoint::paths::scheduler) + "/" + r->str()));
-  q.max_retries = 2;
-  auto f = http::fetch(d_.http, std::move(q), 64u << 20);
-  if (!f) return fail(f.error().wrap("the scheduler, for the latest checkpoint of " + r->job));
-  if (f->status != 200) {
-    std::string why = origin::error_message_of(f->body);
-    return fail(f->status == 404 ? errc::not_found : errc::unavailable,
-                "the scheduler, for the latest checkpoint of " + r->job + ": " +
-                    (why.empty() ? "HTTP " + std::to_string(f->status) : why));
-  }
-  auto rec = checkpoint::decode_record(f->body);
-  if (!rec) return fail(rec.error().wrap("the scheduler's record"));
+  auto rec = scheduler_record(r->str(), 2);
+  if (!rec) return fail(rec.error().wrap("the scheduler, for the latest checkpoint of " + r->job));
   if (rec->job != r->job)
     return fail(errc::protocol_error, "the scheduler answered for job " + rec->job);
   return rec->key();

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "cache/store.h"
+#include "common/checkpoint.h"
 #include "common/dataset.h"
 #include "common/heartbeat.h"
 #include "common/http_client.h"
@@ -112,6 +113,8 @@ class dataset_manager {
   // Checkpoints: "<job>@<step>" for "<job>@latest" (or "<job>"), from the scheduler. Blocking.
   [[nodiscard]] result<std::string> resolve_latest(const std::string& ref);
 
+  // DELETE .../<ref>: removes the view and unpins it, answering `resp` (blocking: index writes).
+  void remove(const std::string& ref, const http::responder& resp);
   // Whether `ref` has a record here.
   [[nodiscard]] bool has(const std::string& ref) const {
     std::lock_guard lk(mu_);
@@ -144,6 +147,10 @@ class dataset_manager {
   // The manifest `j` works on: `full` itself, or (a restore of some ranks) the files of those
   // ranks and their groups; j.group_ids maps its groups to `full`'s.
   void adopt_manifest(job& j, std::shared_ptr<const dataset::manifest> full);
+  // Checkpoints: one GET of the scheduler's record of `ref` ("J@N" or "J@latest"). Errors:
+  // not_found (404), unauthorized (400, 403), unavailable (the network, any other status),
+  // protocol_error (an answer that does not decode).
+  [[nodiscard]] result<checkpoint::record> scheduler_record(const std::string& ref, int retries);
   // Checkpoints: the record's manifest digest from the scheduler.
   [[nodiscard]] result<digest> checkpoint_digest(const std::shared_ptr<job>& j);
   [[nodiscard]] std::string upstream(const std::string& path) const;
@@ -181,7 +188,6 @@ class dataset_manager {
   [[nodiscard]] std::string status_json(const job& j) const;
   [[nodiscard]] result<std::shared_ptr<const dataset::manifest>> load_manifest(const digest& d);
   [[nodiscard]] std::string proxy(const std::string& path) const;
-  void remove(const std::string& ref, const http::responder& resp);
   void handle_renew(const std::string& ref, const http::request& req, const http::responder& resp);
   [[nodiscard]] std::string view_path(const std::string& ref) const {
     return opts_.views_dir + "/" + ref;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoints and failover on a namespace cluster (issue 17; docs/checkpoints.md): the real
+"""Checkpoints and failover on a namespace cluster (docs/checkpoints.md): the real
 registry, s3rver, registry-proxy, the scheduler and 5 peerd nodes with mutual TLS, SSL torrents
 and grants (the scheduler signs checkpoint swarms' grants).
 

@@ -38,6 +38,10 @@ struct file_stamp {
 [[nodiscard]] status write_atomic_for_test(const std::string& path, std::string_view data,
                                            int (*sync)(int));
 
+// Writes all of `data` at fd's current offset (retrying short writes and EINTR); errors name
+// `what`.
+[[nodiscard]] status write_all(int fd, std::string_view data, const std::string& what);
+
 // Copies `size` bytes from the current offset of `in` to that of `out`: copy_file_range (in the
 // kernel), else read and write. errc::size_mismatch when `in` ends early; errors name `what`.
 [[nodiscard]] status copy_bytes(int in, int out, std::uint64_t size, const std::string& what);

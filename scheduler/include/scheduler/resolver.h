@@ -6,7 +6,7 @@
 // index (multi-arch) is narrowed to the platform; every manifest fetched by digest is checked
 // against its digest.
 //
-// Datasets (issue #7) go through a `dataset_catalog` ("name@version" to objects):
+// Datasets go through a `dataset_catalog` ("name@version" to objects):
 // registry_proxy_datasets reads each dataset's manifest from registry-proxy (dataset_catalog.h).
 //
 // Lifecycle: built by the app; owns a small thread pool for resolve_many(). Threading: every
