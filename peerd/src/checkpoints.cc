@@ -492,6 +492,10 @@ void checkpoint_publisher::register_pass() {
       if (p->held() && !p->running) held.push_back(p);
     }
   }
+  // Newest step first: a restorer asking for J@latest meanwhile gets the newest, not step 1.
+  std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) {
+    return a->job != b->job ? a->job < b->job : a->step > b->step;
+  });
   std::size_t ok = 0;
   for (const auto& p : held) {
     if (stop_.load()) break;

@@ -326,8 +326,10 @@ class CheckpointFailover(FixtureTestCase):
         c.restart_peerd(self.writer)  # killed in case 6
         c.restart_scheduler()
         t0 = time.monotonic()
-        wait_until(lambda: self.sched("/v1/checkpoints/train@latest")[0] == 200, 60,
-                   "train@latest known again")
+        # The writer registers the newest step first; the catalog is whole once both are back.
+        wait_until(lambda: self.sched("/v1/checkpoints/train@latest")[0] == 200
+                   and self.sched("/v1/checkpoints/train@1")[0] == 200, 60,
+                   "train@latest and train@1 known again")
         print(f"[ measure ] catalog whole again {time.monotonic() - t0:.1f}s after the scheduler restart",
               file=sys.stderr)
         code, rec = self.sched("/v1/checkpoints/train@latest")
