@@ -389,6 +389,7 @@ result<checkpoint::registration> checkpoint_publisher::seed(
   checkpoint::registration reg;
   for (std::uint32_t g = 0; g < m.groups.size(); ++g) {
     auto spec = group_spec_of(p.key, m, g, {});
+    spec.superseed = true;  // the writer is the only holder: one copy out, peers share the rest
     std::string ih;
     if (spec.pack) {
       auto pm = build_pack(

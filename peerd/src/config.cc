@@ -101,6 +101,14 @@ void describe(config::binder& b, swarm_config& c) {
           "grants (from registry-proxy's metainfo answers) to peers. A member without a grant for "
           "an object gets no piece of it (docs/security.md). Off: any member may download what "
           "it can name. Ignored without TLS.");
+  b.field("superseed_published", c.superseed_published,
+          "Seed what this node publishes (checkpoints: it is their first and only holder) the way "
+          "registry-proxy seeds images: each peer is offered a few pieces at a time, rarest first, "
+          "so the node uploads about one copy however many nodes restore at once, and the peers "
+          "spread the rest among themselves (docs/checkpoints.md). Off: a plain seed, which "
+          "uploads 1.5-1.6 copies to 8 restorers.");
+  b.field("superseed_offers", c.superseed_offers,
+          "With superseed_published: pieces on offer per peer connection.", {.min = 1, .max = 64});
   b.field("libtorrent", c.libtorrent,
           "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. "
           "predictive_piece_announce: "

@@ -350,6 +350,8 @@ void swarm_manager::seed_group(const group_spec& spec, const std::string& ih) {
   p.trackers = trackers();
   p.verified_pieces.resize(ti->num_pieces(), true);
   p.have_pieces.resize(ti->num_pieces(), true);
+  if (spec.superseed && cfg_.superseed_published)
+    p.userdata = swarm::superseed_userdata(ti->num_pieces());
   lt::error_code ec;
   auto h = ses_->add_torrent(std::move(p), ec);
   {

@@ -2,6 +2,8 @@
 
 #include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/alert_types.hpp>
+#include <libtorrent/bdecode.hpp>
+#include <libtorrent/entry.hpp>
 #include <libtorrent/error_code.hpp>
 #include <libtorrent/extensions.hpp>
 #include <libtorrent/peer_connection_handle.hpp>
@@ -129,12 +131,6 @@ namespace {
 // synchronous torrent_handle call (those deadlock on the network thread, where plugins run).
 struct superseed_tag;
 
-// Every torrent of a super-seeding origin must carry it: nodes ignore such an origin's bitfield
-// for every torrent, so a torrent without offers would give them nothing.
-lt::client_data_t superseed_userdata(int pieces) {
-  return lt::client_data_t(reinterpret_cast<superseed_tag*>(static_cast<std::uintptr_t>(pieces)));
-}
-
 bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
   return std::equal(prefix.begin(), prefix.end(), pid.begin());
 }
@@ -186,6 +182,10 @@ class superseed_peer final : public lt::peer_plugin {
         h_(std::move(h)),
         has_(static_cast<std::size_t>(st_->pieces), false),
         announced_(static_cast<std::size_t>(st_->pieces), false) {}
+
+  // Says "I super-seed this torrent" before the bitfield (libtorrent writes the extension
+  // handshake first), for nodes that cannot tell from our peer id.
+  void add_handshake(lt::entry& e) override { e[superseed_handshake_key] = 1; }
 
   ~superseed_peer() override {
     for (int p = 0; p < st_->pieces; ++p) {
@@ -334,6 +334,12 @@ class node_superseed_peer final : public lt::peer_plugin {
  public:
   node_superseed_peer(std::shared_ptr<const node_torrent_ctx> ctx, lt::peer_connection_handle h)
       : ctx_(std::move(ctx)), h_(std::move(h)) {}
+  bool on_extension_handshake(lt::bdecode_node const& h) override {
+    if (h.type() == lt::bdecode_node::dict_t &&
+        h.dict_find_int_value(superseed_handshake_key, 0) == 1)
+      announced_superseeder_ = true;
+    return true;  // false would detach the plugin from the connection
+  }
   bool on_have_all() override { return from_superseeding_origin(); }
   bool on_bitfield(lt::bitfield const&) override { return from_superseeding_origin(); }
   bool on_piece(lt::peer_request const&, lt::span<char const> buf) override {
@@ -347,11 +353,12 @@ class node_superseed_peer final : public lt::peer_plugin {
 
  private:
   bool from_superseeding_origin() const {
-    return has_prefix(h_.pid(), superseeding_origin_fingerprint);
+    return announced_superseeder_ || has_prefix(h_.pid(), superseeding_origin_fingerprint);
   }
   std::shared_ptr<const node_torrent_ctx> ctx_;
   lt::peer_connection_handle h_;
   int origin_ = -1;
+  bool announced_superseeder_ = false;  // its extension handshake said so (a publishing node)
 };
 
 class node_superseed_torrent final : public lt::torrent_plugin {
@@ -384,6 +391,12 @@ class node_superseed final : public lt::plugin {
 
 std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order) {
   return std::make_shared<origin_superseed>(std::max(1, offers_per_peer), in_order);
+}
+
+// Every torrent of a super-seeding origin must carry it: nodes ignore such an origin's bitfield
+// for every torrent, so a torrent without offers would give them nothing.
+lt::client_data_t superseed_userdata(int pieces) {
+  return lt::client_data_t(reinterpret_cast<superseed_tag*>(static_cast<std::uintptr_t>(pieces)));
 }
 
 std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block) {

@@ -22,12 +22,14 @@
 #include "../common/support/test_pki.h"
 #include "common/sha256.h"
 #include "swarm/metainfo.h"
+#include "swarm_support.h"
 
 namespace shoal::swarm {
 namespace {
 
 namespace fs = std::filesystem;
 using sp = lt::settings_pack;
+using namespace test_support;
 
 TEST(SwarmSettings, LanTableTurnsOffWhatHurtsOnALan) {
   settings s;
@@ -84,65 +86,6 @@ TEST(SwarmIdentity, OriginPeerIdsAreRecognised) {
   EXPECT_TRUE(is_origin(id(superseeding_origin_fingerprint)));
   EXPECT_FALSE(is_origin(id(node_fingerprint)));
   EXPECT_FALSE(is_origin(id(superseed_node_fingerprint)));
-}
-
-// A temp directory holding one random object named by its digest, plus its metainfo.
-struct object_dir {
-  fs::path root;
-  std::string data;
-  object_metainfo meta;
-
-  explicit object_dir(std::size_t size, unsigned seed) {
-    std::string tmpl = (fs::temp_directory_path() / "shoal-swarm-test-XXXXXX").string();
-    root = mkdtemp(tmpl.data());
-    std::mt19937 rng(seed);
-    data.resize(size);
-    for (auto& c : data) c = static_cast<char>(rng());
-    digest d = sha256_of(data);
-    metainfo_builder b(size);
-    b.update(data.data(), data.size());
-    meta = *b.finish(d);
-    fs::create_directories(root / "origin");
-    std::ofstream(root / "origin" / d.hex(), std::ios::binary)
-        .write(data.data(), static_cast<std::streamsize>(size));
-  }
-  ~object_dir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-};
-
-// A downloading node as peerd runs it: node fingerprint, node plugin, redundant connections kept.
-std::unique_ptr<lt::session> start_node() {
-  settings s;
-  s.listen = "127.0.0.1:0";
-  s.peer_fingerprint = std::string(superseed_node_fingerprint);
-  s.close_redundant_connections = false;
-  lt::session_params params(lan_settings(s));
-  auto ses = std::make_unique<lt::session>(std::move(params));
-  ses->add_extension(node_superseed_plugin());
-  return ses;
-}
-
-// An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order).
-result<std::unique_ptr<session>> start_superseeding_origin() {
-  settings os;
-  os.listen = "127.0.0.1:0";
-  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  auto origin = session::start(os);
-  if (origin) (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
-  return origin;
-}
-
-bool wait_finished(lt::session& ses, const lt::torrent_handle& h, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (h.status().is_seeding) return true;
-    std::vector<lt::alert*> alerts;
-    ses.wait_for_alert(lt::milliseconds(50));
-    ses.pop_alerts(&alerts);
-  }
-  return false;
 }
 
 // The origin offers pieces one HAVE at a time and the nodes, which ignore its have-all, still

@@ -62,8 +62,10 @@ struct swarm_config {
       20s;                   // give up (error to containerd) when no byte arrives this long
   int streaming_window = 0;  // pieces given deadlines ahead of a reader (docs/p2p.md)
   config::duration heartbeat_interval = 10s;
-  bool count_sources = true;   // per-block alerts attribute bytes to origin or peers
-  bool require_grants = true;  // with tls: pieces only to peers with registry-proxy's grant
+  bool count_sources = true;        // per-block alerts attribute bytes to origin or peers
+  bool require_grants = true;       // with tls: pieces only to peers with registry-proxy's grant
+  bool superseed_published = true;  // super-seed what this node publishes (checkpoints)
+  int superseed_offers = 8;         // with it: pieces on offer per peer connection
   std::map<std::string, std::string>
       libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };

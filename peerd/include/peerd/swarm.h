@@ -111,6 +111,11 @@ struct group_spec {
   std::string fallback_base;  // registry-proxy + origin::dataset_objects_base(<ref>) (+ digest)
   std::string name;           // for logs: "<ref> group <i>"
   std::string grant;          // registry-proxy's grant for this node and swarm (Shoal-Grant)
+  // Seed it the way registry-proxy seeds (swarm.h, origin_superseed_plugin): this node is the
+  // group's first and only holder (the writer of a checkpoint), so it offers each peer a few
+  // pieces at a time and sends every piece once before any twice. Only when the group is
+  // complete here and swarm.superseed_published is on.
+  bool superseed = false;
 };
 
 // What every job of the engine shares: its state, error, torrent and progress clock.

@@ -135,19 +135,30 @@ void apply_tls(settings& s, const tls::tls_config& tls);
 // early during the handshake), and measured here the peers then idled 5 s until peerd's HTTP
 // fallback. Both plugins run on libtorrent's network thread.
 //
-// Origin side: torrents added with session::add_seed carry their piece count for the plugin; a
-// peer is offered pieces only if its peer id starts with superseed_node_fingerprint (it ignores
-// our have-all); anyone else sees a plain seed. The origin's own peer id must start with
-// superseeding_origin_fingerprint.
+// Origin side: torrents added with session::add_seed, or with superseed_userdata() by hand, carry
+// their piece count for the plugin; a peer is offered pieces only if its peer id starts with
+// superseed_node_fingerprint (it ignores our have-all); anyone else sees a plain seed. The plugin
+// also puts `superseed_handshake_key: 1` into the extension handshake of every connection of such
+// a torrent, which libtorrent sends before the bitfield: that is how a node tells a super-seeding
+// peer whose peer id is a node's (peerd seeding the checkpoint it published) from a plain seed,
+// per torrent. registry-proxy's peer id (superseeding_origin_fingerprint) says it for every
+// torrent.
 // `in_order`: among equally good pieces offer the lowest index first, so the swarm holds a growing
 // prefix of the object and peers streaming it in order are served as it arrives.
 [[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer,
                                                                   bool in_order);
+// add_torrent_params::userdata that makes origin_superseed_plugin super-seed a torrent of
+// `pieces` pieces (1 .. 2^24). A session with the plugin must give every torrent it seeds under
+// superseeding_origin_fingerprint this tag; under a node's peer id only the torrents it tags are
+// super-seeded (and announced so in the extension handshake).
+[[nodiscard]] lt::client_data_t superseed_userdata(int pieces);
+inline constexpr const char* superseed_handshake_key = "shoal_superseed";
 // Node side: ignores the bitfield (have-all) of peers whose id starts with
-// superseeding_origin_fingerprint. The node's peer id must start with superseed_node_fingerprint.
-// `on_block` (optional) is called for every block received from a peer, on the network thread:
-// the torrent, whether registry-proxy sent it, and its size. Much cheaper than libtorrent's
-// per-block alerts (an allocation and a thread hand-off each).
+// superseeding_origin_fingerprint, or whose extension handshake carries superseed_handshake_key.
+// The node's peer id must start with superseed_node_fingerprint. `on_block` (optional) is called
+// for every block received from a peer, on the network thread: the torrent, whether registry-proxy
+// sent it, and its size. Much cheaper than libtorrent's per-block alerts (an allocation and a
+// thread hand-off each).
 using block_callback =
     std::function<void(const lt::torrent_handle&, bool from_origin, std::size_t bytes)>;
 [[nodiscard]] std::shared_ptr<lt::plugin> node_superseed_plugin(block_callback on_block = {});
