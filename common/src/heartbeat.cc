@@ -333,6 +333,11 @@ std::string encode(const message& m) {
     }
     j[key] = std::move(ds);
   }
+  if (m.pods_known) {
+    json pods = json::array();
+    for (const auto& p : m.pods) pods.push_back({{"job", p.job}, {"pod", p.pod}});
+    j["pods"] = std::move(pods);
+  }
   return dump(j);
 }
 
@@ -504,8 +509,25 @@ result<dataset_presence> parse_checkpoint_presence(const json& x, const std::str
   return d;
 }
 
+// One entry of "pods".
+result<job_pod> parse_pod(const json& x, const std::string& p) {
+  if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+  reader pr(x, p);
+  job_pod out;
+  SHOAL_TRY(pr.str("job", out.job, 256));
+  SHOAL_TRY(pr.str("pod", out.pod, max_pod_name_bytes));
+  if (!checkpoint::valid_job(out.job))
+    return fail(errc::invalid_argument, p + ".job is not a valid job name");
+  if (out.pod.empty()) return fail(errc::invalid_argument, p + ".pod is missing");
+  return out;
+}
+
 // What the node reports back: prewarm order progress and dataset presence.
 status decode_reports(const reader& r, message& m) {
+  if (r.find("pods") != nullptr) {
+    m.pods_known = true;
+    SHOAL_TRY(collect(r, "pods", max_pods, parse_pod, m.pods));
+  }
   SHOAL_TRY(collect(r, "orders", max_orders, parse_report, m.orders));
   SHOAL_TRY(collect(r, "datasets", max_datasets, parse_dataset_presence, m.datasets));
   return collect(r, "checkpoints", max_checkpoints, parse_checkpoint_presence, m.checkpoints);

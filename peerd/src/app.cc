@@ -13,6 +13,7 @@
 #include "datasets.h"
 #include "peerd/blob_access.h"
 #include "peerd/fetcher.h"
+#include "peerd/cri.h"
 #include "peerd/health.h"
 #include "heartbeat.h"
 #include "mirror.h"
@@ -35,6 +36,7 @@ app::~app() {
   if (publisher_) publisher_->request_stop();
   heartbeat_.reset();
   health_.reset();
+  pods_.reset();
   if (metrics_server_) metrics_server_->stop(std::chrono::milliseconds(0));
   if (server_) server_->stop(std::chrono::milliseconds(0));
   if (swarm_) swarm_->stop();
@@ -119,39 +121,46 @@ status app::init() {
 
   if (auto s = start_server(); !s) return s;
   if (auto s = start_metrics_server(); !s) return s;
-  if (!cfg_.upstream.scheduler.empty()) {
-    prewarm_ = std::make_unique<prewarm_executor>(
-        prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get(),
-                               restores_.get()},
-        prewarm_executor::options{});
-    health_ = std::make_unique<health_monitor>(cfg_.node);
-    health_->start();
-    heartbeat_sender::deps hd{
-        cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
-    hd.health = health_.get();
-    if (publisher_) hd.on_new_epoch = [pb = publisher_.get()] { pb->register_again(); };
-    if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
-    if (restores_) {
-      hd.checkpoints = [rs = restores_.get(), pb = publisher_.get()] {
-        auto out = rs->presence();
-        for (auto& p : pb->presence()) {
-          auto same = std::find_if(out.begin(), out.end(),
-                                   [&](const auto& o) { return o.dataset == p.dataset; });
-          if (same == out.end()) out.push_back(std::move(p));
-        }
-        return out;
-      };
-    }
-    heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
-    prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
-    prewarm_->start();
-    heartbeat_->start();
-  }
+  if (!cfg_.upstream.scheduler.empty()) start_heartbeat();
   log::info("peerd listening", log::kv("node", cfg_.node.name),
             log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
             log::kv("registry_proxy", cfg_.upstream.registry_proxy),
             log::kv("metrics", cfg_.metrics_listen), log::kv("tls", cfg_.tls.enabled));
   return {};
+}
+
+// Prewarm orders, the health hook, the CRI watch and the heartbeats: what a node with a
+// scheduler runs.
+void app::start_heartbeat() {
+  prewarm_ = std::make_unique<prewarm_executor>(
+      prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get(),
+                             restores_.get()},
+      prewarm_executor::options{});
+  health_ = std::make_unique<health_monitor>(cfg_.node);
+  health_->start();
+  heartbeat_sender::deps hd{
+      cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
+  hd.health = health_.get();
+  pods_ = std::make_unique<cri::pod_watcher>(cfg_.node, reg_);
+  pods_->start();
+  if (!cfg_.node.cri_socket.empty()) hd.pods = [p = pods_.get()] { return p->current(); };
+  if (publisher_) hd.on_new_epoch = [pb = publisher_.get()] { pb->register_again(); };
+  if (datasets_) hd.datasets = [ds = datasets_.get()] { return ds->presence(); };
+  if (restores_) {
+    hd.checkpoints = [rs = restores_.get(), pb = publisher_.get()] {
+      auto out = rs->presence();
+      for (auto& p : pb->presence()) {
+        auto same = std::find_if(out.begin(), out.end(),
+                                 [&](const auto& o) { return o.dataset == p.dataset; });
+        if (same == out.end()) out.push_back(std::move(p));
+      }
+      return out;
+    };
+  }
+  heartbeat_ = std::make_unique<heartbeat_sender>(std::move(hd));
+  prewarm_->on_change([hb = heartbeat_.get()] { hb->poke(); });
+  prewarm_->start();
+  heartbeat_->start();
 }
 
 // TLS for the outbound calls: with it on, both upstream URLs must be https (a plain one would

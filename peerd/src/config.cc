@@ -39,6 +39,17 @@ void describe(config::binder& b, node_config& c) {
           "A health file not modified for this long is degraded (its writer may be dead); 0: no "
           "limit.",
           {.min = 0s});
+  b.field("cri_socket", c.cri_socket,
+          "containerd's socket (its CRI plugin, as the kubelet uses it; "
+          "/run/containerd/containerd.sock on a Kubernetes node). peerd lists the node's pod "
+          "sandboxes there every cri_interval and reports the ready pods that carry "
+          "cri_job_label with its heartbeats, so the scheduler knows which nodes each job runs "
+          "on and fails it over when one dies (docs/checkpoints.md). Empty: no watch.");
+  b.field("cri_job_label", c.cri_job_label,
+          "The pod label whose value names the pod's job (a valid job name; others are skipped "
+          "and counted).");
+  b.field("cri_interval", c.cri_interval, "How often the node's pods are listed.", {.min = 1s});
+  b.field("cri_timeout", c.cri_timeout, "One listing fails past this.", {.min = 100ms});
 }
 
 void describe(config::binder& b, upstream_config& c) {

@@ -93,6 +93,12 @@ heartbeat::message heartbeat_sender::build_message() {
   if (d_.prewarm) m.orders = d_.prewarm->reports();
   if (d_.datasets) m.datasets = d_.datasets();
   if (d_.checkpoints) m.checkpoints = d_.checkpoints();
+  if (d_.pods) {
+    if (auto pods = d_.pods()) {
+      m.pods_known = true;
+      m.pods = std::move(*pods);
+    }
+  }
 
   std::map<digest, std::string> hashes;
   for (auto& [d, ih] : d_.swarm.holdings()) hashes.emplace(d, std::move(ih));

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -50,6 +51,8 @@ class heartbeat_sender {
     std::function<std::vector<heartbeat::dataset_presence>()> datasets;
     // Checkpoints restored or published here; empty when checkpoints are disabled.
     std::function<std::vector<heartbeat::dataset_presence>()> checkpoints;
+    // The node's pods with a job label (cri.h); nullopt while unknown. Empty: no CRI watch.
+    std::function<std::optional<std::vector<heartbeat::job_pod>>()> pods;
   };
   explicit heartbeat_sender(deps d);
   ~heartbeat_sender();

@@ -235,6 +235,11 @@ http::response api::on_heartbeat(const http::request& req) {
   r.ack_seq = m->seq;
   r.resync = out.resync;
   auto orders = d_.prewarm.on_heartbeat(m->node, m->orders, m->schema);
+  if (m->pods_known && d_.jobs != nullptr) {
+    auto fabric = m->labels.find("fabric");
+    d_.jobs->observe_pods(m->node, fabric == m->labels.end() ? std::string() : fabric->second,
+                          m->pods);
+  }
   if (m->schema >= 2) r.orders = std::move(orders);
   heartbeats_->inc();
   return http::response::json(200, heartbeat::encode(r));

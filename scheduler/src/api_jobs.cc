@@ -65,6 +65,7 @@ json to_json(const job_record& r, const job_registry& jobs) {
           {"members", node_states(r.members, jobs)},
           {"standbys", node_states(r.standbys, jobs)},
           {"standby_wanted", r.standby_wanted},
+          {"pod_nodes", r.pod_nodes},
           {"prewarm", or_null(r.prewarm)},
           {"checkpoint", or_null(r.checkpoint)},
           {"created", r.created},

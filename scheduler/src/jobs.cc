@@ -39,7 +39,7 @@ std::size_t approx_bytes(const job_record& r) {
   std::size_t n = 1024 + r.id.size() + strings_bytes(r.spec.images) +
                   strings_bytes(r.spec.datasets) + strings_bytes(r.spec.exclude) +
                   strings_bytes(r.spec.candidates) + strings_bytes(r.members) +
-                  strings_bytes(r.standbys);
+                  strings_bytes(r.standbys) + strings_bytes(r.pod_nodes);
   for (const auto& [k, v] : r.spec.selector) n += k.size() + v.size() + 64;
   return n;
 }
@@ -124,19 +124,28 @@ void job_registry::record(const job_spec& spec, std::vector<std::string> members
   r.spec = spec;
   r.members = std::move(members);
   r.standbys = std::move(standbys);
+  // Nodes running its pods stay members, whatever the placement says.
+  for (const auto& n : r.pod_nodes) {
+    if (!contains(r.members, n)) r.members.push_back(n);
+    std::erase(r.standbys, n);
+  }
   r.segment = std::move(segment);
   r.standby_wanted = standby_wanted;
   r.source = std::move(source);
   if (!prewarm.empty()) r.prewarm = std::move(prewarm);
   r.updated = t;
   r.updated_at = now;
-  bytes_ -= r.bytes;
-  r.bytes = approx_bytes(r);
-  bytes_ += r.bytes;
+  account_locked(r);
   log::info("job recorded", log::kv("job", r.id), log::kv("source", r.source),
             log::kv("members", join(r.members, ",")), log::kv("standbys", join(r.standbys, ",")),
             log::kv("segment", r.segment));
   evict_locked();
+}
+
+void job_registry::account_locked(job_record& r) {
+  bytes_ -= r.bytes;
+  r.bytes = approx_bytes(r);
+  bytes_ += r.bytes;
 }
 
 void job_registry::evict_locked() {
@@ -166,7 +175,7 @@ void job_registry::expire() {
   const auto now = now_();
   std::lock_guard lk(mu_);
   std::erase_if(jobs_, [&](const auto& kv) {
-    if (now - kv.second.updated_at < opts_.ttl) return false;
+    if (now - kv.second.updated_at < opts_.ttl || !kv.second.pod_nodes.empty()) return false;
     log::info("job forgotten: not updated within jobs.ttl", log::kv("job", kv.first));
     bytes_ -= kv.second.bytes;
     return true;

@@ -57,6 +57,12 @@ message fixed_parts_at_their_bounds() {
                        std::to_string(999'999'999'999'999'999ull - i);
     m.checkpoints.push_back({name, max_object_size * 1024, max_object_size * 1024, true});
   }
+  m.pods_known = true;
+  for (std::size_t i = 0; i < max_pods; ++i) {
+    m.pods.push_back(
+        {std::string(128 - std::to_string(i).size(), 'j') + std::to_string(i),
+         std::string(max_pod_name_bytes - std::to_string(i).size(), 'p') + std::to_string(i)});
+  }
   return m;
 }
 
@@ -111,8 +117,49 @@ TEST(HeartbeatLimits, ABodyLargerThanTheCapAllowsIsRefusedBeforeParsing) {
   EXPECT_TRUE(d.error().is(errc::too_large)) << d.error().message;
   EXPECT_NE(d.error().message.find("10 objects"), std::string::npos) << d.error().message;
   // The default cap's bound, and that it stays below the review's 29.6 MiB flood.
-  EXPECT_EQ(max_message_bytes_for(default_max_objects), (8u << 20) + (768u << 10) + 20'600'000u);
+  EXPECT_EQ(max_message_bytes_for(default_max_objects), (8u << 20) + (896u << 10) + 20'600'000u);
   EXPECT_LT(max_message_bytes_for(default_max_objects), 29u << 20);
+}
+
+// "pods": present (even empty) means known, absent unknown; entries are checked like the rest.
+TEST(HeartbeatPods, RoundTripAndHostileEntriesAreRefused) {
+  message m;
+  m.node = "n1";
+  EXPECT_EQ(encode(m).find("\"pods\""), std::string::npos);
+  auto d = decode(encode(m));
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_FALSE(d->pods_known);
+  m.pods_known = true;
+  d = decode(encode(m));
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->pods_known);
+  EXPECT_TRUE(d->pods.empty());
+  m.pods = {{"train", "ml/train-worker-0"}, {"eval-2", "ml/eval"}};
+  d = decode(encode(m));
+  ASSERT_TRUE(d) << d.error().message;
+  ASSERT_EQ(d->pods.size(), 2u);
+  EXPECT_EQ(d->pods[1].job, "eval-2");
+  EXPECT_EQ(d->pods[1].pod, "ml/eval");
+
+  auto with_pods = [&](const nlohmann::json& pods) {
+    auto j = nlohmann::json::parse(encode(m));
+    j["pods"] = pods;
+    return decode(j.dump());
+  };
+  for (const auto& bad :
+       {nlohmann::json{{{"job", "Train!"}, {"pod", "a/b"}}}, nlohmann::json{{{"job", "train"}}},
+        nlohmann::json{{{"job", "train"}, {"pod", std::string(321, 'p')}}},
+        nlohmann::json{{{"job", "train"}, {"pod", "a/\u0001"}}}, nlohmann::json{"train"},
+        nlohmann::json("train")}) {
+    auto r = with_pods(bad);
+    EXPECT_FALSE(r) << bad.dump();
+    if (!r) {
+      EXPECT_NE(r.error().message.find("pods"), std::string::npos) << r.error().message;
+    }
+  }
+  nlohmann::json many = nlohmann::json::array();
+  for (std::size_t i = 0; i <= max_pods; ++i) many.push_back({{"job", "j"}, {"pod", "p"}});
+  EXPECT_FALSE(with_pods(many));
 }
 
 }  // namespace

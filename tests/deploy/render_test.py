@@ -201,6 +201,14 @@ class DeployRender(unittest.TestCase):
         self.assertEqual(sched["jobs"]["checkpoint_views_dir"], ck["views_dir"],
                          "a failover answer's resume.path would name another directory")
 
+    def test_peerd_reads_the_cri_socket_it_is_configured_with(self):
+        """node.cri_socket is containerd's socket from the host (peerd/include/peerd/cri.h)."""
+        cfg = _daemon_config(self.by_kind["ConfigMap"], "peerd.yaml")
+        sock = cfg["node"]["cri_socket"]
+        mounts, _ = self.mounts_of("DaemonSet", "shoal-peerd")
+        self.assertIn(sock, mounts, "node.cri_socket is not mounted")
+        self.assertEqual(mounts[sock].get("hostPath"), {"path": sock, "type": "Socket"})
+
     def test_workloads_are_operable(self):
         """Probes, resource requests, a memory limit, their own token-less ServiceAccount."""
         accounts = {a["metadata"]["name"]: a for a in self.by_kind["ServiceAccount"]}

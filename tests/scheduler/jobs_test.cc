@@ -481,6 +481,63 @@ TEST_F(JobsTest, TheExtenderPrefersTheReplacementForTheJobsPods) {
   EXPECT_EQ(p->warnings.size(), 1u);
 }
 
+// Jobs learned from the pods peerd reports (its CRI watch): a job nobody placed fails over too,
+// a placed job keeps the nodes its pods run on, and pods that end take their nodes along.
+TEST_F(JobsTest, JobsAreLearnedFromTheirPodsAndFailOver) {
+  settle();
+  // n2 and n3 report pods of "infer" through the heartbeat API, as peerd sends them.
+  for (const char* n : {"n2", "n3"}) {
+    auto m = full_hb(n, nodes_.at(n).objects, {{"fabric", "f1"}}, ++seq_[n], "epoch-A");
+    m.pods_known = true;
+    m.pods = {{"infer", std::string("ml/infer-") + n}};
+    auto r = call(http::verb::post, "/v1/heartbeat", heartbeat::encode(m));
+    ASSERT_EQ(r.status, 200u) << std::get<std::string>(r.body);
+  }
+  auto job = js(call(http::verb::get, "/v1/jobs/infer"));
+  EXPECT_EQ(job["source"], "pods");
+  EXPECT_EQ(job["segment"], "f1");
+  EXPECT_EQ(job["pod_nodes"], json({"n2", "n3"}));
+  EXPECT_EQ(job["job"]["nodes"], 2);
+  ASSERT_EQ(job["members"].size(), 2u);
+  // A heartbeat without "pods" (peerd's listing failed: unknown) changes nothing.
+  {
+    auto m = full_hb("n2", nodes_.at("n2").objects, {{"fabric", "f1"}}, ++seq_["n2"], "epoch-A");
+    ASSERT_EQ(call(http::verb::post, "/v1/heartbeat", heartbeat::encode(m)).status, 200u);
+    EXPECT_EQ(jobs_.get("infer")->pod_nodes, (std::vector<std::string>{"n2", "n3"}));
+  }
+
+  // A placed job keeps the node its pods run on beside the placement's members.
+  place_train();
+  jobs_.observe_pods("x1", "f2", {{"train", "ml/train-extra"}});
+  auto train = *jobs_.get("train");
+  EXPECT_EQ(train.source, "place");
+  EXPECT_NE(std::find(train.members.begin(), train.members.end(), "x1"), train.members.end());
+  place_train();  // placed again: x1 stays while its pod runs
+  train = *jobs_.get("train");
+  EXPECT_NE(std::find(train.members.begin(), train.members.end(), "x1"), train.members.end());
+  jobs_.observe_pods("x1", "f2", {});  // the pod ended
+  train = *jobs_.get("train");
+  EXPECT_EQ(std::find(train.members.begin(), train.members.end(), "x1"), train.members.end());
+  EXPECT_TRUE(train.pod_nodes.empty());
+
+  // n2 dies: "infer" (never placed) gets a replacement in its fabric, as "train" does.
+  auto decisions = fail_n2();
+  bool infer_decided = false;
+  for (const auto& d : decisions) {
+    if (d.job != "infer") continue;
+    infer_decided = true;
+    EXPECT_EQ(d.failed_node, "n2");
+    EXPECT_FALSE(d.replacement.empty()) << d.reason;
+    EXPECT_EQ(d.segment, "f1");
+  }
+  EXPECT_TRUE(infer_decided);
+
+  // The last pod of a pods-only job ends: the job is forgotten.
+  jobs_.observe_pods("n3", "f1", {});
+  jobs_.observe_pods("n2", "f1", {});
+  EXPECT_FALSE(jobs_.get("infer"));
+}
+
 TEST_F(JobsTest, PrewarmingAJobRecordsItAndJobsAreBoundedAndExpire) {
   settle();
   auto r = call(http::verb::post, "/v1/prewarm",

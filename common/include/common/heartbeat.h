@@ -48,7 +48,9 @@ inline constexpr std::size_t max_order_objects = 100'000;
 inline constexpr std::uint64_t max_object_size = std::uint64_t{1} << 50;  // 1 PiB
 inline constexpr int max_json_depth = 64;
 inline constexpr std::size_t max_datasets = 4096;
-inline constexpr std::size_t max_checkpoints = 1024;  // "<job>@<step>" entries (checkpoint.h)
+inline constexpr std::size_t max_checkpoints = 1024;    // "<job>@<step>" entries (checkpoint.h)
+inline constexpr std::size_t max_pods = 256;            // job_pod entries
+inline constexpr std::size_t max_pod_name_bytes = 320;  // "<namespace>/<name>" (63 + 1 + 253)
 
 // The largest encode() output of one `objects` entry: a 71-character digest, a 40-character
 // info-hash, a size of up to 16 digits (max_object_size) and a 32-character kind, with the keys,
@@ -56,9 +58,9 @@ inline constexpr std::size_t max_checkpoints = 1024;  // "<job>@<step>" entries 
 inline constexpr std::size_t max_object_json_bytes = 206;
 // The largest encode() output of everything else, each list at its bound: 64 labels, the two
 // documents (max_document_bytes each), 64 GPU groups, 32 health reasons, 1024 order reports
-// with 4 KiB errors, 4096 dataset entries, 1024 checkpoint entries (strings without escapes).
-// tests/common checks both.
-inline constexpr std::size_t max_fixed_json_bytes = (8u << 20) + (768u << 10);
+// with 4 KiB errors, 4096 dataset entries, 1024 checkpoint entries, 256 pods (strings without
+// escapes). tests/common checks both.
+inline constexpr std::size_t max_fixed_json_bytes = (8u << 20) + (896u << 10);
 
 // The largest heartbeat a node holding `objects` objects sends (a full list), which is also the
 // largest delta of that many entries (`objects` and `removed` together): the body limit of
@@ -112,6 +114,13 @@ struct dataset_presence {
   }
 };
 
+// A pod running on the node that carries the job label (peerd's node.cri_job_label, read from
+// containerd's CRI): the job it belongs to and the pod.
+struct job_pod {
+  std::string job;  // checkpoint::valid_job
+  std::string pod;  // "<namespace>/<name>", at most max_pod_name_bytes, printable
+};
+
 struct message {
   int schema = schema_version;
   std::string node;
@@ -142,6 +151,12 @@ struct message {
   // silence after this is a restart within failover.restart_grace, not a failure. Absent (false)
   // in messages from nodes that predate it.
   bool leaving = false;
+  // The node's running pods with a job label (at most max_pods), when pods_known: peerd watches
+  // the CRI and its last listing succeeded. Sent as "pods" (an empty array is "none running");
+  // absent when unknown (no CRI watch, a failed listing, a node that predates it), and then the
+  // scheduler keeps what it knew.
+  bool pods_known = false;
+  std::vector<job_pod> pods;
 };
 
 // One object of a prewarm order, with where to fetch it from (registry-proxy's ns= and repo).

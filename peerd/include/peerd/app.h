@@ -33,6 +33,9 @@ class mirror;
 class prewarm_executor;
 class heartbeat_sender;
 class health_monitor;
+namespace cri {
+class pod_watcher;
+}
 
 // The libraries shoal-peerd links and their versions (--version, shoal_build_info).
 [[nodiscard]] std::vector<version::library> linked_libraries();
@@ -58,6 +61,7 @@ class app {
   [[nodiscard]] std::string dataset_dir() const;
   [[nodiscard]] status clean_partial_dir();
   [[nodiscard]] status start_server();
+  void start_heartbeat();
   [[nodiscard]] status init_tls();
   [[nodiscard]] status start_metrics_server();
   void register_metrics();
@@ -84,6 +88,7 @@ class app {
   cache::subscription cache_events_;
   std::unique_ptr<prewarm_executor> prewarm_;
   std::unique_ptr<health_monitor> health_;
+  std::unique_ptr<cri::pod_watcher> pods_;
   std::unique_ptr<heartbeat_sender> heartbeat_;
 };
 

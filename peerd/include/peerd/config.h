@@ -36,6 +36,11 @@ struct node_config {
   config::duration health_timeout = 10s;
   std::string health_file;  // first line ok | degraded[: why] | failing[: why]; empty: none
   config::duration health_file_max_age = 5min;
+  // The node's pods from containerd's CRI (cri.h), matched to jobs by a pod label.
+  std::string cri_socket;  // e.g. /run/containerd/containerd.sock; empty: no watch
+  std::string cri_job_label = "shoal.io/job";
+  config::duration cri_interval = 10s;
+  config::duration cri_timeout = 5s;
 };
 void describe(config::binder& b, node_config& c);
 

@@ -5,8 +5,16 @@
 // with a `job`) with an `id`: its spec, its members (the chosen nodes, best first), its standbys
 // (the next-ranked nodes of the same fabric segment), the segment, and when it was learned. Jobs
 // are bounded (jobs.max_jobs, and max_jobs_bytes of specs and node names: the least recently
-// updated go) and expire (jobs.ttl after the last update). Jobs that only run as pods (seen through
-// containerd's CRI) are not known here.
+// updated go) and expire (jobs.ttl after the last update, unless pods of it still run).
+//
+// Jobs are also learned from their pods: each node's peerd lists the pods running there through
+// containerd's CRI and reports those with the label shoal.io/job in its heartbeats
+// (common/heartbeat.h `pods`; peerd/include/peerd/cri.h). observe_pods() makes every node where a
+// job's pods run a member of it (its pod_nodes); a job known only this way is recorded with source
+// "pods", its spec empty but for `nodes` (how many nodes its pods run on: a gang when more than
+// one) and its segment the first such node's fabric. When a node's pods of a job are gone (the
+// job ended or moved) the node stops being a member it became this way, and a pods-only job with
+// no pod left is forgotten. A node that dies keeps its last report: its jobs fail over.
 //
 // The replacement decision. When the failure detector (failures.h) calls a node `failed`, every
 // job with that node as a member gets a decision, made on a worker thread, never while the
@@ -51,12 +59,14 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/digest.h"
+#include "common/heartbeat.h"
 #include "common/metrics.h"
 #include "scheduler/dataset_catalog.h"
 #include "scheduler/failures.h"
@@ -134,6 +144,7 @@ struct job_record {
   std::string checkpoint;        // the newest checkpoint on_checkpoint() saw ("" when none)
   std::string created, updated;  // UTC, RFC 3339
   std::chrono::steady_clock::time_point created_at, updated_at;
+  std::vector<std::string> pod_nodes;         // nodes reporting pods of it (observe_pods), sorted
   std::optional<failover_decision> failover;  // the newest decision
   std::size_t bytes = 0;                      // about what it holds in memory (max_jobs_bytes)
 };
@@ -163,6 +174,10 @@ class job_registry {
               std::string source, std::string prewarm = "");
   // False when the job is not known.
   bool forget(const std::string& id);
+  // What `node` (fabric segment `fabric`) reports running (every heartbeat that carries `pods`;
+  // see above). Cheap when nothing changed.
+  void observe_pods(const std::string& node, const std::string& fabric,
+                    const std::vector<heartbeat::job_pod>& pods);
   // Forgets jobs not updated for jobs.ttl.
   void expire();
 
@@ -212,6 +227,8 @@ class job_registry {
   void publish(const failover_decision& d);
   // Drops the least recently updated job beyond max_jobs. Caller holds mu_.
   void evict_locked();
+  // r.bytes (and bytes_) after a change of r. Caller holds mu_.
+  void account_locked(job_record& r);
 
   job_registry_deps d_;
   jobs_options opts_;
@@ -223,7 +240,9 @@ class job_registry {
   std::map<std::string, job_record, std::less<>> jobs_;
   std::size_t bytes_ = 0;                      // approx_bytes() of every record
   std::map<std::string, node_event> pending_;  // failed nodes awaiting decisions
-  bool scheduled_ = false;                     // decide_pending() is posted or running
+  // node → the jobs of its pods at its last report (observe_pods)
+  std::map<std::string, std::set<std::string>, std::less<>> node_pod_jobs_;
+  bool scheduled_ = false;  // decide_pending() is posted or running
   latest_checkpoint_fn latest_;
 };
 
