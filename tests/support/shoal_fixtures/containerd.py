@@ -10,6 +10,15 @@ through `cri_pull.py`): containerd fetches and unpacks in its own process, witho
 content copy, into CRI's `k8s.io` namespace (`ctr` calls stay in the fixture's own namespace
 unless given `namespace=CRI_NAMESPACE`).
 
+Pod sandboxes: `Containerd(dir, cri=True, sandbox_image=PAUSE_IMAGE)` sets the CRI plugin's
+`sandbox_image` to a pause image built here (pause_image.py: static pause.c packed into a cached
+OCI archive) and `restrict_oom_score_adj = true`; `run_pod(name, namespace, labels)` imports that
+image into `k8s.io` once (before RunPodSandbox, so the plugin never tries to pull it), then runs a
+sandbox through `cri_pod.py` (RuntimeService/RunPodSandbox, host network so no CNI is needed,
+own PID and IPC namespaces). `list_pods()`, `stop_pod(id)`, `remove_pod(id)` do the rest;
+`stop()` removes the sandboxes `run_pod()` made that are still there. Without `sandbox_image`
+the generated config is exactly what it was before pods existed.
+
 Verified here (containerd 1.6.20, kernel 6.x, root on ext4):
 - Both the `overlayfs` and the `native` snapshotters load and unpack multi-layer images; the
   fixture uses `overlayfs` (containerd's default and what nodes run). `native` remains selectable
@@ -23,6 +32,14 @@ Verified here (containerd 1.6.20, kernel 6.x, root on ext4):
   (`root/io.containerd.content.v1.content/blobs/sha256/<hex>`).
 - The CRI plugin starts without any CNI configuration (it logs "no network config found" and
   keeps serving the image service); plain-HTTP mirrors work through `hosts.toml` alone.
+- RunPodSandbox works with cgroups v1 (cgroupfs, `SystemdCgroup = false`, the default), no
+  seccomp or AppArmor profile, and a host-network sandbox, both in the host's namespaces and with
+  `netns=` (~0.3 s per sandbox). The one setting it needs here is `restrict_oom_score_adj`: the
+  VM's capability bounding set lacks CAP_SYS_RESOURCE, so runc cannot give the pause process the
+  plugin's oom_score_adj of -998 (runc's debug log: "failed to update /proc/self/oom_score_adj:
+  Permission denied"; RunPodSandbox says only "can't get final child's PID from pipe: EOF").
+- `ctr images import` of an OCI archive whose index entry carries `io.containerd.image.name`
+  names the image exactly that; the CRI plugin picks it up from the ImageCreate event.
 
 Lifecycle: `Containerd(dir)`, `start()`, `stop()`/`kill()`; `start()` again after a stop reuses the
 same root (restart tests). Not thread-safe.
@@ -30,6 +47,7 @@ same root (restart tests). Not thread-safe.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -38,6 +56,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .oci import Image, sha256_file
+from .pause_image import PAUSE_IMAGE, pause_archive
 from .procs import Daemon, FixtureError, run, wait_until
 
 # SHOAL_SNAPSHOTTER=native overrides the default where overlay mounts fail (a root on overlayfs).
@@ -47,6 +66,7 @@ CRI_NAMESPACE = "k8s.io"  # where the CRI plugin keeps images
 # cri_pull.py needs grpcio, which tools/install-deps installs for Debian's own python3.
 CRI_PYTHON = os.environ.get("SHOAL_CRI_PYTHON", "/usr/bin/python3")
 CRI_PULL = Path(__file__).resolve().parent / "cri_pull.py"
+CRI_POD = Path(__file__).resolve().parent / "cri_pod.py"
 
 
 @dataclass
@@ -89,14 +109,19 @@ class Containerd:
     def __init__(self, directory: str | os.PathLike, *, snapshotter: str = SNAPSHOTTER,
                  namespace: str = NAMESPACE, netns: str | None = None,
                  log_level: str = "info", extra_toml: str = "", cri: bool = False,
-                 max_concurrent_downloads: int = 3) -> None:
+                 max_concurrent_downloads: int = 3, sandbox_image: str | None = None) -> None:
         """`cri`: run the CRI plugin (see the module comment); `max_concurrent_downloads` is
-        its setting of that name (containerd's default, 3)."""
+        its setting of that name (containerd's default, 3). `sandbox_image`: the CRI plugin's
+        setting of that name (None keeps containerd's default, registry.k8s.io/pause:3.6);
+        `PAUSE_IMAGE` is the locally built pause image that `run_pod()` imports itself."""
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.snapshotter = snapshotter
         self.cri = cri
         self.max_concurrent_downloads = max_concurrent_downloads
+        self.sandbox_image = sandbox_image
+        self._pause_imported: set[str] = set()
+        self._pods: set[str] = set()  # sandbox ids from run_pod() not yet removed
         self.namespace = namespace
         self.netns = netns
         self.log_level = log_level
@@ -136,7 +161,11 @@ class Containerd:
         return self
 
     def stop(self) -> None:
+        """Stops the daemon; first removes the pod sandboxes `run_pod()` made that are still
+        there (best effort), so that no shim or pause process outlives the test."""
         if self.daemon is not None:
+            if self._pods and self.daemon.alive:
+                self._remove_own_pods()
             self.daemon.stop()
 
     def kill(self) -> None:
@@ -245,6 +274,68 @@ class Containerd:
         """`cri_pull` with `cri`, else `pull`: how a caller that offers both clients pulls."""
         return self.cri_pull(ref, timeout=timeout) if cri else self.pull(ref, timeout=timeout)
 
+    # -- pod sandboxes (CRI RuntimeService) ------------------------------------------------------
+
+    def import_pause_image(self, ref: str | None = None) -> str:
+        """Imports the locally built pause image (pause_image.py; cached tar) into CRI's `k8s.io`
+        namespace as `ref` (default: `sandbox_image`, else PAUSE_IMAGE), unpacked with the
+        instance's snapshotter. Returns the reference."""
+        ref = ref or self.sandbox_image or PAUSE_IMAGE
+        self.ctr("images", "import", "--snapshotter", self.snapshotter, str(pause_archive(ref)),
+                 namespace=CRI_NAMESPACE, timeout=60)
+        if ref not in self.images(namespace=CRI_NAMESPACE):
+            raise FixtureError(f"ctr images import did not create {ref} in {CRI_NAMESPACE}: "
+                               f"{self.images(namespace=CRI_NAMESPACE)}")
+        self._pause_imported.add(ref)
+        return ref
+
+    def run_pod(self, name: str, namespace: str = "default",
+                labels: dict[str, str] | None = None, *, uid: str | None = None,
+                timeout: float = 60) -> str:
+        """RunPodSandbox (needs `cri=True`) as kubelet does, in the host's network namespace;
+        returns the sandbox id. With `sandbox_image=PAUSE_IMAGE`, imports the pause image first
+        (once per instance) so that the CRI plugin never tries to pull it."""
+        if self.sandbox_image == PAUSE_IMAGE and PAUSE_IMAGE not in self._pause_imported:
+            self.import_pause_image(PAUSE_IMAGE)
+        uid = uid or f"uid-{namespace}-{name}"
+        args = ["run", name, namespace, uid, *(f"{k}={v}" for k, v in (labels or {}).items())]
+        pod_id = self._cri_pod(*args, timeout=timeout).strip()
+        self._pods.add(pod_id)
+        return pod_id
+
+    def stop_pod(self, pod_id: str, *, timeout: float = 60) -> None:
+        """StopPodSandbox: the sandbox's processes are killed; it stays listed, NOTREADY."""
+        self._cri_pod("stop", pod_id, timeout=timeout)
+
+    def remove_pod(self, pod_id: str, *, timeout: float = 60) -> None:
+        """RemovePodSandbox (stops it first if needed, as the CRI plugin does)."""
+        self._cri_pod("remove", pod_id, timeout=timeout)
+        self._pods.discard(pod_id)
+
+    def list_pods(self, *, timeout: float = 30) -> list[dict]:
+        """ListPodSandbox: one dict per sandbox with id, name, namespace, uid, attempt, state
+        ("SANDBOX_READY" / "SANDBOX_NOTREADY"), created_at (ns), labels, annotations."""
+        out = self._cri_pod("list", timeout=timeout)
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def _remove_own_pods(self) -> None:
+        for pod_id in sorted(self._pods):
+            try:
+                self.remove_pod(pod_id, timeout=20)
+            except FixtureError:
+                pass  # the daemon log keeps the cause; stopping must go on
+        self._pods.clear()
+
+    def _cri_pod(self, cmd: str, *args: str, timeout: float) -> str:
+        if not self.cri:
+            raise FixtureError(f"{cmd}_pod needs a Containerd started with cri=True")
+        cp = run([CRI_PYTHON, str(CRI_POD), cmd, str(self.address), *args], timeout=timeout + 30,
+                 check=False, env={"SHOAL_CRI_TIMEOUT": str(timeout)})
+        if cp.returncode != 0:
+            raise FixtureError(f"cri_pod.py {cmd} {' '.join(args)}: exit status {cp.returncode}\n"
+                               f"{(cp.stdout + cp.stderr)[-3000:]}\n{self.diagnostics()}")
+        return cp.stdout
+
     def images(self, namespace: str | None = None) -> list[str]:
         """References of the images in this namespace (or `namespace`)."""
         return [x for x in self.ctr("images", "ls", "-q", namespace=namespace).stdout.split() if x]
@@ -313,6 +404,18 @@ class Containerd:
         argv = ["ctr", "--address", str(self.address), "--namespace", namespace or self.namespace, *args]
         return ["ip", "netns", "exec", self.netns, *argv] if self.netns else argv
 
+    def _sandbox_toml(self) -> str:
+        """The CRI plugin settings for pod sandboxes (none when `sandbox_image` is unset)."""
+        if not self.sandbox_image:
+            return ""
+        # The CRI plugin gives the sandbox oom_score_adj -998; without CAP_SYS_RESOURCE (this
+        # VM's bounding set lacks it) runc's nsexec fails to write that ("failed to update
+        # /proc/self/oom_score_adj: Permission denied", which RunPodSandbox reports only as
+        # "can't get final child's PID from pipe: EOF"). restrict_oom_score_adj clamps every
+        # value to containerd's own (0 here), which an unprivileged write may set.
+        return (f'  sandbox_image = "{self.sandbox_image}"\n'
+                '  restrict_oom_score_adj = true\n')
+
     def _write_config(self) -> None:
         d = self.dir
         if self.cri:
@@ -323,7 +426,7 @@ class Containerd:
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   max_concurrent_downloads = {self.max_concurrent_downloads}
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+{self._sandbox_toml()}  [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "{self.snapshotter}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{d / 'cni' / 'bin'}"
