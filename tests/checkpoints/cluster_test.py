@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "datasets"))
 import dataset_common as dc  # noqa: E402
 from shoal_fixtures import FixtureTestCase, oci  # noqa: E402
 from shoal_fixtures.cluster import Cluster  # noqa: E402
+from shoal_fixtures.containerd import PAUSE_IMAGE, Containerd  # noqa: E402
+from shoal_fixtures.shoal import to_yaml  # noqa: E402
 from shoal_fixtures.procs import run, wait_until  # noqa: E402
 
 MIB = 1 << 20
@@ -326,15 +328,62 @@ class CheckpointFailover(FixtureTestCase):
         c.restart_peerd(self.writer)  # killed in case 6
         c.restart_scheduler()
         t0 = time.monotonic()
-        # The writer registers the newest step first; the catalog is whole once both are back.
-        wait_until(lambda: self.sched("/v1/checkpoints/train@latest")[0] == 200
-                   and self.sched("/v1/checkpoints/train@1")[0] == 200, 60,
-                   "train@latest and train@1 known again")
+        # Whole again once both steps are back. (The restarted writer may first register with
+        # the scheduler that is going away, then again on seeing the new one's epoch.)
+        def latest_step():
+            code, rec = self.sched("/v1/checkpoints/train@latest")
+            return rec.get("step") if code == 200 and isinstance(rec, dict) else None
+        wait_until(lambda: latest_step() == 2 and self.sched("/v1/checkpoints/train@1")[0] == 200,
+                   60, "train@2 as train@latest, and train@1, known again")
         print(f"[ measure ] catalog whole again {time.monotonic() - t0:.1f}s after the scheduler restart",
               file=sys.stderr)
         code, rec = self.sched("/v1/checkpoints/train@latest")
         self.assertEqual(rec["step"], 2, rec)
         self.assertEqual(self.sched("/v1/checkpoints/train@1")[0], 200)
+
+    def test_9b_jobs_from_their_pods_fail_over(self):
+        """Pods that run on a node through containerd's CRI (a real containerd, real pod
+        sandboxes) make the node a member of their job: a job nobody placed fails over when the
+        node dies, and a job whose pods end is forgotten."""
+        c = self.cluster
+        alive = [i for i in range(len(c.peerds)) if c.peerds[i].daemon.alive and i != self.writer]
+        x = alive[-1]
+        node = c.peerds[x].name
+        cd = Containerd(self.work / "containerd-cri", cri=True, sandbox_image=PAUSE_IMAGE).start()
+        self.addCleanup(cd.stop)
+        p = c.peerds[x]
+        p.config["node"].update({"cri_socket": str(cd.address), "cri_interval": "1s"})
+        p.config_path.write_text(to_yaml(p.config) + "\n")
+        c.restart_peerd(x)
+        cd.run_pod("infer-0", "ml", {"shoal.io/job": "infer", "app": "infer"})
+        batch = cd.run_pod("batch-0", "ml", {"shoal.io/job": "batch"})
+        cd.run_pod("web-0", "default", {"app": "web"})  # no job label: not reported
+
+        def job(name):
+            code, body = self.sched(f"/v1/jobs/{name}")
+            return body if code == 200 else None
+        j = wait_until(lambda: job("infer"), 30, "job infer learned from its pod")
+        self.assertEqual(j["source"], "pods", j)
+        self.assertEqual(j["pod_nodes"], [node], j)
+        self.assertEqual([m["node"] for m in j["members"]], [node], j)
+        self.assertIsNotNone(wait_until(lambda: job("batch"), 30, "job batch learned"))
+        m = c.metrics_of(p.metrics_url, x)
+        self.assertEqual(m.get("shoal_peerd_cri_job_pods"), 2.0, m)
+
+        cd.stop_pod(batch)  # NOTREADY: the job's only pod ended
+        wait_until(lambda: job("batch") is None, 30, "job batch forgotten once its pod stopped")
+
+        time.sleep(max(0.0, FAILED_AFTER + 1 - (time.monotonic() - self.started)))
+        p.kill()
+        run(["ip", "link", "set", "dev", "eth0", "down"], netns=c.netns(x))
+
+        def decided():
+            code, body = self.sched("/v1/jobs/infer/failover")
+            return body if code == 200 else None
+        d = wait_until(decided, 60, "a failover decision for infer")
+        self.assertEqual(d["failed"]["node"], node, d)
+        self.assertTrue(d["replacement"], d)
+        self.assertNotEqual(d["replacement"], node, d)
 
 
 if __name__ == "__main__":
