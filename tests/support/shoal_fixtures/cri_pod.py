@@ -44,23 +44,15 @@ NS_POD, NS_NODE = 0, 2
 STATES = {0: "SANDBOX_READY", 1: "SANDBOX_NOTREADY"}
 SERVICE = "/runtime.v1.RuntimeService/"
 
+# The protobuf primitives cri_pull.py defines (this file's directory is on sys.path when it runs
+# as a program, and its package when imported).
+try:
+    from cri_pull import field, read_varint, varint  # noqa: E402
+except ImportError:  # imported as shoal_fixtures.cri_pod
+    from .cri_pull import field, read_varint, varint  # noqa: E402
+
 
 # -- encoding ------------------------------------------------------------------------------------
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(num: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return varint((num << 3) | 2) + varint(len(payload)) + payload
-
 
 def string(num: int, s: str) -> bytes:
     return field(num, s.encode()) if s else b""
@@ -84,18 +76,6 @@ def run_request(name: str, namespace: str, uid: str, labels: dict[str, str]) -> 
 
 
 # -- decoding ------------------------------------------------------------------------------------
-
-def read_varint(msg: bytes, i: int) -> tuple[int, int]:
-    """The varint at msg[i:] and the index after it."""
-    value, shift = 0, 0
-    while True:
-        b = msg[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, i
-
 
 def fields(msg: bytes) -> list[tuple[int, int | bytes]]:
     """(field number, value) of every field: an int for varints, bytes for length-delimited."""
