@@ -243,7 +243,10 @@ class HostileDatasets(FixtureTestCase):
         self.assertIn("\ufffd", st["error"])
         self.assertTrue(self.proxy.daemon.alive, "registry-proxy died")
         record = Path(self.proxy.dir) / "datasets" / "datasets" / "crash@v1.json"
-        self.assertEqual(json.loads(record.read_bytes().decode("utf-8"))["state"], "failed")
+        # The record is written after the state changes in memory (the API may say "failed" a
+        # moment before the file does): bounded wait, then it must say so.
+        wait_until(lambda: json.loads(record.read_bytes().decode("utf-8"))["state"] == "failed", 10,
+                   "the dataset record on disk says failed")
         # A restart neither replays it nor keeps an earlier run's staging files.
         self.staging.mkdir(exist_ok=True)
         (self.staging / "leftover.part").write_bytes(b"x" * 1000)
