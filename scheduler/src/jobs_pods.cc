@@ -12,8 +12,9 @@ void job_registry::observe_pods(const std::string& node, const std::string& fabr
   std::set<std::string> now_jobs;
   for (const auto& p : pods) now_jobs.insert(p.job);
   std::lock_guard lk(mu_);
+  auto known = node_pod_jobs_.find(node);
+  if (known == node_pod_jobs_.end() ? now_jobs.empty() : known->second == now_jobs) return;
   auto& before = node_pod_jobs_[node];
-  if (before == now_jobs) return;
   const auto now = now_();
   const auto t = utc_rfc3339(std::chrono::system_clock::now());
   for (const auto& job : now_jobs) {
