@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "common/file.h"
 #include "common/oci.h"
 #include "common/sha256.h"
 
@@ -95,11 +96,9 @@ status write_file(const std::string& path, std::string_view bytes, unsigned mode
     ::unlink(tmp.c_str());
     return fail_errno(err, what);
   };
-  for (std::size_t off = 0; off < bytes.size();) {
-    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return bail(errno, "write " + tmp);
-    off += static_cast<std::size_t>(n);
+  if (auto w = write_all(fd.get(), bytes, "write " + tmp); !w) {
+    ::unlink(tmp.c_str());
+    return w;
   }
   if ((uid != ::geteuid() || gid != ::getegid()) && ::fchown(fd.get(), uid, gid) != 0)
     return bail(errno, "chown " + tmp);
