@@ -385,6 +385,45 @@ class CheckpointFailover(FixtureTestCase):
         self.assertTrue(d["replacement"], d)
         self.assertNotEqual(d["replacement"], node, d)
 
+    def test_9c_keep_last_ls_and_rm(self):
+        """checkpoints.keep_last (2): a third step unpins the first on the writer, as `ls --node`
+        shows; `rm` on a node that restored a step drops its view and pins there; `rm --cluster`
+        (the scheduler's DELETE, operator) forgets a step, and @latest falls back."""
+        c, w = self.cluster, self.writer
+        root = Path(c.peerds[w].dir) / "checkpoints" / "incoming"
+        cp = self.ctl(w, "publish", str(root / "train-2"), "--job", "train", "--step", "3", "-o", "json")
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertEqual(json.loads(cp.stdout)["state"], "registered", cp.stdout)
+
+        def published():
+            cp = self.ctl(w, "ls", "--node", "-o", "json")
+            self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+            return {p["checkpoint"]: p["state"] for p in json.loads(cp.stdout)["published"]}
+        pubs = wait_until(lambda: (lambda p: p if p.get("train@1") == "unpinned" else None)(published()),
+                          30, "train@1 unpinned on the writer (keep_last 2)")
+        self.assertEqual(pubs.get("train@3"), "registered", pubs)
+
+        # A node that holds a restored train@2: rm takes its view and pins away.
+        alive = [i for i in range(len(c.peerds)) if c.peerds[i].daemon.alive and i != w]
+        holder = next((i for i in alive if self.restore_state(i, "train@2").get("state") == "ready"), None)
+        if holder is None:
+            holder = alive[0]
+            cp = self.ctl(holder, "restore", "train@2", "-o", "json")
+            self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        view = Path(self.restore_state(holder, "train@2")["view"])
+        self.assertTrue(view.is_dir(), view)
+        cp = self.ctl(holder, "rm", "train@2")
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertEqual(self.restore_state(holder, "train@2"), {})
+        self.assertFalse(view.exists(), f"{view} is still there after rm")
+
+        # The scheduler forgets train@3 on the operator's word; @latest is train@2 again.
+        code, body = self.sched("/v1/checkpoints/train@3", "-X", "DELETE")
+        self.assertEqual(code, 200, body)
+        self.assertEqual(self.sched("/v1/checkpoints/train@3")[0], 404)
+        code, rec = self.sched("/v1/checkpoints/train@latest")
+        self.assertEqual((code, rec.get("step")), (200, 2), rec)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
