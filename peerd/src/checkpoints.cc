@@ -127,6 +127,7 @@ group_spec group_spec_of(const std::string& key, const dataset::manifest& m, std
   spec.objects = dataset::group_objects(m, m.groups[g]);
   spec.torrent = std::move(torrent);
   spec.name = key + " group " + std::to_string(g);
+  spec.superseed = true;  // the writer is the only holder: one copy out, peers share the rest
   return spec;
 }
 
@@ -389,7 +390,6 @@ result<checkpoint::registration> checkpoint_publisher::seed(
   checkpoint::registration reg;
   for (std::uint32_t g = 0; g < m.groups.size(); ++g) {
     auto spec = group_spec_of(p.key, m, g, {});
-    spec.superseed = true;  // the writer is the only holder: one copy out, peers share the rest
     std::string ih;
     if (spec.pack) {
       auto pm = build_pack(

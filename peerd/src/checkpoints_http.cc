@@ -130,7 +130,6 @@ status checkpoint_publisher::start() {
     if (!m || m->groups.size() != reg.groups.size()) continue;
     for (std::uint32_t g = 0; g < m->groups.size(); ++g) {
       auto spec = group_spec_of(p->key, *m, g, reg.groups[g].torrent);
-      spec.superseed = true;
       bool held = std::all_of(spec.objects.begin(), spec.objects.end(),
                               [&](const auto& o) { return d_.store.contains(o.first); });
       if (!held) continue;  // evicted since (older steps are not pinned)

@@ -36,7 +36,8 @@ struct checkpoint_publisher::pub {
 };
 
 // The swarm download of group g of `m` (checkpoint `key`) with its torrent: what fetch_group
-// takes to seed a group held here (complete: it is added as a seed at once).
+// takes to seed a group held here (complete: it is added as a seed at once), super-seeded: this
+// node published it and is its first holder.
 group_spec group_spec_of(const std::string& key, const dataset::manifest& m, std::uint32_t g,
                          std::string torrent);
 

@@ -211,11 +211,11 @@ http::response api::on_heartbeat(const http::request& req) {
               log::kv("reason", out.resync_reason), log::kv("seq", m->seq));
   }
   if (out.moved_from_port != 0) d_.trk.drop_holder(out.moved_from_ip, out.moved_from_port);
+  auto label = [&](const char* k) {
+    auto it = m->labels.find(k);
+    return it == m->labels.end() ? std::string() : it->second;
+  };
   if (m->bt_port != 0) {
-    auto label = [&](const char* k) {
-      auto it = m->labels.find(k);
-      return it == m->labels.end() ? std::string() : it->second;
-    };
     std::string zone = label("zone"), rack = label("rack");
     std::size_t skipped = 0;
     if (out.full) {
@@ -235,11 +235,7 @@ http::response api::on_heartbeat(const http::request& req) {
   r.ack_seq = m->seq;
   r.resync = out.resync;
   auto orders = d_.prewarm.on_heartbeat(m->node, m->orders, m->schema);
-  if (m->pods_known && d_.jobs != nullptr) {
-    auto fabric = m->labels.find("fabric");
-    d_.jobs->observe_pods(m->node, fabric == m->labels.end() ? std::string() : fabric->second,
-                          m->pods);
-  }
+  if (m->pods_known && d_.jobs != nullptr) d_.jobs->observe_pods(m->node, label("fabric"), m->pods);
   if (m->schema >= 2) r.orders = std::move(orders);
   heartbeats_->inc();
   return http::response::json(200, heartbeat::encode(r));
