@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/heartbeat.h"
+#include "scheduler/ingest.h"
 #include "common/log.h"
 #include "common/oci.h"
 
@@ -198,7 +199,15 @@ http::response api::on_heartbeat(const http::request& req) {
                                "\" refused: the client certificate is " + req.peer.str());
   }
   m->ip = node_address(req, m->ip);
-  auto out = d_.index.apply(*m, m->ip);
+  apply_outcome out;
+  std::string epoch;
+  if (d_.shared != nullptr) {
+    auto res = d_.shared->heartbeat(*m);
+    out = std::move(res.out);
+    epoch = std::move(res.epoch);
+  } else {
+    out = ingest_heartbeat(d_.index, d_.trk, *m);
+  }
   if (out.refused != 0) {
     log::warn("heartbeat refused", log::kv("node", m->node),
               log::kv("from", req.remote.address().to_string()),
@@ -210,28 +219,12 @@ http::response api::on_heartbeat(const http::request& req) {
     log::info("heartbeat delta refused: resync", log::kv("node", m->node),
               log::kv("reason", out.resync_reason), log::kv("seq", m->seq));
   }
-  if (out.moved_from_port != 0) d_.trk.drop_holder(out.moved_from_ip, out.moved_from_port);
   auto label = [&](const char* k) {
     auto it = m->labels.find(k);
     return it == m->labels.end() ? std::string() : it->second;
   };
-  if (m->bt_port != 0) {
-    std::string zone = label("zone"), rack = label("rack");
-    std::size_t skipped = 0;
-    if (out.full) {
-      skipped = d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack, out.added, true);
-    } else {
-      skipped = d_.trk.set_holdings(m->node, out.ip, m->bt_port, zone, rack,
-                                    out.resync ? std::vector<info_hash>{} : out.added, false);
-      if (!out.removed.empty()) d_.trk.remove_holdings(out.ip, m->bt_port, out.removed);
-    }
-    if (skipped != 0) {
-      log::warn("tracker full: holdings not recorded", log::kv("node", m->node),
-                log::kv("skipped", skipped));
-    }
-  }
   heartbeat::reply r;
-  r.epoch = d_.index.epoch();
+  r.epoch = epoch.empty() ? d_.index.epoch() : std::move(epoch);
   r.ack_seq = m->seq;
   r.resync = out.resync;
   auto orders = d_.prewarm.on_heartbeat(m->node, m->orders, m->schema);

@@ -2,8 +2,11 @@
 
 #include <openssl/rand.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <fstream>
 
 #include "common/log.h"
 #include "scheduler/dataset_catalog.h"
@@ -34,6 +37,7 @@ result<std::unique_ptr<app>> app::build(const scheduler_config& cfg) {
 
 app::~app() {
   if (server_) server_->stop(std::chrono::milliseconds(0));
+  if (shared_) shared_->stop();
   timer_.cancel();
   if (http_client_) http_client_->stop();
   workers_.stop();
@@ -81,6 +85,7 @@ status app::init() {
   init_tracker();
 
   init_index(epoch);
+  if (auto s = init_shared(); !s) return s;
 
   if (auto s = init_transport(); !s) return s;
   manifests_ = std::make_unique<registry_proxy_source>(
@@ -137,7 +142,8 @@ status app::init() {
   if (auto s = init_checkpoints(); !s) return s;
   api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
                                         *prewarm_, *extender_, reg_, token_.get(), failures_.get(),
-                                        checkpoints_.get(), checkpoint_grant_for_, jobs_.get()});
+                                        checkpoints_.get(), checkpoint_grant_for_, jobs_.get(),
+                                        shared_.get()});
   register_metrics();
 
   auto so = daemon::server_options_from(cfg_.http, "shoal-scheduler");
@@ -287,6 +293,64 @@ void app::init_tracker() {
   tracker_ = std::make_unique<tracker>(to);
 }
 
+namespace {
+
+// A one-line secret (a password file); trailing newline and spaces dropped.
+result<std::string> read_secret(const std::string& path, std::string_view key) {
+  std::ifstream in(path);
+  std::string s;
+  if (!in || !std::getline(in, s) || s.size() > 4096)
+    return fail(errc::config_error, std::string(key) + ": cannot read one line from " + path);
+  while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  if (s.empty()) return fail(errc::config_error, std::string(key) + ": " + path + " is empty");
+  return s;
+}
+
+}  // namespace
+
+status app::init_shared() {
+  const auto& rc = cfg_.redis;
+  if (rc.address.empty() && rc.sentinels.empty()) return {};
+  shared_state_options so;
+  so.redis.address = rc.address;
+  so.redis.sentinels = rc.sentinels;
+  so.redis.master_name = rc.master_name;
+  so.redis.user = rc.user;
+  so.redis.sentinel_user = rc.sentinel_user;
+  if (!rc.password_file.empty()) {
+    auto p = read_secret(rc.password_file, "redis.password_file");
+    if (!p) return fail(p.error());
+    so.redis.password = *p;
+  }
+  if (!rc.sentinel_password_file.empty()) {
+    auto p = read_secret(rc.sentinel_password_file, "redis.sentinel_password_file");
+    if (!p) return fail(p.error());
+    so.redis.sentinel_password = *p;
+  }
+  so.redis.connect_timeout = ms(rc.connect_timeout);
+  so.redis.command_timeout = ms(rc.command_timeout);
+  so.prefix = rc.key_prefix;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  unsigned char b[6];
+  if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
+  so.replica_id = std::string(host) + "/" + to_hex(std::span<const std::uint8_t>(b, sizeof b));
+  so.log_max_entries = rc.log_max_entries;
+  so.wait_replicas = rc.wait_replicas;
+  so.wait_timeout = ms(rc.wait_timeout);
+  so.lease_ttl = ms(rc.lease_ttl);
+  so.drop_after = ms(cfg_.nodes.drop_after);
+  so.peer_timeout = ms(cfg_.tracker.peer_timeout);
+  so.max_objects_per_node = cfg_.nodes.max_objects_per_node;
+  shared_ = std::make_unique<shared_state>(so, *index_, *tracker_, reg_);
+  tracker_->set_observer([s = shared_.get()](const announce_request& a) { s->announced(a); });
+  log::info("shared state in redis",
+            log::kv("redis", rc.sentinels.empty() ? rc.address : "sentinels/" + rc.master_name),
+            log::kv("replica", so.replica_id));
+  shared_->start();
+  return {};
+}
+
 // The cluster cache index, from the nodes section; `epoch` is this start's.
 void app::init_index(const std::string& epoch) {
   index_options io;
@@ -370,21 +434,39 @@ void app::maintenance() {
 }
 
 void app::handle(http::request&& req, http::responder resp) {
-  auto health = [] { return daemon::health{}; };
+  auto health = [this] {
+    daemon::health h;
+    if (shared_) {
+      if (auto why = shared_->stale_reason(); !why.empty()) {
+        h.status = "degraded";
+        h.reasons.push_back("redis unreachable, answering from this replica's view: " + why);
+      }
+    }
+    return h;
+  };
   if (daemon::serve_ops(req, resp, reg_, health)) return;
   if (api::is_heartbeat(req)) {
     boost::asio::post(heartbeat_pool_,
-                      [this, req = std::move(req), resp] { resp.send(api_->serve(req)); });
+                      [this, req = std::move(req), resp] { resp.send(serve(req)); });
     return;
   }
   if (api::heavy(req)) {
     boost::asio::post(workers_, [this, req = std::move(req), resp] {
       if (resp.client_gone()) return;
-      resp.send(api_->serve(req));
+      resp.send(serve(req));
     });
     return;
   }
-  resp.send(api_->serve(req));
+  resp.send(serve(req));
+}
+
+http::response app::serve(const http::request& req) {
+  auto r = api_->serve(req);
+  // Redis unreachable: the answer comes from this replica's own view (docs/ha.md).
+  if (shared_) {
+    if (auto why = shared_->stale_reason(); !why.empty()) r.headers.set("Shoal-Stale", why);
+  }
+  return r;
 }
 
 int app::run() {

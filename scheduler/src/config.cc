@@ -233,6 +233,45 @@ void describe(config::binder& b, auth_config& c) {
           "this is set. Empty: no token is accepted.");
 }
 
+void describe(config::binder& b, redis_config& c) {
+  b.field("address", c.address,
+          "host:port of a lone Redis primary holding the shared state (no Sentinel failover of "
+          "Redis itself). Empty, with no sentinels: this scheduler runs alone, its state in "
+          "memory.");
+  b.field("sentinels", c.sentinels,
+          "host:port of each Redis Sentinel; the primary is asked of them (and again after a "
+          "failover). Takes precedence over address.");
+  b.field("master_name", c.master_name, "The name the sentinels monitor the primary under.");
+  b.field("user", c.user, "Redis ACL user of the scheduler replicas. Empty: the default user.");
+  b.field("password_file", c.password_file,
+          "File holding that user's password (one line). Empty: no AUTH.");
+  b.field("sentinel_user", c.sentinel_user, "ACL user on the sentinels. Empty: the default user.");
+  b.field("sentinel_password_file", c.sentinel_password_file,
+          "File holding the sentinels' password (one line). Empty: no AUTH.");
+  b.field("key_prefix", c.key_prefix,
+          "Every key starts with this (the replicas' ACL grants ~shoal:*); one per cluster when "
+          "clusters share a Redis.");
+  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward Redis and the sentinels.",
+          {.min = 10ms});
+  b.field("command_timeout", c.command_timeout, "Longest wait for one Redis reply.", {.min = 10ms});
+  b.field("wait_replicas", c.wait_replicas,
+          "A heartbeat is answered once this many Redis replicas have it (WAIT); 0 with a lone "
+          "Redis. What a failover loses anyway is rebuilt: the node's next delta is a gap and it "
+          "resends its full list.",
+          {.min = 0, .max = 16});
+  b.field("wait_timeout", c.wait_timeout,
+          "Longest WAIT; past it the heartbeat is answered and counted "
+          "(shoal_scheduler_redis_unreplicated_writes_total).",
+          {.min = 1ms});
+  b.field("lease_ttl", c.lease_ttl,
+          "The lease for loops that must run once (record expiry): renewed every fifth of this; "
+          "another replica takes it this long after its holder died.",
+          {.min = 1s});
+  b.field("log_max_entries", c.log_max_entries,
+          "Entries kept in the shared log (a replica that falls further behind reloads).",
+          {.min = 1000});
+}
+
 void describe(config::binder& b, scheduler_config& c) {
   b.section("http", c.http, "The HTTP API (tracker /announce, heartbeats, REST, extender).");
   b.section("log", c.log, "Logging.");
@@ -259,6 +298,9 @@ void describe(config::binder& b, scheduler_config& c) {
             "operator's, the extender kube-scheduler's (docs/security.md, \"Who may call what "
             "(scheduler)\"). Off: plain HTTP, anyone may speak for any node (a demo).");
   b.section("auth", c.auth, "Bearer-token access for operator scripts.");
+  b.section("redis", c.redis,
+            "Shared state for scheduler replicas (docs/ha.md): node records, holdings and "
+            "tracker peers in Redis, every replica answering every request. Off by default.");
   b.check(c.failover.failed_after.get() >= c.nodes.unhealthy_after.get(),
           "failover.failed_after must be at least nodes.unhealthy_after (a failed node is first "
           "unhealthy)");

@@ -125,13 +125,32 @@ bool cluster_index::refuse_locked(const heartbeat::message& m, const node_entry*
   return false;
 }
 
-apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip) {
-  auto now = now_();
+std::string cluster_index::epoch() const {
+  std::shared_lock lk(mu_);
+  return epoch_;
+}
+
+void cluster_index::set_epoch(std::string epoch) {
+  std::unique_lock lk(mu_);
+  epoch_ = std::move(epoch);
+}
+
+apply_outcome cluster_index::refused(const heartbeat::message& m) const {
+  std::shared_lock lk(mu_);
+  apply_outcome out;
+  auto it = nodes_.find(m.node);
+  (void)refuse_locked(m, it == nodes_.end() ? nullptr : &it->second, out);
+  return out;
+}
+
+apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip,
+                                   const apply_decision* decided) {
+  auto now = now_() - (decided ? decided->age : std::chrono::milliseconds(0));
   std::unique_lock lk(mu_);
   apply_outcome out;
   auto it = nodes_.find(m.node);
   bool known = it != nodes_.end();
-  if (refuse_locked(m, known ? &it->second : nullptr, out)) return out;
+  if (!decided && refuse_locked(m, known ? &it->second : nullptr, out)) return out;
   if (!known) {
     node_entry fresh;
     fresh.id = next_id_++;
@@ -197,7 +216,10 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
     out.full = true;
     return out;
   }
-  if (!known || !n.synced) {
+  if (decided) {
+    out.resync = decided->verdict != "ok";
+    if (out.resync) out.resync_reason = decided->verdict;
+  } else if (!known || !n.synced) {
     out.resync = true;
     out.resync_reason = "unknown_node";
   } else if (m.epoch != epoch_) {

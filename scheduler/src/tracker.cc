@@ -445,8 +445,20 @@ http::response tracker::handle(const http::request& req) {
   auto ans = answer(*a);
   if (ans.status != 200) {
     log::debug("announce refused", log::kv("from", src), log::kv("status", ans.status));
+  } else if (observer_) {
+    observer_(*a);
   }
   return http::response::text(ans.status, std::move(ans.body), "text/plain");
+}
+
+void tracker::record(const announce_request& a) {
+  auto now = now_();
+  std::lock_guard lk(mu_);
+  std::string key = a.ip + ":" + std::to_string(a.port);
+  swarm* sw = admit_locked(a.info_hash, key);
+  if (sw == nullptr) return;
+  record_locked(*sw, key, a, now);
+  if (sw->peers.empty()) swarms_.erase(a.info_hash);
 }
 
 tracker_stats tracker::stats() const {

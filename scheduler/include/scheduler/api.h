@@ -50,6 +50,7 @@
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
 #include "scheduler/resolver.h"
+#include "scheduler/shared_state.h"
 #include "scheduler/tracker.h"
 
 namespace shoal::scheduler {
@@ -74,6 +75,8 @@ struct api_deps {
   checkpoint_grant_fn checkpoint_grant_for;
   // Jobs and failover decisions (jobs.h); null: jobs are not recorded, /v1/jobs 404.
   job_registry* jobs = nullptr;
+  // State shared with other replicas through Redis (shared_state.h); null: this scheduler alone.
+  shared_state* shared = nullptr;
 };
 
 class api {

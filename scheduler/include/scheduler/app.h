@@ -31,6 +31,7 @@
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
 #include "scheduler/resolver.h"
+#include "scheduler/shared_state.h"
 #include "scheduler/tracker.h"
 
 namespace shoal::scheduler {
@@ -63,7 +64,12 @@ class app {
   // The job registry (jobs.h), after placement, prewarm and the extender it steers.
   void init_jobs();
   void init_tracker();
+  // Shared state through Redis when the redis section names one (shared_state.h); a password
+  // file that cannot be read stops start-up.
+  [[nodiscard]] status init_shared();
   void handle(http::request&& req, http::responder resp);
+  // The API's answer, marked Shoal-Stale while shared state cannot reach Redis.
+  [[nodiscard]] http::response serve(const http::request& req);
   void register_metrics();
   void schedule_maintenance();
   void maintenance();
@@ -89,6 +95,7 @@ class app {
   std::unique_ptr<operator_token> token_;  // null without auth.operator_token_file; outlives api_
   std::unique_ptr<checkpoint_catalog> checkpoints_;
   checkpoint_grant_fn checkpoint_grant_for_;  // empty without TLS
+  std::unique_ptr<shared_state> shared_;      // null without redis; stopped first
   std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;
   boost::asio::steady_timer timer_;

@@ -3,6 +3,7 @@
 // `shoal-scheduler --print-config-docs` renders the reference (docs/config/scheduler.md).
 
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/daemon.h"
@@ -133,6 +134,26 @@ struct checkpoints_config {
 };
 void describe(config::binder& b, checkpoints_config& c);
 
+// Scheduler replicas sharing state through Redis (scheduler/shared_state.h, docs/ha.md). Off
+// (neither address nor sentinels): one scheduler alone, its state in memory.
+struct redis_config {
+  std::string address;                 // host:port of a lone Redis primary
+  std::vector<std::string> sentinels;  // host:port of each Sentinel (instead of address)
+  std::string master_name = "shoal";   // the primary's name at the sentinels
+  std::string user;                    // ACL user of the replicas ("": the default user)
+  std::string password_file;           // its password, one line ("": no AUTH)
+  std::string sentinel_user;
+  std::string sentinel_password_file;
+  std::string key_prefix = "shoal:";
+  config::duration connect_timeout = 500ms;
+  config::duration command_timeout = 1s;
+  int wait_replicas = 1;  // WAIT for this many Redis replicas before a heartbeat is answered
+  config::duration wait_timeout = 500ms;
+  config::duration lease_ttl = 5s;
+  std::uint32_t log_max_entries = 100'000;
+};
+void describe(config::binder& b, redis_config& c);
+
 struct scheduler_config {
   // Bodies up to the extender's 32 MiB; heartbeats may be larger (nodes.max_objects_per_node).
   daemon::http_config http{.listen = "0.0.0.0:7070", .max_body_bytes = config::byte_size::mib(32)};
@@ -154,6 +175,7 @@ struct scheduler_config {
   // to registry-proxy present the same certificate.
   tls::tls_config tls;
   auth_config auth;
+  redis_config redis;
 };
 void describe(config::binder& b, scheduler_config& c);
 

@@ -50,6 +50,17 @@ struct index_options {
   std::size_t max_objects_per_node = heartbeat::default_max_objects;
 };
 
+// How apply() takes a heartbeat that shared state (shared_state.h) already judged: every
+// scheduler replica applies the shared log in one order with Redis's verdict, so that they all
+// hold the same index.
+struct apply_decision {
+  // "full", "ok" (apply the delta), or a resync reason: the delta is not applied. Empty: the
+  // index judges (a lone scheduler).
+  std::string verdict;
+  // How long ago the heartbeat arrived (a node loaded from Redis at start).
+  std::chrono::milliseconds age{0};
+};
+
 // What applying one heartbeat did, for the tracker and the reply.
 struct apply_outcome {
   bool resync = false;
@@ -120,9 +131,17 @@ class cluster_index {
   cluster_index(const cluster_index&) = delete;
   cluster_index& operator=(const cluster_index&) = delete;
 
-  [[nodiscard]] const std::string& epoch() const noexcept { return epoch_; }
+  [[nodiscard]] std::string epoch() const;
+  // A new epoch (shared state: the cluster's epoch changed because Redis lost its data). Nodes
+  // then resend their full lists: their deltas name the old one.
+  void set_epoch(std::string epoch);
   // Records the node's inventory and applies its object list (full) or delta (if it can).
-  [[nodiscard]] apply_outcome apply(const heartbeat::message& m, std::string_view source_ip);
+  // With a decision, the verdict is taken as given and the caps are not checked (the replica
+  // that received the heartbeat checked them: refused() before it wrote the log).
+  [[nodiscard]] apply_outcome apply(const heartbeat::message& m, std::string_view source_ip,
+                                    const apply_decision* decided = nullptr);
+  // Whether the caps refuse `m` (out.refused and why set), without applying it.
+  [[nodiscard]] apply_outcome refused(const heartbeat::message& m) const;
   // Forgets nodes silent for drop_after; returns them (their tracker entries go too).
   [[nodiscard]] std::vector<dropped_node> expire();
 
@@ -204,7 +223,7 @@ class cluster_index {
   [[nodiscard]] node_summary summary_locked(const node_entry& n, clock::time_point now) const;
 
   index_options opts_;
-  std::string epoch_;
+  std::string epoch_;  // guarded by mu_
   std::function<clock::time_point()> now_;
   mutable std::shared_mutex mu_;
   std::map<std::string, node_entry, std::less<>> nodes_;

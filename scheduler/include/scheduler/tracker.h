@@ -103,6 +103,11 @@ class tracker {
   [[nodiscard]] announce_answer answer(const announce_request& a);
   // The HTTP face: GET /announce → 200 with a bencoded body (failure reason on bad input, 400).
   [[nodiscard]] http::response handle(const http::request& req);
+  // An announce another scheduler replica answered (shared_state.h): recorded, not answered.
+  void record(const announce_request& a);
+  // Called with every announce handle() answered with 200 (shared_state.h publishes them for
+  // the other replicas). Set before serving; must not block.
+  void set_observer(std::function<void(const announce_request&)> fn) { observer_ = std::move(fn); }
 
   // A node's complete objects as reported by its heartbeat: it becomes a holder (a seed) of each
   // swarm even when the torrent is not loaded there (peerd loads it when a peer connects).
@@ -171,6 +176,7 @@ class tracker {
 
   tracker_options opts_;
   std::function<clock::time_point()> now_;
+  std::function<void(const announce_request&)> observer_;
   mutable std::mutex mu_;
   std::unordered_map<std::array<std::uint8_t, 20>, swarm, hash_key> swarms_;
   // What each node endpoint (ip:port) last reported holding: a "stopped" announce for one of

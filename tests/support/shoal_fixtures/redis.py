@@ -77,7 +77,7 @@ SENTINEL = "shoal-sentinel"
 DEFAULT_RULES = "off resetpass resetkeys resetchannels -@all"
 SCHEDULER_RULES = ("resetkeys ~shoal:* resetchannels &shoal:* -@all "
                    "+@read +@write +@stream +@transaction +@scripting +@pubsub +@connection "
-                   "-@admin -@dangerous +info +role "
+                   "-@admin -@dangerous +info +role +time "
                    "-select -move -function -fcall -fcall_ro -script|flush -script|debug")
 REPL_RULES = "resetkeys resetchannels -@all +psync +replconf +ping"
 SENTINEL_DATA_RULES = ("resetkeys resetchannels &__sentinel__:hello -@all +auth +hello +ping "

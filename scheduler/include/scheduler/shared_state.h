@@ -1,0 +1,156 @@
+#pragma once
+// Scheduler replicas sharing state through Redis (docs/ha.md). Any replica answers any request;
+// each keeps the whole index and tracker in memory (its read cache: placement never pays a Redis
+// round trip per node) and they agree because they apply one shared log in one order:
+//
+//  - A heartbeat is judged and recorded by one Lua script, atomically: the node's record
+//    (`<prefix>n:<node>`: inventory, seq, endpoint, synced, last seen, last log id) and holdings
+//    (`<prefix>h:<node>`: digest → "size kind info_hash") are updated, and the heartbeat with its
+//    verdict (full | ok | unknown_node | epoch | gap | moved, the index's rules) is appended to the
+//    log stream (`<prefix>log`). The receiving replica then waits for `WAIT wait_replicas` (a
+//    Sentinel failover is asynchronous: what a replica of Redis did not get is rebuilt from
+//    heartbeat epochs, since the node's next delta is then a gap and it resends its full list),
+//    and for its own log reader to have applied the entry (read-your-writes), and answers.
+//  - Announces are answered at once by the replica that receives them and appended to the log
+//    for the others (from a bounded queue, never on an io thread).
+//  - Every replica reads the log (XREAD BLOCK) and applies each entry: heartbeats to the index
+//    and the tracker with Redis's verdict (cluster_index::apply with a decision), announces to
+//    the tracker.
+//  - The cluster's epoch is `<prefix>epoch`, created once. When Redis loses it (restarted
+//    empty), a replica creates a new one, every replica adopts it and every node resyncs.
+//  - At start, after a gap in the log (trimmed past what this replica read) or a new epoch, a
+//    replica loads every node's record and holdings and the recent announces, then reads on.
+//  - Loops that must run once run on the holder of an expiring lease (`<prefix>lease`, SET NX PX,
+//    renewed by compare-and-expire); it moves within lease_ttl when the holder dies. Today: the
+//    expiry of node records in Redis (nodes silent for drop_after).
+//
+// Degraded, not down: with Redis unreachable, heartbeats are applied locally as a lone scheduler
+// would, answers carry `Shoal-Stale` and shoal_scheduler_shared_state_stale is 1; when Redis
+// returns, the replica reads on (or reloads) and nodes whose deltas Redis did not see resync.
+//
+// Lifecycle: start() after the index and tracker exist; stop() (or the destructor) joins the
+// threads. Threading: heartbeat() and announced() from any thread; two threads of its own (the
+// log reader, the lease and announce publisher).
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "common/heartbeat.h"
+#include "common/metrics.h"
+#include "scheduler/index.h"
+#include "scheduler/redis.h"
+#include "scheduler/tracker.h"
+
+namespace shoal::scheduler {
+
+struct shared_state_options {
+  redis_options redis;
+  std::string prefix = "shoal:";  // every key starts with it (the ACL grants ~shoal:*)
+  std::string replica_id;         // unique per process (host name + random)
+  std::size_t log_max_entries = 100'000;
+  int wait_replicas = 1;  // WAIT for this many Redis replicas before answering a heartbeat
+  std::chrono::milliseconds wait_timeout{500};
+  std::chrono::milliseconds lease_ttl{5000};
+  std::chrono::milliseconds apply_wait{1000};  // a heartbeat waits this long for its local apply
+  std::chrono::milliseconds drop_after{300'000};
+  std::chrono::milliseconds peer_timeout{180'000};
+  std::size_t max_objects_per_node = heartbeat::default_max_objects;
+  std::size_t announce_queue = 10'000;
+};
+
+// A log position: the stream id's milliseconds and sequence.
+struct log_id {
+  std::uint64_t ms = 0, seq = 0;
+  [[nodiscard]] static std::optional<log_id> parse(std::string_view s);
+  [[nodiscard]] std::string str() const;
+  auto operator<=>(const log_id&) const = default;
+};
+
+class shared_state {
+ public:
+  shared_state(shared_state_options opts, cluster_index& index, tracker& trk,
+               metrics::registry& reg);
+  ~shared_state();
+  shared_state(const shared_state&) = delete;
+  shared_state& operator=(const shared_state&) = delete;
+
+  // Connects, adopts (or creates) the cluster's epoch, loads what Redis holds and starts the
+  // threads. Redis unreachable: starts stale and keeps trying (never fails the start).
+  void start();
+  void stop();
+
+  struct heartbeat_result {
+    apply_outcome out;
+    bool stale = false;  // applied locally only: Redis did not answer
+    std::string epoch;   // the cluster's epoch as Redis judged it ("" when stale)
+  };
+  // Judges and applies a heartbeat through the log (or locally when Redis is down). `m.ip` is
+  // the node's resolved address. A cap refusal (out.refused) applies nothing.
+  [[nodiscard]] heartbeat_result heartbeat(const heartbeat::message& m);
+  // An announce this replica answered: queued for the log (dropped and counted when full).
+  void announced(const announce_request& a);
+
+  [[nodiscard]] bool leader() const;
+  // "" when fresh; else why answers are stale.
+  [[nodiscard]] std::string stale_reason() const;
+
+ private:
+  struct entry;
+  void reader_loop();
+  void upkeep_loop();
+  // Reads the cluster's epoch, creating it when missing; a new one is adopted and `reload_why`
+  // set. Reader thread.
+  [[nodiscard]] status sync_epoch(redis_conn& c, std::string& reload_why);
+  // After a (re)connect: entries trimmed past what was read set `reload_why`; a primary behind
+  // what was read (a failover lost its last entries) makes reading go on from its end.
+  [[nodiscard]] status check_log(redis_conn& c, std::string& reload_why);
+  // Loads every node record and the recent announces, then reads the log on from its end.
+  [[nodiscard]] status reload(redis_conn& c, const std::string& why);
+  [[nodiscard]] status load_nodes(redis_conn& c, std::unordered_map<std::string, log_id>& loaded);
+  void apply_entry(const redis_reply& e);
+  void apply_heartbeat_entry(const std::string& id, const std::string& verdict,
+                             const std::string& body);
+  [[nodiscard]] result<redis_reply> eval(redis_conn& c, const char* script, const std::string& sha,
+                                         const std::vector<std::string>& args);
+  void renew_lease(redis_conn& c);
+  void expire_records(redis_conn& c);
+  void publish_announces(redis_conn& c);
+  void set_stale(std::string why);
+  void set_fresh();
+
+  shared_state_options opts_;
+  cluster_index& index_;
+  tracker& trk_;
+  redis_pool pool_;
+  const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
+
+  std::atomic<bool> stop_{false};
+  std::thread reader_, upkeep_;
+
+  mutable std::mutex mu_;  // guards what follows
+  std::condition_variable applied_cv_;
+  log_id applied_;                                  // the last entry applied
+  std::unordered_map<std::string, log_id> loaded_;  // node → its record's log id at load
+  std::string stale_;
+  bool loaded_once_ = false;
+  std::deque<announce_request> announces_;
+  std::condition_variable upkeep_cv_;
+  std::chrono::steady_clock::time_point leader_until_{};
+
+  metrics::gauge* stale_gauge_;
+  metrics::gauge* lease_gauge_;
+  metrics::counter* errors_;
+  metrics::counter* unreplicated_;
+  metrics::counter* announces_dropped_;
+  metrics::counter_family* applied_total_;
+  metrics::counter_family* reloads_;
+};
+
+}  // namespace shoal::scheduler

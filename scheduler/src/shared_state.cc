@@ -1,0 +1,233 @@
+#include "scheduler/shared_state.h"
+
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <charconv>
+
+#include "common/digest.h"
+#include "common/log.h"
+#include "scheduler/ingest.h"
+#include "shared_state_scripts.h"
+
+namespace shoal::scheduler {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// The SHA-1 Redis names a script by (EVALSHA).
+std::string script_sha(const char* script) {
+  std::uint8_t md[SHA_DIGEST_LENGTH];
+  std::string_view s(script);
+  SHA1(reinterpret_cast<const unsigned char*>(s.data()), s.size(), md);
+  return to_hex(std::span<const std::uint8_t>(md, sizeof md));
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::vector<std::uint8_t> b(bytes);
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) return "0000000000000000";
+  return to_hex(b);
+}
+
+}  // namespace
+
+std::optional<log_id> log_id::parse(std::string_view s) {
+  auto dash = s.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  log_id id;
+  auto a = s.substr(0, dash), b = s.substr(dash + 1);
+  auto [e1, c1] = std::from_chars(a.data(), a.data() + a.size(), id.ms);
+  auto [e2, c2] = std::from_chars(b.data(), b.data() + b.size(), id.seq);
+  if (c1 != std::errc() || c2 != std::errc() || e1 != a.data() + a.size() ||
+      e2 != b.data() + b.size())
+    return std::nullopt;
+  return id;
+}
+
+std::string log_id::str() const { return std::to_string(ms) + "-" + std::to_string(seq); }
+
+shared_state::shared_state(shared_state_options opts, cluster_index& index, tracker& trk,
+                           metrics::registry& reg)
+    : opts_(std::move(opts)),
+      index_(index),
+      trk_(trk),
+      pool_(opts_.redis),
+      sha_heartbeat_(script_sha(scripts::heartbeat)),
+      sha_renew_(script_sha(scripts::renew)),
+      sha_expire_(script_sha(scripts::expire)),
+      stale_("not connected to Redis yet") {
+  stale_gauge_ = &reg.gauge("shoal_scheduler_shared_state_stale",
+                            "1 while Redis is unreachable and answers come from this replica's "
+                            "own view (marked Shoal-Stale).")
+                      .with({});
+  lease_gauge_ =
+      &reg.gauge("shoal_scheduler_lease_held", "1 while this replica holds the Redis lease.")
+           .with({});
+  errors_ = &reg.counter("shoal_scheduler_redis_errors_total",
+                         "Redis calls that failed (unreachable, timed out, refused).")
+                 .with({});
+  unreplicated_ = &reg.counter("shoal_scheduler_redis_unreplicated_writes_total",
+                               "Heartbeats answered before WAIT saw them on redis.wait_replicas "
+                               "Redis replicas (a failover may lose them; nodes then resync).")
+                       .with({});
+  announces_dropped_ = &reg.counter("shoal_scheduler_announces_unshared_total",
+                                    "Announces not shared with the other replicas (queue full or "
+                                    "Redis unreachable).")
+                            .with({});
+  applied_total_ = &reg.counter("shoal_scheduler_log_applied_total",
+                                "Entries of the shared log applied, by type.", {"type"});
+  reloads_ = &reg.counter("shoal_scheduler_state_reloads_total",
+                          "Full loads of the shared state from Redis, by reason.", {"reason"});
+  stale_gauge_->set(1);
+}
+
+shared_state::~shared_state() { stop(); }
+
+void shared_state::start() {
+  reader_ = std::thread([this] { reader_loop(); });
+  upkeep_ = std::thread([this] { upkeep_loop(); });
+  // Answer with the cluster's epoch and what Redis holds from the first request: wait (boundedly)
+  // for the first load. Redis unreachable: start stale, the reader keeps trying.
+  std::unique_lock lk(mu_);
+  applied_cv_.wait_for(lk, opts_.redis.connect_timeout * 2 + opts_.redis.command_timeout * 4,
+                       [&] { return loaded_once_; });
+  if (!loaded_once_) log::warn("redis not reached at start: answering from this replica alone");
+}
+
+void shared_state::stop() {
+  stop_ = true;
+  applied_cv_.notify_all();
+  upkeep_cv_.notify_all();
+  if (reader_.joinable()) reader_.join();
+  if (upkeep_.joinable()) upkeep_.join();
+}
+
+bool shared_state::leader() const {
+  std::lock_guard lk(mu_);
+  return std::chrono::steady_clock::now() < leader_until_;
+}
+
+std::string shared_state::stale_reason() const {
+  std::lock_guard lk(mu_);
+  return stale_;
+}
+
+void shared_state::set_stale(std::string why) {
+  errors_->inc();
+  std::lock_guard lk(mu_);
+  if (stale_.empty())
+    log::warn("redis unreachable: answering from this replica's view", log::kv("error", why));
+  stale_ = std::move(why);
+  stale_gauge_->set(1);
+}
+
+void shared_state::set_fresh() {
+  std::lock_guard lk(mu_);
+  if (!stale_.empty()) log::info("redis reachable: shared state is current");
+  stale_.clear();
+  stale_gauge_->set(0);
+}
+
+result<redis_reply> shared_state::eval(redis_conn& c, const char* script, const std::string& sha,
+                                       const std::vector<std::string>& args) {
+  std::vector<std::string> cmd{"EVALSHA", sha};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto r = c.command(cmd);
+    if (!r) return r;
+    if (r->is_error() && r->str.starts_with("NOSCRIPT")) {
+      // Not loaded on this primary yet (a new one after a failover, or a restart): load it.
+      auto l = c.command({"SCRIPT", "LOAD", script});
+      if (!l) return fail(l.error());
+      if (l->is_error()) return fail(errc::upstream_error, "redis SCRIPT LOAD: " + l->str);
+      continue;
+    }
+    if (r->is_error()) return fail(errc::upstream_error, "redis script: " + r->str);
+    return r;
+  }
+  return fail(errc::upstream_error, "redis: the script did not load");
+}
+
+shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message& m) {
+  heartbeat_result res;
+  res.out = index_.refused(m);
+  if (res.out.refused != 0) return res;
+  bool down;
+  {
+    std::lock_guard lk(mu_);
+    down = !stale_.empty();
+  }
+  // While the reader has not reached Redis, do not make every heartbeat pay a connect timeout.
+  if (!down) {
+    heartbeat::message inv = m;
+    inv.objects.clear();
+    inv.removed.clear();
+    std::vector<std::string> args{"5",
+                                  opts_.prefix + "n:" + m.node,
+                                  opts_.prefix + "h:" + m.node,
+                                  opts_.prefix + "log",
+                                  opts_.prefix + "nodes",
+                                  opts_.prefix + "epoch",
+                                  m.node,
+                                  m.epoch,
+                                  std::to_string(m.seq),
+                                  m.full ? "1" : "0",
+                                  m.bt_port != 0 ? m.ip + ":" + std::to_string(m.bt_port) : "",
+                                  heartbeat::encode(inv),
+                                  heartbeat::encode(m),
+                                  std::to_string(opts_.log_max_entries),
+                                  opts_.replica_id,
+                                  std::to_string(m.objects.size())};
+    args.reserve(args.size() + 2 * m.objects.size() + m.removed.size() + 1);
+    for (const auto& o : m.objects) {
+      args.push_back(o.id.str());
+      args.push_back(std::to_string(o.size) + " " + o.kind + " " + o.info_hash);
+    }
+    args.push_back(std::to_string(m.removed.size()));
+    for (const auto& d : m.removed) args.push_back(d.str());
+    auto c = pool_.get();
+    bool reused = c->connected();
+    auto r = eval(*c, scripts::heartbeat, sha_heartbeat_, args);
+    // An idle pooled connection may lead to a primary that died or was demoted since: once more
+    // on a fresh one. Should the first attempt have been applied after all, the second is a gap
+    // (the same seq again) and the node resends its full list: nothing is lost.
+    if (!r && reused && !c->connected()) r = eval(*c, scripts::heartbeat, sha_heartbeat_, args);
+    if (r && r->elements.size() == 1 && r->elements[0].str == "noepoch") {
+      (void)c->command({"SET", opts_.prefix + "epoch", random_hex(8), "NX"});
+      r = eval(*c, scripts::heartbeat, sha_heartbeat_, args);
+    }
+    if (r && r->elements.size() == 3) {
+      const auto& verdict = r->elements[0].str;
+      auto id = log_id::parse(r->elements[1].str).value_or(log_id{});
+      res.epoch = r->elements[2].str;
+      if (opts_.wait_replicas > 0) {
+        auto w = c->command({"WAIT", std::to_string(opts_.wait_replicas),
+                             std::to_string(opts_.wait_timeout.count())});
+        if (!w || w->integer < opts_.wait_replicas) unreplicated_->inc();
+      }
+      res.out.full = verdict == "full";
+      res.out.resync = verdict != "full" && verdict != "ok";
+      if (res.out.resync) res.out.resync_reason = verdict;
+      std::unique_lock lk(mu_);
+      applied_cv_.wait_for(lk, opts_.apply_wait, [&] { return stop_ || !(applied_ < id); });
+      return res;
+    }
+    set_stale(r ? "unexpected reply to the heartbeat script" : r.error().message);
+  }
+  res.out = ingest_heartbeat(index_, trk_, m);
+  res.stale = true;
+  return res;
+}
+
+void shared_state::announced(const announce_request& a) {
+  std::lock_guard lk(mu_);
+  if (announces_.size() >= opts_.announce_queue || !stale_.empty()) {
+    announces_dropped_->inc();
+    return;
+  }
+  announces_.push_back(a);
+  upkeep_cv_.notify_one();
+}
+
+}  // namespace shoal::scheduler

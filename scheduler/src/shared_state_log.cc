@@ -1,0 +1,416 @@
+// shared_state: the log reader (loads, epochs, applying entries) and the upkeep thread (announces
+// published, the lease, record expiry). shared_state.cc has the request side.
+#include <openssl/rand.h>
+
+#include <charconv>
+
+#include "common/digest.h"
+#include "common/log.h"
+#include "scheduler/ingest.h"
+#include "scheduler/shared_state.h"
+#include "shared_state_scripts.h"
+
+namespace shoal::scheduler {
+
+namespace {
+
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+const std::string& field_of(const redis_reply& flat, std::string_view field) {
+  static const std::string none;
+  for (std::size_t i = 0; i + 1 < flat.elements.size(); i += 2) {
+    if (flat.elements[i].str == field) return flat.elements[i + 1].str;
+  }
+  return none;
+}
+
+std::uint64_t to_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  std::from_chars(s.data(), s.data() + s.size(), v);
+  return v;
+}
+
+std::string new_epoch() {
+  std::uint8_t b[8];
+  if (RAND_bytes(b, sizeof b) != 1) return {};
+  return to_hex(std::span<const std::uint8_t>(b, sizeof b));
+}
+
+// Redis's clock in milliseconds (ages of records are measured on it).
+result<std::uint64_t> redis_now_ms(redis_conn& c) {
+  auto t = c.command({"TIME"});
+  if (!t) return fail(t.error());
+  if (t->elements.size() != 2) return fail(errc::protocol_error, "redis TIME: unexpected reply");
+  return to_u64(t->elements[0].str) * 1000 + to_u64(t->elements[1].str) / 1000;
+}
+
+// An announce from a log entry; nullopt when the entry is malformed.
+std::optional<announce_request> announce_of(const redis_reply& f) {
+  announce_request a;
+  if (!parse_info_hash(field_of(f, "ih"), a.info_hash)) return std::nullopt;
+  a.ip = field_of(f, "ip");
+  auto port = to_u64(field_of(f, "port"));
+  if (a.ip.empty() || port == 0 || port > 65535) return std::nullopt;
+  a.port = static_cast<std::uint16_t>(port);
+  a.left = to_u64(field_of(f, "left"));
+  switch (to_u64(field_of(f, "ev"))) {
+    case 1:
+      a.event = announce_request::event_t::started;
+      break;
+    case 2:
+      a.event = announce_request::event_t::completed;
+      break;
+    case 3:
+      a.event = announce_request::event_t::stopped;
+      break;
+    default:
+      break;
+  }
+  a.node = field_of(f, "node");
+  a.zone = field_of(f, "zone");
+  a.rack = field_of(f, "rack");
+  a.origin = field_of(f, "o") == "1";
+  return a;
+}
+
+std::vector<std::string> announce_entry(const announce_request& a, const std::string& log,
+                                        std::size_t maxlen, const std::string& me) {
+  const char* ev = "0";
+  if (a.event == announce_request::event_t::started) ev = "1";
+  if (a.event == announce_request::event_t::completed) ev = "2";
+  if (a.event == announce_request::event_t::stopped) ev = "3";
+  return {"XADD",
+          log,
+          "MAXLEN",
+          "~",
+          std::to_string(maxlen),
+          "*",
+          "t",
+          "an",
+          "r",
+          me,
+          "ih",
+          to_hex(a.info_hash),
+          "ip",
+          a.ip,
+          "port",
+          std::to_string(a.port),
+          "left",
+          std::to_string(a.left),
+          "ev",
+          ev,
+          "node",
+          a.node,
+          "zone",
+          a.zone,
+          "rack",
+          a.rack,
+          "o",
+          a.origin ? "1" : "0"};
+}
+
+}  // namespace
+
+status shared_state::sync_epoch(redis_conn& c, std::string& reload_why) {
+  auto key = opts_.prefix + "epoch";
+  auto g = c.command({"GET", key});
+  if (!g) return fail(g.error());
+  if (g->is_nil()) {
+    auto e = new_epoch();
+    auto s = c.command({"SET", key, e, "NX"});
+    if (!s) return fail(s.error());
+    g = c.command({"GET", key});
+    if (!g) return fail(g.error());
+    if (g->str == e)
+      log::info("new cluster epoch in redis: every node resyncs", log::kv("epoch", e));
+  }
+  if (g->is_error() || g->str.empty())
+    return fail(errc::protocol_error, "redis GET epoch: " + g->str);
+  if (g->str != index_.epoch()) {
+    index_.set_epoch(g->str);
+    if (reload_why.empty()) reload_why = "epoch";
+  }
+  return {};
+}
+
+status shared_state::check_log(redis_conn& c, std::string& reload_why) {
+  auto info = c.command({"XINFO", "STREAM", opts_.prefix + "log"});
+  if (!info) return fail(info.error());
+  std::lock_guard lk(mu_);
+  if (info->is_error()) {  // no log at all (nothing written yet, or Redis lost it)
+    applied_ = {};
+    return {};
+  }
+  auto last = log_id::parse(field_of(*info, "last-generated-id")).value_or(log_id{});
+  auto deleted = log_id::parse(field_of(*info, "max-deleted-entry-id")).value_or(log_id{});
+  if (applied_ != log_id{} && applied_ < deleted && reload_why.empty()) reload_why = "gap";
+  if (last < applied_) {
+    log::warn("redis log is behind what this replica read (a failover lost entries): reading on",
+              log::kv("read", applied_.str()), log::kv("log_end", last.str()));
+    applied_ = last;
+  }
+  return {};
+}
+
+status shared_state::load_nodes(redis_conn& c, std::unordered_map<std::string, log_id>& loaded) {
+  auto members = c.command({"SMEMBERS", opts_.prefix + "nodes"});
+  if (!members) return fail(members.error());
+  auto now = redis_now_ms(c);
+  if (!now) return fail(now.error());
+  heartbeat::decode_limits lim;
+  lim.max_objects = opts_.max_objects_per_node;
+  constexpr std::size_t batch = 64;
+  for (std::size_t i = 0; i < members->elements.size(); i += batch) {
+    std::vector<std::vector<std::string>> cmds;
+    std::size_t end = std::min(members->elements.size(), i + batch);
+    for (std::size_t k = i; k < end; ++k) {
+      cmds.push_back({"HGETALL", opts_.prefix + "n:" + members->elements[k].str});
+      cmds.push_back({"HGETALL", opts_.prefix + "h:" + members->elements[k].str});
+    }
+    auto r = c.pipeline(cmds);
+    if (!r) return fail(r.error());
+    for (std::size_t k = 0; k + 1 < r->size(); k += 2) {
+      const auto& rec = (*r)[k];
+      auto m = heartbeat::decode(field_of(rec, "inv"), lim);
+      if (!m) continue;  // expired meanwhile, or not ours
+      m->full = true;
+      m->seq = to_u64(field_of(rec, "seq"));
+      const auto& held = (*r)[k + 1].elements;
+      for (std::size_t h = 0; h + 1 < held.size(); h += 2) {
+        auto d = digest::parse(held[h].str);
+        if (!d) continue;
+        heartbeat::held_object o;
+        o.id = *d;
+        const auto& v = held[h + 1].str;  // "size kind info_hash"
+        auto sp1 = v.find(' ');
+        auto sp2 = sp1 == std::string::npos ? sp1 : v.find(' ', sp1 + 1);
+        if (sp2 == std::string::npos) continue;
+        o.size = to_u64(std::string_view(v).substr(0, sp1));
+        o.kind = v.substr(sp1 + 1, sp2 - sp1 - 1);
+        o.info_hash = v.substr(sp2 + 1);
+        m->objects.push_back(std::move(o));
+      }
+      auto seen = to_u64(field_of(rec, "seen"));
+      apply_decision d{"full", milliseconds(*now > seen ? *now - seen : 0)};
+      (void)ingest_heartbeat(index_, trk_, *m, &d);
+      loaded[m->node] = log_id::parse(field_of(rec, "log")).value_or(log_id{});
+    }
+  }
+  return {};
+}
+
+status shared_state::reload(redis_conn& c, const std::string& why) {
+  auto t0 = steady::now();
+  auto info = c.command({"XINFO", "STREAM", opts_.prefix + "log"});
+  if (!info) return fail(info.error());
+  log_id last = info->is_error()
+                    ? log_id{}
+                    : log_id::parse(field_of(*info, "last-generated-id")).value_or(log_id{});
+  std::unordered_map<std::string, log_id> loaded;
+  if (auto s = load_nodes(c, loaded); !s) return s;
+  // Announces of the last peer_timeout: peers announce this often at least.
+  std::size_t announces = 0;
+  if (last != log_id{}) {
+    auto since = log_id{last.ms > static_cast<std::uint64_t>(opts_.peer_timeout.count())
+                            ? last.ms - static_cast<std::uint64_t>(opts_.peer_timeout.count())
+                            : 0,
+                        0};
+    std::string from = since.str();
+    for (int pages = 0; pages < 1000 && !stop_; ++pages) {
+      auto r = c.command({"XRANGE", opts_.prefix + "log", from, last.str(), "COUNT", "1000"});
+      if (!r) return fail(r.error());
+      if (r->elements.empty()) break;
+      for (const auto& e : r->elements) {
+        if (e.elements.size() != 2 || field_of(e.elements[1], "t") != "an") continue;
+        if (auto a = announce_of(e.elements[1])) {
+          trk_.record(*a);
+          ++announces;
+        }
+      }
+      if (r->elements.size() < 1000) break;
+      from = "(" + r->elements.back().elements[0].str;
+    }
+  }
+  std::size_t nodes = loaded.size();
+  {
+    std::lock_guard lk(mu_);
+    applied_ = last;
+    loaded_ = std::move(loaded);
+    loaded_once_ = true;
+  }
+  applied_cv_.notify_all();
+  reloads_->with({why}).inc();
+  log::info("shared state loaded from redis", log::kv("reason", why), log::kv("nodes", nodes),
+            log::kv("announces", announces),
+            log::kv("ms", std::chrono::duration_cast<milliseconds>(steady::now() - t0).count()));
+  return {};
+}
+
+void shared_state::apply_heartbeat_entry(const std::string& id, const std::string& verdict,
+                                         const std::string& body) {
+  heartbeat::decode_limits lim;
+  lim.max_objects = opts_.max_objects_per_node;
+  auto m = heartbeat::decode(body, lim);
+  if (!m) {
+    log::warn("shared log: heartbeat entry does not decode", log::kv("id", id),
+              log::kv("error", m.error().message));
+    return;
+  }
+  auto lid = log_id::parse(id).value_or(log_id{});
+  {
+    std::lock_guard lk(mu_);
+    auto it = loaded_.find(m->node);
+    if (it != loaded_.end()) {
+      if (!(it->second < lid)) return;  // the loaded record already has it
+      loaded_.erase(it);
+    }
+  }
+  apply_decision d{verdict, milliseconds(0)};
+  (void)ingest_heartbeat(index_, trk_, *m, &d);
+}
+
+void shared_state::apply_entry(const redis_reply& e) {
+  if (e.elements.size() != 2) return;
+  const auto& f = e.elements[1];
+  const auto& type = field_of(f, "t");
+  if (type == "hb") {
+    apply_heartbeat_entry(e.elements[0].str, field_of(f, "v"), field_of(f, "m"));
+  } else if (type == "an") {
+    if (field_of(f, "r") == opts_.replica_id) return;  // answered (and recorded) here
+    if (auto a = announce_of(f)) trk_.record(*a);
+  } else {
+    return;
+  }
+  applied_total_->with({type}).inc();
+}
+
+void shared_state::reader_loop() {
+  redis_conn c(opts_.redis);
+  std::string reload_why = "start";
+  auto epoch_checked = steady::now();
+  while (!stop_) {
+    if (!c.connected() || !reload_why.empty()) {
+      status s = sync_epoch(c, reload_why);
+      if (s) s = check_log(c, reload_why);
+      if (s && !reload_why.empty()) s = reload(c, reload_why);
+      if (!s) {
+        set_stale(s.error().message);
+        c.close();
+        std::unique_lock lk(mu_);
+        applied_cv_.wait_for(lk, milliseconds(500), [&] { return stop_.load(); });
+        continue;
+      }
+      reload_why.clear();
+      set_fresh();
+    }
+    log_id from;
+    {
+      std::lock_guard lk(mu_);
+      from = applied_;
+    }
+    c.set_command_timeout(opts_.redis.command_timeout + milliseconds(1000));
+    auto r = c.command(
+        {"XREAD", "COUNT", "256", "BLOCK", "1000", "STREAMS", opts_.prefix + "log", from.str()});
+    if (!r || r->is_error()) {
+      set_stale(r ? "redis XREAD: " + r->str : r.error().message);
+      c.close();
+      continue;
+    }
+    set_fresh();
+    if (r->type == redis_reply::kind::array && !r->elements.empty() &&
+        r->elements[0].elements.size() == 2) {
+      for (const auto& e : r->elements[0].elements[1].elements) {
+        apply_entry(e);
+        auto id = log_id::parse(e.elements.empty() ? "" : e.elements[0].str);
+        std::lock_guard lk(mu_);
+        if (id && applied_ < *id) applied_ = *id;
+      }
+      applied_cv_.notify_all();
+    }
+    if (steady::now() - epoch_checked > std::chrono::seconds(2)) {
+      epoch_checked = steady::now();
+      if (auto s = sync_epoch(c, reload_why); !s) set_stale(s.error().message);
+    }
+  }
+}
+
+void shared_state::renew_lease(redis_conn& c) {
+  auto t0 = steady::now();
+  auto r = eval(
+      c, scripts::renew, sha_renew_,
+      {"1", opts_.prefix + "lease", opts_.replica_id, std::to_string(opts_.lease_ttl.count())});
+  bool was, now;
+  {
+    std::lock_guard lk(mu_);
+    was = t0 < leader_until_ || steady::now() < leader_until_;
+    // Held: until the lease would run out in Redis, less a margin for clock rates. Refused:
+    // not ours. Unreachable: ours only until it runs out.
+    if (r && r->integer == 1) leader_until_ = t0 + opts_.lease_ttl * 4 / 5;
+    if (r && r->integer != 1) leader_until_ = {};
+    now = steady::now() < leader_until_;
+  }
+  lease_gauge_->set(now ? 1 : 0);
+  if (now != was)
+    log::info(now ? "lease taken: this replica runs the once-only loops" : "lease lost");
+}
+
+void shared_state::expire_records(redis_conn& c) {
+  auto members = c.command({"SMEMBERS", opts_.prefix + "nodes"});
+  if (!members || members->is_error()) return;
+  std::size_t gone = 0;
+  for (const auto& m : members->elements) {
+    auto r = eval(c, scripts::expire, sha_expire_,
+                  {"3", opts_.prefix + "n:" + m.str, opts_.prefix + "h:" + m.str,
+                   opts_.prefix + "nodes", m.str, std::to_string(opts_.drop_after.count())});
+    if (!r) return;
+    gone += r->integer == 1 ? 1 : 0;
+  }
+  if (gone != 0) log::info("redis: silent nodes' records dropped", log::kv("nodes", gone));
+}
+
+void shared_state::publish_announces(redis_conn& c) {
+  std::deque<announce_request> batch;
+  {
+    std::lock_guard lk(mu_);
+    batch.swap(announces_);
+  }
+  if (batch.empty()) return;
+  std::vector<std::vector<std::string>> cmds;
+  cmds.reserve(batch.size());
+  for (const auto& a : batch)
+    cmds.push_back(
+        announce_entry(a, opts_.prefix + "log", opts_.log_max_entries, opts_.replica_id));
+  auto r = c.pipeline(cmds);
+  if (!r) announces_dropped_->inc(static_cast<double>(batch.size()));
+}
+
+void shared_state::upkeep_loop() {
+  redis_conn c(opts_.redis);
+  auto next_lease = steady::now();
+  auto next_expire = steady::now() + std::chrono::seconds(5);
+  while (!stop_) {
+    {
+      std::unique_lock lk(mu_);
+      upkeep_cv_.wait_for(lk, milliseconds(200), [&] { return stop_ || !announces_.empty(); });
+    }
+    if (stop_) break;
+    publish_announces(c);
+    auto now = steady::now();
+    if (now >= next_lease) {
+      renew_lease(c);
+      next_lease = now + opts_.lease_ttl / 5;
+    }
+    if (now >= next_expire && leader()) {
+      expire_records(c);
+      next_expire = now + std::chrono::seconds(5);
+    }
+  }
+  if (leader()) {  // a clean stop hands the lease on at once
+    (void)c.command({"EVAL",
+                     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end",
+                     "1", opts_.prefix + "lease", opts_.replica_id});
+  }
+}
+
+}  // namespace shoal::scheduler

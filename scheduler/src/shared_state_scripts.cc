@@ -1,0 +1,71 @@
+#include "shared_state_scripts.h"
+
+namespace shoal::scheduler::scripts {
+
+const char* const heartbeat = R"lua(
+local epoch = redis.call('GET', KEYS[5])
+if not epoch then return {'noepoch'} end
+local rec = redis.call('HMGET', KEYS[1], 'seq', 'synced', 'endpoint')
+local v
+if ARGV[4] == '1' then v = 'full'
+elseif not rec[1] or rec[2] ~= '1' then v = 'unknown_node'
+elseif ARGV[2] ~= epoch then v = 'epoch'
+elseif tonumber(ARGV[3]) ~= tonumber(rec[1]) + 1 then v = 'gap'
+elseif rec[3] and rec[3] ~= '' and rec[3] ~= ARGV[5] then v = 'moved'
+else v = 'ok' end
+local base = 10
+local nadd = tonumber(ARGV[base])
+local remat = base + 2 * nadd + 1
+if v == 'full' then redis.call('DEL', KEYS[2]) end
+if v == 'full' or v == 'ok' then
+  local i = base + 1
+  while i < remat do
+    local j = math.min(i + 999, remat - 1)
+    redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
+    i = j + 1
+  end
+  local last = remat + tonumber(ARGV[remat])
+  i = remat + 1
+  while i <= last do
+    local j = math.min(i + 999, last)
+    redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
+    i = j + 1
+  end
+  redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'synced', '1')
+else
+  redis.call('HSET', KEYS[1], 'synced', '0')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], 'endpoint', ARGV[5], 'inv', ARGV[6], 'seen', now)
+redis.call('SADD', KEYS[4], ARGV[1])
+local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
+                      't', 'hb', 'v', v, 'r', ARGV[9], 'm', ARGV[7])
+redis.call('HSET', KEYS[1], 'log', id)
+return {v, id, epoch}
+)lua";
+
+const char* const renew = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+)lua";
+
+const char* const expire = R"lua(
+local seen = redis.call('HGET', KEYS[1], 'seen')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if seen and now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[1])
+return 1
+)lua";
+
+}  // namespace shoal::scheduler::scripts

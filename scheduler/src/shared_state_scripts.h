@@ -1,0 +1,22 @@
+#pragma once
+// The Lua scripts shared_state runs in Redis (each atomic: no other command runs in between).
+
+namespace shoal::scheduler::scripts {
+
+// Judges a heartbeat by the index's rules against the node's record, applies it to the record
+// and holdings, and appends it to the log with its verdict.
+// KEYS: record, holdings, log, node set, epoch.
+// ARGV: node, message epoch, seq, full ("1"/"0"), endpoint ("ip:port", "" without BitTorrent),
+//       inventory JSON, message JSON, log max length, replica id,
+//       n added, n × (digest, "size kind info_hash"), n removed, n × digest.
+// Returns {verdict, log id, epoch}, or {"noepoch"} when the cluster has no epoch yet.
+extern const char* const heartbeat;
+
+// Takes or keeps the lease. KEYS: lease. ARGV: replica id, ttl ms. Returns 1 when held.
+extern const char* const renew;
+
+// Forgets a node silent for longer than ARGV[2] ms (its record, holdings and set member).
+// KEYS: record, holdings, node set. ARGV: node, drop_after ms. Returns 1 when forgotten.
+extern const char* const expire;
+
+}  // namespace shoal::scheduler::scripts

@@ -1,0 +1,273 @@
+"""Scheduler replicas sharing state through real Redis with Sentinel (issue 18, docs/ha.md).
+
+One cluster for every case: a Redis primary, one Redis replica and three Sentinels (ACLs on, the
+scheduler's user limited to shoal:* keys), and three shoal-scheduler replicas that find the
+primary through the Sentinels. Cases run in name order and build on each other:
+
+1. a node's full list sent to one replica and its deltas to the others: every replica holds the
+   same view; a gap sent to any replica is a resync everywhere;
+2. announces answered by one replica are handed out by another (the tracker is shared);
+3. a replica started later loads the nodes and recent announces from Redis, without a heartbeat;
+4. the Redis primary killed (SIGKILL): Sentinel promotes the replica, the schedulers reconnect,
+   and a full list acknowledged before the kill (WAIT 1) is still there;
+5. the lease: one holder at a time; kill -9 the holder and another takes it within lease_ttl;
+6. Redis entirely down: replicas still answer, marked Shoal-Stale, /healthz degraded; Redis back
+   (empty): a new cluster epoch, and nodes are told to resync;
+7. a node (in its own network namespace) cannot reach Redis, and an unauthenticated client that
+   can is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+
+from shoal_fixtures import FixtureTestCase  # noqa: E402
+from shoal_fixtures.nodes import Scheduler  # noqa: E402
+from shoal_fixtures.redis import RedisHA  # noqa: E402
+
+LEASE_TTL_S = 2
+
+
+def call(url: str, body: bytes | None = None, timeout: float = 10) -> tuple[int, dict, bytes]:
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def hb(node: str, objects: list[dict], *, seq: int, epoch: str = "", full: bool = True,
+       removed: tuple[str, ...] = (), port: int = 6881) -> bytes:
+    return json.dumps({"schema": 2, "node": node, "bt_port": port, "full": full, "seq": seq,
+                       "epoch": epoch, "objects": objects, "removed": list(removed),
+                       "health": "ok"}).encode()
+
+
+def obj(i: int) -> dict:
+    return {"digest": f"sha256:{i:064x}", "size": 1000 + i, "info_hash": f"{i:040x}"}
+
+
+def announce(base: str, info_hash: bytes, port: int, node: str) -> bytes:
+    q = urllib.parse.urlencode({"info_hash": info_hash, "peer_id": b"-SH0001-" + b"y" * 12,
+                                "port": port, "left": 10, "compact": 1, "node": node})
+    code, _, body = call(f"{base}/announce?{q}")
+    assert code == 200, body
+    return body
+
+
+def compact_peer(port: int) -> bytes:
+    return bytes([127, 0, 0, 1]) + struct.pack(">H", port)
+
+
+def metric(base: str, name: str) -> float | None:
+    code, _, body = call(base + "/metrics")
+    if code != 200:
+        return None
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_for(what: str, fn, timeout: float, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
+
+
+class SchedulerHA(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        d = Path(cls.class_tmpdir("shoal-ha-"))
+        cls.redis = RedisHA(d / "redis")
+        cls.class_track(cls.redis.start())
+        pw = d / "redis.password"
+        pw.write_text(cls.redis.scheduler_password + "\n")
+        os.chmod(pw, 0o600)
+        cls.redis_cfg = {"redis": {
+            "sentinels": [f"{a.host}:{a.port}" for a in cls.redis.sentinel_addrs()],
+            "master_name": "shoal", "user": cls.redis.scheduler_user, "password_file": str(pw),
+            "sentinel_user": cls.redis.scheduler_user, "sentinel_password_file": str(pw),
+            "lease_ttl": f"{LEASE_TTL_S}s", "wait_replicas": 1, "wait_timeout": "500ms"}}
+        cls.dir = d
+        cls.replicas = [cls.start_replica(i) for i in range(3)]
+
+    @classmethod
+    def start_replica(cls, i: int) -> Scheduler:
+        s = Scheduler(cls.dir / f"sched{i}", extra=cls.redis_cfg)
+        return cls.class_track(s.start())
+
+    def node_of(self, s: Scheduler, name: str) -> dict | None:
+        for n in s.nodes():
+            if n["node"] == name:
+                return n
+        return None
+
+    def epoch(self) -> str:
+        return self.redis.cli("GET", "shoal:epoch").strip()
+
+    def test_1_heartbeats_go_through_any_replica(self):
+        a, b, c = (r.url for r in self.replicas)
+        code, _, body = call(a + "/v1/heartbeat", hb("n1", [obj(1), obj(2)], seq=1))
+        self.assertEqual(code, 200, body)
+        reply = json.loads(body)
+        self.assertFalse(reply["resync"])
+        self.assertEqual(reply["epoch"], self.epoch())
+        e = reply["epoch"]
+        code, _, body = call(b + "/v1/heartbeat", hb("n1", [obj(3)], seq=2, epoch=e, full=False,
+                                                     removed=(obj(1)["digest"],)))
+        self.assertEqual((code, json.loads(body)["resync"]), (200, False), body)
+        code, _, body = call(c + "/v1/heartbeat", hb("n1", [obj(4)], seq=3, epoch=e, full=False))
+        self.assertEqual((code, json.loads(body)["resync"]), (200, False), body)
+        for r in self.replicas:
+            n = wait_for(f"n1 at {r.url}", lambda: (x := self.node_of(r, "n1")) and
+                         x["seq"] == 3 and x, 5)
+            self.assertEqual(n["objects"], 3, r.url)
+            code, _, body = call(r.url + "/v1/objects/" + obj(1)["digest"])
+            self.assertEqual(code, 404, f"{r.url} still lists the removed object: {body}")
+        # A gap (seq 5 after 3) sent to B is a resync, and C judges the next delta the same way.
+        code, _, body = call(b + "/v1/heartbeat", hb("n1", [], seq=5, epoch=e, full=False))
+        self.assertTrue(json.loads(body)["resync"])
+        code, _, body = call(c + "/v1/heartbeat", hb("n1", [], seq=6, epoch=e, full=False))
+        self.assertTrue(json.loads(body)["resync"], "a delta after a refused one must resync too")
+        code, _, body = call(a + "/v1/heartbeat", hb("n1", [obj(2), obj(3), obj(4)], seq=7))
+        self.assertFalse(json.loads(body)["resync"])
+        code, _, body = call(b + "/v1/heartbeat", hb("n1", [], seq=8, epoch=e, full=False))
+        self.assertFalse(json.loads(body)["resync"], body)
+
+    def test_2_announces_are_shared(self):
+        a, b, _ = (r.url for r in self.replicas)
+        ih = b"\x42" * 20
+        announce(a, ih, 7001, "pa")
+        # B answers with A's peer once the announce went through the log (milliseconds).
+        wait_for("A's announce handed out by B",
+                 lambda: compact_peer(7001) in announce(b, ih, 7002, "pb"), 5)
+        # And the holder from the heartbeat of case 1 is in the swarm of its info-hash too.
+        ih1 = bytes.fromhex(obj(2)["info_hash"])
+        self.assertIn(compact_peer(6881), announce(self.replicas[2].url, ih1, 7003, "pc"))
+
+    def test_3_a_new_replica_loads_the_state(self):
+        d = self.start_replica(3)
+        try:
+            n = self.node_of(d, "n1")
+            self.assertIsNotNone(n, "the new replica did not load n1 from Redis")
+            self.assertEqual(n["objects"], 3)
+            self.assertIn(compact_peer(7001), announce(d.url, b"\x42" * 20, 7004, "pd"))
+            self.assertEqual(metric(d.url, "shoal_scheduler_shared_state_stale"), 0)
+        finally:
+            d.stop()
+
+    def test_4_redis_failover_keeps_acknowledged_writes(self):
+        a, b, c = (r.url for r in self.replicas)
+        e = self.epoch()
+        code, _, body = call(a + "/v1/heartbeat", hb("n2", [obj(10), obj(11)], seq=1))
+        self.assertEqual(code, 200, body)
+        unrep = metric(a, "shoal_scheduler_redis_unreplicated_writes_total")
+        self.assertEqual(unrep, 0, "WAIT 1 did not see the write on the Redis replica")
+        old = self.redis.kill_primary()
+        t0 = time.monotonic()
+        new = self.redis.wait_failover(old, timeout=30)
+        self.assertNotEqual(tuple(old), tuple(new))
+
+        def delta_ok():
+            code, _, body = call(b + "/v1/heartbeat", hb("n2", [obj(12)], seq=2, epoch=e,
+                                                         full=False))
+            return code == 200 and not json.loads(body)["resync"] and \
+                metric(b, "shoal_scheduler_shared_state_stale") == 0
+        wait_for("a delta judged by the new primary", delta_ok, 20, 0.2)
+        print(f"redis failover: heartbeats through Redis again {time.monotonic() - t0:.1f} s "
+              f"after the primary was killed", file=sys.stderr)
+        self.assertEqual(self.epoch(), e, "the failover lost the cluster's epoch")
+        self.assertEqual(self.redis.cli("HGET", "shoal:n:n2", "seq").strip(), "2")
+        for r in self.replicas:
+            wait_for(f"n2 with 3 objects at {r.url}",
+                     lambda: (x := self.node_of(r, "n2")) and x["objects"] == 3, 5)
+        # The old primary comes back as a replica, so the next cases have two Redis again.
+        self.redis.restart(old, replica_of=new)
+        self.redis.wait_replica(old, new)
+
+    def holders(self) -> list[Scheduler]:
+        return [r for r in self.replicas
+                if r.daemon.alive and metric(r.url, "shoal_scheduler_lease_held") == 1]
+
+    def test_5_the_lease_moves_when_its_holder_dies(self):
+        first = wait_for("a lease holder", self.holders, 10)
+        self.assertEqual(len(first), 1, "two replicas hold the lease")
+        first[0].kill()
+        t0 = time.monotonic()
+        nxt = wait_for("another lease holder", self.holders, LEASE_TTL_S + 5)
+        took = time.monotonic() - t0
+        print(f"lease moved in {took:.1f} s (lease_ttl {LEASE_TTL_S} s)", file=sys.stderr)
+        self.assertEqual(len(nxt), 1)
+        self.assertIsNot(nxt[0], first[0])
+        self.assertLess(took, LEASE_TTL_S + 2)
+        i = self.replicas.index(first[0])
+        self.replicas[i] = self.start_replica(10 + i)
+        time.sleep(0.5)
+        self.assertEqual(len(self.holders()), 1)
+
+    def test_6_redis_down_answers_stale_then_resyncs(self):
+        a = self.replicas[0].url
+        old_epoch = self.epoch()
+        self.redis.stop_all(kill=True)
+        wait_for("stale", lambda: metric(a, "shoal_scheduler_shared_state_stale") == 1, 10)
+        code, headers, body = call(a + "/v1/nodes")
+        self.assertEqual(code, 200)
+        self.assertIn("Shoal-Stale", headers)
+        self.assertIn("n1", [n["node"] for n in json.loads(body)])
+        code, _, body = call(a + "/healthz")
+        self.assertIn("degraded", body.decode())
+        code, headers, body = call(a + "/v1/heartbeat", hb("n3", [obj(20)], seq=1))
+        self.assertEqual(code, 200, body)
+        self.assertIsNotNone(self.node_of(self.replicas[0], "n3"))
+        self.redis.start_again()
+        for r in self.replicas:
+            wait_for(f"{r.url} fresh", lambda: metric(r.url, "shoal_scheduler_shared_state_stale")
+                     == 0, 15)
+        e = wait_for("a new epoch", lambda: (x := self.epoch()) != old_epoch and x, 10)
+        code, headers, body = call(a + "/v1/heartbeat",
+                                   hb("n1", [], seq=9, epoch=old_epoch, full=False))
+        reply = json.loads(body)
+        self.assertNotIn("Shoal-Stale", headers)
+        self.assertTrue(reply["resync"])
+        self.assertEqual(reply["epoch"], e)
+
+    def test_7_a_node_cannot_write_to_redis(self):
+        out = self.redis.cli("SET", "shoal:x", "1", user=None, check=False)
+        self.assertIn("NOAUTH", out)
+        if os.geteuid() != 0:
+            self.skipTest("network namespaces need root")
+        from shoal_fixtures.netns import Network
+        net = Network(1)
+        net.create()
+        try:
+            node = net.nodes[0]
+            primary = self.redis.primary_addr()
+            for host in (net.host_ip, "127.0.0.1"):
+                r = node.exec(["redis-cli", "-h", host, "-p", str(primary.port), "--no-auth-warning",
+                               "SET", "shoal:x", "1"], check=False, timeout=10)
+                self.assertNotIn("OK", r.stdout, f"a node wrote to Redis through {host}")
+        finally:
+            net.destroy()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
