@@ -85,7 +85,6 @@ status app::init() {
   init_tracker();
 
   init_index(epoch);
-  if (auto s = init_shared(); !s) return s;
 
   if (auto s = init_transport(); !s) return s;
   manifests_ = std::make_unique<registry_proxy_source>(
@@ -129,6 +128,7 @@ status app::init() {
   pw.retention = ms(cfg_.prewarm.retention);
   pw.max_prewarms = cfg_.prewarm.max_prewarms;
   prewarm_ = std::make_unique<prewarm_manager>(*index_, pw);
+  if (auto s = init_shared(); !s) return s;
 
   extender_options eo;
   eo.mode = cfg_.extender.mode;
@@ -344,6 +344,7 @@ status app::init_shared() {
   so.max_objects_per_node = cfg_.nodes.max_objects_per_node;
   shared_ = std::make_unique<shared_state>(so, *index_, *tracker_, reg_);
   tracker_->set_observer([s = shared_.get()](const announce_request& a) { s->announced(a); });
+  shared_->attach(*prewarm_);
   log::info("shared state in redis",
             log::kv("redis", rc.sentinels.empty() ? rc.address : "sentinels/" + rc.master_name),
             log::kv("replica", so.replica_id));

@@ -68,6 +68,24 @@ prewarm_manager::prewarm_manager(cluster_index& idx, prewarm_options o,
 
 status prewarm_manager::create(const std::string& id, std::vector<planned_node> nodes,
                                json summary) {
+  if (!sharer_) return apply_create(id, std::move(nodes), std::move(summary));
+  if (!heartbeat::valid_order_id(id)) return fail(errc::invalid_argument, "invalid prewarm id");
+  {
+    // Judged here first (what every replica will judge when it applies the log).
+    std::lock_guard lk(mu_);
+    if (records_.count(id)) return fail(errc::already_exists, "prewarm " + id + " exists");
+    std::size_t active = 0;
+    for (const auto& [k, r] : records_) active += r.finished ? 0 : 1;
+    if (active >= opts_.max_prewarms) {
+      return fail(errc::busy,
+                  "too many prewarms in progress (" + std::to_string(records_.size()) + ")");
+    }
+  }
+  return sharer_(id, nodes, summary);
+}
+
+status prewarm_manager::apply_create(const std::string& id, std::vector<planned_node> nodes,
+                                     json summary) {
   if (!heartbeat::valid_order_id(id)) return fail(errc::invalid_argument, "invalid prewarm id");
   auto now = now_();
   std::lock_guard lk(mu_);

@@ -201,16 +201,10 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
       const auto& verdict = r->elements[0].str;
       auto id = log_id::parse(r->elements[1].str).value_or(log_id{});
       res.epoch = r->elements[2].str;
-      if (opts_.wait_replicas > 0) {
-        auto w = c->command({"WAIT", std::to_string(opts_.wait_replicas),
-                             std::to_string(opts_.wait_timeout.count())});
-        if (!w || w->integer < opts_.wait_replicas) unreplicated_->inc();
-      }
       res.out.full = verdict == "full";
       res.out.resync = verdict != "full" && verdict != "ok";
       if (res.out.resync) res.out.resync_reason = verdict;
-      std::unique_lock lk(mu_);
-      applied_cv_.wait_for(lk, opts_.apply_wait, [&] { return stop_ || !(applied_ < id); });
+      settle(*c, id);
       return res;
     }
     set_stale(r ? "unexpected reply to the heartbeat script" : r.error().message);
@@ -218,6 +212,69 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
   res.out = ingest_heartbeat(index_, trk_, m);
   res.stale = true;
   return res;
+}
+
+void shared_state::settle(redis_conn& c, const log_id& id) {
+  if (opts_.wait_replicas > 0) {
+    auto w = c.command(
+        {"WAIT", std::to_string(opts_.wait_replicas), std::to_string(opts_.wait_timeout.count())});
+    if (!w || w->integer < opts_.wait_replicas) unreplicated_->inc();
+  }
+  std::unique_lock lk(mu_);
+  applied_cv_.wait_for(lk, opts_.apply_wait, [&] { return stop_ || !(applied_ < id); });
+}
+
+void shared_state::attach(prewarm_manager& p) {
+  prewarm_ = &p;
+  p.set_sharer([this](const std::string& id, const std::vector<planned_node>& nodes,
+                      const nlohmann::json& summary) { return share_prewarm(id, nodes, summary); });
+}
+
+static std::string encode_prewarm_entry(const std::string& id,
+                                        const std::vector<planned_node>& nodes,
+                                        const nlohmann::json& summary) {
+  nlohmann::json j{{"id", id}, {"summary", summary}, {"nodes", nlohmann::json::array()}};
+  for (const auto& n : nodes) {
+    heartbeat::reply r;
+    r.orders = n.orders;  // the orders in their one wire format (common/heartbeat.h)
+    auto rj = nlohmann::json::parse(heartbeat::encode(r));
+    j["nodes"].push_back({{"node", n.node}, {"role", n.role}, {"orders", rj["orders"]}});
+  }
+  return j.dump();
+}
+
+status shared_state::share_prewarm(const std::string& id, const std::vector<planned_node>& nodes,
+                                   const nlohmann::json& summary) {
+  bool down;
+  {
+    std::lock_guard lk(mu_);
+    down = !stale_.empty();
+  }
+  if (!down) {
+    std::vector<std::string> cmd{"XADD",
+                                 opts_.prefix + "log",
+                                 "MAXLEN",
+                                 "~",
+                                 std::to_string(opts_.log_max_entries),
+                                 "*",
+                                 "t",
+                                 "pw",
+                                 "r",
+                                 opts_.replica_id,
+                                 "m",
+                                 encode_prewarm_entry(id, nodes, summary)};
+    auto c = pool_.get();
+    bool reused = c->connected();
+    auto r = c->command(cmd);
+    // Once more on a fresh connection (a prewarm logged twice is registered once: same id).
+    if (!r && reused && !c->connected()) r = c->command(cmd);
+    if (r && r->type == redis_reply::kind::string) {
+      settle(*c, log_id::parse(r->str).value_or(log_id{}));
+      return {};
+    }
+    set_stale(r ? "redis XADD: " + r->str : r.error().message);
+  }
+  return prewarm_->apply_create(id, nodes, summary);
 }
 
 void shared_state::announced(const announce_request& a) {

@@ -209,23 +209,28 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
                     : log_id::parse(field_of(*info, "last-generated-id")).value_or(log_id{});
   std::unordered_map<std::string, log_id> loaded;
   if (auto s = load_nodes(c, loaded); !s) return s;
-  // Announces of the last peer_timeout: peers announce this often at least.
-  std::size_t announces = 0;
+  // Prewarms still in the log, and the announces of the last peer_timeout (peers announce at
+  // least this often).
+  std::size_t announces = 0, prewarms = 0;
   if (last != log_id{}) {
-    auto since = log_id{last.ms > static_cast<std::uint64_t>(opts_.peer_timeout.count())
-                            ? last.ms - static_cast<std::uint64_t>(opts_.peer_timeout.count())
-                            : 0,
-                        0};
-    std::string from = since.str();
+    auto peer_ms = static_cast<std::uint64_t>(opts_.peer_timeout.count());
+    log_id since{last.ms > peer_ms ? last.ms - peer_ms : 0, 0};
+    std::string from = "-";
     for (int pages = 0; pages < 1000 && !stop_; ++pages) {
       auto r = c.command({"XRANGE", opts_.prefix + "log", from, last.str(), "COUNT", "1000"});
       if (!r) return fail(r.error());
       if (r->elements.empty()) break;
       for (const auto& e : r->elements) {
-        if (e.elements.size() != 2 || field_of(e.elements[1], "t") != "an") continue;
-        if (auto a = announce_of(e.elements[1])) {
-          trk_.record(*a);
-          ++announces;
+        if (e.elements.size() != 2) continue;
+        const auto& type = field_of(e.elements[1], "t");
+        if (type == "pw") {
+          apply_prewarm_entry(field_of(e.elements[1], "m"));
+          ++prewarms;
+        } else if (type == "an" && !(log_id::parse(e.elements[0].str).value_or(log_id{}) < since)) {
+          if (auto a = announce_of(e.elements[1])) {
+            trk_.record(*a);
+            ++announces;
+          }
         }
       }
       if (r->elements.size() < 1000) break;
@@ -268,6 +273,41 @@ void shared_state::apply_heartbeat_entry(const std::string& id, const std::strin
   }
   apply_decision d{verdict, milliseconds(0)};
   (void)ingest_heartbeat(index_, trk_, *m, &d);
+  // The node's prewarm reports (the replica it talks to also hands it its orders).
+  if (prewarm_ != nullptr) (void)prewarm_->on_heartbeat(m->node, m->orders, m->schema);
+}
+
+void shared_state::apply_prewarm_entry(const std::string& body) {
+  if (prewarm_ == nullptr) return;
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.contains("id") || !j["id"].is_string() || !j.contains("nodes") ||
+      !j["nodes"].is_array()) {
+    log::warn("shared log: prewarm entry does not decode");
+    return;
+  }
+  std::vector<planned_node> nodes;
+  auto base = nlohmann::json::parse(heartbeat::encode(heartbeat::reply{}));
+  for (const auto& n : j["nodes"]) {
+    if (!n.is_object() || !n.contains("node") || !n["node"].is_string()) continue;
+    planned_node p;
+    p.node = n["node"].get<std::string>();
+    if (n.contains("role") && n["role"].is_string()) p.role = n["role"].get<std::string>();
+    base["orders"] = n.value("orders", nlohmann::json::array());
+    auto r = heartbeat::decode_reply(base.dump());
+    if (!r) {
+      log::warn("shared log: prewarm orders do not decode", log::kv("error", r.error().message));
+      return;
+    }
+    p.orders = std::move(r->orders);
+    nodes.push_back(std::move(p));
+  }
+  auto id = j["id"].get<std::string>();
+  auto s =
+      prewarm_->apply_create(id, std::move(nodes), j.value("summary", nlohmann::json::object()));
+  if (!s && !s.error().is(errc::already_exists)) {
+    log::warn("shared log: prewarm not registered", log::kv("id", id),
+              log::kv("error", s.error().message));
+  }
 }
 
 void shared_state::apply_entry(const redis_reply& e) {
@@ -279,6 +319,8 @@ void shared_state::apply_entry(const redis_reply& e) {
   } else if (type == "an") {
     if (field_of(f, "r") == opts_.replica_id) return;  // answered (and recorded) here
     if (auto a = announce_of(f)) trk_.record(*a);
+  } else if (type == "pw") {
+    apply_prewarm_entry(field_of(f, "m"));
   } else {
     return;
   }

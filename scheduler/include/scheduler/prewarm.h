@@ -82,9 +82,18 @@ class prewarm_manager {
   prewarm_manager& operator=(const prewarm_manager&) = delete;
 
   // Registers a prewarm; `id` must be unique (valid_order_id). Fails with errc::busy when
-  // max_prewarms are active.
+  // max_prewarms are active. With a sharer set (replicas sharing state, shared_state.h), the
+  // prewarm goes through the shared log instead, and every replica registers it from there
+  // (apply_create), so that any replica hands its orders out and reports its progress.
   [[nodiscard]] status create(const std::string& id, std::vector<planned_node> nodes,
                               nlohmann::json summary);
+  // create() without the sharer: what every replica runs for a logged prewarm.
+  [[nodiscard]] status apply_create(const std::string& id, std::vector<planned_node> nodes,
+                                    nlohmann::json summary);
+  using sharer = std::function<status(const std::string& id, const std::vector<planned_node>&,
+                                      const nlohmann::json& summary)>;
+  // Set once, before serving.
+  void set_sharer(sharer fn) { sharer_ = std::move(fn); }
   // From the heartbeat path, after the index applied the same heartbeat: records the node's
   // reports and returns the orders to (re)send it.
   [[nodiscard]] std::vector<heartbeat::prewarm_order> on_heartbeat(
@@ -128,6 +137,7 @@ class prewarm_manager {
 
   cluster_index& idx_;
   prewarm_options opts_;
+  sharer sharer_;
   std::function<clock::time_point()> now_;
   std::mutex mu_;
   std::map<std::string, record> records_;

@@ -45,6 +45,7 @@
 #include "common/heartbeat.h"
 #include "common/metrics.h"
 #include "scheduler/index.h"
+#include "scheduler/prewarm.h"
 #include "scheduler/redis.h"
 #include "scheduler/tracker.h"
 
@@ -96,6 +97,14 @@ class shared_state {
   [[nodiscard]] heartbeat_result heartbeat(const heartbeat::message& m);
   // An announce this replica answered: queued for the log (dropped and counted when full).
   void announced(const announce_request& a);
+  // Prewarms go through the log too (prewarm_manager::set_sharer): every replica registers each
+  // one, hands its orders out to the nodes that heartbeat to it, and records their reports from
+  // the logged heartbeats. Before start().
+  void attach(prewarm_manager& p);
+  // A prewarm for the log: appended, WAITed for, applied here before it returns (so the caller
+  // reads its progress). Redis down: registered here alone.
+  [[nodiscard]] status share_prewarm(const std::string& id, const std::vector<planned_node>& nodes,
+                                     const nlohmann::json& summary);
 
   [[nodiscard]] bool leader() const;
   // "" when fresh; else why answers are stale.
@@ -115,6 +124,9 @@ class shared_state {
   [[nodiscard]] status reload(redis_conn& c, const std::string& why);
   [[nodiscard]] status load_nodes(redis_conn& c, std::unordered_map<std::string, log_id>& loaded);
   void apply_entry(const redis_reply& e);
+  void apply_prewarm_entry(const std::string& body);
+  // WAIT for the Redis replicas, then for this replica's reader to have applied `id`.
+  void settle(redis_conn& c, const log_id& id);
   void apply_heartbeat_entry(const std::string& id, const std::string& verdict,
                              const std::string& body);
   [[nodiscard]] result<redis_reply> eval(redis_conn& c, const char* script, const std::string& sha,
@@ -128,6 +140,7 @@ class shared_state {
   shared_state_options opts_;
   cluster_index& index_;
   tracker& trk_;
+  prewarm_manager* prewarm_ = nullptr;
   redis_pool pool_;
   const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
 

@@ -1,0 +1,170 @@
+// Two scheduler replicas in one process (each its own index, tracker and prewarm manager) on a
+// real redis-server started by the test: a prewarm created on one is handed out by the other, a
+// node's reports sent to one show in the other's progress, a replica started later loads both,
+// and a heartbeat retried after its first attempt was applied is a resync, never a double apply.
+// Skipped when redis-server is not installed. The multi-process cases with Sentinel are in
+// ha_test.py.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "scheduler/ingest.h"
+#include "scheduler/shared_state.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace shoal::scheduler {
+namespace {
+
+using namespace testing;
+
+int free_port() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(s);
+  return port;
+}
+
+class RedisServer {
+ public:
+  RedisServer() : port_(free_port()) {
+    if (!std::filesystem::exists("/usr/bin/redis-server")) return;
+    std::string p = std::to_string(port_);
+    std::vector<std::string> args{
+        "/usr/bin/redis-server", "--port", p,       "--bind", "127.0.0.1", "--save",   "",
+        "--appendonly",          "no",     "--dir", "/tmp",   "--logfile", "/dev/null"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = 0;
+    redis_options o;
+    o.address = address();
+    for (int i = 0; i < 100 && pid_ != 0; ++i) {
+      redis_conn c(o);
+      if (auto r = c.command({"PING"}); r && r->str == "PONG") {
+        up_ = true;
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  ~RedisServer() {
+    if (pid_ != 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  [[nodiscard]] bool up() const { return up_; }
+  [[nodiscard]] std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_;
+  pid_t pid_ = 0;
+  bool up_ = false;
+};
+
+// One replica: its own soft state, sharing through Redis.
+struct replica {
+  explicit replica(const std::string& address, const std::string& id)
+      : idx(index_options{}, "local"), pw(idx, prewarm_options{}) {
+    shared_state_options so;
+    so.redis.address = address;
+    so.replica_id = id;
+    so.wait_replicas = 0;  // a lone Redis
+    shared = std::make_unique<shared_state>(so, idx, trk, reg);
+    shared->attach(pw);
+    shared->start();
+  }
+  ~replica() { shared->stop(); }
+  cluster_index idx;
+  tracker trk{tracker_options{}};
+  prewarm_manager pw;
+  metrics::registry reg;
+  std::unique_ptr<shared_state> shared;
+};
+
+planned_node plan(const std::string& node) {
+  planned_node p;
+  p.node = node;
+  heartbeat::prewarm_order o;
+  o.id = "pw-7.0";
+  o.image = "docker.io/library/app:v1";
+  o.platform = "linux/amd64";
+  o.registry = "docker.io";
+  o.repository = "library/app";
+  o.objects = {{dg("l1"), 100}, {dg("l2"), 300}};
+  p.orders.push_back(o);
+  return p;
+}
+
+template <class F>
+bool eventually(F f) {
+  for (int i = 0; i < 100; ++i) {
+    if (f()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  replica a(redis.address(), "a"), b(redis.address(), "b");
+  EXPECT_EQ(a.idx.epoch(), b.idx.epoch());
+  EXPECT_TRUE(a.shared->stale_reason().empty()) << a.shared->stale_reason();
+
+  auto m = full_hb("n1", {held("l1", 100)}, {}, 1, "");
+  auto r = a.shared->heartbeat(m);
+  ASSERT_FALSE(r.stale);
+  ASSERT_TRUE(r.out.full);
+  ASSERT_TRUE(a.pw.create("pw-7", {plan("n1")}, {{"images", {"app:v1"}}}));
+  // Created through A, known to B at once (A waited for its own apply; B reads the same log).
+  ASSERT_TRUE(eventually([&] { return b.pw.progress("pw-7").has_value(); }));
+  EXPECT_EQ((*b.pw.progress("pw-7"))["nodes"][0]["bytes_present"], 100);
+  // The node heartbeats to B: B hands the order out.
+  auto m2 = delta_hb("n1", 2, r.epoch, {});
+  auto r2 = b.shared->heartbeat(m2);
+  EXPECT_FALSE(r2.out.resync) << r2.out.resync_reason;
+  auto orders = b.pw.on_heartbeat("n1", m2.orders, m2.schema);
+  ASSERT_EQ(orders.size(), 1u);
+  EXPECT_EQ(orders[0].id, "pw-7.0");
+  EXPECT_EQ(orders[0].objects.size(), 2u);
+  // Its report and new object, sent to B, show in A's progress.
+  auto m3 = delta_hb("n1", 3, r.epoch, {held("l2", 300)});
+  m3.orders = {{"pw-7.0", heartbeat::order_state::done, 400, 400, ""}};
+  ASSERT_FALSE(b.shared->heartbeat(m3).out.resync);
+  ASSERT_TRUE(eventually([&] { return (*a.pw.progress("pw-7"))["state"] == "done"; }))
+      << a.pw.progress("pw-7")->dump();
+
+  // A replica started now loads the node and the prewarm.
+  replica c(redis.address(), "c");
+  auto n = c.idx.node("n1");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->objects, 2u);
+  ASSERT_TRUE(c.pw.progress("pw-7"));
+
+  // The same delta again (a retry after its first attempt was applied): a gap, nothing doubled.
+  auto again = c.shared->heartbeat(m3);
+  EXPECT_TRUE(again.out.resync);
+  EXPECT_EQ(again.out.resync_reason, "gap");
+  ASSERT_TRUE(eventually([&] { return !a.idx.node("n1")->synced; }));
+  EXPECT_EQ(a.idx.node("n1")->objects, 2u);
+}
+
+}  // namespace
+}  // namespace shoal::scheduler
