@@ -228,7 +228,9 @@ http::response api::on_heartbeat(const http::request& req) {
   r.ack_seq = m->seq;
   r.resync = out.resync;
   auto orders = d_.prewarm.on_heartbeat(m->node, m->orders, m->schema);
-  if (m->pods_known && d_.jobs != nullptr) d_.jobs->observe_pods(m->node, label("fabric"), m->pods);
+  // Replicas sharing state apply pods from the shared log, every one of them (shared_state.h).
+  if (m->pods_known && d_.jobs != nullptr && d_.shared == nullptr)
+    d_.jobs->observe_pods(m->node, label("fabric"), m->pods);
   if (m->schema >= 2) r.orders = std::move(orders);
   heartbeats_->inc();
   return http::response::json(200, heartbeat::encode(r));

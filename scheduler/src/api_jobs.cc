@@ -33,22 +33,13 @@ json node_states(const std::vector<std::string>& nodes, const job_registry& jobs
   return out;
 }
 
-json spec_json(const job_spec& s) {
-  json out = {{"images", s.images}, {"datasets", s.datasets}, {"nodes", s.nodes}, {"gpus", s.gpus}};
-  if (!s.selector.empty()) out["selector"] = s.selector;
-  if (!s.exclude.empty()) out["exclude"] = s.exclude;
-  if (!s.candidates.empty()) out["candidates"] = s.candidates;
-  if (s.require_network_validation)
-    out["require_network_validation"] = *s.require_network_validation;
-  if (!s.platform.empty()) out["platform"] = s.platform;
-  return out;
-}
-
 json held_json(const bytes_held& b) { return {{"held", b.held}, {"total", b.total}}; }
 
 }  // namespace
 
 json to_json(const job_record& r, const job_registry& jobs) {
+  json spec = spec_json(r.spec);
+  spec.erase("id");  // the job's own "id" says it
   const double age = std::chrono::duration<double>(jobs.now() - r.updated_at).count();
   const double ttl = std::chrono::duration<double>(jobs.options().ttl).count();
   json failover;
@@ -59,7 +50,7 @@ json to_json(const job_record& r, const job_registry& jobs) {
                 {"url", "/v1/jobs/" + r.id + "/failover"}};
   }
   return {{"id", r.id},
-          {"job", spec_json(r.spec)},
+          {"job", spec},
           {"source", r.source},
           {"segment", r.segment},
           {"members", node_states(r.members, jobs)},

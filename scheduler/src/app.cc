@@ -342,6 +342,8 @@ status app::init_shared() {
   so.drop_after = ms(cfg_.nodes.drop_after);
   so.peer_timeout = ms(cfg_.tracker.peer_timeout);
   so.max_objects_per_node = cfg_.nodes.max_objects_per_node;
+  so.prewarm_keep = ms(cfg_.prewarm.timeout) + ms(cfg_.prewarm.retention);
+  so.job_keep = ms(cfg_.jobs.ttl);
   shared_ = std::make_unique<shared_state>(so, *index_, *tracker_, reg_);
   tracker_->set_observer([s = shared_.get()](const announce_request& a) { s->announced(a); });
   shared_->attach(*prewarm_);
@@ -400,6 +402,7 @@ void app::init_jobs() {
       jo);
   extender_->set_job_preference(
       [j = jobs_.get()](std::string_view job) { return j->preferred_node(job); });
+  if (shared_) shared_->attach(*jobs_);
 }
 
 void app::schedule_maintenance() {
@@ -423,8 +426,9 @@ void app::maintenance() {
   for (const auto& e : events) {
     if (e.event == "failed") node_failures_->with({e.cause}).inc();
   }
-  // Failover decisions resolve images and datasets: on a worker, never here (jobs.h).
-  if (jobs_->on_node_events(events))
+  // Failover decisions resolve images and datasets: on a worker, never here (jobs.h). Replicas
+  // sharing state all remember failed nodes; the lease holder alone decides (docs/ha.md).
+  if (jobs_->on_node_events(events, !shared_ || shared_->leader()))
     boost::asio::post(workers_, [this] { (void)jobs_->decide_pending(); });
   jobs_->expire();
   if (token_) (void)token_->reload_if_changed();  // a stat a second; reads only on change

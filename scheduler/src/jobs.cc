@@ -113,7 +113,7 @@ void job_registry::record(const job_spec& spec, std::vector<std::string> members
   if (spec.id.empty()) return;
   const auto now = now_();
   const auto t = utc_now();
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   auto [it, fresh] = jobs_.try_emplace(spec.id);
   auto& r = it->second;
   if (fresh) {
@@ -140,6 +140,8 @@ void job_registry::record(const job_spec& spec, std::vector<std::string> members
             log::kv("members", join(r.members, ",")), log::kv("standbys", join(r.standbys, ",")),
             log::kv("segment", r.segment));
   evict_locked();
+  lk.unlock();
+  shared(spec.id);
 }
 
 void job_registry::account_locked(job_record& r) {
@@ -162,12 +164,10 @@ void job_registry::evict_locked() {
 }
 
 bool job_registry::forget(const std::string& id) {
-  std::lock_guard lk(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return false;
-  bytes_ -= it->second.bytes;
-  jobs_.erase(it);
+  if (!get(id)) return false;
+  erase(id);
   log::info("job forgotten on request", log::kv("job", id));
+  shared(id);
   return true;
 }
 
@@ -221,14 +221,14 @@ std::optional<node_verdict> job_registry::verdict(std::string_view node) const {
 
 // ---- Failover
 
-bool job_registry::on_node_events(const std::vector<node_event>& events) {
+bool job_registry::on_node_events(const std::vector<node_event>& events, bool may_decide) {
   const bool stale = d_.failures.view_stale();
   std::lock_guard lk(mu_);
   for (const auto& e : events) {
     if (e.event != "failed" || e.node.empty()) continue;
     if (pending_.size() < max_pending || pending_.count(e.node)) pending_[e.node] = e;
   }
-  if (pending_.empty() || stale || scheduled_) return false;
+  if (pending_.empty() || stale || scheduled_ || !may_decide) return false;
   scheduled_ = true;
   return true;
 }
@@ -558,6 +558,7 @@ void job_registry::replace_standby(const std::string& id, const std::string& fai
     std::lock_guard lk(mu_);
     if (auto it = jobs_.find(id); it != jobs_.end()) it->second.prewarm = pw;
   }
+  shared(id);
   log::warn("standby failed and replaced", log::kv("job", id), log::kv("failed", failed),
             log::kv("new_standbys", join(added, ",")), log::kv("prewarm", pw));
 }
@@ -631,6 +632,7 @@ void job_registry::publish(const failover_decision& d) {
               log::kv("new_standbys", join(d.new_standbys, ",")));
   }
   d_.failures.add_event(std::move(e));
+  shared(d.job);
 }
 
 // ---- Checkpoints

@@ -162,6 +162,18 @@ result<job_spec> parse_job(const json& j) {
   return job;
 }
 
+json spec_json(const job_spec& s) {
+  json out = {{"images", s.images}, {"datasets", s.datasets}, {"nodes", s.nodes}, {"gpus", s.gpus}};
+  if (!s.id.empty()) out["id"] = s.id;
+  if (!s.selector.empty()) out["selector"] = s.selector;
+  if (!s.exclude.empty()) out["exclude"] = s.exclude;
+  if (!s.candidates.empty()) out["candidates"] = s.candidates;
+  if (s.require_network_validation)
+    out["require_network_validation"] = *s.require_network_validation;
+  if (!s.platform.empty()) out["platform"] = s.platform;
+  return out;
+}
+
 std::vector<std::uint32_t> index_of_names(const node_list& nodes,
                                           const std::vector<std::string>& names) {
   std::vector<std::uint32_t> out(names.size(), no_node);

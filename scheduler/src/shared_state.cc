@@ -230,6 +230,19 @@ void shared_state::attach(prewarm_manager& p) {
                       const nlohmann::json& summary) { return share_prewarm(id, nodes, summary); });
 }
 
+void shared_state::attach(job_registry& j) {
+  jobs_ = &j;
+  j.set_sharer([this](const std::string& id) {
+    std::lock_guard lk(mu_);
+    if (jobs_changed_.size() >= opts_.announce_queue) {
+      announces_dropped_->inc();
+      return;
+    }
+    jobs_changed_.push_back(id);
+    upkeep_cv_.notify_one();
+  });
+}
+
 static std::string encode_prewarm_entry(const std::string& id,
                                         const std::vector<planned_node>& nodes,
                                         const nlohmann::json& summary) {
@@ -251,28 +264,23 @@ status shared_state::share_prewarm(const std::string& id, const std::vector<plan
     down = !stale_.empty();
   }
   if (!down) {
-    std::vector<std::string> cmd{"XADD",
-                                 opts_.prefix + "log",
-                                 "MAXLEN",
-                                 "~",
-                                 std::to_string(opts_.log_max_entries),
-                                 "*",
-                                 "t",
-                                 "pw",
-                                 "r",
-                                 opts_.replica_id,
-                                 "m",
-                                 encode_prewarm_entry(id, nodes, summary)};
+    auto body = encode_prewarm_entry(id, nodes, summary);
+    // Kept as a key too (a replica started after the log was trimmed loads it), then logged.
+    std::vector<std::vector<std::string>> cmds{
+        {"SET", opts_.prefix + "pw:" + id, body, "PX", std::to_string(opts_.prewarm_keep.count())},
+        {"SADD", opts_.prefix + "pws", id},
+        {"XADD", opts_.prefix + "log", "MAXLEN", "~", std::to_string(opts_.log_max_entries), "*",
+         "t", "pw", "r", opts_.replica_id, "m", body}};
     auto c = pool_.get();
     bool reused = c->connected();
-    auto r = c->command(cmd);
+    auto r = c->pipeline(cmds);
     // Once more on a fresh connection (a prewarm logged twice is registered once: same id).
-    if (!r && reused && !c->connected()) r = c->command(cmd);
-    if (r && r->type == redis_reply::kind::string) {
-      settle(*c, log_id::parse(r->str).value_or(log_id{}));
+    if (!r && reused && !c->connected()) r = c->pipeline(cmds);
+    if (r && r->size() == 3 && (*r)[2].type == redis_reply::kind::string) {
+      settle(*c, log_id::parse((*r)[2].str).value_or(log_id{}));
       return {};
     }
-    set_stale(r ? "redis XADD: " + r->str : r.error().message);
+    set_stale(r ? "redis: " + (r->empty() ? std::string() : r->back().str) : r.error().message);
   }
   return prewarm_->apply_create(id, nodes, summary);
 }

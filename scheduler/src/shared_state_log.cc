@@ -200,6 +200,40 @@ status shared_state::load_nodes(redis_conn& c, std::unordered_map<std::string, l
   return {};
 }
 
+status shared_state::load_kept(redis_conn& c, std::size_t& prewarms, std::size_t& jobs) {
+  struct kind {
+    const char* set;
+    const char* key;
+    std::size_t* count;
+  };
+  for (const kind& k : {kind{"pws", "pw:", &prewarms}, kind{"jobs", "job:", &jobs}}) {
+    auto ids = c.command({"SMEMBERS", opts_.prefix + k.set});
+    if (!ids) return fail(ids.error());
+    for (std::size_t i = 0; i < ids->elements.size(); i += 256) {
+      std::vector<std::string> cmd{"MGET"};
+      std::size_t end = std::min(ids->elements.size(), i + 256);
+      for (std::size_t n = i; n < end; ++n)
+        cmd.push_back(opts_.prefix + k.key + ids->elements[n].str);
+      auto vals = c.command(cmd);
+      if (!vals) return fail(vals.error());
+      for (std::size_t n = 0; n < vals->elements.size(); ++n) {
+        const auto& v = vals->elements[n];
+        if (v.is_nil()) {  // expired: forget it in the set too
+          (void)c.command({"SREM", opts_.prefix + k.set, ids->elements[i + n].str});
+          continue;
+        }
+        if (k.count == &prewarms) {
+          apply_prewarm_entry(v.str);
+        } else if (jobs_ != nullptr) {
+          if (auto s = jobs_->put(v.str); !s) continue;
+        }
+        ++*k.count;
+      }
+    }
+  }
+  return {};
+}
+
 status shared_state::reload(redis_conn& c, const std::string& why) {
   auto t0 = steady::now();
   auto info = c.command({"XINFO", "STREAM", opts_.prefix + "log"});
@@ -209,13 +243,13 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
                     : log_id::parse(field_of(*info, "last-generated-id")).value_or(log_id{});
   std::unordered_map<std::string, log_id> loaded;
   if (auto s = load_nodes(c, loaded); !s) return s;
-  // Prewarms still in the log, and the announces of the last peer_timeout (peers announce at
-  // least this often).
-  std::size_t announces = 0, prewarms = 0;
+  std::size_t announces = 0, prewarms = 0, jobs = 0;
+  if (auto s = load_kept(c, prewarms, jobs); !s) return s;
+  // The announces of the last peer_timeout (peers announce at least this often).
   if (last != log_id{}) {
     auto peer_ms = static_cast<std::uint64_t>(opts_.peer_timeout.count());
     log_id since{last.ms > peer_ms ? last.ms - peer_ms : 0, 0};
-    std::string from = "-";
+    std::string from = since.str();
     for (int pages = 0; pages < 1000 && !stop_; ++pages) {
       auto r = c.command({"XRANGE", opts_.prefix + "log", from, last.str(), "COUNT", "1000"});
       if (!r) return fail(r.error());
@@ -223,10 +257,7 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
       for (const auto& e : r->elements) {
         if (e.elements.size() != 2) continue;
         const auto& type = field_of(e.elements[1], "t");
-        if (type == "pw") {
-          apply_prewarm_entry(field_of(e.elements[1], "m"));
-          ++prewarms;
-        } else if (type == "an" && !(log_id::parse(e.elements[0].str).value_or(log_id{}) < since)) {
+        if (type == "an" && !(log_id::parse(e.elements[0].str).value_or(log_id{}) < since)) {
           if (auto a = announce_of(e.elements[1])) {
             trk_.record(*a);
             ++announces;
@@ -247,7 +278,7 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
   applied_cv_.notify_all();
   reloads_->with({why}).inc();
   log::info("shared state loaded from redis", log::kv("reason", why), log::kv("nodes", nodes),
-            log::kv("announces", announces),
+            log::kv("announces", announces), log::kv("prewarms", prewarms), log::kv("jobs", jobs),
             log::kv("ms", std::chrono::duration_cast<milliseconds>(steady::now() - t0).count()));
   return {};
 }
@@ -273,8 +304,14 @@ void shared_state::apply_heartbeat_entry(const std::string& id, const std::strin
   }
   apply_decision d{verdict, milliseconds(0)};
   (void)ingest_heartbeat(index_, trk_, *m, &d);
-  // The node's prewarm reports (the replica it talks to also hands it its orders).
+  // The node's prewarm reports (the replica it talks to also hands it its orders), and the pods
+  // it runs (jobs learned from them).
   if (prewarm_ != nullptr) (void)prewarm_->on_heartbeat(m->node, m->orders, m->schema);
+  if (jobs_ != nullptr && m->pods_known) {
+    auto fabric = m->labels.find("fabric");
+    jobs_->observe_pods(m->node, fabric == m->labels.end() ? std::string() : fabric->second,
+                        m->pods);
+  }
 }
 
 void shared_state::apply_prewarm_entry(const std::string& body) {
@@ -310,6 +347,17 @@ void shared_state::apply_prewarm_entry(const std::string& body) {
   }
 }
 
+void shared_state::apply_job_entry(const redis_reply& f) {
+  if (jobs_ == nullptr) return;
+  const auto& body = field_of(f, "m");
+  if (body.empty()) {
+    jobs_->erase(field_of(f, "id"));
+    return;
+  }
+  if (auto s = jobs_->put(body); !s)
+    log::warn("shared log: job not applied", log::kv("error", s.error().message));
+}
+
 void shared_state::apply_entry(const redis_reply& e) {
   if (e.elements.size() != 2) return;
   const auto& f = e.elements[1];
@@ -321,6 +369,9 @@ void shared_state::apply_entry(const redis_reply& e) {
     if (auto a = announce_of(f)) trk_.record(*a);
   } else if (type == "pw") {
     apply_prewarm_entry(field_of(f, "m"));
+  } else if (type == "job") {
+    if (field_of(f, "r") == opts_.replica_id) return;  // changed here
+    apply_job_entry(f);
   } else {
     return;
   }
@@ -427,6 +478,34 @@ void shared_state::publish_announces(redis_conn& c) {
   if (!r) announces_dropped_->inc(static_cast<double>(batch.size()));
 }
 
+void shared_state::publish_jobs(redis_conn& c) {
+  std::deque<std::string> ids;
+  {
+    std::lock_guard lk(mu_);
+    ids.swap(jobs_changed_);
+  }
+  if (ids.empty() || jobs_ == nullptr) return;
+  std::vector<std::vector<std::string>> cmds;
+  const auto log = opts_.prefix + "log", maxlen = std::to_string(opts_.log_max_entries);
+  for (const auto& id : ids) {
+    auto snap = jobs_->snapshot(id);
+    if (snap) {
+      cmds.push_back(
+          {"SET", opts_.prefix + "job:" + id, *snap, "PX", std::to_string(opts_.job_keep.count())});
+      cmds.push_back({"SADD", opts_.prefix + "jobs", id});
+    } else {
+      cmds.push_back({"DEL", opts_.prefix + "job:" + id});
+      cmds.push_back({"SREM", opts_.prefix + "jobs", id});
+    }
+    cmds.push_back({"XADD", log, "MAXLEN", "~", maxlen, "*", "t", "job", "r", opts_.replica_id,
+                    "id", id, "m", snap.value_or("")});
+  }
+  if (!c.pipeline(cmds)) {
+    announces_dropped_->inc(static_cast<double>(ids.size()));
+    log::warn("jobs not shared: redis unreachable", log::kv("jobs", ids.size()));
+  }
+}
+
 void shared_state::upkeep_loop() {
   redis_conn c(opts_.redis);
   auto next_lease = steady::now();
@@ -434,10 +513,12 @@ void shared_state::upkeep_loop() {
   while (!stop_) {
     {
       std::unique_lock lk(mu_);
-      upkeep_cv_.wait_for(lk, milliseconds(200), [&] { return stop_ || !announces_.empty(); });
+      upkeep_cv_.wait_for(lk, milliseconds(200),
+                          [&] { return stop_ || !announces_.empty() || !jobs_changed_.empty(); });
     }
     if (stop_) break;
     publish_announces(c);
+    publish_jobs(c);
     auto now = steady::now();
     if (now >= next_lease) {
       renew_lease(c);

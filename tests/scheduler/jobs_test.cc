@@ -574,5 +574,59 @@ TEST_F(JobsTest, PrewarmingAJobRecordsItAndJobsAreBoundedAndExpire) {
   EXPECT_TRUE(small.get("c"));
 }
 
+// Replicas sharing state (shared_state.h): the replica that decides tells its sharer, and its
+// snapshot of the job, put into another replica's registry, carries the whole decision (and adds
+// the failover to that replica's events). A replica without the lease remembers failed nodes but
+// never decides.
+TEST_F(JobsTest, ADecisionTravelsWholeToAnotherReplica) {
+  settle();
+  std::vector<std::string> told;
+  jobs_.set_sharer([&](const std::string& id) { told.push_back(id); });
+  place_train();
+  ASSERT_EQ(told, std::vector<std::string>{"train"});
+  auto decisions = fail_n2();
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(told.back(), "train");
+  auto snap = jobs_.snapshot("train");
+  ASSERT_TRUE(snap);
+
+  metrics::registry reg2;
+  failure_detector fd2(fd_opts(), nullptr, clock_.fn());
+  job_registry other(job_registry_deps{idx_, placer_, res_, ds_, pw_, fd2, reg2}, jobs_options{},
+                     clock_.fn());
+  ASSERT_TRUE(other.put(*snap));
+  auto a = jobs_.get("train"), b = other.get("train");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(b->spec.images, a->spec.images);
+  EXPECT_EQ(b->spec.datasets, a->spec.datasets);
+  EXPECT_EQ(b->spec.nodes, a->spec.nodes);
+  EXPECT_EQ(b->members, a->members);
+  EXPECT_EQ(b->standbys, a->standbys);
+  EXPECT_EQ(b->segment, a->segment);
+  EXPECT_EQ(b->prewarm, a->prewarm);
+  ASSERT_TRUE(b->failover);
+  EXPECT_EQ(b->failover->replacement, "sb1");
+  EXPECT_EQ(b->failover->checkpoint_key, "train@2");
+  EXPECT_EQ(b->failover->candidates.size(), a->failover->candidates.size());
+  EXPECT_EQ(b->failover->image.held, a->failover->image.held);
+  EXPECT_EQ(other.preferred_node("train"), jobs_.preferred_node("train"));
+  auto ev = fd2.events("n2", 10);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev[0].event, "failover");
+  EXPECT_EQ(ev[0].replacement, "sb1");
+  // The same snapshot again adds no second event; a malformed one changes nothing.
+  ASSERT_TRUE(other.put(*snap));
+  EXPECT_EQ(fd2.events("n2", 10).size(), ev.size());
+  EXPECT_FALSE(other.put(R"({"id":"train","spec":{"images":7}})"));
+  EXPECT_EQ(other.get("train")->members, a->members);
+  other.erase("train");
+  EXPECT_FALSE(other.get("train"));
+
+  node_event failed;
+  failed.node = "n3";
+  failed.event = "failed";
+  EXPECT_FALSE(other.on_node_events({failed}, false));
+}
+
 }  // namespace
 }  // namespace shoal::scheduler

@@ -196,10 +196,25 @@ class job_registry {
   // From the maintenance pass, with evaluate()'s events: remembers the nodes found failed. True
   // when decide_pending() should run now (some are pending, the view is fresh, and no run is
   // scheduled yet); the caller then runs it on a worker thread.
-  [[nodiscard]] bool on_node_events(const std::vector<node_event>& events);
+  // `may_decide` false (a replica that does not hold the lease, shared_state.h): remembered, never
+  // true; the holder decides, and this replica decides for what is still pending if it takes over
+  // (a node already replaced is no longer a member: nothing is decided twice).
+  [[nodiscard]] bool on_node_events(const std::vector<node_event>& events, bool may_decide = true);
   // Decides for every pending failed node that is still failed; returns the decisions made.
   // Blocks on resolution: worker threads only.
   std::vector<failover_decision> decide_pending();
+
+  // ---- Between scheduler replicas (shared_state.h; jobs_shared.cc)
+  // Called with a job's id after this replica changed it (recorded, forgotten, a decision, a
+  // standby replaced); the sharer logs snapshot(id), or the job's removal when it has none. Not
+  // called for what put()/erase() apply. Set before serving.
+  void set_sharer(std::function<void(const std::string&)> fn);
+  // The job's record as one JSON document; nullopt when unknown.
+  [[nodiscard]] std::optional<std::string> snapshot(const std::string& id) const;
+  // Another replica's snapshot replaces this one's record of the job (a decision new here is
+  // added to the detector's events); a malformed document changes nothing.
+  [[nodiscard]] status put(const std::string& snapshot);
+  void erase(const std::string& id);
 
   // ---- Checkpoints
   // A new checkpoint of `job` ("J@N", its objects): prewarmed onto each of its standbys (pinned
@@ -229,6 +244,7 @@ class job_registry {
   void evict_locked();
   // r.bytes (and bytes_) after a change of r. Caller holds mu_.
   void account_locked(job_record& r);
+  void shared(const std::string& id);  // tells the sharer, if any
 
   job_registry_deps d_;
   jobs_options opts_;
@@ -244,6 +260,7 @@ class job_registry {
   std::map<std::string, std::set<std::string>, std::less<>> node_pod_jobs_;
   bool scheduled_ = false;  // decide_pending() is posted or running
   latest_checkpoint_fn latest_;
+  std::function<void(const std::string&)> sharer_;
 };
 
 // JSON of a job (GET /v1/jobs/<id>): member and standby states from the detector.

@@ -51,6 +51,8 @@ struct job_spec {
 };
 // Strict parse of the REST job object; errors name the field.
 [[nodiscard]] result<job_spec> parse_job(const nlohmann::json& j);
+// The job object parse_job() reads back (GET /v1/jobs, the shared log).
+[[nodiscard]] nlohmann::json spec_json(const job_spec& s);
 
 // The job's objects per platform, and per platform what could not be resolved.
 struct job_objects {

@@ -45,6 +45,7 @@
 #include "common/heartbeat.h"
 #include "common/metrics.h"
 #include "scheduler/index.h"
+#include "scheduler/jobs.h"
 #include "scheduler/prewarm.h"
 #include "scheduler/redis.h"
 #include "scheduler/tracker.h"
@@ -64,6 +65,8 @@ struct shared_state_options {
   std::chrono::milliseconds peer_timeout{180'000};
   std::size_t max_objects_per_node = heartbeat::default_max_objects;
   std::size_t announce_queue = 10'000;
+  std::chrono::milliseconds prewarm_keep{90 * 60'000};      // prewarm.timeout + prewarm.retention
+  std::chrono::milliseconds job_keep{7LL * 24 * 3600'000};  // jobs.ttl
 };
 
 // A log position: the stream id's milliseconds and sequence.
@@ -101,6 +104,10 @@ class shared_state {
   // one, hands its orders out to the nodes that heartbeat to it, and records their reports from
   // the logged heartbeats. Before start().
   void attach(prewarm_manager& p);
+  // Jobs too: a replica that changes a job (records it, forgets it, decides its failover)
+  // logs the job's record; the others replace theirs with it. Pods reported in the logged
+  // heartbeats are applied by every replica. Before start().
+  void attach(job_registry& j);
   // A prewarm for the log: appended, WAITed for, applied here before it returns (so the caller
   // reads its progress). Redis down: registered here alone.
   [[nodiscard]] status share_prewarm(const std::string& id, const std::vector<planned_node>& nodes,
@@ -125,6 +132,10 @@ class shared_state {
   [[nodiscard]] status load_nodes(redis_conn& c, std::unordered_map<std::string, log_id>& loaded);
   void apply_entry(const redis_reply& e);
   void apply_prewarm_entry(const std::string& body);
+  void apply_job_entry(const redis_reply& fields);
+  void publish_jobs(redis_conn& c);
+  // Prewarms and jobs kept as keys (the log is trimmed): loaded by reload().
+  [[nodiscard]] status load_kept(redis_conn& c, std::size_t& prewarms, std::size_t& jobs);
   // WAIT for the Redis replicas, then for this replica's reader to have applied `id`.
   void settle(redis_conn& c, const log_id& id);
   void apply_heartbeat_entry(const std::string& id, const std::string& verdict,
@@ -141,6 +152,7 @@ class shared_state {
   cluster_index& index_;
   tracker& trk_;
   prewarm_manager* prewarm_ = nullptr;
+  job_registry* jobs_ = nullptr;
   redis_pool pool_;
   const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
 
@@ -154,6 +166,7 @@ class shared_state {
   std::string stale_;
   bool loaded_once_ = false;
   std::deque<announce_request> announces_;
+  std::deque<std::string> jobs_changed_;
   std::condition_variable upkeep_cv_;
   std::chrono::steady_clock::time_point leader_until_{};
 
