@@ -14,14 +14,23 @@ primary through the Sentinels. Cases run in name order and build on each other:
 6. Redis entirely down: replicas still answer, marked Shoal-Stale, /healthz degraded; Redis back
    (empty): a new cluster epoch, and nodes are told to resync;
 7. a node (in its own network namespace) cannot reach Redis, and an unauthenticated client that
-   can is refused.
+   can is refused;
+8. a job placed through one replica is known to all; when a member fails, the lease holder alone
+   decides: one decision, one failover prewarm, one failover event, the same on every replica,
+   and its orders reach the replacement through whichever replica it talks to; the lease holder
+   killed and a second member failed: the new holder decides, once.
+
+Nodes here are fake (heartbeats over HTTP from a thread, spread over the replicas as nodes that
+fail over between them would); images resolve through a real registry and registry-proxy.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import sys
+import threading
 import time
 import unittest
 import urllib.error
@@ -31,9 +40,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from shoal_fixtures import FixtureTestCase  # noqa: E402
+from shoal_fixtures import FixtureTestCase, oci  # noqa: E402
 from shoal_fixtures.nodes import Scheduler  # noqa: E402
+from shoal_fixtures.procs import free_port  # noqa: E402
 from shoal_fixtures.redis import RedisHA  # noqa: E402
+from shoal_fixtures.registry import Registry  # noqa: E402
+from shoal_fixtures.shoal import RegistryProxy  # noqa: E402
 
 LEASE_TTL_S = 2
 
@@ -92,6 +104,55 @@ def wait_for(what: str, fn, timeout: float, interval: float = 0.1):
     raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
 
 
+class FakeNodes:
+    """Nodes that heartbeat every `period` s (deltas, a full list when told to resync), each
+    heartbeat to the next replica in turn; `stop(name)` silences one. Orders received are kept."""
+
+    def __init__(self, replicas: list, names: list[str], period: float = 0.5):
+        self.replicas, self.period = replicas, period
+        self.state = {n: {"seq": 0, "epoch": "", "full": True, "alive": True} for n in names}
+        self.orders: dict[str, set[str]] = {n: set() for n in names}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.turn = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def beat(self, name: str) -> None:
+        st = self.state[name]
+        st["seq"] += 1
+        body = json.dumps({"schema": 2, "node": name, "bt_port": 7100 + int(name[1:]),
+                           "full": st["full"], "seq": st["seq"], "epoch": st["epoch"],
+                           "objects": [], "removed": [], "health": "ok",
+                           "labels": {"fabric": "f1"}, "gpus": [{"model": "g", "count": 4}],
+                           "orders": [{"id": o, "state": "queued", "bytes_done": 0,
+                                       "bytes_total": 0} for o in sorted(self.orders[name])]
+                           }).encode()
+        alive = [r for r in self.replicas if r.daemon.alive]
+        self.turn += 1
+        r = alive[self.turn % len(alive)]
+        try:
+            code, _, out = call(r.url + "/v1/heartbeat", body, timeout=3)
+        except OSError:
+            return
+        if code != 200:
+            return
+        reply = json.loads(out)
+        st["epoch"], st["full"] = reply["epoch"], reply["resync"]
+        for o in reply.get("orders", []):
+            self.orders[name].add(o["id"])
+
+    def run(self) -> None:
+        while not self.done.wait(self.period):
+            with self.lock:
+                for name, st in self.state.items():
+                    if st["alive"]:
+                        self.beat(name)
+
+    def stop(self, name: str) -> None:
+        with self.lock:
+            self.state[name]["alive"] = False
+
+
 class SchedulerHA(FixtureTestCase):
     @classmethod
     def setUpClass(cls) -> None:
@@ -108,7 +169,19 @@ class SchedulerHA(FixtureTestCase):
             "sentinel_user": cls.redis.scheduler_user, "sentinel_password_file": str(pw),
             "lease_ttl": f"{LEASE_TTL_S}s", "wait_replicas": 1, "wait_timeout": "500ms"}}
         cls.dir = d
+        cls.registry = cls.class_track(Registry(d / "registry").start())
+        proxy_port = free_port()
+        cls.redis_cfg.update({
+            "resolver": {"registry_proxy": f"http://127.0.0.1:{proxy_port}"},
+            "nodes": {"unhealthy_after": "2s", "heartbeat_interval": "1s"},
+            # Nodes of the earlier cases fall silent: not a stale view here.
+            "failover": {"failed_after": "3s", "restart_grace": "10s", "max_failed_fraction": 0.95}})
         cls.replicas = [cls.start_replica(i) for i in range(3)]
+        cls.proxy = cls.class_track(RegistryProxy(
+            d / "registry-proxy", port=proxy_port,
+            upstreams=[{"name": cls.registry.host_port, "url": cls.registry.url}]).start())
+        layout = oci.make_image(d / "img", [oci.LayerSpec(size=256 * 1024, seed="ha")])
+        cls.image = cls.registry.push(layout, "team/ha", "v1")
 
     @classmethod
     def start_replica(cls, i: int) -> Scheduler:
@@ -267,6 +340,80 @@ class SchedulerHA(FixtureTestCase):
                 self.assertNotIn("OK", r.stdout, f"a node wrote to Redis through {host}")
         finally:
             net.destroy()
+
+    def fo_prewarms(self, s: Scheduler) -> list[str]:
+        code, _, body = call(s.url + "/v1/prewarm")
+        self.assertEqual(code, 200, body)
+        items = json.loads(body)
+        items = items.get("prewarms", items) if isinstance(items, dict) else items
+        return sorted(p["id"] for p in items if p["id"].startswith("fo-"))
+
+    def decision(self, s: Scheduler) -> dict | None:
+        code, _, body = call(s.url + "/v1/jobs/train/failover")
+        return json.loads(body) if code == 200 else None
+
+    def failover_events(self, s: Scheduler, node: str) -> int:
+        code, _, body = call(s.url + f"/v1/events?node={node}")
+        return sum(1 for e in json.loads(body)["events"] if e["event"] == "failover")
+
+    def decided_once_everywhere(self, failed: str, before: list[str]) -> dict:
+        live = [r for r in self.replicas if r.daemon.alive]
+        try:
+            wait_for(f"a decision for {failed} on every replica",
+                     lambda: all((d := self.decision(r)) and d["failed"]["node"] == failed
+                                 for r in live), 20, 0.2)
+        except AssertionError:
+            for r in live:
+                print(r.url, self.decision(r), metric(r.url, "shoal_scheduler_lease_held"),
+                      r.diagnostics()[-3000:], file=sys.stderr)
+            raise
+        time.sleep(1.5)  # time for a second decision, were one to be made
+        ds = [self.decision(r) for r in live]
+        self.assertEqual(len({d["time"] for d in ds}), 1, f"different decisions: {ds}")
+        pws = [self.fo_prewarms(r) for r in live]
+        self.assertTrue(all(p == pws[0] for p in pws), f"replicas disagree: {pws}")
+        new = [p for p in pws[0] if p not in before]
+        self.assertEqual(len(new), 1, f"failover prewarms for {failed}: {new}")
+        for r in live:
+            self.assertEqual(self.failover_events(r, failed), 1, r.url)
+        # Decided by the lease holder: its log has the decision, the others only applied it.
+        made = re.compile(rf"failover(: no replacement)? job=train failed={failed} ")
+        deciders = [r for r in live
+                    if made.search((r.dir / "scheduler.log").read_text(errors="replace"))]
+        self.assertEqual(deciders, self.holders(), "the decision was not the lease holder's")
+        return ds[0] | {"prewarm_id": new[0]}
+
+    def test_8_one_decision_per_failure_whoever_holds_the_lease(self):
+        names = [f"f{i}" for i in range(1, 6)]
+        nodes = FakeNodes(self.replicas, names)
+        nodes.thread.start()
+        try:
+            for r in self.replicas:
+                wait_for(f"5 healthy nodes at {r.url}", lambda: sum(
+                    1 for n in r.nodes() if n["node"] in names and n["healthy"]) == 5, 15)
+            job = {"id": "train", "images": [self.image], "nodes": 2, "gpus": 4, "standby": 1}
+            code, _, body = call(self.replicas[1].url + "/v1/place", json.dumps(job).encode(),
+                                 timeout=30)
+            self.assertEqual(code, 200, body)
+            members = json.loads(body)["chosen"]
+            for r in self.replicas:
+                wait_for(f"the job at {r.url}", lambda: (c := call(r.url + "/v1/jobs/train"))[0]
+                         == 200 and [m["node"] for m in json.loads(c[2])["members"]] == members, 5)
+            nodes.stop(members[0])
+            d = self.decided_once_everywhere(members[0], [])
+            self.assertTrue(d["replacement"], d)
+            wait_for("the failover order at the replacement",
+                     lambda: any(o.startswith(d["prewarm_id"]) for o in nodes.orders[d["replacement"]]),
+                     10)
+            holder = wait_for("a lease holder", self.holders, 10)
+            holder[0].kill()
+            other = [m for m in d["members"] if m != d["replacement"]][0]
+            nodes.stop(other)
+            wait_for("a new lease holder", self.holders, LEASE_TTL_S + 5)
+            self.decided_once_everywhere(other, [d["prewarm_id"]])
+        finally:
+            nodes.done.set()
+            nodes.thread.join(5)
 
 
 if __name__ == "__main__":
