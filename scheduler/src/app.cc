@@ -402,7 +402,10 @@ void app::init_jobs() {
       jo);
   extender_->set_job_preference(
       [j = jobs_.get()](std::string_view job) { return j->preferred_node(job); });
-  if (shared_) shared_->attach(*jobs_);
+  if (shared_) {
+    shared_->attach(*jobs_);
+    shared_->attach(*placer_);
+  }
 }
 
 void app::schedule_maintenance() {

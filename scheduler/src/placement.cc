@@ -660,14 +660,22 @@ result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standb
     }
   }
   if (reserve && out.p.feasible && job.gpus > 0) {
-    std::lock_guard lk(mu_);
-    std::string id = "rsv-" + std::to_string(next_reservation_++);
-    auto until = now_() + opts_.reservation_ttl;
-    for (const auto& n : out.p.chosen) reservations_[n].push_back({id, job.gpus, until});
-    out.p.reservation = id;
+    {
+      std::lock_guard lk(mu_);
+      out.p.reservation = "rsv-" + reservation_prefix_ + std::to_string(next_reservation_++);
+    }
+    add_reservation(out.p.reservation, out.p.chosen, job.gpus, opts_.reservation_ttl);
     out.p.reserved_for_s = std::chrono::duration<double>(opts_.reservation_ttl).count();
+    if (sharer_) sharer_(out.p.reservation, out.p.chosen, job.gpus, opts_.reservation_ttl);
   }
   return out;
+}
+
+void placer::add_reservation(const std::string& id, const std::vector<std::string>& nodes,
+                             std::uint32_t gpus, std::chrono::milliseconds ttl) {
+  auto until = now_() + ttl;
+  std::lock_guard lk(mu_);
+  for (const auto& n : nodes) reservations_[n].push_back({id, gpus, until});
 }
 
 }  // namespace shoal::scheduler

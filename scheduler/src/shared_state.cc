@@ -243,6 +243,23 @@ void shared_state::attach(job_registry& j) {
   });
 }
 
+void shared_state::attach(placer& p) {
+  placer_ = &p;
+  p.set_reservation_sharer(
+      [this](const std::string& id, const std::vector<std::string>& nodes, std::uint32_t gpus,
+             std::chrono::milliseconds ttl) {
+        std::string list;
+        for (const auto& n : nodes) list += (list.empty() ? "" : ",") + n;
+        auto c = pool_.get();
+        auto r = c->command({"XADD", opts_.prefix + "log", "MAXLEN", "~",
+                             std::to_string(opts_.log_max_entries), "*", "t", "rs", "r",
+                             opts_.replica_id, "id", id, "nodes", list, "gpus",
+                             std::to_string(gpus), "ttl", std::to_string(ttl.count())});
+        if (!r || r->is_error()) set_stale(r ? "redis XADD: " + r->str : r.error().message);
+      },
+      random_hex(4) + "-");
+}
+
 static std::string encode_prewarm_entry(const std::string& id,
                                         const std::vector<planned_node>& nodes,
                                         const nlohmann::json& summary) {

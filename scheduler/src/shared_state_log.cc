@@ -257,7 +257,10 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
       for (const auto& e : r->elements) {
         if (e.elements.size() != 2) continue;
         const auto& type = field_of(e.elements[1], "t");
-        if (type == "an" && !(log_id::parse(e.elements[0].str).value_or(log_id{}) < since)) {
+        auto at = log_id::parse(e.elements[0].str).value_or(log_id{});
+        if (type == "rs")
+          apply_reservation_entry(e.elements[1], last.ms > at.ms ? last.ms - at.ms : 0);
+        if (type == "an" && !(at < since)) {
           if (auto a = announce_of(e.elements[1])) {
             trk_.record(*a);
             ++announces;
@@ -358,6 +361,22 @@ void shared_state::apply_job_entry(const redis_reply& f) {
     log::warn("shared log: job not applied", log::kv("error", s.error().message));
 }
 
+void shared_state::apply_reservation_entry(const redis_reply& f, std::uint64_t age_ms) {
+  if (placer_ == nullptr) return;
+  auto ttl = to_u64(field_of(f, "ttl"));
+  auto gpus = to_u64(field_of(f, "gpus"));
+  if (ttl <= age_ms || gpus == 0 || gpus > 1'000'000) return;
+  std::vector<std::string> nodes;
+  std::string_view list = field_of(f, "nodes");
+  while (!list.empty()) {
+    auto comma = list.find(',');
+    nodes.emplace_back(list.substr(0, comma));
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  }
+  placer_->add_reservation(field_of(f, "id"), nodes, static_cast<std::uint32_t>(gpus),
+                           milliseconds(ttl - age_ms));
+}
+
 void shared_state::apply_entry(const redis_reply& e) {
   if (e.elements.size() != 2) return;
   const auto& f = e.elements[1];
@@ -372,6 +391,9 @@ void shared_state::apply_entry(const redis_reply& e) {
   } else if (type == "job") {
     if (field_of(f, "r") == opts_.replica_id) return;  // changed here
     apply_job_entry(f);
+  } else if (type == "rs") {
+    if (field_of(f, "r") == opts_.replica_id) return;  // reserved here
+    apply_reservation_entry(f, 0);
   } else {
     return;
   }

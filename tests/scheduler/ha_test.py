@@ -15,7 +15,7 @@ primary through the Sentinels. Cases run in name order and build on each other:
    (empty): a new cluster epoch, and nodes are told to resync;
 7. a node (in its own network namespace) cannot reach Redis, and an unauthenticated client that
    can is refused;
-8. a job placed through one replica is known to all; when a member fails, the lease holder alone
+8. a job placed through one replica is known to all, its GPU reservation too; when a member fails, the lease holder alone
    decides: one decision, one failover prewarm, one failover event, the same on every replica,
    and its orders reach the replacement through whichever replica it talks to; the lease holder
    killed and a second member failed: the new holder decides, once.
@@ -396,6 +396,11 @@ class SchedulerHA(FixtureTestCase):
                                  timeout=30)
             self.assertEqual(code, 200, body)
             members = json.loads(body)["chosen"]
+            # Its GPU reservation counts on every replica (a placement through another one does
+            # not take the same GPUs).
+            for r in self.replicas:
+                wait_for(f"the reservation at {r.url}", lambda: all(
+                    n["gpus_reserved"] == 4 for n in r.nodes() if n["node"] in members), 5)
             for r in self.replicas:
                 wait_for(f"the job at {r.url}", lambda: (c := call(r.url + "/v1/jobs/train"))[0]
                          == 200 and [m["node"] for m in json.loads(c[2])["members"]] == members, 5)

@@ -152,6 +152,17 @@ class placer {
                                             std::chrono::milliseconds wait, bool strict_datasets);
   // GPUs reserved per node now (expired reservations pruned).
   [[nodiscard]] std::map<std::string, std::uint32_t> reserved();
+  // Replicas sharing state (shared_state.h): each reservation made here is told to the sharer
+  // (which logs it), and the others' are added with add_reservation(). Set before serving.
+  using reservation_sharer =
+      std::function<void(const std::string& id, const std::vector<std::string>& nodes,
+                         std::uint32_t gpus, std::chrono::milliseconds ttl)>;
+  void set_reservation_sharer(reservation_sharer fn, std::string id_prefix) {
+    sharer_ = std::move(fn);
+    reservation_prefix_ = std::move(id_prefix);
+  }
+  void add_reservation(const std::string& id, const std::vector<std::string>& nodes,
+                       std::uint32_t gpus, std::chrono::milliseconds ttl);
 
   [[nodiscard]] const cost_model& model() const { return opts_.cost; }
   [[nodiscard]] const placer_options& options() const { return opts_; }
@@ -173,6 +184,8 @@ class placer {
   std::mutex mu_;
   std::map<std::string, std::vector<reservation>> reservations_;
   std::uint64_t next_reservation_ = 1;
+  std::string reservation_prefix_;  // random per process: ids differ between replicas
+  reservation_sharer sharer_;
 };
 
 // For each name, its index in `nodes` (sorted by name), or no_node. A merge walk when the names

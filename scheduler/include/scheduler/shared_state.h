@@ -108,6 +108,10 @@ class shared_state {
   // logs the job's record; the others replace theirs with it. Pods reported in the logged
   // heartbeats are applied by every replica. Before start().
   void attach(job_registry& j);
+  // GPU reservations of placements too (logged; the others add them for their remaining TTL).
+  // A placement on another replica within the same few milliseconds can still count the same
+  // GPUs: reservations are shared, not locked.
+  void attach(placer& p);
   // A prewarm for the log: appended, WAITed for, applied here before it returns (so the caller
   // reads its progress). Redis down: registered here alone.
   [[nodiscard]] status share_prewarm(const std::string& id, const std::vector<planned_node>& nodes,
@@ -133,6 +137,8 @@ class shared_state {
   void apply_entry(const redis_reply& e);
   void apply_prewarm_entry(const std::string& body);
   void apply_job_entry(const redis_reply& fields);
+  // A reservation entry, `age_ms` after it was logged.
+  void apply_reservation_entry(const redis_reply& fields, std::uint64_t age_ms);
   void publish_jobs(redis_conn& c);
   // Prewarms and jobs kept as keys (the log is trimmed): loaded by reload().
   [[nodiscard]] status load_kept(redis_conn& c, std::size_t& prewarms, std::size_t& jobs);
@@ -153,6 +159,7 @@ class shared_state {
   tracker& trk_;
   prewarm_manager* prewarm_ = nullptr;
   job_registry* jobs_ = nullptr;
+  placer* placer_ = nullptr;
   redis_pool pool_;
   const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
 
