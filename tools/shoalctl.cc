@@ -21,7 +21,7 @@
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
 //            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070; repeat it or
 //            give a comma-separated list for several replicas: a request goes to the first
-//            that answers, docs/scheduler.md "Failover"),
+//            that answers, docs/scheduler.md "Clients fail over"),
 //            --registry-proxy URL (default $SHOAL_REGISTRY_PROXY or http://127.0.0.1:5050).
 // TLS (https URLs): --ca FILE (the cluster CA; default $SHOAL_CA), --cert FILE and --key FILE
 // (the operator's certificate, shoal://operator/<user>; default $SHOAL_CERT, $SHOAL_KEY), or

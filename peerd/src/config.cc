@@ -61,11 +61,12 @@ void describe(config::binder& b, upstream_config& c) {
           "Base URL of the scheduler (tracker, heartbeats, checkpoints). Empty: none. A host name "
           "that resolves to several addresses (a headless Service) counts as one replica per "
           "address, each called under the name (TLS checks the name).");
-  b.field("schedulers", c.schedulers,
-          "More scheduler replicas (base URLs), tried in order after `scheduler` when it is "
-          "refused, hung or answers 502/503/504; either key alone is fine. Calls stay on the "
-          "replica that last answered. Every replica is a tracker of one tier, so libtorrent "
-          "announces to one and moves on when it fails (docs/scheduler.md \"Failover\").");
+  b.field(
+      "schedulers", c.schedulers,
+      "More scheduler replicas (base URLs), tried in order after `scheduler` when it is "
+      "refused, hung or answers 502/503/504; either key alone is fine. Calls stay on the "
+      "replica that last answered. Every replica is a tracker of one tier, so libtorrent "
+      "announces to one and moves on when it fails (docs/scheduler.md, \"Clients fail over\").");
   b.field("scheduler_connect_timeout", c.scheduler_connect_timeout,
           "Connect timeout per scheduler replica; past it the next is tried.", {.min = 10ms});
   b.field("scheduler_timeout", c.scheduler_timeout,

@@ -1,7 +1,7 @@
 #pragma once
 // peerd's door to the scheduler replicas (upstream.scheduler and upstream.schedulers): every
 // call from peerd to the scheduler goes through it, so each one fails over the same way
-// (common/endpoints.h, docs/scheduler.md "Failover").
+// (common/endpoints.h, docs/scheduler.md "Clients fail over").
 //
 // Which calls are retried on the next replica inside the same call, and why that is safe:
 //  - GETs (a checkpoint's record, manifest and group metainfo): they change nothing.

@@ -47,7 +47,8 @@ void describe(config::binder& b, node_config& c);
 struct upstream_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
   std::string scheduler;  // base URL of the scheduler (tracker, heartbeats); empty: none
-  // More replicas of the scheduler, tried after `scheduler` (docs/scheduler.md "Failover").
+  // More replicas of the scheduler, tried after `scheduler` (docs/scheduler.md "Clients fail
+  // over").
   std::vector<std::string> schedulers;
   config::duration scheduler_connect_timeout = 1s;  // per replica, then the next
   config::duration scheduler_timeout = 2s;  // small calls: no answer byte for this long, next
