@@ -19,7 +19,9 @@
 // prints the build's version and its libraries'.
 //
 // Addresses: --peerd URL (default $SHOAL_PEERD or http://127.0.0.1:65001),
-//            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070),
+//            --scheduler URL (default $SHOAL_SCHEDULER or http://127.0.0.1:7070; repeat it or
+//            give a comma-separated list for several replicas: a request goes to the first
+//            that answers, docs/scheduler.md "Clients fail over"),
 //            --registry-proxy URL (default $SHOAL_REGISTRY_PROXY or http://127.0.0.1:5050).
 // TLS (https URLs): --ca FILE (the cluster CA; default $SHOAL_CA), --cert FILE and --key FILE
 // (the operator's certificate, shoal://operator/<user>; default $SHOAL_CERT, $SHOAL_KEY), or
@@ -609,7 +611,7 @@ using ctl::trim_slashes;
 // The options every command takes (before or after the command words).
 struct globals {
   std::string peerd = env_or("SHOAL_PEERD", "http://127.0.0.1:65001");
-  std::string scheduler = env_or("SHOAL_SCHEDULER", "http://127.0.0.1:7070");
+  std::vector<std::string> scheduler{env_or("SHOAL_SCHEDULER", "http://127.0.0.1:7070")};
   std::string proxy = env_or("SHOAL_REGISTRY_PROXY", "http://127.0.0.1:5050");
   std::string ca = env_or("SHOAL_CA", ""), cert = env_or("SHOAL_CERT", ""),
               key = env_or("SHOAL_KEY", ""), token_file = env_or("SHOAL_TOKEN_FILE", "");
@@ -620,7 +622,11 @@ struct globals {
 void add_globals(CLI::App& app, globals& g) {
   app.add_option("--peerd", g.peerd, "peerd's API on this node ($SHOAL_PEERD)")
       ->capture_default_str();
-  app.add_option("--scheduler", g.scheduler, "The scheduler's API ($SHOAL_SCHEDULER)")
+  app.add_option("--scheduler", g.scheduler,
+                 "The scheduler's API ($SHOAL_SCHEDULER); several replicas: repeat the flag or "
+                 "separate URLs with commas")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();
   app.add_option("--registry-proxy", g.proxy, "registry-proxy's API ($SHOAL_REGISTRY_PROXY)")
       ->capture_default_str();
@@ -738,7 +744,15 @@ int main(int argc, char** argv) {
 
   context cx;
   cx.peerd = trim_slashes(g.peerd);
-  cx.scheduler = trim_slashes(g.scheduler);
+  auto schedulers = shoal::endpoints::split_list(g.scheduler);
+  for (auto& u : schedulers) u = trim_slashes(u);
+  auto set = shoal::endpoints::endpoint_set::create(schedulers);
+  if (!set) {
+    std::fprintf(stderr, "shoalctl: --scheduler: %s\n", set.error().message.c_str());
+    return 2;
+  }
+  cx.scheduler = schedulers.front();
+  cx.schedulers = std::move(*set);
   cx.proxy = trim_slashes(g.proxy);
   cx.out = g.json ? ctl::format::json : *ctl::parse_format(g.output);
   if (g.cert.empty() != g.key.empty()) {

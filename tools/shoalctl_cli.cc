@@ -34,7 +34,19 @@ response request(const context& cx, const std::string& method, const std::string
   r.timeouts.connect = std::chrono::seconds(3);
   r.timeouts.stall = stall;
   r.max_retries = method == "GET" ? 2 : 0;
-  return shoal::http::fetch(*cx.client, std::move(r));
+  const auto n = cx.scheduler.size();
+  bool to_scheduler = cx.schedulers && n > 0 && url.starts_with(cx.scheduler) &&
+                      (url.size() == n || url[n] == '/' || url[n] == '?');
+  if (!to_scheduler) return shoal::http::fetch(*cx.client, std::move(r));
+  // A scheduler call: a path on each replica in turn, each with a short connect timeout; a
+  // GET waits at most 5 s for a replica's answer before it asks the next.
+  r.url = url.substr(n);
+  r.timeouts.connect = std::chrono::seconds(1);
+  bool idempotent = method == "GET" || method == "HEAD";
+  if (idempotent) r.timeouts.stall = std::min(r.timeouts.stall, std::chrono::milliseconds(5000));
+  auto kind =
+      idempotent ? shoal::endpoints::call_kind::idempotent : shoal::endpoints::call_kind::once;
+  return shoal::endpoints::fetch(*cx.client, *cx.schedulers, std::move(r), kind);
 }
 
 double num_of(const json& o, const char* k) {

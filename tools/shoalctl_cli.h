@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/endpoints.h"
 #include "common/error.h"
 #include "common/http_client.h"
 #include "shoalctl_output.h"
@@ -25,14 +26,19 @@ using response = shoal::result<shoal::http::full_response>;
 
 // What every command shares, set up in main before the first request.
 struct context {
+  // `scheduler` is the first scheduler URL; request() sends a URL under it to the replicas of
+  // `schedulers` in turn (common/endpoints.h).
   std::string peerd, scheduler, proxy;
+  std::shared_ptr<shoal::endpoints::endpoint_set> schedulers;
   std::string bearer;  // `Authorization: Bearer` for the scheduler and registry-proxy; may be empty
   format out = format::table;
   std::unique_ptr<shoal::http::client> client;
 };
 
 // One request; the bearer token goes to https URLs only (never to peerd's loopback API, which
-// has its own token: `headers`).
+// has its own token: `headers`). A URL under cx.scheduler fails over between the scheduler
+// replicas: a GET on any failure, other methods (place, prewarm, rm) only when the replica was
+// never reached, since one that timed out may have applied the request.
 response request(const context& cx, const std::string& method, const std::string& url,
                  const std::string& body = {},
                  std::chrono::milliseconds stall = std::chrono::seconds(30),

@@ -18,6 +18,7 @@
 #include "heartbeat.h"
 #include "mirror.h"
 #include "prewarm.h"
+#include "scheduler_link.h"
 #include "peerd/state_db.h"
 #include "peerd/swarm.h"
 #include "swarm/version.h"
@@ -72,6 +73,9 @@ status app::init() {
   if (auto s = swarm::enable_members_only(cfg_.tls); !s) return fail(s.error());
   // Every outbound call (registry-proxy, the scheduler) presents this node's certificate.
   http_client_ = std::make_unique<http::client>(http::client_options_with_tls({}, cfg_.tls));
+  auto sl = scheduler_link::create(cfg_.upstream, *http_client_);
+  if (!sl) return fail(sl.error());
+  scheduler_ = std::move(*sl);
   cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
   if (!st) return fail(st.error().wrap("cache " + co.root));
@@ -83,8 +87,11 @@ status app::init() {
   if (!sdb) return fail(sdb.error());
   state_ = std::move(*sdb);
 
+  // Torrents announce to every replica, the one that last answered first (swarm.cc trackers()).
+  swarm_manager::bases_fn bases;
+  if (scheduler_) bases = [s = scheduler_.get()] { return s->bases(); };
   auto sw =
-      swarm_manager::start(cfg_.swarm, cfg_.node, cfg_.upstream.scheduler,
+      swarm_manager::start(cfg_.swarm, cfg_.node, std::move(bases),
                            swarm_manager::deps{*store_, *state_, *http_client_, pool_}, cfg_.tls);
   if (!sw) return fail(sw.error().wrap("swarm"));
   swarm_ = std::move(*sw);
@@ -121,7 +128,7 @@ status app::init() {
 
   if (auto s = start_server(); !s) return s;
   if (auto s = start_metrics_server(); !s) return s;
-  if (!cfg_.upstream.scheduler.empty()) start_heartbeat();
+  if (scheduler_) start_heartbeat();
   log::info("peerd listening", log::kv("node", cfg_.node.name),
             log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
             log::kv("registry_proxy", cfg_.upstream.registry_proxy),
@@ -141,6 +148,7 @@ void app::start_heartbeat() {
   heartbeat_sender::deps hd{
       cfg_, *store_, *swarm_, *http_client_, [this] { return server_->port(); }, prewarm_.get()};
   hd.health = health_.get();
+  hd.scheduler = scheduler_.get();
   pods_ = std::make_unique<cri::pod_watcher>(cfg_.node, reg_);
   pods_->start();
   if (!cfg_.node.cri_socket.empty()) hd.pods = [p = pods_.get()] { return p->current(); };
@@ -173,11 +181,13 @@ status app::init_tls() {
         "and nothing proves this node's identity (single-machine demo only)");
     return {};
   }
-  for (auto [key, url] : {std::pair{"upstream.registry_proxy", &cfg_.upstream.registry_proxy},
-                          std::pair{"upstream.scheduler", &cfg_.upstream.scheduler}}) {
-    if (!url->empty() && !url->starts_with("https://")) {
-      return fail(errc::config_error, std::string(key) + " is " + *url +
-                                          ": with tls.enabled it must be an https:// URL");
+  std::vector<std::pair<std::string, std::string>> urls{
+      {"upstream.registry_proxy", cfg_.upstream.registry_proxy}};
+  for (const auto& u : scheduler_urls(cfg_.upstream)) urls.emplace_back("a scheduler URL", u);
+  for (const auto& [key, url] : urls) {
+    if (!url.empty() && !url.starts_with("https://")) {
+      return fail(errc::config_error,
+                  key + " is " + url + ": with tls.enabled it must be an https:// URL");
     }
   }
   // Loads the files now, so a missing or mismatched certificate or key stops the start with a
@@ -321,7 +331,8 @@ status app::init_datasets() {
   o.expiry_interval =
       std::chrono::duration_cast<std::chrono::milliseconds>(dc.expiry_check_interval.get());
   datasets_ = std::make_unique<dataset_manager>(
-      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_}, std::move(o));
+      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_, scheduler_.get()},
+      std::move(o));
   if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
   return {};
 }

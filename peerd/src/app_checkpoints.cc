@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "scheduler_link.h"
 #include "checkpoints.h"
 #include "common/checkpoint.h"
 #include "common/file.h"
@@ -57,7 +58,8 @@ status app::init_checkpoints() {
   o.checkpoints = true;
   o.keep_last = static_cast<std::size_t>(cc.keep_last);
   restores_ = std::make_unique<dataset_manager>(
-      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_}, std::move(o));
+      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_, scheduler_.get()},
+      std::move(o));
   if (auto s = restores_->start(); !s) return fail(s.error().wrap("checkpoints"));
   checkpoint_publisher::options po;
   po.dir = dir;
@@ -65,7 +67,8 @@ status app::init_checkpoints() {
   po.keep_last = static_cast<std::size_t>(cc.keep_last);
   po.hash_threads = cc.hash_threads;
   publisher_ = std::make_unique<checkpoint_publisher>(
-      checkpoint_publisher::deps{cfg_, *store_, *fetcher_, *http_client_, reg_}, std::move(po));
+      checkpoint_publisher::deps{cfg_, *store_, *fetcher_, *http_client_, reg_, scheduler_.get()},
+      std::move(po));
   if (auto s = publisher_->start(); !s) return fail(s.error().wrap("checkpoints"));
   return {};
 }

@@ -1,6 +1,7 @@
 // Publishing checkpoints (checkpoints.h): listing and ingesting the files, seeding the groups,
 // registering with the scheduler, lifecycle and records.
 #include "checkpoints.h"
+#include "scheduler_link.h"
 #include "checkpoints_internal.h"
 
 #include <fcntl.h>
@@ -431,23 +432,17 @@ result<checkpoint::registration> checkpoint_publisher::seed(
 }
 
 status checkpoint_publisher::register_with_scheduler(pub& p, const checkpoint::registration& reg) {
-  std::string base = d_.cfg.upstream.scheduler;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  if (base.empty())
+  if (d_.scheduler == nullptr)
     return fail(errc::config_error, "upstream.scheduler is not set: nowhere to register");
   std::string body = checkpoint::encode(reg);
   for (int attempt = 1;; ++attempt) {
-    http::client_request r;
-    r.method = "POST";
-    r.url = base + std::string(checkpoint::paths::scheduler);
+    // The same registration again is a repeat the scheduler answers like the first: each call
+    // fails over between replicas (scheduler_link.h), and these attempts ride out a moment
+    // when none answers.
+    auto r = d_.scheduler->request("POST", std::string(checkpoint::paths::scheduler));
     r.headers.emplace_back("Content-Type", "application/json");
     r.body = body;
-    r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.connect_timeout.get());
-    r.timeouts.stall = std::chrono::duration_cast<std::chrono::milliseconds>(
-        d_.cfg.upstream.request_timeout.get());
-    r.max_retries = 0;
-    auto f = http::fetch(d_.http, std::move(r), 1u << 20);
+    auto f = d_.scheduler->call(std::move(r), 1u << 20);
     if (f && (f->status == 200 || f->status == 201)) return {};
     std::string why = f ? origin::error_message_of(f->body) : f.error().message;
     if (f && f->status >= 400 && f->status < 500 && f->status != 429)

@@ -52,6 +52,8 @@
 
 namespace shoal::peerd {
 
+class scheduler_link;
+
 class checkpoint_publisher {
  public:
   struct deps {
@@ -60,6 +62,7 @@ class checkpoint_publisher {
     fetcher& fetch;  // groups are added as complete seeds through fetch_group
     http::client& http;
     metrics::registry& metrics;
+    scheduler_link* scheduler = nullptr;  // the replicas registrations go to; null: none
   };
   struct options {
     std::string dir;           // records and registrations

@@ -1,5 +1,7 @@
 #include "peerd/config.h"
 
+#include <algorithm>
+
 #include "common/oci.h"
 
 namespace shoal::peerd {
@@ -56,9 +58,30 @@ void describe(config::binder& b, upstream_config& c) {
   b.field("registry_proxy", c.registry_proxy,
           "Base URL of registry-proxy (manifests, metainfo, HTTP fallback).");
   b.field("scheduler", c.scheduler,
-          "Base URL of the scheduler (tracker and heartbeats). Empty: none.");
-  b.field("connect_timeout", c.connect_timeout,
-          "Connect timeout toward registry-proxy and the scheduler.", {.min = 10ms});
+          "Base URL of the scheduler (tracker, heartbeats, checkpoints). Empty: none. A host name "
+          "that resolves to several addresses (a headless Service) counts as one replica per "
+          "address, each called under the name (TLS checks the name).");
+  b.field(
+      "schedulers", c.schedulers,
+      "More scheduler replicas (base URLs), tried in order after `scheduler` when it is "
+      "refused, hung or answers 502/503/504; either key alone is fine. Calls stay on the "
+      "replica that last answered. Every replica is a tracker of one tier, so libtorrent "
+      "announces to one and moves on when it fails (docs/scheduler.md, \"Clients fail over\").");
+  b.field("scheduler_connect_timeout", c.scheduler_connect_timeout,
+          "Connect timeout per scheduler replica; past it the next is tried.", {.min = 10ms});
+  b.field("scheduler_timeout", c.scheduler_timeout,
+          "Small scheduler calls (heartbeats, checkpoint records and registrations): a replica "
+          "that sends no byte of its answer for this long is taken for hung and the call goes "
+          "to the next (every such call is idempotent).",
+          {.min = 100ms});
+  b.field("scheduler_backoff", c.scheduler_backoff,
+          "A replica that failed is tried last for this long.", {.min = 0s});
+  b.field("scheduler_resolve_interval", c.scheduler_resolve_interval,
+          "How often scheduler host names are looked up again (pods of a headless Service come "
+          "and go); a lookup waits at most scheduler_connect_timeout.",
+          {.min = 1s});
+  b.field("connect_timeout", c.connect_timeout, "Connect timeout toward registry-proxy.",
+          {.min = 10ms});
   b.field("request_timeout", c.request_timeout,
           "Stall timeout for manifests and other small requests.", {.min = 100ms});
   b.field(
@@ -66,6 +89,17 @@ void describe(config::binder& b, upstream_config& c) {
       "Long-poll for the metainfo of an object registry-proxy is still fetching; repeated while it "
       "makes progress.",
       {.min = 100ms});
+}
+
+std::vector<std::string> scheduler_urls(const upstream_config& c) {
+  std::vector<std::string> out;
+  auto add = [&](std::string u) {
+    while (!u.empty() && u.back() == '/') u.pop_back();
+    if (!u.empty() && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+  };
+  add(c.scheduler);
+  for (const auto& u : c.schedulers) add(u);
+  return out;
 }
 
 void describe(config::binder& b, swarm_config& c) {

@@ -1,5 +1,6 @@
 // peerd's dataset manager (datasets.h): lifecycle, persisted jobs, the prefetch steps, presence.
 #include "datasets_internal.h"
+#include "scheduler_link.h"
 
 namespace shoal::peerd {
 
@@ -71,10 +72,18 @@ http::client_request dataset_manager::small_request(std::string url) const {
 }
 
 std::string dataset_manager::upstream(const std::string& path) const {
-  if (!opts_.checkpoints) return proxy(path);
-  std::string base = d_.cfg.upstream.scheduler;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + path;
+  return opts_.checkpoints ? path : proxy(path);
+}
+
+result<http::full_response> dataset_manager::upstream_call(http::client_request r,
+                                                           std::size_t max_body) {
+  auto attempt = [&](http::client_request q) {
+    return origin::call(d_.http, std::move(q), max_body);
+  };
+  if (!opts_.checkpoints) return attempt(std::move(r));
+  if (d_.scheduler == nullptr)
+    return fail(errc::config_error, "upstream.scheduler is not set: no checkpoint catalog");
+  return d_.scheduler->run(std::move(r), attempt);
 }
 
 void dataset_manager::adopt_manifest(job& j, std::shared_ptr<const dataset::manifest> full) {
@@ -491,7 +500,7 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall = std::chrono::seconds(60);
   r.max_retries = 2;
-  auto f = origin::call(d_.http, std::move(r), opts_.max_manifest);
+  auto f = upstream_call(std::move(r), opts_.max_manifest);
   if (!f) return fail(f.error().wrap("manifest of " + j->ref));
   if (f->status != 200)
     return fail(errc::upstream_error,
@@ -509,9 +518,12 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
 }
 
 result<checkpoint::record> dataset_manager::scheduler_record(const std::string& ref, int retries) {
-  auto q = small_request(upstream(std::string(checkpoint::paths::scheduler) + "/" + ref));
+  if (d_.scheduler == nullptr)
+    return fail(errc::config_error, "upstream.scheduler is not set: no checkpoint catalog");
+  // A GET: it goes to the replica that last answered and fails over to the others.
+  auto q = d_.scheduler->request("GET", std::string(checkpoint::paths::scheduler) + "/" + ref);
   q.max_retries = retries;
-  auto f = http::fetch(d_.http, std::move(q), 64u << 20);
+  auto f = d_.scheduler->call(std::move(q), 64u << 20);
   if (!f) return fail(errc::unavailable, f.error().message);
   if (f->status != 200) {
     std::string why = origin::error_message_of(f->body);

@@ -63,6 +63,8 @@
 
 namespace shoal::peerd {
 
+class scheduler_link;
+
 class dataset_manager {
  public:
   struct deps {
@@ -71,6 +73,8 @@ class dataset_manager {
     fetcher& fetch;  // pack groups (fetch_group)
     http::client& http;
     boost::asio::thread_pool& pool;
+    // Checkpoints: the scheduler replicas (records, manifests, group metainfo), with failover.
+    scheduler_link* scheduler = nullptr;
   };
   struct options {
     std::string views_dir;
@@ -153,7 +157,12 @@ class dataset_manager {
   [[nodiscard]] result<checkpoint::record> scheduler_record(const std::string& ref, int retries);
   // Checkpoints: the record's manifest digest from the scheduler.
   [[nodiscard]] result<digest> checkpoint_digest(const std::shared_ptr<job>& j);
+  // Where the dataset API lives: registry-proxy's URL of `path`, or for checkpoints `path`
+  // itself, which upstream_call() runs on the scheduler replicas.
   [[nodiscard]] std::string upstream(const std::string& path) const;
+  // origin::call on registry-proxy, or (checkpoints) on the scheduler replicas in turn.
+  [[nodiscard]] result<http::full_response> upstream_call(http::client_request r,
+                                                          std::size_t max_body);
   // A GET of a small answer from registry-proxy or the scheduler (upstream.* timeouts, 1 retry).
   [[nodiscard]] http::client_request small_request(std::string url) const;
   // After a checkpoint restore of `ref` is ready: drops older steps of its job beyond keep_last.

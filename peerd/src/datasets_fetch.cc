@@ -138,7 +138,7 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
         d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(5);
     r.max_retries = 0;
-    auto f = origin::call(d_.http, std::move(r), 256u << 20);
+    auto f = upstream_call(std::move(r), 256u << 20);
     if (!f && origin::is_version_mismatch(f.error())) {
       return fail(f.error().wrap(j->ref + " group " + std::to_string(g)));
     }

@@ -2,6 +2,7 @@
 
 #include "peerd/health.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -9,13 +10,12 @@
 #include "common/log.h"
 #include "common/platform.h"
 #include "prewarm.h"
+#include "scheduler_link.h"
 
 namespace shoal::peerd {
 
 heartbeat_sender::heartbeat_sender(deps d) : d_(std::move(d)), platform_(oci::host_platform()) {
-  url_ = d_.cfg.upstream.scheduler;
-  while (!url_.empty() && url_.back() == '/') url_.pop_back();
-  url_ += "/v1/heartbeat";
+  for (const auto& u : scheduler_urls(d_.cfg.upstream)) url_ += (url_.empty() ? "" : ",") + u;
 }
 
 heartbeat_sender::~heartbeat_sender() { stop(); }
@@ -152,16 +152,16 @@ bool heartbeat_sender::on_reply(const heartbeat::message& sent, const result<hea
 }
 
 result<heartbeat::reply> heartbeat_sender::send(const heartbeat::message& m) {
-  http::client_request r;
-  r.method = "POST";
-  r.url = url_;
+  if (d_.scheduler == nullptr) return fail(errc::config_error, "no scheduler");
+  auto r = d_.scheduler->request("POST", "/v1/heartbeat");
   r.body = heartbeat::encode(m);
   r.headers.emplace_back("Content-Type", "application/json");
   // The last message before a stop must not hold the stop up for long.
-  r.timeouts.connect = std::chrono::milliseconds(m.leaving ? 1000 : 2000);
-  r.timeouts.stall = std::chrono::milliseconds(m.leaving ? 2000 : 10000);
-  r.max_retries = 0;
-  auto f = http::fetch(d_.http, std::move(r), 64u << 20);
+  if (m.leaving) {
+    r.timeouts.connect = std::min(r.timeouts.connect, std::chrono::milliseconds(1000));
+    r.timeouts.stall = std::min(r.timeouts.stall, std::chrono::milliseconds(2000));
+  }
+  auto f = d_.scheduler->call(std::move(r), 64u << 20);
   if (!f) return fail(f.error());
   if (f->status != 200) {
     return fail(errc::upstream_error, "scheduler answered HTTP " + std::to_string(f->status) +

@@ -33,6 +33,7 @@ namespace shoal::peerd {
 
 class prewarm_executor;
 class health_monitor;
+class scheduler_link;
 
 class heartbeat_sender {
  public:
@@ -53,6 +54,9 @@ class heartbeat_sender {
     std::function<std::vector<heartbeat::dataset_presence>()> checkpoints;
     // The node's pods with a job label (cri.h); nullopt while unknown. Empty: no CRI watch.
     std::function<std::optional<std::vector<heartbeat::job_pod>>()> pods;
+    // The scheduler replicas (never null once start() runs): a heartbeat goes to the one that
+    // last answered and fails over to the next (scheduler_link.h says why that is safe).
+    scheduler_link* scheduler = nullptr;
   };
   explicit heartbeat_sender(deps d);
   ~heartbeat_sender();

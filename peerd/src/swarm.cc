@@ -182,19 +182,21 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
 
 result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& cfg,
                                                             const node_config& node,
-                                                            const std::string& scheduler_url,
-                                                            deps d, const tls::tls_config& tls) {
+                                                            bases_fn scheduler_bases, deps d,
+                                                            const tls::tls_config& tls) {
   if (tls.enabled && metainfo_root().empty()) {
     return shoal::fail(errc::config_error,
                        "swarm: tls is on but no metainfo root is set (swarm::enable_members_only)");
   }
-  if (tls.enabled && !scheduler_url.empty() && !scheduler_url.starts_with("https://")) {
-    log::warn(
-        "tls is on but upstream.scheduler is not https: SSL torrents will announce in "
-        "plain HTTP, which a TLS scheduler refuses",
-        log::kv("scheduler", scheduler_url));
+  for (const auto& url : scheduler_bases ? scheduler_bases() : std::vector<std::string>{}) {
+    if (tls.enabled && !url.starts_with("https://")) {
+      log::warn(
+          "tls is on but a scheduler URL is not https: SSL torrents will announce to it in "
+          "plain HTTP, which a TLS scheduler refuses",
+          log::kv("scheduler", url));
+    }
   }
-  std::unique_ptr<swarm_manager> m(new swarm_manager(cfg, node, scheduler_url, d));
+  std::unique_ptr<swarm_manager> m(new swarm_manager(cfg, node, std::move(scheduler_bases), d));
   swarm::settings ss;
   swarm::apply_tls(ss, tls);
   ss.listen = cfg.listen;
@@ -275,12 +277,21 @@ std::string swarm_manager::endpoint() const {
   return host + ":" + std::to_string(listen_port());
 }
 
+// One tracker per scheduler replica, all in tier 0 (add_torrent_params::tracker_tiers stays
+// empty: every tracker is tier 0), the replica that last answered first. The replicas share
+// one peer store, so libtorrent announces to the first only (announce_to_all_trackers is off,
+// swarm/src/swarm.cc) and, when it fails, moves it to the back of the tier and announces to the
+// next at once.
 std::vector<std::string> swarm_manager::trackers() const {
-  if (scheduler_.empty()) return {};
-  std::string t =
-      swarm::tracker_url(scheduler_ + "/announce", node_.name, node_.zone, node_.rack, "peer");
-  if (!cfg_.announce_ip.empty()) t += "&ip=" + cfg_.announce_ip;
-  return {t};
+  if (!scheduler_) return {};
+  std::vector<std::string> out;
+  for (const auto& base : scheduler_()) {
+    std::string t =
+        swarm::tracker_url(base + "/announce", node_.name, node_.zone, node_.rack, "peer");
+    if (!cfg_.announce_ip.empty()) t += "&ip=" + cfg_.announce_ip;
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 void swarm_manager::add_seed_peers(lt::add_torrent_params& p,

@@ -87,7 +87,11 @@ void describe(config::binder& b, torrent_config& c) {
   b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
   b.field("announce_ip", c.announce_ip,
           "Address announced to the tracker (empty: the tracker sees the source).");
-  b.field("trackers", c.trackers, "Tracker announce URLs written into every metainfo.");
+  b.field("trackers", c.trackers,
+          "Tracker announce URLs (one per scheduler replica) written into every metainfo and "
+          "announced to by the seeder, all in one tier in this order: libtorrent announces to "
+          "one and moves to the next when it is refused or hung for 3 s (docs/scheduler.md "
+          "\"Clients fail over\").");
   b.field("node_name", c.node_name, "Name this origin announces to the tracker.");
   b.field("upload_rate_limit", c.upload_rate_limit, "Upload cap in bytes/s (0: unlimited).");
   b.field("max_loaded_torrents", c.max_loaded_torrents,

@@ -81,8 +81,23 @@ lt::settings_pack lan_settings(const settings& s) {
   p.set_bool(sp::strict_end_game_mode, true);
   // A loopback tracker needs an /announce path; we use one. Local peers are allowed.
   p.set_bool(sp::ssrf_mitigation, false);
-  p.set_bool(sp::announce_to_all_trackers, true);
+  // Trackers are the scheduler's replicas, all in one tier (tier 0, the preferred first), and
+  // the replicas share one peer store: announcing to one of them is enough. libtorrent
+  // announces to the first of the tier; when it fails (refused at once, hung past the
+  // timeouts below) it moves that tracker to the back of the tier and announces to the next
+  // at once (torrent::tracker_request_error). docs/scheduler.md "Clients fail over".
+  p.set_bool(sp::announce_to_all_trackers, false);
   p.set_bool(sp::announce_to_all_tiers, true);
+  // An announce is a small GET: one not answered within 3 s (30 by default) is taken for hung
+  // and the next tracker is tried. In 2.0.8 only this bounds an HTTP announce
+  // (http_tracker_connection.cpp); tracker_receive_timeout (10 s) is for UDP trackers.
+  p.set_int(sp::tracker_receive_timeout, 2);
+  p.set_int(sp::tracker_completion_timeout, 3);
+  p.set_int(sp::stop_tracker_timeout, 2);
+  // A failed tracker waits 5 s + fails^2 * 5 s * tracker_backoff / 100 before it is retried
+  // (17, 55, 117 s... at the default 250); at 100, a set that was all down (a restart) is
+  // retried after 10, 25, 50 s.
+  p.set_int(sp::tracker_backoff, 100);
   return p;
 }
 

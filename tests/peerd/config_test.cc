@@ -46,6 +46,30 @@ swarm: {listen: "10.0.0.5:6881", announce_ip: 10.0.0.5, seed_idle_unload: 2s, st
   EXPECT_EQ(c.swarm.announce_ip, "10.0.0.5");
 }
 
+TEST(PeerdConfig, SchedulerReplicas) {
+  peerd_config one;
+  ASSERT_TRUE(config::load_string("upstream: {scheduler: \"http://s:7070/\"}", "a.yaml", one));
+  EXPECT_EQ(scheduler_urls(one.upstream), (std::vector<std::string>{"http://s:7070"}));
+  EXPECT_TRUE(scheduler_urls(peerd_config{}.upstream).empty());
+  peerd_config many;
+  auto st = config::load_string(R"(
+upstream: {scheduler: "http://a:7070", schedulers: ["http://b:7070", "http://a:7070/", "http://c:7070"],
+           scheduler_connect_timeout: 500ms, scheduler_timeout: 1s, scheduler_backoff: 3s,
+           scheduler_resolve_interval: 10s}
+)",
+                                "b.yaml", many);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(scheduler_urls(many.upstream),
+            (std::vector<std::string>{"http://a:7070", "http://b:7070", "http://c:7070"}));
+  EXPECT_EQ(many.upstream.scheduler_timeout.get(), 1s);
+  peerd_config only_list;
+  ASSERT_TRUE(
+      config::load_string("upstream: {schedulers: [\"http://b:7070\"]}", "c.yaml", only_list));
+  EXPECT_EQ(scheduler_urls(only_list.upstream), (std::vector<std::string>{"http://b:7070"}));
+  EXPECT_EQ(peerd_config{}.upstream.scheduler_connect_timeout.get(), 1s);
+  EXPECT_EQ(peerd_config{}.upstream.scheduler_timeout.get(), 2s);
+}
+
 struct bad_case {
   const char* name;
   const char* yaml;

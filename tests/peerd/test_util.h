@@ -111,7 +111,7 @@ struct swarm_node {
     node_config nc;
     nc.name = name;
     auto sw =
-        swarm_manager::start(swarm_cfg, nc, "", swarm_manager::deps{*store, *state, http, pool});
+        swarm_manager::start(swarm_cfg, nc, {}, swarm_manager::deps{*store, *state, http, pool});
     if (!sw) throw std::runtime_error(sw.error().message);
     swarm = std::move(*sw);
   }

@@ -32,6 +32,7 @@ class checkpoint_publisher;
 class mirror;
 class prewarm_executor;
 class heartbeat_sender;
+class scheduler_link;
 class health_monitor;
 namespace cri {
 class pod_watcher;
@@ -71,6 +72,8 @@ class app {
   boost::asio::thread_pool pool_;
   metrics::registry reg_;
   std::unique_ptr<http::client> http_client_;
+  // The scheduler replicas (upstream.scheduler, upstream.schedulers); null without one.
+  std::unique_ptr<scheduler_link> scheduler_;
   std::unique_ptr<cache::store> store_;
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;

@@ -47,11 +47,20 @@ void describe(config::binder& b, node_config& c);
 struct upstream_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
   std::string scheduler;  // base URL of the scheduler (tracker, heartbeats); empty: none
+  // More replicas of the scheduler, tried after `scheduler` (docs/scheduler.md "Clients fail
+  // over").
+  std::vector<std::string> schedulers;
+  config::duration scheduler_connect_timeout = 1s;  // per replica, then the next
+  config::duration scheduler_timeout = 2s;  // small calls: no answer byte for this long, next
+  config::duration scheduler_backoff = 5s;  // a failed replica is tried last for this long
+  config::duration scheduler_resolve_interval = 30s;  // a name's addresses are looked up again
   config::duration connect_timeout = 2s;
   config::duration request_timeout = 10s;  // manifests and other small requests
   config::duration metainfo_wait = 5s;     // long-poll per metainfo request
 };
 void describe(config::binder& b, upstream_config& c);
+// `scheduler` then `schedulers`, without duplicates; empty: no scheduler.
+[[nodiscard]] std::vector<std::string> scheduler_urls(const upstream_config& c);
 
 struct swarm_config {
   std::string listen = "0.0.0.0:6881";  // BitTorrent listen address (the data-plane IP)

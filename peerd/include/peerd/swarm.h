@@ -252,9 +252,12 @@ class swarm_manager {
   };
   // With `tls.enabled` every torrent is an SSL torrent (BitTorrent between members, swarm.h): the
   // process's metainfo root must be set first (swarm::enable_members_only), the session listens
-  // on SSL sockets only and uses this node's certificate.
+  // on SSL sockets only and uses this node's certificate. `scheduler_bases` gives the
+  // scheduler replicas' base URLs, the preferred first (scheduler_link::bases); empty or unset:
+  // torrents have no tracker.
+  using bases_fn = std::function<std::vector<std::string>()>;
   [[nodiscard]] static result<std::unique_ptr<swarm_manager>> start(
-      const swarm_config& cfg, const node_config& node, const std::string& scheduler_url, deps d,
+      const swarm_config& cfg, const node_config& node, bases_fn scheduler_bases, deps d,
       const tls::tls_config& tls = {});
   ~swarm_manager();
   swarm_manager(const swarm_manager&) = delete;
@@ -332,8 +335,8 @@ class swarm_manager {
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
 
  private:
-  swarm_manager(const swarm_config& cfg, const node_config& node, std::string scheduler_url, deps d)
-      : cfg_(cfg), node_(node), scheduler_(std::move(scheduler_url)), d_(d) {}
+  swarm_manager(const swarm_config& cfg, const node_config& node, bases_fn scheduler_bases, deps d)
+      : cfg_(cfg), node_(node), scheduler_(std::move(scheduler_bases)), d_(d) {}
   using steady = std::chrono::steady_clock;
 
   // Alerts (swarm_alerts.cc): one dispatch; group torrents first (swarm_groups.cc).
@@ -425,7 +428,7 @@ class swarm_manager {
 
   swarm_config cfg_;
   node_config node_;
-  std::string scheduler_;
+  bases_fn scheduler_;
   deps d_;
   std::unique_ptr<swarm::session> ses_;
   source_counters counters_;
