@@ -15,6 +15,14 @@ certificate profile and the way the daemons read their certificates:
 - peerd's checkpoint directories (publish_root, views_dir) lie inside the mount that holds its cache
   (clones and hard links do not cross mount points), at the same path on the host, its token file
   in a Secret volume, and the scheduler's jobs.checkpoint_views_dir names peerd's views_dir;
+- the scheduler runs 3 replicas with a rolling update that keeps them all ready, spread over nodes,
+  with a disruption budget; its `redis` section names the sentinels the Redis StatefulSet and its
+  headless Service provide (pod names, service, namespace, port), and its password files lie in
+  the mounted Secret Redis's pods read too;
+- Redis's StatefulSet runs redis-server and redis-sentinel in each of its 3 pods, its ConfigMap
+  carries exactly the ACL rules of tests/support/shoal_fixtures/redis.py (imported, not copied),
+  which ha_test.py runs the scheduler against, with no password in it; only the scheduler and
+  Redis pods may reach its ports, nodes may not; it has a disruption budget;
 - deploy/examples/*.yaml validate the same way, and the checkpoint Job's pods reach peerd as the
   base deploys it: host network, the `shoal.io/job` label, hostPaths under publish_root and at
   views_dir mounted at the paths peerd sees, the token Secret peerd reads.
@@ -26,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 import urllib.parse
@@ -34,6 +43,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from shoal_fixtures import redis as redis_fixture  # noqa: E402  the ACL rules ha_test.py runs with
 URI_ROLES = {"node", "registry-proxy", "scheduler", "operator", "kube-scheduler"}
 BOTH = {"digital signature", "server auth", "client auth"}
 
@@ -79,7 +90,7 @@ class DeployRender(unittest.TestCase):
 
     def test_renders_everything_into_one_namespace(self):
         for kind in ("Namespace", "Issuer", "Certificate", "ConfigMap", "Deployment", "DaemonSet",
-                     "Service", "ServiceAccount", "NetworkPolicy", "PodDisruptionBudget"):
+                     "StatefulSet", "Service", "ServiceAccount", "NetworkPolicy", "PodDisruptionBudget"):
             self.assertIn(kind, self.by_kind, kind)
         for d in self.docs:
             if d["kind"] != "Namespace":
@@ -155,6 +166,8 @@ class DeployRender(unittest.TestCase):
         checked = set()
         for cm in self.by_kind["ConfigMap"]:
             for key, text in cm["data"].items():
+                if key not in workloads:
+                    continue  # Redis's files (test_redis_*)
                 cfg = yaml.safe_load(text)
                 tls = cfg.get("tls", {})
                 self.assertTrue(tls.get("enabled"), f"{key}: TLS is the default deployment")
@@ -212,7 +225,7 @@ class DeployRender(unittest.TestCase):
     def test_workloads_are_operable(self):
         """Probes, resource requests, a memory limit, their own token-less ServiceAccount."""
         accounts = {a["metadata"]["name"]: a for a in self.by_kind["ServiceAccount"]}
-        for w in self.by_kind["Deployment"] + self.by_kind["DaemonSet"]:
+        for w in self.by_kind["Deployment"] + self.by_kind["DaemonSet"] + self.by_kind["StatefulSet"]:
             name = w["metadata"]["name"]
             pod = w["spec"]["template"]["spec"]
             self.assertIn(pod.get("serviceAccountName"), accounts, name)
@@ -224,8 +237,9 @@ class DeployRender(unittest.TestCase):
                 self.assertTrue({"cpu", "memory"} <= set(c["resources"]["requests"]), name)
 
     def test_network_policies_admit_the_service_ports(self):
-        """Each control Service's ports are admitted by the NetworkPolicy over its pods, from the
-        nodes' range; no policy names a port its pods do not serve."""
+        """Each Service's ports are admitted by the NetworkPolicy over its pods, from the nodes'
+        range for the control Services (Redis: test_only_the_scheduler_and_redis_reach_redis); no
+        policy names a port its pods do not serve."""
         pols = {n["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: n
                 for n in self.by_kind["NetworkPolicy"]}
         for svc in self.by_kind["Service"]:
@@ -234,9 +248,11 @@ class DeployRender(unittest.TestCase):
             admitted = {p["port"] for rule in pols[app]["spec"]["ingress"] for p in rule["ports"]}
             for port in svc["spec"]["ports"]:
                 self.assertIn(port["port"], admitted, f"{app}: {port}")
+            if app == "shoal-redis":
+                continue
             from_nodes = [r for r in pols[app]["spec"]["ingress"] if any("ipBlock" in f for f in r["from"])]
             self.assertTrue(from_nodes, f"{app}: nodes (host network) are not admitted")
-        workload = {w["metadata"]["name"]: w for w in self.by_kind["Deployment"]}
+        workload = {w["metadata"]["name"]: w for w in self.by_kind["Deployment"] + self.by_kind["StatefulSet"]}
         for app, pol in pols.items():
             served = {p["containerPort"] for c in workload[app]["spec"]["template"]["spec"]["containers"]
                       for p in c.get("ports", [])} | {6881}  # registry-proxy's seeder (its config)
@@ -244,13 +260,192 @@ class DeployRender(unittest.TestCase):
                 for p in rule["ports"]:
                     self.assertIn(p["port"], served, f"{app}: policy admits a port nothing serves")
 
+    def test_only_the_scheduler_and_redis_reach_redis(self):
+        """Redis has no TLS: its policy admits its two ports from the scheduler's pods and Redis's
+        own (replication, sentinels) only, never an address block (the nodes, peerd) or another
+        namespace, and no other policy selects Redis's pods."""
+        redis_labels = self.workload("StatefulSet", "shoal-redis")["spec"]["template"]["metadata"]["labels"]
+        over = [p for p in self.by_kind["NetworkPolicy"]
+                if p["spec"]["podSelector"]["matchLabels"].items() <= redis_labels.items()]
+        self.assertEqual([p["metadata"]["name"] for p in over], ["shoal-redis"])
+        spec = over[0]["spec"]
+        self.assertEqual(spec["policyTypes"], ["Ingress"])
+        self.assertNotIn("namespaceSelector", str(spec))
+        peers, ports = set(), set()
+        for rule in spec["ingress"]:
+            self.assertTrue(rule.get("from"), "a rule without `from` admits everyone")
+            self.assertTrue(rule.get("ports"), "a rule without `ports` admits every port")
+            for f in rule["from"]:
+                self.assertEqual(set(f), {"podSelector"}, f)
+                peers.add(f["podSelector"]["matchLabels"]["app.kubernetes.io/name"])
+            ports |= {(p["port"], p["protocol"]) for p in rule["ports"]}
+        self.assertEqual(peers, {"shoal-scheduler", "shoal-redis"})
+        self.assertEqual(ports, {(6379, "TCP"), (26379, "TCP")})
+        sched_labels = self.workload("Deployment", "shoal-scheduler")["spec"]["template"]["metadata"]["labels"]
+        self.assertEqual(sched_labels["app.kubernetes.io/name"], "shoal-scheduler")
+
     def test_disruption_budgets_select_workloads(self):
-        labels = [w["spec"]["template"]["metadata"]["labels"] for w in self.by_kind["Deployment"]]
+        workloads = self.by_kind["Deployment"] + self.by_kind["StatefulSet"]
+        labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads]
         for pdb in self.by_kind["PodDisruptionBudget"]:
             sel = pdb["spec"]["selector"]["matchLabels"]
             self.assertTrue(any(sel.items() <= l.items() for l in labels), pdb["metadata"]["name"])
             self.assertNotEqual(pdb["spec"].get("minAvailable"), 1,
                                 "minAvailable 1 over a single replica blocks every drain")
+        for kind, name in (("Deployment", "shoal-scheduler"), ("StatefulSet", "shoal-redis")):
+            w = self.workload(kind, name)
+            pdbs = [p for p in self.by_kind["PodDisruptionBudget"] if p["spec"]["selector"]["matchLabels"].items()
+                    <= w["spec"]["template"]["metadata"]["labels"].items()]
+            self.assertEqual(len(pdbs), 1, name)
+            spec = pdbs[0]["spec"]
+            # A drain leaves a majority of the 3 (Redis: a primary or replica and the sentinels' quorum).
+            allowed = (spec["maxUnavailable"] if "maxUnavailable" in spec
+                       else w["spec"]["replicas"] - spec["minAvailable"])
+            self.assertEqual(allowed, 1, name)
+
+    # -- scheduler replicas and Redis (docs/ha.md, docs/install.md "Deploying replicas") ----------
+
+    def workload(self, kind: str, name: str) -> dict:
+        return next(d for d in self.by_kind[kind] if d["metadata"]["name"] == name)
+
+    def redis_files(self) -> dict[str, str]:
+        sts = self.workload("StatefulSet", "shoal-redis")
+        cm_name = next(v["configMap"]["name"] for v in sts["spec"]["template"]["spec"]["volumes"] if "configMap" in v)
+        return next(c for c in self.by_kind["ConfigMap"] if c["metadata"]["name"] == cm_name)["data"]
+
+    def test_scheduler_runs_replicas_with_rolling_updates(self):
+        dep = self.workload("Deployment", "shoal-scheduler")
+        spec = dep["spec"]
+        self.assertEqual(spec["replicas"], 3)
+        self.assertEqual(spec["strategy"]["type"], "RollingUpdate")
+        ru = spec["strategy"]["rollingUpdate"]
+        # Never more than one replica down during an update, and at least one moving.
+        self.assertLessEqual(ru["maxUnavailable"], 1)
+        self.assertGreaterEqual(ru["maxSurge"] + ru["maxUnavailable"], 1)
+        pod = spec["template"]["spec"]
+        terms = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        self.assertTrue(any(t["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname" and
+                            t["podAffinityTerm"]["labelSelector"]["matchLabels"].items()
+                            <= spec["template"]["metadata"]["labels"].items() for t in terms))
+        self.assertIn("readinessProbe", pod["containers"][0])
+
+    def test_scheduler_redis_section_names_the_sentinels_redis_provides(self):
+        cfg = _daemon_config(self.by_kind["ConfigMap"], "scheduler.yaml")
+        r = cfg["redis"]
+        sts = self.workload("StatefulSet", "shoal-redis")
+        svc = next(s for s in self.by_kind["Service"] if s["metadata"]["name"] == sts["spec"]["serviceName"])
+        self.assertEqual(svc["spec"]["clusterIP"], "None", "per-pod DNS names need a headless Service")
+        self.assertIs(svc["spec"].get("publishNotReadyAddresses"), True)
+        self.assertLessEqual(svc["spec"]["selector"].items(), sts["spec"]["template"]["metadata"]["labels"].items())
+        ns = sts["metadata"]["namespace"]
+        sentinel_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "sentinel")
+        want = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local:{sentinel_port}"
+                for i in range(sts["spec"]["replicas"])]
+        self.assertEqual(r["sentinels"], want)
+        self.assertNotIn("address", r, "sentinels and address: only the sentinels would be used")
+        containers = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
+        served = {p["containerPort"] for c in containers.values() for p in c["ports"]}
+        self.assertIn(sentinel_port, served)
+        self.assertIn(6379, served)  # the port the sentinels' `monitor` line names (start.sh)
+        files = self.redis_files()
+        self.assertIn(f"sentinel monitor {r['master_name']} @MASTER@ 6379 2", files["sentinel.conf"].splitlines())
+        # start.sh is told how many pods there are, and how the Service is named.
+        for c in containers.values():
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            self.assertEqual(env["SHOAL_REDIS_PODS"], str(sts["spec"]["replicas"]), c["name"])
+            self.assertEqual(env["SHOAL_REDIS_SERVICE"], svc["metadata"]["name"], c["name"])
+        self.assertEqual(r["user"], redis_fixture.SCHEDULER)
+        self.assertEqual(r["sentinel_user"], redis_fixture.SCHEDULER)
+        self.assertEqual(r["key_prefix"], "shoal:")  # what the ACL's ~shoal:* grants
+        self.assertGreaterEqual(r["wait_replicas"], 1)
+        self.assertLess(r["wait_replicas"], sts["spec"]["replicas"])
+
+    def test_scheduler_password_files_are_the_secret_redis_reads(self):
+        cfg = _daemon_config(self.by_kind["ConfigMap"], "scheduler.yaml")["redis"]
+        mounts, _ = self.mounts_of("Deployment", "shoal-scheduler")
+        secrets = set()
+        for key in ("password_file", "sentinel_password_file"):
+            f = Path(cfg[key])
+            vol = mounts.get(str(f.parent))
+            self.assertIsNotNone(vol, f"redis.{key} {f} is under no mount")
+            self.assertIn("secret", vol, key)
+            self.assertEqual(f.name, "password", "the Secret's key (docs/install.md)")
+            secrets.add(vol["secret"]["secretName"])
+        self.assertEqual(len(secrets), 1)
+        (secret,) = secrets
+        # Redis's pods read the same Secret at the path start.sh reads it from.
+        sts = self.workload("StatefulSet", "shoal-redis")
+        pod = sts["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        script = self.redis_files()["start.sh"]
+        for c in pod["containers"]:
+            m = {x["mountPath"]: vols[x["name"]] for x in c["volumeMounts"]}
+            self.assertEqual(m["/etc/shoal-redis"]["secret"]["secretName"], secret, c["name"])
+            self.assertIn("secret", m["/etc/shoal-redis-internal"], c["name"])
+        self.assertIn("secrets=${SHOAL_REDIS_SECRETS:-/etc/shoal-redis}", script)
+        self.assertIn('scheduler_pw=$(secret "$secrets/password")', script)
+        self.assertIn("internal=${SHOAL_REDIS_INTERNAL:-/etc/shoal-redis-internal}", script)
+        # The scheduler never gets the replication and Sentinel passwords.
+        sched_secrets = {v["secret"]["secretName"] for v in mounts.values() if "secret" in v}
+        internal = m["/etc/shoal-redis-internal"]["secret"]["secretName"]
+        self.assertNotIn(internal, sched_secrets)
+
+    def test_redis_pods_run_a_server_and_a_sentinel(self):
+        sts = self.workload("StatefulSet", "shoal-redis")
+        self.assertEqual(sts["spec"]["replicas"], 3)
+        self.assertEqual(sts["spec"]["updateStrategy"]["type"], "RollingUpdate")
+        pod = sts["spec"]["template"]["spec"]
+        conf_mount = next(m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "conf")
+        self.assertEqual({c["name"]: c["command"] for c in pod["containers"]}, {
+            "redis": ["sh", f"{conf_mount}/start.sh", "server"],
+            "sentinel": ["sh", f"{conf_mount}/start.sh", "sentinel"]})
+        script = self.redis_files()["start.sh"]
+        self.assertIn('exec redis-server "$data/redis.conf"', script)
+        self.assertIn("data=${SHOAL_REDIS_DATA:-/data}", script)
+        self.assertIn('exec redis-sentinel "$state/sentinel.conf"', script)
+        self.assertIn("state=${SHOAL_REDIS_SENTINEL_STATE:-/sentinel}", script)
+        for c in pod["containers"]:
+            self.assertEqual(c["image"].split(":")[0], "shoal/redis", c["name"])
+            mounts = {m["mountPath"] for m in c["volumeMounts"]}
+            self.assertIn("/data" if c["name"] == "redis" else "/sentinel", mounts, c["name"])
+        # No persistence: the data lives as long as the pod (redis.yaml says why).
+        self.assertNotIn("volumeClaimTemplates", sts["spec"])
+        conf = self.redis_files()["redis.conf"].splitlines()
+        self.assertIn('save ""', conf)
+        self.assertIn("appendonly no", conf)
+
+    def test_redis_acls_are_the_fixtures(self):
+        """The rules ha_test.py runs the scheduler against, user by user, on the data nodes and
+        the sentinels; the default user off; passwords only as hashes start.sh fills in."""
+        fx = redis_fixture
+        files = self.redis_files()
+        want = {
+            "redis.conf": {"default": fx.DEFAULT_RULES, fx.SCHEDULER: fx.SCHEDULER_RULES,
+                           fx.REPL: fx.REPL_RULES, fx.SENTINEL: fx.SENTINEL_DATA_RULES},
+            "sentinel.conf": {"default": fx.DEFAULT_RULES, fx.SCHEDULER: fx.SCHEDULER_SENTINEL_RULES,
+                              fx.SENTINEL: fx.SENTINEL_PEER_RULES},
+        }
+        for name, users in want.items():
+            lines = [l for l in files[name].splitlines() if l.startswith("user ")]
+            self.assertEqual(len(lines), len(users), name)
+            got = {}
+            for line in lines:
+                _, user, rest = line.split(" ", 2)
+                if user != "default":
+                    # on resetpass #<sha256 of the Secret's password> <rules>
+                    on, resetpass, secret, rules = rest.split(" ", 3)
+                    self.assertEqual((on, resetpass), ("on", "resetpass"), line)
+                    self.assertRegex(secret, r"^#@[A-Z]+_SHA256@$", line)
+                    rest = rules
+                got[user] = rest
+            self.assertEqual(got, users, name)
+            self.assertIn("user default off resetpass resetkeys resetchannels -@all", files[name].splitlines())
+        # Sentinel and replication authenticate as the fixture does.
+        self.assertIn(f"masteruser {fx.REPL}", files["redis.conf"].splitlines())
+        self.assertIn(f"sentinel auth-user shoal {fx.SENTINEL}", files["sentinel.conf"].splitlines())
+        self.assertIn(f"sentinel sentinel-user {fx.SENTINEL}", files["sentinel.conf"].splitlines())
+        for text in files.values():
+            self.assertNotRegex(text, r"(?m)^\s*user \S+ .*>", "a clear-text password in the ConfigMap")
 
 
 @unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")

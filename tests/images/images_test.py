@@ -3,12 +3,14 @@
 <build>/packages), then tools/build-images into <build>/images. Checked here, from the OCI archives
 themselves:
 
-- the three images (shoal/peerd, shoal/registry-proxy, shoal/scheduler) exist, tagged with the
-  packages' version, for this machine's architecture;
+- the four images (shoal/peerd, shoal/registry-proxy, shoal/scheduler, shoal/redis) exist, tagged
+  with the packages' version, for this machine's architecture;
 - each is a valid OCI image (index -> manifest -> config and layers, digests verified) whose
   entrypoint is its daemon and whose labels carry the version and the license;
-- all three share their first layer (the Debian root filesystem), so a node stores it once;
-- the daemon's binary inside each image has exactly the bytes of this build's package.
+- all four share their first layer (the Debian root filesystem), so a node stores it once;
+- the daemon's binary inside each of Shoal's images has exactly the bytes of this build's package;
+- shoal/redis holds Debian's redis-server, redis-sentinel and redis-cli and every command
+  deploy/base/redis.yaml's start.sh and probes run.
 
 tests/peerd/cluster_test.py (test 15) then pushes them into the cluster's registry, pulls them on
 every node through Shoal and runs `--version` inside one with containerd.
@@ -28,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SHOAL_BUILD_DIR", ROOT / "build" / "release"))
+REDIS_DAEMON = "redis-server"  # shoal/redis's entrypoint (tools/build-images)
 
 
 def sha256(b: bytes) -> str:
@@ -83,9 +86,9 @@ class Images(unittest.TestCase):
             a.blob(layer["digest"])  # present and verified
         return a, manifest, config
 
-    def test_three_images_with_the_packages_version(self):
+    def test_four_images_with_the_packages_version(self):
         names = sorted(i["name"] for i in self.meta["images"])
-        self.assertEqual(names, ["shoal/peerd", "shoal/registry-proxy", "shoal/scheduler"])
+        self.assertEqual(names, ["shoal/peerd", "shoal/redis", "shoal/registry-proxy", "shoal/scheduler"])
         arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
         self.assertEqual(self.meta["arch"], arch)
         self.assertEqual(self.meta["version"], self.version)
@@ -93,7 +96,7 @@ class Images(unittest.TestCase):
             _, _, config = self.manifest_of(img)
             self.assertEqual(config["architecture"], arch)
             self.assertEqual(config["os"], "linux")
-            daemon = "shoal-" + img["name"].split("/")[1]
+            daemon = REDIS_DAEMON if img["name"] == "shoal/redis" else "shoal-" + img["name"].split("/")[1]
             self.assertEqual(config["config"]["Entrypoint"], [f"/usr/bin/{daemon}"])
             labels = config["config"]["Labels"]
             self.assertEqual(labels["org.opencontainers.image.version"], self.version)
@@ -109,6 +112,8 @@ class Images(unittest.TestCase):
         """Each image's own layer holds its daemon with exactly the bytes of this build's package
         (tests/install checks the package against the build)."""
         for img in self.meta["images"]:
+            if img["name"] == "shoal/redis":
+                continue  # Debian's packages (test_redis_image_runs_start_sh)
             a, manifest, _ = self.manifest_of(img)
             daemon = "shoal-" + img["name"].split("/")[1]
             deb = next((BUILD / "packages").glob(f"{daemon}_*.deb"))
@@ -124,6 +129,21 @@ class Images(unittest.TestCase):
                             found = lt.extractfile(m).read()
             self.assertIsNotNone(found, f"{daemon} not in {img['name']}'s own layer")
             self.assertEqual(sha256(found), sha256(want), f"{daemon} in {img['name']} is not {deb.name}'s")
+
+    def test_redis_image_runs_start_sh(self):
+        """deploy/base/redis.yaml runs `sh start.sh server|sentinel` in shoal/redis: the Redis
+        daemons, redis-cli (sentinel queries, probes) and the tools start.sh calls are there."""
+        img = next(i for i in self.meta["images"] if i["name"] == "shoal/redis")
+        a, manifest, _ = self.manifest_of(img)
+        names = set()
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(a.blob(layer["digest"]))) as lt:
+                names |= {m.name.lstrip("./") for m in lt.getmembers()}
+        # /bin and /sbin are links to usr/ on a merged-/usr root filesystem.
+        found = lambda tool: any(f"{d}/{tool}" in names for d in ("usr/bin", "bin", "usr/sbin", "sbin"))
+        for tool in ("redis-server", "redis-sentinel", "redis-cli", "sh", "sed", "sha256sum", "cut",
+                     "tr", "head", "seq", "sleep", "timeout", "getent", "cat", "grep"):
+            self.assertTrue(found(tool), f"{tool} is not in shoal/redis")
 
 
 if __name__ == "__main__":
