@@ -82,6 +82,7 @@ http::response api::on_checkpoints(const http::request& req) {
       return json_error(400, "DELETE names one checkpoint: /v1/checkpoints/<job>@<step>");
     if (!d_.checkpoints->remove(which.str()))
       return json_error(404, "checkpoint " + which.str() + " is not registered");
+    if (d_.shared != nullptr) d_.shared->checkpoint_removed(which.str());
     log::info("checkpoint record removed", log::kv("checkpoint", which.str()),
               log::kv("by", req.peer.str()));
     return http::response::json(200, dump(json{{"removed", which.str()}}));
@@ -127,6 +128,7 @@ http::response api::on_checkpoint_register(const http::request& req) {
                   "client certificate is " +
                       req.peer.str());
   std::string caller = req.peer.tls ? req.peer.name : checkpoint::writer_of(reg->manifest);
+  std::string body = d_.shared != nullptr ? req.body : std::string();  // kept in Redis below
   auto done = d_.checkpoints->register_checkpoint(std::move(*reg), caller);
   if (!done) {
     if (done.error().is(errc::unauthorized) && req.peer.tls)
@@ -134,6 +136,9 @@ http::response api::on_checkpoint_register(const http::request& req) {
     return refuse(status_of_checkpoint(done.error()), done.error().message);
   }
   bool created = done->what == checkpoint_catalog::outcome::created;
+  if (created && d_.shared != nullptr)
+    d_.shared->checkpoint_registered(done->rec.job + "@" + std::to_string(done->rec.step), body,
+                                     caller);
   count_checkpoint_registration(d_.reg, created ? "created" : "repeat");
   return record_answer(created ? 201 : 200, std::move(done->rec), d_);
 }

@@ -140,6 +140,11 @@ status app::init() {
 
   if (auto s = init_auth(); !s) return s;
   if (auto s = init_checkpoints(); !s) return s;
+  if (shared_) {
+    // Everything it feeds exists now: load what Redis holds, then read the log.
+    shared_->attach(*checkpoints_);
+    shared_->start();
+  }
   api_ = std::make_unique<api>(api_deps{cfg_, *index_, *tracker_, *placer_, *resolver_, *datasets_,
                                         *prewarm_, *extender_, reg_, token_.get(), failures_.get(),
                                         checkpoints_.get(), checkpoint_grant_for_, jobs_.get(),
@@ -350,7 +355,6 @@ status app::init_shared() {
   log::info("shared state in redis",
             log::kv("redis", rc.sentinels.empty() ? rc.address : "sentinels/" + rc.master_name),
             log::kv("replica", so.replica_id));
-  shared_->start();
   return {};
 }
 

@@ -70,7 +70,7 @@ checkpoint_catalog::checkpoint_catalog(checkpoint_catalog_options o, clock_ms no
     : opts_(o), now_(now ? std::move(now) : clock_ms(system_now_ms)) {}
 
 result<checkpoint_catalog::registered> checkpoint_catalog::register_checkpoint(
-    checkpoint::decoded_registration reg, std::string_view caller) {
+    checkpoint::decoded_registration reg, std::string_view caller, bool notify_listeners) {
   const auto& m = reg.manifest;
   auto rec_key = checkpoint::key(m.name, checkpoint::step_of(m));
   std::string writer = checkpoint::writer_of(m);
@@ -130,7 +130,7 @@ result<checkpoint_catalog::registered> checkpoint_catalog::register_checkpoint(
     ++stats_.records;
     stats_.bytes += e->cost;
     evicted = evict_locked(r.job, e->seq);
-    notify = listeners_;
+    if (notify_listeners) notify = listeners_;
     out = r;
   }
   for (const auto& k : evicted)

@@ -260,6 +260,37 @@ void shared_state::attach(placer& p) {
       random_hex(4) + "-");
 }
 
+void shared_state::attach(checkpoint_catalog& c) { checkpoints_ = &c; }
+
+void shared_state::checkpoint_registered(const std::string& key, const std::string& body,
+                                         const std::string& caller) {
+  auto c = pool_.get();
+  auto r = c->pipeline(
+      {{"SET", opts_.prefix + "ck:" + key, caller + "\n" + body, "PX",
+        std::to_string(opts_.job_keep.count())},
+       {"ZADD", opts_.prefix + "cks",
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count()),
+        key},
+       {"XADD", opts_.prefix + "log", "MAXLEN", "~", std::to_string(opts_.log_max_entries), "*",
+        "t", "ck", "r", opts_.replica_id, "key", key}});
+  if (!r || r->back().is_error()) {
+    set_stale(r ? "redis: " + r->back().str : r.error().message);
+    log::warn("checkpoint not shared with the other replicas", log::kv("checkpoint", key));
+  }
+}
+
+void shared_state::checkpoint_removed(const std::string& key) {
+  auto c = pool_.get();
+  auto r = c->pipeline(
+      {{"DEL", opts_.prefix + "ck:" + key},
+       {"ZREM", opts_.prefix + "cks", key},
+       {"XADD", opts_.prefix + "log", "MAXLEN", "~", std::to_string(opts_.log_max_entries), "*",
+        "t", "ckdel", "r", opts_.replica_id, "key", key}});
+  if (!r) set_stale(r.error().message);
+}
+
 static std::string encode_prewarm_entry(const std::string& id,
                                         const std::vector<planned_node>& nodes,
                                         const nlohmann::json& summary) {

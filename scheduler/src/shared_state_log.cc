@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "common/checkpoint.h"
 #include "common/digest.h"
 #include "common/log.h"
 #include "scheduler/ingest.h"
@@ -245,6 +246,8 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
   if (auto s = load_nodes(c, loaded); !s) return s;
   std::size_t announces = 0, prewarms = 0, jobs = 0;
   if (auto s = load_kept(c, prewarms, jobs); !s) return s;
+  std::size_t checkpoints = 0;
+  if (auto s = load_checkpoints(c, checkpoints); !s) return s;
   // The announces of the last peer_timeout (peers announce at least this often).
   if (last != log_id{}) {
     auto peer_ms = static_cast<std::uint64_t>(opts_.peer_timeout.count());
@@ -282,6 +285,7 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
   reloads_->with({why}).inc();
   log::info("shared state loaded from redis", log::kv("reason", why), log::kv("nodes", nodes),
             log::kv("announces", announces), log::kv("prewarms", prewarms), log::kv("jobs", jobs),
+            log::kv("checkpoints", checkpoints),
             log::kv("ms", std::chrono::duration_cast<milliseconds>(steady::now() - t0).count()));
   return {};
 }
@@ -377,6 +381,41 @@ void shared_state::apply_reservation_entry(const redis_reply& f, std::uint64_t a
                            milliseconds(ttl - age_ms));
 }
 
+void shared_state::apply_checkpoint(const std::string& key, const std::string& kept) {
+  if (checkpoints_ == nullptr) return;
+  auto nl = kept.find('\n');
+  if (nl == std::string::npos) return;
+  auto reg = checkpoint::decode_registration(std::string_view(kept).substr(nl + 1));
+  if (!reg) {
+    log::warn("shared checkpoint does not decode", log::kv("checkpoint", key),
+              log::kv("error", reg.error().message));
+    return;
+  }
+  auto r = checkpoints_->register_checkpoint(std::move(*reg), kept.substr(0, nl), false);
+  if (!r) {
+    log::warn("shared checkpoint not registered", log::kv("checkpoint", key),
+              log::kv("error", r.error().message));
+  }
+}
+
+status shared_state::load_checkpoints(redis_conn& c, std::size_t& loaded) {
+  if (checkpoints_ == nullptr) return {};
+  // In registration order, so that the catalog's bounds drop what they dropped elsewhere.
+  auto keys = c.command({"ZRANGE", opts_.prefix + "cks", "0", "-1"});
+  if (!keys) return fail(keys.error());
+  for (const auto& k : keys->elements) {
+    auto v = c.command({"GET", opts_.prefix + "ck:" + k.str});
+    if (!v) return fail(v.error());
+    if (v->is_nil()) {
+      (void)c.command({"ZREM", opts_.prefix + "cks", k.str});
+      continue;
+    }
+    apply_checkpoint(k.str, v->str);
+    ++loaded;
+  }
+  return {};
+}
+
 void shared_state::apply_entry(const redis_reply& e) {
   if (e.elements.size() != 2) return;
   const auto& f = e.elements[1];
@@ -394,6 +433,16 @@ void shared_state::apply_entry(const redis_reply& e) {
   } else if (type == "rs") {
     if (field_of(f, "r") == opts_.replica_id) return;  // reserved here
     apply_reservation_entry(f, 0);
+  } else if (type == "ck" || type == "ckdel") {
+    if (field_of(f, "r") == opts_.replica_id || checkpoints_ == nullptr) return;
+    const auto& key = field_of(f, "key");
+    if (type == "ckdel") {
+      (void)checkpoints_->remove(key);
+    } else {
+      auto c = pool_.get();
+      auto v = c->command({"GET", opts_.prefix + "ck:" + key});
+      if (v && v->type == redis_reply::kind::string) apply_checkpoint(key, v->str);
+    }
   } else {
     return;
   }

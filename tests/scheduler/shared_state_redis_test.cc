@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "scheduler/ingest.h"
+#include "checkpoint_util.h"
 #include "scheduler/shared_state.h"
 #include "test_util.h"
 
@@ -81,19 +82,25 @@ class RedisServer {
 // One replica: its own soft state, sharing through Redis.
 struct replica {
   explicit replica(const std::string& address, const std::string& id)
-      : idx(index_options{}, "local"), pw(idx, prewarm_options{}) {
+      : idx(index_options{}, "local"),
+        pw(idx, prewarm_options{}),
+        cat(checkpoint_catalog_options{}) {
+    cat.on_registered([this](const std::string&, const std::string& key) { told.push_back(key); });
     shared_state_options so;
     so.redis.address = address;
     so.replica_id = id;
     so.wait_replicas = 0;  // a lone Redis
     shared = std::make_unique<shared_state>(so, idx, trk, reg);
     shared->attach(pw);
+    shared->attach(cat);
     shared->start();
   }
   ~replica() { shared->stop(); }
   cluster_index idx;
   tracker trk{tracker_options{}};
   prewarm_manager pw;
+  checkpoint_catalog cat;
+  std::vector<std::string> told;  // the catalog's listener calls
   metrics::registry reg;
   std::unique_ptr<shared_state> shared;
 };
@@ -164,6 +171,36 @@ TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
   EXPECT_EQ(again.out.resync_reason, "gap");
   ASSERT_TRUE(eventually([&] { return !a.idx.node("n1")->synced; }));
   EXPECT_EQ(a.idx.node("n1")->objects, 2u);
+}
+
+// A checkpoint registered through one replica is in every replica's catalog (their listeners not
+// called: the standbys are prewarmed once), loads into a new replica, and a removal travels too.
+TEST(SharedStateRedis, CheckpointsAreInEveryReplicasCatalog) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  replica a(redis.address(), "a"), b(redis.address(), "b");
+  auto body = checkpoint::encode(make_reg("train", 3, "n1"));
+  auto reg = checkpoint::decode_registration(body);
+  ASSERT_TRUE(reg);
+  auto done = a.cat.register_checkpoint(std::move(*reg), "n1");
+  ASSERT_TRUE(done);
+  a.shared->checkpoint_registered("train@3", body, "n1");
+  ASSERT_TRUE(eventually([&] { return b.cat.latest("train").has_value(); }));
+  EXPECT_EQ(b.cat.latest("train")->manifest, done->rec.manifest);
+  EXPECT_TRUE(b.cat.manifest("train@3"));
+  EXPECT_EQ(a.told, std::vector<std::string>{"train@3"});
+  EXPECT_TRUE(b.told.empty());
+
+  replica c(redis.address(), "c");
+  ASSERT_TRUE(c.cat.latest("train"));
+  EXPECT_EQ(c.cat.latest("train")->step, 3u);
+  EXPECT_TRUE(c.told.empty());
+
+  ASSERT_TRUE(a.cat.remove("train@3"));
+  a.shared->checkpoint_removed("train@3");
+  EXPECT_TRUE(eventually([&] { return !b.cat.latest("train") && !c.cat.latest("train"); }));
+  replica d(redis.address(), "d");
+  EXPECT_FALSE(d.cat.latest("train"));
 }
 
 }  // namespace

@@ -16,9 +16,9 @@
 //    records of any job go); never the record just registered. One registration larger than
 //    `max_bytes` is refused (errc::too_large).
 //
-// In memory only, for one scheduler: a restarted scheduler has an empty catalog until writers
-// register again. The interface stays narrow (values in, values
-// out; records are immutable once registered) so that it can move to Redis.
+// In memory, for one scheduler: a restarted lone scheduler has an empty catalog until writers
+// register again. Replicas sharing state (shared_state.h) log each registration and removal and
+// keep the registrations in Redis: every replica holds the same catalog, a new one loads it.
 //
 // Lifecycle: built by the app, lives until exit. Threading: thread-safe (one mutex, held for map
 // work only: records are shared immutable entries copied outside it); listeners run on the
@@ -76,8 +76,10 @@ class checkpoint_catalog {
   // Registers `reg` for `caller` (the rules above). Errors: unauthorized (the caller is not the
   // writer), already_exists (the step is published with another manifest), too_large (larger than
   // max_bytes alone). The message says which and names the checkpoint.
+  // `notify` false: the listeners are not called (a registration another scheduler replica took,
+  // applied from the shared log: that replica told its own).
   [[nodiscard]] result<registered> register_checkpoint(checkpoint::decoded_registration reg,
-                                                       std::string_view caller);
+                                                       std::string_view caller, bool notify = true);
 
   // The record `r` names (its highest step for "latest"); not_found with a message otherwise.
   [[nodiscard]] result<checkpoint::record> record(const checkpoint::ref& r) const;

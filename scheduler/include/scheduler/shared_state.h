@@ -44,6 +44,7 @@
 
 #include "common/heartbeat.h"
 #include "common/metrics.h"
+#include "scheduler/checkpoints.h"
 #include "scheduler/index.h"
 #include "scheduler/jobs.h"
 #include "scheduler/prewarm.h"
@@ -66,7 +67,7 @@ struct shared_state_options {
   std::size_t max_objects_per_node = heartbeat::default_max_objects;
   std::size_t announce_queue = 10'000;
   std::chrono::milliseconds prewarm_keep{90 * 60'000};      // prewarm.timeout + prewarm.retention
-  std::chrono::milliseconds job_keep{7LL * 24 * 3600'000};  // jobs.ttl
+  std::chrono::milliseconds job_keep{7LL * 24 * 3600'000};  // jobs.ttl (also checkpoints)
 };
 
 // A log position: the stream id's milliseconds and sequence.
@@ -112,6 +113,14 @@ class shared_state {
   // A placement on another replica within the same few milliseconds can still count the same
   // GPUs: reservations are shared, not locked.
   void attach(placer& p);
+  // The checkpoint catalog: a registration this replica took (created, not a repeat) is kept in
+  // Redis (`<prefix>ck:<J@N>`, ordered in `<prefix>cks`) and logged; the others register it too,
+  // without telling their listeners (the standbys' prewarm is ordered once, here). Removals the
+  // same way. Before start().
+  void attach(checkpoint_catalog& c);
+  void checkpoint_registered(const std::string& key, const std::string& body,
+                             const std::string& caller);
+  void checkpoint_removed(const std::string& key);
   // A prewarm for the log: appended, WAITed for, applied here before it returns (so the caller
   // reads its progress). Redis down: registered here alone.
   [[nodiscard]] status share_prewarm(const std::string& id, const std::vector<planned_node>& nodes,
@@ -137,6 +146,9 @@ class shared_state {
   void apply_entry(const redis_reply& e);
   void apply_prewarm_entry(const std::string& body);
   void apply_job_entry(const redis_reply& fields);
+  // A kept registration ("caller\nbody") into the catalog.
+  void apply_checkpoint(const std::string& key, const std::string& kept);
+  [[nodiscard]] status load_checkpoints(redis_conn& c, std::size_t& loaded);
   // A reservation entry, `age_ms` after it was logged.
   void apply_reservation_entry(const redis_reply& fields, std::uint64_t age_ms);
   void publish_jobs(redis_conn& c);
@@ -160,6 +172,7 @@ class shared_state {
   prewarm_manager* prewarm_ = nullptr;
   job_registry* jobs_ = nullptr;
   placer* placer_ = nullptr;
+  checkpoint_catalog* checkpoints_ = nullptr;
   redis_pool pool_;
   const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
 
