@@ -79,6 +79,10 @@ shared_state::shared_state(shared_state_options opts, cluster_index& index, trac
                                 "Entries of the shared log applied, by type.", {"type"});
   reloads_ = &reg.counter("shoal_scheduler_state_reloads_total",
                           "Full loads of the shared state from Redis, by reason.", {"reason"});
+  foreign_entries_ = &reg.counter("shoal_scheduler_log_foreign_entries_total",
+                                  "Entries of the shared log in a format this replica does not "
+                                  "read (written by a newer release), skipped.")
+                          .with({});
   stale_gauge_->set(1);
 }
 
@@ -251,10 +255,26 @@ void shared_state::attach(placer& p) {
         std::string list;
         for (const auto& n : nodes) list += (list.empty() ? "" : ",") + n;
         auto c = pool_.get();
-        auto r = c->command({"XADD", opts_.prefix + "log", "MAXLEN", "~",
-                             std::to_string(opts_.log_max_entries), "*", "t", "rs", "r",
-                             opts_.replica_id, "id", id, "nodes", list, "gpus",
-                             std::to_string(gpus), "ttl", std::to_string(ttl.count())});
+        auto r = c->command({"XADD",
+                             opts_.prefix + "log",
+                             "MAXLEN",
+                             "~",
+                             std::to_string(opts_.log_max_entries),
+                             "*",
+                             "f",
+                             shared_log_format,
+                             "t",
+                             "rs",
+                             "r",
+                             opts_.replica_id,
+                             "id",
+                             id,
+                             "nodes",
+                             list,
+                             "gpus",
+                             std::to_string(gpus),
+                             "ttl",
+                             std::to_string(ttl.count())});
         if (!r || r->is_error()) set_stale(r ? "redis XADD: " + r->str : r.error().message);
       },
       random_hex(4) + "-");
@@ -274,7 +294,7 @@ void shared_state::checkpoint_registered(const std::string& key, const std::stri
                            .count()),
         key},
        {"XADD", opts_.prefix + "log", "MAXLEN", "~", std::to_string(opts_.log_max_entries), "*",
-        "t", "ck", "r", opts_.replica_id, "key", key}});
+        "f", shared_log_format, "t", "ck", "r", opts_.replica_id, "key", key}});
   if (!r || r->back().is_error()) {
     set_stale(r ? "redis: " + r->back().str : r.error().message);
     log::warn("checkpoint not shared with the other replicas", log::kv("checkpoint", key));
@@ -287,7 +307,7 @@ void shared_state::checkpoint_removed(const std::string& key) {
       {{"DEL", opts_.prefix + "ck:" + key},
        {"ZREM", opts_.prefix + "cks", key},
        {"XADD", opts_.prefix + "log", "MAXLEN", "~", std::to_string(opts_.log_max_entries), "*",
-        "t", "ckdel", "r", opts_.replica_id, "key", key}});
+        "f", shared_log_format, "t", "ckdel", "r", opts_.replica_id, "key", key}});
   if (!r) set_stale(r.error().message);
 }
 
@@ -318,7 +338,7 @@ status shared_state::share_prewarm(const std::string& id, const std::vector<plan
         {"SET", opts_.prefix + "pw:" + id, body, "PX", std::to_string(opts_.prewarm_keep.count())},
         {"SADD", opts_.prefix + "pws", id},
         {"XADD", opts_.prefix + "log", "MAXLEN", "~", std::to_string(opts_.log_max_entries), "*",
-         "t", "pw", "r", opts_.replica_id, "m", body}};
+         "f", shared_log_format, "t", "pw", "r", opts_.replica_id, "m", body}};
     auto c = pool_.get();
     bool reused = c->connected();
     auto r = c->pipeline(cmds);

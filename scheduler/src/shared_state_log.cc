@@ -87,6 +87,8 @@ std::vector<std::string> announce_entry(const announce_request& a, const std::st
           "~",
           std::to_string(maxlen),
           "*",
+          "f",
+          shared_log_format,
           "t",
           "an",
           "r",
@@ -419,6 +421,12 @@ status shared_state::load_checkpoints(redis_conn& c, std::size_t& loaded) {
 void shared_state::apply_entry(const redis_reply& e) {
   if (e.elements.size() != 2) return;
   const auto& f = e.elements[1];
+  if (const auto& format = field_of(f, "f"); !format.empty() && format != shared_log_format) {
+    foreign_entries_->inc();
+    log::warn("shared log: entry in another format skipped (a newer replica?)",
+              log::kv("format", format), log::kv("id", e.elements[0].str));
+    return;
+  }
   const auto& type = field_of(f, "t");
   if (type == "hb") {
     apply_heartbeat_entry(e.elements[0].str, field_of(f, "v"), field_of(f, "m"));
@@ -568,8 +576,8 @@ void shared_state::publish_jobs(redis_conn& c) {
       cmds.push_back({"DEL", opts_.prefix + "job:" + id});
       cmds.push_back({"SREM", opts_.prefix + "jobs", id});
     }
-    cmds.push_back({"XADD", log, "MAXLEN", "~", maxlen, "*", "t", "job", "r", opts_.replica_id,
-                    "id", id, "m", snap.value_or("")});
+    cmds.push_back({"XADD", log, "MAXLEN", "~", maxlen, "*", "f", shared_log_format, "t", "job",
+                    "r", opts_.replica_id, "id", id, "m", snap.value_or("")});
   }
   if (!c.pipeline(cmds)) {
     announces_dropped_->inc(static_cast<double>(ids.size()));

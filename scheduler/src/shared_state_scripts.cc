@@ -40,7 +40,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'endpoint', ARGV[5], 'inv', ARGV[6], 'seen', now)
 redis.call('SADD', KEYS[4], ARGV[1])
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
-                      't', 'hb', 'v', v, 'r', ARGV[9], 'm', ARGV[7])
+                      'f', '1', 't', 'hb', 'v', v, 'r', ARGV[9], 'm', ARGV[7])
 redis.call('HSET', KEYS[1], 'log', id)
 return {v, id, epoch}
 )lua";

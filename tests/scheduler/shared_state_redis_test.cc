@@ -203,5 +203,24 @@ TEST(SharedStateRedis, CheckpointsAreInEveryReplicasCatalog) {
   EXPECT_FALSE(d.cat.latest("train"));
 }
 
+// An entry in a format this release does not read (a newer replica's) is skipped and counted;
+// one of its own format is applied.
+TEST(SharedStateRedis, EntriesOfAnotherFormatAreSkipped) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  replica a(redis.address(), "a");
+  redis_options o;
+  o.address = redis.address();
+  redis_conn c(o);
+  std::string body =
+      R"({"id":"pw-9","summary":{},"nodes":[{"node":"n1","role":"target","orders":[]}]})";
+  ASSERT_TRUE(c.command({"XADD", "shoal:log", "*", "f", "2", "t", "pw", "r", "x", "m", body}));
+  ASSERT_TRUE(c.command({"XADD", "shoal:log", "*", "f", "1", "t", "pw", "r", "x", "m",
+                         R"({"id":"pw-8","summary":{},"nodes":[]})"}));
+  ASSERT_TRUE(eventually([&] { return a.pw.progress("pw-8").has_value(); }));
+  EXPECT_FALSE(a.pw.progress("pw-9"));
+  EXPECT_NE(a.reg.expose().find("shoal_scheduler_log_foreign_entries_total 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shoal::scheduler

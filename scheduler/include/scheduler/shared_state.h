@@ -53,6 +53,11 @@
 
 namespace shoal::scheduler {
 
+// The format of the log's entries (field "f"). A replica applies the entries of its own format
+// and of none (older), and skips, counts and logs others: a release that changes an entry writes
+// it under a new format only once every replica reads it (docs/ha.md, "Upgrades").
+inline const std::string shared_log_format = "1";
+
 struct shared_state_options {
   redis_options redis;
   std::string prefix = "shoal:";  // every key starts with it (the ACL grants ~shoal:*)
@@ -197,6 +202,7 @@ class shared_state {
   metrics::counter* announces_dropped_;
   metrics::counter_family* applied_total_;
   metrics::counter_family* reloads_;
+  metrics::counter* foreign_entries_;
 };
 
 }  // namespace shoal::scheduler
