@@ -39,18 +39,7 @@ class PrewarmTest : public ::testing::Test {
     return pw_.on_heartbeat(node, reports, m.schema);
   }
   static planned_node plan(const std::string& node, const std::string& role = "target") {
-    planned_node p;
-    p.node = node;
-    p.role = role;
-    heartbeat::prewarm_order o;
-    o.id = "pw-1.0";
-    o.image = "docker.io/library/app:v1";
-    o.platform = "linux/amd64";
-    o.registry = "docker.io";
-    o.repository = "library/app";
-    o.objects = {{dg("l1"), 100}, {dg("l2"), 300}};
-    p.orders.push_back(o);
-    return p;
+    return image_plan(node, "pw-1", role);
   }
   nlohmann::json status(const std::string& id = "pw-1") {
     auto s = pw_.progress(id);

@@ -105,20 +105,6 @@ struct replica {
   std::unique_ptr<shared_state> shared;
 };
 
-planned_node plan(const std::string& node) {
-  planned_node p;
-  p.node = node;
-  heartbeat::prewarm_order o;
-  o.id = "pw-7.0";
-  o.image = "docker.io/library/app:v1";
-  o.platform = "linux/amd64";
-  o.registry = "docker.io";
-  o.repository = "library/app";
-  o.objects = {{dg("l1"), 100}, {dg("l2"), 300}};
-  p.orders.push_back(o);
-  return p;
-}
-
 template <class F>
 bool eventually(F f) {
   for (int i = 0; i < 100; ++i) {
@@ -139,7 +125,7 @@ TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
   auto r = a.shared->heartbeat(m);
   ASSERT_FALSE(r.stale);
   ASSERT_TRUE(r.out.full);
-  ASSERT_TRUE(a.pw.create("pw-7", {plan("n1")}, {{"images", {"app:v1"}}}));
+  ASSERT_TRUE(a.pw.create("pw-7", {image_plan("n1", "pw-7")}, {{"images", {"app:v1"}}}));
   // Created through A, known to B at once (A waited for its own apply; B reads the same log).
   ASSERT_TRUE(eventually([&] { return b.pw.progress("pw-7").has_value(); }));
   EXPECT_EQ((*b.pw.progress("pw-7"))["nodes"][0]["bytes_present"], 100);

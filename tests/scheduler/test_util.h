@@ -19,6 +19,7 @@
 #include "common/sha256.h"
 #include "scheduler/cost.h"
 #include "scheduler/dataset_catalog.h"
+#include "scheduler/prewarm.h"
 #include "scheduler/resolver.h"
 
 namespace shoal::scheduler::testing {
@@ -71,6 +72,23 @@ inline heartbeat::held_object held(std::string_view name, std::uint64_t size) {
   h.size = size;
   h.info_hash = ih_of(name);
   return h;
+}
+
+// A node's part of prewarm `id`: one order "<id>.0" for app:v1 (layers l1, 100 B and l2, 300 B).
+inline planned_node image_plan(const std::string& node, const std::string& id,
+                               const std::string& role = "target") {
+  planned_node p;
+  p.node = node;
+  p.role = role;
+  heartbeat::prewarm_order o;
+  o.id = id + ".0";
+  o.image = "docker.io/library/app:v1";
+  o.platform = "linux/amd64";
+  o.registry = "docker.io";
+  o.repository = "library/app";
+  o.objects = {{dg("l1"), 100}, {dg("l2"), 300}};
+  p.orders.push_back(o);
+  return p;
 }
 
 // A full heartbeat from `node` holding the named objects.
