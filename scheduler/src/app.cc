@@ -456,6 +456,15 @@ void app::handle(http::request&& req, http::responder resp) {
     }
     return h;
   };
+  if (req.path == "/readyz" && shared_) {
+    // A replica that cannot reach Redis is degraded but still serves: it stays ready (taking
+    // every replica out of a Service during a Redis outage would turn degraded into down;
+    // docs/ha.md, "Degraded, not down"). /healthz says why.
+    auto h = health();
+    nlohmann::json j = {{"status", h.status}, {"reasons", h.reasons}};
+    resp.send(http::response::json(200, j.dump()));
+    return;
+  }
   if (daemon::serve_ops(req, resp, reg_, health)) return;
   if (api::is_heartbeat(req)) {
     boost::asio::post(heartbeat_pool_,

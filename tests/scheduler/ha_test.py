@@ -308,6 +308,8 @@ class SchedulerHA(FixtureTestCase):
         self.assertIn("n1", [n["node"] for n in json.loads(body)])
         code, _, body = call(a + "/healthz")
         self.assertIn("degraded", body.decode())
+        code, _, body = call(a + "/readyz")
+        self.assertEqual(code, 200, "a stale replica still serves: it must stay ready")
         code, headers, body = call(a + "/v1/heartbeat", hb("n3", [obj(20)], seq=1))
         self.assertEqual(code, 200, body)
         self.assertIsNotNone(self.node_of(self.replicas[0], "n3"))
