@@ -192,6 +192,43 @@ class DeployRender(unittest.TestCase):
         self.assertEqual(checked, set(workloads))
 
 
+    def test_daemon_urls_name_services_their_certificates_cover(self):
+        """Every shoal-* URL in a daemon config names a rendered Service; the workload behind it
+        serves a certificate with that name; peerd reaches the scheduler through the headless
+        Service of every replica (docs/ha.md: clients fail over between replicas)."""
+        services = {f'{d["metadata"]["name"]}.{d["metadata"]["namespace"]}.svc.cluster.local': d
+                    for d in self.by_kind["Service"]}
+        certs = {c["spec"]["secretName"]: set(c["spec"].get("dnsNames", []))
+                 for c in self.by_kind["Certificate"]}
+        workloads = [d for k in ("Deployment", "DaemonSet", "StatefulSet") for d in self.by_kind.get(k, [])]
+        checked = 0
+        for cm in self.by_kind["ConfigMap"]:
+            for key, text in cm["data"].items():
+                if not key.endswith(".yaml"):
+                    continue
+                for url in _urls(yaml.safe_load(text)):
+                    host = urllib.parse.urlparse(url).hostname or ""
+                    if not host.startswith("shoal-"):
+                        continue
+                    self.assertIn(host, services, f"{key}: {url} names no Service")
+                    sel = services[host]["spec"]["selector"]
+                    behind = [w for w in workloads
+                              if all(w["spec"]["template"]["metadata"]["labels"].get(k) == v
+                                     for k, v in sel.items())]
+                    self.assertTrue(behind, f"{key}: no workload behind {host}")
+                    for w in behind:
+                        vols = w["spec"]["template"]["spec"].get("volumes", [])
+                        names = [v["secret"]["secretName"] for v in vols
+                                 if "secret" in v and v["secret"]["secretName"] in certs]
+                        self.assertTrue(any(host in certs[n] for n in names),
+                                        f"{key}: {host} is in no certificate of {w['metadata']['name']}")
+                    checked += 1
+        self.assertGreater(checked, 0)
+        peerd = _daemon_config(self.by_kind["ConfigMap"], "peerd.yaml")
+        host = urllib.parse.urlparse(peerd["upstream"]["scheduler"]).hostname
+        self.assertEqual(services[host]["spec"].get("clusterIP"), "None",
+                         "peerd should resolve every scheduler replica (a headless Service)")
+
     def test_peerd_checkpoint_directories_and_token(self):
         """Checkpoints reach peerd through its data hostPath (docs/checkpoints.md "On Kubernetes")."""
         cfg = _daemon_config(self.by_kind["ConfigMap"], "peerd.yaml")
