@@ -218,12 +218,15 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
   return res;
 }
 
+void shared_state::replicated(redis_conn& c) {
+  if (opts_.wait_replicas <= 0) return;
+  auto w = c.command(
+      {"WAIT", std::to_string(opts_.wait_replicas), std::to_string(opts_.wait_timeout.count())});
+  if (!w || w->integer < opts_.wait_replicas) unreplicated_->inc();
+}
+
 void shared_state::settle(redis_conn& c, const log_id& id) {
-  if (opts_.wait_replicas > 0) {
-    auto w = c.command(
-        {"WAIT", std::to_string(opts_.wait_replicas), std::to_string(opts_.wait_timeout.count())});
-    if (!w || w->integer < opts_.wait_replicas) unreplicated_->inc();
-  }
+  replicated(c);
   std::unique_lock lk(mu_);
   applied_cv_.wait_for(lk, opts_.apply_wait, [&] { return stop_ || !(applied_ < id); });
 }
@@ -298,7 +301,9 @@ void shared_state::checkpoint_registered(const std::string& key, const std::stri
   if (!r || r->back().is_error()) {
     set_stale(r ? "redis: " + r->back().str : r.error().message);
     log::warn("checkpoint not shared with the other replicas", log::kv("checkpoint", key));
+    return;
   }
+  replicated(*c);
 }
 
 void shared_state::checkpoint_removed(const std::string& key) {

@@ -582,7 +582,9 @@ void shared_state::publish_jobs(redis_conn& c) {
   if (!c.pipeline(cmds)) {
     announces_dropped_->inc(static_cast<double>(ids.size()));
     log::warn("jobs not shared: redis unreachable", log::kv("jobs", ids.size()));
+    return;
   }
+  replicated(c);
 }
 
 void shared_state::upkeep_loop() {

@@ -159,7 +159,9 @@ class shared_state {
   void publish_jobs(redis_conn& c);
   // Prewarms and jobs kept as keys (the log is trimmed): loaded by reload().
   [[nodiscard]] status load_kept(redis_conn& c, std::size_t& prewarms, std::size_t& jobs);
-  // WAIT for the Redis replicas, then for this replica's reader to have applied `id`.
+  // WAIT for redis.wait_replicas Redis replicas (counted when they do not answer in time).
+  void replicated(redis_conn& c);
+  // replicated(), then wait for this replica's reader to have applied `id`.
   void settle(redis_conn& c, const log_id& id);
   void apply_heartbeat_entry(const std::string& id, const std::string& verdict,
                              const std::string& body);
