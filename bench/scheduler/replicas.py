@@ -396,7 +396,13 @@ class Bench:
         per_stream: dict[str, float] = {}
         for e in eps:
             per_stream[e["stream"]] = max(per_stream.get(e["stream"], 0.0), e["gap_s"])
+        causes: dict[str, int] = {}
+        for e in eps:
+            key = e["cause"].split(":")[0] + " (" + e["what"] + ")"
+            causes[key] = causes.get(key, 0) + 1
         res = {"killed": self.replicas[victim].url, "wall_s": round(wall, 2),
+               "episode_causes": causes,
+               "longest_episode": max(eps, key=lambda e: e["gap_s"]) if eps else None,
                "heartbeats": hb.summary(wall), "decisions": dec.summary(wall),
                "failover_gap_s": round(gap, 4),
                "streams_with_a_gap": len(per_stream),

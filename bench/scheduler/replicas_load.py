@@ -125,11 +125,12 @@ class Gaps:
         self.episodes: list[dict[str, Any]] = []
         self.failed_attempts = 0
 
-    def add(self, stream: str, start: float, end: float, attempts: int, what: str) -> None:
+    def add(self, stream: str, start: float, end: float, attempts: int, what: str,
+            cause: str = "") -> None:
         with self.lock:
             self.episodes.append({"stream": stream, "start": start, "end": end,
                                   "gap_s": end - start, "failed_attempts": attempts,
-                                  "what": what})
+                                  "what": what, "cause": cause})
             self.failed_attempts += attempts
 
     def since(self, t0: float) -> list[dict[str, Any]]:
@@ -139,6 +140,7 @@ class Gaps:
 
 class Client:
     """One client stream's connections to every replica, with fail-over (module docstring).
+    `timeout`: the longest wait for a connection or an answer (peerd's scheduler_timeout, 2 s).
     Used from one thread."""
 
     def __init__(self, name: str, urls: list[str], first: int, gaps: Gaps,
@@ -180,6 +182,7 @@ class Client:
         Not idempotent: retried on another replica only when the connection was refused (the
         request never reached a replica); otherwise the failure is returned as status 0."""
         first_fail = None
+        cause = ""
         attempts = 0
         end = time.monotonic() + deadline_s
         while True:
@@ -203,29 +206,31 @@ class Client:
                         self._drop(i)
                     if status in RETRY_STATUS:
                         raise ConnectionError(f"status {status}")
-                except NET_ERRORS:
+                except NET_ERRORS as e:
                     self._drop(i)
                     attempts += 1
                     now = time.monotonic()
                     if first_fail is None:
                         first_fail = now
+                        cause = f"{type(e).__name__}: {e}"[:120]
                     self.failed_at[i] = now
                     self.order.remove(i)
                     self.order.append(i)
                     if not idempotent and not refused:
-                        self.gaps.add(self.name, first_fail, now, attempts, what + " (not retried)")
+                        self.gaps.add(self.name, first_fail, now, attempts, what + " (not retried)",
+                                      cause)
                         return 0, {}, b"", i
                     continue
                 # The answering replica goes first.
                 self.order.remove(i)
                 self.order.insert(0, i)
                 if first_fail is not None:
-                    self.gaps.add(self.name, first_fail, time.monotonic(), attempts, what)
+                    self.gaps.add(self.name, first_fail, time.monotonic(), attempts, what, cause)
                 return status, headers, data, i
             if time.monotonic() > end or self.stop():
                 if first_fail is not None:
                     self.gaps.add(self.name, first_fail, time.monotonic(), attempts,
-                                  what + " (gave up)")
+                                  what + " (gave up)", cause)
                 return 0, {}, b"", -1
             time.sleep(0.05)
 
@@ -431,7 +436,8 @@ def decision_streams(cl: Cluster, urls: list[str], gaps: Gaps, rec: Recorder, st
     through the pods; stream k starts at replica k mod len(urls)."""
     out = []
     for k in range(streams):
-        client = Client(f"dec{k}", urls, k % len(urls), gaps)
+        # kube-scheduler's httpTimeout for the extender in deploy/ is 3 s.
+        client = Client(f"dec{k}", urls, k % len(urls), gaps, timeout=3.0)
         pos = [k]
 
         def one(client=client, pos=pos) -> None:
