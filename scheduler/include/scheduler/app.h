@@ -9,6 +9,7 @@
 // the HTTP server on `io_threads`; heartbeats on their own small pool; placement, resolution and
 // the extender on `worker_threads`; a 1 s maintenance timer on the io context.
 
+#include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <memory>
@@ -99,6 +100,7 @@ class app {
   std::unique_ptr<api> api_;
   std::unique_ptr<http::server> server_;
   boost::asio::steady_timer timer_;
+  std::atomic<std::int64_t> tracker_expired_s_{0};  // steady seconds of the last tracker expiry
   metrics::gauge_family* prewarm_orders_ = nullptr;
   metrics::counter* dropped_ = nullptr;
   metrics::counter_family* node_failures_ = nullptr;
