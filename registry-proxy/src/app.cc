@@ -24,6 +24,8 @@ app::~app() {
   // their threads are joined.
   if (datasets_) datasets_->request_stop();
   if (http_client_) http_client_->stop();
+  if (ring_) ring_->stop();
+  if (ring_client_) ring_client_->stop();
   if (datasets_) datasets_->stop();
   pool_.join();
   if (seeder_) seeder_->stop();
@@ -47,6 +49,7 @@ status app::init() {
   if (auto s = open_storage(); !s) return s;
   if (auto s = init_upstreams(); !s) return s;
   init_services();
+  if (auto s = init_ring(); !s) return s;
   if (auto s = init_seeder(); !s) return s;
   if (auto s = init_datasets(); !s) return s;
   register_metrics();
@@ -157,6 +160,46 @@ void app::init_services() {
                             .with({});
   manifests_ = std::make_unique<manifest_service>(pool_, *store_, *state_, *uc_, *access_,
                                                   cfg_.manifests, mm);
+}
+
+// The replica ring (ring.members set): blob fetches of digests another member owns stream from
+// it, through a client of their own that presents this replica's certificate.
+status app::init_ring() {
+  if (cfg_.ring.members.empty()) return {};
+  if (cfg_.tls.enabled) {
+    for (const auto& m : cfg_.ring.members) {
+      if (m.rfind("https://", 0) != 0)
+        return fail(errc::invalid_argument,
+                    "ring.members: " + m + " must be an https:// URL with tls.enabled");
+    }
+  }
+  ring_client_ = std::make_unique<http::client>(http::client_options_with_tls({}, cfg_.tls));
+  auto r = ring::create(cfg_.ring, *ring_client_);
+  if (!r) return fail(r.error().wrap("ring"));
+  ring_ = std::move(*r);
+  blobs_->set_ring(ring_.get());
+  ring_->start(rt_.io());
+  auto* rg = ring_.get();
+  reg_.gauge_fn("shoal_proxy_ring_members_up",
+                "Ring members this replica sees up (itself included).",
+                [rg] { return static_cast<double>(rg->up_count()); });
+  reg_.gauge_fn("shoal_proxy_ring_members", "Ring members configured.",
+                [rg] { return static_cast<double>(rg->members().size()); });
+  reg_.counter_fn("shoal_proxy_ring_forwarded_total",
+                  "Blob fetches that streamed from the digest's owner instead of upstream.",
+                  [rg] { return static_cast<double>(rg->stats().forwarded.load()); });
+  reg_.counter_fn("shoal_proxy_ring_takeovers_total",
+                  "Fetches whose source member failed mid-blob and that the next member took over.",
+                  [rg] { return static_cast<double>(rg->stats().takeovers.load()); });
+  reg_.counter_fn("shoal_proxy_ring_refused_total",
+                  "421 answers from a member that streams the object from this replica (the two "
+                  "disagreed on the owner); this replica then fetched upstream.",
+                  [rg] { return static_cast<double>(rg->stats().refused.load()); });
+  reg_.counter_fn("shoal_proxy_ring_probe_failures_total", "Probes of other members that failed.",
+                  [rg] { return static_cast<double>(rg->stats().probe_failures.load()); });
+  log::info("ring", log::kv("self", cfg_.ring.self),
+            log::kv("members", static_cast<std::uint64_t>(cfg_.ring.members.size())));
+  return {};
 }
 
 // The origin seed (when torrents are on), and the cache events that stop seeding evicted objects.

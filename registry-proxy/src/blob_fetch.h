@@ -19,8 +19,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "registry-proxy/blobs.h"
+#include "registry-proxy/ring.h"
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/text.h"
 
 namespace shoal::proxy {
 
@@ -47,14 +49,23 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     std::shared_ptr<chunk_list> chunks;  // set when the object is cut into chunk objects
   };
 
-  // `personal`: keyed by the client's credential too (flight_key).
-  blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred, bool personal)
+  // `personal`: keyed by the client's credential too (flight_key). `no_forward`: a request of
+  // another ring member (ring::from_header) asked for it: fetch upstream, never from the ring.
+  blob_fetch(blob_service& svc, selection sel, const digest& d, credential cred, bool personal,
+             bool no_forward = false)
       : svc_(svc),
         sel_(std::move(sel)),
         id_(d),
         client_(std::move(cred)),
         key_{d, sel_.up->cfg.name, sel_.repo, personal ? client_.hash : std::string()},
+        no_forward_(no_forward),
         enqueued_at_(svc.upstream_progress()) {}
+
+  // The ring member this fetch streams from; empty while it fetches upstream.
+  std::string source() {
+    std::lock_guard lk(mu_);
+    return source_;
+  }
 
   const digest& id() const { return id_; }
   // The single-flight key (blobs.h): object, upstream, repository, credential.
@@ -84,12 +95,14 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
   void cancel() {
     http::request_id rid;
+    http::client* c = nullptr;
     {
       std::lock_guard lk(mu_);
       cancelled_ = true;
       rid = req_id_;
+      c = req_client_;
     }
-    if (rid) svc_.upstreams().http().cancel(rid);
+    if (rid && c) c->cancel(rid);
   }
 
   // Runs `cb` once the response head is known (streaming, committed or failed).
@@ -158,6 +171,18 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       cancelled = cancelled_;
     }
     if (cancelled) return fail_and_fire(503, "registry-proxy is shutting down");
+    if (!planned_) {
+      planned_ = true;
+      // The ring (ring.h): the owner of the digest fetches it upstream; everyone else streams
+      // it from the owner.
+      if (auto* r = svc_.replica_ring(); r && !no_forward_) {
+        if (auto o = r->owner(id_.str()); o != r->self()) {
+          set_source(o);
+          r->stats().forwarded.fetch_add(1);
+        }
+      }
+    }
+    if (auto src = source(); !src.empty()) return attempt_ring(src);
     if (who_ == acting_as::client && !gated_) {
       // The client's credential goes upstream: once per fetch it passes the credential gate
       // (credential_gate.h), and holds its pass until upstream answered.
@@ -192,15 +217,72 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     req.resume = true;
     req.headers.emplace_back("Accept", "*/*");
     if (*auth) req.headers.emplace_back("Authorization", **auth);
+    add_range(req);
     if (svc_.counters().upstream_gets) svc_.counters().upstream_gets->inc();
+    submit(svc_.upstreams().http(), std::move(req));
+  }
+
+  // A continuation (after the ring owner failed mid-blob) asks for the bytes the writer lacks.
+  void add_range(http::client_request& req) const {
+    if (resume_from_ > 0)
+      req.headers.emplace_back("Range", "bytes=" + std::to_string(resume_from_) + "-");
+  }
+
+  void submit(http::client& c, http::client_request req) {
     http::callbacks cb;
     auto self = shared_from_this();
     cb.on_response = [self](const http::response_head& h) { return self->on_response(h); };
     cb.on_data = [self](std::string_view c) { return self->on_data(c); };
     cb.on_complete = [self](result<http::completion> r) { self->on_complete(std::move(r)); };
-    auto rid = svc_.upstreams().http().submit(std::move(req), std::move(cb));
+    auto rid = c.submit(std::move(req), std::move(cb));
     std::lock_guard lk(mu_);
     req_id_ = rid;
+    req_client_ = &c;
+  }
+
+  // The GET of the pull API at the ring member `src`, which serves it from its cache or its own
+  // upstream fetch. The client's credential goes along once the owner refused us without it;
+  // the owner checks it (its credential gate, the upstream) as for any client.
+  void attempt_ring(const std::string& src) {
+    auto* r = svc_.replica_ring();
+    auto req = r->request(
+        src, "/v2/" + sel_.repo + "/blobs/" + id_.str() + "?ns=" + url_escape(sel_.up->cfg.name));
+    req.resume = true;
+    req.headers.emplace_back("Accept", "*/*");
+    if (who_ == acting_as::client && !client_.anonymous())
+      req.headers.emplace_back("Authorization", client_.header);
+    add_range(req);
+    submit(r->client(), std::move(req));
+  }
+
+  void set_source(std::string s) {
+    std::lock_guard lk(mu_);
+    source_ = std::move(s);
+  }
+
+  // The ring member this fetch streamed from failed (`why`): it is marked down and the next
+  // member in the digest's order takes over; if that is this replica, it goes upstream. The
+  // bytes already written stay: the new source is asked for the rest (Range). Returns false
+  // when there is no one to take over (then the fetch fails as before).
+  bool take_over(const std::string& why) {
+    auto* r = svc_.replica_ring();
+    std::string src = source();
+    if (!r || src.empty() || takeovers_ >= static_cast<int>(r->members().size())) return false;
+    ++takeovers_;
+    r->mark_down(src, why);
+    if (writer_) {
+      if (!flush_pending()) return false;
+      resume_from_ = writer_->inflight()->available();
+    }
+    std::string next = r->owner(id_.str());
+    if (next == src) next = r->self();
+    set_source(next == r->self() ? std::string() : next);
+    r->stats().takeovers.fetch_add(1);
+    log::warn("ring owner failed mid-fetch; taking over", log::kv("digest", id_.str()),
+              log::kv("owner", src), log::kv("next", next == r->self() ? "this replica" : next),
+              log::kv("resume_at", resume_from_), log::kv("error", why));
+    restart();
+    return true;
   }
 
   // Client thread: a 200 from upstream. Checks the announced digest and length, records the
@@ -292,10 +374,56 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     return true;
   }
 
+  // Client thread: the answer to a continuation, whose writer holds resume_from_ bytes.
+  bool on_continuation(const http::response_head& h) {
+    if (h.status == 200) {
+      skip_ = resume_from_;  // the source ignored the Range: drop what we have
+      return true;
+    }
+    if (h.status == 206) {
+      auto cr = std::string(h.header("Content-Range").value_or(""));
+      std::string want = "bytes " + std::to_string(resume_from_) + "-";
+      if (cr.rfind(want, 0) == 0) return true;
+      capture_error(502, "resume at byte " + std::to_string(resume_from_) +
+                             ": source answered Content-Range " + quote_excerpt(cr));
+      return false;
+    }
+    capture_error(h.status >= 400 ? static_cast<unsigned>(h.status) : 502,
+                  "resume at byte " + std::to_string(resume_from_) + ": source answered HTTP " +
+                      std::to_string(h.status));
+    return false;
+  }
+
+  // Client thread: the answer of a ring member.
+  bool on_ring_response(const http::response_head& h) {
+    if (writer_) return on_continuation(h);
+    if (h.status == 200) return on_ok(h);
+    if (h.status == 421) {
+      // The member streams this object from us: we are the owner in its view; fetch upstream.
+      svc_.replica_ring()->stats().refused.fetch_add(1);
+      next_ = next_step::self_fetch;
+      return false;
+    }
+    if (h.status == 503 && h.header(ring::from_header)) {
+      next_ = next_step::take_over;  // the member is shutting down
+      return false;
+    }
+    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
+        !client_.anonymous()) {
+      next_ = next_step::retry_as_client;
+      return false;
+    }
+    capture_status_ = static_cast<unsigned>(h.status);
+    if (auto ra = h.header("Retry-After")) retry_after_capture_ = std::string(*ra);
+    return true;
+  }
+
   // Client thread.
   bool on_response(const http::response_head& h) {
     next_ = next_step::none;
     err_body_.clear();
+    if (!source().empty()) return on_ring_response(h);
+    if (writer_) return on_continuation(h);
     if (h.status == 200) return on_ok(h);
     if (h.status == 401 && auth_round_ == 0 &&
         svc_.upstreams().note_challenge(*sel_.up, h.headers,
@@ -334,6 +462,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
 
   bool on_data(std::string_view chunk) {
     if (writer_) {
+      if (skip_ > 0) {
+        auto n = std::min<std::uint64_t>(skip_, chunk.size());
+        chunk.remove_prefix(static_cast<std::size_t>(n));
+        skip_ -= n;
+        if (chunk.empty()) return true;
+      }
       pending_.append(chunk);
       if (pending_.size() >= 256 * 1024) return flush_pending();
       return true;
@@ -355,6 +489,11 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       auth_round_ = 0;
       return restart();
     }
+    if (step == next_step::self_fetch) {
+      set_source({});
+      return restart();
+    }
+    if (step == next_step::take_over && take_over("the member is shutting down")) return;
     if (pending_error_) {
       if (chunker_) chunker_->abort(pending_message_);
       if (writer_) writer_->abort(pending_message_);
@@ -368,6 +507,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     }
     if (already_committed) return svc_.finish_fetch(shared_from_this());
     if (!r) {
+      if (!r.error().is(errc::cancelled) && take_over(r.error().message)) return;
       std::string msg = "upstream " + sel_.up->cfg.name + ": " + r.error().message;
       if (chunker_) chunker_->abort(msg);
       if (writer_) writer_->abort(msg);
@@ -487,7 +627,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     for (auto& f : dones) f();
   }
 
-  enum class next_step { none, retry_auth, retry_as_client };
+  enum class next_step { none, retry_auth, retry_as_client, self_fetch, take_over };
 
   blob_service& svc_;
   selection sel_;
@@ -513,6 +653,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   unsigned pending_status_ = 0;
   std::string pending_message_;
   bool follower_ = false;
+  // The ring (ring.h): whether the source was chosen, and the continuation after a takeover.
+  const bool no_forward_;
+  bool planned_ = false;
+  int takeovers_ = 0;
+  std::uint64_t resume_from_ = 0;  // bytes the writer holds when a new source continues
+  std::uint64_t skip_ = 0;         // a continuation answered 200: its first bytes are dropped
 
   const std::uint64_t enqueued_at_;  // svc_.upstream_progress() when created
   std::mutex mu_;
@@ -521,6 +667,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   phase ph_ = phase::starting;
   bool cancelled_ = false;
   http::request_id req_id_ = 0;
+  http::client* req_client_ = nullptr;  // the client req_id_ was submitted to
+  std::string source_;                  // the ring member streamed from; empty: upstream
   std::optional<std::uint64_t> size_;
   std::shared_ptr<cache::inflight_object> inflight_;
   std::shared_ptr<chunk_list> chunks_;

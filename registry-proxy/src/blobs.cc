@@ -239,6 +239,13 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
     std::lock_guard lk(mu_);
     auto it = fetches_.find(key);
     if (it == fetches_.end() && !o.personal) it = verified_public_locked(d);
+    if (it != fetches_.end() && !o.ring_from.empty() && it->second->source() == o.ring_from) {
+      if (o.misdirected) *o.misdirected = true;
+      if (o.refused)
+        *o.refused = "this replica streams " + d.str() + " from " + o.ring_from +
+                     ": the asking member owns it";
+      return nullptr;
+    }
     if (it != fetches_.end()) {
       started = false;
       if (m_.joins) m_.joins->inc();
@@ -251,7 +258,7 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
       f->admitted = true;
       ++running_[key.upstream];
     } else {
-      f = std::make_shared<blob_fetch>(*this, sel, d, cred, o.personal);
+      f = std::make_shared<blob_fetch>(*this, sel, d, cred, o.personal, !o.ring_from.empty());
       if (for_metainfo) f->want_metainfo();
       if (for_chunks) f->want_chunks();
       started = true;
@@ -281,8 +288,9 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
 }
 
 void blob_service::serve(const selection& sel, const digest& d, const credential& cred, bool head,
-                         http::responder resp) {
-  net::post(pool_, [this, sel, d, cred, head, resp] {
+                         http::responder resp, std::string ring_from) {
+  if (!ring_) ring_from.clear();
+  net::post(pool_, [this, sel, d, cred, head, resp, ring_from] {
     if (store_.contains(d)) return serve_cached(sel, d, cred, head, resp);
     std::shared_ptr<blob_fetch> f;
     {
@@ -292,20 +300,30 @@ void blob_service::serve(const selection& sel, const digest& d, const credential
       if (it != fetches_.end()) f = it->second;
     }
     if (!f && head) return head_upstream(sel, d, cred, resp);
-    if (stopping_)
-      return resp.send(
-          oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down"));
+    if (stopping_) {
+      auto r = oci_error(503, oci::error_code::unsupported, "registry-proxy is shutting down");
+      // A ring member takes this for "the owner is leaving": the next member takes over.
+      if (ring_) r.headers.set(std::string(ring::from_header), ring_->self());
+      return resp.send(std::move(r));
+    }
     // Joins a running fetch, admits a queued one (an HTTP client may not wait in the queue) or
     // starts one.
-    serve_fetched(sel, d, cred, head, false, resp);
+    serve_fetched(sel, d, cred, head, false, resp, ring_from);
   });
 }
 
 void blob_service::serve_fetched(const selection& sel, const digest& d, const credential& cred,
-                                 bool head, bool personal, http::responder resp) {
+                                 bool head, bool personal, http::responder resp,
+                                 const std::string& ring_from) {
   bool started = false;
+  bool misdirected = false;
   std::string refused;
-  auto f = join_or_start(sel, d, cred, started, {.personal = personal, .refused = &refused});
+  auto f = join_or_start(sel, d, cred, started,
+                         {.personal = personal,
+                          .ring_from = ring_from,
+                          .misdirected = &misdirected,
+                          .refused = &refused});
+  if (!f && misdirected) return resp.send(oci_error(421, oci::error_code::unsupported, refused));
   if (!f) return resp.send(failure_response(429, refused, "5", oci::error_code::blob_unknown));
   serve_from_fetch(f, sel, cred, head, resp);
 }

@@ -257,6 +257,11 @@ void describe(config::binder& b, proxy_config& c) {
   b.section("torrent", c.torrent, "The P2P origin.");
   b.section("datasets", c.datasets,
             "Datasets: declarations, origin fetches, manifests (docs/datasets.md).");
+  b.section("ring", c.ring,
+            "Replicas on a rendezvous-hash ring (docs/ha.md): the owner of a digest fetches it "
+            "upstream, the other replicas stream it from the owner, and when the owner dies "
+            "mid-fetch the next member resumes from upstream with a Range request. With TLS on, "
+            "members call each other with this replica's certificate (role registry-proxy).");
   b.section("tls", c.tls,
             "Mutual TLS on the HTTP API: every caller presents a certificate of the cluster CA "
             "and each route admits the roles that need it (URI SAN shoal://<role>/<name>: node "

@@ -32,6 +32,7 @@ constexpr unsigned bit(peer_role r) { return 1u << static_cast<unsigned>(r); }
 constexpr unsigned node = bit(peer_role::node);
 constexpr unsigned scheduler = bit(peer_role::scheduler);
 constexpr unsigned operator_ = bit(peer_role::operator_);
+constexpr unsigned proxy = bit(peer_role::registry_proxy);  // another ring member
 constexpr peer_role all_roles[] = {peer_role::node, peer_role::registry_proxy, peer_role::scheduler,
                                    peer_role::operator_, peer_role::kube_scheduler};
 
@@ -45,7 +46,7 @@ route_policy policy_for(const http::request& req) {
   using origin::paths::datasets;
   std::string_view path = req.path;
   if (path == "/metrics" || path == "/healthz" || path == "/readyz") return {"metrics and health"};
-  if (path.starts_with("/v2")) return {"the pull API", node | scheduler | operator_};
+  if (path.starts_with("/v2")) return {"the pull API", node | scheduler | operator_ | proxy};
   if (path.starts_with(origin::paths::metainfo) || path.starts_with(origin::paths::chunks)) {
     return {"metainfo and chunk lists", node | operator_};
   }
@@ -149,7 +150,12 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
     std::string accept = req.header_list("Accept");
     d_.manifests.serve(*sel, route->manifest, cred, std::move(accept), head, out);
   } else {
-    d_.blobs.serve(*sel, route->blob, cred, head, out);
+    // A ring member's request is served here, never forwarded again (ring.h). With TLS on only
+    // a registry-proxy certificate may say so; in plain mode the header only makes this replica
+    // fetch the blob itself.
+    std::string ring_from(req.header(ring::from_header));
+    if (req.peer.tls && !req.peer.is(tls::peer_role::registry_proxy)) ring_from.clear();
+    d_.blobs.serve(*sel, route->blob, cred, head, out, std::move(ring_from));
   }
 }
 

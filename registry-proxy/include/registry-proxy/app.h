@@ -59,6 +59,7 @@ class app {
   [[nodiscard]] status init_tls();
   [[nodiscard]] status start_server();
   void register_metrics();
+  [[nodiscard]] status init_ring();
 
   proxy_config cfg_;
   daemon::runtime rt_;
@@ -77,6 +78,9 @@ class app {
   std::unique_ptr<proxy_handler> handler_;
   std::shared_ptr<tls::tls_context> tls_;  // the HTTP API's (server side); null with TLS off
   std::unique_ptr<http::server> server_;
+  std::unique_ptr<ring> ring_;
+  // Calls to other ring members only, with the cluster certificate (never to upstreams).
+  std::unique_ptr<http::client> ring_client_;
   cache::subscription cache_events_;
   std::string salt_;
   // Grants (torrent.require_grants with TLS): signs one per metainfo answer to a node.

@@ -36,6 +36,7 @@
 namespace shoal::proxy {
 
 class blob_fetch;
+class ring;
 
 // What one upstream transfer is shared by (single flight): the object, the upstream and the
 // repository it is fetched from. A client asking through another repository gets its own fetch
@@ -80,8 +81,15 @@ class blob_service {
   ~blob_service();
 
   // GET or HEAD of /v2/<name>/blobs/<digest>, the upstream already chosen. Answers via `resp`.
+  // `ring_from`: the ring member asking (its ring::from_header), which this replica serves
+  // itself, never from another member.
   void serve(const selection& sel, const digest& d, const credential& cred, bool head,
-             http::responder resp);
+             http::responder resp, std::string ring_from = {});
+
+  // The replica ring (ring.h): fetches of digests another member owns stream from that member.
+  // Null (the default): every fetch goes upstream. Call before serving.
+  void set_ring(ring* r) { ring_ = r; }
+  [[nodiscard]] ring* replica_ring() const { return ring_; }
 
   // The metainfo of `d`, fetching the object if needed and waiting at most `wait` for it.
   // `accept_chunks`: the asker understands chunk objects (peerd sends chunks=1); a large object
@@ -151,9 +159,10 @@ class blob_service {
                     http::responder resp);
   void serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel,
                         const credential& cred, bool head, http::responder resp);
-  // Serves `d` from the fetch this request starts or joins (`personal`: see fetch_opts).
+  // Serves `d` from the fetch this request starts or joins (`personal`, `ring_from`: see
+  // fetch_opts).
   void serve_fetched(const selection& sel, const digest& d, const credential& cred, bool head,
-                     bool personal, http::responder resp);
+                     bool personal, http::responder resp, const std::string& ring_from = {});
   void metainfo_cached(const selection& sel, const digest& d, const credential& cred,
                        const std::function<void(metainfo_answer)>& done);
   void metainfo_fetch(const selection& sel, const digest& d, const credential& cred,
@@ -169,6 +178,10 @@ class blob_service {
     // A fetch keyed by the client's credential too (flight_key::cred), for a client whose
     // credential the shared fetch's refusal does not speak for.
     bool personal = false;
+    // A ring member asks (ring::from_header): a new fetch goes upstream, and joining a fetch
+    // that streams from that very member is refused (421, `misdirected`).
+    std::string ring_from;
+    bool* misdirected = nullptr;
     std::string* refused = nullptr;  // why, when null is returned
   };
   // Null when the queue is full (for everyone or for this client).
@@ -208,6 +221,7 @@ class blob_service {
   std::deque<digest> chunk_order_;                             // oldest first (guarded by mu_)
   std::atomic<std::uint64_t> upstream_progress_{0};
   std::atomic<bool> stopping_{false};
+  ring* ring_ = nullptr;
 };
 
 // What a 401 from registry-proxy asks for.

@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/tls.h"
+#include "registry-proxy/ring.h"
 
 namespace shoal::proxy {
 
@@ -126,6 +127,7 @@ struct proxy_config {
   access_config access;
   torrent_config torrent;
   dataset_config datasets;
+  ring_config ring;  // replicas sharing the upstream work (ring.h)
   // Mutual TLS on the HTTP API (docs/registry-proxy.md "Who may call what"): each route admits
   // the roles of the caller's certificate that need it (nodes pull, the scheduler reads
   // manifests and dataset records, operators declare datasets). registry-proxy makes no HTTP

@@ -65,7 +65,7 @@ class proxy_handler {
 // Who may call a route with TLS on (docs/registry-proxy.md "Who may call what"), by the role in
 // the caller's verified certificate:
 //   /metrics, /healthz, /readyz                       any certificate of the cluster CA
-//   /v2/... (manifests, blobs)                        node, scheduler, operator
+//   /v2/... (manifests, blobs)                        node, scheduler, operator, registry-proxy
 //   metainfo, chunk lists                             node, operator
 //   GET datasets: list, status, manifest              node, scheduler, operator
 //   GET dataset objects and dataset metainfo          node, operator

@@ -1,0 +1,157 @@
+"""Three registry-proxy replicas on a rendezvous-hash ring (ring.h) against the real registry.
+
+The registry runs in a network namespace on a shaped link (100 Mbit/s) so a 32 MiB blob takes
+about 3 s to arrive: the herd and the kill land while it is in flight. The registry's own access
+log is the judge of what reached upstream.
+
+1. A 50-client herd spread over the three replicas (whole GETs, Range GETs, metainfo requests)
+   on one cold blob: one upstream GET, every body right, the two other replicas streamed it from
+   the owner.
+2. Every replica then holds the blob and serves it from its cache (each seeds it too).
+3. The owner killed (SIGKILL) mid-blob while clients on the two other replicas stream it: every
+   client gets the whole blob; the registry served at most one extra partial copy (a GET cut
+   short by the kill, then a Range GET for the rest).
+4. With the owner still dead, a cold blob it would own is fetched once by the next member.
+"""
+
+from __future__ import annotations
+
+import os
+import unittest
+
+import proxy_common as pc
+from shoal_fixtures import FixtureTestCase, oci
+from shoal_fixtures.netns import Network, Shape
+from shoal_fixtures.proxy_ring import ProxyRing
+from shoal_fixtures.registry import Registry
+from shoal_fixtures.shoal import upstream
+
+MIB = 1 << 20
+CLIENTS = 50
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root (network namespace with a shaped link)")
+class RingTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-ring-")
+        net = cls.class_track(Network(1, shape=Shape("100mbit")).create())
+        cls.reg = cls.class_track(Registry(d / "registry", host=net.nodes[0].ip,
+                                           netns=net.nodes[0].name).start())
+        cls.layout = oci.make_image(d / "img", [
+            oci.LayerSpec(size=32 * MIB, seed=f"ring-{i}", gzip_level=0) for i in range(3)])
+        cls.reg.push(cls.layout, "team/ring")
+        cls.ns = cls.reg.host_port
+        cls.ring = cls.class_track(ProxyRing(d / "ring", 3, upstreams=[
+            upstream(cls.ns, cls.reg.url)], torrent=True).start())
+        cls.layers = cls.layout.images[0].layers
+
+    def blob_path(self, digest: str) -> str:
+        return f"/v2/team/ring/blobs/{digest}?ns={self.ns}"
+
+    def test_1_herd_over_three_replicas_costs_one_upstream_get(self):
+        layer = self.layers[0]
+        data = self.layout.blob_path(layer.digest).read_bytes()
+        owner = self.ring.owner(layer.digest)
+        mark = self.reg.mark()
+        fwd0 = self.ring.metric_sum("shoal_proxy_ring_forwarded_total")
+        meta = f"/shoal/v1/metainfo/{layer.digest}?ns={self.ns}&repo=team/ring"
+        reqs = []
+        for i in range(CLIENTS):
+            rep = i % 3
+            kind = (i // 3) % 3
+            if kind == 0:
+                reqs.append((rep, self.blob_path(layer.digest), {}, "GET"))
+            elif kind == 1:
+                first = (i * 997 * 1024) % (layer.size - MIB)
+                reqs.append((rep, self.blob_path(layer.digest),
+                             {"Range": f"bytes={first}-{first + MIB - 1}"}, "GET"))
+            else:
+                reqs.append((rep, meta, {}, "GET"))
+        results = self.ring.herd(reqs)
+        for (rep, path, headers, _), r in zip(reqs, results):
+            with self.subTest(replica=rep, path=path, headers=headers):
+                self.assertNotEqual(r.status, "error", r.error)
+                if path == meta:
+                    self.assertEqual(r.status, 200)
+                elif headers:
+                    first = int(headers["Range"].split("=")[1].split("-")[0])
+                    self.assertEqual(r.status, 206)
+                    self.assertEqual(r.digest, pc.sha256(data[first:first + MIB]))
+                else:
+                    self.assertEqual((r.status, r.digest, r.size),
+                                     (200, layer.digest, layer.size))
+        self.reg.wait_log_quiet()
+        gets = self.reg.count_blob_gets(layer.digest, since=mark)
+        print(f"\nring herd: {CLIENTS} clients over 3 replicas, {gets} upstream GET(s); "
+              f"owner replica {owner}")
+        self.assertEqual(gets, 1, "the herd over three replicas must cost upstream one GET")
+        # Only the owner went upstream; the two others streamed from it.
+        for i, p in enumerate(self.ring.proxies):
+            self.assertEqual(p.metric("shoal_proxy_upstream_blob_gets_total"),
+                             1 if i == owner else 0, f"replica {i}")
+        self.assertEqual(self.ring.metric_sum("shoal_proxy_ring_forwarded_total") - fwd0, 2)
+
+    def test_2_every_replica_holds_and_serves_the_blob(self):
+        layer = self.layers[0]
+        mark = self.reg.mark()
+        for i, p in enumerate(self.ring.proxies):
+            status, headers, body = p.get(self.blob_path(layer.digest))
+            self.assertEqual((status, pc.sha256(body)), (200, layer.digest), f"replica {i}")
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark), 0)
+
+    def test_3_owner_killed_mid_blob(self):
+        layer = self.layers[1]
+        res = self.ring.kill_owner_mid_blob(self.reg, "team/ring", layer.digest, layer.size,
+                                            self.ns, clients_per_replica=2, kill_at=0.3)
+        type(self).killed = res.owner
+        survivors = [i for i in range(3) if i != res.owner]
+        print(f"\nowner {res.owner} killed mid-blob: {res.upstream_gets} upstream GETs "
+              f"{res.gets}, extra {res.extra_upstream_bytes / MIB:.1f} MiB of "
+              f"{layer.size / MIB:.0f}, clients done in {res.seconds:.1f}s")
+        for r in res.clients:
+            with self.subTest(replica=r.replica):
+                self.assertEqual((r.status, r.digest, r.size), (200, layer.digest, layer.size),
+                                 r.error)
+        self.assertLessEqual(res.upstream_gets, 2, res.gets)
+        self.assertLessEqual(res.extra_upstream_bytes, layer.size, res.gets)
+        if res.upstream_gets == 2:
+            # The first GET was cut by the kill; the takeover asked only for the rest.
+            self.assertLess(sum(b for _, b in res.gets[:1]), layer.size)
+        self.assertGreaterEqual(
+            self.ring.metric_sum("shoal_proxy_ring_takeovers_total", survivors), 1)
+
+    def test_4_owner_still_dead_next_member_fetches_once(self):
+        dead = [getattr(type(self), "killed", None)]
+        if dead[0] is None:
+            self.skipTest("runs after test_3 killed an owner")
+        alive = [i for i in range(3) if i not in dead]
+        # A new cold blob the dead replica owns (in the ring of all three).
+        for k in range(40):
+            layout = oci.make_image(self.class_tmpdir(f"shoal-ring-late-{k}-"), [
+                oci.LayerSpec(size=4 * MIB, seed=f"ring-late-{k}", gzip_level=0)])
+            layer = layout.images[0].layers[0]
+            if self.ring.owner(layer.digest) == dead[0]:
+                break
+        else:
+            self.fail("no blob owned by the dead replica in 40 tries")
+        self.reg.push(layout, "team/late")
+        mark = self.reg.mark()
+        gets0 = [self.ring.proxies[i].metric("shoal_proxy_upstream_blob_gets_total")
+                 for i in alive]
+        path = f"/v2/team/late/blobs/{layer.digest}?ns={self.ns}"
+        results = self.ring.herd([(alive[i % 2], path, {}, "GET") for i in range(6)])
+        for r in results:
+            self.assertEqual((r.status, r.digest), (200, layer.digest), r.error)
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark), 1)
+        # The next member in the digest's order fetched it.
+        nxt = self.ring.owner(layer.digest, alive)
+        gets = [self.ring.proxies[i].metric("shoal_proxy_upstream_blob_gets_total") - g
+                for i, g in zip(alive, gets0)]
+        self.assertEqual(gets, [1 if i == nxt else 0 for i in alive])
+
+if __name__ == "__main__":
+    unittest.main()
