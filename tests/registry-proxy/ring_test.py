@@ -12,10 +12,17 @@ log is the judge of what reached upstream.
    client gets the whole blob; the registry served at most one extra partial copy (a GET cut
    short by the kill, then a Range GET for the rest).
 4. With the owner still dead, a cold blob it would own is fetched once by the next member.
+
+Private content through the ring (htpasswd registry, no network shaping): a client with
+credentials pulls a private blob through a replica that does not own it (the owner is asked
+anonymously first, refuses, and is asked again with the client's credential); a stranger and an
+anonymous client asking the other replicas are refused, and bob, who may read the repository, is
+served only after upstream confirmed his access.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import unittest
 
@@ -50,12 +57,45 @@ class RingTest(FixtureTestCase):
     def blob_path(self, digest: str) -> str:
         return f"/v2/team/ring/blobs/{digest}?ns={self.ns}"
 
+    def cold_blob_owned_by(self, owner: int, mib: int, tag: str):
+        for k in range(40):
+            layout = oci.make_image(self.class_tmpdir(f"shoal-ring-{tag}-{k}-"), [
+                oci.LayerSpec(size=mib * MIB, seed=f"ring-{tag}-{k}", gzip_level=0)])
+            layer = layout.images[0].layers[0]
+            if self.ring.owner(layer.digest) == owner:
+                self.reg.push(layout, f"team/{tag}")
+                return layer
+        self.fail(f"no blob owned by replica {owner} in 40 tries")
+
+    def test_0_a_member_streaming_from_the_asker_answers_421(self):
+        """Replica 1 streams a blob from its owner, replica 0. A request from replica 0 (as if
+        0 thought 1 owned it) must not join that stream (a cycle): 421, and a ring member that
+        gets it fetches upstream itself."""
+        layer = self.cold_blob_owned_by(0, 16, "cycle")
+        path = f"/v2/team/cycle/blobs/{layer.digest}?ns={self.ns}"
+        p1 = self.ring.proxies[1]
+        conn, resp = p1.open(path)
+        try:
+            self.assertEqual(resp.status, 200)
+            resp.read(MIB)  # the stream from the owner is running
+            status, headers, body = p1.get(path, {"Shoal-Ring-From": self.ring.members[0]})
+            self.assertEqual(status, 421, body[:300])
+            self.assertIn(b"owns it", body)
+            # Any other asker joins the running stream.
+            status, _, body = p1.get(path, {"Shoal-Ring-From": self.ring.members[2]})
+            self.assertEqual((status, pc.sha256(body)), (200, layer.digest))
+            rest = resp.read()
+            self.assertEqual(len(rest) + MIB, layer.size)
+        finally:
+            conn.close()
+
     def test_1_herd_over_three_replicas_costs_one_upstream_get(self):
         layer = self.layers[0]
         data = self.layout.blob_path(layer.digest).read_bytes()
         owner = self.ring.owner(layer.digest)
         mark = self.reg.mark()
         fwd0 = self.ring.metric_sum("shoal_proxy_ring_forwarded_total")
+        gets0 = [p.metric("shoal_proxy_upstream_blob_gets_total") for p in self.ring.proxies]
         meta = f"/shoal/v1/metainfo/{layer.digest}?ns={self.ns}&repo=team/ring"
         reqs = []
         for i in range(CLIENTS):
@@ -89,7 +129,7 @@ class RingTest(FixtureTestCase):
         self.assertEqual(gets, 1, "the herd over three replicas must cost upstream one GET")
         # Only the owner went upstream; the two others streamed from it.
         for i, p in enumerate(self.ring.proxies):
-            self.assertEqual(p.metric("shoal_proxy_upstream_blob_gets_total"),
+            self.assertEqual(p.metric("shoal_proxy_upstream_blob_gets_total") - gets0[i],
                              1 if i == owner else 0, f"replica {i}")
         self.assertEqual(self.ring.metric_sum("shoal_proxy_ring_forwarded_total") - fwd0, 2)
 
@@ -152,6 +192,58 @@ class RingTest(FixtureTestCase):
         gets = [self.ring.proxies[i].metric("shoal_proxy_upstream_blob_gets_total") - g
                 for i, g in zip(alive, gets0)]
         self.assertEqual(gets, [1 if i == nxt else 0 for i in alive])
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+USERS = {"alice": "alice-pass", "bob": "bob-pass"}
+
+
+class RingPrivateTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-ring-private-")
+        cls.reg = cls.class_track(Registry(d / "registry", auth="htpasswd",
+                                           users=dict(USERS)).start())
+        cls.ring = cls.class_track(ProxyRing(d / "ring", 3, upstreams=[
+            upstream(cls.reg.host_port, cls.reg.url)]).start())
+        cls.ns = cls.reg.host_port
+
+    def test_private_blob_through_a_non_owner(self):
+        # A blob owned by replica 0, asked at replica 1 (ports are random: make one that is).
+        for k in range(40):
+            layout = oci.make_image(self.tmpdir(), [
+                oci.LayerSpec(size=300_000, seed=f"ring-private-{k}")])
+            layer = layout.images[0].layers[0]
+            if self.ring.owner(layer.digest) == 0:
+                break
+        else:
+            self.fail("no blob owned by replica 0 in 40 tries")
+        self.reg.push(layout, "team/secret")
+        path = f"/v2/team/secret/blobs/{layer.digest}?ns={self.ns}"
+        mark = self.reg.mark()
+        status, _, body = self.ring.proxies[1].get(path, basic("alice", USERS["alice"]))
+        self.assertEqual((status, pc.sha256(body)), (200, layer.digest))
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark, status=200), 1)
+        self.assertEqual(self.ring.proxies[1].metric("shoal_proxy_upstream_blob_gets_total"), 0,
+                         "the non-owner must stream it from the owner")
+        # Both replicas hold it now; neither serves it to strangers.
+        for rep in (0, 1, 2):
+            for headers in ({}, basic("mallory", "x"), basic("alice", "wrong")):
+                with self.subTest(replica=rep, headers=headers):
+                    status, _, body = self.ring.proxies[rep].get(path, headers)
+                    self.assertIn(status, (401, 403), body[:200])
+                    self.assertNotIn(b"\0", body[:64])
+        mark = self.reg.mark()
+        status, _, body = self.ring.proxies[2].get(path, basic("bob", USERS["bob"]))
+        self.assertEqual((status, pc.sha256(body)), (200, layer.digest))
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark, status=200), 0,
+                         "bob's pull must come from the ring, not from a second upstream GET")
+
 
 if __name__ == "__main__":
     unittest.main()
