@@ -78,6 +78,16 @@ def render(path: str = "deploy/base") -> str:
                           capture_output=True, text=True, timeout=60).stdout
 
 
+def _covers(names: set[str], host: str) -> bool:
+    """Whether a certificate's DNS names cover `host` the way TLS clients match them: exactly, or
+    by a wildcard standing for the whole first label ("*" alone is the swarm profile, not a
+    hostname match)."""
+    if host in names:
+        return True
+    first, _, rest = host.partition(".")
+    return bool(rest) and f"*.{rest}" in names
+
+
 @unittest.skipIf(not KUSTOMIZE.exists(), f"no kustomize at {KUSTOMIZE} (tools/install-deps)")
 class DeployRender(unittest.TestCase):
     @classmethod
@@ -153,6 +163,8 @@ class DeployRender(unittest.TestCase):
         w = next(d for d in self.by_kind[kind] if d["metadata"]["name"] == name)
         pod = w["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
+        for t in w["spec"].get("volumeClaimTemplates", []):  # a StatefulSet's own volumes
+            volumes[t["metadata"]["name"]] = {"persistentVolumeClaim": t["spec"]}
         c = pod["containers"][0]
         for m in c["volumeMounts"]:
             self.assertNotIn("subPath", m, f"{name}: {m}")
@@ -161,7 +173,7 @@ class DeployRender(unittest.TestCase):
     def test_daemons_mount_the_files_their_tls_section_names(self):
         secrets = {c["spec"]["secretName"] for c in self.by_kind["Certificate"]}
         workloads = {"scheduler.yaml": ("Deployment", "shoal-scheduler"),
-                     "registry-proxy.yaml": ("Deployment", "shoal-registry-proxy"),
+                     "registry-proxy.yaml": ("StatefulSet", "shoal-registry-proxy"),
                      "peerd.yaml": ("DaemonSet", "shoal-peerd")}
         checked = set()
         for cm in self.by_kind["ConfigMap"]:
@@ -198,6 +210,16 @@ class DeployRender(unittest.TestCase):
         Service of every replica (docs/ha.md: clients fail over between replicas)."""
         services = {f'{d["metadata"]["name"]}.{d["metadata"]["namespace"]}.svc.cluster.local': d
                     for d in self.by_kind["Service"]}
+        # A StatefulSet's pods by name under its headless Service (registry-proxy's ring members).
+        for sts in self.by_kind.get("StatefulSet", []):
+            svc = next((d for d in self.by_kind["Service"]
+                        if d["metadata"]["name"] == sts["spec"]["serviceName"]), None)
+            if svc is None:
+                continue
+            for i in range(sts["spec"]["replicas"]):
+                pod = dict(svc, spec=dict(svc["spec"], selector=sts["spec"]["selector"]["matchLabels"]))
+                services[f'{sts["metadata"]["name"]}-{i}.{svc["metadata"]["name"]}.'
+                         f'{sts["metadata"]["namespace"]}.svc.cluster.local'] = pod
         certs = {c["spec"]["secretName"]: set(c["spec"].get("dnsNames", []))
                  for c in self.by_kind["Certificate"]}
         workloads = [d for k in ("Deployment", "DaemonSet", "StatefulSet") for d in self.by_kind.get(k, [])]
@@ -220,7 +242,7 @@ class DeployRender(unittest.TestCase):
                         vols = w["spec"]["template"]["spec"].get("volumes", [])
                         names = [v["secret"]["secretName"] for v in vols
                                  if "secret" in v and v["secret"]["secretName"] in certs]
-                        self.assertTrue(any(host in certs[n] for n in names),
+                        self.assertTrue(any(_covers(certs[n], host) for n in names),
                                         f"{key}: {host} is in no certificate of {w['metadata']['name']}")
                     checked += 1
         self.assertGreater(checked, 0)
@@ -329,7 +351,8 @@ class DeployRender(unittest.TestCase):
             self.assertTrue(any(sel.items() <= l.items() for l in labels), pdb["metadata"]["name"])
             self.assertNotEqual(pdb["spec"].get("minAvailable"), 1,
                                 "minAvailable 1 over a single replica blocks every drain")
-        for kind, name in (("Deployment", "shoal-scheduler"), ("StatefulSet", "shoal-redis")):
+        for kind, name in (("Deployment", "shoal-scheduler"), ("StatefulSet", "shoal-redis"),
+                           ("StatefulSet", "shoal-registry-proxy")):
             w = self.workload(kind, name)
             pdbs = [p for p in self.by_kind["PodDisruptionBudget"] if p["spec"]["selector"]["matchLabels"].items()
                     <= w["spec"]["template"]["metadata"]["labels"].items()]
@@ -349,6 +372,26 @@ class DeployRender(unittest.TestCase):
         sts = self.workload("StatefulSet", "shoal-redis")
         cm_name = next(v["configMap"]["name"] for v in sts["spec"]["template"]["spec"]["volumes"] if "configMap" in v)
         return next(c for c in self.by_kind["ConfigMap"] if c["metadata"]["name"] == cm_name)["data"]
+
+    def test_registry_proxy_ring_members_are_its_pods(self):
+        """registry-proxy's ring (docs/ha.md): ring.members names every pod of its StatefulSet by
+        its headless Service, over https, and each pod sets ring.self to its own entry."""
+        sts = self.workload("StatefulSet", "shoal-registry-proxy")
+        cfg = _daemon_config(self.by_kind["ConfigMap"], "registry-proxy.yaml")
+        svc, ns = sts["spec"]["serviceName"], sts["metadata"]["namespace"]
+        want = [f"https://shoal-registry-proxy-{i}.{svc}.{ns}.svc.cluster.local:5050"
+                for i in range(sts["spec"]["replicas"])]
+        self.assertEqual(cfg["ring"]["members"], want)
+        self.assertEqual(sts["spec"]["replicas"], 3)
+        self.assertEqual(sts["spec"]["updateStrategy"]["type"], "RollingUpdate")
+        c = sts["spec"]["template"]["spec"]["containers"][0]
+        args = c["args"]
+        self.assertIn(f"ring.self=https://$(POD_NAME).{svc}.{ns}.svc.cluster.local:5050", args)
+        env = {e["name"]: e for e in c["env"]}
+        self.assertEqual(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name")
+        headless = next(d for d in self.by_kind["Service"] if d["metadata"]["name"] == svc)
+        self.assertEqual(headless["spec"]["clusterIP"], "None")
+        self.assertTrue(sts["spec"].get("volumeClaimTemplates"), "each replica keeps its cache")
 
     def test_scheduler_runs_replicas_with_rolling_updates(self):
         dep = self.workload("Deployment", "shoal-scheduler")
