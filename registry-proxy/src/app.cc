@@ -276,7 +276,9 @@ handler_deps app::make_handler_deps() {
     hd.datasets = [ds = datasets_.get()](http::request& r, const http::responder& resp) {
       return ds->handle(r, resp);
     };
+    hd.dataset_list = [ds = datasets_.get()] { return ds->list_json(); };
   }
+  hd.replicas = ring_.get();
   hd.health = [this] {
     daemon::health h;
     auto s = store_->get_stats();

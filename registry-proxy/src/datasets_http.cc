@@ -153,6 +153,10 @@ void dataset_service::declare(const http::request& req, const http::responder& r
 }
 
 void dataset_service::list(const http::responder& resp) {
+  resp.send(http::response::json(200, list_json()));
+}
+
+std::string dataset_service::list_json() {
   std::vector<std::shared_ptr<record>> all;
   {
     std::lock_guard lk(mu_);
@@ -164,7 +168,7 @@ void dataset_service::list(const http::responder& resp) {
     out.push_back(status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files,
                               r->bytes, r->groups, r->resolve_seconds));
   }
-  resp.send(json_answer(200, out));
+  return safe_dump(out);
 }
 
 void dataset_service::status_of(const std::string& ref, const http::responder& resp) {

@@ -104,8 +104,10 @@ void proxy_handler::operator()(http::request&& req, http::responder resp) {
   if (req.path.rfind("/v2", 0) == 0) return handle_v2(std::move(req), resp);
   if (req.path.starts_with(origin::paths::metainfo)) return handle_metainfo(std::move(req), resp);
   if (req.path.starts_with(origin::paths::chunks)) return handle_chunks(std::move(req), resp);
-  if (d_.datasets && req.path.starts_with(origin::paths::dataset_family) && d_.datasets(req, resp))
-    return;
+  if (d_.datasets && req.path.starts_with(origin::paths::dataset_family)) {
+    if (d_.replicas && route_dataset(req, resp)) return;
+    if (d_.datasets(req, resp)) return;
+  }
   resp.send(oci_error(404, oci::error_code::unsupported, "no such endpoint"));
 }
 
@@ -153,9 +155,7 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
     // A ring member's request is served here, never forwarded again (ring.h). With TLS on only
     // a registry-proxy certificate may say so; in plain mode the header only makes this replica
     // fetch the blob itself.
-    std::string ring_from(req.header(ring::from_header));
-    if (req.peer.tls && !req.peer.is(tls::peer_role::registry_proxy)) ring_from.clear();
-    d_.blobs.serve(*sel, route->blob, cred, head, out, std::move(ring_from));
+    d_.blobs.serve(*sel, route->blob, cred, head, out, ring_from(req));
   }
 }
 

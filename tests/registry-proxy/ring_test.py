@@ -18,20 +18,31 @@ credentials pulls a private blob through a replica that does not own it (the own
 anonymously first, refuses, and is asked again with the client's credential); a stranger and an
 anonymous client asking the other replicas are refused, and bob, who may read the repository, is
 served only after upstream confirmed his access.
+
+Datasets on the ring: a dataset ref is owned like a digest ("dataset:<ref>"). A declaration sent
+to another replica is redirected (307) to the owner, which alone resolves it (shoalctl follows
+the redirect, as the scheduler's and peerd's clients do); status, manifest and dataset metainfo
+asked anywhere lead to the owner; the list asked anywhere holds every replica's datasets once.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
+import json
 import os
+import subprocess
+import time
 import unittest
+import urllib.parse
 
 import proxy_common as pc
 from shoal_fixtures import FixtureTestCase, oci
 from shoal_fixtures.netns import Network, Shape
-from shoal_fixtures.proxy_ring import ProxyRing
+from shoal_fixtures.httpstub import StubServer
+from shoal_fixtures.proxy_ring import ProxyRing, ring_owner
 from shoal_fixtures.registry import Registry
-from shoal_fixtures.shoal import upstream
+from shoal_fixtures.shoal import binary, upstream
 
 MIB = 1 << 20
 CLIENTS = 50
@@ -243,6 +254,106 @@ class RingPrivateTest(FixtureTestCase):
         self.reg.wait_log_quiet()
         self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark, status=200), 0,
                          "bob's pull must come from the ring, not from a second upstream GET")
+
+
+FILES = {f"f{i}.bin": os.urandom(2000 + i) for i in range(5)}
+
+
+class RingDatasetsTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-ring-datasets-")
+        cls.listings = 0
+
+        def handle(req, method):
+            path = req.path.partition("?")[0]
+            if path == "/data/":
+                cls.listings += 1
+                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
+                                   for n, b in FILES.items()]).encode()
+            elif path.startswith("/data/") and path[6:] in FILES:
+                body = FILES[path[6:]]
+            else:
+                req.send_response(404)
+                req.send_header("Content-Length", "0")
+                req.end_headers()
+                return
+            req.send_response(200)
+            req.send_header("Content-Length", str(len(body)))
+            req.end_headers()
+            if method != "HEAD":
+                req.wfile.write(body)
+
+        cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
+        cls.addClassCleanup(cls.origin.stop)
+        origin = f"http://127.0.0.1:{cls.origin.port}"
+        cls.origin_url = origin
+        (d / "creds").mkdir()
+        cls.ring = cls.class_track(ProxyRing(d / "ring", 3, upstreams=[
+            upstream("127.0.0.1:9", "http://127.0.0.1:9")], torrent=True, extra={
+                "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
+                             "pack_target": "1MiB", "allowed_origins": [{"url": origin}]}}).start())
+        cls.dir = d
+
+    def ref_owned_by(self, owner: int) -> str:
+        for k in range(60):
+            ref = f"ringset{k}@v1"
+            if ring_owner(self.ring.members, "dataset:" + ref) == self.ring.members[owner]:
+                return ref
+        self.fail(f"no dataset ref owned by replica {owner}")
+
+    def get_json(self, rep: int, path: str) -> tuple[int, object]:
+        status, _, body = self.ring.proxies[rep].get(path)  # urllib follows 307 for GET
+        return status, json.loads(body) if body else None
+
+    def test_declaration_redirected_resolved_once_by_the_owner(self):
+        ref = self.ref_owned_by(0)
+        name = ref.split("@")[0]
+        decl = {"name": name, "version": "v1", "origin": {"url": self.origin_url + "/data/"}}
+        # Raw: the 307 itself, pointing at the owner.
+        p1 = self.ring.proxies[1]
+        conn = http.client.HTTPConnection(p1.host, p1.port, timeout=10)
+        conn.request("POST", "/shoal/v1/datasets", body=json.dumps(decl),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        self.assertEqual(r.status, 307)
+        self.assertEqual(r.getheader("Location"), self.ring.members[0] + "/shoal/v1/datasets")
+        # shoalctl sends it to replica 1 and follows the redirect with the body.
+        f = self.dir / f"{name}.json"
+        f.write_text(json.dumps(decl))
+        cp = subprocess.run([str(binary("shoalctl")), "--registry-proxy", p1.url, "dataset", "declare",
+                             str(f)], capture_output=True, text=True, timeout=60)
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        deadline = time.monotonic() + 60
+        while True:
+            status, st = self.get_json(2, f"/shoal/v1/datasets/{ref}")
+            if status == 200 and st.get("state") in ("ready", "failed"):
+                break
+            self.assertLess(time.monotonic(), deadline, st)
+            time.sleep(0.2)
+        self.assertEqual(st["state"], "ready", st)
+        self.assertEqual(st["files"], len(FILES))
+        # Only the owner knows it: the others answer from the owner through the redirect.
+        for rep in (1, 2):
+            direct = self.ring.proxies[rep]
+            conn = http.client.HTTPConnection(direct.host, direct.port, timeout=10)
+            conn.request("GET", f"/shoal/v1/datasets/{ref}/manifest")
+            r = conn.getresponse()
+            r.read()
+            conn.close()
+            self.assertEqual((r.status, r.getheader("Shoal-Ring-Owner")), (307, self.ring.members[0]))
+        status, manifest = self.get_json(1, f"/shoal/v1/datasets/{ref}/manifest")
+        self.assertEqual(status, 200)
+        self.assertEqual(len(manifest["files"]), len(FILES))
+        self.assertEqual(self.listings, 1, "one resolution, by the owner")
+        # The list asked at any replica names it once.
+        for rep in range(3):
+            status, lst = self.get_json(rep, "/shoal/v1/datasets")
+            self.assertEqual(status, 200)
+            self.assertEqual([x["dataset"] for x in lst].count(ref), 1, lst)
 
 
 if __name__ == "__main__":

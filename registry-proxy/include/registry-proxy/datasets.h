@@ -101,6 +101,8 @@ class dataset_service {
   bool handle(http::request& req, const http::responder& resp);
 
   [[nodiscard]] std::size_t resolving() const;
+  // The dataset list's JSON array (GET origin::paths::datasets): this replica's datasets.
+  [[nodiscard]] std::string list_json();
 
  private:
   struct record;

@@ -14,6 +14,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "registry-proxy/manifests.h"
+#include "registry-proxy/ring.h"
 #include "registry-proxy/upstream.h"
 
 namespace shoal::proxy {
@@ -40,6 +41,11 @@ struct handler_deps {
   // The dataset API (datasets.h): handles origin::paths::datasets and dataset_metainfo; returns
   // false for paths it does not own. Empty when datasets are disabled.
   std::function<bool(http::request&, const http::responder&)> datasets;
+  // This replica's dataset list (a JSON array), merged with the other ring members' for GET
+  // origin::paths::datasets. Empty when datasets are disabled.
+  std::function<std::string()> dataset_list;
+  // The replica ring (ring.h); null without one.
+  ring* replicas = nullptr;
 };
 
 class proxy_handler {
@@ -51,6 +57,13 @@ class proxy_handler {
   void handle_v2(http::request&& req, const http::responder& resp);
   void handle_metainfo(http::request&& req, const http::responder& resp);
   void handle_chunks(http::request&& req, const http::responder& resp);
+  // A dataset request on the ring: a ref another member owns is redirected there (307, which
+  // keeps a declaration's method and body); the list merges every live member's. False when
+  // this replica answers it itself.
+  bool route_dataset(const http::request& req, const http::responder& resp);
+  // The request's ring::from_header when a ring member may send it (TLS: a registry-proxy
+  // certificate; plain mode: anyone, which only makes this replica answer itself).
+  [[nodiscard]] std::string ring_from(const http::request& req) const;
   // The upstream for a Shoal API request's repo= and ns= (which name the repository an object is
   // pulled from); on an unknown one answers the error itself and returns nothing.
   std::optional<selection> select_repo(const std::string& repo,
