@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <openssl/rand.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -48,6 +49,7 @@
 #include <vector>
 
 #include "certs.h"
+#include "common/digest.h"
 #include "common/http_client.h"
 #include "common/oci.h"
 #include "common/origin_protocol.h"
@@ -504,9 +506,17 @@ int cmd_prewarm(const context& cx, const cmd_options& o) {
     if (!o.job_id.empty()) body["job"]["id"] = o.job_id;
     body["standby"] = o.standby;
   }
-  auto r = request(cx, "POST", cx.scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30));
+  // A key of its own: a retry on another replica (or after a lost answer) is the same prewarm.
+  unsigned char rnd[12];
+  if (RAND_bytes(rnd, sizeof rnd) != 1) {
+    std::fprintf(stderr, "shoalctl: prewarm: no random bytes for the idempotency key\n");
+    return 1;
+  }
+  std::string key = "shoalctl-" + shoal::to_hex(std::span<const std::uint8_t>(rnd, sizeof rnd));
+  auto r = request(cx, "POST", cx.scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30),
+                   {{"Idempotency-Key", key}});
   auto j = r ? json::parse(r->body, nullptr, false) : json();
-  if (!r || r->status != 202 || !j.is_object()) return report("prewarm", r);
+  if (!r || (r->status != 202 && r->status != 200) || !j.is_object()) return report("prewarm", r);
   std::string id = j.value("id", "");
   if (!o.wait) {
     if (!ctl::print_document(j, cx.out)) std::printf("%s\n", id.c_str());

@@ -42,8 +42,13 @@ response request(const context& cx, const std::string& method, const std::string
   // GET waits at most 5 s for a replica's answer before it asks the next.
   r.url = url.substr(n);
   r.timeouts.connect = std::chrono::seconds(1);
-  bool idempotent = method == "GET" || method == "HEAD";
-  if (idempotent) r.timeouts.stall = std::min(r.timeouts.stall, std::chrono::milliseconds(5000));
+  // A request with an Idempotency-Key (prewarm) may be sent again anywhere: the scheduler makes
+  // it once.
+  bool keyed = std::any_of(headers.begin(), headers.end(),
+                           [](const auto& h) { return h.first == "Idempotency-Key"; });
+  bool idempotent = method == "GET" || method == "HEAD" || keyed;
+  if (method == "GET" || method == "HEAD")
+    r.timeouts.stall = std::min(r.timeouts.stall, std::chrono::milliseconds(5000));
   auto kind =
       idempotent ? shoal::endpoints::call_kind::idempotent : shoal::endpoints::call_kind::once;
   return shoal::endpoints::fetch(*cx.client, *cx.schedulers, std::move(r), kind);

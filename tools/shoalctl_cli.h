@@ -37,8 +37,9 @@ struct context {
 
 // One request; the bearer token goes to https URLs only (never to peerd's loopback API, which
 // has its own token: `headers`). A URL under cx.scheduler fails over between the scheduler
-// replicas: a GET on any failure, other methods (place, prewarm, rm) only when the replica was
-// never reached, since one that timed out may have applied the request.
+// replicas: a GET, or a request with an Idempotency-Key header (prewarm), on any failure; other
+// methods (place, rm) only when the replica was never reached, since one that timed out may have
+// applied the request.
 response request(const context& cx, const std::string& method, const std::string& url,
                  const std::string& body = {},
                  std::chrono::milliseconds stall = std::chrono::seconds(30),

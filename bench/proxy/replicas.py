@@ -314,7 +314,8 @@ class Bench:
                 "response_blob_bytes": int(d('shoal_proxy_response_bytes_total{route="blob"}')),
                 "upstream_blob_gets": int(d("shoal_proxy_upstream_blob_gets_total")),
                 # from upstream (the owner) or from the owner (the others)
-                "fetched_bytes": int(d("shoal_proxy_upstream_bytes_total")),
+                "fetched_bytes": int(d("shoal_proxy_upstream_bytes_total")
+                                     + d("shoal_proxy_ring_bytes_total")),
                 "ring_forwarded": int(d("shoal_proxy_ring_forwarded_total")),
                 "singleflight_joins": int(d("shoal_proxy_singleflight_joins_total")),
                 "cpu_s": round(cpu, 3), "cpu_settled_s": round(cpu_settled, 3),

@@ -188,6 +188,9 @@ status app::init_ring() {
   reg_.counter_fn("shoal_proxy_ring_forwarded_total",
                   "Blob fetches that streamed from the digest's owner instead of upstream.",
                   [rg] { return static_cast<double>(rg->stats().forwarded.load()); });
+  reg_.counter_fn("shoal_proxy_ring_bytes_total",
+                  "Blob bytes streamed from other ring members (not counted as upstream bytes).",
+                  [rg] { return static_cast<double>(rg->stats().bytes.load()); });
   reg_.counter_fn("shoal_proxy_ring_takeovers_total",
                   "Fetches whose source member failed mid-blob and that the next member took over.",
                   [rg] { return static_cast<double>(rg->stats().takeovers.load()); });

@@ -455,7 +455,10 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     if (pieces_) pieces_->update(pending_.data(), pending_.size());
     if (chunker_) chunker_->update(pending_.data(), pending_.size());
     svc_.note_upstream_bytes(pending_.size());
-    if (svc_.counters().upstream_bytes) svc_.counters().upstream_bytes->inc(pending_.size());
+    if (auto* r = svc_.replica_ring(); r && !source().empty())
+      r->stats().bytes.fetch_add(pending_.size());
+    else if (svc_.counters().upstream_bytes)
+      svc_.counters().upstream_bytes->inc(pending_.size());
     pending_.clear();
     return true;
   }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/heartbeat.h"
+#include "common/sha256.h"
 #include "scheduler/ingest.h"
 #include "common/log.h"
 #include "common/oci.h"
@@ -82,6 +83,22 @@ std::string random_id(std::string_view prefix) {
     for (std::size_t i = 0; i < sizeof b; ++i) b[i] = static_cast<unsigned char>(t >> (8 * i));
   }
   return std::string(prefix) + to_hex(std::span<const std::uint8_t>(b, sizeof b));
+}
+
+// The prewarm id a retried POST /v1/prewarm names with its Idempotency-Key header: the same key
+// from the same caller (its certificate's identity; everyone in plain mode) is the same prewarm,
+// on any replica, so a client that lost the answer may send the request again. Empty: no key.
+// Refused: a key that is empty, longer than 128 bytes or not printable ASCII.
+std::expected<std::string, http::response> idempotent_prewarm_id(const http::request& req) {
+  auto key = req.header("Idempotency-Key");
+  if (req.headers.find("Idempotency-Key") == req.headers.end()) return std::string();
+  bool printable = !key.empty() && key.size() <= 128;
+  for (char c : key) printable = printable && c >= 0x20 && c < 0x7f;
+  if (!printable)
+    return std::unexpected(
+        json_error(400, "Idempotency-Key must be 1 to 128 printable ASCII characters"));
+  auto d = sha256_of(req.peer.str() + "\n" + std::string(key));
+  return "pw-k" + d.hex().substr(0, 24);
 }
 
 api::api(api_deps d)
@@ -641,6 +658,20 @@ http::response api::on_prewarm_create(const http::request& req) {
   const json& b = *body;
   auto request = parse_prewarm(b);
   if (!request) return std::move(request.error());
+  auto keyed = idempotent_prewarm_id(req);
+  if (!keyed) return std::move(keyed.error());
+  // A request sent again with its key: the prewarm it made, as it is now.
+  auto replay = [this](const std::string& id) -> std::optional<http::response> {
+    auto st = d_.prewarm.progress(id);
+    if (!st) return std::nullopt;
+    (*st)["status_url"] = "/v1/prewarm/" + id;
+    auto r = http::response::json(200, dump(*st));
+    r.headers.set("Idempotent-Replayed", "true");
+    return r;
+  };
+  if (!keyed->empty()) {
+    if (auto r = replay(*keyed)) return std::move(*r);
+  }
   job_spec& spec = request->spec;
   auto wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
@@ -650,10 +681,14 @@ http::response api::on_prewarm_create(const http::request& req) {
     return json_error(400, "nothing to prewarm: no images or datasets");
   auto sources = resolve_prewarm(targets->planned, spec, targets->platform_override, wait);
   if (!sources) return std::move(sources.error());
-  std::string id = random_id("pw-");
+  std::string id = keyed->empty() ? random_id("pw-") : *keyed;
   add_prewarm_orders(targets->planned, spec, *sources, id);
   auto summary = prewarm_summary(b, spec, request->standby);
   if (auto s = d_.prewarm.create(id, std::move(targets->planned), summary); !s) {
+    // The same key sent twice at once: the other request made it.
+    if (!keyed->empty() && s.error().is(errc::already_exists)) {
+      if (auto r = replay(id)) return std::move(*r);
+    }
     return json_error(status_of(s.error()), s.error().message);
   }
   if (d_.jobs && targets->job) {

@@ -107,6 +107,8 @@ class RingTest(FixtureTestCase):
         mark = self.reg.mark()
         fwd0 = self.ring.metric_sum("shoal_proxy_ring_forwarded_total")
         gets0 = [p.metric("shoal_proxy_upstream_blob_gets_total") for p in self.ring.proxies]
+        ub0 = [p.metric("shoal_proxy_upstream_bytes_total") for p in self.ring.proxies]
+        rb0 = [p.metric("shoal_proxy_ring_bytes_total") for p in self.ring.proxies]
         meta = f"/shoal/v1/metainfo/{layer.digest}?ns={self.ns}&repo=team/ring"
         reqs = []
         for i in range(CLIENTS):
@@ -143,6 +145,12 @@ class RingTest(FixtureTestCase):
             self.assertEqual(p.metric("shoal_proxy_upstream_blob_gets_total") - gets0[i],
                              1 if i == owner else 0, f"replica {i}")
         self.assertEqual(self.ring.metric_sum("shoal_proxy_ring_forwarded_total") - fwd0, 2)
+        # Bytes from the owner are ring bytes at the two others, not upstream bytes.
+        for i, p in enumerate(self.ring.proxies):
+            up = p.metric("shoal_proxy_upstream_bytes_total") - ub0[i]
+            rb = p.metric("shoal_proxy_ring_bytes_total") - rb0[i]
+            self.assertEqual((up, rb), (layer.size, 0) if i == owner else (0, layer.size),
+                             f"replica {i}")
 
     def test_2_every_replica_holds_and_serves_the_blob(self):
         layer = self.layers[0]

@@ -34,8 +34,10 @@ class ApiTest : public ::testing::Test {
     return o;
   }
   http::response call(http::verb method, const std::string& target, const std::string& body = "",
-                      const tls::peer_identity& peer = {}) {
+                      const tls::peer_identity& peer = {},
+                      const std::vector<std::pair<std::string, std::string>>& headers = {}) {
     http::request r;
+    for (const auto& [k, v] : headers) r.headers.set(k, v);
     r.method = method;
     r.target = target;
     auto q = target.find('?');
@@ -223,6 +225,38 @@ TEST_F(ApiTest, PrewarmOnNodesEndToEnd) {
   auto list = js(call(http::verb::get, "/v1/prewarm"));
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0]["nodes_done"], 2);
+}
+
+// A client that lost the answer sends the request again with the same Idempotency-Key: the same
+// prewarm (200, Idempotent-Replayed), not a second one; another key, or another caller with the
+// same key, makes a new one; a malformed key is refused.
+TEST_F(ApiTest, PrewarmIdempotencyKey) {
+  beat(full_hb("n1", {}, {}, 1));
+  const std::string body = R"({"images":["127.0.0.1:5000/team/app:v1"],"nodes":["n1"]})";
+  auto first = call(http::verb::post, "/v1/prewarm", body, {}, {{"Idempotency-Key", "run-42"}});
+  ASSERT_EQ(first.status, 202u) << std::get<std::string>(first.body);
+  std::string id = js(first)["id"];
+  auto again = call(http::verb::post, "/v1/prewarm", body, {}, {{"Idempotency-Key", "run-42"}});
+  ASSERT_EQ(again.status, 200u) << std::get<std::string>(again.body);
+  EXPECT_EQ(js(again)["id"], id);
+  EXPECT_EQ(js(again)["status_url"], "/v1/prewarm/" + id);
+  EXPECT_EQ(again.headers["Idempotent-Replayed"], "true");
+  EXPECT_EQ(js(call(http::verb::get, "/v1/prewarm")).size(), 1u);
+  auto other = call(http::verb::post, "/v1/prewarm", body, {}, {{"Idempotency-Key", "run-43"}});
+  ASSERT_EQ(other.status, 202u);
+  EXPECT_NE(js(other)["id"], id);
+  tls::peer_identity op;
+  op.tls = op.verified = true;
+  op.role = tls::peer_role::operator_;
+  op.name = "alice";
+  auto theirs = call(http::verb::post, "/v1/prewarm", body, op, {{"Idempotency-Key", "run-42"}});
+  ASSERT_EQ(theirs.status, 202u) << std::get<std::string>(theirs.body);
+  EXPECT_NE(js(theirs)["id"], id);
+  for (std::string bad : {std::string(), std::string(129, 'k'), std::string("a\x01b")}) {
+    auto r = call(http::verb::post, "/v1/prewarm", body, {}, {{"Idempotency-Key", bad}});
+    EXPECT_EQ(r.status, 400u) << bad;
+  }
+  EXPECT_EQ(js(call(http::verb::get, "/v1/prewarm")).size(), 3u);
 }
 
 TEST_F(ApiTest, PrewarmTargetsAndErrors) {

@@ -91,6 +91,7 @@ class ring {
 
   struct counters {
     std::atomic<std::uint64_t> forwarded{0};  // fetches that streamed from another replica
+    std::atomic<std::uint64_t> bytes{0};      // blob bytes received from other replicas
     std::atomic<std::uint64_t> takeovers{0};  // owner failed mid-fetch; the next member took over
     std::atomic<std::uint64_t> refused{0};    // 421 answers (disagreeing owners)
     std::atomic<std::uint64_t> probe_failures{0};
