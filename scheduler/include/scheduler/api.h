@@ -166,6 +166,10 @@ class api {
 [[nodiscard]] std::string dump(const nlohmann::json& j);
 // {"error": msg} with the status.
 [[nodiscard]] http::response json_error(unsigned status, std::string_view msg);
+// The prewarm id a POST /v1/prewarm names with its Idempotency-Key header (api_prewarm.cc); empty
+// without one; a 400 for a malformed key.
+[[nodiscard]] std::expected<std::string, http::response> idempotent_prewarm_id(
+    const http::request& req);
 // A random lower-case hex id with a prefix ("pw-1a2b3c4d5e6f").
 [[nodiscard]] std::string random_id(std::string_view prefix);
 
