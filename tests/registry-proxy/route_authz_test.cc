@@ -73,8 +73,18 @@ TEST(RouteAuthz, OperatorMayDoEverything) {
   EXPECT_TRUE(allowed(peer_role::operator_, "/shoal/v1/datasets", http::verb::post));
 }
 
+// Another ring replica (ring.h) streams blobs from a digest's owner through the pull API, and
+// nothing else.
+TEST(RouteAuthz, RingReplicasPullAndProbeOnly) {
+  for (const char* p : {kManifest, kBlob, "/metrics", "/readyz"})
+    EXPECT_TRUE(allowed(peer_role::registry_proxy, p)) << p;
+  for (const char* p : {kMetainfo, kChunks, kObject, "/shoal/v1/datasets"})
+    EXPECT_FALSE(allowed(peer_role::registry_proxy, p)) << p;
+  EXPECT_FALSE(allowed(peer_role::registry_proxy, "/shoal/v1/datasets", http::verb::post));
+}
+
 TEST(RouteAuthz, OtherRolesReachOnlyOpsAndUnknownPaths) {
-  for (auto role : {peer_role::kube_scheduler, peer_role::registry_proxy, peer_role::none}) {
+  for (auto role : {peer_role::kube_scheduler, peer_role::none}) {
     EXPECT_TRUE(allowed(role, "/metrics"));
     EXPECT_TRUE(allowed(role, "/healthz"));
     EXPECT_TRUE(allowed(role, "/readyz"));

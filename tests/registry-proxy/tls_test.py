@@ -152,8 +152,19 @@ class ProxyTlsTest(FixtureTestCase):
             with self.subTest(who=who.cert.cert.parent.name):
                 self.assertEqual(self.call(who, "/healthz")[0], 200)
                 self.assertEqual(self.call(who, "/metrics")[0], 200)
-                self.assert_refused(who, self.v2("manifests/v1"), roles="node, scheduler, operator")
+                self.assert_refused(who, self.v2("manifests/v1"),
+                                    roles="node, registry-proxy, scheduler, operator")
                 self.assert_refused(who, "/shoal/v1/datasets/d@v1", roles="node, scheduler, operator")
+
+    def test_a_ring_replica_pulls_blobs_and_nothing_else(self):
+        """Another registry-proxy replica (ring.h) streams a blob from its owner with its own
+        certificate; metainfo and the dataset API stay closed to it."""
+        replica = self.pki.registry_proxy(["127.0.0.1"])
+        status, data = self.call(replica, self.v2(f"blobs/{self.blob_digest}"))
+        self.assertEqual((status, data), (200, self.blob))
+        self.assert_refused(replica, f"/shoal/v1/metainfo/{self.blob_digest}?repo=team/app",
+                            roles="node, operator")
+        self.assert_refused(replica, "/shoal/v1/datasets/d@v1", roles="node, scheduler, operator")
 
     def test_operator_may_do_everything(self):
         status, data = self.call(self.op, self.v2("manifests/v1"))
