@@ -38,6 +38,7 @@ import urllib.parse
 
 import proxy_common as pc
 from shoal_fixtures import FixtureTestCase, oci
+from shoal_fixtures.certs import ClusterPKI
 from shoal_fixtures.netns import Network, Shape
 from shoal_fixtures.httpstub import StubServer
 from shoal_fixtures.proxy_ring import ProxyRing, ring_owner
@@ -362,6 +363,44 @@ class RingDatasetsTest(FixtureTestCase):
             status, lst = self.get_json(rep, "/shoal/v1/datasets")
             self.assertEqual(status, 200)
             self.assertEqual([x["dataset"] for x in lst].count(ref), 1, lst)
+
+
+
+class RingTlsTest(FixtureTestCase):
+    """The ring with mutual TLS (the deployment's mode): members are https URLs and call each
+    other with their registry-proxy certificate; a blob asked at a non-owner comes from the
+    owner, once."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-ring-tls-")
+        cls.reg = cls.class_track(Registry(d / "registry").start())
+        cls.pki = ClusterPKI(d / "pki")
+        cls.ring = cls.class_track(ProxyRing(d / "ring", 2, upstreams=[
+            upstream(cls.reg.host_port, cls.reg.url)], pki=cls.pki).start())
+
+    def test_blob_through_a_non_owner_over_tls(self):
+        for k in range(40):
+            layout = oci.make_image(self.tmpdir(), [
+                oci.LayerSpec(size=2 * MIB, seed=f"ring-tls-{k}", gzip_level=0)])
+            layer = layout.images[0].layers[0]
+            if self.ring.owner(layer.digest) == 0:
+                break
+        else:
+            self.fail("no blob owned by replica 0 in 40 tries")
+        self.reg.push(layout, "team/tls")
+        mark = self.reg.mark()
+        path = f"/v2/team/tls/blobs/{layer.digest}?ns={self.reg.host_port}"
+        results = self.ring.herd([(1, path, {}, "GET")] * 4)
+        for r in results:
+            self.assertEqual((r.status, r.digest), (200, layer.digest), r.error)
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark), 1)
+        p0, p1 = self.ring.proxies
+        self.assertEqual(p1.metric("shoal_proxy_upstream_blob_gets_total"), 0)
+        self.assertEqual(p1.metric("shoal_proxy_ring_forwarded_total"), 1)
+        self.assertEqual(p1.metric("shoal_proxy_ring_members_up"), 2)
 
 
 if __name__ == "__main__":

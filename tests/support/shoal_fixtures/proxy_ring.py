@@ -62,12 +62,18 @@ class FailoverResult:
 class ProxyRing:
     def __init__(self, directory: str | Path, n: int, *, upstreams: Sequence[Mapping[str, Any]],
                  torrent: bool = False, extra: Mapping[str, Any] | None = None,
-                 log_level: str = "info"):
+                 log_level: str = "info", pki: Any = None):
+        """pki: a certs.ClusterPKI: every replica serves mutual TLS with the registry-proxy
+        certificate, the members are https URLs, and the fixture's own requests present an
+        operator certificate."""
         if n < 2:
             raise FixtureError("a ring needs at least two replicas")
         self.dir = Path(directory)
         ports = [free_port() for _ in range(n)]
-        self.members = [f"http://127.0.0.1:{p}" for p in ports]
+        scheme = "https" if pki is not None else "http"
+        self.members = [f"{scheme}://127.0.0.1:{p}" for p in ports]
+        self.client = pki.operator() if pki is not None else None
+        tls = pki.registry_proxy(["127.0.0.1"]) if pki is not None else None
         self.proxies: list[RegistryProxy] = []
         for i, port in enumerate(ports):
             cfg: dict[str, Any] = {"ring": {"members": self.members, "self": self.members[i],
@@ -77,7 +83,7 @@ class ProxyRing:
                     cfg[k] = v
             self.proxies.append(RegistryProxy(self.dir / f"proxy{i}", upstreams=upstreams,
                                               port=port, torrent=torrent, extra=cfg,
-                                              log_level=log_level))
+                                              log_level=log_level, tls=tls, client=self.client))
 
     def start(self) -> "ProxyRing":
         for p in self.proxies:
@@ -90,6 +96,12 @@ class ProxyRing:
 
     def diagnostics(self) -> str:
         return "\n".join(p.diagnostics() for p in self.proxies)
+
+    def _conn(self, p: RegistryProxy) -> http.client.HTTPConnection:
+        if self.client is not None:
+            return http.client.HTTPSConnection(p.host, p.port, timeout=60,
+                                               context=self.client.ssl_context())
+        return http.client.HTTPConnection(p.host, p.port, timeout=60)
 
     def owner(self, digest: str, alive: Sequence[int] | None = None) -> int:
         idx = list(alive) if alive is not None else list(range(len(self.proxies)))
@@ -108,7 +120,7 @@ class ProxyRing:
 
         def client(i: int, rep: int, path: str, headers: Mapping[str, str], method: str) -> None:
             p = self.proxies[rep]
-            conn = http.client.HTTPConnection(p.host, p.port, timeout=60)
+            conn = self._conn(p)
             try:
                 conn.connect()
                 barrier.wait(30)
@@ -150,7 +162,7 @@ class ProxyRing:
 
         def client(k: int, rep: int) -> None:
             p = self.proxies[rep]
-            conn = http.client.HTTPConnection(p.host, p.port, timeout=60)
+            conn = self._conn(p)
             try:
                 conn.request("GET", path)
                 r = conn.getresponse()
