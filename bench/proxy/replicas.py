@@ -76,7 +76,7 @@ from benchmeta import finish, meta, print_verdicts, target, write  # noqa: E402
 from shoal_fixtures import oci  # noqa: E402
 from shoal_fixtures.netns import Network, Shape  # noqa: E402
 from shoal_fixtures.procs import FixtureError, wait_until  # noqa: E402
-from shoal_fixtures.proxy_ring import ProxyRing  # noqa: E402
+from shoal_fixtures.proxy_ring import ProxyRing, get_hashed  # noqa: E402
 from shoal_fixtures.registry import Registry  # noqa: E402
 from shoal_fixtures.shoal import RegistryProxy, binary, upstream  # noqa: E402
 
@@ -181,13 +181,8 @@ def herd(targets: list[RegistryProxy], path: str, clients: int, timeout: float,
             conn.connect()
             barrier.wait(60)
             t0 = time.monotonic()
-            conn.request("GET", path)
-            r = conn.getresponse()
-            h, n = hashlib.sha256(), 0
-            while chunk := r.read(1 << 20):
-                h.update(chunk)
-                n += len(chunk)
-            out[i] = Got(rep, r.status, "sha256:" + h.hexdigest(), n, time.monotonic() - t0)
+            status, digest, n = get_hashed(conn, "GET", path)
+            out[i] = Got(rep, status, digest, n, time.monotonic() - t0)
         except Exception as e:  # noqa: BLE001 - reported as a wrong body
             out[i] = Got(rep, "error", "", 0, time.monotonic() - t0, repr(e))
         finally:

@@ -408,6 +408,13 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       next_ = next_step::take_over;  // the member is shutting down
       return false;
     }
+    return retry_as_client_or_pass_on(h);
+  }
+
+  // A refusal of registry-proxy itself, which the client's own credential may overcome (the
+  // request is sent again with it), or an answer passed on to the clients (its status and
+  // Retry-After kept; a bounded copy of the body goes to the log).
+  bool retry_as_client_or_pass_on(const http::response_head& h) {
     if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
         !client_.anonymous()) {
       next_ = next_step::retry_as_client;
@@ -431,15 +438,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       next_ = next_step::retry_auth;
       return false;
     }
-    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
-        !client_.anonymous()) {
-      next_ = next_step::retry_as_client;
-      return false;
-    }
-    // An answer we pass on to the clients: keep a bounded copy of the body for the log.
-    capture_status_ = static_cast<unsigned>(h.status);
-    if (auto ra = h.header("Retry-After")) retry_after_capture_ = std::string(*ra);
-    return true;
+    return retry_as_client_or_pass_on(h);
   }
 
   // libcurl delivers 16 KiB at a time: gather 256 KiB before handing bytes to the cache (and

@@ -34,6 +34,18 @@ def ring_owner(members: Sequence[str], key: str) -> str:
     return max(members, key=lambda m: ring_score(m, key))
 
 
+def get_hashed(conn: http.client.HTTPConnection, method: str, path: str,
+               headers: Mapping[str, str] | None = None) -> tuple[int, str, int]:
+    """Sends one request and reads the whole body, hashing it: (status, "sha256:…", length)."""
+    conn.request(method, path, headers=dict(headers or {}))
+    r = conn.getresponse()
+    h, n = hashlib.sha256(), 0
+    while chunk := r.read(1 << 20):
+        h.update(chunk)
+        n += len(chunk)
+    return r.status, "sha256:" + h.hexdigest(), n
+
+
 @dataclass
 class HerdResult:
     status: Any
@@ -124,13 +136,7 @@ class ProxyRing:
             try:
                 conn.connect()
                 barrier.wait(30)
-                conn.request(method, path, headers=dict(headers))
-                r = conn.getresponse()
-                h, n = hashlib.sha256(), 0
-                while chunk := r.read(1 << 20):
-                    h.update(chunk)
-                    n += len(chunk)
-                out[i] = HerdResult(r.status, "sha256:" + h.hexdigest(), n, rep)
+                out[i] = HerdResult(*get_hashed(conn, method, path, headers), rep)
             except Exception as e:  # noqa: BLE001 - reported to the caller
                 out[i] = HerdResult("error", "", 0, rep, repr(e))
             finally:
@@ -164,13 +170,7 @@ class ProxyRing:
             p = self.proxies[rep]
             conn = self._conn(p)
             try:
-                conn.request("GET", path)
-                r = conn.getresponse()
-                h, n = hashlib.sha256(), 0
-                while chunk := r.read(1 << 20):
-                    h.update(chunk)
-                    n += len(chunk)
-                results[k] = HerdResult(r.status, "sha256:" + h.hexdigest(), n, rep)
+                results[k] = HerdResult(*get_hashed(conn, "GET", path), rep)
             except Exception as e:  # noqa: BLE001 - reported to the caller
                 results[k] = HerdResult("error", "", 0, rep, repr(e))
             finally:
