@@ -282,6 +282,12 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
     applied_ = last;
     loaded_ = std::move(loaded);
     loaded_once_ = true;
+    // Current from here, in the same step that lets start() return: a heartbeat right after
+    // start() goes through Redis, never through the stale path (which logs nothing, so the other
+    // replicas would not learn of it).
+    if (!stale_.empty()) log::info("redis reachable: shared state is current");
+    stale_.clear();
+    stale_gauge_->set(0);
   }
   applied_cv_.notify_all();
   reloads_->with({why}).inc();

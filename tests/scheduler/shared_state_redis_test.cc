@@ -153,6 +153,8 @@ TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
 
   // The same delta again (a retry after its first attempt was applied): a gap, nothing doubled.
   auto again = c.shared->heartbeat(m3);
+  EXPECT_FALSE(again.stale)
+      << "a replica just started judged it alone, so nobody else learns of it";
   EXPECT_TRUE(again.out.resync);
   EXPECT_EQ(again.out.resync_reason, "gap");
   ASSERT_TRUE(eventually([&] { return !a.idx.node("n1")->synced; }));
