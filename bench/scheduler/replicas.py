@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/scheduler/run --replicas N: scheduler replicas on Redis (issue 18) against one scheduler.
+"""bench/scheduler/run --replicas N: scheduler replicas on Redis against one scheduler.
 
     bench/scheduler/run --replicas 3 [--json FILE] [--quick] [--nodes 5000] [--objects 200000]
                         [--held-per-node 400] [--duration 20] [--hb-rate R] [--decision-rate R]
@@ -133,19 +133,8 @@ class CpuPhase:
                 "loadgen_cpu_s": round(self.loadgen, 3), "machine_busy": self.busy}
 
 
-def get(url: str, timeout: float = 10) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return 0, b""
-
-
-def post(url: str, body: dict, timeout: float = 30) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+def send(req: urllib.request.Request | str, timeout: float) -> tuple[int, bytes]:
+    """(status, body); an HTTP error status with its body; (0, b"") when nothing answered."""
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()
@@ -153,6 +142,15 @@ def post(url: str, body: dict, timeout: float = 30) -> tuple[int, bytes]:
         return e.code, e.read()
     except OSError:
         return 0, b""
+
+
+def get(url: str, timeout: float = 10) -> tuple[int, bytes]:
+    return send(url, timeout)
+
+
+def post(url: str, body: dict, timeout: float = 30) -> tuple[int, bytes]:
+    return send(urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                       headers={"Content-Type": "application/json"}), timeout)
 
 
 def metrics(url: str) -> dict[str, float]:
@@ -325,14 +323,9 @@ class Bench:
     def start_redis(self) -> None:
         d = self.work / "redis"
         self.redis = RedisHA(d).start(timeout=60)
-        pw = self.work / "redis.password"
-        pw.write_text(self.redis.scheduler_password + "\n")
-        os.chmod(pw, 0o600)
-        self.redis_cfg = {"redis": {
-            "sentinels": [f"{x.host}:{x.port}" for x in self.redis.sentinel_addrs()],
-            "master_name": "shoal", "user": self.redis.scheduler_user, "password_file": str(pw),
-            "sentinel_user": self.redis.scheduler_user, "sentinel_password_file": str(pw),
-            "lease_ttl": f"{LEASE_TTL_S}s", "wait_replicas": 1, "wait_timeout": "500ms"}}
+        self.redis_cfg = {"redis": self.redis.scheduler_section(
+            self.work / "redis.password", lease_ttl=f"{LEASE_TTL_S}s", wait_replicas=1,
+            wait_timeout="500ms")}
 
     def start_replica(self, i: int, port: int | None = None, gen: int = 0) -> Scheduler:
         cfg = self.sched_cfg()

@@ -289,7 +289,6 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
 
 void blob_service::serve(const selection& sel, const digest& d, const credential& cred, bool head,
                          http::responder resp, std::string ring_from) {
-  if (!ring_) ring_from.clear();
   net::post(pool_, [this, sel, d, cred, head, resp, ring_from] {
     if (store_.contains(d)) return serve_cached(sel, d, cred, head, resp);
     std::shared_ptr<blob_fetch> f;

@@ -5,16 +5,15 @@
 #include <memory>
 #include <mutex>
 
-#include <nlohmann/json.hpp>
-
+#include "datasets_internal.h"
 #include "registry-proxy/handler.h"
 #include "common/dataset.h"
-#include "common/log.h"
 #include "common/origin_protocol.h"
 
 namespace shoal::proxy {
 
-using json = nlohmann::json;
+using datasets_detail::json_answer;
+using datasets_detail::json_error;
 
 std::string proxy_handler::ring_from(const http::request& req) const {
   if (!d_.replicas) return {};
@@ -63,7 +62,7 @@ struct list_merge {
     for (auto& d : j) all.push_back(std::move(d));
   }
   void finish() {
-    auto r = http::response::json(200, all.dump(-1, ' ', false, json::error_handler_t::replace));
+    auto r = json_answer(200, all);
     if (!failed.empty()) {
       std::string why;
       for (auto& f : failed) why += (why.empty() ? "" : ", ") + f;
@@ -120,15 +119,10 @@ bool proxy_handler::route_dataset(const http::request& req, const http::responde
   if (ref.empty()) return false;
   std::string owner = r.owner("dataset:" + ref);
   if (owner == r.self()) return false;
-  http::response out;
-  out.status = 307;
+  // The dataset API's own error shape, so a client that does not follow redirects reads why.
+  auto out = json_error(307, "dataset " + ref + " is owned by " + owner + "; follow Location");
   out.headers.set("Location", owner + req.target);
   out.headers.set("Shoal-Ring-Owner", owner);
-  out.headers.set("Content-Type", "application/json");
-  out.body = json{{"errors", json::array({{{"code", "REDIRECT"},
-                                           {"message", "dataset " + ref + " is owned by " + owner +
-                                                           "; follow Location"}}})}}
-                 .dump();
   resp.send(std::move(out));
   return true;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""peerd and shoalctl fail over between scheduler replicas (issue 18), on loopback.
+"""peerd and shoalctl fail over between scheduler replicas (docs/ha.md), on loopback.
 
 Two real, independent shoal-scheduler processes (no shared state: each learns the node from its
 heartbeats) and one peerd configured with both (`upstream.scheduler` A, `upstream.schedulers`

@@ -1,4 +1,4 @@
-"""Scheduler replicas sharing state through real Redis with Sentinel (issue 18, docs/ha.md).
+"""Scheduler replicas sharing state through real Redis with Sentinel (docs/ha.md).
 
 One cluster for every case: a Redis primary, one Redis replica and three Sentinels (ACLs on, the
 scheduler's user limited to shoal:* keys), and three shoal-scheduler replicas that find the
@@ -160,14 +160,9 @@ class SchedulerHA(FixtureTestCase):
         d = Path(cls.class_tmpdir("shoal-ha-"))
         cls.redis = RedisHA(d / "redis")
         cls.class_track(cls.redis.start())
-        pw = d / "redis.password"
-        pw.write_text(cls.redis.scheduler_password + "\n")
-        os.chmod(pw, 0o600)
-        cls.redis_cfg = {"redis": {
-            "sentinels": [f"{a.host}:{a.port}" for a in cls.redis.sentinel_addrs()],
-            "master_name": "shoal", "user": cls.redis.scheduler_user, "password_file": str(pw),
-            "sentinel_user": cls.redis.scheduler_user, "sentinel_password_file": str(pw),
-            "lease_ttl": f"{LEASE_TTL_S}s", "wait_replicas": 1, "wait_timeout": "500ms"}}
+        cls.redis_cfg = {"redis": cls.redis.scheduler_section(
+            d / "redis.password", lease_ttl=f"{LEASE_TTL_S}s", wait_replicas=1,
+            wait_timeout="500ms")}
         cls.dir = d
         cls.registry = cls.class_track(Registry(d / "registry").start())
         proxy_port = free_port()

@@ -189,6 +189,17 @@ class RedisHA:
     def scheduler_password(self) -> str:
         return self.users[SCHEDULER]
 
+    def scheduler_section(self, password_file: str | os.PathLike, **extra: object) -> dict:
+        """The scheduler's `redis` section for this Redis: its sentinels, the scheduler's user on
+        them and on the data nodes, and its password, written to `password_file` (mode 0600).
+        `extra` adds keys (lease_ttl, wait_replicas, ...)."""
+        pw = Path(password_file)
+        pw.write_text(self.scheduler_password + "\n")
+        os.chmod(pw, 0o600)
+        return {"sentinels": [f"{a.host}:{a.port}" for a in self.sentinel_addrs()],
+                "master_name": "shoal", "user": self.scheduler_user, "password_file": str(pw),
+                "sentinel_user": self.scheduler_user, "sentinel_password_file": str(pw), **extra}
+
     @property
     def admin_user(self) -> str:
         return ADMIN
