@@ -24,6 +24,18 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* pf = lt::alert_cast<lt::piece_finished_alert>(a)) return on_piece_finished(pf);
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) return on_read_piece(rp);
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) return on_torrent_finished(tf);
+  if (auto* cf = lt::alert_cast<lt::cache_flushed_alert>(a)) {
+    // Two come (libtorrent flushes by itself when a torrent finishes): the first completes it.
+    auto dl = by_alert(cf);
+    if (!dl || !dl->transient()) return;
+    {
+      std::lock_guard lk(dl->mu_);
+      if (!dl->flushing_) return;
+      dl->flushing_ = false;
+    }
+    post_step(dl, [this, dl] { complete_transient(dl); });
+    return;
+  }
   if (auto* sm = lt::alert_cast<lt::storage_moved_alert>(a)) {
     if (auto dl = by_alert(sm)) finish_object(dl, sm->handle);
     return;
@@ -120,7 +132,15 @@ void swarm_manager::on_torrent_finished(lt::torrent_finished_alert* tf) {
     if (dl->finishing_) return;
   }
   if (dl->transient()) {
-    post_step(dl, [this, dl] { complete_transient(dl); });
+    // Its file is read as soon as it completes, so every write must be in it first: a piece
+    // passes its hash from libtorrent's store buffer, possibly before the disk thread wrote it.
+    // flush_cache (a fence in the disk queue) answers with cache_flushed_alert once all are.
+    {
+      std::lock_guard lk(dl->mu_);
+      if (dl->flushing_ || dl->flushed_) return;
+      dl->flushing_ = dl->flushed_ = true;
+    }
+    tf->handle.flush_cache();
     return;
   }
   // Every piece passed its hash: move the file into the cache's staging directory (which holds

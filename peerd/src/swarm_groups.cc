@@ -36,7 +36,8 @@ std::string wanted_info_hash(lt::alert* a) {
       type == lt::torrent_finished_alert::alert_type ||
       type == lt::torrent_removed_alert::alert_type || type == lt::hash_failed_alert::alert_type ||
       type == lt::torrent_error_alert::alert_type || type == lt::file_error_alert::alert_type ||
-      type == lt::add_torrent_alert::alert_type || type == lt::state_changed_alert::alert_type;
+      type == lt::add_torrent_alert::alert_type || type == lt::state_changed_alert::alert_type ||
+      type == lt::cache_flushed_alert::alert_type;
   if (!wanted) return {};
   if (auto* tr = lt::alert_cast<lt::torrent_removed_alert>(a))
     return swarm::hash_hex(tr->info_hashes.v1);
@@ -248,8 +249,23 @@ bool swarm_manager::on_group_alert(lt::alert* a) {
       if (dl->finishing_ || dl->fallback_ || dl->st_ != transfer::state::running) return true;
       dl->finishing_ = true;
     }
-    // Every wanted piece verified: drop the torrent, then adopt its files (torrent_removed).
-    ses_->raw().remove_torrent(tf->handle);
+    // Every wanted piece verified: flush its writes (a piece passes its hash from libtorrent's
+    // store buffer, maybe before it is in the file), drop the torrent, then adopt its files
+    // (torrent_removed; that alert comes at once, not after the pending writes).
+    tf->handle.flush_cache();
+    return true;
+  }
+  if (lt::alert_cast<lt::cache_flushed_alert>(a)) {
+    if (!dl) return true;
+    // Two come (libtorrent flushes by itself when a torrent finishes): the first removes it.
+    bool go;
+    {
+      std::lock_guard lk(dl->mu_);
+      go =
+          dl->finishing_ && !dl->removing_ && !dl->fallback_ && dl->st_ == transfer::state::running;
+      if (go) dl->removing_ = true;
+    }
+    if (go) ses_->raw().remove_torrent(static_cast<const lt::torrent_alert*>(a)->handle);
     return true;
   }
   if (lt::alert_cast<lt::torrent_removed_alert>(a)) {

@@ -202,6 +202,9 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   std::string object_path_;                                  // once complete
   // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
   bool finishing_ = false;
+  // A transient download whose pieces all verified: its writes are being flushed (a piece's hash
+  // can pass from libtorrent's store buffer before the piece is in the file); flushed_ once asked.
+  bool flushing_ = false, flushed_ = false;
   bool fallback_inflight_ = false;
   // Once the swarm has stalled, HTTP ranges follow each other without another stall_timeout
   // while each range verifies and no peer delivers a block; a peer block ends the chain.
@@ -231,8 +234,11 @@ class group_download : public transfer {
   std::uint64_t total_ = 0;
   std::atomic<std::uint64_t> done_{0};
   std::uint64_t present_bytes_ = 0;  // members in the cache before the download
-  bool finishing_ = false;           // torrent removal requested; adoption follows its alert
-  bool fallback_ = false;            // HTTP fallback running or done
+  // Every wanted piece verified: the writes are flushed, then the torrent is removed, then its
+  // members are adopted (torrent_removed_alert comes before libtorrent's pending writes end).
+  bool finishing_ = false;
+  bool removing_ = false;  // its removal requested (once: two cache_flushed_alerts come)
+  bool fallback_ = false;  // HTTP fallback running or done
 };
 
 class swarm_manager {
