@@ -100,7 +100,12 @@ class download_source final : public http::body_source {
     };
     if (st->buf && st->buf_piece == piece) return done(slice(st->buf, piece));
     st->dl->read_piece(piece, [st, piece, slice, done = std::move(done)](result<piece_buffer> b) {
-      if (!b) return done(fail(b.error()));
+      if (!b) {
+        log::warn("object: ending its body short", log::kv("digest", st->dl->id().str()),
+                  log::kv("sent", st->off), log::kv("piece", piece),
+                  log::kv("error", b.error().message));
+        return done(fail(b.error()));
+      }
       st->buf = *b;
       st->buf_piece = piece;
       done(slice(st->buf, piece));
@@ -141,13 +146,20 @@ class chunked_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     if (*off_ >= end_) return done(http::chunk::end());
     auto n = static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, end_ - *off_));
-    cb_->read(*off_, n,
-              [off = off_, served = served_, done = std::move(done)](result<std::string> b) {
-                if (!b) return done(fail(b.error()));
-                *off += b->size();
-                if (served) served->fetch_add(b->size());
-                done(http::chunk::bytes(std::move(*b)));
-              });
+    cb_->read(
+        *off_, n,
+        [cb = cb_, off = off_, served = served_, done = std::move(done)](result<std::string> b) {
+          if (!b) {
+            // The client sees its body end short: the cause is here.
+            log::warn("blob fetched in chunks: ending its body short",
+                      log::kv("digest", cb->id().str()), log::kv("sent", *off),
+                      log::kv("error", b.error().message));
+            return done(fail(b.error()));
+          }
+          *off += b->size();
+          if (served) served->fetch_add(b->size());
+          done(http::chunk::bytes(std::move(*b)));
+        });
   }
 
  private:
