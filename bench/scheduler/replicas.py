@@ -20,9 +20,10 @@ registry-proxy (the images the pods and prewarms name), then
      stream's first failed attempt to its next answer. The replica is started again (its load
      time from Redis is reported).
    - the lease holder killed while jobs' members report `failing` (failover decisions, each with
-     a prewarm) and clients create prewarms (POST /v1/prewarm, retried on another replica only
-     when never reached, as shoalctl does): `duplicate_prewarms` counts decisions made twice
-     (from every replica's log, the killed one's too) and prewarms created more than once.
+     a prewarm) and clients create prewarms (POST /v1/prewarm with an Idempotency-Key, retried
+     on another replica after any failure, as shoalctl does): `duplicate_prewarms` counts
+     decisions made twice (from every replica's log, the killed one's too) and prewarms created
+     more than once.
    - the Redis primary killed (Sentinel promotes the replica) while heartbeats flow; half the
      nodes stop at the kill, and each of them must have, in the new primary's `shoal:n:<node>`,
      a `seq` at least the last one answered 200 without Shoal-Stale:
@@ -497,13 +498,17 @@ class Bench:
                 node = pw_nodes.pop(0)
             c = pw_clients[k]
             t0 = time.monotonic()
-            status, _, body, rep = c.call("POST", "/v1/prewarm", json.dumps(
-                {"images": [self.images[0]], "nodes": [node]}).encode(), idempotent=False,
-                what="prewarm")
+            # With an Idempotency-Key, as shoalctl sends: retried on another replica after any
+            # failure, and a request that was in fact made answers 200 with the same prewarm.
+            status, hdrs, body, rep = c.call("POST", "/v1/prewarm", json.dumps(
+                {"images": [self.images[0]], "nodes": [node]}).encode(), idempotent=True,
+                what="prewarm", headers={"Idempotency-Key": f"bench-{node}"})
             pw_rec.add(time.monotonic() - t0, status)
+            ok = status in (200, 202)
             with pw_lock:
                 created.append({"node": node, "status": status, "replica": rep,
-                                "id": json.loads(body).get("id") if status == 202 else None})
+                                "replayed": hdrs.get("idempotent-replayed") == "true",
+                                "id": json.loads(body).get("id") if ok else None})
         pw_streams = [Stream(f"pw{k}", a.prewarm_rate / 2, lambda k=k: make(k)) for k in range(2)]
         for k, s in enumerate(pw_streams):
             pw_clients[k].stop = s.halt.is_set
@@ -596,7 +601,8 @@ class Bench:
                         pw_nodes_seen[nd] = pw_nodes_seen.get(nd, 0) + 1
             d_fo = sum(max(0, v - 1) for v in fo_jobs.values())
             d_pw = sum(max(0, pw_nodes_seen.get(c["node"], 0) - 1) for c in created)
-            l_pw = sum(1 for c in created if c["status"] == 202 and not pw_nodes_seen.get(c["node"]))
+            l_pw = sum(1 for c in created
+                       if c["status"] in (200, 202) and not pw_nodes_seen.get(c["node"]))
             per_replica[r.url] = {"failover_prewarms": sum(fo_jobs.values()),
                                   "duplicate_failover_prewarms": d_fo,
                                   "created_prewarms_listed": sum(pw_nodes_seen.values()),
@@ -609,6 +615,7 @@ class Bench:
             "duplicate_failover_prewarms": dup_fo,
             "prewarm_requests": len(created), "prewarm_requests_202": sum(
                 1 for c in created if c["status"] == 202),
+            "prewarm_requests_replayed": sum(1 for c in created if c.get("replayed")),
             "prewarm_requests_unanswered": sum(1 for c in created if c["status"] == 0),
             "prewarm_latency": pw_rec.summary(),
             "duplicate_created_prewarms": dup_pw, "acknowledged_prewarms_missing": lost_pw,

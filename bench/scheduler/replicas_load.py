@@ -177,7 +177,8 @@ class Client:
         return fresh + [i for i in self.order if i not in fresh]
 
     def call(self, method: str, path: str, body: bytes | None, *, idempotent: bool = True,
-             deadline_s: float = 30.0, what: str = "") -> tuple[int, dict[str, str], bytes, int]:
+             deadline_s: float = 30.0, what: str = "",
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes, int]:
         """Sends until a replica answers (or `deadline_s`): (status, headers, body, replica).
         Not idempotent: retried on another replica only when the connection was refused (the
         request never reached a replica); otherwise the failure is returned as status 0."""
@@ -196,8 +197,10 @@ class Client:
                         except ConnectionRefusedError:
                             refused = True
                             raise
-                    c.request(method, path, body=body,
-                              headers={"Content-Type": "application/json"} if body else {})
+                    h = dict(headers or {})
+                    if body:
+                        h["Content-Type"] = "application/json"
+                    c.request(method, path, body=body, headers=h)
                     r = c.getresponse()
                     data = r.read()
                     status = r.status
