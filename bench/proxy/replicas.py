@@ -72,6 +72,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO / "bench" / "lib"))
 
+from benchcpu import proc_cpu_s  # noqa: E402
 from benchmeta import finish, meta, print_verdicts, target, write  # noqa: E402
 from shoal_fixtures import oci  # noqa: E402
 from shoal_fixtures.netns import Network, Shape  # noqa: E402
@@ -82,7 +83,6 @@ from shoal_fixtures.shoal import RegistryProxy, binary, upstream  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
-TICK = os.sysconf("SC_CLK_TCK")
 NPROC = os.cpu_count() or 1
 REPO_NAME = "bench/ring"
 
@@ -92,17 +92,6 @@ def log(msg: str) -> None:
 
 
 # -- measurements --------------------------------------------------------------------------------
-
-def proc_cpu_s(pid: int | None) -> float:
-    """user+sys seconds of one process (0 when gone)."""
-    if not pid:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
 
 def self_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)

@@ -58,6 +58,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO / "bench" / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchcpu import proc_cpu_s  # noqa: E402
 from benchmeta import finish, meta, print_verdicts, target, write  # noqa: E402
 from replicas_load import (Client, Cluster, Gaps, Node, Recorder, Stream, Universe,  # noqa: E402
                            decision_streams, heartbeat_streams, ms, percentile, run_streams,
@@ -81,18 +82,6 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Measurements
-
-def proc_cpu_seconds(pid: int | None) -> float:
-    """utime + stime of one process (0 when gone)."""
-    if not pid:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
 
 def self_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -118,13 +107,13 @@ class CpuPhase:
         self.groups = groups
 
     def __enter__(self) -> "CpuPhase":
-        self.c0 = {g: sum(proc_cpu_seconds(p) for p in ps) for g, ps in self.groups.items()}
+        self.c0 = {g: sum(proc_cpu_s(p) for p in ps) for g, ps in self.groups.items()}
         self.s0, self.m0, self.t0 = self_cpu(), machine_busy(), time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.monotonic() - self.t0
-        self.cpu = {g: sum(proc_cpu_seconds(p) for p in ps) - self.c0[g]
+        self.cpu = {g: sum(proc_cpu_s(p) for p in ps) - self.c0[g]
                     for g, ps in self.groups.items()}
         self.loadgen = self_cpu() - self.s0
         self.busy = busy_share(self.m0, machine_busy())
