@@ -50,6 +50,8 @@ void register_metrics(metrics::registry& reg, const store& s) {
         [](const stats& x) { return x.inflight_bytes; });
   gauge("shoal_cache_pinned_objects", "Objects protected by an unexpired pin.",
         [](const stats& x) { return x.pinned_objects; });
+  gauge("shoal_cache_pinned_bytes", "Bytes of cached objects protected by an unexpired pin.",
+        [](const stats& x) { return x.pinned_bytes; });
   counter("shoal_cache_hits_total", "Reads of cached objects.",
           [](const stats& x) { return x.hits; });
   counter("shoal_cache_misses_total", "Reads of absent objects.",

@@ -445,7 +445,9 @@ stats core::get_stats() const {
     s.objects = table_.size();
     s.inflight_objects = inflight_.size();
     for (const auto& [id, v] : pins_) {
-      if (pinned_locked(id, now_ms)) ++s.pinned_objects;
+      if (!pinned_locked(id, now_ms)) continue;
+      ++s.pinned_objects;
+      if (auto it = table_.find(id); it != table_.end()) s.pinned_bytes += it->second.size;
     }
   }
   s.bytes = committed_bytes_.load(std::memory_order_relaxed);

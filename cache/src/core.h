@@ -114,6 +114,7 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] std::uint64_t capacity() const noexcept {
     return capacity_.load(std::memory_order_relaxed);
   }
+  [[nodiscard]] std::uint64_t high_bytes() const noexcept;
   [[nodiscard]] std::uint64_t usage() const noexcept {
     return committed_bytes_.load(std::memory_order_relaxed) +
            reserved_bytes_.load(std::memory_order_relaxed);
@@ -175,7 +176,6 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] status reconcile();
   [[nodiscard]] status load_index(reconcile_report& rep, index::batch& fixes);
   void refresh_capacity();
-  [[nodiscard]] std::uint64_t high_bytes() const noexcept;
   [[nodiscard]] std::uint64_t low_bytes() const noexcept;
 
   // mu_ held.

@@ -294,5 +294,6 @@ stats store::get_stats() const { return core_->get_stats(); }
 const reconcile_report& store::last_reconcile() const noexcept { return core_->last_reconcile(); }
 std::uint64_t store::capacity_bytes() const noexcept { return core_->capacity(); }
 std::uint64_t store::usage_bytes() const noexcept { return core_->usage(); }
+std::uint64_t store::high_watermark_bytes() const noexcept { return core_->high_bytes(); }
 
 }  // namespace shoal::cache

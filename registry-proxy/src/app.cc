@@ -139,6 +139,10 @@ void app::init_services() {
                "shoal_proxy_chunks_total",
                "Chunk objects cut from large blobs while they streamed in (torrent.chunk_size).")
            .with({});
+  bm.not_cut = &reg_.counter("shoal_proxy_chunking_skipped_total",
+                             "Large blobs not cut into chunk objects because the cache could not "
+                             "hold them twice (they swarm whole once cached).")
+                    .with({});
   blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
   blobs_->set_fetch_limit(cfg_.torrent.enabled ? cfg_.torrent.fetch_concurrency : 0);
   blobs_->set_queue_limits(static_cast<std::size_t>(cfg_.torrent.fetch_queue_max),

@@ -349,9 +349,15 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     // A large object peerd waits for is also cut into chunk objects that swarm while the
     // rest still downloads (chunks.h).
     std::shared_ptr<chunk_list> chunks;
-    if (std::uint64_t cs =
-            size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0;
-        cs) {
+    std::uint64_t cs =
+        size && want_chunks_.load() && !chunker_ ? chunk_size_for(*size, svc_.chunk_size()) : 0;
+    if (std::string why; cs && !svc_.room_for_chunks(*size, why)) {
+      cs = 0;
+      if (svc_.counters().not_cut) svc_.counters().not_cut->inc();
+      log::warn("blob not cut into chunks: nodes wait for the whole object",
+                log::kv("digest", id_.str()), log::kv("bytes", *size), log::kv("why", why));
+    }
+    if (cs) {
       bool pub = who_ == acting_as::proxy;
       chunks = std::make_shared<chunk_list>(id_, *size, cs, pub);
       svc_.register_chunks(chunks);
@@ -559,6 +565,14 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
           (void)svc->state().add_visibility(id, true, {});
       });
     }
+    // Pinned until the seeder pins it: the watermark pass must not take the object between its
+    // commit and its seeding (hashing it below can take seconds).
+    (void)svc_.store().pin(id_, commit_pin, cache::clock::now() + std::chrono::minutes(10));
+    struct unpin_at_end {
+      cache::store& s;
+      digest d;
+      ~unpin_at_end() { (void)s.unpin(d, commit_pin); }
+    } unpin{svc_.store(), id_};
     auto info = writer_->commit();
     writer_.reset();
     if (!info) {

@@ -111,6 +111,7 @@ TEST_F(CacheEvict, PinsProtectAndAreCountedPerOwner) {
   EXPECT_EQ(s->stat(id_of(0))->pins[0].owner, "view:a");
   EXPECT_FALSE(s->stat(id_of(0))->pins[0].expiry);
   EXPECT_EQ(s->get_stats().pinned_objects, 3u);
+  EXPECT_EQ(s->get_stats().pinned_bytes, 200u);  // 9 is not present: no bytes yet
 
   EXPECT_EQ(s->evict_to(0), 300u);
   EXPECT_EQ(present(10), (std::set<int>{0, 1}));
@@ -147,6 +148,7 @@ TEST_F(CacheEvict, PinsProtectAndAreCountedPerOwner) {
   fill(9, 10);
   s->evict_to(0);
   EXPECT_TRUE(s->contains(id_of(9)));
+  EXPECT_EQ(s->get_stats().pinned_bytes, 100u);
 }
 
 TEST_F(CacheEvict, ExpiryExtendsAndExpiredPinsRestart) {

@@ -259,5 +259,69 @@ class MetainfoTest(FixtureTestCase):
         self.assertGreaterEqual(self.proxy.metric("shoal_proxy_torrents_loaded"), 1)
 
 
+class SmallCacheChunksTest(FixtureTestCase):
+    """A blob is cut into chunk objects only when the cache can hold it twice.
+
+    Every chunk stays pinned while it is seeded, beside the blob itself. A cache short of that
+    room would evict chunks nodes still need (and the just-cut chunk before its seed pins it),
+    breaking every pull of the blob part-way; the blob is left whole instead, and nodes wait for
+    it and swarm it once it is cached.
+    """
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-smallcache-")
+        cls.stub = cls.class_track(StubUpstream().start())
+        # 128 MiB: the high watermark (0.85) is 108.8 MiB.
+        cls.proxy = cls.class_track(RegistryProxy(d / "proxy", upstreams=[
+            upstream("stub.test", cls.stub.url, stall_timeout="10s")], torrent=True,
+            extra={"cache": {"quota": "128MiB"}}).start())
+
+    def metainfo(self, digest: str, extra: str) -> tuple[int, dict, bytes]:
+        return self.proxy.get(f"/shoal/v1/metainfo/{digest}?ns=stub.test&repo=team/app{extra}",
+                              timeout=60)
+
+    def whole(self, digest: str) -> None:
+        def answered():
+            r = self.metainfo(digest, "&wait_ms=2000&chunks=1")
+            return r if r[0] == 200 else None
+        wait_until(answered, 60, "the blob's own metainfo")
+
+    def test_a_blob_the_cache_cannot_hold_twice_is_not_cut(self):
+        # 34 MiB fits twice under the watermark (68 MiB): cut into [16, 18] MiB.
+        first = random.Random("sc-first").randbytes(34 * MIB)
+        d1 = self.stub.add_blob(first)
+        s, _, body = self.metainfo(d1, "&wait_ms=20000&chunks=1")
+        if s == 202:
+            self.assertEqual(json.loads(body).get("chunk_size"), 16 * MIB, body[:200])
+        self.whole(d1)
+        s, _, body = self.proxy.get(f"/shoal/v1/chunks/{d1}?ns=stub.test&repo=team/app&have=0")
+        self.assertEqual(s, 200, body[:200])
+        self.assertTrue(json.loads(body)["complete"])
+        self.assertEqual(self.proxy.metric("shoal_proxy_chunking_skipped_total"), 0)
+        # The blob and its chunks, each pinned by its seed.
+        self.assertGreaterEqual(self.proxy.metric("shoal_cache_pinned_bytes"), 68 * MIB)
+        # 60 MiB does not: the first blob and its chunks stay pinned by their seeds (68 MiB), so
+        # 60 more in flight and 60 of chunks would pass the watermark. Left whole.
+        second = random.Random("sc-second").randbytes(60 * MIB)
+        d2 = self.stub.add_blob(second)
+        s, _, body = self.metainfo(d2, "&wait_ms=500&chunks=1")
+        if s == 202:
+            self.assertNotIn("chunk_size", json.loads(body), body[:200])
+        self.whole(d2)
+        s, _, body = self.proxy.get(f"/shoal/v1/chunks/{d2}?ns=stub.test&repo=team/app&have=0")
+        self.assertEqual(s, 404, body[:200])
+        self.assertEqual(self.proxy.metric("shoal_proxy_chunking_skipped_total"), 1)
+        self.assertIn("blob not cut into chunks", self.proxy.log_text())
+        # Nothing was lost: both blobs are whole in the cache, fetched once each.
+        for d, data in ((d1, first), (d2, second)):
+            s, _, got = self.proxy.get(f"/v2/team/app/blobs/{d}?ns=stub.test", timeout=60)
+            self.assertEqual(s, 200)
+            self.assertEqual(hashlib.sha256(got).hexdigest(), d.removeprefix("sha256:"))
+            self.assertEqual(len(self.stub.requests(d, "GET")), 1)
+        self.assertEqual(self.proxy.metric("shoal_cache_evictions_total"), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

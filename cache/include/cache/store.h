@@ -179,6 +179,8 @@ class store {
   [[nodiscard]] const reconcile_report& last_reconcile() const noexcept;
   [[nodiscard]] std::uint64_t capacity_bytes() const noexcept;
   [[nodiscard]] std::uint64_t usage_bytes() const noexcept;
+  // capacity × high_watermark: above it the maintenance pass evicts.
+  [[nodiscard]] std::uint64_t high_watermark_bytes() const noexcept;
 
  private:
   explicit store(std::shared_ptr<detail::core> c) : core_(std::move(c)) {}

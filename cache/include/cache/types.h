@@ -84,6 +84,7 @@ struct stats {
   std::uint64_t inflight_bytes = 0;  // bytes reserved by writes in progress
   std::uint64_t capacity_bytes = 0;
   std::uint64_t pinned_objects = 0;  // digests with an unexpired pin (present or not)
+  std::uint64_t pinned_bytes = 0;    // committed bytes of those present (eviction cannot free)
   // Counters since open.
   std::uint64_t hits = 0;               // open_read of a committed object
   std::uint64_t misses = 0;             // open_read of an absent object

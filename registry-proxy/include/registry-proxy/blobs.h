@@ -64,6 +64,9 @@ struct metainfo_answer {
   bool is_public = false;  // status 200: served to anyone (origin::headers::visibility)
 };
 
+// The cache pin's owner that holds an object from its commit until the seeder pins it.
+inline constexpr std::string_view commit_pin = "committing";
+
 struct blob_metrics {
   metrics::counter* upstream_gets = nullptr;
   metrics::counter* upstream_bytes = nullptr;
@@ -71,7 +74,8 @@ struct blob_metrics {
   metrics::counter* digest_mismatch = nullptr;
   metrics::counter* served_cache_bytes = nullptr;
   metrics::counter* fetch_failures = nullptr;
-  metrics::counter* chunks = nullptr;  // chunk objects committed
+  metrics::counter* chunks = nullptr;   // chunk objects committed
+  metrics::counter* not_cut = nullptr;  // large blobs left whole: no room for their chunks
 };
 
 class blob_service {
@@ -116,6 +120,11 @@ class blob_service {
   // size (chunks.h); 0: never. Call before serving.
   void set_chunk_size(std::uint64_t n) { chunk_size_ = n; }
   [[nodiscard]] std::uint64_t chunk_size() const { return chunk_size_; }
+  // Whether the cache can hold a blob of `size` bytes, whose own write is already reserved, a
+  // second time as chunk objects: every chunk stays pinned while it is seeded, so without the
+  // room the watermark pass would evict the rest of the cache and then fail the chunks. Else
+  // `why` says what is short and the blob swarms whole once committed.
+  [[nodiscard]] bool room_for_chunks(std::uint64_t size, std::string& why) const;
   // The chunks of a blob being fetched or fetched recently (null when it was not chunked).
   [[nodiscard]] std::shared_ptr<chunk_list> chunks_of(const digest& parent) const;
   // Shared by the fetch machinery (chunker's worker thread).
