@@ -288,6 +288,16 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       auto f =
           ask(r, 16u << 20, steady::now() + d_.deadline, "metainfo of chunk " + std::to_string(i));
       if (!f) return fail(f.error());
+      if (f->status == 404 || f->status >= 500) {
+        // Listed but not swarmed (any more): registry-proxy evicted it, restarted or could not
+        // seed it. Its bytes are still in the blob registry-proxy holds or is fetching.
+        std::string why = origin::error_message_of(f->body);
+        if (auto st = fetch_chunk_range(
+                i, "metainfo HTTP " + std::to_string(f->status) + (why.empty() ? "" : ": " + why));
+            !st)
+          return st;
+        return chunk_ready(i, nullptr);
+      }
       if (f->status != 200) {
         return fail(errc::upstream_error, "metainfo of chunk " + std::to_string(i) + ": HTTP " +
                                               std::to_string(f->status));
@@ -313,8 +323,19 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       }
     }
   }
+  return chunk_ready(i, std::move(dl));
+}
+
+status chunked_blob::chunk_ready(std::uint32_t i, std::shared_ptr<download> dl) {
   // A chunk held in the cache stays while the blob is joined.
-  if (!dl) (void)d_.store.pin(c.id, "chunked", cache::clock::now() + std::chrono::minutes(10));
+  if (!dl) {
+    digest id;
+    {
+      std::lock_guard lk(mu_);
+      id = chunks_[i].id;
+    }
+    (void)d_.store.pin(id, "chunked", cache::clock::now() + std::chrono::minutes(10));
+  }
   std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> ready;
   {
     std::lock_guard lk(mu_);
@@ -327,6 +348,58 @@ status chunked_blob::start_chunk(std::uint32_t i) {
   }
   cv_.notify_all();
   for (auto& [range, cb] : ready) serve(range.first, range.second, std::move(cb));
+  return {};
+}
+
+status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) {
+  chunk c;
+  {
+    std::lock_guard lk(mu_);
+    c = chunks_[i];
+  }
+  const std::string what = "chunk " + std::to_string(i);
+  log::warn("chunk has no swarm; fetching its range of the blob from registry-proxy",
+            log::kv("digest", id_.str()), log::kv("chunk", i), log::kv("bytes", c.size),
+            log::kv("why", why));
+  // Into the cache under the chunk's own digest: the commit verifies the bytes against it.
+  auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
+  if (!t) return fail(t.error().wrap(what));
+  if (t->role == cache::write_role::present) return {};
+  if (t->role == cache::write_role::follower) {
+    for (int n = 0; n < 6000 && !d_.store.contains(c.id); ++n)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!d_.store.contains(c.id))
+      return fail(errc::timeout, what + " written elsewhere never committed");
+    return {};
+  }
+  auto& w = *t->writer;
+  constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
+  for (std::uint64_t off = 0; off < c.size;) {
+    const std::uint64_t n = std::min<std::uint64_t>(step, c.size - off);
+    const std::uint64_t from = c.offset + off, to = from + n - 1;
+    http::client_request r;
+    r.url = blob_url();
+    r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
+    if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
+    r.timeouts.connect = d_.connect_timeout;
+    r.timeouts.stall = d_.deadline;
+    r.max_retries = 1;
+    auto f = ask(r, static_cast<std::size_t>(n), steady::now() + d_.deadline, "range of " + what);
+    if (f && (f->status != 206 || f->body.size() != n)) {
+      f = fail(errc::upstream_error, "range of " + what + ": registry-proxy answered HTTP " +
+                                         std::to_string(f->status) + " with " +
+                                         std::to_string(f->body.size()) + " bytes, not 206 with " +
+                                         std::to_string(n));
+    }
+    if (!f) {
+      w.abort(f.error().message);
+      return fail(f.error());
+    }
+    if (auto st = w.write(std::string_view(f->body)); !st) return fail(st.error().wrap(what));
+    d_.swarm.count_http_range(n);
+    off += n;
+  }
+  if (auto info = w.commit(); !info) return fail(info.error().wrap(what + " from its range"));
   return {};
 }
 

@@ -364,6 +364,72 @@ TEST(Fetcher, ChunkedStartConfirmsItsClient) {
   n.fetch.reset();
 }
 
+// A listed chunk whose metainfo registry-proxy no longer has (evicted, or a restart): its range of
+// the blob comes over HTTP into the cache under the chunk's digest, and the blob completes.
+TEST(Fetcher, AChunkWithoutSwarmIsFetchedByItsRange) {
+  chunked_origin o;
+  const std::string gone = o.parts[1].object.str();
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (is_metainfo(r) && r.target.find(gone) != std::string::npos) {
+      ht::reply out;
+      out.status = 404;
+      out.body = R"({"errors":[{"code":"BLOB_UNKNOWN","message":"evicted"}]})";
+      return out;
+    }
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  ASSERT_TRUE(s) << s.error().status << " " << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  auto st = s->chunked->wait();
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_TRUE(n.store->contains(o.whole.object));
+  EXPECT_TRUE(n.store->contains(o.parts[1].object));
+  const std::string want = "bytes=" + std::to_string(chunked_origin::chunk) + "-" +
+                           std::to_string(2 * chunked_origin::chunk - 1);
+  EXPECT_EQ(
+      requests_where(srv, [&](const ht::recorded_request& r) { return r.header("Range") == want; }),
+      1u);
+  EXPECT_GE(n.swarm->counters().from_http.load(), chunked_origin::chunk);
+}
+
+// The same with wrong bytes in that range: the chunk never enters the cache, and the blob fails
+// with the cause instead of being joined from them.
+TEST(Fetcher, AChunkRangeWithWrongBytesFailsTheBlob) {
+  chunked_origin o;
+  std::string bad = o.bytes;
+  bad[chunked_origin::chunk + 7] ^= 1;
+  const std::string gone = o.parts[1].object.str();
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (is_metainfo(r) && r.target.find(gone) != std::string::npos) {
+      ht::reply out;
+      out.status = 404;
+      return out;
+    }
+    if (!is_metainfo(r) && !chunked_origin::is_chunk_list(r)) return range_reply(bad, r);
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  // Found in the first round here (two small chunks): the client hears 502 with the cause. A
+  // chunk found later fails the blob the client already reads.
+  std::string why;
+  if (s) {
+    ASSERT_TRUE(s->chunked);
+    auto st = s->chunked->wait();
+    ASSERT_FALSE(st);
+    why = st.error().message;
+  } else {
+    EXPECT_EQ(s.error().status, 502u);
+    why = s.error().why.message;
+  }
+  EXPECT_NE(why.find("chunk 1 from its range"), std::string::npos) << why;
+  EXPECT_NE(why.find("hashes to"), std::string::npos) << why;
+  EXPECT_FALSE(n.store->contains(o.parts[1].object));
+  EXPECT_FALSE(n.store->contains(o.whole.object));
+}
+
 // A registry-proxy that keeps shedding the chunk list: the client hears 503 with Retry-After and
 // the cause at the deadline (3 s), not a 200 whose body breaks off.
 TEST(Fetcher, ChunkedPermanentShedIsA503AtTheDeadline) {

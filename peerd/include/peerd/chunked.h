@@ -96,6 +96,9 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
                                                 std::chrono::steady_clock::time_point until,
                                                 const std::string& what);
   [[nodiscard]] status start_chunk(std::uint32_t i);
+  // Chunk `i` without a swarm: its range of the blob from registry-proxy into the cache.
+  [[nodiscard]] status chunk_ready(std::uint32_t i, std::shared_ptr<download> dl);
+  [[nodiscard]] status fetch_chunk_range(std::uint32_t i, const std::string& why);
   [[nodiscard]] status wait_chunk(std::uint32_t i);
   [[nodiscard]] status assemble();
   void mark_verified();
