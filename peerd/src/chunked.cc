@@ -396,7 +396,8 @@ status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) 
       return fail(f.error());
     }
     if (auto st = w.write(std::string_view(f->body)); !st) return fail(st.error().wrap(what));
-    d_.swarm.count_http_range(n);
+    d_.swarm.counters_mut().fallbacks.fetch_add(1);
+    d_.swarm.counters_mut().from_http.fetch_add(n);
     off += n;
   }
   if (auto info = w.commit(); !info) return fail(info.error().wrap(what + " from its range"));

@@ -276,6 +276,11 @@ void describe(config::binder& b, mirror_config& c) {
          "plus _default for every other registry) and CRI-O/podman (registries.conf.d/"
          "50-shoal.conf) at this peerd for. Default: docker.io with server "
          "https://registry-1.docker.io. A list given in a file replaces the default.");
+  b.field("prefetch_layers", c.prefetch_layers,
+          "When the mirror serves an image manifest (GET, 200), start fetching its config and "
+          "every layer not held here yet (at most 128), with the client's credentials, so "
+          "containerd's max_concurrent_downloads does not serialise them: its blob requests "
+          "join the fetches in progress. Off: each blob is fetched when containerd asks.");
 }
 
 void describe(config::binder& b, peerd_config& c) {

@@ -221,6 +221,11 @@ mirror::mirror(deps d) : d_(d) {
       &d_.metrics.counter("shoal_peerd_blob_cache_hits_total", "Blobs served from the local cache.")
            .with({});
   forward_errors_ = &forward_errors_counter(d_.metrics);
+  prefetches_ = &d_.metrics
+                     .counter("shoal_peerd_layer_prefetches_total",
+                              "Blobs fetched because an image manifest served here named them "
+                              "(mirror.prefetch_layers), before containerd asked for them.")
+                     .with({});
 }
 
 std::string mirror::proxy_url(const std::string& path_and_query) const {
@@ -266,10 +271,52 @@ void mirror::operator()(http::request&& req, http::responder resp) {
     std::string auth(req.header("Authorization"));
     return serve_blob(ns, route->name, route->blob, auth, req.method == http::verb::head, resp);
   }
-  net::post(d_.pool, [this, req = std::move(req), resp]() mutable { forward(req, resp); });
+  std::optional<origin::object_ref> manifest_of;
+  if (route->kind == origin::route_kind::manifest && req.method == http::verb::get &&
+      d_.cfg.mirror.prefetch_layers) {
+    auto ns = req.query_param(origin::params::ns).value_or("");
+    if (ns.empty() || oci::valid_registry_host(ns))
+      manifest_of = origin::object_ref{std::string(ns), route->name};
+  }
+  net::post(d_.pool, [this, req = std::move(req), resp, manifest_of]() mutable {
+    forward(req, resp, manifest_of);
+  });
 }
 
-void mirror::forward(const http::request& req, const http::responder& resp) {
+std::size_t mirror::prefetch_layers(const origin::object_ref& where, std::string_view manifest,
+                                    const std::string& auth) {
+  // Image manifests only (an index names manifests, not blobs: the platform's manifest follows).
+  auto j = nlohmann::json::parse(manifest, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("layers") || !j["layers"].is_array())
+    return 0;
+  std::vector<const nlohmann::json*> descs;
+  if (j.contains("config")) descs.push_back(&j["config"]);
+  for (const auto& l : j["layers"]) descs.push_back(&l);
+  constexpr std::size_t max_blobs = 128;
+  std::size_t started = 0, seen = 0;
+  for (const auto* desc : descs) {
+    if (seen++ == max_blobs) break;
+    if (!desc->is_object() || !desc->contains("digest") || !(*desc)["digest"].is_string()) continue;
+    auto d = digest::parse((*desc)["digest"].get<std::string>());
+    if (!d || d_.store.contains(*d) || d_.fetch.find(*d)) continue;
+    d_.fetch.join(where, *d, auth, [id = *d](fetch_start s) {
+      if (!s) {
+        log::info("layer prefetch did not start", log::kv("digest", id.str()),
+                  log::kv("status", s.error().status), log::kv("error", s.error().why.message));
+      }
+    });
+    ++started;
+  }
+  if (started > 0) {
+    prefetches_->inc(started);
+    log::info("prefetching an image's blobs", log::kv("repo", where.repo), log::kv("ns", where.ns),
+              log::kv("blobs", started), log::kv("named", std::min(descs.size(), max_blobs)));
+  }
+  return started;
+}
+
+void mirror::forward(const http::request& req, const http::responder& resp,
+                     const std::optional<origin::object_ref>& manifest_of) {
   http::client_request r;
   r.method = req.method == http::verb::head ? "HEAD" : "GET";
   r.url = proxy_url(req.target);
@@ -297,6 +344,8 @@ void mirror::forward(const http::request& req, const http::responder& resp) {
                         "Warning", "WWW-Authenticate", "Retry-After", "ETag", "OCI-Namespace"}) {
     if (auto v = f->header(h)) out.headers.set(h, std::string(*v));
   }
+  if (manifest_of && f->status == 200)
+    (void)prefetch_layers(*manifest_of, f->body, std::string(req.header("Authorization")));
   if (req.method == http::verb::head) {
     if (auto v = f->header("Content-Length")) out.headers.set("Content-Length", std::string(*v));
   } else {
@@ -335,7 +384,7 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       fake.method = http::verb::head;
       fake.target = origin::blob_target({ns, repo}, d);
       if (!auth.empty()) fake.headers.set("Authorization", auth);
-      return forward(fake, resp);
+      return forward(fake, resp, std::nullopt);
     }
     // 4. Fetch it (one metainfo request per object, however many ask).
     d_.fetch.join(where, d, auth, [this, where, d, auth, resp](fetch_start s) {

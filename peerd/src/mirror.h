@@ -13,7 +13,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -52,7 +54,12 @@ class mirror {
 
  private:
   // Relays a manifest request (a parsed, clean path) to registry-proxy; blocking.
-  void forward(const http::request& req, const http::responder& resp);
+  void forward(const http::request& req, const http::responder& resp,
+               const std::optional<origin::object_ref>& manifest_of);
+  // Starts the fetch of every blob an image manifest names that is not here yet
+  // (mirror.prefetch_layers); returns how many started.
+  std::size_t prefetch_layers(const origin::object_ref& where, std::string_view manifest,
+                              const std::string& auth);
   void serve_blob(const std::string& ns, const std::string& repo, const digest& d,
                   const std::string& auth, bool head, const http::responder& resp);
   // Streams the fetch in progress to the client.
@@ -67,6 +74,7 @@ class mirror {
   deps d_;
   metrics::counter* cache_hits_;
   metrics::counter* forward_errors_;
+  metrics::counter* prefetches_;
 };
 
 }  // namespace shoal::peerd

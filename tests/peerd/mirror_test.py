@@ -11,6 +11,9 @@ swarm.stall_timeout, which is what a stalled swarm looks like):
   - HEAD and Range of a blob while it downloads;
   - a client joining a download of a private blob another client started gets registry-proxy's
     answer for its own credential (401), not the bytes (security review finding 5);
+  - an image manifest served with GET starts the fetch of its config and every layer not held
+    (with the client's repo, ns and Authorization) before containerd asks for any, once per blob;
+    HEAD and an index start none;
   - bad requests are refused without reaching registry-proxy;
   - registry-proxy refusing connections, or accepting and never answering: every answer is an
     error within a bounded time (containerd then falls back to its next host);
@@ -44,6 +47,7 @@ from bt_fake_peer import make_torrent  # noqa: E402
 from fake_proxy import FakeProxy  # noqa: E402
 from shoal_fixtures import FixtureTestCase, free_port  # noqa: E402
 from shoal_fixtures.nodes import Peerd  # noqa: E402
+from shoal_fixtures.procs import wait_until  # noqa: E402
 from shoal_fixtures.shoal import parse_metrics  # noqa: E402
 
 STALL, DEADLINE, REQUEST_TIMEOUT, METAINFO_WAIT = 1.0, 4.0, 2.0, 1.0
@@ -149,6 +153,58 @@ class MirrorTest(FixtureTestCase):
         self.assertEqual(headers.get("content-length"), str(len(body)))
         self.assertEqual(headers.get("docker-content-digest"), dig)
         self.assertTrue(any(s.method == "HEAD" for s in self.fake.requests("/v2/team/app/manifests/v1")))
+
+    def test_image_manifest_starts_every_layer_fetch(self):
+        cfg, l1, l2 = os.urandom(1000), os.urandom(300 << 10), os.urandom(200 << 10)
+        dc, d1, d2 = (self.fake.add_blob(x) for x in (cfg, l1, l2))
+        oci_m = "application/vnd.oci.image.manifest.v1+json"
+        layer_t = "application/vnd.oci.image.layer.v1.tar"
+        manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": oci_m,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": dc, "size": len(cfg)},
+            "layers": [{"mediaType": layer_t, "digest": d1, "size": len(l1)},
+                       {"mediaType": layer_t, "digest": d2, "size": len(l2)},
+                       {"mediaType": layer_t, "digest": "sha256:nothex", "size": 1},
+                       "not a descriptor"]}).encode()
+        mdig = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        self.fake.manifests[("team/pre", "v1")] = (200, {"Content-Type": oci_m, "Docker-Content-Digest": mdig},
+                                                   manifest)
+        index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                            "manifests": [{"mediaType": oci_m, "digest": mdig, "size": len(manifest)}],
+                            "layers": "not a list"}).encode()
+        self.fake.manifests[("team/pre", "multi")] = (200, {"Content-Type": "application/vnd.oci.image.index.v1+json"},
+                                                      index)
+        path = "/v2/team/pre/manifests/{}?ns=r.example:5000"
+        hdrs = {"Authorization": "Bearer prefetch-client"}
+        before = metrics(self.port).get("shoal_peerd_layer_prefetches_total", 0)
+
+        def asked(d: str) -> list:
+            return self.fake.requests(f"/shoal/v1/metainfo/{d}")
+        # HEAD and an index name no blobs to fetch.
+        self.assertEqual(request(self.port, "HEAD", path.format("v1"), hdrs)[0], 200)
+        self.assertEqual(request(self.port, "GET", path.format("multi"), hdrs)[0], 200)
+        time.sleep(0.5)
+        self.assertEqual([d for d in (dc, d1, d2) if asked(d)], [])
+        # GET of the image manifest: its body unchanged, and the three fetches start at once.
+        status, _, got, _ = request(self.port, "GET", path.format("v1"), hdrs)
+        self.assertEqual((status, got), (200, manifest))
+        wait_until(lambda: all(asked(d) for d in (dc, d1, d2)), 10, "metainfo requests for every blob",
+                   diagnostics=self.fake.diagnostics)
+        for d in (dc, d1, d2):
+            seen = asked(d)[0]
+            self.assertEqual(seen.query.get("repo"), "team/pre")
+            self.assertEqual(seen.query.get("ns"), "r.example:5000")
+            self.assertEqual(seen.headers.get("authorization"), "Bearer prefetch-client")
+        self.assertEqual(metrics(self.port).get("shoal_peerd_layer_prefetches_total", 0) - before, 3)
+        # The blobs arrive (HTTP fallback, no peers here); containerd's GETs join or hit the cache.
+        for d, data in ((dc, cfg), (d1, l1), (d2, l2)):
+            status, _, body, _ = request(self.port, "GET", f"/v2/team/pre/blobs/{d}?ns=r.example:5000", hdrs)
+            self.assertEqual(status, 200)
+            self.assertEqual(hashlib.sha256(body).hexdigest(), d.removeprefix("sha256:"))
+        # Held or in flight: serving the manifest again starts nothing.
+        self.assertEqual(request(self.port, "GET", path.format("v1"), hdrs)[0], 200)
+        self.assertEqual(metrics(self.port).get("shoal_peerd_layer_prefetches_total", 0) - before, 3)
+        self.assertEqual([len(asked(d)) for d in (dc, d1, d2)], [1, 1, 1])
 
     def test_upstream_refusals_pass_through(self):
         self.fake.manifests[("private/app", "v1")] = (

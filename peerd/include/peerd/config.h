@@ -142,6 +142,7 @@ void describe(config::binder& b, mirror_registry_config& c);
 struct mirror_config {
   std::vector<mirror_registry_config> registries{
       {.host = "docker.io", .server = "https://registry-1.docker.io"}};
+  bool prefetch_layers = true;  // fetch an image's config and layers as its manifest is served
 };
 void describe(config::binder& b, mirror_config& c);
 

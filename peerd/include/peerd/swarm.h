@@ -301,11 +301,6 @@ class swarm_manager {
   // Info-hashes of every complete object held here (for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
   [[nodiscard]] const source_counters& counters() const { return counters_; }
-  // Bytes taken by an HTTP range from registry-proxy outside a download (a chunk without swarm).
-  void count_http_range(std::uint64_t bytes) {
-    counters_.fallbacks.fetch_add(1);
-    counters_.from_http.fetch_add(bytes);
-  }
   [[nodiscard]] source_counters& counters_mut() { return counters_; }
   // Objects and chunks: running, and running plus loaded as seeds.
   [[nodiscard]] std::size_t active_downloads() const;
