@@ -68,10 +68,22 @@ void connection<Stream>::on_response(response&& r) {
 
   std::uint64_t body_off = 0;
   std::optional<std::uint64_t> body_len = length;
+  std::shared_ptr<const multipart_body> parts;
   if (r.rangeable && r.status == 200 && length) {
     r.headers.set(bhttp::field::accept_ranges, "bytes");
     auto spec = parse_range(range_header_, *length);
-    if (spec.kind == range_kind::single) {
+    // Several ranges of a string or a file: multipart/byteranges. A streamed body (still
+    // arriving) is sent whole, as RFC 9110 allows.
+    if (spec.kind == range_kind::multi && !std::holds_alternative<stream_body>(r.body)) {
+      auto ct = r.headers.find(bhttp::field::content_type);
+      auto mp = std::make_shared<multipart_body>(make_multipart(
+          spec.ranges, *length,
+          ct == r.headers.end() ? std::string_view{} : std::string_view(ct->value())));
+      r.status = 206;
+      r.headers.set(bhttp::field::content_type, mp->content_type);
+      body_len = mp->length();
+      parts = std::move(mp);
+    } else if (spec.kind == range_kind::single) {
       r.status = 206;
       r.headers.set(bhttp::field::content_range, content_range(spec.range, *length));
       body_off = spec.range.first;
@@ -111,6 +123,23 @@ void connection<Stream>::on_response(response&& r) {
 
   if (head_ || no_body) {
     write_header([this] { finish(); });
+    return;
+  }
+  if (parts) {
+    if (auto* s = std::get_if<std::string>(&r.body)) {
+      std::string b;
+      b.reserve(static_cast<std::size_t>(*body_len));
+      for (std::size_t i = 0; i < parts->ranges.size(); ++i) {
+        b += parts->heads[i];
+        b.append(*s, static_cast<std::size_t>(parts->ranges[i].first),
+                 static_cast<std::size_t>(parts->ranges[i].length()));
+      }
+      b += parts->tail;
+      write_header([this, b = std::move(b)]() mutable { send_string(std::move(b)); });
+    } else {
+      auto& f = std::get<file_body>(r.body);
+      write_header([this, fd = f.fd, base = f.offset, parts] { send_parts(fd, base, parts, 0); });
+    }
     return;
   }
   if (auto* s = std::get_if<std::string>(&r.body)) {
@@ -223,6 +252,27 @@ void connection<Stream>::send_file(int fd, std::uint64_t off, std::uint64_t len,
     return abort(std::string("sendfile: ") + std::strerror(errno));
   }
   next();
+}
+
+template <class Stream>
+void connection<Stream>::send_parts(std::shared_ptr<unique_fd> fd, std::uint64_t base,
+                                    std::shared_ptr<const multipart_body> mp, std::size_t i) {
+  if (closed_) return;
+  const bool last = i == mp->ranges.size();
+  const std::string& head = last ? mp->tail : mp->heads[i];
+  lowest().expires_after(srv_->opts.write_timeout);
+  write_body(head.data(), head.size(),
+             [self = self(), fd = std::move(fd), base, mp, i, last](beast::error_code ec) mutable {
+               if (ec) return self->abort("write body: " + ec.message());
+               self->sent_ += (last ? mp->tail : mp->heads[i]).size();
+               if (last) return self->finish();
+               const byte_range r = mp->ranges[i];
+               int raw = fd->get();
+               self->send_file(raw, base + r.first, r.length(),
+                               [self, fd = std::move(fd), base, mp, i]() mutable {
+                                 self->send_parts(std::move(fd), base, std::move(mp), i + 1);
+                               });
+             });
 }
 
 template <class Stream>

@@ -11,6 +11,7 @@
 // holds connections through connection_base, whose few virtual methods are per connection or
 // per response (start, stop, shed, answer).
 #include "common/http_server.h"
+#include "common/http_range.h"
 
 #include <sys/sendfile.h>
 
@@ -367,6 +368,10 @@ class connection final : public connection_base {
   void write_header(std::function<void()> next);
   void send_string(std::string body);
   void send_file(int fd, std::uint64_t off, std::uint64_t len, std::function<void()> next);
+  // A multipart/byteranges body from a file: part i's header, its bytes (sendfile), the next
+  // part, then the closing boundary.
+  void send_parts(std::shared_ptr<unique_fd> fd, std::uint64_t base,
+                  std::shared_ptr<const multipart_body> mp, std::size_t i);
   void pump();
   void on_chunk(result<chunk> c);
   void finish();

@@ -67,11 +67,30 @@ TEST(HttpRange, Forms) {
   EXPECT_EQ(parse_range("", 1000).kind, range_kind::none);
   EXPECT_EQ(parse_range("BYTES=0-1", 1000).kind, range_kind::single);
   EXPECT_EQ(parse_range(" bytes = 0 - 1 ", 1000).kind, range_kind::single);
-  for (const char* bad : {"bytes=5-1", "bytes=abc", "bytes=", "bytes=-", "items=0-1",
-                          "bytes=0-1,5-6", "bytes=--1", "bytes=+1-2", "bytes=1-+2",
-                          "bytes=99999999999999999999999-", "0-1", "bytes=1.5-2", "bytes=0x10-"}) {
+  for (const char* bad :
+       {"bytes=5-1", "bytes=abc", "bytes=", "bytes=-", "items=0-1", "bytes=0-1,5-x",
+        "bytes=0-1,,junk", "bytes=--1", "bytes=+1-2", "bytes=1-+2",
+        "bytes=99999999999999999999999-", "0-1", "bytes=1.5-2", "bytes=0x10-"}) {
     EXPECT_EQ(parse_range(bad, 1000).kind, range_kind::ignored) << bad;
   }
+  // Sets: several ranges in the order asked; unsatisfiable ones left out; one left is single.
+  r = parse_range("bytes=0-1, 5-6,-2", 1000);
+  ASSERT_EQ(r.kind, range_kind::multi);
+  ASSERT_EQ(r.ranges.size(), 3u);
+  EXPECT_EQ(r.ranges[1].first, 5u);
+  EXPECT_EQ(r.ranges[2].first, 998u);
+  r = parse_range("bytes=900-949,5000-6000", 1000);
+  EXPECT_EQ(r.kind, range_kind::single);
+  EXPECT_EQ(r.range.first, 900u);
+  EXPECT_EQ(parse_range("bytes=5000-,6000-7000", 1000).kind, range_kind::unsatisfiable);
+  EXPECT_EQ(parse_range("bytes=0-1,,5-6,", 1000).kind, range_kind::multi);
+  // At most 64 ranges; overlaps that repeat more bytes than the body has are not served.
+  std::string many = "bytes=0-0";
+  for (int i = 1; i < 64; ++i) many += "," + std::to_string(i * 10) + "-" + std::to_string(i * 10);
+  EXPECT_EQ(parse_range(many, 1000).kind, range_kind::multi);
+  EXPECT_EQ(parse_range(many + ",999-999", 1000).kind, range_kind::ignored);
+  EXPECT_EQ(parse_range("bytes=0-599,400-999", 1000).kind, range_kind::ignored);
+  EXPECT_EQ(parse_range("bytes=0-499,400-499", 1000).kind, range_kind::multi);
   EXPECT_EQ(content_range({0, 99}, 1000), "bytes 0-99/1000");
   EXPECT_EQ(unsatisfied_range(1000), "bytes */1000");
 }
@@ -87,6 +106,17 @@ TEST(HttpRange, RandomInputNeverCrashes) {
     if (r.kind == range_kind::single) {
       EXPECT_LE(r.range.first, r.range.last);
       EXPECT_LT(r.range.last, size);
+    }
+    if (r.kind == range_kind::multi) {
+      std::uint64_t total = 0;
+      EXPECT_GE(r.ranges.size(), 2u);
+      EXPECT_LE(r.ranges.size(), max_ranges);
+      for (const auto& x : r.ranges) {
+        EXPECT_LE(x.first, x.last);
+        EXPECT_LT(x.last, size);
+        total += x.length();
+      }
+      EXPECT_LE(total, size);
     }
   }
 }
@@ -135,7 +165,7 @@ TEST(HttpServer, RangesOnStringBody) {
       {"bytes=990-", 206, body.substr(990), "bytes 990-999/1000"},
       {"bytes=-10", 206, body.substr(990), "bytes 990-999/1000"},
       {"bytes=0-0", 206, body.substr(0, 1), "bytes 0-0/1000"},
-      {"bytes=0-1,5-6", 200, body, ""},
+      {"bytes=0-1,5000-", 206, body.substr(0, 2), "bytes 0-1/1000"},
       {"bytes=junk", 200, body, ""},
       {"bytes=1000-", 416, "", "bytes */1000"},
   };
@@ -196,6 +226,82 @@ TEST(HttpServer, FileBodyWithSendfileAndRange) {
   EXPECT_TRUE(r.body == content.substr(1000000, 2000000));
   ASSERT_TRUE(f.wait_logs(2));
   EXPECT_EQ(f.logs[0].body_bytes_sent, content.size());
+  EXPECT_FALSE(f.logs[0].aborted);
+}
+
+// A multipart/byteranges body (RFC 9110 §14.6): the parts in order, each with the body's type and
+// its Content-Range; the boundary from the response's Content-Type. Empty on a malformed body.
+std::vector<std::pair<std::string, std::string>> split_multipart(const std::string& body,
+                                                                 const std::string& type) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto b = type.find("boundary=");
+  if (type.rfind("multipart/byteranges;", 0) != 0 || b == std::string::npos) return {};
+  const std::string delim = "--" + type.substr(b + 9);
+  std::size_t pos = 0;
+  for (;;) {
+    if (body.compare(pos, delim.size(), delim) != 0) return {};
+    pos += delim.size();
+    if (body.compare(pos, 4, "--\r\n") == 0 && pos + 4 == body.size()) return out;
+    auto end = body.find("\r\n\r\n", pos);
+    if (end == std::string::npos) return {};
+    std::string head = body.substr(pos, end - pos);
+    auto cr = head.find("Content-Range: bytes ");
+    if (cr == std::string::npos || head.find("Content-Type: text/plain") == std::string::npos)
+      return {};
+    std::string range = head.substr(cr + 21, head.find('/', cr) - cr - 21);
+    auto dash = range.find('-');
+    std::uint64_t first = std::stoull(range.substr(0, dash)),
+                  last = std::stoull(range.substr(dash + 1));
+    pos = end + 4;
+    out.emplace_back(range, body.substr(pos, last - first + 1));
+    pos += last - first + 1;
+    if (body.compare(pos, 2, "\r\n") != 0) return {};
+    pos += 2;
+  }
+}
+
+TEST(HttpServer, SeveralRangesAreAMultipartBody) {
+  const std::string content = pattern(3 << 20, 13);
+  temp_file tf(content);
+  server_fixture f([&](request&& req, responder resp) {
+    if (req.path == "/string") return resp.send(text_ok(content.substr(0, 1000)));
+    response r;
+    r.headers.set("Content-Type", "text/plain");
+    r.body = file_body{tf.open(), 0, content.size()};
+    r.rangeable = true;
+    resp.send(std::move(r));
+  });
+  raw_conn c(f.port());
+  // Out of order, a suffix, one unsatisfiable range left out; sendfile for each part.
+  ASSERT_TRUE(c.send_all(get_req("/blob", "Range: bytes=2000000-2999999,0-9,-5,99999999-\r\n")));
+  auto r = c.read_response(false, 20000ms);
+  ASSERT_EQ(r.status, 206);
+  ASSERT_TRUE(r.complete);
+  EXPECT_EQ(r.header("content-range"), "");
+  EXPECT_EQ(r.header("content-length"), std::to_string(r.body.size()));
+  auto parts = split_multipart(r.body, r.header("content-type"));
+  ASSERT_EQ(parts.size(), 3u) << r.header("content-type");
+  const std::uint64_t first_body = r.body.size();
+  EXPECT_EQ(parts[0].first, "2000000-2999999");
+  EXPECT_TRUE(parts[0].second == content.substr(2000000, 1000000));
+  EXPECT_EQ(parts[1], (std::pair<std::string, std::string>{"0-9", content.substr(0, 10)}));
+  EXPECT_EQ(parts[2].second, content.substr(content.size() - 5));
+  // The connection stays usable, and a string body is cut the same way.
+  ASSERT_TRUE(c.send_all(get_req("/string", "Range: bytes=0-1,10-19\r\n")));
+  r = c.read_response();
+  ASSERT_EQ(r.status, 206);
+  parts = split_multipart(r.body, r.header("content-type"));
+  ASSERT_EQ(parts.size(), 2u) << r.body;
+  EXPECT_EQ(parts[1].second, content.substr(10, 10));
+  // 65 ranges, or overlaps: the whole body.
+  std::string many = "bytes=0-0";
+  for (int i = 1; i < 65; ++i) many += "," + std::to_string(i * 10) + "-" + std::to_string(i * 10);
+  ASSERT_TRUE(c.send_all(get_req("/string", "Range: " + many + "\r\n")));
+  r = c.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, content.substr(0, 1000));
+  ASSERT_TRUE(f.wait_logs(3));
+  EXPECT_EQ(f.logs[0].body_bytes_sent, first_body);
   EXPECT_FALSE(f.logs[0].aborted);
 }
 

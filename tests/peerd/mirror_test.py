@@ -294,6 +294,17 @@ class MirrorTest(FixtureTestCase):
         self.assertEqual(headers.get("content-range"), f"bytes 1000-1999/{len(data)}")
         status, headers, got, _ = request(self.port, "GET", path, {"Range": f"bytes={len(data) - 10}-"})
         self.assertEqual((status, got), (206, data[-10:]))
+        # A lazy reader's several ranges: one multipart/byteranges answer from the cache.
+        status, headers, got, _ = request(self.port, "GET", path, {"Range": "bytes=7-9,3000000-3000004"})
+        self.assertEqual(status, 206)
+        ctype = headers.get("content-type", "")
+        self.assertTrue(ctype.startswith("multipart/byteranges; boundary="), ctype)
+        delim = b"--" + ctype.split("boundary=", 1)[1].encode()
+        self.assertEqual(got, delim + b"\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 7-9/"
+                         + str(len(data)).encode() + b"\r\n\r\n" + data[7:10] + b"\r\n" + delim
+                         + b"\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 3000000-3000004/"
+                         + str(len(data)).encode() + b"\r\n\r\n" + data[3000000:3000005] + b"\r\n" + delim
+                         + b"--\r\n")
         status, headers, got, _ = request(self.port, "HEAD", path)
         self.assertEqual((status, got), (200, b""))
         self.assertEqual(headers.get("content-length"), str(len(data)))
