@@ -47,6 +47,44 @@ void connection<Stream>::arm_write_timer() {
   });
 }
 
+// Applies the request's Range to a 200 the handler marked rangeable: 206 for one range (body_off
+// and body_len narrowed), a multipart body for several (returned), 416 when none is satisfiable.
+template <class Stream>
+std::shared_ptr<const multipart_body> connection<Stream>::apply_range(
+    response& r, std::uint64_t length, std::uint64_t& body_off,
+    std::optional<std::uint64_t>& body_len) {
+  std::shared_ptr<const multipart_body> parts;
+  if (r.rangeable && r.status == 200) {
+    r.headers.set(bhttp::field::accept_ranges, "bytes");
+    auto spec = parse_range(range_header_, length);
+    // Several ranges of a string or a file: multipart/byteranges. A streamed body (still
+    // arriving) is sent whole, as RFC 9110 allows.
+    if (spec.kind == range_kind::multi && !std::holds_alternative<stream_body>(r.body)) {
+      auto ct = r.headers.find(bhttp::field::content_type);
+      auto mp = std::make_shared<multipart_body>(make_multipart(
+          spec.ranges, length,
+          ct == r.headers.end() ? std::string_view{} : std::string_view(ct->value())));
+      r.status = 206;
+      r.headers.set(bhttp::field::content_type, mp->content_type);
+      body_len = mp->length();
+      parts = std::move(mp);
+    } else if (spec.kind == range_kind::single) {
+      r.status = 206;
+      r.headers.set(bhttp::field::content_range, content_range(spec.range, length));
+      body_off = spec.range.first;
+      body_len = spec.range.length();
+    } else if (spec.kind == range_kind::unsatisfiable) {
+      r.status = 416;
+      r.headers.set(bhttp::field::content_range, unsatisfied_range(length));
+      r.headers.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+      r.body = std::string("range not satisfiable\n");
+      body_off = 0;
+      body_len = std::string("range not satisfiable\n").size();
+    }
+  }
+  return parts;
+}
+
 template <class Stream>
 void connection<Stream>::on_response(response&& r) {
   if (closed_ || !busy_) return;  // a late answer for a request already handled
@@ -68,35 +106,7 @@ void connection<Stream>::on_response(response&& r) {
 
   std::uint64_t body_off = 0;
   std::optional<std::uint64_t> body_len = length;
-  std::shared_ptr<const multipart_body> parts;
-  if (r.rangeable && r.status == 200 && length) {
-    r.headers.set(bhttp::field::accept_ranges, "bytes");
-    auto spec = parse_range(range_header_, *length);
-    // Several ranges of a string or a file: multipart/byteranges. A streamed body (still
-    // arriving) is sent whole, as RFC 9110 allows.
-    if (spec.kind == range_kind::multi && !std::holds_alternative<stream_body>(r.body)) {
-      auto ct = r.headers.find(bhttp::field::content_type);
-      auto mp = std::make_shared<multipart_body>(make_multipart(
-          spec.ranges, *length,
-          ct == r.headers.end() ? std::string_view{} : std::string_view(ct->value())));
-      r.status = 206;
-      r.headers.set(bhttp::field::content_type, mp->content_type);
-      body_len = mp->length();
-      parts = std::move(mp);
-    } else if (spec.kind == range_kind::single) {
-      r.status = 206;
-      r.headers.set(bhttp::field::content_range, content_range(spec.range, *length));
-      body_off = spec.range.first;
-      body_len = spec.range.length();
-    } else if (spec.kind == range_kind::unsatisfiable) {
-      r.status = 416;
-      r.headers.set(bhttp::field::content_range, unsatisfied_range(*length));
-      r.headers.set(bhttp::field::content_type, "text/plain; charset=utf-8");
-      r.body = std::string("range not satisfiable\n");
-      body_off = 0;
-      body_len = std::string("range not satisfiable\n").size();
-    }
-  }
+  auto parts = length ? apply_range(r, *length, body_off, body_len) : nullptr;
   status_ = r.status;
 
   header_ = {};

@@ -365,6 +365,9 @@ class connection final : public connection_base {
   // A body write: plain, straight into the socket; TLS, through write_sealed.
   void write_body(const char* data, std::size_t len, std::function<void(beast::error_code)> done);
 
+  std::shared_ptr<const multipart_body> apply_range(response& r, std::uint64_t length,
+                                                    std::uint64_t& body_off,
+                                                    std::optional<std::uint64_t>& body_len);
   void write_header(std::function<void()> next);
   void send_string(std::string body);
   void send_file(int fd, std::uint64_t off, std::uint64_t len, std::function<void()> next);

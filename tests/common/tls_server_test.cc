@@ -220,6 +220,22 @@ TEST(TlsServer, FileAndStreamedBodiesGoThroughTls) {
   ASSERT_TRUE(ranged) << ranged.error().to_string();
   EXPECT_EQ(ranged->status, 206);
   EXPECT_EQ(ranged->body, content.substr(1000000, 100));
+  // Several ranges: a multipart body, each part's bytes from the file through TLS records.
+  auto multi_req = get(f.port(), "/file");
+  multi_req.headers.emplace_back("Range", "bytes=2000000-2999999,5-9");
+  auto multi = http::fetch(c, multi_req);
+  ASSERT_TRUE(multi) << multi.error().to_string();
+  EXPECT_EQ(multi->status, 206);
+  auto type = std::string(multi->header("Content-Type").value_or(""));
+  ASSERT_EQ(type.rfind("multipart/byteranges; boundary=", 0), 0u) << type;
+  const std::string delim = "--" + type.substr(type.find('=') + 1);
+  const std::string size = std::to_string(content.size());
+  EXPECT_TRUE(multi->body ==
+              delim + "\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes " +
+                  "2000000-2999999/" + size + "\r\n\r\n" + content.substr(2000000, 1000000) +
+                  "\r\n" + delim + "\r\nContent-Type: application/octet-stream\r\n" +
+                  "Content-Range: bytes 5-9/" + size + "\r\n\r\n" + content.substr(5, 5) + "\r\n" +
+                  delim + "--\r\n");
   auto chunked = http::fetch(c, get(f.port(), "/chunked"));
   ASSERT_TRUE(chunked) << chunked.error().to_string();
   EXPECT_TRUE(chunked->body == content);
