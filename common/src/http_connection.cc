@@ -272,9 +272,10 @@ void connection<Stream>::send_parts(std::shared_ptr<unique_fd> fd, std::uint64_t
   const std::string& head = last ? mp->tail : mp->heads[i];
   lowest().expires_after(srv_->opts.write_timeout);
   write_body(head.data(), head.size(),
-             [self = self(), fd = std::move(fd), base, mp, i, last](beast::error_code ec) mutable {
+             [self = self(), fd = std::move(fd), base, mp, i, last,
+              n = head.size()](beast::error_code ec) mutable {
                if (ec) return self->abort("write body: " + ec.message());
-               self->sent_ += (last ? mp->tail : mp->heads[i]).size();
+               self->sent_ += n;
                if (last) return self->finish();
                const byte_range r = mp->ranges[i];
                int raw = fd->get();

@@ -39,6 +39,14 @@ result<std::string> read_object(cache::store& store, const digest& d, std::uint6
   return out;
 }
 
+// Waits (at most 60 s) for another writer's copy of `d` to be committed.
+status wait_written_elsewhere(const cache::store& store, const digest& d, const std::string& what) {
+  for (int i = 0; i < 6000 && !store.contains(d); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!store.contains(d)) return fail(errc::timeout, what + " written elsewhere never committed");
+  return {};
+}
+
 // Reads [off, off + n) of a file.
 result<std::string> read_file_range(const std::string& path, std::uint64_t off, std::size_t n) {
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -365,13 +373,7 @@ status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) 
   auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap(what));
   if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower) {
-    for (int n = 0; n < 6000 && !d_.store.contains(c.id); ++n)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!d_.store.contains(c.id))
-      return fail(errc::timeout, what + " written elsewhere never committed");
-    return {};
-  }
+  if (t->role == cache::write_role::follower) return wait_written_elsewhere(d_.store, c.id, what);
   auto& w = *t->writer;
   constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
   for (std::uint64_t off = 0; off < c.size;) {
@@ -441,13 +443,7 @@ status chunked_blob::assemble() {
   auto t = d_.store.begin_write(id_, size_, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap("cache"));
   if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower) {
-    for (int i = 0; i < 6000 && !d_.store.contains(id_); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!d_.store.contains(id_))
-      return fail(errc::timeout, "blob written elsewhere never committed");
-    return {};
-  }
+  if (t->role == cache::write_role::follower) return wait_written_elsewhere(d_.store, id_, "blob");
   auto& w = *t->writer;
   for (std::uint32_t i = 0; i < count_; ++i) {
     if (auto st = wait_chunk(i); !st) {

@@ -214,6 +214,25 @@ std::string unsafe_path(std::string_view path) {
   return {};
 }
 
+// The blobs an image manifest names, with their sizes: its config, then its layers. Descriptors
+// without a valid digest are skipped, a size that is not a count reads as 0 (a manifest is the
+// registry's input: nothing in it may throw).
+std::vector<std::pair<digest, std::uint64_t>> manifest_blobs(const nlohmann::json& manifest) {
+  std::vector<std::pair<digest, std::uint64_t>> out;
+  auto add = [&](const nlohmann::json& desc) {
+    if (!desc.is_object() || !desc.contains("digest") || !desc["digest"].is_string()) return;
+    auto d = digest::parse(desc["digest"].get<std::string>());
+    if (!d) return;
+    const auto* size = desc.contains("size") ? &desc["size"] : nullptr;
+    out.emplace_back(*d, size && size->is_number_unsigned() ? size->get<std::uint64_t>() : 0);
+  };
+  if (manifest.contains("config")) add(manifest["config"]);
+  if (manifest.contains("layers") && manifest["layers"].is_array()) {
+    for (const auto& l : manifest["layers"]) add(l);
+  }
+  return out;
+}
+
 }  // namespace
 
 mirror::mirror(deps d) : d_(d) {
@@ -289,17 +308,14 @@ std::size_t mirror::prefetch_layers(const origin::object_ref& where, std::string
   auto j = nlohmann::json::parse(manifest, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("layers") || !j["layers"].is_array())
     return 0;
-  std::vector<const nlohmann::json*> descs;
-  if (j.contains("config")) descs.push_back(&j["config"]);
-  for (const auto& l : j["layers"]) descs.push_back(&l);
+  auto blobs = manifest_blobs(j);
   constexpr std::size_t max_blobs = 128;
-  std::size_t started = 0, seen = 0;
-  for (const auto* desc : descs) {
-    if (seen++ == max_blobs) break;
-    if (!desc->is_object() || !desc->contains("digest") || !(*desc)["digest"].is_string()) continue;
-    auto d = digest::parse((*desc)["digest"].get<std::string>());
-    if (!d || d_.store.contains(*d) || d_.fetch.find(*d)) continue;
-    d_.fetch.join(where, *d, auth, [id = *d](fetch_start s) {
+  if (blobs.size() > max_blobs) blobs.resize(max_blobs);
+  std::size_t started = 0;
+  for (const auto& blob : blobs) {
+    const digest& d = blob.first;
+    if (d_.store.contains(d) || d_.fetch.find(d)) continue;
+    d_.fetch.join(where, d, auth, [id = d](fetch_start s) {
       if (!s) {
         log::info("layer prefetch did not start", log::kv("digest", id.str()),
                   log::kv("status", s.error().status), log::kv("error", s.error().why.message));
@@ -310,7 +326,7 @@ std::size_t mirror::prefetch_layers(const origin::object_ref& where, std::string
   if (started > 0) {
     prefetches_->inc(started);
     log::info("prefetching an image's blobs", log::kv("repo", where.repo), log::kv("ns", where.ns),
-              log::kv("blobs", started), log::kv("named", std::min(descs.size(), max_blobs)));
+              log::kv("blobs", started), log::kv("named", blobs.size()));
   }
   return started;
 }
@@ -567,16 +583,7 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
       }
       manifest = *sub;
     }
-    std::vector<std::pair<digest, std::uint64_t>> blobs;
-    auto add = [&](const nlohmann::json& desc) {
-      if (!desc.is_object()) return;
-      auto dd = digest::parse(desc.value("digest", ""));
-      if (dd) blobs.emplace_back(*dd, desc.value("size", std::uint64_t{0}));
-    };
-    if (manifest.contains("config")) add(manifest["config"]);
-    if (manifest.contains("layers") && manifest["layers"].is_array()) {
-      for (const auto& l : manifest["layers"]) add(l);
-    }
+    const auto blobs = manifest_blobs(manifest);
     std::uint64_t total = 0;
     nlohmann::json results = nlohmann::json::array();
     bool ok = true;

@@ -2,6 +2,7 @@
 // chunk-list endpoint and each chunk's metainfo.
 #include "registry-proxy/blobs.h"
 #include "blob_fetch.h"
+#include "commit_pin.h"
 
 #include <thread>
 
@@ -48,14 +49,7 @@ status blob_service::commit_chunk(const chunk_entry& e, const std::string& bytes
                                   const std::string& repo_key) {
   // A chunk is visible to exactly those who may read its blob.
   (void)st_.add_visibility(e.id, is_public, repo_key);
-  // Pinned from before its commit until the seeder pins it: the newest chunk is the only
-  // unpinned one, and a watermark pass in between would take it from every node.
-  (void)store_.pin(e.id, commit_pin, cache::clock::now() + std::chrono::minutes(10));
-  struct unpin_at_end {
-    cache::store& s;
-    digest d;
-    ~unpin_at_end() { (void)s.unpin(d, commit_pin); }
-  } unpin{store_, e.id};
+  const commit_pin_guard pinned(store_, e.id);
   auto t = store_.begin_write(e.id, e.size, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap("cache chunk " + e.id.short_str()));
   if (t->role == cache::write_role::writer) {

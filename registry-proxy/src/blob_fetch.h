@@ -20,6 +20,7 @@
 
 #include "registry-proxy/blobs.h"
 #include "registry-proxy/ring.h"
+#include "commit_pin.h"
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/text.h"
@@ -565,14 +566,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
           (void)svc->state().add_visibility(id, true, {});
       });
     }
-    // Pinned until the seeder pins it: the watermark pass must not take the object between its
-    // commit and its seeding (hashing it below can take seconds).
-    (void)svc_.store().pin(id_, commit_pin, cache::clock::now() + std::chrono::minutes(10));
-    struct unpin_at_end {
-      cache::store& s;
-      digest d;
-      ~unpin_at_end() { (void)s.unpin(d, commit_pin); }
-    } unpin{svc_.store(), id_};
+    const commit_pin_guard pinned(svc_.store(), id_);
     auto info = writer_->commit();
     writer_.reset();
     if (!info) {

@@ -100,6 +100,17 @@ fetch_start join_and_wait(fetcher& f, const digest& d) {
   return fut.get();
 }
 
+// Joins the fetch of `d`, which must start chunked, and waits for it to end: its error, or why it
+// did not start chunked.
+status chunked_fetch(fetcher& f, const digest& d) {
+  auto s = join_and_wait(f, d);
+  if (!s)
+    return fail(errc::upstream_error,
+                "did not start: " + std::to_string(s.error().status) + " " + s.error().why.message);
+  if (!s->chunked) return fail(errc::internal, "started, but not chunked");
+  return s->chunked->wait();
+}
+
 TEST(Fetcher, EnsureLongPollsThenFetchesAndCommits) {
   auto bytes = testing::bytes_of(1 << 20, 7);
   auto m = meta_of(bytes);
@@ -328,10 +339,7 @@ TEST(Fetcher, ChunkedShedLoadIsWaitedOutThenFetched) {
   });
   node n(srv.url(""));
   auto t0 = steady::now();
-  auto s = join_and_wait(*n.fetch, o.whole.object);
-  ASSERT_TRUE(s) << s.error().status << " " << s.error().why.message;
-  ASSERT_TRUE(s->chunked);
-  auto st = s->chunked->wait();
+  auto st = chunked_fetch(*n.fetch, o.whole.object);
   ASSERT_TRUE(st) << st.error().message;
   EXPECT_TRUE(n.store->contains(o.whole.object));
   EXPECT_GE(std::chrono::duration<double>(steady::now() - t0).count(), 1.9);  // 2 × Retry-After
@@ -379,10 +387,7 @@ TEST(Fetcher, AChunkWithoutSwarmIsFetchedByItsRange) {
     return o.answer(r);
   });
   node n(srv.url(""));
-  auto s = join_and_wait(*n.fetch, o.whole.object);
-  ASSERT_TRUE(s) << s.error().status << " " << s.error().why.message;
-  ASSERT_TRUE(s->chunked);
-  auto st = s->chunked->wait();
+  auto st = chunked_fetch(*n.fetch, o.whole.object);
   ASSERT_TRUE(st) << st.error().message;
   EXPECT_TRUE(n.store->contains(o.whole.object));
   EXPECT_TRUE(n.store->contains(o.parts[1].object));

@@ -64,9 +64,6 @@ struct metainfo_answer {
   bool is_public = false;  // status 200: served to anyone (origin::headers::visibility)
 };
 
-// The cache pin's owner that holds an object from its commit until the seeder pins it.
-inline constexpr std::string_view commit_pin = "committing";
-
 struct blob_metrics {
   metrics::counter* upstream_gets = nullptr;
   metrics::counter* upstream_bytes = nullptr;
