@@ -49,6 +49,8 @@ class shoal_category_impl final : public std::error_category {
         return "configuration error";
       case errc::busy:
         return "busy";
+      case errc::key_mismatch:
+        return "key does not match certificate";
       case errc::internal:
         return "internal error";
     }

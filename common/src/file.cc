@@ -5,12 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <string>
 #include <vector>
-#include <algorithm>
 
 #include "common/fd.h"
 
@@ -31,6 +32,17 @@ file_stamp stamp_of(const std::string& path) {
   s.ctime_ns = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
   return s;
 }
+
+bool changed_within(std::span<const file_stamp> stamps, std::chrono::seconds within) {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  const std::int64_t limit = now - std::chrono::nanoseconds(within).count();
+  return std::any_of(stamps.begin(), stamps.end(), [&](const file_stamp& s) {
+    return s.err == 0 && std::max(s.mtime_ns, s.ctime_ns) > limit;
+  });
+}
+
 namespace {
 
 // A temp name no other live writer uses: the pid tells processes apart, the counter threads. A

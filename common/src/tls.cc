@@ -151,12 +151,12 @@ status load_files(ssl::context& ctx, const tls_config& c, side s) {
         ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH) {
       // Typical of a rotation caught half-way: the certificate is new, the key is not yet.
       ERR_clear_error();
-      return fail(errc::config_error,
+      return fail(errc::key_mismatch,
                   "tls.key_file " + c.key_file + " does not match tls.cert_file " + c.cert_file);
     }
     if (auto st = check_step(ec, "tls.key_file " + c.key_file); !st) return st;
     if (SSL_CTX_check_private_key(h) != 1) {
-      return fail(errc::config_error, "tls.key_file " + c.key_file +
+      return fail(errc::key_mismatch, "tls.key_file " + c.key_file +
                                           " does not match tls.cert_file " + c.cert_file + " (" +
                                           openssl_errors() + ")");
     }
@@ -300,6 +300,14 @@ result<bool> tls_context::impl::reload_if_changed() {
     return false;
   }
   auto b = build_context(cfg, which);
+  if (!b && b.error().code == errc::key_mismatch &&
+      changed_within(now_stamps, key_rotation_settle)) {
+    // Half-way through a rotation (one file replaced, the other not yet): looked at again on the
+    // next check, a failure only if it stays so.
+    log::info("tls certificate and key do not match yet; waiting for the other file",
+              log::kv("context", name), log::kv("cert_file", cfg.cert_file));
+    return false;
+  }
   if (!b) {
     const bool repeat = have_failed && now_stamps == failed && b.error().message == failed_error;
     {

@@ -157,7 +157,7 @@ result<session::cert_pair> session::load_certificate(const cert_slot& slot) cons
       kb ? PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr) : nullptr, &EVP_PKEY_free);
   if (!k) return fail(errc::invalid_argument, "tls.key_file " + key_file + ": no private key");
   if (X509_check_private_key(x.get(), k.get()) != 1)
-    return fail(errc::invalid_argument,
+    return fail(errc::key_mismatch,
                 "tls.key_file " + key_file + " does not match tls.cert_file " + cert_file);
   cert_pair out{std::move(*cert), std::move(*key), {}};
   if (!roots_.empty()) {
@@ -232,10 +232,17 @@ result<bool> session::reload_certificate_if_changed() {
     {
       std::lock_guard lk(cert_mu_);
       if (stamp == slot.stamp) continue;
-      slot.stamp = stamp;  // a failed load is not retried until the files change again
     }
     auto pair = load_certificate(slot);
+    if (!pair && pair.error().code == errc::key_mismatch &&
+        changed_within(stamp, key_rotation_settle)) {
+      // Half-way through a rotation: looked at again next time, a failure only if it stays so.
+      log::info("swarm certificate and key do not match yet; waiting for the other file",
+                log::kv("cert_file", slot.cert_file));
+      continue;
+    }
     std::lock_guard lk(cert_mu_);
+    slot.stamp = stamp;  // a failed load is not retried until the files change again
     if (!pair) {
       ++tls_stats_.reload_failures;
       failed = pair.error().wrap("swarm certificate reload (the previous one stays)");

@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +76,23 @@ int recording_sync(int fd) {
     return -1;
   }
   return ::fsync(fd);
+}
+
+// A file just written counts as changed within the settle time; a stamp whose times are an hour
+// old does not (a rename sets ctime, so either time counts), nor does a missing file.
+TEST(FileStamp, ChangedWithinLooksAtMtimeAndCtime) {
+  temp_dir d;
+  const std::string p = d.path() + "/f";
+  ASSERT_TRUE(write_atomic(p, "x"));
+  std::array<file_stamp, 2> fresh{stamp_of(p), stamp_of(d.path() + "/missing")};
+  EXPECT_TRUE(changed_within(fresh, std::chrono::seconds(5)));
+  file_stamp old = fresh[0];
+  const std::int64_t hour_ago = old.mtime_ns - std::int64_t{3600} * 1'000'000'000;
+  old.mtime_ns = old.ctime_ns = hour_ago;
+  std::array<file_stamp, 2> aged{old, fresh[1]};
+  EXPECT_FALSE(changed_within(aged, std::chrono::seconds(5)));
+  aged[0].ctime_ns = fresh[0].ctime_ns;  // a rename just now
+  EXPECT_TRUE(changed_within(aged, std::chrono::seconds(5)));
 }
 
 TEST(WriteAtomic, CreatesAndReplaces) {

@@ -32,6 +32,7 @@ enum class errc {
   unauthorized,    // credentials missing or rejected
   config_error,    // configuration file or flag problem
   busy,            // a resource is pinned or in use
+  key_mismatch,    // a TLS private key that does not belong to its certificate
   internal,        // a bug: an invariant did not hold
 };
 

@@ -5,7 +5,9 @@
 //
 // Blocking disk work: call it from worker threads, never from an event loop.
 
+#include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -24,6 +26,12 @@ struct file_stamp {
   friend bool operator==(const file_stamp&, const file_stamp&) = default;
 };
 [[nodiscard]] file_stamp stamp_of(const std::string& path);
+
+// Whether any of `stamps` changed (mtime or ctime, which a rename sets) less than `within` ago by
+// the wall clock. A certificate and a key replaced one after the other do not match for a moment;
+// the TLS reloaders wait this long before they call such a pair a failure.
+[[nodiscard]] bool changed_within(std::span<const file_stamp> stamps, std::chrono::seconds within);
+inline constexpr std::chrono::seconds key_rotation_settle{2};
 
 // Writes `data` to a temporary file beside `path` (same directory, unique name), fsyncs it,
 // renames it over `path` and fsyncs the directory. Every failure says which step failed on which
