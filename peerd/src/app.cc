@@ -360,6 +360,10 @@ void app::register_metrics() {
                   [c] { return static_cast<double>(c->from_http.load()); });
   reg_.counter_fn("shoal_peerd_bytes_served_local_total", "Blob bytes served to local clients.",
                   [c] { return static_cast<double>(c->served_local.load()); });
+  reg_.counter_fn("shoal_peerd_range_deadline_pieces_total",
+                  "Pieces given a deadline because a Range request wanted them "
+                  "(swarm.range_deadline_bytes).",
+                  [c] { return static_cast<double>(c->range_deadline_pieces.load()); });
   reg_.counter_fn("shoal_peerd_bytes_uploaded_total", "Payload bytes uploaded to peers.",
                   [c] { return static_cast<double>(c->uploaded.load()); });
   reg_.counter_fn("shoal_peerd_hash_failures_total",

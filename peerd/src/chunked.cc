@@ -345,6 +345,8 @@ status chunked_blob::chunk_ready(std::uint32_t i, std::shared_ptr<download> dl) 
     (void)d_.store.pin(id, "chunked", cache::clock::now() + std::chrono::minutes(10));
   }
   std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> ready;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted;
+  chunk joined;
   {
     std::lock_guard lk(mu_);
     chunks_[i].dl = dl;
@@ -353,10 +355,41 @@ status chunked_blob::chunk_ready(std::uint32_t i, std::shared_ptr<download> dl) 
     auto [b, e] = waiting_.equal_range(i);
     for (auto it = b; it != e; ++it) ready.push_back(std::move(it->second));
     waiting_.erase(b, e);
+    if (dl) {
+      joined = chunks_[i];
+      wanted = wanted_;
+    }
   }
   cv_.notify_all();
+  for (const auto& [off, end] : wanted) want_in_chunk(joined, off, end);
   for (auto& [range, cb] : ready) serve(range.first, range.second, std::move(cb));
   return {};
+}
+
+void chunked_blob::want_in_chunk(const chunk& c, std::uint64_t off, std::uint64_t end) {
+  if (!c.dl || end <= c.offset || off >= c.offset + c.size) return;
+  std::uint64_t from = std::max(off, c.offset) - c.offset;
+  std::uint64_t to = std::min(end, c.offset + c.size) - c.offset;
+  (void)c.dl->want_range(from, to);
+}
+
+void chunked_blob::want_range(std::uint64_t off, std::uint64_t end) {
+  const std::uint64_t budget = d_.swarm.range_deadline_bytes();
+  end = std::min(end, size_);
+  if (budget == 0 || off >= end) return;
+  end = std::min(end, off + budget);
+  std::vector<chunk> joined;
+  {
+    std::lock_guard lk(mu_);
+    if (st_ != state::running) return;
+    if (wanted_.size() >= 16) wanted_.erase(wanted_.begin());
+    wanted_.emplace_back(off, end);
+    for (std::uint32_t k = static_cast<std::uint32_t>(off / chunk_size_); k < known_; ++k) {
+      if (chunks_[k].offset >= end) break;
+      if (chunks_[k].ready && chunks_[k].dl) joined.push_back(chunks_[k]);
+    }
+  }
+  for (const auto& c : joined) want_in_chunk(c, off, end);
 }
 
 status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) {

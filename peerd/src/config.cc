@@ -134,6 +134,12 @@ void describe(config::binder& b, swarm_config& c) {
       "swarm's own order decides. Deadlines make libtorrent request the same blocks from several "
       "peers; in the 8-node fan-out bench 8 cost 10-20 % against 0 (docs/p2p.md).",
       {.min = 0, .max = 256});
+  b.field("range_deadline_bytes", c.range_deadline_bytes,
+          "A Range request (a lazy or chunked reader: anything but the whole object from byte 0) "
+          "gives piece deadlines to the pieces under its first this many bytes, so they come "
+          "before the swarm's rarest-first order (chunks of a blob fetched in chunks as each "
+          "arrives). 0: none.",
+          {.max = config::byte_size::gib(1)});
   b.field("heartbeat_interval", c.heartbeat_interval,
           "How often the node reports its holdings to the scheduler.", {.min = 1s});
   b.field(

@@ -353,6 +353,7 @@ class MirrorTest(FixtureTestCase):
         data = os.urandom(3 << 20)
         dig = self.fake.add_blob(data)
         path = f"/v2/team/app/blobs/{dig}?ns=r.example"
+        deadlines0 = metrics(self.port).get("shoal_peerd_range_deadline_pieces_total", 0)
         self.fake.rate = 1e6
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as ex:
@@ -362,14 +363,21 @@ class MirrorTest(FixtureTestCase):
                 self.assertEqual((status, body), (200, b""))
                 self.assertEqual(headers.get("content-length"), str(len(data)))
                 self.assertLess(secs, 2.0, "HEAD waited for the download")
+                # The whole body from byte 0 leaves the order to the swarm: no deadlines.
+                self.assertEqual(metrics(self.port).get("shoal_peerd_range_deadline_pieces_total", 0), deadlines0)
                 status, headers, body, _ = request(self.port, "GET", path, {"Range": "bytes=2000000-2000099"},
                                                    timeout=30)
                 self.assertEqual(status, 206)
                 self.assertEqual(body, data[2000000:2000100])
+                # The range's piece (one: 100 bytes inside a piece) got a deadline, unless it had
+                # already landed.
+                added = metrics(self.port)["shoal_peerd_range_deadline_pieces_total"] - deadlines0
+                self.assertLessEqual(added, 1)
                 s, got, _, _ = full.result(60)
         finally:
             self.fake.rate = None
         self.assertEqual((s, got == data), (200, True))
+        print(f"\nrange while downloading: {added:.0f} piece(s) given a deadline")
 
     def test_hung_registry_proxy_gets_a_bounded_error(self):
         self.fake.hang = True

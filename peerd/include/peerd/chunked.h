@@ -77,6 +77,10 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   // Delivers up to `max` bytes from `off` once they exist (at least one byte), or an error; on
   // some internal thread, so keep the callback short.
   void read(std::uint64_t off, std::size_t max, std::function<void(result<std::string>)> cb);
+  // A Range reader wants [off, end) soon: the pieces under its first swarm.range_deadline_bytes
+  // get deadlines in the chunks that hold them, now for chunks already joined, else as each
+  // chunk is joined (download::want_range).
+  void want_range(std::uint64_t off, std::uint64_t end);
   // Blocks until the blob is committed to the cache or has failed.
   [[nodiscard]] status wait();
 
@@ -98,6 +102,8 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   [[nodiscard]] status start_chunk(std::uint32_t i);
   // Chunk `i` without a swarm: its range of the blob from registry-proxy into the cache.
   [[nodiscard]] status chunk_ready(std::uint32_t i, std::shared_ptr<download> dl);
+  // Deadlines in chunk `c`'s download for the part of [off, end) it holds.
+  static void want_in_chunk(const chunk& c, std::uint64_t off, std::uint64_t end);
   [[nodiscard]] status fetch_chunk_range(std::uint32_t i, const std::string& why);
   [[nodiscard]] status wait_chunk(std::uint32_t i);
   [[nodiscard]] status assemble();
@@ -128,7 +134,9 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   std::multimap<std::uint32_t, std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
       waiting_;  // by chunk
   std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
-      final_;  // need the verified blob
+      final_;                                                    // need the verified blob
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted_;  // want_range's [off, end), newest
+                                                                 // last, at most 16
 };
 
 }  // namespace shoal::peerd

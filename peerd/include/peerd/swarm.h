@@ -83,6 +83,7 @@ struct source_counters {
   std::atomic<std::uint64_t> quarantined{0};  // local objects found corrupt while seeding
   std::atomic<std::uint64_t> fallbacks{0};    // HTTP fallback ranges fetched
   std::atomic<std::uint64_t> downloads_ok{0}, downloads_failed{0};
+  std::atomic<std::uint64_t> range_deadline_pieces{0};  // pieces given deadlines for a Range
 };
 
 // How to fetch ranges of the object from registry-proxy when the swarm stalls.
@@ -182,6 +183,10 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   // Delivers the verified bytes of piece `i` once it exists (or an error), on some internal
   // thread; keep the callback short. Also tells the swarm a local reader needs this piece soon.
   void read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb);
+  // A Range reader wants bytes [off, end) soon: the pieces under its first
+  // swarm.range_deadline_bytes that are not here yet get deadlines (libtorrent's time-critical
+  // picking, ahead of rarest-first). Returns how many pieces got one.
+  std::uint32_t want_range(std::uint64_t off, std::uint64_t end);
 
  private:
   friend class swarm_manager;
@@ -323,6 +328,9 @@ class swarm_manager {
 
   [[nodiscard]] boost::asio::thread_pool& pool() { return d_.pool; }
   [[nodiscard]] int streaming_window() const { return cfg_.streaming_window; }
+  [[nodiscard]] std::uint64_t range_deadline_bytes() const {
+    return cfg_.range_deadline_bytes.bytes();
+  }
   [[nodiscard]] const swarm_config& config() const { return cfg_; }
 
   // Internal (plugin and download callbacks).
