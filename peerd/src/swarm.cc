@@ -177,36 +177,6 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
   }
 }
 
-std::uint32_t download::want_range(std::uint64_t off, std::uint64_t end) {
-  const std::uint64_t budget = mgr_->range_deadline_bytes();
-  end = std::min(end, meta_.size);
-  if (budget == 0 || off >= end || meta_.piece_size == 0) return 0;
-  end = std::min(end, off + budget);
-  const auto first = static_cast<std::uint32_t>(off / meta_.piece_size);
-  const auto last = static_cast<std::uint32_t>((end - 1) / meta_.piece_size);
-  std::vector<std::uint32_t> missing;
-  lt::torrent_handle h;
-  {
-    std::lock_guard lk(mu_);
-    if (st_ != state::running) return 0;
-    for (std::uint32_t p = first; p <= last && p < have_.size(); ++p)
-      if (!have_[p]) missing.push_back(p);
-    h = h_;
-  }
-  if (!h.is_valid()) return 0;
-  int rank = 0;
-  for (auto p : missing) {
-    try {
-      // Earliest first: libtorrent asks the fastest peers for pieces closest to their deadline.
-      h.set_piece_deadline(lt::piece_index_t(static_cast<int>(p)), 20 * ++rank);
-    } catch (const std::exception&) {
-      return 0;  // the torrent went away meanwhile
-    }
-  }
-  mgr_->counters_mut().range_deadline_pieces.fetch_add(missing.size());
-  return static_cast<std::uint32_t>(missing.size());
-}
-
 // ---------------------------------------------------------------------------------------------
 // swarm_manager
 

@@ -1,7 +1,8 @@
 // swarm_manager's one alert dispatch (swarm.h): group torrents' alerts go to swarm_groups.cc; for
 // objects, pieces verified and read back, downloads finished and moved into the cache, corrupt
 // seeds quarantined, failed torrents dropped, on-demand seeds tracked. Blocks are counted by
-// source from the network thread (on_block). Alerts run on the alert pump thread.
+// source from the network thread (on_block). Alerts run on the alert pump thread. Also the
+// deadlines a Range reader gives its pieces (download::want_range).
 #include "peerd/swarm.h"
 
 #include <libtorrent/alert_types.hpp>
@@ -9,6 +10,8 @@
 #include <libtorrent/torrent_status.hpp>
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
+#include <vector>
 
 #include "common/log.h"
 
@@ -86,6 +89,37 @@ void swarm_manager::on_piece_finished(lt::piece_finished_alert* pf) {
     }
   }
   if (issue) pf->handle.read_piece(pf->piece_index);
+}
+
+// Deadlines for a Range reader's pieces (swarm.h).
+std::uint32_t download::want_range(std::uint64_t off, std::uint64_t end) {
+  const std::uint64_t budget = mgr_->range_deadline_bytes();
+  end = std::min(end, meta_.size);
+  if (budget == 0 || off >= end || meta_.piece_size == 0) return 0;
+  end = std::min(end, off + budget);
+  const auto first = static_cast<std::uint32_t>(off / meta_.piece_size);
+  const auto last = static_cast<std::uint32_t>((end - 1) / meta_.piece_size);
+  std::vector<std::uint32_t> missing;
+  lt::torrent_handle h;
+  {
+    std::lock_guard lk(mu_);
+    if (st_ != state::running) return 0;
+    for (std::uint32_t p = first; p <= last && p < have_.size(); ++p)
+      if (!have_[p]) missing.push_back(p);
+    h = h_;
+  }
+  if (!h.is_valid()) return 0;
+  int rank = 0;
+  for (auto p : missing) {
+    try {
+      // Earliest first: libtorrent asks the fastest peers for pieces closest to their deadline.
+      h.set_piece_deadline(lt::piece_index_t(static_cast<int>(p)), 20 * ++rank);
+    } catch (const std::exception&) {
+      return 0;  // the torrent went away meanwhile
+    }
+  }
+  mgr_->counters_mut().range_deadline_pieces.fetch_add(missing.size());
+  return static_cast<std::uint32_t>(missing.size());
 }
 
 // A piece read back for a streaming reader: hand it to the readers waiting for it.
