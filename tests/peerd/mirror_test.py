@@ -9,6 +9,8 @@ swarm.stall_timeout, which is what a stalled swarm looks like):
     the client in order while it arrives (first bytes long before the last), then is cached and
     served from the cache with Range and HEAD; concurrent readers share one download;
   - HEAD and Range of a blob while it downloads;
+  - containerd 2.1's parallel layer fetch, emulated (open-ended `bytes=N-` parts, several at
+    once, each closed after its part): one download behind them, correct Content-Range;
   - a client joining a download of a private blob another client started gets registry-proxy's
     answer for its own credential (401), not the bytes (security review finding 5);
   - an image manifest served with GET starts the fetch of its config and every layer not held
@@ -378,6 +380,53 @@ class MirrorTest(FixtureTestCase):
             self.fake.rate = None
         self.assertEqual((s, got == data), (200, True))
         print(f"\nrange while downloading: {added:.0f} piece(s) given a deadline")
+
+    def test_parallel_open_ended_ranges_share_one_download(self):
+        """containerd 2.1's parallel layer fetch (`max_concurrent_downloads` > 1 with
+        `concurrent_layer_fetch_buffer`), emulated: containerd 2 is not in Debian 12. Its fetcher
+        opens `Range: bytes=0-`, then `bytes=<i × buffer>-` for every further part, several at
+        once; each request reads one buffer's worth and closes its connection. Behind them all:
+        one download (one metainfo request, upstream bytes about the blob's size once), every 206
+        with the Content-Range containerd checks, and the closed requests do not cancel it."""
+        data = os.urandom(6 << 20)
+        dig = self.fake.add_blob(data)
+        path = f"/v2/team/app/blobs/{dig}?ns=r.example"
+        part = 1 << 20
+
+        def fetch_part(i: int) -> bytes:
+            start = i * part
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            try:
+                c.request("GET", path, headers={"Range": f"bytes={start}-"})
+                r = c.getresponse()
+                self.assertEqual(r.status, 206, f"part {i}")
+                self.assertEqual(r.getheader("Content-Range"), f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.assertEqual(int(r.getheader("Content-Length")), len(data) - start)
+                got = r.read(min(part, len(data) - start))
+                return got
+            finally:
+                c.close()  # early, as containerd does: the rest of the open-ended range is unread
+
+        self.fake.rate = 8e6
+        t0 = time.monotonic()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                parts = list(ex.map(fetch_part, range(len(data) // part)))
+        finally:
+            self.fake.rate = None
+        secs = time.monotonic() - t0
+        self.assertEqual(b"".join(parts), data)
+        self.assertEqual(len(self.fake.requests(f"/shoal/v1/metainfo/{dig}")), 1, "one download per blob")
+        upstream = sum(q.bytes_sent for q in self.fake.requests(f"/v2/team/app/blobs/{dig}"))
+        self.assertLessEqual(upstream, len(data) + (1 << 20), "each early-closed request fetched its own copy")
+        # The download outlived the closed requests: the blob ends up cached whole.
+        self._wait(lambda: not any(d["digest"] == dig for d in self.peerd.status().get("downloads", [])),
+                   30, "the download to finish")
+        status, _, body, _ = request(self.port, "GET", path)
+        self.assertEqual((status, body == data), (200, True))
+        self.assertEqual(len(self.fake.requests(f"/shoal/v1/metainfo/{dig}")), 1)
+        print(f"\ncontainerd-2-style parallel parts: 6 x 1 MiB, 4 at once, {secs:.1f} s, "
+              f"{upstream} bytes from registry-proxy")
 
     def test_hung_registry_proxy_gets_a_bounded_error(self):
         self.fake.hang = True
