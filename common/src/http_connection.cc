@@ -5,6 +5,79 @@ namespace shoal::http {
 
 using namespace server_detail;
 
+namespace {
+
+// Several ranges of a streamed body as one multipart/byteranges body: each part's head, then the
+// part's bytes from a source the body opens for that range alone (so each waits only for its own
+// bytes), then the closing delimiter.
+class multipart_source final : public body_source {
+ public:
+  multipart_source(std::shared_ptr<const multipart_body> mp, stream_body body)
+      : st_(std::make_shared<state>()) {
+    st_->mp = std::move(mp);
+    st_->body = std::move(body);
+  }
+  void next(std::size_t max_bytes, std::function<void(result<chunk>)> done) override {
+    step(st_, max_bytes, std::move(done));
+  }
+  void cancel() override {
+    std::lock_guard lk(st_->mu);
+    st_->cancelled = true;
+    if (st_->inner) st_->inner->cancel();
+  }
+
+ private:
+  struct state {
+    std::mutex mu;  // inner and cancelled (cancel() comes from the connection's thread)
+    std::shared_ptr<const multipart_body> mp;
+    stream_body body;
+    std::size_t part = 0;
+    bool in_body = false, ended = false, cancelled = false;
+    std::unique_ptr<body_source> inner, retired;
+  };
+  static void step(const std::shared_ptr<state>& st, std::size_t max_bytes,
+                   std::function<void(result<chunk>)> done) {
+    const auto& mp = *st->mp;
+    if (st->ended) return done(chunk::end());
+    if (!st->in_body) {
+      if (st->part == mp.ranges.size()) {
+        st->ended = true;
+        return done(chunk::bytes(mp.tail));
+      }
+      const auto& r = mp.ranges[st->part];
+      auto src = st->body.open ? st->body.open(r.first, r.length()) : nullptr;
+      if (!src) return done(fail(errc::internal, "body source unavailable for a range part"));
+      {
+        std::lock_guard lk(st->mu);
+        if (st->cancelled) src->cancel();
+        // The previous part's source may be the caller (its callback ended the part): kept
+        // until the part after, never destroyed from inside its own callback.
+        st->retired = std::move(st->inner);
+        st->inner = std::move(src);
+      }
+      st->in_body = true;
+      return done(chunk::bytes(mp.heads[st->part]));
+    }
+    body_source* inner;
+    {
+      std::lock_guard lk(st->mu);
+      inner = st->inner.get();
+    }
+    inner->next(max_bytes, [st, max_bytes, done = std::move(done)](result<chunk> c) mutable {
+      if (c && c->type == chunk::kind::eof) {
+        // This part is complete: the next part's head (its source is opened there).
+        st->in_body = false;
+        ++st->part;
+        return step(st, max_bytes, std::move(done));
+      }
+      done(std::move(c));
+    });
+  }
+  std::shared_ptr<state> st_;
+};
+
+}  // namespace
+
 responder::state::~state() {
   if (!sent.load() && conn) {
     net::post(ex, [c = conn] { c->on_response(response::text(500, "handler did not answer\n")); });
@@ -57,9 +130,9 @@ std::shared_ptr<const multipart_body> connection<Stream>::apply_range(
   if (r.rangeable && r.status == 200) {
     r.headers.set(bhttp::field::accept_ranges, "bytes");
     auto spec = parse_range(range_header_, length);
-    // Several ranges of a string or a file: multipart/byteranges. A streamed body (still
-    // arriving) is sent whole, as RFC 9110 allows.
-    if (spec.kind == range_kind::multi && !std::holds_alternative<stream_body>(r.body)) {
+    // Several ranges: multipart/byteranges. A string or a file is cut here (send_parts); a
+    // streamed body (still arriving) becomes a stream of the parts, each from its own source.
+    if (spec.kind == range_kind::multi) {
       auto ct = r.headers.find(bhttp::field::content_type);
       auto mp = std::make_shared<multipart_body>(make_multipart(
           spec.ranges, length,
@@ -67,6 +140,13 @@ std::shared_ptr<const multipart_body> connection<Stream>::apply_range(
       r.status = 206;
       r.headers.set(bhttp::field::content_type, mp->content_type);
       body_len = mp->length();
+      if (auto* sb = std::get_if<stream_body>(&r.body)) {
+        const std::uint64_t total = mp->length();
+        r.body = stream_body{total, [mp, inner = std::move(*sb)](std::uint64_t, std::uint64_t) {
+                               return std::make_unique<multipart_source>(mp, inner);
+                             }};
+        return nullptr;
+      }
       parts = std::move(mp);
     } else if (spec.kind == range_kind::single) {
       r.status = 206;

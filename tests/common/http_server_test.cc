@@ -353,7 +353,13 @@ class growing_source final : public body_source {
   growing_source(std::shared_ptr<growing_object> o, std::uint64_t off, std::uint64_t len)
       : obj_(std::move(o)), off_(off), end_(len == UINT64_MAX ? UINT64_MAX : off + len) {}
   ~growing_source() override {
-    if (waiter_.joinable()) waiter_.join();
+    // A wrapping source (a multipart answer) may drop this one from inside its callback, which
+    // runs on waiter_ itself.
+    if (!waiter_.joinable()) return;
+    if (waiter_.get_id() == std::this_thread::get_id())
+      waiter_.detach();
+    else
+      waiter_.join();
   }
   void next(std::size_t max, std::function<void(result<chunk>)> done) override {
     if (waiter_.joinable()) waiter_.join();
@@ -427,6 +433,58 @@ TEST(HttpServer, StreamsBytesBeforeTheProducerFinishes) {
   auto r = c.read_response();
   EXPECT_EQ(r.status, 206);
   EXPECT_EQ(r.body, full.substr(299990));
+}
+
+// Several ranges of a body still arriving: one multipart/byteranges answer whose first part goes
+// out as soon as its bytes exist, before the producer has the later part's bytes.
+TEST(HttpServer, SeveralRangesOfAStreamedBodyAreMultipartAsBytesArrive) {
+  auto obj = std::make_shared<growing_object>();
+  const std::string full = pattern(300000, 6);
+  server_fixture f([&](request&&, responder resp) {
+    response r;
+    r.rangeable = true;
+    r.headers.set("Content-Type", "text/plain");
+    r.body = stream_body{full.size(), [obj](std::uint64_t off, std::uint64_t len) {
+                           return std::make_unique<growing_source>(obj, off, len);
+                         }};
+    resp.send(std::move(r));
+  });
+  obj->append(full.substr(0, 1000));
+  raw_conn c(f.port());
+  ASSERT_TRUE(c.send_all(get_req("/inflight", "Range: bytes=10-19,250000-250099,299990-\r\n")));
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  const std::string first_part = full.substr(10, 10);
+  while (got.find(first_part) == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the first part did not arrive: " << got;
+    got += c.read_some(65536, 1000ms);
+  }
+  EXPECT_NE(got.find("206"), std::string::npos);
+  EXPECT_EQ(got.find(full.substr(250000, 100)), std::string::npos);
+  obj->append(full.substr(1000));
+  obj->finish(true);
+  while (true) {
+    auto head_end = got.find("\r\n\r\n");
+    auto cl = got.find("Content-Length: ");
+    if (head_end != std::string::npos && cl != std::string::npos &&
+        got.size() - head_end - 4 >= std::stoull(got.substr(cl + 16)))
+      break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline + 5s) << "body incomplete";
+    got += c.read_some(65536, 1000ms);
+  }
+  auto head_end = got.find("\r\n\r\n");
+  auto ct = got.find("Content-Type: ");
+  ASSERT_NE(ct, std::string::npos);
+  std::string type = got.substr(ct + 14, got.find("\r\n", ct) - ct - 14);
+  auto parts = split_multipart(got.substr(head_end + 4), type);
+  ASSERT_EQ(parts.size(), 3u) << type;
+  EXPECT_EQ(parts[0], (std::pair<std::string, std::string>{"10-19", first_part}));
+  EXPECT_EQ(parts[1],
+            (std::pair<std::string, std::string>{"250000-250099", full.substr(250000, 100)}));
+  EXPECT_EQ(parts[2], (std::pair<std::string, std::string>{"299990-299999", full.substr(299990)}));
+  ASSERT_TRUE(f.wait_logs(1));
+  EXPECT_FALSE(f.logs[0].aborted);
 }
 
 TEST(HttpServer, ProducerFailureMidStreamClosesWithoutCompleteBody) {

@@ -8,7 +8,7 @@ swarm.stall_timeout, which is what a stalled swarm looks like):
   - a missing blob asks registry-proxy for its metainfo (repo, ns, Authorization), streams to
     the client in order while it arrives (first bytes long before the last), then is cached and
     served from the cache with Range and HEAD; concurrent readers share one download;
-  - HEAD and Range of a blob while it downloads;
+  - HEAD, Range and several ranges (multipart/byteranges) of a blob while it downloads;
   - containerd 2.1's parallel layer fetch, emulated (open-ended `bytes=N-` parts, several at
     once, each closed after its part): one download behind them, correct Content-Range;
   - a client joining a download of a private blob another client started gets registry-proxy's
@@ -375,6 +375,20 @@ class MirrorTest(FixtureTestCase):
                 # already landed.
                 added = metrics(self.port)["shoal_peerd_range_deadline_pieces_total"] - deadlines0
                 self.assertLessEqual(added, 1)
+                # Several ranges while it downloads: one multipart/byteranges answer, each part
+                # from the download as its pieces verify.
+                status, headers, body, _ = request(self.port, "GET", path, {"Range": "bytes=5-9,1000000-1000009"},
+                                                   timeout=30)
+                self.assertEqual(status, 206)
+                ctype = headers.get("content-type", "")
+                self.assertTrue(ctype.startswith("multipart/byteranges; boundary="), ctype)
+                delim = b"--" + ctype.split("boundary=", 1)[1].encode()
+                size = str(len(data)).encode()
+                self.assertEqual(body, delim + b"\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 5-9/"
+                                 + size + b"\r\n\r\n" + data[5:10] + b"\r\n" + delim
+                                 + b"\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes "
+                                 + b"1000000-1000009/" + size + b"\r\n\r\n" + data[1000000:1000010] + b"\r\n"
+                                 + delim + b"--\r\n")
                 s, got, _, _ = full.result(60)
         finally:
             self.fake.rate = None
