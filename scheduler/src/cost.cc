@@ -81,8 +81,10 @@ node_classes make_classes(std::span<const node_view> nodes) {
   c.rack.assign(nodes.size(), node_classes::npos);
   c.zone.assign(nodes.size(), node_classes::npos);
   c.platform.assign(nodes.size(), 0);
+  c.healthy.assign(nodes.size(), 0);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const auto& nv = nodes[i];
+    c.healthy[i] = nv.healthy ? 1 : 0;
     if (!nv.rack.empty()) {
       auto id = static_cast<std::uint32_t>(racks.size());
       c.rack[i] = racks.try_emplace(nv.zone + "/" + nv.rack, id).first->second;
@@ -113,7 +115,18 @@ evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
   const std::size_t n = v.nodes.size();
   const auto& rack_of = classes_->rack;
   const auto& zone_of = classes_->zone;
+  const auto& healthy = classes_->healthy;
+  // The objects' entries in the view, and room for every holder's set at once (no regrowth).
+  std::vector<const object_view*> found(objects.size(), nullptr);
+  std::size_t holdings = 0;
+  for (std::size_t k = 0; k < objects.size(); ++k) {
+    auto it = v.objects.find(objects[k].id);
+    if (it == v.objects.end()) continue;
+    found[k] = &it->second;
+    holdings += it->second.holders.size();
+  }
   slot_of_.assign(n, npos);
+  held_.reserve(words_ * (1 + std::min(n, holdings)));
   held_.assign(words_, 0);  // slot 0: the empty set of every node that holds none
   in_rack_.assign(classes_->racks * words_, 0);
   in_zone_.assign(classes_->zones * words_, 0);
@@ -125,19 +138,18 @@ evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
     const std::size_t w = k / 64;
     const std::uint64_t bit = std::uint64_t{1} << (k % 64);
     std::uint64_t size = o.size;
-    auto it = v.objects.find(o.id);
-    if (it != v.objects.end()) {
-      if (size == 0) size = it->second.ref.size;
+    if (const object_view* ov = found[k]) {
+      if (size == 0) size = ov->ref.size;
       // A holder seen now also proves registry-proxy had it once.
-      if (it->second.seen_before || !it->second.holders.empty()) seen_[w] |= bit;
-      for (auto h : it->second.holders) {
+      if (ov->seen_before || !ov->holders.empty()) seen_[w] |= bit;
+      for (auto h : ov->holders) {
         if (h >= n) continue;
         if (slot_of_[h] == npos) {
           slot_of_[h] = static_cast<std::uint32_t>(held_.size() / words_);
           held_.resize(held_.size() + words_, 0);
         }
         held_[slot_of_[h] * words_ + w] |= bit;
-        if (!v.nodes[h].healthy) continue;
+        if (!healthy[h]) continue;
         anywhere_[w] |= bit;
         if (rack_of[h] != npos) in_rack_[rack_of[h] * words_ + w] |= bit;
         if (zone_of[h] != npos) in_zone_[zone_of[h] * words_ + w] |= bit;

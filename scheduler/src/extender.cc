@@ -1,6 +1,7 @@
 #include "scheduler/extender.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <set>
 #include <span>
@@ -425,6 +426,20 @@ std::vector<extender::verdict> score_requested(const cluster_view& view, const j
     node_cost cost;
     int score = 0;
   };
+  // extender_score() with its cold-start logarithm taken once per job size (every node of a
+  // platform has the same bytes_total): the same arithmetic, so the same scores.
+  double cold_bytes = -1, log_cold = 0, cold = 0;
+  auto score_of = [&](const node_cost& c) {
+    if (c.bytes_total == 0) return 0;
+    if (static_cast<double>(c.bytes_total) != cold_bytes) {
+      cold_bytes = static_cast<double>(c.bytes_total);
+      cold = model.cold_seconds(c.bytes_total);
+      log_cold = std::log1p(cold);
+    }
+    if (cold <= 0 || c.seconds <= 0) return 10;
+    double s = 10.0 * (1.0 - std::log1p(c.seconds) / log_cold);
+    return static_cast<int>(std::lround(std::clamp(s, 0.0, 10.0)));
+  };
   std::vector<shared_cost> alike(places * cls->platforms.size());
   std::vector<extender::verdict> out(names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
@@ -433,16 +448,16 @@ std::vector<extender::verdict> score_requested(const cluster_view& view, const j
     const std::uint32_t i = at[k];
     if (i == no_node) continue;
     v.known = true;
-    v.healthy = view.nodes[i].healthy;
+    v.healthy = cls->healthy[i] != 0;
     const std::size_t place = holder[i] ? node_classes::npos : place_of(i);
     if (place == node_classes::npos) {
       v.cost = evaluator_of(i).cost(i);
-      v.score = extender_score(v.cost, model);
+      v.score = score_of(v.cost);
     } else {
       auto& c = alike[cls->platform[i] * places + place];
       if (!c.done) {
         c.cost = evaluator_of(i).cost(i);
-        c.score = extender_score(c.cost, model);
+        c.score = score_of(c.cost);
         c.done = true;
       }
       v.cost = c.cost;

@@ -75,6 +75,7 @@ struct object_view {
 struct node_classes {
   static constexpr std::uint32_t npos = ~std::uint32_t{0};
   std::vector<std::uint32_t> rack, zone, platform;  // per node (npos: no rack / no zone)
+  std::vector<std::uint8_t> healthy;                // per node: node_view::healthy
   std::uint32_t racks = 0, zones = 0;
   std::vector<std::string> platforms;  // platform id → name
 };
