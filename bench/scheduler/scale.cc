@@ -1,10 +1,15 @@
 #include "bench/scheduler/scale.h"
 
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <span>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -122,6 +127,124 @@ struct gen_node {
   heartbeat::message base;  // inventory without objects
 };
 
+bool holds(const gen_node& g, std::uint32_t o) {
+  return std::find(g.held.begin(), g.held.end(), o) != g.held.end();
+}
+
+// The heartbeats of the steady state, as peerd would send them: a random node's delta of a few
+// objects (3 added, 2 removed), or its full list one time in `full_every`. Single-threaded.
+struct heartbeat_gen {
+  const scale_params& p;
+  rng_t& r;
+  const zipf& pop;
+  const std::vector<digest>& ids;
+  const std::vector<std::uint64_t>& sizes;
+  std::vector<gen_node>& gen;
+  std::size_t fulls = 0, deltas = 0;
+
+  heartbeat::message message_of(gen_node& g, bool full) const {
+    heartbeat::message m = g.base;
+    m.seq = g.seq;
+    m.full = full;
+    std::uint64_t used = 0;
+    for (auto o : g.held) used += sizes[o];
+    m.cache_used = used;
+    if (full) {
+      m.objects.reserve(g.held.size());
+      for (auto o : g.held) m.objects.push_back(held_of(ids[o], sizes[o]));
+    }
+    return m;
+  }
+
+  // The next heartbeat's payload (encoded: peerd's work, not the scheduler's).
+  std::string next() {
+    auto& g = gen[r.below(p.nodes)];
+    ++g.seq;
+    bool full = r.below(p.full_every) == 0;
+    std::vector<std::uint32_t> added, removed;
+    for (int k = 0; k < 2 && !g.held.empty(); ++k) {
+      auto at = r.below(g.held.size());
+      removed.push_back(g.held[at]);
+      g.held[at] = g.held.back();
+      g.held.pop_back();
+    }
+    for (int k = 0, tries = 0; k < 3 && tries < 100; ++tries) {
+      auto o = static_cast<std::uint32_t>(pop.sample(r));
+      if (holds(g, o) || std::find(removed.begin(), removed.end(), o) != removed.end()) continue;
+      g.held.push_back(o);
+      added.push_back(o);
+      ++k;
+    }
+    auto m = message_of(g, full);
+    if (!full) {
+      for (auto o : added) m.objects.push_back(held_of(ids[o], sizes[o]));
+      for (auto o : removed) m.removed.push_back(ids[o]);
+    }
+    (full ? fulls : deltas)++;
+    return heartbeat::encode(m);
+  }
+};
+
+// The scheduler's side of one heartbeat, as its handler does it: decode, apply, encode the reply.
+// Counts what must never happen in a run (a malformed payload, a resync).
+struct ingest_counts {
+  std::size_t bad = 0, resyncs = 0;
+  std::uint64_t reply_bytes = 0;
+};
+void ingest(cluster_index& idx, const std::string& text, const std::string& epoch,
+            ingest_counts& c) {
+  auto m = heartbeat::decode(text);
+  if (!m) {
+    ++c.bad;
+    return;
+  }
+  auto out = idx.apply(*m, "10.0.0.1");
+  if (out.resync) ++c.resyncs;
+  heartbeat::reply rep;
+  rep.epoch = epoch;
+  rep.ack_seq = m->seq;
+  rep.resync = out.resync;
+  c.reply_bytes += heartbeat::encode(rep).size();
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// The heartbeats that flow while decisions are timed: `payloads` applied in order from their own
+// thread, paced at `rate` per second (each at its due time; one that is late goes at once, so the
+// thread catches up when it can), until `stop` or the end of the list.
+struct feed_result {
+  std::size_t applied = 0;
+  ingest_counts counts;
+  double seconds = 0, cpu_s = 0, max_lag_ms = 0;
+  bool ran_out = false;
+};
+feed_result feed(cluster_index& idx, const std::vector<std::string>& payloads, double rate,
+                 const std::atomic<bool>& stop, const std::string& epoch) {
+  feed_result fr;
+  const double cpu0 = thread_cpu_s();
+  const auto t0 = steady::now();
+  fr.ran_out = true;
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    const auto due = t0 + std::chrono::duration_cast<steady::duration>(
+                              std::chrono::duration<double>(static_cast<double>(i) / rate));
+    if (steady::now() < due) std::this_thread::sleep_until(due);
+    if (stop.load(std::memory_order_relaxed)) {
+      fr.ran_out = false;
+      break;
+    }
+    fr.max_lag_ms = std::max(fr.max_lag_ms, ms_since(due));
+    ingest(idx, payloads[i], epoch, fr.counts);
+    ++fr.applied;
+  }
+  fr.seconds = ms_since(t0) / 1000.0;
+  fr.cpu_s = thread_cpu_s() - cpu0;
+  return fr;
+}
+
 }  // namespace
 
 json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
@@ -134,7 +257,9 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     ids[i] = object_digest("obj", i);
     sizes[i] = static_cast<std::uint64_t>(r.log_uniform(100 * MiB, 200 * GiB));
   }
-  cluster_index idx(index_options{}, "bench-epoch", frozen_clock());
+  index_options io;
+  io.max_nodes = std::max(io.max_nodes, p.nodes);  // the 20,000-node point
+  cluster_index idx(io, "bench-epoch", frozen_clock());
   const std::string epoch = idx.epoch();
 
   // Holdings: object j is on node j % nodes (so all `objects` are in the index), and the rest of
@@ -142,9 +267,6 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
   std::vector<gen_node> gen(p.nodes);
   for (std::size_t j = 0; j < p.objects; ++j)
     gen[j % p.nodes].held.push_back(static_cast<std::uint32_t>(j));
-  auto holds = [](const gen_node& g, std::uint32_t o) {
-    return std::find(g.held.begin(), g.held.end(), o) != g.held.end();
-  };
   for (std::size_t i = 0; i < p.nodes; ++i) {
     auto& g = gen[i];
     for (std::size_t tries = 0; g.held.size() < p.held_per_node && tries < 20 * p.held_per_node;
@@ -168,19 +290,8 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     m.cache_capacity = static_cast<std::uint64_t>(8 * TiB);
     m.gpus = {{"NVIDIA H100 80GB HBM3", 8}};
   }
-  auto message_of = [&](gen_node& g, bool full) {
-    heartbeat::message m = g.base;
-    m.seq = g.seq;
-    m.full = full;
-    std::uint64_t used = 0;
-    for (auto o : g.held) used += sizes[o];
-    m.cache_used = used;
-    if (full) {
-      m.objects.reserve(g.held.size());
-      for (auto o : g.held) m.objects.push_back(held_of(ids[o], sizes[o]));
-    }
-    return m;
-  };
+  heartbeat_gen hgen{p, r, pop, ids, sizes, gen};
+  auto message_of = [&](gen_node& g, bool full) { return hgen.message_of(g, full); };
 
   // Initial load: every node's full list, through encode → decode → apply.
   std::size_t bad = 0, resyncs = 0;
@@ -200,58 +311,32 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
   // Steady state: deltas of a few objects (3 added, 2 removed), and a full resync now and then.
   // Payloads are made in batches outside the timed region (peerd encodes them, not the
   // scheduler); the scheduler's side is timed: decode, apply, encode the reply.
-  std::size_t fulls = 0, deltas = 0, done = 0;
-  std::uint64_t reply_bytes = 0, payload_bytes = 0;
-  double hb_ms = 0;
+  std::size_t done = 0;
+  std::uint64_t payload_bytes = 0;
+  ingest_counts alone;
+  double hb_ms = 0, decode_ms = 0;
+  std::size_t decoded_ok = 0;
   while (done < p.heartbeats) {
     std::size_t batch = std::min<std::size_t>(2000, p.heartbeats - done);
     std::vector<std::string> payloads;
     payloads.reserve(batch);
     for (std::size_t b = 0; b < batch; ++b) {
-      auto& g = gen[r.below(p.nodes)];
-      ++g.seq;
-      bool full = r.below(p.full_every) == 0;
-      std::vector<std::uint32_t> added, removed;
-      for (int k = 0; k < 2 && !g.held.empty(); ++k) {
-        auto at = r.below(g.held.size());
-        removed.push_back(g.held[at]);
-        g.held[at] = g.held.back();
-        g.held.pop_back();
-      }
-      for (int k = 0, tries = 0; k < 3 && tries < 100; ++tries) {
-        auto o = static_cast<std::uint32_t>(pop.sample(r));
-        if (holds(g, o) || std::find(removed.begin(), removed.end(), o) != removed.end()) continue;
-        g.held.push_back(o);
-        added.push_back(o);
-        ++k;
-      }
-      auto m = message_of(g, full);
-      if (!full) {
-        for (auto o : added) m.objects.push_back(held_of(ids[o], sizes[o]));
-        for (auto o : removed) m.removed.push_back(ids[o]);
-      }
-      (full ? fulls : deltas)++;
-      payloads.push_back(heartbeat::encode(m));
+      payloads.push_back(hgen.next());
       payload_bytes += payloads.back().size();
     }
+    // How much of a heartbeat is its decoding (done outside the index's lock): the same
+    // payloads decoded alone first.
     auto t0 = steady::now();
-    for (const auto& text : payloads) {
-      auto m = heartbeat::decode(text);
-      if (!m) {
-        ++bad;
-        continue;
-      }
-      auto out = idx.apply(*m, "10.0.0.1");
-      if (out.resync) ++resyncs;
-      heartbeat::reply rep;
-      rep.epoch = epoch;
-      rep.ack_seq = m->seq;
-      rep.resync = out.resync;
-      reply_bytes += heartbeat::encode(rep).size();
-    }
+    for (const auto& text : payloads) decoded_ok += heartbeat::decode(text) ? 1 : 0;
+    decode_ms += ms_since(t0);
+    t0 = steady::now();
+    for (const auto& text : payloads) ingest(idx, text, epoch, alone);
     hb_ms += ms_since(t0);
     done += batch;
   }
+  const std::size_t fulls = hgen.fulls, deltas = hgen.deltas;
+  bad += alone.bad;
+  resyncs += alone.resyncs;
   auto st = idx.stats();
   double heartbeats_s = hb_ms > 0 ? static_cast<double>(done) / (hb_ms / 1000.0) : 0;
 
@@ -340,8 +425,8 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
   std::size_t sink = 0, decision_errors = 0;
   // One filter + prioritize per decision, cycling through the pods' bodies. A decision that did
   // not answer 200 twice is counted and fails the run: its time is not a decision's.
-  auto decide = [&](const auto& bodies, std::vector<double>& out_ms) {
-    for (std::size_t d = 0; d < p.decisions; ++d) {
+  auto decide = [&](const auto& bodies, std::vector<double>& out_ms, std::size_t n) {
+    for (std::size_t d = 0; d < n; ++d) {
       const auto& body = bodies[d % bodies.size()];
       auto t0 = steady::now();
       auto f = ext.filter(body);
@@ -351,10 +436,39 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
       sink += f.status + pr.status;
     }
   };
+  // Idle first (nothing else running), to compare with the same decisions under heartbeats.
+  std::vector<double> idle_ms;
+  auto t_idle = steady::now();
+  decide(soft_bodies, idle_ms, std::min<std::size_t>(p.decisions, 200));
+  const double idle_s = ms_since(t_idle) / 1000.0;
+
+  // Then the timed decisions, soft and hard, while heartbeats flow at heartbeat_rate from another
+  // thread. Its payloads are made beforehand (peerd's encoding is not the scheduler's work), as
+  // many as the decisions should need (from the idle run, with a wide margin); the JSON says
+  // whether they lasted (ran_out).
+  const double per_decision_s =
+      idle_ms.empty() ? 0.01 : idle_s / static_cast<double>(idle_ms.size());
+  const auto pool = static_cast<std::size_t>(std::min(
+      300'000.0, p.heartbeat_rate * (per_decision_s * static_cast<double>(p.decisions) * 8 + 2)));
+  std::vector<std::string> flow;
+  flow.reserve(pool);
+  for (std::size_t k = 0; k < pool; ++k) flow.push_back(hgen.next());
+  std::atomic<bool> stop{false};
+  feed_result fed;
+  std::thread feeder([&] { fed = feed(idx, flow, p.heartbeat_rate, stop, epoch); });
+  const double dec_cpu0 = thread_cpu_s();
   auto t_dec = steady::now();
-  decide(soft_bodies, soft_ms);
+  decide(soft_bodies, soft_ms, p.decisions);
   double decisions_wall_s = ms_since(t_dec) / 1000.0;
-  decide(hard_bodies, hard_ms);
+  const double soft_cpu_s = thread_cpu_s() - dec_cpu0;
+  decide(hard_bodies, hard_ms, p.decisions);
+  const double window_s = ms_since(t_dec) / 1000.0;
+  const double dec_cpu_s = thread_cpu_s() - dec_cpu0;
+  stop = true;
+  feeder.join();
+  flow = {};
+  bad += fed.counts.bad;
+  resyncs += fed.counts.resyncs;
   // Where the time of one prioritize goes, step by step as extender::evaluate does it.
   std::vector<double> b_parse, b_nodes_view, b_view, b_eval, b_score;
   std::size_t hard_errors = 0;
@@ -368,8 +482,6 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     auto a = parse_extender_args(body);
     b_parse.push_back(ms_since(t0));
     if (!a) continue;
-    job_spec spec;
-    spec.candidates = a->names;
     t0 = steady::now();
     auto nodes_only = idx.view({});
     b_nodes_view.push_back(ms_since(t0));
@@ -379,16 +491,15 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
     t0 = steady::now();
     auto view = idx.view(all);
     b_view.push_back(ms_since(t0));
+    std::vector<std::string> errors;
     t0 = steady::now();
-    auto evals = evaluate_nodes(view, jo, spec, po.cost, net, {},
-                                {.require_validation = false, .strict_resolution = false});
+    auto verdicts = ext.evaluate(*a, errors);
     b_eval.push_back(ms_since(t0));
+    sink += verdicts.size();
     t0 = steady::now();
-    json answer = json::array();
-    for (const auto& e : evals)
-      answer.push_back({{"Host", e.name}, {"Score", extender_score(e.cost, po.cost)}});
-    sink += answer.dump().size();
+    auto pr = ext.prioritize(body);
     b_score.push_back(ms_since(t0));
+    sink += pr.status;
   }
   auto rs = res.stats();
 
@@ -428,7 +539,9 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
         {"mean_payload_bytes", done ? payload_bytes / done : 0},
         {"refused_resync", resyncs},
         {"malformed", bad},
-        {"seconds", round3(hb_ms / 1000.0)}}},
+        {"seconds", round3(hb_ms / 1000.0)},
+        {"decode_seconds", round3(decode_ms / 1000.0)},
+        {"decoded", decoded_ok}}},
       {"heartbeats_s", std::round(heartbeats_s)},
       {"extender",
        {{"p50_ms_soft", round3(percentile(soft_ms, 50))},
@@ -449,13 +562,34 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
          {{"parse_extender_args", round3(mean(b_parse))},
           {"index_view_nodes_only", round3(mean(b_nodes_view))},
           {"index_view_job", round3(mean(b_view))},
-          {"evaluate_nodes_with_candidates", round3(mean(b_eval))},
-          {"score_and_serialize", round3(mean(b_score))}}}}},
+          {"extender_evaluate", round3(mean(b_eval))},
+          {"prioritize_whole", round3(mean(b_score))}}}}},
+      {"heartbeats_concurrent", true},
+      {"concurrent",
+       {{"heartbeat_rate_target", p.heartbeat_rate},
+        {"heartbeats_applied", fed.applied},
+        {"heartbeats_prepared", pool},
+        {"ran_out", fed.ran_out},
+        {"seconds", round3(fed.seconds)},
+        {"heartbeats_s",
+         std::round(fed.seconds > 0 ? static_cast<double>(fed.applied) / fed.seconds : 0)},
+        {"max_lag_ms", round3(fed.max_lag_ms)},
+        {"heartbeat_thread_cpu_s", round3(fed.cpu_s)},
+        {"decision_thread_cpu_s", round3(dec_cpu_s)},
+        {"soft_decisions_cpu_s", round3(soft_cpu_s)},
+        {"decisions_window_s", round3(window_s)},
+        {"cpu_util", round3(window_s > 0 ? (fed.cpu_s + dec_cpu_s) / window_s : 0)}}},
+      {"heartbeats_s_concurrent",
+       std::round(fed.seconds > 0 ? static_cast<double>(fed.applied) / fed.seconds : 0)},
+      {"p50_ms_idle", round3(percentile(idle_ms, 50))},
+      {"p99_ms_idle", round3(percentile(idle_ms, 99))},
       {"p50_ms", round3(percentile(soft_ms, 50))},
       {"p99_ms", round3(percentile(soft_ms, 99))},
       {"p99_ms_raw", percentile(soft_ms, 99)},
       {"decisions_s",
        std::round(decisions_wall_s > 0 ? static_cast<double>(p.decisions) / decisions_wall_s : 0)},
+      {"decision_cpu_ms",
+       round3(p.decisions ? soft_cpu_s / static_cast<double>(p.decisions) * 1000.0 : 0)},
       {"rss_after_mib", std::round(proc_status_mib("VmRSS"))},
       {"rss_before_mib", std::round(rss_before)},
   };

@@ -72,25 +72,64 @@ double cost_model::cold_seconds(std::uint64_t bytes) const {
   return seconds(b);
 }
 
+node_classes make_classes(std::span<const node_view> nodes) {
+  // A rack is named "zone/rack", as holders and nodes were matched before, so two racks of one
+  // name in different zones stay apart.
+  node_classes c;
+  std::unordered_map<std::string, std::uint32_t> racks;
+  std::unordered_map<std::string_view, std::uint32_t> zones, platforms;
+  c.rack.assign(nodes.size(), node_classes::npos);
+  c.zone.assign(nodes.size(), node_classes::npos);
+  c.platform.assign(nodes.size(), 0);
+  c.healthy.assign(nodes.size(), 0);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto& nv = nodes[i];
+    c.healthy[i] = nv.healthy ? 1 : 0;
+    if (!nv.rack.empty()) {
+      auto id = static_cast<std::uint32_t>(racks.size());
+      c.rack[i] = racks.try_emplace(nv.zone + "/" + nv.rack, id).first->second;
+    }
+    if (!nv.zone.empty()) {
+      auto id = static_cast<std::uint32_t>(zones.size());
+      c.zone[i] = zones.try_emplace(nv.zone, id).first->second;
+    }
+    auto [it, fresh] =
+        platforms.try_emplace(nv.platform, static_cast<std::uint32_t>(platforms.size()));
+    if (fresh) c.platforms.push_back(nv.platform);
+    c.platform[i] = it->second;
+  }
+  c.racks = static_cast<std::uint32_t>(racks.size());
+  c.zones = static_cast<std::uint32_t>(zones.size());
+  return c;
+}
+
+std::shared_ptr<const node_classes> classes_of(const node_list& nodes) {
+  if (nodes.classes() && nodes.classes()->platform.size() == nodes.size()) return nodes.classes();
+  return std::make_shared<const node_classes>(
+      make_classes(std::span<const node_view>(nodes.begin(), nodes.size())));
+}
+
 evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
                      const cost_model& m)
-    : v_(v), m_(m), words_((objects.size() + 63) / 64) {
+    : v_(v), m_(m), words_((objects.size() + 63) / 64), classes_(classes_of(v.nodes)) {
   const std::size_t n = v.nodes.size();
-  // Rack and zone ids of every node. A rack is named "zone/rack", as holders and nodes were
-  // matched before, so two racks of one name in different zones stay apart.
-  std::unordered_map<std::string, std::uint32_t> racks;
-  std::unordered_map<std::string_view, std::uint32_t> zones;
-  rack_of_.assign(n, npos);
-  zone_of_.assign(n, npos);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto& nv = v.nodes[i];
-    if (!nv.rack.empty())
-      rack_of_[i] = racks.try_emplace(nv.zone + "/" + nv.rack, racks.size()).first->second;
-    if (!nv.zone.empty()) zone_of_[i] = zones.try_emplace(nv.zone, zones.size()).first->second;
+  const auto& rack_of = classes_->rack;
+  const auto& zone_of = classes_->zone;
+  const auto& healthy = classes_->healthy;
+  // The objects' entries in the view, and room for every holder's set at once (no regrowth).
+  std::vector<const object_view*> found(objects.size(), nullptr);
+  std::size_t holdings = 0;
+  for (std::size_t k = 0; k < objects.size(); ++k) {
+    auto it = v.objects.find(objects[k].id);
+    if (it == v.objects.end()) continue;
+    found[k] = &it->second;
+    holdings += it->second.holders.size();
   }
-  held_.assign(n * words_, 0);
-  in_rack_.assign(racks.size() * words_, 0);
-  in_zone_.assign(zones.size() * words_, 0);
+  slot_of_.assign(n, npos);
+  held_.reserve(words_ * (1 + std::min(n, holdings)));
+  held_.assign(words_, 0);  // slot 0: the empty set of every node that holds none
+  in_rack_.assign(classes_->racks * words_, 0);
+  in_zone_.assign(classes_->zones * words_, 0);
   anywhere_.assign(words_, 0);
   seen_.assign(words_, 0);
   sizes_.reserve(objects.size());
@@ -99,18 +138,21 @@ evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
     const std::size_t w = k / 64;
     const std::uint64_t bit = std::uint64_t{1} << (k % 64);
     std::uint64_t size = o.size;
-    auto it = v.objects.find(o.id);
-    if (it != v.objects.end()) {
-      if (size == 0) size = it->second.ref.size;
+    if (const object_view* ov = found[k]) {
+      if (size == 0) size = ov->ref.size;
       // A holder seen now also proves registry-proxy had it once.
-      if (it->second.seen_before || !it->second.holders.empty()) seen_[w] |= bit;
-      for (auto h : it->second.holders) {
+      if (ov->seen_before || !ov->holders.empty()) seen_[w] |= bit;
+      for (auto h : ov->holders) {
         if (h >= n) continue;
-        held_[h * words_ + w] |= bit;
-        if (!v.nodes[h].healthy) continue;
+        if (slot_of_[h] == npos) {
+          slot_of_[h] = static_cast<std::uint32_t>(held_.size() / words_);
+          held_.resize(held_.size() + words_, 0);
+        }
+        held_[slot_of_[h] * words_ + w] |= bit;
+        if (!healthy[h]) continue;
         anywhere_[w] |= bit;
-        if (rack_of_[h] != npos) in_rack_[rack_of_[h] * words_ + w] |= bit;
-        if (zone_of_[h] != npos) in_zone_[zone_of_[h] * words_ + w] |= bit;
+        if (rack_of[h] != npos) in_rack_[rack_of[h] * words_ + w] |= bit;
+        if (zone_of[h] != npos) in_zone_[zone_of[h] * words_ + w] |= bit;
       }
     }
     sizes_.push_back(size);
@@ -120,9 +162,10 @@ evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
 node_cost evaluator::cost(std::uint32_t node) const {
   (void)v_.nodes.at(node);  // same contract as before: an out-of-range node throws
   node_cost c;
-  const std::uint64_t* held = set(held_, node);
-  const std::uint64_t* rack = rack_of_[node] == npos ? nullptr : set(in_rack_, rack_of_[node]);
-  const std::uint64_t* zone = zone_of_[node] == npos ? nullptr : set(in_zone_, zone_of_[node]);
+  const std::uint32_t r = classes_->rack[node], z = classes_->zone[node];
+  const std::uint64_t* held = set(held_, slot_of_[node] == npos ? 0 : slot_of_[node]);
+  const std::uint64_t* rack = r == npos ? nullptr : set(in_rack_, r);
+  const std::uint64_t* zone = z == npos ? nullptr : set(in_zone_, z);
   auto add = [&](source s, std::uint64_t bits, std::size_t w) {
     auto& total = c.by_source[static_cast<std::size_t>(s)];
     while (bits) {

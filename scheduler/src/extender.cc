@@ -1,7 +1,10 @@
 #include "scheduler/extender.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <set>
+#include <span>
 
 #include "common/checkpoint.h"
 #include "common/heartbeat.h"
@@ -50,6 +53,150 @@ json filter_error(const std::string& msg) {
           {"FailedNodes", json::object()},
           {"FailedAndUnresolvableNodes", json::object()},
           {"Error", msg}};
+}
+
+// A hand scanner for the top level of ExtenderArgs. kube-scheduler sends every node's name in
+// NodeNames (5,000 short strings at 5,000 nodes), and building a json value for each cost more
+// than the rest of a soft decision. The scanner reads that list itself and hands the Pod's bytes
+// (and any other member's, only to check them) to nlohmann. It answers only what it is sure of:
+// on anything unusual (an escaped key, a duplicate member, NodeNames not a list, a malformed
+// byte) it gives up and the generic parse below answers, with its own errors.
+class args_scanner {
+ public:
+  explicit args_scanner(std::string_view s) : s_(s) {}
+  [[nodiscard]] bool at_end() {
+    ws();
+    return i_ == s_.size();
+  }
+  bool eat(char c) {
+    ws();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  // The string token at the cursor, quotes included; `plain` when it is printable ASCII with no
+  // escape (its bytes are then its value).
+  bool string_token(std::string_view& tok, bool& plain) {
+    ws();
+    if (i_ >= s_.size() || s_[i_] != '"') return false;
+    const std::size_t start = i_++;
+    plain = true;
+    while (i_ < s_.size()) {
+      const auto c = static_cast<unsigned char>(s_[i_]);
+      if (c == '"') {
+        ++i_;
+        tok = s_.substr(start, i_ - start);
+        return true;
+      }
+      if (c < 0x20) return false;
+      if (c == '\\') {
+        plain = false;
+        i_ += 2;
+        continue;
+      }
+      if (c >= 0x80) plain = false;
+      ++i_;
+    }
+    return false;
+  }
+  // The bytes of the value at the cursor (any JSON; whoever reads them checks them).
+  bool value_bytes(std::string_view& out) {
+    ws();
+    const std::size_t start = i_;
+    int depth = 0;
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (c == '"') {
+        std::string_view tok;
+        bool plain = false;
+        if (!string_token(tok, plain)) return false;
+        if (depth == 0) break;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) break;
+        if (--depth == 0) {
+          ++i_;
+          break;
+        }
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
+      ++i_;
+    }
+    out = s_.substr(start, i_ - start);
+    return depth == 0 && !out.empty();
+  }
+
+ private:
+  void ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t'))
+      ++i_;
+  }
+  std::string_view s_;
+  std::size_t i_ = 0;
+};
+
+// NodeNames' list at the cursor into `names`; false when it is not a list of strings or longer
+// than max_nodes.
+bool scan_names(args_scanner& sc, std::size_t max_nodes, std::vector<std::string>& names) {
+  if (!sc.eat('[')) return false;
+  if (sc.eat(']')) return true;
+  for (;;) {
+    std::string_view tok;
+    bool plain = false;
+    if (!sc.string_token(tok, plain) || names.size() >= max_nodes) return false;
+    if (plain) {
+      names.emplace_back(tok.substr(1, tok.size() - 2));
+    } else {
+      auto j = json::parse(tok, nullptr, false);
+      if (j.is_discarded() || !j.is_string()) return false;
+      names.push_back(j.get<std::string>());
+    }
+    if (sc.eat(',')) continue;
+    return sc.eat(']');
+  }
+}
+
+// ExtenderArgs in the NodeNames form, or nullopt: then parse_extender_args' generic parse decides.
+std::optional<extender_args> scan_extender_args(std::string_view body, std::size_t max_nodes) {
+  args_scanner sc(body);
+  if (!sc.eat('{') || sc.eat('}')) return std::nullopt;
+  extender_args a;
+  std::string_view pod;
+  bool have_pod = false, have_names = false;
+  do {
+    std::string_view key;
+    bool plain = false;
+    if (!sc.string_token(key, plain) || !plain || !sc.eat(':')) return std::nullopt;
+    key = key.substr(1, key.size() - 2);
+    if (key == "NodeNames") {
+      if (have_names || !scan_names(sc, max_nodes, a.names)) return std::nullopt;
+      have_names = true;
+      continue;
+    }
+    std::string_view text;
+    if (!sc.value_bytes(text)) return std::nullopt;
+    if (key == "Pod") {
+      if (have_pod) return std::nullopt;
+      have_pod = true;
+      pod = text;
+    } else if (!json::accept(text)) {
+      return std::nullopt;
+    }
+  } while (sc.eat(','));
+  if (!sc.eat('}') || !sc.at_end() || !have_names || !have_pod) return std::nullopt;
+  auto pj = json::parse(pod, nullptr, false);
+  if (pj.is_discarded() || pj.is_null()) return std::nullopt;
+  auto p = parse_pod(pj);
+  if (!p) return std::nullopt;
+  a.pod = std::move(*p);
+  a.names_form = true;
+  return a;
 }
 
 }  // namespace
@@ -133,6 +280,7 @@ result<pod_info> parse_pod(const json& pod) {
 result<extender_args> parse_extender_args(std::string_view body, std::size_t max_nodes) {
   if (heartbeat::json_too_deep(body))
     return fail(errc::invalid_argument, "ExtenderArgs nests too deep");
+  if (auto fast = scan_extender_args(body, max_nodes)) return std::move(*fast);
   auto j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return fail(errc::invalid_argument, "ExtenderArgs is not a JSON object");
@@ -203,6 +351,125 @@ extender::extender(placer& p, extender_options o, metrics::registry& reg)
   }
 }
 
+namespace {
+
+// platforms_of() for the requested nodes, from their positions in the view (all healthy nodes
+// when none are named).
+std::vector<std::string> requested_platforms(const node_list& nodes, bool all,
+                                             const std::vector<std::uint32_t>& at) {
+  auto cls = classes_of(nodes);
+  std::vector<bool> used(cls->platforms.size(), false);
+  auto consider = [&](std::uint32_t i) {
+    if (i != no_node && nodes[i].healthy) used[cls->platform[i]] = true;
+  };
+  if (all) {
+    for (std::uint32_t i = 0; i < nodes.size(); ++i) consider(i);
+  } else {
+    for (auto i : at) consider(i);
+  }
+  std::vector<std::string> out;
+  for (std::size_t p = 0; p < used.size(); ++p) {
+    if (used[p]) out.push_back(cls->platforms[p]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The verdict of each requested node (`at`: its position in the view, or no_node). One evaluator
+// per platform among them, built on first use from the job's objects for that platform (none
+// when it resolved none), as evaluate_nodes() does.
+//
+// A node that holds none of the job's objects fetches all of them, and its cost depends only on
+// its platform and where it is (its rack, else its zone, else neither): nodes alike share one
+// evaluation. Most nodes hold none of a job's objects, so only the holders are evaluated one by
+// one (found from the objects' holder lists: O(holders), not a lookup per node).
+std::vector<extender::verdict> score_requested(const cluster_view& view, const job_objects& objs,
+                                               const std::vector<std::string>& names,
+                                               const std::vector<std::uint32_t>& at,
+                                               const cost_model& model) {
+  auto cls = classes_of(view.nodes);
+  static const std::vector<object_ref> none;
+  std::vector<std::unique_ptr<evaluator>> by_platform(cls->platforms.size());
+  auto evaluator_of = [&](std::uint32_t node) -> const evaluator& {
+    auto& ev = by_platform[cls->platform[node]];
+    if (!ev) {
+      auto it = objs.by_platform.find(cls->platforms[cls->platform[node]]);
+      auto list = it == objs.by_platform.end() ? std::span<const object_ref>(none)
+                                               : std::span<const object_ref>(it->second);
+      ev = std::make_unique<evaluator>(view, list, model);
+    }
+    return *ev;
+  };
+  std::vector<bool> holder(view.nodes.size(), false);
+  for (const auto& [d, ov] : view.objects) {
+    for (auto h : ov.holders) {
+      if (h < holder.size()) holder[h] = true;
+    }
+  }
+  // Where node i is, as an index into its platform's share of `alike`; npos when a rack spans
+  // zones (a rack is named "zone/rack", so only labels holding '/' can do that): then the node
+  // is evaluated alone.
+  const std::size_t places = std::size_t{cls->racks} + cls->zones + 1;
+  constexpr std::uint32_t unset = node_classes::npos - 1;
+  std::vector<std::uint32_t> zone_of_rack(cls->racks, unset);
+  auto place_of = [&](std::uint32_t i) -> std::size_t {
+    const std::uint32_t r = cls->rack[i], z = cls->zone[i];
+    if (r != node_classes::npos) {
+      if (zone_of_rack[r] == unset) zone_of_rack[r] = z;
+      return zone_of_rack[r] == z ? r : node_classes::npos;
+    }
+    if (z != node_classes::npos) return std::size_t{cls->racks} + z;
+    return places - 1;
+  };
+  struct shared_cost {
+    bool done = false;
+    node_cost cost;
+    int score = 0;
+  };
+  // extender_score() with its cold-start logarithm taken once per job size (every node of a
+  // platform has the same bytes_total): the same arithmetic, so the same scores.
+  double cold_bytes = -1, log_cold = 0, cold = 0;
+  auto score_of = [&](const node_cost& c) {
+    if (c.bytes_total == 0) return 0;
+    if (static_cast<double>(c.bytes_total) != cold_bytes) {
+      cold_bytes = static_cast<double>(c.bytes_total);
+      cold = model.cold_seconds(c.bytes_total);
+      log_cold = std::log1p(cold);
+    }
+    if (cold <= 0 || c.seconds <= 0) return 10;
+    double s = 10.0 * (1.0 - std::log1p(c.seconds) / log_cold);
+    return static_cast<int>(std::lround(std::clamp(s, 0.0, 10.0)));
+  };
+  std::vector<shared_cost> alike(places * cls->platforms.size());
+  std::vector<extender::verdict> out(names.size());
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    auto& v = out[k];
+    v.node = names[k];
+    const std::uint32_t i = at[k];
+    if (i == no_node) continue;
+    v.known = true;
+    v.healthy = cls->healthy[i] != 0;
+    const std::size_t place = holder[i] ? node_classes::npos : place_of(i);
+    if (place == node_classes::npos) {
+      v.cost = evaluator_of(i).cost(i);
+      v.score = score_of(v.cost);
+    } else {
+      auto& c = alike[cls->platform[i] * places + place];
+      if (!c.done) {
+        c.cost = evaluator_of(i).cost(i);
+        c.score = score_of(c.cost);
+        c.done = true;
+      }
+      v.cost = c.cost;
+      v.score = c.score;
+    }
+    if (!v.healthy) v.score = 0;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<extender::verdict> extender::evaluate(const extender_args& a,
                                                   std::vector<std::string>& errors) {
   job_spec job;
@@ -210,8 +477,13 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   job.datasets = a.pod.datasets;
   job.candidates = a.names;
   auto& idx = placer_.index();
+  // Each requested name is found once in the view (sorted by name: a merge walk), and from then
+  // on a node is its index: platforms and costs come from small integers (node_classes), and only
+  // the requested nodes are evaluated (evaluate_nodes() would build a node_eval of strings for
+  // every node the index knows).
   auto nodes_only = idx.view({});
-  auto platforms = platforms_of(nodes_only, job);
+  auto at = index_of_names(nodes_only.nodes, a.names);
+  auto platforms = requested_platforms(nodes_only.nodes, a.names.empty(), at);
   auto objs = placer_.resolve(job, platforms, opts_.resolve_timeout, false);
   job_objects empty;
   if (!objs) {
@@ -226,29 +498,9 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
     for (const auto& o : list) all.push_back(o.id);
   }
   auto view = idx.view(all);
-  auto evals =
-      evaluate_nodes(view, *objs, job, placer_.model(), placer_.network(), {},
-                     {.require_validation = false, .strict_resolution = false, .rank = false});
-  // Each requested name is found in the view (sorted by name) and its evaluation by the view
-  // index, instead of through a map of every node name per request.
-  std::vector<const node_eval*> by_index(view.nodes.size(), nullptr);
-  for (const auto& e : evals) by_index[e.index] = &e;
-  auto at = index_of_names(view.nodes, a.names);
-  std::vector<verdict> out;
-  out.reserve(a.names.size());
-  for (std::size_t k = 0; k < a.names.size(); ++k) {
-    verdict v;
-    v.node = a.names[k];
-    if (at[k] != no_node) {
-      const node_eval* e = by_index[at[k]];
-      v.known = true;
-      v.healthy = view.nodes[at[k]].healthy;
-      v.cost = e->cost;
-      v.score = v.healthy ? extender_score(v.cost, placer_.model()) : 0;
-    }
-    out.push_back(std::move(v));
-  }
-  return out;
+  // A heartbeat may have changed the node list between the two views.
+  if (view.nodes.begin() != nodes_only.nodes.begin()) at = index_of_names(view.nodes, a.names);
+  return score_requested(view, *objs, a.names, at, placer_.model());
 }
 
 std::string extender::preferred_for(const pod_info& pod) const {

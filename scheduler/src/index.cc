@@ -143,6 +143,8 @@ apply_outcome cluster_index::refused(const heartbeat::message& m) const {
   return out;
 }
 
+// Most heartbeats repeat the inventory: labels and health reasons are copied only when they
+// changed (a copy allocates every entry again; this was most of a delta's cost after decoding).
 apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip,
                                    const apply_decision* decided) {
   auto now = now_() - (decided ? decided->age : std::chrono::milliseconds(0));
@@ -182,7 +184,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   }
   n.inv.schema = m.schema;
   n.inv.node = m.node;
-  n.inv.labels = m.labels;
+  if (n.inv.labels != m.labels) n.inv.labels = m.labels;  // (no copy when unchanged)
   n.inv.ip = m.ip;
   n.inv.bt_port = m.bt_port;
   n.inv.http_port = m.http_port;
@@ -193,7 +195,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.rdma = m.rdma;
   n.inv.netsetup = m.netsetup;
   n.inv.health = m.health;
-  n.inv.health_reasons = m.health_reasons;
+  if (n.inv.health_reasons != m.health_reasons) n.inv.health_reasons = m.health_reasons;
   n.inv.datasets = m.datasets;
   n.inv.leaving = m.leaving;
   n.ip = std::move(ip);
@@ -390,6 +392,7 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
       fresh->valid_until = std::min(fresh->valid_until, n.last_seen + opts_.unhealthy_after);
     fresh->nodes.push_back(std::move(nv));
   }
+  fresh->classes = make_classes(fresh->nodes);
   std::lock_guard lk(snapshot_mu_);
   // Another reader may have rebuilt it meanwhile from the same state; either copy is right.
   snapshot_ = fresh;
@@ -402,7 +405,8 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
   auto snap = snapshot_locked(now);
   cluster_view v;
   // The view shares the snapshot's node list (aliasing: the list keeps the snapshot alive).
-  v.nodes = node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes));
+  v.nodes = node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes),
+                      std::shared_ptr<const node_classes>(snap, &snap->classes));
   // Holders are kept by node id; the view wants node indexes, sorted. A popular object is on
   // thousands of nodes, so instead of sorting its list the indexes are set in a bitmap of all
   // nodes and read back in order (O(nodes / 64 + holders)).

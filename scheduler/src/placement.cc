@@ -198,15 +198,21 @@ std::vector<std::uint32_t> index_of_names(const node_list& nodes,
 
 std::vector<std::string> platforms_of(const cluster_view& v, const job_spec& job) {
   if (!job.platform.empty()) return {job.platform};
-  std::set<std::string> out;
+  // By platform number (node_classes): no string per node.
+  auto cls = classes_of(v.nodes);
+  std::vector<bool> used(cls->platforms.size(), false);
   auto cand = mark_named(v.nodes, job.candidates);
   auto excl = mark_named(v.nodes, job.exclude);
   for (std::size_t i = 0; i < v.nodes.size(); ++i) {
-    const auto& n = v.nodes[i];
-    if (!n.healthy || excl[i] || (!job.candidates.empty() && !cand[i])) continue;
-    out.insert(n.platform);
+    if (!v.nodes[i].healthy || excl[i] || (!job.candidates.empty() && !cand[i])) continue;
+    used[cls->platform[i]] = true;
   }
-  return {out.begin(), out.end()};
+  std::vector<std::string> out;
+  for (std::size_t p = 0; p < used.size(); ++p) {
+    if (used[p]) out.push_back(cls->platforms[p]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 namespace {

@@ -403,3 +403,100 @@ TEST_F(ExtenderTest, ManyNodesAnswerQuickly) {
 
 }  // namespace
 }  // namespace shoal::scheduler
+
+namespace shoal::scheduler {
+namespace {
+
+// The extender reads NodeNames with its own scanner and gives anything unusual to the generic
+// parse: the names must be what a JSON parser reads, and malformed bodies stay errors.
+TEST_F(ExtenderTest, ScannedNodeNamesMatchAJsonParse) {
+  const std::string p = pod().dump();
+  std::vector<std::string> good = {
+      R"({"Pod":)" + p + R"(,"Nodes":null,"NodeNames":["node-a","node-b"]})",
+      R"( { "NodeNames" : [ "node-b" , "node-a" ] , "Pod" : )" + p + " }\n",
+      R"({"Pod":)" + p + R"(,"NodeNames":["n\u00e9","a\"b","x\\y","caf)" + "\xc3\xa9" + R"("]})",
+      R"({"Extra":[1,{"a":"]}"},"\""],"Pod":)" + p + R"(,"NodeNames":[],"More":-1.5e3})",
+      R"({"Pod":)" + p + R"(,"Nodes":{"items":[]},"NodeNames":["node-c"]})",
+  };
+  for (const auto& body : good) {
+    auto a = parse_extender_args(body);
+    ASSERT_TRUE(a) << body.substr(0, 80) << ": " << a.error().message;
+    auto j = json::parse(body);
+    EXPECT_EQ(a->names, j["NodeNames"].get<std::vector<std::string>>());
+    EXPECT_TRUE(a->names_form);
+    EXPECT_EQ(a->pod.images.size(), 3u);
+  }
+  std::vector<std::string> bad = {
+      R"({"Pod":)" + p + R"(,"NodeNames":["a"]} x)",
+      R"({"Pod":)" + p + R"(,"NodeNames":["a",]})",
+      R"({"Pod":)" + p + R"(,"NodeNames":["a"],"Extra":[1,]})",
+      R"({"Pod":)" + p + R"(,"NodeNames":["a)" + std::string("\x01") + R"("]})",
+      R"({"Pod":)" + p + R"(,"NodeNames":["a)" + std::string("\xff") + R"("]})",
+      R"({"Pod":)" + p + R"(,"NodeNames":["a","b"]})",  // over max_nodes = 1 below
+  };
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    auto a = parse_extender_args(bad[i], i + 1 == bad.size() ? 1 : 100);
+    EXPECT_FALSE(a) << bad[i].substr(bad[i].size() - 30);
+  }
+  // A duplicate member goes to the generic parse, which keeps the last.
+  auto dup = R"({"Pod":)" + p + R"(,"NodeNames":["a"],"NodeNames":["b"]})";
+  auto a = parse_extender_args(dup);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->names, std::vector<std::string>{"b"});
+}
+
+// The extender evaluates holders one by one and shares one evaluation among the nodes alike
+// (same platform and place, holding none of the job's objects): every node's cost must be what
+// evaluate_nodes() finds for it.
+TEST_F(ExtenderTest, ScoresMatchEvaluateNodesForHoldersAndNodesAlike) {
+  auto labels = [](const std::string& zone, const std::string& rack) {
+    std::map<std::string, std::string> l;
+    if (!zone.empty()) l["zone"] = zone;
+    if (!rack.empty()) l["rack"] = rack;
+    return l;
+  };
+  (void)idx_.apply(full_hb("node-d", {}, labels("z1", "r1")), "ip");
+  (void)idx_.apply(full_hb("node-e", {}, labels("z1", "r1")), "ip");
+  (void)idx_.apply(full_hb("node-f", {}, labels("z2", "r1")), "ip");
+  (void)idx_.apply(full_hb("node-g", {}, labels("z1", "")), "ip");
+  (void)idx_.apply(full_hb("node-h", {}, labels("", "")), "ip");
+  (void)idx_.apply(full_hb("node-i", {held("app-top", 200 * MiB)}, labels("z2", "r9")), "ip");
+  std::vector<std::string> names = {"node-a", "node-b", "node-c", "node-d", "node-e", "node-f",
+                                    "node-g", "node-h", "node-i", "node-x", "nobody"};
+  auto a = parse_extender_args(args_names(pod(), names).dump());
+  ASSERT_TRUE(a);
+  std::vector<std::string> errors;
+  auto verdicts = ext_.evaluate(*a, errors);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  job_spec job;
+  job.images = a->pod.images;
+  job.candidates = names;
+  auto view0 = idx_.view({});
+  auto objs = placer_.resolve(job, platforms_of(view0, job), 2s, false);
+  ASSERT_TRUE(objs);
+  std::vector<digest> all;
+  for (const auto& [plat, list] : objs->by_platform) {
+    for (const auto& o : list) all.push_back(o.id);
+  }
+  auto view = idx_.view(all);
+  auto evals =
+      evaluate_nodes(view, *objs, job, placer_.model(), net_, {},
+                     {.require_validation = false, .strict_resolution = false, .rank = false});
+  ASSERT_EQ(verdicts.size(), names.size());
+  for (const auto& v : verdicts) {
+    if (v.node == "nobody") {
+      EXPECT_FALSE(v.known);
+      continue;
+    }
+    auto e = std::find_if(evals.begin(), evals.end(),
+                          [&](const node_eval& x) { return x.name == v.node; });
+    ASSERT_NE(e, evals.end());
+    EXPECT_EQ(v.cost.by_source, e->cost.by_source) << v.node;
+    EXPECT_EQ(v.cost.bytes_total, e->cost.bytes_total) << v.node;
+    EXPECT_DOUBLE_EQ(v.cost.seconds, e->cost.seconds) << v.node;
+    EXPECT_EQ(v.score, extender_score(e->cost, placer_.model())) << v.node;
+  }
+}
+
+}  // namespace
+}  // namespace shoal::scheduler

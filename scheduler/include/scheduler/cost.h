@@ -68,14 +68,27 @@ struct object_view {
   bool seen_before = false;  // some node held it at some point: registry-proxy has it
 };
 
+// What the cost model and the extender need of every node as small integers, so that a request
+// compares no strings per node: its rack ("zone/rack"), zone and platform, each numbered in order
+// of first appearance. The index builds it once with its node snapshot and shares it like the
+// node list; for a view built by hand it is computed when needed (classes_of).
+struct node_classes {
+  static constexpr std::uint32_t npos = ~std::uint32_t{0};
+  std::vector<std::uint32_t> rack, zone, platform;  // per node (npos: no rack / no zone)
+  std::vector<std::uint8_t> healthy;                // per node: node_view::healthy
+  std::uint32_t racks = 0, zones = 0;
+  std::vector<std::string> platforms;  // platform id → name
+};
+
 // The nodes of a view: a read-only, shared list. The index keeps one immutable list of every node
 // and hands the same list to every view until a node's inventory or liveness changes, so taking a
 // view does not copy 5,000 nodes' labels per request (issue #5). Reads look like a vector's.
 class node_list {
  public:
   node_list() = default;
-  explicit node_list(std::shared_ptr<const std::vector<node_view>> nodes)
-      : nodes_(std::move(nodes)) {}
+  explicit node_list(std::shared_ptr<const std::vector<node_view>> nodes,
+                     std::shared_ptr<const node_classes> classes = nullptr)
+      : nodes_(std::move(nodes)), classes_(std::move(classes)) {}
   [[nodiscard]] std::size_t size() const noexcept { return nodes_ ? nodes_->size() : 0; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] const node_view& operator[](std::size_t i) const { return (*nodes_)[i]; }
@@ -87,10 +100,20 @@ class node_list {
     return nodes_ ? nodes_->data() : nullptr;
   }
   [[nodiscard]] const node_view* end() const noexcept { return begin() + size(); }
+  // The classes the index built with the list; null for a list built by hand.
+  [[nodiscard]] const std::shared_ptr<const node_classes>& classes() const noexcept {
+    return classes_;
+  }
 
  private:
   std::shared_ptr<const std::vector<node_view>> nodes_;
+  std::shared_ptr<const node_classes> classes_;
 };
+
+// Numbers the racks, zones and platforms of `nodes` (O(nodes), strings hashed once each).
+[[nodiscard]] node_classes make_classes(std::span<const node_view> nodes);
+// The list's own classes, else make_classes() of it.
+[[nodiscard]] std::shared_ptr<const node_classes> classes_of(const node_list& nodes);
 
 struct cluster_view {
   node_list nodes;  // sorted by name
@@ -140,9 +163,12 @@ class evaluator {
   const cost_model& m_;
   std::vector<std::uint64_t> sizes_;  // per object (the view's size when the job gave none)
   std::size_t words_ = 0;
-  std::vector<std::uint64_t> held_;      // per node: objects it holds
-  std::vector<std::uint32_t> rack_of_;   // per node: rack id ("zone/rack"), npos when no rack
-  std::vector<std::uint32_t> zone_of_;   // per node: zone id, npos when no zone
+  // Rack and zone of every node (node_classes: the index's, shared, or made for this view).
+  std::shared_ptr<const node_classes> classes_;
+  // Per node: the slot of its set in held_, or npos when it holds none of the objects. Holders
+  // are few next to the nodes, so only they get a set (the rest share a zero set).
+  std::vector<std::uint32_t> slot_of_;
+  std::vector<std::uint64_t> held_;      // per slot: objects the node holds
   std::vector<std::uint64_t> in_rack_;   // per rack id: objects with a healthy holder there
   std::vector<std::uint64_t> in_zone_;   // per zone id: objects with a healthy holder there
   std::vector<std::uint64_t> anywhere_;  // objects with a healthy holder

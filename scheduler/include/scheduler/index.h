@@ -178,6 +178,7 @@ class cluster_index {
     clock::time_point built_at, valid_until;
     std::vector<node_view> nodes;         // sorted by name (the order of nodes_)
     std::vector<std::uint32_t> index_of;  // node id → index in nodes (npos: none)
+    node_classes classes;                 // of nodes (cost.h), shared by views like nodes
     static constexpr std::uint32_t npos = ~std::uint32_t{0};
   };
   // The current snapshot (rebuilt when stale). Caller holds mu_ (shared is enough).
