@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from shoal_fixtures import FixtureTestCase  # noqa: E402
 from shoal_fixtures.redis import ADMIN, REPL, SCHEDULER, SENTINEL, RedisError, RedisHA  # noqa: E402
 
-FAILOVER_BOUND = 20  # s; down-after 1 s, measured ~2.3 s; a split vote retries after 10 s
+FAILOVER_BOUND = 20  # s; down-after 2 s, measured ~3.3 s; a split vote retries after 10 s
 
 
 def redis_pids():

@@ -44,8 +44,11 @@ and HELLO. One password per user name (random per fixture), the same on data nod
   shoal-admin      (both)  `+@all` on every key and channel: the fixture's and tests' own
                    control connection (`cli()`'s default), never given to a Shoal daemon.
 
-Sentinel: `sentinel monitor <name> <host> <port> <quorum=2>`, down-after 1000 ms, failover-timeout
-5000 ms, parallel-syncs 1. A failover after a SIGKILL of the primary takes about 2-4 s here
+Sentinel: `sentinel monitor <name> <host> <port> <quorum=2>`, down-after 2000 ms, failover-timeout
+5000 ms, parallel-syncs 1. (With 1000 ms, on a loaded machine, a Sentinel once found the primary it
+had just promoted silent for a second, probably in the fsync of its CONFIG REWRITE, and failed back
+to the empty old primary restarted beside it: the writes since were lost.) A failover after a
+SIGKILL of the primary takes about 3-5 s here
 (1 s to subjective down, objective down and leader election, promotion); when an election splits
 the votes, the next try comes after 2 x failover-timeout. A killed old primary restarted with
 its own config comes back as an (empty) primary; Sentinel converts it to a replica only after it
@@ -151,7 +154,7 @@ class RedisHA:
 
     def __init__(self, directory: str | os.PathLike, *, replicas: int = 1, sentinels: int = 3,
                  host: str = "127.0.0.1", netns: str | None = None, master_name: str = "shoal",
-                 quorum: int = 2, down_after_ms: int = 1000, failover_timeout_ms: int = 5000,
+                 quorum: int = 2, down_after_ms: int = 2000, failover_timeout_ms: int = 5000,
                  appendonly: bool = False, extra_config: Sequence[str] = ()) -> None:
         if sentinels and sentinels < quorum:
             raise ValueError(f"{sentinels} sentinels cannot reach quorum {quorum}")
