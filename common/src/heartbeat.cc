@@ -1,6 +1,7 @@
 #include "common/heartbeat.h"
 
 #include "common/checkpoint.h"
+#include "common/flat_json.h"
 
 #include <arpa/inet.h>
 
@@ -11,6 +12,7 @@
 namespace shoal::heartbeat {
 
 using nlohmann::json;
+using jv = flat_json::value;
 
 namespace {
 
@@ -43,37 +45,39 @@ bool token(std::string_view s, std::size_t max) {
 // Reads fields of one JSON object with exact types; the first problem is kept with its path.
 class reader {
  public:
-  reader(const json& obj, std::string path) : j_(obj), path_(std::move(path)) {}
+  reader(jv obj, std::string path) : j_(obj), path_(std::move(path)) {}
 
-  [[nodiscard]] const json* find(const char* key) const {
-    auto it = j_.find(key);
-    if (it == j_.end() || it->is_null()) return nullptr;
-    return &*it;
+  // The member `key`; none when absent or null.
+  [[nodiscard]] jv find(const char* key) const {
+    jv v = j_.find(key);
+    if (!v || v.is_null()) return {};
+    return v;
   }
   [[nodiscard]] std::string where(const char* key) const {
     return path_.empty() ? key : path_ + "." + key;
   }
 
   status str(const char* key, std::string& out, std::size_t max_len) const {
-    const json* v = find(key);
+    jv v = find(key);
     if (!v) return {};
-    if (!v->is_string()) return fail(errc::invalid_argument, where(key) + " must be a string");
-    const auto& s = v->get_ref<const std::string&>();
+    if (!v.is_string()) return fail(errc::invalid_argument, where(key) + " must be a string");
+    const auto s = v.as_string();
     if (s.size() > max_len) {
       return fail(errc::invalid_argument,
                   where(key) + " is longer than " + std::to_string(max_len));
     }
     if (!printable(s)) return fail(errc::invalid_argument, where(key) + " has control characters");
-    out = s;
+    out.assign(s);
     return {};
   }
   status u64(const char* key, std::uint64_t& out, std::uint64_t max) const {
-    const json* v = find(key);
+    jv v = find(key);
     if (!v) return {};
-    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<std::int64_t>() >= 0)) {
+    // -0 is an integer too (nlohmann's reading, which this decoder kept).
+    if (!v.is_unsigned() && !(v.is_integer() && v.as_i64() >= 0)) {
       return fail(errc::invalid_argument, where(key) + " must be a non-negative integer");
     }
-    auto n = v->get<std::uint64_t>();
+    auto n = v.as_u64();
     if (n > max)
       return fail(errc::invalid_argument,
                   where(key) + " is out of range (max " + std::to_string(max) + ")");
@@ -81,18 +85,17 @@ class reader {
     return {};
   }
   status boolean(const char* key, bool& out) const {
-    const json* v = find(key);
+    jv v = find(key);
     if (!v) return {};
-    if (!v->is_boolean())
-      return fail(errc::invalid_argument, where(key) + " must be true or false");
-    out = v->get<bool>();
+    if (!v.is_bool()) return fail(errc::invalid_argument, where(key) + " must be true or false");
+    out = v.as_bool();
     return {};
   }
-  status array(const char* key, const json*& out, std::size_t max_items) const {
+  status array(const char* key, jv& out, std::size_t max_items) const {
     out = find(key);
     if (!out) return {};
-    if (!out->is_array()) return fail(errc::invalid_argument, where(key) + " must be a list");
-    if (out->size() > max_items) {
+    if (!out.is_array()) return fail(errc::invalid_argument, where(key) + " must be a list");
+    if (out.size() > max_items) {
       return fail(errc::too_large,
                   where(key) + " has more than " + std::to_string(max_items) + " entries");
     }
@@ -100,7 +103,7 @@ class reader {
   }
 
  private:
-  const json& j_;
+  jv j_;
   std::string path_;
 };
 
@@ -109,16 +112,19 @@ class reader {
     if (auto s_ = (expr); !s_) return fail(s_.error()); \
   } while (0)
 
-status parse_document(const reader& r, const json& obj, const char* key, bool object_only,
-                      std::string& out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return {};
-  if (!it->is_object() && (object_only || !it->is_array())) {
+// A document carried inside the heartbeat, kept as canonical JSON text (nlohmann's dump, as a
+// node's encode() wrote it): the same document always gives the same text.
+status parse_document(const reader& r, const char* key, bool object_only, std::string& out) {
+  jv it = r.find(key);
+  if (!it) return {};
+  if (!it.is_object() && (object_only || !it.is_array())) {
     return fail(
         errc::invalid_argument,
         r.where(key) + (object_only ? " must be an object" : " must be an object or a list"));
   }
-  out = dump(*it);
+  auto doc = json::parse(it.source(), nullptr, false);
+  if (doc.is_discarded()) return fail(errc::invalid_argument, r.where(key) + " is not JSON");
+  out = dump(doc);
   if (out.size() > max_document_bytes) {
     return fail(errc::too_large,
                 r.where(key) + " is larger than " + std::to_string(max_document_bytes) + " bytes");
@@ -126,7 +132,7 @@ status parse_document(const reader& r, const json& obj, const char* key, bool ob
   return {};
 }
 
-result<held_object> parse_object(const json& o, const std::string& path) {
+result<held_object> parse_object(jv o, const std::string& path) {
   if (!o.is_object()) return fail(errc::invalid_argument, path + " is not an object");
   reader r(o, path);
   held_object h;
@@ -146,7 +152,7 @@ result<held_object> parse_object(const json& o, const std::string& path) {
   return h;
 }
 
-result<order_report> parse_report(const json& o, const std::string& path) {
+result<order_report> parse_report(jv o, const std::string& path) {
   if (!o.is_object()) return fail(errc::invalid_argument, path + " is not an object");
   reader r(o, path);
   order_report rep;
@@ -171,7 +177,7 @@ result<order_report> parse_report(const json& o, const std::string& path) {
   return rep;
 }
 
-result<prewarm_order> parse_order(const json& o, const std::string& path) {
+result<prewarm_order> parse_order(jv o, const std::string& path) {
   if (!o.is_object()) return fail(errc::invalid_argument, path + " is not an object");
   reader r(o, path);
   prewarm_order ord;
@@ -189,11 +195,11 @@ result<prewarm_order> parse_order(const json& o, const std::string& path) {
   SHOAL_TRY(r.str("registry", ord.registry, 255));
   SHOAL_TRY(r.str("repository", ord.repository, 255));
   SHOAL_TRY(r.u64("pin_seconds", ord.pin_seconds, 365ull * 24 * 3600));
-  const json* objs = nullptr;
+  jv objs;
   SHOAL_TRY(r.array("objects", objs, max_order_objects));
   if (objs) {
     std::size_t i = 0;
-    for (const auto& x : *objs) {
+    for (jv x : objs.elements()) {
       std::string p = path + ".objects[" + std::to_string(i++) + "]";
       if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
       reader xr(x, p);
@@ -346,11 +352,12 @@ namespace {
 // Runs `each(element, path)` on every element of the optional array `key` (at most `max`).
 template <typename F>
 status for_each_in(const reader& r, const char* key, std::size_t max, F&& each) {
-  const json* arr = nullptr;
+  jv arr;
   SHOAL_TRY(r.array(key, arr, max));
   if (!arr) return {};
   std::size_t i = 0;
-  for (const auto& x : *arr) SHOAL_TRY(each(x, std::string(key) + "[" + std::to_string(i++) + "]"));
+  for (jv x : arr.elements())
+    SHOAL_TRY(each(x, std::string(key) + "[" + std::to_string(i++) + "]"));
   return {};
 }
 
@@ -358,7 +365,7 @@ status for_each_in(const reader& r, const char* key, std::size_t max, F&& each) 
 template <typename T, typename Parse>
 status collect(const reader& r, const char* key, std::size_t max, Parse&& parse,
                std::vector<T>& out) {
-  return for_each_in(r, key, max, [&](const json& x, const std::string& p) -> status {
+  return for_each_in(r, key, max, [&](jv x, const std::string& p) -> status {
     auto v = parse(x, p);
     if (!v) return fail(v.error());
     out.push_back(std::move(*v));
@@ -381,21 +388,22 @@ status decode_identity(const reader& r, message& m) {
   SHOAL_TRY(r.str("node", m.node, 253));
   if (!valid_node_name(m.node))
     return fail(errc::invalid_argument, "heartbeat node name is missing or invalid");
-  if (const json* labels = r.find("labels")) {
-    if (!labels->is_object()) return fail(errc::invalid_argument, "labels must be an object");
-    if (labels->size() > max_labels)
+  if (jv labels = r.find("labels")) {
+    if (!labels.is_object()) return fail(errc::invalid_argument, "labels must be an object");
+    if (labels.size() > max_labels)
       return fail(errc::too_large,
                   "labels has more than " + std::to_string(max_labels) + " entries");
-    for (const auto& [k, v] : labels->items()) {
+    for (auto [key, v] : labels.members()) {
+      std::string k(key);
       if (!valid_label_key(k))
         return fail(errc::invalid_argument,
                     "label key \"" + dump(json(k.substr(0, 64))) + "\" is invalid");
-      if (!v.is_string() || v.get_ref<const std::string&>().size() > 256 ||
-          !printable(v.get_ref<const std::string&>())) {
+      if (!v.is_string() || v.as_string().size() > 256 || !printable(v.as_string())) {
         return fail(errc::invalid_argument,
                     "labels." + k + " must be a printable string of at most 256 bytes");
       }
-      m.labels[k] = v.get<std::string>();
+      if (m.labels.count(k)) return fail(errc::invalid_argument, "labels." + k + " is given twice");
+      m.labels.emplace(std::move(k), v.as_string());
     }
   }
   SHOAL_TRY(r.str("ip", m.ip, 64));
@@ -422,29 +430,29 @@ status decode_identity(const reader& r, message& m) {
 
 // What the node's cache holds: objects, removals (deltas only) and the cache's size.
 status decode_holdings(const reader& r, message& m, std::size_t limit) {
-  const json* objects = nullptr;
-  const json* removed = nullptr;
+  jv objects, removed;
   SHOAL_TRY(r.array("objects", objects, limit));
   SHOAL_TRY(r.array("removed", removed, limit));
-  std::size_t listed = (objects ? objects->size() : 0) + (removed ? removed->size() : 0);
+  std::size_t listed = objects.size() + removed.size();
   if (listed > limit) {
     return fail(errc::too_large, "objects and removed list " + std::to_string(listed) +
                                      " entries together, more than " + std::to_string(limit));
   }
-  if (objects) m.objects.reserve(objects->size());
+  m.objects.reserve(objects.size());
   SHOAL_TRY(collect(r, "objects", limit, parse_object, m.objects));
-  if (removed && m.full && !removed->empty())
+  if (removed && m.full && removed.size() != 0)
     return fail(errc::invalid_argument, "removed must be empty in a full heartbeat");
-  SHOAL_TRY(for_each_in(r, "removed", limit, [&](const json& x, const std::string& p) -> status {
+  m.removed.reserve(removed.size());
+  SHOAL_TRY(for_each_in(r, "removed", limit, [&](jv x, const std::string& p) -> status {
     if (!x.is_string()) return fail(errc::invalid_argument, p + " must be a digest string");
-    auto d = digest::parse(x.get_ref<const std::string&>());
+    auto d = digest::parse(x.as_string());
     if (!d) return fail(d.error().wrap(p));
     m.removed.push_back(*d);
     return {};
   }));
-  if (const json* cache = r.find("cache")) {
-    if (!cache->is_object()) return fail(errc::invalid_argument, "cache must be an object");
-    reader cr(*cache, "cache");
+  if (jv cache = r.find("cache")) {
+    if (!cache.is_object()) return fail(errc::invalid_argument, "cache must be an object");
+    reader cr(cache, "cache");
     SHOAL_TRY(cr.u64("capacity", m.cache_capacity, max_object_size * 1024));
     SHOAL_TRY(cr.u64("used", m.cache_used, max_object_size * 1024));
   }
@@ -452,37 +460,36 @@ status decode_holdings(const reader& r, message& m, std::size_t limit) {
 }
 
 // The node's hardware and health: GPUs, the RDMA and netsetup documents, health and reasons.
-status decode_inventory(const reader& r, const json& j, message& m) {
-  SHOAL_TRY(
-      for_each_in(r, "gpus", max_gpu_groups, [&](const json& g, const std::string& p) -> status {
-        if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
-        reader gr(g, p);
-        gpu_group grp;
-        SHOAL_TRY(gr.str("model", grp.model, 128));
-        std::uint64_t n = 0;
-        SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
-        grp.count = static_cast<std::uint32_t>(n);
-        m.gpus.push_back(std::move(grp));
-        return {};
-      }));
-  SHOAL_TRY(parse_document(r, j, "rdma", false, m.rdma));
-  SHOAL_TRY(parse_document(r, j, "netsetup", true, m.netsetup));
+status decode_inventory(const reader& r, message& m) {
+  SHOAL_TRY(for_each_in(r, "gpus", max_gpu_groups, [&](jv g, const std::string& p) -> status {
+    if (!g.is_object()) return fail(errc::invalid_argument, p + " is not an object");
+    reader gr(g, p);
+    gpu_group grp;
+    SHOAL_TRY(gr.str("model", grp.model, 128));
+    std::uint64_t n = 0;
+    SHOAL_TRY(gr.u64("count", n, max_gpus_per_group));
+    grp.count = static_cast<std::uint32_t>(n);
+    m.gpus.push_back(std::move(grp));
+    return {};
+  }));
+  SHOAL_TRY(parse_document(r, "rdma", false, m.rdma));
+  SHOAL_TRY(parse_document(r, "netsetup", true, m.netsetup));
   SHOAL_TRY(r.str("health", m.health, 16));
   if (m.health != "ok" && m.health != "degraded" && m.health != "failing") {
     return fail(errc::invalid_argument, "health must be ok, degraded or failing");
   }
-  return for_each_in(r, "health_reasons", 32, [&](const json& x, const std::string&) -> status {
-    if (!x.is_string() || x.get_ref<const std::string&>().size() > 512) {
+  return for_each_in(r, "health_reasons", 32, [&](jv x, const std::string&) -> status {
+    if (!x.is_string() || x.as_string().size() > 512) {
       return fail(errc::invalid_argument,
                   "health_reasons entries must be strings of at most 512 bytes");
     }
-    m.health_reasons.push_back(x.get<std::string>());
+    m.health_reasons.emplace_back(x.as_string());
     return {};
   });
 }
 
 // One entry of "datasets": a dataset the node holds (part of), and whether its view exists.
-result<dataset_presence> parse_dataset_presence(const json& x, const std::string& p) {
+result<dataset_presence> parse_dataset_presence(jv x, const std::string& p) {
   if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
   reader dr(x, p);
   dataset_presence d;
@@ -494,15 +501,15 @@ result<dataset_presence> parse_dataset_presence(const json& x, const std::string
   SHOAL_TRY(dr.u64("bytes", d.bytes, max_object_size * 1024));
   SHOAL_TRY(dr.u64("total", d.total, max_object_size * 1024));
   if (d.bytes > d.total) return fail(errc::invalid_argument, p + ".bytes is larger than its total");
-  if (const json* v = x.contains("view") ? &x["view"] : nullptr) {
-    if (!v->is_boolean()) return fail(errc::invalid_argument, p + ".view must be a boolean");
-    d.view = v->get<bool>();
+  if (jv v = x.find("view")) {
+    if (!v.is_bool()) return fail(errc::invalid_argument, p + ".view must be a boolean");
+    d.view = v.as_bool();
   }
   return d;
 }
 
 // One entry of "checkpoints": the same fields, the name a checkpoint's "<job>@<step>".
-result<dataset_presence> parse_checkpoint_presence(const json& x, const std::string& p) {
+result<dataset_presence> parse_checkpoint_presence(jv x, const std::string& p) {
   auto d = parse_dataset_presence(x, p);
   if (d && !checkpoint::parse_ref(d->dataset, false))
     return fail(errc::invalid_argument, p + ".dataset must be <job>@<step>");
@@ -510,7 +517,7 @@ result<dataset_presence> parse_checkpoint_presence(const json& x, const std::str
 }
 
 // One entry of "pods".
-result<job_pod> parse_pod(const json& x, const std::string& p) {
+result<job_pod> parse_pod(jv x, const std::string& p) {
   if (!x.is_object()) return fail(errc::invalid_argument, p + " is not an object");
   reader pr(x, p);
   job_pod out;
@@ -524,7 +531,7 @@ result<job_pod> parse_pod(const json& x, const std::string& p) {
 
 // What the node reports back: prewarm order progress and dataset presence.
 status decode_reports(const reader& r, message& m) {
-  if (r.find("pods") != nullptr) {
+  if (r.find("pods")) {
     m.pods_known = true;
     SHOAL_TRY(collect(r, "pods", max_pods, parse_pod, m.pods));
   }
@@ -547,14 +554,17 @@ result<message> decode(std::string_view text, const decode_limits& limits) {
   if (json_too_deep(text))
     return fail(errc::invalid_argument,
                 "heartbeat nests deeper than " + std::to_string(max_json_depth));
-  auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
+  auto doc = flat_json::parse(text);
+  if (!doc)
+    return fail(errc::invalid_argument,
+                "heartbeat is not a JSON object (" + doc.error().message + ")");
+  if (!doc->root().is_object())
     return fail(errc::invalid_argument, "heartbeat is not a JSON object");
   message m;
-  reader r(j, "");
+  reader r(doc->root(), "");
   SHOAL_TRY(decode_identity(r, m));
   SHOAL_TRY(decode_holdings(r, m, max_listed));
-  SHOAL_TRY(decode_inventory(r, j, m));
+  SHOAL_TRY(decode_inventory(r, m));
   SHOAL_TRY(decode_reports(r, m));
   return m;
 }
@@ -583,11 +593,11 @@ std::string encode(const reply& r) {
 result<reply> decode_reply(std::string_view text) {
   if (text.size() > (64u << 20)) return fail(errc::too_large, "heartbeat reply larger than 64 MiB");
   if (json_too_deep(text)) return fail(errc::protocol_error, "heartbeat reply nests too deep");
-  auto j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
+  auto doc = flat_json::parse(text);
+  if (!doc || !doc->root().is_object())
     return fail(errc::protocol_error, "heartbeat reply is not a JSON object");
   reply rep;
-  reader r(j, "reply");
+  reader r(doc->root(), "reply");
   auto wrap = [](const error& e) { return error(errc::protocol_error, e.message); };
   std::uint64_t schema = 1;
   if (auto s = r.u64("schema", schema, 1000); !s) return fail(wrap(s.error()));
@@ -596,11 +606,11 @@ result<reply> decode_reply(std::string_view text) {
   if (auto s = r.u64("ack_seq", rep.ack_seq, std::uint64_t{1} << 62); !s)
     return fail(wrap(s.error()));
   if (auto s = r.boolean("resync", rep.resync); !s) return fail(wrap(s.error()));
-  const json* orders = nullptr;
+  jv orders;
   if (auto s = r.array("orders", orders, max_orders); !s) return fail(wrap(s.error()));
   if (orders) {
     std::size_t i = 0;
-    for (const auto& o : *orders) {
+    for (jv o : orders.elements()) {
       auto ord = parse_order(o, "reply.orders[" + std::to_string(i++) + "]");
       if (!ord) return fail(wrap(ord.error()));
       rep.orders.push_back(std::move(*ord));

@@ -23,7 +23,7 @@ using clock = std::chrono::system_clock;
 
 test_pki& pki() {
   static test_pki* p = [] {
-    auto* k = new test_pki;
+    auto* k = test_pki::process_wide();
     k->make_ca("ca");
     k->make_ca("other-ca");
     k->issue("proxy", "ca", "URI:shoal://registry-proxy,DNS:*");

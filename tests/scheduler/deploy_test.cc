@@ -129,6 +129,13 @@ TEST(Deploy, EmbeddedDaemonConfigsLoadWithEachDaemon) {
   char dir_tmpl[] = "/tmp/shoal-deploy-XXXXXX";
   ASSERT_TRUE(::mkdtemp(dir_tmpl));
   fs::path dir(dir_tmpl);
+  struct remove_at_end {
+    fs::path d;
+    ~remove_at_end() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
   for (const auto& d : load_all()) {
     if (d.node["kind"].as<std::string>() != "ConfigMap") continue;
     for (const auto& kv : d.node["data"]) {
@@ -147,7 +154,6 @@ TEST(Deploy, EmbeddedDaemonConfigsLoadWithEachDaemon) {
       checked.insert(key);
     }
   }
-  fs::remove_all(dir);
   EXPECT_EQ(checked.size(), binaries.size());
 }
 

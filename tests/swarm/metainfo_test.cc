@@ -127,7 +127,7 @@ TEST(Metainfo, RejectsWrongBytesAndForgedTorrents) {
 // Three CAs and a leaf from each of the first two, made once for the root tests.
 testing::test_pki& root_pki() {
   static testing::test_pki* pki = [] {
-    auto* p = new testing::test_pki;
+    auto* p = testing::test_pki::process_wide();
     p->make_ca("ca");
     p->make_ca("other-ca");
     p->make_ca("third-ca");

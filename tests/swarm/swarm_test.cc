@@ -258,7 +258,7 @@ TEST(SwarmSuperSeed, OffersANodeDoesNotTakeUpExpire) {
 // DNS *; "expired" follows the profile but ended yesterday.
 testing::test_pki& swarm_pki() {
   static testing::test_pki* pki = [] {
-    auto* p = new testing::test_pki;
+    auto* p = testing::test_pki::process_wide();
     p->make_ca("ca");
     p->make_ca("other-ca");
     p->issue("seed", "ca", "DNS:*,URI:shoal://node/seed");

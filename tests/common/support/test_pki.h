@@ -17,11 +17,13 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace shoal::testing {
 
@@ -34,7 +36,20 @@ class test_pki {
     if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("pki: mkdtemp");
     dir_ = tmpl;
   }
-  ~test_pki() { (void)std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  ~test_pki() { remove_dir(dir_); }
+
+  // A PKI made once per test process and never destroyed (so no static destructor can outlive
+  // it), whose directory is still removed when the process exits normally.
+  static test_pki* process_wide() {
+    static auto* dirs = new std::vector<std::string>;
+    auto* p = new test_pki;
+    if (dirs->empty())
+      std::atexit([] {
+        for (const auto& d : *dirs) remove_dir(d);
+      });
+    dirs->push_back(p->dir_);
+    return p;
+  }
   test_pki(const test_pki&) = delete;
   test_pki& operator=(const test_pki&) = delete;
 
@@ -96,6 +111,9 @@ class test_pki {
   }
 
  private:
+  static void remove_dir(const std::string& d) {
+    (void)std::system(("rm -rf '" + d + "'").c_str());
+  }
   static long next_serial() {
     static std::atomic<long> n{0x1000};
     return n.fetch_add(1) + static_cast<long>(::getpid() % 1000) * 100000;
