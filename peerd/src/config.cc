@@ -159,7 +159,9 @@ void describe(config::binder& b, swarm_config& c) {
           "spread the rest among themselves (docs/checkpoints.md). Off: a plain seed, which "
           "uploads 1.5-1.6 copies to 8 restorers.");
   b.field("superseed_offers", c.superseed_offers,
-          "With superseed_published: pieces on offer per peer connection.", {.min = 1, .max = 64});
+          "With superseed_published: pieces on offer at once, shared by the connected nodes: a "
+          "lone node is offered this many, N nodes this many / N each, at least one.",
+          {.min = 1, .max = 64});
   b.field("libtorrent", c.libtorrent,
           "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. "
           "predictive_piece_announce: "

@@ -138,7 +138,10 @@ void describe(config::binder& b, torrent_config& c) {
       "sends any twice and nodes trade the rest among themselves. Other BitTorrent clients see a "
       "plain seed.");
   b.field("superseed_offers", c.superseed_offers,
-          "With super_seeding: pieces on offer per node connection.", {.min = 1, .max = 64});
+          "With super_seeding: pieces on offer at once, shared by the node connections: a lone "
+          "node is offered this many, N nodes this many / N each, at least one. Offered pieces "
+          "share the origin's link, so fewer per node make each first copy arrive sooner.",
+          {.min = 1, .max = 64});
   b.field("superseed_in_order", c.superseed_in_order,
           "With super_seeding: among equally rare pieces offer the lowest index first (else at "
           "random), so "

@@ -156,11 +156,23 @@ struct superseed_state {
   superseed_state(int n, int offers, bool ordered)
       : pieces(n), offers_per_peer(offers), in_order(ordered), have(n), offered(n) {}
   int pieces;
+  // Pieces on offer at once, shared by the nodes: a lone node gets them all (its pipe stays full
+  // while it reports pieces), N nodes get offers_per_peer / N each, at least one. The origin's
+  // link sends every offered piece side by side, so a piece on offer to each of many nodes arrives
+  // only after all of them: with 8 offers per node the last 8 × N first copies reached their
+  // nodes together at the end and the swarm then spread them, which grew the fan-out time with N
+  // (1.46 × S/B at 8 nodes, 1.61 at 16); with one offer per node the curve was flat (1.23, 1.25).
   int offers_per_peer;
+  int nodes = 0;  // connected peers that take offers (Shoal nodes)
   bool in_order;
   std::vector<std::uint16_t> have;     // connected peers that hold the piece
   std::vector<std::uint16_t> offered;  // outstanding offers of the piece
   std::minstd_rand rng{std::random_device{}()};
+
+  // A first copy: no connected peer holds the piece and nobody has it on offer.
+  [[nodiscard]] bool first_copy(int p) const {
+    return have[static_cast<std::size_t>(p)] == 0 && offered[static_cast<std::size_t>(p)] == 0;
+  }
 
   // The piece to offer a peer that holds `peer_has` and was already offered `announced`: nobody
   // holds it and it is not on offer if such a piece is left, else the least held one; ties go to
@@ -190,6 +202,13 @@ struct superseed_state {
 // One connection of an origin torrent. Peers whose peer id says they understand Shoal super
 // seeding (they ignore our have-all) are offered pieces with HAVE messages: a few at first, and
 // one more each time they report an offered piece complete. Other peers see a plain seed.
+//
+// Only first copies are offered while the node is trading with other nodes: a piece some
+// connected node holds (or has on offer) is offered again only to a node that completed no piece
+// of another node's for `duplicate_after` (one that has no other peers, or whose peers lack what
+// it needs). Every second copy the origin sends takes the origin's link, the swarm's bottleneck,
+// from a first copy: with second copies offered freely the origin sent 1.12 copies to 4 nodes and
+// 1.53 to 32, and the fan-out took as long as those bytes need on its link (docs/p2p.md).
 class superseed_peer final : public lt::peer_plugin {
  public:
   superseed_peer(std::shared_ptr<superseed_state> st, lt::peer_connection_handle h)
@@ -203,6 +222,7 @@ class superseed_peer final : public lt::peer_plugin {
   void add_handshake(lt::entry& e) override { e[superseed_handshake_key] = 1; }
 
   ~superseed_peer() override {
+    if (enabled_) --st_->nodes;
     for (int p = 0; p < st_->pieces; ++p) {
       if (has_[static_cast<std::size_t>(p)]) --st_->have[static_cast<std::size_t>(p)];
     }
@@ -234,17 +254,28 @@ class superseed_peer final : public lt::peer_plugin {
       offers_.erase(it);
       --st_->offered[static_cast<std::size_t>(p)];
       offer();
+    } else {
+      last_peer_piece_ = std::chrono::steady_clock::now();  // not ours: from another node
     }
     return false;
   }
-  // Retries when nothing was left to offer, frees the slots of offers the peer has not taken
-  // up for offer_expiry (it may not want the piece: a dataset node skips files it already holds,
-  // and its bitfield does not show them), and starts peers that sent no bitfield at all.
+  // An offer the node asked for is taken up: it waits in our upload queue however long that is.
+  bool on_request(lt::peer_request const& r) override {
+    for (auto& o : offers_) {
+      if (o.piece == static_cast<int>(r.piece)) o.requested = true;
+    }
+    return false;
+  }
+  // Retries when nothing was left to offer, frees the slots of offers the peer has not asked
+  // for within offer_expiry (it may not want the piece: a dataset node skips files it already
+  // holds, and its bitfield does not show them), and starts peers that sent no bitfield at all.
+  // An offer asked for never expires: on a busy origin link its blocks can wait longer than
+  // offer_expiry, and offering the piece again elsewhere would send it twice.
   void tick() override {
     if (started_) {
       auto now = std::chrono::steady_clock::now();
       std::erase_if(offers_, [&](const offer_t& o) {
-        if (now - o.at < offer_expiry) return false;
+        if (o.requested || now - o.at < offer_expiry) return false;
         --st_->offered[static_cast<std::size_t>(o.piece)];
         return true;
       });
@@ -265,17 +296,23 @@ class superseed_peer final : public lt::peer_plugin {
     if (started_ || h_.in_handshake()) return;
     started_ = true;
     enabled_ = has_prefix(h_.pid(), superseed_node_fingerprint);
+    if (enabled_) ++st_->nodes;
     offer();
   }
 
   void offer() {
     if (!enabled_ || h_.is_disconnecting()) return;
-    while (static_cast<int>(offers_.size()) < st_->offers_per_peer) {
+    const int limit = std::max(1, st_->offers_per_peer / std::max(1, st_->nodes));
+    while (static_cast<int>(offers_.size()) < limit) {
       int p = st_->pick(has_, announced_);
       if (p < 0) return;
+      // pick() prefers first copies: this is a second one. Only to a node short of other sources.
+      if (!st_->first_copy(p) &&
+          std::chrono::steady_clock::now() - last_peer_piece_ < duplicate_after)
+        return;
       // Announced for good: the peer may request it from us whenever it likes.
       announced_[static_cast<std::size_t>(p)] = true;
-      offers_.push_back(offer_t{p, std::chrono::steady_clock::now()});
+      offers_.push_back(offer_t{p, std::chrono::steady_clock::now(), false});
       ++st_->offered[static_cast<std::size_t>(p)];
       send_have(p);
     }
@@ -300,8 +337,13 @@ class superseed_peer final : public lt::peer_plugin {
   struct offer_t {
     int piece;
     std::chrono::steady_clock::time_point at;
+    bool requested = false;  // the node asked for a block of it
   };
   static constexpr std::chrono::seconds offer_expiry{5};
+  static constexpr std::chrono::seconds duplicate_after{2};
+  // When the node last reported a piece we had not offered it (one from another node); the
+  // connection's start before that.
+  std::chrono::steady_clock::time_point last_peer_piece_ = std::chrono::steady_clock::now();
   std::vector<bool> has_;
   std::vector<bool> announced_;  // offered to this peer once (a HAVE was sent)
   std::vector<offer_t> offers_;
