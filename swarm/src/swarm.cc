@@ -269,13 +269,14 @@ class superseed_peer final : public lt::peer_plugin {
   // Retries when nothing was left to offer, frees the slots of offers the peer has not asked
   // for within offer_expiry (it may not want the piece: a dataset node skips files it already
   // holds, and its bitfield does not show them), and starts peers that sent no bitfield at all.
-  // An offer asked for never expires: on a busy origin link its blocks can wait longer than
-  // offer_expiry, and offering the piece again elsewhere would send it twice.
+  // An offer asked for lasts requested_expiry instead: on a busy origin link its blocks can wait
+  // far longer than offer_expiry, and offering the piece again elsewhere would send it twice; the
+  // longer bound only frees the slot of a node that asked and then lost interest.
   void tick() override {
     if (started_) {
       auto now = std::chrono::steady_clock::now();
       std::erase_if(offers_, [&](const offer_t& o) {
-        if (o.requested || now - o.at < offer_expiry) return false;
+        if (now - o.at < (o.requested ? requested_expiry : offer_expiry)) return false;
         --st_->offered[static_cast<std::size_t>(o.piece)];
         return true;
       });
@@ -340,6 +341,7 @@ class superseed_peer final : public lt::peer_plugin {
     bool requested = false;  // the node asked for a block of it
   };
   static constexpr std::chrono::seconds offer_expiry{5};
+  static constexpr std::chrono::seconds requested_expiry{120};
   static constexpr std::chrono::seconds duplicate_after{2};
   // When the node last reported a piece we had not offered it (one from another node); the
   // connection's start before that.
