@@ -259,7 +259,7 @@ class superseed_peer final : public lt::peer_plugin {
     }
     return false;
   }
-  // An offer the node asked for is taken up: it waits in our upload queue however long that is.
+  // An offer the node asked for is taken up: it may wait long in our upload queue (tick()).
   bool on_request(lt::peer_request const& r) override {
     for (auto& o : offers_) {
       if (o.piece == static_cast<int>(r.piece)) o.requested = true;
