@@ -1,5 +1,7 @@
 #include "common/flat_json.h"
 
+#include "common/utf8.h"
+
 #include <cmath>
 #include <algorithm>
 #include <cstdlib>
@@ -17,44 +19,6 @@ int hex_value(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
-
-// Length of the well-formed UTF-8 sequence starting at s[i] (a byte >= 0x80), or 0 (RFC 3629's
-// table: no overlong forms, no surrogates, nothing past U+10FFFF).
-std::size_t utf8_sequence(std::string_view s, std::size_t i) {
-  auto at = [&](std::size_t k) -> unsigned {
-    return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u;
-  };
-  auto in = [](unsigned c, unsigned lo, unsigned hi) { return c >= lo && c <= hi; };
-  const unsigned c = at(0);
-  if (in(c, 0xc2, 0xdf)) return in(at(1), 0x80, 0xbf) ? 2 : 0;
-  if (in(c, 0xe0, 0xef)) {
-    const unsigned lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    return in(at(1), lo, hi) && in(at(2), 0x80, 0xbf) ? 3 : 0;
-  }
-  if (in(c, 0xf0, 0xf4)) {
-    const unsigned lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    return in(at(1), lo, hi) && in(at(2), 0x80, 0xbf) && in(at(3), 0x80, 0xbf) ? 4 : 0;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -189,7 +153,7 @@ class parser {
         ++pos_;
         continue;
       }
-      auto n = utf8_sequence(s_, pos_);
+      auto n = utf8_sequence(s_.substr(pos_));
       if (n == 0) return error("invalid UTF-8 in a string");
       pos_ += n;
     }
@@ -207,7 +171,7 @@ class parser {
       if (c == '"') break;
       if (c < 0x20) return error("control character in a string");
       if (c >= 0x80) {
-        auto n = utf8_sequence(s_, pos_);
+        auto n = utf8_sequence(s_.substr(pos_));
         if (n == 0) return error("invalid UTF-8 in a string");
         out.append(s_.data() + pos_, n);
         pos_ += n;
@@ -271,7 +235,7 @@ class parser {
       if (lo < 0xdc00 || lo > 0xdfff) return error("high surrogate not followed by a low one");
       cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
     }
-    append_utf8(out, cp);
+    utf8_append(out, cp);
     return {};
   }
 

@@ -4,10 +4,8 @@
 
 namespace shoal {
 
-namespace {
-
-// Length of the well-formed UTF-8 sequence at the start of `s` (Unicode table 3-7), 0 if none.
 std::size_t utf8_sequence(std::string_view s) noexcept {
+  if (s.empty()) return 0;
   auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
   const unsigned char c = b(0);
   if (c < 0x80) return 1;
@@ -34,7 +32,23 @@ std::size_t utf8_sequence(std::string_view s) noexcept {
   return n;
 }
 
-}  // namespace
+void utf8_append(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
 
 bool utf8_valid(std::string_view s) noexcept {
   while (!s.empty()) {

@@ -12,6 +12,8 @@
 
 #include "peerd/mirror_setup.h"
 
+#include "common/utf8.h"
+
 namespace shoal::peerd::mirror_setup {
 namespace {
 
@@ -225,21 +227,7 @@ class toml_reader {
           if (!std::isxdigit(static_cast<unsigned char>(peek()))) return err("bad \\u escape");
           cp = cp * 16 + static_cast<unsigned long>(std::stoi(std::string(1, next()), nullptr, 16));
         }
-        if (cp < 0x80) {
-          s += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-          s += static_cast<char>(0xC0 | (cp >> 6));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-          s += static_cast<char>(0xE0 | (cp >> 12));
-          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-          s += static_cast<char>(0xF0 | (cp >> 18));
-          s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        }
+        utf8_append(s, static_cast<std::uint32_t>(cp));
         return {};
       }
       default:

@@ -4,11 +4,17 @@
 // a resolver thread ends the process.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace shoal {
 
+// Length of the well-formed UTF-8 sequence at the start of `s` (1 for ASCII), 0 if none (no
+// overlong forms, surrogates or code points past U+10FFFF; Unicode table 3-7).
+[[nodiscard]] std::size_t utf8_sequence(std::string_view s) noexcept;
+// Appends `code_point` to `out` in UTF-8 (1 to 4 bytes; the caller checks the range).
+void utf8_append(std::string& out, std::uint32_t code_point);
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 [[nodiscard]] bool utf8_valid(std::string_view s) noexcept;
 // `s` as well-formed UTF-8: every byte that does not start a well-formed sequence becomes U+FFFD,
