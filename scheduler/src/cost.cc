@@ -157,6 +157,16 @@ evaluator::evaluator(const cluster_view& v, std::span<const object_ref> objects,
     }
     sizes_.push_back(size);
   }
+  // Byte tables of sums: entry (w * 8 + b) * 256 + x is the size of the objects whose bits are
+  // set in x at byte b of word w, each entry from a smaller one (x without its lowest bit).
+  byte_sums_.assign(words_ * 8 * 256, 0);
+  for (std::size_t wb = 0; wb < words_ * 8; ++wb) {
+    std::uint64_t* t = byte_sums_.data() + wb * 256;
+    for (std::uint32_t x = 1; x < 256; ++x) {
+      const std::size_t k = wb * 8 + static_cast<std::size_t>(std::countr_zero(x));
+      t[x] = t[x & (x - 1)] + (k < sizes_.size() ? sizes_[k] : 0);
+    }
+  }
 }
 
 node_cost evaluator::cost(std::uint32_t node) const {
@@ -166,12 +176,12 @@ node_cost evaluator::cost(std::uint32_t node) const {
   const std::uint64_t* held = set(held_, slot_of_[node] == npos ? 0 : slot_of_[node]);
   const std::uint64_t* rack = r == npos ? nullptr : set(in_rack_, r);
   const std::uint64_t* zone = z == npos ? nullptr : set(in_zone_, z);
+  // The sizes of the objects in `bits` (word w): a table read per non-zero byte, not an add per
+  // object (a holder's cost is what a decision spends most of its time on).
   auto add = [&](source s, std::uint64_t bits, std::size_t w) {
     auto& total = c.by_source[static_cast<std::size_t>(s)];
-    while (bits) {
-      total += sizes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))];
-      bits &= bits - 1;
-    }
+    const std::uint64_t* t = byte_sums_.data() + w * 8 * 256;
+    for (; bits != 0; bits >>= 8, t += 256) total += t[bits & 0xff];
   };
   for (std::size_t w = 0; w < words_; ++w) {
     // Each object goes to the first class that has it: local, rack, zone, cluster, origin,

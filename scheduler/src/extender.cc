@@ -35,10 +35,10 @@ const json* member(const json& j, const char* key) {
 // which is copied as is; anything else (quotes, control bytes, UTF-8) goes through nlohmann.
 // Answers list all 5,000 nodes, and building a json value per node cost more than the rest of
 // the decision (issue #5).
-void append_json_string(std::string& out, const std::string& s) {
+void append_json_string(std::string& out, std::string_view s) {
   for (unsigned char c : s) {
     if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-      out += dump(json(s));
+      out += dump(json(std::string(s)));
       return;
     }
   }
@@ -181,6 +181,10 @@ std::optional<extender_args> scan_extender_args(std::string_view body, std::size
     }
     std::string_view text;
     if (!sc.value_bytes(text)) return std::nullopt;
+    // Only these values reach nlohmann's recursive parser, so only they are checked for depth
+    // (NodeNames, the bulk of the body, is flat by construction): too deep falls back to the
+    // generic parse, which refuses it.
+    if (heartbeat::json_too_deep(text)) return std::nullopt;
     if (key == "Pod") {
       if (have_pod) return std::nullopt;
       have_pod = true;
@@ -278,9 +282,9 @@ result<pod_info> parse_pod(const json& pod) {
 }
 
 result<extender_args> parse_extender_args(std::string_view body, std::size_t max_nodes) {
+  if (auto fast = scan_extender_args(body, max_nodes)) return std::move(*fast);
   if (heartbeat::json_too_deep(body))
     return fail(errc::invalid_argument, "ExtenderArgs nests too deep");
-  if (auto fast = scan_extender_args(body, max_nodes)) return std::move(*fast);
   auto j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return fail(errc::invalid_argument, "ExtenderArgs is not a JSON object");
@@ -400,12 +404,6 @@ std::vector<extender::verdict> score_requested(const cluster_view& view, const j
     }
     return *ev;
   };
-  std::vector<bool> holder(view.nodes.size(), false);
-  for (const auto& [d, ov] : view.objects) {
-    for (auto h : ov.holders) {
-      if (h < holder.size()) holder[h] = true;
-    }
-  }
   // Where node i is, as an index into its platform's share of `alike`; npos when a rack spans
   // zones (a rack is named "zone/rack", so only labels holding '/' can do that): then the node
   // is evaluated alone.
@@ -449,14 +447,17 @@ std::vector<extender::verdict> score_requested(const cluster_view& view, const j
     if (i == no_node) continue;
     v.known = true;
     v.healthy = cls->healthy[i] != 0;
-    const std::size_t place = holder[i] ? node_classes::npos : place_of(i);
+    // A node holding none of its platform's objects costs what its place costs (the evaluator
+    // knows the holders: no second pass over them here).
+    const evaluator& ev = evaluator_of(i);
+    const std::size_t place = ev.holds_any(i) ? node_classes::npos : place_of(i);
     if (place == node_classes::npos) {
-      v.cost = evaluator_of(i).cost(i);
+      v.cost = ev.cost(i);
       v.score = score_of(v.cost);
     } else {
       auto& c = alike[cls->platform[i] * places + place];
       if (!c.done) {
-        c.cost = evaluator_of(i).cost(i);
+        c.cost = ev.cost(i);
         c.score = score_of(c.cost);
         c.done = true;
       }
@@ -475,7 +476,8 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   job_spec job;
   job.images = a.pod.images;
   job.datasets = a.pod.datasets;
-  job.candidates = a.names;
+  // job.candidates stays empty: resolution reads only the images and datasets, and copying
+  // 5,000 names per request was a tenth of a decision.
   auto& idx = placer_.index();
   // Each requested name is found once in the view (sorted by name: a merge walk), and from then
   // on a node is its index: platforms and costs come from small integers (node_classes), and only
@@ -542,13 +544,13 @@ http::response extender::filter(std::string_view body) {
         if ((v.cost.bytes_total == 0 || v.node == preferred) && v.known && v.healthy) {
           keep(i);
         } else if (!v.known) {
-          failed[v.node] = "shoal: no heartbeat from this node's peerd";
+          failed[std::string(v.node)] = "shoal: no heartbeat from this node's peerd";
         } else if (!v.healthy) {
-          failed[v.node] = "shoal: this node's peerd is unhealthy";
+          failed[std::string(v.node)] = "shoal: this node's peerd is unhealthy";
         } else if (limit.exceeded(v.cost)) {
-          failed[v.node] = "shoal: node lacks " + std::to_string(v.cost.missing()) + " of " +
-                           std::to_string(v.cost.bytes_total) + " bytes (hard placement allows " +
-                           limit.str() + ")";
+          failed[std::string(v.node)] = "shoal: node lacks " + std::to_string(v.cost.missing()) +
+                                        " of " + std::to_string(v.cost.bytes_total) +
+                                        " bytes (hard placement allows " + limit.str() + ")";
         } else {
           keep(i);
         }

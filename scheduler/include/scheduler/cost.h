@@ -151,6 +151,11 @@ class evaluator {
  public:
   evaluator(const cluster_view& v, std::span<const object_ref> objects, const cost_model& m);
   [[nodiscard]] node_cost cost(std::uint32_t node) const;
+  // Whether the node holds any of the objects (else its cost is that of any node of its rack and
+  // zone holding none).
+  [[nodiscard]] bool holds_any(std::uint32_t node) const noexcept {
+    return node < slot_of_.size() && slot_of_[node] != npos;
+  }
 
  private:
   // Bit k of a set is object k of objs_.
@@ -173,6 +178,8 @@ class evaluator {
   std::vector<std::uint64_t> in_zone_;   // per zone id: objects with a healthy holder there
   std::vector<std::uint64_t> anywhere_;  // objects with a healthy holder
   std::vector<std::uint64_t> seen_;      // objects registry-proxy has had
+  // Per word and byte of a set: the summed sizes of each of the 256 bit patterns (cost()).
+  std::vector<std::uint64_t> byte_sums_;
   static constexpr std::uint32_t npos = ~std::uint32_t{0};
 };
 

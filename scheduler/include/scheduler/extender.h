@@ -85,8 +85,8 @@ class extender {
   [[nodiscard]] http::response prioritize(std::string_view body);
 
   struct verdict {
-    std::string node;
-    bool known = false;  // the index has the node
+    std::string_view node;  // the request's name (into extender_args::names: valid while it is)
+    bool known = false;     // the index has the node
     bool healthy = false;
     node_cost cost;
     int score = 0;
