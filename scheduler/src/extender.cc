@@ -64,6 +64,7 @@ json filter_error(const std::string& msg) {
 class args_scanner {
  public:
   explicit args_scanner(std::string_view s) : s_(s) {}
+  [[nodiscard]] std::size_t remaining() const noexcept { return s_.size() - i_; }
   [[nodiscard]] bool at_end() {
     ws();
     return i_ == s_.size();
@@ -146,6 +147,9 @@ class args_scanner {
 bool scan_names(args_scanner& sc, std::size_t max_nodes, std::vector<std::string>& names) {
   if (!sc.eat('[')) return false;
   if (sc.eat(']')) return true;
+  // Room for every name at once: each takes at least 4 bytes ("a",), so the rest of the body
+  // bounds the count (untouched capacity costs no page faults).
+  names.reserve(std::min(max_nodes, sc.remaining() / 4 + 1));
   for (;;) {
     std::string_view tok;
     bool plain = false;
