@@ -107,6 +107,53 @@ TEST_F(ResolverTest, TagsExpireAndStaleOnesServeWhenRegistryProxyIsDown) {
   EXPECT_NE(unknown.error().message.find("down"), std::string::npos);
 }
 
+// resolve_many answers from the caches without the pool when it can: the same answers as
+// resolve() (an index narrowed per platform, a tag's TTL), no fetch, and a tag past its TTL or a
+// platform the index lacks still takes the full path (a fetch, the worded error).
+TEST_F(ResolverTest, ResolveManyAnswersCachedImagesLikeResolve) {
+  auto amd = image_manifest({{"amd", 1}}, "c-amd");
+  auto arm = image_manifest({{"arm", 2}}, "c-arm");
+  src_.put("docker.io", "library/multi", amd);
+  src_.put("docker.io", "library/multi", arm);
+  auto idx = index_manifest({{"linux/amd64", amd}, {"linux/arm64/v8", arm}});
+  src_.put("docker.io", "library/multi", idx, "1.0");
+  const std::vector<std::pair<std::string, std::string>> asks = {
+      {"multi:1.0", "linux/amd64"},
+      {"multi:1.0", "linux/arm64"},
+      {"docker.io/library/multi@" + sha256_of(idx).str(), "linux/arm64/v8"}};
+  std::vector<resolved_image> full;
+  for (const auto& [ref, plat] : asks) {
+    auto r = res_.resolve(ref, plat);
+    ASSERT_TRUE(r) << r.error().message;
+    full.push_back(*r);
+  }
+  const int fetched = src_.fetches();
+  const auto hits = res_.stats().hits;
+  auto many = res_.resolve_many(asks, 2s);
+  ASSERT_EQ(many.size(), asks.size());
+  for (std::size_t i = 0; i < asks.size(); ++i) {
+    ASSERT_TRUE(many[i]) << many[i].error().message;
+    EXPECT_EQ(many[i]->ref, full[i].ref);
+    EXPECT_EQ(many[i]->platform, full[i].platform);
+    EXPECT_EQ(many[i]->manifest, full[i].manifest);
+    EXPECT_EQ(many[i]->index, full[i].index);
+    EXPECT_EQ(many[i]->objects, full[i].objects);
+  }
+  EXPECT_EQ(src_.fetches(), fetched);
+  EXPECT_GT(res_.stats().hits, hits);
+  // Past the tag's TTL the cache does not answer: the tag is fetched again.
+  clock_.advance(61s);
+  auto later = res_.resolve_many({asks[0]}, 2s);
+  ASSERT_TRUE(later[0]) << later[0].error().message;
+  EXPECT_EQ(later[0]->objects, full[0].objects);
+  EXPECT_EQ(src_.fetches(), fetched + 1);
+  // A platform the cached index lacks gets resolve()'s error, not a silent miss.
+  auto none = res_.resolve_many({{"multi:1.0", "linux/s390x"}}, 2s);
+  ASSERT_FALSE(none[0]);
+  EXPECT_NE(none[0].error().message.find("has no image for linux/s390x"), std::string::npos)
+      << none[0].error().message;
+}
+
 TEST_F(ResolverTest, ManifestNotMatchingItsDigestIsRefused) {
   auto body = image_manifest({{"x", 1}});
   auto fake_digest = dg("something else");

@@ -124,6 +124,10 @@ class resolver {
       const std::string& registry, const std::string& repository, const std::string& reference,
       const std::optional<digest>& expect, digest& actual);
   void cache_parsed(const digest& d, std::shared_ptr<const parsed> p);
+  // The resolution from the caches alone (a fresh tag, manifests held), or nullopt when any part
+  // is missing or an error would need wording: then resolve() decides. Never fetches or blocks.
+  [[nodiscard]] std::optional<resolved_image> cached(const std::string& ref,
+                                                     const std::string& platform);
 
   manifest_source& src_;
   resolver_options opts_;
