@@ -215,9 +215,25 @@ result<std::shared_ptr<const resolver::parsed>> resolver::by_digest(const std::s
   return p;
 }
 
+std::string resolver::parsed::entry::platform() const {
+  return os + "/" + arch + (variant.empty() ? "" : "/" + variant);
+}
+
+const resolver::parsed::entry* resolver::parsed::entry_for(const std::string& platform) const {
+  for (const auto& e : entries) {
+    if (platform_matches(platform, e.platform())) return &e;
+  }
+  return nullptr;
+}
+
+std::string resolver::tag_key(const std::string& registry, const std::string& repository,
+                              const std::string& tag) {
+  return registry + "/" + repository + ":" + tag;
+}
+
 result<digest> resolver::by_tag(const std::string& registry, const std::string& repository,
                                 const std::string& tag) {
-  std::string key = registry + "/" + repository + ":" + tag;
+  std::string key = tag_key(registry, repository, tag);
   auto now = now_();
   std::optional<digest> stale;
   {
@@ -287,22 +303,18 @@ result<resolved_image> resolver::resolve(const std::string& ref_text, const std:
     if (!p) return fail(p.error());
     if ((*p)->is_index) {
       out.index = top;
-      std::optional<digest> chosen;
-      std::string have;
-      for (const auto& e : (*p)->entries) {
-        std::string plat = e.os + "/" + e.arch + (e.variant.empty() ? "" : "/" + e.variant);
-        have += (have.empty() ? "" : ", ") + plat;
-        if (!chosen && platform_matches(platform, plat)) chosen = e.d;
-      }
+      const parsed::entry* chosen = (*p)->entry_for(platform);
       if (!chosen) {
+        std::string have;
+        for (const auto& e : (*p)->entries) have += (have.empty() ? "" : ", ") + e.platform();
         return fail(errc::not_found,
                     out.ref + " has no image for " + platform + " (index has: " + have + ")");
       }
-      auto child = by_digest(ref->registry, ref->repository, *chosen);
+      auto child = by_digest(ref->registry, ref->repository, chosen->d);
       if (!child) return fail(child.error());
       if ((*child)->is_index)
         return fail(errc::protocol_error, out.ref + ": an index inside an index");
-      out.manifest = *chosen;
+      out.manifest = chosen->d;
       out.objects = (*child)->objects;
     } else {
       out.manifest = top;
@@ -333,7 +345,7 @@ std::optional<resolved_image> resolver::cached(const std::string& ref_text,
   if (ref->dig) {
     top = *ref->dig;
   } else {
-    auto it = tags_.find(ref->registry + "/" + ref->repository + ":" + ref->tag);
+    auto it = tags_.find(tag_key(ref->registry, ref->repository, ref->tag));
     if (it == tags_.end() || now - it->second.fetched >= opts_.tag_ttl) return std::nullopt;
     top = it->second.d;
     ++hits;
@@ -348,14 +360,7 @@ std::optional<resolved_image> resolver::cached(const std::string& ref_text,
   const parsed* p = found(top);
   if (!p) return std::nullopt;
   if (p->is_index) {
-    const parsed::entry* chosen = nullptr;
-    for (const auto& e : p->entries) {
-      if (platform_matches(platform,
-                           e.os + "/" + e.arch + (e.variant.empty() ? "" : "/" + e.variant))) {
-        chosen = &e;
-        break;
-      }
-    }
+    const parsed::entry* chosen = p->entry_for(platform);
     if (!chosen) return std::nullopt;  // the full path words the error
     const parsed* child = found(chosen->d);
     if (!child || child->is_index) return std::nullopt;

@@ -107,10 +107,16 @@ class resolver {
     struct entry {
       digest d;
       std::string os, arch, variant;
+      [[nodiscard]] std::string platform() const;  // os/arch[/variant]
     };
     std::vector<entry> entries;       // index
     std::vector<object_ref> objects;  // image manifest
+    // The first entry of an index for `platform` (platform_matches), or null.
+    [[nodiscard]] const entry* entry_for(const std::string& platform) const;
   };
+  // The key of a tag in tags_.
+  [[nodiscard]] static std::string tag_key(const std::string& registry,
+                                           const std::string& repository, const std::string& tag);
   struct tag_entry {
     digest d;
     clock::time_point fetched;
