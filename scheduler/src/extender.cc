@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <set>
 #include <span>
 
-#include "common/checkpoint.h"
-#include "common/heartbeat.h"
 #include "common/log.h"
-#include "common/oci.h"
+#include "extender_json.h"
 
 namespace shoal::scheduler {
 
@@ -17,35 +14,9 @@ using nlohmann::json;
 
 namespace {
 
+using detail::append_json_string;
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return std::string(s);
-}
-
-const json* member(const json& j, const char* key) {
-  if (!j.is_object()) return nullptr;
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-// Appends `s` as a JSON string, byte for byte as dump() writes it. Node names are plain ASCII,
-// which is copied as is; anything else (quotes, control bytes, UTF-8) goes through nlohmann.
-// Answers list all 5,000 nodes, and building a json value per node cost more than the rest of
-// the decision (issue #5).
-void append_json_string(std::string& out, std::string_view s) {
-  for (unsigned char c : s) {
-    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-      out += dump(json(std::string(s)));
-      return;
-    }
-  }
-  out += '"';
-  out += s;
-  out += '"';
-}
 
 json filter_error(const std::string& msg) {
   return {{"Nodes", nullptr},
@@ -55,293 +26,7 @@ json filter_error(const std::string& msg) {
           {"Error", msg}};
 }
 
-// A hand scanner for the top level of ExtenderArgs. kube-scheduler sends every node's name in
-// NodeNames (5,000 short strings at 5,000 nodes), and building a json value for each cost more
-// than the rest of a soft decision. The scanner reads that list itself and hands the Pod's bytes
-// (and any other member's, only to check them) to nlohmann. It answers only what it is sure of:
-// on anything unusual (an escaped key, a duplicate member, NodeNames not a list, a malformed
-// byte) it gives up and the generic parse below answers, with its own errors.
-class args_scanner {
- public:
-  explicit args_scanner(std::string_view s) : s_(s) {}
-  [[nodiscard]] std::size_t remaining() const noexcept { return s_.size() - i_; }
-  [[nodiscard]] bool at_end() {
-    ws();
-    return i_ == s_.size();
-  }
-  bool eat(char c) {
-    ws();
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-  // The string token at the cursor, quotes included; `plain` when it is printable ASCII with no
-  // escape (its bytes are then its value).
-  bool string_token(std::string_view& tok, bool& plain) {
-    ws();
-    if (i_ >= s_.size() || s_[i_] != '"') return false;
-    const std::size_t start = i_++;
-    plain = true;
-    while (i_ < s_.size()) {
-      const auto c = static_cast<unsigned char>(s_[i_]);
-      if (c == '"') {
-        ++i_;
-        tok = s_.substr(start, i_ - start);
-        return true;
-      }
-      if (c < 0x20) return false;
-      if (c == '\\') {
-        plain = false;
-        i_ += 2;
-        continue;
-      }
-      if (c >= 0x80) plain = false;
-      ++i_;
-    }
-    return false;
-  }
-  // The bytes of the value at the cursor (any JSON; whoever reads them checks them).
-  bool value_bytes(std::string_view& out) {
-    ws();
-    const std::size_t start = i_;
-    int depth = 0;
-    while (i_ < s_.size()) {
-      const char c = s_[i_];
-      if (c == '"') {
-        std::string_view tok;
-        bool plain = false;
-        if (!string_token(tok, plain)) return false;
-        if (depth == 0) break;
-        continue;
-      }
-      if (c == '{' || c == '[') {
-        ++depth;
-      } else if (c == '}' || c == ']') {
-        if (depth == 0) break;
-        if (--depth == 0) {
-          ++i_;
-          break;
-        }
-      } else if (c == ',' && depth == 0) {
-        break;
-      }
-      ++i_;
-    }
-    out = s_.substr(start, i_ - start);
-    return depth == 0 && !out.empty();
-  }
-
- private:
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t'))
-      ++i_;
-  }
-  std::string_view s_;
-  std::size_t i_ = 0;
-};
-
-// NodeNames' list at the cursor into `names`; false when it is not a list of strings or longer
-// than max_nodes.
-bool scan_names(args_scanner& sc, std::size_t max_nodes, std::vector<std::string>& names) {
-  if (!sc.eat('[')) return false;
-  if (sc.eat(']')) return true;
-  // Room for every name at once: each takes at least 4 bytes ("a",), so the rest of the body
-  // bounds the count (untouched capacity costs no page faults).
-  names.reserve(std::min(max_nodes, sc.remaining() / 4 + 1));
-  for (;;) {
-    std::string_view tok;
-    bool plain = false;
-    if (!sc.string_token(tok, plain) || names.size() >= max_nodes) return false;
-    if (plain) {
-      names.emplace_back(tok.substr(1, tok.size() - 2));
-    } else {
-      auto j = json::parse(tok, nullptr, false);
-      if (j.is_discarded() || !j.is_string()) return false;
-      names.push_back(j.get<std::string>());
-    }
-    if (sc.eat(',')) continue;
-    return sc.eat(']');
-  }
-}
-
-// ExtenderArgs in the NodeNames form, or nullopt: then parse_extender_args' generic parse decides.
-std::optional<extender_args> scan_extender_args(std::string_view body, std::size_t max_nodes) {
-  args_scanner sc(body);
-  if (!sc.eat('{') || sc.eat('}')) return std::nullopt;
-  extender_args a;
-  std::string_view pod;
-  bool have_pod = false, have_names = false;
-  do {
-    std::string_view key;
-    bool plain = false;
-    if (!sc.string_token(key, plain) || !plain || !sc.eat(':')) return std::nullopt;
-    key = key.substr(1, key.size() - 2);
-    if (key == "NodeNames") {
-      if (have_names || !scan_names(sc, max_nodes, a.names)) return std::nullopt;
-      have_names = true;
-      continue;
-    }
-    std::string_view text;
-    if (!sc.value_bytes(text)) return std::nullopt;
-    // Only these values reach nlohmann's recursive parser, so only they are checked for depth
-    // (NodeNames, the bulk of the body, is flat by construction): too deep falls back to the
-    // generic parse, which refuses it.
-    if (heartbeat::json_too_deep(text)) return std::nullopt;
-    if (key == "Pod") {
-      if (have_pod) return std::nullopt;
-      have_pod = true;
-      pod = text;
-    } else if (!json::accept(text)) {
-      return std::nullopt;
-    }
-  } while (sc.eat(','));
-  if (!sc.eat('}') || !sc.at_end() || !have_names || !have_pod) return std::nullopt;
-  auto pj = json::parse(pod, nullptr, false);
-  if (pj.is_discarded() || pj.is_null()) return std::nullopt;
-  auto p = parse_pod(pj);
-  if (!p) return std::nullopt;
-  a.pod = std::move(*p);
-  a.names_form = true;
-  return a;
-}
-
 }  // namespace
-
-result<pod_info> parse_pod(const json& pod) {
-  if (!pod.is_object()) return fail(errc::invalid_argument, "Pod must be a v1.Pod object");
-  pod_info p;
-  if (const json* md = member(pod, "metadata")) {
-    if (const json* l = member(*md, "labels"); l && l->is_object()) {
-      if (auto it = l->find(std::string(label_job)); it != l->end()) {
-        if (it->is_string() && checkpoint::valid_job(it->get_ref<const std::string&>()))
-          p.job = it->get<std::string>();
-        else
-          p.warnings.push_back(std::string(label_job) + " must be a job name");
-      }
-    }
-    if (const json* n = member(*md, "name"); n && n->is_string())
-      p.name = n->get<std::string>().substr(0, 253);
-    if (const json* n = member(*md, "namespace"); n && n->is_string())
-      p.ns = n->get<std::string>().substr(0, 253);
-    if (const json* a = member(*md, "annotations"); a && a->is_object()) {
-      auto get = [&](std::string_view key) -> std::optional<std::string> {
-        auto it = a->find(std::string(key));
-        if (it == a->end() || !it->is_string()) return std::nullopt;
-        return it->get<std::string>();
-      };
-      if (auto ds = get(annotation_datasets)) {
-        std::string_view rest = *ds;
-        while (!rest.empty()) {
-          auto comma = rest.find(',');
-          std::string item = trim(rest.substr(0, comma));
-          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-          if (item.empty()) continue;
-          if (!valid_dataset_ref(item)) {
-            p.warnings.push_back(std::string(annotation_datasets) + ": \"" + item.substr(0, 100) +
-                                 "\" is not name@version");
-          } else if (p.datasets.size() < 64) {
-            p.datasets.push_back(item);
-          }
-        }
-      }
-      if (auto m = get(annotation_placement)) {
-        std::string mode = trim(*m);
-        if (mode == "soft" || mode == "hard")
-          p.mode = mode;
-        else
-          p.warnings.push_back(std::string(annotation_placement) + " must be soft or hard");
-      }
-      if (auto t = get(annotation_max_missing)) {
-        p.max_missing = parse_threshold(*t);
-        if (!p.max_missing)
-          p.warnings.push_back(std::string(annotation_max_missing) + " must be like 10% or 2GiB");
-      }
-    }
-  }
-  std::set<std::string> seen;
-  if (const json* spec = member(pod, "spec")) {
-    for (const char* list : {"initContainers", "containers"}) {
-      const json* cs = member(*spec, list);
-      if (!cs) continue;
-      if (!cs->is_array()) {
-        p.warnings.push_back(std::string("spec.") + list + " is not a list");
-        continue;
-      }
-      for (const auto& c : *cs) {
-        const json* img = member(c, "image");
-        if (!img || !img->is_string() || img->get_ref<const std::string&>().empty()) continue;
-        const auto& text = img->get_ref<const std::string&>();
-        auto ref = oci::parse_image_ref(text);
-        if (!ref) {
-          p.warnings.push_back(ref.error().message);
-          continue;
-        }
-        if (seen.insert(ref->str()).second && p.images.size() < 64) p.images.push_back(text);
-      }
-    }
-  }
-  return p;
-}
-
-result<extender_args> parse_extender_args(std::string_view body, std::size_t max_nodes) {
-  if (auto fast = scan_extender_args(body, max_nodes)) return std::move(*fast);
-  if (heartbeat::json_too_deep(body))
-    return fail(errc::invalid_argument, "ExtenderArgs nests too deep");
-  auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return fail(errc::invalid_argument, "ExtenderArgs is not a JSON object");
-  extender_args a;
-  const json* pod = member(j, "Pod");
-  if (!pod) return fail(errc::invalid_argument, "ExtenderArgs has no Pod");
-  auto p = parse_pod(*pod);
-  if (!p) return fail(p.error());
-  a.pod = std::move(*p);
-  const json* names = member(j, "NodeNames");
-  const json* nodes = member(j, "Nodes");
-  if (names) {
-    if (!names->is_array())
-      return fail(errc::invalid_argument, "NodeNames must be a list of strings");
-    if (names->size() > max_nodes)
-      return fail(errc::too_large,
-                  "NodeNames has more than " + std::to_string(max_nodes) + " entries");
-    for (const auto& n : *names) {
-      if (!n.is_string())
-        return fail(errc::invalid_argument, "NodeNames must be a list of strings");
-      a.names.push_back(n.get<std::string>());
-    }
-    a.names_form = true;
-  } else if (nodes) {
-    if (!nodes->is_object())
-      return fail(errc::invalid_argument, "Nodes must be a v1.NodeList object");
-    const json* items = member(*nodes, "items");
-    a.node_items = json::array();
-    if (items) {
-      if (!items->is_array()) return fail(errc::invalid_argument, "Nodes.items must be a list");
-      if (items->size() > max_nodes)
-        return fail(errc::too_large,
-                    "Nodes.items has more than " + std::to_string(max_nodes) + " entries");
-      std::size_t i = 0;
-      for (const auto& n : *items) {
-        const json* md = member(n, "metadata");
-        const json* name = md ? member(*md, "name") : nullptr;
-        if (!name || !name->is_string()) {
-          return fail(errc::invalid_argument,
-                      "Nodes.items[" + std::to_string(i) + "].metadata.name is missing");
-        }
-        a.names.push_back(name->get<std::string>());
-        a.node_items.push_back(n);
-        ++i;
-      }
-    }
-    if (const json* md = member(*nodes, "metadata")) a.node_list_meta = *md;
-    a.names_form = false;
-  } else {
-    return fail(errc::invalid_argument, "ExtenderArgs has neither NodeNames nor Nodes");
-  }
-  return a;
-}
 
 extender::extender(placer& p, extender_options o, metrics::registry& reg)
     : placer_(p),
@@ -353,10 +38,18 @@ extender::extender(placer& p, extender_options o, metrics::registry& reg)
       latency_(reg.histogram(
           "shoal_scheduler_placement_duration_seconds",
           "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
-          {"api"}, metrics::default_buckets())) {
+          {"api"}, metrics::default_buckets())),
+      kept_(reg.counter("shoal_scheduler_extender_kept_scores_total",
+                        "Where an extender decision's scores came from, per platform: a kept job "
+                        "state that followed the index's change log (caught_up), one built now "
+                        "(built, rebuilt: the kept one could not follow), or a full evaluation "
+                        "(full: none can be kept for these nodes).",
+                        {"result"})),
+      scores_(opts_.kept_jobs) {
   for (const char* verb : {"filter", "prioritize"}) {
     for (const char* result : {"ok", "bad_request", "error"}) (void)requests_.with({verb, result});
   }
+  for (const char* result : {"caught_up", "built", "rebuilt", "full"}) (void)kept_.with({result});
 }
 
 namespace {
@@ -488,8 +181,9 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   // the requested nodes are evaluated (evaluate_nodes() would build a node_eval of strings for
   // every node the index knows).
   auto nodes_only = idx.view({});
-  auto at = index_of_names(nodes_only.nodes, a.names);
-  auto platforms = requested_platforms(nodes_only.nodes, a.names.empty(), at);
+  const auto& names = a.node_names();
+  auto at = index_of_names(nodes_only.nodes, names);
+  auto platforms = requested_platforms(nodes_only.nodes, names.empty(), at);
   auto objs = placer_.resolve(job, platforms, opts_.resolve_timeout, false);
   job_objects empty;
   if (!objs) {
@@ -505,13 +199,129 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   }
   auto view = idx.view(all);
   // A heartbeat may have changed the node list between the two views.
-  if (view.nodes.begin() != nodes_only.nodes.begin()) at = index_of_names(view.nodes, a.names);
-  return score_requested(view, *objs, a.names, at, placer_.model());
+  if (view.nodes.begin() != nodes_only.nodes.begin()) at = index_of_names(view.nodes, names);
+  return score_requested(view, *objs, names, at, placer_.model());
+}
+
+bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
+                             const kept_fn& fn) {
+  auto& idx = placer_.index();
+  auto nodes_only = idx.view({});
+  const auto& names = a.node_names();
+  // Where each name is and which platforms they have, kept with a kept list.
+  std::shared_ptr<const listed_names::positions> pos;
+  if (a.listed) pos = a.listed->positions_for(nodes_only.nodes);
+  if (!pos) {
+    auto p = std::make_shared<listed_names::positions>();
+    p->list = nodes_only.nodes.classes();
+    p->at = index_of_names(nodes_only.nodes, names);
+    p->platforms = requested_platforms(nodes_only.nodes, names.empty(), p->at);
+    if (a.listed && nodes_only.nodes.classes()) a.listed->keep(p);
+    pos = std::move(p);
+  }
+  job_spec job;
+  job.images = a.pod.images;
+  job.datasets = a.pod.datasets;
+  auto objs = placer_.resolve(job, pos->platforms, opts_.resolve_timeout, false);
+  std::vector<std::string> errs;
+  job_objects empty;
+  if (!objs) {
+    errs.push_back(objs.error().message);
+    objs = empty;
+  }
+  for (const auto& [plat, list] : objs->errors) {
+    for (const auto& e : list) errs.push_back(plat + ": " + e);
+  }
+  auto cls = classes_of(nodes_only.nodes);
+  // One kept state per platform with objects; the names of other platforms cost nothing.
+  std::vector<std::uint8_t> done(names.size(), 0);
+  const auto& at = pos->at;
+  for (std::uint32_t p = 0; p < cls->platforms.size(); ++p) {
+    auto it = objs->by_platform.find(cls->platforms[p]);
+    if (it == objs->by_platform.end() || it->second.empty()) continue;
+    bool same_list = true;
+    auto how = scores_.with(idx, it->first, it->second, placer_.model(), [&](const job_scores& st) {
+      // The state follows the index's current list; the positions above are from the list
+      // taken first. A node came or went between the two: evaluate in full (rare).
+      if (!st.on(nodes_only.nodes)) {
+        same_list = false;
+        return;
+      }
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        const auto i = at[k];
+        if (i != no_node && cls->platform[i] == p) {
+          fn(k, i, cls->healthy[i] != 0, &st);
+          done[k] = 1;
+        }
+      }
+    });
+    if (how == score_cache::outcome::none || !same_list) {
+      kept_.with({"full"}).inc();
+      return false;
+    }
+    kept_
+        .with({how == score_cache::outcome::caught_up ? "caught_up"
+               : how == score_cache::outcome::built   ? "built"
+                                                      : "rebuilt"})
+        .inc();
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    if (!done[k]) fn(k, at[k], at[k] != no_node && cls->healthy[at[k]] != 0, nullptr);
+  }
+  errors.insert(errors.end(), errs.begin(), errs.end());
+  return true;
 }
 
 std::string extender::preferred_for(const pod_info& pod) const {
   if (pod.job.empty() || !preferred_) return "";
   return preferred_(pod.job).value_or("");
+}
+
+std::string extender::judge_hard(const extender_args& a, const threshold& limit,
+                                 std::vector<std::size_t>& kept, json& failed) {
+  const auto& names = a.node_names();
+  const std::string preferred = preferred_for(a.pod);
+  std::vector<std::string> errors;
+  // Whether name k passes, or why not; from kept scores, else a full evaluation.
+  auto judge = [&](std::size_t k, bool known, bool healthy, const node_cost& cost) {
+    const std::string& node = names[k];
+    if ((cost.bytes_total == 0 || node == preferred) && known && healthy) {
+      kept.push_back(k);
+    } else if (!known) {
+      failed[node] = "shoal: no heartbeat from this node's peerd";
+    } else if (!healthy) {
+      failed[node] = "shoal: this node's peerd is unhealthy";
+    } else if (limit.exceeded(cost)) {
+      failed[node] = "shoal: node lacks " + std::to_string(cost.missing()) + " of " +
+                     std::to_string(cost.bytes_total) + " bytes (hard placement allows " +
+                     limit.str() + ")";
+    } else {
+      kept.push_back(k);
+    }
+  };
+  std::vector<std::pair<node_cost, std::uint8_t>> judged(names.size());  // cost, known|healthy
+  const bool fast = evaluate_kept(
+      a, errors, [&](std::size_t k, std::uint32_t i, bool healthy, const job_scores* st) {
+        judged[k].second = static_cast<std::uint8_t>((i != no_node ? 1 : 0) | (healthy ? 2 : 0));
+        if (st && i != no_node) judged[k].first = st->cost(i);
+      });
+  if (fast && errors.empty()) {
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      judge(k, judged[k].second & 1, judged[k].second & 2, judged[k].first);
+    }
+    return "";
+  }
+  if (!fast) {
+    errors.clear();
+    auto verdicts = evaluate(a, errors);
+    if (errors.empty()) {
+      for (std::size_t k = 0; k < verdicts.size(); ++k) {
+        judge(k, verdicts[k].known, verdicts[k].healthy, verdicts[k].cost);
+      }
+      return "";
+    }
+  }
+  return "shoal: cannot check the pod's data: " + errors.front();
 }
 
 http::response extender::filter(std::string_view body) {
@@ -522,63 +332,53 @@ http::response extender::filter(std::string_view body) {
         413, dump(filter_error("request larger than " + std::to_string(opts_.max_request_bytes) +
                                " bytes")));
   }
-  auto a = parse_extender_args(body);
+  auto a = parse_extender_args(body, 100'000, &names_);
   if (!a) {
     requests_.with({"filter", "bad_request"}).inc();
     return http::response::json(a.error().is(errc::too_large) ? 413 : 400,
                                 dump(filter_error(a.error().message)));
   }
+  const auto& names = a->node_names();
   std::string mode = a->pod.mode.empty() ? opts_.mode : a->pod.mode;
   threshold limit = a->pod.max_missing.value_or(opts_.max_missing);
-  std::vector<std::size_t> kept;  // indexes into a->names, in request order
+  std::vector<std::size_t> kept;  // indexes into names, in request order
+  bool all_kept = false;
   json failed = json::object();
   std::string err;
-  auto keep = [&](std::size_t i) { kept.push_back(i); };
   if (mode != "hard") {
-    for (std::size_t i = 0; i < a->names.size(); ++i) keep(i);
+    all_kept = true;
   } else {
-    std::vector<std::string> errors;
-    auto verdicts = evaluate(*a, errors);
-    if (!errors.empty()) {
-      err = "shoal: cannot check the pod's data: " + errors.front();
-    } else {
-      const std::string preferred = preferred_for(a->pod);
-      for (std::size_t i = 0; i < verdicts.size(); ++i) {
-        const auto& v = verdicts[i];
-        if ((v.cost.bytes_total == 0 || v.node == preferred) && v.known && v.healthy) {
-          keep(i);
-        } else if (!v.known) {
-          failed[std::string(v.node)] = "shoal: no heartbeat from this node's peerd";
-        } else if (!v.healthy) {
-          failed[std::string(v.node)] = "shoal: this node's peerd is unhealthy";
-        } else if (limit.exceeded(v.cost)) {
-          failed[std::string(v.node)] = "shoal: node lacks " + std::to_string(v.cost.missing()) +
-                                        " of " + std::to_string(v.cost.bytes_total) +
-                                        " bytes (hard placement allows " + limit.str() + ")";
-        } else {
-          keep(i);
-        }
-      }
-    }
+    err = judge_hard(*a, limit, kept, failed);
   }
   std::string text;
   if (!err.empty()) {
     text = dump(filter_error(err));
   } else if (a->names_form) {
-    // The same bytes dump() gives for the ExtenderFilterResult object (keys sorted), written
-    // directly: NodeNames holds every passing node.
-    text.reserve(32 + kept.size() * 16);
+    // The same members dump() gives for the ExtenderFilterResult object (keys sorted), written
+    // directly: NodeNames holds every passing node (a kept list's own bytes when all pass).
+    text.reserve(96 + (a->listed ? a->listed->raw.size() : names.size() * 16));
     text += R"({"Error":"","FailedAndUnresolvableNodes":)";
     text += dump(failed);
-    text += R"(,"FailedNodes":{},"NodeNames":[)";
-    for (std::size_t k = 0; k < kept.size(); ++k) {
-      if (k > 0) text += ',';
-      append_json_string(text, a->names[kept[k]]);
+    text += R"(,"FailedNodes":{},"NodeNames":)";
+    if (all_kept && a->listed) {
+      text += a->listed->raw;
+    } else {
+      text += '[';
+      const std::size_t count = all_kept ? names.size() : kept.size();
+      for (std::size_t k = 0; k < count; ++k) {
+        if (k > 0) text += ',';
+        append_json_string(text, names[all_kept ? k : kept[k]]);
+      }
+      text += ']';
     }
-    text += R"(],"Nodes":null})";
+    text += R"(,"Nodes":null})";
   } else {
     json passed_items = json::array();
-    for (auto i : kept) passed_items.push_back(a->node_items[i]);
+    if (all_kept) {
+      passed_items = a->node_items;
+    } else {
+      for (auto i : kept) passed_items.push_back(a->node_items[i]);
+    }
     json list = a->node_list_meta.is_null() ? json::object() : a->node_list_meta;
     json out = {{"Nodes", json{{"metadata", list}, {"items", passed_items}}},
                 {"NodeNames", nullptr},
@@ -589,7 +389,7 @@ http::response extender::filter(std::string_view body) {
   }
   requests_.with({"filter", err.empty() ? "ok" : "error"}).inc();
   log::debug("extender filter", log::kv("pod", a->pod.ns + "/" + a->pod.name),
-             log::kv("mode", mode), log::kv("nodes", a->names.size()),
+             log::kv("mode", mode), log::kv("nodes", names.size()),
              log::kv("failed", failed.size()), log::kv("error", err));
   return http::response::json(200, std::move(text));
 }
@@ -602,30 +402,59 @@ http::response extender::prioritize(std::string_view body) {
         413, dump(json{{"error", "request larger than " + std::to_string(opts_.max_request_bytes) +
                                      " bytes"}}));
   }
-  auto a = parse_extender_args(body);
+  auto a = parse_extender_args(body, 100'000, &names_);
   if (!a) {
     requests_.with({"prioritize", "bad_request"}).inc();
     return http::response::json(a.error().is(errc::too_large) ? 413 : 400,
                                 dump(json{{"error", a.error().message}}));
   }
+  const auto& names = a->node_names();
   std::vector<std::string> errors;
-  auto verdicts = evaluate(*a, errors);
-  if (auto preferred = preferred_for(a->pod); !preferred.empty()) {
+  std::vector<std::uint8_t> score(names.size(), 0);
+  const std::string preferred = preferred_for(a->pod);
+  std::vector<std::uint8_t> usable;  // known and healthy (for a preferred node only)
+  if (!preferred.empty()) usable.assign(names.size(), 0);
+  bool fast = evaluate_kept(
+      *a, errors, [&](std::size_t k, std::uint32_t i, bool healthy, const job_scores* st) {
+        score[k] = st && i != no_node ? static_cast<std::uint8_t>(st->score(i)) : 0;
+        if (!usable.empty()) usable[k] = i != no_node && healthy ? 1 : 0;
+      });
+  if (!fast) {
+    errors.clear();
+    auto verdicts = evaluate(*a, errors);
+    for (std::size_t k = 0; k < verdicts.size(); ++k) {
+      score[k] = static_cast<std::uint8_t>(verdicts[k].score);
+      if (!usable.empty()) usable[k] = verdicts[k].known && verdicts[k].healthy ? 1 : 0;
+    }
+  }
+  if (!preferred.empty()) {
     // A failover replacement comes first (jobs.h): 10 for it, at most 9 for the others.
-    for (auto& v : verdicts)
-      v.score = v.node == preferred && v.known && v.healthy ? 10 : std::min(v.score, 9);
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      score[k] = names[k] == preferred && usable[k] ? 10 : std::min<std::uint8_t>(score[k], 9);
+    }
   }
   // HostPriorityList, written directly: the bytes dump() gives for
-  // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node.
+  // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node; a kept
+  // list has each entry's bytes up to the score ready.
   std::string text;
-  text.reserve(2 + verdicts.size() * 32);
+  const listed_names* l = a->listed.get();
+  text.reserve(2 + (l ? l->hosts.size() + names.size() * 4 : names.size() * 32));
   text += '[';
-  for (std::size_t k = 0; k < verdicts.size(); ++k) {
+  for (std::size_t k = 0; k < names.size(); ++k) {
     if (k > 0) text += ',';
-    text += R"({"Host":)";
-    append_json_string(text, verdicts[k].node);
-    text += R"(,"Score":)";
-    text += std::to_string(verdicts[k].score);
+    if (l) {
+      const std::uint32_t from = k == 0 ? 0 : l->host_end[k - 1];
+      text.append(l->hosts, from, l->host_end[k] - from);
+    } else {
+      text += R"({"Host":)";
+      append_json_string(text, names[k]);
+      text += R"(,"Score":)";
+    }
+    if (score[k] >= 10) {
+      text += "10";
+    } else {
+      text += static_cast<char>('0' + score[k]);
+    }
     text += '}';
   }
   text += ']';

@@ -40,9 +40,22 @@ void cluster_index::remember(const digest& d) {
   if (opts_.max_seen == 0 || !seen_.insert(d).second) return;
   seen_order_.push_back(d);
   while (seen_order_.size() > opts_.max_seen) {
+    log_change(seen_order_.front(), 0, holding_change::kind::forgotten, false);
     seen_.erase(seen_order_.front());
     seen_order_.pop_front();
   }
+}
+
+void cluster_index::log_change(const digest& d, std::uint32_t node, holding_change::kind what,
+                               bool seen) {
+  if (opts_.change_log == 0) return;
+  if (log_.empty()) log_.resize(opts_.change_log);
+  auto& c = log_[log_next_ % log_.size()];
+  c.id = d;
+  c.node = node;
+  c.what = what;
+  c.seen = seen;
+  ++log_next_;
 }
 
 cluster_index::object_ptr cluster_index::add_holder(node_entry& n, const heartbeat::held_object& o,
@@ -62,6 +75,7 @@ cluster_index::object_ptr cluster_index::add_holder(node_entry& n, const heartbe
     if (pos == e.holders.end() || *pos != n.id) e.holders.insert(pos, n.id);
     n.bytes_held += e.size;
     ++holdings_;
+    log_change(o.id, n.id, holding_change::kind::added, true);
   }
   info_hash ih;
   if (hashes && !e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) hashes->push_back(ih);
@@ -86,6 +100,9 @@ void cluster_index::remove_holder(node_entry& n, object_ptr p, std::vector<info_
     const digest d = p->first;  // erase() must not read a key inside the element it frees
     objects_.erase(d);
     remember(d);  // it was in the cluster (and may have left seen_'s window meanwhile)
+    log_change(d, n.id, holding_change::kind::removed, seen_.count(d) > 0);
+  } else {
+    log_change(p->first, n.id, holding_change::kind::removed, true);
   }
 }
 
@@ -393,6 +410,7 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
     fresh->nodes.push_back(std::move(nv));
   }
   fresh->classes = make_classes(fresh->nodes);
+  fresh->classes.index_of_id = fresh->index_of;
   std::lock_guard lk(snapshot_mu_);
   // Another reader may have rebuilt it meanwhile from the same state; either copy is right.
   snapshot_ = fresh;
@@ -404,6 +422,7 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
   std::shared_lock lk(mu_);
   auto snap = snapshot_locked(now);
   cluster_view v;
+  v.changes = log_next_;
   // The view shares the snapshot's node list (aliasing: the list keeps the snapshot alive).
   v.nodes = node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes),
                       std::shared_ptr<const node_classes>(snap, &snap->classes));
@@ -446,6 +465,20 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
     v.objects.emplace(d, std::move(ov));
   }
   return v;
+}
+
+std::optional<std::uint64_t> cluster_index::changes_since(
+    std::uint64_t since, const std::function<bool(const node_list&)>& on_nodes,
+    const std::function<void(const holding_change&)>& on_change) const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  if (since > log_next_ || log_next_ - since > log_.size()) return std::nullopt;
+  auto snap = snapshot_locked(now);
+  if (!on_nodes(node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes),
+                          std::shared_ptr<const node_classes>(snap, &snap->classes))))
+    return std::nullopt;
+  for (std::uint64_t s = since; s < log_next_; ++s) on_change(log_[s % log_.size()]);
+  return log_next_;
 }
 
 cluster_index::held_summary cluster_index::held(std::string_view node,

@@ -500,3 +500,152 @@ TEST_F(ExtenderTest, ScoresMatchEvaluateNodesForHoldersAndNodesAlike) {
 
 }  // namespace
 }  // namespace shoal::scheduler
+
+namespace shoal::scheduler {
+namespace {
+
+// Long NodeNames lists are kept (names_cache) and decisions read kept job scores (scores.h):
+// answers must be those of the full evaluation, before and after holdings change, in both verbs
+// and both modes.
+TEST_F(ExtenderTest, KeptScoresAnswerLikeAFullEvaluation) {
+  auto labels = [](int i) {
+    return std::map<std::string, std::string>{{"zone", "z" + std::to_string(i % 2)},
+                                              {"rack", "r" + std::to_string(i / 8)}};
+  };
+  std::vector<std::string> names = {"node-a", "node-b", "node-c", "node-x", "nobody"};
+  std::map<int, std::uint64_t> seq;
+  for (int i = 0; i < 90; ++i) {
+    std::vector<heartbeat::held_object> h;
+    if (i % 3 == 0) h.push_back(held("app-base", 800 * MiB));
+    if (i % 7 == 0) h.push_back(held("app-top", 200 * MiB));
+    if (i % 5 == 0) h.push_back(held("nginx-l1", 30 * MiB));
+    auto m = full_hb("bulk-" + std::to_string(i), h, labels(i));
+    if (i == 11) m.health = "failing";
+    (void)idx_.apply(m, "ip");
+    seq[i] = 1;
+    names.push_back("bulk-" + std::to_string(i));
+  }
+  auto kept = [&](const std::string& result) {
+    return reg_
+        .counter("shoal_scheduler_extender_kept_scores_total",
+                 "Where an extender decision's scores came from, per platform: a kept job state "
+                 "that followed the index's change log (caught_up), one built now (built, "
+                 "rebuilt: the kept one could not follow), or a full evaluation (full: none can "
+                 "be kept for these nodes).",
+                 {"result"})
+        .with({result})
+        .value();
+  };
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    for (const char* mode : {"soft", "hard"}) {
+      auto body = args_names(pod({{"shoal.io/placement", mode}}), names).dump();
+      auto a = parse_extender_args(body);
+      ASSERT_TRUE(a);
+      std::vector<std::string> errors;
+      auto verdicts = ext_.evaluate(*a, errors);
+      ASSERT_TRUE(errors.empty()) << errors.front();
+      auto scores = body_of(ext_.prioritize(body));
+      ASSERT_EQ(scores.size(), names.size());
+      std::size_t nonzero = 0;
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        EXPECT_EQ(scores[k]["Host"], names[k]);
+        EXPECT_EQ(scores[k]["Score"].get<int>(), verdicts[k].score) << names[k];
+        nonzero += verdicts[k].score > 0 ? 1 : 0;
+      }
+      EXPECT_GT(nonzero, 10u);
+      auto f = body_of(ext_.filter(body));
+      if (std::string(mode) == "soft") {
+        EXPECT_EQ(f["NodeNames"], json(names));
+        continue;
+      }
+      json want_kept = json::array();
+      std::size_t failed = 0;
+      for (const auto& v : verdicts) {
+        const bool pass = v.known && v.healthy &&
+                          (v.cost.bytes_total == 0 || !ext_opts().max_missing.exceeded(v.cost));
+        if (pass) {
+          want_kept.push_back(std::string(v.node));
+        } else {
+          ++failed;
+          EXPECT_TRUE(f["FailedAndUnresolvableNodes"].contains(std::string(v.node))) << v.node;
+        }
+      }
+      EXPECT_EQ(f["NodeNames"], want_kept);
+      EXPECT_EQ(f["FailedAndUnresolvableNodes"].size(), failed);
+      EXPECT_GT(want_kept.size(), 0u);
+      EXPECT_GT(failed, 0u);
+    }
+  };
+  check("first");
+  EXPECT_EQ(kept("built"), 1u);  // one job (soft and hard share it), one platform
+  // Holdings change: some nodes gain the app's layers, one loses its only holder's copy.
+  for (int i = 1; i < 90; i += 4) {
+    auto m = delta_hb("bulk-" + std::to_string(i), ++seq[i], "e",
+                      {held("app-top", 200 * MiB), held("app-config", 1000)});
+    m.labels = labels(i);
+    (void)idx_.apply(m, "ip");
+  }
+  auto m = delta_hb("bulk-0", ++seq[0], "e", {}, {dg("app-base")});
+  m.labels = labels(0);
+  (void)idx_.apply(m, "ip");
+  check("after deltas");
+  EXPECT_EQ(kept("built"), 1u);
+  EXPECT_GE(kept("caught_up"), 4u);
+  EXPECT_EQ(kept("rebuilt"), 0u);
+  // A node turning unhealthy changes the node list: built again, same answers.
+  m = full_hb("bulk-3", {held("app-base", 800 * MiB)}, labels(3), ++seq[3], "e");
+  m.health = "failing";
+  (void)idx_.apply(m, "ip");
+  check("after a node failed");
+  EXPECT_EQ(kept("rebuilt"), 1u);
+}
+
+TEST_F(ExtenderTest, KeptNodeNamesAreTheSameBytesOnly) {
+  names_cache cache;
+  std::vector<std::string> names;
+  for (int i = 0; i < 100; ++i) names.push_back("n-" + std::to_string(i));
+  names.push_back("we\"ird\\ \u00e9");
+  const std::string p = pod().dump();
+  auto body = args_names(pod(), names).dump();
+  auto a = parse_extender_args(body, 100'000, &cache);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->listed);
+  EXPECT_TRUE(a->names.empty());
+  EXPECT_EQ(a->node_names(), names);
+  auto b = parse_extender_args(body, 100'000, &cache);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->listed.get(), a->listed.get());
+  // The same list in another member order, with other whitespace: still a hit when the array's
+  // bytes are the same; a list differing in its last name is not.
+  auto names_json = json(names).dump();
+  auto c = parse_extender_args(R"({"NodeNames": )" + names_json + R"(, "Pod":)" + p + "}", 100'000,
+                               &cache);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->listed.get(), a->listed.get());
+  auto other = names;
+  other.back() = "n-x";
+  auto d = parse_extender_args(args_names(pod(), other).dump(), 100'000, &cache);
+  ASSERT_TRUE(d);
+  EXPECT_NE(d->listed.get(), a->listed.get());
+  EXPECT_EQ(d->node_names(), other);
+  // A kept list longer than the request's limit is not used, and the limit still holds.
+  EXPECT_FALSE(parse_extender_args(body, 50, &cache));
+  // A truncated body is malformed whatever the cache holds.
+  EXPECT_FALSE(parse_extender_args(body.substr(0, body.size() - 1), 100'000, &cache));
+  // Short lists are read each time.
+  auto e = parse_extender_args(args_names(pod(), {"node-a"}).dump(), 100'000, &cache);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->listed);
+  // The answer lists every host with the kept bytes, including the escaped name.
+  auto r = ext_.prioritize(body);
+  ASSERT_EQ(r.status, 200u);
+  auto got = body_of(r);
+  ASSERT_EQ(got.size(), names.size());
+  for (std::size_t k = 0; k < names.size(); ++k) EXPECT_EQ(got[k]["Host"], names[k]);
+  r = ext_.prioritize(body);  // from the kept list now
+  EXPECT_EQ(body_of(r), got);
+}
+
+}  // namespace
+}  // namespace shoal::scheduler

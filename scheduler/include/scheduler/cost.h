@@ -78,6 +78,9 @@ struct node_classes {
   std::vector<std::uint8_t> healthy;                // per node: node_view::healthy
   std::uint32_t racks = 0, zones = 0;
   std::vector<std::string> platforms;  // platform id → name
+  // The index's node id → position in the list (npos: not in it); empty for a list built by
+  // hand. The index's change log names nodes by id.
+  std::vector<std::uint32_t> index_of_id;
 };
 
 // The nodes of a view: a read-only, shared list. The index keeps one immutable list of every node
@@ -117,6 +120,9 @@ class node_list {
 
 struct cluster_view {
   node_list nodes;  // sorted by name
+  // The index's change-log sequence this view shows (cluster_index::changes_since); 0 for a
+  // view built by hand.
+  std::uint64_t changes = 0;
   // Keyed by a job's digests (from manifests and dataset lists others wrote): a keyed hash.
   std::unordered_map<digest, object_view, keyed_hash> objects;
 };

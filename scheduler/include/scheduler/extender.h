@@ -31,6 +31,8 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -40,6 +42,7 @@
 #include "common/metrics.h"
 #include "scheduler/cost.h"
 #include "scheduler/placement.h"
+#include "scheduler/scores.h"
 
 namespace shoal::scheduler {
 
@@ -60,20 +63,71 @@ struct pod_info {
 // Reads what matters from a v1.Pod; unusable parts become warnings, a non-object pod an error.
 [[nodiscard]] result<pod_info> parse_pod(const nlohmann::json& pod);
 
+// A NodeNames list read before, kept by its bytes: kube-scheduler names the same nodes in
+// request after request (every node, with percentageOfNodesToScore 100), so a request whose list
+// is byte for byte a kept one skips reading it, and where each name is in the index's node list
+// is kept with it. Immutable but for that position cache.
+struct listed_names {
+  std::string raw;                 // the array's bytes, '[' to ']'
+  std::vector<std::string> names;  // in order
+  // Each name's HostPriorityList entry up to its score: {"Host":"<name>","Score":
+  std::string hosts;
+  std::vector<std::uint32_t> host_end;  // end of name k's entry in hosts
+  // Each name's position in one node list of the index, and the platforms of the healthy ones
+  // (sorted): computed for the list current at the time, replaced when it changes.
+  struct positions {
+    std::weak_ptr<const node_classes> list;  // identity only
+    std::vector<std::uint32_t> at;           // no_node for a name the list lacks
+    std::vector<std::string> platforms;
+  };
+  [[nodiscard]] std::shared_ptr<const positions> positions_for(const node_list& nodes) const;
+  void keep(std::shared_ptr<const positions> p) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const positions> pos_;  // guarded by mu_
+};
+
+// The last few NodeNames lists (most recent first). Thread-safe.
+class names_cache {
+ public:
+  static constexpr std::size_t capacity = 8;
+  // Lists shorter than this are read each time (cheap, and not worth a slot).
+  static constexpr std::size_t min_names = 64;
+  // The kept list whose bytes `rest` starts with, or null.
+  [[nodiscard]] std::shared_ptr<const listed_names> match(std::string_view rest) const;
+  // Keeps a list just read (its array bytes and names); returns it.
+  std::shared_ptr<const listed_names> add(std::string_view raw, std::vector<std::string> names);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<const listed_names>> lists_;  // guarded by mu_
+};
+
 struct extender_args {
   pod_info pod;
-  bool names_form = true;          // NodeNames (nodeCacheCapable) vs Nodes
-  std::vector<std::string> names;  // in request order
-  nlohmann::json node_items;       // Nodes form: the items, to echo back
-  nlohmann::json node_list_meta;   // Nodes form: the list's metadata
+  bool names_form = true;  // NodeNames (nodeCacheCapable) vs Nodes
+  // The requested names in request order: `names`, or `listed`'s when the list was kept.
+  std::vector<std::string> names;
+  std::shared_ptr<const listed_names> listed;
+  nlohmann::json node_items;      // Nodes form: the items, to echo back
+  nlohmann::json node_list_meta;  // Nodes form: the list's metadata
+  [[nodiscard]] const std::vector<std::string>& node_names() const {
+    return listed ? listed->names : names;
+  }
 };
+// With a cache, a NodeNames list it holds is not read again and a long one read is kept there.
 [[nodiscard]] result<extender_args> parse_extender_args(std::string_view body,
-                                                        std::size_t max_nodes = 100'000);
+                                                        std::size_t max_nodes = 100'000,
+                                                        names_cache* cache = nullptr);
 
 struct extender_options {
   std::string mode = "soft";
   threshold max_missing;
   std::chrono::milliseconds resolve_timeout{2000};
+  // Job states kept for decisions (scores.h), least recently used out: about 30 bytes per node
+  // each (0.6 MB at 20,000 nodes).
+  std::size_t kept_jobs = 64;
   std::size_t max_request_bytes = 32u << 20;
 };
 
@@ -91,9 +145,20 @@ class extender {
     node_cost cost;
     int score = 0;
   };
-  // The evaluation both verbs use (exposed for tests).
+  // The evaluation of every requested node from scratch (exposed for tests; the verbs use it
+  // when kept scores cannot serve, see scores.h).
   [[nodiscard]] std::vector<verdict> evaluate(const extender_args& a,
                                               std::vector<std::string>& errors);
+  // The same answers from kept job states (scores.h): calls fn(k, position, healthy, state) for
+  // each requested name k, with its position in the index's node list (no_node when unknown),
+  // its health, and the state of its platform's objects (null when the platform has none: cost
+  // 0), which is valid during the call only. False when kept states cannot serve (racks spanning
+  // zones, a node came or went meanwhile): fn may have been called for some names, and the
+  // caller uses evaluate() instead.
+  using kept_fn = std::function<void(std::size_t k, std::uint32_t position, bool healthy,
+                                     const job_scores* state)>;
+  [[nodiscard]] bool evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
+                                   const kept_fn& fn);
 
   // The node a job's pods should go to (a failover replacement), or nullopt; set once at wiring,
   // before requests (job_registry::preferred_node). Unset: no preference.
@@ -103,12 +168,19 @@ class extender {
  private:
   // The pod's job's preferred node, or "".
   [[nodiscard]] std::string preferred_for(const pod_info& pod) const;
+  // Hard mode's filter: the names that pass (indexes into a.node_names()) into `kept`, the
+  // others with why into `failed`; or the error that stops the judgement.
+  [[nodiscard]] std::string judge_hard(const extender_args& a, const threshold& limit,
+                                       std::vector<std::size_t>& kept, nlohmann::json& failed);
 
   job_preference preferred_;
   placer& placer_;
   extender_options opts_;
   metrics::counter_family& requests_;
   metrics::histogram_family& latency_;
+  metrics::counter_family& kept_;
+  names_cache names_;
+  score_cache scores_;
 };
 
 }  // namespace shoal::scheduler
