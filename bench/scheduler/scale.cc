@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -503,6 +504,36 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
   }
   auto rs = res.stats();
 
+  // Where the timed decisions' scores came from (scores.h): kept job states that followed the
+  // index, or states built for the decision. Read from the extender's own metrics.
+  std::map<std::string, double> kept;
+  {
+    const std::string text = reg.expose();
+    const std::string family = "shoal_scheduler_extender_kept_scores_total{result=\"";
+    for (std::size_t at = text.find(family); at != std::string::npos;
+         at = text.find(family, at + 1)) {
+      const std::size_t from = at + family.size(), quote = text.find('"', from);
+      const std::size_t value = text.find(' ', quote);
+      if (quote == std::string::npos || value == std::string::npos) break;
+      kept[text.substr(from, quote - from)] = std::atof(text.c_str() + value + 1);
+    }
+  }
+  // A job seen for the first time: a fresh extender (no kept lists or job states; the resolver
+  // is warm) answers one soft decision per pod, idle. Its state is built from the index's holder
+  // lists, as every decision was before states were kept.
+  std::vector<double> cold_ms;
+  {
+    metrics::registry cold_reg;
+    extender cold(pl, extender_options{}, cold_reg);
+    for (const auto& body : soft_bodies) {
+      auto t0 = steady::now();
+      auto f = cold.filter(body);
+      auto pr = cold.prioritize(body);
+      cold_ms.push_back(ms_since(t0));
+      if (f.status != 200 || pr.status != 200) ++decision_errors;
+    }
+  }
+
   job_spec job;
   job.nodes = 1;
   job.gpus = 8;
@@ -556,6 +587,12 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
         {"nonzero_scores_in_warmup", nonzero_scores},
         {"decisions_not_200", decision_errors},
         {"hard_filter_kept", hard_kept},
+        {"kept_scores", kept},
+        {"first_decision_of_a_job",
+         {{"pods", cold_ms.size()},
+          {"p50_ms", round3(percentile(cold_ms, 50))},
+          {"p99_ms", round3(percentile(cold_ms, 99))},
+          {"max_ms", round3(cold_ms.empty() ? 0 : *std::max_element(cold_ms.begin(), cold_ms.end()))}}},
         {"hard_filter_errors_of_50", hard_errors},
         {"resolver", {{"hits", rs.hits}, {"fetches", rs.fetches}, {"errors", rs.errors}}},
         {"breakdown_mean_ms",
