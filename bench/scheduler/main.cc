@@ -306,9 +306,10 @@ int main(int argc, char** argv) {
         scale["heartbeats_s_concurrent"].get<double>(), sp.heartbeat_rate,
         out["decisions_s"].get<double>(), scale["p99_ms_idle"].get<double>());
     const auto& first = scale["extender"]["first_decision_of_a_job"];
-    std::printf("  first decision of a job (its scores built from the holder lists, idle): p50 %.2f"
-                " ms  p99 %.2f ms\n",
-                first["p50_ms"].get<double>(), first["p99_ms"].get<double>());
+    std::printf(
+        "  first decision of a job (its scores built from the holder lists, idle): p50 %.2f"
+        " ms  p99 %.2f ms\n",
+        first["p50_ms"].get<double>(), first["p99_ms"].get<double>());
   }
   if (!large.empty()) {
     const auto& first = large["extender"]["first_decision_of_a_job"];

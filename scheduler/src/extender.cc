@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <span>
 
@@ -204,7 +205,7 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
 }
 
 bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
-                             const kept_fn& fn) {
+                             kept_answers& out, bool costs) {
   auto& idx = placer_.index();
   auto nodes_only = idx.view({});
   const auto& names = a.node_names();
@@ -233,9 +234,17 @@ bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& e
     for (const auto& e : list) errs.push_back(plat + ": " + e);
   }
   auto cls = classes_of(nodes_only.nodes);
-  // One kept state per platform with objects; the names of other platforms cost nothing.
-  std::vector<std::uint8_t> done(names.size(), 0);
   const auto& at = pos->at;
+  const std::size_t n = names.size();
+  out.score.assign(n, 0);
+  out.state.assign(n, 0);
+  if (costs) out.cost.assign(n, node_cost{});
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto i = at[k];
+    if (i != no_node) out.state[k] = static_cast<std::uint8_t>(1 | (cls->healthy[i] ? 2 : 0));
+  }
+  // One kept state per platform with objects; the names of other platforms cost nothing.
+  const bool one_platform = cls->platforms.size() == 1;
   for (std::uint32_t p = 0; p < cls->platforms.size(); ++p) {
     auto it = objs->by_platform.find(cls->platforms[p]);
     if (it == objs->by_platform.end() || it->second.empty()) continue;
@@ -247,12 +256,11 @@ bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& e
         same_list = false;
         return;
       }
-      for (std::size_t k = 0; k < names.size(); ++k) {
+      for (std::size_t k = 0; k < n; ++k) {
         const auto i = at[k];
-        if (i != no_node && cls->platform[i] == p) {
-          fn(k, i, cls->healthy[i] != 0, &st);
-          done[k] = 1;
-        }
+        if (i == no_node || (!one_platform && cls->platform[i] != p)) continue;
+        out.score[k] = static_cast<std::uint8_t>(st.score(i));
+        if (costs) out.cost[k] = st.cost(i);
       }
     });
     if (how == score_cache::outcome::none || !same_list) {
@@ -264,9 +272,6 @@ bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& e
                : how == score_cache::outcome::built   ? "built"
                                                       : "rebuilt"})
         .inc();
-  }
-  for (std::size_t k = 0; k < names.size(); ++k) {
-    if (!done[k]) fn(k, at[k], at[k] != no_node && cls->healthy[at[k]] != 0, nullptr);
   }
   errors.insert(errors.end(), errs.begin(), errs.end());
   return true;
@@ -299,15 +304,11 @@ std::string extender::judge_hard(const extender_args& a, const threshold& limit,
       kept.push_back(k);
     }
   };
-  std::vector<std::pair<node_cost, std::uint8_t>> judged(names.size());  // cost, known|healthy
-  const bool fast = evaluate_kept(
-      a, errors, [&](std::size_t k, std::uint32_t i, bool healthy, const job_scores* st) {
-        judged[k].second = static_cast<std::uint8_t>((i != no_node ? 1 : 0) | (healthy ? 2 : 0));
-        if (st && i != no_node) judged[k].first = st->cost(i);
-      });
+  kept_answers got;
+  const bool fast = evaluate_kept(a, errors, got, true);
   if (fast && errors.empty()) {
     for (std::size_t k = 0; k < names.size(); ++k) {
-      judge(k, judged[k].second & 1, judged[k].second & 2, judged[k].first);
+      judge(k, got.state[k] & 1, got.state[k] & 2, got.cost[k]);
     }
     return "";
   }
@@ -410,54 +411,66 @@ http::response extender::prioritize(std::string_view body) {
   }
   const auto& names = a->node_names();
   std::vector<std::string> errors;
-  std::vector<std::uint8_t> score(names.size(), 0);
-  const std::string preferred = preferred_for(a->pod);
-  std::vector<std::uint8_t> usable;  // known and healthy (for a preferred node only)
-  if (!preferred.empty()) usable.assign(names.size(), 0);
-  bool fast = evaluate_kept(
-      *a, errors, [&](std::size_t k, std::uint32_t i, bool healthy, const job_scores* st) {
-        score[k] = st && i != no_node ? static_cast<std::uint8_t>(st->score(i)) : 0;
-        if (!usable.empty()) usable[k] = i != no_node && healthy ? 1 : 0;
-      });
-  if (!fast) {
+  kept_answers got;
+  if (!evaluate_kept(*a, errors, got, false)) {
     errors.clear();
     auto verdicts = evaluate(*a, errors);
+    got.score.assign(names.size(), 0);
+    got.state.assign(names.size(), 0);
     for (std::size_t k = 0; k < verdicts.size(); ++k) {
-      score[k] = static_cast<std::uint8_t>(verdicts[k].score);
-      if (!usable.empty()) usable[k] = verdicts[k].known && verdicts[k].healthy ? 1 : 0;
+      got.score[k] = static_cast<std::uint8_t>(verdicts[k].score);
+      got.state[k] =
+          static_cast<std::uint8_t>((verdicts[k].known ? 1 : 0) | (verdicts[k].healthy ? 2 : 0));
     }
   }
-  if (!preferred.empty()) {
+  auto& score = got.score;
+  if (const std::string preferred = preferred_for(a->pod); !preferred.empty()) {
     // A failover replacement comes first (jobs.h): 10 for it, at most 9 for the others.
     for (std::size_t k = 0; k < names.size(); ++k) {
-      score[k] = names[k] == preferred && usable[k] ? 10 : std::min<std::uint8_t>(score[k], 9);
+      score[k] =
+          names[k] == preferred && got.state[k] == 3 ? 10 : std::min<std::uint8_t>(score[k], 9);
     }
   }
   // HostPriorityList, written directly: the bytes dump() gives for
-  // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node; a kept
-  // list has each entry's bytes up to the score ready.
+  // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node. A kept list
+  // has each entry's bytes up to the score ready: the answer is then one copy of them with the
+  // scores put in, written through a pointer (20,000 entries).
   std::string text;
-  const listed_names* l = a->listed.get();
-  text.reserve(2 + (l ? l->hosts.size() + names.size() * 4 : names.size() * 32));
-  text += '[';
-  for (std::size_t k = 0; k < names.size(); ++k) {
-    if (k > 0) text += ',';
-    if (l) {
-      const std::uint32_t from = k == 0 ? 0 : l->host_end[k - 1];
-      text.append(l->hosts, from, l->host_end[k] - from);
-    } else {
+  if (const listed_names* l = a->listed.get()) {
+    text.resize(2 + l->hosts.size() + names.size() * 4);
+    char* w = text.data();
+    *w++ = '[';
+    std::uint32_t from = 0;
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      if (k > 0) *w++ = ',';
+      const std::uint32_t to = l->host_end[k];
+      std::memcpy(w, l->hosts.data() + from, to - from);
+      w += to - from;
+      from = to;
+      if (score[k] >= 10) {
+        *w++ = '1';
+        *w++ = '0';
+      } else {
+        *w++ = static_cast<char>('0' + score[k]);
+      }
+      *w++ = '}';
+    }
+    *w++ = ']';
+    text.resize(static_cast<std::size_t>(w - text.data()));
+  } else {
+    text.reserve(2 + names.size() * 32);
+    text += '[';
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      if (k > 0) text += ',';
       text += R"({"Host":)";
       append_json_string(text, names[k]);
       text += R"(,"Score":)";
+      text +=
+          score[k] >= 10 ? std::string_view("10") : std::string_view(&"0123456789"[score[k]], 1);
+      text += '}';
     }
-    if (score[k] >= 10) {
-      text += "10";
-    } else {
-      text += static_cast<char>('0' + score[k]);
-    }
-    text += '}';
+    text += ']';
   }
-  text += ']';
   requests_.with({"prioritize", "ok"}).inc();
   if (!errors.empty()) {
     log::info("extender prioritize without some images",

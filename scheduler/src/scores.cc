@@ -110,8 +110,7 @@ std::unique_ptr<job_scores> job_scores::build(const cluster_view& v,
   }
   members(cls->rack, cls->racks, s->rack_start_, s->rack_nodes_);
   members(cls->zone, cls->zones, s->zone_start_, s->zone_nodes_);
-  s->cold_ = m.cold_seconds(s->total_);
-  s->log_cold_ = std::log1p(s->cold_);
+  s->bounds_ = score_bounds(m.cold_seconds(s->total_));
   s->scores_.assign(n, 0);
   for (std::uint32_t i = 0; i < n; ++i) s->rescore(i);
   return s;
@@ -142,17 +141,27 @@ node_cost job_scores::cost(std::uint32_t node) const {
   return c;
 }
 
-// extender_score() with the cold start's logarithm taken once: the same arithmetic, so the same
-// scores.
-int job_scores::score_of(const node_cost& c) const {
-  if (c.bytes_total == 0) return 0;
-  if (cold_ <= 0 || c.seconds <= 0) return 10;
-  double s = 10.0 * (1.0 - std::log1p(c.seconds) / log_cold_);
-  return static_cast<int>(std::lround(std::clamp(s, 0.0, 10.0)));
+score_bounds::score_bounds(double cold_seconds) : cold_(cold_seconds) {
+  log_cold_ = std::log1p(cold_);
+  for (int j = 1; j <= 10; ++j) bound_[j] = std::expm1(log_cold_ * (10.5 - j) / 10.0);
+}
+
+int score_bounds::score(double t) const {
+  if (cold_ <= 0 || t <= 0) return 10;
+  int s = 0;
+  while (s < 10 && t <= bound_[s + 1]) ++s;
+  auto near = [t](double b) { return std::abs(t - b) <= 1e-9 * b; };
+  if ((s < 10 && near(bound_[s + 1])) || (s > 0 && near(bound_[s]))) {
+    const double exact = 10.0 * (1.0 - std::log1p(t) / log_cold_);
+    return static_cast<int>(std::lround(std::clamp(exact, 0.0, 10.0)));
+  }
+  return s;
 }
 
 void job_scores::rescore(std::uint32_t node) {
-  scores_[node] = cls_.healthy[node] ? static_cast<std::uint8_t>(score_of(cost(node))) : 0;
+  scores_[node] = cls_.healthy[node] && total_ != 0
+                      ? static_cast<std::uint8_t>(bounds_.score(cost(node).seconds))
+                      : 0;
 }
 
 std::uint32_t job_scores::find(const digest& d) const {

@@ -306,3 +306,38 @@ TEST(ScoresLimits, TheCacheBuildsOnceThenFollowsAndEvictsTheLeastRecent) {
 
 }  // namespace
 }  // namespace shoal::scheduler
+
+namespace shoal::scheduler {
+namespace {
+
+// Scores from bounds (no logarithm per node) are extender_score()'s, on a sweep of times and on
+// the bounds themselves and their neighbouring doubles.
+TEST(ScoreBounds, AreTheLogarithmicScoreExactly) {
+  const auto model = cost_model::from(cost_config{});
+  for (std::uint64_t total : {1ull, 1000ull, 123'456'789ull, 7ull << 30, 3ull << 40}) {
+    node_cost c;
+    c.bytes_total = total;
+    const double cold = model.cold_seconds(total);
+    const score_bounds b(cold);
+    std::size_t checked = 0;
+    auto check = [&](double t) {
+      c.seconds = t;
+      ASSERT_EQ(b.score(t), extender_score(c, model)) << "total " << total << " t " << t;
+      ++checked;
+    };
+    for (double t = cold * 1e-9; t < cold * 4; t *= 1.01) check(t);
+    for (int j = 0; j <= 10; ++j) {
+      // Where the score steps from j to j + 1, and the doubles around it.
+      const double edge = std::expm1(std::log1p(cold) * (10.5 - j) / 10.0);
+      double t = edge;
+      for (int step = 0; step < 4; ++step) t = std::nextafter(t, 0.0);
+      for (int step = 0; step < 8; ++step, t = std::nextafter(t, cold * 10)) check(t);
+    }
+    check(0);
+    check(cold);
+    EXPECT_GT(checked, 1000u);
+  }
+}
+
+}  // namespace
+}  // namespace shoal::scheduler

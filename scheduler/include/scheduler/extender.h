@@ -149,16 +149,17 @@ class extender {
   // when kept scores cannot serve, see scores.h).
   [[nodiscard]] std::vector<verdict> evaluate(const extender_args& a,
                                               std::vector<std::string>& errors);
-  // The same answers from kept job states (scores.h): calls fn(k, position, healthy, state) for
-  // each requested name k, with its position in the index's node list (no_node when unknown),
-  // its health, and the state of its platform's objects (null when the platform has none: cost
-  // 0), which is valid during the call only. False when kept states cannot serve (racks spanning
-  // zones, a node came or went meanwhile): fn may have been called for some names, and the
-  // caller uses evaluate() instead.
-  using kept_fn = std::function<void(std::size_t k, std::uint32_t position, bool healthy,
-                                     const job_scores* state)>;
+  // The same answers from kept job states (scores.h), per requested name k: its score, whether
+  // the index knows it and whether it is healthy, and with `costs` the cost of each known healthy
+  // node (others: bytes_total only). False when kept states cannot serve (racks spanning zones, a
+  // node came or went meanwhile): the caller uses evaluate() instead.
+  struct kept_answers {
+    std::vector<std::uint8_t> score;  // 0..10
+    std::vector<std::uint8_t> state;  // bit 0: known, bit 1: healthy
+    std::vector<node_cost> cost;      // with costs only
+  };
   [[nodiscard]] bool evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
-                                   const kept_fn& fn);
+                                   kept_answers& out, bool costs);
 
   // The node a job's pods should go to (a failover replacement), or nullopt; set once at wiring,
   // before requests (job_registry::preferred_node). Unset: no preference.

@@ -21,6 +21,7 @@
 // Thread-safety: job_scores none; score_cache is thread-safe and hands a state out under the
 // state's own lock.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -36,6 +37,22 @@
 #include "scheduler/index.h"
 
 namespace shoal::scheduler {
+
+// extender_score() without a logarithm per node. The score, 10 (1 − ln(1 + t) / ln(1 + t_cold))
+// rounded half away from zero, falls as t grows: it is at least j exactly when t is at most
+// bound j = e^(ln(1 + t_cold) (10.5 − j) / 10) − 1, so it is the number of bounds t stays under.
+// Within a relative 1e-9 of a bound the two computations could round apart, and there the
+// logarithm decides, as in extender_score().
+class score_bounds {
+ public:
+  explicit score_bounds(double cold_seconds);
+  // The score of a node with a non-zero job size that needs `seconds`.
+  [[nodiscard]] int score(double seconds) const;
+
+ private:
+  double cold_ = 0, log_cold_ = 0;
+  std::array<double, 11> bound_{};
+};
 
 class job_scores {
  public:
@@ -68,7 +85,6 @@ class job_scores {
 
  private:
   job_scores(const cost_model& m) : m_(m) {}
-  [[nodiscard]] int score_of(const node_cost& c) const;
   void rescore(std::uint32_t node);
   [[nodiscard]] std::uint32_t find(const digest& d) const;
   // One change; false when the state cannot follow it.
@@ -80,7 +96,7 @@ class job_scores {
   std::weak_ptr<const node_classes> list_;  // the index's list it is on (identity only)
   std::uint64_t seq_ = 0;
   std::uint64_t total_ = 0;
-  double cold_ = 0, log_cold_ = 0;
+  score_bounds bounds_{0};
   // Per object k.
   std::vector<digest> ids_;
   std::vector<std::uint64_t> size_;
