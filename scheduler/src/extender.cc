@@ -171,11 +171,6 @@ std::vector<extender::verdict> score_requested(const cluster_view& view, const j
 
 std::vector<extender::verdict> extender::evaluate(const extender_args& a,
                                                   std::vector<std::string>& errors) {
-  job_spec job;
-  job.images = a.pod.images;
-  job.datasets = a.pod.datasets;
-  // job.candidates stays empty: resolution reads only the images and datasets, and copying
-  // 5,000 names per request was a tenth of a decision.
   auto& idx = placer_.index();
   // Each requested name is found once in the view (sorted by name: a merge walk), and from then
   // on a node is its index: platforms and costs come from small integers (node_classes), and only
@@ -185,23 +180,33 @@ std::vector<extender::verdict> extender::evaluate(const extender_args& a,
   const auto& names = a.node_names();
   auto at = index_of_names(nodes_only.nodes, names);
   auto platforms = requested_platforms(nodes_only.nodes, names.empty(), at);
-  auto objs = placer_.resolve(job, platforms, opts_.resolve_timeout, false);
-  job_objects empty;
-  if (!objs) {
-    errors.push_back(objs.error().message);
-    objs = empty;
-  }
-  for (const auto& [plat, list] : objs->errors) {
-    for (const auto& e : list) errors.push_back(plat + ": " + e);
-  }
+  auto objs = resolve_pod(a.pod, platforms, errors);
   std::vector<digest> all;
-  for (const auto& [plat, list] : objs->by_platform) {
+  for (const auto& [plat, list] : objs.by_platform) {
     for (const auto& o : list) all.push_back(o.id);
   }
   auto view = idx.view(all);
   // A heartbeat may have changed the node list between the two views.
   if (view.nodes.begin() != nodes_only.nodes.begin()) at = index_of_names(view.nodes, names);
-  return score_requested(view, *objs, names, at, placer_.model());
+  return score_requested(view, objs, names, at, placer_.model());
+}
+
+job_objects extender::resolve_pod(const pod_info& pod, const std::vector<std::string>& platforms,
+                                  std::vector<std::string>& errors) {
+  // job.candidates stays empty: resolution reads only the images and datasets, and copying
+  // 5,000 names per request was a tenth of a decision.
+  job_spec job;
+  job.images = pod.images;
+  job.datasets = pod.datasets;
+  auto objs = placer_.resolve(job, platforms, opts_.resolve_timeout, false);
+  if (!objs) {
+    errors.push_back(objs.error().message);
+    return {};
+  }
+  for (const auto& [plat, list] : objs->errors) {
+    for (const auto& e : list) errors.push_back(plat + ": " + e);
+  }
+  return std::move(*objs);
 }
 
 bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
@@ -220,19 +225,8 @@ bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& e
     if (a.listed && nodes_only.nodes.classes()) a.listed->keep(p);
     pos = std::move(p);
   }
-  job_spec job;
-  job.images = a.pod.images;
-  job.datasets = a.pod.datasets;
-  auto objs = placer_.resolve(job, pos->platforms, opts_.resolve_timeout, false);
   std::vector<std::string> errs;
-  job_objects empty;
-  if (!objs) {
-    errs.push_back(objs.error().message);
-    objs = empty;
-  }
-  for (const auto& [plat, list] : objs->errors) {
-    for (const auto& e : list) errs.push_back(plat + ": " + e);
-  }
+  auto objs = resolve_pod(a.pod, pos->platforms, errs);
   auto cls = classes_of(nodes_only.nodes);
   const auto& at = pos->at;
   const std::size_t n = names.size();
@@ -246,8 +240,8 @@ bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& e
   // One kept state per platform with objects; the names of other platforms cost nothing.
   const bool one_platform = cls->platforms.size() == 1;
   for (std::uint32_t p = 0; p < cls->platforms.size(); ++p) {
-    auto it = objs->by_platform.find(cls->platforms[p]);
-    if (it == objs->by_platform.end() || it->second.empty()) continue;
+    auto it = objs.by_platform.find(cls->platforms[p]);
+    if (it == objs.by_platform.end() || it->second.empty()) continue;
     bool same_list = true;
     auto how = scores_.with(idx, it->first, it->second, placer_.model(), [&](const job_scores& st) {
       // The state follows the index's current list; the positions above are from the list

@@ -167,6 +167,11 @@ class extender {
   void set_job_preference(job_preference fn) { preferred_ = std::move(fn); }
 
  private:
+  // The pod's images and datasets resolved for these platforms (within resolve_timeout); what
+  // could not be resolved is left out and said in `errors`.
+  [[nodiscard]] job_objects resolve_pod(const pod_info& pod,
+                                        const std::vector<std::string>& platforms,
+                                        std::vector<std::string>& errors);
   // The pod's job's preferred node, or "".
   [[nodiscard]] std::string preferred_for(const pod_info& pod) const;
   // Hard mode's filter: the names that pass (indexes into a.node_names()) into `kept`, the
