@@ -149,6 +149,13 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     return s;
   }
 
+  // Failed, or about to: its in-flight object failed (wrong bytes, an aborted write; readers
+  // were cut off) before the fetch itself failed and left blob_service's table. Never joined.
+  bool failing() {
+    std::lock_guard lk(mu_);
+    return ph_ == phase::failed || (inflight_ && inflight_->state() == cache::write_state::failed);
+  }
+
   // Runs `cb` once the object is known to be cut into chunks (at once if it is). Never runs
   // for an object that is not chunked: the waiter is dropped when the fetch ends.
   void when_chunked(std::function<void()> cb) {

@@ -223,7 +223,7 @@ std::map<flight_key, std::shared_ptr<blob_fetch>>::iterator blob_service::verifi
     bool verified =
         s.ph == blob_fetch::phase::committed ||
         (s.ph == blob_fetch::phase::streaming && s.inflight && s.inflight->snapshot().verified);
-    if (s.is_public && verified) return it;
+    if (s.is_public && verified && !it->second->failing()) return it;
   }
   return fetches_.end();
 }
@@ -237,6 +237,10 @@ std::shared_ptr<blob_fetch> blob_service::join_or_start(const selection& sel, co
   {
     std::lock_guard lk(mu_);
     auto it = fetches_.find(key);
+    // A fetch whose bytes already failed is over for a newcomer, who would get a 200 head and
+    // then a cut-off: it starts a fetch of its own, as it would a moment later once the failed
+    // one has left the table (it replaces it there; finish_fetch erases only its own entry).
+    if (it != fetches_.end() && it->second->failing()) it = fetches_.end();
     if (it == fetches_.end() && !o.personal) it = verified_public_locked(d);
     if (it != fetches_.end() && !o.ring_from.empty() && it->second->source() == o.ring_from) {
       if (o.misdirected) *o.misdirected = true;
@@ -294,6 +298,7 @@ void blob_service::serve(const selection& sel, const digest& d, const credential
     {
       std::lock_guard lk(mu_);
       auto it = fetches_.find(flight_key{d, sel.up->cfg.name, sel.repo, {}});
+      if (it != fetches_.end() && it->second->failing()) it = fetches_.end();
       if (it == fetches_.end()) it = verified_public_locked(d);
       if (it != fetches_.end()) f = it->second;
     }
@@ -328,27 +333,34 @@ void blob_service::serve_fetched(const selection& sel, const digest& d, const cr
 
 void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const selection& sel,
                                     const credential& cred, bool head, http::responder resp) {
-  f->when_head([this, f, sel, cred, head, resp] {
+  // The fetch failed: its answer, unless this client's credential may get another one.
+  auto answer_failure = [this, f, sel, cred, head, resp] {
     auto s = f->snap();
-    if (s.ph == blob_fetch::phase::failed) {
-      // A refusal of the credential (or of none) the fetch acted with: this client's own
-      // credential may get another answer, from a fetch of its own.
-      if (wants_own_answer(*f, cred)) {
-        net::post(pool_, [this, sel, d = f->id(), cred, head, resp] {
-          serve_fetched(sel, d, cred, head, true, resp);
-        });
-        return;
-      }
-      return resp.send(
-          failure_response(s.status, s.message, s.retry_after, oci::error_code::blob_unknown));
+    // A refusal of the credential (or of none) the fetch acted with: this client's own
+    // credential may get another answer, from a fetch of its own.
+    if (wants_own_answer(*f, cred)) {
+      net::post(pool_, [this, sel, d = f->id(), cred, head, resp] {
+        serve_fetched(sel, d, cred, head, true, resp);
+      });
+      return;
     }
+    resp.send(failure_response(s.status ? s.status : 502, s.message, s.retry_after,
+                               oci::error_code::blob_unknown));
+  };
+  f->when_head([this, f, sel, cred, head, resp, answer_failure] {
+    auto s = f->snap();
+    if (s.ph == blob_fetch::phase::failed) return answer_failure();
     if (s.ph == blob_fetch::phase::committed) {
       net::post(pool_, [this, sel, d = f->id(), cred, head, resp] {
         serve_cached(sel, d, cred, head, resp);
       });
       return;
     }
-    auto respond = [f, s, head, resp] {
+    auto respond = [f, s, head, resp, answer_failure] {
+      // Bytes that failed since this client joined (it joined before: joining a failing fetch
+      // starts a new one): no 200 head for a body that can only be cut off; the fetch is about
+      // to fail and this client gets its answer.
+      if (f->failing()) return f->when_done(answer_failure);
       auto r = blob_headers(f->id());
       if (!s.size) r.rangeable = false;
       auto infl = s.inflight;
