@@ -332,14 +332,18 @@ std::shared_ptr<const listed_names> names_cache::add(std::string_view raw,
   auto l = std::make_shared<listed_names>();
   l->raw = std::string(raw);
   l->names = std::move(names);
-  l->host_end.reserve(l->names.size());
-  l->hosts.reserve(l->raw.size() + l->names.size() * 20);
+  l->slot.reserve(l->names.size());
+  l->answer.reserve(2 + l->raw.size() + l->names.size() * 24);
+  l->answer += '[';
   for (const auto& n : l->names) {
-    l->hosts += R"({"Host":)";
-    append_json_string(l->hosts, n);
-    l->hosts += R"(,"Score":)";
-    l->host_end.push_back(static_cast<std::uint32_t>(l->hosts.size()));
+    if (l->answer.size() > 1) l->answer += ',';
+    l->answer += R"({"Host":)";
+    append_json_string(l->answer, n);
+    l->answer += R"(,"Score":)";
+    l->slot.push_back(static_cast<std::uint32_t>(l->answer.size()));
+    l->answer += " 0}";
   }
+  l->answer += ']';
   std::lock_guard lk(mu_);
   lists_.insert(lists_.begin(), l);
   if (lists_.size() > capacity) lists_.pop_back();

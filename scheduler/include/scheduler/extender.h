@@ -70,9 +70,10 @@ struct pod_info {
 struct listed_names {
   std::string raw;                 // the array's bytes, '[' to ']'
   std::vector<std::string> names;  // in order
-  // Each name's HostPriorityList entry up to its score: {"Host":"<name>","Score":
-  std::string hosts;
-  std::vector<std::uint32_t> host_end;  // end of name k's entry in hosts
+  // The HostPriorityList for these names with a two-byte slot for each score:
+  // [{"Host":"<name>","Score":__},...]; a score below 10 goes in with a space before it.
+  std::string answer;
+  std::vector<std::uint32_t> slot;  // where name k's score goes in answer
   // Each name's position in one node list of the index, and the platforms of the healthy ones
   // (sorted): computed for the list current at the time, replaced when it changes.
   struct positions {
