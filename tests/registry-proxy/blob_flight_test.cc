@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "test_util.h"
 #include "../common/http_server_fixture.h"
 #include "../common/http_test_util.h"
 #include "../common/support/test_http_server.h"
@@ -32,27 +33,12 @@ using namespace std::chrono_literals;
 
 constexpr const char* kAlice = "Basic YWxpY2U6YWxpY2UtcHc=";  // alice:alice-pw
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string t = (fs::temp_directory_path() / "shoal-flight-XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using testing_util::bytes;
 
-std::string bytes(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+// A temporary directory of this test's own.
+struct temp_dir : testing_util::temp_dir {
+  temp_dir() : testing_util::temp_dir("shoal-flight") {}
+};
 
 testing::raw_response get(std::uint16_t port, const std::string& target,
                           const std::string& extra = "") {

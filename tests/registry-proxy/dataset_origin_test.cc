@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "test_util.h"
 #include "../common/support/test_http_server.h"
 #include "cache/store.h"
 #include "common/sha256.h"
@@ -19,27 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string t = (fs::temp_directory_path() / "shoal-origin-XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using testing_util::bytes;
 
-std::string bytes(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+// A temporary directory of this test's own.
+struct temp_dir : testing_util::temp_dir {
+  temp_dir() : testing_util::temp_dir("shoal-origin") {}
+};
 
 // An HTTP origin: a map of paths to bodies, listings for directories, Range support that a test
 // can switch off, and a hook to cut a body short.
