@@ -135,7 +135,11 @@ result<parsed_grant> parse(std::string_view grant) {
   if (*ver != 1) return fail(errc::protocol_error, "grant version " + std::to_string(*ver));
   if (hash->size() != 20) return fail(errc::protocol_error, "grant info-hash is not 20 bytes");
   if (node->empty() || node->size() > 253) return fail(errc::protocol_error, "grant node name");
-  if (*exp <= 0) return fail(errc::protocol_error, "grant expiry");
+  // The expiry becomes a clock time point (nanoseconds from 1970: up to the year 2262); one past
+  // that would overflow in the conversion.
+  constexpr std::int64_t max_exp =
+      std::chrono::duration_cast<std::chrono::seconds>(clock::duration::max()).count();
+  if (*exp <= 0 || *exp > max_exp) return fail(errc::protocol_error, "grant expiry out of range");
   parsed_grant p;
   std::copy(hash->begin(), hash->end(), reinterpret_cast<char*>(p.c.swarm.data()));
   p.c.node = *node;

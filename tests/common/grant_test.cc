@@ -151,6 +151,17 @@ TEST(Grant, TamperedClaimsFailTheSignature) {
   r = v->verify(bencode::encode(bencode::value(dict)), swarm_of(3), "n1");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("signature does not verify"), std::string::npos);
+  // An expiry past what the clock can hold (the year 2539 here; a mutation made it once) is
+  // refused before any conversion could overflow, and so are zero and negative ones.
+  for (std::int64_t e : {std::int64_t{17964069808}, std::int64_t{9223372036854775807},
+                         std::int64_t{0}, std::int64_t{-5}}) {
+    dict = d->as_dict();
+    dict["e"] = e;
+    r = v->verify(bencode::encode(bencode::value(dict)), swarm_of(3), "n1");
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("grant expiry out of range"), std::string::npos)
+        << r.error().message;
+  }
   // An extra key is refused before any crypto.
   dict = d->as_dict();
   dict["z"] = 1;
