@@ -276,14 +276,34 @@ std::string extender::preferred_for(const pod_info& pod) const {
   return preferred_(pod.job).value_or("");
 }
 
+extender::kept_answers extender::answers(const extender_args& a, std::vector<std::string>& errors,
+                                         bool costs) {
+  kept_answers got;
+  if (evaluate_kept(a, errors, got, costs)) return got;
+  auto verdicts = evaluate(a, errors);
+  got.score.assign(verdicts.size(), 0);
+  got.state.assign(verdicts.size(), 0);
+  if (costs) got.cost.assign(verdicts.size(), node_cost{});
+  for (std::size_t k = 0; k < verdicts.size(); ++k) {
+    got.score[k] = static_cast<std::uint8_t>(verdicts[k].score);
+    got.state[k] =
+        static_cast<std::uint8_t>((verdicts[k].known ? 1 : 0) | (verdicts[k].healthy ? 2 : 0));
+    if (costs) got.cost[k] = verdicts[k].cost;
+  }
+  return got;
+}
+
 std::string extender::judge_hard(const extender_args& a, const threshold& limit,
                                  std::vector<std::size_t>& kept, json& failed) {
   const auto& names = a.node_names();
-  const std::string preferred = preferred_for(a.pod);
   std::vector<std::string> errors;
-  // Whether name k passes, or why not; from kept scores, else a full evaluation.
-  auto judge = [&](std::size_t k, bool known, bool healthy, const node_cost& cost) {
+  const auto got = answers(a, errors, true);
+  if (!errors.empty()) return "shoal: cannot check the pod's data: " + errors.front();
+  const std::string preferred = preferred_for(a.pod);
+  for (std::size_t k = 0; k < names.size(); ++k) {
     const std::string& node = names[k];
+    const bool known = got.state[k] & 1, healthy = got.state[k] & 2;
+    const node_cost& cost = got.cost[k];
     if ((cost.bytes_total == 0 || node == preferred) && known && healthy) {
       kept.push_back(k);
     } else if (!known) {
@@ -297,26 +317,8 @@ std::string extender::judge_hard(const extender_args& a, const threshold& limit,
     } else {
       kept.push_back(k);
     }
-  };
-  kept_answers got;
-  const bool fast = evaluate_kept(a, errors, got, true);
-  if (fast && errors.empty()) {
-    for (std::size_t k = 0; k < names.size(); ++k) {
-      judge(k, got.state[k] & 1, got.state[k] & 2, got.cost[k]);
-    }
-    return "";
   }
-  if (!fast) {
-    errors.clear();
-    auto verdicts = evaluate(a, errors);
-    if (errors.empty()) {
-      for (std::size_t k = 0; k < verdicts.size(); ++k) {
-        judge(k, verdicts[k].known, verdicts[k].healthy, verdicts[k].cost);
-      }
-      return "";
-    }
-  }
-  return "shoal: cannot check the pod's data: " + errors.front();
+  return "";
 }
 
 http::response extender::filter(std::string_view body) {
@@ -405,18 +407,7 @@ http::response extender::prioritize(std::string_view body) {
   }
   const auto& names = a->node_names();
   std::vector<std::string> errors;
-  kept_answers got;
-  if (!evaluate_kept(*a, errors, got, false)) {
-    errors.clear();
-    auto verdicts = evaluate(*a, errors);
-    got.score.assign(names.size(), 0);
-    got.state.assign(names.size(), 0);
-    for (std::size_t k = 0; k < verdicts.size(); ++k) {
-      got.score[k] = static_cast<std::uint8_t>(verdicts[k].score);
-      got.state[k] =
-          static_cast<std::uint8_t>((verdicts[k].known ? 1 : 0) | (verdicts[k].healthy ? 2 : 0));
-    }
-  }
+  auto got = answers(*a, errors, false);
   auto& score = got.score;
   if (const std::string preferred = preferred_for(a->pod); !preferred.empty()) {
     // A failover replacement comes first (jobs.h): 10 for it, at most 9 for the others.

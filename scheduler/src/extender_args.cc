@@ -16,8 +16,8 @@ namespace detail {
 
 // Appends `s` as a JSON string, byte for byte as dump() writes it. Node names are plain ASCII,
 // which is copied as is; anything else (quotes, control bytes, UTF-8) goes through nlohmann.
-// Answers list all 5,000 nodes, and building a json value per node cost more than the rest of
-// the decision (issue #5).
+// Answers list every node (5,000 and more), and building a json value per node cost more than
+// the rest of the decision.
 void append_json_string(std::string& out, std::string_view s) {
   for (unsigned char c : s) {
     if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {

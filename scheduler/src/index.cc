@@ -382,7 +382,7 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
   fresh->built_at = now;
   fresh->valid_until = clock::time_point::max();
   fresh->nodes.reserve(nodes_.size());
-  fresh->index_of.assign(next_id_, node_snapshot::npos);
+  std::vector<std::uint32_t> index_of(next_id_, node_snapshot::npos);
   for (const auto& [name, n] : nodes_) {
     node_view nv;
     nv.name = name;
@@ -403,18 +403,22 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
       if (nv.gpu_model.empty()) nv.gpu_model = g.model;
     }
     nv.netsetup = n.inv.netsetup;
-    if (n.id < fresh->index_of.size())
-      fresh->index_of[n.id] = static_cast<std::uint32_t>(fresh->nodes.size());
+    if (n.id < index_of.size()) index_of[n.id] = static_cast<std::uint32_t>(fresh->nodes.size());
     if (reachable)
       fresh->valid_until = std::min(fresh->valid_until, n.last_seen + opts_.unhealthy_after);
     fresh->nodes.push_back(std::move(nv));
   }
   fresh->classes = make_classes(fresh->nodes);
-  fresh->classes.index_of_id = fresh->index_of;
+  fresh->classes.index_of_id = std::move(index_of);
   std::lock_guard lk(snapshot_mu_);
   // Another reader may have rebuilt it meanwhile from the same state; either copy is right.
   snapshot_ = fresh;
   return fresh;
+}
+
+node_list cluster_index::list_of(const std::shared_ptr<const node_snapshot>& snap) {
+  return node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes),
+                   std::shared_ptr<const node_classes>(snap, &snap->classes));
 }
 
 cluster_view cluster_index::view(std::span<const digest> objects) const {
@@ -423,9 +427,8 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
   auto snap = snapshot_locked(now);
   cluster_view v;
   v.changes = log_next_;
-  // The view shares the snapshot's node list (aliasing: the list keeps the snapshot alive).
-  v.nodes = node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes),
-                      std::shared_ptr<const node_classes>(snap, &snap->classes));
+  v.nodes = list_of(snap);
+  const auto& index_of = snap->classes.index_of_id;
   // Holders are kept by node id; the view wants node indexes, sorted. A popular object is on
   // thousands of nodes, so instead of sorting its list the indexes are set in a bitmap of all
   // nodes and read back in order (O(nodes / 64 + holders)).
@@ -444,14 +447,14 @@ cluster_view cluster_index::view(std::span<const digest> objects) const {
       ov.holders.reserve(ids.size());
       if (ids.size() < 64) {
         for (auto id : ids) {
-          if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos)
-            ov.holders.push_back(snap->index_of[id]);
+          if (id < index_of.size() && index_of[id] != node_snapshot::npos)
+            ov.holders.push_back(index_of[id]);
         }
         std::sort(ov.holders.begin(), ov.holders.end());
       } else {
         for (auto id : ids) {
-          if (id < snap->index_of.size() && snap->index_of[id] != node_snapshot::npos) {
-            auto x = snap->index_of[id];
+          if (id < index_of.size() && index_of[id] != node_snapshot::npos) {
+            auto x = index_of[id];
             bits[x / 64] |= std::uint64_t{1} << (x % 64);
           }
         }
@@ -474,9 +477,7 @@ std::optional<std::uint64_t> cluster_index::changes_since(
   std::shared_lock lk(mu_);
   if (since > log_next_ || log_next_ - since > log_.size()) return std::nullopt;
   auto snap = snapshot_locked(now);
-  if (!on_nodes(node_list(std::shared_ptr<const std::vector<node_view>>(snap, &snap->nodes),
-                          std::shared_ptr<const node_classes>(snap, &snap->classes))))
-    return std::nullopt;
+  if (!on_nodes(list_of(snap))) return std::nullopt;
   for (std::uint64_t s = since; s < log_next_; ++s) on_change(log_[s % log_.size()]);
   return log_next_;
 }

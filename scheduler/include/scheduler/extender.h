@@ -153,7 +153,7 @@ class extender {
   // The same answers from kept job states (scores.h), per requested name k: its score, whether
   // the index knows it and whether it is healthy, and with `costs` the cost of each known healthy
   // node (others: bytes_total only). False when kept states cannot serve (racks spanning zones, a
-  // node came or went meanwhile): the caller uses evaluate() instead.
+  // node came or went meanwhile), having added nothing to `errors`: then evaluate() answers.
   struct kept_answers {
     std::vector<std::uint8_t> score;  // 0..10
     std::vector<std::uint8_t> state;  // bit 0: known, bit 1: healthy
@@ -175,6 +175,9 @@ class extender {
                                         std::vector<std::string>& errors);
   // The pod's job's preferred node, or "".
   [[nodiscard]] std::string preferred_for(const pod_info& pod) const;
+  // evaluate_kept()'s answers, else the same from evaluate(): what both verbs read.
+  [[nodiscard]] kept_answers answers(const extender_args& a, std::vector<std::string>& errors,
+                                     bool costs);
   // Hard mode's filter: the names that pass (indexes into a.node_names()) into `kept`, the
   // others with why into `failed`; or the error that stops the judgement.
   [[nodiscard]] std::string judge_hard(const extender_args& a, const threshold& limit,

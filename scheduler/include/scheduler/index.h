@@ -203,13 +203,16 @@ class cluster_index {
   struct node_snapshot {
     std::uint64_t generation = 0;
     clock::time_point built_at, valid_until;
-    std::vector<node_view> nodes;         // sorted by name (the order of nodes_)
-    std::vector<std::uint32_t> index_of;  // node id → index in nodes (npos: none)
-    node_classes classes;                 // of nodes (cost.h), shared by views like nodes
+    std::vector<node_view> nodes;  // sorted by name (the order of nodes_)
+    // Of nodes (cost.h), shared by views like nodes; its index_of_id maps a node id to its
+    // index in nodes (npos: none).
+    node_classes classes;
     static constexpr std::uint32_t npos = ~std::uint32_t{0};
   };
   // The current snapshot (rebuilt when stale). Caller holds mu_ (shared is enough).
   [[nodiscard]] std::shared_ptr<const node_snapshot> snapshot_locked(clock::time_point now) const;
+  // The snapshot's node list as views share it (aliasing: the list keeps the snapshot alive).
+  [[nodiscard]] static node_list list_of(const std::shared_ptr<const node_snapshot>& snap);
 
   struct object_entry {
     std::uint64_t size = 0;
