@@ -77,10 +77,7 @@ class job_scores {
   [[nodiscard]] int score(std::uint32_t node) const { return scores_[node]; }
   // evaluator::cost() of a healthy node; for an unhealthy one only bytes_total and present().
   [[nodiscard]] node_cost cost(std::uint32_t node) const;
-  [[nodiscard]] std::uint64_t bytes_total() const noexcept { return total_; }
-  // The node's platform id and the classes the state was built on (for tests).
-  [[nodiscard]] const node_classes& classes() const noexcept { return cls_; }
-  // Nodes scored again by the last catch_up (for tests and metrics).
+  // Nodes scored again by the last catch_up (for tests).
   [[nodiscard]] std::size_t rescored() const noexcept { return rescored_; }
 
  private:
