@@ -502,11 +502,16 @@ TEST(SwarmGrants, OnlyHoldersOfAValidGrantGetPieces) {
   std::ifstream f(obj.root / "member" / obj.meta.object.hex(), std::ios::binary);
   std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(got, obj.data);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  for (std::size_t i = 1; i < dls.size(); ++i)
-    EXPECT_EQ(downloaded(dls[i].h), 0) << dls[i].name << " got bytes";
   const auto* c = (*seed)->grant_stats();
   ASSERT_NE(c, nullptr);
+  // The refused ones connect on their own schedule (seconds apart under a sanitizer on a busy
+  // machine): wait, bounded, until the seed has refused each of them, then check none got a byte.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(45);
+  while (c->refused.load() < dls.size() - 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (std::size_t i = 1; i < dls.size(); ++i)
+    EXPECT_EQ(downloaded(dls[i].h), 0) << dls[i].name << " got bytes";
   EXPECT_GE(c->accepted.load(), 1u);
   EXPECT_GE(c->refused.load(), dls.size() - 1) << "each refused downloader is counted";
   // The granted member, now a seed, refuses the others the same way.
