@@ -139,32 +139,97 @@ std::string tracker::failure(const std::string& why) const {
   return bencode::encode(bencode::value(std::move(d)));
 }
 
-void tracker::expire_locked(clock::time_point now) {
-  for (auto it = swarms_.begin(); it != swarms_.end();) {
-    auto& peers = it->second.peers;
-    for (auto p = peers.begin(); p != peers.end();) {
-      auto seen = p->second.last_seen;
-      if (p->second.holder) {
-        if (auto h = holder_seen_.find(p->first); h != holder_seen_.end())
-          seen = std::max(seen, h->second);
-      }
-      if (now - seen > opts_.peer_timeout)
-        p = peers.erase(p);
-      else
-        ++p;
-    }
-    if (peers.empty())
-      it = swarms_.erase(it);
-    else
-      ++it;
+namespace {
+// std::push_heap keeps the greatest first: "greater" puts the earliest due first.
+template <class E>
+bool later(const E& a, const E& b) {
+  return a.due > b.due;
+}
+}  // namespace
+
+tracker::peer& tracker::peer_locked(swarm& sw, const std::string& key) {
+  auto [it, fresh] = sw.peers.try_emplace(key);
+  if (fresh) ++peer_count_;
+  return it->second;
+}
+
+void tracker::erase_peer_locked(swarm_map::iterator sw, std::map<std::string, peer>::iterator p) {
+  sw->second.peers.erase(p);
+  --peer_count_;
+  if (sw->second.peers.empty()) swarms_.erase(sw);
+}
+
+void tracker::drop_holding_locked(const std::array<std::uint8_t, 20>& info_hash,
+                                  const std::string& key) {
+  auto sw = swarms_.find(info_hash);
+  if (sw == swarms_.end()) return;
+  auto p = sw->second.peers.find(key);
+  if (p != sw->second.peers.end() && p->second.holder) erase_peer_locked(sw, p);
+}
+
+void tracker::schedule_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key,
+                              peer& p, clock::time_point due) {
+  if (p.ticket != 0) return;
+  // Entries of peers that left another way wait for their due time; an announce flood that
+  // creates and stops peers faster than that must not grow the queue without bound.
+  if (expiries_.size() > 2 * peer_count_ + 1024) {
+    std::erase_if(expiries_, [&](const expiry& e) {
+      auto sw = swarms_.find(e.info_hash);
+      if (sw == swarms_.end()) return true;
+      auto q = sw->second.peers.find(e.key);
+      return q == sw->second.peers.end() || q->second.ticket != e.id;
+    });
+    std::make_heap(expiries_.begin(), expiries_.end(), later<expiry>);
   }
+  p.ticket = next_ticket_++;
+  expiries_.push_back({due, p.ticket, info_hash, key});
+  std::push_heap(expiries_.begin(), expiries_.end(), later<expiry>);
+}
+
+// A peer leaves peer_timeout after it was last seen: by its announces, and for a holder also by
+// its node's heartbeats (holder_seen_). Holders whose node went silent are found through what
+// the node reported; announced peers through expiries_, each looked at when it is due.
+void tracker::expire_locked(clock::time_point now) {
+  const auto timeout = opts_.peer_timeout;
   for (auto it = holder_seen_.begin(); it != holder_seen_.end();) {
-    if (now - it->second > opts_.peer_timeout) {
-      holdings_.erase(it->first);
-      it = holder_seen_.erase(it);
-    } else {
+    if (now - it->second <= timeout) {
       ++it;
+      continue;
     }
+    if (auto h = holdings_.find(it->first); h != holdings_.end()) {
+      for (const auto& ih : h->second) {
+        auto sw = swarms_.find(ih);
+        if (sw == swarms_.end()) continue;
+        auto p = sw->second.peers.find(it->first);
+        // A holder refreshed by a later announce ("stopped" for a held object) has a ticket.
+        if (p != sw->second.peers.end() && p->second.holder &&
+            now - p->second.last_seen > timeout) {
+          erase_peer_locked(sw, p);
+        }
+      }
+      holdings_.erase(h);
+    }
+    it = holder_seen_.erase(it);
+  }
+  while (!expiries_.empty() && expiries_.front().due < now) {
+    std::pop_heap(expiries_.begin(), expiries_.end(), later<expiry>);
+    expiry e = std::move(expiries_.back());
+    expiries_.pop_back();
+    auto sw = swarms_.find(e.info_hash);
+    if (sw == swarms_.end()) continue;
+    auto p = sw->second.peers.find(e.key);
+    if (p == sw->second.peers.end() || p->second.ticket != e.id) continue;
+    auto& pe = p->second;
+    pe.ticket = 0;
+    auto seen = pe.last_seen;
+    if (pe.holder) {
+      if (auto h = holder_seen_.find(e.key); h != holder_seen_.end())
+        seen = std::max(seen, h->second);
+    }
+    if (now - seen > timeout)
+      erase_peer_locked(sw, p);
+    else
+      schedule_locked(e.info_hash, e.key, pe, seen + timeout);
   }
   last_expire_ = now;
 }
@@ -179,17 +244,19 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
   if (a.event == announce_request::event_t::stopped) {
     auto h = holdings_.find(key);
     if (h != holdings_.end() && h->second.count(a.info_hash)) {
-      auto& p = sw.peers[key];
+      auto& p = peer_locked(sw, key);
       p.holder = true;
       p.announced = false;
       p.left = 0;
       p.last_seen = now;
-    } else {
-      sw.peers.erase(key);
+      schedule_locked(a.info_hash, key, p, now + opts_.peer_timeout);
+    } else if (auto p = sw.peers.find(key); p != sw.peers.end()) {
+      sw.peers.erase(p);  // (the caller erases the swarm when it is left empty)
+      --peer_count_;
     }
     return;
   }
-  auto& p = sw.peers[key];
+  auto& p = peer_locked(sw, key);
   p.node = a.node;
   p.zone = a.zone;
   p.rack = a.rack;
@@ -202,6 +269,7 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
   p.holder = false;
   p.announced = true;
   p.last_seen = now;
+  schedule_locked(a.info_hash, key, p, now + opts_.peer_timeout);
 }
 
 tracker::peer_pick tracker::pick_peers_locked(swarm& sw, const std::string& key,
@@ -312,7 +380,7 @@ announce_answer tracker::answer(const announce_request& a) {
   // empty scratch swarm that is never stored.
   swarm scratch;
   auto& sw = admitted ? *admitted : scratch;
-  record_locked(sw, key, a, now);
+  if (admitted) record_locked(sw, key, a, now);
   auto pick = pick_peers_locked(sw, key, a, now);
 
   bencode::dict d;
@@ -337,18 +405,17 @@ std::size_t tracker::set_holdings(const std::string& node, const std::string& ip
   std::string key = ip + ":" + std::to_string(port);
   holder_seen_[key] = now;
   auto& held = holdings_[key];
-  if (full) held.clear();
+  std::set<std::array<std::uint8_t, 20>> before;
+  if (full) before.swap(held);
   for (const auto& ih : info_hashes) held.insert(ih);
-  std::unordered_map<std::array<std::uint8_t, 20>, bool, hash_key> listed;
   std::size_t skipped = 0;
   for (const auto& ih : info_hashes) {
-    listed[ih] = true;
     swarm* sw = admit_locked(ih, key);
     if (!sw) {
       ++skipped;
       continue;
     }
-    auto& p = sw->peers[key];
+    auto& p = peer_locked(*sw, key);
     if (p.node.empty()) p.node = node;
     p.zone = zone;
     p.rack = rack;
@@ -360,15 +427,9 @@ std::size_t tracker::set_holdings(const std::string& node, const std::string& ip
   }
   stats_.skipped_holdings += skipped;
   if (!full) return skipped;
-  for (auto it = swarms_.begin(); it != swarms_.end();) {
-    auto pit = it->second.peers.find(key);
-    if (pit != it->second.peers.end() && pit->second.holder && !listed.count(it->first)) {
-      it->second.peers.erase(pit);
-    }
-    if (it->second.peers.empty())
-      it = swarms_.erase(it);
-    else
-      ++it;
+  // What the node reported before and no longer lists: its holder entries go.
+  for (const auto& ih : before) {
+    if (!held.count(ih)) drop_holding_locked(ih, key);
   }
   return skipped;
 }
@@ -380,27 +441,18 @@ void tracker::remove_holdings(const std::string& ip, std::uint16_t port,
   auto held = holdings_.find(key);
   for (const auto& ih : info_hashes) {
     if (held != holdings_.end()) held->second.erase(ih);
-    auto sw = swarms_.find(ih);
-    if (sw == swarms_.end()) continue;
-    auto p = sw->second.peers.find(key);
-    if (p != sw->second.peers.end() && p->second.holder) sw->second.peers.erase(p);
-    if (sw->second.peers.empty()) swarms_.erase(sw);
+    drop_holding_locked(ih, key);
   }
 }
 
 void tracker::drop_holder(const std::string& ip, std::uint16_t port) {
   std::lock_guard lk(mu_);
   std::string key = ip + ":" + std::to_string(port);
-  holdings_.erase(key);
-  holder_seen_.erase(key);
-  for (auto it = swarms_.begin(); it != swarms_.end();) {
-    auto p = it->second.peers.find(key);
-    if (p != it->second.peers.end() && p->second.holder) it->second.peers.erase(p);
-    if (it->second.peers.empty())
-      it = swarms_.erase(it);
-    else
-      ++it;
+  if (auto h = holdings_.find(key); h != holdings_.end()) {
+    for (const auto& ih : h->second) drop_holding_locked(ih, key);
+    holdings_.erase(h);
   }
+  holder_seen_.erase(key);
 }
 
 std::string authorize_announce(announce_request& a, const tls::peer_identity& peer) {
@@ -465,8 +517,7 @@ tracker_stats tracker::stats() const {
   std::lock_guard lk(mu_);
   tracker_stats s = stats_;
   s.swarms = swarms_.size();
-  s.peers = 0;
-  for (const auto& [h, sw] : swarms_) s.peers += sw.peers.size();
+  s.peers = peer_count_;
   return s;
 }
 

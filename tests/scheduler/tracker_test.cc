@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <set>
 
@@ -234,6 +236,184 @@ TEST_F(TrackerTest, RandomQueriesNeverCrash) {
     r.remote = http::tcp::endpoint(http::net::ip::make_address("10.1.2.3"), 1);
     auto resp = trk_.handle(r);
     EXPECT_TRUE(resp.status == 200 || resp.status == 400);
+  }
+}
+
+// The tracker expires without walking every swarm (holder entries through what each node
+// reported, announced peers from a queue ordered by when they fall silent). This model keeps the
+// same rules the plain way (a walk over every entry, as the tracker once did) and must agree with
+// it on every swarm's members and the peer and swarm counts after every step of a random mix of
+// announces (also "stopped"), full and delta heartbeats, removals, dropped nodes, expiry and time.
+struct tracker_model {
+  using ih_t = std::array<std::uint8_t, 20>;
+  struct entry {
+    bool holder = false;
+    tracker::clock::time_point seen;
+  };
+  std::chrono::seconds timeout;
+  std::map<std::pair<ih_t, std::string>, entry> peers;
+  std::map<std::string, std::set<ih_t>> holdings;
+  std::map<std::string, tracker::clock::time_point> holder_seen;
+  tracker::clock::time_point last_expire{};
+
+  void expire(tracker::clock::time_point now) {
+    for (auto it = peers.begin(); it != peers.end();) {
+      auto seen = it->second.seen;
+      if (it->second.holder) {
+        if (auto h = holder_seen.find(it->first.second); h != holder_seen.end())
+          seen = std::max(seen, h->second);
+      }
+      it = now - seen > timeout ? peers.erase(it) : std::next(it);
+    }
+    for (auto it = holder_seen.begin(); it != holder_seen.end();) {
+      if (now - it->second > timeout) {
+        holdings.erase(it->first);
+        it = holder_seen.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    last_expire = now;
+  }
+  void announce(const ih_t& ih, const std::string& key, bool stopped,
+                tracker::clock::time_point now) {
+    if (now - last_expire > std::chrono::seconds(10)) expire(now);
+    if (stopped) {
+      auto h = holdings.find(key);
+      if (h != holdings.end() && h->second.count(ih))
+        peers[{ih, key}] = {true, now};
+      else
+        peers.erase({ih, key});
+      return;
+    }
+    peers[{ih, key}] = {false, now};
+  }
+  void drop_holding(const ih_t& ih, const std::string& key) {
+    auto p = peers.find({ih, key});
+    if (p != peers.end() && p->second.holder) peers.erase(p);
+  }
+  void set_holdings(const std::string& key, const std::vector<ih_t>& ihs, bool full,
+                    tracker::clock::time_point now) {
+    holder_seen[key] = now;
+    auto& held = holdings[key];
+    std::set<ih_t> before;
+    if (full) before.swap(held);
+    held.insert(ihs.begin(), ihs.end());
+    for (const auto& ih : ihs) peers[{ih, key}] = {true, now};
+    for (const auto& ih : before) {
+      if (!held.count(ih)) drop_holding(ih, key);
+    }
+  }
+  void remove_holdings(const std::string& key, const std::vector<ih_t>& ihs) {
+    for (const auto& ih : ihs) {
+      if (auto h = holdings.find(key); h != holdings.end()) h->second.erase(ih);
+      drop_holding(ih, key);
+    }
+  }
+  void drop_holder(const std::string& key) {
+    if (auto h = holdings.find(key); h != holdings.end()) {
+      for (const auto& ih : h->second) drop_holding(ih, key);
+      holdings.erase(h);
+    }
+    holder_seen.erase(key);
+  }
+  std::vector<std::string> nodes_in(const ih_t& ih) const {
+    std::vector<std::string> out;
+    for (const auto& [k, e] : peers) {
+      if (k.first == ih) out.push_back("n-" + k.second);
+    }
+    return out;
+  }
+};
+
+TEST(TrackerExpiry, AgreesWithAWalkOverEveryEntryUnderRandomOperations) {
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
+    fake_clock clock;
+    tracker_options o;
+    o.peer_timeout = 60s;
+    tracker trk(o, [&] { return clock.t; });
+    tracker_model model{o.peer_timeout, {}, {}, {}, {}};
+    std::mt19937_64 rng(seed);
+    std::vector<tracker_model::ih_t> hashes(8);
+    for (std::size_t i = 0; i < hashes.size(); ++i) hashes[i].fill(static_cast<std::uint8_t>(i));
+    const int endpoints = 6;
+    auto some_hashes = [&] {
+      std::vector<tracker_model::ih_t> out;
+      for (const auto& h : hashes) {
+        if (rng() % 3 == 0) out.push_back(h);
+      }
+      return out;
+    };
+    std::size_t erased_by_expiry = 0;
+    for (int step = 0; step < 4000; ++step) {
+      const int e = static_cast<int>(rng() % endpoints);
+      const std::string ip = "10.0.0." + std::to_string(e + 1);
+      const auto port = static_cast<std::uint16_t>(6000 + e);
+      const std::string key = ip + ":" + std::to_string(port);
+      const std::string node = "n-" + key;  // what nodes_in answers for this endpoint
+      const auto& ih = hashes[rng() % hashes.size()];
+      switch (rng() % 9) {
+        case 0:
+        case 1:
+        case 2: {
+          announce_request a;
+          a.info_hash = ih;
+          a.ip = ip;
+          a.port = port;
+          a.node = node;
+          a.left = rng() % 2 ? 0 : 100;
+          a.numwant = 50;
+          const bool stopped = rng() % 4 == 0;
+          a.event = stopped ? announce_request::event_t::stopped : announce_request::event_t::none;
+          ASSERT_EQ(trk.answer(a).status, 200u);
+          model.announce(ih, key, stopped, clock.t);
+          break;
+        }
+        case 3:
+        case 4: {
+          const bool full = rng() % 2 == 0;
+          auto ihs = some_hashes();
+          trk.set_holdings(node, ip, port, "z", "r", ihs, full);
+          model.set_holdings(key, ihs, full, clock.t);
+          break;
+        }
+        case 5: {
+          auto ihs = some_hashes();
+          trk.remove_holdings(ip, port, ihs);
+          model.remove_holdings(key, ihs);
+          break;
+        }
+        case 6:
+          if (rng() % 4 == 0) {
+            trk.drop_holder(ip, port);
+            model.drop_holder(key);
+          }
+          break;
+        case 7: {
+          const std::size_t before = model.peers.size();
+          trk.expire();
+          model.expire(clock.t);
+          erased_by_expiry += before - model.peers.size();
+          break;
+        }
+        default:
+          clock.t += std::chrono::seconds(rng() % 25);
+          break;
+      }
+      std::size_t swarms = 0;
+      for (const auto& h : hashes) {
+        auto got = trk.nodes_in(h);
+        std::sort(got.begin(), got.end());
+        auto want = model.nodes_in(h);
+        ASSERT_EQ(got, want) << "seed " << seed << " step " << step << " swarm "
+                             << static_cast<int>(h[0]);
+        swarms += want.empty() ? 0 : 1;
+      }
+      ASSERT_EQ(trk.stats().peers, model.peers.size()) << "seed " << seed << " step " << step;
+      ASSERT_EQ(trk.stats().swarms, swarms) << "seed " << seed << " step " << step;
+    }
+    // The mix must have exercised expiry, not only the other paths.
+    EXPECT_GT(erased_by_expiry, 50u) << "seed " << seed;
   }
 }
 

@@ -12,6 +12,9 @@
 // With TLS on, the caller's certificate must name that node (authorize_announce).
 //
 // Threading: thread-safe (one mutex); announce handling is O(swarm size) and never blocks.
+// Heartbeat holdings, a dropped node and expiry cost what they touch, never a walk over every
+// swarm: a node's holder entries are found through what it reported (holdings_), announced
+// peers expire from a queue ordered by when they fall silent.
 
 #include <array>
 #include <chrono>
@@ -142,6 +145,7 @@ class tracker {
     bool announced = false;  // its last announce was not "stopped" (announced_peers_only)
     clock::time_point last_seen;
     std::vector<clock::time_point> handouts;  // recent handouts (load estimate)
+    std::uint64_t ticket = 0;                 // its entry in expiries_ (announced peers), 0: none
   };
   struct swarm {
     std::map<std::string, peer> peers;  // key: ip:port
@@ -150,6 +154,7 @@ class tracker {
   // Info-hashes come from announces and heartbeats (chosen by the sender): a keyed hash, so
   // nobody can pile swarms into one bucket.
   using hash_key = keyed_hash;
+  using swarm_map = std::unordered_map<std::array<std::uint8_t, 20>, swarm, hash_key>;
 
   // The peers an announce hands out, and the swarm's seed and leecher counts.
   struct peer_pick {
@@ -157,8 +162,27 @@ class tracker {
     std::int64_t complete = 0, incomplete = 0;
   };
 
+  // When an announced peer is next looked at by expire_locked(): peer_timeout after it was
+  // last seen. `id` is the peer's ticket; an entry whose peer has another ticket (or is gone) is
+  // stale and skipped.
+  struct expiry {
+    clock::time_point due;
+    std::uint64_t id = 0;
+    std::array<std::uint8_t, 20> info_hash{};
+    std::string key;
+  };
+
   std::string failure(const std::string& why) const;
   void expire_locked(clock::time_point now);
+  // The peer `key` of `sw`, created (and counted) when absent.
+  peer& peer_locked(swarm& sw, const std::string& key);
+  // Erases a peer (uncounting it) and then the swarm when it has no peer left.
+  void erase_peer_locked(swarm_map::iterator sw, std::map<std::string, peer>::iterator p);
+  // Drops `key`'s holder entry in the swarm `info_hash` (not an announced peer's).
+  void drop_holding_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key);
+  // An announced peer without an entry in expiries_ gets one.
+  void schedule_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key,
+                       peer& p, clock::time_point due);
   // The swarm an announce or a holding goes to, created if the caps allow (else null), and
   // whether `key` may join it (already there, or room for one more peer).
   swarm* admit_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key);
@@ -178,13 +202,17 @@ class tracker {
   std::function<clock::time_point()> now_;
   std::function<void(const announce_request&)> observer_;
   mutable std::mutex mu_;
-  std::unordered_map<std::array<std::uint8_t, 20>, swarm, hash_key> swarms_;
+  swarm_map swarms_;
   // What each node endpoint (ip:port) last reported holding: a "stopped" announce for one of
   // these keeps the node as a holder (it unloaded the torrent, it did not drop the object).
   std::unordered_map<std::string, std::set<std::array<std::uint8_t, 20>>> holdings_;
   // Last heartbeat per holder endpoint: keeps its holder entries alive.
   std::unordered_map<std::string, clock::time_point> holder_seen_;
   clock::time_point last_expire_{};
+  // Min-heap on `due` (std::push_heap with a greater-than), at most one live entry per peer.
+  std::vector<expiry> expiries_;
+  std::uint64_t next_ticket_ = 1;
+  std::size_t peer_count_ = 0;
   tracker_stats stats_;
 };
 
