@@ -69,6 +69,7 @@ class Cluster:
     infra_rate: str | None = None       # registry and registry-proxy links, if different
     torrent: bool = True
     peerd_extra: Mapping[str, Any] | None = None
+    peerd_extra_by_node: Mapping[int, Mapping[str, Any]] | None = None  # node index → merged over peerd_extra
     proxy_extra: Mapping[str, Any] | None = None
     scheduler_config: Mapping[str, Any] | None = None  # merged over scheduler_extra
     log_level: str = "info"
@@ -141,7 +142,9 @@ class Cluster:
             node = self.net.nodes[i + 2]
             p = Peerd(self.workdir / f"node{i + 1}" / "peerd", name=f"node{i + 1}", registry_proxy=self.proxy.url,
                       scheduler=self.scheduler.url, host=node.ip, http_port=65001, bt_port=6881, netns=node.name,
-                      zone="z1", rack=f"r{(i % 2) + 1}", extra=self.peerd_extra, log_level=self.log_level,
+                      zone="z1", rack=f"r{(i % 2) + 1}",
+                      extra=_merged(self.peerd_extra or {}, (self.peerd_extra_by_node or {}).get(i, {})),
+                      log_level=self.log_level,
                       tls=self.pki.node(f"node{i + 1}", [node.ip]) if self.pki else None,
                       metrics_port=self.metrics_port)
             p.start()
