@@ -64,6 +64,11 @@ shared_state::shared_state(shared_state_options opts, cluster_index& index, trac
   lease_gauge_ =
       &reg.gauge("shoal_scheduler_lease_held", "1 while this replica holds the Redis lease.")
            .with({});
+  replicas_gauge_ = &reg.gauge("shoal_scheduler_redis_replicas",
+                               "Replicas the Redis primary reported connected at the last look "
+                               "(ROLE, every second); -1 while unknown.")
+                         .with({});
+  replicas_gauge_->set(-1);
   errors_ = &reg.counter("shoal_scheduler_redis_errors_total",
                          "Redis calls that failed (unreachable, timed out, refused).")
                  .with({});
@@ -220,9 +225,36 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
 
 void shared_state::replicated(redis_conn& c) {
   if (opts_.wait_replicas <= 0) return;
+  const int known = redis_replicas_.load(std::memory_order_relaxed);
+  if (known >= 0 && known < opts_.wait_replicas) {
+    unreplicated_->inc();
+    return;
+  }
   auto w = c.command(
       {"WAIT", std::to_string(opts_.wait_replicas), std::to_string(opts_.wait_timeout.count())});
   if (!w || w->integer < opts_.wait_replicas) unreplicated_->inc();
+}
+
+void shared_state::check_replicas(redis_conn& c) {
+  int n = -1;
+  auto r = c.command({"ROLE"});
+  // A primary answers ["master", offset, [[ip, port, offset], ...]].
+  if (r && r->type == redis_reply::kind::array && r->elements.size() >= 3 &&
+      r->elements[0].str == "master" && r->elements[2].type == redis_reply::kind::array) {
+    n = static_cast<int>(r->elements[2].elements.size());
+  }
+  const int was = redis_replicas_.exchange(n, std::memory_order_relaxed);
+  if (was != n) {
+    replicas_gauge_->set(n);
+    if (n >= 0 && n < opts_.wait_replicas) {
+      log::warn(
+          "redis primary has fewer replicas than redis.wait_replicas: heartbeats are "
+          "answered without WAIT and counted unreplicated",
+          log::kv("replicas", n), log::kv("wait_replicas", opts_.wait_replicas));
+    } else if (was >= 0 && was < opts_.wait_replicas) {
+      log::info("redis primary has its replicas again", log::kv("replicas", n));
+    }
+  }
 }
 
 void shared_state::settle(redis_conn& c, const log_id& id) {

@@ -597,6 +597,7 @@ void shared_state::upkeep_loop() {
   redis_conn c(opts_.redis);
   auto next_lease = steady::now();
   auto next_expire = steady::now() + std::chrono::seconds(5);
+  auto next_role = steady::now();
   while (!stop_) {
     {
       std::unique_lock lk(mu_);
@@ -607,6 +608,10 @@ void shared_state::upkeep_loop() {
     publish_announces(c);
     publish_jobs(c);
     auto now = steady::now();
+    if (now >= next_role && opts_.wait_replicas > 0) {
+      check_replicas(c);
+      next_role = now + std::chrono::seconds(1);
+    }
     if (now >= next_lease) {
       renew_lease(c);
       next_lease = now + opts_.lease_ttl / 5;

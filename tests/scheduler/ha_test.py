@@ -268,9 +268,31 @@ class SchedulerHA(FixtureTestCase):
         for r in self.replicas:
             wait_for(f"n2 with 3 objects at {r.url}",
                      lambda: (x := self.node_of(r, "n2")) and x["objects"] == 3, 5)
+        # The new primary has no replica until the old one follows it: no WAIT can succeed, so
+        # heartbeats are answered without waiting wait_timeout (500 ms) each, counted unreplicated.
+        wait_for("b sees a primary without replicas",
+                 lambda: metric(b, "shoal_scheduler_redis_replicas") == 0, 5, 0.2)
+        before = metric(b, "shoal_scheduler_redis_unreplicated_writes_total")
+        took = []
+        for seq in range(3, 8):
+            t = time.monotonic()
+            code, _, body = call(b + "/v1/heartbeat", hb("n2", [], seq=seq, epoch=e, full=False))
+            took.append(time.monotonic() - t)
+            self.assertEqual(code, 200, body)
+            self.assertFalse(json.loads(body)["resync"], body)
+        took.sort()
+        self.assertLess(took[2], 0.45, f"heartbeats waited for a replica that is not there: {took}")
+        self.assertEqual(metric(b, "shoal_scheduler_redis_unreplicated_writes_total"), before + 5)
         # The old primary comes back as a replica, so the next cases have two Redis again.
         self.redis.restart(old, replica_of=new)
         self.redis.wait_replica(old, new)
+        wait_for("b sees the replica again",
+                 lambda: metric(b, "shoal_scheduler_redis_replicas") == 1, 5, 0.2)
+        before = metric(b, "shoal_scheduler_redis_unreplicated_writes_total")
+        code, _, body = call(b + "/v1/heartbeat", hb("n2", [], seq=8, epoch=e, full=False))
+        self.assertEqual(code, 200, body)
+        self.assertEqual(metric(b, "shoal_scheduler_redis_unreplicated_writes_total"), before,
+                         "WAIT 1 did not see the write with the replica back")
 
     def holders(self) -> list[Scheduler]:
         return [r for r in self.replicas

@@ -160,7 +160,12 @@ class shared_state {
   // Prewarms and jobs kept as keys (the log is trimmed): loaded by reload().
   [[nodiscard]] status load_kept(redis_conn& c, std::size_t& prewarms, std::size_t& jobs);
   // WAIT for redis.wait_replicas Redis replicas (counted when they do not answer in time).
+  // When the primary had fewer replicas connected at the last look (check_replicas), no WAIT
+  // could succeed: the write is counted unreplicated at once instead of after wait_timeout (a
+  // primary just promoted by Sentinel has none until another instance follows it).
   void replicated(redis_conn& c);
+  // ROLE on the primary: how many replicas are connected (-1 when unknown). Upkeep, every second.
+  void check_replicas(redis_conn& c);
   // replicated(), then wait for this replica's reader to have applied `id`.
   void settle(redis_conn& c, const log_id& id);
   void apply_heartbeat_entry(const std::string& id, const std::string& verdict,
@@ -184,6 +189,7 @@ class shared_state {
   const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
 
   std::atomic<bool> stop_{false};
+  std::atomic<int> redis_replicas_{-1};  // check_replicas(): replicas the primary has, -1 unknown
   std::thread reader_, upkeep_;
 
   mutable std::mutex mu_;  // guards what follows
@@ -199,6 +205,7 @@ class shared_state {
 
   metrics::gauge* stale_gauge_;
   metrics::gauge* lease_gauge_;
+  metrics::gauge* replicas_gauge_;
   metrics::counter* errors_;
   metrics::counter* unreplicated_;
   metrics::counter* announces_dropped_;
