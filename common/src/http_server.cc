@@ -78,6 +78,9 @@ void server::impl::on_accept(tcp::socket s) {
     s.close(ec);
     return;
   }
+  // A header and its body are two writes (connection::write_header, then the body): with Nagle
+  // a small body would wait for the client's ACK of the header, which clients delay up to 40 ms.
+  s.set_option(tcp::no_delay(true), ec);
   const addr_key k = address_key(ep.address());
   connection_ptr victim;
   connection_ptr c;
