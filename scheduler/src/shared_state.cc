@@ -172,12 +172,13 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
     heartbeat::message inv = m;
     inv.objects.clear();
     inv.removed.clear();
-    std::vector<std::string> args{"5",
+    std::vector<std::string> args{"6",
                                   opts_.prefix + "n:" + m.node,
                                   opts_.prefix + "h:" + m.node,
                                   opts_.prefix + "log",
                                   opts_.prefix + "nodes",
                                   opts_.prefix + "epoch",
+                                  opts_.prefix + "seen",
                                   m.node,
                                   m.epoch,
                                   std::to_string(m.seq),

@@ -533,14 +533,31 @@ void shared_state::renew_lease(redis_conn& c) {
     log::info(now ? "lease taken: this replica runs the once-only loops" : "lease lost");
 }
 
-void shared_state::expire_records(redis_conn& c) {
-  auto members = c.command({"SMEMBERS", opts_.prefix + "nodes"});
-  if (!members || members->is_error()) return;
+// The nodes silent for drop_after come from `<prefix>seen` (node → last heartbeat, on Redis's
+// clock, written by the heartbeat script), 1,000 per pass; the expire script checks each record
+// again. Every node in `<prefix>nodes` is checked only now and then (full_scan), for records that
+// never made it into `seen` (written before it existed, or by a replica of an older release).
+void shared_state::expire_records(redis_conn& c, bool full_scan) {
+  auto now = redis_now_ms(c);
+  if (!now) return;
+  const auto drop = static_cast<std::uint64_t>(opts_.drop_after.count());
+  std::vector<std::string> candidates;
+  if (*now > drop) {
+    auto z = c.command({"ZRANGEBYSCORE", opts_.prefix + "seen", "-inf", std::to_string(*now - drop),
+                        "LIMIT", "0", "1000"});
+    if (!z || z->is_error()) return;
+    for (const auto& e : z->elements) candidates.push_back(e.str);
+  }
+  if (full_scan) {
+    auto members = c.command({"SMEMBERS", opts_.prefix + "nodes"});
+    if (!members || members->is_error()) return;
+    for (const auto& m : members->elements) candidates.push_back(m.str);
+  }
   std::size_t gone = 0;
-  for (const auto& m : members->elements) {
+  for (const auto& node : candidates) {
     auto r = eval(c, scripts::expire, sha_expire_,
-                  {"3", opts_.prefix + "n:" + m.str, opts_.prefix + "h:" + m.str,
-                   opts_.prefix + "nodes", m.str, std::to_string(opts_.drop_after.count())});
+                  {"4", opts_.prefix + "n:" + node, opts_.prefix + "h:" + node,
+                   opts_.prefix + "nodes", opts_.prefix + "seen", node, std::to_string(drop)});
     if (!r) return;
     gone += r->integer == 1 ? 1 : 0;
   }
@@ -598,6 +615,7 @@ void shared_state::upkeep_loop() {
   auto next_lease = steady::now();
   auto next_expire = steady::now() + std::chrono::seconds(5);
   auto next_role = steady::now();
+  auto next_full_scan = steady::now();
   while (!stop_) {
     {
       std::unique_lock lk(mu_);
@@ -617,8 +635,12 @@ void shared_state::upkeep_loop() {
       next_lease = now + opts_.lease_ttl / 5;
     }
     if (now >= next_expire && leader()) {
-      expire_records(c);
+      const bool full = now >= next_full_scan;
+      expire_records(c, full);
       next_expire = now + std::chrono::seconds(5);
+      if (full)
+        next_full_scan =
+            now + std::max<steady::duration>(opts_.drop_after, std::chrono::minutes(1));
     }
   }
   if (leader()) {  // a clean stop hands the lease on at once

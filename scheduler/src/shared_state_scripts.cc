@@ -39,6 +39,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'endpoint', ARGV[5], 'inv', ARGV[6], 'seen', now)
 redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[6], now, ARGV[1])
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
                       'f', '1', 't', 'hb', 'v', v, 'r', ARGV[9], 'm', ARGV[7])
 redis.call('HSET', KEYS[1], 'log', id)
@@ -62,9 +63,13 @@ const char* const expire = R"lua(
 local seen = redis.call('HGET', KEYS[1], 'seen')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if seen and now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
+if seen and now - tonumber(seen) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[4], seen, ARGV[1])
+  return 0
+end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
 return 1
 )lua";
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "scheduler/ingest.h"
@@ -81,7 +82,8 @@ class RedisServer {
 
 // One replica: its own soft state, sharing through Redis.
 struct replica {
-  explicit replica(const std::string& address, const std::string& id)
+  explicit replica(const std::string& address, const std::string& id,
+                   const std::function<void(shared_state_options&)>& tune = {})
       : idx(index_options{}, "local"),
         pw(idx, prewarm_options{}),
         cat(checkpoint_catalog_options{}) {
@@ -90,6 +92,7 @@ struct replica {
     so.redis.address = address;
     so.replica_id = id;
     so.wait_replicas = 0;  // a lone Redis
+    if (tune) tune(so);
     shared = std::make_unique<shared_state>(so, idx, trk, reg);
     shared->attach(pw);
     shared->attach(cat);
@@ -159,6 +162,66 @@ TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
   EXPECT_EQ(again.out.resync_reason, "gap");
   ASSERT_TRUE(eventually([&] { return !a.idx.node("n1")->synced; }));
   EXPECT_EQ(a.idx.node("n1")->objects, 2u);
+}
+
+// The lease holder drops the Redis records of nodes silent for drop_after, found through the
+// `seen` sorted set the heartbeat script keeps, and those of records written without it (an older
+// release) through its full scan; a node that keeps heartbeating keeps its record.
+TEST(SharedStateRedis, SilentNodesRecordsAreDroppedHeartbeatingOnesKept) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  redis_options o;
+  o.address = redis.address();
+  redis_conn c(o);
+  // A record from before `seen` existed, silent for long: only the full scan finds it.
+  ASSERT_TRUE(c.command({"HSET", "shoal:n:old", "seen", "1000", "seq", "1"}));
+  ASSERT_TRUE(c.command({"SADD", "shoal:nodes", "old"}));
+  replica a(redis.address(), "a", [](shared_state_options& so) {
+    so.drop_after = 2s;
+    so.lease_ttl = 1s;
+  });
+  auto r = a.shared->heartbeat(full_hb("silent", {held("l1", 100)}, {}, 1, ""));
+  ASSERT_FALSE(r.stale);
+  std::uint64_t seq = 1;
+  ASSERT_FALSE(a.shared->heartbeat(full_hb("live", {held("l2", 100)}, {}, seq, r.epoch)).stale);
+  auto exists = [&](const std::string& key) {
+    auto e = c.command({"EXISTS", key});
+    return e && e->integer == 1;
+  };
+  EXPECT_TRUE(exists("shoal:n:silent"));
+  auto score = c.command({"ZSCORE", "shoal:seen", "silent"});
+  ASSERT_TRUE(score);
+  EXPECT_FALSE(score->is_nil()) << "the heartbeat script did not note the node in shoal:seen";
+  // The first pass (5 s after the start, by the lease holder) scans every node, so "old" goes;
+  // "silent" and "live" heartbeat meanwhile and stay.
+  std::uint64_t silent_seq = 1;
+  bool old_gone = false;
+  for (int i = 0; i < 48 && !old_gone; ++i) {
+    std::this_thread::sleep_for(250ms);
+    ASSERT_FALSE(a.shared->heartbeat(delta_hb("live", ++seq, r.epoch, {})).out.resync);
+    ASSERT_FALSE(a.shared->heartbeat(delta_hb("silent", ++silent_seq, r.epoch, {})).out.resync);
+    old_gone = !exists("shoal:n:old");
+  }
+  ASSERT_TRUE(old_gone) << "a record without a shoal:seen entry is still in Redis after 12 s";
+  EXPECT_TRUE(exists("shoal:n:silent"));
+  // Then "silent" stops. The next full scan is a minute away: only shoal:seen can name it, once
+  // it is 2 s silent (a pass every 5 s).
+  bool silent_gone = false;
+  for (int i = 0; i < 60 && !silent_gone; ++i) {
+    std::this_thread::sleep_for(250ms);
+    ASSERT_FALSE(a.shared->heartbeat(delta_hb("live", ++seq, r.epoch, {})).out.resync);
+    silent_gone = !exists("shoal:n:silent");
+  }
+  EXPECT_TRUE(silent_gone) << "the silent node's record is still in Redis after 15 s";
+  EXPECT_FALSE(exists("shoal:h:silent"));
+  auto member = c.command({"SISMEMBER", "shoal:nodes", "silent"});
+  ASSERT_TRUE(member);
+  EXPECT_EQ(member->integer, 0);
+  auto gone = c.command({"ZSCORE", "shoal:seen", "silent"});
+  ASSERT_TRUE(gone);
+  EXPECT_TRUE(gone->is_nil());
+  EXPECT_TRUE(exists("shoal:n:live"));
+  EXPECT_TRUE(exists("shoal:h:live"));
 }
 
 // A checkpoint registered through one replica is in every replica's catalog (their listeners not

@@ -22,7 +22,8 @@
 //    replica loads every node's record and holdings and the recent announces, then reads on.
 //  - Loops that must run once run on the holder of an expiring lease (`<prefix>lease`, SET NX PX,
 //    renewed by compare-and-expire); it moves within lease_ttl when the holder dies. Today: the
-//    expiry of node records in Redis (nodes silent for drop_after).
+//    expiry of node records in Redis (nodes silent for drop_after, found through `<prefix>seen`,
+//    a sorted set of each node's last heartbeat).
 //
 // Degraded, not down: with Redis unreachable, heartbeats are applied locally as a lone scheduler
 // would, answers carry `Shoal-Stale` and shoal_scheduler_shared_state_stale is 1; when Redis
@@ -173,7 +174,7 @@ class shared_state {
   [[nodiscard]] result<redis_reply> eval(redis_conn& c, const char* script, const std::string& sha,
                                          const std::vector<std::string>& args);
   void renew_lease(redis_conn& c);
-  void expire_records(redis_conn& c);
+  void expire_records(redis_conn& c, bool full_scan);
   void publish_announces(redis_conn& c);
   void set_stale(std::string why);
   void set_fresh();
