@@ -98,9 +98,29 @@ void shared_state::start() {
   upkeep_ = std::thread([this] { upkeep_loop(); });
   // Answer with the cluster's epoch and what Redis holds from the first request: wait (boundedly)
   // for the first load. Redis unreachable: start stale, the reader keeps trying.
+  using steady = std::chrono::steady_clock;
+  const auto t0 = steady::now();
+  const auto give_up = t0 + opts_.redis.connect_timeout * 2 + opts_.redis.command_timeout * 4;
+  const auto load_limit = t0 + opts_.load_wait;
+  auto next_log = t0 + std::chrono::seconds(5);
   std::unique_lock lk(mu_);
-  applied_cv_.wait_for(lk, opts_.redis.connect_timeout * 2 + opts_.redis.command_timeout * 4,
-                       [&] { return loaded_once_; });
+  while (!loaded_once_ && !stop_) {
+    applied_cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return loaded_once_; });
+    if (loaded_once_) break;
+    const auto now = steady::now();
+    if (!loading_.load()) {
+      if (now >= give_up) break;
+      continue;
+    }
+    if (now >= load_limit) break;
+    if (now >= next_log) {
+      next_log = now + std::chrono::seconds(5);
+      log::info(
+          "loading the shared state from redis before answering",
+          log::kv("nodes", load_done_.load()), log::kv("of", load_total_.load()),
+          log::kv("seconds", std::chrono::duration_cast<std::chrono::seconds>(now - t0).count()));
+    }
+  }
   if (!loaded_once_) log::warn("redis not reached at start: answering from this replica alone");
 }
 

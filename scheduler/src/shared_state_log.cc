@@ -164,7 +164,10 @@ status shared_state::load_nodes(redis_conn& c, std::unordered_map<std::string, l
   heartbeat::decode_limits lim;
   lim.max_objects = opts_.max_objects_per_node;
   constexpr std::size_t batch = 64;
+  load_total_ = members->elements.size();
+  load_done_ = 0;
   for (std::size_t i = 0; i < members->elements.size(); i += batch) {
+    load_done_ = i;
     std::vector<std::vector<std::string>> cmds;
     std::size_t end = std::min(members->elements.size(), i + batch);
     for (std::size_t k = i; k < end; ++k) {
@@ -239,6 +242,13 @@ status shared_state::load_kept(redis_conn& c, std::size_t& prewarms, std::size_t
 
 status shared_state::reload(redis_conn& c, const std::string& why) {
   auto t0 = steady::now();
+  struct under_way {
+    std::atomic<bool>& flag;
+    explicit under_way(std::atomic<bool>& f) : flag(f) { flag = true; }
+    ~under_way() { flag = false; }
+    under_way(const under_way&) = delete;
+    under_way& operator=(const under_way&) = delete;
+  } loading(loading_);
   auto info = c.command({"XINFO", "STREAM", opts_.prefix + "log"});
   if (!info) return fail(info.error());
   log_id last = info->is_error()

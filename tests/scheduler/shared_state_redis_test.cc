@@ -164,6 +164,60 @@ TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
   EXPECT_EQ(a.idx.node("n1")->objects, 2u);
 }
 
+// A replica started against a state that takes longer to load than its "Redis unreachable"
+// give-up (a few Redis timeouts, here 0.44 s) returns from start() only with every node loaded:
+// it must not open its port answering from part of the index. 5,000 nodes x 100 objects, written
+// straight into Redis as the heartbeat script would have.
+TEST(SharedStateRedis, AStartWaitsForALoadUnderWayBeyondTheRedisTimeouts) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  redis_options o;
+  o.address = redis.address();
+  o.command_timeout = 10s;
+  redis_conn c(o);
+  ASSERT_TRUE(c.command({"SET", "shoal:epoch", "e1"}));
+  const std::size_t nodes = 5000, per_node = 100;
+  auto hex8 = [](std::size_t v) {
+    char b[17];
+    std::snprintf(b, sizeof b, "%08zx", v);
+    return std::string(b);
+  };
+  std::vector<std::vector<std::string>> cmds;
+  for (std::size_t n = 0; n < nodes; ++n) {
+    const std::string name = "node-" + std::to_string(n);
+    heartbeat::message inv;
+    inv.node = name;
+    inv.ip = "10.1." + std::to_string(n / 250) + "." + std::to_string(n % 250 + 1);
+    inv.bt_port = 6881;
+    std::vector<std::string> h{"HSET", "shoal:h:" + name};
+    for (std::size_t k = 0; k < per_node; ++k) {
+      h.push_back("sha256:" + std::string(64 - 8, '0') + hex8(n * per_node + k));
+      h.push_back("1000 layer " + std::string(32, '0') + hex8(n * per_node + k));
+    }
+    cmds.push_back(std::move(h));
+    cmds.push_back({"HSET", "shoal:n:" + name, "inv", heartbeat::encode(inv), "seq", "1", "synced",
+                    "1", "endpoint", inv.ip + ":6881", "seen", "0", "log", "0-0"});
+    cmds.push_back({"SADD", "shoal:nodes", name});
+    if (cmds.size() >= 600) {
+      ASSERT_TRUE(c.pipeline(cmds));
+      cmds.clear();
+    }
+  }
+  ASSERT_TRUE(c.pipeline(cmds));
+  auto t0 = std::chrono::steady_clock::now();
+  replica a(redis.address(), "a", [](shared_state_options& so) {
+    so.redis.connect_timeout = 20ms;
+    so.redis.command_timeout = 100ms;  // gives up on Redis after 2 x 20 + 4 x 100 ms
+  });
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(a.shared->stale_reason().empty()) << a.shared->stale_reason();
+  EXPECT_EQ(a.idx.stats().nodes, nodes)
+      << "start() returned after " << std::chrono::duration<double>(took).count() << " s";
+  EXPECT_EQ(a.idx.stats().holdings, nodes * per_node);
+  // Not vacuous: the load did take longer than the give-up.
+  EXPECT_GT(took, 440ms) << "the load was too quick to show anything; make the state bigger";
+}
+
 // The lease holder drops the Redis records of nodes silent for drop_after, found through the
 // `seen` sorted set the heartbeat script keeps, and those of records written without it (an older
 // release) through its full scan; a node that keeps heartbeating keeps its record.

@@ -68,6 +68,9 @@ struct shared_state_options {
   std::chrono::milliseconds wait_timeout{500};
   std::chrono::milliseconds lease_ttl{5000};
   std::chrono::milliseconds apply_wait{1000};  // a heartbeat waits this long for its local apply
+  // start() waits this long for a first load that is under way (Redis reachable, records being
+  // read); without Redis it gives up after a few Redis timeouts and answers stale.
+  std::chrono::milliseconds load_wait{300'000};
   std::chrono::milliseconds drop_after{300'000};
   std::chrono::milliseconds peer_timeout{180'000};
   std::size_t max_objects_per_node = heartbeat::default_max_objects;
@@ -93,7 +96,10 @@ class shared_state {
   shared_state& operator=(const shared_state&) = delete;
 
   // Connects, adopts (or creates) the cluster's epoch, loads what Redis holds and starts the
-  // threads. Redis unreachable: starts stale and keeps trying (never fails the start).
+  // threads. Returns once the first load is done (a load under way is waited for up to
+  // load_wait, with its progress logged every 5 s), so a replica never opens its port with part
+  // of the state. Redis unreachable: starts stale after a few Redis timeouts and keeps trying
+  // (never fails the start).
   void start();
   void stop();
 
@@ -191,6 +197,8 @@ class shared_state {
 
   std::atomic<bool> stop_{false};
   std::atomic<int> redis_replicas_{-1};  // check_replicas(): replicas the primary has, -1 unknown
+  std::atomic<bool> loading_{false};     // reload() under way (Redis reachable)
+  std::atomic<std::size_t> load_done_{0}, load_total_{0};  // nodes read / listed by load_nodes()
   std::thread reader_, upkeep_;
 
   mutable std::mutex mu_;  // guards what follows
