@@ -295,6 +295,17 @@ class DeployRender(unittest.TestCase):
                 self.assertIn("livenessProbe", c, name)
                 self.assertTrue({"cpu", "memory"} <= set(c["resources"]["requests"]), name)
 
+    def test_scheduler_start_up_outlasts_its_load_wait(self):
+        """The scheduler opens its port only once the shared state is loaded from Redis, waited
+        for up to 5 minutes (shared_state_options::load_wait): a startup probe covers that much,
+        so the liveness probe (a minute) cannot kill a replica that is still loading."""
+        sched = [w for w in self.by_kind["Deployment"] if w["metadata"]["name"] == "shoal-scheduler"]
+        self.assertEqual(len(sched), 1)
+        c = sched[0]["spec"]["template"]["spec"]["containers"][0]
+        sp = c.get("startupProbe")
+        self.assertIsNotNone(sp, "the scheduler has no startupProbe")
+        self.assertGreaterEqual(sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3), 300 + 10)
+
     def test_network_policies_admit_the_service_ports(self):
         """Each Service's ports are admitted by the NetworkPolicy over its pods, from the nodes'
         range for the control Services (Redis: test_only_the_scheduler_and_redis_reach_redis); no
