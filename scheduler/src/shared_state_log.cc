@@ -545,23 +545,23 @@ void shared_state::renew_lease(redis_conn& c) {
 
 // The nodes silent for drop_after come from `<prefix>seen` (node → last heartbeat, on Redis's
 // clock, written by the heartbeat script), 1,000 per pass; the expire script checks each record
-// again. Every node in `<prefix>nodes` is checked only now and then (full_scan), for records that
-// never made it into `seen` (written before it existed, or by a replica of an older release).
+// again. Now and then (full_scan) the pass checks every node in `<prefix>nodes` instead, which
+// holds every name in `seen` and also records that never made it there (written before it
+// existed, or by a replica of an older release).
 void shared_state::expire_records(redis_conn& c, bool full_scan) {
-  auto now = redis_now_ms(c);
-  if (!now) return;
   const auto drop = static_cast<std::uint64_t>(opts_.drop_after.count());
   std::vector<std::string> candidates;
-  if (*now > drop) {
-    auto z = c.command({"ZRANGEBYSCORE", opts_.prefix + "seen", "-inf", std::to_string(*now - drop),
-                        "LIMIT", "0", "1000"});
-    if (!z || z->is_error()) return;
-    for (const auto& e : z->elements) candidates.push_back(e.str);
-  }
   if (full_scan) {
     auto members = c.command({"SMEMBERS", opts_.prefix + "nodes"});
     if (!members || members->is_error()) return;
     for (const auto& m : members->elements) candidates.push_back(m.str);
+  } else {
+    auto now = redis_now_ms(c);
+    if (!now || *now <= drop) return;
+    auto z = c.command({"ZRANGEBYSCORE", opts_.prefix + "seen", "-inf", std::to_string(*now - drop),
+                        "LIMIT", "0", "1000"});
+    if (!z || z->is_error()) return;
+    for (const auto& e : z->elements) candidates.push_back(e.str);
   }
   std::size_t gone = 0;
   for (const auto& node : candidates) {
