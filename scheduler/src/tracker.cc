@@ -160,11 +160,12 @@ void tracker::erase_peer_locked(swarm_map::iterator sw, std::map<std::string, pe
 }
 
 void tracker::drop_holding_locked(const std::array<std::uint8_t, 20>& info_hash,
-                                  const std::string& key) {
+                                  const std::string& key, clock::time_point seen_before) {
   auto sw = swarms_.find(info_hash);
   if (sw == swarms_.end()) return;
   auto p = sw->second.peers.find(key);
-  if (p != sw->second.peers.end() && p->second.holder) erase_peer_locked(sw, p);
+  if (p != sw->second.peers.end() && p->second.holder && p->second.last_seen < seen_before)
+    erase_peer_locked(sw, p);
 }
 
 void tracker::schedule_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key,
@@ -197,16 +198,9 @@ void tracker::expire_locked(clock::time_point now) {
       continue;
     }
     if (auto h = holdings_.find(it->first); h != holdings_.end()) {
-      for (const auto& ih : h->second) {
-        auto sw = swarms_.find(ih);
-        if (sw == swarms_.end()) continue;
-        auto p = sw->second.peers.find(it->first);
-        // A holder refreshed by a later announce ("stopped" for a held object) has a ticket.
-        if (p != sw->second.peers.end() && p->second.holder &&
-            now - p->second.last_seen > timeout) {
-          erase_peer_locked(sw, p);
-        }
-      }
+      // A holder refreshed by a later announce ("stopped" for a held object) stays: it has a
+      // ticket.
+      for (const auto& ih : h->second) drop_holding_locked(ih, it->first, now - timeout);
       holdings_.erase(h);
     }
     it = holder_seen_.erase(it);

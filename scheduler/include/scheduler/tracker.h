@@ -178,8 +178,10 @@ class tracker {
   peer& peer_locked(swarm& sw, const std::string& key);
   // Erases a peer (uncounting it) and then the swarm when it has no peer left.
   void erase_peer_locked(swarm_map::iterator sw, std::map<std::string, peer>::iterator p);
-  // Drops `key`'s holder entry in the swarm `info_hash` (not an announced peer's).
-  void drop_holding_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key);
+  // Drops `key`'s holder entry in the swarm `info_hash` (not an announced peer's), if it was
+  // last seen before `seen_before`.
+  void drop_holding_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key,
+                           clock::time_point seen_before = clock::time_point::max());
   // An announced peer without an entry in expiries_ gets one.
   void schedule_locked(const std::array<std::uint8_t, 20>& info_hash, const std::string& key,
                        peer& p, clock::time_point due);
