@@ -1,5 +1,7 @@
 #include "registry-proxy/app.h"
 
+#include "dataset_copies.h"
+
 #include <boost/asio/post.hpp>
 
 #include <filesystem>
@@ -24,6 +26,7 @@ app::~app() {
   // their threads are joined.
   if (datasets_) datasets_->request_stop();
   if (http_client_) http_client_->stop();
+  if (copies_) copies_->stop();
   if (ring_) ring_->stop();
   if (ring_client_) ring_client_->stop();
   if (datasets_) datasets_->stop();
@@ -284,6 +287,13 @@ handler_deps app::make_handler_deps() {
       return ds->handle(r, resp);
     };
     hd.dataset_list = [ds = datasets_.get()] { return ds->list_json(); };
+    hd.dataset_copy = [ds = datasets_.get()](const std::string& ref, const std::string& record,
+                                             const std::string& manifest) {
+      return ds->accept_copy(ref, record, manifest);
+    };
+    hd.dataset_has_manifest = [ds = datasets_.get()](const digest& md) {
+      return ds->has_manifest(md);
+    };
   }
   hd.replicas = ring_.get();
   hd.health = [this] {
@@ -420,6 +430,15 @@ status app::init_datasets() {
     o.trackers = cfg_.torrent.trackers;
     o.seed_endpoint = seeder_->endpoint();
     o.grant_for = grant_for_;
+  }
+  if (ring_) {
+    copies_ = std::make_unique<dataset_copies>(
+        *ring_, reg_,
+        std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.ring.probe_interval.get()));
+    copies_->start(rt_.io());
+    o.on_record = [c = copies_.get()](const std::string& ref, const std::string& record) {
+      c->push(ref, record);
+    };
   }
   dataset_metrics dm;
   dm.origin_gets = &reg_.counter("shoal_proxy_dataset_origin_requests_total",

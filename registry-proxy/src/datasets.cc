@@ -1,5 +1,7 @@
 // registry-proxy's dataset service: lifecycle, records, and the pack groups nodes download
 // (datasets.h). The HTTP API is in datasets_http.cc, resolution in datasets_resolve.cc.
+#include <algorithm>
+
 #include "datasets_internal.h"
 
 namespace shoal::proxy {
@@ -39,44 +41,69 @@ status dataset_service::start() {
     return fail(s.error().wrap("datasets.staging_dir"));
   std::error_code ec;
   std::vector<std::shared_ptr<record>> resume;
+  std::vector<std::shared_ptr<record>> own;
   for (auto it = fs::directory_iterator(opts_.dir + "/datasets", ec);
        !ec && it != fs::directory_iterator(); it.increment(ec)) {
     if (it->path().extension() != ".json") continue;
     auto text = read_file(it->path().string());
     if (!text) continue;
-    auto j = json::parse(*text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("declaration")) {
-      log::warn("ignoring an unreadable dataset record", log::kv("file", it->path().string()));
-      continue;
-    }
-    auto decl = dataset::parse_declaration(j["declaration"].dump());
-    if (!decl) {
+    auto r = record_of(*text);
+    if (!r) {
       log::warn("ignoring a dataset record", log::kv("file", it->path().string()),
-                log::kv("error", decl.error().message));
+                log::kv("error", r.error().message));
       continue;
     }
-    auto r = std::make_shared<record>();
-    r->decl = *decl;
-    r->decl_json = dataset::to_json(*decl);
-    r->ref = decl->name + "@" + decl->version;
-    r->state = j.value("state", "resolving");
-    r->error = j.value("error", "");
-    r->files = j.value("files", std::uint64_t{0});
-    r->bytes = j.value("bytes", std::uint64_t{0});
-    r->groups = j.value("groups", std::uint64_t{0});
-    r->resolve_seconds = j.value("resolve_seconds", 0.0);
-    if (auto md = digest::parse(j.value("manifest", "")); md) r->manifest_digest = *md;
-    if (r->state == "ready" && !r->manifest_digest) r->state = "resolving";
-    r->interrupted = j.value("interrupted", 0);
-    if (r->state == "resolving") resume.push_back(r);
+    // A standby copy still resolving is resolved only when asked for here (take_over).
+    if (!(*r)->standby) {
+      own.push_back(*r);
+      if ((*r)->state == "resolving") resume.push_back(*r);
+    }
     std::lock_guard lk(mu_);
-    records_[r->ref] = r;
+    records_[(*r)->ref] = *r;
   }
   sweep_staging(resume.empty());
   start_resolvers();
   for (auto& r : resume) resume_resolution(r);
+  // The other ring members get this replica's records again (one may have missed a copy).
+  if (opts_.on_record) {
+    for (auto& r : own) opts_.on_record(r->ref, record_json(*r));
+  }
   log::info("datasets loaded", log::kv("dir", opts_.dir), log::kv("datasets", records_.size()));
   return {};
+}
+
+result<std::shared_ptr<dataset_service::record>> dataset_service::record_of(std::string_view text) {
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("declaration"))
+    return fail(errc::invalid_argument, "not a dataset record");
+  auto decl = dataset::parse_declaration(j["declaration"].dump());
+  if (!decl) return fail(decl.error());
+  auto r = std::make_shared<record>();
+  r->decl = *decl;
+  r->decl_json = dataset::to_json(*decl);
+  r->ref = decl->name + "@" + decl->version;
+  auto str = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : std::uint64_t{0};
+  };
+  r->state = str("state");
+  if (r->state != "ready" && r->state != "failed") r->state = "resolving";
+  r->error = str("error");
+  r->files = num("files");
+  r->bytes = num("bytes");
+  r->groups = num("groups");
+  if (auto it = j.find("resolve_seconds"); it != j.end() && it->is_number())
+    r->resolve_seconds = it->get<double>();
+  if (auto md = digest::parse(str("manifest")); md) r->manifest_digest = *md;
+  if (r->state == "ready" && !r->manifest_digest) r->state = "resolving";
+  if (auto it = j.find("interrupted"); it != j.end() && it->is_number_integer())
+    r->interrupted = static_cast<int>(std::clamp<std::int64_t>(it->get<std::int64_t>(), 0, 1000));
+  if (auto it = j.find("standby"); it != j.end() && it->is_boolean()) r->standby = it->get<bool>();
+  return r;
 }
 
 void dataset_service::sweep_staging(bool all) {
@@ -129,7 +156,7 @@ std::shared_ptr<dataset_service::record> dataset_service::find(const std::string
   return it == records_.end() ? nullptr : it->second;
 }
 
-status dataset_service::persist(const record& r) const {
+std::string dataset_service::record_json(const record& r) const {
   json j;
   {
     std::lock_guard lk(r.mu);
@@ -144,8 +171,97 @@ status dataset_service::persist(const record& r) const {
          {"bytes", r.bytes},
          {"groups", r.groups},
          {"resolve_seconds", r.resolve_seconds}};
+    if (r.standby) j["standby"] = true;
   }
-  return write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", safe_dump(j, 2));
+  return safe_dump(j, 2);
+}
+
+status dataset_service::persist(const record& r) const {
+  auto text = record_json(r);
+  if (auto s = write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", text); !s) return s;
+  bool standby;
+  {
+    std::lock_guard lk(r.mu);
+    standby = r.standby;
+  }
+  if (!standby && opts_.on_record) opts_.on_record(r.ref, text);
+  return {};
+}
+
+bool dataset_service::has_manifest(const digest& md) const {
+  std::error_code ec;
+  return fs::exists(opts_.dir + "/manifests/" + md.hex() + ".json", ec);
+}
+
+result<std::string> dataset_service::accept_copy(const std::string& ref,
+                                                 std::string_view record_text,
+                                                 std::string_view manifest_text) {
+  auto got = record_of(record_text);
+  if (!got) return fail(errc::invalid_argument, "dataset copy: " + got.error().message);
+  auto c = *got;
+  if (c->ref != ref)
+    return fail(errc::invalid_argument, "dataset copy of " + c->ref + " sent for " + ref);
+  c->standby = true;
+  c->interrupted = 0;
+  if (c->state == "ready") {
+    // The manifest is content-addressed: a copy whose bytes are not the digest is refused.
+    if (!has_manifest(*c->manifest_digest)) {
+      auto m = dataset::parse_manifest(manifest_text, *c->manifest_digest);
+      if (!m)
+        return fail(errc::invalid_argument, "dataset copy of " + ref + ": " + m.error().message);
+      if (auto s = write_atomic(opts_.dir + "/manifests/" + c->manifest_digest->hex() + ".json",
+                                std::string(manifest_text));
+          !s)
+        return fail(s.error());
+    }
+  }
+  std::shared_ptr<record> cur;
+  {
+    std::lock_guard lk(mu_);
+    auto it = records_.find(ref);
+    if (it != records_.end()) cur = it->second;
+  }
+  if (cur) {
+    std::lock_guard rl(cur->mu);
+    if (!cur->standby) return std::string("own record kept");
+    if (cur->decl_json != c->decl_json)
+      return fail(errc::invalid_argument,
+                  "dataset copy of " + ref + " has another declaration than the one held here");
+    if (cur->state == "ready" && c->state != "ready") return std::string("unchanged");
+    if (cur->state == c->state && cur->manifest_digest == c->manifest_digest &&
+        cur->error == c->error)
+      return std::string("unchanged");
+    if (cur->running) return std::string("resolving here");
+    cur->state = c->state;
+    cur->manifest_digest = c->manifest_digest;
+    cur->error = c->error;
+    cur->files = c->files;
+    cur->bytes = c->bytes;
+    cur->groups = c->groups;
+    cur->resolve_seconds = c->resolve_seconds;
+    cur->manifest.reset();
+    cur->by_digest.reset();
+  } else {
+    std::lock_guard lk(mu_);
+    auto [it, inserted] = records_.emplace(ref, c);
+    if (!inserted) return std::string("unchanged");  // declared here meanwhile
+    cur = c;
+  }
+  if (auto s = persist(*cur); !s) return fail(s.error());
+  log::info("dataset copy kept", log::kv("dataset", ref), log::kv("state", c->state));
+  return std::string("kept");
+}
+
+void dataset_service::take_over(const std::shared_ptr<record>& r) {
+  {
+    std::lock_guard rl(r->mu);
+    if (!r->standby || r->state != "resolving" || r->running) return;
+    r->standby = false;
+  }
+  log::info("resolving a dataset whose owner is away (from its copy)", log::kv("dataset", r->ref));
+  if (auto s = persist(*r); !s)
+    log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+  if (!start_resolution(r)) resolve_failed(r, error{errc::unavailable, "resolver queue full"});
 }
 
 // ---- groups

@@ -38,6 +38,7 @@ bool dataset_service::handle(http::request& req, const http::responder& resp) {
     resp.send(json_error(400, p.error().message));
     return true;
   }
+  if (auto r = find(ref)) take_over(r);
   if (is_meta) {
     constexpr auto max_wait = std::chrono::milliseconds(20000);
     auto wait = std::min(max_wait, origin::lenient_wait(req).value_or(max_wait));
@@ -95,6 +96,7 @@ void dataset_service::declare(const http::request& req, const http::responder& r
       if (r->state == "failed" && !r->running) {
         r->state = "resolving";
         r->error.clear();
+        r->standby = false;  // declared here: resolved here, copied to the others
         restart = true;
       }
     } else {
@@ -149,6 +151,7 @@ void dataset_service::declare(const http::request& req, const http::responder& r
     log::info("dataset declared", log::kv("dataset", ref),
               log::kv("origin", utf8_safe(decl->origin.url, 512)));
   }
+  take_over(r);  // a copy of an away owner's record, still resolving: resolved here now
   return status_of(ref, resp);
 }
 

@@ -128,8 +128,9 @@ struct dataset_service::record {
   std::string state = "resolving";  // resolving | ready | failed
   std::optional<digest> manifest_digest;
   std::string error;
-  int interrupted = 0;  // starts of registry-proxy that found this record resolving, in a row
-  bool queued = false;  // waiting for a resolver thread
+  int interrupted = 0;   // starts of registry-proxy that found this record resolving, in a row
+  bool standby = false;  // a copy of another ring member's record (accept_copy)
+  bool queued = false;   // waiting for a resolver thread
   std::uint64_t files = 0, bytes = 0, groups = 0;
   double resolve_seconds = 0;
   std::shared_ptr<const dataset::manifest> manifest;

@@ -2,9 +2,11 @@
 // the one that resolves it, keeps its record and manifest and seeds its groups. A request about
 // a ref another member owns is redirected to that member; the list merges every live member's.
 
+#include <map>
 #include <memory>
 #include <mutex>
 
+#include "dataset_copies.h"
 #include "datasets_internal.h"
 #include "registry-proxy/handler.h"
 #include "common/dataset.h"
@@ -47,28 +49,45 @@ std::string ref_of(const http::request& req) {
   return dataset::parse_ref(ref) ? ref : std::string();
 }
 
-// Gathers the other members' lists, then answers with every dataset once.
+// Gathers the other members' lists, then answers with every dataset once: the entry of the
+// member that owns its ref when that member answered (the others hold copies, dataset_copies.h),
+// else the first one seen.
 struct list_merge {
   std::mutex mu;
-  json all = json::array();
+  const ring& r;
+  std::vector<std::string> order;                     // refs, first seen first
+  std::map<std::string, std::pair<json, bool>> seen;  // ref → (entry, from its owner)
   std::size_t pending = 0;
   std::vector<std::string> failed;
   http::responder resp;
-  explicit list_merge(http::responder r) : resp(std::move(r)) {}
+  list_merge(const ring& rg, http::responder rs) : r(rg), resp(std::move(rs)) {}
 
-  void add(const std::string& body) {
+  void add(const std::string& body, const std::string& member) {
     auto j = json::parse(body, nullptr, false);
     if (!j.is_array()) return;
-    for (auto& d : j) all.push_back(std::move(d));
+    for (auto& d : j) {
+      if (!d.is_object() || !d.contains("dataset") || !d["dataset"].is_string()) continue;
+      std::string ref = d["dataset"];
+      const bool owner = r.owner("dataset:" + ref) == member;
+      auto it = seen.find(ref);
+      if (it == seen.end()) {
+        order.push_back(ref);
+        seen.emplace(ref, std::make_pair(std::move(d), owner));
+      } else if (owner && !it->second.second) {
+        it->second = {std::move(d), true};
+      }
+    }
   }
   void finish() {
-    auto r = json_answer(200, all);
+    json all = json::array();
+    for (const auto& ref : order) all.push_back(std::move(seen[ref].first));
+    auto a = json_answer(200, all);
     if (!failed.empty()) {
       std::string why;
       for (auto& f : failed) why += (why.empty() ? "" : ", ") + f;
-      r.headers.set("Shoal-Partial", why.substr(0, 1024));
+      a.headers.set("Shoal-Partial", why.substr(0, 1024));
     }
-    resp.send(std::move(r));
+    resp.send(std::move(a));
   }
 };
 
@@ -82,8 +101,8 @@ bool proxy_handler::route_dataset(const http::request& req, const http::responde
       (path == origin::paths::datasets || path == std::string(origin::paths::datasets) + "/") &&
       (req.method == http::verb::get || req.method == http::verb::head);
   if (is_list && d_.dataset_list) {
-    auto m = std::make_shared<list_merge>(resp);
-    m->add(d_.dataset_list());
+    auto m = std::make_shared<list_merge>(r, resp);
+    m->add(d_.dataset_list(), r.self());
     std::vector<std::string> others;
     for (const auto& s : r.members())
       if (s.up && s.url != r.self()) others.push_back(s.url);
@@ -105,7 +124,7 @@ bool proxy_handler::route_dataset(const http::request& req, const http::responde
       cb.on_complete = [m, body, o](result<http::completion> c) {
         std::lock_guard lk(m->mu);
         if (c && c->status == 200)
-          m->add(*body);
+          m->add(*body, o);
         else
           m->failed.push_back(o + ": " +
                               (c ? "HTTP " + std::to_string(c->status) : c.error().message));
@@ -125,6 +144,66 @@ bool proxy_handler::route_dataset(const http::request& req, const http::responde
   out.headers.set("Shoal-Ring-Owner", owner);
   resp.send(std::move(out));
   return true;
+}
+
+void proxy_handler::accept_dataset_copy(const http::request& req, const http::responder& resp) {
+  if (!d_.replicas || !d_.dataset_copy) {
+    return resp.send(json_error(405, "dataset record copies need a replica ring (ring.members)"));
+  }
+  auto& r = *d_.replicas;
+  const std::string from = ring_from(req);
+  if (from.empty() || from == r.self() || !r.is_member(from)) {
+    return resp.send(
+        json_error(403, "dataset record copies are accepted only from another ring member (" +
+                            std::string(ring::from_header) + " naming one of ring.members)"));
+  }
+  static const std::string base = std::string(origin::paths::datasets) + "/";
+  std::string_view path = req.path;
+  std::string_view rest = path.substr(std::min(path.size(), base.size()));
+  if (!path.starts_with(base) || !rest.ends_with(dataset_copies::suffix)) {
+    auto a = json_error(405, "only GET here; PUT takes " + base + "<name>@<version>" +
+                                 std::string(dataset_copies::suffix) + " from ring members");
+    a.headers.set("Allow", "GET");
+    return resp.send(std::move(a));
+  }
+  std::string ref(rest.substr(0, rest.size() - dataset_copies::suffix.size()));
+  if (auto p = dataset::parse_ref(ref); !p) return resp.send(json_error(400, p.error().message));
+  auto j = json::parse(req.body, nullptr, false);
+  if (!j.is_object() || !j.contains("state") || !j["state"].is_string())
+    return resp.send(json_error(400, "a dataset record copy is the record's JSON object"));
+  auto keep = [this, ref, body = req.body, resp](const std::string& manifest) {
+    auto got = d_.dataset_copy(ref, body, manifest);
+    if (!got) {
+      log::warn("dataset copy refused", log::kv("dataset", ref),
+                log::kv("error", got.error().message));
+      return resp.send(
+          json_error(got.error().is(errc::invalid_argument) ? 400 : 500, got.error().message));
+    }
+    resp.send(json_answer(200, json{{"dataset", ref}, {"result", *got}}));
+  };
+  if (j["state"] != "ready") return keep({});
+  auto md = digest::parse(j.value("manifest", std::string()));
+  if (!md) return resp.send(json_error(400, "a ready dataset record names its manifest digest"));
+  if (d_.dataset_has_manifest(*md)) return keep({});
+  // The manifest from the sender, which holds it (the owner answers a member itself).
+  auto rq = r.request(from, base + ref + "/manifest");
+  rq.timeouts.total = std::chrono::minutes(4);
+  auto text = std::make_shared<std::string>();
+  http::callbacks cb;
+  cb.on_data = [text](std::string_view c) {
+    if (text->size() + c.size() > (512u << 20)) return false;  // a manifest that large: refused
+    text->append(c);
+    return true;
+  };
+  cb.on_complete = [keep, text, from, ref, resp](result<http::completion> c) {
+    if (!c || c->status != 200) {
+      return resp.send(
+          json_error(502, "manifest of " + ref + " from " + from + ": " +
+                              (c ? "HTTP " + std::to_string(c->status) : c.error().message)));
+    }
+    datasets_detail::answer_guarded(resp, [&] { keep(*text); });
+  };
+  r.client().submit(std::move(rq), std::move(cb));
 }
 
 }  // namespace shoal::proxy

@@ -53,13 +53,16 @@ route_policy policy_for(const http::request& req) {
   if (path.starts_with(dataset_metainfo)) return {"dataset metainfo", node | operator_};
   if (path == datasets || path == std::string(datasets) + "/") {
     if (req.method == http::verb::post) return {"declaring datasets", operator_};
-    return {"the dataset list", node | scheduler | operator_};
+    // Ring members merge each other's lists.
+    return {"the dataset list", node | scheduler | operator_ | proxy};
   }
   if (path.starts_with(std::string(datasets) + "/")) {
+    if (req.method == http::verb::put) return {"dataset record copies", proxy};
     if (path.find("/objects/") != std::string_view::npos) {
       return {"dataset objects", node | operator_};
     }
-    return {"dataset records", node | scheduler | operator_};
+    // A ring member reads a record and its manifest when it keeps a copy (dataset_copies.h).
+    return {"dataset records", node | scheduler | operator_ | proxy};
   }
   return {"this path"};
 }
@@ -105,6 +108,7 @@ void proxy_handler::operator()(http::request&& req, http::responder resp) {
   if (req.path.starts_with(origin::paths::metainfo)) return handle_metainfo(std::move(req), resp);
   if (req.path.starts_with(origin::paths::chunks)) return handle_chunks(std::move(req), resp);
   if (d_.datasets && req.path.starts_with(origin::paths::dataset_family)) {
+    if (req.method == http::verb::put) return accept_dataset_copy(req, resp);
     if (d_.replicas && route_dataset(req, resp)) return;
     if (d_.datasets(req, resp)) return;
   }

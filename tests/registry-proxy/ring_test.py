@@ -28,6 +28,7 @@ asked anywhere lead to the owner; the list asked anywhere holds every replica's 
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -365,6 +366,124 @@ class RingDatasetsTest(FixtureTestCase):
             self.assertEqual([x["dataset"] for x in lst].count(ref), 1, lst)
 
 
+    def declare(self, rep: int, ref: str) -> None:
+        name, version = ref.split("@")
+        decl = {"name": name, "version": version, "origin": {"url": self.origin_url + "/data/"}}
+        f = self.dir / f"{name}.json"
+        f.write_text(json.dumps(decl))
+        cp = subprocess.run([str(binary("shoalctl")), "--registry-proxy", self.ring.proxies[rep].url,
+                             "dataset", "declare", str(f)], capture_output=True, text=True,
+                            timeout=60)
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+
+    def wait_ready(self, rep: int, ref: str) -> dict:
+        deadline = time.monotonic() + 60
+        while True:
+            status, st = self.get_json(rep, f"/shoal/v1/datasets/{ref}")
+            if status == 200 and st.get("state") in ("ready", "failed"):
+                self.assertEqual(st["state"], "ready", st)
+                return st
+            self.assertLess(time.monotonic(), deadline, (status, st))
+            time.sleep(0.2)
+
+    def wait_copies_delivered(self, rep: int, at_least: int) -> None:
+        p = self.ring.proxies[rep]
+        deadline = time.monotonic() + 30
+        while (p.metric("shoal_proxy_dataset_copies_sent_total") < at_least
+               or p.metric("shoal_proxy_dataset_copies_pending") != 0):
+            self.assertLess(time.monotonic(), deadline, p.metrics_text()[-3000:])
+            time.sleep(0.2)
+
+    def wait_members_up(self, reps, n: int) -> None:
+        deadline = time.monotonic() + 30
+        for rep in reps:
+            while self.ring.proxies[rep].metric("shoal_proxy_ring_members_up") != n:
+                self.assertLess(time.monotonic(), deadline, f"replica {rep} never saw {n} members up")
+                time.sleep(0.1)
+
+    def test_a_copy_refused_from_a_non_member(self):
+        p = self.ring.proxies[0]
+        ref = "ringcopy@v1"
+        for headers, want in (({}, 403), ({"Shoal-Ring-From": "http://127.0.0.1:9"}, 403),
+                              ({"Shoal-Ring-From": p.url}, 403)):
+            status, _, out = p.get(f"/shoal/v1/datasets/{ref}/copy", method="PUT",
+                                   headers={**headers, "Content-Type": "application/json"})
+            self.assertEqual(status, want, out)
+        other = self.ring.members[1]
+        conn = http.client.HTTPConnection(p.host, p.port, timeout=10)
+        for payload, want in (("not json", 400), (json.dumps({"state": "ready"}), 400),
+                              (json.dumps({"state": "ready", "manifest": "sha256:zz"}), 400)):
+            conn.request("PUT", f"/shoal/v1/datasets/{ref}/copy", body=payload,
+                         headers={"Shoal-Ring-From": other, "Content-Type": "application/json"})
+            r = conn.getresponse()
+            text = r.read()
+            self.assertEqual(r.status, want, text)
+        conn.close()
+        status, _ = self.get_json(0, f"/shoal/v1/datasets/{ref}")
+        self.assertEqual(status, 404, "a refused copy leaves no record")
+
+    def test_z_owner_away_the_next_member_answers_from_its_copy(self):
+        """Runs last: kills replica 2 and starts it again."""
+        ring = self.ring
+        ref = self.ref_owned_by(2)
+        self.declare(2, ref)
+        st = self.wait_ready(2, ref)
+        listings = self.listings
+        _, _, manifest_bytes = ring.proxies[2].get(f"/shoal/v1/datasets/{ref}/manifest")
+        # Declared, then ready: both records reached both other members.
+        self.wait_copies_delivered(2, 4)
+        ring.proxies[2].kill()
+        self.wait_members_up((0, 1), 2)
+        for rep in (0, 1):
+            status, st2 = self.get_json(rep, f"/shoal/v1/datasets/{ref}")
+            self.assertEqual((status, st2["state"], st2["manifest"]), (200, "ready", st["manifest"]),
+                             st2)
+            status, _, body = ring.proxies[rep].get(f"/shoal/v1/datasets/{ref}/manifest")
+            self.assertEqual((status, "sha256:" + hashlib.sha256(body).hexdigest()),
+                             (200, st["manifest"]))
+            self.assertEqual(body, manifest_bytes)
+        manifest = json.loads(manifest_bytes)
+        by_path = {f["path"]: f["digest"] for f in manifest["files"]}
+        for name, data in FILES.items():
+            status, _, body = ring.proxies[0].get(f"/shoal/v1/datasets/{ref}/objects/{by_path[name]}")
+            self.assertEqual((status, body == data), (200, True), name)
+        status, _, body = ring.proxies[1].get(f"/shoal/v1/dataset-metainfo/{ref}/0")
+        self.assertEqual(status, 200, body[:300])
+        self.assertEqual(self.listings, listings, "served from the copy: the origin not listed again")
+        for rep in (0, 1):
+            status, lst = self.get_json(rep, "/shoal/v1/datasets")
+            self.assertEqual([x["dataset"] for x in lst].count(ref), 1, lst)
+
+        # Declared while its owner is away: the next member resolves it, and the owner knows it
+        # when it returns.
+        ref_b = next(f"ringaway{k}@v1" for k in range(200)
+                     if ring_owner(ring.members, f"dataset:ringaway{k}@v1") == ring.members[2])
+        new_owner = ring.members.index(ring_owner(ring.members[:2], "dataset:" + ref_b))
+        self.declare(0, ref_b)
+        st_b = self.wait_ready(0, ref_b)
+        self.assertEqual(self.listings, listings + 1)
+        sent = ring.proxies[new_owner].metric("shoal_proxy_dataset_copies_sent_total")
+        ring.proxies[2].restart()
+        self.wait_members_up((0, 1, 2), 3)
+        # At least the ready record reached the returned member.
+        self.wait_copies_delivered(new_owner, sent + 1)
+        p2 = ring.proxies[2]
+        conn = http.client.HTTPConnection(p2.host, p2.port, timeout=10)
+        conn.request("GET", f"/shoal/v1/datasets/{ref_b}")
+        r = conn.getresponse()
+        got = json.loads(r.read())
+        conn.close()
+        self.assertEqual((r.status, got["state"], got["manifest"]), (200, "ready", st_b["manifest"]),
+                         "the returned owner answers itself, from the copy")
+        status, _, body = p2.get(f"/shoal/v1/datasets/{ref_b}/manifest")
+        self.assertEqual((status, "sha256:" + hashlib.sha256(body).hexdigest()),
+                         (200, st_b["manifest"]))
+        self.assertEqual(self.listings, listings + 1, "resolved once, by the member that owned it")
+        for rep in range(3):
+            status, lst = self.get_json(rep, "/shoal/v1/datasets")
+            names = [x["dataset"] for x in lst]
+            self.assertEqual((names.count(ref), names.count(ref_b)), (1, 1), lst)
+
 
 class RingTlsTest(FixtureTestCase):
     """The ring with mutual TLS (the deployment's mode): members are https URLs and call each
@@ -377,8 +496,65 @@ class RingTlsTest(FixtureTestCase):
         d = cls.class_tmpdir("shoal-proxy-ring-tls-")
         cls.reg = cls.class_track(Registry(d / "registry").start())
         cls.pki = ClusterPKI(d / "pki")
+
+        def handle(req, method):
+            path = req.path.partition("?")[0]
+            if path == "/data/":
+                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
+                                   for n, b in FILES.items()]).encode()
+            elif path.startswith("/data/") and path[6:] in FILES:
+                body = FILES[path[6:]]
+            else:
+                body = None
+            req.send_response(200 if body is not None else 404)
+            req.send_header("Content-Length", str(len(body or b"")))
+            req.end_headers()
+            if method != "HEAD" and body:
+                req.wfile.write(body)
+
+        cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
+        cls.addClassCleanup(cls.origin.stop)
+        (d / "creds").mkdir()
         cls.ring = cls.class_track(ProxyRing(d / "ring", 2, upstreams=[
-            upstream(cls.reg.host_port, cls.reg.url)], pki=cls.pki).start())
+            upstream(cls.reg.host_port, cls.reg.url)], pki=cls.pki, torrent=True, extra={
+                "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
+                             "pack_target": "1MiB", "allowed_origins": [
+                                 {"url": f"http://127.0.0.1:{cls.origin.port}"}]}}).start())
+
+    def test_dataset_copies_and_lists_between_members_over_tls(self):
+        """Members call each other with registry-proxy certificates: the owner's record copy
+        (and the manifest the receiver fetches for it) is accepted, and the list merged at the
+        other member names the dataset once."""
+        ref = next(f"tlsset{k}@v1" for k in range(100)
+                   if ring_owner(self.ring.members, f"dataset:tlsset{k}@v1") == self.ring.members[0])
+        p0, p1 = self.ring.proxies
+        decl = {"name": ref.split("@")[0], "version": "v1",
+                "origin": {"url": f"http://127.0.0.1:{self.origin.port}/data/"}}
+        conn = http.client.HTTPSConnection(p0.host, p0.port, timeout=30, context=p0._ctx())
+        conn.request("POST", "/shoal/v1/datasets", body=json.dumps(decl),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        self.assertIn(r.status, (200, 202), r.read())
+        conn.close()
+        deadline = time.monotonic() + 60
+        while True:
+            status, _, body = p0.get(f"/shoal/v1/datasets/{ref}")
+            st = json.loads(body) if body else {}
+            if status == 200 and st.get("state") == "ready":
+                break
+            self.assertNotEqual(st.get("state"), "failed", st)
+            self.assertLess(time.monotonic(), deadline, (status, st))
+            time.sleep(0.2)
+        while (p0.metric("shoal_proxy_dataset_copies_sent_total") < 2
+               or p0.metric("shoal_proxy_dataset_copies_pending") != 0):
+            self.assertLess(time.monotonic(), deadline, p0.log_text()[-3000:])
+            time.sleep(0.2)
+        self.assertEqual(p0.metric("shoal_proxy_dataset_copies_failed_total"), 0,
+                         p1.log_text()[-3000:])
+        status, headers, body = p1.get("/shoal/v1/datasets")
+        self.assertEqual(status, 200, body)
+        self.assertNotIn("shoal-partial", headers)
+        self.assertEqual([x["dataset"] for x in json.loads(body)].count(ref), 1, body)
 
     def test_blob_through_a_non_owner_over_tls(self):
         for k in range(40):

@@ -78,9 +78,16 @@ TEST(RouteAuthz, OperatorMayDoEverything) {
 TEST(RouteAuthz, RingReplicasPullAndProbeOnly) {
   for (const char* p : {kManifest, kBlob, "/metrics", "/readyz"})
     EXPECT_TRUE(allowed(peer_role::registry_proxy, p)) << p;
-  for (const char* p : {kMetainfo, kChunks, kObject, "/shoal/v1/datasets"})
+  for (const char* p : {kMetainfo, kChunks, kObject, "/shoal/v1/dataset-metainfo/d@v1/0"})
     EXPECT_FALSE(allowed(peer_role::registry_proxy, p)) << p;
   EXPECT_FALSE(allowed(peer_role::registry_proxy, "/shoal/v1/datasets", http::verb::post));
+  // Members merge each other's dataset lists and keep copies of each other's records.
+  for (const char* p :
+       {"/shoal/v1/datasets", "/shoal/v1/datasets/d@v1", "/shoal/v1/datasets/d@v1/manifest"})
+    EXPECT_TRUE(allowed(peer_role::registry_proxy, p)) << p;
+  EXPECT_TRUE(allowed(peer_role::registry_proxy, "/shoal/v1/datasets/d@v1/copy", http::verb::put));
+  for (auto role : {peer_role::node, peer_role::scheduler, peer_role::operator_})
+    EXPECT_FALSE(allowed(role, "/shoal/v1/datasets/d@v1/copy", http::verb::put));
 }
 
 TEST(RouteAuthz, OtherRolesReachOnlyOpsAndUnknownPaths) {

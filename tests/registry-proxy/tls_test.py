@@ -154,17 +154,23 @@ class ProxyTlsTest(FixtureTestCase):
                 self.assertEqual(self.call(who, "/metrics")[0], 200)
                 self.assert_refused(who, self.v2("manifests/v1"),
                                     roles="node, registry-proxy, scheduler, operator")
-                self.assert_refused(who, "/shoal/v1/datasets/d@v1", roles="node, scheduler, operator")
+                self.assert_refused(who, "/shoal/v1/datasets/d@v1",
+                                    roles="node, registry-proxy, scheduler, operator")
 
     def test_a_ring_replica_pulls_blobs_and_nothing_else(self):
         """Another registry-proxy replica (ring.h) streams a blob from its owner with its own
-        certificate; metainfo and the dataset API stay closed to it."""
+        certificate, and reads dataset records (merged lists, the manifest of a record copy);
+        metainfo, dataset objects and declarations stay closed to it."""
         replica = self.pki.registry_proxy(["127.0.0.1"])
         status, data = self.call(replica, self.v2(f"blobs/{self.blob_digest}"))
         self.assertEqual((status, data), (200, self.blob))
         self.assert_refused(replica, f"/shoal/v1/metainfo/{self.blob_digest}?repo=team/app",
                             roles="node, operator")
-        self.assert_refused(replica, "/shoal/v1/datasets/d@v1", roles="node, scheduler, operator")
+        self.assert_refused(replica, f"/shoal/v1/datasets/d@v1/objects/{self.blob_digest}",
+                            roles="node, operator")
+        self.assert_refused(replica, "/shoal/v1/dataset-metainfo/d@v1/0", roles="node, operator")
+        self.assert_refused(replica, "/shoal/v1/datasets", "POST", b"{}", roles="operator")
+        self.assertEqual(self.call(replica, "/shoal/v1/datasets/d@v1")[0], 404)  # past the check
 
     def test_operator_may_do_everything(self):
         status, data = self.call(self.op, self.v2("manifests/v1"))

@@ -32,6 +32,8 @@ namespace shoal::proxy {
 // The libraries shoal-registry-proxy links and their versions (--version, shoal_build_info).
 [[nodiscard]] std::vector<version::library> linked_libraries();
 
+class dataset_copies;
+
 class app {
  public:
   [[nodiscard]] static result<std::unique_ptr<app>> build(const proxy_config& cfg);
@@ -79,6 +81,8 @@ class app {
   std::shared_ptr<tls::tls_context> tls_;  // the HTTP API's (server side); null with TLS off
   std::unique_ptr<http::server> server_;
   std::unique_ptr<ring> ring_;
+  // Dataset records copied to the other ring members (src/dataset_copies.h); null without a ring.
+  std::unique_ptr<dataset_copies> copies_;
   // Calls to other ring members only, with the cluster certificate (never to upstreams).
   std::unique_ptr<http::client> ring_client_;
   cache::subscription cache_events_;

@@ -18,8 +18,9 @@
 // version ...: declare a new version".
 //
 // On disk, under `datasets.dir`: datasets/<name>@<version>.json (declaration, state, manifest
-// digest), manifests/<hex>.json (canonical manifests), packs/<pack key>.torrent (pack metainfo;
-// single objects keep theirs in the state_db like blobs).
+// digest; "standby" for a copy of another ring member's record), manifests/<hex>.json (canonical
+// manifests), packs/<pack key>.torrent (pack metainfo; single objects keep theirs in the state_db
+// like blobs).
 //
 // Lifecycle: construct, start() (loads the records and resumes resolutions that were running),
 // serve, stop() (cancels and joins). Threading: handlers may be called on any io thread; every
@@ -74,6 +75,11 @@ struct dataset_service_options {
   // none is due (see common/grant.h). Unset: no grants.
   std::function<std::string(const tls::peer_identity& caller, const std::string& info_hash)>
       grant_for;
+  // Called with a dataset's record (its JSON, as saved under dir) each time this replica saves a
+  // record it resolves itself, and for each such record at start(): the replica ring copies it to
+  // the other members (dataset_copies.h). Unset: no copies. Runs on the caller's thread; must
+  // not block.
+  std::function<void(const std::string& ref, const std::string& record_json)> on_record;
 };
 
 struct dataset_metrics {
@@ -100,6 +106,18 @@ class dataset_service {
   // Routes origin::paths::datasets and dataset_metainfo; false when the path is not ours.
   bool handle(http::request& req, const http::responder& resp);
 
+  // A copy of another ring member's record of `ref` (`record_json` as that member saved it, and
+  // the canonical manifest's text when the record is ready; empty otherwise). Kept as a standby
+  // record: it answers once this replica owns the ref (its owner is away), and a standby record
+  // still resolving is resolved here at the first request for it. A record this replica resolves
+  // itself is never replaced, nor a ready one by one that is not. Returns what was done ("kept",
+  // "unchanged", "own record kept"); invalid copies are refused (invalid_argument).
+  [[nodiscard]] result<std::string> accept_copy(const std::string& ref,
+                                                std::string_view record_json,
+                                                std::string_view manifest_text);
+  // Whether the canonical manifest `md` is on disk here.
+  [[nodiscard]] bool has_manifest(const digest& md) const;
+
   [[nodiscard]] std::size_t resolving() const;
   // The dataset list's JSON array (GET origin::paths::datasets): this replica's datasets.
   [[nodiscard]] std::string list_json();
@@ -124,6 +142,8 @@ class dataset_service {
                        std::chrono::milliseconds wait, const tls::peer_identity& caller,
                        const http::responder& resp);
   [[nodiscard]] std::shared_ptr<record> find(const std::string& ref) const;
+  // A record from its saved JSON (record_json), or why it is not one.
+  [[nodiscard]] static result<std::shared_ptr<record>> record_of(std::string_view text);
   // Queues the record for a resolver thread; false when the queue is full (or stopping).
   [[nodiscard]] bool start_resolution(const std::shared_ptr<record>& r);
   void start_resolvers();
@@ -144,7 +164,12 @@ class dataset_service {
                                  const std::atomic<bool>& abort);
   // Builds every pack group's metainfo now, so the first nodes do not wait for it.
   [[nodiscard]] status prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m);
+  // Saves the record under dir and, for a record of this replica's own, hands it to on_record.
   [[nodiscard]] status persist(const record& r) const;
+  [[nodiscard]] std::string record_json(const record& r) const;
+  // A standby record still resolving, asked for here: this replica now owns the ref (its owner
+  // is away) and resolves it.
+  void take_over(const std::shared_ptr<record>& r);
   // Removes staging files left by earlier runs: all of them when no resolution resumes, else
   // those older than kStagingKeep.
   void sweep_staging(bool all);

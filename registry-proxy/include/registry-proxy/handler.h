@@ -44,6 +44,12 @@ struct handler_deps {
   // This replica's dataset list (a JSON array), merged with the other ring members' for GET
   // origin::paths::datasets. Empty when datasets are disabled.
   std::function<std::string()> dataset_list;
+  // A ring member's copy of a dataset record (dataset_service::accept_copy; dataset_copies.h):
+  // (ref, record JSON, manifest text or empty) → what was done, or why it was refused.
+  std::function<result<std::string>(const std::string&, const std::string&, const std::string&)>
+      dataset_copy;
+  // Whether the canonical manifest with this digest is held here (the copy needs no fetch).
+  std::function<bool(const digest&)> dataset_has_manifest;
   // The replica ring (ring.h); null without one.
   ring* replicas = nullptr;
 };
@@ -61,6 +67,9 @@ class proxy_handler {
   // keeps a declaration's method and body); the list merges every live member's. False when
   // this replica answers it itself.
   bool route_dataset(const http::request& req, const http::responder& resp);
+  // PUT <datasets>/<ref>/copy from a ring member (dataset_copies.h): keeps the record, fetching
+  // its manifest from the sender first when it is ready and not held here.
+  void accept_dataset_copy(const http::request& req, const http::responder& resp);
   // The request's ring::from_header when a ring member may send it (TLS: a registry-proxy
   // certificate; plain mode: anyone, which only makes this replica answer itself).
   [[nodiscard]] std::string ring_from(const http::request& req) const;
@@ -83,6 +92,7 @@ class proxy_handler {
 //   GET datasets: list, status, manifest              node, scheduler, operator
 //   GET dataset objects and dataset metainfo          node, operator
 //   POST /shoal/v1/datasets (declare)                 operator
+//   PUT /shoal/v1/datasets/<ref>/copy                 registry-proxy (another ring member)
 // Anything else (a 404 anyway) needs a certificate. Empty when allowed, otherwise why not (the
 // 403's message). A plain connection (tls.enabled false) is always allowed: nobody has a role.
 [[nodiscard]] std::string authorize(const http::request& req);

@@ -1,0 +1,114 @@
+#include "dataset_copies.h"
+
+#include "common/log.h"
+#include "common/origin_protocol.h"
+
+namespace shoal::proxy {
+
+dataset_copies::dataset_copies(ring& r, metrics::registry& reg,
+                               std::chrono::milliseconds retry_interval)
+    : ring_(r), retry_(retry_interval) {
+  for (const auto& m : r.members())
+    if (m.url != r.self()) members_[m.url];
+  sent_ = &reg.counter("shoal_proxy_dataset_copies_sent_total",
+                       "Dataset records copied to another ring member (accepted by it).")
+               .with({});
+  failed_ = &reg.counter("shoal_proxy_dataset_copies_failed_total",
+                         "Dataset record copies a ring member did not accept (retried).")
+                 .with({});
+  reg.gauge_fn("shoal_proxy_dataset_copies_pending",
+               "Dataset record copies waiting for a ring member (one per member and dataset).",
+               [this] {
+                 std::lock_guard lk(mu_);
+                 std::size_t n = 0;
+                 for (const auto& [u, m] : members_) n += m.pending.size();
+                 return static_cast<double>(n);
+               });
+}
+
+dataset_copies::~dataset_copies() { stop(); }
+
+void dataset_copies::start(boost::asio::io_context& io) {
+  timer_ = std::make_unique<boost::asio::steady_timer>(io);
+  tick();
+}
+
+void dataset_copies::stop() {
+  alive_->store(false);
+  if (timer_) timer_->cancel();
+}
+
+void dataset_copies::push(const std::string& ref, const std::string& record_json) {
+  std::vector<std::string> urls;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [url, m] : members_) {
+      m.pending[ref] = record_json;
+      urls.push_back(url);
+    }
+  }
+  for (const auto& u : urls) send_next(u);
+}
+
+void dataset_copies::send_next(const std::string& url) {
+  if (!alive_->load()) return;
+  std::string ref, body;
+  {
+    std::lock_guard lk(mu_);
+    auto& m = members_[url];
+    if (m.busy || m.pending.empty()) return;
+    m.busy = true;
+    ref = m.pending.begin()->first;
+    body = m.pending.begin()->second;
+  }
+  auto req =
+      ring_.request(url, std::string(origin::paths::datasets) + "/" + ref + std::string(suffix));
+  req.method = "PUT";
+  req.body = body;
+  req.headers.emplace_back("Content-Type", "application/json");
+  req.max_retries = 0;
+  // The receiver may fetch a large manifest from here before it answers.
+  req.timeouts.total = std::chrono::minutes(5);
+  http::callbacks cb;
+  cb.on_data = [](std::string_view) { return true; };
+  cb.on_complete = [this, url, ref, body, alive = alive_](result<http::completion> c) {
+    if (!alive->load()) return;
+    const bool ok = c && c->status / 100 == 2;
+    bool more;
+    {
+      std::lock_guard lk(mu_);
+      auto& m = members_[url];
+      m.busy = false;
+      if (ok) {
+        auto it = m.pending.find(ref);
+        if (it != m.pending.end() && it->second == body) m.pending.erase(it);
+      }
+      more = ok && !m.pending.empty();
+    }
+    if (ok) {
+      sent_->inc();
+    } else {
+      failed_->inc();
+      log::debug("dataset copy not accepted; retried", log::kv("member", url),
+                 log::kv("dataset", ref),
+                 log::kv("error", c ? "HTTP " + std::to_string(c->status) : c.error().message));
+    }
+    if (more) send_next(url);
+  };
+  ring_.client().submit(std::move(req), std::move(cb));
+}
+
+void dataset_copies::tick() {
+  if (!alive_->load()) return;
+  std::vector<std::string> urls;
+  for (const auto& m : ring_.members())
+    if (m.up && m.url != ring_.self()) urls.push_back(m.url);
+  for (const auto& u : urls) send_next(u);
+  timer_->expires_after(retry_);
+  timer_->async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !alive->load()) return;
+    tick();
+  });
+}
+
+}  // namespace shoal::proxy

@@ -1,0 +1,71 @@
+#pragma once
+// Copies of dataset records between registry-proxy replicas on the ring (ring.h, datasets.h).
+//
+// A dataset ref has one owner, the replica that resolves it. So that the ref keeps answering
+// while its owner is away, the owner copies each record it saves to every other member:
+//
+//   PUT <datasets>/<name>@<version>/copy    body: the record's JSON, header ring::from_header
+//
+// The receiver, when the record is ready and it lacks the canonical manifest, fetches it from
+// the sender (GET <datasets>/<ref>/manifest with ring::from_header, verified against its digest),
+// then keeps both as a standby record (dataset_service::accept_copy). Once the owner is away,
+// the next member in the ref's order owns it and answers from that record.
+//
+// Per member, copies go one at a time in the order they were saved; only the latest of a ref is
+// kept while one waits. A copy that fails waits for the member's next retry (every
+// retry_interval, while the ring sees the member up): a member that was away gets what was
+// saved meanwhile when it returns, and a replica that starts copies all its records again.
+//
+// Threading: push() from any thread; sends and their completions run on the ring's HTTP client
+// thread, retries on the io_context given to start().
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "common/metrics.h"
+#include "registry-proxy/ring.h"
+
+namespace shoal::proxy {
+
+class dataset_copies {
+ public:
+  // The path suffix of a copy under <datasets>/<ref>.
+  static constexpr std::string_view suffix = "/copy";
+
+  dataset_copies(ring& r, metrics::registry& reg, std::chrono::milliseconds retry_interval);
+  ~dataset_copies();
+  dataset_copies(const dataset_copies&) = delete;
+  dataset_copies& operator=(const dataset_copies&) = delete;
+
+  void start(boost::asio::io_context& io);
+  void stop();
+
+  // Queues `record_json` of `ref` for every other member.
+  void push(const std::string& ref, const std::string& record_json);
+
+ private:
+  struct member {
+    std::map<std::string, std::string> pending;  // ref → latest record JSON
+    bool busy = false;
+  };
+  void send_next(const std::string& url);
+  void tick();
+
+  ring& ring_;
+  std::chrono::milliseconds retry_;
+  std::mutex mu_;
+  std::map<std::string, member> members_;  // by URL; every member but self
+  std::unique_ptr<boost::asio::steady_timer> timer_;
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
+  metrics::counter* sent_ = nullptr;
+  metrics::counter* failed_ = nullptr;
+};
+
+}  // namespace shoal::proxy
