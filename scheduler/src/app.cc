@@ -319,6 +319,15 @@ status app::init_shared() {
   shared_state_options so;
   so.redis.address = rc.address;
   so.redis.sentinels = rc.sentinels;
+  for (const auto& [named, local] : rc.tunnels) {
+    std::string h;
+    int port = 0;
+    if (!split_host_port(named, h, port) || !split_host_port(local, h, port)) {
+      return fail(errc::config_error,
+                  "redis.tunnels: " + named + " → " + local + ": both must be host:port");
+    }
+  }
+  so.redis.tunnels = rc.tunnels;
   so.redis.master_name = rc.master_name;
   so.redis.user = rc.user;
   so.redis.sentinel_user = rc.sentinel_user;

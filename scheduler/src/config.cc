@@ -248,6 +248,14 @@ void describe(config::binder& b, redis_config& c) {
   b.field("sentinel_user", c.sentinel_user, "ACL user on the sentinels. Empty: the default user.");
   b.field("sentinel_password_file", c.sentinel_password_file,
           "File holding the sentinels' password (one line). Empty: no AUTH.");
+  b.field("tunnels", c.tunnels,
+          "Redis with TLS (Debian's hiredis has none): the host:port of each Redis data node as "
+          "the sentinels name it (or as address gives it) → the local host:port of a stunnel4 "
+          "client tunnel to it, which presents this scheduler's certificate. The sentinels "
+          "entries are their tunnels' local ends. Non-empty: a primary with no entry here is "
+          "not connected to (nothing reaches Redis in plain text); the scheduler reports the "
+          "shared state stale until it has one. Empty: Redis is reached directly (loopback or a "
+          "pod-local port). See docs/ha.md, \"TLS to Redis\".");
   b.field("key_prefix", c.key_prefix,
           "Every key starts with this (the replicas' ACL grants ~shoal:*); one per cluster when "
           "clusters share a Redis.");

@@ -156,6 +156,18 @@ result<std::string> redis_conn::primary_from_sentinels() {
   return fail(errc::unavailable, "no sentinel named a primary: " + errors);
 }
 
+result<std::string> through_tunnel(const std::map<std::string, std::string>& tunnels,
+                                   const std::string& named) {
+  if (tunnels.empty()) return named;
+  auto it = tunnels.find(named);
+  if (it == tunnels.end()) {
+    return fail(
+        errc::unavailable,
+        "redis " + named + " has no entry in redis.tunnels (it would be reached in plain text)");
+  }
+  return it->second;
+}
+
 status redis_conn::connect() {
   std::string hp = opts_.address;
   if (!opts_.sentinels.empty()) {
@@ -163,7 +175,9 @@ status redis_conn::connect() {
     if (!p) return fail(p.error());
     hp = *p;
   }
-  auto c = open(hp, opts_.user, opts_.password, opts_.connect_timeout,
+  auto via = through_tunnel(opts_.tunnels, hp);
+  if (!via) return fail(via.error());
+  auto c = open(*via, opts_.user, opts_.password, opts_.connect_timeout,
                 timeout_.count() > 0 ? timeout_ : opts_.command_timeout);
   if (!c) return fail(c.error());
   ctx_ = *c;

@@ -121,7 +121,10 @@ void shared_state::start() {
           log::kv("seconds", std::chrono::duration_cast<std::chrono::seconds>(now - t0).count()));
     }
   }
-  if (!loaded_once_) log::warn("redis not reached at start: answering from this replica alone");
+  if (!loaded_once_) {
+    log::warn("redis not reached at start: answering from this replica alone",
+              log::kv("error", stale_));
+  }
 }
 
 void shared_state::stop() {

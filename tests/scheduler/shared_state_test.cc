@@ -43,6 +43,21 @@ TEST(RedisAddress, SplitsHostAndPort) {
     EXPECT_FALSE(split_host_port(bad, h, p)) << bad;
 }
 
+TEST(RedisAddress, ATunnelOrNothing) {
+  // Without tunnels a named Redis is connected to as named.
+  EXPECT_EQ(*through_tunnel({}, "10.0.0.5:6379"), "10.0.0.5:6379");
+  std::map<std::string, std::string> t{{"shoal-redis-0.shoal-redis:6379", "127.0.0.1:16379"},
+                                       {"10.0.0.6:6379", "127.0.0.1:16380"}};
+  EXPECT_EQ(*through_tunnel(t, "shoal-redis-0.shoal-redis:6379"), "127.0.0.1:16379");
+  EXPECT_EQ(*through_tunnel(t, "10.0.0.6:6379"), "127.0.0.1:16380");
+  // With tunnels, a primary that has none is refused, never reached in plain text.
+  auto r = through_tunnel(t, "10.0.0.7:6379");
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(errc::unavailable));
+  EXPECT_NE(r.error().message.find("10.0.0.7:6379 has no entry in redis.tunnels"),
+            std::string::npos);
+}
+
 class DecidedApply : public ::testing::Test {
  protected:
   DecidedApply() : idx_(index_options{}, "e1", clock_.fn()), trk_(tracker_options{}, clock_.fn()) {}

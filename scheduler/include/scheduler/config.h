@@ -2,6 +2,7 @@
 // The scheduler's configuration: every key declared once with its default and doc string.
 // `shoal-scheduler --print-config-docs` renders the reference (docs/config/scheduler.md).
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,8 @@ struct redis_config {
   std::string password_file;           // its password, one line ("": no AUTH)
   std::string sentinel_user;
   std::string sentinel_password_file;
+  // Redis with TLS: what the sentinels name (or address) → the local stunnel4 tunnel to it.
+  std::map<std::string, std::string> tunnels;
   std::string key_prefix = "shoal:";
   config::duration connect_timeout = 500ms;
   config::duration command_timeout = 1s;

@@ -6,6 +6,9 @@
 // authenticates with an ACL user, and reconnects on the next command after any I/O error, so a
 // Sentinel failover costs one failed command per connection.
 //
+// With TLS on Redis, the scheduler reaches every data node and sentinel through a local stunnel4
+// tunnel (redis_options::tunnels maps what the sentinels name to the tunnels; docs/ha.md).
+//
 // Lifecycle: a redis_conn is one connection, opened lazily; a redis_pool lends connections to
 // threads. Threading: a redis_conn is used by one thread at a time (the pool guarantees it);
 // redis_pool is thread-safe. Every call is bounded by connect_timeout and command_timeout.
@@ -15,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +37,10 @@ struct redis_options {
   std::string master_name = "shoal";
   std::string user, password;                    // ACL user on the data nodes ("": no AUTH)
   std::string sentinel_user, sentinel_password;  // on the sentinels ("": no AUTH)
+  // Redis with TLS behind local tunnels (stunnel4; hiredis 0.14 has no TLS): the host:port a
+  // sentinel names → the local host:port of the tunnel to it. Non-empty: a primary the sentinels
+  // name that has no tunnel here is not connected to (plain text would leave this host).
+  std::map<std::string, std::string> tunnels;
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds command_timeout{1000};
   [[nodiscard]] bool enabled() const { return !address.empty() || !sentinels.empty(); }
@@ -110,6 +118,11 @@ class redis_pool {
   std::mutex mu_;
   std::vector<std::unique_ptr<redis_conn>> idle_;
 };
+
+// Where a Redis named `named` (host:port, as a sentinel names it) is connected to: itself
+// without tunnels, else its tunnel's local address; unavailable when tunnels has none for it.
+[[nodiscard]] result<std::string> through_tunnel(const std::map<std::string, std::string>& tunnels,
+                                                 const std::string& named);
 
 // "host:port" → host and port; false when malformed (IPv6 as [addr]:port).
 [[nodiscard]] bool split_host_port(std::string_view hp, std::string& host, int& port);

@@ -284,6 +284,13 @@ class ClusterPKI:
             self.ca, d, f"shoal-scheduler-{replica}", dns=dns, uris=[f"shoal://scheduler/{replica}"], ips=ips,
             days=self.DAYS))
 
+    def redis(self, hosts: Sequence[str]) -> TLSParty:
+        """Redis and its Sentinels (server and client: replication and Sentinel's own
+        connections present it too): URI shoal://redis, a SAN for each of its hosts."""
+        dns, ips = _host_sans(hosts)
+        return self._party("redis", lambda d: issue(
+            self.ca, d, "shoal-redis", dns=dns, uris=["shoal://redis"], ips=ips, days=self.DAYS))
+
     def operator(self, user: str = "test") -> TLSParty:
         return self._party(f"operator/{user}", lambda d: issue(
             self.ca, d, f"shoal-operator-{user}", uris=[f"shoal://operator/{user}"], eku="clientAuth",

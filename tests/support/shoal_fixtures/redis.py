@@ -155,7 +155,12 @@ class RedisHA:
     def __init__(self, directory: str | os.PathLike, *, replicas: int = 1, sentinels: int = 3,
                  host: str = "127.0.0.1", netns: str | None = None, master_name: str = "shoal",
                  quorum: int = 2, down_after_ms: int = 2000, failover_timeout_ms: int = 5000,
-                 appendonly: bool = False, extra_config: Sequence[str] = ()) -> None:
+                 appendonly: bool = False, extra_config: Sequence[str] = (),
+                 tls: object = None) -> None:
+        """tls: a certs.TLSParty (ClusterPKI.redis): every data node and Sentinel then listens
+        with TLS only (`port 0`, `tls-port`), requires a client certificate of its CA
+        (`tls-auth-clients yes`), replicates and monitors over TLS (`tls-replication yes`), and
+        `cli()` presents the party's certificate."""
         if sentinels and sentinels < quorum:
             raise ValueError(f"{sentinels} sentinels cannot reach quorum {quorum}")
         self.dir = Path(directory)
@@ -167,6 +172,7 @@ class RedisHA:
         self.failover_timeout_ms = failover_timeout_ms
         self.appendonly = appendonly
         self.extra_config = list(extra_config)
+        self.tls = tls
         self.users = {u: secrets.token_hex(16) for u in (ADMIN, SCHEDULER, REPL, SENTINEL)}
         self.data_nodes = [RedisNode("data", "primary", host, 0, self.dir / "primary")] + [
             RedisNode("data", f"replica-{i}", host, 0, self.dir / f"replica-{i}")
@@ -486,6 +492,9 @@ class RedisHA:
     def _cli_argv(self, target: Addr, user: str | None,
                   password: str | None) -> tuple[list[str], dict[str, str]]:
         argv = [redis_binary("redis-cli"), "-h", target.host, "-p", str(target.port)]
+        if self.tls is not None:
+            argv += ["--tls", "--cacert", str(self.tls.ca), "--cert", str(self.tls.cert.cert),
+                     "--key", str(self.tls.cert.key)]
         env: dict[str, str] = {}
         if user is not None:
             # REDISCLI_AUTH keeps the password out of the process list.
@@ -572,9 +581,17 @@ class RedisHA:
         return [f"user default {DEFAULT_RULES}"] + [
             f"user {name} on resetpass >{self.users[name]} {rule}" for name, rule in rules.items()]
 
+    def _listen_lines(self, node: RedisNode) -> list[str]:
+        """`port`, or with TLS `port 0` and the tls-* lines (both kinds of daemon take them)."""
+        if self.tls is None:
+            return [f"port {node.port}"]
+        return ["port 0", f"tls-port {node.port}", f"tls-cert-file {self.tls.cert.cert}",
+                f"tls-key-file {self.tls.cert.key}", f"tls-ca-cert-file {self.tls.ca}",
+                "tls-auth-clients yes", "tls-replication yes"]
+
     def _data_conf(self, node: RedisNode, replica_of: Addr | None) -> str:
         lines = [
-            f"bind {node.host}", f"port {node.port}", "daemonize no", 'logfile ""',
+            f"bind {node.host}", *self._listen_lines(node), "daemonize no", 'logfile ""',
             "loglevel notice", f"dir {node.dir}", 'save ""',
             f"appendonly {'yes' if self.appendonly else 'no'}",
             "repl-diskless-sync yes", "repl-diskless-sync-delay 0",
@@ -589,7 +606,7 @@ class RedisHA:
     def _sentinel_conf(self, node: RedisNode) -> str:
         p, m = self.data_nodes[0].addr, self.master_name
         return "\n".join([
-            f"bind {node.host}", f"port {node.port}", "daemonize no", 'logfile ""',
+            f"bind {node.host}", *self._listen_lines(node), "daemonize no", 'logfile ""',
             f"dir {node.dir}", "sentinel resolve-hostnames no",
             *self._user_lines(sentinel=True),
             f"sentinel sentinel-user {SENTINEL}", f"sentinel sentinel-pass {self.users[SENTINEL]}",
