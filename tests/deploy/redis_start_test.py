@@ -11,11 +11,14 @@
   writes: the default user runs nothing, shoal-scheduler reaches `shoal:*` keys and the commands
   of its rules only, the replication and Sentinel users theirs, a wrong password is refused; the
   sentinel logs in to the server with the shoal-sentinel user and answers the scheduler's
-  discovery query, but not SENTINEL FAILOVER from the scheduler's user.
+  discovery query, but not SENTINEL FAILOVER from the scheduler's user; both listen with TLS
+  only (a plain-text client and one without a certificate get nothing), and the sentinel
+  monitors the server over TLS; start.sh asks the other sentinels over TLS with the pod's
+  certificate.
 
 Here redis-cli (towards the other pods' sentinels) and getent are stand-ins, the pod's name is
-given (SHOAL_REDIS_POD), and the
-daemons listen on free loopback ports instead of 6379/26379 (the only lines the test changes).
+given (SHOAL_REDIS_POD), the daemons listen on free loopback ports instead of 6379/26379, and the
+certificate files are a test CA's (the only lines the test changes).
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+from shoal_fixtures.certs import ClusterPKI  # noqa: E402
 from shoal_fixtures.procs import free_port  # noqa: E402
 
 DOMAIN = "shoal-redis.shoal-system.svc.cluster.local"
@@ -45,6 +49,9 @@ HAVE_REDIS = all(os.access(p, os.X_OK) for p in REDIS.values())
 FAKE_CLI = """#!/bin/sh
 echo "$REDISCLI_AUTH $*" >> "$FAKE/cli.log"
 host=$4; shift 6
+while :; do
+  case "$1" in --tls) shift;; --cacert|--cert|--key) shift 2;; *) break;; esac
+done
 case "$1 $2" in
 "SENTINEL get-master-addr-by-name")
   [ -f "$FAKE/master.$host" ] && printf '%s\\n6379\\n' "$(cat "$FAKE/master.$host")"; exit 0;;
@@ -90,7 +97,7 @@ class StartScript(unittest.TestCase):
                "POD_NAMESPACE": "shoal-system", "SHOAL_REDIS_SERVICE": "shoal-redis", "SHOAL_REDIS_PODS": "3",
                "SHOAL_REDIS_CONF": str(self.conf), "SHOAL_REDIS_SECRETS": str(self.dir / "secrets"),
                "SHOAL_REDIS_INTERNAL": str(self.dir / "internal"), "SHOAL_REDIS_DATA": str(self.dir / "data"),
-               "SHOAL_REDIS_SENTINEL_STATE": str(self.dir / "sentinel")}
+               "SHOAL_REDIS_SENTINEL_STATE": str(self.dir / "sentinel"), "SHOAL_REDIS_TLS": str(self.dir / "tls")}
         cp = subprocess.run(["sh", str(self.conf / "start.sh"), what], env=env, capture_output=True,
                             text=True, timeout=120)
         if check:
@@ -135,6 +142,10 @@ class StartScript(unittest.TestCase):
         self.assertNotIn(host(0), asked)
         self.assertTrue(all(l.startswith(self.pw["sentinel"] + " --user shoal-sentinel ")
                             for l in (self.fake / "cli.log").read_text().splitlines()))
+        # Always over TLS, with the pod's certificate (the sentinels take nothing else).
+        tls = str(self.dir / "tls")
+        self.assertTrue(all(f" --tls --cacert {tls}/ca.crt --cert {tls}/tls.crt --key {tls}/tls.key " in l
+                            for l in (self.fake / "cli.log").read_text().splitlines()))
 
     def test_a_restarted_sentinel_keeps_its_file(self):
         (self.dir / "sentinel/sentinel.conf").write_text("sentinel myid kept\n")
@@ -149,7 +160,7 @@ class StartScript(unittest.TestCase):
         self.assertIn(f"replicaof {host(2)} 6379", self.written("server"))
         log = (self.fake / "cli.log").read_text()
         self.assertIn("SENTINEL FAILOVER shoal", log)
-        self.assertNotIn(f"-h {host(1)} -p 26379 SENTINEL FAILOVER", log)
+        self.assertFalse([l for l in log.splitlines() if f"-h {host(1)} " in l and "SENTINEL FAILOVER" in l])
         self.assertIn(f"the sentinels name {host(2)}", cp.stdout)
 
     def test_passwords_are_hashed_and_checked(self):
@@ -177,21 +188,38 @@ class StartScript(unittest.TestCase):
         self.start("server", 0)
         self.start("sentinel", 0)
         port, sport = free_port(), free_port()
-        server = _patch(self.written("server"), {"port ": f"port {port}", "bind ": "bind 127.0.0.1",
-                                                 "dir ": f"dir {self.dir / 'data'}"})
+        # The pod's Secret shoal-redis-tls, from a test CA: tls.crt, tls.key, ca.crt.
+        party = ClusterPKI(self.dir / "pki").redis(["127.0.0.1"])
+        tls = self.dir / "tls"
+        tls.mkdir()
+        for src, name in ((party.cert.cert, "tls.crt"), (party.cert.key, "tls.key"), (party.ca, "ca.crt")):
+            shutil.copy(src, tls / name)
+        files = {f"tls-{k}-file ": f"tls-{k}-file {tls}/{v}"
+                 for k, v in (("cert", "tls.crt"), ("key", "tls.key"), ("ca-cert", "ca.crt"))}
+        server = _patch(self.written("server"), {"tls-port ": f"tls-port {port}", "bind ": "bind 127.0.0.1",
+                                                 "dir ": f"dir {self.dir / 'data'}", **files})
+        self.assertIn("port 0", server.splitlines(), "no plain-text port")
         (self.dir / "data/run.conf").write_text(server)
         sentinel = _patch(self.written("sentinel"), {
-            "port ": f"port {sport}\nbind 127.0.0.1", "dir ": f"dir {self.dir / 'sentinel'}",
-            "sentinel monitor ": f"sentinel monitor shoal 127.0.0.1 {port} 2"})
+            "tls-port ": f"tls-port {sport}\nbind 127.0.0.1", "dir ": f"dir {self.dir / 'sentinel'}",
+            "sentinel monitor ": f"sentinel monitor shoal 127.0.0.1 {port} 2", **files})
+        self.assertIn("port 0", sentinel.splitlines(), "no plain-text port")
         (self.dir / "sentinel/run.conf").write_text(sentinel)
         for argv in ([REDIS["redis-server"], str(self.dir / "data/run.conf")],
                      [REDIS["redis-sentinel"], str(self.dir / "sentinel/run.conf")]):
             with open(self.dir / f"{Path(argv[0]).name}.log", "wb") as log:
                 p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
             self.addCleanup(_stop, p)
-        cli = lambda user, pw, *args, p=port: _cli(p, user, pw, *args)
+        cli = lambda user, pw, *args, p=port: _cli(p, tls, user, pw, *args)
         s, r, sn = self.pw["scheduler"], self.pw["repl"], self.pw["sentinel"]
         _wait(lambda: cli("shoal-sentinel", sn, "PING") == "PONG", "redis-server")
+        # TLS only, and only with a certificate of the CA.
+        plain = subprocess.run([REDIS["redis-cli"], "-p", str(port), "PING"], capture_output=True,
+                               text=True, timeout=10)
+        self.assertNotIn("PONG", plain.stdout + plain.stderr)
+        anon = subprocess.run([REDIS["redis-cli"], "-p", str(port), "--tls", "--cacert", str(tls / "ca.crt"),
+                               "PING"], capture_output=True, text=True, timeout=10)
+        self.assertNotIn("PONG", anon.stdout + anon.stderr)
         self.assertIn("NOAUTH", cli(None, None, "PING"))
         self.assertIn("WRONGPASS", cli("shoal-scheduler", "wrong", "PING"))
         self.assertEqual(cli("shoal-scheduler", s, "SET", "shoal:k", "v"), "OK")
@@ -205,7 +233,7 @@ class StartScript(unittest.TestCase):
         self.assertIn("NOPERM", cli("shoal-sentinel", sn, "GET", "shoal:k"))
         # The sentinel monitors the server through the shoal-sentinel user, and answers the
         # scheduler's discovery (same user and password as on the server), nothing more.
-        scli = lambda user, pw, *args: _cli(sport, user, pw, *args)
+        scli = lambda user, pw, *args: _cli(sport, tls, user, pw, *args)
         _wait(lambda: scli("shoal-scheduler", s, "SENTINEL", "get-master-addr-by-name", "shoal").splitlines()
               == ["127.0.0.1", str(port)], "redis-sentinel")
         # The run id comes from the server's INFO, which the sentinel reads as shoal-sentinel.
@@ -232,8 +260,10 @@ def _pairs(text: str) -> dict[str, str]:
     return dict(zip(lines[0::2], lines[1::2]))
 
 
-def _cli(port: int, user: str | None, pw: str | None, *args: str) -> str:
-    argv = [REDIS["redis-cli"], "-p", str(port), "--no-auth-warning"]
+def _cli(port: int, tls: Path, user: str | None, pw: str | None, *args: str) -> str:
+    """redis-cli over TLS with the certificate in `tls` (tls.crt, tls.key, ca.crt)."""
+    argv = [REDIS["redis-cli"], "-p", str(port), "--no-auth-warning", "--tls", "--cacert",
+            str(tls / "ca.crt"), "--cert", str(tls / "tls.crt"), "--key", str(tls / "tls.key")]
     if user:
         argv += ["--user", user, "--pass", pw]
     cp = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=10)

@@ -136,6 +136,8 @@ class DeployRender(unittest.TestCase):
             "shoal-registry-proxy-tls": ("shoal://registry-proxy", True, BOTH),
             "shoal-kube-scheduler-tls": ("shoal://kube-scheduler", False,
                                          {"digital signature", "client auth"}),
+            # Redis's servers (no Shoal role: no daemon of Shoal's grants it anything).
+            "shoal-redis-tls": ("shoal://redis", False, BOTH),
         }
         seen = {}
         for c in self.by_kind["Certificate"]:
@@ -146,7 +148,7 @@ class DeployRender(unittest.TestCase):
             self.assertEqual(len(s["uris"]), 1, name)
             uri = urllib.parse.urlparse(s["uris"][0])
             self.assertEqual(uri.scheme, "shoal", name)
-            self.assertIn(uri.netloc, URI_ROLES, name)
+            self.assertIn(uri.netloc, URI_ROLES | {"redis"}, name)
             dns = s.get("dnsNames", [])
             for d in dns:
                 if d != "*":
@@ -331,7 +333,7 @@ class DeployRender(unittest.TestCase):
                     self.assertIn(p["port"], served, f"{app}: policy admits a port nothing serves")
 
     def test_only_the_scheduler_and_redis_reach_redis(self):
-        """Redis has no TLS: its policy admits its two ports from the scheduler's pods and Redis's
+        """Besides TLS, a fence: Redis's policy admits its two ports from the scheduler's pods and Redis's
         own (replication, sentinels) only, never an address block (the nodes, peerd) or another
         namespace, and no other policy selects Redis's pods."""
         redis_labels = self.workload("StatefulSet", "shoal-redis")["spec"]["template"]["metadata"]["labels"]
@@ -430,9 +432,16 @@ class DeployRender(unittest.TestCase):
         self.assertLessEqual(svc["spec"]["selector"].items(), sts["spec"]["template"]["metadata"]["labels"].items())
         ns = sts["metadata"]["namespace"]
         sentinel_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "sentinel")
-        want = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local:{sentinel_port}"
+        pods = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local"
                 for i in range(sts["spec"]["replicas"])]
-        self.assertEqual(r["sentinels"], want)
+        # Every sentinel and Redis pod through a TLS tunnel of the sidecar's stunnel4: the
+        # scheduler's sentinels are the tunnels' local ends, its tunnels map each pod as the
+        # sentinels name it (host name, port 6379) to the tunnel that reaches it.
+        tunnels = _stunnel_tunnels(_configmap_file(self.by_kind["ConfigMap"], "stunnel.conf"))
+        self.assertEqual([tunnels[r_] for r_ in r["sentinels"]], [f"{p}:{sentinel_port}" for p in pods])
+        self.assertEqual(r["tunnels"], {f"{p}:6379": local for local, remote in tunnels.items()
+                                        for p in pods if remote == f"{p}:6379"})
+        self.assertEqual(len(r["tunnels"]), len(pods))
         self.assertNotIn("address", r, "sentinels and address: only the sentinels would be used")
         containers = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
         served = {p["containerPort"] for c in containers.values() for p in c["ports"]}
@@ -450,6 +459,49 @@ class DeployRender(unittest.TestCase):
         self.assertEqual(r["key_prefix"], "shoal:")  # what the ACL's ~shoal:* grants
         self.assertGreaterEqual(r["wait_replicas"], 1)
         self.assertLess(r["wait_replicas"], sts["spec"]["replicas"])
+
+    def test_redis_speaks_tls_only_and_the_scheduler_reaches_it_through_stunnel(self):
+        files = self.redis_files()
+        for name, port in (("redis.conf", 6379), ("sentinel.conf", 26379)):
+            lines = files[name].splitlines()
+            for want in ("port 0", f"tls-port {port}", "tls-auth-clients yes", "tls-replication yes"):
+                self.assertIn(want, lines, name)
+        # The Redis pods mount the Certificate shoal-redis's Secret where their files say.
+        sts = self.workload("StatefulSet", "shoal-redis")
+        pod = sts["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        secrets = {c["spec"]["secretName"] for c in self.by_kind["Certificate"]}
+        tls_dirs = {str(Path(l.split()[1]).parent) for l in files["redis.conf"].splitlines()
+                    if l.startswith(("tls-cert-file", "tls-key-file", "tls-ca-cert-file"))}
+        self.assertEqual(len(tls_dirs), 1)
+        for c in pod["containers"]:
+            m = {x["mountPath"]: vols[x["name"]] for x in c["volumeMounts"]}
+            (d,) = tls_dirs
+            self.assertEqual(m[d]["secret"]["secretName"], "shoal-redis-tls", c["name"])
+            self.assertIn("shoal-redis-tls", secrets)
+            for probe in ("readinessProbe",):
+                self.assertIn("--tls", str(c[probe]), c["name"])
+        self.assertIn('--tls --cacert "$tls/ca.crt"', files["start.sh"])
+        # The scheduler's sidecar runs stunnel4 on the ConfigMap's stunnel.conf, with the
+        # scheduler's certificate, checking the Redis pods' names against the cluster CA.
+        dep = self.workload("Deployment", "shoal-scheduler")
+        containers = {c["name"]: c for c in dep["spec"]["template"]["spec"]["containers"]}
+        side = containers["redis-tunnel"]
+        self.assertIn("stunnel4 /etc/shoal/stunnel.conf", side["command"][-1])
+        dvols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+        smounts = {x["mountPath"]: dvols[x["name"]] for x in side["volumeMounts"]}
+        self.assertEqual(smounts["/etc/shoal"]["configMap"]["name"], "shoal-scheduler")
+        conf = _configmap_file(self.by_kind["ConfigMap"], "stunnel.conf")
+        glob = conf.split("[", 1)[0]
+        for key in ("cert", "key", "CAfile"):
+            path = next(l.split("=", 1)[1].strip() for l in glob.splitlines() if l.startswith(key + " "))
+            self.assertEqual(smounts[str(Path(path).parent)]["secret"]["secretName"], "shoal-scheduler-tls", key)
+        self.assertIn("client = yes", glob.splitlines())
+        self.assertIn("verifyChain = yes", glob.splitlines())
+        for section in conf.split("[")[1:]:
+            opts = dict(l.split(" = ", 1) for l in section.splitlines()[1:] if " = " in l)
+            self.assertEqual(opts["checkHost"], opts["connect"].rsplit(":", 1)[0], section)
+            self.assertTrue(opts["accept"].startswith("127.0.0.1:"), "tunnels listen on loopback only")
 
     def test_scheduler_password_files_are_the_secret_redis_reads(self):
         cfg = _daemon_config(self.by_kind["ConfigMap"], "scheduler.yaml")["redis"]
@@ -670,6 +722,20 @@ class Examples(unittest.TestCase):
 def _daemon_config(configmaps: list[dict], key: str) -> dict:
     cm = next(c for c in configmaps if key in c.get("data", {}))
     return yaml.safe_load(cm["data"][key])
+
+
+def _configmap_file(configmaps: list[dict], key: str) -> str:
+    cm = next(c for c in configmaps if key in c.get("data", {}))
+    return cm["data"][key]
+
+
+def _stunnel_tunnels(conf: str) -> dict[str, str]:
+    """A stunnel.conf's services: local `accept` address → the `connect` address."""
+    out = {}
+    for section in conf.split("[")[1:]:
+        opts = dict(l.split(" = ", 1) for l in section.splitlines()[1:] if " = " in l)
+        out[opts["accept"]] = opts["connect"]
+    return out
 
 
 def _mount_of(mounts: dict, path: str) -> str | None:

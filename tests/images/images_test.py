@@ -145,6 +145,18 @@ class Images(unittest.TestCase):
                      "tr", "head", "seq", "sleep", "timeout", "getent", "cat", "grep"):
             self.assertTrue(found(tool), f"{tool} is not in shoal/redis")
 
+    def test_scheduler_image_runs_the_redis_tunnel(self):
+        """deploy/base/scheduler.yaml's sidecar runs stunnel4 from shoal/scheduler (TLS to Redis)."""
+        img = next(i for i in self.meta["images"] if i["name"] == "shoal/scheduler")
+        a, manifest, _ = self.manifest_of(img)
+        names = set()
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(a.blob(layer["digest"]))) as lt:
+                names |= {m.name.lstrip("./") for m in lt.getmembers()}
+        for tool in ("stunnel4", "sh", "sleep"):  # kill: a builtin of sh
+            self.assertTrue(any(f"{d}/{tool}" in names for d in ("usr/bin", "bin")),
+                            f"{tool} is not in shoal/scheduler")
+
 
 if __name__ == "__main__":
     unittest.main()
