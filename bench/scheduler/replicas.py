@@ -504,9 +504,9 @@ class Bench:
         for s in streams:
             s.start()
         try:
-            # A replica decides nothing during its first failed_after (failures.cc: the view is
-            # stale while nodes may not all have reported), even a replica that loaded the
-            # whole view from Redis: wait until every live replica is past it.
+            # A replica decided nothing during its first failed_after (failures.cc: the view was
+            # stale while nodes may not all have reported) until 2026-12-04; it now judges from
+            # when the schedulers began serving. The wait stays, so runs before and after compare.
             youngest = max(self.started[r.url] for r in self.replicas if r.daemon.alive)
             wait = youngest + a.failed_after + 1 - time.monotonic()
             if wait > 0:

@@ -446,6 +446,11 @@ void app::maintenance() {
     tracker_expired_s_ = now_s;
     tracker_->expire();
   }
+  // Sharing state, a replica started a moment ago judges silence from when the schedulers
+  // began serving (a replacement lease holder decides at once; docs/ha.md).
+  if (shared_) {
+    if (auto since = shared_->serving_since()) failures_->serving_since(*since);
+  }
   auto events = failures_->evaluate(index_->nodes());  // it logs and keeps them
   for (const auto& e : events) {
     if (e.event == "failed") node_failures_->with({e.cause}).inc();

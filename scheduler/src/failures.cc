@@ -65,6 +65,11 @@ failure_detector::failure_detector(
   started_ = now_();
 }
 
+void failure_detector::serving_since(clock::time_point t) {
+  std::lock_guard lk(mu_);
+  if (t < started_) started_ = t;
+}
+
 node_verdict failure_detector::judge(const node_summary& n, bool stale) const {
   using std::chrono::duration;
   node_verdict v;

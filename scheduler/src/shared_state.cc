@@ -140,6 +140,11 @@ bool shared_state::leader() const {
   return std::chrono::steady_clock::now() < leader_until_;
 }
 
+std::optional<std::chrono::steady_clock::time_point> shared_state::serving_since() const {
+  std::lock_guard lk(mu_);
+  return serving_since_;
+}
+
 std::string shared_state::stale_reason() const {
   std::lock_guard lk(mu_);
   return stale_;

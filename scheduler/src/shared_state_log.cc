@@ -525,17 +525,22 @@ void shared_state::reader_loop() {
 
 void shared_state::renew_lease(redis_conn& c) {
   auto t0 = steady::now();
-  auto r = eval(
-      c, scripts::renew, sha_renew_,
-      {"1", opts_.prefix + "lease", opts_.replica_id, std::to_string(opts_.lease_ttl.count())});
+  // A gap longer than two lease periods with no replica calling means every replica was gone.
+  auto r = eval(c, scripts::renew, sha_renew_,
+                {"3", opts_.prefix + "lease", opts_.prefix + "alive", opts_.prefix + "up_since",
+                 opts_.replica_id, std::to_string(opts_.lease_ttl.count()),
+                 std::to_string(2 * opts_.lease_ttl.count())});
+  const bool answered = r && r->type == redis_reply::kind::array && r->elements.size() == 2;
+  const bool held = answered && r->elements[0].integer == 1;
   bool was, now;
   {
     std::lock_guard lk(mu_);
     was = t0 < leader_until_ || steady::now() < leader_until_;
     // Held: until the lease would run out in Redis, less a margin for clock rates. Refused:
     // not ours. Unreachable: ours only until it runs out.
-    if (r && r->integer == 1) leader_until_ = t0 + opts_.lease_ttl * 4 / 5;
-    if (r && r->integer != 1) leader_until_ = {};
+    if (answered) leader_until_ = held ? t0 + opts_.lease_ttl * 4 / 5 : steady::time_point{};
+    if (answered && r->elements[1].integer >= 0)
+      serving_since_ = t0 - std::chrono::milliseconds(r->elements[1].integer);
     now = steady::now() < leader_until_;
   }
   lease_gauge_->set(now ? 1 : 0);

@@ -46,17 +46,30 @@ redis.call('HSET', KEYS[1], 'log', id)
 return {v, id, epoch}
 )lua";
 
+// KEYS: lease, alive, up_since. ARGV: replica id, lease ttl ms, longest gap ms. Returns
+// {1 if this replica holds the lease else 0, ms the schedulers have served without a gap}.
+// Every replica calls it: `alive` is the last time any replica did (Redis's clock); a call after
+// a longer gap than ARGV[3] (every replica gone) starts the service's `up_since` again.
 const char* const renew = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = 0
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if not cur then
+  held = 1
+elseif not cur then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+  held = 1
 end
-return 0
+local alive = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local since = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+if since == 0 or now - alive > tonumber(ARGV[3]) or since > now then
+  since = now
+  redis.call('SET', KEYS[3], since)
+end
+redis.call('SET', KEYS[2], now)
+return {held, now - since}
 )lua";
 
 const char* const expire = R"lua(

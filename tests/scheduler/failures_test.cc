@@ -78,6 +78,23 @@ TEST_F(FailuresTest, NoSilenceDecisionWhileTheSchedulerHasJustStarted) {
   EXPECT_TRUE(ev.empty());
 }
 
+TEST_F(FailuresTest, AReplicaOfSchedulersServingLongerDecidesAtOnce) {
+  // A replica that just started, while other replicas have served for 10 minutes (shared state:
+  // the nodes' last heartbeats came from Redis): n2's 70 s of silence is a failure now.
+  beat("n2");
+  tick(50s, {"n2"});
+  EXPECT_TRUE(fd_.view_stale());
+  fd_.serving_since(clock_.now() - 600s);
+  auto ev = tick(20s, {"n2"});
+  EXPECT_FALSE(fd_.view_stale());
+  EXPECT_EQ(state("n2"), node_state::failed);
+  ASSERT_FALSE(ev.empty());
+  // Only ever earlier: a later start changes nothing.
+  fd_.serving_since(clock_.now());
+  tick(1s, {"n2"});
+  EXPECT_FALSE(fd_.view_stale());
+}
+
 TEST_F(FailuresTest, SilencePastFailedAfterIsAFailureWithItsCause) {
   settle();
   EXPECT_FALSE(fd_.view_stale());

@@ -18,7 +18,9 @@ primary through the Sentinels. Cases run in name order and build on each other:
 8. a job placed through one replica is known to all, its GPU reservation too; when a member fails, the lease holder alone
    decides: one decision, one failover prewarm, one failover event, the same on every replica,
    and its orders reach the replacement through whichever replica it talks to; the lease holder
-   killed and a second member failed: the new holder decides, once.
+   killed and a second member failed: the new holder decides, once;
+9. a replica started a moment ago, left the only one, decides a reported failure at once (the
+   schedulers have served longer than its failed_after).
 
 Nodes here are fake (heartbeats over HTTP from a thread, spread over the replicas as nodes that
 fail over between them would); images resolve through a real registry and registry-proxy.
@@ -111,6 +113,7 @@ class FakeNodes:
     def __init__(self, replicas: list, names: list[str], period: float = 0.5):
         self.replicas, self.period = replicas, period
         self.state = {n: {"seq": 0, "epoch": "", "full": True, "alive": True} for n in names}
+        self.failing: set[str] = set()  # nodes that report health `failing`
         self.orders: dict[str, set[str]] = {n: set() for n in names}
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -122,7 +125,8 @@ class FakeNodes:
         st["seq"] += 1
         body = json.dumps({"schema": 2, "node": name, "bt_port": 7100 + int(name[1:]),
                            "full": st["full"], "seq": st["seq"], "epoch": st["epoch"],
-                           "objects": [], "removed": [], "health": "ok",
+                           "objects": [], "removed": [],
+                           "health": "failing" if name in self.failing else "ok",
                            "labels": {"fabric": "f1"}, "gpus": [{"model": "g", "count": 4}],
                            "orders": [{"id": o, "state": "queued", "bytes_done": 0,
                                        "bytes_total": 0} for o in sorted(self.orders[name])]
@@ -435,6 +439,59 @@ class SchedulerHA(FixtureTestCase):
             nodes.stop(other)
             wait_for("a new lease holder", self.holders, LEASE_TTL_S + 5)
             self.decided_once_everywhere(other, [d["prewarm_id"]])
+        finally:
+            nodes.done.set()
+            nodes.thread.join(5)
+
+    def test_9_a_replica_started_a_moment_ago_decides_at_once(self):
+        """A replica whose own start is younger than its failed_after, left the only one (so the
+        lease holder), decides a member's reported failure at once: the schedulers have served
+        longer than that (shoal:up_since), and it loaded the nodes' last heartbeats from Redis.
+        (Before, a new replica decided nothing during its first failed_after.)"""
+        failed_after = 15
+
+        def service_age() -> float:
+            sec, usec = self.redis.cli("TIME").splitlines()
+            since = self.redis.cli("GET", "shoal:up_since").strip()
+            now_ms = int(sec) * 1000 + int(usec) // 1000
+            return (now_ms - int(since)) / 1000 if since else 0.0
+
+        # Redis was restarted empty in case 6: let the schedulers serve for failed_after first.
+        wait_for("the schedulers serving for failed_after",
+                 lambda: service_age() >= failed_after + 1, failed_after + 10, 0.5)
+        cfg = json.loads(json.dumps(self.redis_cfg))
+        cfg["failover"]["failed_after"] = f"{failed_after}s"
+        t0 = time.monotonic()
+        young = self.class_track(Scheduler(self.dir / "sched-young", extra=cfg).start())
+        for r in self.replicas:
+            if r.daemon.alive:
+                r.kill()
+        self.replicas.append(young)
+        wait_for("the young replica holding the lease", lambda: self.holders() == [young],
+                 LEASE_TTL_S + 5)
+        names = [f"y{i}" for i in range(1, 5)]
+        nodes = FakeNodes([young], names)
+        nodes.thread.start()
+        try:
+            wait_for("4 healthy nodes", lambda: sum(
+                1 for n in young.nodes() if n["node"] in names and n["healthy"]) == 4, 15)
+            job = {"id": "young", "images": [self.image], "nodes": 2, "gpus": 4, "standby": 1}
+            code, _, body = call(young.url + "/v1/place", json.dumps(job).encode(), timeout=30)
+            self.assertEqual(code, 200, body)
+            member = json.loads(body)["chosen"][0]
+            with nodes.lock:
+                nodes.failing.add(member)
+
+            def decided():
+                code, _, body = call(young.url + "/v1/jobs/young/failover")
+                return json.loads(body) if code == 200 else None
+            d = wait_for("a failover decision", decided, failed_after)
+            took = time.monotonic() - t0
+            print(f"decided {took:.1f} s after the replica started (failed_after {failed_after} s)",
+                  file=sys.stderr)
+            self.assertEqual(d["failed"]["node"], member, d)
+            self.assertLess(took, failed_after, "decided only once the replica's own start-up "
+                            "window ended")
         finally:
             nodes.done.set()
             nodes.thread.join(5)

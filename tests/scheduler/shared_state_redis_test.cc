@@ -284,6 +284,45 @@ TEST(SharedStateRedis, SilentNodesRecordsAreDroppedHeartbeatingOnesKept) {
   EXPECT_TRUE(exists("shoal:h:live"));
 }
 
+// Every replica records in Redis when it last called; a replica that starts while another
+// serves learns when the service began, and one that starts after every replica was gone for
+// longer than two lease periods starts the count again.
+TEST(SharedStateRedis, ServingSinceOutlivesAReplicaAndStartsAgainAfterAGap) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  auto tune = [](shared_state_options& so) { so.lease_ttl = 1s; };
+  auto since_of = [](replica& r) {
+    std::optional<std::chrono::steady_clock::time_point> s;
+    for (int i = 0; i < 100 && !s; ++i) {
+      s = r.shared->serving_since();
+      if (!s) std::this_thread::sleep_for(20ms);
+    }
+    return s;
+  };
+  auto a = std::make_unique<replica>(redis.address(), "a", tune);
+  ASSERT_TRUE(since_of(*a));
+  std::this_thread::sleep_for(1500ms);
+  const auto b_start = std::chrono::steady_clock::now();
+  auto b = std::make_unique<replica>(redis.address(), "b", tune);
+  auto sb = since_of(*b);
+  ASSERT_TRUE(sb);
+  EXPECT_LT(*sb, b_start - 1000ms) << "b did not learn that a served before it started";
+  a.reset();
+  // a gone, b still serving: no gap.
+  std::this_thread::sleep_for(2500ms);
+  auto sb2 = b->shared->serving_since();
+  ASSERT_TRUE(sb2);
+  EXPECT_LT(*sb2, b_start - 1000ms);
+  b.reset();
+  // Every replica gone for longer than two lease periods (2 s here).
+  std::this_thread::sleep_for(3000ms);
+  const auto c_start = std::chrono::steady_clock::now();
+  replica c(redis.address(), "c", tune);
+  auto sc = since_of(c);
+  ASSERT_TRUE(sc);
+  EXPECT_GT(*sc, c_start - 500ms) << "the service's start survived a gap with no replica";
+}
+
 // A checkpoint registered through one replica is in every replica's catalog (their listeners not
 // called: the standbys are prewarmed once), loads into a new replica, and a removal travels too.
 TEST(SharedStateRedis, CheckpointsAreInEveryReplicasCatalog) {

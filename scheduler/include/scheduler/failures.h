@@ -11,7 +11,8 @@
 //                a rolling update) and less than restart_grace has passed. Not a failure.
 //
 // No silence-based decision is made while the scheduler's own view is stale: during the first
-// failed_after after it started (nodes have not all reported yet), or when more than
+// failed_after after it started (nodes have not all reported yet; with replicas sharing state,
+// after the schedulers began serving: serving_since), or when more than
 // failover.max_failed_fraction of the known nodes would go silent-failed at once (the scheduler
 // is the one cut off, not the nodes). A node's own report (failing, netsetup) is fresh evidence
 // and is acted on regardless.
@@ -77,6 +78,10 @@ class failure_detector {
 
   // One pass over every node the index knows; returns the events it produced (also kept).
   std::vector<node_event> evaluate(const std::vector<node_summary>& nodes);
+  // Schedulers sharing state: nodes have had a replica to heartbeat to since `t` (and this one
+  // loaded their last heartbeats from Redis), so silence is judged from then, not from this
+  // replica's own start. Only ever moves the start earlier.
+  void serving_since(clock::time_point t);
 
   // nullopt for a node not evaluated yet (heard for the first time within the last second).
   [[nodiscard]] std::optional<node_verdict> verdict(std::string_view node) const;

@@ -39,6 +39,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -139,6 +140,10 @@ class shared_state {
                                      const nlohmann::json& summary);
 
   [[nodiscard]] bool leader() const;
+  // Since when some scheduler replica has been serving without a gap (every replica records its
+  // calls in Redis; a gap longer than two lease periods starts it again): nodes had a replica
+  // to heartbeat to since then. Empty until Redis answered.
+  [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> serving_since() const;
   // "" when fresh; else why answers are stale.
   [[nodiscard]] std::string stale_reason() const;
 
@@ -211,6 +216,7 @@ class shared_state {
   std::deque<std::string> jobs_changed_;
   std::condition_variable upkeep_cv_;
   std::chrono::steady_clock::time_point leader_until_{};
+  std::optional<std::chrono::steady_clock::time_point> serving_since_;  // guarded by mu_
 
   metrics::gauge* stale_gauge_;
   metrics::gauge* lease_gauge_;
