@@ -130,15 +130,20 @@ class Images(unittest.TestCase):
             self.assertIsNotNone(found, f"{daemon} not in {img['name']}'s own layer")
             self.assertEqual(sha256(found), sha256(want), f"{daemon} in {img['name']} is not {deb.name}'s")
 
-    def test_redis_image_runs_start_sh(self):
-        """deploy/base/redis.yaml runs `sh start.sh server|sentinel` in shoal/redis: the Redis
-        daemons, redis-cli (sentinel queries, probes) and the tools start.sh calls are there."""
-        img = next(i for i in self.meta["images"] if i["name"] == "shoal/redis")
+    def paths_in(self, name: str) -> set[str]:
+        """Every path in the image's layers (without a leading ./)."""
+        img = next(i for i in self.meta["images"] if i["name"] == name)
         a, manifest, _ = self.manifest_of(img)
         names = set()
         for layer in manifest["layers"]:
             with tarfile.open(fileobj=io.BytesIO(a.blob(layer["digest"]))) as lt:
                 names |= {m.name.lstrip("./") for m in lt.getmembers()}
+        return names
+
+    def test_redis_image_runs_start_sh(self):
+        """deploy/base/redis.yaml runs `sh start.sh server|sentinel` in shoal/redis: the Redis
+        daemons, redis-cli (sentinel queries, probes) and the tools start.sh calls are there."""
+        names = self.paths_in("shoal/redis")
         # /bin and /sbin are links to usr/ on a merged-/usr root filesystem.
         found = lambda tool: any(f"{d}/{tool}" in names for d in ("usr/bin", "bin", "usr/sbin", "sbin"))
         for tool in ("redis-server", "redis-sentinel", "redis-cli", "sh", "sed", "sha256sum", "cut",
@@ -147,12 +152,7 @@ class Images(unittest.TestCase):
 
     def test_scheduler_image_runs_the_redis_tunnel(self):
         """deploy/base/scheduler.yaml's sidecar runs stunnel4 from shoal/scheduler (TLS to Redis)."""
-        img = next(i for i in self.meta["images"] if i["name"] == "shoal/scheduler")
-        a, manifest, _ = self.manifest_of(img)
-        names = set()
-        for layer in manifest["layers"]:
-            with tarfile.open(fileobj=io.BytesIO(a.blob(layer["digest"]))) as lt:
-                names |= {m.name.lstrip("./") for m in lt.getmembers()}
+        names = self.paths_in("shoal/scheduler")
         for tool in ("stunnel4", "sh", "sleep"):  # kill: a builtin of sh
             self.assertTrue(any(f"{d}/{tool}" in names for d in ("usr/bin", "bin")),
                             f"{tool} is not in shoal/scheduler")
