@@ -22,8 +22,11 @@ certificate files are a test CA's (the only lines the test changes).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -36,7 +39,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
-from shoal_fixtures.certs import ClusterPKI  # noqa: E402
+from shoal_fixtures.certs import ClusterPKI, issue  # noqa: E402
 from shoal_fixtures.procs import free_port  # noqa: E402
 
 DOMAIN = "shoal-redis.shoal-system.svc.cluster.local"
@@ -97,7 +100,8 @@ class StartScript(unittest.TestCase):
                "POD_NAMESPACE": "shoal-system", "SHOAL_REDIS_SERVICE": "shoal-redis", "SHOAL_REDIS_PODS": "3",
                "SHOAL_REDIS_CONF": str(self.conf), "SHOAL_REDIS_SECRETS": str(self.dir / "secrets"),
                "SHOAL_REDIS_INTERNAL": str(self.dir / "internal"), "SHOAL_REDIS_DATA": str(self.dir / "data"),
-               "SHOAL_REDIS_SENTINEL_STATE": str(self.dir / "sentinel"), "SHOAL_REDIS_TLS": str(self.dir / "tls")}
+               "SHOAL_REDIS_SENTINEL_STATE": str(self.dir / "sentinel"), "SHOAL_REDIS_TLS": str(self.dir / "tls"),
+               "SHOAL_REDIS_TLS_WATCH": "0"}  # tls-reload.sh runs in the daemons' test
         cp = subprocess.run(["sh", str(self.conf / "start.sh"), what], env=env, capture_output=True,
                             text=True, timeout=120)
         if check:
@@ -172,6 +176,11 @@ class StartScript(unittest.TestCase):
             self.assertNotRegex(text, r"@[A-Z0-9_]+@", f"{what}: a placeholder left")
         server = self.written("server")
         self.assertIn(f"masterauth {self.pw['repl']}", server)
+        # tls-reload.sh's user: CONFIG SET only, a fresh password's hash.
+        local = [l for l in server if l.startswith("user shoal-local ")]
+        self.assertEqual(len(local), 1, server)
+        self.assertRegex(local[0], r"^user shoal-local on resetpass #[0-9a-f]{64} resetkeys "
+                                   r"resetchannels -@all \+config\|set \+ping$")
         self.assertNotIn(self.pw["sentinel"], "\n".join(server))
         self.assertIn(f"sentinel auth-pass shoal {self.pw['sentinel']}", self.written("sentinel"))
         (self.dir / "internal/repl").write_text("two words\n")
@@ -189,15 +198,19 @@ class StartScript(unittest.TestCase):
         self.start("sentinel", 0)
         port, sport = free_port(), free_port()
         # The pod's Secret shoal-redis-tls, from a test CA: tls.crt, tls.key, ca.crt.
-        party = ClusterPKI(self.dir / "pki").redis(["127.0.0.1"])
+        pki = ClusterPKI(self.dir / "pki")
+        party = pki.redis(["127.0.0.1"])
         tls = self.dir / "tls"
         tls.mkdir()
         for src, name in ((party.cert.cert, "tls.crt"), (party.cert.key, "tls.key"), (party.ca, "ca.crt")):
             shutil.copy(src, tls / name)
         files = {f"tls-{k}-file ": f"tls-{k}-file {tls}/{v}"
                  for k, v in (("cert", "tls.crt"), ("key", "tls.key"), ("ca-cert", "ca.crt"))}
-        server = _patch(self.written("server"), {"tls-port ": f"tls-port {port}", "bind ": "bind 127.0.0.1",
-                                                 "dir ": f"dir {self.dir / 'data'}", **files})
+        local_pw = "l0cal-test"
+        server = _patch(self.written("server"), {
+            "tls-port ": f"tls-port {port}", "bind ": "bind 127.0.0.1", "dir ": f"dir {self.dir / 'data'}",
+            "user shoal-local ": f"user shoal-local on resetpass #{hashlib.sha256(local_pw.encode()).hexdigest()} "
+                                "resetkeys resetchannels -@all +config|set +ping", **files})
         self.assertIn("port 0", server.splitlines(), "no plain-text port")
         (self.dir / "data/run.conf").write_text(server)
         sentinel = _patch(self.written("sentinel"), {
@@ -244,6 +257,31 @@ class StartScript(unittest.TestCase):
         self.assertEqual(_pairs(scli("shoal-sentinel", sn, "SENTINEL", "master", "shoal"))["flags"], "master")
         self.assertIn("NOAUTH", scli(None, None, "SENTINEL", "masters"))
         self.assertIn("NOPERM", scli("shoal-scheduler", s, "SENTINEL", "FAILOVER", "shoal"))
+        self.assertIn("NOPERM", cli("shoal-local", local_pw, "GET", "shoal:k"))
+
+        # cert-manager renews the certificate: tls-reload.sh has the server load it (the server
+        # then presents the new one) and stops the sentinel (here a stand-in process).
+        env = {"PATH": "/usr/bin:/bin", "SHOAL_REDIS_TLS": str(tls), "SHOAL_REDIS_TLS_WATCH": "1",
+               "SHOAL_REDIS_PORT": str(port), "SHOAL_REDIS_LOCAL_PW": local_pw}
+        stand_in = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(_stop, stand_in)
+        for what, extra in (("server", {}), ("sentinel", {"SHOAL_REDIS_PID": str(stand_in.pid),
+                                                          "SHOAL_REDIS_TLS_STAGGER": "0"})):
+            with open(self.dir / f"tls-reload-{what}.log", "wb") as log:
+                w = subprocess.Popen(["sh", str(self.conf / "tls-reload.sh"), what], env={**env, **extra},
+                                     stdout=log, stderr=subprocess.STDOUT)
+            self.addCleanup(_stop, w)
+        time.sleep(1.5)  # both have read the files as they were
+        self.assertEqual(_presented(port, tls), _der(tls / "tls.crt"))
+        renewed = issue(pki.ca, self.dir / "renewed", "shoal-redis", uris=["shoal://redis"], ips=["127.0.0.1"])
+        for src, name in ((renewed.cert, "tls.crt"), (renewed.key, "tls.key")):
+            shutil.copy(src, tls / f".{name}.new")
+            os.replace(tls / f".{name}.new", tls / name)
+        new = _der(tls / "tls.crt")
+        _wait(lambda: _presented(port, tls) == new, "the server presenting the renewed certificate", 15)
+        _wait(lambda: stand_in.poll() is not None, "the sentinel stopped", 15)
+        self.assertEqual(stand_in.returncode, -15)
+        self.assertIn("the renewed certificate is loaded", (self.dir / "tls-reload-server.log").read_text())
 
 
 def _patch(lines: list[str], by_prefix: dict[str, str]) -> str:
@@ -253,6 +291,23 @@ def _patch(lines: list[str], by_prefix: dict[str, str]) -> str:
         key = next((k for k in by_prefix if line.startswith(k)), None)
         out.append(by_prefix[key] if key else line)
     return "\n".join(out) + "\n"
+
+
+def _der(pem: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.read_text())
+
+
+def _presented(port: int, tls: Path) -> bytes | None:
+    """The certificate a TLS server on loopback presents to a client with tls's certificate."""
+    ctx = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(tls / "tls.crt"), str(tls / "tls.key"))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with ctx.wrap_socket(raw) as s:
+                return s.getpeercert(binary_form=True)
+    except OSError:
+        return None
 
 
 def _pairs(text: str) -> dict[str, str]:

@@ -142,12 +142,13 @@ class Images(unittest.TestCase):
 
     def test_redis_image_runs_start_sh(self):
         """deploy/base/redis.yaml runs `sh start.sh server|sentinel` in shoal/redis: the Redis
-        daemons, redis-cli (sentinel queries, probes) and the tools start.sh calls are there."""
+        daemons, redis-cli (sentinel queries, probes) and the tools start.sh and tls-reload.sh
+        call are there."""
         names = self.paths_in("shoal/redis")
         # /bin and /sbin are links to usr/ on a merged-/usr root filesystem.
         found = lambda tool: any(f"{d}/{tool}" in names for d in ("usr/bin", "bin", "usr/sbin", "sbin"))
         for tool in ("redis-server", "redis-sentinel", "redis-cli", "sh", "sed", "sha256sum", "cut",
-                     "tr", "head", "seq", "sleep", "timeout", "getent", "cat", "grep"):
+                     "tr", "head", "seq", "sleep", "timeout", "getent", "cat", "grep", "od"):
             self.assertTrue(found(tool), f"{tool} is not in shoal/redis")
 
     def test_scheduler_image_runs_the_redis_tunnel(self):
