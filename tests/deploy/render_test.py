@@ -503,6 +503,35 @@ class DeployRender(unittest.TestCase):
             self.assertEqual(opts["checkHost"], opts["connect"].rsplit(":", 1)[0], section)
             self.assertTrue(opts["accept"].startswith("127.0.0.1:"), "tunnels listen on loopback only")
 
+    @unittest.skipUnless(shutil.which("stunnel4"), "stunnel4 not installed (tools/install-deps)")
+    def test_stunnel4_runs_the_tunnel_configuration(self):
+        """The sidecar's stunnel.conf as the real stunnel4 reads it: every tunnel listens (free
+        loopback ports and a test certificate in place of the pod's; nothing else changed)."""
+        from shoal_fixtures.certs import ClusterPKI
+        from shoal_fixtures.procs import Daemon, free_port
+        conf = _configmap_file(self.by_kind["ConfigMap"], "stunnel.conf")
+        d = Path(tempfile.mkdtemp(prefix="shoal-stunnel-conf-"))
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        party = ClusterPKI(d / "pki").scheduler(["127.0.0.1"])
+        files = {"/etc/shoal-tls/tls.crt": party.cert.cert, "/etc/shoal-tls/tls.key": party.cert.key,
+                 "/etc/shoal-tls/ca.crt": party.ca}
+        ports = []
+        lines = []
+        for line in conf.splitlines():
+            if line.startswith("accept = 127.0.0.1:"):
+                ports.append(free_port())
+                line = f"accept = 127.0.0.1:{ports[-1]}"
+            for k, v in files.items():
+                line = line.replace(k, str(v))
+            lines.append(line)
+        self.assertEqual(len(ports), 6)
+        (d / "stunnel.conf").write_text("\n".join(lines) + "\n")
+        tun = Daemon("stunnel", [shutil.which("stunnel4"), str(d / "stunnel.conf")], log_path=d / "log")
+        tun.start()
+        self.addCleanup(tun.stop)
+        for p in ports:
+            tun.wait_tcp(p, timeout=10)
+
     def test_scheduler_password_files_are_the_secret_redis_reads(self):
         cfg = _daemon_config(self.by_kind["ConfigMap"], "scheduler.yaml")["redis"]
         mounts, _ = self.mounts_of("Deployment", "shoal-scheduler")

@@ -123,8 +123,10 @@ TEST(Deploy, EmbeddedDaemonConfigsLoadWithEachDaemon) {
       {"peerd.yaml", "peerd/shoal-peerd"},
       {"registry-proxy.yaml", "registry-proxy/shoal-registry-proxy"},
   };
-  // Redis's own files (deploy/base/redis.yaml): tests/deploy/redis_start_test.py runs them.
-  const std::set<std::string> redis_files = {"redis.conf", "sentinel.conf", "start.sh"};
+  // Redis's own files (deploy/base/redis.yaml): tests/deploy/redis_start_test.py runs them; the
+  // scheduler's tunnel to Redis (stunnel.conf): tests/deploy/render_test.py runs stunnel4 on it.
+  const std::set<std::string> redis_files = {"redis.conf", "sentinel.conf", "start.sh",
+                                             "tls-reload.sh", "stunnel.conf"};
   std::set<std::string> checked;
   char dir_tmpl[] = "/tmp/shoal-deploy-XXXXXX";
   ASSERT_TRUE(::mkdtemp(dir_tmpl));
