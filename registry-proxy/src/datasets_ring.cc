@@ -182,7 +182,8 @@ void proxy_handler::accept_dataset_copy(const http::request& req, const http::re
     resp.send(json_answer(200, json{{"dataset", ref}, {"result", *got}}));
   };
   if (j["state"] != "ready") return keep({});
-  auto md = digest::parse(j.value("manifest", std::string()));
+  const auto m = j.find("manifest");  // (value() would throw on a non-string)
+  auto md = digest::parse(m != j.end() && m->is_string() ? m->get<std::string>() : std::string());
   if (!md) return resp.send(json_error(400, "a ready dataset record names its manifest digest"));
   if (d_.dataset_has_manifest(*md)) return keep({});
   // The manifest from the sender, which holds it (the owner answers a member itself).

@@ -412,7 +412,11 @@ class RingDatasetsTest(FixtureTestCase):
         other = self.ring.members[1]
         conn = http.client.HTTPConnection(p.host, p.port, timeout=10)
         for payload, want in (("not json", 400), (json.dumps({"state": "ready"}), 400),
-                              (json.dumps({"state": "ready", "manifest": "sha256:zz"}), 400)):
+                              (json.dumps({"state": "ready", "manifest": "sha256:zz"}), 400),
+                              (json.dumps({"state": "ready", "manifest": 5}), 400),
+                              (json.dumps({"state": 5}), 400),
+                              (json.dumps({"state": "ready", "manifest": "sha256:" + "0" * 64,
+                                           "declaration": []}), 502)):
             conn.request("PUT", f"/shoal/v1/datasets/{ref}/copy", body=payload,
                          headers={"Shoal-Ring-From": other, "Content-Type": "application/json"})
             r = conn.getresponse()
