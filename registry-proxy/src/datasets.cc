@@ -188,9 +188,13 @@ status dataset_service::persist(const record& r) const {
   return {};
 }
 
+std::string dataset_service::manifest_path(const digest& md) const {
+  return opts_.dir + "/manifests/" + md.hex() + ".json";
+}
+
 bool dataset_service::has_manifest(const digest& md) const {
   std::error_code ec;
-  return fs::exists(opts_.dir + "/manifests/" + md.hex() + ".json", ec);
+  return fs::exists(manifest_path(md), ec);
 }
 
 result<std::string> dataset_service::accept_copy(const std::string& ref,
@@ -209,9 +213,7 @@ result<std::string> dataset_service::accept_copy(const std::string& ref,
       auto m = dataset::parse_manifest(manifest_text, *c->manifest_digest);
       if (!m)
         return fail(errc::invalid_argument, "dataset copy of " + ref + ": " + m.error().message);
-      if (auto s = write_atomic(opts_.dir + "/manifests/" + c->manifest_digest->hex() + ".json",
-                                std::string(manifest_text));
-          !s)
+      if (auto s = write_atomic(manifest_path(*c->manifest_digest), std::string(manifest_text)); !s)
         return fail(s.error());
     }
   }

@@ -215,7 +215,7 @@ void dataset_service::serve_manifest(const std::string& ref, const http::respond
     if (state == "resolving") a.headers.set("Retry-After", "1");
     return resp.send(std::move(a));
   }
-  std::string path = opts_.dir + "/manifests/" + md->hex() + ".json";
+  std::string path = manifest_path(*md);
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0)
@@ -243,7 +243,7 @@ result<std::shared_ptr<const dataset::manifest>> dataset_service::manifest_of(
     }
     md = r->manifest_digest;
   }
-  auto text = read_file(opts_.dir + "/manifests/" + md->hex() + ".json");
+  auto text = read_file(manifest_path(*md));
   if (!text) return fail(text.error());
   auto m = dataset::parse_manifest(*text, *md);
   if (!m) return fail(m.error().wrap("manifest of " + r->ref));

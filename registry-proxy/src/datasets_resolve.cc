@@ -126,7 +126,7 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
   if (!m) return resolve_failed(r, m.error().wrap("manifest of " + r->ref));
   std::string canon = dataset::canonical_json(*m);
   digest md = sha256_of(canon);
-  if (auto s = write_atomic(opts_.dir + "/manifests/" + md.hex() + ".json", canon); !s) {
+  if (auto s = write_atomic(manifest_path(md), canon); !s) {
     return resolve_failed(r, s.error());
   }
   auto secs = std::chrono::duration<double>(steady::now() - t0).count();

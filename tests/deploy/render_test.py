@@ -498,9 +498,8 @@ class DeployRender(unittest.TestCase):
             self.assertEqual(smounts[str(Path(path).parent)]["secret"]["secretName"], "shoal-scheduler-tls", key)
         self.assertIn("client = yes", glob.splitlines())
         self.assertIn("verifyChain = yes", glob.splitlines())
-        for section in conf.split("[")[1:]:
-            opts = dict(l.split(" = ", 1) for l in section.splitlines()[1:] if " = " in l)
-            self.assertEqual(opts["checkHost"], opts["connect"].rsplit(":", 1)[0], section)
+        for opts in _stunnel_sections(conf):
+            self.assertEqual(opts["checkHost"], opts["connect"].rsplit(":", 1)[0], opts)
             self.assertTrue(opts["accept"].startswith("127.0.0.1:"), "tunnels listen on loopback only")
 
     @unittest.skipUnless(shutil.which("stunnel4"), "stunnel4 not installed (tools/install-deps)")
@@ -758,13 +757,15 @@ def _configmap_file(configmaps: list[dict], key: str) -> str:
     return cm["data"][key]
 
 
+def _stunnel_sections(conf: str) -> list[dict[str, str]]:
+    """A stunnel.conf's services, each its options (after the global ones)."""
+    return [dict(l.split(" = ", 1) for l in section.splitlines()[1:] if " = " in l)
+            for section in conf.split("[")[1:]]
+
+
 def _stunnel_tunnels(conf: str) -> dict[str, str]:
     """A stunnel.conf's services: local `accept` address → the `connect` address."""
-    out = {}
-    for section in conf.split("[")[1:]:
-        opts = dict(l.split(" = ", 1) for l in section.splitlines()[1:] if " = " in l)
-        out[opts["accept"]] = opts["connect"]
-    return out
+    return {opts["accept"]: opts["connect"] for opts in _stunnel_sections(conf)}
 
 
 def _mount_of(mounts: dict, path: str) -> str | None:

@@ -166,6 +166,8 @@ class dataset_service {
   [[nodiscard]] status prepare_groups(const std::shared_ptr<record>& r, const dataset::manifest& m);
   // Saves the record under dir and, for a record of this replica's own, hands it to on_record.
   [[nodiscard]] status persist(const record& r) const;
+  // Where the canonical manifest `md` is kept: <dir>/manifests/<hex>.json.
+  [[nodiscard]] std::string manifest_path(const digest& md) const;
   [[nodiscard]] std::string record_json(const record& r) const;
   // A standby record still resolving, asked for here: this replica now owns the ref (its owner
   // is away) and resolves it.

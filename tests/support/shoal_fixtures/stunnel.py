@@ -55,10 +55,6 @@ class Stunnel:
     def local(self, remote: tuple[str, int]) -> str:
         return f"{self.host}:{self.ports[(remote[0], int(remote[1]))]}"
 
-    def tunnels(self) -> dict[str, str]:
-        """The scheduler's redis.tunnels: "host:port" of each server → its tunnel's local end."""
-        return {f"{h}:{p}": self.local((h, p)) for (h, p) in self.ports}
-
     def start(self, timeout: float = 10) -> "Stunnel":
         self.daemon.start()
         for port in self.ports.values():
