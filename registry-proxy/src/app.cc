@@ -165,6 +165,14 @@ void app::init_services() {
   mm.digest_mismatch = &reg_.counter("shoal_proxy_manifest_digest_mismatch_total",
                                      "Manifests refused because their bytes did not match.")
                             .with({});
+  mm.flights_joined =
+      &reg_.counter("shoal_proxy_manifest_flights_joined_total",
+                    "Manifest requests that waited for a fetch another request had started.")
+           .with({});
+  mm.ring_forwarded =
+      &reg_.counter("shoal_proxy_ring_manifests_forwarded_total",
+                    "Manifest fetches asked of the ring member that owns the manifest.")
+           .with({});
   manifests_ = std::make_unique<manifest_service>(pool_, *store_, *state_, *uc_, *access_,
                                                   cfg_.manifests, mm);
 }
@@ -185,6 +193,7 @@ status app::init_ring() {
   if (!r) return fail(r.error().wrap("ring"));
   ring_ = std::move(*r);
   blobs_->set_ring(ring_.get());
+  manifests_->set_ring(ring_.get());
   ring_->start(rt_.io());
   auto* rg = ring_.get();
   reg_.gauge_fn("shoal_proxy_ring_members_up",

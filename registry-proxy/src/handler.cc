@@ -152,13 +152,13 @@ void proxy_handler::handle_v2(http::request&& req, const http::responder& resp) 
   }
   credential cred = credential_of(req);
   const http::responder& out = resp;
+  // A ring member's request is served here, never forwarded again (ring.h). With TLS on only
+  // a registry-proxy certificate may say so; in plain mode the header only makes this replica
+  // fetch the object itself.
   if (route->kind == origin::route_kind::manifest) {
     std::string accept = req.header_list("Accept");
-    d_.manifests.serve(*sel, route->manifest, cred, std::move(accept), head, out);
+    d_.manifests.serve(*sel, route->manifest, cred, std::move(accept), head, out, ring_from(req));
   } else {
-    // A ring member's request is served here, never forwarded again (ring.h). With TLS on only
-    // a registry-proxy certificate may say so; in plain mode the header only makes this replica
-    // fetch the blob itself.
     d_.blobs.serve(*sel, route->blob, cred, head, out, ring_from(req));
   }
 }

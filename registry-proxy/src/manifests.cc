@@ -6,7 +6,9 @@
 
 #include "registry-proxy/blobs.h"
 #include "common/log.h"
+#include "common/origin_protocol.h"
 #include "common/sha256.h"
+#include "common/text.h"
 
 namespace shoal::proxy {
 namespace {
@@ -64,10 +66,170 @@ std::string manifest_service::normalize_accept(std::string_view accept) {
 
 void manifest_service::serve(const selection& sel, const oci::manifest_ref& ref,
                              const credential& cred, std::string accept, bool head,
-                             http::responder resp) {
-  boost::asio::post(pool_, [this, sel, ref, cred, accept = std::move(accept), head, resp] {
-    resp.send(answer(sel, ref, cred, accept, head));
+                             http::responder resp, std::string ring_from) {
+  boost::asio::post(pool_, [this, sel, ref, cred, accept = std::move(accept), head, resp,
+                            ring_from = std::move(ring_from)] {
+    resp.send(answer(sel, ref, cred, accept, head, ring_from));
   });
+}
+
+manifest_service::fetched manifest_service::obtain(const want& w, const credential& cred) {
+  // Where from: the ring's owner of the manifest, or upstream (this replica owns it, or a member
+  // asks: never forwarded again).
+  const std::string repo_key = w.sel.up->cfg.name + "/" + w.sel.repo;
+  std::string owner;
+  if (ring_ && w.ring_from.empty()) {
+    owner = ring_->owner(w.is_tag ? "manifest:" + repo_key + ":" + w.ref : w.ref);
+    if (owner == ring_->self()) owner.clear();
+  }
+  // One flight per manifest, accepted types and source; a waiter whose credential differs from
+  // the leader's takes only a public answer, else it flies on its own (keyed by its credential).
+  // Flights that go upstream and flights that ask the owner never share a key: two members that
+  // disagree on the owner each answer the other's request from upstream instead of waiting for
+  // their own request to the other.
+  const std::string base =
+      (owner.empty() ? "upstream|" : "ring|") + repo_key + "|" + w.ref + "|" + w.accept;
+  for (const std::string& key : {base, base + "|" + cred.hash}) {
+    std::shared_ptr<flight> f;
+    bool leader = false;
+    {
+      std::lock_guard lk(flights_mu_);
+      auto [it, inserted] = flights_.try_emplace(key);
+      if (inserted) {
+        it->second = std::make_shared<flight>();
+        it->second->cred_hash = cred.hash;
+        leader = true;
+      }
+      f = it->second;
+    }
+    if (leader) {
+      fetched out;
+      try {
+        out = fetch_and_store(w, cred, owner);
+      } catch (const std::exception& e) {  // (never expected: the waiters must not hang)
+        out.status = 500;
+        out.message = std::string("manifest fetch: ") + e.what();
+      }
+      {
+        std::lock_guard lk(flights_mu_);
+        flights_.erase(key);
+      }
+      {
+        std::lock_guard lk(f->mu);
+        f->out = out;
+        f->done = true;
+      }
+      f->cv.notify_all();
+      return out;
+    }
+    if (m_.flights_joined) m_.flights_joined->inc();
+    std::unique_lock lk(f->mu);
+    f->cv.wait(lk, [&] { return f->done; });
+    if (f->cred_hash == cred.hash || (f->out.status == 200 && f->out.is_public)) return f->out;
+  }
+  // Two waits for fetches acting for others (only when many credentials race): go alone.
+  return fetch_and_store(w, cred, owner);
+}
+
+manifest_service::fetched manifest_service::fetch_and_store(const want& w, const credential& cred,
+                                                            const std::string& owner) {
+  const std::string repo_key = w.sel.up->cfg.name + "/" + w.sel.repo;
+  fetched f = owner.empty() ? fetch_upstream(w.sel, w.ref, cred, w.accept)
+                            : fetch_from_ring(w, cred, owner);
+  if (f.status != 200) return f;
+  if (!w.is_tag && f.dig.str() != w.ref) {
+    if (m_.digest_mismatch) m_.digest_mismatch->inc();
+    log::error("a manifest does not match its digest", log::kv("digest", w.ref),
+               log::kv("got", f.dig.str()), log::kv("repo", repo_key));
+    f.status = 502;
+    f.message = "upstream sent a manifest hashing to " + f.dig.str() + ", not " + w.ref;
+    f.body.clear();
+    return f;
+  }
+  if (auto s = store_manifest(f.dig, f.body, f.media_type, f.is_public, repo_key); !s) {
+    log::warn("could not cache manifest", log::kv("digest", f.dig.str()),
+              log::kv("error", s.error().message));
+  }
+  if (w.is_tag) {
+    const auto now = now_ms();
+    (void)st_.put_tag(w.tag_key, tag_entry{f.dig, f.media_type, now - f.age_ms, f.is_public});
+    sweep_tags(now);
+  }
+  return f;
+}
+
+manifest_service::fetched manifest_service::fetch_from_ring(const want& w, const credential& cred,
+                                                            std::string member) {
+  const std::string key =
+      w.is_tag ? "manifest:" + w.sel.up->cfg.name + "/" + w.sel.repo + ":" + w.ref : w.ref;
+  for (std::size_t tries = ring_->members().size(); tries > 0; --tries) {
+    if (m_.ring_forwarded) m_.ring_forwarded->inc();
+    // Anonymously first: the owner shares a public manifest; the client's credential goes only
+    // where the owner needs it.
+    auto f = ask_member(w, cred, member, false);
+    if (f && (f->status == 401 || f->status == 403 || f->status == 404) && !cred.anonymous())
+      f = ask_member(w, cred, member, true);
+    if (f) return std::move(*f);
+    ring_->mark_down(member, f.error().message);
+    std::string next = ring_->owner(key);
+    if (next == member) next = ring_->self();
+    log::warn("ring owner of a manifest did not answer; asking the next member",
+              log::kv("manifest", w.sel.repo + ":" + w.ref), log::kv("owner", member),
+              log::kv("next", next == ring_->self() ? "upstream" : next),
+              log::kv("error", f.error().message));
+    if (next == ring_->self()) break;
+    member = std::move(next);
+  }
+  return fetch_upstream(w.sel, w.ref, cred, w.accept);
+}
+
+result<manifest_service::fetched> manifest_service::ask_member(const want& w,
+                                                               const credential& cred,
+                                                               const std::string& member,
+                                                               bool with_credential) {
+  auto rq = ring_->request(member, "/v2/" + w.sel.repo + "/manifests/" + w.ref +
+                                       "?ns=" + url_escape(w.sel.up->cfg.name));
+  rq.timeouts.total = std::chrono::minutes(2);
+  if (!w.accept.empty()) rq.headers.emplace_back("Accept", w.accept);
+  if (with_credential) rq.headers.emplace_back("Authorization", cred.header);
+  auto r =
+      http::fetch(ring_->client(), std::move(rq), static_cast<std::size_t>(cfg_.max_size.bytes()));
+  if (!r) return fail(r.error());
+  if (r->status == 503 && r->header(ring::from_header))
+    return fail(errc::unavailable, member + " is shutting down");
+  fetched out;
+  out.status = static_cast<unsigned>(r->status);
+  if (r->status != 200) {
+    out.retry_after = std::string(r->header("Retry-After").value_or(""));
+    auto why = origin::error_message_of(r->body);
+    out.message = why.empty() ? "ring member " + member + " answered HTTP " +
+                                    std::to_string(r->status) + " for " + w.sel.repo + ":" + w.ref
+                              : why;
+    // The owner's upstream is down: a stale row of this replica's own may still serve.
+    out.transport_error = r->status >= 500;
+    return out;
+  }
+  out.body = std::move(r->body);
+  out.dig = sha256_of(out.body);
+  auto dcd = r->header("Docker-Content-Digest");
+  if (!dcd || *dcd != out.dig.str()) {
+    return fail(errc::digest_mismatch, member + " sent a manifest hashing to " + out.dig.str() +
+                                           " but announced " +
+                                           std::string(dcd.value_or("no digest")).substr(0, 80));
+  }
+  out.media_type = strip_params(r->header("Content-Type").value_or(""));
+  if (!oci::is_manifest_media_type(out.media_type)) {
+    auto mt = oci::manifest_media_type_of(out.body);
+    if (mt) out.media_type = *mt;
+  }
+  // An answer to an anonymous request is public by definition; otherwise the owner says so.
+  out.is_public = !with_credential || r->header(origin::headers::visibility).value_or("") ==
+                                          origin::headers::visibility_public;
+  out.stale = r->header("Warning").value_or("").starts_with("110");
+  auto age = r->header("Age").value_or("");
+  if (!age.empty() && age.size() <= 9 && age.find_first_not_of("0123456789") == age.npos)
+    out.age_ms = std::stoll(std::string(age)) * 1000;
+  return out;
 }
 
 manifest_service::fetched manifest_service::fetch_upstream(const selection& sel,
@@ -185,67 +347,16 @@ void manifest_service::sweep_tags(std::int64_t now) {
 
 http::response manifest_service::answer(const selection& sel, const oci::manifest_ref& ref,
                                         const credential& cred, const std::string& accept,
-                                        bool head) {
+                                        bool head, const std::string& ring_from) {
   const std::string repo_key = sel.up->cfg.name + "/" + sel.repo;
-  if (ref.is_digest()) {
-    const digest& d = *ref.dig;
-    if (store_.contains(d)) {
-      auto v = access_.check(sel, d, "/v2/" + sel.repo + "/manifests/" + d.str(), cred);
-      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
-      return from_store(d, {}, head, false);
-    }
-    auto f = fetch_upstream(sel, d.str(), cred, normalize_accept(accept));
-    if (f.status != 200) return manifest_error(f.status, f.message, f.retry_after);
-    if (f.dig != d) {
-      if (m_.digest_mismatch) m_.digest_mismatch->inc();
-      log::error("upstream sent a manifest that does not match its digest",
-                 log::kv("digest", d.str()), log::kv("got", f.dig.str()),
-                 log::kv("repo", repo_key));
-      return manifest_error(
-          502, "upstream sent a manifest hashing to " + f.dig.str() + ", not " + d.str(), {});
-    }
-    if (auto s = store_manifest(d, f.body, f.media_type, f.is_public, repo_key); !s) {
-      log::warn("could not cache manifest", log::kv("digest", d.str()),
-                log::kv("error", s.error().message));
-    }
-    http::response r = from_store(d, f.media_type, head, false);
-    if (r.status != 200) {
-      // Not cacheable (disk full...): answer from memory anyway.
-      r = http::response{};
-      r.status = 200;
-      r.headers.set("Content-Type", f.media_type);
-      r.headers.set("Docker-Content-Digest", d.str());
-      if (head)
-        r.headers.set("Content-Length", std::to_string(f.body.size()));
-      else
-        r.body = std::move(f.body);
-    }
-    return r;
-  }
-
-  // By tag.
-  const std::string key = repo_key + ":" + *ref.tag + "|" + normalize_accept(accept);
-  auto entry = st_.get_tag(key);
-  const auto now = now_ms();
-  const auto ttl_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.tag_ttl.get()).count();
-  if (entry && now - entry->fetched_ms < ttl_ms && store_.contains(entry->dig)) {
-    if (!entry->is_public) {
-      auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(),
-                             cred);
-      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
-    }
-    if (m_.tag_hits) m_.tag_hits->inc();
-    return from_store(entry->dig, entry->media_type, head, false);
-  }
-  auto f = fetch_upstream(sel, *ref.tag, cred, normalize_accept(accept));
-  if (f.status == 200) {
-    if (auto s = store_manifest(f.dig, f.body, f.media_type, f.is_public, repo_key); !s) {
-      log::warn("could not cache manifest", log::kv("digest", f.dig.str()),
-                log::kv("error", s.error().message));
-    }
-    (void)st_.put_tag(key, tag_entry{f.dig, f.media_type, now, f.is_public});
-    sweep_tags(now);
+  const std::string acc = normalize_accept(accept);
+  // To a ring member: whether the manifest is public (it may then serve it to anyone).
+  auto tell_member = [&](http::response& r, bool is_public) {
+    if (!ring_from.empty() && is_public && r.status == 200)
+      r.headers.set(std::string(origin::headers::visibility),
+                    std::string(origin::headers::visibility_public));
+  };
+  auto from_memory = [&](fetched& f) {
     http::response r;
     r.status = 200;
     r.headers.set("Content-Type", f.media_type);
@@ -257,6 +368,63 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
       r.headers.set("Content-Length", std::to_string(f.body.size()));
     else
       r.body = std::move(f.body);
+    return r;
+  };
+  if (ref.is_digest()) {
+    const digest& d = *ref.dig;
+    if (store_.contains(d)) {
+      auto v = access_.check(sel, d, "/v2/" + sel.repo + "/manifests/" + d.str(), cred);
+      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
+      auto r = from_store(d, {}, head, false);
+      if (!ring_from.empty()) {
+        auto vis = st_.get_visibility(d);
+        tell_member(r, vis && vis->is_public);
+      }
+      return r;
+    }
+    auto f = obtain({sel, d.str(), false, acc, {}, ring_from}, cred);
+    if (f.status != 200) return manifest_error(f.status, f.message, f.retry_after);
+    http::response r = from_store(d, f.media_type, head, false);
+    // Not cacheable (disk full...): answer from memory anyway.
+    if (r.status != 200) r = from_memory(f);
+    tell_member(r, f.is_public);
+    return r;
+  }
+
+  // By tag.
+  const std::string key = repo_key + ":" + *ref.tag + "|" + acc;
+  auto entry = st_.get_tag(key);
+  const auto now = now_ms();
+  const auto ttl_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.tag_ttl.get()).count();
+  // How old the row is, for a member that keeps it (the tag's TTL runs from upstream's answer).
+  auto with_age = [&](http::response r, std::int64_t fetched_ms) {
+    if (r.status == 200 && now > fetched_ms)
+      r.headers.set("Age", std::to_string((now - fetched_ms) / 1000));
+    return r;
+  };
+  if (entry && now - entry->fetched_ms < ttl_ms && store_.contains(entry->dig)) {
+    if (!entry->is_public) {
+      auto v = access_.check(sel, entry->dig, "/v2/" + sel.repo + "/manifests/" + entry->dig.str(),
+                             cred);
+      if (!v.allowed) return manifest_error(v.status, v.message, v.retry_after);
+    }
+    if (m_.tag_hits) m_.tag_hits->inc();
+    auto r = with_age(from_store(entry->dig, entry->media_type, head, false), entry->fetched_ms);
+    tell_member(r, entry->is_public);
+    return r;
+  }
+  auto f = obtain({sel, *ref.tag, true, acc, key, ring_from}, cred);
+  if (f.status == 200) {
+    const bool is_public = f.is_public, stale = f.stale;
+    const auto age_ms = f.age_ms;
+    auto r = from_memory(f);
+    if (stale) {
+      r.headers.set("Warning", "110 shoal-registry-proxy \"Response is Stale\"");
+      if (m_.stale_served) m_.stale_served->inc();
+    }
+    if (age_ms > 0) r.headers.set("Age", std::to_string(age_ms / 1000));
+    tell_member(r, is_public);
     return r;
   }
   // Upstream down: an expired answer is better than none, within stale_if_error.
@@ -272,7 +440,9 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
     }
     log::warn("serving a stale tag because upstream failed",
               log::kv("tag", repo_key + ":" + *ref.tag), log::kv("error", f.message));
-    return from_store(entry->dig, entry->media_type, head, true);
+    auto r = with_age(from_store(entry->dig, entry->media_type, head, true), entry->fetched_ms);
+    tell_member(r, entry->is_public);
+    return r;
   }
   return manifest_error(f.status, f.message, f.retry_after);
 }

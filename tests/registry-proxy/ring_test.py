@@ -12,12 +12,15 @@ log is the judge of what reached upstream.
    client gets the whole blob; the registry served at most one extra partial copy (a GET cut
    short by the kill, then a Range GET for the rest).
 4. With the owner still dead, a cold blob it would own is fetched once by the next member.
+5. Manifests are owned too: 30 clients over the three replicas asking one tag (then one digest)
+   cost one upstream GET, made by the owner; with the owner dead, the next member resolves a tag
+   it owned, once.
 
 Private content through the ring (htpasswd registry, no network shaping): a client with
 credentials pulls a private blob through a replica that does not own it (the owner is asked
 anonymously first, refuses, and is asked again with the client's credential); a stranger and an
 anonymous client asking the other replicas are refused, and bob, who may read the repository, is
-served only after upstream confirmed his access.
+served only after upstream confirmed his access. The same for a private tag.
 
 Datasets on the ring: a dataset ref is owned like a digest ("dataset:<ref>"). A declaration sent
 to another replica is redirected (307) to the owner, which alone resolves it (shoalctl follows
@@ -163,6 +166,58 @@ class RingTest(FixtureTestCase):
         self.reg.wait_log_quiet()
         self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark), 0)
 
+    def test_2a_manifest_herd_over_three_replicas_costs_one_upstream_get(self):
+        """A tag and a digest are owned like blobs: 30 clients over the three replicas ask for
+        a tag (then others for a manifest by digest) at once; upstream sees one GET of each, from
+        the owner; the two others asked the owner once each (their own clients waited for that
+        one request)."""
+        d = self.tmpdir()
+        tagged = oci.make_image(d / "t", [oci.LayerSpec(size=1_000, seed="ring-mherd-t")])
+        by_digest = oci.make_image(d / "d", [oci.LayerSpec(size=1_000, seed="ring-mherd-d")])
+        self.reg.push(tagged, "team/mherd", "v1")
+        self.reg.push(by_digest, "team/mherd", "other")
+        accept = {"Accept": pc.ALL_MANIFESTS}
+        for ref, top in (("v1", tagged.top.digest), (by_digest.top.digest, by_digest.top.digest)):
+            key = (f"manifest:{self.ns}/team/mherd:{ref}" if ref == "v1" else ref)
+            owner = self.ring.owner(key)
+            mark = self.reg.mark()
+            up0 = [p.metric("shoal_proxy_upstream_manifest_requests_total")
+                   for p in self.ring.proxies]
+            fwd0 = [p.metric("shoal_proxy_ring_manifests_forwarded_total")
+                    for p in self.ring.proxies]
+            path = f"/v2/team/mherd/manifests/{ref}?ns={self.ns}"
+            results = self.ring.herd([(i % 3, path, accept, "GET") for i in range(30)])
+            for r in results:
+                self.assertEqual((r.status, r.digest), (200, top), r.error)
+            self.reg.wait_log_quiet()
+            gets = self.reg.count_manifest_requests(ref, repo="team/mherd", since=mark)
+            print(f"\nmanifest herd ({ref[:20]}): 30 clients over 3 replicas, {gets} upstream "
+                  f"GET(s); owner replica {owner}")
+            self.assertEqual(gets, 1, "a manifest herd over three replicas: one upstream GET")
+            for i, p in enumerate(self.ring.proxies):
+                with self.subTest(ref=ref, replica=i):
+                    self.assertEqual(
+                        p.metric("shoal_proxy_upstream_manifest_requests_total") - up0[i],
+                        1 if i == owner else 0)
+                    fwd = p.metric("shoal_proxy_ring_manifests_forwarded_total") - fwd0[i]
+                    self.assertLessEqual(fwd, 0 if i == owner else 1)
+        self.assertGreater(self.ring.metric_sum("shoal_proxy_manifest_flights_joined_total"), 0)
+        # The owner tells a member how old its tag row is and that the manifest is public.
+        owner = self.ring.owner(f"manifest:{self.ns}/team/mherd:v1")
+        other = (owner + 1) % 3
+        time.sleep(1.1)
+        status, headers, body = self.ring.proxies[owner].get(
+            f"/v2/team/mherd/manifests/v1?ns={self.ns}",
+            {**accept, "Shoal-Ring-From": self.ring.members[other]})
+        self.assertEqual((status, pc.sha256(body)), (200, tagged.top.digest))
+        self.assertGreaterEqual(int(headers.get("age", "0")), 1, headers)
+        self.assertEqual(headers.get("shoal-visibility"), "public")
+        # A client is not told.
+        status, headers, _ = self.ring.proxies[owner].get(
+            f"/v2/team/mherd/manifests/v1?ns={self.ns}", accept)
+        self.assertEqual(status, 200)
+        self.assertNotIn("shoal-visibility", headers)
+
     def test_3_owner_killed_mid_blob(self):
         layer = self.layers[1]
         res = self.ring.kill_owner_mid_blob(self.reg, "team/ring", layer.digest, layer.size,
@@ -214,6 +269,36 @@ class RingTest(FixtureTestCase):
                 for i, g in zip(alive, gets0)]
         self.assertEqual(gets, [1 if i == nxt else 0 for i in alive])
 
+    def test_5_owner_still_dead_next_member_resolves_the_tag_once(self):
+        dead = getattr(type(self), "killed", None)
+        if dead is None:
+            self.skipTest("runs after test_3 killed an owner")
+        alive = [i for i in range(3) if i != dead]
+        layout = oci.make_image(self.tmpdir(), [oci.LayerSpec(size=1_000, seed="ring-late-tag")])
+        for k in range(40):
+            key = f"manifest:{self.ns}/team/latetag:t{k}"
+            if self.ring.owner(key) == dead:
+                tag = f"t{k}"
+                break
+        else:
+            self.fail("no tag owned by the dead replica in 40 tries")
+        self.reg.push(layout, "team/latetag", tag)
+        mark = self.reg.mark()
+        up0 = [self.ring.proxies[i].metric("shoal_proxy_upstream_manifest_requests_total")
+               for i in alive]
+        path = f"/v2/team/latetag/manifests/{tag}?ns={self.ns}"
+        results = self.ring.herd([(alive[i % 2], path, {"Accept": pc.ALL_MANIFESTS}, "GET")
+                                  for i in range(6)])
+        for r in results:
+            self.assertEqual((r.status, r.digest), (200, layout.top.digest), r.error)
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_manifest_requests(tag, repo="team/latetag", since=mark),
+                         1)
+        nxt = self.ring.owner(key, alive)
+        ups = [self.ring.proxies[i].metric("shoal_proxy_upstream_manifest_requests_total") - u
+               for i, u in zip(alive, up0)]
+        self.assertEqual(ups, [1 if i == nxt else 0 for i in alive])
+
 def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
@@ -264,6 +349,39 @@ class RingPrivateTest(FixtureTestCase):
         self.reg.wait_log_quiet()
         self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark, status=200), 0,
                          "bob's pull must come from the ring, not from a second upstream GET")
+
+
+    def test_private_tag_through_a_non_owner(self):
+        """A private tag another replica owns: the owner is asked anonymously, refuses, and is
+        asked again with alice's credential; the non-owner keeps the manifest as private (a
+        stranger asking it is refused), and bob, asking a third replica, is served once upstream
+        confirmed his access."""
+        layout = oci.make_image(self.tmpdir(), [oci.LayerSpec(size=1_000, seed="ring-ptag")])
+        self.reg.push(layout, "team/secret", "p1")
+        owner = self.ring.owner(f"manifest:{self.ns}/team/secret:p1")
+        asked = (owner + 1) % 3
+        path = f"/v2/team/secret/manifests/p1?ns={self.ns}"
+        accept = {"Accept": pc.ALL_MANIFESTS}
+        fwd0 = self.ring.proxies[asked].metric("shoal_proxy_ring_manifests_forwarded_total")
+        status, _, body = self.ring.proxies[asked].get(
+            path, {**accept, **basic("alice", USERS["alice"])})
+        self.assertEqual((status, pc.sha256(body)), (200, layout.top.digest), body[:300])
+        self.assertEqual(
+            self.ring.proxies[asked].metric("shoal_proxy_upstream_manifest_requests_total"), 0,
+            "the non-owner must ask the owner, not upstream")
+        self.assertEqual(
+            self.ring.proxies[asked].metric("shoal_proxy_ring_manifests_forwarded_total") - fwd0,
+            1)
+        for rep in (0, 1, 2):
+            for headers in ({}, basic("mallory", "x"), basic("alice", "wrong")):
+                with self.subTest(replica=rep, headers=headers):
+                    status, _, body = self.ring.proxies[rep].get(path, {**accept, **headers})
+                    self.assertIn(status, (401, 403), body[:200])
+                    self.assertNotIn(b"schemaVersion", body)
+        third = (owner + 2) % 3
+        status, _, body = self.ring.proxies[third].get(
+            path, {**accept, **basic("bob", USERS["bob"])})
+        self.assertEqual((status, pc.sha256(body)), (200, layout.top.digest), body[:300])
 
 
 FILES = {f"f{i}.bin": os.urandom(2000 + i) for i in range(5)}

@@ -4,11 +4,27 @@
 // (rows older than stale_if_error are swept from the state index), and served
 // stale (with a Warning header) when the upstream is unreachable. The bytes are never
 // re-serialized; the Content-Type is the one upstream gave for these bytes.
+//
+// One fetch however many ask: concurrent requests for the same manifest (repository, tag or
+// digest, accepted types) on this replica wait for one fetch, the flight's; a waiter whose
+// credential differs from the leader's takes the answer only when it is public, else it fetches
+// for itself. On the replica ring (ring.h) a manifest is owned like a blob: by its digest, or by
+// "manifest:<upstream>/<repo>:<tag>" for a tag. The owner fetches it upstream; another member
+// asks the owner (the pull API with ring::from_header, anonymously first, again with the client's
+// credential when the owner refuses it), verifies the bytes against Docker-Content-Digest and
+// keeps them. The owner's `Age` header carries how old its tag row is, so a tag is never reused
+// longer than tag_ttl after upstream named it, whichever replica asked upstream. When the owner
+// does not answer, it is marked down and the next member in the key's order is asked (or
+// upstream, when that is this replica).
 
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "registry-proxy/access.h"
@@ -17,6 +33,7 @@
 #include "common/metrics.h"
 #include "common/oci.h"
 #include "registry-proxy/config.h"
+#include "registry-proxy/ring.h"
 #include "registry-proxy/state_db.h"
 #include "registry-proxy/upstream.h"
 
@@ -27,6 +44,8 @@ struct manifest_metrics {
   metrics::counter* stale_served = nullptr;
   metrics::counter* tag_hits = nullptr;
   metrics::counter* digest_mismatch = nullptr;
+  metrics::counter* flights_joined = nullptr;  // requests that waited for another's fetch
+  metrics::counter* ring_forwarded = nullptr;  // fetches asked of the owning ring member
 };
 
 class manifest_service {
@@ -42,12 +61,18 @@ class manifest_service {
         cfg_(std::move(cfg)),
         m_(m) {}
 
+  // Before serving: fetches of manifests another ring member owns go to that member.
+  void set_ring(ring* r) { ring_ = r; }
+
+  // `ring_from`: the ring member asking (ring::from_header, checked by the handler); such a
+  // request is answered from here, never forwarded again.
   void serve(const selection& sel, const oci::manifest_ref& ref, const credential& cred,
-             std::string accept, bool head, http::responder resp);
+             std::string accept, bool head, http::responder resp, std::string ring_from = {});
 
   // Blocking: the manifest answer (worker thread). Exposed for tests.
   [[nodiscard]] http::response answer(const selection& sel, const oci::manifest_ref& ref,
-                                      const credential& cred, const std::string& accept, bool head);
+                                      const credential& cred, const std::string& accept, bool head,
+                                      const std::string& ring_from = {});
 
   // The known manifest media types the header names, in a fixed order and without parameters
   // ("" when it names none: the client accepts whatever upstream has). The tag cache key part and
@@ -62,7 +87,25 @@ class manifest_service {
     digest dig;
     bool is_public = false;
     bool transport_error = false;
+    bool stale = false;       // the owner answered from a stale tag row (its Warning header)
+    std::int64_t age_ms = 0;  // how old the owner's tag row was (its Age header)
   };
+  // What one flight computes: the fetch (from the owner or upstream), stored by the leader.
+  struct want {
+    const selection& sel;
+    std::string ref;  // the tag, or the digest's string
+    bool is_tag;
+    std::string accept;   // normalized
+    std::string tag_key;  // the tag row's key (tags)
+    std::string ring_from;
+  };
+  [[nodiscard]] fetched obtain(const want& w, const credential& cred);
+  // From `owner` (a ring member) or, when empty, upstream; the leader of a flight stores it.
+  [[nodiscard]] fetched fetch_and_store(const want& w, const credential& cred,
+                                        const std::string& owner);
+  [[nodiscard]] fetched fetch_from_ring(const want& w, const credential& cred, std::string member);
+  [[nodiscard]] result<fetched> ask_member(const want& w, const credential& cred,
+                                           const std::string& member, bool with_credential);
   [[nodiscard]] fetched fetch_upstream(const selection& sel, const std::string& ref,
                                        const credential& cred, const std::string& accept);
   [[nodiscard]] status store_manifest(const digest& d, const std::string& body,
@@ -81,6 +124,17 @@ class manifest_service {
   manifest_config cfg_;
   manifest_metrics m_;
   std::atomic<std::int64_t> last_sweep_ms_{0};
+  ring* ring_ = nullptr;
+
+  struct flight {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    fetched out;
+    std::string cred_hash;  // the leader's credential
+  };
+  std::mutex flights_mu_;
+  std::map<std::string, std::shared_ptr<flight>> flights_;  // guarded by flights_mu_
 };
 
 }  // namespace shoal::proxy
