@@ -44,6 +44,7 @@ import os
 import re
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -97,6 +98,41 @@ def busy_share(a: list[int], b: list[int]) -> float:
     d = [y - x for x, y in zip(a, b)]
     total = sum(d)
     return round(1 - (d[3] + d[4]) / total, 3) if total else 0.0
+
+
+class Profile:
+    """`perf record -g` of every process of the `counted` groups for the phase, to
+    DIR/<label>-<group><i>.data (nothing when DIR is empty). perf's own CPU is in no group, but it
+    slows the profiled processes down: a profiled run's figures are not stored."""
+
+    def __init__(self, directory: str, label: str, groups: dict[str, list[int | None]],
+                 counted: tuple[str, ...]):
+        self.dir, self.label, self.groups, self.counted = directory, label, groups, counted
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Profile":
+        if not self.dir:
+            return self
+        Path(self.dir).mkdir(parents=True, exist_ok=True)
+        for g in self.counted:
+            for i, pid in enumerate(self.groups.get(g, [])):
+                if pid is None:
+                    continue
+                out = Path(self.dir) / f"{self.label}-{g}{i}.data"
+                self.procs.append(subprocess.Popen(
+                    ["perf", "record", "-g", "-q", "-o", str(out), "-p", str(pid)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 class CpuPhase:
@@ -243,7 +279,7 @@ class Bench:
         process groups per operation, in all and above the idle rate."""
         a = self.a
         out: dict[str, Any] = {}
-        with CpuPhase(groups) as ph:
+        with CpuPhase(groups) as ph, Profile(a.perf, f"{label}-idle", groups, counted):
             time.sleep(a.duration / 2)
         idle_rate = sum(ph.cpu[g] for g in counted) / ph.wall
         out["idle"] = {**ph.report(), "server_cpu_s_per_s": round(idle_rate, 4)}
@@ -258,7 +294,7 @@ class Bench:
                         (srv - idle_rate * ph.wall) * 1000 / n, 4)}
         rec = Recorder()
         streams = heartbeat_streams(cl, urls, self.gaps, rec, a.hb_streams, a.hb_rate)
-        with CpuPhase(groups) as ph:
+        with CpuPhase(groups) as ph, Profile(a.perf, f"{label}-heartbeats", groups, counted):
             run_streams(streams, a.duration)
         h = out["heartbeats"] = per_op(ph, rec)
         log(f"{label} heartbeats: {rec.count}, p99 {h['p99_ms']} ms, server CPU "
@@ -799,6 +835,9 @@ def main() -> int:
                     help="exit 1 also when a correctness target (failover gap, duplicate prewarms, "
                          "lost writes) is missed; the cost targets are only reported")
     ap.add_argument("--json", default="")
+    ap.add_argument("--perf", default="",
+                    help="directory for `perf record -g` of the schedulers and redis-servers in "
+                         "the idle and heartbeat phases (a profiled run's figures are skewed)")
     ap.add_argument("--workdir", help="parent of the work directory (default $TMPDIR or /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     a = ap.parse_args()

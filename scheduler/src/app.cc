@@ -451,7 +451,7 @@ void app::maintenance() {
   if (shared_) {
     if (auto since = shared_->serving_since()) failures_->serving_since(*since);
   }
-  auto events = failures_->evaluate(index_->nodes());  // it logs and keeps them
+  auto events = failures_->evaluate(index_->liveness());  // it logs and keeps them
   for (const auto& e : events) {
     if (e.event == "failed") node_failures_->with({e.cause}).inc();
   }

@@ -324,6 +324,28 @@ std::vector<node_summary> cluster_index::nodes() const {
   return out;
 }
 
+std::vector<node_summary> cluster_index::liveness() const {
+  auto now = now_();
+  std::shared_lock lk(mu_);
+  std::vector<node_summary> out;
+  out.reserve(nodes_.size());
+  for (const auto& [name, n] : nodes_) {
+    node_summary& s = out.emplace_back();
+    s.name = n.inv.node;
+    s.ip = n.ip;
+    s.bt_port = n.inv.bt_port;
+    s.netsetup = n.inv.netsetup;
+    s.health = n.inv.health;
+    s.health_reasons = n.inv.health_reasons;
+    s.healthy = healthy_locked(n, now);
+    s.leaving = n.inv.leaving;
+    s.last_seen_s = std::chrono::duration<double>(now - n.last_seen).count();
+    s.seq = n.seq;
+    s.synced = n.synced;
+  }
+  return out;
+}
+
 std::optional<node_summary> cluster_index::node(std::string_view name) const {
   auto now = now_();
   std::shared_lock lk(mu_);

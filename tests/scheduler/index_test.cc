@@ -55,6 +55,43 @@ TEST_F(IndexTest, FullListThenDeltasApplyInOrder) {
   EXPECT_EQ(st.holdings, 2u);
 }
 
+TEST_F(IndexTest, LivenessCarriesWhatTheFailureDetectorReadsAndNoLabels) {
+  auto m = full_hb("n1", {held("a", 100)}, {{"zone", "z1"}, {"rack", "r7"}});
+  m.health = "degraded";
+  m.health_reasons = {"disk slow"};
+  m.netsetup = R"({"state":"ok"})";
+  m.gpus = {heartbeat::gpu_group{}};
+  ASSERT_FALSE(idx_.apply(m, "10.0.0.9").resync);
+  ASSERT_FALSE(idx_.apply(full_hb("n2", {}), "10.0.0.8").resync);
+  clock_.advance(40s);  // n1 and n2 silent past unhealthy_after
+  ASSERT_FALSE(idx_.apply(delta_hb("n2", 2, "epoch-1", {}), "10.0.0.8").resync);
+  auto full = idx_.nodes();
+  auto live = idx_.liveness();
+  ASSERT_EQ(live.size(), full.size());
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    SCOPED_TRACE(full[i].name);
+    EXPECT_EQ(live[i].name, full[i].name);
+    EXPECT_EQ(live[i].ip, full[i].ip);
+    EXPECT_EQ(live[i].bt_port, full[i].bt_port);
+    EXPECT_EQ(live[i].health, full[i].health);
+    EXPECT_EQ(live[i].health_reasons, full[i].health_reasons);
+    EXPECT_EQ(live[i].healthy, full[i].healthy);
+    EXPECT_EQ(live[i].leaving, full[i].leaving);
+    EXPECT_DOUBLE_EQ(live[i].last_seen_s, full[i].last_seen_s);
+    EXPECT_EQ(live[i].netsetup, full[i].netsetup);
+    EXPECT_EQ(live[i].seq, full[i].seq);
+    EXPECT_EQ(live[i].synced, full[i].synced);
+    EXPECT_TRUE(live[i].labels.empty());
+    EXPECT_TRUE(live[i].gpus.empty());
+  }
+  EXPECT_EQ(full[0].labels.size(), 2u);
+  EXPECT_EQ(full[0].gpus.size(), 1u);
+  EXPECT_FALSE(live[0].healthy);  // n1: silent for 40 s
+  EXPECT_TRUE(live[1].healthy);
+  EXPECT_DOUBLE_EQ(live[0].last_seen_s, 40.0);
+  EXPECT_EQ(live[0].health_reasons, std::vector<std::string>{"disk slow"});
+}
+
 TEST_F(IndexTest, DeltaFromUnknownNodeAsksForResync) {
   auto r = idx_.apply(delta_hb("n1", 5, "epoch-1", {held("a", 1)}), "10.0.0.9");
   EXPECT_TRUE(r.resync);
