@@ -260,13 +260,15 @@ result<http::full_response> run(endpoint_set& s, http::client_request req, call_
     eps[i].apply(r);
     auto f = attempt(std::move(r));
     if (!f && f.error().is(errc::cancelled)) return f;  // our own stop, not the endpoint's fault
-    bool gateway = f && (f->status == 502 || f->status == 503 || f->status == 504);
+    bool gateway = f && (f->status == 503 ||
+                         (kind != call_kind::read && (f->status == 502 || f->status == 504)));
     if (f && !gateway) {
       s.succeeded(eps[i]);
       return f;
     }
     s.failed(eps[i]);
-    bool move_on = kind == call_kind::idempotent || (!f && failed_before_sending(f.error()));
+    bool move_on = kind == call_kind::idempotent || kind == call_kind::read ||
+                   (!f && failed_before_sending(f.error()));
     if (i + 1 < eps.size()) {
       log::debug(
           "endpoint failed", log::kv("endpoint", eps[i].str()),

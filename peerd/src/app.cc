@@ -18,6 +18,7 @@
 #include "heartbeat.h"
 #include "mirror.h"
 #include "prewarm.h"
+#include "proxy_link.h"
 #include "scheduler_link.h"
 #include "peerd/state_db.h"
 #include "peerd/swarm.h"
@@ -76,6 +77,9 @@ status app::init() {
   auto sl = scheduler_link::create(cfg_.upstream, *http_client_);
   if (!sl) return fail(sl.error());
   scheduler_ = std::move(*sl);
+  auto pl = proxy_link::create(cfg_.upstream, *http_client_);
+  if (!pl) return fail(pl.error());
+  proxy_ = std::move(*pl);
   cache::options co = cache::to_options(cfg_.cache);
   auto st = cache::store::open(co);
   if (!st) return fail(st.error().wrap("cache " + co.root));
@@ -101,17 +105,20 @@ status app::init() {
     boost::asio::post(pool_, [this, d] { (void)state_->forget(d); });
   });
   if (auto s = init_groups(); !s) return s;
-  access_ = std::make_unique<blob_access>(blob_access::deps{cfg_, *http_client_, reg_});
+  access_ =
+      std::make_unique<blob_access>(blob_access::deps{cfg_, *http_client_, reg_, proxy_.get()});
   {
     fetcher::deps fd{cfg_, *store_, *swarm_, *http_client_, pool_, reg_};
     fd.state = state_.get();
     fd.access = access_.get();
+    fd.proxy = proxy_.get();
     fetcher_ = std::make_unique<fetcher>(std::move(fd));
   }
   if (auto s = init_datasets(); !s) return s;
   if (auto s = init_checkpoints(); !s) return s;
   {
     mirror::deps md{cfg_, *store_, *swarm_, *fetcher_, *access_, *http_client_, pool_, reg_};
+    md.proxy = proxy_.get();
     if (datasets_) {
       md.datasets = [ds = datasets_.get()](const http::request& r, const http::responder& resp) {
         return ds->handle(r, resp);
@@ -131,7 +138,9 @@ status app::init() {
   if (scheduler_) start_heartbeat();
   log::info("peerd listening", log::kv("node", cfg_.node.name),
             log::kv("address", cfg_.http.listen), log::kv("bt", swarm_->endpoint()),
-            log::kv("registry_proxy", cfg_.upstream.registry_proxy),
+            log::kv("registry_proxy", proxy_->urls().size() == 1
+                                          ? proxy_->urls().front()
+                                          : std::to_string(proxy_->urls().size()) + " replicas"),
             log::kv("metrics", cfg_.metrics_listen), log::kv("tls", cfg_.tls.enabled));
   return {};
 }
@@ -141,7 +150,7 @@ status app::init() {
 void app::start_heartbeat() {
   prewarm_ = std::make_unique<prewarm_executor>(
       prewarm_executor::deps{cfg_, *store_, *swarm_, *fetcher_, *http_client_, datasets_.get(),
-                             restores_.get()},
+                             restores_.get(), proxy_.get()},
       prewarm_executor::options{});
   health_ = std::make_unique<health_monitor>(cfg_.node);
   health_->start();
@@ -183,6 +192,8 @@ status app::init_tls() {
   }
   std::vector<std::pair<std::string, std::string>> urls{
       {"upstream.registry_proxy", cfg_.upstream.registry_proxy}};
+  for (const auto& u : endpoints::split_list(cfg_.upstream.registry_proxies))
+    urls.emplace_back("an upstream.registry_proxies entry", u);
   for (const auto& u : scheduler_urls(cfg_.upstream)) urls.emplace_back("a scheduler URL", u);
   for (const auto& [key, url] : urls) {
     if (!url.empty() && !url.starts_with("https://")) {
@@ -331,7 +342,8 @@ status app::init_datasets() {
   o.expiry_interval =
       std::chrono::duration_cast<std::chrono::milliseconds>(dc.expiry_check_interval.get());
   datasets_ = std::make_unique<dataset_manager>(
-      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_, scheduler_.get()},
+      dataset_manager::deps{cfg_, *store_, *fetcher_, *http_client_, pool_, scheduler_.get(),
+                            proxy_.get()},
       std::move(o));
   if (auto s = datasets_->start(); !s) return fail(s.error().wrap("datasets"));
   return {};

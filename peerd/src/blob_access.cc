@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/text.h"
+#include "proxy_link.h"
 
 namespace shoal::peerd {
 
@@ -112,11 +113,9 @@ std::optional<http::response> blob_access::check(const origin::object_ref& where
 
 std::optional<http::response> blob_access::confirm(const origin::object_ref& where, const digest& d,
                                                    const std::string& authorization) {
-  std::string base = d_.cfg.upstream.registry_proxy;
-  while (!base.empty() && base.back() == '/') base.pop_back();
   http::client_request r;
   r.method = "HEAD";
-  r.url = base + origin::blob_target(where, d);
+  r.url = origin::blob_target(where, d);
   if (!authorization.empty()) r.headers.emplace_back("Authorization", authorization);
   r.timeouts.connect =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
@@ -124,7 +123,7 @@ std::optional<http::response> blob_access::confirm(const origin::object_ref& whe
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
   r.max_retries = 0;
   const std::string what = d.short_str() + " in " + quote_excerpt(where.repo, 120);
-  auto f = origin::call(d_.http, std::move(r), 64u << 10);
+  auto f = proxy_call(d_.proxy, d_.cfg.upstream, d_.http, std::move(r), 64u << 10);
   if (!f) {
     failed_->inc();
     unsigned s = f.error().is(errc::timeout) ? 504 : 502;

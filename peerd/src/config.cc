@@ -56,7 +56,16 @@ void describe(config::binder& b, node_config& c) {
 
 void describe(config::binder& b, upstream_config& c) {
   b.field("registry_proxy", c.registry_proxy,
-          "Base URL of registry-proxy (manifests, metainfo, HTTP fallback).");
+          "Base URL of registry-proxy (manifests, metainfo, HTTP fallback). A host name that "
+          "resolves to several addresses (the replicas' headless Service) counts as one replica "
+          "per address, each called under the name (TLS checks the name).");
+  b.field("registry_proxies", c.registry_proxies,
+          "More registry-proxy replicas (base URLs), tried in order after `registry_proxy` when "
+          "it is refused, hung (no answer byte for request_timeout) or answers 503; a 502 or 504 "
+          "is its verdict on the upstream and is passed on. Calls stay on the replica that last "
+          "answered; streams (HTTP fallback, chunks, dataset objects) go to that replica.");
+  b.field("registry_proxy_backoff", c.registry_proxy_backoff,
+          "A registry-proxy replica that failed is tried last for this long.", {.min = 0s});
   b.field("scheduler", c.scheduler,
           "Base URL of the scheduler (tracker, heartbeats, checkpoints). Empty: none. A host name "
           "that resolves to several addresses (a headless Service) counts as one replica per "

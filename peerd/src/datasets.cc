@@ -1,4 +1,5 @@
 // peerd's dataset manager (datasets.h): lifecycle, persisted jobs, the prefetch steps, presence.
+#include "proxy_link.h"
 #include "datasets_internal.h"
 #include "scheduler_link.h"
 
@@ -55,9 +56,7 @@ void dataset_manager::request_stop() {
 }
 
 std::string dataset_manager::proxy(const std::string& path) const {
-  std::string base = d_.cfg.upstream.registry_proxy;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + path;
+  return proxy_url(d_.proxy, d_.cfg.upstream, path);
 }
 
 http::client_request dataset_manager::small_request(std::string url) const {
@@ -71,16 +70,13 @@ http::client_request dataset_manager::small_request(std::string url) const {
   return r;
 }
 
-std::string dataset_manager::upstream(const std::string& path) const {
-  return opts_.checkpoints ? path : proxy(path);
-}
-
 result<http::full_response> dataset_manager::upstream_call(http::client_request r,
                                                            std::size_t max_body) {
+  if (!opts_.checkpoints)
+    return proxy_call(d_.proxy, d_.cfg.upstream, d_.http, std::move(r), max_body);
   auto attempt = [&](http::client_request q) {
     return origin::call(d_.http, std::move(q), max_body);
   };
-  if (!opts_.checkpoints) return attempt(std::move(r));
   if (d_.scheduler == nullptr)
     return fail(errc::config_error, "upstream.scheduler is not set: no checkpoint catalog");
   return d_.scheduler->run(std::move(r), attempt);
@@ -459,7 +455,7 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
       return fail(errc::timeout, "registry-proxy did not resolve " + j->ref + " within " +
                                      std::to_string(opts_.resolve_wait.count() / 1000) + "s");
     }
-    auto f = origin::call(d_.http, small_request(proxy(origin::dataset_target(j->ref))), 1u << 20);
+    auto f = upstream_call(small_request(origin::dataset_target(j->ref)), 1u << 20);
     if (!f && origin::is_version_mismatch(f.error())) return fail(f.error());
     auto body = f ? json::parse(f->body, nullptr, false) : json();
     std::string why = f ? origin::error_message_of(f->body) : "";
@@ -494,8 +490,8 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
   }
   if (auto m = load_manifest(*md)) return m;
   http::client_request r;
-  r.url = opts_.checkpoints ? upstream(checkpoint::manifest_target(j->ref))
-                            : proxy(origin::dataset_manifest_target(j->ref));
+  r.url = opts_.checkpoints ? checkpoint::manifest_target(j->ref)
+                            : origin::dataset_manifest_target(j->ref);
   r.timeouts.connect =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall = std::chrono::seconds(60);

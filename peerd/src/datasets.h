@@ -64,6 +64,7 @@
 namespace shoal::peerd {
 
 class scheduler_link;
+class proxy_link;
 
 class dataset_manager {
  public:
@@ -75,6 +76,7 @@ class dataset_manager {
     boost::asio::thread_pool& pool;
     // Checkpoints: the scheduler replicas (records, manifests, group metainfo), with failover.
     scheduler_link* scheduler = nullptr;
+    proxy_link* proxy = nullptr;  // registry-proxy with failover (proxy_link.h)
   };
   struct options {
     std::string views_dir;
@@ -157,10 +159,8 @@ class dataset_manager {
   [[nodiscard]] result<checkpoint::record> scheduler_record(const std::string& ref, int retries);
   // Checkpoints: the record's manifest digest from the scheduler.
   [[nodiscard]] result<digest> checkpoint_digest(const std::shared_ptr<job>& j);
-  // Where the dataset API lives: registry-proxy's URL of `path`, or for checkpoints `path`
-  // itself, which upstream_call() runs on the scheduler replicas.
-  [[nodiscard]] std::string upstream(const std::string& path) const;
-  // origin::call on registry-proxy, or (checkpoints) on the scheduler replicas in turn.
+  // origin::call of `r` (its url a path) on the registry-proxy replicas, or (checkpoints) on
+  // the scheduler replicas, in turn either way.
   [[nodiscard]] result<http::full_response> upstream_call(http::client_request r,
                                                           std::size_t max_body);
   // A GET of a small answer from registry-proxy or the scheduler (upstream.* timeouts, 1 retry).

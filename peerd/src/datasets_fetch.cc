@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <sys/statvfs.h>
 
+#include "proxy_link.h"
 #include "common/fd.h"
 #include "common/sha256.h"
 #include "datasets_internal.h"
@@ -132,8 +133,8 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
     http::client_request r;
     // A checkpoint's group, by its number in the published manifest.
     std::uint32_t published = j->group_ids.empty() ? g : j->group_ids[g];
-    r.url = opts_.checkpoints ? upstream(checkpoint::group_target(j->ref, published))
-                              : proxy(origin::dataset_metainfo_target(j->ref, g, wait));
+    r.url = opts_.checkpoints ? checkpoint::group_target(j->ref, published)
+                              : origin::dataset_metainfo_target(j->ref, g, wait);
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
         d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(5);

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "peerd/blob_access.h"
+#include "proxy_link.h"
 #include "shed.h"
 
 namespace shoal::peerd {
@@ -63,9 +64,7 @@ fetcher::fetcher(deps d) : d_(d) {
 fetcher::~fetcher() = default;
 
 std::string fetcher::proxy_url(const std::string& path_and_query) const {
-  std::string base = d_.cfg.upstream.registry_proxy;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + path_and_query;
+  return peerd::proxy_url(d_.proxy, d_.cfg.upstream, path_and_query);
 }
 
 fetch_handle fetcher::find(const digest& d) {
@@ -143,13 +142,13 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
   const auto shed_deadline = last_progress + deadline;
   for (int round = 0; round < 100000; ++round) {
     http::client_request r;
-    r.url = proxy_url(origin::metainfo_target(where, d, {.wait = wait, .chunks = true}));
+    r.url = origin::metainfo_target(where, d, {.wait = wait, .chunks = true});
     if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
     r.timeouts.connect = std::chrono::duration_cast<std::chrono::milliseconds>(
         d_.cfg.upstream.connect_timeout.get());
     r.timeouts.stall = wait + std::chrono::seconds(3);
     r.max_retries = 0;
-    auto f = origin::call(d_.http, std::move(r), 64u << 20);
+    auto f = proxy_call(d_.proxy, d_.cfg.upstream, d_.http, std::move(r), 64u << 20);
     if (!f) {
       forward_errors_->inc();
       return failed(f.error().is(errc::timeout) ? 504 : 502,

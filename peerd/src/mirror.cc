@@ -15,6 +15,7 @@
 #include "common/oci.h"
 #include "common/origin_protocol.h"
 #include "common/text.h"
+#include "proxy_link.h"
 
 namespace shoal::peerd {
 
@@ -251,9 +252,7 @@ mirror::mirror(deps d) : d_(d) {
 }
 
 std::string mirror::proxy_url(const std::string& path_and_query) const {
-  std::string base = d_.cfg.upstream.registry_proxy;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + path_and_query;
+  return peerd::proxy_url(d_.proxy, d_.cfg.upstream, path_and_query);
 }
 
 void mirror::operator()(http::request&& req, http::responder resp) {
@@ -338,7 +337,7 @@ void mirror::forward(const http::request& req, const http::responder& resp,
                      const std::optional<origin::object_ref>& manifest_of) {
   http::client_request r;
   r.method = req.method == http::verb::head ? "HEAD" : "GET";
-  r.url = proxy_url(req.target);
+  r.url = req.target;
   if (auto accept = req.header_list("Accept"); !accept.empty())
     r.headers.emplace_back("Accept", accept);
   if (auto auth = req.header("Authorization"); !auth.empty())
@@ -350,7 +349,7 @@ void mirror::forward(const http::request& req, const http::responder& resp,
   // containerd waits on us: a hung registry-proxy must turn into an error it can fall back on,
   // not into a second full stall timeout.
   r.max_retries = 0;
-  auto f = origin::call(d_.http, std::move(r), 8u << 20);
+  auto f = proxy_call(d_.proxy, d_.cfg.upstream, d_.http, std::move(r), 8u << 20);
   if (!f) {
     forward_errors_->inc();
     unsigned s = f.error().is(errc::timeout) ? 504 : 502;
@@ -530,14 +529,14 @@ result<nlohmann::json> mirror::pull_manifest(const oci::image_ref& ref,
                                              const std::string& reference,
                                              const std::string& auth) {
   http::client_request r;
-  r.url = proxy_url(origin::manifest_target({ref.registry, ref.repository}, reference));
+  r.url = origin::manifest_target({ref.registry, ref.repository}, reference);
   r.headers.emplace_back("Accept", std::string(oci::media::accept_all));
   if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
   r.timeouts.connect =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.connect_timeout.get());
   r.timeouts.stall =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.request_timeout.get());
-  auto f = origin::call(d_.http, std::move(r), 8u << 20);
+  auto f = proxy_call(d_.proxy, d_.cfg.upstream, d_.http, std::move(r), 8u << 20);
   if (!f) return fail(f.error());
   if (f->status != 200)
     return fail(errc::upstream_error,

@@ -33,6 +33,8 @@
 
 namespace shoal::peerd {
 
+class proxy_link;
+
 class mirror {
  public:
   struct deps {
@@ -48,6 +50,7 @@ class mirror {
     std::function<bool(const http::request&, const http::responder&)> datasets;
     // The checkpoint API (app_checkpoints.cc): checkpoint::paths::node, false for other paths.
     std::function<bool(const http::request&, const http::responder&)> checkpoints;
+    proxy_link* proxy = nullptr;  // registry-proxy with failover (proxy_link.h)
   };
   explicit mirror(deps d);
   void operator()(http::request&& req, http::responder resp);

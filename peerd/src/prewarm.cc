@@ -7,6 +7,7 @@
 #include "common/oci.h"
 #include "common/origin_protocol.h"
 #include "datasets.h"
+#include "proxy_link.h"
 
 namespace shoal::peerd {
 
@@ -173,7 +174,7 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
       auto it = d_.cfg.node.labels.find("platform");
       platform = it != d_.cfg.node.labels.end() ? it->second : "linux/amd64";
     }
-    auto objs = resolve_image(d_.http, d_.cfg.upstream.registry_proxy, o.image, platform,
+    auto objs = resolve_image(d_.http, d_.proxy, d_.cfg.upstream, o.image, platform,
                               std::chrono::duration_cast<std::chrono::milliseconds>(
                                   d_.cfg.upstream.request_timeout.get()));
     if (!objs) return failed(objs.error().message);
@@ -229,19 +230,17 @@ void prewarm_executor::execute(const std::shared_ptr<job>& j) {
 }
 
 result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(
-    http::client& c, const std::string& registry_proxy, const std::string& image,
+    http::client& c, proxy_link* link, const upstream_config& up, const std::string& image,
     const std::string& platform, std::chrono::milliseconds timeout) {
   auto ref = oci::parse_image_ref(image);
   if (!ref) return fail(ref.error());
-  std::string base = registry_proxy;
-  while (!base.empty() && base.back() == '/') base.pop_back();
   auto get = [&](const std::string& reference) -> result<nlohmann::json> {
     http::client_request r;
-    r.url = base + origin::manifest_target({ref->registry, ref->repository}, reference);
+    r.url = origin::manifest_target({ref->registry, ref->repository}, reference);
     r.headers.emplace_back("Accept", std::string(oci::media::accept_all));
     r.timeouts.connect = std::chrono::milliseconds(3000);
     r.timeouts.stall = timeout;
-    auto f = origin::call(c, std::move(r), 8u << 20);
+    auto f = proxy_call(link, up, c, std::move(r), 8u << 20);
     if (!f) return fail(f.error().wrap("manifest " + reference));
     if (f->status != 200)
       return fail(errc::upstream_error,

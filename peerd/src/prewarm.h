@@ -38,6 +38,7 @@
 namespace shoal::peerd {
 
 class dataset_manager;
+class proxy_link;
 
 class prewarm_executor {
  public:
@@ -49,6 +50,7 @@ class prewarm_executor {
     http::client& http;
     dataset_manager* datasets = nullptr;     // null: dataset orders fail
     dataset_manager* checkpoints = nullptr;  // restores (checkpoint mode); null: those orders fail
+    proxy_link* proxy = nullptr;             // registry-proxy with failover (proxy_link.h)
   };
   struct options {
     std::size_t parallel = 3;
@@ -67,9 +69,10 @@ class prewarm_executor {
   // Called (from the executor thread) when an order ends: the heartbeat goes out early.
   void on_change(std::function<void()> cb);
 
-  // Resolves an image for a platform through registry-proxy into its config and layers.
+  // Resolves an image for a platform through registry-proxy (`link`, or the configured URL
+  // when null) into its config and layers.
   [[nodiscard]] static result<std::vector<heartbeat::order_object>> resolve_image(
-      http::client& c, const std::string& registry_proxy, const std::string& image,
+      http::client& c, proxy_link* link, const upstream_config& up, const std::string& image,
       const std::string& platform, std::chrono::milliseconds timeout);
 
  private:

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -245,6 +246,43 @@ TEST(Endpoints, GatewayAnswersMoveOnOtherAnswersDoNot) {
   auto g = fetch(c, **all_down, get("/r"), call_kind::idempotent);
   ASSERT_FALSE(g.has_value());
   EXPECT_TRUE(failed_before_sending(g.error())) << g.error().message;
+}
+
+TEST(Endpoints, ReadsMoveOnFromRefusedHungAndDrainingButA502IsTheAnswer) {
+  auto status_server = [](int status) {
+    return std::make_unique<test_http_server>([status](const recorded_request&) {
+      reply r;
+      r.status = status;
+      r.body = "status " + std::to_string(status);
+      return r;
+    });
+  };
+  auto draining = status_server(503);
+  auto bad_gateway = status_server(502);
+  test_http_server hung([](const recorded_request&) {
+    reply r;
+    r.no_response = true;
+    return r;
+  });
+  test_http_server up([](const recorded_request&) { return ok_reply("up"); });
+  http::client c;
+  auto req = get("/v2/x/manifests/v1");
+  req.timeouts.stall = 300ms;
+  // Refused, hung (after the request left: a read may be sent again) and draining: on to `up`.
+  auto s = endpoint_set::create({closed_base(), hung.base(), draining->base(), up.base()});
+  ASSERT_TRUE(s.has_value());
+  auto f = fetch(c, **s, req, call_kind::read);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f->body, "up");
+  EXPECT_EQ((*s)->order()[0].base, up.base());
+  // A 502 is registry-proxy's verdict on its upstream: returned, not retried elsewhere.
+  auto t = endpoint_set::create({bad_gateway->base(), up.base()});
+  ASSERT_TRUE(t.has_value());
+  auto g = fetch(c, **t, req, call_kind::read);
+  ASSERT_TRUE(g.has_value()) << g.error().message;
+  EXPECT_EQ(g->status, 502);
+  EXPECT_EQ(up.request_count(), 1u);
+  EXPECT_EQ((*t)->order()[0].base, bad_gateway->base());  // it answered
 }
 
 TEST(Endpoints, AddressPinKeepsTheHostName) {

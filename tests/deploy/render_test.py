@@ -405,6 +405,14 @@ class DeployRender(unittest.TestCase):
         headless = next(d for d in self.by_kind["Service"] if d["metadata"]["name"] == svc)
         self.assertEqual(headless["spec"]["clusterIP"], "None")
         self.assertTrue(sts["spec"].get("volumeClaimTemplates"), "each replica keeps its cache")
+        # peerd calls every replica through the headless Service (one endpoint per pod address,
+        # failing over between them), under a name registry-proxy's certificate carries.
+        peerd = _daemon_config(self.by_kind["ConfigMap"], "peerd.yaml")
+        host = f"{svc}.{ns}.svc.cluster.local"
+        self.assertEqual(peerd["upstream"]["registry_proxy"], f"https://{host}:5050")
+        cert = next(c for c in self.by_kind["Certificate"]
+                    if c["spec"]["secretName"] == "shoal-registry-proxy-tls")
+        self.assertIn(host, cert["spec"]["dnsNames"])
 
     def test_scheduler_runs_replicas_with_rolling_updates(self):
         dep = self.workload("Deployment", "shoal-scheduler")

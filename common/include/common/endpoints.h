@@ -122,6 +122,11 @@ enum class call_kind {
   // does not resolve, a failed TLS handshake) move on: a request that may have been applied is
   // never sent again.
   once,
+  // A read (GET, HEAD) from a service whose 502 and 504 are verdicts of its own (registry-proxy:
+  // its upstream failed, and another replica would only ask the same upstream again): every
+  // failure to get an answer moves on, and a 503 (a replica draining or not ready); any other
+  // answer is the answer.
+  read,
 };
 
 // True when `e` (from http::client) says the request never reached the server.

@@ -33,6 +33,7 @@ class mirror;
 class prewarm_executor;
 class heartbeat_sender;
 class scheduler_link;
+class proxy_link;
 class health_monitor;
 namespace cri {
 class pod_watcher;
@@ -74,6 +75,7 @@ class app {
   std::unique_ptr<http::client> http_client_;
   // The scheduler replicas (upstream.scheduler, upstream.schedulers); null without one.
   std::unique_ptr<scheduler_link> scheduler_;
+  std::unique_ptr<proxy_link> proxy_;
   std::unique_ptr<cache::store> store_;
   std::unique_ptr<state_db> state_;
   std::unique_ptr<swarm_manager> swarm_;

@@ -39,12 +39,15 @@
 
 namespace shoal::peerd {
 
+class proxy_link;
+
 class blob_access {
  public:
   struct deps {
     const peerd_config& cfg;
     http::client& http;
     metrics::registry& metrics;
+    proxy_link* proxy = nullptr;  // registry-proxy with failover (src/proxy_link.h)
   };
   explicit blob_access(deps d);
 

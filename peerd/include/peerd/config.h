@@ -46,6 +46,9 @@ void describe(config::binder& b, node_config& c);
 
 struct upstream_config {
   std::string registry_proxy = "http://127.0.0.1:5050";  // base URL of registry-proxy
+  // More registry-proxy replicas, tried after `registry_proxy` (src/proxy_link.h).
+  std::vector<std::string> registry_proxies;
+  config::duration registry_proxy_backoff = 5s;  // a failed replica is tried last for this long
   std::string scheduler;  // base URL of the scheduler (tracker, heartbeats); empty: none
   // More replicas of the scheduler, tried after `scheduler` (docs/scheduler.md "Clients fail
   // over").

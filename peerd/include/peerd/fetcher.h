@@ -49,6 +49,8 @@
 
 namespace shoal::peerd {
 
+class proxy_link;
+
 class blob_access;
 
 // A fetch in progress, what a reader streams from: one download of the whole object, or the
@@ -87,6 +89,8 @@ class fetcher {
     // Told what registry-proxy's metainfo answers say about access (public, or this credential
     // confirmed for the repository); null: nobody listens.
     blob_access* access = nullptr;
+    // The registry-proxy replicas, with failover (src/proxy_link.h); null: the one configured URL.
+    proxy_link* proxy = nullptr;
   };
   // A chunked fetch in progress, for status.
   struct chunked_progress {

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""peerd fails over between registry-proxy replicas (upstream.registry_proxy and
+upstream.registry_proxies; peerd/src/proxy_link.h), against the real daemons on loopback.
+
+Set-up: the real registry with three small images; registry-proxy replicas A and B (seeding over
+BitTorrent) in front of it; one peerd configured with a closed port first, then A, then B
+(`registry_proxy` the closed port, `registry_proxies` [A, B]).
+
+- Pulls through peerd (manifest by tag, then each blob) succeed although the first URL is
+  refused: peerd moves on to A within the same call, and the refused URL is passed over for
+  `registry_proxy_backoff` (the next calls go straight to A).
+- A killed with SIGKILL: the next image's pulls go to B, in about a second (a refused connect
+  moves on at once).
+- A stopped with SIGSTOP instead (it accepts connections and never answers) while B answers:
+  a manifest pull gives up on A after `request_timeout` (1 s) and is answered by B.
+- A 502 is an answer: registry-proxy B answering 502 for an upstream failure is passed on, not
+  retried on another replica (checked by the unit test of endpoints::call_kind::read).
+
+Prints the measured failover times.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import signal
+import sys
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[0] / "support"))
+
+from shoal_fixtures import FixtureTestCase, free_port, oci  # noqa: E402
+from shoal_fixtures.nodes import Peerd  # noqa: E402
+from shoal_fixtures.registry import Registry  # noqa: E402
+from shoal_fixtures.shoal import RegistryProxy, parse_metrics, upstream  # noqa: E402
+
+ACCEPT = {"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                    "application/vnd.oci.image.index.v1+json"}
+
+
+def request(port: int, path: str, headers: dict[str, str] | None = None,
+            timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def sha(b: bytes) -> str:
+    return "sha256:" + hashlib.sha256(b).hexdigest()
+
+
+class ProxyFailoverTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-failover-")
+        cls.reg = cls.class_track(Registry(d / "registry").start())
+        cls.images = {}
+        for name in ("one", "two", "three"):
+            img = oci.make_image(d / name, [oci.LayerSpec(size=200_000, seed=f"pfo-{name}")])
+            cls.reg.push(img, f"team/{name}", "v1")
+            cls.images[name] = img
+        ups = [upstream(cls.reg.host_port, cls.reg.url)]
+        cls.a = cls.class_track(RegistryProxy(d / "a", torrent=True, upstreams=ups).start())
+        cls.b = cls.class_track(RegistryProxy(d / "b", torrent=True, upstreams=ups).start())
+        cls.closed = f"http://127.0.0.1:{free_port()}"
+        cls.peerd = cls.class_track(Peerd(d / "peerd", name="pfo-node", registry_proxy=cls.closed,
+                                          extra={
+            "upstream": {"registry_proxies": [cls.a.url, cls.b.url], "request_timeout": "1s",
+                         "connect_timeout": "1s", "metainfo_wait": "1s",
+                         "registry_proxy_backoff": "30s"},
+            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "10s"}}).start())
+
+    def pull(self, name: str) -> float:
+        """Manifest by tag, then every blob, through peerd; returns the seconds it took."""
+        img = self.images[name]
+        ns = self.reg.host_port
+        t0 = time.monotonic()
+        s, h, body = request(self.peerd.http_port, f"/v2/team/{name}/manifests/v1?ns={ns}", ACCEPT)
+        self.assertEqual(s, 200, body[:300])
+        self.assertEqual(sha(body), img.top.digest)
+        for blob in [img.images[0].config, *img.images[0].layers]:
+            s, _, body = request(self.peerd.http_port,
+                                 f"/v2/team/{name}/blobs/{blob.digest}?ns={ns}")
+            self.assertEqual((s, sha(body)), (200, blob.digest), body[:300])
+        return time.monotonic() - t0
+
+    def served(self, proxy: RegistryProxy) -> float:
+        m = parse_metrics(proxy.metrics_text())
+        # (Not the /metrics scrapes themselves: route "ops".)
+        return sum(v for k, v in m.items()
+                   if k.startswith("shoal_proxy_requests_total") and 'route="ops"' not in k)
+
+    def test_1_refused_first_url_then_a_killed_replica(self):
+        # The first URL is refused: every call moves on to A within itself.
+        a0, b0 = self.served(self.a), self.served(self.b)
+        took = self.pull("one")
+        print(f"\nfirst URL refused: image pulled through A in {took:.2f} s")
+        self.assertGreater(self.served(self.a) - a0, 0)
+        self.assertEqual(self.served(self.b) - b0, 0, "B is only tried after A")
+        self.assertLess(took, 10)
+
+        # A killed: the next pulls go to B.
+        self.a.daemon.kill()
+        b0 = self.served(self.b)
+        took = self.pull("two")
+        print(f"A killed: image pulled through B in {took:.2f} s")
+        self.assertGreater(self.served(self.b) - b0, 0)
+        self.assertLess(took, 10)
+
+    def test_2_a_hung_replica_is_given_up_after_request_timeout(self):
+        # A fresh peerd whose first replica accepts connections and never answers.
+        d = self.tmpdir("shoal-proxy-failover-hung-")
+        hung = self.track(RegistryProxy(d / "hung", upstreams=[
+            upstream(self.reg.host_port, self.reg.url)]).start())
+        hung.daemon.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: hung.daemon.send_signal(signal.SIGCONT))
+        p = self.track(Peerd(d / "peerd", name="pfo-hung", registry_proxy=hung.url, extra={
+            "upstream": {"registry_proxies": [self.b.url], "request_timeout": "1s",
+                         "connect_timeout": "1s", "metainfo_wait": "1s"}}).start())
+        t0 = time.monotonic()
+        s, _, body = request(p.http_port,
+                             f"/v2/team/three/manifests/v1?ns={self.reg.host_port}", ACCEPT)
+        took = time.monotonic() - t0
+        print(f"\nhung first replica: manifest answered by the next in {took:.2f} s")
+        self.assertEqual((s, sha(body)), (200, self.images["three"].top.digest), body[:300])
+        self.assertLess(took, 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
