@@ -180,13 +180,20 @@ void app::init_services() {
 // The replica ring (ring.members set): blob fetches of digests another member owns stream from
 // it, through a client of their own that presents this replica's certificate.
 status app::init_ring() {
-  if (cfg_.ring.members.empty()) return {};
+  if (cfg_.ring.members.empty() && cfg_.ring.schedulers.empty()) return {};
   if (cfg_.tls.enabled) {
-    for (const auto& m : cfg_.ring.members) {
-      if (m.rfind("https://", 0) != 0)
-        return fail(errc::invalid_argument,
-                    "ring.members: " + m + " must be an https:// URL with tls.enabled");
+    for (const auto* key : {"members", "schedulers"}) {
+      const auto& list =
+          std::string_view(key) == "members" ? cfg_.ring.members : cfg_.ring.schedulers;
+      for (const auto& m : list) {
+        if (m.rfind("https://", 0) != 0)
+          return fail(errc::invalid_argument, std::string("ring.") + key + ": " + m +
+                                                  " must be an https:// URL with tls.enabled");
+      }
     }
+    if (!cfg_.ring.self.starts_with("https://"))
+      return fail(errc::invalid_argument,
+                  "ring.self: " + cfg_.ring.self + " must be an https:// URL with tls.enabled");
   }
   ring_client_ = std::make_unique<http::client>(http::client_options_with_tls({}, cfg_.tls));
   auto r = ring::create(cfg_.ring, *ring_client_);
@@ -443,7 +450,11 @@ status app::init_datasets() {
   if (ring_) {
     copies_ = std::make_unique<dataset_copies>(
         *ring_, reg_,
-        std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.ring.probe_interval.get()));
+        std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.ring.probe_interval.get()),
+        [this] {
+          return datasets_ ? datasets_->own_records()
+                           : std::vector<std::pair<std::string, std::string>>{};
+        });
     copies_->start(rt_.io());
     o.on_record = [c = copies_.get()](const std::string& ref, const std::string& record) {
       c->push(ref, record);

@@ -1,13 +1,15 @@
 #include "dataset_copies.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "common/origin_protocol.h"
 
 namespace shoal::proxy {
 
 dataset_copies::dataset_copies(ring& r, metrics::registry& reg,
-                               std::chrono::milliseconds retry_interval)
-    : ring_(r), retry_(retry_interval) {
+                               std::chrono::milliseconds retry_interval, records_fn own_records)
+    : ring_(r), retry_(retry_interval), own_records_(std::move(own_records)) {
   for (const auto& m : r.members())
     if (m.url != r.self()) members_[m.url];
   sent_ = &reg.counter("shoal_proxy_dataset_copies_sent_total",
@@ -55,7 +57,9 @@ void dataset_copies::send_next(const std::string& url) {
   std::string ref, body;
   {
     std::lock_guard lk(mu_);
-    auto& m = members_[url];
+    auto it = members_.find(url);
+    if (it == members_.end()) return;  // it left the ring
+    auto& m = it->second;
     if (m.busy || m.pending.empty()) return;
     m.busy = true;
     ref = m.pending.begin()->first;
@@ -77,7 +81,9 @@ void dataset_copies::send_next(const std::string& url) {
     bool more;
     {
       std::lock_guard lk(mu_);
-      auto& m = members_[url];
+      auto found = members_.find(url);
+      if (found == members_.end()) return;  // it left the ring meanwhile
+      auto& m = found->second;
       m.busy = false;
       if (ok) {
         auto it = m.pending.find(ref);
@@ -98,8 +104,31 @@ void dataset_copies::send_next(const std::string& url) {
   ring_.client().submit(std::move(req), std::move(cb));
 }
 
+void dataset_copies::follow_ring() {
+  std::vector<std::string> ring_urls;
+  for (const auto& m : ring_.members())
+    if (m.url != ring_.self()) ring_urls.push_back(m.url);
+  std::vector<std::string> joined;
+  {
+    std::lock_guard lk(mu_);
+    std::erase_if(members_, [&](const auto& e) {
+      return std::find(ring_urls.begin(), ring_urls.end(), e.first) == ring_urls.end();
+    });
+    for (const auto& u : ring_urls)
+      if (!members_.contains(u)) joined.push_back(u);
+  }
+  if (joined.empty()) return;
+  auto records = own_records_ ? own_records_() : decltype(own_records_())();
+  std::lock_guard lk(mu_);
+  for (const auto& u : joined) {
+    auto& m = members_[u];
+    for (const auto& [ref, text] : records) m.pending.emplace(ref, text);
+  }
+}
+
 void dataset_copies::tick() {
   if (!alive_->load()) return;
+  follow_ring();
   std::vector<std::string> urls;
   for (const auto& m : ring_.members())
     if (m.up && m.url != ring_.self()) urls.push_back(m.url);

@@ -11,6 +11,8 @@
 // then keeps both as a standby record (dataset_service::accept_copy). Once the owner is away,
 // the next member in the ref's order owns it and answers from that record.
 //
+// Members follow the ring's (ring.h: announced members join and leave): a member that joins gets
+// every record this replica owns (`own_records`), one that leaves is forgotten with its queue.
 // Per member, copies go one at a time in the order they were saved; only the latest of a ref is
 // kept while one waits. A copy that fails waits for the member's next retry (every
 // retry_interval, while the ring sees the member up): a member that was away gets what was
@@ -21,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,7 +42,11 @@ class dataset_copies {
   // The path suffix of a copy under <datasets>/<ref>.
   static constexpr std::string_view suffix = "/copy";
 
-  dataset_copies(ring& r, metrics::registry& reg, std::chrono::milliseconds retry_interval);
+  using records_fn = std::function<std::vector<std::pair<std::string, std::string>>()>;
+  // `own_records`: every record this replica owns, as (ref, record JSON), for a member that
+  // joins the ring after the start.
+  dataset_copies(ring& r, metrics::registry& reg, std::chrono::milliseconds retry_interval,
+                 records_fn own_records = {});
   ~dataset_copies();
   dataset_copies(const dataset_copies&) = delete;
   dataset_copies& operator=(const dataset_copies&) = delete;
@@ -57,9 +64,12 @@ class dataset_copies {
   };
   void send_next(const std::string& url);
   void tick();
+  // Members as the ring has them now; a new one queues every own record.
+  void follow_ring();
 
   ring& ring_;
   std::chrono::milliseconds retry_;
+  records_fn own_records_;
   std::mutex mu_;
   std::map<std::string, member> members_;  // by URL; every member but self
   std::unique_ptr<boost::asio::steady_timer> timer_;

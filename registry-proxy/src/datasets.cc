@@ -176,6 +176,24 @@ std::string dataset_service::record_json(const record& r) const {
   return safe_dump(j, 2);
 }
 
+std::vector<std::pair<std::string, std::string>> dataset_service::own_records() const {
+  std::vector<std::shared_ptr<record>> all;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [ref, r] : records_) all.push_back(r);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& r : all) {
+    bool standby;
+    {
+      std::lock_guard lk(r->mu);
+      standby = r->standby;
+    }
+    if (!standby) out.emplace_back(r->ref, record_json(*r));
+  }
+  return out;
+}
+
 status dataset_service::persist(const record& r) const {
   auto text = record_json(r);
   if (auto s = write_atomic(opts_.dir + "/datasets/" + r.ref + ".json", text); !s) return s;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "common/log.h"
 #include "common/sha256.h"
 
@@ -15,7 +17,14 @@ void describe(config::binder& b, ring_config& c) {
           "other replicas stream it from the owner. Empty: no ring, this replica fetches "
           "everything itself.");
   b.field("self", c.self,
-          "This replica's entry of members (e.g. from the pod name). Required with members.");
+          "This replica's entry of members (e.g. from the pod name). Required with members or "
+          "schedulers.");
+  b.field("schedulers", c.schedulers,
+          "Scheduler base URLs (one scheduler's replicas, tried in turn). Every probe_interval "
+          "this replica announces `self` there (POST /v1/origins) and every replica the answer "
+          "lists joins the ring beside `members`; a replica that stops announcing leaves it once "
+          "the scheduler forgets it (its tracker.origin_members_ttl). With TLS the call presents "
+          "this replica's certificate. Empty: the ring is `members` alone.");
   b.field("probe_interval", c.probe_interval,
           "How often every other member's /readyz is probed; a member that fails is skipped "
           "until a probe succeeds.",
@@ -43,13 +52,29 @@ bool valid_member_url(const std::string& u) {
 }  // namespace
 
 ring::ring(ring_config c, http::client& client) : cfg_(std::move(c)), client_(client) {
+  if (std::find(cfg_.members.begin(), cfg_.members.end(), cfg_.self) == cfg_.members.end())
+    cfg_.members.push_back(cfg_.self);
   for (const auto& m : cfg_.members) members_.push_back({m, true, {}});
 }
 
 ring::~ring() { stop(); }
 
 result<std::unique_ptr<ring>> ring::create(const ring_config& c, http::client& client) {
-  if (c.members.empty()) return fail(errc::invalid_argument, "ring.members is empty");
+  if (c.members.empty() && c.schedulers.empty())
+    return fail(errc::invalid_argument, "ring.members and ring.schedulers are both empty");
+  for (const auto& s : c.schedulers) {
+    if (!valid_member_url(s))
+      return fail(errc::invalid_argument,
+                  "ring.schedulers: " + s + " is not a base URL (http[s]://host[:port])");
+  }
+  if (c.members.empty()) {
+    if (!valid_member_url(c.self)) {
+      return fail(errc::invalid_argument,
+                  "ring.self (" + (c.self.empty() ? std::string("empty") : c.self) +
+                      ") must be this replica's base URL (http[s]://host[:port])");
+    }
+    return std::unique_ptr<ring>(new ring(c, client));
+  }
   std::vector<std::string> seen;
   for (const auto& m : c.members) {
     if (!valid_member_url(m)) {
@@ -95,19 +120,54 @@ std::string ring::owner(std::string_view key) const {
 }
 
 bool ring::is_member(std::string_view url) const {
-  return std::find(cfg_.members.begin(), cfg_.members.end(), url) != cfg_.members.end();
+  std::lock_guard lk(mu_);
+  return std::any_of(members_.begin(), members_.end(), [&](const auto& m) { return m.url == url; });
 }
 
-void ring::set_state(std::size_t i, bool up, const std::string& why) {
-  bool changed;
+void ring::set_announced(const std::vector<std::string>& urls) {
+  constexpr std::size_t max_announced = 64;
+  std::vector<std::string> joined, left;
+  {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> want;
+    for (const auto& u : urls) {
+      if (want.size() >= max_announced) break;
+      if (!valid_member_url(u)) continue;
+      if (std::find(cfg_.members.begin(), cfg_.members.end(), u) != cfg_.members.end()) continue;
+      if (std::find(want.begin(), want.end(), u) == want.end()) want.push_back(u);
+    }
+    std::erase_if(members_, [&](const member_state& m) {
+      bool keep =
+          std::find(cfg_.members.begin(), cfg_.members.end(), m.url) != cfg_.members.end() ||
+          std::find(want.begin(), want.end(), m.url) != want.end();
+      if (!keep) left.push_back(m.url);
+      return !keep;
+    });
+    for (const auto& u : want) {
+      if (std::none_of(members_.begin(), members_.end(),
+                       [&](const auto& m) { return m.url == u; })) {
+        members_.push_back({u, true, {}});
+        joined.push_back(u);
+      }
+    }
+  }
+  for (const auto& u : joined) log::info("ring member joined", log::kv("member", u));
+  for (const auto& u : left)
+    log::warn("ring member left (no longer announced)", log::kv("member", u));
+}
+
+void ring::set_state(const std::string& member, bool up, const std::string& why) {
+  bool changed = false;
   std::string url;
   {
     std::lock_guard lk(mu_);
-    auto& m = members_[i];
-    changed = m.up != up;
-    m.up = up;
-    if (!up) m.last_error = why;
-    url = m.url;
+    for (auto& m : members_) {
+      if (m.url != member) continue;
+      changed = m.up != up;
+      m.up = up;
+      if (!up) m.last_error = why;
+      url = m.url;
+    }
   }
   if (!changed) return;
   if (up)
@@ -118,9 +178,7 @@ void ring::set_state(std::size_t i, bool up, const std::string& why) {
 
 void ring::mark_down(const std::string& member, const std::string& why) {
   if (member == cfg_.self) return;
-  for (std::size_t i = 0; i < cfg_.members.size(); ++i) {
-    if (cfg_.members[i] == member) set_state(i, false, why);
-  }
+  set_state(member, false, why);
 }
 
 std::vector<ring::member_state> ring::members() const {
@@ -161,24 +219,30 @@ void ring::stop() {
 void ring::probe_round() {
   if (!alive_->load()) return;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.probe_timeout.get());
-  for (std::size_t i = 0; i < cfg_.members.size(); ++i) {
-    if (cfg_.members[i] == cfg_.self) continue;
-    auto req = request(cfg_.members[i], "/readyz");
+  if (!cfg_.schedulers.empty()) announce();
+  std::vector<std::string> urls;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& m : members_)
+      if (m.url != cfg_.self) urls.push_back(m.url);
+  }
+  for (const auto& url : urls) {
+    auto req = request(url, "/readyz");
     req.max_retries = 0;
     req.timeouts.total = timeout;
     req.timeouts.connect = std::min(req.timeouts.connect, timeout);
     http::callbacks cb;
-    cb.on_complete = [this, i, alive = alive_](result<http::completion> r) {
+    cb.on_complete = [this, url, alive = alive_](result<http::completion> r) {
       if (!alive->load()) return;
       if (!r) {
         stats_.probe_failures.fetch_add(1);
-        return set_state(i, false, "probe: " + r.error().message);
+        return set_state(url, false, "probe: " + r.error().message);
       }
       if (r->status != 200) {
         stats_.probe_failures.fetch_add(1);
-        return set_state(i, false, "probe: /readyz answered HTTP " + std::to_string(r->status));
+        return set_state(url, false, "probe: /readyz answered HTTP " + std::to_string(r->status));
       }
-      set_state(i, true, {});
+      set_state(url, true, {});
     };
     client_.submit(std::move(req), std::move(cb));
   }
@@ -188,6 +252,70 @@ void ring::probe_round() {
     if (ec || !alive->load()) return;
     probe_round();
   });
+}
+
+// POST <scheduler>/v1/origins {"url": self}: the answer's members join the ring. A scheduler that
+// fails is left for the next in the list at the next round; the ring keeps the members it has
+// meanwhile (the scheduler's TTL, not a failed call, removes one).
+void ring::announce() {
+  std::string base;
+  {
+    std::lock_guard lk(mu_);
+    base = cfg_.schedulers[next_scheduler_ % cfg_.schedulers.size()];
+  }
+  http::client_request req;
+  req.method = "POST";
+  req.url = base + "/v1/origins";
+  req.body = nlohmann::json{{"url", cfg_.self}}.dump();
+  req.headers.emplace_back("Content-Type", "application/json");
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.probe_timeout.get());
+  req.timeouts.connect = std::min(
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.connect_timeout.get()), timeout);
+  req.timeouts.total = timeout;
+  req.max_retries = 0;
+  req.redirects.max_redirects = 0;
+  auto body = std::make_shared<std::string>();
+  http::callbacks cb;
+  cb.on_data = [body](std::string_view c) {
+    if (body->size() + c.size() > (256u << 10)) return false;  // 64 URLs are far less
+    body->append(c);
+    return true;
+  };
+  cb.on_complete = [this, base, body, alive = alive_](result<http::completion> r) {
+    if (!alive->load()) return;
+    std::string why;
+    std::vector<std::string> urls;
+    if (!r) {
+      why = r.error().message;
+    } else if (r->status != 200) {
+      why = "HTTP " + std::to_string(r->status) + ": " + body->substr(0, 300);
+    } else {
+      auto j = nlohmann::json::parse(*body, nullptr, false);
+      const auto m = j.is_object() ? j.find("members") : j.end();
+      if (!j.is_object() || m == j.end() || !m->is_array()) {
+        why = "the answer has no \"members\" list";
+      } else {
+        for (const auto& u : *m)
+          if (u.is_string()) urls.push_back(u.get<std::string>());
+      }
+    }
+    bool was_failing;
+    {
+      std::lock_guard lk(mu_);
+      was_failing = announce_failing_;
+      announce_failing_ = !why.empty();
+      if (!why.empty()) ++next_scheduler_;
+    }
+    if (!why.empty()) {
+      if (!was_failing)
+        log::warn("cannot announce this replica to the scheduler; the ring keeps its members",
+                  log::kv("scheduler", base), log::kv("error", why));
+      return;
+    }
+    if (was_failing) log::info("announcing to the scheduler again", log::kv("scheduler", base));
+    set_announced(urls);
+  };
+  client_.submit(std::move(req), std::move(cb));
 }
 
 }  // namespace shoal::proxy

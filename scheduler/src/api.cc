@@ -61,7 +61,7 @@ std::string route_label(std::string_view path) {
   for (std::string_view p :
        {"/v1/heartbeat", "/v1/nodes", "/v1/objects", "/v1/images", "/v1/datasets", "/v1/place",
         "/v1/prewarm", "/v1/extender/filter", "/v1/extender/prioritize", "/announce", "/v1/events",
-        "/v1/checkpoints", "/v1/jobs"}) {
+        "/v1/checkpoints", "/v1/jobs", "/v1/origins"}) {
     if (path.rfind(p, 0) == 0) return std::string(p);
   }
   return "other";
@@ -102,7 +102,10 @@ api::api(api_deps d)
           "Time to answer a placement question, by API (place, filter, prioritize, prewarm).",
           {"api"}, metrics::default_buckets())),
       requests_(d.reg.counter("shoal_scheduler_api_requests_total",
-                              "REST requests answered, by route and status.", {"route", "code"})) {
+                              "REST requests answered, by route and status.", {"route", "code"})),
+      origins_(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   d.cfg.tracker.origin_members_ttl.get()),
+               d.shared) {
   // Every series exists from the start, so dashboards and alerts see zeros rather than gaps.
   for (const char* a : {"place", "filter", "prioritize", "prewarm", "images"})
     (void)latency_.with({a});
@@ -150,6 +153,7 @@ http::response api::serve(const http::request& req) {
     return finish(on_prewarm_get(path.substr(std::string_view("/v1/prewarm").size())));
   }
   if (path == "/v1/jobs" || path.rfind("/v1/jobs/", 0) == 0) return finish(on_jobs(req));
+  if (path == "/v1/origins") return finish(on_origins(req));
   if (path == "/v1/events") {
     if (!need(http::verb::get)) return finish(json_error(405, "use GET"));
     return finish(on_events(req));

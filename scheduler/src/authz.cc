@@ -51,6 +51,8 @@ std::string needs_text(route_access need, bool token_configured) {
       return "an operator certificate (shoal://operator/<user>)" + token;
     case route_access::kube_scheduler:
       return "kube-scheduler's certificate (shoal://kube-scheduler)";
+    case route_access::registry_proxy:
+      return "registry-proxy's certificate (shoal://registry-proxy)";
     case route_access::open:
       break;
   }
@@ -65,6 +67,8 @@ tls::peer_role role_of(route_access need) {
       return tls::peer_role::operator_;
     case route_access::kube_scheduler:
       return tls::peer_role::kube_scheduler;
+    case route_access::registry_proxy:
+      return tls::peer_role::registry_proxy;
     default:
       return tls::peer_role::none;
   }
@@ -84,6 +88,8 @@ std::string_view to_string(route_access a) noexcept {
       return "operator";
     case route_access::kube_scheduler:
       return "kube-scheduler";
+    case route_access::registry_proxy:
+      return "registry-proxy";
   }
   return "member";
 }
@@ -99,6 +105,7 @@ route_access access_of(const http::request& req) noexcept {
     return route_access::operator_;
   if (p == "/v1/extender/filter" || p == "/v1/extender/prioritize")
     return route_access::kube_scheduler;
+  if (p == "/v1/origins" && req.method == http::verb::post) return route_access::registry_proxy;
   if (p == "/v1/checkpoints" && req.method == http::verb::post) return route_access::node;
   if (p.starts_with("/v1/checkpoints/")) {
     if (req.method == http::verb::delete_) return route_access::operator_;

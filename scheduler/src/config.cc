@@ -19,6 +19,12 @@ void describe(config::binder& b, tracker_config& c) {
           {.min = 1, .max = 1000});
   b.field("max_numwant", c.max_numwant, "Most peers handed out per announce.",
           {.min = 1, .max = 5000});
+  b.field(
+      "origin_members_ttl", c.origin_members_ttl,
+      "registry-proxy replicas announce themselves (POST /v1/origins) every ring.probe_interval "
+      "to form their ring; one that has not announced for this long leaves the membership "
+      "every replica is told (docs/ha.md).",
+      {.min = 1s});
   b.field("trust_announced_ip", c.trust_announced_ip,
           "Unsafe, plain mode only: use the address a node claims (the ip= parameter of "
           "announces, the ip of heartbeats) instead of the connection's source address. Anyone "

@@ -56,6 +56,7 @@ shared_state::shared_state(shared_state_options opts, cluster_index& index, trac
       sha_heartbeat_(script_sha(scripts::heartbeat)),
       sha_renew_(script_sha(scripts::renew)),
       sha_expire_(script_sha(scripts::expire)),
+      sha_origins_(script_sha(scripts::origins)),
       stale_("not connected to Redis yet") {
   stale_gauge_ = &reg.gauge("shoal_scheduler_shared_state_stale",
                             "1 while Redis is unreachable and answers come from this replica's "
@@ -184,6 +185,22 @@ result<redis_reply> shared_state::eval(redis_conn& c, const char* script, const 
     return r;
   }
   return fail(errc::upstream_error, "redis: the script did not load");
+}
+
+result<shared_state::origins_answer> shared_state::origins(const std::string& url,
+                                                           std::chrono::milliseconds ttl,
+                                                           std::size_t cap) {
+  auto c = pool_.get();
+  auto r =
+      eval(*c, scripts::origins, sha_origins_,
+           {"1", opts_.prefix + "origins", url, std::to_string(ttl.count()), std::to_string(cap)});
+  if (!r) return fail(r.error());
+  if (r->elements.size() != 2)
+    return fail(errc::protocol_error, "redis: unexpected reply to the origins script");
+  origins_answer out;
+  out.full = r->elements[0].integer != 0;
+  for (const auto& e : r->elements[1].elements) out.members.push_back(e.str);
+  return out;
 }
 
 shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message& m) {

@@ -86,4 +86,20 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 return 1
 )lua";
 
+const char* const origins = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cap = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+local full = 0
+if ARGV[1] ~= '' then
+  if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < cap then
+    redis.call('ZADD', KEYS[1], now, ARGV[1])
+  else
+    full = 1
+  end
+end
+return {full, redis.call('ZRANGE', KEYS[1], 0, cap - 1)}
+)lua";
+
 }  // namespace shoal::scheduler::scripts

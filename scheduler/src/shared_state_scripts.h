@@ -20,4 +20,10 @@ extern const char* const renew;
 // KEYS: record, holdings, node set. ARGV: node, drop_after ms. Returns 1 when forgotten.
 extern const char* const expire;
 
+// The registry-proxy replicas that announced themselves (the ring's membership): records ARGV[1]
+// (unless empty) at Redis's clock, forgets members silent for longer than ARGV[2] ms, and returns
+// the others, at most ARGV[3]. A new member beyond ARGV[3] is not recorded ({"full"} first).
+// KEYS: the members' sorted set.
+extern const char* const origins;
+
 }  // namespace shoal::scheduler::scripts

@@ -395,6 +395,9 @@ class DeployRender(unittest.TestCase):
         want = [f"https://shoal-registry-proxy-{i}.{svc}.{ns}.svc.cluster.local:5050"
                 for i in range(sts["spec"]["replicas"])]
         self.assertEqual(cfg["ring"]["members"], want)
+        # Pods beyond the list join through the scheduler (ring.schedulers), over https.
+        self.assertTrue(cfg["ring"]["schedulers"])
+        self.assertTrue(all(u.startswith("https://shoal-scheduler.") for u in cfg["ring"]["schedulers"]))
         self.assertEqual(sts["spec"]["replicas"], 3)
         self.assertEqual(sts["spec"]["updateStrategy"]["type"], "RollingUpdate")
         c = sts["spec"]["template"]["spec"]["containers"][0]

@@ -100,6 +100,47 @@ TEST(Ring, ADeadMemberMovesOnlyItsDigestsAndAllSurvivorsAgreeWhere) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(a->owner(key(i)), kMembers[0]);
 }
 
+TEST(Ring, AnnouncedMembersJoinAndLeaveBesideTheConfiguredOnes) {
+  http::client c;
+  ring_config rc;
+  rc.self = kMembers[0];
+  rc.schedulers = {"http://10.0.0.100:7070"};
+  auto r = ring::create(rc, c);
+  ASSERT_TRUE(r) << r.error().message;
+  auto& a = **r;
+  EXPECT_EQ(a.members().size(), 1u);  // itself
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(a.owner(key(i)), kMembers[0]);
+  // The scheduler lists all three (itself included, a bad URL and a duplicate ignored).
+  a.set_announced({kMembers[0], kMembers[1], kMembers[2], "http://x:1/path", kMembers[1]});
+  EXPECT_EQ(a.members().size(), 3u);
+  EXPECT_TRUE(a.is_member(kMembers[2]));
+  auto full = make(c, kMembers[0]);  // the same ring, configured
+  for (int i = 0; i < 500; ++i) EXPECT_EQ(a.owner(key(i)), full->owner(key(i)));
+  // A member no longer listed leaves: its digests move as a dead member's do.
+  a.set_announced({kMembers[0], kMembers[1]});
+  EXPECT_FALSE(a.is_member(kMembers[2]));
+  full->mark_down(kMembers[2], "test");
+  for (int i = 0; i < 500; ++i) EXPECT_EQ(a.owner(key(i)), full->owner(key(i)));
+  // Configured members stay whatever the scheduler says.
+  auto b = make(c, kMembers[1], {kMembers[0], kMembers[1]});
+  b->set_announced({});
+  EXPECT_EQ(b->members().size(), 2u);
+  // Bounded: at most 64 announced members.
+  std::vector<std::string> many;
+  for (int i = 0; i < 100; ++i) many.push_back("http://10.1.0." + std::to_string(i) + ":5050");
+  a.set_announced(many);
+  EXPECT_EQ(a.members().size(), 65u);
+  // Config errors: no members and no schedulers; a scheduler URL that is not a base URL.
+  ring_config none;
+  none.self = kMembers[0];
+  EXPECT_FALSE(ring::create(none, c));
+  rc.schedulers = {"http://10.0.0.100:7070/v1"};
+  EXPECT_FALSE(ring::create(rc, c));
+  rc.schedulers = {"http://10.0.0.100:7070"};
+  rc.self = "not a url";
+  EXPECT_FALSE(ring::create(rc, c));
+}
+
 TEST(Ring, RequestsToMembersCarryTheSenderAndTheRingTimeouts) {
   http::client c;
   ring_config rc;

@@ -38,13 +38,16 @@ import os
 import subprocess
 import time
 import unittest
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import proxy_common as pc
 from shoal_fixtures import FixtureTestCase, oci
 from shoal_fixtures.certs import ClusterPKI
 from shoal_fixtures.netns import Network, Shape
 from shoal_fixtures.httpstub import StubServer
+from shoal_fixtures.nodes import Scheduler
 from shoal_fixtures.proxy_ring import ProxyRing, ring_owner
 from shoal_fixtures.registry import Registry
 from shoal_fixtures.shoal import binary, upstream
@@ -298,6 +301,127 @@ class RingTest(FixtureTestCase):
         ups = [self.ring.proxies[i].metric("shoal_proxy_upstream_manifest_requests_total") - u
                for i, u in zip(alive, up0)]
         self.assertEqual(ups, [1 if i == nxt else 0 for i in alive])
+
+class RingAnnouncedTest(FixtureTestCase):
+    """Membership from the scheduler (ring.schedulers; scheduler/origins.h): no replica lists
+    another; each announces itself to the real scheduler every probe_interval and rings with
+    whoever the scheduler lists. Three replicas find each other and share a herd (one upstream
+    GET); a fourth started later joins every ring and is copied the datasets its owner already
+    resolved; killed, it leaves every ring once the scheduler forgets it
+    (tracker.origin_members_ttl 2 s)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-ring-announced-")
+
+        def handle(req, method):
+            path = req.path.partition("?")[0]
+            if path == "/data/":
+                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
+                                   for n, b in FILES.items()]).encode()
+            elif path.startswith("/data/") and path[6:] in FILES:
+                body = FILES[path[6:]]
+            else:
+                req.send_response(404)
+                req.send_header("Content-Length", "0")
+                req.end_headers()
+                return
+            req.send_response(200)
+            req.send_header("Content-Length", str(len(body)))
+            req.end_headers()
+            if method != "HEAD":
+                req.wfile.write(body)
+
+        cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
+        cls.addClassCleanup(cls.origin.stop)
+        cls.origin_url = f"http://127.0.0.1:{cls.origin.port}"
+        (d / "creds").mkdir()
+        cls.reg = cls.class_track(Registry(d / "registry").start())
+        cls.ns = cls.reg.host_port
+        cls.sched = cls.class_track(Scheduler(d / "scheduler", extra={
+            "tracker": {"origin_members_ttl": "2s"}}).start())
+        cls.ring = cls.class_track(ProxyRing(d / "ring", 3, upstreams=[
+            upstream(cls.ns, cls.reg.url)], schedulers=[cls.sched.url], extra={
+                "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
+                             "pack_target": "1MiB",
+                             "allowed_origins": [{"url": cls.origin_url}]}}).start())
+
+    def wait_members(self, replicas: list[int], n: int, budget: float = 15) -> float:
+        t0 = time.monotonic()
+        while True:
+            seen = [self.ring.proxies[i].metric("shoal_proxy_ring_members") for i in replicas]
+            if all(v == n for v in seen):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > budget:
+                self.fail(f"replicas {replicas} list {seen} members, not {n}, after {budget} s")
+            time.sleep(0.1)
+
+    def test_replicas_find_each_other_share_a_herd_and_follow_joins_and_leaves(self):
+        took = self.wait_members([0, 1, 2], 3)
+        print(f"\nthree replicas announced to the scheduler ring with each other after "
+              f"{took:.1f} s")
+        with urllib.request.urlopen(self.sched.url + "/v1/origins", timeout=10) as r:
+            listed = json.loads(r.read())
+        self.assertEqual(sorted(listed["members"]), sorted(self.ring.members))
+        self.assertEqual(listed["ttl_ms"], 2000)
+        # A herd over the three: one upstream GET, by the owner.
+        layout = oci.make_image(self.tmpdir(), [oci.LayerSpec(size=4 * MIB, seed="ring-ann",
+                                                              gzip_level=0)])
+        self.reg.push(layout, "team/announced")
+        layer = layout.images[0].layers[0]
+        mark = self.reg.mark()
+        path = f"/v2/team/announced/blobs/{layer.digest}?ns={self.ns}"
+        for r in self.ring.herd([(i % 3, path, {}, "GET") for i in range(12)]):
+            self.assertEqual((r.status, r.digest), (200, layer.digest), r.error)
+        self.reg.wait_log_quiet()
+        self.assertEqual(self.reg.count_blob_gets(layer.digest, since=mark), 1)
+        owner = self.ring.owner(layer.digest)
+        self.assertEqual(
+            self.ring.proxies[owner].metric("shoal_proxy_upstream_blob_gets_total"), 1)
+
+        # A dataset resolved by its owner among the three.
+        decl = {"name": "announced", "version": "v1", "origin": {"url": self.origin_url + "/data/"}}
+        ref = "announced@v1"
+        downer = self.ring.members.index(ring_owner(self.ring.members, "dataset:" + ref))
+        p = self.ring.proxies[downer]
+        conn = http.client.HTTPConnection(p.host, p.port, timeout=30)
+        conn.request("POST", "/shoal/v1/datasets", body=json.dumps(decl),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        self.assertIn(resp.status, (200, 201, 202), body[:300])
+        deadline = time.monotonic() + 60
+        while True:
+            status, _, body = self.ring.proxies[downer].get(f"/shoal/v1/datasets/{ref}")
+            st = json.loads(body) if status == 200 else {}
+            if st.get("state") in ("ready", "failed"):
+                break
+            self.assertLess(time.monotonic(), deadline, body[:300])
+            time.sleep(0.2)
+        self.assertEqual(st["state"], "ready", st)
+        copies = "shoal_proxy_dataset_copies_pending"
+        deadline = time.monotonic() + 20
+        while self.ring.proxies[downer].metric(copies) > 0:
+            self.assertLess(time.monotonic(), deadline, "copies to the other two never went out")
+            time.sleep(0.1)
+        sent0 = self.ring.proxies[downer].metric("shoal_proxy_dataset_copies_sent_total")
+
+        # A fourth replica joins every ring, and the dataset's owner copies the record to it.
+        fourth = self.ring.add_replica()
+        took = self.wait_members([0, 1, 2, fourth], 4)
+        print(f"a fourth replica joined every ring after {took:.1f} s")
+        deadline = time.monotonic() + 20
+        while self.ring.proxies[downer].metric("shoal_proxy_dataset_copies_sent_total") <= sent0:
+            self.assertLess(time.monotonic(), deadline, "the joiner was not copied the dataset")
+            time.sleep(0.1)
+
+        # Killed, it leaves every ring once the scheduler forgets it.
+        self.ring.proxies[fourth].daemon.kill()
+        took = self.wait_members([0, 1, 2], 3)
+        print(f"the fourth replica, killed, left every ring after {took:.1f} s")
+
 
 def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
@@ -608,8 +732,9 @@ class RingDatasetsTest(FixtureTestCase):
 
 
 class RingTlsTest(FixtureTestCase):
-    """The ring with mutual TLS (the deployment's mode): members are https URLs and call each
-    other with their registry-proxy certificate; a blob asked at a non-owner comes from the
+    """The ring with mutual TLS (the deployment's mode): members are https URLs, find each other
+    through the scheduler (announcing with their registry-proxy certificate; a node's or an
+    operator's is refused) and call each other with it; a blob asked at a non-owner comes from the
     owner, once."""
 
     @classmethod
@@ -637,11 +762,36 @@ class RingTlsTest(FixtureTestCase):
         cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
         cls.addClassCleanup(cls.origin.stop)
         (d / "creds").mkdir()
+        # The members find each other through the scheduler, over TLS (registry-proxy
+        # certificates announce; the deployment's mode).
+        cls.sched = cls.class_track(Scheduler(d / "scheduler",
+                                              tls=cls.pki.scheduler(["127.0.0.1"])).start())
         cls.ring = cls.class_track(ProxyRing(d / "ring", 2, upstreams=[
-            upstream(cls.reg.host_port, cls.reg.url)], pki=cls.pki, torrent=True, extra={
+            upstream(cls.reg.host_port, cls.reg.url)], pki=cls.pki, torrent=True,
+            schedulers=[cls.sched.url], extra={
                 "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
                              "pack_target": "1MiB", "allowed_origins": [
                                  {"url": f"http://127.0.0.1:{cls.origin.port}"}]}}).start())
+        deadline = time.monotonic() + 15
+        while any(p.metric("shoal_proxy_ring_members") != 2 for p in cls.ring.proxies):
+            if time.monotonic() > deadline:
+                raise AssertionError("the two replicas did not find each other through the "
+                                     "scheduler over TLS\n" + cls.ring.diagnostics())
+            time.sleep(0.1)
+
+    def test_only_registry_proxy_certificates_announce(self):
+        body = json.dumps({"url": self.ring.members[0]}).encode()  # (a real member again)
+        for party, want in ((self.pki.node("n1"), 403), (self.pki.operator(), 403),
+                            (self.pki.registry_proxy(["127.0.0.1"]), 200)):
+            req = urllib.request.Request(self.sched.url + "/v1/origins", data=body,
+                                         method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10, context=party.ssl_context()) as r:
+                    status = r.status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            self.assertEqual(status, want, party)
 
     def test_dataset_copies_and_lists_between_members_over_tls(self):
         """Members call each other with registry-proxy certificates: the owner's record copy

@@ -184,6 +184,19 @@ TEST_F(AuthorizerTest, WithTlsEachRouteNeedsItsRole) {
   ASSERT_TRUE(hb);
   EXPECT_EQ(hb->status, 403u);
 
+  // Ring announcements: a registry-proxy certificate only; the list is a read.
+  EXPECT_FALSE(az.check(
+      make(http::verb::post, "/v1/origins", verified_peer(peer_role::registry_proxy, ""))));
+  for (auto role : {peer_role::node, peer_role::operator_}) {
+    auto r = az.check(make(http::verb::post, "/v1/origins", verified_peer(role, "a")));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403u);
+    EXPECT_NE(js(*r)["error"].get<std::string>().find("registry-proxy's certificate"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(
+      az.check(make(http::verb::get, "/v1/origins", verified_peer(peer_role::node, "n1"))));
+
   auto text = reg_.expose();
   EXPECT_NE(
       text.find("shoal_scheduler_auth_refused_total{need=\"operator\",reason=\"wrong_role\"} 1"),

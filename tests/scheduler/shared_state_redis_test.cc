@@ -19,6 +19,7 @@
 
 #include "scheduler/ingest.h"
 #include "checkpoint_util.h"
+#include "scheduler/origins.h"
 #include "scheduler/shared_state.h"
 #include "test_util.h"
 
@@ -370,6 +371,27 @@ TEST(SharedStateRedis, EntriesOfAnotherFormatAreSkipped) {
   ASSERT_TRUE(eventually([&] { return a.pw.progress("pw-8").has_value(); }));
   EXPECT_FALSE(a.pw.progress("pw-9"));
   EXPECT_NE(a.reg.expose().find("shoal_scheduler_log_foreign_entries_total 1"), std::string::npos);
+}
+
+TEST(SharedStateRedis, RingMembersAnnouncedToOneReplicaAreListedByEveryReplica) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  replica a(redis.address(), "a"), b(redis.address(), "b");
+  origin_members at_a(1s, a.shared.get()), at_b(1s, b.shared.get());
+  ASSERT_TRUE(at_a.announce("https://rp-0:5050").has_value());
+  auto l = at_b.announce("https://rp-1:5050");
+  ASSERT_TRUE(l.has_value()) << l.error().message;
+  EXPECT_FALSE(l->stale);
+  EXPECT_EQ(l->members, (std::vector<std::string>{"https://rp-0:5050", "https://rp-1:5050"}));
+  EXPECT_EQ(at_a.list().members, l->members);
+  // rp-0 silent past the TTL (Redis's clock): gone from both.
+  std::this_thread::sleep_for(1200ms);
+  ASSERT_TRUE(at_b.announce("https://rp-1:5050").has_value());
+  EXPECT_EQ(at_a.list().members, std::vector<std::string>{"https://rp-1:5050"});
+  // The set is bounded in Redis too.
+  auto r = a.shared->origins("https://rp-9:5050", 10s, 1);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(r->full);
 }
 
 }  // namespace

@@ -119,6 +119,9 @@ class dataset_service {
   [[nodiscard]] bool has_manifest(const digest& md) const;
 
   [[nodiscard]] std::size_t resolving() const;
+  // This replica's own records (not standby copies), as (ref, record JSON): what a ring member
+  // that joined gets copied (dataset_copies.h).
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> own_records() const;
   // The dataset list's JSON array (GET origin::paths::datasets): this replica's datasets.
   [[nodiscard]] std::string list_json();
 

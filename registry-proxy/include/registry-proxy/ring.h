@@ -7,10 +7,14 @@
 // what it streamed, so node swarms keep every replica as an origin seed.
 //
 // Membership is the configured list (ring.members; in Kubernetes the StatefulSet's stable pod
-// names). Liveness is this replica's own view: every member is probed (GET /readyz) each
-// probe_interval, and a member is down from a failed probe or a failed transfer from it until a
-// probe succeeds again. Rendezvous hashing moves only a dead member's digests, to the member
-// next in each digest's order, so the replicas that saw the same failure agree on the new owner.
+// names) and, with ring.schedulers, every replica that announced itself to the scheduler: each
+// probe_interval this replica announces its own URL there (POST /v1/origins) and the answer's
+// members join the ring; one that stops announcing leaves it once the scheduler forgets it
+// (tracker.origin_members_ttl). Liveness is this replica's own view: every member is probed
+// (GET /readyz) each probe_interval, and a member is down from a failed probe or a failed
+// transfer from it until a probe succeeds again. Rendezvous hashing moves only a dead member's
+// digests, to the member next in each digest's order, so the replicas that saw the same failure
+// agree on the new owner.
 //
 // Threading: owner(), mark_down() and the snapshots are safe from any thread; probes run on the
 // HTTP client's thread and the io_context given to start().
@@ -40,6 +44,9 @@ struct ring_config {
   // replica fetches everything itself).
   std::vector<std::string> members;
   std::string self;  // this replica's entry of members
+  // Scheduler base URLs (replicas of one; tried in turn) this replica announces itself to, and
+  // learns the other members from (empty: members alone).
+  std::vector<std::string> schedulers;
   config::duration probe_interval = 1s;
   config::duration probe_timeout = 1s;
   config::duration connect_timeout = 1s;
@@ -72,6 +79,9 @@ class ring {
   [[nodiscard]] std::string owner(std::string_view key) const;
   [[nodiscard]] const std::string& self() const { return cfg_.self; }
   [[nodiscard]] bool is_member(std::string_view url) const;
+  // The members a scheduler answered (announce()): with the configured ones, the ring's members
+  // from now on (at most 64 beyond the configured). Exposed for tests.
+  void set_announced(const std::vector<std::string>& urls);
   // A transfer from `member` failed: it is down until a probe answers again.
   void mark_down(const std::string& member, const std::string& why);
 
@@ -104,12 +114,15 @@ class ring {
  private:
   ring(ring_config c, http::client& client);
   void probe_round();
-  void set_state(std::size_t i, bool up, const std::string& why);
+  void announce();
+  void set_state(const std::string& url, bool up, const std::string& why);
 
   ring_config cfg_;
   http::client& client_;
   mutable std::mutex mu_;
-  std::vector<member_state> members_;  // guarded by mu_
+  std::vector<member_state> members_;  // guarded by mu_; the configured first, in their order
+  std::size_t next_scheduler_ = 0;     // guarded by mu_: the scheduler replica asked next
+  bool announce_failing_ = false;      // guarded by mu_: the last announce failed (logged once)
   std::unique_ptr<boost::asio::steady_timer> timer_;
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
   counters stats_;

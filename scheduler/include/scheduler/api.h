@@ -47,6 +47,7 @@
 #include "scheduler/failures.h"
 #include "scheduler/index.h"
 #include "scheduler/jobs.h"
+#include "scheduler/origins.h"
 #include "scheduler/placement.h"
 #include "scheduler/prewarm.h"
 #include "scheduler/resolver.h"
@@ -107,6 +108,9 @@ class api {
   http::response on_prewarm_create(const http::request& req);
   http::response on_prewarm_get(std::string_view rest);
   http::response on_jobs(const http::request& req);  // api_jobs.cc
+  // POST /v1/origins {"url": ...}: a registry-proxy replica announces itself and hears the
+  // ring's members; GET lists them (origins.h).
+  http::response on_origins(const http::request& req);
 
   // A step of a handler: its value, or the response that ends the request.
   template <class T>
@@ -160,6 +164,7 @@ class api {
   metrics::counter_family& resyncs_;
   metrics::histogram_family& latency_;
   metrics::counter_family& requests_;
+  origin_members origins_;
 };
 
 // JSON text of an answer; invalid UTF-8 (a node name from a heartbeat) replaced, never thrown.

@@ -43,6 +43,7 @@ enum class route_access : std::uint8_t {
                    // DELETE /v1/jobs/<id>: an operator
                    // certificate or the token
   kube_scheduler,  // /v1/extender/*: kube-scheduler's certificate
+  registry_proxy,  // POST /v1/origins: registry-proxy's certificate (a ring member announcing)
 };
 
 // "open", "member", "node", "operator", "kube-scheduler".

@@ -27,6 +27,9 @@ struct tracker_config {
   bool trust_announced_ip = false;
   std::uint32_t max_swarms = 1'000'000;        // distinct info-hashes tracked
   std::uint32_t max_peers_per_swarm = 20'000;  // peers (and heartbeat holders) in one swarm
+  // A registry-proxy replica stays in the ring's membership this long after its last announce
+  // (POST /v1/origins; scheduler/origins.h).
+  config::duration origin_members_ttl = 5s;
 };
 void describe(config::binder& b, tracker_config& c);
 

@@ -140,6 +140,15 @@ class shared_state {
                                      const nlohmann::json& summary);
 
   [[nodiscard]] bool leader() const;
+  // The registry-proxy ring's members (scheduler/origins.h) in Redis: records `url` (unless
+  // empty), forgets members silent for `ttl`, and returns the rest (at most `cap`); `full` when
+  // `url` was new and the set already held `cap`.
+  struct origins_answer {
+    std::vector<std::string> members;
+    bool full = false;
+  };
+  [[nodiscard]] result<origins_answer> origins(const std::string& url,
+                                               std::chrono::milliseconds ttl, std::size_t cap);
   // Since when some scheduler replica has been serving without a gap (every replica records its
   // calls in Redis; a gap longer than two lease periods starts it again): nodes had a replica
   // to heartbeat to since then. Empty until Redis answered.
@@ -198,7 +207,7 @@ class shared_state {
   placer* placer_ = nullptr;
   checkpoint_catalog* checkpoints_ = nullptr;
   redis_pool pool_;
-  const std::string sha_heartbeat_, sha_renew_, sha_expire_;  // EVALSHA names
+  const std::string sha_heartbeat_, sha_renew_, sha_expire_, sha_origins_;  // EVALSHA names
 
   std::atomic<bool> stop_{false};
   std::atomic<int> redis_replicas_{-1};  // check_replicas(): replicas the primary has, -1 unknown

@@ -74,28 +74,53 @@ class FailoverResult:
 class ProxyRing:
     def __init__(self, directory: str | Path, n: int, *, upstreams: Sequence[Mapping[str, Any]],
                  torrent: bool = False, extra: Mapping[str, Any] | None = None,
-                 log_level: str = "info", pki: Any = None):
+                 log_level: str = "info", pki: Any = None,
+                 schedulers: Sequence[str] | None = None):
         """pki: a certs.ClusterPKI: every replica serves mutual TLS with the registry-proxy
         certificate, the members are https URLs, and the fixture's own requests present an
-        operator certificate."""
+        operator certificate. schedulers: the replicas configure no members, only themselves
+        and these scheduler URLs, and learn each other from the scheduler (ring.schedulers)."""
         if n < 2:
             raise FixtureError("a ring needs at least two replicas")
         self.dir = Path(directory)
-        ports = [free_port() for _ in range(n)]
-        scheme = "https" if pki is not None else "http"
-        self.members = [f"{scheme}://127.0.0.1:{p}" for p in ports]
+        self.scheme = "https" if pki is not None else "http"
         self.client = pki.operator() if pki is not None else None
-        tls = pki.registry_proxy(["127.0.0.1"]) if pki is not None else None
+        self.tls = pki.registry_proxy(["127.0.0.1"]) if pki is not None else None
+        self.upstreams, self.torrent, self.extra = upstreams, torrent, extra
+        self.log_level, self.schedulers = log_level, list(schedulers or [])
+        ports = [free_port() for _ in range(n)]
+        self.members = [f"{self.scheme}://127.0.0.1:{p}" for p in ports]
         self.proxies: list[RegistryProxy] = []
-        for i, port in enumerate(ports):
-            cfg: dict[str, Any] = {"ring": {"members": self.members, "self": self.members[i],
-                                            "probe_interval": "500ms"}}
-            if extra:
-                for k, v in extra.items():
-                    cfg[k] = v
-            self.proxies.append(RegistryProxy(self.dir / f"proxy{i}", upstreams=upstreams,
-                                              port=port, torrent=torrent, extra=cfg,
-                                              log_level=log_level, tls=tls, client=self.client))
+        for port in ports:
+            self.proxies.append(self._replica(port))
+
+    def _replica(self, port: int) -> RegistryProxy:
+        i = len(self.proxies)
+        me = f"{self.scheme}://127.0.0.1:{port}"
+        ring: dict[str, Any] = {"self": me, "probe_interval": "500ms"}
+        if self.schedulers:
+            ring["schedulers"] = self.schedulers
+        else:
+            ring["members"] = self.members
+        cfg: dict[str, Any] = {"ring": ring}
+        if self.extra:
+            for k, v in self.extra.items():
+                cfg[k] = v
+        return RegistryProxy(self.dir / f"proxy{i}", upstreams=self.upstreams, port=port,
+                             torrent=self.torrent, extra=cfg, log_level=self.log_level,
+                             tls=self.tls, client=self.client)
+
+    def add_replica(self) -> int:
+        """Starts one more replica (announce mode only: the others learn it from the
+        scheduler); returns its index."""
+        if not self.schedulers:
+            raise FixtureError("add_replica needs schedulers= (a static ring lists its members)")
+        port = free_port()
+        self.members.append(f"{self.scheme}://127.0.0.1:{port}")
+        p = self._replica(port)
+        self.proxies.append(p)
+        p.start()
+        return len(self.proxies) - 1
 
     def start(self) -> "ProxyRing":
         for p in self.proxies:
