@@ -31,6 +31,7 @@ app::~app() {
   if (ring_client_) ring_client_->stop();
   if (datasets_) datasets_->stop();
   pool_.join();
+  if (manifests_) manifests_->join();
   if (seeder_) seeder_->stop();
   cache_events_.reset();
   if (store_) store_->stop();

@@ -67,8 +67,12 @@ std::string manifest_service::normalize_accept(std::string_view accept) {
 void manifest_service::serve(const selection& sel, const oci::manifest_ref& ref,
                              const credential& cred, std::string accept, bool head,
                              http::responder resp, std::string ring_from) {
-  boost::asio::post(pool_, [this, sel, ref, cred, accept = std::move(accept), head, resp,
-                            ring_from = std::move(ring_from)] {
+  // A member's request runs on threads of its own: it only ever waits for upstream, so the
+  // workers of two members each waiting for the other (their own clients' requests forwarded to
+  // the other) cannot also hold up the requests that would answer them.
+  auto& pool = ring_from.empty() ? pool_ : ring_pool_;
+  boost::asio::post(pool, [this, sel, ref, cred, accept = std::move(accept), head, resp,
+                           ring_from = std::move(ring_from)] {
     resp.send(answer(sel, ref, cred, accept, head, ring_from));
   });
 }

@@ -302,6 +302,38 @@ class RingTest(FixtureTestCase):
                for i, u in zip(alive, up0)]
         self.assertEqual(ups, [1 if i == nxt else 0 for i in alive])
 
+class RingCrossedManifestsTest(FixtureTestCase):
+    """Two members with one worker each, each asked at once for a tag the other owns: each
+    worker waits for the other member, whose answer must not queue behind that worker (members'
+    requests run on threads of their own). Both answers come long before the ring's stall
+    timeout (10 s) would break the wait."""
+
+    def test_each_member_answers_the_other_while_its_worker_waits(self):
+        d = self.tmpdir("shoal-proxy-ring-crossed-")
+        reg = self.track(Registry(d / "registry").start())
+        ring = self.track(ProxyRing(d / "ring", 2, upstreams=[
+            upstream(reg.host_port, reg.url)], extra={"worker_threads": 1}).start())
+        tags: dict[int, str] = {}
+        for k in range(80):
+            o = ring.owner(f"manifest:{reg.host_port}/team/crossed:c{k}")
+            tags.setdefault(o, f"c{k}")
+            if len(tags) == 2:
+                break
+        layout = oci.make_image(d / "img", [oci.LayerSpec(size=1_000, seed="ring-crossed")])
+        for t in tags.values():
+            reg.push(layout, "team/crossed", t)
+        # Replica 0 asked for replica 1's tag and replica 1 for replica 0's, several times each.
+        reqs = [(asked, f"/v2/team/crossed/manifests/{tags[1 - asked]}?ns={reg.host_port}",
+                 {"Accept": pc.ALL_MANIFESTS}, "GET") for asked in (0, 1) for _ in range(3)]
+        t0 = time.monotonic()
+        results = ring.herd(reqs, timeout=60)
+        took = time.monotonic() - t0
+        print(f"\ncrossed manifest requests on one worker each: answered in {took:.2f} s")
+        for r in results:
+            self.assertEqual((r.status, r.digest), (200, layout.top.digest), r.error)
+        self.assertLess(took, 5, "a member's answer queued behind a worker waiting for it")
+
+
 class RingAnnouncedTest(FixtureTestCase):
     """Membership from the scheduler (ring.schedulers; scheduler/origins.h): no replica lists
     another; each announces itself to the real scheduler every probe_interval and rings with

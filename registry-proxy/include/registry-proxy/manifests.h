@@ -63,6 +63,8 @@ class manifest_service {
 
   // Before serving: fetches of manifests another ring member owns go to that member.
   void set_ring(ring* r) { ring_ = r; }
+  // At shutdown, once the HTTP clients are stopped: waits for the members' requests.
+  void join() { ring_pool_.join(); }
 
   // `ring_from`: the ring member asking (ring::from_header, checked by the handler); such a
   // request is answered from here, never forwarded again.
@@ -117,6 +119,7 @@ class manifest_service {
   void sweep_tags(std::int64_t now_ms);
 
   boost::asio::thread_pool& pool_;
+  boost::asio::thread_pool ring_pool_{2};  // requests of other ring members
   cache::store& store_;
   state_db& st_;
   upstream_client& uc_;
