@@ -288,29 +288,34 @@ bool cluster_index::healthy_locked(const node_entry& n, clock::time_point now) c
   return now - n.last_seen < opts_.unhealthy_after && n.inv.health != "failing" && !n.inv.leaving;
 }
 
-node_summary cluster_index::summary_locked(const node_entry& n, clock::time_point now) const {
-  node_summary s;
+void cluster_index::liveness_locked(node_summary& s, const node_entry& n,
+                                    clock::time_point now) const {
   s.name = n.inv.node;
-  s.labels = n.inv.labels;
-  s.platform = platform_of(n.inv.labels);
   s.ip = n.ip;
   s.bt_port = n.inv.bt_port;
-  s.http_port = n.inv.http_port;
-  s.gpus = n.inv.gpus;
-  s.rdma = n.inv.rdma;
   s.netsetup = n.inv.netsetup;
   s.health = n.inv.health;
   s.health_reasons = n.inv.health_reasons;
-  s.datasets = n.inv.datasets;
   s.healthy = healthy_locked(n, now);
   s.leaving = n.inv.leaving;
   s.last_seen_s = std::chrono::duration<double>(now - n.last_seen).count();
+  s.seq = n.seq;
+  s.synced = n.synced;
+}
+
+node_summary cluster_index::summary_locked(const node_entry& n, clock::time_point now) const {
+  node_summary s;
+  liveness_locked(s, n, now);
+  s.labels = n.inv.labels;
+  s.platform = platform_of(n.inv.labels);
+  s.http_port = n.inv.http_port;
+  s.gpus = n.inv.gpus;
+  s.rdma = n.inv.rdma;
+  s.datasets = n.inv.datasets;
   s.cache_capacity = n.inv.cache_capacity;
   s.cache_used = n.inv.cache_used;
   s.objects = n.held.size();
   s.bytes_held = n.bytes_held;
-  s.seq = n.seq;
-  s.synced = n.synced;
   s.schema = n.inv.schema;
   return s;
 }
@@ -329,20 +334,7 @@ std::vector<node_summary> cluster_index::liveness() const {
   std::shared_lock lk(mu_);
   std::vector<node_summary> out;
   out.reserve(nodes_.size());
-  for (const auto& [name, n] : nodes_) {
-    node_summary& s = out.emplace_back();
-    s.name = n.inv.node;
-    s.ip = n.ip;
-    s.bt_port = n.inv.bt_port;
-    s.netsetup = n.inv.netsetup;
-    s.health = n.inv.health;
-    s.health_reasons = n.inv.health_reasons;
-    s.healthy = healthy_locked(n, now);
-    s.leaving = n.inv.leaving;
-    s.last_seen_s = std::chrono::duration<double>(now - n.last_seen).count();
-    s.seq = n.seq;
-    s.synced = n.synced;
-  }
+  for (const auto& [name, n] : nodes_) liveness_locked(out.emplace_back(), n, now);
   return out;
 }
 

@@ -347,27 +347,7 @@ class RingAnnouncedTest(FixtureTestCase):
         super().setUpClass()
         d = cls.class_tmpdir("shoal-proxy-ring-announced-")
 
-        def handle(req, method):
-            path = req.path.partition("?")[0]
-            if path == "/data/":
-                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
-                                   for n, b in FILES.items()]).encode()
-            elif path.startswith("/data/") and path[6:] in FILES:
-                body = FILES[path[6:]]
-            else:
-                req.send_response(404)
-                req.send_header("Content-Length", "0")
-                req.end_headers()
-                return
-            req.send_response(200)
-            req.send_header("Content-Length", str(len(body)))
-            req.end_headers()
-            if method != "HEAD":
-                req.wfile.write(body)
-
-        cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
-        cls.addClassCleanup(cls.origin.stop)
-        cls.origin_url = f"http://127.0.0.1:{cls.origin.port}"
+        cls.origin_url = start_origin(cls)
         (d / "creds").mkdir()
         cls.reg = cls.class_track(Registry(d / "registry").start())
         cls.ns = cls.reg.host_port
@@ -543,6 +523,32 @@ class RingPrivateTest(FixtureTestCase):
 FILES = {f"f{i}.bin": os.urandom(2000 + i) for i in range(5)}
 
 
+def start_origin(cls, on_list=None) -> str:
+    """An HTTP dataset origin serving FILES under /data/ (a JSON listing at /data/), stopped
+    with the class; returns its base URL. `on_list` is called for each listing."""
+
+    def handle(req, method):
+        path = req.path.partition("?")[0]
+        if path == "/data/":
+            if on_list:
+                on_list()
+            body = json.dumps([{"name": n, "type": "file", "size": len(b)}
+                               for n, b in FILES.items()]).encode()
+        elif path.startswith("/data/") and path[6:] in FILES:
+            body = FILES[path[6:]]
+        else:
+            body = None
+        req.send_response(200 if body is not None else 404)
+        req.send_header("Content-Length", str(len(body or b"")))
+        req.end_headers()
+        if method != "HEAD" and body:
+            req.wfile.write(body)
+
+    cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
+    cls.addClassCleanup(cls.origin.stop)
+    return f"http://127.0.0.1:{cls.origin.port}"
+
+
 class RingDatasetsTest(FixtureTestCase):
     @classmethod
     def setUpClass(cls):
@@ -550,28 +556,10 @@ class RingDatasetsTest(FixtureTestCase):
         d = cls.class_tmpdir("shoal-proxy-ring-datasets-")
         cls.listings = 0
 
-        def handle(req, method):
-            path = req.path.partition("?")[0]
-            if path == "/data/":
-                cls.listings += 1
-                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
-                                   for n, b in FILES.items()]).encode()
-            elif path.startswith("/data/") and path[6:] in FILES:
-                body = FILES[path[6:]]
-            else:
-                req.send_response(404)
-                req.send_header("Content-Length", "0")
-                req.end_headers()
-                return
-            req.send_response(200)
-            req.send_header("Content-Length", str(len(body)))
-            req.end_headers()
-            if method != "HEAD":
-                req.wfile.write(body)
+        def listed():
+            cls.listings += 1
 
-        cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
-        cls.addClassCleanup(cls.origin.stop)
-        origin = f"http://127.0.0.1:{cls.origin.port}"
+        origin = start_origin(cls, listed)
         cls.origin_url = origin
         (d / "creds").mkdir()
         cls.ring = cls.class_track(ProxyRing(d / "ring", 3, upstreams=[
@@ -776,23 +764,7 @@ class RingTlsTest(FixtureTestCase):
         cls.reg = cls.class_track(Registry(d / "registry").start())
         cls.pki = ClusterPKI(d / "pki")
 
-        def handle(req, method):
-            path = req.path.partition("?")[0]
-            if path == "/data/":
-                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
-                                   for n, b in FILES.items()]).encode()
-            elif path.startswith("/data/") and path[6:] in FILES:
-                body = FILES[path[6:]]
-            else:
-                body = None
-            req.send_response(200 if body is not None else 404)
-            req.send_header("Content-Length", str(len(body or b"")))
-            req.end_headers()
-            if method != "HEAD" and body:
-                req.wfile.write(body)
-
-        cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
-        cls.addClassCleanup(cls.origin.stop)
+        origin = start_origin(cls)
         (d / "creds").mkdir()
         # The members find each other through the scheduler, over TLS (registry-proxy
         # certificates announce; the deployment's mode).
@@ -803,7 +775,7 @@ class RingTlsTest(FixtureTestCase):
             schedulers=[cls.sched.url], extra={
                 "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
                              "pack_target": "1MiB", "allowed_origins": [
-                                 {"url": f"http://127.0.0.1:{cls.origin.port}"}]}}).start())
+                                 {"url": origin}]}}).start())
         deadline = time.monotonic() + 15
         while any(p.metric("shoal_proxy_ring_members") != 2 for p in cls.ring.proxies):
             if time.monotonic() > deadline:

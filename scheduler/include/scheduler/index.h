@@ -258,6 +258,8 @@ class cluster_index {
   void log_change(const digest& d, std::uint32_t node, holding_change::kind what, bool seen);
   [[nodiscard]] bool healthy_locked(const node_entry& n, clock::time_point now) const;
   [[nodiscard]] node_summary summary_locked(const node_entry& n, clock::time_point now) const;
+  // The fields liveness() fills (summary_locked fills them the same way).
+  void liveness_locked(node_summary& s, const node_entry& n, clock::time_point now) const;
 
   index_options opts_;
   std::string epoch_;  // guarded by mu_
