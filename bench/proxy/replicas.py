@@ -26,7 +26,11 @@ Every blob is cold: its own pseudo-random layer, pushed once, fetched by one pha
    single proxy's, `wall_vs_single` = the ring herd's wall time ÷ the single one's. Informational,
    no target: the two non-owners receive, write and hash the blob once more each, the owner
    serves them as two more clients.
-3. **failover**, `--kill-rounds` times (default 3), each on a fresh cold blob of `--kill-mib`:
+3. **manifest herd**: the herd's clients, spread over the replicas, ask at once for one tag, then
+   for one manifest by digest (a small image of its own, neither asked before): `manifest_herd`
+   `tag` and `digest` `upstream_gets` (the registry's log; target 1 each: the manifest's owner
+   fetches it, the others ask the owner, and within a replica one fetch serves every waiter).
+4. **failover**, `--kill-rounds` times (default 3), each on a fresh cold blob of `--kill-mib`:
    `ProxyRing.kill_owner_mid_blob` (`--kill-clients` clients on every replica but the owner GET the
    blob; the owner is SIGKILLed once it received `--kill-at` of it from upstream), then the killed
    replica is started again (same port and cache) and every replica must see every member up
@@ -34,7 +38,8 @@ Every blob is cold: its own pseudo-random layer, pushed once, fetched by one pha
    registry's bytes for that blob beyond one copy; also as a fraction of the blob), the clients'
    completion time, takeovers counted by the survivors, every body right.
 
-Targets (benchmeta.target, unrounded): the ring herd's `upstream_gets == 1`; the max
+Targets (benchmeta.target, unrounded): the ring herd's `upstream_gets == 1`, the manifest herds'
+`upstream_gets == 1`; the max
 `extra_upstream_bytes` ≤ 1 × the blob; every client of every phase completes with the right
 bytes (`wrong_bodies == 0`, herds and failover separately). A phase that fails (a hang, a daemon
 that does not come up) is recorded under `errors` and misses its targets.
@@ -154,7 +159,7 @@ class Got:
 
 
 def herd(targets: list[RegistryProxy], path: str, clients: int, timeout: float,
-         on_release=None) -> tuple[list[Got], float]:
+         on_release=None, headers: dict[str, str] | None = None) -> tuple[list[Got], float]:
     """`clients` whole-blob GETs, client i to targets[i % len(targets)], each on a connection
     opened beforehand, released together; every body hashed. Returns the answers and the wall
     time from the release to the last body. `on_release()` runs just before the release."""
@@ -170,7 +175,7 @@ def herd(targets: list[RegistryProxy], path: str, clients: int, timeout: float,
             conn.connect()
             barrier.wait(60)
             t0 = time.monotonic()
-            status, digest, n = get_hashed(conn, "GET", path)
+            status, digest, n = get_hashed(conn, "GET", path, headers)
             out[i] = Got(rep, status, digest, n, time.monotonic() - t0)
         except Exception as e:  # noqa: BLE001 - reported as a wrong body
             out[i] = Got(rep, "error", "", 0, time.monotonic() - t0, repr(e))
@@ -234,6 +239,13 @@ class Bench:
         shutil.rmtree(self.work / "image", ignore_errors=True)  # the registry holds the bytes
         layers = layout.images[0].layers
         self.herd_blob, self.single_blob = layers[0], layers[1]
+        # Two small images for the manifest herds: one asked by its tag, one by its digest only.
+        self.tagged = oci.make_image(self.work / "tagged", [oci.LayerSpec(size=1000,
+                                                                          seed="ring-tagged")])
+        self.reg.push(self.tagged, REPO_NAME, "herd")
+        self.by_digest = oci.make_image(self.work / "by-digest", [
+            oci.LayerSpec(size=1000, seed="ring-by-digest")])
+        self.reg.push(self.by_digest, REPO_NAME, "not-asked-by-tag")
         self.kill_blobs = layers[2:]
         ups = [upstream(self.ns, self.reg.url)]
         quota = {"cache": {"quota": f"{(2 * a.herd_mib + a.kill_rounds * a.kill_mib) * 2 + 1024}MiB"}}
@@ -331,6 +343,34 @@ class Bench:
             f"{cpu_total:.2f} s ({' + '.join(str(r['cpu_settled_s']) for r in per)})")
         return res
 
+    def run_manifest_herd(self) -> None:
+        """The herd's clients ask the ring for one tag at once, then for one manifest by digest
+        (neither asked before): upstream sees one GET of each, by its owner (registry-proxy's
+        manifest single flight and the ring's ownership of manifests)."""
+        a = self.a
+        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                            "application/vnd.oci.image.index.v1+json, "
+                            "application/vnd.docker.distribution.manifest.v2+json"}
+        res: dict[str, Any] = {"clients": a.herd}
+        try:
+            for key, ref, want in (("tag", "herd", self.tagged.top.digest),
+                                   ("digest", self.by_digest.top.digest, self.by_digest.top.digest)):
+                mark = self.reg.mark()
+                got, wall = herd(self.ring.proxies, f"/v2/{REPO_NAME}/manifests/{ref}?ns={self.ns}",
+                                 a.herd, a.timeout, headers=accept)
+                self.reg.wait_log_quiet()
+                wrong = [g for g in got if (g.status, g.digest) != (200, want)]
+                res[key] = {"upstream_gets": self.reg.count_manifest_requests(ref, since=mark),
+                            "wrong_bodies": len(wrong) + (a.herd - len(got)),
+                            "wall_s": round(wall, 3)}
+                log(f"manifest herd by {key}: {a.herd} clients over the ring, "
+                    f"{res[key]['upstream_gets']} upstream GET(s), {len(wrong)} wrong, "
+                    f"{wall:.2f} s")
+        except Exception as e:  # noqa: BLE001 - recorded; the other phases still run
+            traceback.print_exc()
+            self.fail("manifest_herd", f"{type(e).__name__}: {str(e)[:3000]}")
+        self.out["manifest_herd"] = res
+
     def run_herds(self) -> None:
         try:
             ring = self.run_herd("herd over the ring", self.ring.proxies, self.herd_blob)
@@ -423,11 +463,16 @@ class Bench:
 def verdicts(out: dict[str, Any], a: argparse.Namespace) -> None:
     failed = out["failed_phases"]
     h, s, f = out.get("herd", {}), out.get("herd_single", {}), out.get("failover", {})
+    mh = out.get("manifest_herd", {})
     herd_ok = "herd" not in failed
     fail_ok = not any(p.startswith("failover") for p in failed) and \
         len(f.get("rounds", [])) == a.kill_rounds
     out["targets"] = {
         "herd_upstream_gets==1": target(h.get("upstream_gets"), "==", 1, herd_ok),
+        "manifest_herd_upstream_gets==1": target(
+            max((mh.get(k, {}).get("upstream_gets", 99) for k in ("tag", "digest")), default=99),
+            "==", 1, "manifest_herd" not in out["failed_phases"],
+            "the most upstream GETs of the tag's and the digest's herd"),
         "herd_wrong_bodies==0": target(
             (h.get("wrong_bodies") or 0) + (s.get("wrong_bodies") or 0) if herd_ok else None,
             "==", 0, herd_ok and "herd_single" not in failed,
@@ -459,6 +504,10 @@ def summary(out: dict[str, Any]) -> None:
               f"machine {r['machine_busy_cores']}/{NPROC} cores busy")
     print(f"  cpu_vs_single {out.get('cpu_vs_single')}, wall_vs_single {out.get('wall_vs_single')}"
           " (informational)")
+    for k, r in out.get("manifest_herd", {}).items():
+        if isinstance(r, dict):
+            print(f"  manifest herd by {k}: {out['manifest_herd']['clients']} clients, upstream "
+                  f"GETs {r['upstream_gets']}, wrong bodies {r['wrong_bodies']}, wall {r['wall_s']} s")
     for r in f.get("rounds", []):
         print(f"  failover round {r['round']}: owner {r['owner']} killed; upstream GETs "
               f"{r['upstream_gets']} {r['upstream_get_sizes']}, extra {r['extra_upstream_bytes']} B "
@@ -524,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         b.setup()
         b.run_herds()
+        b.run_manifest_herd()
         b.run_failover()
     except Exception as e:  # noqa: BLE001 - recorded, the JSON still written
         traceback.print_exc()
