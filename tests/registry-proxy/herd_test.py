@@ -4,7 +4,7 @@ The registry runs on a shaped link (200 Mbit/s, root only; plain loopback otherw
 blob takes more than a second to arrive and every client of the herd asks while it is still in
 flight. 50 clients GET the whole blob; a second herd mixes whole GETs, Range GETs, HEADs and
 metainfo requests on another cold blob. Every body is hashed; the registry's own access log must
-show exactly one GET of each blob.
+show exactly one GET of each blob. 50 clients asking one cold tag cost one manifest GET too.
 """
 
 from __future__ import annotations
@@ -93,6 +93,25 @@ class HerdTest(FixtureTestCase):
         print(f"\nherd: {CLIENTS} clients, 1 upstream GET, {joins:.0f} joined the fetch in flight")
         if self.shaped:  # on plain loopback the blob may be cached before the herd arrives
             self.assertGreaterEqual(joins, CLIENTS // 2, "most of the herd must join the fetch")
+
+    def test_50_clients_one_tag_one_upstream_get(self):
+        """Manifests too: 50 clients asking one tag (and the same tag with the Accept spelled
+        another way, which normalizes to the same key) wait for one upstream GET."""
+        layout = oci.make_image(self.tmpdir(), [oci.LayerSpec(size=1_000, seed="herd-tag")])
+        self.reg.push(layout, "team/herdtag", "v1")
+        mark = self.reg.mark()
+        joined0 = self.proxy.metric("shoal_proxy_manifest_flights_joined_total")
+        path = f"/v2/team/herdtag/manifests/v1?ns={self.reg.host_port}"
+        accepts = [pc.ALL_MANIFESTS, ", ".join(reversed(pc.ALL_MANIFESTS.split(", ")))]
+        results = self.herd([(path, {"Accept": accepts[i % 2]}, "GET") for i in range(CLIENTS)])
+        for status, _, digest, _, _ in results:
+            self.assertEqual((status, digest), (200, layout.top.digest))
+        self.reg.wait_log_quiet()
+        gets = self.reg.count_manifest_requests("v1", repo="team/herdtag", since=mark)
+        joined = self.proxy.metric("shoal_proxy_manifest_flights_joined_total") - joined0
+        print(f"\nmanifest herd: {CLIENTS} clients, {gets} upstream GET(s), {joined:.0f} waited "
+              "for the fetch in flight")
+        self.assertEqual(gets, 1, "a tag herd must cost upstream exactly one GET")
 
     def test_mixed_herd_get_range_head_and_metainfo(self):
         layer = self.layout.images[0].layers[1]
