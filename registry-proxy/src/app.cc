@@ -224,6 +224,9 @@ status app::init_ring() {
                   [rg] { return static_cast<double>(rg->stats().refused.load()); });
   reg_.counter_fn("shoal_proxy_ring_probe_failures_total", "Probes of other members that failed.",
                   [rg] { return static_cast<double>(rg->stats().probe_failures.load()); });
+  reg_.counter_fn("shoal_proxy_ring_announce_failures_total",
+                  "Announces of this replica to the scheduler (ring.schedulers) that failed.",
+                  [rg] { return static_cast<double>(rg->stats().announce_failures.load()); });
   log::info("ring", log::kv("self", cfg_.ring.self),
             log::kv("members", static_cast<std::uint64_t>(cfg_.ring.members.size())));
   return {};

@@ -299,6 +299,7 @@ void ring::announce() {
           if (u.is_string()) urls.push_back(u.get<std::string>());
       }
     }
+    if (!why.empty()) stats_.announce_failures.fetch_add(1);
     bool was_failing;
     {
       std::lock_guard lk(mu_);

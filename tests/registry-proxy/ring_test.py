@@ -340,7 +340,7 @@ class RingAnnouncedTest(FixtureTestCase):
     whoever the scheduler lists. Three replicas find each other and share a herd (one upstream
     GET); a fourth started later joins every ring and is copied the datasets its owner already
     resolved; killed, it leaves every ring once the scheduler forgets it
-    (tracker.origin_members_ttl 2 s)."""
+    (tracker.origin_members_ttl 2 s). With the scheduler gone, the rings keep their members."""
 
     @classmethod
     def setUpClass(cls):
@@ -433,6 +433,19 @@ class RingAnnouncedTest(FixtureTestCase):
         self.ring.proxies[fourth].daemon.kill()
         took = self.wait_members([0, 1, 2], 3)
         print(f"the fourth replica, killed, left every ring after {took:.1f} s")
+
+        # The scheduler gone: announces fail (counted, logged once) and every ring keeps its
+        # members.
+        f0 = [self.ring.proxies[i].metric("shoal_proxy_ring_announce_failures_total")
+              for i in range(3)]
+        self.sched.daemon.kill()
+        time.sleep(2.5)
+        for i in range(3):
+            p = self.ring.proxies[i]
+            self.assertEqual(p.metric("shoal_proxy_ring_members"), 3, f"replica {i}")
+            self.assertGreater(p.metric("shoal_proxy_ring_announce_failures_total"), f0[i])
+        self.assertEqual(
+            self.ring.proxies[0].daemon.log_text().count("cannot announce this replica"), 1)
 
 
 def basic(user: str, password: str) -> dict[str, str]:

@@ -105,6 +105,7 @@ class ring {
     std::atomic<std::uint64_t> takeovers{0};  // owner failed mid-fetch; the next member took over
     std::atomic<std::uint64_t> refused{0};    // 421 answers (disagreeing owners)
     std::atomic<std::uint64_t> probe_failures{0};
+    std::atomic<std::uint64_t> announce_failures{0};  // announces to the scheduler that failed
   };
   counters& stats() { return stats_; }
 
