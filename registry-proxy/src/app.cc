@@ -463,6 +463,9 @@ status app::init_datasets() {
     o.on_record = [c = copies_.get()](const std::string& ref, const std::string& record) {
       c->push(ref, record);
     };
+    o.ready_elsewhere = [r = ring_.get()](const std::string& ref) {
+      return dataset_copies::ready_at_members(*r, ref);
+    };
   }
   dataset_metrics dm;
   dm.origin_gets = &reg_.counter("shoal_proxy_dataset_origin_requests_total",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "common/log.h"
 #include "common/origin_protocol.h"
 
@@ -138,6 +140,36 @@ void dataset_copies::tick() {
     if (ec || !alive->load()) return;
     tick();
   });
+}
+
+std::optional<std::pair<digest, std::string>> dataset_copies::ready_at_members(
+    ring& r, const std::string& ref) {
+  const std::string base = std::string(origin::paths::datasets) + "/" + ref;
+  for (const auto& m : r.members()) {
+    if (m.url == r.self() || !m.up) continue;
+    auto st = r.request(m.url, base);
+    st.timeouts.total = std::chrono::seconds(10);
+    auto got = http::fetch(r.client(), std::move(st), 1u << 20);
+    if (!got || got->status != 200) continue;
+    auto j = nlohmann::json::parse(got->body, nullptr, false);
+    if (!j.is_object() || j.value("state", "") != "ready") continue;
+    const auto md_field = j.find("manifest");
+    if (md_field == j.end() || !md_field->is_string()) continue;
+    auto md = digest::parse(md_field->get<std::string>());
+    if (!md) continue;
+    auto mq = r.request(m.url, base + "/manifest");
+    mq.timeouts.total = std::chrono::minutes(4);
+    auto text = http::fetch(r.client(), std::move(mq), 512u << 20);
+    if (!text || text->status != 200) {
+      log::warn(
+          "a member holds a ready dataset but did not send its manifest", log::kv("dataset", ref),
+          log::kv("member", m.url),
+          log::kv("error", text ? "HTTP " + std::to_string(text->status) : text.error().message));
+      continue;
+    }
+    return std::make_pair(*md, std::move(text->body));
+  }
+  return std::nullopt;
 }
 
 }  // namespace shoal::proxy

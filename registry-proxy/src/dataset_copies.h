@@ -32,6 +32,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/digest.h"
 #include "common/metrics.h"
 #include "registry-proxy/ring.h"
 
@@ -56,6 +57,13 @@ class dataset_copies {
 
   // Queues `record_json` of `ref` for every other member.
   void push(const std::string& ref, const std::string& record_json);
+
+  // A ready version of `ref` at another member (dataset_service_options::ready_elsewhere): the
+  // first member up, in ring order, whose record (its status route, asked with
+  // ring::from_header so it answers from its own record) is ready, with the manifest it serves.
+  // Blocking: not on the HTTP client's thread.
+  [[nodiscard]] static std::optional<std::pair<digest, std::string>> ready_at_members(
+      ring& r, const std::string& ref);
 
  private:
   struct member {

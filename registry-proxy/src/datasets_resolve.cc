@@ -101,7 +101,53 @@ void dataset_service::resume_resolution(const std::shared_ptr<record>& r) {
   if (!start_resolution(r)) resolve_failed(r, error{errc::unavailable, "resolver queue full"});
 }
 
+bool dataset_service::adopt_elsewhere(const std::shared_ptr<record>& r) {
+  auto got = opts_.ready_elsewhere(r->ref);
+  if (!got) return false;
+  const auto& [md, text] = *got;
+  auto m = dataset::parse_manifest(text, md);
+  auto refuse = [&](const std::string& why) {
+    log::warn("not taking another member's version of a dataset; resolving it",
+              log::kv("dataset", r->ref), log::kv("manifest", md.str()), log::kv("error", why));
+    return false;
+  };
+  if (!m) return refuse(m.error().message);
+  if (m->name != r->decl.name || m->version != r->decl.version || m->origin != r->decl.origin.url)
+    return refuse("its manifest is of another declaration");
+  if (!has_manifest(md)) {
+    if (auto s = write_atomic(manifest_path(md), dataset::canonical_json(*m)); !s)
+      return refuse(s.error().message);
+  }
+  // Its groups' metainfo is made when first asked, as for a copy (the origin may no longer
+  // have this version's bytes; the member that resolved it holds them).
+  {
+    std::lock_guard rl(r->mu);
+    r->state = "ready";
+    r->error.clear();
+    r->interrupted = 0;
+    r->manifest_digest = md;
+    r->files = m->files.size();
+    r->bytes = m->total_bytes();
+    r->groups = m->groups.size();
+    r->manifest.reset();
+    r->by_digest.reset();
+  }
+  if (auto s = persist(*r); !s)
+    log::warn("cannot save a dataset record", log::kv("error", s.error().message));
+  log::info(
+      "dataset taken from another ring member's resolution (this replica's was "
+      "interrupted)",
+      log::kv("dataset", r->ref), log::kv("manifest", md.str()));
+  return true;
+}
+
 void dataset_service::resolve(const std::shared_ptr<record>& r) {
+  bool resumed;
+  {
+    std::lock_guard rl(r->mu);
+    resumed = r->interrupted > 0;
+  }
+  if (resumed && opts_.ready_elsewhere && adopt_elsewhere(r)) return;
   auto og = origin_of(r);
   if (!og) return resolve_failed(r, og.error());
   std::shared_ptr<const dataset_origin> origin = *og;

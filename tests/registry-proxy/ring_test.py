@@ -764,6 +764,107 @@ class RingDatasetsTest(FixtureTestCase):
             self.assertEqual((names.count(ref), names.count(ref_b)), (1, 1), lst)
 
 
+class RingResumedResolutionTest(FixtureTestCase):
+    """A dataset's owner killed while it resolves; the next member resolves the ref (the origin
+    has changed meanwhile), the origin changes again, and the owner comes back: it takes the
+    version the other member resolved instead of resolving its interrupted record again (which
+    would pin another manifest for the same version)."""
+
+    def test_the_returning_owner_takes_the_version_resolved_while_it_was_away(self):
+        d = self.tmpdir("shoal-proxy-ring-resumed-")
+        import threading
+        files = {"a.bin": b"version one " * 100}
+        gate = threading.Event()
+        gate.set()
+        listings = []
+
+        def handle(req, method):
+            path = req.path.partition("?")[0]
+            if path == "/data/":
+                listings.append(time.monotonic())
+                gate.wait(30)  # held while the owner is killed mid-resolution
+                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
+                                   for n, b in files.items()]).encode()
+            elif path.startswith("/data/") and path[6:] in files:
+                body = files[path[6:]]
+            else:
+                body = None
+            req.send_response(200 if body is not None else 404)
+            req.send_header("Content-Length", str(len(body or b"")))
+            req.end_headers()
+            if method != "HEAD" and body:
+                req.wfile.write(body)
+
+        origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
+        self.addCleanup(origin.stop)
+        self.addCleanup(gate.set)
+        url = f"http://127.0.0.1:{origin.port}"
+        (d / "creds").mkdir()
+        ring = self.track(ProxyRing(d / "ring", 2, upstreams=[
+            upstream("127.0.0.1:9", "http://127.0.0.1:9")], torrent=True, extra={
+                "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
+                             "pack_target": "1MiB", "allowed_origins": [{"url": url}]}}).start())
+        ref = next(f"resumed{k}@v1" for k in range(200)
+                   if ring_owner(ring.members, f"dataset:resumed{k}@v1") == ring.members[0])
+        owner, other = ring.proxies
+        # Declared at the owner; its listing is held, so the owner is resolving when killed.
+        gate.clear()
+        p = owner
+        conn = http.client.HTTPConnection(p.host, p.port, timeout=30)
+        conn.request("POST", "/shoal/v1/datasets", headers={"Content-Type": "application/json"},
+                     body=json.dumps({"name": ref.split("@")[0], "version": "v1",
+                                      "origin": {"url": url + "/data/"}}))
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        self.assertIn(r.status, (200, 201, 202))
+        deadline = time.monotonic() + 20
+        while not listings or owner.metric("shoal_proxy_dataset_copies_sent_total") < 1:
+            self.assertLess(time.monotonic(), deadline, "no listing or no copy of the declaration")
+            time.sleep(0.1)
+        owner.kill()
+        files.clear()
+        files["b.bin"] = b"version two " * 100  # the origin changed
+        gate.set()
+        deadline = time.monotonic() + 20
+        while other.metric("shoal_proxy_ring_members_up") != 1:
+            self.assertLess(time.monotonic(), deadline, "the owner's death went unnoticed")
+            time.sleep(0.1)
+        # The other member owns the ref now and resolves it at the first request.
+        deadline = time.monotonic() + 60
+        while True:
+            status, _, body = other.get(f"/shoal/v1/datasets/{ref}")
+            st = json.loads(body) if body else {}
+            if st.get("state") in ("ready", "failed"):
+                break
+            self.assertLess(time.monotonic(), deadline, body[:300])
+            time.sleep(0.2)
+        self.assertEqual(st["state"], "ready", st)
+        pinned = st["manifest"]
+        files.clear()
+        files["c.bin"] = b"version three " * 100  # and changed again
+        n_listings = len(listings)
+        owner.restart()
+        deadline = time.monotonic() + 60
+        while True:
+            c = http.client.HTTPConnection(owner.host, owner.port, timeout=10)
+            c.request("GET", f"/shoal/v1/datasets/{ref}", headers={
+                "Shoal-Ring-From": ring.members[1]})  # its own record, not a redirect
+            rr = c.getresponse()
+            got = json.loads(rr.read() or b"{}")
+            c.close()
+            if got.get("state") in ("ready", "failed"):
+                break
+            self.assertLess(time.monotonic(), deadline, got)
+            time.sleep(0.2)
+        print(f"\nthe returning owner's record: {got.get('state')} {got.get('manifest')}; "
+              f"resolved while it was away: {pinned}")
+        self.assertEqual((got["state"], got["manifest"]), ("ready", pinned),
+                         "one version, one manifest: the returning owner must take the pinned one")
+        self.assertEqual(len(listings), n_listings, "the returning owner listed the origin again")
+        self.assertIn("taken from another ring member", owner.daemon.log_text())
+
+
 class RingTlsTest(FixtureTestCase):
     """The ring with mutual TLS (the deployment's mode): members are https URLs, find each other
     through the scheduler (announcing with their registry-proxy certificate; a node's or an

@@ -80,6 +80,13 @@ struct dataset_service_options {
   // the other members (dataset_copies.h). Unset: no copies. Runs on the caller's thread; must
   // not block.
   std::function<void(const std::string& ref, const std::string& record_json)> on_record;
+  // A ready version of `ref` another ring member holds: its manifest digest and the manifest's
+  // text. Asked before a resolution interrupted by a stop is resumed: while this replica was
+  // away the next member may have resolved the ref; resolving it again could pin another
+  // manifest for the same version (the origin may have changed). Runs on a resolver thread; may
+  // block (bounded by the ring's timeouts). Unset, or nothing found: the resolution resumes.
+  std::function<std::optional<std::pair<digest, std::string>>(const std::string& ref)>
+      ready_elsewhere;
 };
 
 struct dataset_metrics {
@@ -153,6 +160,9 @@ class dataset_service {
   void resolver_loop();
   void resume_resolution(const std::shared_ptr<record>& r);
   void resolve(const std::shared_ptr<record>& r);
+  // A resumed resolution: takes the version another member resolved (ready_elsewhere), checked
+  // against this record's declaration. False: nothing to take; the resolution goes on.
+  bool adopt_elsewhere(const std::shared_ptr<record>& r);
   // Marks the record failed, counts and logs it, and saves it.
   void resolve_failed(const std::shared_ptr<record>& r, const error& e);
   // Fetches and hashes every listed file into the cache on the pool and pins it; fills `files`.
