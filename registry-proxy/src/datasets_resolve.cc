@@ -101,6 +101,21 @@ void dataset_service::resume_resolution(const std::shared_ptr<record>& r) {
   if (!start_resolution(r)) resolve_failed(r, error{errc::unavailable, "resolver queue full"});
 }
 
+void dataset_service::mark_ready(record& r, const digest& md, const dataset::manifest& m,
+                                 std::optional<double> resolve_seconds) {
+  std::lock_guard rl(r.mu);
+  r.state = "ready";
+  r.error.clear();
+  r.interrupted = 0;
+  r.manifest_digest = md;
+  r.files = m.files.size();
+  r.bytes = m.total_bytes();
+  r.groups = m.groups.size();
+  if (resolve_seconds) r.resolve_seconds = *resolve_seconds;
+  r.manifest.reset();
+  r.by_digest.reset();
+}
+
 bool dataset_service::adopt_elsewhere(const std::shared_ptr<record>& r) {
   auto got = opts_.ready_elsewhere(r->ref);
   if (!got) return false;
@@ -120,18 +135,7 @@ bool dataset_service::adopt_elsewhere(const std::shared_ptr<record>& r) {
   }
   // Its groups' metainfo is made when first asked, as for a copy (the origin may no longer
   // have this version's bytes; the member that resolved it holds them).
-  {
-    std::lock_guard rl(r->mu);
-    r->state = "ready";
-    r->error.clear();
-    r->interrupted = 0;
-    r->manifest_digest = md;
-    r->files = m->files.size();
-    r->bytes = m->total_bytes();
-    r->groups = m->groups.size();
-    r->manifest.reset();
-    r->by_digest.reset();
-  }
+  mark_ready(*r, md, *m, std::nullopt);
   if (auto s = persist(*r); !s)
     log::warn("cannot save a dataset record", log::kv("error", s.error().message));
   log::info(
@@ -178,19 +182,7 @@ void dataset_service::resolve(const std::shared_ptr<record>& r) {
   auto secs = std::chrono::duration<double>(steady::now() - t0).count();
   if (auto g = prepare_groups(r, *m); !g)
     return resolve_failed(r, g.error().wrap("metainfo of " + r->ref));
-  {
-    std::lock_guard rl(r->mu);
-    r->state = "ready";
-    r->error.clear();
-    r->interrupted = 0;
-    r->manifest_digest = md;
-    r->files = m->files.size();
-    r->bytes = m->total_bytes();
-    r->groups = m->groups.size();
-    r->resolve_seconds = secs;
-    r->manifest.reset();
-    r->by_digest.reset();
-  }
+  mark_ready(*r, md, *m, secs);
   if (auto s = persist(*r); !s)
     log::warn("cannot save a dataset record", log::kv("error", s.error().message));
   if (m_.resolved) m_.resolved->inc();

@@ -536,9 +536,11 @@ class RingPrivateTest(FixtureTestCase):
 FILES = {f"f{i}.bin": os.urandom(2000 + i) for i in range(5)}
 
 
-def start_origin(cls, on_list=None) -> str:
-    """An HTTP dataset origin serving FILES under /data/ (a JSON listing at /data/), stopped
-    with the class; returns its base URL. `on_list` is called for each listing."""
+def start_origin(cls, on_list=None, files=None) -> str:
+    """An HTTP dataset origin serving `files` (default FILES) under /data/ (a JSON listing at
+    /data/), stopped with the class (or test) `cls`; returns its base URL. `on_list` is called
+    for each listing, before it is answered."""
+    files = FILES if files is None else files
 
     def handle(req, method):
         path = req.path.partition("?")[0]
@@ -546,9 +548,9 @@ def start_origin(cls, on_list=None) -> str:
             if on_list:
                 on_list()
             body = json.dumps([{"name": n, "type": "file", "size": len(b)}
-                               for n, b in FILES.items()]).encode()
-        elif path.startswith("/data/") and path[6:] in FILES:
-            body = FILES[path[6:]]
+                               for n, b in files.items()]).encode()
+        elif path.startswith("/data/") and path[6:] in files:
+            body = files[path[6:]]
         else:
             body = None
         req.send_response(200 if body is not None else 404)
@@ -557,9 +559,13 @@ def start_origin(cls, on_list=None) -> str:
         if method != "HEAD" and body:
             req.wfile.write(body)
 
-    cls.origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
-    cls.addClassCleanup(cls.origin.stop)
-    return f"http://127.0.0.1:{cls.origin.port}"
+    origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
+    if isinstance(cls, type):
+        cls.origin = origin
+        cls.addClassCleanup(origin.stop)
+    else:
+        cls.addCleanup(origin.stop)
+    return f"http://127.0.0.1:{origin.port}"
 
 
 class RingDatasetsTest(FixtureTestCase):
@@ -778,27 +784,12 @@ class RingResumedResolutionTest(FixtureTestCase):
         gate.set()
         listings = []
 
-        def handle(req, method):
-            path = req.path.partition("?")[0]
-            if path == "/data/":
-                listings.append(time.monotonic())
-                gate.wait(30)  # held while the owner is killed mid-resolution
-                body = json.dumps([{"name": n, "type": "file", "size": len(b)}
-                                   for n, b in files.items()]).encode()
-            elif path.startswith("/data/") and path[6:] in files:
-                body = files[path[6:]]
-            else:
-                body = None
-            req.send_response(200 if body is not None else 404)
-            req.send_header("Content-Length", str(len(body or b"")))
-            req.end_headers()
-            if method != "HEAD" and body:
-                req.wfile.write(body)
+        def listed():
+            listings.append(time.monotonic())
+            gate.wait(30)  # held while the owner is killed mid-resolution
 
-        origin = StubServer(handle, methods=["GET", "HEAD"], name="origin").start()
-        self.addCleanup(origin.stop)
+        url = start_origin(self, listed, files)
         self.addCleanup(gate.set)
-        url = f"http://127.0.0.1:{origin.port}"
         (d / "creds").mkdir()
         ring = self.track(ProxyRing(d / "ring", 2, upstreams=[
             upstream("127.0.0.1:9", "http://127.0.0.1:9")], torrent=True, extra={

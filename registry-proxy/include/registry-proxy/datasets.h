@@ -163,6 +163,10 @@ class dataset_service {
   // A resumed resolution: takes the version another member resolved (ready_elsewhere), checked
   // against this record's declaration. False: nothing to take; the resolution goes on.
   bool adopt_elsewhere(const std::shared_ptr<record>& r);
+  // The record's fields once its manifest `m` (digest `md`) is this version's; the time the
+  // resolution took, when it was resolved here.
+  void mark_ready(record& r, const digest& md, const dataset::manifest& m,
+                  std::optional<double> resolve_seconds);
   // Marks the record failed, counts and logs it, and saves it.
   void resolve_failed(const std::shared_ptr<record>& r, const error& e);
   // Fetches and hashes every listed file into the cache on the pool and pins it; fills `files`.
