@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/endpoints.h"
 #include "common/oci.h"
 
 namespace shoal::peerd {
@@ -100,15 +101,26 @@ void describe(config::binder& b, upstream_config& c) {
       {.min = 100ms});
 }
 
-std::vector<std::string> scheduler_urls(const upstream_config& c) {
+namespace {
+// `first` then `more`, trailing slashes dropped, empty ones and duplicates skipped.
+std::vector<std::string> base_urls(const std::string& first, const std::vector<std::string>& more) {
   std::vector<std::string> out;
   auto add = [&](std::string u) {
     while (!u.empty() && u.back() == '/') u.pop_back();
     if (!u.empty() && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
   };
-  add(c.scheduler);
-  for (const auto& u : c.schedulers) add(u);
+  add(first);
+  for (const auto& u : more) add(u);
   return out;
+}
+}  // namespace
+
+std::vector<std::string> scheduler_urls(const upstream_config& c) {
+  return base_urls(c.scheduler, c.schedulers);
+}
+
+std::vector<std::string> registry_proxy_urls(const upstream_config& c) {
+  return base_urls(c.registry_proxy, endpoints::split_list(c.registry_proxies));
 }
 
 void describe(config::binder& b, swarm_config& c) {

@@ -1,6 +1,5 @@
 #include "proxy_link.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "common/origin_protocol.h"
@@ -16,17 +15,6 @@ std::string trimmed(std::string u) {
   return u;
 }
 }  // namespace
-
-std::vector<std::string> registry_proxy_urls(const upstream_config& c) {
-  std::vector<std::string> out;
-  auto add = [&](const std::string& raw) {
-    auto u = trimmed(raw);
-    if (!u.empty() && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
-  };
-  add(c.registry_proxy);
-  for (const auto& u : endpoints::split_list(c.registry_proxies)) add(u);
-  return out;
-}
 
 result<std::unique_ptr<proxy_link>> proxy_link::create(const upstream_config& c,
                                                        http::client& http) {

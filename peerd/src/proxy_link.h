@@ -28,9 +28,6 @@
 
 namespace shoal::peerd {
 
-// `registry_proxy` then `registry_proxies`, trailing slashes dropped, without duplicates.
-[[nodiscard]] std::vector<std::string> registry_proxy_urls(const upstream_config& c);
-
 class proxy_link {
  public:
   [[nodiscard]] static result<std::unique_ptr<proxy_link>> create(const upstream_config& c,

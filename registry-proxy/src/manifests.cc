@@ -77,13 +77,17 @@ void manifest_service::serve(const selection& sel, const oci::manifest_ref& ref,
   });
 }
 
+std::string manifest_service::ring_key(const want& w) {
+  return w.is_tag ? "manifest:" + w.sel.up->cfg.name + "/" + w.sel.repo + ":" + w.ref : w.ref;
+}
+
 manifest_service::fetched manifest_service::obtain(const want& w, const credential& cred) {
   // Where from: the ring's owner of the manifest, or upstream (this replica owns it, or a member
   // asks: never forwarded again).
   const std::string repo_key = w.sel.up->cfg.name + "/" + w.sel.repo;
   std::string owner;
   if (ring_ && w.ring_from.empty()) {
-    owner = ring_->owner(w.is_tag ? "manifest:" + repo_key + ":" + w.ref : w.ref);
+    owner = ring_->owner(ring_key(w));
     if (owner == ring_->self()) owner.clear();
   }
   // One flight per manifest, accepted types and source; a waiter whose credential differs from
@@ -164,8 +168,7 @@ manifest_service::fetched manifest_service::fetch_and_store(const want& w, const
 
 manifest_service::fetched manifest_service::fetch_from_ring(const want& w, const credential& cred,
                                                             std::string member) {
-  const std::string key =
-      w.is_tag ? "manifest:" + w.sel.up->cfg.name + "/" + w.sel.repo + ":" + w.ref : w.ref;
+  const std::string key = ring_key(w);
   for (std::size_t tries = ring_->members().size(); tries > 0; --tries) {
     if (m_.ring_forwarded) m_.ring_forwarded->inc();
     // Anonymously first: the owner shares a public manifest; the client's credential goes only

@@ -64,6 +64,8 @@ struct upstream_config {
 void describe(config::binder& b, upstream_config& c);
 // `scheduler` then `schedulers`, without duplicates; empty: no scheduler.
 [[nodiscard]] std::vector<std::string> scheduler_urls(const upstream_config& c);
+// `registry_proxy` then `registry_proxies` (comma lists split), the same way.
+[[nodiscard]] std::vector<std::string> registry_proxy_urls(const upstream_config& c);
 
 struct swarm_config {
   std::string listen = "0.0.0.0:6881";  // BitTorrent listen address (the data-plane IP)

@@ -101,6 +101,8 @@ class manifest_service {
     std::string tag_key;  // the tag row's key (tags)
     std::string ring_from;
   };
+  // The ring key of a manifest: its digest, or "manifest:<upstream>/<repo>:<tag>".
+  [[nodiscard]] static std::string ring_key(const want& w);
   [[nodiscard]] fetched obtain(const want& w, const credential& cred);
   // From `owner` (a ring member) or, when empty, upstream; the leader of a flight stores it.
   [[nodiscard]] fetched fetch_and_store(const want& w, const credential& cred,
