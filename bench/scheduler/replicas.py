@@ -100,14 +100,34 @@ def busy_share(a: list[int], b: list[int]) -> float:
     return round(1 - (d[3] + d[4]) / total, 3) if total else 0.0
 
 
+def replica_metrics(urls: list[str], names: tuple[str, ...]) -> dict[str, list[float | None]]:
+    """The named samples of every replica's /metrics (None where missing or unreachable)."""
+    out: dict[str, list[float | None]] = {n: [] for n in names}
+    for u in urls:
+        try:
+            with urllib.request.urlopen(u + "/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            text = ""
+        found = {}
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name in out:
+                found[name] = float(value)
+        for n in names:
+            out[n].append(found.get(n))
+    return out
+
+
 class Profile:
     """`perf record -g` of every process of the `counted` groups for the phase, to
     DIR/<label>-<group><i>.data (nothing when DIR is empty). perf's own CPU is in no group, but it
     slows the profiled processes down: a profiled run's figures are not stored."""
 
     def __init__(self, directory: str, label: str, groups: dict[str, list[int | None]],
-                 counted: tuple[str, ...]):
+                 counted: tuple[str, ...], call_graph: str = "fp"):
         self.dir, self.label, self.groups, self.counted = directory, label, groups, counted
+        self.call_graph = call_graph
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> "Profile":
@@ -120,7 +140,8 @@ class Profile:
                     continue
                 out = Path(self.dir) / f"{self.label}-{g}{i}.data"
                 self.procs.append(subprocess.Popen(
-                    ["perf", "record", "-g", "-q", "-o", str(out), "-p", str(pid)],
+                    ["perf", "record", f"--call-graph={self.call_graph}", "-q", "-o", str(out),
+                     "-p", str(pid)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(0.5)
         return self
@@ -279,7 +300,7 @@ class Bench:
         process groups per operation, in all and above the idle rate."""
         a = self.a
         out: dict[str, Any] = {}
-        with CpuPhase(groups) as ph, Profile(a.perf, f"{label}-idle", groups, counted):
+        with CpuPhase(groups) as ph, Profile(a.perf, f"{label}-idle", groups, counted, a.perf_call_graph):
             time.sleep(a.duration / 2)
         idle_rate = sum(ph.cpu[g] for g in counted) / ph.wall
         out["idle"] = {**ph.report(), "server_cpu_s_per_s": round(idle_rate, 4)}
@@ -294,7 +315,7 @@ class Bench:
                         (srv - idle_rate * ph.wall) * 1000 / n, 4)}
         rec = Recorder()
         streams = heartbeat_streams(cl, urls, self.gaps, rec, a.hb_streams, a.hb_rate)
-        with CpuPhase(groups) as ph, Profile(a.perf, f"{label}-heartbeats", groups, counted):
+        with CpuPhase(groups) as ph, Profile(a.perf, f"{label}-heartbeats", groups, counted, a.perf_call_graph):
             run_streams(streams, a.duration)
         h = out["heartbeats"] = per_op(ph, rec)
         log(f"{label} heartbeats: {rec.count}, p99 {h['p99_ms']} ms, server CPU "
@@ -302,6 +323,10 @@ class Bench:
             f"idle) {ph.cpu}; loadgen {ph.loadgen:.2f} s; machine busy {ph.busy}")
         if rec.errors or rec.resync:
             self.fail(f"{label}: heartbeat phase had {rec.errors} errors, {rec.resync} resyncs")
+        if len(urls) > 1:
+            h["replica_metrics"] = replica_metrics(urls, ("shoal_scheduler_heartbeats_waited_total",
+                                                          'shoal_scheduler_log_applied_total{type="hb"}'))
+            log(f"{label} replica metrics after heartbeats: {h['replica_metrics']}")
         rec = Recorder()
         nonzero = [0, 0]
         lock = threading.Lock()
@@ -838,6 +863,9 @@ def main() -> int:
     ap.add_argument("--perf", default="",
                     help="directory for `perf record -g` of the schedulers and redis-servers in "
                          "the idle and heartbeat phases (a profiled run's figures are skewed)")
+    ap.add_argument("--perf-call-graph", default="fp",
+                    help="perf's --call-graph: fp (cheap; stacks stop in code built without frame "
+                         "pointers) or dwarf (whole stacks, large files)")
     ap.add_argument("--workdir", help="parent of the work directory (default $TMPDIR or /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     a = ap.parse_args()

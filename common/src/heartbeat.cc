@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include <nlohmann/json.hpp>
 
@@ -285,66 +286,123 @@ bool json_too_deep(std::string_view text, int limit) noexcept {
   return false;
 }
 
-std::string encode(const message& m) {
-  json j;
-  j["schema"] = m.schema;
-  j["node"] = m.node;
-  j["labels"] = m.labels;
-  j["ip"] = m.ip;
-  j["bt_port"] = m.bt_port;
-  j["http_port"] = m.http_port;
-  j["epoch"] = m.epoch;
-  j["seq"] = m.seq;
-  j["full"] = m.full;
-  json objs = json::array();
-  for (const auto& o : m.objects) {
-    objs.push_back(
-        {{"digest", o.id.str()}, {"info_hash", o.info_hash}, {"size", o.size}, {"kind", o.kind}});
+namespace {
+
+// A JSON text written directly (a message can hold a node's whole list: 100,000 objects): byte
+// for byte what dump() of the same document built as nlohmann::json gives (keys sorted, no
+// spaces, strings escaped alike, invalid UTF-8 replaced); tests/common compares the two.
+class writer {
+ public:
+  explicit writer(std::size_t reserve) { out_.reserve(reserve); }
+  writer& raw(std::string_view s) {
+    out_.append(s);
+    return *this;
   }
-  j["objects"] = std::move(objs);
-  json rm = json::array();
-  for (const auto& d : m.removed) rm.push_back(d.str());
-  j["removed"] = std::move(rm);
-  j["cache"] = {{"capacity", m.cache_capacity}, {"used", m.cache_used}};
-  json gpus = json::array();
-  for (const auto& g : m.gpus) gpus.push_back({{"model", g.model}, {"count", g.count}});
-  j["gpus"] = std::move(gpus);
-  // Documents travel as JSON values, not strings; an unparsable one is dropped (never sent).
-  for (auto [key, text] : {std::pair{"rdma", &m.rdma}, std::pair{"netsetup", &m.netsetup}}) {
-    if (text->empty()) continue;
-    auto doc = json::parse(*text, nullptr, false);
-    if (!doc.is_discarded()) j[key] = std::move(doc);
+  writer& raw(char c) {
+    out_.push_back(c);
+    return *this;
   }
-  j["health"] = m.health;
-  j["health_reasons"] = m.health_reasons;
-  if (m.leaving) j["leaving"] = true;
-  json orders = json::array();
-  for (const auto& o : m.orders) {
-    json x = {{"id", o.id},
-              {"state", to_string(o.state)},
-              {"bytes_done", o.bytes_done},
-              {"bytes_total", o.bytes_total}};
-    if (!o.error.empty()) x["error"] = o.error;
-    orders.push_back(std::move(x));
-  }
-  j["orders"] = std::move(orders);
-  // Datasets and checkpoints held here: the same fields (absent when none).
-  for (const auto& [key, list] :
-       {std::pair{"datasets", &m.datasets}, std::pair{"checkpoints", &m.checkpoints}}) {
-    if (list->empty()) continue;
-    json ds = json::array();
-    for (const auto& d : *list) {
-      ds.push_back(
-          {{"dataset", d.dataset}, {"bytes", d.bytes}, {"total", d.total}, {"view", d.view}});
+  writer& str(std::string_view s) {
+    for (unsigned char c : s) {
+      // Escapes and UTF-8 checks: nlohmann's own (rare in a heartbeat).
+      if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') return raw(dump(json(std::string(s))));
     }
-    j[key] = std::move(ds);
+    out_.push_back('"');
+    out_.append(s);
+    out_.push_back('"');
+    return *this;
   }
+  template <typename N>
+  writer& num(N v) {
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, end);
+    return *this;
+  }
+  writer& boolean(bool b) { return raw(b ? "true" : "false"); }
+  // `"key":`, after a comma unless it opens the object.
+  writer& key(std::string_view k, bool opens = false) {
+    if (!opens) out_.push_back(',');
+    str(k);
+    out_.push_back(':');
+    return *this;
+  }
+  template <typename T, typename F>
+  writer& array(const std::vector<T>& list, F&& each) {
+    out_.push_back('[');
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i != 0) out_.push_back(',');
+      each(list[i]);
+    }
+    out_.push_back(']');
+    return *this;
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string encode(const message& m) {
+  writer w(512 + m.objects.size() * 170 + m.removed.size() * 80 + m.rdma.size() +
+           m.netsetup.size());
+  // Documents travel as JSON values, not strings; an unparsable one is dropped (never sent).
+  auto document = [&](const char* key, const std::string& text) {
+    if (text.empty()) return;
+    auto doc = json::parse(text, nullptr, false);
+    if (!doc.is_discarded()) w.key(key).raw(dump(doc));
+  };
+  // Datasets and checkpoints held here: the same fields (absent when none).
+  auto presence = [&](const char* key, const std::vector<dataset_presence>& list) {
+    if (list.empty()) return;
+    w.key(key).array(list, [&](const dataset_presence& d) {
+      w.raw('{').key("bytes", true).num(d.bytes).key("dataset").str(d.dataset);
+      w.key("total").num(d.total).key("view").boolean(d.view).raw('}');
+    });
+  };
+  // Keys in sorted order (as nlohmann::json's std::map gives them).
+  w.raw('{').key("bt_port", true).num(m.bt_port);
+  w.key("cache").raw('{').key("capacity", true).num(m.cache_capacity);
+  w.key("used").num(m.cache_used).raw('}');
+  presence("checkpoints", m.checkpoints);
+  presence("datasets", m.datasets);
+  w.key("epoch").str(m.epoch).key("full").boolean(m.full);
+  w.key("gpus").array(m.gpus, [&](const gpu_group& g) {
+    w.raw('{').key("count", true).num(g.count).key("model").str(g.model).raw('}');
+  });
+  w.key("health").str(m.health);
+  w.key("health_reasons").array(m.health_reasons, [&](const std::string& r) { w.str(r); });
+  w.key("http_port").num(m.http_port).key("ip").str(m.ip);
+  w.key("labels").raw('{');
+  bool opens = true;
+  for (const auto& [k, v] : m.labels) {
+    w.key(k, opens).str(v);
+    opens = false;
+  }
+  w.raw('}');
+  if (m.leaving) w.key("leaving").boolean(true);
+  document("netsetup", m.netsetup);
+  w.key("node").str(m.node);
+  w.key("objects").array(m.objects, [&](const held_object& o) {
+    w.raw('{').key("digest", true).str(o.id.str()).key("info_hash").str(o.info_hash);
+    w.key("kind").str(o.kind).key("size").num(o.size).raw('}');
+  });
+  w.key("orders").array(m.orders, [&](const order_report& o) {
+    w.raw('{').key("bytes_done", true).num(o.bytes_done).key("bytes_total").num(o.bytes_total);
+    if (!o.error.empty()) w.key("error").str(o.error);
+    w.key("id").str(o.id).key("state").str(to_string(o.state)).raw('}');
+  });
   if (m.pods_known) {
-    json pods = json::array();
-    for (const auto& p : m.pods) pods.push_back({{"job", p.job}, {"pod", p.pod}});
-    j["pods"] = std::move(pods);
+    w.key("pods").array(m.pods, [&](const job_pod& p) {
+      w.raw('{').key("job", true).str(p.job).key("pod").str(p.pod).raw('}');
+    });
   }
-  return dump(j);
+  document("rdma", m.rdma);
+  w.key("removed").array(m.removed, [&](const digest& d) { w.str(d.str()); });
+  w.key("schema").num(m.schema).key("seq").num(m.seq).raw('}');
+  return w.take();
 }
 
 namespace {

@@ -350,6 +350,7 @@ status app::init_shared() {
   if (RAND_bytes(b, sizeof b) != 1) return fail(errc::internal, "RAND_bytes failed");
   so.replica_id = std::string(host) + "/" + to_hex(std::span<const std::uint8_t>(b, sizeof b));
   so.log_max_entries = rc.log_max_entries;
+  so.read_batch = ms(rc.read_batch);
   so.wait_replicas = rc.wait_replicas;
   so.wait_timeout = ms(rc.wait_timeout);
   so.lease_ttl = ms(rc.lease_ttl);

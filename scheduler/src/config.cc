@@ -284,6 +284,13 @@ void describe(config::binder& b, redis_config& c) {
   b.field("log_max_entries", c.log_max_entries,
           "Entries kept in the shared log (a replica that falls further behind reloads).",
           {.min = 1000});
+  b.field("read_batch", c.read_batch,
+          "How long a replica collects the other replicas' log entries before it reads them "
+          "(one Redis read and one wake-up per batch, not per heartbeat). Placement sees another "
+          "replica's heartbeats this much later; a heartbeat sent to this replica is applied "
+          "before it is answered, and a request waiting for an entry cuts the wait short. 0: "
+          "read each entry as it comes.",
+          {.max = 1000ms});
 }
 
 void describe(config::binder& b, scheduler_config& c) {

@@ -82,13 +82,22 @@ shared_state::shared_state(shared_state_options opts, cluster_index& index, trac
                                     "Redis unreachable).")
                             .with({});
   applied_total_ = &reg.counter("shoal_scheduler_log_applied_total",
-                                "Entries of the shared log applied, by type.", {"type"});
+                                "Entries of the shared log applied by the log reader, by type (a "
+                                "heartbeat applied by the replica that received it is not "
+                                "counted again).",
+                                {"type"});
   reloads_ = &reg.counter("shoal_scheduler_state_reloads_total",
                           "Full loads of the shared state from Redis, by reason.", {"reason"});
   foreign_entries_ = &reg.counter("shoal_scheduler_log_foreign_entries_total",
                                   "Entries of the shared log in a format this replica does not "
                                   "read (written by a newer release), skipped.")
                           .with({});
+  heartbeats_waited_ =
+      &reg.counter("shoal_scheduler_heartbeats_waited_total",
+                   "Heartbeats answered after waiting for this replica's log reader (the node's "
+                   "previous heartbeat went to another replica and was not applied here yet); "
+                   "the others are applied at once.")
+           .with({});
   stale_gauge_->set(1);
 }
 
@@ -129,8 +138,12 @@ void shared_state::start() {
 }
 
 void shared_state::stop() {
-  stop_ = true;
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
   applied_cv_.notify_all();
+  reader_cv_.notify_all();
   upkeep_cv_.notify_all();
   if (reader_.joinable()) reader_.join();
   if (upkeep_.joinable()) upkeep_.join();
@@ -252,14 +265,37 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
       (void)c->command({"SET", opts_.prefix + "epoch", random_hex(8), "NX"});
       r = eval(*c, scripts::heartbeat, sha_heartbeat_, args);
     }
-    if (r && r->elements.size() == 3) {
+    if (r && r->elements.size() == 4) {
       const auto& verdict = r->elements[0].str;
       auto id = log_id::parse(r->elements[1].str).value_or(log_id{});
       res.epoch = r->elements[2].str;
       res.out.full = verdict == "full";
       res.out.resync = verdict != "full" && verdict != "ok";
       if (res.out.resync) res.out.resync_reason = verdict;
-      settle(*c, id);
+      replicated(*c);
+      // The node's previous entry is the last applied here for it (this replica answered it,
+      // or the reader passed it): apply this one now, in order, instead of waiting for the
+      // reader, which then skips it. Otherwise (the node came from another replica whose entry
+      // is not read yet, a load under way) the reader applies it in the log's order.
+      const auto prev = log_id::parse(r->elements[3].str);
+      std::unique_lock ap(apply_mu_);
+      bool direct = false;
+      {
+        std::lock_guard lk(mu_);
+        auto it = node_log_.find(m.node);
+        // The reader was quicker (it reads the entry as soon as Redis has it): applied.
+        if (it != node_log_.end() && !(it->second < id)) return res;
+        direct = !loading_ && stale_.empty() &&
+                 (it == node_log_.end() ? !prev : (prev && *prev == it->second));
+        if (direct) node_log_[m.node] = id;
+      }
+      if (direct) {
+        apply_heartbeat(m, verdict);
+        return res;
+      }
+      ap.unlock();
+      heartbeats_waited_->inc();
+      wait_applied(id);
       return res;
     }
     set_stale(r ? "unexpected reply to the heartbeat script" : r.error().message);
@@ -305,7 +341,14 @@ void shared_state::check_replicas(redis_conn& c) {
 
 void shared_state::settle(redis_conn& c, const log_id& id) {
   replicated(c);
+  wait_applied(id);
+}
+
+void shared_state::wait_applied(const log_id& id) {
   std::unique_lock lk(mu_);
+  if (!(applied_ < id)) return;
+  hurry_ = true;
+  reader_cv_.notify_one();
   applied_cv_.wait_for(lk, opts_.apply_wait, [&] { return stop_ || !(applied_ < id); });
 }
 

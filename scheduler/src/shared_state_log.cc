@@ -290,7 +290,7 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
   {
     std::lock_guard lk(mu_);
     applied_ = last;
-    loaded_ = std::move(loaded);
+    node_log_ = std::move(loaded);
     loaded_once_ = true;
     // Current from here, in the same step that lets start() return: a heartbeat right after
     // start() goes through Redis, never through the stale path (which logs nothing, so the other
@@ -308,34 +308,42 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
   return {};
 }
 
-void shared_state::apply_heartbeat_entry(const std::string& id, const std::string& verdict,
-                                         const std::string& body) {
+bool shared_state::apply_heartbeat_entry(const std::string& id, const std::string& verdict,
+                                         const std::string& node, const std::string& body) {
+  auto lid = log_id::parse(id).value_or(log_id{});
+  std::lock_guard ap(apply_mu_);
+  // Applied already (by the replica that received it, or in the record loaded): skipped without
+  // decoding. Entries of older replicas name no node: decoded first.
+  auto applied_here = [&](const std::string& n) {
+    std::lock_guard lk(mu_);
+    auto it = node_log_.find(n);
+    if (it != node_log_.end() && !(it->second < lid)) return true;
+    node_log_[n] = lid;
+    return false;
+  };
+  if (!node.empty() && applied_here(node)) return false;
   heartbeat::decode_limits lim;
   lim.max_objects = opts_.max_objects_per_node;
   auto m = heartbeat::decode(body, lim);
   if (!m) {
     log::warn("shared log: heartbeat entry does not decode", log::kv("id", id),
               log::kv("error", m.error().message));
-    return;
+    return false;
   }
-  auto lid = log_id::parse(id).value_or(log_id{});
-  {
-    std::lock_guard lk(mu_);
-    auto it = loaded_.find(m->node);
-    if (it != loaded_.end()) {
-      if (!(it->second < lid)) return;  // the loaded record already has it
-      loaded_.erase(it);
-    }
-  }
+  if (node.empty() && applied_here(m->node)) return false;
+  apply_heartbeat(*m, verdict);
+  return true;
+}
+
+void shared_state::apply_heartbeat(const heartbeat::message& m, const std::string& verdict) {
   apply_decision d{verdict, milliseconds(0)};
-  (void)ingest_heartbeat(index_, trk_, *m, &d);
+  (void)ingest_heartbeat(index_, trk_, m, &d);
   // The node's prewarm reports (the replica it talks to also hands it its orders), and the pods
   // it runs (jobs learned from them).
-  if (prewarm_ != nullptr) (void)prewarm_->on_heartbeat(m->node, m->orders, m->schema);
-  if (jobs_ != nullptr && m->pods_known) {
-    auto fabric = m->labels.find("fabric");
-    jobs_->observe_pods(m->node, fabric == m->labels.end() ? std::string() : fabric->second,
-                        m->pods);
+  if (prewarm_ != nullptr) (void)prewarm_->on_heartbeat(m.node, m.orders, m.schema);
+  if (jobs_ != nullptr && m.pods_known) {
+    auto fabric = m.labels.find("fabric");
+    jobs_->observe_pods(m.node, fabric == m.labels.end() ? std::string() : fabric->second, m.pods);
   }
 }
 
@@ -445,7 +453,10 @@ void shared_state::apply_entry(const redis_reply& e) {
   }
   const auto& type = field_of(f, "t");
   if (type == "hb") {
-    apply_heartbeat_entry(e.elements[0].str, field_of(f, "v"), field_of(f, "m"));
+    // Applied here already (received here, or in the record loaded): not counted.
+    if (!apply_heartbeat_entry(e.elements[0].str, field_of(f, "v"), field_of(f, "n"),
+                               field_of(f, "m")))
+      return;
   } else if (type == "an") {
     if (field_of(f, "r") == opts_.replica_id) return;  // answered (and recorded) here
     if (auto a = announce_of(f)) trk_.record(*a);
@@ -506,6 +517,7 @@ void shared_state::reader_loop() {
       continue;
     }
     set_fresh();
+    bool read_some = false;
     if (r->type == redis_reply::kind::array && !r->elements.empty() &&
         r->elements[0].elements.size() == 2) {
       for (const auto& e : r->elements[0].elements[1].elements) {
@@ -513,8 +525,19 @@ void shared_state::reader_loop() {
         auto id = log_id::parse(e.elements.empty() ? "" : e.elements[0].str);
         std::lock_guard lk(mu_);
         if (id && applied_ < *id) applied_ = *id;
+        read_some = true;
       }
       applied_cv_.notify_all();
+    }
+    // Entries come in batches: one read (and one wake-up of this thread and of Redis) for every
+    // read_batch rather than for every entry. Someone waiting for an entry cuts the wait short.
+    if (read_some && opts_.read_batch.count() > 0) {
+      std::unique_lock lk(mu_);
+      reader_cv_.wait_for(lk, opts_.read_batch, [&] { return stop_ || hurry_; });
+    }
+    {
+      std::lock_guard lk(mu_);
+      hurry_ = false;
     }
     if (steady::now() - epoch_checked > std::chrono::seconds(2)) {
       epoch_checked = steady::now();

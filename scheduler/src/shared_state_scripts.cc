@@ -5,7 +5,7 @@ namespace shoal::scheduler::scripts {
 const char* const heartbeat = R"lua(
 local epoch = redis.call('GET', KEYS[5])
 if not epoch then return {'noepoch'} end
-local rec = redis.call('HMGET', KEYS[1], 'seq', 'synced', 'endpoint')
+local rec = redis.call('HMGET', KEYS[1], 'seq', 'synced', 'endpoint', 'log')
 local v
 if ARGV[4] == '1' then v = 'full'
 elseif not rec[1] or rec[2] ~= '1' then v = 'unknown_node'
@@ -41,9 +41,9 @@ redis.call('HSET', KEYS[1], 'endpoint', ARGV[5], 'inv', ARGV[6], 'seen', now)
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[6], now, ARGV[1])
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
-                      'f', '1', 't', 'hb', 'v', v, 'r', ARGV[9], 'm', ARGV[7])
+                      'f', '1', 't', 'hb', 'v', v, 'r', ARGV[9], 'n', ARGV[1], 'm', ARGV[7])
 redis.call('HSET', KEYS[1], 'log', id)
-return {v, id, epoch}
+return {v, id, epoch, rec[4] or ''}
 )lua";
 
 // KEYS: lease, alive, up_since. ARGV: replica id, lease ttl ms, longest gap ms. Returns

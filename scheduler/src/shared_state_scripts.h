@@ -9,8 +9,9 @@ namespace shoal::scheduler::scripts {
 // ARGV: node, message epoch, seq, full ("1"/"0"), endpoint ("ip:port", "" without BitTorrent),
 //       inventory JSON, message JSON, log max length, replica id,
 //       n added, n × (digest, "size kind info_hash"), n removed, n × digest.
-// Returns {verdict, log id, epoch}, or {"noepoch"} when the cluster has no epoch yet. The entry is
-// written in format 1 (shared_log_format).
+// Returns {verdict, log id, epoch, the node's previous log id or ""}, or {"noepoch"} when the
+// cluster has no epoch yet. The entry is written in format 1 (shared_log_format) and names its
+// node (field n) so that a reader skips what it applied already without decoding it.
 extern const char* const heartbeat;
 
 // Takes or keeps the lease. KEYS: lease. ARGV: replica id, ttl ms. Returns 1 when held.

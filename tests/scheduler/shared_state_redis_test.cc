@@ -169,6 +169,54 @@ TEST(SharedStateRedis, PrewarmsAndReportsGoThroughEveryReplica) {
 // give-up (a few Redis timeouts, here 0.44 s) returns from start() only with every node loaded:
 // it must not open its port answering from part of the index. 5,000 nodes x 100 objects, written
 // straight into Redis as the heartbeat script would have.
+// A heartbeat is applied by the replica that received it before it answers, without waiting for
+// its log reader (which reads the other replicas' entries in batches, here of a second); when the
+// node's previous heartbeat went to another replica and is not read here yet, the replica waits
+// for its reader instead, so every replica applies a node's heartbeats in the log's order.
+TEST(SharedStateRedis, AHeartbeatIsAppliedWhereReceivedAtOnceAndInTheLogsOrderEverywhere) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  auto slow_reader = [](shared_state_options& so) { so.read_batch = 1000ms; };
+  replica a(redis.address(), "a", slow_reader), b(redis.address(), "b", slow_reader);
+  auto waited = [](replica& r) {
+    const std::string name = "\nshoal_scheduler_heartbeats_waited_total ";
+    auto text = r.reg.expose();
+    auto at = text.find(name);
+    if (at == std::string::npos) return std::string("(missing)");
+    at += name.size();
+    return text.substr(at, text.find('\n', at) - at);
+  };
+  auto holds = [](replica& r, std::string_view name) {
+    auto o = r.idx.object(dg(name));
+    return o && !o->holders.empty();
+  };
+  auto r1 = a.shared->heartbeat(full_hb("n1", {held("l1", 100)}));
+  ASSERT_FALSE(r1.stale);
+  auto r2 = a.shared->heartbeat(delta_hb("n1", 2, r1.epoch, {held("l2", 200)}));
+  ASSERT_FALSE(r2.out.resync) << r2.out.resync_reason;
+  // Applied by A at once (its reader sleeps out its batch), never waited for.
+  EXPECT_TRUE(holds(a, "l1") && holds(a, "l2"));
+  EXPECT_EQ(waited(a), "0");
+  // The node moves to B, whose reader may not have read A's second entry: B applies the log in
+  // order before answering.
+  auto r3 = b.shared->heartbeat(delta_hb("n1", 3, r1.epoch, {held("l3", 300)}, {dg("l1")}));
+  ASSERT_FALSE(r3.out.resync) << r3.out.resync_reason;
+  EXPECT_FALSE(holds(b, "l1"));
+  EXPECT_TRUE(holds(b, "l2") && holds(b, "l3"));
+  // Back to A, which has not read B's entry (its reader is in its batch wait): it waits for it,
+  // then holds exactly what the node reported.
+  auto r4 = a.shared->heartbeat(delta_hb("n1", 4, r1.epoch, {held("l4", 400)}));
+  ASSERT_FALSE(r4.out.resync) << r4.out.resync_reason;
+  EXPECT_EQ(waited(a), "1");
+  EXPECT_FALSE(holds(a, "l1"));
+  EXPECT_TRUE(holds(a, "l2") && holds(a, "l3") && holds(a, "l4"));
+  // And B, in its own time, the same (it applies A's fourth entry once, from the log).
+  EXPECT_TRUE(eventually([&] { return holds(b, "l4"); }));
+  EXPECT_FALSE(holds(b, "l1"));
+  EXPECT_EQ(a.idx.node("n1")->seq, 4u);
+  EXPECT_EQ(b.idx.node("n1")->seq, 4u);
+}
+
 TEST(SharedStateRedis, AStartWaitsForALoadUnderWayBeyondTheRedisTimeouts) {
   RedisServer redis;
   if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";

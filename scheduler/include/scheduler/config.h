@@ -157,6 +157,7 @@ struct redis_config {
   config::duration wait_timeout = 500ms;
   config::duration lease_ttl = 5s;
   std::uint32_t log_max_entries = 100'000;
+  config::duration read_batch = 20ms;  // collect the other replicas' log entries this long
 };
 void describe(config::binder& b, redis_config& c);
 

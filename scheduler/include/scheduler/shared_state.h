@@ -10,12 +10,15 @@
 //    log stream (`<prefix>log`). The receiving replica then waits for `WAIT wait_replicas` (a
 //    Sentinel failover is asynchronous: what a replica of Redis did not get is rebuilt from
 //    heartbeat epochs, since the node's next delta is then a gap and it resends its full list),
-//    and for its own log reader to have applied the entry (read-your-writes), and answers.
+//    applies the heartbeat itself when the node's previous entry (the script returns its id) is
+//    the last one applied here for that node, and otherwise waits for its log reader to have
+//    applied the entry (read-your-writes either way), and answers.
 //  - Announces are answered at once by the replica that receives them and appended to the log
 //    for the others (from a bounded queue, never on an io thread).
-//  - Every replica reads the log (XREAD BLOCK) and applies each entry: heartbeats to the index
-//    and the tracker with Redis's verdict (cluster_index::apply with a decision), announces to
-//    the tracker.
+//  - Every replica reads the log (XREAD BLOCK, in batches of read_batch) and applies each entry
+//    it has not applied yet (a heartbeat names its node; node_log_ has what was): heartbeats to the
+//    index and the tracker with Redis's verdict (cluster_index::apply with a decision), announces
+//    to the tracker.
 //  - The cluster's epoch is `<prefix>epoch`, created once. When Redis loses it (restarted
 //    empty), a replica creates a new one, every replica adopts it and every node resyncs.
 //  - At start, after a gap in the log (trimmed past what this replica read) or a new epoch, a
@@ -69,6 +72,9 @@ struct shared_state_options {
   std::chrono::milliseconds wait_timeout{500};
   std::chrono::milliseconds lease_ttl{5000};
   std::chrono::milliseconds apply_wait{1000};  // a heartbeat waits this long for its local apply
+  // After a read that returned entries, the reader waits this long before the next (entries of
+  // the other replicas are applied in batches; a replica's own heartbeats are applied at once).
+  std::chrono::milliseconds read_batch{20};
   // start() waits this long for a first load that is under way (Redis reachable, records being
   // read); without Redis it gives up after a few Redis timeouts and answers stale.
   std::chrono::milliseconds load_wait{300'000};
@@ -189,8 +195,14 @@ class shared_state {
   void check_replicas(redis_conn& c);
   // replicated(), then wait for this replica's reader to have applied `id`.
   void settle(redis_conn& c, const log_id& id);
-  void apply_heartbeat_entry(const std::string& id, const std::string& verdict,
-                             const std::string& body);
+  // Wait for this replica's reader to have applied `id` (it reads at once).
+  void wait_applied(const log_id& id);
+  // False when not applied: applied here before (node_log_), or it does not decode.
+  bool apply_heartbeat_entry(const std::string& id, const std::string& verdict,
+                             const std::string& node, const std::string& body);
+  // A heartbeat Redis judged (`verdict`) into the index, the tracker, prewarm and jobs. Caller
+  // holds apply_mu_.
+  void apply_heartbeat(const heartbeat::message& m, const std::string& verdict);
   [[nodiscard]] result<redis_reply> eval(redis_conn& c, const char* script, const std::string& sha,
                                          const std::vector<std::string>& args);
   void renew_lease(redis_conn& c);
@@ -215,10 +227,18 @@ class shared_state {
   std::atomic<std::size_t> load_done_{0}, load_total_{0};  // nodes read / listed by load_nodes()
   std::thread reader_, upkeep_;
 
+  // Heartbeats are applied one at a time, by the reader or by the replica that received one
+  // (in the log's order per node: see heartbeat()).
+  std::mutex apply_mu_;
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable applied_cv_;
-  log_id applied_;                                  // the last entry applied
-  std::unordered_map<std::string, log_id> loaded_;  // node → its record's log id at load
+  std::condition_variable reader_cv_;  // wakes the reader from its batch wait
+  bool hurry_ = false;                 // someone waits for the reader: read now
+  log_id applied_;                     // the last entry the reader applied
+  // node → the log id of its last heartbeat applied here (from its record at load, then from
+  // every apply): the reader skips entries at or before it; a heartbeat whose previous entry is
+  // this one is applied directly by the replica that received it.
+  std::unordered_map<std::string, log_id> node_log_;
   std::string stale_;
   bool loaded_once_ = false;
   std::deque<announce_request> announces_;
@@ -236,6 +256,7 @@ class shared_state {
   metrics::counter_family* applied_total_;
   metrics::counter_family* reloads_;
   metrics::counter* foreign_entries_;
+  metrics::counter* heartbeats_waited_;
 };
 
 }  // namespace shoal::scheduler
