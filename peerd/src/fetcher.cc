@@ -209,6 +209,10 @@ fetch_start fetcher::start_swarm(const origin::object_ref& where, const digest& 
   fallback_info fb;
   fb.url = proxy_url(origin::blob_target(where, d));
   fb.authorization = auth;
+  if (d_.proxy != nullptr) {
+    fb.endpoints = d_.proxy->endpoints();
+    fb.path = origin::blob_target(where, d);
+  }
   auto dl = d_.swarm.fetch(d, a->torrent, *m, seeds, std::move(fb));
   if (!dl && dl.error().is(errc::already_exists))
     return failed(503, error{errc::busy, "object became available locally; retry"});

@@ -9,9 +9,12 @@
 // (endpoints::call_kind::read). A 502 or 504 is registry-proxy's word on its upstream and is
 // passed on: another replica would only ask the same upstream again.
 //
-// Streams (the HTTP fallback of a blob, a chunked blob's chunks, dataset objects) take the base
-// URL of the replica that last answered a call; a metainfo request precedes each of them, so a
-// dead replica has been passed over by then.
+// A blob's HTTP fallback ranges (the swarm stalled) are asked of the first replica in the set's
+// order each, so a replica that dies while a blob streams from it costs one failed range, and the
+// rest comes from the next (swarm.h, fallback_info::endpoints). Other streams (a chunked blob's
+// chunk list and chunks, dataset objects) take the base URL of the replica that last answered a
+// call; a metainfo request precedes each of them, so a dead replica has been passed over by then,
+// but one that dies during such a stream fails it.
 //
 // Null link (unit tests that build a module alone): the one URL in the config, no failover.
 // Lifecycle: made once in app::init, lives as long as the app. Threading: safe from any thread.
@@ -39,6 +42,8 @@ class proxy_link {
   // Runs `req` (its url a path and query) on the replicas in order; origin::call's checks.
   [[nodiscard]] result<http::full_response> call(http::client_request req, std::size_t max_body);
   [[nodiscard]] const std::vector<std::string>& urls() const { return urls_; }
+  // The replicas, for requests made outside call() (the swarm's HTTP fallback ranges).
+  [[nodiscard]] std::shared_ptr<endpoints::endpoint_set> endpoints() const { return set_; }
 
  private:
   proxy_link(http::client& http, std::shared_ptr<endpoints::endpoint_set> s,

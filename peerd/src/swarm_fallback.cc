@@ -54,7 +54,19 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
             log::kv("digest", dl->id().str()), log::kv("first_piece", first),
             log::kv("pieces", count));
   http::client_request r;
-  r.url = dl->fallback_.url;
+  // Several replicas: the first in the set's order (the one that last answered, a replica that
+  // failed a range passed over for registry_proxy_backoff).
+  std::optional<endpoints::endpoint> replica;
+  if (dl->fallback_.endpoints) {
+    auto order = dl->fallback_.endpoints->order();
+    if (!order.empty()) replica = order.front();
+  }
+  if (replica) {
+    r.url = dl->fallback_.path;
+    replica->apply(r);
+  } else {
+    r.url = dl->fallback_.url;
+  }
   const std::uint64_t base = dl->fallback_.offset;
   r.headers.emplace_back("Range",
                          "bytes=" + std::to_string(base + from) + "-" + std::to_string(base + to));
@@ -99,14 +111,24 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
     }
     return true;
   };
-  cb.on_complete = [dl, st](result<http::completion> res) {
+  cb.on_complete = [dl, st, replica](result<http::completion> res) {
+    bool ok = res && (st->status == 206 || st->status == 200);
+    if (replica && dl->fallback_.endpoints) {
+      // No answer, a cut stream or a draining replica: the next range goes to another one. (A
+      // 502/504 is registry-proxy's word on its upstream, which another would only ask again.)
+      if (ok || (res && st->status != 503)) {
+        dl->fallback_.endpoints->succeeded(*replica);
+      } else {
+        dl->fallback_.endpoints->failed(*replica);
+      }
+    }
     std::lock_guard lk(dl->mu_);
     dl->fallback_inflight_ = false;
-    bool ok = res && (st->status == 206 || st->status == 200);
     dl->fallback_chain_ = ok;
     if (!ok) {
       log::warn("HTTP fallback failed", log::kv("digest", dl->id().str()),
                 log::kv("status", st->status),
+                log::kv("registry_proxy", replica ? replica->str() : dl->fallback_.url),
                 log::kv("error", res ? std::string() : res.error().message));
     }
   };

@@ -13,6 +13,9 @@ BitTorrent) in front of it; one peerd configured with a closed port first, then 
   moves on at once).
 - A stopped with SIGSTOP instead (it accepts connections and never answers) while B answers:
   a manifest pull gives up on A after `request_timeout` (1 s) and is answered by B.
+- A replica killed while peerd swarms a blob from it (its upload capped so that the blob takes
+  seconds): the client's one GET still receives the whole blob, its last part through the swarm's
+  HTTP fallback ranges from the next replica.
 - A 502 is an answer: registry-proxy B answering 502 for an upstream failure is passed on, not
   retried on another replica (checked by the unit test of endpoints::call_kind::read).
 
@@ -131,6 +134,51 @@ class ProxyFailoverTest(FixtureTestCase):
         print(f"\nhung first replica: manifest answered by the next in {took:.2f} s")
         self.assertEqual((s, sha(body)), (200, self.images["three"].top.digest), body[:300])
         self.assertLess(took, 5)
+
+    def test_3_a_replica_killed_mid_blob_the_blob_completes_from_another(self):
+        """The replica peerd swarms a blob from (upload capped so the blob takes seconds) is
+        killed mid-blob: the swarm stalls, its HTTP fallback ranges fail on the dead replica and
+        go to the next, and the client's one GET receives the whole blob."""
+        d = self.tmpdir("shoal-proxy-failover-midblob-")
+        img = oci.make_image(d / "big", [oci.LayerSpec(size=16 << 20, seed="pfo-big",
+                                                       compression="none")])
+        self.reg.push(img, "team/big", "v1")
+        ups = [upstream(self.reg.host_port, self.reg.url)]
+        slow = self.track(RegistryProxy(d / "slow", torrent=True, upstreams=ups, extra={
+            "torrent": {"upload_rate_limit": "3MiB"}}).start())
+        other = self.track(RegistryProxy(d / "other", upstreams=ups).start())
+        p = self.track(Peerd(d / "peerd", name="pfo-midblob", registry_proxy=slow.url, extra={
+            "upstream": {"registry_proxies": [other.url], "request_timeout": "2s",
+                         "connect_timeout": "1s", "metainfo_wait": "1s",
+                         "registry_proxy_backoff": "30s"},
+            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "15s"}}).start())
+        layer = img.images[0].layers[0]
+        c = http.client.HTTPConnection("127.0.0.1", p.http_port, timeout=60)
+        self.addCleanup(c.close)
+        t0 = time.monotonic()
+        c.request("GET", f"/v2/team/big/blobs/{layer.digest}?ns={self.reg.host_port}")
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        h = hashlib.sha256()
+        first = r.read(2 << 20)
+        h.update(first)
+        self.assertEqual(len(first), 2 << 20)
+        # A few MiB in: the blob is still coming from the slow replica alone.
+        served0 = self.served(other)
+        slow.daemon.kill()
+        killed_at = time.monotonic() - t0
+        rest = r.read()
+        h.update(rest)
+        took = time.monotonic() - t0
+        got = len(first) + len(rest)
+        print(f"\nreplica killed {killed_at:.2f} s into a {layer.size >> 20} MiB blob: "
+              f"{got >> 20} MiB received in {took:.2f} s")
+        self.assertEqual(got, layer.size)
+        self.assertEqual("sha256:" + h.hexdigest(), layer.digest)
+        self.assertGreater(self.served(other) - served0, 0, "the rest came from the other replica")
+        _, _, text = request(p.http_port, "/metrics")
+        m = parse_metrics(text.decode())
+        self.assertGreater(m.get("shoal_peerd_http_fallbacks_total", 0), 0)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "cache/store.h"
+#include "common/endpoints.h"
 #include "common/http_client.h"
 #include "swarm/metainfo.h"
 #include "swarm/swarm.h"
@@ -91,6 +92,12 @@ struct fallback_info {
   std::string url;            // full blob URL on registry-proxy (with ns=)
   std::string authorization;  // the client's Authorization header, if any
   std::uint64_t offset = 0;   // where the object starts inside `url` (a chunk of a larger blob)
+  // The registry-proxy replicas (proxy_link's set), when peerd knows several: each range is
+  // asked of the first in the set's order for `path` (url's path and query) instead of `url`,
+  // and a replica that fails a range (died mid-blob, refused, 503) is passed over by the next
+  // one, so an object whose replica died while it streamed still completes from another.
+  std::shared_ptr<endpoints::endpoint_set> endpoints;
+  std::string path;
 };
 
 class swarm_manager;
