@@ -71,17 +71,37 @@ void manifest_service::serve(const selection& sel, const oci::manifest_ref& ref,
   // workers of two members each waiting for the other (their own clients' requests forwarded to
   // the other) cannot also hold up the requests that would answer them.
   auto& pool = ring_from.empty() ? pool_ : ring_pool_;
-  boost::asio::post(pool, [this, sel, ref, cred, accept = std::move(accept), head, resp,
-                           ring_from = std::move(ring_from)] {
-    resp.send(answer(sel, ref, cred, accept, head, ring_from));
-  });
+  auto j = std::make_shared<job>(
+      job{sel, ref, cred, std::move(accept), head, std::move(resp), std::move(ring_from)});
+  boost::asio::post(pool, [this, j, &pool] { run(j, pool, nullptr); });
+}
+
+void manifest_service::run(const std::shared_ptr<job>& j, boost::asio::thread_pool& pool,
+                           const resume* resumed) {
+  // Parked on a flight: the flight's end posts this request again, to the same threads.
+  park_fn park = [this, j, &pool](const resume& at) {
+    at.f->parked.push_back([this, j, &pool, at] {
+      boost::asio::post(pool, [this, j, &pool, at] { run(j, pool, &at); });
+    });
+  };
+  auto r = respond(j->sel, j->ref, j->cred, j->accept, j->head, j->ring_from, park, resumed);
+  if (r) j->resp.send(std::move(*r));
+}
+
+http::response manifest_service::answer(const selection& sel, const oci::manifest_ref& ref,
+                                        const credential& cred, const std::string& accept,
+                                        bool head, const std::string& ring_from) {
+  return *respond(sel, ref, cred, accept, head, ring_from, {}, nullptr);
 }
 
 std::string manifest_service::ring_key(const want& w) {
   return w.is_tag ? "manifest:" + w.sel.up->cfg.name + "/" + w.sel.repo + ":" + w.ref : w.ref;
 }
 
-manifest_service::fetched manifest_service::obtain(const want& w, const credential& cred) {
+std::optional<manifest_service::fetched> manifest_service::obtain(const want& w,
+                                                                  const credential& cred,
+                                                                  const park_fn& park,
+                                                                  const resume* resumed) {
   // Where from: the ring's owner of the manifest, or upstream (this replica owns it, or a member
   // asks: never forwarded again).
   const std::string repo_key = w.sel.up->cfg.name + "/" + w.sel.repo;
@@ -97,10 +117,13 @@ manifest_service::fetched manifest_service::obtain(const want& w, const credenti
   // their own request to the other.
   const std::string base =
       (owner.empty() ? "upstream|" : "ring|") + repo_key + "|" + w.ref + "|" + w.accept;
-  for (const std::string& key : {base, base + "|" + cred.hash}) {
+  for (int k = resumed != nullptr ? resumed->key : 0; k < 2; ++k) {
+    const std::string key = k == 0 ? base : base + "|" + cred.hash;
     std::shared_ptr<flight> f;
     bool leader = false;
-    {
+    if (resumed != nullptr && k == resumed->key) {
+      f = resumed->f;  // ended: its result is read below
+    } else {
       std::lock_guard lk(flights_mu_);
       auto [it, inserted] = flights_.try_emplace(key);
       if (inserted) {
@@ -122,17 +145,26 @@ manifest_service::fetched manifest_service::obtain(const want& w, const credenti
         std::lock_guard lk(flights_mu_);
         flights_.erase(key);
       }
+      std::vector<std::function<void()>> parked;
       {
         std::lock_guard lk(f->mu);
         f->out = out;
         f->done = true;
+        parked.swap(f->parked);
       }
       f->cv.notify_all();
+      for (auto& p : parked) p();
       return out;
     }
-    if (m_.flights_joined) m_.flights_joined->inc();
     std::unique_lock lk(f->mu);
-    f->cv.wait(lk, [&] { return f->done; });
+    if (!f->done) {
+      if (m_.flights_joined) m_.flights_joined->inc();
+      if (park) {
+        park(resume{f, k});
+        return std::nullopt;
+      }
+      f->cv.wait(lk, [&] { return f->done; });
+    }
     if (f->cred_hash == cred.hash || (f->out.status == 200 && f->out.is_public)) return f->out;
   }
   // Two waits for fetches acting for others (only when many credentials race): go alone.
@@ -352,9 +384,10 @@ void manifest_service::sweep_tags(std::int64_t now) {
     log::info("expired tag rows deleted", log::kv("rows", *n));
 }
 
-http::response manifest_service::answer(const selection& sel, const oci::manifest_ref& ref,
-                                        const credential& cred, const std::string& accept,
-                                        bool head, const std::string& ring_from) {
+std::optional<http::response> manifest_service::respond(
+    const selection& sel, const oci::manifest_ref& ref, const credential& cred,
+    const std::string& accept, bool head, const std::string& ring_from, const park_fn& park,
+    const resume* resumed) {
   const std::string repo_key = sel.up->cfg.name + "/" + sel.repo;
   const std::string acc = normalize_accept(accept);
   // To a ring member: whether the manifest is public (it may then serve it to anyone).
@@ -389,7 +422,9 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
       }
       return r;
     }
-    auto f = obtain({sel, d.str(), false, acc, {}, ring_from}, cred);
+    auto obtained = obtain({sel, d.str(), false, acc, {}, ring_from}, cred, park, resumed);
+    if (!obtained) return std::nullopt;  // parked
+    auto& f = *obtained;
     if (f.status != 200) return manifest_error(f.status, f.message, f.retry_after);
     http::response r = from_store(d, f.media_type, head, false);
     // Not cacheable (disk full...): answer from memory anyway.
@@ -421,7 +456,9 @@ http::response manifest_service::answer(const selection& sel, const oci::manifes
     tell_member(r, entry->is_public);
     return r;
   }
-  auto f = obtain({sel, *ref.tag, true, acc, key, ring_from}, cred);
+  auto obtained = obtain({sel, *ref.tag, true, acc, key, ring_from}, cred, park, resumed);
+  if (!obtained) return std::nullopt;  // parked
+  auto& f = *obtained;
   if (f.status == 200) {
     const bool is_public = f.is_public, stale = f.stale;
     const auto age_ms = f.age_ms;

@@ -246,6 +246,47 @@ class StubFaultsTest(FixtureTestCase):
         s, _, body = self.proxy.get(f"/shoal/v1/metainfo/{missing}?repo=team/x&ns=patient.test")
         self.assertEqual((s, pc.error_code(body)), (404, "BLOB_UNKNOWN"))
 
+    def test_clients_waiting_for_a_slow_manifest_hold_no_worker(self):
+        """30 clients ask one tag whose upstream answer hangs, on a proxy with two workers: one
+        fetch goes upstream and the other 29 wait without a thread, so another manifest is
+        answered meanwhile; once upstream answers, all 30 get it."""
+        d = self.tmpdir("shoal-proxy-parked-")
+        proxy = self.track(RegistryProxy(d / "proxy", upstreams=[
+            upstream("patient.test", self.stub.url, stall_timeout="30s")],
+            extra={"worker_threads": 2}).start())
+        slow = b'{"schemaVersion":2,"note":"slow"}'
+        fast = b'{"schemaVersion":2,"note":"fast"}'
+        slow_digest = self.stub.add_manifest("team/x", "slow", slow, pc.OCI_MANIFEST, hold=True)
+        fast_digest = self.stub.add_manifest("team/x", "fast", fast, pc.OCI_MANIFEST)
+        results: list = []
+        lock = threading.Lock()
+
+        def client() -> None:
+            s, h, body = proxy.get("/v2/team/x/manifests/slow?ns=patient.test",
+                                   {"Accept": pc.OCI_MANIFEST}, timeout=60)
+            with lock:
+                results.append((s, pc.sha256(body) if s == 200 else body[:400].decode()))
+        threads = [threading.Thread(target=client) for _ in range(30)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(self.stub.requests("/manifests/slow")) >= 1, 10,
+                   "the upstream GET of the slow manifest")
+        time.sleep(1.0)  # every client's request is in
+        t0 = time.monotonic()
+        s, _, body = proxy.get("/v2/team/x/manifests/fast?ns=patient.test",
+                               {"Accept": pc.OCI_MANIFEST}, timeout=20)
+        took = time.monotonic() - t0
+        print(f"\n29 clients waiting on a hung manifest, 2 workers: another manifest in "
+              f"{took:.2f} s")
+        self.assertEqual((s, pc.sha256(body)), (200, fast_digest))
+        self.assertLess(took, 5)
+        self.stub.release()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(results, [(200, slow_digest)] * 30, results[0][1])
+        self.assertEqual(len(self.stub.requests("/manifests/slow", "GET")), 1)
+        self.assertGreaterEqual(proxy.metric("shoal_proxy_manifest_flights_joined_total"), 29)
+
     def test_manifests_with_wrong_bytes_or_too_large_are_refused(self):
         good = b'{"schemaVersion":2,"mediaType":"%s","layers":[]}' % pc.OCI_MANIFEST.encode()
         other = pc.sha256(b"some other manifest")

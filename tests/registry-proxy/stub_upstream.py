@@ -22,7 +22,8 @@ Blob behaviours (`BlobScript`), applied to GET (HEAD answers the headers only):
     `StubUpstream.challenge` as WWW-Authenticate) after `deny_delay` s.
 `StubUpstream.delay`: seconds every request waits before it is answered (a slow upstream, for
 missing objects too).
-Manifests are served from `manifests[(repo, ref)] = ManifestScript(...)` the same way.
+Manifests are served from `manifests[(repo, ref)] = ManifestScript(...)` the same way, and
+`hold=True` answers a manifest normally once `release()` is called.
 
 Lifecycle: `StubUpstream().start()`, `stop()`; serves on 127.0.0.1 from daemon threads. The
 request log and scripts are guarded by a lock; `release()` wakes every held response.
@@ -77,6 +78,7 @@ class ManifestScript:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     hang_headers: bool = False
+    hold: bool = False  # answer normally, but only after release()
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,8 @@ class StubUpstream:
             if ms.hang_headers:
                 self._release.wait(60)
                 return self._drop(req)
+            if ms.hold:
+                self._release.wait(60)
             if ms.status is not None:
                 return self._error(req, ms.status, "TOOMANYREQUESTS" if ms.status == 429
                                    else "UNKNOWN", "scripted", ms.headers)

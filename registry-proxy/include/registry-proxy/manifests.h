@@ -22,10 +22,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "registry-proxy/access.h"
 #include "cache/store.h"
@@ -101,9 +104,39 @@ class manifest_service {
     std::string tag_key;  // the tag row's key (tags)
     std::string ring_from;
   };
+  struct flight;
+  // A request that waits for another's fetch does not hold a thread: it is parked on the flight
+  // (park() registers its continuation and the answer is nullopt), and the flight's end runs it
+  // again with `resume` (the flight and which of its two keys), which then takes the flight's
+  // result without waiting. Null park (answer() for tests): the thread waits.
+  struct resume {
+    std::shared_ptr<flight> f;
+    int key = 0;
+  };
+  using park_fn = std::function<void(const resume&)>;
+  // One request being answered (its continuation when parked).
+  struct job {
+    selection sel;
+    oci::manifest_ref ref;
+    credential cred;
+    std::string accept;
+    bool head;
+    http::responder resp;
+    std::string ring_from;
+  };
+  void run(const std::shared_ptr<job>& j, boost::asio::thread_pool& pool, const resume* resumed);
+  [[nodiscard]] std::optional<http::response> respond(const selection& sel,
+                                                      const oci::manifest_ref& ref,
+                                                      const credential& cred,
+                                                      const std::string& accept, bool head,
+                                                      const std::string& ring_from,
+                                                      const park_fn& park, const resume* resumed);
   // The ring key of a manifest: its digest, or "manifest:<upstream>/<repo>:<tag>".
   [[nodiscard]] static std::string ring_key(const want& w);
-  [[nodiscard]] fetched obtain(const want& w, const credential& cred);
+  // nullopt: parked (see resume).
+  [[nodiscard]] std::optional<fetched> obtain(const want& w, const credential& cred,
+                                              const park_fn& park = {},
+                                              const resume* resumed = nullptr);
   // From `owner` (a ring member) or, when empty, upstream; the leader of a flight stores it.
   [[nodiscard]] fetched fetch_and_store(const want& w, const credential& cred,
                                         const std::string& owner);
@@ -136,7 +169,8 @@ class manifest_service {
     std::condition_variable cv;
     bool done = false;
     fetched out;
-    std::string cred_hash;  // the leader's credential
+    std::string cred_hash;                      // the leader's credential
+    std::vector<std::function<void()>> parked;  // continuations of parked waiters (under mu)
   };
   std::mutex flights_mu_;
   std::map<std::string, std::shared_ptr<flight>> flights_;  // guarded by flights_mu_
