@@ -19,6 +19,36 @@ namespace shoal::peerd {
 namespace net = boost::asio;
 using steady = std::chrono::steady_clock;
 
+namespace {
+
+// The request for bytes [from, to] of the object. With several replicas, of the first in the
+// set's order (the one that last answered; one that failed a range is passed over for
+// registry_proxy_backoff), returned in `replica`.
+http::client_request range_request(const fallback_info& fb, std::uint64_t from, std::uint64_t to,
+                                   std::chrono::milliseconds stall,
+                                   std::optional<endpoints::endpoint>& replica) {
+  http::client_request r;
+  if (fb.endpoints) {
+    auto order = fb.endpoints->order();
+    if (!order.empty()) replica = order.front();
+  }
+  if (replica) {
+    r.url = fb.path;
+    replica->apply(r);
+  } else {
+    r.url = fb.url;
+  }
+  r.headers.emplace_back(
+      "Range", "bytes=" + std::to_string(fb.offset + from) + "-" + std::to_string(fb.offset + to));
+  if (!fb.authorization.empty()) r.headers.emplace_back("Authorization", fb.authorization);
+  r.timeouts.connect = std::chrono::milliseconds(2000);
+  r.timeouts.stall = stall;
+  r.max_retries = 1;
+  return r;
+}
+
+}  // namespace
+
 void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   std::uint32_t first = UINT32_MAX, count = 0;
   {
@@ -53,29 +83,11 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   log::info("swarm stalled; fetching a range from registry-proxy",
             log::kv("digest", dl->id().str()), log::kv("first_piece", first),
             log::kv("pieces", count));
-  http::client_request r;
-  // Several replicas: the first in the set's order (the one that last answered, a replica that
-  // failed a range passed over for registry_proxy_backoff).
   std::optional<endpoints::endpoint> replica;
-  if (dl->fallback_.endpoints) {
-    auto order = dl->fallback_.endpoints->order();
-    if (!order.empty()) replica = order.front();
-  }
-  if (replica) {
-    r.url = dl->fallback_.path;
-    replica->apply(r);
-  } else {
-    r.url = dl->fallback_.url;
-  }
+  http::client_request r = range_request(
+      dl->fallback_, from, to,
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2, replica);
   const std::uint64_t base = dl->fallback_.offset;
-  r.headers.emplace_back("Range",
-                         "bytes=" + std::to_string(base + from) + "-" + std::to_string(base + to));
-  if (!dl->fallback_.authorization.empty())
-    r.headers.emplace_back("Authorization", dl->fallback_.authorization);
-  r.timeouts.connect = std::chrono::milliseconds(2000);
-  r.timeouts.stall =
-      std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get()) * 2;
-  r.max_retries = 1;
   struct state_t {
     std::string buf;
     std::uint32_t next;

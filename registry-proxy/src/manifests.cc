@@ -384,6 +384,21 @@ void manifest_service::sweep_tags(std::int64_t now) {
     log::info("expired tag rows deleted", log::kv("rows", *n));
 }
 
+http::response manifest_service::memory_answer(fetched& f, bool head) {
+  http::response r;
+  r.status = 200;
+  r.headers.set("Content-Type", f.media_type);
+  r.headers.set("Docker-Content-Digest", f.dig.str());
+  r.headers.set(std::string(origin::headers::api_version),
+                std::string(origin::headers::api_version_value));
+  r.headers.set("ETag", "\"" + f.dig.str() + "\"");
+  if (head)
+    r.headers.set("Content-Length", std::to_string(f.body.size()));
+  else
+    r.body = std::move(f.body);
+  return r;
+}
+
 std::optional<http::response> manifest_service::respond(
     const selection& sel, const oci::manifest_ref& ref, const credential& cred,
     const std::string& accept, bool head, const std::string& ring_from, const park_fn& park,
@@ -396,20 +411,7 @@ std::optional<http::response> manifest_service::respond(
       r.headers.set(std::string(origin::headers::visibility),
                     std::string(origin::headers::visibility_public));
   };
-  auto from_memory = [&](fetched& f) {
-    http::response r;
-    r.status = 200;
-    r.headers.set("Content-Type", f.media_type);
-    r.headers.set("Docker-Content-Digest", f.dig.str());
-    r.headers.set(std::string(origin::headers::api_version),
-                  std::string(origin::headers::api_version_value));
-    r.headers.set("ETag", "\"" + f.dig.str() + "\"");
-    if (head)
-      r.headers.set("Content-Length", std::to_string(f.body.size()));
-    else
-      r.body = std::move(f.body);
-    return r;
-  };
+  auto from_memory = [&](fetched& f) { return memory_answer(f, head); };
   if (ref.is_digest()) {
     const digest& d = *ref.dig;
     if (store_.contains(d)) {

@@ -148,6 +148,8 @@ class manifest_service {
   [[nodiscard]] status store_manifest(const digest& d, const std::string& body,
                                       const std::string& mt, bool is_public,
                                       const std::string& repo_key);
+  // A fetched manifest answered from memory (its body moved out).
+  [[nodiscard]] static http::response memory_answer(fetched& f, bool head);
   [[nodiscard]] http::response from_store(const digest& d, const std::string& media_type_hint,
                                           bool head, bool stale);
   // At most every 10 minutes: deletes tag rows older than max(tag_ttl, stale_if_error).
