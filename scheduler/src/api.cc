@@ -427,6 +427,8 @@ http::response api::on_place(const http::request& req) {
   }
   auto wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.placement.resolve_timeout.get());
+  // Other replicas' reservations in the log, counted before this one reserves.
+  if (d_.shared != nullptr && !dry_run) d_.shared->catch_up();
   auto r = d_.place.place(*job, standby, !dry_run, wait);
   if (!r) return json_error(status_of(r.error()), r.error().message);
   auto out = to_json(r->p, r->view, *job, d_.place.network());

@@ -159,6 +159,19 @@ std::optional<std::chrono::steady_clock::time_point> shared_state::serving_since
   return serving_since_;
 }
 
+void shared_state::catch_up() {
+  {
+    std::lock_guard lk(mu_);
+    if (!stale_.empty()) return;
+  }
+  auto c = pool_.get();
+  auto r = c->command({"XREVRANGE", opts_.prefix + "log", "+", "-", "COUNT", "1"});
+  if (!r || r->type != redis_reply::kind::array || r->elements.empty() ||
+      r->elements[0].elements.empty())
+    return;
+  if (auto last = log_id::parse(r->elements[0].elements[0].str)) wait_applied(*last);
+}
+
 std::string shared_state::stale_reason() const {
   std::lock_guard lk(mu_);
   return stale_;

@@ -197,6 +197,10 @@ TEST(SharedStateRedis, AHeartbeatIsAppliedWhereReceivedAtOnceAndInTheLogsOrderEv
   // Applied by A at once (its reader sleeps out its batch), never waited for.
   EXPECT_TRUE(holds(a, "l1") && holds(a, "l2"));
   EXPECT_EQ(waited(a), "0");
+  // B's reader, in its batch wait, has not read A's second heartbeat; a placement's catch_up()
+  // reads the log to its end at once.
+  b.shared->catch_up();
+  EXPECT_TRUE(holds(b, "l2"));
   // The node moves to B, whose reader may not have read A's second entry: B applies the log in
   // order before answering.
   auto r3 = b.shared->heartbeat(delta_hb("n1", 3, r1.epoch, {held("l3", 300)}, {dg("l1")}));

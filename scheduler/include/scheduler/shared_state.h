@@ -161,6 +161,10 @@ class shared_state {
   [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> serving_since() const;
   // "" when fresh; else why answers are stale.
   [[nodiscard]] std::string stale_reason() const;
+  // Before a decision that reserves (POST /v1/place): applies the log up to its end now, so
+  // reservations other replicas logged are counted, not only those the reader's batch reached.
+  // Bounded by apply_wait; nothing when Redis is unreachable (the answer is stale anyway).
+  void catch_up();
 
  private:
   struct entry;
