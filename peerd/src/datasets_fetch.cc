@@ -159,7 +159,13 @@ result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j
       spec.objects = std::move(objs);
       if (!a->seed.empty()) spec.seeds.push_back(a->seed);
       // A checkpoint has no origin to fall back to: its holders are its only source.
-      if (!opts_.checkpoints) spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
+      if (!opts_.checkpoints) {
+        spec.fallback_base = proxy(origin::dataset_objects_base(j->ref));
+        if (d_.proxy != nullptr) {
+          spec.fallback_endpoints = d_.proxy->endpoints();
+          spec.fallback_path = origin::dataset_objects_base(j->ref);
+        }
+      }
       spec.grant = std::move(a->grant);
       spec.name = j->ref + " group " + std::to_string(g);
       return spec;

@@ -262,7 +262,18 @@ void swarm_manager::group_http_fallback(const std::shared_ptr<group_download>& d
   }
   log::info("dataset group stalled; fetching its objects from registry-proxy over HTTP",
             log::kv("group", dl->spec_.name), log::kv("objects", missing.size()));
-  if (auto e = group_fetch_members(dl, missing)) return fail(dl, *e);
+  // With several replicas, once on each while one fails under the transfers (it died mid-group).
+  const std::size_t tries =
+      dl->spec_.fallback_endpoints ? dl->spec_.fallback_endpoints->order().size() : 1;
+  for (std::size_t t = 0;; ++t) {
+    bool replica_failed = false;
+    auto e = group_fetch_members(dl, missing, replica_failed);
+    if (!e) break;
+    if (!replica_failed || t + 1 >= tries || stop_.load()) return fail(dl, *e);
+    log::warn("dataset group: registry-proxy failed under the transfers; the rest from the next",
+              log::kv("group", dl->spec_.name), log::kv("error", e->message));
+    std::erase_if(missing, [&](const auto& m) { return d_.store.contains(m.first); });
+  }
   for (const auto& [d, size] : dl->spec_.objects) {
     // Members written by someone else meanwhile: give them a moment.
     for (int i = 0; i < 200 && !d_.store.contains(d); ++i)
@@ -279,8 +290,14 @@ void swarm_manager::group_http_fallback(const std::shared_ptr<group_download>& d
 // error, if any.
 std::optional<error> swarm_manager::group_fetch_members(
     const std::shared_ptr<group_download>& dl,
-    const std::vector<std::pair<digest, std::uint64_t>>& missing) {
+    const std::vector<std::pair<digest, std::uint64_t>>& missing, bool& replica_failed) {
   const std::size_t parallel = std::max<std::size_t>(1, groups_->http_parallel);
+  // One replica for this pass (the first in the set's order); marked down when it fails.
+  std::optional<endpoints::endpoint> replica;
+  if (dl->spec_.fallback_endpoints) {
+    auto order = dl->spec_.fallback_endpoints->order();
+    if (!order.empty()) replica = order.front();
+  }
   auto stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get());
   std::optional<error> first;
   for (std::size_t at = 0; at < missing.size() && !first && !stop_.load(); at += parallel) {
@@ -305,7 +322,12 @@ std::optional<error> swarm_manager::group_fetch_members(
       auto prom = std::make_shared<std::promise<result<http::completion>>>();
       x.done = prom->get_future();
       http::client_request r;
-      r.url = dl->spec_.fallback_base + d.str();
+      if (replica) {
+        r.url = dl->spec_.fallback_path + d.str();
+        replica->apply(r);
+      } else {
+        r.url = dl->spec_.fallback_base + d.str();
+      }
       r.timeouts.connect = std::chrono::milliseconds(2000);
       r.timeouts.stall = stall * 2;
       r.max_retries = 2;
@@ -330,6 +352,7 @@ std::optional<error> swarm_manager::group_fetch_members(
     for (auto& x : batch) {
       auto res = x.done.get();
       std::optional<error> e;
+      if (!res || *x.status == 503) replica_failed = true;
       if (!res) {
         e = res.error();
       } else if (*x.status != 200) {
@@ -343,6 +366,12 @@ std::optional<error> swarm_manager::group_fetch_members(
         if (!first) first = e->wrap("HTTP fallback for " + dl->spec_.name);
       }
     }
+  }
+  if (replica && dl->spec_.fallback_endpoints) {
+    if (replica_failed)
+      dl->spec_.fallback_endpoints->failed(*replica);
+    else
+      dl->spec_.fallback_endpoints->succeeded(*replica);
   }
   return first;
 }

@@ -33,6 +33,7 @@
 
 #include "../common/support/test_http_server.h"
 #include "../common/support/test_pki.h"
+#include "common/endpoints.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "test_util.h"
@@ -439,6 +440,41 @@ TEST(Swarm, GroupWithoutSourcesFailsAndKeepsItsPartialDirectory) {
   EXPECT_TRUE(wait_for([&] { return b.swarm->active_groups() == 0; }, 2s));
   EXPECT_TRUE(wait_for([&] { return b.swarm->counters().downloads_failed.load() == 1; }, 2s));
   EXPECT_TRUE(std::filesystem::exists(group_dirs(b).partial_dir + "/" + (*dl)->info_hash()));
+}
+
+// A group with no peers comes over HTTP from registry-proxy. With several replicas the objects
+// are asked of the first in the set's order; one that does not answer (here: nothing listens,
+// as when it died) is marked down and the objects still missing come from the next.
+TEST(Swarm, GroupFallbackMovesToTheNextReplicaWhenOneFails) {
+  node b("b", fast_cfg());
+  ASSERT_TRUE(b.swarm->enable_groups(group_dirs(b)));
+  auto bytes = testing::bytes_of(1 << 20, 13);
+  auto m = meta_of(bytes);
+  const std::string path = "/v2/team/ds/objects/";
+  ht::test_http_server live([&](const ht::recorded_request& r) {
+    if (r.target != path + m.object.str()) return ht::reply{404, {}, {}, "no such object"};
+    return range_reply(bytes, r);
+  });
+  // A port nothing listens on: the first replica, dead.
+  std::string dead;
+  {
+    ht::test_http_server gone([](const ht::recorded_request&) { return ht::reply{}; });
+    dead = gone.base();
+  }
+  auto set = endpoints::endpoint_set::create({dead, live.base()});
+  ASSERT_TRUE(set) << set.error().message;
+  auto g = single_group(m, {});
+  g.fallback_base = dead + path;  // what a lone link would use: never reached here
+  g.fallback_endpoints = *set;
+  g.fallback_path = path;
+  auto dl = b.swarm->fetch_group(g);
+  ASSERT_TRUE(dl) << dl.error().message;
+  EXPECT_EQ((*dl)->wait_for(20s), transfer::state::complete)
+      << ((*dl)->failure() ? (*dl)->failure()->message : "");
+  EXPECT_TRUE(b.store->contains(m.object));
+  EXPECT_EQ(live.request_count(), 1u);
+  // The dead replica is now tried last.
+  EXPECT_EQ((*set)->order().front().base, live.base());
 }
 
 // BitTorrent between members: with a cluster root set, peerd's one parse of a .torrent (every

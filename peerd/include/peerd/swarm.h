@@ -117,8 +117,13 @@ struct group_spec {
   std::vector<std::pair<digest, std::uint64_t>> objects;  // pack order; a single has one
   std::vector<std::string> seeds;                         // Shoal-Seed endpoints
   std::string fallback_base;  // registry-proxy + origin::dataset_objects_base(<ref>) (+ digest)
-  std::string name;           // for logs: "<ref> group <i>"
-  std::string grant;          // registry-proxy's grant for this node and swarm (Shoal-Grant)
+  // The registry-proxy replicas when peerd knows several: the objects are asked of the first in
+  // their order at `fallback_path` (+ digest) instead of fallback_base, and when one fails with
+  // no answer or a 503, the objects still missing are asked of the next.
+  std::shared_ptr<endpoints::endpoint_set> fallback_endpoints;
+  std::string fallback_path;
+  std::string name;   // for logs: "<ref> group <i>"
+  std::string grant;  // registry-proxy's grant for this node and swarm (Shoal-Grant)
   // Seed it the way registry-proxy seeds (swarm.h, origin_superseed_plugin): this node is the
   // group's first and only holder (the writer of a checkpoint), so it offers each peer a few
   // pieces at a time and sends every piece once before any twice. Only when the group is
@@ -420,7 +425,7 @@ class swarm_manager {
   void group_http_fallback(const std::shared_ptr<group_download>& dl);
   [[nodiscard]] std::optional<error> group_fetch_members(
       const std::shared_ptr<group_download>& dl,
-      const std::vector<std::pair<digest, std::uint64_t>>& missing);
+      const std::vector<std::pair<digest, std::uint64_t>>& missing, bool& replica_failed);
 
   // The seed table (swarm_seeds.cc).
   struct seed_entry {
