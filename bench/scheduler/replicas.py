@@ -100,25 +100,6 @@ def busy_share(a: list[int], b: list[int]) -> float:
     return round(1 - (d[3] + d[4]) / total, 3) if total else 0.0
 
 
-def replica_metrics(urls: list[str], names: tuple[str, ...]) -> dict[str, list[float | None]]:
-    """The named samples of every replica's /metrics (None where missing or unreachable)."""
-    out: dict[str, list[float | None]] = {n: [] for n in names}
-    for u in urls:
-        try:
-            with urllib.request.urlopen(u + "/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            text = ""
-        found = {}
-        for line in text.splitlines():
-            name, _, value = line.rpartition(" ")
-            if name in out:
-                found[name] = float(value)
-        for n in names:
-            out[n].append(found.get(n))
-    return out
-
-
 class Profile:
     """`perf record -g` of every process of the `counted` groups for the phase, to
     DIR/<label>-<group><i>.data (nothing when DIR is empty). perf's own CPU is in no group, but it
@@ -203,6 +184,12 @@ def post(url: str, body: dict, timeout: float = 30) -> tuple[int, bytes]:
 def metrics(url: str) -> dict[str, float]:
     code, body = get(url + "/metrics")
     return parse_metrics(body.decode()) if code == 200 else {}
+
+
+def replica_metrics(urls: list[str], names: tuple[str, ...]) -> dict[str, list[float | None]]:
+    """The named samples of every replica's /metrics (None where missing or unreachable)."""
+    pages = [metrics(u) for u in urls]
+    return {n: [p.get(n) for p in pages] for n in names}
 
 
 def node_count(url: str) -> int:

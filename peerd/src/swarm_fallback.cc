@@ -21,23 +21,39 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// The request for bytes [from, to] of the object. With several replicas, of the first in the
-// set's order (the one that last answered; one that failed a range is passed over for
-// registry_proxy_backoff), returned in `replica`.
+// With several registry-proxy replicas, the one to ask: the first in the set's order (the one
+// that last answered; one that failed is passed over for registry_proxy_backoff).
+std::optional<endpoints::endpoint> first_replica(
+    const std::shared_ptr<endpoints::endpoint_set>& replicas) {
+  if (!replicas) return std::nullopt;
+  return replicas->order().front();  // never empty
+}
+
+// Points `r` at `path` on `replica`, or at `url` (the one registry-proxy peerd knows).
+void aim(http::client_request& r, const std::optional<endpoints::endpoint>& replica,
+         const std::string& path, const std::string& url) {
+  r.url = replica ? path : url;
+  if (replica) replica->apply(r);
+}
+
+// How `replica` did: one that sent no answer, cut a stream or drained (503) goes last. (A 502 or
+// 504 is registry-proxy's word on its upstream, which another replica would only ask again.)
+void report(const std::shared_ptr<endpoints::endpoint_set>& replicas,
+            const std::optional<endpoints::endpoint>& replica, bool failed) {
+  if (!replica || !replicas) return;
+  if (failed)
+    replicas->failed(*replica);
+  else
+    replicas->succeeded(*replica);
+}
+
+// The request for bytes [from, to] of the object (on first_replica(), returned in `replica`).
 http::client_request range_request(const fallback_info& fb, std::uint64_t from, std::uint64_t to,
                                    std::chrono::milliseconds stall,
                                    std::optional<endpoints::endpoint>& replica) {
   http::client_request r;
-  if (fb.endpoints) {
-    auto order = fb.endpoints->order();
-    if (!order.empty()) replica = order.front();
-  }
-  if (replica) {
-    r.url = fb.path;
-    replica->apply(r);
-  } else {
-    r.url = fb.url;
-  }
+  replica = first_replica(fb.endpoints);
+  aim(r, replica, fb.path, fb.url);
   r.headers.emplace_back(
       "Range", "bytes=" + std::to_string(fb.offset + from) + "-" + std::to_string(fb.offset + to));
   if (!fb.authorization.empty()) r.headers.emplace_back("Authorization", fb.authorization);
@@ -125,15 +141,8 @@ void swarm_manager::start_fallback(const std::shared_ptr<download>& dl) {
   };
   cb.on_complete = [dl, st, replica](result<http::completion> res) {
     bool ok = res && (st->status == 206 || st->status == 200);
-    if (replica && dl->fallback_.endpoints) {
-      // No answer, a cut stream or a draining replica: the next range goes to another one. (A
-      // 502/504 is registry-proxy's word on its upstream, which another would only ask again.)
-      if (ok || (res && st->status != 503)) {
-        dl->fallback_.endpoints->succeeded(*replica);
-      } else {
-        dl->fallback_.endpoints->failed(*replica);
-      }
-    }
+    // The next range goes to another replica when this one failed.
+    report(dl->fallback_.endpoints, replica, !res || st->status == 503);
     std::lock_guard lk(dl->mu_);
     dl->fallback_inflight_ = false;
     dl->fallback_chain_ = ok;
@@ -292,12 +301,8 @@ std::optional<error> swarm_manager::group_fetch_members(
     const std::shared_ptr<group_download>& dl,
     const std::vector<std::pair<digest, std::uint64_t>>& missing, bool& replica_failed) {
   const std::size_t parallel = std::max<std::size_t>(1, groups_->http_parallel);
-  // One replica for this pass (the first in the set's order); marked down when it fails.
-  std::optional<endpoints::endpoint> replica;
-  if (dl->spec_.fallback_endpoints) {
-    auto order = dl->spec_.fallback_endpoints->order();
-    if (!order.empty()) replica = order.front();
-  }
+  // One replica for this pass; marked down when it fails.
+  const auto replica = first_replica(dl->spec_.fallback_endpoints);
   auto stall = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.stall_timeout.get());
   std::optional<error> first;
   for (std::size_t at = 0; at < missing.size() && !first && !stop_.load(); at += parallel) {
@@ -322,12 +327,7 @@ std::optional<error> swarm_manager::group_fetch_members(
       auto prom = std::make_shared<std::promise<result<http::completion>>>();
       x.done = prom->get_future();
       http::client_request r;
-      if (replica) {
-        r.url = dl->spec_.fallback_path + d.str();
-        replica->apply(r);
-      } else {
-        r.url = dl->spec_.fallback_base + d.str();
-      }
+      aim(r, replica, dl->spec_.fallback_path + d.str(), dl->spec_.fallback_base + d.str());
       r.timeouts.connect = std::chrono::milliseconds(2000);
       r.timeouts.stall = stall * 2;
       r.max_retries = 2;
@@ -367,12 +367,7 @@ std::optional<error> swarm_manager::group_fetch_members(
       }
     }
   }
-  if (replica && dl->spec_.fallback_endpoints) {
-    if (replica_failed)
-      dl->spec_.fallback_endpoints->failed(*replica);
-    else
-      dl->spec_.fallback_endpoints->succeeded(*replica);
-  }
+  report(dl->spec_.fallback_endpoints, replica, replica_failed);
   return first;
 }
 

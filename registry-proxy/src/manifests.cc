@@ -411,7 +411,6 @@ std::optional<http::response> manifest_service::respond(
       r.headers.set(std::string(origin::headers::visibility),
                     std::string(origin::headers::visibility_public));
   };
-  auto from_memory = [&](fetched& f) { return memory_answer(f, head); };
   if (ref.is_digest()) {
     const digest& d = *ref.dig;
     if (store_.contains(d)) {
@@ -430,7 +429,7 @@ std::optional<http::response> manifest_service::respond(
     if (f.status != 200) return manifest_error(f.status, f.message, f.retry_after);
     http::response r = from_store(d, f.media_type, head, false);
     // Not cacheable (disk full...): answer from memory anyway.
-    if (r.status != 200) r = from_memory(f);
+    if (r.status != 200) r = memory_answer(f, head);
     tell_member(r, f.is_public);
     return r;
   }
@@ -464,7 +463,7 @@ std::optional<http::response> manifest_service::respond(
   if (f.status == 200) {
     const bool is_public = f.is_public, stale = f.stale;
     const auto age_ms = f.age_ms;
-    auto r = from_memory(f);
+    auto r = memory_answer(f, head);
     if (stale) {
       r.headers.set("Warning", "110 shoal-registry-proxy \"Response is Stale\"");
       if (m_.stale_served) m_.stale_served->inc();
