@@ -376,6 +376,13 @@ void app::register_metrics() {
                   "Pieces given a deadline because a Range request wanted them "
                   "(swarm.range_deadline_bytes).",
                   [c] { return static_cast<double>(c->range_deadline_pieces.load()); });
+  reg_.counter_fn("shoal_peerd_range_direct_total",
+                  "Small Range requests of a chunk registry-proxy had not cut yet, read from "
+                  "registry-proxy directly (swarm.range_direct_bytes).",
+                  [c] { return static_cast<double>(c->range_direct.load()); });
+  reg_.counter_fn("shoal_peerd_range_direct_bytes_total",
+                  "Bytes of those Range requests, served to the client from registry-proxy.",
+                  [c] { return static_cast<double>(c->range_direct_bytes.load()); });
   reg_.counter_fn("shoal_peerd_bytes_uploaded_total", "Payload bytes uploaded to peers.",
                   [c] { return static_cast<double>(c->uploaded.load()); });
   reg_.counter_fn("shoal_peerd_hash_failures_total",

@@ -1,6 +1,7 @@
 #include "peerd/chunked.h"
 
 #include <fcntl.h>
+#include <algorithm>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -82,12 +83,17 @@ chunked_blob::chunked_blob(deps d, std::string ns, std::string repo, const diges
 }
 
 chunked_blob::~chunked_blob() {
-  if (driver_.joinable()) {
-    if (driver_.get_id() == std::this_thread::get_id())
-      driver_.detach();
+  // The last reference may be dropped on one of these threads: that one is detached (it only
+  // returns from here).
+  auto end = [](std::thread& t) {
+    if (!t.joinable()) return;
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();
     else
-      driver_.join();
-  }
+      t.join();
+  };
+  end(driver_);
+  for (auto& [t, d] : direct_threads_) end(t);
 }
 
 void chunked_blob::start() {
@@ -344,7 +350,7 @@ status chunked_blob::chunk_ready(std::uint32_t i, std::shared_ptr<download> dl) 
     }
     (void)d_.store.pin(id, "chunked", cache::clock::now() + std::chrono::minutes(10));
   }
-  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> ready;
+  std::vector<waiter> ready;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted;
   chunk joined;
   {
@@ -374,6 +380,7 @@ void chunked_blob::want_in_chunk(const chunk& c, std::uint64_t off, std::uint64_
 }
 
 void chunked_blob::want_range(std::uint64_t off, std::uint64_t end) {
+  start_direct(off, end);
   const std::uint64_t budget = d_.swarm.range_deadline_bytes();
   end = std::min(end, size_);
   if (budget == 0 || off >= end) return;
@@ -514,7 +521,7 @@ status chunked_blob::assemble() {
 }
 
 void chunked_blob::mark_verified() {
-  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> retry;
+  std::vector<waiter> retry;
   {
     std::lock_guard lk(mu_);
     if (verified_) return;
@@ -526,7 +533,7 @@ void chunked_blob::mark_verified() {
 
 void chunked_blob::finish(std::optional<error> e) {
   std::vector<read_cb> failed;
-  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>> retry;
+  std::vector<waiter> retry;
   {
     std::lock_guard lk(mu_);
     if (st_ != state::running) return;
@@ -536,6 +543,7 @@ void chunked_blob::finish(std::optional<error> e) {
     for (auto& v : final_) retry.push_back(std::move(v));
     waiting_.clear();
     final_.clear();
+    direct_.clear();  // ranges still asked keep their readers and serve them when answered
   }
   cv_.notify_all();
   for (auto& [range, cb] : retry) serve(range.first, range.second, std::move(cb));
@@ -574,6 +582,7 @@ void chunked_blob::serve(std::uint64_t off, std::size_t max, read_cb cb) {
     return;
   }
   std::uint64_t limit = verified_ ? max : std::min<std::uint64_t>(max, size_ - 1 - off);
+  if (!direct_.empty() && serve_direct(lk, off, limit, max, cb)) return;
   auto k = std::min(static_cast<std::uint32_t>(off / chunk_size_), count_ - 1);
   if (!chunks_[k].ready) {
     waiting_.insert({k, {{off, max}, std::move(cb)}});

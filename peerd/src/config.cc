@@ -161,6 +161,13 @@ void describe(config::binder& b, swarm_config& c) {
           "before the swarm's rarest-first order (chunks of a blob fetched in chunks as each "
           "arrives). 0: none.",
           {.max = config::byte_size::gib(1)});
+  b.field("range_direct_bytes", c.range_direct_bytes,
+          "A Range request of at most this many bytes (a lazy reader such as stargz: open-ended "
+          "`bytes=N-` and longer ranges never qualify) of a blob fetched in chunks, whose chunk "
+          "registry-proxy has not cut yet, is read from registry-proxy at once (it answers as "
+          "soon as its own upstream fetch reaches the range) instead of waiting for the chunk's "
+          "swarm. Every node asking costs registry-proxy those bytes once more. 0: off.",
+          {.max = config::byte_size::mib(64)});
   b.field("heartbeat_interval", c.heartbeat_interval,
           "How often the node reports its holdings to the scheduler.", {.min = 1s});
   b.field(

@@ -372,6 +372,64 @@ TEST(Fetcher, ChunkedStartConfirmsItsClient) {
   n.fetch.reset();
 }
 
+// A small Range inside a chunk registry-proxy has not listed yet is asked of registry-proxy at once
+// (a Range GET of the blob) and read from its answer (chunked.h, want_range): six of them, more
+// than the four a blob holds at once. An open-ended range is not asked. Once the chunk is listed
+// the blob completes from its chunks.
+TEST(Fetcher, ASmallRangeOfAChunkNotCutYetIsReadFromRegistryProxy) {
+  chunked_origin o;
+  const std::uint64_t c = chunked_origin::chunk;
+  std::atomic<bool> cut{false};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (chunked_origin::is_chunk_list(r) && !cut) {
+      origin::chunk_list l{o.whole.object, o.bytes.size(), c, false, std::nullopt, {}};
+      l.chunks.push_back({o.parts[0].object, 0, o.parts[0].size});
+      ht::reply out;
+      out.head_delay = 50ms;  // a long poll, cut short
+      out.headers.emplace_back("Content-Type", "application/json");
+      out.body = origin::encode(l);
+      return out;
+    }
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  ASSERT_TRUE(s) << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  auto& blob = *s->chunked;
+  auto read = [&](std::uint64_t off, std::size_t len) -> result<std::string> {
+    auto p = std::make_shared<std::promise<result<std::string>>>();
+    auto f = p->get_future();
+    blob.read(off, len, [p](result<std::string> b) { p->set_value(std::move(b)); });
+    if (f.wait_for(10s) != std::future_status::ready) return fail(errc::timeout, "no read");
+    return f.get();
+  };
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    const std::uint64_t off = c + 1000 * i + 7;
+    blob.want_range(off, off + 500);
+    auto b = read(off, 500);
+    ASSERT_TRUE(b) << b.error().message;
+    EXPECT_EQ(*b, o.bytes.substr(off, 500));
+    EXPECT_EQ(requests_where(srv,
+                             [&](const ht::recorded_request& r) {
+                               return r.header("Range") == "bytes=" + std::to_string(off) + "-" +
+                                                               std::to_string(off + 499);
+                             }),
+              1u);
+  }
+  EXPECT_EQ(n.swarm->counters().range_direct.load(), 6u);
+  EXPECT_EQ(n.swarm->counters().range_direct_bytes.load(), 6u * 500);
+  blob.want_range(c + 20000, o.bytes.size());
+  EXPECT_EQ(n.swarm->counters().range_direct.load(), 6u);
+  EXPECT_EQ(blob.current(), chunked_blob::state::running);
+  cut = true;
+  ASSERT_TRUE(blob.wait());
+  EXPECT_TRUE(n.store->contains(o.whole.object));
+  auto last = read(o.bytes.size() - 10, 10);
+  ASSERT_TRUE(last) << last.error().message;
+  EXPECT_EQ(*last, o.bytes.substr(o.bytes.size() - 10));
+}
+
 // A listed chunk whose metainfo registry-proxy no longer has (evicted, or a restart): its range of
 // the blob comes over HTTP into the cache under the chunk's digest, and the blob completes.
 TEST(Fetcher, AChunkWithoutSwarmIsFetchedByItsRange) {

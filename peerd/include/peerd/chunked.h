@@ -79,7 +79,13 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   void read(std::uint64_t off, std::size_t max, std::function<void(result<std::string>)> cb);
   // A Range reader wants [off, end) soon: the pieces under its first swarm.range_deadline_bytes
   // get deadlines in the chunks that hold them, now for chunks already joined, else as each
-  // chunk is joined (download::want_range).
+  // chunk is joined (download::want_range). A range of at most swarm.range_direct_bytes whose
+  // chunk is not joined yet is also asked of registry-proxy at once (a `Range` GET of the blob,
+  // which registry-proxy answers as soon as its upstream fetch reaches it), and reads inside it
+  // are served from those bytes: a lazy reader does not wait for registry-proxy to cut every
+  // chunk before its range. registry-proxy is the origin the metainfo comes from, so its bytes
+  // need no piece check; bytes from peers still come only from verified pieces, and the blob's
+  // last byte still only once the whole blob verified.
   void want_range(std::uint64_t off, std::uint64_t end);
   // Blocks until the blob is committed to the cache or has failed.
   [[nodiscard]] status wait();
@@ -92,6 +98,16 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
     bool ready = false;            // dl set or held locally
   };
   using read_cb = std::function<void(result<std::string>)>;
+  using waiter = std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>;
+  // [off, end) of the blob read from registry-proxy for a small Range (want_range).
+  struct direct_range {
+    std::uint64_t off = 0, end = 0;
+    bool done = false;    // answered (bytes set) or failed (bytes null: reads use the chunk)
+    bool exited = false;  // its thread no longer needs the lock (it may be joined)
+    std::shared_ptr<const std::string> bytes;
+    std::vector<waiter> waiters;  // reads inside it while it is asked
+  };
+  static constexpr std::size_t max_direct = 4;  // held per blob, in flight or answered
 
   void drive();
   [[nodiscard]] status learn_chunks();
@@ -105,6 +121,13 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   // Deadlines in chunk `c`'s download for the part of [off, end) it holds.
   static void want_in_chunk(const chunk& c, std::uint64_t off, std::uint64_t end);
   [[nodiscard]] status fetch_chunk_range(std::uint32_t i, const std::string& why);
+  void start_direct(std::uint64_t off, std::uint64_t end);
+  void fetch_direct(const std::shared_ptr<direct_range>& d);
+  // Serves a read from an answered direct range that holds `off` (true), or queues it on one
+  // still being asked (true); false: no direct range holds it. Called with mu_ held (`lk`); may
+  // unlock it.
+  bool serve_direct(std::unique_lock<std::mutex>& lk, std::uint64_t off, std::uint64_t limit,
+                    std::size_t max, read_cb& cb);
   [[nodiscard]] status wait_chunk(std::uint32_t i);
   [[nodiscard]] status assemble();
   void mark_verified();
@@ -131,12 +154,12 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   bool first_round_ = false;  // the first chunk-list answer was taken in
   std::string retry_after_;   // set when shedding load failed the fetch
   bool verified_ = false;     // the blob's sha256 matched (its last byte may be served)
-  std::multimap<std::uint32_t, std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
-      waiting_;  // by chunk
-  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, read_cb>>
-      final_;                                                    // need the verified blob
+  std::multimap<std::uint32_t, waiter> waiting_;                 // by chunk
+  std::vector<waiter> final_;                                    // need the verified blob
   std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted_;  // want_range's [off, end), newest
                                                                  // last, at most 16
+  std::vector<std::shared_ptr<direct_range>> direct_;            // at most max_direct
+  std::vector<std::pair<std::thread, std::shared_ptr<direct_range>>> direct_threads_;
 };
 
 }  // namespace shoal::peerd

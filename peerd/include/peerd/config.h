@@ -82,6 +82,8 @@ struct swarm_config {
   int streaming_window = 0;  // pieces given deadlines ahead of a reader (docs/p2p.md)
   config::byte_size range_deadline_bytes =
       config::byte_size::mib(16);  // a Range request's first bytes get piece deadlines (0: off)
+  config::byte_size range_direct_bytes =
+      config::byte_size::mib(4);  // a small Range of a chunk not cut yet: from registry-proxy
   config::duration heartbeat_interval = 10s;
   bool count_sources = true;        // per-block alerts attribute bytes to origin or peers
   bool require_grants = true;       // with tls: pieces only to peers with registry-proxy's grant

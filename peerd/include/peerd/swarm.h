@@ -85,6 +85,8 @@ struct source_counters {
   std::atomic<std::uint64_t> fallbacks{0};    // HTTP fallback ranges fetched
   std::atomic<std::uint64_t> downloads_ok{0}, downloads_failed{0};
   std::atomic<std::uint64_t> range_deadline_pieces{0};  // pieces given deadlines for a Range
+  // Small Ranges of a chunk not cut yet, read from registry-proxy directly, and their bytes.
+  std::atomic<std::uint64_t> range_direct{0}, range_direct_bytes{0};
 };
 
 // How to fetch ranges of the object from registry-proxy when the swarm stalls.
@@ -343,6 +345,7 @@ class swarm_manager {
   [[nodiscard]] std::uint64_t range_deadline_bytes() const {
     return cfg_.range_deadline_bytes.bytes();
   }
+  [[nodiscard]] std::uint64_t range_direct_bytes() const { return cfg_.range_direct_bytes.bytes(); }
   [[nodiscard]] const swarm_config& config() const { return cfg_; }
 
   // Internal (plugin and download callbacks).

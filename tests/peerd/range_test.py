@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""A lazy reader's small Range of a cold blob that registry-proxy is still cutting into chunks
+(peerd/include/peerd/chunked.h, want_range; swarm.range_direct_bytes), against the real
+registry-proxy and peerd on loopback, with a scripted upstream (tests/registry-proxy/
+stub_upstream.py) that holds the blob at 20 MiB so "not cut yet" is deterministic.
+
+The blob is 40 MiB, cut into chunks of 16 MiB ([0, 16) and [16, 40) MiB): while the upstream
+holds, chunk 0 exists and chunk 1 cannot.
+- A 1 MiB Range inside chunk 1 is answered while the upstream still holds: peerd asks
+  registry-proxy for it directly (registry-proxy has those bytes from its own fetch), and the
+  bytes are right. Before this, the reader waited for the whole chunk to be cut and swarmed.
+- An open-ended `bytes=N-` Range (containerd 2's parallel layer fetch, or any reader of the rest
+  of the blob) is not asked directly: it gets its first byte only once the upstream goes on and
+  the chunk exists, so such readers do not multiply registry-proxy's load.
+- registry-proxy fetched the blob from upstream once; the whole blob through peerd afterwards
+  is the right one.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import random
+import sys
+import threading
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[0] / "support"))
+sys.path.insert(0, str(HERE.parents[0] / "registry-proxy"))
+
+from shoal_fixtures import FixtureTestCase  # noqa: E402
+from shoal_fixtures.nodes import Peerd  # noqa: E402
+from shoal_fixtures.shoal import RegistryProxy, parse_metrics, upstream  # noqa: E402
+from stub_upstream import StubUpstream  # noqa: E402
+
+MIB = 1 << 20
+
+
+class RangeTest(FixtureTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-peerd-range-")
+        cls.stub = cls.class_track(StubUpstream().start())
+        cls.proxy = cls.class_track(RegistryProxy(d / "proxy", upstreams=[
+            upstream("stub.test", cls.stub.url, stall_timeout="60s")], torrent=True).start())
+        cls.peerd = cls.class_track(Peerd(d / "peerd", name="range-node", registry_proxy=cls.proxy.url,
+                                          extra={"swarm": {"stall_timeout": "2s",
+                                                           "fallback_deadline": "60s"}}).start())
+
+    def metric(self, name: str) -> float:
+        c = http.client.HTTPConnection("127.0.0.1", self.peerd.http_port, timeout=10)
+        try:
+            c.request("GET", "/metrics")
+            return parse_metrics(c.getresponse().read().decode()).get(name, 0)
+        finally:
+            c.close()
+
+    def get(self, path: str, headers: dict[str, str], out: dict) -> None:
+        """GET through peerd recording status, headers, body and when the first body byte came."""
+        c = http.client.HTTPConnection("127.0.0.1", self.peerd.http_port, timeout=90)
+        try:
+            c.request("GET", path, headers=headers)
+            r = c.getresponse()
+            out["status"], out["headers"] = r.status, {k.lower(): v for k, v in r.getheaders()}
+            first = r.read(1)
+            out["first_byte_at"] = time.monotonic()
+            out["body"] = first + r.read()
+        except Exception as e:  # reported by the test, not lost in a thread
+            out["error"] = repr(e)
+        finally:
+            c.close()
+
+    def cut_chunks(self, digest: str) -> int:
+        s, _, body = self.proxy.get(f"/shoal/v1/chunks/{digest}?ns=stub.test&repo=team/lazy&have=0&wait_ms=0")
+        self.assertEqual(s, 200, body[:300])
+        return len(json.loads(body)["chunks"])
+
+    def test_small_range_of_an_uncut_chunk_comes_from_registry_proxy_at_once(self):
+        data = random.Random("peerd-range-direct").randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB)
+        self.addCleanup(self.stub.release)
+        path = f"/v2/team/lazy/blobs/{digest}?ns=stub.test"
+        direct0 = self.metric("shoal_peerd_range_direct_total")
+        bytes0 = self.metric("shoal_peerd_range_direct_bytes_total")
+
+        lo, hi = 17 * MIB + 12345, 18 * MIB + 12344  # 1 MiB inside chunk 1 ([16, 40) MiB)
+        small: dict = {}
+        t0 = time.monotonic()
+        self.get(path, {"Range": f"bytes={lo}-{hi}"}, small)
+        took = time.monotonic() - t0
+        self.assertNotIn("error", small)
+        self.assertEqual(small["status"], 206, small.get("body", b"")[:300])
+        self.assertEqual(small["headers"].get("content-range"), f"bytes {lo}-{hi}/{len(data)}")
+        self.assertEqual(small["body"], data[lo:hi + 1])
+        print(f"\n1 MiB range of the uncut chunk answered in {took:.2f} s while the upstream holds")
+        # Still held: chunk 1 does not exist, so the bytes did not come from it.
+        self.assertEqual(self.cut_chunks(digest), 1)
+        self.assertEqual(self.metric("shoal_peerd_range_direct_total") - direct0, 1)
+        self.assertEqual(self.metric("shoal_peerd_range_direct_bytes_total") - bytes0, hi - lo + 1)
+
+        # An open-ended range is not asked directly: no byte before the chunk exists, although
+        # registry-proxy holds its first MiB (the upstream is at 20 MiB). (The range above is
+        # kept for reads inside it: an open-ended range from `lo` would start with those bytes.)
+        lo = 19 * MIB
+        rest: dict = {}
+        t = threading.Thread(target=self.get, args=(path, {"Range": f"bytes={lo}-"}, rest), daemon=True)
+        t.start()
+        time.sleep(2.0)
+        self.assertNotIn("first_byte_at", rest, "an open-ended range was answered before its chunk existed")
+        released = time.monotonic()
+        self.stub.release()
+        t.join(90)
+        self.assertFalse(t.is_alive(), "the open-ended range never ended")
+        self.assertNotIn("error", rest)
+        self.assertEqual(rest["status"], 206)
+        self.assertGreaterEqual(rest["first_byte_at"], released)
+        self.assertEqual(rest["body"], data[lo:])
+        self.assertEqual(self.metric("shoal_peerd_range_direct_total") - direct0, 1)
+
+        # The whole blob through peerd; registry-proxy went upstream once.
+        whole: dict = {}
+        self.get(path, {}, whole)
+        self.assertEqual(whole.get("status"), 200, whole)
+        self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
+        self.assertEqual(len(self.stub.requests(digest, "GET")), 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
