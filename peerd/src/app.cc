@@ -383,6 +383,11 @@ void app::register_metrics() {
   reg_.counter_fn("shoal_peerd_range_direct_bytes_total",
                   "Bytes of those Range requests, served to the client from registry-proxy.",
                   [c] { return static_cast<double>(c->range_direct_bytes.load()); });
+  reg_.counter_fn("shoal_peerd_chunked_tails_total",
+                  "Blobs fetched in chunks whose remaining chunks came as ranges of the blob, "
+                  "because registry-proxy stopped listing them (the replica cutting it died or "
+                  "restarted).",
+                  [c] { return static_cast<double>(c->chunked_tails.load()); });
   reg_.counter_fn("shoal_peerd_bytes_uploaded_total", "Payload bytes uploaded to peers.",
                   [c] { return static_cast<double>(c->uploaded.load()); });
   reg_.counter_fn("shoal_peerd_hash_failures_total",

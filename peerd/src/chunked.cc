@@ -137,7 +137,7 @@ result<http::full_response> chunked_blob::ask(const http::client_request& r, std
   for (int round = 0; round < 100000; ++round) {
     http::client_request once(r);
     once.max_retries = 0;
-    auto f = origin::call(d_.http, std::move(once), max_body);
+    auto f = call(std::move(once), max_body);
     bool flaky = !f || f->status == 502 || f->status == 503 || f->status == 504;
     if (flaky && retries-- > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -165,15 +165,20 @@ std::pair<std::uint32_t, std::uint32_t> chunked_blob::chunks_done() const {
   return {done, count_};
 }
 
-std::string chunked_blob::blob_url() const {
-  return d_.proxy + origin::blob_target({ns_, repo_}, id_);
+std::string chunked_blob::blob_path() const { return origin::blob_target({ns_, repo_}, id_); }
+
+result<http::full_response> chunked_blob::call(http::client_request req, std::size_t max_body) {
+  if (d_.call) return d_.call(std::move(req), max_body);
+  req.url = d_.proxy + req.url;
+  return origin::call(d_.http, std::move(req), max_body);
 }
 
 void chunked_blob::drive() {
   auto t0 = steady::now();
   // The chunk list is learnt on a thread of its own while this one joins the chunks.
   std::thread learner([this] {
-    if (auto st = learn_chunks(); !st) finish(st.error());
+    bool lost = false;
+    if (auto st = learn_chunks(lost); !st && !(lost && take_tail(st.error()))) finish(st.error());
     {
       std::lock_guard lk(mu_);
       first_round_ = true;
@@ -201,12 +206,12 @@ void chunked_blob::record_metainfo() {
   // committed the blob, moments after its last chunk; hashing the blob here again is the
   // fallback.
   http::client_request r;
-  r.url = d_.proxy + origin::metainfo_target({ns_, repo_}, id_, {.wait = d_.poll_wait});
+  r.url = origin::metainfo_target({ns_, repo_}, id_, {.wait = d_.poll_wait});
   if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
   r.timeouts.connect = d_.connect_timeout;
   r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
   r.max_retries = 0;
-  if (auto f = origin::call(d_.http, std::move(r), 64u << 20); f && f->status == 200) {
+  if (auto f = call(std::move(r), 64u << 20); f && f->status == 200) {
     if (auto a = origin::decode_metainfo(*f)) {
       if (auto m = object_metainfo::parse(a->torrent, id_)) {
         (void)d_.state.put(id_, m->info_hash_hex(), a->torrent);
@@ -225,7 +230,7 @@ void chunked_blob::seed_whole() {
   if (d_.swarm.ssl()) d_.swarm.load_seed(id_);
 }
 
-status chunked_blob::learn_chunks() {
+status chunked_blob::learn_chunks(bool& lost) {
   auto last_progress = steady::now();
   for (int round = 0; round < 100000; ++round) {
     std::uint32_t have;
@@ -236,12 +241,14 @@ status chunked_blob::learn_chunks() {
     }
     if (have == count_) return {};
     http::client_request r;
-    r.url = d_.proxy + origin::chunks_target({ns_, repo_}, id_, have, d_.poll_wait);
+    r.url = origin::chunks_target({ns_, repo_}, id_, have, d_.poll_wait);
     if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
     r.timeouts.connect = d_.connect_timeout;
     r.timeouts.stall = d_.poll_wait + std::chrono::seconds(3);
     r.max_retries = 1;
     auto f = ask(r, 4u << 20, last_progress + d_.deadline, "chunk list");
+    // No replica answered, or one that is not cutting the blob (404), or a server error.
+    lost = (!f && !f.error().is(errc::busy)) || (f && (f->status == 404 || f->status >= 500));
     if (!f) return fail(f.error());
     if (f->status != 200) {
       std::string why = origin::error_message_of(f->body);
@@ -294,7 +301,7 @@ status chunked_blob::start_chunk(std::uint32_t i) {
     dl = d_.swarm.find(c.id);
     if (!dl) {
       http::client_request r;
-      r.url = d_.proxy + origin::metainfo_target({ns_, repo_}, c.id, {.parent = id_});
+      r.url = origin::metainfo_target({ns_, repo_}, c.id, {.parent = id_});
       if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
       r.timeouts.connect = d_.connect_timeout;
       r.timeouts.stall = d_.deadline;
@@ -324,9 +331,13 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       if (!a->seed.empty()) seeds.push_back(a->seed);
       d_.swarm.note_grant(a->grant);
       fallback_info fb;
-      fb.url = blob_url();
+      fb.url = d_.proxy + blob_path();
       fb.authorization = auth_;
       fb.offset = c.offset;
+      // A replica that dies while this chunk streams from its seed: the chunk's ranges come
+      // from the next.
+      fb.endpoints = d_.endpoints;
+      fb.path = blob_path();
       // Transient: the chunk's file is read into the blob and seeded while wanted, never
       // committed to the cache itself (the blob is verified whole).
       auto r2 = d_.swarm.fetch(c.id, a->torrent, *m, seeds, std::move(fb), true);
@@ -420,7 +431,7 @@ status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) 
     const std::uint64_t n = std::min<std::uint64_t>(step, c.size - off);
     const std::uint64_t from = c.offset + off, to = from + n - 1;
     http::client_request r;
-    r.url = blob_url();
+    r.url = blob_path();
     r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
     if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
     r.timeouts.connect = d_.connect_timeout;
@@ -453,7 +464,8 @@ status chunked_blob::wait_chunk(std::uint32_t i) {
     std::unique_lock lk(mu_);
     // The learner publishes chunks in order and ends the fetch when registry-proxy makes no
     // progress for the deadline, so this wait is bounded by it.
-    cv_.wait(lk, [&] { return chunks_[i].ready || st_ != state::running; });
+    cv_.wait(lk, [&] { return chunks_[i].ready || i >= tail_from_ || st_ != state::running; });
+    if (!chunks_[i].ready && i >= tail_from_ && st_ == state::running) return {};  // a range
     if (!chunks_[i].ready)
       return fail(errc::timeout, "chunk " + std::to_string(i) + " was never published");
     dl = chunks_[i].dl;
@@ -485,6 +497,10 @@ status chunked_blob::assemble() {
   if (t->role == cache::write_role::present) return {};
   if (t->role == cache::write_role::follower) return wait_written_elsewhere(d_.store, id_, "blob");
   auto& w = *t->writer;
+  {
+    std::lock_guard lk(mu_);
+    inflight_ = t->inflight;
+  }
   for (std::uint32_t i = 0; i < count_; ++i) {
     if (auto st = wait_chunk(i); !st) {
       w.abort(st.error().message);
@@ -494,7 +510,15 @@ status chunked_blob::assemble() {
     std::uint64_t len;
     std::string path;
     {
-      std::lock_guard lk(mu_);
+      std::unique_lock lk(mu_);
+      if (!chunks_[i].ready) {  // this chunk and the rest: ranges of the blob (take_tail)
+        lk.unlock();
+        if (auto st = write_tail(w, std::uint64_t{i} * chunk_size_); !st) {
+          w.abort(st.error().message);
+          return st;
+        }
+        break;
+      }
       cid = chunks_[i].id;
       len = chunks_[i].size;
       if (chunks_[i].dl) path = chunks_[i].dl->complete_path();
@@ -584,6 +608,10 @@ void chunked_blob::serve(std::uint64_t off, std::size_t max, read_cb cb) {
   std::uint64_t limit = verified_ ? max : std::min<std::uint64_t>(max, size_ - 1 - off);
   if (!direct_.empty() && serve_direct(lk, off, limit, max, cb)) return;
   auto k = std::min(static_cast<std::uint32_t>(off / chunk_size_), count_ - 1);
+  if (!chunks_[k].ready && k >= tail_from_ && inflight_) {
+    lk.unlock();
+    return read_written(off, limit, std::move(cb));
+  }
   if (!chunks_[k].ready) {
     waiting_.insert({k, {{off, max}, std::move(cb)}});
     return;

@@ -55,14 +55,14 @@ void chunked_blob::start_direct(std::uint64_t off, std::uint64_t end) {
 void chunked_blob::fetch_direct(const std::shared_ptr<direct_range>& d) {
   const std::uint64_t n = d->end - d->off;
   http::client_request r;
-  r.url = blob_url();
+  r.url = blob_path();
   r.headers.emplace_back("Range",
                          "bytes=" + std::to_string(d->off) + "-" + std::to_string(d->end - 1));
   if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
   r.timeouts.connect = d_.connect_timeout;
   r.timeouts.stall = d_.deadline;
   r.max_retries = 0;
-  auto f = origin::call(d_.http, std::move(r), static_cast<std::size_t>(n));
+  auto f = call(std::move(r), static_cast<std::size_t>(n));
   std::shared_ptr<const std::string> bytes;
   if (f && f->status == 206 && f->body.size() == n) {
     bytes = std::make_shared<const std::string>(std::move(f->body));

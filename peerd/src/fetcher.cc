@@ -223,6 +223,12 @@ fetch_start fetcher::start_swarm(const origin::object_ref& where, const digest& 
 fetch_handle fetcher::start_chunked(const origin::object_ref& where, const digest& d,
                                     const origin::progress& p, const std::string& auth) {
   chunked_blob::deps cd{d_.swarm, d_.store, *d_.state, d_.http, proxy_url("")};
+  // Its calls move between the replicas as every other read of registry-proxy does.
+  cd.call = [link = d_.proxy, up = d_.cfg.upstream, &http = d_.http](http::client_request r,
+                                                                     std::size_t max) {
+    return proxy_call(link, up, http, std::move(r), max);
+  };
+  if (d_.proxy != nullptr) cd.endpoints = d_.proxy->endpoints();
   cd.poll_wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
   cd.connect_timeout =

@@ -12,9 +12,10 @@
 // A blob's HTTP fallback ranges (the swarm stalled) are asked of the first replica in the set's
 // order each, so a replica that dies while a blob streams from it costs one failed range, and the
 // rest comes from the next (swarm.h, fallback_info::endpoints); a dataset group's HTTP objects
-// likewise (group_spec::fallback_endpoints). A chunked blob's chunk list and chunks take the base
-// URL of the replica that last answered a call; a metainfo request precedes them, so a dead
-// replica has been passed over by then, but one that dies during the fetch fails it.
+// likewise (group_spec::fallback_endpoints). A chunked blob's calls (chunk list, chunk metainfo,
+// ranges) go through call() and its chunks' fallback ranges through the set; when the replica
+// cutting the blob dies, the next one answers its chunk list with 404 (it is not cutting it), and
+// the rest of the blob comes from it as ranges (chunked.h, take_tail).
 //
 // Null link (unit tests that build a module alone): the one URL in the config, no failover.
 // Lifecycle: made once in app::init, lives as long as the app. Threading: safe from any thread.

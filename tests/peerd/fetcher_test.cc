@@ -430,6 +430,54 @@ TEST(Fetcher, ASmallRangeOfAChunkNotCutYetIsReadFromRegistryProxy) {
   EXPECT_EQ(*last, o.bytes.substr(o.bytes.size() - 10));
 }
 
+// registry-proxy stops listing the chunks after the first (the replica cutting the blob died and
+// another answers 404, not cutting it): the rest of the blob comes as a range of it, a reader
+// waiting in the unlisted chunk reads the blob as it is written, and the blob completes.
+TEST(Fetcher, ChunksNoLongerListedComeAsRangesOfTheBlob) {
+  chunked_origin o;
+  const std::uint64_t c = chunked_origin::chunk;
+  std::atomic<bool> lost{false};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (chunked_origin::is_chunk_list(r)) {
+      ht::reply out;
+      out.headers.emplace_back("Content-Type", "application/json");
+      if (lost) {
+        out.status = 404;
+        out.body = R"({"error":"the object is not cut into chunks here"})";
+        return out;
+      }
+      origin::chunk_list l{o.whole.object, o.bytes.size(), c, false, std::nullopt, {}};
+      l.chunks.push_back({o.parts[0].object, 0, o.parts[0].size});
+      out.head_delay = 50ms;
+      out.body = origin::encode(l);
+      return out;
+    }
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  ASSERT_TRUE(s) << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  auto& blob = *s->chunked;
+  auto p = std::make_shared<std::promise<result<std::string>>>();
+  auto got = p->get_future();
+  blob.read(c + 100, 1000, [p](result<std::string> b) { p->set_value(std::move(b)); });
+  EXPECT_EQ(got.wait_for(300ms), std::future_status::timeout) << "chunk 1 is not listed yet";
+  lost = true;
+  ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+  auto b = got.get();
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(*b, o.bytes.substr(c + 100, b->size()));
+  EXPECT_GT(b->size(), 0u);
+  ASSERT_TRUE(blob.wait());
+  EXPECT_TRUE(n.store->contains(o.whole.object));
+  EXPECT_EQ(n.swarm->counters().chunked_tails.load(), 1u);
+  const std::string tail = "bytes=" + std::to_string(c) + "-" + std::to_string(2 * c - 1);
+  EXPECT_EQ(
+      requests_where(srv, [&](const ht::recorded_request& r) { return r.header("Range") == tail; }),
+      1u);
+}
+
 // A listed chunk whose metainfo registry-proxy no longer has (evicted, or a restart): its range of
 // the blob comes over HTTP into the cache under the chunk's digest, and the blob completes.
 TEST(Fetcher, AChunkWithoutSwarmIsFetchedByItsRange) {

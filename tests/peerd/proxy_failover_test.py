@@ -16,6 +16,11 @@ BitTorrent) in front of it; one peerd configured with a closed port first, then 
 - A replica killed while peerd swarms a blob from it (its upload capped so that the blob takes
   seconds): the client's one GET still receives the whole blob, its last part through the swarm's
   HTTP fallback ranges from the next replica.
+- The same for a blob registry-proxy cuts into chunk objects while it fetches it (the upstream
+  held at 20 MiB of 40, so only the first chunk is listed): the replica cutting it is killed;
+  the listed chunk's ranges come from the next replica, which answers the chunk list with 404
+  (it is not cutting the blob), and the rest of the blob comes from it as ranges
+  (shoal_peerd_chunked_tails_total). The client's one GET receives the whole blob.
 - A 502 is an answer: registry-proxy B answering 502 for an upstream failure is passed on, not
   retried on another replica (checked by the unit test of endpoints::call_kind::read).
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import random
 import signal
 import sys
 import time
@@ -33,11 +39,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0] / "support"))
+sys.path.insert(0, str(HERE.parents[0] / "registry-proxy"))
 
 from shoal_fixtures import FixtureTestCase, free_port, oci  # noqa: E402
 from shoal_fixtures.nodes import Peerd  # noqa: E402
 from shoal_fixtures.registry import Registry  # noqa: E402
 from shoal_fixtures.shoal import RegistryProxy, parse_metrics, upstream  # noqa: E402
+from stub_upstream import StubUpstream  # noqa: E402
 
 ACCEPT = {"Accept": "application/vnd.oci.image.manifest.v1+json, "
                     "application/vnd.oci.image.index.v1+json"}
@@ -178,6 +186,49 @@ class ProxyFailoverTest(FixtureTestCase):
         self.assertGreater(self.served(other) - served0, 0, "the rest came from the other replica")
         _, _, text = request(p.http_port, "/metrics")
         m = parse_metrics(text.decode())
+        self.assertGreater(m.get("shoal_peerd_http_fallbacks_total", 0), 0)
+
+    def test_4_the_replica_cutting_a_chunked_blob_killed_the_blob_completes_from_another(self):
+        d = self.tmpdir("shoal-proxy-failover-chunked-")
+        stub = self.track(StubUpstream().start())
+        data = random.Random("pfo-chunked").randbytes(40 << 20)
+        digest = stub.add_blob(data, hold_at=20 << 20)
+        self.addCleanup(stub.release)
+        ups = [upstream("stub.test", stub.url, stall_timeout="60s")]
+        cutting = self.track(RegistryProxy(d / "cutting", torrent=True, upstreams=ups, extra={
+            "torrent": {"upload_rate_limit": "3MiB"}}).start())
+        other = self.track(RegistryProxy(d / "other", upstreams=ups).start())
+        p = self.track(Peerd(d / "peerd", name="pfo-chunked", registry_proxy=cutting.url, extra={
+            "upstream": {"registry_proxies": [other.url], "request_timeout": "2s",
+                         "connect_timeout": "1s", "metainfo_wait": "1s",
+                         "registry_proxy_backoff": "30s"},
+            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "15s"}}).start())
+        c = http.client.HTTPConnection("127.0.0.1", p.http_port, timeout=60)
+        self.addCleanup(c.close)
+        t0 = time.monotonic()
+        c.request("GET", f"/v2/team/big/blobs/{digest}?ns=stub.test")
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        first = r.read(2 << 20)
+        self.assertEqual(len(first), 2 << 20)
+        _, _, text = request(p.http_port, "/metrics")
+        self.assertEqual(parse_metrics(text.decode()).get("shoal_peerd_chunked_fetches_total"), 1,
+                         "the blob must be fetched in chunks for this test")
+        served0 = self.served(other)
+        cutting.daemon.kill()
+        killed_at = time.monotonic() - t0
+        stub.release()  # the other replica's own fetch goes past 20 MiB
+        rest = r.read()
+        took = time.monotonic() - t0
+        got = first + rest
+        print(f"\nreplica cutting a chunked blob killed {killed_at:.2f} s in: "
+              f"{len(got) >> 20} MiB of {len(data) >> 20} received in {took:.2f} s")
+        self.assertEqual(len(got), len(data))
+        self.assertEqual(sha(got), digest)
+        self.assertGreater(self.served(other) - served0, 0, "the rest came from the other replica")
+        _, _, text = request(p.http_port, "/metrics")
+        m = parse_metrics(text.decode())
+        self.assertEqual(m.get("shoal_peerd_chunked_tails_total"), 1)
         self.assertGreater(m.get("shoal_peerd_http_fallbacks_total", 0), 0)
 
 

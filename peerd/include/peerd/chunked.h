@@ -11,6 +11,12 @@
 // get bytes as soon as the chunk holding them has them; the blob's last byte is held back until
 // the whole blob is verified, so a client never takes wrong bytes for the blob.
 //
+// registry-proxy may stop listing the chunks mid-blob: the replica cutting it died (another
+// replica answers the list with 404, not cutting it itself) or restarted. The chunks listed so
+// far are still fetched (their fallback ranges move to a live replica), and the rest of the blob
+// comes as ranges of it from registry-proxy, written after them (take_tail): the blob completes
+// and is verified whole as always.
+//
 // Lifecycle: created by the fetcher when registry-proxy answers that the object is chunked;
 // start() runs the driver on a thread of its own (it long-polls); the object ends complete (the
 // blob is in the cache and its metainfo recorded, so the node seeds it later) or failed (every
@@ -35,6 +41,7 @@
 #include "cache/store.h"
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/endpoints.h"
 #include "common/http_client.h"
 #include "peerd/state_db.h"
 #include "peerd/swarm.h"
@@ -48,7 +55,12 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
     cache::store& store;
     state_db& state;
     http::client& http;
-    std::string proxy;                          // registry-proxy base URL
+    std::string proxy;  // registry-proxy base URL (when `call` is empty, and the fallback's `url`)
+    // A read of registry-proxy, `req.url` a path and query, moving between its replicas
+    // (proxy_link); empty: `proxy` + path through `http`, once.
+    std::function<result<http::full_response>(http::client_request, std::size_t)> call;
+    // The replicas, for the chunks' swarm fallback ranges (fallback_info::endpoints); may be null.
+    std::shared_ptr<endpoints::endpoint_set> endpoints;
     std::chrono::milliseconds poll_wait{5000};  // long-poll wait per chunk-list request
     std::chrono::milliseconds connect_timeout{2000};
     std::chrono::milliseconds deadline{30000};  // no progress this long: the blob fails
@@ -110,7 +122,19 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   static constexpr std::size_t max_direct = 4;  // held per blob, in flight or answered
 
   void drive();
-  [[nodiscard]] status learn_chunks();
+  // `lost`: set when the failure is registry-proxy no longer listing the chunks (the replica
+  // cutting the blob died or restarted: 404 from another, no answer, 5xx), which take_tail()
+  // survives.
+  [[nodiscard]] status learn_chunks(bool& lost);
+  // The chunks not listed yet come as ranges of the blob from registry-proxy (any replica), into
+  // the blob after the listed ones; readers of them read the blob as it is written. False when
+  // the fetch already ended.
+  bool take_tail(const error& why);
+  [[nodiscard]] status write_tail(cache::object_writer& w, std::uint64_t from);
+  // Reads up to `n` bytes at `off` of the blob being written, once they are written.
+  void read_written(std::uint64_t off, std::uint64_t n, read_cb cb);
+  // A registry-proxy read (deps::call), `req.url` a path and query.
+  [[nodiscard]] result<http::full_response> call(http::client_request req, std::size_t max_body);
   // One request to registry-proxy; its 429s are waited out (Retry-After) until `until`.
   [[nodiscard]] result<http::full_response> ask(const http::client_request& r, std::size_t max_body,
                                                 std::chrono::steady_clock::time_point until,
@@ -135,7 +159,7 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   void seed_whole();
   void finish(std::optional<error> e);
   void serve(std::uint64_t off, std::size_t max, read_cb cb);
-  [[nodiscard]] std::string blob_url() const;
+  [[nodiscard]] std::string blob_path() const;
 
   deps d_;
   std::string ns_, repo_;
@@ -151,9 +175,11 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   std::optional<error> err_;
   std::vector<chunk> chunks_;  // indexed by chunk number; entries fill in order
   std::uint32_t known_ = 0;
-  bool first_round_ = false;  // the first chunk-list answer was taken in
-  std::string retry_after_;   // set when shedding load failed the fetch
-  bool verified_ = false;     // the blob's sha256 matched (its last byte may be served)
+  std::uint32_t tail_from_ = UINT32_MAX;              // chunks from here come as ranges (take_tail)
+  std::shared_ptr<cache::inflight_object> inflight_;  // the blob being written here
+  bool first_round_ = false;                          // the first chunk-list answer was taken in
+  std::string retry_after_;                           // set when shedding load failed the fetch
+  bool verified_ = false;  // the blob's sha256 matched (its last byte may be served)
   std::multimap<std::uint32_t, waiter> waiting_;                 // by chunk
   std::vector<waiter> final_;                                    // need the verified blob
   std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted_;  // want_range's [off, end), newest

@@ -87,6 +87,8 @@ struct source_counters {
   std::atomic<std::uint64_t> range_deadline_pieces{0};  // pieces given deadlines for a Range
   // Small Ranges of a chunk not cut yet, read from registry-proxy directly, and their bytes.
   std::atomic<std::uint64_t> range_direct{0}, range_direct_bytes{0};
+  // Blobs fetched in chunks whose rest came as ranges: registry-proxy stopped listing chunks.
+  std::atomic<std::uint64_t> chunked_tails{0};
 };
 
 // How to fetch ranges of the object from registry-proxy when the swarm stalls.

@@ -1,0 +1,97 @@
+// The rest of a blob fetched in chunks once registry-proxy no longer lists them (chunked.h,
+// take_tail): ranges of the blob from any replica, written after the listed chunks.
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.h"
+#include "common/origin_protocol.h"
+#include "peerd/chunked.h"
+
+namespace shoal::peerd {
+
+namespace net = boost::asio;
+using steady = std::chrono::steady_clock;
+
+bool chunked_blob::take_tail(const error& why) {
+  std::vector<waiter> moved;
+  std::uint32_t from;
+  {
+    std::lock_guard lk(mu_);
+    if (st_ != state::running) return false;
+    from = tail_from_ = known_;
+    // Readers waiting for a chunk that will never be listed read the blob as it is written.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->first >= from) {
+        moved.push_back(std::move(it->second));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  d_.swarm.counters_mut().chunked_tails.fetch_add(1);
+  log::warn(
+      "registry-proxy no longer lists the chunks (the replica cutting the blob died or "
+      "restarted): the rest of the blob comes as ranges of it",
+      log::kv("digest", id_.str()), log::kv("from_chunk", from),
+      log::kv("from_byte", std::uint64_t{from} * chunk_size_), log::kv("why", why.message));
+  cv_.notify_all();
+  for (auto& [range, cb] : moved) serve(range.first, range.second, std::move(cb));
+  return true;
+}
+
+status chunked_blob::write_tail(cache::object_writer& w, std::uint64_t from) {
+  constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
+  for (std::uint64_t off = from; off < size_;) {
+    const std::uint64_t n = std::min<std::uint64_t>(step, size_ - off);
+    const std::string what =
+        "bytes " + std::to_string(off) + "-" + std::to_string(off + n - 1) + " of the blob";
+    http::client_request r;
+    r.url = blob_path();
+    r.headers.emplace_back("Range",
+                           "bytes=" + std::to_string(off) + "-" + std::to_string(off + n - 1));
+    if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
+    r.timeouts.connect = d_.connect_timeout;
+    r.timeouts.stall = d_.deadline;
+    r.max_retries = 1;
+    auto f = ask(r, static_cast<std::size_t>(n), steady::now() + d_.deadline, what);
+    if (!f) return fail(f.error());
+    if (f->status != 206 || f->body.size() != n) {
+      std::string why = origin::error_message_of(f->body);
+      return fail(errc::upstream_error,
+                  what + ": registry-proxy answered HTTP " + std::to_string(f->status) + " with " +
+                      std::to_string(f->body.size()) + " bytes" + (why.empty() ? "" : ": " + why));
+    }
+    if (auto st = w.write(std::string_view(f->body)); !st) return fail(st.error().wrap("write"));
+    d_.swarm.counters_mut().fallbacks.fetch_add(1);
+    d_.swarm.counters_mut().from_http.fetch_add(n);
+    off += n;
+  }
+  return {};
+}
+
+void chunked_blob::read_written(std::uint64_t off, std::uint64_t n, read_cb cb) {
+  std::shared_ptr<cache::inflight_object> infl;
+  {
+    std::lock_guard lk(mu_);
+    infl = inflight_;
+  }
+  auto self = shared_from_this();
+  infl->wait_for(off, [self, infl, off, n, cb = std::move(cb)](const cache::progress& p) mutable {
+    if (p.state == cache::write_state::failed) {
+      return cb(fail(p.err.value_or(error{errc::internal, "the blob's write failed"})));
+    }
+    // Committed meanwhile: serve() reads the cache once the fetch is complete; until then the
+    // written file still holds the bytes.
+    net::post(self->d_.swarm.pool(), [infl, off, n, cb = std::move(cb)] {
+      std::string out(static_cast<std::size_t>(n), '\0');
+      auto got = infl->pread(off, std::as_writable_bytes(std::span(out)));
+      if (!got) return cb(fail(got.error()));
+      if (*got == 0) return cb(fail(errc::internal, "the blob's written bytes ended early"));
+      out.resize(*got);
+      cb(std::move(out));
+    });
+  });
+}
+
+}  // namespace shoal::peerd
