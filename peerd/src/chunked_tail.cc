@@ -1,6 +1,8 @@
 // The rest of a blob fetched in chunks once registry-proxy no longer lists them (chunked.h,
 // take_tail): ranges of the blob from any replica, written after the listed chunks.
 
+#include <thread>
+
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
@@ -42,6 +44,9 @@ bool chunked_blob::take_tail(const error& why) {
 
 status chunked_blob::write_tail(cache::object_writer& w, std::uint64_t from) {
   constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
+  // registry-proxy may be down for a moment (a restart, the ring moving the blob): a range that
+  // gets no answer or a 5xx is asked again until nothing arrived for the deadline.
+  auto last_progress = steady::now();
   for (std::uint64_t off = from; off < size_;) {
     const std::uint64_t n = std::min<std::uint64_t>(step, size_ - off);
     const std::string what =
@@ -54,7 +59,15 @@ status chunked_blob::write_tail(cache::object_writer& w, std::uint64_t from) {
     r.timeouts.connect = d_.connect_timeout;
     r.timeouts.stall = d_.deadline;
     r.max_retries = 1;
-    auto f = ask(r, static_cast<std::size_t>(n), steady::now() + d_.deadline, what);
+    auto f = ask(r, static_cast<std::size_t>(n), last_progress + d_.deadline, what);
+    const bool again = (!f && !f.error().is(errc::busy)) || (f && f->status >= 500);
+    if (again && steady::now() - last_progress < d_.deadline && current() == state::running) {
+      log::info("range of the blob failed; asking again", log::kv("digest", id_.str()),
+                log::kv("offset", off),
+                log::kv("error", f ? "HTTP " + std::to_string(f->status) : f.error().message));
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
     if (!f) return fail(f.error());
     if (f->status != 206 || f->body.size() != n) {
       std::string why = origin::error_message_of(f->body);
@@ -62,6 +75,7 @@ status chunked_blob::write_tail(cache::object_writer& w, std::uint64_t from) {
                   what + ": registry-proxy answered HTTP " + std::to_string(f->status) + " with " +
                       std::to_string(f->body.size()) + " bytes" + (why.empty() ? "" : ": " + why));
     }
+    last_progress = steady::now();
     if (auto st = w.write(std::string_view(f->body)); !st) return fail(st.error().wrap("write"));
     d_.swarm.counters_mut().fallbacks.fetch_add(1);
     d_.swarm.counters_mut().from_http.fetch_add(n);

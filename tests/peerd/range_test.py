@@ -14,6 +14,10 @@ holds, chunk 0 exists and chunk 1 cannot.
   the chunk exists, so such readers do not multiply registry-proxy's load.
 - registry-proxy fetched the blob from upstream once; the whole blob through peerd afterwards
   is the right one.
+- registry-proxy killed and started again while a client reads such a blob (the first chunk
+  listed, the upstream held): it no longer lists the chunks, peerd takes the rest as ranges of
+  the blob from it once it is back (chunked.h, take_tail), and the client's one GET receives the
+  whole blob.
 """
 from __future__ import annotations
 
@@ -127,6 +131,31 @@ class RangeTest(FixtureTestCase):
         self.assertEqual(whole.get("status"), 200, whole)
         self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
         self.assertEqual(len(self.stub.requests(digest, "GET")), 1)
+
+    def test_registry_proxy_restarted_mid_blob_the_client_still_gets_it_whole(self):
+        data = random.Random("peerd-range-restart").randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB)
+        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
+        self.addCleanup(self.stub.release)
+        tails0 = self.metric("shoal_peerd_chunked_tails_total")
+        c = http.client.HTTPConnection("127.0.0.1", self.peerd.http_port, timeout=60)
+        self.addCleanup(c.close)
+        t0 = time.monotonic()
+        c.request("GET", f"/v2/team/restart/blobs/{digest}?ns=stub.test")
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        first = r.read(1 * MIB)
+        self.assertEqual(len(first), MIB)
+        self.proxy.kill()
+        self.proxy.start()
+        restarted = time.monotonic() - t0
+        self.stub.release()
+        rest = r.read()
+        took = time.monotonic() - t0
+        print(f"\nregistry-proxy restarted {restarted:.2f} s into a 40 MiB chunked blob: "
+              f"{(len(first) + len(rest)) >> 20} MiB received in {took:.2f} s")
+        self.assertEqual(first + rest, data)
+        self.assertEqual(self.metric("shoal_peerd_chunked_tails_total") - tails0, 1)
 
 
 if __name__ == "__main__":
