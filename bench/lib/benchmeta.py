@@ -1,7 +1,8 @@
 """What every benchmark's JSON carries besides its figures, and how verdicts are made.
 
 `meta(options)` describes the run: the machine (CPU model, cores, `openssl speed sha256` and
-`openssl speed -evp aes-128-gcm` at 16 KiB blocks, /proc/loadavg before the run), the commit (and whether the tree was dirty), the command
+`openssl speed -evp aes-128-gcm` at 16 KiB blocks, the system CPU a page-cache write of new
+pages costs, /proc/loadavg before the run), the commit (and whether the tree was dirty), the command
 line and options, and a `condition` key: the options that change what is measured (everything
 but output paths). Runs are only compared or pooled when their benchmark, condition and commit
 are equal (tools/bench-docs does that; a phase's verdict counts only like-for-like runs).
@@ -49,6 +50,31 @@ def openssl_aes_128_gcm_bytes_per_s() -> float | None:
     return float(m[1]) * 1000 if m else None
 
 
+def page_cache_write_s_per_gib(mib: int = 256) -> float | None:
+    """System CPU seconds per GiB to write `mib` MiB of new pages into the page cache (a fresh file
+    in the temp directory, 256 KiB writes, no fsync), measured at the start of the run. Every
+    daemon's cache write pays it. On the Firecracker VMs here it is about 0.23 s/GiB most of the
+    time, and ten times that when the pages come from memory the guest left idle for a while (the
+    host backs them again): a run's CPU per GiB written varies with it (docs/p2p.md, "Machine")."""
+    import tempfile
+    try:
+        fd, path = tempfile.mkstemp(prefix="shoal-bench-pagecache-")
+    except OSError:
+        return None
+    try:
+        buf = os.urandom(256 << 10)
+        t0 = os.times()
+        for off in range(0, mib << 20, len(buf)):
+            os.pwrite(fd, buf, off)
+        t1 = os.times()
+        return (t1.system - t0.system) * 1024 / mib
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -70,6 +96,7 @@ def machine() -> dict[str, Any]:
     return {"cpu_model": cpu_model(), "cores": os.cpu_count(),
             "openssl_sha256_16k_bytes_per_s": openssl_sha256_bytes_per_s(),
             "openssl_aes_128_gcm_16k_bytes_per_s": openssl_aes_128_gcm_bytes_per_s(),
+            "page_cache_write_s_per_gib": page_cache_write_s_per_gib(),
             "kernel": platform.release(), "loadavg_before": loadavg()}
 
 
