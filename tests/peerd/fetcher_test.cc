@@ -283,6 +283,16 @@ struct chunked_origin {
     out.body = R"({"errors":[{"code":"TOOMANYREQUESTS","message":"fetch queue full"}]})";
     return out;
   }
+  // The chunk list while only the first chunk is cut: incomplete, after a long poll cut short.
+  ht::reply first_chunk_only() const {
+    origin::chunk_list l{whole.object, bytes.size(), chunk, false, std::nullopt, {}};
+    l.chunks.push_back({parts[0].object, 0, parts[0].size});
+    ht::reply out;
+    out.head_delay = 50ms;
+    out.headers.emplace_back("Content-Type", "application/json");
+    out.body = origin::encode(l);
+    return out;
+  }
   ht::reply answer(const ht::recorded_request& r) const {
     ht::reply out;
     if (is_chunk_list(r)) {
@@ -381,15 +391,7 @@ TEST(Fetcher, ASmallRangeOfAChunkNotCutYetIsReadFromRegistryProxy) {
   const std::uint64_t c = chunked_origin::chunk;
   std::atomic<bool> cut{false};
   ht::test_http_server srv([&](const ht::recorded_request& r) {
-    if (chunked_origin::is_chunk_list(r) && !cut) {
-      origin::chunk_list l{o.whole.object, o.bytes.size(), c, false, std::nullopt, {}};
-      l.chunks.push_back({o.parts[0].object, 0, o.parts[0].size});
-      ht::reply out;
-      out.head_delay = 50ms;  // a long poll, cut short
-      out.headers.emplace_back("Content-Type", "application/json");
-      out.body = origin::encode(l);
-      return out;
-    }
+    if (chunked_origin::is_chunk_list(r) && !cut) return o.first_chunk_only();
     return o.answer(r);
   });
   node n(srv.url(""));
@@ -438,20 +440,14 @@ TEST(Fetcher, ChunksNoLongerListedComeAsRangesOfTheBlob) {
   const std::uint64_t c = chunked_origin::chunk;
   std::atomic<bool> lost{false};
   ht::test_http_server srv([&](const ht::recorded_request& r) {
-    if (chunked_origin::is_chunk_list(r)) {
+    if (chunked_origin::is_chunk_list(r) && lost) {
       ht::reply out;
+      out.status = 404;
       out.headers.emplace_back("Content-Type", "application/json");
-      if (lost) {
-        out.status = 404;
-        out.body = R"({"error":"the object is not cut into chunks here"})";
-        return out;
-      }
-      origin::chunk_list l{o.whole.object, o.bytes.size(), c, false, std::nullopt, {}};
-      l.chunks.push_back({o.parts[0].object, 0, o.parts[0].size});
-      out.head_delay = 50ms;
-      out.body = origin::encode(l);
+      out.body = R"({"error":"the object is not cut into chunks here"})";
       return out;
     }
+    if (chunked_origin::is_chunk_list(r)) return o.first_chunk_only();
     return o.answer(r);
   });
   node n(srv.url(""));

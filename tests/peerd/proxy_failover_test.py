@@ -108,6 +108,19 @@ class ProxyFailoverTest(FixtureTestCase):
         return sum(v for k, v in m.items()
                    if k.startswith("shoal_proxy_requests_total") and 'route="ops"' not in k)
 
+    def slow_replica_first(self, d: Path, ups: list, name: str) -> tuple[RegistryProxy, RegistryProxy, Peerd]:
+        """A replica seeding over BitTorrent with its upload capped (3 MiB/s, so a blob takes
+        seconds), a second one, and a peerd that asks the slow one first."""
+        slow = self.track(RegistryProxy(d / "slow", torrent=True, upstreams=ups, extra={
+            "torrent": {"upload_rate_limit": "3MiB"}}).start())
+        other = self.track(RegistryProxy(d / "other", upstreams=ups).start())
+        p = self.track(Peerd(d / "peerd", name=name, registry_proxy=slow.url, extra={
+            "upstream": {"registry_proxies": [other.url], "request_timeout": "2s",
+                         "connect_timeout": "1s", "metainfo_wait": "1s",
+                         "registry_proxy_backoff": "30s"},
+            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "15s"}}).start())
+        return slow, other, p
+
     def test_1_refused_first_url_then_a_killed_replica(self):
         # The first URL is refused: every call moves on to A within itself.
         a0, b0 = self.served(self.a), self.served(self.b)
@@ -151,15 +164,8 @@ class ProxyFailoverTest(FixtureTestCase):
         img = oci.make_image(d / "big", [oci.LayerSpec(size=16 << 20, seed="pfo-big",
                                                        compression="none")])
         self.reg.push(img, "team/big", "v1")
-        ups = [upstream(self.reg.host_port, self.reg.url)]
-        slow = self.track(RegistryProxy(d / "slow", torrent=True, upstreams=ups, extra={
-            "torrent": {"upload_rate_limit": "3MiB"}}).start())
-        other = self.track(RegistryProxy(d / "other", upstreams=ups).start())
-        p = self.track(Peerd(d / "peerd", name="pfo-midblob", registry_proxy=slow.url, extra={
-            "upstream": {"registry_proxies": [other.url], "request_timeout": "2s",
-                         "connect_timeout": "1s", "metainfo_wait": "1s",
-                         "registry_proxy_backoff": "30s"},
-            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "15s"}}).start())
+        slow, other, p = self.slow_replica_first(d, [upstream(self.reg.host_port, self.reg.url)],
+                                                 "pfo-midblob")
         layer = img.images[0].layers[0]
         c = http.client.HTTPConnection("127.0.0.1", p.http_port, timeout=60)
         self.addCleanup(c.close)
@@ -194,15 +200,8 @@ class ProxyFailoverTest(FixtureTestCase):
         data = random.Random("pfo-chunked").randbytes(40 << 20)
         digest = stub.add_blob(data, hold_at=20 << 20)
         self.addCleanup(stub.release)
-        ups = [upstream("stub.test", stub.url, stall_timeout="60s")]
-        cutting = self.track(RegistryProxy(d / "cutting", torrent=True, upstreams=ups, extra={
-            "torrent": {"upload_rate_limit": "3MiB"}}).start())
-        other = self.track(RegistryProxy(d / "other", upstreams=ups).start())
-        p = self.track(Peerd(d / "peerd", name="pfo-chunked", registry_proxy=cutting.url, extra={
-            "upstream": {"registry_proxies": [other.url], "request_timeout": "2s",
-                         "connect_timeout": "1s", "metainfo_wait": "1s",
-                         "registry_proxy_backoff": "30s"},
-            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "15s"}}).start())
+        cutting, other, p = self.slow_replica_first(
+            d, [upstream("stub.test", stub.url, stall_timeout="60s")], "pfo-chunked")
         c = http.client.HTTPConnection("127.0.0.1", p.http_port, timeout=60)
         self.addCleanup(c.close)
         t0 = time.monotonic()
