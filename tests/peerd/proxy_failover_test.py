@@ -110,7 +110,9 @@ class ProxyFailoverTest(FixtureTestCase):
 
     def slow_replica_first(self, d: Path, ups: list, name: str) -> tuple[RegistryProxy, RegistryProxy, Peerd]:
         """A replica seeding over BitTorrent with its upload capped (3 MiB/s, so a blob takes
-        seconds), a second one, and a peerd that asks the slow one first."""
+        seconds), a second one, and a peerd that asks the slow one first. The swarm's stall
+        timeout (1.5 s) leaves the capped swarm time to start on a busy machine: a stall before
+        the kill would take the whole blob from the slow replica over HTTP, uncapped."""
         slow = self.track(RegistryProxy(d / "slow", torrent=True, upstreams=ups, extra={
             "torrent": {"upload_rate_limit": "3MiB"}}).start())
         other = self.track(RegistryProxy(d / "other", upstreams=ups).start())
@@ -118,7 +120,7 @@ class ProxyFailoverTest(FixtureTestCase):
             "upstream": {"registry_proxies": [other.url], "request_timeout": "2s",
                          "connect_timeout": "1s", "metainfo_wait": "1s",
                          "registry_proxy_backoff": "30s"},
-            "swarm": {"stall_timeout": "500ms", "fallback_deadline": "15s"}}).start())
+            "swarm": {"stall_timeout": "1500ms", "fallback_deadline": "15s"}}).start())
         return slow, other, p
 
     def test_1_refused_first_url_then_a_killed_replica(self):
