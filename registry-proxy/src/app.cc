@@ -463,8 +463,8 @@ status app::init_datasets() {
     o.on_record = [c = copies_.get()](const std::string& ref, const std::string& record) {
       c->push(ref, record);
     };
-    o.ready_elsewhere = [r = ring_.get()](const std::string& ref) {
-      return dataset_copies::ready_at_members(*r, ref);
+    o.ready_elsewhere = [r = ring_.get()](const std::string& ref, const std::atomic<bool>& stop) {
+      return dataset_copies::ready_at_members(*r, ref, stop);
     };
   }
   dataset_metrics dm;

@@ -1,6 +1,7 @@
 #include "dataset_copies.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -143,18 +144,37 @@ void dataset_copies::tick() {
 }
 
 std::optional<std::pair<digest, std::string>> dataset_copies::ready_at_members(
-    ring& r, const std::string& ref) {
+    ring& r, const std::string& ref, const std::atomic<bool>& stop,
+    std::chrono::milliseconds wait) {
   const std::string base = std::string(origin::paths::datasets) + "/" + ref;
-  for (const auto& m : r.members()) {
-    if (m.url == r.self() || !m.up) continue;
-    auto st = r.request(m.url, base);
+  // The member's own record: ready (with its manifest), still resolving, or anything else.
+  auto status_at = [&](const std::string& url) -> std::optional<nlohmann::json> {
+    auto st = r.request(url, base);
     st.timeouts.total = std::chrono::seconds(10);
     auto got = http::fetch(r.client(), std::move(st), 1u << 20);
-    if (!got || got->status != 200) continue;
+    if (!got || (got->status != 200 && got->status != 202)) return std::nullopt;
     auto j = nlohmann::json::parse(got->body, nullptr, false);
-    if (!j.is_object() || j.value("state", "") != "ready") continue;
-    const auto md_field = j.find("manifest");
-    if (md_field == j.end() || !md_field->is_string()) continue;
+    if (!j.is_object()) return std::nullopt;
+    return j;
+  };
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (const auto& m : r.members()) {
+    if (m.url == r.self() || !m.up) continue;
+    auto j = status_at(m.url);
+    if (j && j->value("state", "") == "resolving") {
+      log::info(
+          "another ring member is resolving a dataset this replica was resolving when it "
+          "stopped: waiting for its version",
+          log::kv("dataset", ref), log::kv("member", m.url));
+      while (j && j->value("state", "") == "resolving" && !stop.load() &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        j = status_at(m.url);
+      }
+    }
+    if (!j || j->value("state", "") != "ready") continue;
+    const auto md_field = j->find("manifest");
+    if (md_field == j->end() || !md_field->is_string()) continue;
     auto md = digest::parse(md_field->get<std::string>());
     if (!md) continue;
     auto mq = r.request(m.url, base + "/manifest");

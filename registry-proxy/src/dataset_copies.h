@@ -61,9 +61,12 @@ class dataset_copies {
   // A ready version of `ref` at another member (dataset_service_options::ready_elsewhere): the
   // first member up, in ring order, whose record (its status route, asked with
   // ring::from_header so it answers from its own record) is ready, with the manifest it serves.
-  // Blocking: not on the HTTP client's thread.
+  // A member whose record is still resolving (it took the ref over while the asker was away) is
+  // asked again every 0.5 s until it is ready, failed or gone, for at most `wait`, or until
+  // `stop`. Blocking: not on the HTTP client's thread.
   [[nodiscard]] static std::optional<std::pair<digest, std::string>> ready_at_members(
-      ring& r, const std::string& ref);
+      ring& r, const std::string& ref, const std::atomic<bool>& stop,
+      std::chrono::milliseconds wait = std::chrono::minutes(30));
 
  private:
   struct member {

@@ -117,7 +117,7 @@ void dataset_service::mark_ready(record& r, const digest& md, const dataset::man
 }
 
 bool dataset_service::adopt_elsewhere(const std::shared_ptr<record>& r) {
-  auto got = opts_.ready_elsewhere(r->ref);
+  auto got = opts_.ready_elsewhere(r->ref, stop_);
   if (!got) return false;
   const auto& [md, text] = *got;
   auto m = dataset::parse_manifest(text, md);

@@ -776,32 +776,25 @@ class RingResumedResolutionTest(FixtureTestCase):
     version the other member resolved instead of resolving its interrupted record again (which
     would pin another manifest for the same version)."""
 
-    def test_the_returning_owner_takes_the_version_resolved_while_it_was_away(self):
-        d = self.tmpdir("shoal-proxy-ring-resumed-")
-        import threading
-        files = {"a.bin": b"version one " * 100}
-        gate = threading.Event()
-        gate.set()
-        listings = []
-
-        def listed():
-            listings.append(time.monotonic())
-            gate.wait(30)  # held while the owner is killed mid-resolution
-
+    def start_ring(self, name: str, listed, files: dict):
+        """Two replicas whose dataset origin serves `files` and calls `listed` at each listing;
+        a ref owned by the first replica."""
+        d = self.tmpdir(f"shoal-proxy-ring-{name}-")
         url = start_origin(self, listed, files)
-        self.addCleanup(gate.set)
         (d / "creds").mkdir()
         ring = self.track(ProxyRing(d / "ring", 2, upstreams=[
             upstream("127.0.0.1:9", "http://127.0.0.1:9")], torrent=True, extra={
                 "datasets": {"credentials_dir": str(d / "creds"), "small_file_max": "256KiB",
                              "pack_target": "1MiB", "allowed_origins": [{"url": url}]}}).start())
-        ref = next(f"resumed{k}@v1" for k in range(200)
-                   if ring_owner(ring.members, f"dataset:resumed{k}@v1") == ring.members[0])
+        ref = next(f"{name}{k}@v1" for k in range(200)
+                   if ring_owner(ring.members, f"dataset:{name}{k}@v1") == ring.members[0])
+        return ring, ref, url
+
+    def declare_and_kill_the_owner(self, ring, ref: str, url: str, listings: list) -> None:
+        """Declared at the owner, whose listing the caller holds; the owner killed while it
+        resolves, once its copy of the declaration reached the other member."""
         owner, other = ring.proxies
-        # Declared at the owner; its listing is held, so the owner is resolving when killed.
-        gate.clear()
-        p = owner
-        conn = http.client.HTTPConnection(p.host, p.port, timeout=30)
+        conn = http.client.HTTPConnection(owner.host, owner.port, timeout=30)
         conn.request("POST", "/shoal/v1/datasets", headers={"Content-Type": "application/json"},
                      body=json.dumps({"name": ref.split("@")[0], "version": "v1",
                                       "origin": {"url": url + "/data/"}}))
@@ -814,46 +807,100 @@ class RingResumedResolutionTest(FixtureTestCase):
             self.assertLess(time.monotonic(), deadline, "no listing or no copy of the declaration")
             time.sleep(0.1)
         owner.kill()
-        files.clear()
-        files["b.bin"] = b"version two " * 100  # the origin changed
-        gate.set()
         deadline = time.monotonic() + 20
         while other.metric("shoal_proxy_ring_members_up") != 1:
             self.assertLess(time.monotonic(), deadline, "the owner's death went unnoticed")
             time.sleep(0.1)
-        # The other member owns the ref now and resolves it at the first request.
-        deadline = time.monotonic() + 60
+
+    def final_state(self, p, ref: str, ring_from: str | None = None, timeout: float = 60) -> dict:
+        """The record's status once ready or failed; with `ring_from`, the member's own record
+        (not a redirect to the owner)."""
+        deadline = time.monotonic() + timeout
         while True:
-            status, _, body = other.get(f"/shoal/v1/datasets/{ref}")
-            st = json.loads(body) if body else {}
-            if st.get("state") in ("ready", "failed"):
-                break
-            self.assertLess(time.monotonic(), deadline, body[:300])
+            c = http.client.HTTPConnection(p.host, p.port, timeout=10)
+            c.request("GET", f"/shoal/v1/datasets/{ref}",
+                      headers={"Shoal-Ring-From": ring_from} if ring_from else {})
+            got = json.loads(c.getresponse().read() or b"{}")
+            c.close()
+            if got.get("state") in ("ready", "failed"):
+                return got
+            self.assertLess(time.monotonic(), deadline, got)
             time.sleep(0.2)
+
+    def test_the_returning_owner_takes_the_version_resolved_while_it_was_away(self):
+        import threading
+        files = {"a.bin": b"version one " * 100}
+        gate = threading.Event()
+        listings = []
+
+        def listed():
+            listings.append(time.monotonic())
+            gate.wait(30)  # held while the owner is killed mid-resolution
+
+        ring, ref, url = self.start_ring("resumed", listed, files)
+        self.addCleanup(gate.set)
+        owner, other = ring.proxies
+        self.declare_and_kill_the_owner(ring, ref, url, listings)
+        files.clear()
+        files["b.bin"] = b"version two " * 100  # the origin changed
+        gate.set()
+        # The other member owns the ref now and resolves it at the first request.
+        st = self.final_state(other, ref)
         self.assertEqual(st["state"], "ready", st)
         pinned = st["manifest"]
         files.clear()
         files["c.bin"] = b"version three " * 100  # and changed again
         n_listings = len(listings)
         owner.restart()
-        deadline = time.monotonic() + 60
-        while True:
-            c = http.client.HTTPConnection(owner.host, owner.port, timeout=10)
-            c.request("GET", f"/shoal/v1/datasets/{ref}", headers={
-                "Shoal-Ring-From": ring.members[1]})  # its own record, not a redirect
-            rr = c.getresponse()
-            got = json.loads(rr.read() or b"{}")
-            c.close()
-            if got.get("state") in ("ready", "failed"):
-                break
-            self.assertLess(time.monotonic(), deadline, got)
-            time.sleep(0.2)
+        got = self.final_state(owner, ref, ring_from=ring.members[1])
         print(f"\nthe returning owner's record: {got.get('state')} {got.get('manifest')}; "
               f"resolved while it was away: {pinned}")
         self.assertEqual((got["state"], got["manifest"]), ("ready", pinned),
                          "one version, one manifest: the returning owner must take the pinned one")
         self.assertEqual(len(listings), n_listings, "the returning owner listed the origin again")
         self.assertIn("taken from another ring member", owner.daemon.log_text())
+
+    def test_the_returning_owner_waits_for_a_member_still_resolving(self):
+        """The owner comes back while the other member is still resolving the ref (its listing
+        held): it waits for that resolution and takes its version, instead of resolving again."""
+        import threading
+        files = {"a.bin": b"version one " * 100}
+        gate = threading.Event()
+        listings = []
+
+        def listed():
+            listings.append(time.monotonic())
+            gate.wait(30)
+
+        ring, ref, url = self.start_ring("waited", listed, files)
+        self.addCleanup(gate.set)
+        owner, other = ring.proxies
+        self.declare_and_kill_the_owner(ring, ref, url, listings)
+        files.clear()
+        files["b.bin"] = b"version two " * 100  # the origin changed
+        # The other member starts resolving at the first request; its listing is held too.
+        status, _, body = other.get(f"/shoal/v1/datasets/{ref}")
+        self.assertEqual(status, 202, body[:300])
+        deadline = time.monotonic() + 20
+        while len(listings) < 2:
+            self.assertLess(time.monotonic(), deadline, "the other member did not list the origin")
+            time.sleep(0.1)
+        owner.restart()
+        deadline = time.monotonic() + 20
+        while "waiting for its version" not in owner.daemon.log_text():
+            self.assertLess(time.monotonic(), deadline, "the returning owner did not wait")
+            time.sleep(0.1)
+        files.clear()
+        files["c.bin"] = b"version three " * 100  # changed again before anyone lists once more
+        gate.set()
+        st = self.final_state(other, ref, ring_from=ring.members[0])
+        got = self.final_state(owner, ref, ring_from=ring.members[1])
+        print(f"\nthe returning owner waited: {got.get('state')} {got.get('manifest')}; "
+              f"the member's: {st.get('state')} {st.get('manifest')}")
+        self.assertEqual(st["state"], "ready", st)
+        self.assertEqual((got["state"], got["manifest"]), ("ready", st["manifest"]),
+                         "one version, one manifest")
+        self.assertEqual(len(listings), 2, "the returning owner listed the origin again")
 
 
 class RingTlsTest(FixtureTestCase):

@@ -83,9 +83,12 @@ struct dataset_service_options {
   // A ready version of `ref` another ring member holds: its manifest digest and the manifest's
   // text. Asked before a resolution interrupted by a stop is resumed: while this replica was
   // away the next member may have resolved the ref; resolving it again could pin another
-  // manifest for the same version (the origin may have changed). Runs on a resolver thread; may
-  // block (bounded by the ring's timeouts). Unset, or nothing found: the resolution resumes.
-  std::function<std::optional<std::pair<digest, std::string>>(const std::string& ref)>
+  // manifest for the same version (the origin may have changed). A member still resolving it
+  // is waited for (it took the ref over while this replica was away). Runs on a resolver thread;
+  // may block (bounded by the ring's timeouts and the wait; `stop` ends it). Unset, or nothing
+  // found: the resolution resumes.
+  std::function<std::optional<std::pair<digest, std::string>>(const std::string& ref,
+                                                              const std::atomic<bool>& stop)>
       ready_elsewhere;
 };
 
