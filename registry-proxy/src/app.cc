@@ -147,10 +147,26 @@ void app::init_services() {
                              "Large blobs not cut into chunk objects because the cache could not "
                              "hold them twice (they swarm whole once cached).")
                     .with({});
+  bm.upstream_ranges =
+      &reg_.counter("shoal_proxy_upstream_ranges_total",
+                    "Small ranges far ahead of a blob's fetch answered by upstream on their own "
+                    "(ranges.upstream_max).")
+           .with({});
+  bm.upstream_range_bytes = &reg_.counter("shoal_proxy_upstream_range_bytes_total",
+                                          "Bytes of the ranges answered by upstream on their own.")
+                                 .with({});
+  bm.upstream_range_fallbacks =
+      &reg_.counter("shoal_proxy_upstream_range_fallbacks_total",
+                    "Ranges asked of upstream on their own that it did not answer with exactly "
+                    "their bytes (served from the fetch instead).")
+           .with({});
   blobs_ = std::make_unique<blob_service>(rt_.io(), pool_, *store_, *state_, *uc_, *access_, bm);
   blobs_->set_fetch_limit(cfg_.torrent.enabled ? cfg_.torrent.fetch_concurrency : 0);
   blobs_->set_queue_limits(static_cast<std::size_t>(cfg_.torrent.fetch_queue_max),
                            static_cast<std::size_t>(cfg_.torrent.fetch_queue_per_client));
+  blobs_->set_range_passthrough({.max_bytes = cfg_.ranges.upstream_max.bytes(),
+                                 .ahead = cfg_.ranges.upstream_ahead.bytes(),
+                                 .concurrency = cfg_.ranges.upstream_concurrency});
   blobs_->set_chunk_size(cfg_.torrent.enabled ? cfg_.torrent.chunk_size.bytes() : 0);
 
   manifest_metrics mm;

@@ -1,5 +1,6 @@
 #include "registry-proxy/blobs.h"
 #include "blob_fetch.h"
+#include "upstream_range.h"
 
 #include <algorithm>
 
@@ -356,17 +357,17 @@ void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const 
       });
       return;
     }
-    auto respond = [f, s, head, resp, answer_failure] {
+    auto respond = [this, f, s, sel, cred, head, resp, answer_failure] {
       // Bytes that failed since this client joined (it joined before: joining a failing fetch
       // starts a new one): no 200 head for a body that can only be cut off; the fetch is about
       // to fail and this client gets its answer.
       if (f->failing()) return f->when_done(answer_failure);
       auto r = blob_headers(f->id());
       if (!s.size) r.rangeable = false;
-      auto infl = s.inflight;
-      r.body = http::stream_body{s.size, [infl](std::uint64_t off, std::uint64_t len) {
-                                   return std::make_unique<inflight_source>(infl, off, len);
-                                 }};
+      r.body = http::stream_body{
+          s.size, [this, f, infl = s.inflight, sel, cred](std::uint64_t off, std::uint64_t len) {
+            return open_range(f, infl, sel, cred, off, len);
+          }};
       (void)head;
       resp.send(std::move(r));
     };
@@ -380,6 +381,31 @@ void blob_service::serve_from_fetch(const std::shared_ptr<blob_fetch>& f, const 
       respond();
     });
   });
+}
+
+std::unique_ptr<http::body_source> blob_service::open_range(
+    const std::shared_ptr<blob_fetch>& f, const std::shared_ptr<cache::inflight_object>& infl,
+    const selection& sel, const credential& cred, std::uint64_t off, std::uint64_t len) {
+  auto from_fetch = [infl, off, len] { return std::make_unique<inflight_source>(infl, off, len); };
+  // Small, bounded, far ahead of what the fetch wrote, and the fetch is this replica's own (a
+  // ring member's fetch streams from the owner, which decides for itself).
+  if (ranges_.max_bytes == 0 || len == 0 || len > ranges_.max_bytes || !infl ||
+      off < infl->available() + ranges_.ahead || !f->source().empty())
+    return from_fetch();
+  for (int n = ranges_running_->load();;) {
+    if (n >= ranges_.concurrency) return from_fetch();
+    if (ranges_running_->compare_exchange_weak(n, n + 1)) break;
+  }
+  return upstream_range_source({.uc = &uc_,
+                                .pool = &pool_,
+                                .sel = sel,
+                                .cred = cred,
+                                .id = f->id(),
+                                .off = off,
+                                .len = len,
+                                .m = m_,
+                                .running = ranges_running_,
+                                .fallback = from_fetch});
 }
 
 void blob_service::serve_cached(const selection& sel, const digest& d, const credential& cred,

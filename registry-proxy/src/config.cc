@@ -45,6 +45,23 @@ void describe(config::binder& b, upstream_config& c) {
           "upstreams[].auth basic needs credentials_file");
 }
 
+void describe(config::binder& b, range_config& c) {
+  b.field("upstream_max", c.upstream_max,
+          "A bounded Range of at most this many bytes (not `bytes=N-`) of a blob being fetched, "
+          "starting at least upstream_ahead beyond the bytes the fetch has, is asked of upstream "
+          "on its own (one extra GET with that Range) and answered from it; anything else, and "
+          "such a range upstream does not answer with exactly its bytes (206), waits for the "
+          "fetch as before. 0: never.",
+          {.max = config::byte_size::mib(64)});
+  b.field("upstream_ahead", c.upstream_ahead,
+          "How far beyond the fetch's written bytes a range must start to be asked of upstream "
+          "(nearer ones are answered by the fetch within moments).");
+  b.field("upstream_concurrency", c.upstream_concurrency,
+          "Such upstream range requests running at once, over all blobs; more ranges wait for "
+          "their fetch.",
+          {.min = 1, .max = 64});
+}
+
 void describe(config::binder& b, manifest_config& c) {
   b.field("tag_ttl", c.tag_ttl,
           "How long a tag's resolution is reused before asking upstream again.");
@@ -258,6 +275,7 @@ void describe(config::binder& b, proxy_config& c) {
   b.section("manifests", c.manifests, "Manifest caching.");
   b.section("access", c.access, "Private content checks.");
   b.section("torrent", c.torrent, "The P2P origin.");
+  b.section("ranges", c.ranges, "Small ranges of blobs still being fetched.");
   b.section("datasets", c.datasets,
             "Datasets: declarations, origin fetches, manifests (docs/datasets.md).");
   b.section("ring", c.ring,

@@ -14,6 +14,11 @@ holds, chunk 0 exists and chunk 1 cannot.
   the chunk exists, so such readers do not multiply registry-proxy's load.
 - registry-proxy fetched the blob from upstream once; the whole blob through peerd afterwards
   is the right one.
+- A small range far beyond the bytes registry-proxy's fetch holds (more than
+  `ranges.upstream_ahead`, 4 MiB here) is asked of upstream on its own, by registry-proxy, so it
+  is answered while the upstream still holds the whole blob, through peerd and at registry-proxy
+  alone; the blob is still fetched whole once. An upstream that ignores Range gets the range
+  served from the fetch instead (once its bytes are there), with the right bytes.
 - registry-proxy killed and started again while a client reads such a blob (the first chunk
   listed, the upstream held): it no longer lists the chunks, peerd takes the rest as ranges of
   the blob from it once it is back (chunked.h, take_tail), and the client's one GET receives the
@@ -37,6 +42,7 @@ sys.path.insert(0, str(HERE.parents[0] / "registry-proxy"))
 
 from shoal_fixtures import FixtureTestCase  # noqa: E402
 from shoal_fixtures.nodes import Peerd  # noqa: E402
+from shoal_fixtures.procs import wait_until  # noqa: E402
 from shoal_fixtures.shoal import RegistryProxy, parse_metrics, upstream  # noqa: E402
 from stub_upstream import StubUpstream  # noqa: E402
 
@@ -50,7 +56,8 @@ class RangeTest(FixtureTestCase):
         d = cls.class_tmpdir("shoal-peerd-range-")
         cls.stub = cls.class_track(StubUpstream().start())
         cls.proxy = cls.class_track(RegistryProxy(d / "proxy", upstreams=[
-            upstream("stub.test", cls.stub.url, stall_timeout="60s")], torrent=True).start())
+            upstream("stub.test", cls.stub.url, stall_timeout="60s")], torrent=True,
+            extra={"ranges": {"upstream_ahead": "4MiB"}}).start())
         cls.peerd = cls.class_track(Peerd(d / "peerd", name="range-node", registry_proxy=cls.proxy.url,
                                           extra={"swarm": {"stall_timeout": "2s",
                                                            "fallback_deadline": "60s"}}).start())
@@ -125,12 +132,94 @@ class RangeTest(FixtureTestCase):
         self.assertEqual(rest["body"], data[lo:])
         self.assertEqual(self.metric("shoal_peerd_range_direct_total") - direct0, 1)
 
-        # The whole blob through peerd; registry-proxy went upstream once.
+        # The whole blob through peerd; registry-proxy fetched it whole once. (Had the range
+        # come while its fetch was more than 4 MiB short of it, registry-proxy asked upstream
+        # for the range alone: the test that follows.)
         whole: dict = {}
         self.get(path, {}, whole)
         self.assertEqual(whole.get("status"), 200, whole)
         self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
-        self.assertEqual(len(self.stub.requests(digest, "GET")), 1)
+        plain = [r for r in self.stub.requests(digest, "GET") if "range" not in r.headers]
+        self.assertEqual(len(plain), 1)
+
+    def test_a_range_far_ahead_of_the_fetch_is_asked_of_upstream(self):
+        data = random.Random("proxy-range-upstream").randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB)
+        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
+        self.addCleanup(self.stub.release)
+        path = f"/v2/team/ahead/blobs/{digest}?ns=stub.test"
+        ranges0 = self.proxy.metric("shoal_proxy_upstream_ranges_total")
+        bytes0 = self.proxy.metric("shoal_proxy_upstream_range_bytes_total")
+        direct0 = self.metric("shoal_peerd_range_direct_total")
+
+        # Through peerd: 1 MiB in chunk 1, 10 MiB beyond the 20 the fetch can have.
+        lo, hi = 30 * MIB + 7, 31 * MIB + 6
+        got: dict = {}
+        t0 = time.monotonic()
+        self.get(path, {"Range": f"bytes={lo}-{hi}"}, got)
+        took = time.monotonic() - t0
+        self.assertNotIn("error", got)
+        self.assertEqual(got["status"], 206, got.get("body", b"")[:300])
+        self.assertEqual(got["headers"].get("content-range"), f"bytes {lo}-{hi}/{len(data)}")
+        self.assertEqual(got["body"], data[lo:hi + 1])
+        print(f"\n1 MiB range 10 MiB ahead of the held fetch answered in {took:.2f} s through peerd")
+        self.assertEqual(self.metric("shoal_peerd_range_direct_total") - direct0, 1)
+        # At registry-proxy alone, another one.
+        a, b = 36 * MIB, 36 * MIB + 99
+        s, h, body = self.proxy.get(path, headers={"Range": f"bytes={a}-{b}"}, timeout=10)
+        self.assertEqual((s, body), (206, data[a:b + 1]))
+        self.assertEqual(h.get("content-range"), f"bytes {a}-{b}/{len(data)}")
+        # Still held: neither came from the fetch.
+        self.assertEqual(self.cut_chunks(digest), 1)
+        self.assertEqual(self.stub.script(digest).gets_finished, 2)  # the two ranges' GETs
+        self.assertEqual(self.proxy.metric("shoal_proxy_upstream_ranges_total") - ranges0, 2)
+        self.assertEqual(self.proxy.metric("shoal_proxy_upstream_range_bytes_total") - bytes0,
+                         (hi - lo + 1) + (b - a + 1))
+        asked = sorted(r.headers.get("range", "") for r in self.stub.requests(digest, "GET"))
+        self.assertEqual(asked, ["", f"bytes={lo}-{hi}", f"bytes={a}-{b}"])
+
+        # The whole blob through peerd: right, and fetched whole once.
+        self.stub.release()
+        whole: dict = {}
+        self.get(path, {}, whole)
+        self.assertEqual(whole.get("status"), 200, whole)
+        self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
+        plain = [r for r in self.stub.requests(digest, "GET") if "range" not in r.headers]
+        self.assertEqual(len(plain), 1)
+
+    def test_a_range_upstream_does_not_answer_comes_from_the_fetch(self):
+        data = random.Random("proxy-range-ignored").randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB, ignore_range=True)
+        self.addCleanup(self.stub.rearm)
+        self.addCleanup(self.stub.release)
+        path = f"/v2/team/ignored/blobs/{digest}?ns=stub.test"
+        fallbacks0 = self.proxy.metric("shoal_proxy_upstream_range_fallbacks_total")
+        ranges0 = self.proxy.metric("shoal_proxy_upstream_ranges_total")
+        # The whole blob's fetch first, held at 20 MiB.
+        c = http.client.HTTPConnection("127.0.0.1", self.proxy.port, timeout=60)
+        self.addCleanup(c.close)
+        c.request("GET", path)
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.read(MIB), data[:MIB])
+        a, b = 30 * MIB, 30 * MIB + 99
+        late: dict = {}
+
+        def ask():
+            late["r"] = self.proxy.get(path, headers={"Range": f"bytes={a}-{b}"}, timeout=60)
+        t = threading.Thread(target=ask, daemon=True)
+        t.start()
+        wait_until(lambda: self.proxy.metric("shoal_proxy_upstream_range_fallbacks_total") > fallbacks0,
+                   10, "the range upstream answered with the whole blob falls back to the fetch")
+        time.sleep(0.3)
+        self.assertNotIn("r", late, "answered before the fetch had the bytes")
+        self.stub.release()
+        t.join(60)
+        self.assertFalse(t.is_alive())
+        self.assertEqual((late["r"][0], late["r"][2]), (206, data[a:b + 1]))
+        self.assertEqual(self.proxy.metric("shoal_proxy_upstream_ranges_total"), ranges0)
+        self.assertIn("range asked of upstream not answered", self.proxy.log_text())
+        self.assertEqual(r.read(), data[MIB:])
 
     def test_registry_proxy_restarted_mid_blob_the_client_still_gets_it_whole(self):
         data = random.Random("peerd-range-restart").randbytes(40 * MIB)

@@ -12,6 +12,8 @@ Blob behaviours (`BlobScript`), applied to GET (HEAD answers the headers only):
   - `rate=B`: send at about B bytes/s in 64 KiB writes.
   - `close_after=N`: the first GET without a Range sends N bytes of a full-length body and then
     closes the connection; later GETs are served normally, with Range support (206).
+  - `ignore_range=True`: answer a GET with a Range as if it had none (200, the whole body), as
+    a server without range support does.
   - `wrong=True`: send bytes of the right length that do not hash to the digest.
   - `hang_after=N`: send N bytes, then stall (no bytes) until `release()`.
   - `hang_headers=True`: read the request and answer nothing until `release()`.
@@ -57,6 +59,7 @@ class BlobScript:
     rate: float | None = None
     close_after: int | None = None
     wrong: bool = False
+    ignore_range: bool = False
     hang_after: int | None = None
     hang_headers: bool = False
     status: int | None = None
@@ -238,7 +241,7 @@ class StubUpstream:
             body = bytes(b ^ 0x5A for b in body[:1]) + body[1:]
         start, end = 0, len(body)
         status = 200
-        rng = req.headers.get("Range")
+        rng = None if s.ignore_range else req.headers.get("Range")
         if rng:
             mr = re.fullmatch(r"bytes=(\d+)-(\d*)", rng.strip())
             if mr:

@@ -71,8 +71,18 @@ struct blob_metrics {
   metrics::counter* digest_mismatch = nullptr;
   metrics::counter* served_cache_bytes = nullptr;
   metrics::counter* fetch_failures = nullptr;
-  metrics::counter* chunks = nullptr;   // chunk objects committed
-  metrics::counter* not_cut = nullptr;  // large blobs left whole: no room for their chunks
+  metrics::counter* chunks = nullptr;           // chunk objects committed
+  metrics::counter* not_cut = nullptr;          // large blobs left whole: no room for their chunks
+  metrics::counter* upstream_ranges = nullptr;  // ranges answered by upstream (ranges.*)
+  metrics::counter* upstream_range_bytes = nullptr;      // their bytes
+  metrics::counter* upstream_range_fallbacks = nullptr;  // asked, then served by the fetch
+};
+
+// Small ranges far ahead of a fetch in flight (config: ranges.*).
+struct range_passthrough {
+  std::uint64_t max_bytes = 0;  // 0: never
+  std::uint64_t ahead = 0;
+  int concurrency = 4;
 };
 
 class blob_service {
@@ -116,6 +126,10 @@ class blob_service {
   // Objects at least twice this long that peerd waits for are cut into chunk objects of this
   // size (chunks.h); 0: never. Call before serving.
   void set_chunk_size(std::uint64_t n) { chunk_size_ = n; }
+  // A bounded Range of at most p.max_bytes of a blob this replica fetches from upstream, starting
+  // at least p.ahead beyond the bytes written so far, is asked of upstream on its own
+  // (upstream_range.h) instead of waiting for the fetch to get there. Call before serving.
+  void set_range_passthrough(range_passthrough p) { ranges_ = p; }
   [[nodiscard]] std::uint64_t chunk_size() const { return chunk_size_; }
   // Whether the cache can hold a blob of `size` bytes, whose own write is already reserved, a
   // second time as chunk objects: every chunk stays pinned while it is seeded, so without the
@@ -176,6 +190,13 @@ class blob_service {
                       std::function<void(metainfo_answer)> done);
   void head_upstream(const selection& sel, const digest& d, const credential& cred,
                      http::responder resp);
+  // The body of [off, off + len) of fetch `f`'s object (written to `infl`): from upstream on its
+  // own when the range is small and far ahead of the fetch (set_range_passthrough), else from the
+  // fetch's bytes.
+  std::unique_ptr<http::body_source> open_range(const std::shared_ptr<blob_fetch>& f,
+                                                const std::shared_ptr<cache::inflight_object>& infl,
+                                                const selection& sel, const credential& cred,
+                                                std::uint64_t off, std::uint64_t len);
   struct fetch_opts {
     // The caller wants the metainfo (pieces are hashed as bytes arrive) and waits through
     // metainfo long-polls, so the fetch may wait its turn in the queue.
@@ -223,6 +244,8 @@ class blob_service {
   std::map<std::string, std::size_t> running_;
   int fetch_limit_ = 0;
   std::uint64_t chunk_size_ = 0;
+  range_passthrough ranges_;
+  std::shared_ptr<std::atomic<int>> ranges_running_ = std::make_shared<std::atomic<int>>(0);
   std::map<digest, std::shared_ptr<chunk_list>> chunk_lists_;  // guarded by mu_
   std::deque<digest> chunk_order_;                             // oldest first (guarded by mu_)
   std::atomic<std::uint64_t> upstream_progress_{0};

@@ -114,6 +114,16 @@ struct dataset_config {
 };
 void describe(config::binder& b, dataset_config& c);
 
+// A small Range far ahead of an upstream fetch in flight (a lazy reader's first look at a cold
+// blob) is asked of upstream on its own instead of waiting for the fetch to reach it
+// (blobs.h, set_range_passthrough).
+struct range_config {
+  config::byte_size upstream_max = config::byte_size::mib(4);     // largest such range (0: never)
+  config::byte_size upstream_ahead = config::byte_size::mib(64);  // how far ahead of the fetch
+  int upstream_concurrency = 4;  // such upstream requests at once (more wait for the fetch)
+};
+void describe(config::binder& b, range_config& c);
+
 struct proxy_config {
   daemon::http_config http{.listen = "0.0.0.0:5050"};
   daemon::log_config log;
@@ -126,6 +136,7 @@ struct proxy_config {
   manifest_config manifests;
   access_config access;
   torrent_config torrent;
+  range_config ranges;
   dataset_config datasets;
   ring_config ring;  // replicas sharing the upstream work (ring.h)
   // Mutual TLS on the HTTP API (docs/registry-proxy.md "Who may call what"): each route admits
