@@ -1,8 +1,13 @@
 #include "peerd/chunked.h"
 
 #include <fcntl.h>
-#include <algorithm>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <span>
+#include <utility>
 
 #include <boost/asio/post.hpp>
 
@@ -48,23 +53,41 @@ status wait_written_elsewhere(const cache::store& store, const digest& d, const 
   return {};
 }
 
-// Reads [off, off + n) of a file.
-result<std::string> read_file_range(const std::string& path, std::uint64_t off, std::size_t n) {
-  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail_errno(errno, "open " + path);
-  std::string out(n, '\0');
-  std::size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd.get(), out.data() + done, n - done, static_cast<off_t>(off + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno(errno, "read " + path);
-    }
-    if (r == 0) return fail(errc::size_mismatch, path + " ended early");
-    done += static_cast<std::size_t>(r);
+// A read-only mapping of the first `size` bytes of a complete chunk file, so its bytes go to the
+// blob's writer without being copied into a buffer first. Chunk files are never truncated (the
+// cache's objects are read-only, a finished download's file is only ever removed), and the file
+// is checked to hold `size` bytes before it is mapped.
+class mapped_chunk {
+ public:
+  static result<mapped_chunk> map(int fd, std::uint64_t size, const std::string& what) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return fail_errno(errno, "stat " + what);
+    if (static_cast<std::uint64_t>(st.st_size) < size)
+      return fail(errc::size_mismatch, what + " is shorter than expected");
+    mapped_chunk m;
+    if (size == 0) return m;
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return fail_errno(errno, "map " + what);
+    (void)::madvise(p, size, MADV_SEQUENTIAL);
+    m.p_ = static_cast<const std::byte*>(p);
+    m.n_ = size;
+    return m;
   }
-  return out;
-}
+  mapped_chunk() = default;
+  mapped_chunk(mapped_chunk&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+  mapped_chunk& operator=(mapped_chunk&&) = delete;
+  mapped_chunk(const mapped_chunk&) = delete;
+  ~mapped_chunk() {
+    if (p_) ::munmap(const_cast<std::byte*>(p_), n_);
+  }
+  [[nodiscard]] std::span<const std::byte> bytes(std::uint64_t off, std::uint64_t n) const {
+    return {p_ + off, static_cast<std::size_t>(n)};
+  }
+
+ private:
+  const std::byte* p_ = nullptr;
+  std::uint64_t n_ = 0;
+};
 
 }  // namespace
 
@@ -523,15 +546,9 @@ status chunked_blob::assemble() {
       len = chunks_[i].size;
       if (chunks_[i].dl) path = chunks_[i].dl->complete_path();
     }
-    for (std::uint64_t off = 0; off < len;) {
-      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(len - off, 1u << 20));
-      auto part = path.empty() ? read_object(d_.store, cid, off, n) : read_file_range(path, off, n);
-      if (!part) {
-        w.abort(part.error().message);
-        return fail(part.error().wrap("chunk " + std::to_string(i)));
-      }
-      if (auto st = w.write(std::string_view(*part)); !st) return fail(st.error().wrap("write"));
-      off += part->size();
+    if (auto st = append_chunk(w, i, cid, path, len); !st) {
+      w.abort(st.error().message);
+      return st;
     }
   }
   // The cache verifies the blob's sha256: chunks that are each fine but do not make up the
@@ -541,6 +558,34 @@ status chunked_blob::assemble() {
     if (p.verified) self->mark_verified();
   });
   if (auto info = w.commit(); !info) return fail(info.error().wrap("blob from chunks"));
+  return {};
+}
+
+status chunked_blob::append_chunk(cache::object_writer& w, std::uint32_t i, const digest& cid,
+                                  const std::string& path, std::uint64_t len) {
+  const std::string what = "chunk " + std::to_string(i);
+  // The finished download's file, or the chunk held in the cache.
+  unique_fd own;
+  std::optional<cache::object_reader> rd;
+  int fd = -1;
+  if (path.empty()) {
+    auto r = d_.store.open_read(cid);
+    if (!r) return fail(r.error().wrap("open " + what));
+    rd.emplace(std::move(*r));
+    fd = rd->fd();
+  } else {
+    own = unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!own) return fail_errno(errno, "open " + what + " at " + path);
+    fd = own.get();
+  }
+  auto m = mapped_chunk::map(fd, len, what);
+  if (!m) return fail(m.error());
+  // In steps, so readers of the blob see its bytes as they are appended.
+  constexpr std::uint64_t step = 4u << 20;
+  for (std::uint64_t off = 0; off < len; off += step) {
+    if (auto st = w.write(m->bytes(off, std::min(step, len - off))); !st)
+      return fail(st.error().wrap("write"));
+  }
   return {};
 }
 

@@ -154,6 +154,10 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
                     std::size_t max, read_cb& cb);
   [[nodiscard]] status wait_chunk(std::uint32_t i);
   [[nodiscard]] status assemble();
+  // Appends chunk i (`len` bytes of `cid`, from the finished download's file at `path`, or
+  // from the cache when `path` is empty) to the blob, straight from a mapping of its file.
+  [[nodiscard]] status append_chunk(cache::object_writer& w, std::uint32_t i, const digest& cid,
+                                    const std::string& path, std::uint64_t len);
   void mark_verified();
   void record_metainfo();
   void seed_whole();
