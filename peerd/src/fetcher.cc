@@ -84,7 +84,8 @@ std::shared_ptr<chunked_blob> fetcher::find_chunked(const digest& d) {
 }
 
 void fetcher::join(const origin::object_ref& where, const digest& d,
-                   const std::string& authorization, std::function<void(fetch_start)> done) {
+                   const std::string& authorization, std::function<void(fetch_start)> done,
+                   std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
   std::shared_ptr<job> j;
   bool leader = false;
   {
@@ -110,12 +111,14 @@ void fetcher::join(const origin::object_ref& where, const digest& d,
   }
   if (!leader) return;
   swarm_fetches_->inc();
-  net::post(d_.pool, [this, j, where, d, authorization] { lead(j, where, d, authorization); });
+  net::post(d_.pool,
+            [this, j, where, d, authorization, range] { lead(j, where, d, authorization, range); });
 }
 
 void fetcher::lead(const std::shared_ptr<job>& j, const origin::object_ref& where, const digest& d,
-                   const std::string& auth) {
-  auto outcome = start(where, d, auth);
+                   const std::string& auth,
+                   std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
+  auto outcome = start(where, d, auth, range);
   std::vector<std::function<void(fetch_start)>> waiters;
   {
     std::lock_guard lk(j->mu);
@@ -131,7 +134,8 @@ void fetcher::lead(const std::shared_ptr<job>& j, const origin::object_ref& wher
 }
 
 fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
-                           const std::string& auth) {
+                           const std::string& auth,
+                           std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
   // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
   const auto wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
@@ -169,7 +173,10 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
       if (!p) return failed(502, p.error());
       // registry-proxy cuts the object into chunk objects while it downloads: fetch those.
       if (d_.state && p->chunk_size) {
-        auto h = chunked_started(start_chunked(where, d, *p, auth));
+        auto started = start_chunked(where, d, *p, auth);
+        // The starting client's range is asked for now, not once the first chunk is listed.
+        if (started.chunked && range) started.chunked->want_range(range->first, range->second);
+        auto h = chunked_started(std::move(started));
         // Its first round was a 200 chunk list for this repository and credential, which
         // registry-proxy answers only after the parent blob's access check (or for a blob it
         // cut as itself, public): the client that started it is confirmed, as a metainfo 200

@@ -1,5 +1,7 @@
 #include "mirror.h"
 
+#include <charconv>
+
 #include "common/checkpoint.h"
 
 #include <boost/asio/post.hpp>
@@ -290,7 +292,8 @@ void mirror::operator()(http::request&& req, http::responder resp) {
       return resp.send(oci_error(400, oci::error_code::name_invalid, "ns is not a registry host"));
     }
     std::string auth(req.header("Authorization"));
-    return serve_blob(ns, route->name, route->blob, auth, req.method == http::verb::head, resp);
+    return serve_blob(ns, route->name, route->blob, auth, req.method == http::verb::head,
+                      std::string(req.header("Range")), resp);
   }
   std::optional<origin::object_ref> manifest_of;
   if (route->kind == origin::route_kind::manifest && req.method == http::verb::get &&
@@ -372,9 +375,32 @@ void mirror::forward(const http::request& req, const http::responder& resp,
   resp.send(std::move(out));
 }
 
+namespace {
+
+// [first, last + 1) of a Range header that asks for exactly one bounded range ("bytes=a-b"), the
+// form a lazy reader sends; nullopt for anything else (the HTTP server interprets those).
+std::optional<std::pair<std::uint64_t, std::uint64_t>> bounded_range(std::string_view h) {
+  constexpr std::string_view unit = "bytes=";
+  if (!h.starts_with(unit)) return std::nullopt;
+  h.remove_prefix(unit.size());
+  const auto dash = h.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == h.size()) return std::nullopt;
+  std::uint64_t a = 0, b = 0;
+  auto num = [](std::string_view t, std::uint64_t& v) {
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return ec == std::errc{} && p == t.data() + t.size();
+  };
+  if (!num(h.substr(0, dash), a) || !num(h.substr(dash + 1), b) || b < a || b == UINT64_MAX)
+    return std::nullopt;
+  return std::pair{a, b + 1};
+}
+
+}  // namespace
+
 void mirror::serve_blob(const std::string& ns, const std::string& repo, const digest& d,
-                        const std::string& auth, bool head, const http::responder& resp) {
-  net::post(d_.pool, [this, ns, repo, d, auth, head, resp] {
+                        const std::string& auth, bool head, const std::string& range,
+                        const http::responder& resp) {
+  net::post(d_.pool, [this, ns, repo, d, auth, head, range, resp] {
     const origin::object_ref where{ns, repo};
     // Bytes held here (cached, or being fetched for someone) go only to a client registry-proxy
     // allows: a public blob, or this credential confirmed for this repository (blob_access.h).
@@ -405,27 +431,30 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       return forward(fake, resp, std::nullopt);
     }
     // 4. Fetch it (one metainfo request per object, however many ask).
-    d_.fetch.join(where, d, auth, [this, where, d, auth, resp](fetch_start s) {
-      if (!s) {
-        const auto& f = s.error();
-        auto r = oci_error(f.status, origin::code_for_status(f.status), f.why.message);
-        if (!f.retry_after.empty()) r.headers.set("Retry-After", f.retry_after);
-        return resp.send(std::move(r));
-      }
-      // Joined a fetch another client started (or one registry-proxy cut into chunks): this
-      // client's own credential is confirmed first, off the thread answering every joiner.
-      if (d_.access.known_allowed(where, d, auth)) return respond_from(*s, resp);
-      net::post(d_.pool, [this, h = *s, where, d, auth, resp] {
-        try {
-          if (auto refused = d_.access.confirm(where, d, auth))
-            return resp.send(std::move(*refused));
-          respond_from(h, resp);
-        } catch (const std::exception& e) {
-          log::error("blob access check failed", log::kv("error", e.what()));
-          resp.send(oci_error(500, oci::error_code::unsupported, "internal error"));
-        }
-      });
-    });
+    d_.fetch.join(
+        where, d, auth,
+        [this, where, d, auth, resp](fetch_start s) {
+          if (!s) {
+            const auto& f = s.error();
+            auto r = oci_error(f.status, origin::code_for_status(f.status), f.why.message);
+            if (!f.retry_after.empty()) r.headers.set("Retry-After", f.retry_after);
+            return resp.send(std::move(r));
+          }
+          // Joined a fetch another client started (or one registry-proxy cut into chunks): this
+          // client's own credential is confirmed first, off the thread answering every joiner.
+          if (d_.access.known_allowed(where, d, auth)) return respond_from(*s, resp);
+          net::post(d_.pool, [this, h = *s, where, d, auth, resp] {
+            try {
+              if (auto refused = d_.access.confirm(where, d, auth))
+                return resp.send(std::move(*refused));
+              respond_from(h, resp);
+            } catch (const std::exception& e) {
+              log::error("blob access check failed", log::kv("error", e.what()));
+              resp.send(oci_error(500, oci::error_code::unsupported, "internal error"));
+            }
+          });
+        },
+        bounded_range(range));
   });
 }
 

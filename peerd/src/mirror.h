@@ -63,8 +63,10 @@ class mirror {
   // (mirror.prefetch_layers); returns how many started.
   std::size_t prefetch_layers(const origin::object_ref& where, std::string_view manifest,
                               const std::string& auth);
+  // `range`: the request's Range header (empty when none).
   void serve_blob(const std::string& ns, const std::string& repo, const digest& d,
-                  const std::string& auth, bool head, const http::responder& resp);
+                  const std::string& auth, bool head, const std::string& range,
+                  const http::responder& resp);
   // Streams the fetch in progress to the client.
   void respond_from(const fetch_handle& h, const http::responder& resp);
   void handle_pull(const http::request& req, const http::responder& resp);

@@ -432,6 +432,46 @@ TEST(Fetcher, ASmallRangeOfAChunkNotCutYetIsReadFromRegistryProxy) {
   EXPECT_EQ(*last, o.bytes.substr(o.bytes.size() - 10));
 }
 
+// The client that starts a chunked fetch with a small Range (fetcher::join's `range`) has it
+// asked of registry-proxy at once, while the first chunk list is still outstanding: a lazy
+// reader's first bytes do not wait for the first chunk to be cut.
+TEST(Fetcher, TheStartingClientsRangeIsAskedBeforeTheFirstChunkList) {
+  chunked_origin o;
+  const std::uint64_t off = chunked_origin::chunk + 77, end = off + 1000;
+  const std::string want = "bytes=" + std::to_string(off) + "-" + std::to_string(end - 1);
+  std::atomic<bool> asked{false}, asked_before_list{false};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (chunked_origin::is_chunk_list(r)) {
+      // The list waits (at most 5 s) for the range to be asked.
+      for (int i = 0; i < 500 && !asked; ++i) std::this_thread::sleep_for(10ms);
+      if (asked) asked_before_list = true;
+    }
+    if (r.header("Range") == want) asked = true;
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto p = std::make_shared<std::promise<fetch_start>>();
+  auto fut = p->get_future();
+  n.fetch->join(
+      {"r.example", "team/app"}, o.whole.object, "",
+      [p](fetch_start s) { p->set_value(std::move(s)); }, std::pair{off, end});
+  ASSERT_EQ(fut.wait_for(20s), std::future_status::ready);
+  auto s = fut.get();
+  ASSERT_TRUE(s) << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  EXPECT_TRUE(asked_before_list);
+  EXPECT_EQ(n.swarm->counters().range_direct.load(), 1u);
+  auto rp = std::make_shared<std::promise<result<std::string>>>();
+  auto rf = rp->get_future();
+  s->chunked->read(off, 1000, [rp](result<std::string> b) { rp->set_value(std::move(b)); });
+  ASSERT_EQ(rf.wait_for(10s), std::future_status::ready);
+  auto b = rf.get();
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(*b, o.bytes.substr(off, 1000));
+  ASSERT_TRUE(s->chunked->wait());
+  EXPECT_TRUE(n.store->contains(o.whole.object));
+}
+
 // registry-proxy stops listing the chunks after the first (the replica cutting the blob died and
 // another answers 404, not cutting it): the rest of the blob comes as a range of it, a reader
 // waiting in the unlisted chunk reads the blob as it is written, and the blob completes.

@@ -32,6 +32,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -116,8 +118,12 @@ class fetcher {
   // the running fetch or why it could not start, on a worker thread (or at once, on the caller's
   // thread, when the answer is already known). Does not look at the cache or at downloads
   // already running: find() first.
+  // `range`: the starting client's single bounded Range [first, end) when it has one: a blob
+  // fetched in chunks asks for it at once (chunked_blob::want_range), before its first chunk
+  // list, so a lazy reader's first bytes do not wait for the first chunk to be cut.
   void join(const origin::object_ref& where, const digest& d, const std::string& authorization,
-            std::function<void(fetch_start)> done);
+            std::function<void(fetch_start)> done,
+            std::optional<std::pair<std::uint64_t, std::uint64_t>> range = std::nullopt);
 
   // Blocking: makes sure `d` is committed in the local cache (waiting for the fetch in progress,
   // or starting one). Returns once it is, or the error. A fetch it starts runs its metainfo
@@ -134,11 +140,12 @@ class fetcher {
  private:
   struct job;
   void lead(const std::shared_ptr<job>& j, const origin::object_ref& where, const digest& d,
-            const std::string& auth);
+            const std::string& auth, std::optional<std::pair<std::uint64_t, std::uint64_t>> range);
   // Gets the metainfo (long-polling while registry-proxy fetches) and starts the download, or
-  // the chunked fetch when registry-proxy cuts the object into chunks.
-  [[nodiscard]] fetch_start start(const origin::object_ref& where, const digest& d,
-                                  const std::string& auth);
+  // the chunked fetch when registry-proxy cuts the object into chunks (`range`: join()).
+  [[nodiscard]] fetch_start start(
+      const origin::object_ref& where, const digest& d, const std::string& auth,
+      std::optional<std::pair<std::uint64_t, std::uint64_t>> range = std::nullopt);
   // The two ways start goes on: a 200 (metainfo) joins the swarm, a 202 announcing chunks starts
   // the chunked fetch.
   [[nodiscard]] fetch_start start_swarm(const origin::object_ref& where, const digest& d,
