@@ -85,6 +85,18 @@ class RangeTest(FixtureTestCase):
         finally:
             c.close()
 
+    def get_range(self, path: str, lo: int, hi: int, data: bytes) -> float:
+        """GETs bytes lo..hi through peerd, checks the 206 and its bytes; returns the seconds."""
+        got: dict = {}
+        t0 = time.monotonic()
+        self.get(path, {"Range": f"bytes={lo}-{hi}"}, got)
+        took = time.monotonic() - t0
+        self.assertNotIn("error", got)
+        self.assertEqual(got["status"], 206, got.get("body", b"")[:300])
+        self.assertEqual(got["headers"].get("content-range"), f"bytes {lo}-{hi}/{len(data)}")
+        self.assertEqual(got["body"], data[lo:hi + 1])
+        return took
+
     def cut_chunks(self, digest: str) -> int:
         s, _, body = self.proxy.get(f"/shoal/v1/chunks/{digest}?ns=stub.test&repo=team/lazy&have=0&wait_ms=0")
         self.assertEqual(s, 200, body[:300])
@@ -99,14 +111,7 @@ class RangeTest(FixtureTestCase):
         bytes0 = self.metric("shoal_peerd_range_direct_bytes_total")
 
         lo, hi = 17 * MIB + 12345, 18 * MIB + 12344  # 1 MiB inside chunk 1 ([16, 40) MiB)
-        small: dict = {}
-        t0 = time.monotonic()
-        self.get(path, {"Range": f"bytes={lo}-{hi}"}, small)
-        took = time.monotonic() - t0
-        self.assertNotIn("error", small)
-        self.assertEqual(small["status"], 206, small.get("body", b"")[:300])
-        self.assertEqual(small["headers"].get("content-range"), f"bytes {lo}-{hi}/{len(data)}")
-        self.assertEqual(small["body"], data[lo:hi + 1])
+        took = self.get_range(path, lo, hi, data)
         print(f"\n1 MiB range of the uncut chunk answered in {took:.2f} s while the upstream holds")
         # Still held: chunk 1 does not exist, so the bytes did not come from it.
         self.assertEqual(self.cut_chunks(digest), 1)
@@ -154,14 +159,7 @@ class RangeTest(FixtureTestCase):
 
         # Through peerd: 1 MiB in chunk 1, 10 MiB beyond the 20 the fetch can have.
         lo, hi = 30 * MIB + 7, 31 * MIB + 6
-        got: dict = {}
-        t0 = time.monotonic()
-        self.get(path, {"Range": f"bytes={lo}-{hi}"}, got)
-        took = time.monotonic() - t0
-        self.assertNotIn("error", got)
-        self.assertEqual(got["status"], 206, got.get("body", b"")[:300])
-        self.assertEqual(got["headers"].get("content-range"), f"bytes {lo}-{hi}/{len(data)}")
-        self.assertEqual(got["body"], data[lo:hi + 1])
+        took = self.get_range(path, lo, hi, data)
         print(f"\n1 MiB range 10 MiB ahead of the held fetch answered in {took:.2f} s through peerd")
         self.assertEqual(self.metric("shoal_peerd_range_direct_total") - direct0, 1)
         # At registry-proxy alone, another one.
