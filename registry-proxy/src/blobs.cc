@@ -387,10 +387,12 @@ std::unique_ptr<http::body_source> blob_service::open_range(
     const std::shared_ptr<blob_fetch>& f, const std::shared_ptr<cache::inflight_object>& infl,
     const selection& sel, const credential& cred, std::uint64_t off, std::uint64_t len) {
   auto from_fetch = [infl, off, len] { return std::make_unique<inflight_source>(infl, off, len); };
-  // Small, bounded, far ahead of what the fetch wrote, and the fetch is this replica's own (a
-  // ring member's fetch streams from the owner, which decides for itself).
-  if (ranges_.max_bytes == 0 || len == 0 || len > ranges_.max_bytes || !infl ||
-      off < infl->available() + ranges_.ahead || !f->source().empty())
+  // Small, bounded, far ahead of what the fetch wrote, short of the last byte (which goes out
+  // only once the whole object is verified), and the fetch is this replica's own (a ring
+  // member's fetch streams from the owner, which decides for itself).
+  const auto total = infl ? infl->expected_size() : std::nullopt;
+  if (ranges_.max_bytes == 0 || len == 0 || len > ranges_.max_bytes || !infl || !total ||
+      off + len >= *total || off < infl->available() + ranges_.ahead || !f->source().empty())
     return from_fetch();
   for (int n = ranges_running_->load();;) {
     if (n >= ranges_.concurrency) return from_fetch();

@@ -48,8 +48,9 @@ void describe(config::binder& b, upstream_config& c) {
 void describe(config::binder& b, range_config& c) {
   b.field("upstream_max", c.upstream_max,
           "A bounded Range of at most this many bytes (not `bytes=N-`) of a blob being fetched, "
-          "starting at least upstream_ahead beyond the bytes the fetch has, is asked of upstream "
-          "on its own (one extra GET with that Range) and answered from it; anything else, and "
+          "starting at least upstream_ahead beyond the bytes the fetch has and ending before its "
+          "last byte, is asked of upstream on its own (one extra GET with that Range) and answered "
+          "from it; anything else, and "
           "such a range upstream does not answer with exactly its bytes (206), waits for the "
           "fetch as before. 0: never.",
           {.max = config::byte_size::mib(64)});

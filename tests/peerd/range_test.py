@@ -175,9 +175,19 @@ class RangeTest(FixtureTestCase):
                          (hi - lo + 1) + (b - a + 1))
         asked = sorted(r.headers.get("range", "") for r in self.stub.requests(digest, "GET"))
         self.assertEqual(asked, ["", f"bytes={lo}-{hi}", f"bytes={a}-{b}"])
+        # A range with the last byte waits for the fetch: that byte goes out only verified.
+        tail: dict = {}
+        t = threading.Thread(target=lambda: tail.update(r=self.proxy.get(
+            path, headers={"Range": f"bytes={len(data) - 100}-"}, timeout=60)), daemon=True)
+        t.start()
+        time.sleep(0.5)
+        self.assertNotIn("r", tail, "the last byte went out before the blob was verified")
+        self.assertEqual(len(self.stub.requests(digest, "GET")), 3)
 
         # The whole blob through peerd: right, and fetched whole once.
         self.stub.release()
+        t.join(60)
+        self.assertEqual((tail["r"][0], tail["r"][2]), (206, data[-100:]))
         whole: dict = {}
         self.get(path, {}, whole)
         self.assertEqual(whole.get("status"), 200, whole)
