@@ -85,7 +85,7 @@ std::shared_ptr<chunked_blob> fetcher::find_chunked(const digest& d) {
 
 void fetcher::join(const origin::object_ref& where, const digest& d,
                    const std::string& authorization, std::function<void(fetch_start)> done,
-                   std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
+                   std::optional<http::byte_range> range) {
   std::shared_ptr<job> j;
   bool leader = false;
   {
@@ -116,8 +116,7 @@ void fetcher::join(const origin::object_ref& where, const digest& d,
 }
 
 void fetcher::lead(const std::shared_ptr<job>& j, const origin::object_ref& where, const digest& d,
-                   const std::string& auth,
-                   std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
+                   const std::string& auth, std::optional<http::byte_range> range) {
   auto outcome = start(where, d, auth, range);
   std::vector<std::function<void(fetch_start)>> waiters;
   {
@@ -134,8 +133,7 @@ void fetcher::lead(const std::shared_ptr<job>& j, const origin::object_ref& wher
 }
 
 fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
-                           const std::string& auth,
-                           std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
+                           const std::string& auth, std::optional<http::byte_range> range) {
   // Long-poll registry-proxy for the metainfo while it makes progress fetching the object.
   const auto wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(d_.cfg.upstream.metainfo_wait.get());
@@ -175,7 +173,7 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
       if (d_.state && p->chunk_size) {
         auto started = start_chunked(where, d, *p, auth);
         // The starting client's range is asked for now, not once the first chunk is listed.
-        if (started.chunked && range) started.chunked->want_range(range->first, range->second);
+        if (started.chunked && range) started.chunked->want_range(range->first, range->last + 1);
         auto h = chunked_started(std::move(started));
         // Its first round was a 200 chunk list for this repository and credential, which
         // registry-proxy answers only after the parent blob's access check (or for a blob it

@@ -1,7 +1,5 @@
 #include "mirror.h"
 
-#include <charconv>
-
 #include "common/checkpoint.h"
 
 #include <boost/asio/post.hpp>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "common/http_range.h"
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/origin_protocol.h"
@@ -377,22 +376,15 @@ void mirror::forward(const http::request& req, const http::responder& resp,
 
 namespace {
 
-// [first, last + 1) of a Range header that asks for exactly one bounded range ("bytes=a-b"), the
-// form a lazy reader sends; nullopt for anything else (the HTTP server interprets those).
-std::optional<std::pair<std::uint64_t, std::uint64_t>> bounded_range(std::string_view h) {
-  constexpr std::string_view unit = "bytes=";
-  if (!h.starts_with(unit)) return std::nullopt;
-  h.remove_prefix(unit.size());
-  const auto dash = h.find('-');
-  if (dash == std::string_view::npos || dash == 0 || dash + 1 == h.size()) return std::nullopt;
-  std::uint64_t a = 0, b = 0;
-  auto num = [](std::string_view t, std::uint64_t& v) {
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    return ec == std::errc{} && p == t.data() + t.size();
-  };
-  if (!num(h.substr(0, dash), a) || !num(h.substr(dash + 1), b) || b < a || b == UINT64_MAX)
+// The one bounded range ("bytes=a-b", the form a lazy reader sends) a Range header asks for;
+// nullopt for anything else (the HTTP server interprets those once the size is known). The size
+// is not known yet: against an unbounded one, open ranges (`a-`, `-n`) end at its last byte.
+std::optional<http::byte_range> bounded_range(std::string_view h) {
+  constexpr std::uint64_t unbounded = UINT64_MAX;
+  auto spec = http::parse_range(h, unbounded);
+  if (spec.kind != http::range_kind::single || spec.range.last >= unbounded - 1)
     return std::nullopt;
-  return std::pair{a, b + 1};
+  return spec.range;
 }
 
 }  // namespace

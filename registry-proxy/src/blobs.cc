@@ -391,7 +391,7 @@ std::unique_ptr<http::body_source> blob_service::open_range(
   // only once the whole object is verified), and the fetch is this replica's own (a ring
   // member's fetch streams from the owner, which decides for itself).
   const auto total = infl ? infl->expected_size() : std::nullopt;
-  if (ranges_.max_bytes == 0 || len == 0 || len > ranges_.max_bytes || !infl || !total ||
+  if (ranges_.max_bytes == 0 || len == 0 || len > ranges_.max_bytes || !total ||
       off + len >= *total || off < infl->available() + ranges_.ahead || !f->source().empty())
     return from_fetch();
   for (int n = ranges_running_->load();;) {

@@ -454,7 +454,7 @@ TEST(Fetcher, TheStartingClientsRangeIsAskedBeforeTheFirstChunkList) {
   auto fut = p->get_future();
   n.fetch->join(
       {"r.example", "team/app"}, o.whole.object, "",
-      [p](fetch_start s) { p->set_value(std::move(s)); }, std::pair{off, end});
+      [p](fetch_start s) { p->set_value(std::move(s)); }, http::byte_range{off, end - 1});
   ASSERT_EQ(fut.wait_for(20s), std::future_status::ready);
   auto s = fut.get();
   ASSERT_TRUE(s) << s.error().why.message;

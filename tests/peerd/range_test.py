@@ -97,6 +97,16 @@ class RangeTest(FixtureTestCase):
         self.assertEqual(got["body"], data[lo:hi + 1])
         return took
 
+    def assert_whole_fetched_once(self, path: str, digest: str) -> None:
+        """The whole blob through peerd is right, and registry-proxy fetched it whole once (GETs
+        upstream without a Range)."""
+        whole: dict = {}
+        self.get(path, {}, whole)
+        self.assertEqual(whole.get("status"), 200, whole)
+        self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
+        plain = [r for r in self.stub.requests(digest, "GET") if "range" not in r.headers]
+        self.assertEqual(len(plain), 1)
+
     def cut_chunks(self, digest: str) -> int:
         s, _, body = self.proxy.get(f"/shoal/v1/chunks/{digest}?ns=stub.test&repo=team/lazy&have=0&wait_ms=0")
         self.assertEqual(s, 200, body[:300])
@@ -140,12 +150,7 @@ class RangeTest(FixtureTestCase):
         # The whole blob through peerd; registry-proxy fetched it whole once. (Had the range
         # come while its fetch was more than 4 MiB short of it, registry-proxy asked upstream
         # for the range alone: the test that follows.)
-        whole: dict = {}
-        self.get(path, {}, whole)
-        self.assertEqual(whole.get("status"), 200, whole)
-        self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
-        plain = [r for r in self.stub.requests(digest, "GET") if "range" not in r.headers]
-        self.assertEqual(len(plain), 1)
+        self.assert_whole_fetched_once(path, digest)
 
     def test_a_range_far_ahead_of_the_fetch_is_asked_of_upstream(self):
         data = random.Random("proxy-range-upstream").randbytes(40 * MIB)
@@ -188,12 +193,7 @@ class RangeTest(FixtureTestCase):
         self.stub.release()
         t.join(60)
         self.assertEqual((tail["r"][0], tail["r"][2]), (206, data[-100:]))
-        whole: dict = {}
-        self.get(path, {}, whole)
-        self.assertEqual(whole.get("status"), 200, whole)
-        self.assertEqual(hashlib.sha256(whole["body"]).hexdigest(), digest.removeprefix("sha256:"))
-        plain = [r for r in self.stub.requests(digest, "GET") if "range" not in r.headers]
-        self.assertEqual(len(plain), 1)
+        self.assert_whole_fetched_once(path, digest)
 
     def test_a_range_upstream_does_not_answer_comes_from_the_fetch(self):
         data = random.Random("proxy-range-ignored").randbytes(40 * MIB)

@@ -32,9 +32,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <utility>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +41,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/http_client.h"
+#include "common/http_range.h"
 #include "common/metrics.h"
 #include "common/origin_protocol.h"
 #include "peerd/chunked.h"
@@ -118,12 +118,12 @@ class fetcher {
   // the running fetch or why it could not start, on a worker thread (or at once, on the caller's
   // thread, when the answer is already known). Does not look at the cache or at downloads
   // already running: find() first.
-  // `range`: the starting client's single bounded Range [first, end) when it has one: a blob
+  // `range`: the starting client's single bounded Range when it has one: a blob
   // fetched in chunks asks for it at once (chunked_blob::want_range), before its first chunk
   // list, so a lazy reader's first bytes do not wait for the first chunk to be cut.
   void join(const origin::object_ref& where, const digest& d, const std::string& authorization,
             std::function<void(fetch_start)> done,
-            std::optional<std::pair<std::uint64_t, std::uint64_t>> range = std::nullopt);
+            std::optional<http::byte_range> range = std::nullopt);
 
   // Blocking: makes sure `d` is committed in the local cache (waiting for the fetch in progress,
   // or starting one). Returns once it is, or the error. A fetch it starts runs its metainfo
@@ -140,12 +140,12 @@ class fetcher {
  private:
   struct job;
   void lead(const std::shared_ptr<job>& j, const origin::object_ref& where, const digest& d,
-            const std::string& auth, std::optional<std::pair<std::uint64_t, std::uint64_t>> range);
+            const std::string& auth, std::optional<http::byte_range> range);
   // Gets the metainfo (long-polling while registry-proxy fetches) and starts the download, or
   // the chunked fetch when registry-proxy cuts the object into chunks (`range`: join()).
-  [[nodiscard]] fetch_start start(
-      const origin::object_ref& where, const digest& d, const std::string& auth,
-      std::optional<std::pair<std::uint64_t, std::uint64_t>> range = std::nullopt);
+  [[nodiscard]] fetch_start start(const origin::object_ref& where, const digest& d,
+                                  const std::string& auth,
+                                  std::optional<http::byte_range> range = std::nullopt);
   // The two ways start goes on: a 200 (metainfo) joins the swarm, a 202 announcing chunks starts
   // the chunked fetch.
   [[nodiscard]] fetch_start start_swarm(const origin::object_ref& where, const digest& d,
