@@ -376,6 +376,10 @@ void app::register_metrics() {
                   "Pieces given a deadline because a Range request wanted them "
                   "(swarm.range_deadline_bytes).",
                   [c] { return static_cast<double>(c->range_deadline_pieces.load()); });
+  reg_.counter_fn("shoal_peerd_stream_flushes_total",
+                  "Flushes of a running download's writes so local readers could take its "
+                  "verified pieces from its file.",
+                  [c] { return static_cast<double>(c->stream_flushes.load()); });
   reg_.counter_fn("shoal_peerd_range_direct_total",
                   "Small Range requests of a chunk registry-proxy had not cut yet, read from "
                   "registry-proxy directly (swarm.range_direct_bytes).",

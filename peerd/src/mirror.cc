@@ -27,9 +27,11 @@ using origin::oci_error;
 
 namespace {
 
-// Streams an object being downloaded (or just downloaded) to one client, in order: piece by
-// piece through read_piece while downloading; once the download is complete, the rest straight
-// from the cache's file with sendfile (a reader that fell behind catches up without copies).
+// Streams an object being downloaded (or just downloaded) to one client, in order: while
+// downloading, each run of verified pieces whose writes are confirmed in the download's file
+// (download::when_in_file) straight from that file with sendfile, and piece by piece through
+// read_piece only where the file cannot be opened; once the download is complete, the rest from
+// the cache's file with sendfile.
 // The object's last byte waits until the download is complete, which means its sha256 verified
 // and the object is committed (swarm.h): pieces pass their SHA-1 against metainfo fetched over
 // HTTP, so until then a whole body could still be the wrong object. A download that fails instead
@@ -62,8 +64,11 @@ class download_source final : public http::body_source {
     net::thread_pool* pool = nullptr;
     piece_buffer buf;
     std::uint32_t buf_piece = UINT32_MAX;
-    unique_fd fd;            // the committed object file, opened once
-    bool no_direct = false;  // the file could not be opened: read_piece only
+    unique_fd fd;             // the committed object file, opened once
+    bool no_direct = false;   // the file could not be opened: read_piece only
+    unique_fd partial;        // the running download's file, opened once
+    bool no_partial = false;  // it could not be opened (moved meanwhile): read_piece
+    bool waited = false;      // when_in_file answered: the file, or else read_piece, now
   };
   using done_fn = std::function<void(result<http::chunk>)>;
 
@@ -94,6 +99,21 @@ class download_source final : public http::body_source {
     }
     const auto& m = st->dl->meta();
     std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
+    if (st->pool && !st->no_partial) {
+      const bool waited = std::exchange(st->waited, false);
+      if (auto run = st->dl->file_run(st->off, std::min<std::uint64_t>(max_bytes, limit - st->off));
+          run > 0) {
+        return send_partial(st, run, std::move(done));
+      }
+      if (!waited) {
+        st->dl->when_in_file(piece, [st, max_bytes, done = std::move(done)]() mutable {
+          st->waited = true;
+          step(st, max_bytes, std::move(done));
+        });
+        return;
+      }
+      // Answered but not in the file: the download ended (complete or failed) or moved on.
+    }
     auto slice = [st, max_bytes, limit](const piece_buffer& buf, std::uint32_t p) -> http::chunk {
       std::uint64_t from = st->off - st->dl->meta().piece_offset(p);
       std::uint64_t n = std::min<std::uint64_t>({buf->size() - from, limit - st->off, max_bytes});
@@ -132,6 +152,24 @@ class download_source final : public http::body_source {
       st->off += run;
       if (st->served) st->served->fetch_add(run);
       done(http::chunk::file_region(st->fd.get(), off, run));
+    });
+  }
+
+  // `run` verified bytes of the running download from its file with sendfile.
+  static void send_partial(const std::shared_ptr<state>& st, std::uint64_t run, done_fn done) {
+    net::post(*st->pool, [st, run, done = std::move(done)]() mutable {
+      if (!st->partial) {
+        st->partial = unique_fd(::open(st->dl->partial_path().c_str(), O_RDONLY | O_CLOEXEC));
+        if (!st->partial) {
+          // Moved into the cache meanwhile: step again (the committed file, or read_piece).
+          st->no_partial = true;
+          return done(http::chunk::file_region(-1, 0, 0));
+        }
+      }
+      std::uint64_t off = st->off;
+      st->off += run;
+      if (st->served) st->served->fetch_add(run);
+      done(http::chunk::file_region(st->partial.get(), off, run));
     });
   }
 

@@ -39,26 +39,6 @@ struct on_demand_plugin final : lt::plugin {
   swarm_manager* mgr;
 };
 
-// A synchronous call into libtorrent's network thread: not for per-block or per-piece alerts.
-
-result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std::uint64_t len) {
-  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail_errno(errno, "open " + path);
-  auto buf = std::make_shared<std::string>(static_cast<std::size_t>(len), '\0');
-  std::uint64_t done = 0;
-  while (done < len) {
-    ssize_t n = ::pread(fd.get(), buf->data() + done, static_cast<std::size_t>(len - done),
-                        static_cast<off_t>(off + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno(errno, "read " + path);
-    }
-    if (n == 0) return fail(errc::size_mismatch, path + " ended early");
-    done += static_cast<std::uint64_t>(n);
-  }
-  return piece_buffer(std::move(buf));
-}
-
 }  // namespace
 
 std::shared_ptr<lt::torrent_info> parse_torrent(std::string_view torrent, std::string* why) {
@@ -134,47 +114,6 @@ void download::when_settled(std::function<void(shoal::status)> cb) {
 std::string download::complete_path() const {
   std::lock_guard lk(mu_);
   return st_ == state::complete ? object_path_ : std::string();
-}
-
-void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb) {
-  if (i >= meta_.piece_count()) return cb(fail(errc::invalid_argument, "piece out of range"));
-  std::unique_lock lk(mu_);
-  if (st_ == state::failed) {
-    auto e = *err_;
-    lk.unlock();
-    return cb(fail(e));
-  }
-  if (st_ == state::complete) {
-    std::string path = object_path_;
-    lk.unlock();
-    std::uint64_t off = meta_.piece_offset(i);
-    std::uint64_t len = meta_.piece_length(i);
-    net::post(mgr_->pool(),
-              [path, off, len, cb = std::move(cb)] { cb(pread_range(path, off, len)); });
-    return;
-  }
-  if (have_[i]) {
-    bool issue = reading_[i].empty();
-    reading_[i].push_back(std::move(cb));
-    lk.unlock();
-    if (issue) mgr_->request_piece(shared_from_this(), i);
-    return;
-  }
-  waiting_[i].push_back(std::move(cb));
-  bool moved = i < cursor_ || cursor_ == 0 || waiting_.begin()->first == i;
-  cursor_ = waiting_.begin()->first;
-  auto h = h_;
-  std::uint32_t total = meta_.piece_count();
-  lk.unlock();
-  if (moved && h.is_valid() && mgr_->streaming_window() > 0) {
-    // Streaming priority: deadlines for the pieces right after the reader's position.
-    int window = mgr_->streaming_window();
-    for (std::uint32_t j = i;
-         j < std::min<std::uint32_t>(total, i + static_cast<std::uint32_t>(window)); ++j) {
-      h.set_piece_deadline(lt::piece_index_t(static_cast<int>(j)),
-                           static_cast<int>(100 * (j - i + 1)));
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,15 +373,6 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
   return dl;
 }
 
-void swarm_manager::request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece) {
-  lt::torrent_handle h;
-  {
-    std::lock_guard lk(dl->mu_);
-    h = dl->h_;
-  }
-  if (h.is_valid()) h.read_piece(lt::piece_index_t(static_cast<int>(piece)));
-}
-
 // Every piece passed its hash and the file is in the cache's staging directory. The torrent goes
 // first (libtorrent no longer touches the file), then the cache adopts it on the worker pool.
 void swarm_manager::finish_object(const std::shared_ptr<download>& dl,
@@ -547,6 +477,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
   lt::torrent_handle h;
   std::vector<std::pair<std::uint32_t, std::vector<download::piece_cb>>> pending;
   std::vector<std::function<void(shoal::status)>> settled;
+  std::vector<std::function<void()>> file_waiters;
   {
     std::lock_guard lk(dl->mu_);
     if (only_running && dl->st_ != download::state::running) return false;
@@ -561,6 +492,9 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
     dl->waiting_.clear();
     dl->reading_.clear();
     settled.swap(dl->settled_);
+    for (auto& [p, cbs] : dl->file_waiting_)
+      for (auto& cb : cbs) file_waiters.push_back(std::move(cb));
+    dl->file_waiting_.clear();
   }
   unloaded evicted;
   {
@@ -578,6 +512,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
   for (auto& [p, cbs] : pending) {
     for (auto& cb : cbs) dl->read_piece(p, std::move(cb));
   }
+  for (auto& cb : file_waiters) cb();
   for (auto& cb : settled) cb({});
   return true;
 }
@@ -588,6 +523,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
 void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
   std::vector<download::piece_cb> cbs;
   std::vector<std::function<void(shoal::status)>> settled;
+  std::vector<std::function<void()>> file_waiters;
   lt::torrent_handle h;
   auto dl =
       job->type() == transfer::kind::group ? nullptr : std::static_pointer_cast<download>(job);
@@ -608,6 +544,9 @@ void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
         m->clear();
       }
       settled.swap(dl->settled_);
+      for (auto& [p, v] : dl->file_waiting_)
+        for (auto& cb : v) file_waiters.push_back(std::move(cb));
+      dl->file_waiting_.clear();
     }
   }
   {
@@ -629,6 +568,7 @@ void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
               log::kv("error", e.message));
   }
   for (auto& cb : cbs) cb(shoal::fail(e));
+  for (auto& cb : file_waiters) cb();
   for (auto& cb : settled) cb(shoal::fail(e));
 }
 

@@ -28,9 +28,12 @@ void swarm_manager::on_alert(lt::alert* a) {
   if (auto* rp = lt::alert_cast<lt::read_piece_alert>(a)) return on_read_piece(rp);
   if (auto* tf = lt::alert_cast<lt::torrent_finished_alert>(a)) return on_torrent_finished(tf);
   if (auto* cf = lt::alert_cast<lt::cache_flushed_alert>(a)) {
-    // Two come (libtorrent flushes by itself when a torrent finishes): the first completes it.
     auto dl = by_alert(cf);
-    if (!dl || !dl->transient()) return;
+    // A reader's flush (download::when_in_file) first: a flush asked before the torrent finished
+    // may answer after it, while later writes are still queued.
+    if (!dl || fence_done(dl)) return;
+    // Two come (libtorrent flushes by itself when a torrent finishes): the first completes it.
+    if (!dl->transient()) return;
     {
       std::lock_guard lk(dl->mu_);
       if (!dl->flushing_) return;
@@ -72,7 +75,7 @@ void swarm_manager::on_piece_finished(lt::piece_finished_alert* pf) {
   auto dl = by_alert(pf);
   if (!dl) return;
   auto p = static_cast<std::uint32_t>(static_cast<int>(pf->piece_index));
-  bool issue = false;
+  bool issue = false, fence = false;
   {
     std::lock_guard lk(dl->mu_);
     if (p < dl->have_.size() && !dl->have_[p]) {
@@ -87,8 +90,10 @@ void swarm_manager::on_piece_finished(lt::piece_finished_alert* pf) {
       for (auto& cb : it->second) r.push_back(std::move(cb));
       dl->waiting_.erase(it);
     }
+    fence = dl->file_waiting_.count(p) && !dl->fence_inflight_;
   }
   if (issue) pf->handle.read_piece(pf->piece_index);
+  if (fence) start_fence(dl);
 }
 
 // Deadlines for a Range reader's pieces (swarm.h).

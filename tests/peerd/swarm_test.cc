@@ -8,6 +8,8 @@
 //     the object (cache verify → quarantine, state forgotten);
 //   - a downloader rejects bad pieces from a loaded seed (hash failures counted) and its readers
 //     get an error, never wrong bytes;
+//   - a reader following a running download reads its verified pieces from the download's file
+//     once a flush confirmed their writes, while it still runs;
 //   - a stalled swarm falls back to HTTP ranges; wrong bytes over HTTP are rejected too; a server
 //     ignoring Range is never trusted; with no source at all the download fails within
 //     fallback_deadline;
@@ -34,6 +36,7 @@
 #include "../common/support/test_http_server.h"
 #include "../common/support/test_pki.h"
 #include "common/endpoints.h"
+#include "common/fd.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "test_util.h"
@@ -275,6 +278,58 @@ TEST(Swarm, HttpRangesChainOnceTheSwarmIsSilent) {
   auto secs = std::chrono::duration<double>(steady::now() - t0).count();
   EXPECT_EQ(srv.request_count(), 3u);  // 3 ranges of 4 MiB
   EXPECT_LT(secs, 1.5 + 2.0) << "ranges waited for a stall timeout each";
+}
+
+// A reader following a running download takes its verified pieces from the download's file once a
+// flush confirmed their writes (download::when_in_file), not one read_piece at a time through
+// libtorrent's disk queue: here the first 4 MiB are in, the rest is held back upstream, and the
+// first pieces come from the file while the download still runs.
+TEST(Swarm, VerifiedPiecesOfARunningDownloadAreReadFromItsFile) {
+  auto bytes = testing::bytes_of(12 << 20, 12);
+  auto m = meta_of(bytes);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    auto range = r.header("Range").value_or("");
+    // Bounded: a failing test never hangs on it.
+    if (range.rfind("bytes=0-", 0) != 0) (void)released.wait_for(20s);
+    return range_reply(bytes, r);
+  });
+  node b("b", fast_cfg());
+  auto dl = b.swarm->fetch(m.object, m.torrent_file({}), m, {}, {srv.url("/blob"), ""});
+  ASSERT_TRUE(dl);
+  auto& d = **dl;
+  ASSERT_TRUE(wait_for([&] { return d.pieces_done() > 0; }, 10s));
+  EXPECT_EQ(d.file_run(0, m.size), 0u) << "a piece counted in the file before any flush";
+  auto answered = std::make_shared<std::promise<void>>();
+  d.when_in_file(0, [answered] { answered->set_value(); });
+  ASSERT_EQ(answered->get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(d.current(), download::state::running) << "answered only once the download ended";
+  EXPECT_GE(b.swarm->counters().stream_flushes.load(), 1u);
+  auto run = d.file_run(0, m.size);
+  ASSERT_GE(run, m.piece_size);
+  EXPECT_LE(run, std::uint64_t{4} << 20) << "bytes held back upstream counted as in the file";
+  EXPECT_EQ(run % m.piece_size, 0u);
+  // Those bytes are in the file, right, while the download still runs.
+  {
+    unique_fd fd(::open(d.partial_path().c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd) << d.partial_path();
+    std::string got(static_cast<std::size_t>(run), '\0');
+    ASSERT_EQ(::pread(fd.get(), got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+    EXPECT_TRUE(got == bytes.substr(0, got.size()));
+  }
+  EXPECT_EQ(d.current(), download::state::running);
+  // A reader of a piece not verified yet waits for it; the rest arrives and it is answered.
+  auto later = std::make_shared<std::promise<void>>();
+  d.when_in_file(m.piece_count() - 1, [later] { later->set_value(); });
+  auto later_f = later->get_future();
+  EXPECT_EQ(later_f.wait_for(300ms), std::future_status::timeout);
+  release.set_value();
+  ASSERT_EQ(later_f.wait_for(15s), std::future_status::ready);
+  auto got = read_all(d);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(*got == bytes);
+  ASSERT_TRUE(wait_for([&] { return b.store->contains(m.object); }, 10s));
 }
 
 TEST(Swarm, WrongBytesOverHttpAreRejected) {

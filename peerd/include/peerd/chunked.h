@@ -162,7 +162,8 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   void record_metainfo();
   void seed_whole();
   void finish(std::optional<error> e);
-  void serve(std::uint64_t off, std::size_t max, read_cb cb);
+  // `waited`: a joined chunk's when_in_file answered (its file, or else read_piece, now).
+  void serve(std::uint64_t off, std::size_t max, read_cb cb, bool waited = false);
   [[nodiscard]] std::string blob_path() const;
 
   deps d_;

@@ -85,6 +85,8 @@ struct source_counters {
   std::atomic<std::uint64_t> fallbacks{0};    // HTTP fallback ranges fetched
   std::atomic<std::uint64_t> downloads_ok{0}, downloads_failed{0};
   std::atomic<std::uint64_t> range_deadline_pieces{0};  // pieces given deadlines for a Range
+  // Flushes asked so a reader could take verified pieces of a running download from its file.
+  std::atomic<std::uint64_t> stream_flushes{0};
   // Small Ranges of a chunk not cut yet, read from registry-proxy directly, and their bytes.
   std::atomic<std::uint64_t> range_direct{0}, range_direct_bytes{0};
   // Blobs fetched in chunks whose rest came as ranges: registry-proxy stopped listing chunks.
@@ -172,7 +174,8 @@ class download : public transfer, public std::enable_shared_from_this<download> 
         id_(d),
         meta_(std::move(m)),
         partial_dir_(std::move(partial_dir)),
-        have_(meta_.piece_count(), false) {
+        have_(meta_.piece_count(), false),
+        in_file_(meta_.piece_count(), false) {
     ih_ = meta_.info_hash_hex();
   }
 
@@ -199,6 +202,20 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   // Delivers the verified bytes of piece `i` once it exists (or an error), on some internal
   // thread; keep the callback short. Also tells the swarm a local reader needs this piece soon.
   void read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb);
+  // Calls `cb` once piece `i` passed its hash and its bytes are in the download's file
+  // (partial_path()), or once the download left running (the caller then reads as it reads a
+  // complete or failed download). A piece passes its hash from libtorrent's store buffer, maybe
+  // before a disk thread wrote it, so a flush (a fence in the disk queue, one at a time, covering
+  // every piece verified when it was asked) confirms the writes first. Readers that follow the
+  // download take its verified bytes straight from the file (sendfile), in batches of whatever
+  // verified meanwhile, instead of one read_piece at a time behind every queued write. On some
+  // internal thread; keep it short.
+  void when_in_file(std::uint32_t i, std::function<void()> cb);
+  // Consecutive bytes from `off` (at most `max`) whose pieces are known to be in the file; 0 when
+  // the piece at `off` is not (yet), or the download is no longer running.
+  [[nodiscard]] std::uint64_t file_run(std::uint64_t off, std::uint64_t max) const;
+  // The file libtorrent writes this download into while it runs (moved once complete).
+  [[nodiscard]] std::string partial_path() const { return partial_dir_ + "/" + id_.hex(); }
   // A Range reader wants bytes [off, end) soon: the pieces under its first
   // swarm.range_deadline_bytes that are not here yet get deadlines (libtorrent's time-critical
   // picking, ahead of rarest-first). Returns how many pieces got one.
@@ -221,6 +238,12 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   std::map<std::uint32_t, std::vector<piece_cb>> reading_;   // read_piece issued
   std::vector<std::function<void(shoal::status)>> settled_;  // when_settled
   std::string object_path_;                                  // once complete
+  // Pieces whose writes a flush confirmed (when_in_file), readers waiting for one, and the
+  // pieces the flush in flight covers.
+  std::vector<bool> in_file_;
+  std::map<std::uint32_t, std::vector<std::function<void()>>> file_waiting_;
+  std::vector<std::uint32_t> fencing_;
+  bool fence_inflight_ = false;
   // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
   bool finishing_ = false;
   // A transient download whose pieces all verified: its writes are being flushed (a piece's hash
@@ -364,6 +387,9 @@ class swarm_manager {
   // A block arrived from a peer (network thread).
   void on_block(const lt::torrent_handle& th, bool from_origin, std::size_t bytes);
   void request_piece(const std::shared_ptr<download>& dl, std::uint32_t piece);
+  // download::when_in_file's flush, and its answer (false: no flush of ours was in flight).
+  void start_fence(const std::shared_ptr<download>& dl);
+  bool fence_done(const std::shared_ptr<download>& dl);
 
  private:
   swarm_manager(const swarm_config& cfg, const node_config& node, bases_fn scheduler_bases, deps d)
