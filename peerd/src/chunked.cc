@@ -365,8 +365,10 @@ status chunked_blob::chunk_ready(std::uint32_t i, std::shared_ptr<download> dl) 
   std::vector<waiter> ready;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted;
   chunk joined;
+  bool in_order = false;
   {
     std::lock_guard lk(mu_);
+    in_order = in_order_;
     chunks_[i].dl = dl;
     chunks_[i].ready = true;
     known_ = i + 1;
@@ -379,6 +381,7 @@ status chunked_blob::chunk_ready(std::uint32_t i, std::shared_ptr<download> dl) 
     }
   }
   cv_.notify_all();
+  if (dl && in_order) dl->want_in_order();
   for (const auto& [off, end] : wanted) want_in_chunk(joined, off, end);
   for (auto& [range, cb] : ready) serve(range.first, range.second, std::move(cb));
   return {};
@@ -409,6 +412,18 @@ void chunked_blob::want_range(std::uint64_t off, std::uint64_t end) {
     }
   }
   for (const auto& c : joined) want_in_chunk(c, off, end);
+}
+
+void chunked_blob::want_in_order() {
+  std::vector<std::shared_ptr<download>> joined;
+  {
+    std::lock_guard lk(mu_);
+    if (st_ != state::running || in_order_) return;
+    in_order_ = true;
+    for (std::uint32_t k = 0; k < known_; ++k)
+      if (chunks_[k].ready && chunks_[k].dl) joined.push_back(chunks_[k].dl);
+  }
+  for (const auto& dl : joined) dl->want_in_order();
 }
 
 status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) {

@@ -155,6 +155,11 @@ void describe(config::binder& b, swarm_config& c) {
       "swarm's own order decides. Deadlines make libtorrent request the same blocks from several "
       "peers; in the 8-node fan-out bench 8 cost 10-20 % against 0 (docs/p2p.md).",
       {.min = 0, .max = 256});
+  b.field("in_order_readers", c.in_order_readers,
+          "A local client reading a whole object from byte 0 (containerd, a curl) switches that "
+          "download, and each chunk of a blob fetched in chunks, to libtorrent's sequential piece "
+          "order, so the client streams the bytes while they arrive instead of waiting for the "
+          "rarest-first order to fill the front (docs/p2p.md).");
   b.field("range_deadline_bytes", c.range_deadline_bytes,
           "A Range request (a lazy or chunked reader: anything but the whole object from byte 0) "
           "gives piece deadlines to the pieces under its first this many bytes, so they come "

@@ -48,8 +48,12 @@ class download_source final : public http::body_source {
     st_->end = len == UINT64_MAX ? st_->dl->meta().size : off + len;
     st_->served = served;
     st_->pool = pool;
-    // A Range (not the whole object from byte 0): its pieces before the swarm's own order.
-    if (off > 0 || st_->end < st_->dl->meta().size) (void)st_->dl->want_range(off, st_->end);
+    // A Range (not the whole object from byte 0): its pieces before the swarm's own order; the
+    // whole object: in order, if so configured (swarm.in_order_readers).
+    if (off > 0 || st_->end < st_->dl->meta().size)
+      (void)st_->dl->want_range(off, st_->end);
+    else
+      st_->dl->want_in_order();
   }
 
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
@@ -183,7 +187,10 @@ class chunked_source final : public http::body_source {
                  std::atomic<std::uint64_t>* served)
       : cb_(std::move(cb)), off_(std::make_shared<std::uint64_t>(off)), served_(served) {
     end_ = len == UINT64_MAX ? cb_->size() : off + len;
-    if (off > 0 || end_ < cb_->size()) cb_->want_range(off, end_);
+    if (off > 0 || end_ < cb_->size())
+      cb_->want_range(off, end_);
+    else
+      cb_->want_in_order();
   }
 
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {

@@ -364,10 +364,13 @@ result<std::shared_ptr<download>> swarm_manager::fetch(const digest& d, const st
     fail(dl, error{errc::internal, "add torrent: " + lec.message()});
     return shoal::fail(errc::internal, "add torrent for " + d.short_str() + ": " + lec.message());
   }
+  bool in_order = false;
   {
     std::lock_guard lk(dl->mu_);
     dl->h_ = h;
+    in_order = dl->in_order_;
   }
+  if (in_order) h.set_flags(lt::torrent_flags::sequential_download);
   log::info("download started", log::kv("digest", d.str()), log::kv("size", m.size),
             log::kv("pieces", m.piece_count()), log::kv("info_hash", ih));
   return dl;

@@ -106,6 +106,23 @@ std::uint64_t download::file_run(std::uint64_t off, std::uint64_t max) const {
   return run_end - off;
 }
 
+void download::want_in_order() {
+  if (!mgr_->in_order_readers()) return;
+  lt::torrent_handle h;
+  {
+    std::lock_guard lk(mu_);
+    if (st_ != state::running || in_order_) return;
+    in_order_ = true;
+    h = h_;  // not set yet: fetch() applies it once the torrent is added
+  }
+  if (!h.is_valid()) return;
+  try {
+    h.set_flags(lt::torrent_flags::sequential_download);
+  } catch (const std::exception&) {
+    // The torrent went away meanwhile.
+  }
+}
+
 // One flush at a time per download, covering every piece verified but not yet known to be in
 // the file: async_release_files is a fence in libtorrent's disk queue (mmap_disk_io), so once it
 // answers, every write queued before it is in the file. Each answer is a cache_flushed_alert;

@@ -99,6 +99,9 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   // need no piece check; bytes from peers still come only from verified pieces, and the blob's
   // last byte still only once the whole blob verified.
   void want_range(std::uint64_t off, std::uint64_t end);
+  // A local reader takes the whole blob from byte 0: every chunk joined, now or later, asks for
+  // its pieces in order (download::want_in_order; swarm.in_order_readers).
+  void want_in_order();
   // Blocks until the blob is committed to the cache or has failed.
   [[nodiscard]] status wait();
 
@@ -187,6 +190,7 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   bool verified_ = false;  // the blob's sha256 matched (its last byte may be served)
   std::multimap<std::uint32_t, waiter> waiting_;                 // by chunk
   std::vector<waiter> final_;                                    // need the verified blob
+  bool in_order_ = false;                                        // want_in_order
   std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted_;  // want_range's [off, end), newest
                                                                  // last, at most 16
   std::vector<std::shared_ptr<direct_range>> direct_;            // at most max_direct

@@ -80,6 +80,8 @@ struct swarm_config {
   config::duration fallback_deadline =
       20s;                   // give up (error to containerd) when no byte arrives this long
   int streaming_window = 0;  // pieces given deadlines ahead of a reader (docs/p2p.md)
+  // A local reader of a whole object from byte 0 switches its download to piece order.
+  bool in_order_readers = true;
   config::byte_size range_deadline_bytes =
       config::byte_size::mib(16);  // a Range request's first bytes get piece deadlines (0: off)
   config::byte_size range_direct_bytes =

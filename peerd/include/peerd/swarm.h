@@ -216,6 +216,9 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   [[nodiscard]] std::uint64_t file_run(std::uint64_t off, std::uint64_t max) const;
   // The file libtorrent writes this download into while it runs (moved once complete).
   [[nodiscard]] std::string partial_path() const { return partial_dir_ + "/" + id_.hex(); }
+  // A local reader takes the whole object from byte 0: with swarm.in_order_readers, the download
+  // asks for pieces in order from now on (libtorrent's sequential_download).
+  void want_in_order();
   // A Range reader wants bytes [off, end) soon: the pieces under its first
   // swarm.range_deadline_bytes that are not here yet get deadlines (libtorrent's time-critical
   // picking, ahead of rarest-first). Returns how many pieces got one.
@@ -244,6 +247,7 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   std::map<std::uint32_t, std::vector<std::function<void()>>> file_waiting_;
   std::vector<std::uint32_t> fencing_;
   bool fence_inflight_ = false;
+  bool in_order_ = false;  // want_in_order: sequential piece order asked
   // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
   bool finishing_ = false;
   // A transient download whose pieces all verified: its writes are being flushed (a piece's hash
@@ -367,6 +371,7 @@ class swarm_manager {
 
   [[nodiscard]] boost::asio::thread_pool& pool() { return d_.pool; }
   [[nodiscard]] int streaming_window() const { return cfg_.streaming_window; }
+  [[nodiscard]] bool in_order_readers() const { return cfg_.in_order_readers; }
   [[nodiscard]] std::uint64_t range_deadline_bytes() const {
     return cfg_.range_deadline_bytes.bytes();
   }
