@@ -99,7 +99,7 @@ class download_source final : public http::body_source {
     }
     if (st->pool && !st->no_direct && (st->fd || !path.empty())) {
       return send_file(st, std::min<std::uint64_t>(max_bytes, st->end - st->off), std::move(path),
-                       std::move(done));
+                       &state::fd, &state::no_direct, std::move(done));
     }
     const auto& m = st->dl->meta();
     std::uint32_t piece = static_cast<std::uint32_t>(st->off / m.piece_size);
@@ -107,7 +107,8 @@ class download_source final : public http::body_source {
       const bool waited = std::exchange(st->waited, false);
       if (auto run = st->dl->file_run(st->off, std::min<std::uint64_t>(max_bytes, limit - st->off));
           run > 0) {
-        return send_partial(st, run, std::move(done));
+        return send_file(st, run, st->dl->partial_path(), &state::partial, &state::no_partial,
+                         std::move(done));
       }
       if (!waited) {
         st->dl->when_in_file(piece, [st, max_bytes, done = std::move(done)]() mutable {
@@ -140,41 +141,26 @@ class download_source final : public http::body_source {
     });
   }
 
-  // `run` bytes from the committed object's file with sendfile.
+  // `run` bytes at the reader's offset from a file with sendfile: the committed object's (`fd`,
+  // `no_direct`) or the running download's (`partial`, `no_partial`). The open is disk work: off
+  // the server's thread; the fd stays open until this source ends. A file that does not open
+  // (evicted, or moved into the cache meanwhile) is not tried again: the next step reads another
+  // way (the committed file, or piece by piece, which reports the error).
   static void send_file(const std::shared_ptr<state>& st, std::uint64_t run, std::string path,
-                        done_fn done) {
-    // The open is disk work: off the server's thread.
-    net::post(*st->pool, [st, run, path = std::move(path), done = std::move(done)]() mutable {
-      if (!st->fd) st->fd = unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (!st->fd) {
-        // The object left the cache since (evicted): piece by piece, which reports the error.
-        st->no_direct = true;
-        return done(http::chunk::file_region(-1, 0, 0));
-      }
-      // The server sends the region with sendfile; the fd stays open until this source ends.
-      std::uint64_t off = st->off;
-      st->off += run;
-      if (st->served) st->served->fetch_add(run);
-      done(http::chunk::file_region(st->fd.get(), off, run));
-    });
-  }
-
-  // `run` verified bytes of the running download from its file with sendfile.
-  static void send_partial(const std::shared_ptr<state>& st, std::uint64_t run, done_fn done) {
-    net::post(*st->pool, [st, run, done = std::move(done)]() mutable {
-      if (!st->partial) {
-        st->partial = unique_fd(::open(st->dl->partial_path().c_str(), O_RDONLY | O_CLOEXEC));
-        if (!st->partial) {
-          // Moved into the cache meanwhile: step again (the committed file, or read_piece).
-          st->no_partial = true;
-          return done(http::chunk::file_region(-1, 0, 0));
-        }
-      }
-      std::uint64_t off = st->off;
-      st->off += run;
-      if (st->served) st->served->fetch_add(run);
-      done(http::chunk::file_region(st->partial.get(), off, run));
-    });
+                        unique_fd state::*fd, bool state::*unopenable, done_fn done) {
+    net::post(*st->pool,
+              [st, run, path = std::move(path), fd, unopenable, done = std::move(done)]() mutable {
+                auto& f = (*st).*fd;
+                if (!f) f = unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+                if (!f) {
+                  (*st).*unopenable = true;
+                  return done(http::chunk::file_region(-1, 0, 0));
+                }
+                std::uint64_t off = st->off;
+                st->off += run;
+                if (st->served) st->served->fetch_add(run);
+                done(http::chunk::file_region(f.get(), off, run));
+              });
   }
 
   std::shared_ptr<state> st_;
