@@ -2,12 +2,10 @@
 // the cache, a joined chunk's download (its file once its pieces are confirmed there, else
 // read_piece), or the blob's written bytes.
 
-#include <fcntl.h>
-#include <unistd.h>
+#include <algorithm>
 
 #include <boost/asio/post.hpp>
 
-#include "common/fd.h"
 #include "peerd/chunked.h"
 
 namespace shoal::peerd {
@@ -16,29 +14,6 @@ namespace net = boost::asio;
 
 namespace {
 
-// Reads exactly n bytes at off from fd; `what` names it in errors.
-result<std::string> pread_exact(int fd, std::uint64_t off, std::size_t n, const std::string& what) {
-  std::string out(n, '\0');
-  std::size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, out.data() + done, n - done, static_cast<off_t>(off + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno(errno, "read " + what);
-    }
-    if (r == 0) return fail(errc::size_mismatch, what + " ended early");
-    done += static_cast<std::size_t>(r);
-  }
-  return out;
-}
-
-// Reads [off, off + n) of a running chunk download's file.
-result<std::string> pread_string(const std::string& path, std::uint64_t off, std::uint64_t n) {
-  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail_errno(errno, "open " + path);
-  return pread_exact(fd.get(), off, static_cast<std::size_t>(n), path);
-}
-
 // Reads [off, off + n) of an object held in the cache.
 result<std::string> read_object(cache::store& store, const digest& d, std::uint64_t off,
                                 std::size_t n) {
@@ -46,8 +21,9 @@ result<std::string> read_object(cache::store& store, const digest& d, std::uint6
   if (!rd) return fail(rd.error().wrap("open " + d.short_str()));
   if (off >= rd->size())
     return fail(errc::size_mismatch, d.short_str() + " is shorter than expected");
-  n = static_cast<std::size_t>(std::min<std::uint64_t>(n, rd->size() - off));
-  return pread_exact(rd->fd(), off, n, d.short_str());
+  auto got = rd->read(off, std::min<std::uint64_t>(n, rd->size() - off));
+  if (!got) return fail(got.error().wrap("read " + d.short_str()));
+  return got;
 }
 
 }  // namespace
@@ -104,7 +80,7 @@ void chunked_blob::serve(std::uint64_t off, std::size_t max, read_cb cb, bool wa
   // libtorrent's disk queue one piece at a time (download::when_in_file).
   if (auto run = c.dl->file_run(in, n); run > 0) {
     net::post(d_.swarm.pool(), [path = c.dl->partial_path(), in, run, cb = std::move(cb)] {
-      cb(pread_string(path, in, run));
+      cb(read_file_range(path, in, run));
     });
     return;
   }

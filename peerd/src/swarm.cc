@@ -495,9 +495,7 @@ bool swarm_manager::settle_complete(const std::shared_ptr<download>& dl, const s
     dl->waiting_.clear();
     dl->reading_.clear();
     settled.swap(dl->settled_);
-    for (auto& [p, cbs] : dl->file_waiting_)
-      for (auto& cb : cbs) file_waiters.push_back(std::move(cb));
-    dl->file_waiting_.clear();
+    file_waiters = dl->take_file_waiters();
   }
   unloaded evicted;
   {
@@ -547,9 +545,7 @@ void swarm_manager::fail(const std::shared_ptr<transfer>& job, error e) {
         m->clear();
       }
       settled.swap(dl->settled_);
-      for (auto& [p, v] : dl->file_waiting_)
-        for (auto& cb : v) file_waiters.push_back(std::move(cb));
-      dl->file_waiting_.clear();
+      file_waiters = dl->take_file_waiters();
     }
   }
   {

@@ -16,15 +16,13 @@ namespace shoal::peerd {
 
 namespace net = boost::asio;
 
-namespace {
-
-result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std::uint64_t len) {
+result<std::string> read_file_range(const std::string& path, std::uint64_t off, std::uint64_t len) {
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, "open " + path);
-  auto buf = std::make_shared<std::string>(static_cast<std::size_t>(len), '\0');
+  std::string buf(static_cast<std::size_t>(len), '\0');
   std::uint64_t done = 0;
   while (done < len) {
-    ssize_t n = ::pread(fd.get(), buf->data() + done, static_cast<std::size_t>(len - done),
+    ssize_t n = ::pread(fd.get(), buf.data() + done, static_cast<std::size_t>(len - done),
                         static_cast<off_t>(off + done));
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -33,10 +31,8 @@ result<piece_buffer> pread_range(const std::string& path, std::uint64_t off, std
     if (n == 0) return fail(errc::size_mismatch, path + " ended early");
     done += static_cast<std::uint64_t>(n);
   }
-  return piece_buffer(std::move(buf));
+  return buf;
 }
-
-}  // namespace
 
 void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffer>)> cb) {
   if (i >= meta_.piece_count()) return cb(fail(errc::invalid_argument, "piece out of range"));
@@ -51,8 +47,11 @@ void download::read_piece(std::uint32_t i, std::function<void(result<piece_buffe
     lk.unlock();
     std::uint64_t off = meta_.piece_offset(i);
     std::uint64_t len = meta_.piece_length(i);
-    net::post(mgr_->pool(),
-              [path, off, len, cb = std::move(cb)] { cb(pread_range(path, off, len)); });
+    net::post(mgr_->pool(), [path, off, len, cb = std::move(cb)] {
+      auto b = read_file_range(path, off, len);
+      if (!b) return cb(fail(b.error()));
+      cb(std::make_shared<const std::string>(std::move(*b)));
+    });
     return;
   }
   if (have_[i]) {
@@ -104,6 +103,14 @@ std::uint64_t download::file_run(std::uint64_t off, std::uint64_t max) const {
     ++p;
   }
   return run_end - off;
+}
+
+std::vector<std::function<void()>> download::take_file_waiters() {
+  std::vector<std::function<void()>> out;
+  for (auto& [p, cbs] : file_waiting_)
+    for (auto& cb : cbs) out.push_back(std::move(cb));
+  file_waiting_.clear();
+  return out;
 }
 
 void download::want_in_order() {

@@ -71,6 +71,11 @@ namespace shoal::peerd {
 
 using piece_buffer = std::shared_ptr<const std::string>;
 
+// Reads exactly [off, off + len) of the file at `path` (a download's file, or a committed
+// object's by its path), or why not.
+[[nodiscard]] result<std::string> read_file_range(const std::string& path, std::uint64_t off,
+                                                  std::uint64_t len);
+
 // Where bytes came from, for status and the demo report.
 struct source_counters {
   std::atomic<std::uint64_t> from_origin{0};   // BitTorrent blocks from registry-proxy
@@ -248,6 +253,8 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   std::vector<std::uint32_t> fencing_;
   bool fence_inflight_ = false;
   bool in_order_ = false;  // want_in_order: sequential piece order asked
+  // Every when_in_file reader, taken out of file_waiting_ (under mu_) when the download ends.
+  std::vector<std::function<void()>> take_file_waiters();
   // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
   bool finishing_ = false;
   // A transient download whose pieces all verified: its writes are being flushed (a piece's hash
