@@ -458,6 +458,7 @@ stats core::get_stats() const {
   s.misses = ld(ctr_.misses);
   s.commits = ld(ctr_.commits);
   s.adoptions = ld(ctr_.adoptions);
+  s.adoptions_proven = ld(ctr_.adoptions_proven);
   s.commit_mismatches = ld(ctr_.mismatches);
   s.aborted_writes = ld(ctr_.aborted);
   s.coalesced_writes = ld(ctr_.coalesced);

@@ -82,9 +82,11 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] result<write_ticket> begin_write(const digest& id,
                                                  std::optional<std::uint64_t> expected,
                                                  object_kind kind);
-  [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind);
+  [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind,
+                                  const content_proof* proof = nullptr);
   [[nodiscard]] result<adopt_outcome> adopt_staged(const std::string& path, const digest& id,
-                                                   object_kind kind);
+                                                   object_kind kind,
+                                                   const content_proof* proof = nullptr);
   [[nodiscard]] std::shared_ptr<inflight_object> find_inflight(const digest& id) const;
 
   [[nodiscard]] result<object_reader> open_read(const digest& id);
@@ -145,8 +147,10 @@ class core : public std::enable_shared_from_this<core> {
 
   // Moves a file found at id's object path without an index row to quarantine/ (adopt.cc).
   void set_aside_stray(const digest& id);
-  // Success when the file at `path` hashes to `id`; errc::digest_mismatch (counted) otherwise.
-  [[nodiscard]] status verify_file(const std::string& path, const digest& id);
+  // Success when the file at `path` hashes to `id` (or `proof` matches it: adopt.cc);
+  // errc::digest_mismatch (counted) otherwise.
+  [[nodiscard]] status verify_file(const std::string& path, const digest& id,
+                                   const content_proof* proof = nullptr);
 
   // Moves the object's file (if it is still the inode `fd` refers to) to quarantine/ and forgets
   // it.
@@ -167,10 +171,10 @@ class core : public std::enable_shared_from_this<core> {
     bool active = true;
   };
   struct counters {
-    std::atomic<std::uint64_t> hits{0}, misses{0}, commits{0}, adoptions{0}, mismatches{0},
-        aborted{0}, coalesced{0}, no_space{0}, evictions{0}, evicted_bytes{0}, ttl_evictions{0},
-        removals{0}, access_flushes{0}, scrubbed_objects{0}, scrubbed_bytes{0}, scrub_mismatches{0},
-        scrub_missing{0};
+    std::atomic<std::uint64_t> hits{0}, misses{0}, commits{0}, adoptions{0}, adoptions_proven{0},
+        mismatches{0}, aborted{0}, coalesced{0}, no_space{0}, evictions{0}, evicted_bytes{0},
+        ttl_evictions{0}, removals{0}, access_flushes{0}, scrubbed_objects{0}, scrubbed_bytes{0},
+        scrub_mismatches{0}, scrub_missing{0};
   };
 
   [[nodiscard]] status reconcile();

@@ -199,13 +199,14 @@ result<write_ticket> store::begin_write(std::string_view id, std::optional<std::
   return core_->begin_write(*d, expected, kind);
 }
 
-status store::adopt_file(const std::string& path, const digest& id, object_kind kind) {
-  return core_->adopt_file(path, id, kind);
+status store::adopt_file(const std::string& path, const digest& id, object_kind kind,
+                         const content_proof* proof) {
+  return core_->adopt_file(path, id, kind, proof);
 }
 
 result<adopt_outcome> store::adopt_staged(const std::string& path, const digest& id,
-                                          object_kind kind) {
-  return core_->adopt_staged(path, id, kind);
+                                          object_kind kind, const content_proof* proof) {
+  return core_->adopt_staged(path, id, kind, proof);
 }
 
 std::shared_ptr<inflight_object> store::find_inflight(const digest& id) const {

@@ -48,10 +48,9 @@ digest sha256_of(std::string_view data) {
   return h.finish();
 }
 
-result<digest> sha256_fd(int fd, std::uint64_t off, std::uint64_t len) {
+status sha256_update_fd(sha256_hasher& h, int fd, std::uint64_t off, std::uint64_t len) {
   constexpr std::size_t chunk = 1 << 20;
-  std::vector<char> buf(chunk);
-  sha256_hasher h;
+  std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(chunk, len)));
   std::uint64_t done = 0;
   while (done < len) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, len - done));
@@ -66,6 +65,12 @@ result<digest> sha256_fd(int fd, std::uint64_t off, std::uint64_t len) {
     h.update(buf.data(), static_cast<std::size_t>(n));
     done += static_cast<std::uint64_t>(n);
   }
+  return {};
+}
+
+result<digest> sha256_fd(int fd, std::uint64_t off, std::uint64_t len) {
+  sha256_hasher h;
+  if (auto s = sha256_update_fd(h, fd, off, len); !s) return std::unexpected(s.error());
   return h.finish();
 }
 

@@ -380,6 +380,14 @@ void app::register_metrics() {
                   "Flushes of a running download's writes so local readers could take its "
                   "verified pieces from its file.",
                   [c] { return static_cast<double>(c->stream_flushes.load()); });
+  reg_.counter_fn("shoal_peerd_hashed_while_downloading_bytes_total",
+                  "Bytes of downloaded objects whose sha256 was computed from their file while "
+                  "the download still ran (the prefix local readers had confirmed).",
+                  [c] { return static_cast<double>(c->hashed_while_downloading.load()); });
+  reg_.counter_fn("shoal_peerd_hashed_after_download_bytes_total",
+                  "Bytes of downloaded objects hashed after their last piece landed (what no "
+                  "reader's prefix covered), before the cache commits them.",
+                  [c] { return static_cast<double>(c->hashed_after_download.load()); });
   reg_.counter_fn("shoal_peerd_range_direct_total",
                   "Small Range requests of a chunk registry-proxy had not cut yet, read from "
                   "registry-proxy directly (swarm.range_direct_bytes).",

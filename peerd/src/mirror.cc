@@ -32,9 +32,9 @@ namespace {
 // (download::when_in_file) straight from that file with sendfile, and piece by piece through
 // read_piece only where the file cannot be opened; once the download is complete, the rest from
 // the cache's file with sendfile.
-// The object's last byte waits until the download is complete, which means its sha256 verified
-// and the object is committed (swarm.h): pieces pass their SHA-1 against metainfo fetched over
-// HTTP, so until then a whole body could still be the wrong object. A download that fails instead
+// The object's last byte waits until the object's sha256 verified (download::verified; the
+// cache may still be committing it): pieces pass their SHA-1 against metainfo fetched over HTTP,
+// so until then a whole body could still be the wrong object. A download that fails instead
 // fails the body, and the server cuts the connection short: the client sees a short read, never
 // a complete wrong body. A Range that ends at the object's end holds back the same way (a lazy
 // reader of ranges has no digest check of its own); other ranges stream as the pieces verify.
@@ -84,7 +84,7 @@ class download_source final : public http::body_source {
     std::string path = st->dl->complete_path();  // non-empty once verified and committed
     // Bytes below `limit` may go now; the object's last byte only once it verified.
     std::uint64_t limit = st->end;
-    if (path.empty() && st->end == size) limit = size - 1;
+    if (path.empty() && st->end == size && !st->dl->verified()) limit = size - 1;
     if (st->off >= limit) {
       st->dl->when_settled([st, max_bytes, done = std::move(done)](shoal::status s) mutable {
         if (!s) {

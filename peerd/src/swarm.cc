@@ -395,14 +395,22 @@ void swarm_manager::finish_object(const std::shared_ptr<download>& dl,
       peers.push_back(pi.ip.address().to_string() + ":" + std::to_string(pi.ip.port()));
   }
   ses_->raw().remove_torrent(h);
-  post_step(dl, [this, dl, peers = std::move(peers)] { complete(dl, peers); });
+  // The hash step takes it from here: the rest of the object's sha256, then complete().
+  {
+    std::lock_guard lk(dl->mu_);
+    dl->finish_peers_ = std::move(peers);
+    dl->staged_path_ = d_.store.staging_dir() + "/" + dl->id().hex();
+    dl->hash_final_ = true;
+  }
+  hash_more(dl);
 }
 
 void swarm_manager::complete(const std::shared_ptr<download>& dl,
-                             const std::vector<std::string>& peers) {
+                             const std::vector<std::string>& peers,
+                             const cache::content_proof* proof) {
   const digest& d = dl->id();
-  auto adopted =
-      d_.store.adopt_staged(d_.store.staging_dir() + "/" + d.hex(), d, cache::object_kind::blob);
+  auto adopted = d_.store.adopt_staged(d_.store.staging_dir() + "/" + d.hex(), d,
+                                       cache::object_kind::blob, proof);
   if (!adopted) {
     // Every piece hash passed but the whole object does not verify: nothing of it is kept, and a
     // reader still waiting for the last byte gets the error instead (mirror.cc).

@@ -94,7 +94,7 @@ void download::when_in_file(std::uint32_t i, std::function<void()> cb) {
 std::uint64_t download::file_run(std::uint64_t off, std::uint64_t max) const {
   if (off >= meta_.size || meta_.piece_size == 0) return 0;
   std::lock_guard lk(mu_);
-  if (st_ != state::running) return 0;
+  if (st_ != state::running && !verified_) return 0;
   std::uint64_t end = std::min(meta_.size, off + max);
   auto p = static_cast<std::uint32_t>(off / meta_.piece_size);
   std::uint64_t run_end = off;
@@ -178,6 +178,7 @@ bool swarm_manager::fence_done(const std::shared_ptr<download>& dl) {
   }
   if (again) start_fence(dl);
   for (auto& cb : ready) cb();
+  hash_more(dl);  // the confirmed prefix may have grown
   return true;
 }
 

@@ -355,6 +355,53 @@ TEST(CacheWrite, AdoptFileMovesVerifiedFilesIn) {
   EXPECT_EQ(s->get_stats().adoptions, 2u);
 }
 
+// A caller that hashed the file itself (peerd, as a download's bytes landed) hands the cache a
+// content_proof: it stands for the cache's own pass only for the very file it was made of (the
+// same inode, the same size); any other file is hashed as ever.
+TEST(CacheWrite, AdoptTakesTheCallersHashOnlyForTheFileItHashed) {
+  temp_dir dir;
+  auto s = open_store(test_options(dir.path()));
+  auto proof_of = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return content_proof{static_cast<std::uint64_t>(st.st_size),
+                         static_cast<std::uint64_t>(st.st_dev),
+                         static_cast<std::uint64_t>(st.st_ino)};
+  };
+  std::string content = random_bytes(70'000, 21);
+  digest id = sha256_of(content);
+  const std::string staged = s->staging_dir() + "/" + id.hex();
+  write_file(staged, content);
+  auto proof = proof_of(staged);
+  auto ok = s->adopt_staged(staged, id, object_kind::blob, &proof);
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_EQ(*ok, adopt_outcome::adopted);
+  EXPECT_EQ(read_all(*s, id), content);
+  EXPECT_EQ(s->get_stats().adoptions_proven, 1u);
+
+  // A proof made of another file (a copy, a replaced file) is not this file's: the wrong bytes
+  // are hashed and refused.
+  std::string other = random_bytes(70'000, 22);
+  digest oid = sha256_of(other);
+  const std::string hashed = dir.path() + "/hashed.bin";
+  write_file(hashed, other);
+  auto foreign = proof_of(hashed);
+  const std::string swapped = s->staging_dir() + "/" + oid.hex();
+  write_file(swapped, random_bytes(70'000, 23));
+  auto refused = s->adopt_staged(swapped, oid, object_kind::blob, &foreign);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().is(errc::digest_mismatch)) << refused.error().to_string();
+  EXPECT_FALSE(s->contains(oid));
+  // The proof's size must be the file's: a file that grew after it was hashed is hashed again.
+  write_file(hashed, other + "tail");
+  auto grown = proof_of(hashed);
+  grown.size = other.size();
+  auto longer = s->adopt_file(hashed, oid, object_kind::blob, &grown);
+  ASSERT_FALSE(longer);
+  EXPECT_TRUE(longer.error().is(errc::digest_mismatch)) << longer.error().to_string();
+  EXPECT_EQ(s->get_stats().adoptions_proven, 1u);
+}
+
 // Adoption never writes over or deletes what is at an object path: a committed object stays (same
 // inode, same bytes, still indexed) whichever way another copy arrives; a staged copy is verified
 // and consumed; a file without a row at the object path is set aside, not overwritten.

@@ -330,6 +330,14 @@ TEST(Swarm, VerifiedPiecesOfARunningDownloadAreReadFromItsFile) {
   ASSERT_TRUE(got) << got.error().message;
   EXPECT_TRUE(*got == bytes);
   ASSERT_TRUE(wait_for([&] { return b.store->contains(m.object); }, 10s));
+  // The object's sha256 was fed from the file as flushes confirmed its prefix (at least the
+  // pieces in before the release), the rest after the last piece, each byte once; the cache
+  // committed it on that hash, with no pass of its own.
+  const auto& c = b.swarm->counters();
+  EXPECT_GE(c.hashed_while_downloading.load(), run);
+  EXPECT_EQ(c.hashed_while_downloading.load() + c.hashed_after_download.load(), m.size);
+  EXPECT_EQ(b.store->get_stats().adoptions_proven, 1u);
+  EXPECT_TRUE(d.verified());
 }
 
 TEST(Swarm, WrongBytesOverHttpAreRejected) {

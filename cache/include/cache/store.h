@@ -85,14 +85,18 @@ class store {
   // already_exists; errc::busy while another write of `id` runs) nor any file at the object path
   // (one without an index row is set aside in quarantine/). On failure the file is left where it
   // was, except a file already at the object path that does not verify, which is removed.
-  [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind);
+  // With `proof` (types.h) matching the file, the caller's hash stands for the cache's.
+  [[nodiscard]] status adopt_file(const std::string& path, const digest& id, object_kind kind,
+                                  const content_proof* proof = nullptr);
   // Adopts a file a downloader finished at staging_dir() + "/" + id.hex() (or any path on the
   // cache's filesystem) and consumes it in every outcome: committed (adopted), or removed. When
   // another path committed `id` first (or was committing it: adopt waits for that write), the
   // staged file is still verified, then removed, and the committed object is left untouched
   // (already_present). A staged file that does not hash to `id` fails with errc::digest_mismatch.
+  // With `proof` (types.h) matching the file, the caller's hash stands for the cache's.
   [[nodiscard]] result<adopt_outcome> adopt_staged(const std::string& path, const digest& id,
-                                                   object_kind kind);
+                                                   object_kind kind,
+                                                   const content_proof* proof = nullptr);
   // The write in progress for `id`, if any (to stream an arriving object without joining it).
   [[nodiscard]] std::shared_ptr<inflight_object> find_inflight(const digest& id) const;
 

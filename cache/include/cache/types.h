@@ -48,6 +48,15 @@ struct object_info {
   std::vector<std::string> labels;  // which images or datasets reference it
 };
 
+// A caller's proof that a file it hands to adopt_file or adopt_staged hashes to the object's
+// digest: it hashed `size` bytes of that very file (device `dev`, inode `ino`) itself, as the
+// bytes landed. The cache skips its own pass over the file when the file it opens is that inode
+// with that size, and hashes it as usual otherwise (a copy made meanwhile, a file replaced).
+struct content_proof {
+  std::uint64_t size = 0;
+  std::uint64_t dev = 0, ino = 0;
+};
+
 // What store::adopt_staged did with a staged file it verified.
 enum class adopt_outcome {
   adopted,          // it is now the committed object
@@ -90,6 +99,7 @@ struct stats {
   std::uint64_t misses = 0;             // open_read of an absent object
   std::uint64_t commits = 0;            // objects committed by a writer
   std::uint64_t adoptions = 0;          // files adopted through adopt_file
+  std::uint64_t adoptions_proven = 0;   // of them, hashed by the caller (content_proof)
   std::uint64_t commit_mismatches = 0;  // writes refused because hash or size was wrong
   std::uint64_t aborted_writes = 0;     // writes abandoned by their owner or failed on I/O
   std::uint64_t coalesced_writes = 0;   // begin_write calls that followed an in-flight write

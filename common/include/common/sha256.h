@@ -42,5 +42,9 @@ class sha256_hasher {
                                          std::uint64_t* size_out = nullptr);
 // Hashes `len` bytes of an open fd starting at `off` (pread; does not move the file offset).
 [[nodiscard]] result<digest> sha256_fd(int fd, std::uint64_t off, std::uint64_t len);
+// Feeds `len` bytes of an open fd starting at `off` into `h` (pread): to hash a file in steps as
+// its bytes land. On failure `h` has taken an unknown part of the range.
+[[nodiscard]] status sha256_update_fd(sha256_hasher& h, int fd, std::uint64_t off,
+                                      std::uint64_t len);
 
 }  // namespace shoal

@@ -61,7 +61,9 @@
 
 #include "cache/store.h"
 #include "common/endpoints.h"
+#include "common/fd.h"
 #include "common/http_client.h"
+#include "common/sha256.h"
 #include "swarm/metainfo.h"
 #include "swarm/swarm.h"
 #include "peerd/config.h"
@@ -92,6 +94,9 @@ struct source_counters {
   std::atomic<std::uint64_t> range_deadline_pieces{0};  // pieces given deadlines for a Range
   // Flushes asked so a reader could take verified pieces of a running download from its file.
   std::atomic<std::uint64_t> stream_flushes{0};
+  // Bytes of downloaded objects hashed (sha256) from their file while the download still ran,
+  // and after its last piece (what the readers' prefix had not covered).
+  std::atomic<std::uint64_t> hashed_while_downloading{0}, hashed_after_download{0};
   // Small Ranges of a chunk not cut yet, read from registry-proxy directly, and their bytes.
   std::atomic<std::uint64_t> range_direct{0}, range_direct_bytes{0};
   // Blobs fetched in chunks whose rest came as ranges: registry-proxy stopped listing chunks.
@@ -191,6 +196,9 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   // before completion: only then are all its bytes in a file (a piece that passed its hash may
   // still sit in libtorrent's store buffer).
   [[nodiscard]] std::string complete_path() const;
+  // The whole object's sha256 matched its digest: its last byte may go to readers, from the
+  // download's file, while the cache still commits it (fdatasync, rename).
+  [[nodiscard]] bool verified() const;
   // Blocks until the download is complete or failed, or `timeout` passed; returns the state.
   [[nodiscard]] state wait_done(std::chrono::steady_clock::duration timeout) const {
     return wait(timeout);
@@ -217,10 +225,12 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   // internal thread; keep it short.
   void when_in_file(std::uint32_t i, std::function<void()> cb);
   // Consecutive bytes from `off` (at most `max`) whose pieces are known to be in the file; 0 when
-  // the piece at `off` is not (yet), or the download is no longer running.
+  // the piece at `off` is not (yet), or the download is no longer running (and not verified).
   [[nodiscard]] std::uint64_t file_run(std::uint64_t off, std::uint64_t max) const;
-  // The file libtorrent writes this download into while it runs (moved once complete).
-  [[nodiscard]] std::string partial_path() const { return partial_dir_ + "/" + id_.hex(); }
+  // The download's file: where libtorrent writes it while it runs, then (an object, once every
+  // piece verified) the cache's staging directory until the cache adopts it. A reader that opened
+  // it keeps reading the same file through every rename.
+  [[nodiscard]] std::string partial_path() const;
   // A local reader takes the whole object from byte 0: with swarm.in_order_readers, the download
   // asks for pieces in order from now on (libtorrent's sequential_download).
   void want_in_order();
@@ -252,7 +262,21 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   std::map<std::uint32_t, std::vector<std::function<void()>>> file_waiting_;
   std::vector<std::uint32_t> fencing_;
   bool fence_inflight_ = false;
-  bool in_order_ = false;  // want_in_order: sequential piece order asked
+  bool in_order_ = false;    // want_in_order: sequential piece order asked
+  std::string staged_path_;  // set once the file moved to the cache's staging directory
+  // The object's sha256, fed from its file as flushes confirm a longer prefix of verified pieces
+  // (swarm_hash.cc): with readers following the download in order, the whole object is hashed
+  // when its last piece lands. hasher_ and hash_fd_ belong to the one hash step running
+  // (hashing_); the rest is under mu_.
+  sha256_hasher hasher_;
+  unique_fd hash_fd_;                      // the download's file, opened by the first hash step
+  std::uint64_t hashed_ = 0;               // bytes fed to hasher_
+  bool hashing_ = false;                   // a hash step is queued or running
+  bool hash_final_ = false;                // the file is staged: hash to its end, then adopt
+  bool hash_broken_ = false;               // a step failed: the cache hashes the file itself
+  bool verified_ = false;                  // see verified()
+  std::vector<std::string> finish_peers_;  // the download's peers, for the seed that follows
+  [[nodiscard]] std::uint64_t confirmed_prefix_locked() const;
   // Every when_in_file reader, taken out of file_waiting_ (under mu_) when the download ends.
   std::vector<std::function<void()>> take_file_waiters();
   // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
@@ -402,6 +426,9 @@ class swarm_manager {
   // download::when_in_file's flush, and its answer (false: no flush of ours was in flight).
   void start_fence(const std::shared_ptr<download>& dl);
   bool fence_done(const std::shared_ptr<download>& dl);
+  // The object's sha256 as its bytes land (swarm_hash.cc): queues a hash step on the worker pool
+  // when the prefix confirmed in the file grew (or the file is staged) and none runs.
+  void hash_more(const std::shared_ptr<download>& dl);
 
  private:
   swarm_manager(const swarm_config& cfg, const node_config& node, bases_fn scheduler_bases, deps d)
@@ -430,8 +457,14 @@ class swarm_manager {
   // Objects (swarm.cc).
   // The file is in the staging directory: drop the torrent, then adopt (complete).
   void finish_object(const std::shared_ptr<download>& dl, const lt::torrent_handle& h);
-  // Adopts the staged file (worker pool); `peers` were the download's.
-  void complete(const std::shared_ptr<download>& dl, const std::vector<std::string>& peers);
+  // One hash step (swarm_hash.cc): feeds the confirmed prefix; once the file is staged, hashes the
+  // rest and completes: verified, the readers take the last byte and the cache adopts the file
+  // on the strength of this hash (cache::content_proof).
+  void hash_step(const std::shared_ptr<download>& dl);
+  // Adopts the staged file (worker pool); `peers` were the download's. With `proof`, the object
+  // verified already (hash_step) and the cache takes this process's hash for its own.
+  void complete(const std::shared_ptr<download>& dl, const std::vector<std::string>& peers,
+                const cache::content_proof* proof);
   // Seeds a committed object from the cache's file (trusted pieces); the handle, invalid when it
   // could not be added. `peers`: endpoints to reconnect to (the download's).
   lt::torrent_handle seed_object(const std::shared_ptr<download>& dl,
