@@ -50,11 +50,13 @@ digest sha256_of(std::string_view data) {
 
 status sha256_update_fd(sha256_hasher& h, int fd, std::uint64_t off, std::uint64_t len) {
   constexpr std::size_t chunk = 1 << 20;
-  std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(chunk, len)));
+  // One buffer per thread, not zeroed: a hasher called in steps (a download's prefix as it lands)
+  // would otherwise map, fault in and clear a fresh MiB for every step.
+  thread_local std::unique_ptr<char[]> buf = std::make_unique_for_overwrite<char[]>(chunk);
   std::uint64_t done = 0;
   while (done < len) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, len - done));
-    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off + done));
+    ssize_t n = ::pread(fd, buf.get(), want, static_cast<off_t>(off + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return fail_errno(errno, "pread");
@@ -62,7 +64,7 @@ status sha256_update_fd(sha256_hasher& h, int fd, std::uint64_t off, std::uint64
     if (n == 0)
       return fail(errc::size_mismatch, "file ended after " + std::to_string(done) + " of " +
                                            std::to_string(len) + " bytes");
-    h.update(buf.data(), static_cast<std::size_t>(n));
+    h.update(buf.get(), static_cast<std::size_t>(n));
     done += static_cast<std::uint64_t>(n);
   }
   return {};
