@@ -50,8 +50,11 @@ void swarm_manager::hash_more(const std::shared_ptr<download>& dl) {
   if (dl->transient()) return;  // a chunk is verified as part of its blob
   {
     std::lock_guard lk(dl->mu_);
-    if (dl->hashing_ || dl->st_ != transfer::state::running) return;
-    if (!dl->hash_final_ && (dl->hash_broken_ || dl->confirmed_prefix_locked() <= dl->hashed_))
+    if (dl->hashing_) return;
+    // Once the file is staged the steps run to the end, which adopts it even if the download
+    // ended meanwhile (complete() then keeps the object and drops its seed).
+    if (!dl->hash_final_ && (dl->st_ != transfer::state::running || dl->hash_broken_ ||
+                             dl->confirmed_prefix_locked() <= dl->hashed_))
       return;
     dl->hashing_ = true;
   }
