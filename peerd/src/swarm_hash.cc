@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "common/log.h"
@@ -101,10 +102,19 @@ void swarm_manager::hash_step(const std::shared_ptr<download>& dl) {
       dl->hash_broken_ = true;
       if (!final) dl->hashing_ = false;
     }
-    if (final) adopt(nullptr);
+    if (final) return adopt(nullptr);
+    // The file may have been staged while this step ran (`final` was read before): then
+    // finish_object found a step running and queued none, and this one must queue the last.
+    hash_more(dl);
   };
   if (!dl->hash_fd_) {
     dl->hash_fd_ = unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!dl->hash_fd_ && errno == ENOENT && !final) {
+      // Every piece verified and libtorrent moved the file to staging before finish_object
+      // said so: the same file under its staged name.
+      std::string staged = d_.store.staging_dir() + "/" + dl->id().hex();
+      dl->hash_fd_ = unique_fd(::open(staged.c_str(), O_RDONLY | O_CLOEXEC));
+    }
     if (!dl->hash_fd_) return give_up("open " + path + ": " + std::strerror(errno));
   }
   const int fd = dl->hash_fd_.get();
