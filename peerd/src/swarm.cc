@@ -399,7 +399,7 @@ void swarm_manager::finish_object(const std::shared_ptr<download>& dl,
   {
     std::lock_guard lk(dl->mu_);
     dl->finish_peers_ = std::move(peers);
-    dl->staged_path_ = d_.store.staging_dir() + "/" + dl->id().hex();
+    dl->staged_path_ = staged_file(dl->id());
     dl->hash_final_ = true;
   }
   hash_more(dl);
@@ -409,8 +409,7 @@ void swarm_manager::complete(const std::shared_ptr<download>& dl,
                              const std::vector<std::string>& peers,
                              const cache::content_proof* proof) {
   const digest& d = dl->id();
-  auto adopted = d_.store.adopt_staged(d_.store.staging_dir() + "/" + d.hex(), d,
-                                       cache::object_kind::blob, proof);
+  auto adopted = d_.store.adopt_staged(staged_file(d), d, cache::object_kind::blob, proof);
   if (!adopted) {
     // Every piece hash passed but the whole object does not verify: nothing of it is kept, and a
     // reader still waiting for the last byte gets the error instead (mirror.cc).

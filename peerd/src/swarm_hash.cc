@@ -42,9 +42,13 @@ bool download::verified() const {
   return verified_;
 }
 
+std::string download::file_path_locked() const {
+  return staged_path_.empty() ? partial_dir_ + "/" + id_.hex() : staged_path_;
+}
+
 std::string download::partial_path() const {
   std::lock_guard lk(mu_);
-  return staged_path_.empty() ? partial_dir_ + "/" + id_.hex() : staged_path_;
+  return file_path_locked();
 }
 
 void swarm_manager::hash_more(const std::shared_ptr<download>& dl) {
@@ -81,7 +85,7 @@ void swarm_manager::hash_step(const std::shared_ptr<download>& dl) {
       dl->hashing_ = false;
       return;
     }
-    path = dl->staged_path_.empty() ? dl->partial_dir_ + "/" + dl->id().hex() : dl->staged_path_;
+    path = dl->file_path_locked();
   }
   // The file is staged: from here this step owns the download's end.
   auto adopt = [&](const cache::content_proof* proof) {
@@ -112,8 +116,7 @@ void swarm_manager::hash_step(const std::shared_ptr<download>& dl) {
     if (!dl->hash_fd_ && errno == ENOENT && !final) {
       // Every piece verified and libtorrent moved the file to staging before finish_object
       // said so: the same file under its staged name.
-      std::string staged = d_.store.staging_dir() + "/" + dl->id().hex();
-      dl->hash_fd_ = unique_fd(::open(staged.c_str(), O_RDONLY | O_CLOEXEC));
+      dl->hash_fd_ = unique_fd(::open(staged_file(dl->id()).c_str(), O_RDONLY | O_CLOEXEC));
     }
     if (!dl->hash_fd_) return give_up("open " + path + ": " + std::strerror(errno));
   }

@@ -277,6 +277,7 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   bool verified_ = false;                  // see verified()
   std::vector<std::string> finish_peers_;  // the download's peers, for the seed that follows
   [[nodiscard]] std::uint64_t confirmed_prefix_locked() const;
+  [[nodiscard]] std::string file_path_locked() const;  // partial_path(), under mu_
   // Every when_in_file reader, taken out of file_waiting_ (under mu_) when the download ends.
   std::vector<std::function<void()>> take_file_waiters();
   // Every piece verified and the file moved to staging: the torrent is gone, adoption runs.
@@ -455,6 +456,10 @@ class swarm_manager {
   void post_step(const std::shared_ptr<transfer>& job, std::function<void()> step);
 
   // Objects (swarm.cc).
+  // Where libtorrent's move puts a finished object's file: the cache's staging directory.
+  [[nodiscard]] std::string staged_file(const digest& d) const {
+    return d_.store.staging_dir() + "/" + d.hex();
+  }
   // The file is in the staging directory: drop the torrent, then adopt (complete).
   void finish_object(const std::shared_ptr<download>& dl, const lt::torrent_handle& h);
   // One hash step (swarm_hash.cc): feeds the confirmed prefix; once the file is staged, hashes the
