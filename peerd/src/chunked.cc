@@ -225,11 +225,12 @@ void chunked_blob::record_metainfo() {
   if (m && d_.state.put(id_, m->info_hash_hex(), m->torrent_file({}))) seed_whole();
 }
 
-// Plain swarms load the whole-object seed when a peer first asks for it; SSL swarms cannot (the
-// TLS handshake names only loaded torrents), so the seed is loaded now and announced.
-void chunked_blob::seed_whole() {
-  if (d_.swarm.ssl()) d_.swarm.load_seed(id_);
-}
+// The whole-object seed is loaded now and announced (an SSL swarm could not load it when a peer
+// first asks: the TLS handshake names only loaded torrents), with its pieces trusted: the commit
+// has just verified the blob's sha256, and its torrent came from registry-proxy or was computed
+// from these bytes. Loaded on demand instead, each piece would be SHA-1 hashed before its first
+// upload (a seed's largest CPU cost in bench/peerd/run, docs/p2p.md).
+void chunked_blob::seed_whole() { d_.swarm.load_seed(id_, true); }
 
 status chunked_blob::learn_chunks(bool& lost) {
   auto last_progress = steady::now();

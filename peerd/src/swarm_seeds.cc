@@ -168,10 +168,14 @@ bool swarm_manager::held_seed_params(const digest& d, lt::add_torrent_params& p)
   return true;
 }
 
-void swarm_manager::load_seed(const digest& d) {
+void swarm_manager::load_seed(const digest& d, bool trusted) {
   if (stop_.load() || !ses_) return;
   lt::add_torrent_params p;
   if (!held_seed_params(d, p)) return;
+  if (trusted) {
+    p.verified_pieces.resize(p.ti->num_pieces(), true);
+    p.have_pieces.resize(p.ti->num_pieces(), true);
+  }
   std::string ih = swarm::hash_hex(p.ti->info_hashes().v1);
   {
     std::lock_guard lk(mu_);
@@ -185,7 +189,7 @@ void swarm_manager::load_seed(const digest& d) {
   (void)ses_->add_torrent(std::move(p), ec);
   if (ec && ec != lt::errors::duplicate_torrent)
     log::warn("cannot load a seed", log::kv("digest", d.str()), log::kv("error", ec.message()));
-  if (auto t = d_.state.torrent(d)) seed_other_roots(d, *t, false);
+  if (auto t = d_.state.torrent(d)) seed_other_roots(d, *t, trusted);
 }
 
 void swarm_manager::seed_other_roots(const digest& d, const std::string& torrent, bool trusted) {

@@ -21,6 +21,8 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/thread_pool.hpp>
+#include <libtorrent/torrent_handle.hpp>
+#include <libtorrent/torrent_status.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -380,6 +382,30 @@ TEST(Fetcher, ChunkedStartConfirmsItsClient) {
   ASSERT_TRUE(s->chunked->wait());
   n.stop();  // the fetcher, which points at `access`, ends before it
   n.fetch.reset();
+}
+
+// A blob joined from its chunks is seeded at once under its whole-object torrent (registry-proxy's
+// metainfo), with every piece trusted: the commit verified the blob's sha256, so no piece is
+// SHA-1 hashed again before its first upload (a seed loaded on demand would hash each one).
+TEST(Fetcher, AJoinedBlobIsSeededAtOnceWithItsPiecesTrusted) {
+  chunked_origin o;
+  ht::test_http_server srv([&](const ht::recorded_request& r) { return o.answer(r); });
+  node n(srv.url(""));
+  auto st = chunked_fetch(*n.fetch, o.whole.object);
+  ASSERT_TRUE(st) << st.error().message;
+  ASSERT_TRUE(n.store->contains(o.whole.object));
+  const auto want = o.whole.info_hash_hex();
+  lt::torrent_handle seed;
+  for (auto until = steady::now() + 10s; !seed.is_valid() && steady::now() < until;) {
+    for (const auto& h : n.swarm->session()->raw().get_torrents())
+      if (swarm::hash_hex(h) == want) seed = h;
+    if (!seed.is_valid()) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(seed.is_valid()) << "the joined blob's whole-object torrent was not loaded";
+  auto ts = seed.status(lt::torrent_handle::query_verified_pieces);
+  EXPECT_TRUE(ts.is_seeding);
+  ASSERT_EQ(ts.verified_pieces.size(), static_cast<int>(o.whole.pieces.size()));
+  EXPECT_TRUE(ts.verified_pieces.all_set()) << "pieces left to hash before their first upload";
 }
 
 // A small Range inside a chunk registry-proxy has not listed yet is asked of registry-proxy at once

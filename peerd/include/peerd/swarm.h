@@ -371,10 +371,12 @@ class swarm_manager {
   // Loads the seed of an object held here now (its torrent from the state db), so it announces
   // and peers can reach it. With SSL torrents (tls.enabled) a seed cannot be loaded when a peer
   // asks, since the handshake names only loaded torrents, and the tracker hands out only peers
-  // that announced: a blob fetched in chunks calls this for its whole-object torrent. No-op when
-  // it is loaded already, or when the object or its torrent is not held. Blocking (state db):
-  // never on the io loop.
-  void load_seed(const digest& d);
+  // that announced: a blob fetched in chunks calls this for its whole-object torrent. `trusted`:
+  // the caller has just verified the object's sha256 and its torrent came from registry-proxy
+  // (or was computed from these bytes), so its pieces are not hashed again before their first
+  // upload. No-op when it is loaded already, or when the object or its torrent is not held.
+  // Blocking (state db): never on the io loop.
+  void load_seed(const digest& d, bool trusted = false);
   [[nodiscard]] bool ssl() const { return ses_ && ses_->ssl(); }
   [[nodiscard]] const swarm::session* session() const { return ses_.get(); }
 

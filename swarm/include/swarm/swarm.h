@@ -198,6 +198,7 @@ class session {
   session& operator=(const session&) = delete;
 
   [[nodiscard]] lt::session& raw() { return *ses_; }
+  [[nodiscard]] const lt::session& raw() const { return *ses_; }
   // The port actually bound (useful with port 0 in tests), the SSL one when ssl is on; 0 when not
   // listening.
   [[nodiscard]] std::uint16_t listen_port() const;
