@@ -74,6 +74,7 @@ lt::settings_pack lan_settings(const settings& s) {
   p.set_int(sp::inactivity_timeout, 60);
   p.set_int(sp::min_announce_interval, s.min_announce_interval_s);
   p.set_int(sp::aio_threads, s.aio_threads);
+  p.set_int(sp::hashing_threads, s.hashing_threads);
   p.set_int(sp::file_pool_size, 500);
   p.set_int(sp::allowed_fast_set_size, 0);
   p.set_bool(sp::close_redundant_connections, s.close_redundant_connections);
