@@ -67,7 +67,7 @@ struct settings {
   int send_buffer_watermark = 8 << 20;
   int aio_threads = 2;  // disk and hash jobs; fewer threads, fewer wake-ups (docs/p2p.md)
   // libtorrent's own pool for piece hashing (its default 1); 0 runs hash jobs on the aio_threads,
-  // one thread and one hand-off per piece fewer: +18 % in bench/peerd/run on 2 cores (p2p.md).
+  // one thread and one hand-off per piece fewer (measured in bench/peerd/run, docs/p2p.md).
   int hashing_threads = 0;
   // Close connections on which neither side wants anything (seed to seed, or an "upload only"
   // peer we are not interested in). peerd turns it off: a super-seeding origin looks like an
