@@ -456,8 +456,7 @@ lt::torrent_handle swarm_manager::seed_object(const std::shared_ptr<download>& d
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
             lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
   p.trackers = trackers();
-  p.verified_pieces.resize(ti->num_pieces(), true);
-  p.have_pieces.resize(ti->num_pieces(), true);
+  swarm::trust_all_pieces(p);
   add_seed_peers(p, peers);
   auto h = ses_->add_torrent(std::move(p), ec);
   if (ec) {

@@ -364,8 +364,7 @@ void swarm_manager::seed_group(const group_spec& spec, const std::string& ih) {
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
             lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
   p.trackers = trackers();
-  p.verified_pieces.resize(ti->num_pieces(), true);
-  p.have_pieces.resize(ti->num_pieces(), true);
+  swarm::trust_all_pieces(p);
   if (spec.superseed && cfg_.superseed_published)
     p.userdata = swarm::superseed_userdata(ti->num_pieces());
   lt::error_code ec;

@@ -172,10 +172,7 @@ void swarm_manager::load_seed(const digest& d, bool trusted) {
   if (stop_.load() || !ses_) return;
   lt::add_torrent_params p;
   if (!held_seed_params(d, p)) return;
-  if (trusted) {
-    p.verified_pieces.resize(p.ti->num_pieces(), true);
-    p.have_pieces.resize(p.ti->num_pieces(), true);
-  }
+  if (trusted) swarm::trust_all_pieces(p);
   std::string ih = swarm::hash_hex(p.ti->info_hashes().v1);
   {
     std::lock_guard lk(mu_);
@@ -214,11 +211,8 @@ void swarm_manager::seed_other_roots(const digest& d, const std::string& torrent
     p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
               lt::torrent_flags::override_trackers | lt::torrent_flags::duplicate_is_error;
     p.trackers = trackers();
-    if (trusted) {
-      // The same bytes and piece hashes as the torrent that just verified them.
-      p.verified_pieces.resize(p.ti->num_pieces(), true);
-      p.have_pieces.resize(p.ti->num_pieces(), true);
-    }
+    // The same bytes and piece hashes as the torrent that just verified them.
+    if (trusted) swarm::trust_all_pieces(p);
     lt::error_code ec;
     auto h = ses_->add_torrent(std::move(p), ec);
     if (ec) {

@@ -491,6 +491,11 @@ std::string tracker_url(const std::string& announce, const std::string& node,
   return u;
 }
 
+void trust_all_pieces(lt::add_torrent_params& p) {
+  p.verified_pieces.resize(p.ti->num_pieces(), true);
+  p.have_pieces.resize(p.ti->num_pieces(), true);
+}
+
 std::string hash_hex(const lt::sha1_hash& h) {
   static const char* hx = "0123456789abcdef";
   std::string out;
@@ -640,8 +645,7 @@ result<lt::torrent_handle> session::add_verified_seed(const std::string& torrent
   p.flags = lt::torrent_flags::seed_mode | lt::torrent_flags::update_subscribe |
             lt::torrent_flags::duplicate_is_error;
   p.userdata = superseed_userdata(ti->num_pieces());
-  p.verified_pieces.resize(ti->num_pieces(), true);
-  p.have_pieces.resize(ti->num_pieces(), true);
+  trust_all_pieces(p);
   auto h = add_torrent(std::move(p), ec);
   if (ec == lt::errors::duplicate_torrent)
     return fail(errc::already_exists, "already seeding " + name);

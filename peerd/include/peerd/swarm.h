@@ -369,9 +369,9 @@ class swarm_manager {
   [[nodiscard]] result<std::shared_ptr<group_download>> fetch_group(group_spec spec);
 
   // Loads the seed of an object held here now (its torrent from the state db), so it announces
-  // and peers can reach it. With SSL torrents (tls.enabled) a seed cannot be loaded when a peer
-  // asks, since the handshake names only loaded torrents, and the tracker hands out only peers
-  // that announced: a blob fetched in chunks calls this for its whole-object torrent. `trusted`:
+  // and peers can reach it (with SSL torrents a seed cannot be loaded when a peer asks, since the
+  // handshake names only loaded torrents): a blob fetched in chunks calls this for its
+  // whole-object torrent, with TLS or without. `trusted`:
   // the caller has just verified the object's sha256 and its torrent came from registry-proxy
   // (or was computed from these bytes), so its pieces are not hashed again before their first
   // upload. No-op when it is loaded already, or when the object or its torrent is not held.

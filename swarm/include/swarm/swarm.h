@@ -172,6 +172,10 @@ using block_callback =
 // for super seeding), so "has peers" is not "in use". A sync call: never on the network thread.
 [[nodiscard]] bool serving_a_peer(const lt::torrent_handle& h);
 
+// For a seed-mode torrent of bytes this process has just verified: every piece marked verified
+// and held, so libtorrent does not hash a piece again before its first upload. Needs p.ti.
+void trust_all_pieces(lt::add_torrent_params& p);
+
 // "<announce>?node=n1&zone=z&rack=r&role=peer" (or with '&' when the URL already has a query).
 [[nodiscard]] std::string tracker_url(const std::string& announce, const std::string& node,
                                       const std::string& zone, const std::string& rack,
