@@ -7,13 +7,11 @@ sends a full bitfield, unchokes, and answers every request with the wrong bytes:
 
   garbage  random bytes of the requested length
   wrong    real bytes of the object, taken from the next piece (valid data, wrong place)
-  slow     the right bytes, one block every --block-delay seconds (a peer on a crowded link)
 
 It prints one JSON line per event to stdout ({"event": "block", ...}) so a test can count what it
 sent. Run it as a script (inside a node's network namespace):
 
   bt_fake_peer.py --torrent T --listen IP:PORT --announce URL --mode garbage [--object FILE]
-                  [--block-delay S]
 
 The module also has the bencode and wire helpers tests use to talk BitTorrent themselves.
 """
@@ -182,11 +180,11 @@ def compact_peers(blob: bytes) -> list[tuple[str, int]]:
 # --- the fake seed -----------------------------------------------------------------------------
 
 class FakeSeed:
-    def __init__(self, t: Torrent, mode: str, object_path: str | None, block_delay: float = 1.0):
-        self.t, self.mode, self.block_delay = t, mode, block_delay
+    def __init__(self, t: Torrent, mode: str, object_path: str | None):
+        self.t, self.mode = t, mode
         self.data = open(object_path, "rb").read() if object_path else None
-        if mode in ("wrong", "slow") and self.data is None:
-            raise SystemExit(f"--mode {mode} needs --object")
+        if mode == "wrong" and self.data is None:
+            raise SystemExit("--mode wrong needs --object")
         self.peer_id = b"-FK0001-" + os.urandom(6).hex().encode()[:12]
         self.lock = threading.Lock()
         self.connected: set[tuple[str, int]] = set()
@@ -198,7 +196,7 @@ class FakeSeed:
     def block(self, index: int, begin: int, length: int) -> bytes:
         if self.mode == "garbage":
             return os.urandom(length)
-        src = index if self.mode == "slow" else (index + 1) % self.t.piece_count
+        src = (index + 1) % self.t.piece_count
         off = src * self.t.piece_size + begin
         chunk = self.data[off:off + length]
         return chunk + bytes(length - len(chunk))
@@ -233,9 +231,7 @@ class FakeSeed:
                     if index >= self.t.piece_count or length > (1 << 17):
                         continue
                     s.sendall(msg(PIECE, struct.pack(">II", index, begin) + self.block(index, begin, length)))
-                    self.emit(event="block", piece=index, begin=begin, length=length, at=time.time())
-                    if self.mode == "slow":
-                        time.sleep(self.block_delay)  # the requests queue up in the socket meanwhile
+                    self.emit(event="block", piece=index, begin=begin, length=length)
         except (OSError, ConnectionError, struct.error) as e:
             self.emit(event="closed", peer=str(addr), error=str(e))
         finally:
@@ -264,13 +260,12 @@ def main() -> int:
     ap.add_argument("--torrent", required=True, help=".torrent file of the object")
     ap.add_argument("--listen", required=True, help="IP:PORT to accept peers on")
     ap.add_argument("--announce", required=True, help="tracker announce URL (with ?node=... if wanted)")
-    ap.add_argument("--mode", choices=("garbage", "wrong", "slow"), default="garbage")
-    ap.add_argument("--object", help="the object's real bytes (for --mode wrong and slow)")
-    ap.add_argument("--block-delay", type=float, default=1.0, help="seconds between blocks (--mode slow)")
+    ap.add_argument("--mode", choices=("garbage", "wrong"), default="garbage")
+    ap.add_argument("--object", help="the object's real bytes (for --mode wrong)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between announces")
     args = ap.parse_args()
     t = Torrent(open(args.torrent, "rb").read())
-    seed = FakeSeed(t, args.mode, args.object, args.block_delay)
+    seed = FakeSeed(t, args.mode, args.object)
     host, port = args.listen.rsplit(":", 1)
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
