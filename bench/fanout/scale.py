@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
+import os
 import statistics
 import sys
 import tempfile
@@ -65,9 +67,10 @@ def pull_all(c: Cluster, url_of, timeout: float) -> list[dict[str, Any]]:
         if len(parts) == 3 and parts[0] == "200":
             digest = "sha256:" + hashlib.sha256(out.read_bytes()).hexdigest()
             res.update(seconds=float(parts[1]), bytes=int(parts[2]), digest=digest)
-            res["ok"] = True
-        else:
-            res["error"] = f"curl exit {cp.returncode}: {cp.stdout.strip()} {cp.stderr.strip()[-300:]}"
+            res["ok"] = cp.returncode == 0
+        if not res["ok"]:
+            # A 200 whose body broke off (curl exit 18) is a failure too, with curl's own words.
+            res["error"] = f"node{i + 1}: curl exit {cp.returncode}: {cp.stdout.strip()} {cp.stderr.strip()[-300:]}"
         out.unlink(missing_ok=True)
         return res
 
@@ -77,7 +80,8 @@ def pull_all(c: Cluster, url_of, timeout: float) -> list[dict[str, Any]]:
 
 def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     payload = args.size_mib * MIB
-    c = Cluster(root / f"n{n}", nodes=n, rate=args.rate, containerd=False, tls=not args.plain,
+    c = Cluster(root / f"n{n}", nodes=n, rate=args.rate, link_latency=args.link_latency,
+                containerd=False, tls=not args.plain,
                 log_level=args.log_level, peerd_extra=parse_sets(args.peerd_set) or None,
                 proxy_extra=parse_sets(args.proxy_set) or None)
     try:
@@ -105,8 +109,8 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             time.sleep(0.5)  # 202: still fetching
         if code != "200":
             raise RuntimeError(f"registry-proxy gave no metainfo in 300 s: HTTP {code}")
-        c.net.nodes[0].set_shape(Shape(args.rate))
-        c.net.nodes[1].set_shape(Shape(args.rate))
+        c.net.nodes[0].set_shape(Shape(args.rate, latency=args.link_latency))
+        c.net.nodes[1].set_shape(Shape(args.rate, latency=args.link_latency))
         peerd_cpu0 = [proc_cpu_s(p.daemon.pid) for p in c.peerds]
         proxy_cpu0 = proc_cpu_s(c.proxy.daemon.pid)
         busy0, total0 = machine_jiffies()
@@ -120,7 +124,12 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         report = c.byte_report()
     finally:
         c.stop()
-    ok = all(x["ok"] and x.get("digest") == digest and x["bytes"] == size for x in nodes)
+    for x in nodes:
+        if x["ok"] and (x.get("digest") != digest or x["bytes"] != size):
+            x["ok"] = False
+            x["error"] = (f"node{x['node']}: HTTP 200 with {x['bytes']} bytes, {x.get('digest')}; "
+                          f"expected {size} bytes, {digest}")
+    ok = all(x["ok"] for x in nodes)
     times = [x["seconds"] for x in nodes if x["seconds"] is not None]
     last = max(times) if times else None
     received_gib = n * size / GIB
@@ -146,6 +155,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scale", required=True, help="node counts, comma-separated (each 1..32)")
     ap.add_argument("--rate", default="20mbit", help="every link's rate B, tc units (default 20mbit)")
     ap.add_argument("--size-mib", type=int, default=64, help="blob size S in MiB (default 64)")
+    ap.add_argument("--link-latency", default="50ms",
+                    help="tbf latency of every link: how long its queue holds at the rate (default 50ms)")
     ap.add_argument("--seed", default="1", help="seed of the blob's bytes (default 1)")
     ap.add_argument("--plain", action="store_true", help="no TLS (default: mutual TLS, SSL torrents)")
     ap.add_argument("--peerd-set", action="append", default=[], metavar="KEY=VALUE",
@@ -168,7 +179,12 @@ def main(argv: list[str]) -> int:
         ap.error("--size-mib must be positive")
     m = meta("fanout-scale", vars(args))
     points = []
-    with tempfile.TemporaryDirectory(prefix="shoal-scale-", dir=args.workdir) as tmp:
+    keep = os.environ.get("SHOAL_KEEP_TMP", "") not in ("", "0")
+    workdir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="shoal-scale-", dir=args.workdir)) if keep
+               else tempfile.TemporaryDirectory(prefix="shoal-scale-", dir=args.workdir))
+    with workdir as tmp:
+        if keep:
+            print(f"SHOAL_KEEP_TMP: the work directory (daemon logs) stays in {tmp}", flush=True)
         for n in counts:
             print(f"bench/fanout/run --scale: {n} nodes at {args.rate}, {args.size_mib} MiB...", flush=True)
             p = one_point(n, args, Path(tmp))

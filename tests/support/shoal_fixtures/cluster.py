@@ -67,6 +67,8 @@ class Cluster:
     nodes: int = 4
     rate: str | None = "200mbit"        # every link (nodes, registry, registry-proxy)
     infra_rate: str | None = None       # registry and registry-proxy links, if different
+    # tbf's latency on every link: its queue holds this long at the link's rate (netns.Shape).
+    link_latency: str = "50ms"
     torrent: bool = True
     peerd_extra: Mapping[str, Any] | None = None
     peerd_extra_by_node: Mapping[int, Mapping[str, Any]] | None = None  # node index → merged over peerd_extra
@@ -94,10 +96,10 @@ class Cluster:
 
     def start(self) -> "Cluster":
         self.workdir = Path(self.workdir)
-        shape = Shape(self.rate) if self.rate else None
+        shape = Shape(self.rate, latency=self.link_latency) if self.rate else None
         self.net = Network(self.nodes + 2, shape=shape, host_addr=False).create()
         self._stack.append(self.net)
-        infra_shape = Shape(self.infra_rate) if self.infra_rate else shape
+        infra_shape = Shape(self.infra_rate, latency=self.link_latency) if self.infra_rate else shape
         if infra_shape is not shape:
             self.net.nodes[0].set_shape(infra_shape)
             self.net.nodes[1].set_shape(infra_shape)
@@ -272,7 +274,7 @@ class Cluster:
     def shape_node(self, i: int, rate: str | None) -> None:
         """Reshapes node i's link (None: back to the cluster's rate)."""
         r = rate or self.rate
-        self.net.nodes[i + 2].set_shape(Shape(r) if r else None)
+        self.net.nodes[i + 2].set_shape(Shape(r, latency=self.link_latency) if r else None)
 
     def restart_peerd(self, i: int, timeout: float = 30) -> Peerd:
         p = self.peerds[i]
