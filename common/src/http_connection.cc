@@ -25,6 +25,11 @@ class multipart_source final : public body_source {
     st_->cancelled = true;
     if (st_->inner) st_->inner->cancel();
   }
+  // The current part's source says (between parts nothing waits on a producer).
+  [[nodiscard]] std::optional<std::chrono::milliseconds> wait_limit() const override {
+    std::lock_guard lk(st_->mu);
+    return st_->inner ? st_->inner->wait_limit() : std::nullopt;
+  }
 
  private:
   struct state {
@@ -378,13 +383,13 @@ void connection<Stream>::pump() {
   if (remaining_) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, *remaining_));
   auto gen = source_gen_;
   // A producer that never answers must not pin the connection forever.
-  timer_.expires_after(srv_->opts.source_timeout);
-  timer_.async_wait([weak = std::weak_ptr<connection>(self()), gen](beast::error_code ec) {
+  const auto limit = source_->wait_limit().value_or(srv_->opts.source_timeout);
+  timer_.expires_after(limit);
+  timer_.async_wait([weak = std::weak_ptr<connection>(self()), gen, limit](beast::error_code ec) {
     if (ec) return;
     auto self = weak.lock();
     if (!self || self->closed_ || self->source_gen_ != gen || !self->source_) return;
-    self->abort("body source produced nothing for " +
-                std::to_string(self->srv_->opts.source_timeout.count()) + " ms");
+    self->abort("body source produced nothing for " + std::to_string(limit.count()) + " ms");
   });
   // The callback holds the connection alive while the producer works.
   source_->next(want, [self = self(), gen](result<chunk> c) mutable {

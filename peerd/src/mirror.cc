@@ -59,6 +59,16 @@ class download_source final : public http::body_source {
   void next(std::size_t max_bytes, std::function<void(result<http::chunk>)> done) override {
     step(st_, max_bytes, std::move(done));
   }
+  // A reader may wait longer than the server's source timeout (http.write_timeout, 60 s) for its
+  // next piece while the download runs: the piece can be late while every other one arrives (its
+  // only copy on one slow connection), and the download bounds itself (the HTTP fallback after
+  // swarm.stall_timeout without a verified piece; failure, which fails this body, after
+  // swarm.fallback_deadline). Cutting the response then made a pull fail whose download
+  // completed seconds later (docs/p2p.md "Where the time goes at 32 nodes"). Bounded still, in
+  // case a waiter is never answered.
+  [[nodiscard]] std::optional<std::chrono::milliseconds> wait_limit() const override {
+    return std::chrono::minutes(30);
+  }
 
  private:
   struct state {

@@ -350,8 +350,15 @@ struct growing_object {
 
 class growing_source final : public body_source {
  public:
-  growing_source(std::shared_ptr<growing_object> o, std::uint64_t off, std::uint64_t len)
-      : obj_(std::move(o)), off_(off), end_(len == UINT64_MAX ? UINT64_MAX : off + len) {}
+  growing_source(std::shared_ptr<growing_object> o, std::uint64_t off, std::uint64_t len,
+                 std::optional<std::chrono::milliseconds> limit = std::nullopt)
+      : obj_(std::move(o)),
+        off_(off),
+        end_(len == UINT64_MAX ? UINT64_MAX : off + len),
+        limit_(limit) {}
+  [[nodiscard]] std::optional<std::chrono::milliseconds> wait_limit() const override {
+    return limit_;
+  }
   ~growing_source() override {
     // A wrapping source (a multipart answer) may drop this one from inside its callback, which
     // runs on waiter_ itself.
@@ -392,6 +399,7 @@ class growing_source final : public body_source {
  private:
   std::shared_ptr<growing_object> obj_;
   std::uint64_t off_, end_;
+  std::optional<std::chrono::milliseconds> limit_;
   bool cancelled_ = false;
   std::thread waiter_;
 };
@@ -433,6 +441,48 @@ TEST(HttpServer, StreamsBytesBeforeTheProducerFinishes) {
   auto r = c.read_response();
   EXPECT_EQ(r.status, 206);
   EXPECT_EQ(r.body, full.substr(299990));
+}
+
+// A producer silent for longer than source_timeout aborts the response, unless the source says it
+// may wait longer (peerd's stream of a running download, whose next piece can be late while the
+// download runs and bounds itself): then the body completes.
+TEST(HttpServer, SourceSilentPastSourceTimeoutAbortsUnlessItMayWaitLonger) {
+  const std::string full = pattern(5000, 8);
+  auto patient = std::make_shared<growing_object>();
+  auto plain = std::make_shared<growing_object>();
+  server_options o;
+  o.source_timeout = 300ms;
+  server_fixture f(
+      [&](request&& req, responder resp) {
+        const bool wait = req.target == "/patient";
+        response r;
+        r.body =
+            stream_body{full.size(), [&, wait](std::uint64_t off, std::uint64_t len) {
+                          return std::make_unique<growing_source>(
+                              wait ? patient : plain, off, len,
+                              wait ? std::optional(std::chrono::milliseconds(5000)) : std::nullopt);
+                        }};
+        resp.send(std::move(r));
+      },
+      o);
+  patient->append(full.substr(0, 1000));
+  plain->append(full.substr(0, 1000));
+  raw_conn a(f.port()), b(f.port());
+  ASSERT_TRUE(a.send_all(get_req("/patient")));
+  ASSERT_TRUE(b.send_all(get_req("/plain")));
+  std::this_thread::sleep_for(1000ms);  // both producers silent for > 3 × source_timeout
+  patient->append(full.substr(1000));
+  patient->finish(true);
+  plain->append(full.substr(1000));
+  plain->finish(true);
+  auto r = a.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, full) << "a source allowed to wait longer was cut off";
+  ASSERT_TRUE(f.wait_logs(2, 5000ms));
+  std::lock_guard lk(f.mu);
+  int aborted = 0;
+  for (const auto& l : f.logs) aborted += l.aborted ? 1 : 0;
+  EXPECT_EQ(aborted, 1) << "the plain source was not cut off after source_timeout";
 }
 
 // Several ranges of a body still arriving: one multipart/byteranges answer whose first part goes

@@ -7,11 +7,16 @@ sends a full bitfield, unchokes, and answers every request with the wrong bytes:
 
   garbage  random bytes of the requested length
   wrong    real bytes of the object, taken from the next piece (valid data, wrong place)
+  slow     the right bytes, one block every --block-delay seconds (a peer on a crowded link)
+
+--withhold N leaves piece N out of the bitfield and never answers requests for it (the only copy
+of a piece stuck elsewhere).
 
 It prints one JSON line per event to stdout ({"event": "block", ...}) so a test can count what it
 sent. Run it as a script (inside a node's network namespace):
 
   bt_fake_peer.py --torrent T --listen IP:PORT --announce URL --mode garbage [--object FILE]
+                  [--block-delay S]
 
 The module also has the bencode and wire helpers tests use to talk BitTorrent themselves.
 """
@@ -180,11 +185,12 @@ def compact_peers(blob: bytes) -> list[tuple[str, int]]:
 # --- the fake seed -----------------------------------------------------------------------------
 
 class FakeSeed:
-    def __init__(self, t: Torrent, mode: str, object_path: str | None):
-        self.t, self.mode = t, mode
+    def __init__(self, t: Torrent, mode: str, object_path: str | None, block_delay: float = 1.0,
+                 withhold: int | None = None):
+        self.t, self.mode, self.block_delay, self.withhold = t, mode, block_delay, withhold
         self.data = open(object_path, "rb").read() if object_path else None
-        if mode == "wrong" and self.data is None:
-            raise SystemExit("--mode wrong needs --object")
+        if mode in ("wrong", "slow") and self.data is None:
+            raise SystemExit(f"--mode {mode} needs --object")
         self.peer_id = b"-FK0001-" + os.urandom(6).hex().encode()[:12]
         self.lock = threading.Lock()
         self.connected: set[tuple[str, int]] = set()
@@ -196,7 +202,7 @@ class FakeSeed:
     def block(self, index: int, begin: int, length: int) -> bytes:
         if self.mode == "garbage":
             return os.urandom(length)
-        src = (index + 1) % self.t.piece_count
+        src = index if self.mode == "slow" else (index + 1) % self.t.piece_count
         off = src * self.t.piece_size + begin
         chunk = self.data[off:off + length]
         return chunk + bytes(length - len(chunk))
@@ -215,7 +221,10 @@ class FakeSeed:
                 return
             if not outgoing:
                 s.sendall(handshake(self.t.info_hash, self.peer_id))
-            s.sendall(msg(BITFIELD, bitfield(self.t.piece_count)) + msg(UNCHOKE))
+            bits = bytearray(bitfield(self.t.piece_count))
+            if self.withhold is not None and 0 <= self.withhold < self.t.piece_count:
+                bits[self.withhold // 8] &= ~(0x80 >> (self.withhold % 8)) & 0xFF
+            s.sendall(msg(BITFIELD, bytes(bits)) + msg(UNCHOKE))
             self.emit(event="connected", peer=str(addr), peer_id=hs[48:68].decode(errors="replace"),
                       outgoing=outgoing)
             while True:
@@ -228,10 +237,12 @@ class FakeSeed:
                     s.sendall(msg(UNCHOKE))
                 elif mid == REQUEST and len(body) == 13:
                     index, begin, length = struct.unpack(">III", body[1:])
-                    if index >= self.t.piece_count or length > (1 << 17):
+                    if index >= self.t.piece_count or length > (1 << 17) or index == self.withhold:
                         continue
                     s.sendall(msg(PIECE, struct.pack(">II", index, begin) + self.block(index, begin, length)))
-                    self.emit(event="block", piece=index, begin=begin, length=length)
+                    self.emit(event="block", piece=index, begin=begin, length=length, at=time.time())
+                    if self.mode == "slow":
+                        time.sleep(self.block_delay)  # the requests queue up in the socket meanwhile
         except (OSError, ConnectionError, struct.error) as e:
             self.emit(event="closed", peer=str(addr), error=str(e))
         finally:
@@ -260,12 +271,14 @@ def main() -> int:
     ap.add_argument("--torrent", required=True, help=".torrent file of the object")
     ap.add_argument("--listen", required=True, help="IP:PORT to accept peers on")
     ap.add_argument("--announce", required=True, help="tracker announce URL (with ?node=... if wanted)")
-    ap.add_argument("--mode", choices=("garbage", "wrong"), default="garbage")
-    ap.add_argument("--object", help="the object's real bytes (for --mode wrong)")
+    ap.add_argument("--mode", choices=("garbage", "wrong", "slow"), default="garbage")
+    ap.add_argument("--object", help="the object's real bytes (for --mode wrong and slow)")
+    ap.add_argument("--block-delay", type=float, default=1.0, help="seconds between blocks (--mode slow)")
+    ap.add_argument("--withhold", type=int, help="a piece never offered nor sent")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between announces")
     args = ap.parse_args()
     t = Torrent(open(args.torrent, "rb").read())
-    seed = FakeSeed(t, args.mode, args.object)
+    seed = FakeSeed(t, args.mode, args.object, args.block_delay, args.withhold)
     host, port = args.listen.rsplit(":", 1)
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

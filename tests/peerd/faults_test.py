@@ -14,6 +14,8 @@ fallback. swarm.seed_idle_unload is 2 s so holders unload their torrents quickly
   06 plain mode says so: each peerd warned at start that credentials go in clear text,
      registry-proxy and the scheduler that nobody is authenticated; the metrics listener is plain
      HTTP on the node address, scraped from another node
+  07 a reader waiting on one piece nobody sends while every other piece arrives, for longer than
+     node2's http.write_timeout (4 s): its response is not cut off (curl got the whole object)
 
 This suite is also the plain-mode smoke (`tls=False`: registry-proxy, the scheduler and peerd's
 calls in plain HTTP, as `tls.enabled: false` gives a single-machine demo): its fake peers are
@@ -44,7 +46,9 @@ PEERD = {"upstream": {"connect_timeout": "1s", "request_timeout": "3s", "metainf
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (network namespaces, containerd)")
 class FaultsTest(ClusterCase):
-    CLUSTER = {"nodes": NODES, "rate": "200mbit", "torrent": False, "peerd_extra": PEERD, "tls": False}
+    # node2's http.write_timeout is short so test 07 can outwait it.
+    CLUSTER = {"nodes": NODES, "rate": "200mbit", "torrent": False, "peerd_extra": PEERD, "tls": False,
+               "peerd_extra_by_node": {1: {"http": {"write_timeout": "4s"}}}}
     TMP_PREFIX = "shoal-peerd-faults-"
     REPO_PREFIX = "faults"
 
@@ -68,10 +72,11 @@ class FaultsTest(ClusterCase):
         path.write_bytes(self.metainfo(digest, repo))
         return path
 
-    def start_fake_peer(self, node: int, torrent: Path, mode: str, obj: Path | None = None) -> Daemon:
+    def start_fake_peer(self, node: int, torrent: Path, mode: str, obj: Path | None = None,
+                        extra: list[str] = ()) -> Daemon:
         ip = self.c.node_ip(node)
         argv = [sys.executable, str(HERE / "bt_fake_peer.py"), "--torrent", str(torrent), "--listen", f"{ip}:7001",
-                "--announce", self.c.scheduler.url + "/announce", "--mode", mode, "--interval", "1"]
+                "--announce", self.c.scheduler.url + "/announce", "--mode", mode, "--interval", "1", *extra]
         if obj:
             argv += ["--object", str(obj)]
         d = Daemon(f"fake-peer-{mode}", argv, log_path=self.tmpdir() / "fake.log", netns=self.c.netns(node))
@@ -221,6 +226,35 @@ class FaultsTest(ClusterCase):
         self.assertIn("shoal_peerd_bytes_from_peers_total", text)
         self.assertNotIn("shoal_peerd_tls_", text)
         self.assertIn("metrics_listen serves plain HTTP", self.c.peerds[0].log_text())
+
+
+    def test_07_reader_waiting_on_one_piece_outlasts_the_write_timeout(self):
+        # 1 MiB (17 pieces of 64 KiB) from a peer that sends a block every 0.25 s and never piece
+        # 1: pieces keep verifying (never a stall), and the reader from byte 0 waits on piece 1
+        # until the rest is in and the swarm stalls (then piece 1 comes over HTTP), ~20 s, far
+        # past node2's http.write_timeout of 4 s. The server's source timeout no longer cuts a
+        # running download's reader off: before, curl got 64 KiB and exit 18 (at 32 nodes, a
+        # first copy stuck on one connection did that to a pull whose download completed 11 s
+        # later).
+        layout, ref, img = self.push("stuck", [1 * MiB])
+        layer = img.layers[0]
+        torrent = self.torrent_file(layer.digest, "faults/stuck")
+        fake = self.start_fake_peer(2, torrent, "slow", layout.blob_path(layer.digest),
+                                    ["--block-delay", "0.25", "--withhold", "1"])
+        url = f"{self.c.peerds[1].url}/v2/faults/stuck/blobs/{layer.digest}?ns={self.c.registry.host_port}"
+        path = self.tmpdir() / "blob"
+        t0 = time.monotonic()
+        cp = self.c.curl(1, "-o", str(path), "-w", "%{http_code} %{size_download}", url, timeout=90)
+        took = time.monotonic() - t0
+        self.timings["07 1 MiB, piece 1 withheld, a block per 0.25 s"] = took
+        self.assertEqual(cp.returncode, 0, f"curl exit {cp.returncode} after {took:.1f} s: {cp.stdout} {cp.stderr[-300:]}")
+        self.assertEqual(cp.stdout.split()[0], "200")
+        self.assertEqual("sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), layer.digest)
+        sent = self.fake_events(fake, "block")
+        self.assertTrue(sent, "the peer sent nothing: the test proves nothing\n" + fake.log_tail())
+        self.assertNotIn(1, {e["piece"] for e in sent})
+        self.assertGreater(took, 4.0 + 4.0, "the reader never waited past the write timeout: the test proves nothing")
+        fake.stop()
 
 
 if __name__ == "__main__":

@@ -108,6 +108,12 @@ class body_source {
   virtual void next(std::size_t max_bytes, std::function<void(result<chunk>)> done) = 0;
   // The response is being abandoned; a pending next() may still call `done` (it is ignored).
   virtual void cancel() {}
+  // How long one next() may take before the response is aborted; nullopt: the server's
+  // source_timeout. A source whose producer has bounds of its own (peerd's stream of a running
+  // download, which fails its readers when the download fails) may wait longer.
+  [[nodiscard]] virtual std::optional<std::chrono::milliseconds> wait_limit() const {
+    return std::nullopt;
+  }
 };
 
 // A file region sent with sendfile(2). The fd is shared so a cache can hand out one open file to
