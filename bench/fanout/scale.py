@@ -28,7 +28,6 @@ import argparse
 import concurrent.futures
 import contextlib
 import hashlib
-import os
 import statistics
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from benchcpu import machine_jiffies, proc_cpu_s  # noqa: E402
 from benchmeta import finish, meta, print_verdicts, target, write  # noqa: E402
 from benchsets import parse_sets  # noqa: E402
 from shoal_fixtures import oci  # noqa: E402
+from shoal_fixtures.case import keep_tmp  # noqa: E402
 from shoal_fixtures.cluster import Cluster  # noqa: E402
 from shoal_fixtures.netns import Shape, rate_bits  # noqa: E402
 import swarm_model  # noqa: E402
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
         ap.error("--size-mib must be positive")
     m = meta("fanout-scale", vars(args))
     points = []
-    keep = os.environ.get("SHOAL_KEEP_TMP", "") not in ("", "0")
+    keep = keep_tmp()
     workdir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="shoal-scale-", dir=args.workdir)) if keep
                else tempfile.TemporaryDirectory(prefix="shoal-scale-", dir=args.workdir))
     with workdir as tmp:

@@ -16,7 +16,7 @@ It prints one JSON line per event to stdout ({"event": "block", ...}) so a test 
 sent. Run it as a script (inside a node's network namespace):
 
   bt_fake_peer.py --torrent T --listen IP:PORT --announce URL --mode garbage [--object FILE]
-                  [--block-delay S]
+                  [--block-delay S] [--withhold N]
 
 The module also has the bencode and wire helpers tests use to talk BitTorrent themselves.
 """

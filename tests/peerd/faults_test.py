@@ -227,7 +227,6 @@ class FaultsTest(ClusterCase):
         self.assertNotIn("shoal_peerd_tls_", text)
         self.assertIn("metrics_listen serves plain HTTP", self.c.peerds[0].log_text())
 
-
     def test_07_reader_waiting_on_one_piece_outlasts_the_write_timeout(self):
         # 1 MiB (17 pieces of 64 KiB) from a peer that sends a block every 0.25 s and never piece
         # 1: pieces keep verifying (never a stall), and the reader from byte 0 waits on piece 1
