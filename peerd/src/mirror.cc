@@ -207,6 +207,14 @@ class chunked_source final : public http::body_source {
           done(http::chunk::bytes(std::move(*b)));
         });
   }
+  // Like download_source: the reader may wait longer than the server's source timeout for a
+  // chunk registry-proxy has not cut yet (its upstream slow or held) or for a piece of a joined
+  // chunk, and the fetch bounds itself (no chunk listed for swarm.fallback_deadline fails it; each
+  // chunk's download has its stall fallback and fallback_deadline; a failure fails this body).
+  // Cutting the response instead ended a pull after chunk 0 while its fetch completed.
+  [[nodiscard]] std::optional<std::chrono::milliseconds> wait_limit() const override {
+    return std::chrono::minutes(30);
+  }
 
  private:
   std::shared_ptr<chunked_blob> cb_;

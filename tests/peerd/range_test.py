@@ -23,6 +23,9 @@ holds, chunk 0 exists and chunk 1 cannot.
   listed, the upstream held): it no longer lists the chunks, peerd takes the rest as ranges of
   the blob from it once it is back (chunked.h, take_tail), and the client's one GET receives the
   whole blob.
+- A client reading the whole blob from byte 0 waits for chunk 1 far past peerd's
+  `http.write_timeout` (4 s here) while the upstream holds, and still gets the whole blob: the
+  waits of a chunked fetch are bounded by the fetch itself, not by the server's source timeout.
 """
 from __future__ import annotations
 
@@ -60,7 +63,8 @@ class RangeTest(FixtureTestCase):
             extra={"ranges": {"upstream_ahead": "4MiB"}}).start())
         cls.peerd = cls.class_track(Peerd(d / "peerd", name="range-node", registry_proxy=cls.proxy.url,
                                           extra={"swarm": {"stall_timeout": "2s",
-                                                           "fallback_deadline": "60s"}}).start())
+                                                           "fallback_deadline": "60s"},
+                                                 "http": {"write_timeout": "4s"}}).start())
 
     def metric(self, name: str) -> float:
         c = http.client.HTTPConnection("127.0.0.1", self.peerd.http_port, timeout=10)
@@ -253,6 +257,32 @@ class RangeTest(FixtureTestCase):
               f"{(len(first) + len(rest)) >> 20} MiB received in {took:.2f} s")
         self.assertEqual(first + rest, data)
         self.assertEqual(self.metric("shoal_peerd_chunked_tails_total") - tails0, 1)
+
+    def test_a_reader_waiting_for_a_chunk_outlasts_the_write_timeout(self):
+        # The upstream holds at 20 MiB for 10 s: the reader gets chunk 0 ([0, 16) MiB) and then
+        # waits for chunk 1, which is cut only after the hold, far past peerd's write timeout of
+        # 4 s. Before, the server's source timeout cut the body off after chunk 0 (http.client:
+        # IncompleteRead) although the fetch went on and completed.
+        data = random.Random("peerd-chunk-wait").randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB)
+        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
+        self.addCleanup(self.stub.release)
+        path = f"/v2/team/patient/blobs/{digest}?ns=stub.test"
+        got: dict = {}
+        t0 = time.monotonic()
+        t = threading.Thread(target=self.get, args=(path, {}, got), daemon=True)
+        t.start()
+        wait_until(lambda: "first_byte_at" in got, 30, "the reader's first byte")
+        time.sleep(10.0)
+        self.assertEqual(self.cut_chunks(digest), 1, "chunk 1 exists: the reader never waited")
+        self.stub.release()
+        t.join(90)
+        took = time.monotonic() - t0
+        print(f"\nwhole 40 MiB chunked blob read from byte 0 across a 10 s hold in {took:.2f} s")
+        self.assertFalse(t.is_alive(), "the read never ended")
+        self.assertNotIn("error", got)
+        self.assertEqual(got["status"], 200)
+        self.assertEqual(hashlib.sha256(got["body"]).hexdigest(), digest.removeprefix("sha256:"))
 
 
 if __name__ == "__main__":
