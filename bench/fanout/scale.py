@@ -12,8 +12,9 @@ Per N: each node's time (curl's time_total), the last node's ÷ S/B (S/B: the ti
 for the blob, the lower bound of every node's time), the machine's CPU share during the pulls
 (/proc/stat; the rate must be low enough that the largest N stays under 80 %, or the curve
 measures the CPU, not the swarm), peerd's CPU per GiB received and where the bytes came from.
-Then bench/fanout/swarm_model.py fits its two parameters to the measured points, reports how far
-each point is from the model (also with that point left out of the fit) and predicts N to 1,000.
+Then bench/fanout/swarm_model.py fits its three parameters to the measured points (its simulated
+origin offers pieces as registry-proxy's `torrent.superseed_offers` says), reports how far each
+point is from the model (also with that point left out of the fit) and predicts N to 1,000.
 
 Targets (docs/p2p.md, "Scale curve"): last ÷ S/B ≤ 1.3 at the largest N, growth from the smallest
 to the largest N ≤ 0.15, the model within ±10 % of every measured point.
@@ -198,8 +199,13 @@ def main(argv: list[str]) -> int:
     ratios = [p["last_over_sb"] for p in points]
     blob = points[0]["blob_bytes"]
     piece = swarm_model.piece_size_for(blob)
+    # The simulation's seed offers as registry-proxy is configured to.
+    torrent = parse_sets(args.proxy_set).get("torrent", {})
+    offers = (int(torrent.get("superseed_offers", swarm_model.SUPERSEED_OFFERS))
+              if torrent.get("super_seeding", True) not in (False, "false") else None)
     model = swarm_model.fit_and_check([(p["nodes"], p["last_s"]) for p in points if p["last_s"]],
-                                      size=blob, piece=piece, rate_bps=rate_bits(args.rate))
+                                      size=blob, piece=piece, rate_bps=rate_bits(args.rate),
+                                      offers=offers)
     growth = ratios[-1] - ratios[0] if all(r is not None for r in ratios) and len(ratios) > 1 else None
     targets = {
         "last_over_sb_at_max": target(ratios[-1], "<=", RATIO_BOUND, ok=all_ok,

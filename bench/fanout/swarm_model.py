@@ -2,8 +2,15 @@
 
 The swarm part is a round-based piece simulation (the classic model of BitTorrent with equal
 upload and download capacity): the blob is P pieces; in one round every peer can receive one piece
-and send one, and the seed (registry-proxy) sends one. The seed super-seeds, as registry-proxy
-does: it offers the pieces no node holds yet, fewest copies first. Every node knows the seed and
+and send one, and the seed (registry-proxy) sends one piece's worth. The seed super-seeds as
+registry-proxy's origin plugin does (swarm/src/swarm.cc, superseed_peer): every node holds
+max(1, K // N) offers at once (K: `torrent.superseed_offers`, 8), pieces no node holds or has on
+offer first, a second copy only to a node that got nothing from the other nodes for
+`duplicate_after` (2 s); its link sends every offer in flight side by side, so with k offers in
+flight each arrives k rounds after it was made. From 8 nodes on k = N: the last N first copies
+arrive together at the end and must spread from there, which grows with N (without it, the
+simulated seed sending whole pieces one after the other, the fit missed the 32-node point by
+11-12 %). Every node knows the seed and
 up to 50 other nodes (libtorrent's connection limit is larger; 50 is what a tracker answer gives),
 asks for the rarest piece it lacks among what its free neighbours hold, and is served by one of
 them. R(N) rounds fill all N nodes; the lower bound is P (one link's worth).
@@ -30,7 +37,9 @@ import random
 from typing import Any
 
 MAX_NEIGHBOURS = 50
-SIM_PIECES = 128  # virtual pieces of the simulation (the real blob may have more; see below)
+SIM_PIECES = 256  # pieces of the simulation at most (a blob of more: scale in simulate_rounds)
+SUPERSEED_OFFERS = 8  # registry-proxy's torrent.superseed_offers default
+DUPLICATE_AFTER_S = 2.0  # swarm/src/swarm.cc superseed_peer::duplicate_after
 
 
 def piece_size_for(size: int) -> int:
@@ -41,9 +50,20 @@ def piece_size_for(size: int) -> int:
     return p
 
 
-def simulate_rounds(n: int, pieces: int, seed: int = 1) -> int:
+def simulate_rounds(n: int, pieces: int, seed: int = 1, offers: int | None = None,
+                    dup_rounds: int = 1, scale: float = 1.0) -> int:
     """Rounds until all n nodes hold all `pieces` (one piece per node and round each way; the seed
-    sends one per round, super-seeding)."""
+    sends one piece's worth per round, super-seeding).
+
+    offers=None: the seed sends whole pieces one after the other, to one node per round.
+    offers=K: as registry-proxy's origin plugin does (swarm/src/swarm.cc, superseed_peer with
+    `torrent.superseed_offers` K): every node holds max(1, K // n) offers at once, first copies
+    (a piece nobody holds or has on offer) while any are left, a second copy only to a node that
+    got no piece from the other nodes for `dup_rounds` rounds (`duplicate_after`); the seed's link
+    sends every offer in flight side by side, so each gets 1/k of the round with k offers in
+    flight, and a piece reaches its node only when all of it has. `scale`: real pieces per
+    simulated piece (a blob of more pieces than the simulation keeps): the offers in flight are
+    then at most max(1, round(n × max(1, K // n) / scale)), the same bytes in flight."""
     rng = random.Random(seed * 1000003 + n)
     full = (1 << pieces) - 1
     have = [0] * n
@@ -52,6 +72,7 @@ def simulate_rounds(n: int, pieces: int, seed: int = 1) -> int:
     for i in range(n):
         others = [j for j in range(n) if j != i]
         neigh.append(rng.sample(others, min(MAX_NEIGHBOURS, len(others))))
+    seed_st = _InFlight(n, pieces, offers, dup_rounds, scale) if offers else None
     rounds = 0
     while any(h != full for h in have):
         rounds += 1
@@ -59,7 +80,7 @@ def simulate_rounds(n: int, pieces: int, seed: int = 1) -> int:
             raise RuntimeError("simulation did not converge")
         busy_up = [False] * n
         seed_busy = False
-        got = []
+        got = seed_st.round(rounds, have, copies, rng) if seed_st else []
         order = [i for i in range(n) if have[i] != full]
         rng.shuffle(order)
         for i in order:
@@ -71,13 +92,15 @@ def simulate_rounds(n: int, pieces: int, seed: int = 1) -> int:
                     avail |= have[j]
             avail &= need
             if avail:
+                if seed_st:
+                    seed_st.last_peer[i] = rounds
                 k = _rarest(avail, copies)
                 for j in neigh[i]:
                     if not busy_up[j] and (have[j] >> k) & 1:
                         busy_up[j] = True
                         break
                 got.append((i, k))
-            elif not seed_busy:
+            elif not seed_st and not seed_busy:
                 # The seed offers what no node holds first (super seeding), fewest copies first.
                 seed_busy = True
                 got.append((i, _rarest(need, copies)))
@@ -86,6 +109,61 @@ def simulate_rounds(n: int, pieces: int, seed: int = 1) -> int:
                 have[i] |= 1 << k
                 copies[k] += 1
     return rounds
+
+
+class _InFlight:
+    """The seed's offers in flight (simulate_rounds with offers=K)."""
+
+    def __init__(self, n: int, pieces: int, offers: int, dup_rounds: int, scale: float):
+        self.n, self.pieces, self.dup_rounds = n, pieces, dup_rounds
+        self.per_node = max(1, offers // n)
+        self.cap = max(1, round(n * self.per_node / scale))
+        self.flight: list[dict[int, float]] = [{} for _ in range(n)]  # piece -> share received
+        self.on_offer = [0] * pieces
+        self.last_peer = [0] * n  # the round node i last got a piece from another node
+
+    def round(self, now: int, have: list[int], copies: list[int],
+              rng: random.Random) -> list[tuple[int, int]]:
+        """Refills the nodes' offers, sends 1/k of a piece on each of the k in flight, returns the
+        pieces that arrived whole as (node, piece)."""
+        on_offer, flight = self.on_offer, self.flight
+        first = [p for p in range(self.pieces) if copies[p] == 0 and on_offer[p] == 0]
+        rng.shuffle(first)
+        order = sorted(range(self.pieces), key=lambda p: (on_offer[p], copies[p]))
+        total = 0
+        for f in flight:
+            total += len(f)
+        nodes = list(range(self.n))
+        rng.shuffle(nodes)
+        for i in nodes:
+            f = flight[i]
+            for p in [p for p in f if (have[i] >> p) & 1]:  # got it elsewhere: its HAVE frees it
+                del f[p]
+                on_offer[p] -= 1
+                total -= 1
+            while len(f) < self.per_node and total < self.cap:
+                if first:
+                    p = first.pop()
+                elif now - self.last_peer[i] >= self.dup_rounds:
+                    p = next((q for q in order if not (have[i] >> q) & 1 and q not in f), -1)
+                    if p < 0:
+                        break
+                else:
+                    break  # a second copy only for a node short of other sources
+                f[p] = 0.0
+                on_offer[p] += 1
+                total += 1
+        arrived = []
+        if total:
+            share = 1.0 / total
+            for i, f in enumerate(flight):
+                for p in list(f):
+                    f[p] += share
+                    if f[p] >= 1.0 - 1e-9:
+                        del f[p]
+                        on_offer[p] -= 1
+                        arrived.append((i, p))
+        return arrived
 
 
 def _rarest(mask: int, copies: list[int]) -> int:
@@ -149,19 +227,27 @@ def _fit(rows: list[tuple[float, float, float]]) -> list[float] | None:
 
 
 def fit_and_check(points: list[tuple[int, float]], *, size: int, piece: int, rate_bps: float,
-                  predict: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)) -> dict[str, Any]:
-    """points: (nodes, measured last-node seconds)."""
+                  predict: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1000),
+                  offers: int | None = SUPERSEED_OFFERS,
+                  duplicate_after_s: float = DUPLICATE_AFTER_S) -> dict[str, Any]:
+    """points: (nodes, measured last-node seconds). offers: registry-proxy's
+    `torrent.superseed_offers` (None: the seed sends whole pieces one after the other)."""
     if len(points) < 3:
         return {"summary": "fewer than 3 points: no fit"}
     sb = size * 8 / rate_bps
-    sim_pieces = min(SIM_PIECES, max(1, size // piece))
+    real_pieces = max(1, -(-size // piece))
+    sim_pieces = min(SIM_PIECES, real_pieces)
+    # A round is one piece's time on a link: duplicate_after in rounds.
+    dup_rounds = max(1, math.ceil(duplicate_after_s / (piece * 8 / rate_bps)))
     cache: dict[int, float] = {}
 
     def swarm_s(n: int) -> float:
         """(R(N)/P) × S/B: the swarm's own time at full payload rate."""
         if n not in cache:
             runs = 3 if n <= 64 else 1
-            r = sum(simulate_rounds(n, sim_pieces, seed=s) for s in range(1, runs + 1)) / runs
+            r = sum(simulate_rounds(n, sim_pieces, seed=s, offers=offers, dup_rounds=dup_rounds,
+                                    scale=real_pieces / sim_pieces)
+                    for s in range(1, runs + 1)) / runs
             cache[n] = r / sim_pieces * sb
         return cache[n]
 
@@ -184,8 +270,11 @@ def fit_and_check(points: list[tuple[int, float]], *, size: int, piece: int, rat
     lo = [e for e in left_out if e is not None]
     pred = {str(n): round(model(coef, n) / sb, 3) for n in predict}
     out = {
-        "form": "T(N) = L + a*log2(N) + (R(N)/P)*(S/B)/e, R(N) from a round-based piece simulation",
-        "sim_pieces": sim_pieces, "real_pieces": max(1, size // piece), "max_neighbours": MAX_NEIGHBOURS,
+        "form": "T(N) = L + a*log2(N) + (R(N)/P)*(S/B)/e, R(N) from a round-based piece simulation"
+                + (f" whose seed sends its offers in flight side by side (superseed_offers {offers})" if offers
+                   else " whose seed sends one piece after the other"),
+        "sim_pieces": sim_pieces, "real_pieces": real_pieces, "max_neighbours": MAX_NEIGHBOURS,
+        "superseed_offers": offers, "duplicate_after_rounds": dup_rounds,
         "L_s": round(big_l, 3), "a_s": round(a, 3), "payload_share_e": round(1 / g, 3) if g else None,
         "sim_rounds_over_p": {str(n): round(swarm_s(n) / sb, 4) for n in sorted({p[0] for p in points} | set(predict))},
         "rel_error": {str(n): round(e, 4) for (n, _), e in zip(points, errors)},

@@ -25,14 +25,32 @@ class SwarmModelTest(unittest.TestCase):
             self.assertLessEqual(r, 32 + 4 * math.ceil(math.log2(n + 1)) + 8, n)
         self.assertEqual(swarm_model.simulate_rounds(1, 16), 16)
 
+    def test_offers_in_flight_side_by_side_delay_the_last_pieces(self):
+        # registry-proxy's seed sends every offer in flight side by side. A lone node holds all 8
+        # offers: 8 pieces arrive together every 8 rounds, its link still full.
+        self.assertEqual(swarm_model.simulate_rounds(1, 16, offers=8), 16)
+        # 32 nodes hold one offer each: 32 pieces in flight, each arrives 32 rounds after its
+        # offer, and the last ones spread only then. The serial seed does not grow so.
+        r4 = swarm_model.simulate_rounds(4, 64, offers=8, dup_rounds=10)
+        r32 = swarm_model.simulate_rounds(32, 64, offers=8, dup_rounds=10)
+        serial32 = swarm_model.simulate_rounds(32, 64)
+        self.assertLessEqual(r4, 64 + 12)
+        self.assertGreaterEqual(r32, 64 + 24)
+        self.assertGreater(r32, serial32 + 12)
+        # The same bytes in flight when a simulated piece stands for 4 real ones: 8 in flight.
+        self.assertLess(swarm_model.simulate_rounds(32, 64, offers=8, dup_rounds=10, scale=4), r32 - 10)
+
+    offers = None  # the serial seed: the fit's arithmetic is the same, the simulation faster
+
     def fit(self, big_l, a, e, counts=(4, 8, 16, 32)):
         size, rate = 16 * MIB, 100e6
         probe = swarm_model.fit_and_check([(n, 10.0 + n) for n in counts], size=size, piece=65536,
-                                          rate_bps=rate, predict=(4,))
+                                          rate_bps=rate, predict=(4,), offers=self.offers)
         sb = size * 8 / rate
         swarm = {int(n): v * sb for n, v in probe["sim_rounds_over_p"].items()}
         pts = [(n, big_l + a * math.log2(n) + swarm[n] / e) for n in counts]
-        return swarm_model.fit_and_check(pts, size=size, piece=65536, rate_bps=rate, predict=(4, 1000))
+        return swarm_model.fit_and_check(pts, size=size, piece=65536, rate_bps=rate, predict=(4, 1000),
+                                         offers=self.offers)
 
     def test_fit_recovers_known_parameters(self):
         r = self.fit(1.5, 0.2, 0.8)
@@ -43,6 +61,15 @@ class SwarmModelTest(unittest.TestCase):
         self.assertLess(r["max_rel_error"], 1e-3)
         self.assertLess(r["max_rel_error_left_out"], 1e-3)
         self.assertIn("1000", r["predicted_last_over_sb"])
+
+    def test_fit_with_the_seeds_offers_in_flight(self):
+        # The default simulation (registry-proxy's 8 offers) fits the same way; 2 points of 3
+        # parameters plus the one left out.
+        r = swarm_model.fit_and_check([(4, 60.0), (8, 61.0), (16, 63.0)], size=16 * MIB, piece=65536,
+                                      rate_bps=2.5e6, predict=(4,))
+        self.assertEqual(r["superseed_offers"], 8)
+        self.assertEqual(r["duplicate_after_rounds"], 10)
+        self.assertLess(r["max_rel_error"], 0.05)
 
     def test_bounds_hold_a_parameter_at_zero(self):
         # Times that fall with N would need a < 0: the fit keeps a = 0 and stays physical.
