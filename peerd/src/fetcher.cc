@@ -151,6 +151,16 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
     r.timeouts.stall = wait + std::chrono::seconds(3);
     r.max_retries = 0;
     auto f = proxy_call(d_.proxy, d_.cfg.upstream, d_.http, std::move(r), 64u << 20);
+    // A call that stalled (no answer byte for metainfo_wait + 3 s, or no connection within
+    // connect_timeout) is asked again while fallback_deadline allows: on a congested link a
+    // lost segment waits out TCP's retransmission backoff (1, 2, 4 s...), and at 32 nodes such a
+    // stall failed a pull with 504 while registry-proxy had the metainfo ready. A refused or
+    // broken connection still fails at once, so containerd can fall back.
+    if (!f && f.error().is(errc::timeout) && steady::now() - last_progress < deadline) {
+      log::info("metainfo call to registry-proxy stalled; asking again", log::kv("digest", d.str()),
+                log::kv("error", f.error().message));
+      continue;
+    }
     if (!f) {
       forward_errors_->inc();
       return failed(f.error().is(errc::timeout) ? 504 : 502,
