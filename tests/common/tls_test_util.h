@@ -37,7 +37,7 @@ namespace shoal::testing {
 // days). Logs go to <dir>/log.txt.
 inline test_pki& suite_pki() {
   static test_pki* pki = [] {
-    auto* p = new test_pki;
+    auto* p = test_pki::process_wide();  // its directory is removed at exit
     log::init(log::format::text, log::level::debug, "test", p->dir() + "/log.txt");
     p->make_ca("ca");
     p->make_ca("other-ca");
