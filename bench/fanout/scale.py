@@ -19,7 +19,8 @@ point is from the model (also with that point left out of the fit) and predicts 
 Targets (docs/p2p.md, "Scale curve"): last ÷ S/B ≤ 1.3 at the largest N, growth from the smallest
 to the largest N ≤ 0.15, the model within ±10 % of every measured point.
 
-    bench/fanout/run --scale 4,8,16,32 [--rate 20mbit] [--size-mib 64] [--plain] [--json F]
+    bench/fanout/run --scale 4,8,16,32 [--rate 20mbit] [--size-mib 64] [--plain] [--tcp-cc cubic]
+                     [--json F]
 
 Needs root. Bounded waits; each cluster is torn down before the next and on failure.
 """
@@ -89,6 +90,17 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         c.start()
         started_s = time.monotonic() - t0
+        if args.tcp_cc:
+            # Every namespace's default, before any of the pull's connections (an accepted
+            # connection takes its namespace's default at accept time too).
+            allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+            if args.tcp_cc not in allowed:
+                raise RuntimeError(f"--tcp-cc {args.tcp_cc}: not in the host's net.ipv4.tcp_allowed_congestion_control "
+                                   f"({' '.join(allowed)}); allow it with sysctl -w "
+                                   f"net.ipv4.tcp_allowed_congestion_control=\"{' '.join(allowed + [args.tcp_cc])}\"")
+            for node in c.net.nodes:
+                node.exec(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={args.tcp_cc}"])
+        tcp_cc = c.net.nodes[0].exec(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
         layer = oci.LayerSpec(size=payload, seed=f"scale-{args.seed}", compression="none")
         layout, _ = c.push([layer], name="bench/scale", tag="v1")
         blob = layout.images[0].layers[0]
@@ -136,6 +148,7 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     received_gib = n * size / GIB
     return {
         "nodes": n, "ok": ok, "s_over_b_s": round(sb, 3), "cluster_start_s": round(started_s, 1),
+        "tcp_congestion_control": tcp_cc,
         "last_s": last, "p50_s": statistics.median(times) if times else None,
         "first_s": min(times) if times else None,
         "last_over_sb": last / sb if last else None,
@@ -159,6 +172,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--link-latency", default="50ms",
                     help="tbf latency of every link: how long its queue holds at the rate (default 50ms)")
     ap.add_argument("--seed", default="1", help="seed of the blob's bytes (default 1)")
+    ap.add_argument("--tcp-cc", default="",
+                    help="TCP congestion control in every namespace (default: the host's, which "
+                         "namespaces inherit; Debian's default is cubic)")
     ap.add_argument("--plain", action="store_true", help="no TLS (default: mutual TLS, SSL torrents)")
     ap.add_argument("--peerd-set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a peerd config key (dotted, e.g. swarm.streaming_window=4); repeatable")
