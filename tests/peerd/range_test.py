@@ -116,16 +116,22 @@ class RangeTest(FixtureTestCase):
         plain = [r for r in self.stub.requests(digest, "GET") if "range" not in r.headers]
         self.assertEqual(len(plain), 1)
 
+    def held_blob(self, seed: str, repo: str, **behaviour: object) -> tuple[bytes, str, str]:
+        """A 40 MiB blob the upstream holds at 20 MiB until released (released and re-armed at
+        the test's end, so later tests' holds hold again): its bytes, digest and path via peerd."""
+        data = random.Random(seed).randbytes(40 * MIB)
+        digest = self.stub.add_blob(data, hold_at=20 * MIB, **behaviour)
+        self.addCleanup(self.stub.rearm)
+        self.addCleanup(self.stub.release)
+        return data, digest, f"/v2/team/{repo}/blobs/{digest}?ns=stub.test"
+
     def cut_chunks(self, digest: str) -> int:
         s, _, body = self.proxy.get(f"/shoal/v1/chunks/{digest}?ns=stub.test&repo=team/lazy&have=0&wait_ms=0")
         self.assertEqual(s, 200, body[:300])
         return len(json.loads(body)["chunks"])
 
     def test_small_range_of_an_uncut_chunk_comes_from_registry_proxy_at_once(self):
-        data = random.Random("peerd-range-direct").randbytes(40 * MIB)
-        digest = self.stub.add_blob(data, hold_at=20 * MIB)
-        self.addCleanup(self.stub.release)
-        path = f"/v2/team/lazy/blobs/{digest}?ns=stub.test"
+        data, digest, path = self.held_blob("peerd-range-direct", "lazy")
         direct0 = self.metric("shoal_peerd_range_direct_total")
         bytes0 = self.metric("shoal_peerd_range_direct_bytes_total")
 
@@ -162,11 +168,7 @@ class RangeTest(FixtureTestCase):
         self.assert_whole_fetched_once(path, digest)
 
     def test_a_range_far_ahead_of_the_fetch_is_asked_of_upstream(self):
-        data = random.Random("proxy-range-upstream").randbytes(40 * MIB)
-        digest = self.stub.add_blob(data, hold_at=20 * MIB)
-        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
-        self.addCleanup(self.stub.release)
-        path = f"/v2/team/ahead/blobs/{digest}?ns=stub.test"
+        data, digest, path = self.held_blob("proxy-range-upstream", "ahead")
         ranges0 = self.proxy.metric("shoal_proxy_upstream_ranges_total")
         bytes0 = self.proxy.metric("shoal_proxy_upstream_range_bytes_total")
         direct0 = self.metric("shoal_peerd_range_direct_total")
@@ -205,11 +207,7 @@ class RangeTest(FixtureTestCase):
         self.assert_whole_fetched_once(path, digest)
 
     def test_a_range_upstream_does_not_answer_comes_from_the_fetch(self):
-        data = random.Random("proxy-range-ignored").randbytes(40 * MIB)
-        digest = self.stub.add_blob(data, hold_at=20 * MIB, ignore_range=True)
-        self.addCleanup(self.stub.rearm)
-        self.addCleanup(self.stub.release)
-        path = f"/v2/team/ignored/blobs/{digest}?ns=stub.test"
+        data, digest, path = self.held_blob("proxy-range-ignored", "ignored", ignore_range=True)
         fallbacks0 = self.proxy.metric("shoal_proxy_upstream_range_fallbacks_total")
         ranges0 = self.proxy.metric("shoal_proxy_upstream_ranges_total")
         # The whole blob's fetch first, held at 20 MiB.
@@ -239,15 +237,12 @@ class RangeTest(FixtureTestCase):
         self.assertEqual(r.read(), data[MIB:])
 
     def test_registry_proxy_restarted_mid_blob_the_client_still_gets_it_whole(self):
-        data = random.Random("peerd-range-restart").randbytes(40 * MIB)
-        digest = self.stub.add_blob(data, hold_at=20 * MIB)
-        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
-        self.addCleanup(self.stub.release)
+        data, digest, path = self.held_blob("peerd-range-restart", "restart")
         tails0 = self.metric("shoal_peerd_chunked_tails_total")
         c = http.client.HTTPConnection("127.0.0.1", self.peerd.http_port, timeout=60)
         self.addCleanup(c.close)
         t0 = time.monotonic()
-        c.request("GET", f"/v2/team/restart/blobs/{digest}?ns=stub.test")
+        c.request("GET", path)
         r = c.getresponse()
         self.assertEqual(r.status, 200)
         first = r.read(1 * MIB)
@@ -268,11 +263,7 @@ class RangeTest(FixtureTestCase):
         # waits for chunk 1, which is cut only after the hold, far past peerd's write timeout of
         # 4 s. Before, the server's source timeout cut the body off after chunk 0 (http.client:
         # IncompleteRead) although the fetch went on and completed.
-        data = random.Random("peerd-chunk-wait").randbytes(40 * MIB)
-        digest = self.stub.add_blob(data, hold_at=20 * MIB)
-        self.addCleanup(self.stub.rearm)  # later tests' holds must hold again
-        self.addCleanup(self.stub.release)
-        path = f"/v2/team/patient/blobs/{digest}?ns=stub.test"
+        data, digest, path = self.held_blob("peerd-chunk-wait", "patient")
         got: dict = {}
         t0 = time.monotonic()
         t = threading.Thread(target=self.get, args=(path, {}, got), daemon=True)
