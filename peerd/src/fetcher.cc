@@ -58,6 +58,13 @@ fetcher::fetcher(deps d) : d_(d) {
            .counter("shoal_peerd_chunked_fetches_total",
                     "Blobs fetched as chunk objects while registry-proxy still downloaded them.")
            .with({});
+  metainfo_retries_ =
+      &d_.metrics
+           .counter("shoal_peerd_metainfo_retries_total",
+                    "Metainfo calls to registry-proxy that stalled (no answer within "
+                    "upstream.metainfo_wait + 3 s, or no connection within connect_timeout) and "
+                    "were asked again within swarm.fallback_deadline.")
+           .with({});
   forward_errors_ = &forward_errors_counter(d_.metrics);
 }
 
@@ -159,6 +166,7 @@ fetch_start fetcher::start(const origin::object_ref& where, const digest& d,
     if (!f && f.error().is(errc::timeout) && steady::now() - last_progress < deadline) {
       log::info("metainfo call to registry-proxy stalled; asking again", log::kv("digest", d.str()),
                 log::kv("error", f.error().message));
+      metainfo_retries_->inc();
       continue;
     }
     if (!f) {

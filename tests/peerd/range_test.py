@@ -291,6 +291,7 @@ class RangeTest(FixtureTestCase):
         self.assertEqual((s, hashlib.sha256(body).hexdigest()), (200, digest.removeprefix("sha256:")))
         self.proxy.daemon.send_signal(signal.SIGSTOP)
         self.addCleanup(lambda: self.proxy.daemon.send_signal(signal.SIGCONT))
+        retries0 = self.metric("shoal_peerd_metainfo_retries_total")
         got: dict = {}
         t0 = time.monotonic()
         t = threading.Thread(target=self.get, args=(path, {}, got), daemon=True)
@@ -305,6 +306,7 @@ class RangeTest(FixtureTestCase):
         self.assertEqual(got["status"], 200, got.get("body", b"")[:300])
         self.assertEqual(got["body"], data)
         self.assertGreater(took, 10.0, "answered while registry-proxy was stopped: the test proves nothing")
+        self.assertEqual(self.metric("shoal_peerd_metainfo_retries_total") - retries0, 1)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@
 // fetches in progress (status_snapshot()).
 //
 // Metrics: shoal_peerd_swarm_fetches_total (fetches started for containerd's GETs),
-// shoal_peerd_chunked_fetches_total, and shoal_peerd_forward_errors_total (shared with the
-// mirror: a metainfo request registry-proxy could not answer counts there too).
+// shoal_peerd_chunked_fetches_total, shoal_peerd_metainfo_retries_total (a metainfo call that
+// stalled, asked again) and shoal_peerd_forward_errors_total (shared with the mirror: a metainfo
+// request registry-proxy could not answer counts there too).
 //
 // registry-proxy shedding load (429 with Retry-After, its fetch queue full) is waited out: the
 // metainfo request is asked again after Retry-After (at most 5 s a time) until
@@ -162,6 +163,7 @@ class fetcher {
   std::map<digest, std::shared_ptr<chunked_blob>> chunked_;  // chunked fetches (guarded by mu_)
   metrics::counter* swarm_fetches_;
   metrics::counter* chunked_fetches_;
+  metrics::counter* metainfo_retries_;
   metrics::counter* forward_errors_;
 };
 
