@@ -237,21 +237,23 @@ void swarm_manager::on_torrent_failure(const std::string& ih, const std::string&
   unload(u);
 }
 
-// A torrent the on-demand seed plugin added: track it as a seed and pin its object.
+// A torrent the on-demand seed plugin or load_seed added: track it as a seed and pin its object.
 void swarm_manager::on_torrent_added(lt::add_torrent_alert* at) {
-  if (at->error) return;
+  if (at->error) return;  // load_seed saw the same error from add_torrent
   std::string ih = swarm::hash_hex(at->handle);
+  bool loaded_at_once = false;
   {
-    // The seed of a download that just completed (seed_object) is in the table already.
     std::lock_guard lk(mu_);
+    loaded_at_once = loading_.erase(ih) > 0;
+    // The seed of a download that just completed (seed_object) is in the table already.
     if (auto it = seeds_.find(ih); it != seeds_.end() && it->second.h == at->handle) return;
   }
   auto d = d_.state.by_info_hash(ih);
   if (!d || by_hash(ih)) return;
-  // An on-demand seed (the plugin added it).
   touch_seed(ih, *d, at->handle);
   net::post(d_.pool, [this, d = *d] { (void)d_.store.pin(d, "swarm", pin_expiry()); });
-  log::info("loaded a seed on demand", log::kv("digest", d->str()), log::kv("info_hash", ih));
+  log::info(loaded_at_once ? "loaded a seed at once" : "loaded a seed on demand",
+            log::kv("digest", d->str()), log::kv("info_hash", ih));
 }
 
 void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::size_t n) {

@@ -180,10 +180,18 @@ void swarm_manager::load_seed(const digest& d, bool trusted) {
   }
   if (by_hash(ih)) return;
   // As an on-demand load; on_torrent_added enters it in the seed table (idle unload, LRU) and
-  // pins the object.
+  // pins the object, and tells the two apart in its log line by loading_.
   p.flags |= lt::torrent_flags::duplicate_is_error;
+  {
+    std::lock_guard lk(mu_);
+    loading_.insert(ih);
+  }
   lt::error_code ec;
   (void)ses_->add_torrent(std::move(p), ec);
+  if (ec) {
+    std::lock_guard lk(mu_);
+    loading_.erase(ih);
+  }
   if (ec && ec != lt::errors::duplicate_torrent)
     log::warn("cannot load a seed", log::kv("digest", d.str()), log::kv("error", ec.message()));
   if (auto t = d_.state.torrent(d)) seed_other_roots(d, *t, trusted);

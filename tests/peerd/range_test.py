@@ -279,6 +279,10 @@ class RangeTest(FixtureTestCase):
         self.assertNotIn("error", got)
         self.assertEqual(got["status"], 200)
         self.assertEqual(hashlib.sha256(got["body"]).hexdigest(), digest.removeprefix("sha256:"))
+        # The joined blob is seeded at once (chunked_blob::seed_whole), and its log line says so.
+        wait_until(lambda: any("loaded a seed at once" in ln and digest in ln
+                               for ln in self.peerd.log_text().splitlines()), 20,
+                   "the joined blob's seed loaded at once")
 
     def test_a_stalled_metainfo_call_is_asked_again(self):
         # A blob below the chunking size, cached at registry-proxy first (the upstream is not

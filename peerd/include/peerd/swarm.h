@@ -549,7 +549,8 @@ class swarm_manager {
   std::list<std::string> lru_;
   std::optional<group_options> groups_;  // set by enable_groups
   std::atomic<bool> groups_enabled_{false};
-  std::set<std::string> packs_;  // packs with a torrent under <dir>/packs
+  std::set<std::string> packs_;    // packs with a torrent under <dir>/packs
+  std::set<std::string> loading_;  // seeds load_seed added, until on_torrent_added (info-hash hex)
 
   std::thread monitor_;
   std::atomic<bool> stop_{false};
