@@ -90,17 +90,8 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         c.start()
         started_s = time.monotonic() - t0
-        if args.tcp_cc:
-            # Every namespace's default, before any of the pull's connections (an accepted
-            # connection takes its namespace's default at accept time too).
-            allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
-            if args.tcp_cc not in allowed:
-                raise RuntimeError(f"--tcp-cc {args.tcp_cc}: not in the host's net.ipv4.tcp_allowed_congestion_control "
-                                   f"({' '.join(allowed)}); allow it with sysctl -w "
-                                   f"net.ipv4.tcp_allowed_congestion_control=\"{' '.join(allowed + [args.tcp_cc])}\"")
-            for node in c.net.nodes:
-                node.exec(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={args.tcp_cc}"])
-        tcp_cc = c.net.nodes[0].exec(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
+        # Before any of the pull's connections (an accepted one takes its namespace's default too).
+        tcp_cc = c.net.set_tcp_congestion_control(args.tcp_cc)
         layer = oci.LayerSpec(size=payload, seed=f"scale-{args.seed}", compression="none")
         layout, _ = c.push([layer], name="bench/scale", tag="v1")
         blob = layout.images[0].layers[0]

@@ -27,6 +27,11 @@ using origin::oci_error;
 
 namespace {
 
+// How long a reader of a running fetch (download_source, chunked_source) may wait for its next
+// bytes, instead of the HTTP server's source timeout: the fetch bounds itself and fails its
+// readers when it fails; this bound is a backstop, in case a waiter is never answered.
+constexpr std::chrono::milliseconds fetch_reader_wait_limit = std::chrono::minutes(30);
+
 // Streams an object being downloaded (or just downloaded) to one client, in order: while
 // downloading, each run of verified pieces whose writes are confirmed in the download's file
 // (download::when_in_file) straight from that file with sendfile, and piece by piece through
@@ -64,10 +69,9 @@ class download_source final : public http::body_source {
   // only copy on one slow connection), and the download bounds itself (the HTTP fallback after
   // swarm.stall_timeout without a verified piece; failure, which fails this body, after
   // swarm.fallback_deadline). Cutting the response then made a pull fail whose download
-  // completed seconds later (docs/p2p.md "Where the time goes at 32 nodes"). Bounded still, in
-  // case a waiter is never answered.
+  // completed seconds later (docs/p2p.md "Where the time goes at 32 nodes").
   [[nodiscard]] std::optional<std::chrono::milliseconds> wait_limit() const override {
-    return std::chrono::minutes(30);
+    return fetch_reader_wait_limit;
   }
 
  private:
@@ -213,7 +217,7 @@ class chunked_source final : public http::body_source {
   // chunk's download has its stall fallback and fallback_deadline; a failure fails this body).
   // Cutting the response instead ended a pull after chunk 0 while its fetch completed.
   [[nodiscard]] std::optional<std::chrono::milliseconds> wait_limit() const override {
-    return std::chrono::minutes(30);
+    return fetch_reader_wait_limit;
   }
 
  private:

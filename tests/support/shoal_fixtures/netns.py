@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from .procs import Daemon, FixtureError, run
@@ -133,6 +134,20 @@ class Network:
         self.subnet: ipaddress.IPv4Network | None = None
         self.nodes: list[Node] = []
         self._created = False
+
+    def set_tcp_congestion_control(self, cc: str = "") -> str:
+        """Sets every namespace's default TCP congestion control to `cc` (empty: leaves the one
+        they inherited from the host) and returns the one in effect. Connections made or
+        accepted afterwards use it. A namespace may only pick from the host's allowed list."""
+        if cc:
+            allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+            if cc not in allowed:
+                raise FixtureError(f"tcp congestion control {cc}: not in the host's "
+                                   f"net.ipv4.tcp_allowed_congestion_control ({' '.join(allowed)}); allow it "
+                                   f"with sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{' '.join(allowed + [cc])}\"")
+            for n in self.nodes:
+                n.exec(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"])
+        return self.nodes[0].exec(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
 
     @property
     def host_ip(self) -> str:
