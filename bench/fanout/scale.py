@@ -80,6 +80,47 @@ def pull_all(c: Cluster, url_of, timeout: float) -> list[dict[str, Any]]:
         return list(ex.map(one, range(len(c.peerds))))
 
 
+def link_bytes(c: Cluster) -> list[tuple[int, int]]:
+    """(received, sent) bytes of every namespace's link so far, read on the host's end of its veth
+    (the host end's tx is what the namespace received): registry, registry-proxy, then the nodes."""
+    def read(dev: str, what: str) -> int:
+        return int(Path(f"/sys/class/net/{dev}/statistics/{what}").read_text())
+    return [(read(x.veth_host, "tx_bytes"), read(x.veth_host, "rx_bytes")) for x in c.net.nodes]
+
+
+def link_summary(before: list[tuple[int, int]], after: list[tuple[int, int]], blob: int) -> dict[str, Any]:
+    """The pull's bytes on the links ÷ the blob: what the origin sent, what each node received and
+    sent (framing, protocol messages, duplicates and the ACKs of what it received)."""
+    d = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before)]
+    rx = [x[0] / blob for x in d[2:]]
+    tx = [x[1] / blob for x in d[2:]]
+    return {
+        "origin_sent_over_blob": round(d[1][1] / blob, 4),
+        "node_received_over_blob": {"median": round(statistics.median(rx), 4), "max": round(max(rx), 4)},
+        "node_sent_over_blob": {"median": round(statistics.median(tx), 4), "max": round(max(tx), 4)},
+        "all_sent_over_nodes_blob": round(sum(x[1] for x in d[1:]) / (len(rx) * blob), 4),
+    }
+
+
+def swarm_summary(statuses: list[dict[str, Any]], blob: int) -> dict[str, Any]:
+    """libtorrent's own totals per node (peerd's status "swarm"): what its connections received ÷
+    the blob (payload, messages, TLS records), the redundant payload ÷ the blob and why, HAVE
+    messages received."""
+    rows = [s["swarm"] for s in statuses if "swarm" in s]
+    if not rows:
+        return {}
+
+    def med_max(vals: list[float]) -> dict[str, float]:
+        return {"median": round(statistics.median(vals), 4), "max": round(max(vals), 4)}
+    return {
+        "received_over_blob": med_max([x["received"] / blob for x in rows]),
+        "redundant_over_blob": med_max([x["redundant"] / blob for x in rows]),
+        "redundant_why_over_blob": {k: round(sum(x["redundant_why"].get(k, 0) for x in rows) / (len(rows) * blob), 4)
+                                    for k in ("timed_out", "cancelled", "end_game", "other")},
+        "haves_received": med_max([float(x["haves_received"]) for x in rows]),
+    }
+
+
 def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     payload = args.size_mib * MIB
     c = Cluster(root / f"n{n}", nodes=n, rate=args.rate, link_latency=args.link_latency,
@@ -118,14 +159,21 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         peerd_cpu0 = [proc_cpu_s(p.daemon.pid) for p in c.peerds]
         proxy_cpu0 = proc_cpu_s(c.proxy.daemon.pid)
         busy0, total0 = machine_jiffies()
+        links0 = link_bytes(c)
+        origin_payload0 = c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0.0)
         t_pull = time.monotonic()
         nodes = pull_all(c, lambda i: f"{c.peerds[i].url}/v2/bench/scale/blobs/{digest}?ns={ns}",
                          timeout=max(120.0, 20 * sb))
         wall = time.monotonic() - t_pull
         busy1, total1 = machine_jiffies()
+        links = link_summary(links0, link_bytes(c), size)
         peerd_cpu = sum(proc_cpu_s(p.daemon.pid) for p in c.peerds) - sum(peerd_cpu0)
         proxy_cpu = proc_cpu_s(c.proxy.daemon.pid) - proxy_cpu0
+        time.sleep(5.5)  # peerd takes libtorrent's session totals every 5 s
         report = c.byte_report()
+        swarm_totals = swarm_summary([p.status() for p in c.peerds], size)
+        links["origin_payload_sent_over_blob"] = round(
+            (c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0.0) - origin_payload0) / size, 4)
     finally:
         c.stop()
     for x in nodes:
@@ -148,6 +196,8 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "peerd_core_s": round(peerd_cpu, 2), "proxy_core_s": round(proxy_cpu, 2),
         "peerd_core_s_per_gib": round(peerd_cpu / received_gib, 2),
         "blob_bytes": size,
+        "link_bytes": links,
+        "swarm_bytes": swarm_totals,
         "bytes": {k: report.get(k) for k in ("from_registry_proxy_p2p", "from_peers", "from_registry_proxy_http",
                                               "upstream_bytes", "upstream_blob_gets")},
         "per_node_s": [x["seconds"] for x in nodes],
@@ -201,6 +251,10 @@ def main(argv: list[str]) -> int:
             print(f"  {n:>3} nodes: last {p['last_s'] or float('nan'):.2f} s = "
                   f"{last or float('nan'):.3f} x S/B ({p['s_over_b_s']:.2f} s), p50 {p['p50_s'] or float('nan'):.2f} s, "
                   f"cpu {p['cpu_util']:.0%}, peerd {p['peerd_core_s_per_gib']} core-s/GiB, "
+                  f"origin sent {p['link_bytes']['origin_sent_over_blob']} x blob, a node received "
+                  f"{p['link_bytes']['node_received_over_blob']['median']} (max "
+                  f"{p['link_bytes']['node_received_over_blob']['max']}), redundant "
+                  f"{p['swarm_bytes'].get('redundant_over_blob', {}).get('median')}, "
                   f"{'ok' if p['ok'] else 'FAILED: ' + '; '.join(p['errors'])}", flush=True)
     all_ok = all(p["ok"] for p in points)
     ratios = [p["last_over_sb"] for p in points]

@@ -402,6 +402,20 @@ void app::register_metrics() {
                   [c] { return static_cast<double>(c->chunked_tails.load()); });
   reg_.counter_fn("shoal_peerd_bytes_uploaded_total", "Payload bytes uploaded to peers.",
                   [c] { return static_cast<double>(c->uploaded.load()); });
+  reg_.counter_fn("shoal_peerd_swarm_received_bytes_total",
+                  "Bytes libtorrent's peer connections received: payload, protocol messages and "
+                  "TLS framing (not TCP/IP headers); updated every 5 s.",
+                  [c] { return static_cast<double>(c->wire_received.load()); });
+  reg_.counter_fn("shoal_peerd_swarm_sent_bytes_total",
+                  "Bytes libtorrent's peer connections sent, as above; updated every 5 s.",
+                  [c] { return static_cast<double>(c->wire_sent.load()); });
+  reg_.counter_fn("shoal_peerd_swarm_redundant_bytes_total",
+                  "Payload bytes received that the node already had (the same block from two "
+                  "peers); updated every 5 s.",
+                  [c] { return static_cast<double>(c->redundant.load()); });
+  reg_.counter_fn("shoal_peerd_swarm_haves_received_total",
+                  "HAVE messages received from peers; updated every 5 s.",
+                  [c] { return static_cast<double>(c->haves_received.load()); });
   reg_.counter_fn("shoal_peerd_hash_failures_total",
                   "Pieces rejected because they failed their hash check.",
                   [c] { return static_cast<double>(c->hash_failures.load()); });

@@ -535,51 +535,6 @@ void mirror::respond_from(const fetch_handle& h, const http::responder& resp) {
   }));
 }
 
-void mirror::handle_status(const http::responder& resp) {
-  net::post(d_.pool, [this, resp] {
-    const auto& c = d_.swarm.counters();
-    auto cs = d_.store.get_stats();
-    nlohmann::json j;
-    j["node"] = d_.cfg.node.name;
-    j["cache"] = {{"objects", cs.objects},
-                  {"bytes", cs.bytes},
-                  {"capacity", cs.capacity_bytes},
-                  {"inflight_bytes", cs.inflight_bytes},
-                  {"hits", cs.hits},
-                  {"evictions", cs.evictions}};
-    j["bytes"] = {{"from_origin", c.from_origin.load()},
-                  {"from_peers", c.from_peers.load()},
-                  {"from_http_fallback", c.from_http.load()},
-                  {"served_local", c.served_local.load()},
-                  {"uploaded_to_peers", c.uploaded.load()}};
-    j["downloads"] = nlohmann::json::array();
-    for (const auto& s : d_.swarm.status()) {
-      j["downloads"].push_back({{"digest", s.id.str()},
-                                {"pieces_done", s.done},
-                                {"pieces", s.total},
-                                {"size", s.size},
-                                {"peers", s.peers},
-                                {"download_rate", s.download_rate},
-                                {"upload_rate", s.upload_rate}});
-    }
-    j["torrents_loaded"] = d_.swarm.loaded_torrents();
-    // Blobs being fetched as chunk objects (chunked.h): chunks complete of all.
-    auto fs = d_.fetch.status_snapshot();
-    auto& arr = j["chunked"] = nlohmann::json::array();
-    for (const auto& cp : fs.chunked) {
-      arr.push_back({{"digest", cp.id.str()},
-                     {"size", cp.size},
-                     {"chunks_done", cp.chunks_done},
-                     {"chunks", cp.chunks}});
-    }
-    j["counters"] = {
-        {"downloads_ok", c.downloads_ok.load()},   {"downloads_failed", c.downloads_failed.load()},
-        {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
-        {"http_fallbacks", c.fallbacks.load()},    {"chunked_fetches", fs.chunked_fetches}};
-    resp.send(http::response::json(200, j.dump()));
-  });
-}
-
 namespace {
 
 // The digest of the manifest for `platform` ("os/arch") in an image index, or "".

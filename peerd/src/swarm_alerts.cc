@@ -64,10 +64,27 @@ void swarm_manager::on_alert(lt::alert* a) {
 }
 
 void swarm_manager::on_session_stats(lt::session_stats_alert* ss) {
-  static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
+  static const std::pair<int, std::atomic<std::uint64_t>*> metrics[] = {
+      {lt::find_metric_idx("net.sent_payload_bytes"), &counters_.uploaded},
+      {lt::find_metric_idx("net.recv_bytes"), &counters_.wire_received},
+      {lt::find_metric_idx("net.sent_bytes"), &counters_.wire_sent},
+      {lt::find_metric_idx("net.recv_redundant_bytes"), &counters_.redundant},
+      {lt::find_metric_idx("ses.num_incoming_have"), &counters_.haves_received},
+      {lt::find_metric_idx("ses.waste_piece_timed_out"), &counters_.waste_timed_out},
+      {lt::find_metric_idx("ses.waste_piece_cancelled"), &counters_.waste_cancelled},
+      {lt::find_metric_idx("ses.waste_piece_end_game"), &counters_.waste_end_game},
+  };
+  static const int other[] = {lt::find_metric_idx("ses.waste_piece_unknown"),
+                              lt::find_metric_idx("ses.waste_piece_seed"),
+                              lt::find_metric_idx("ses.waste_piece_closing")};
   auto c = ss->counters();
-  if (sent_idx >= 0)
-    counters_.uploaded.store(static_cast<std::uint64_t>(c[static_cast<std::size_t>(sent_idx)]));
+  auto at = [&c](int idx) {
+    return idx >= 0 && idx < c.size() ? static_cast<std::uint64_t>(c[idx]) : std::uint64_t{0};
+  };
+  for (auto [idx, to] : metrics) to->store(at(idx));
+  std::uint64_t rest = 0;
+  for (int idx : other) rest += at(idx);
+  counters_.waste_other.store(rest);
 }
 
 // A verified piece: record it and start the reads that waited for it.

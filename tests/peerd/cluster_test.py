@@ -235,9 +235,28 @@ class ClusterTest(ClusterCase):
             self.assertEqual(st["node"], f"node{i + 1}")
             self.assertEqual(set(st["bytes"]), {"from_origin", "from_peers", "from_http_fallback", "served_local",
                                                 "uploaded_to_peers"})
-        # uploaded_to_peers comes from libtorrent's session statistics, refreshed every 5 s.
+            self.assertEqual(set(st["swarm"]), {"received", "sent", "redundant", "redundant_why", "haves_received"})
+        # uploaded_to_peers and the swarm totals come from libtorrent's session statistics,
+        # refreshed every 5 s.
         self.wait(lambda: sum(self.bytes_of(i)["uploaded_to_peers"] for i in range(NODES)) > 0, 12,
                   "uploaded_to_peers to show the uploads of test 01 (or of this cluster)")
+
+        def wire_holds_payload(i: int) -> bool:
+            # The wire totals hold the payload and the protocol's messages around it (from_* are
+            # counted live, the swarm totals every 5 s: wait for a refresh).
+            st = self.status(i)
+            b, w = st["bytes"], st["swarm"]
+            return (w["sent"] >= b["uploaded_to_peers"] and w["received"] >= b["from_origin"] + b["from_peers"]
+                    and sum(w["redundant_why"].values()) <= w["redundant"] <= w["received"])
+        for i in range(NODES):
+            with self.subTest(node=i + 1):
+                self.wait(lambda i=i: wire_holds_payload(i), 12,
+                          f"node{i + 1}'s swarm totals to hold its payload: {self.status(i)}")
+        self.assertGreater(sum(self.status(i)["swarm"]["haves_received"] for i in range(NODES)), 0)
+        metrics = self.c.curl(0, self.c.peerds[0].url + "/metrics", timeout=10).stdout
+        for name in ("shoal_peerd_swarm_received_bytes_total", "shoal_peerd_swarm_sent_bytes_total",
+                     "shoal_peerd_swarm_redundant_bytes_total", "shoal_peerd_swarm_haves_received_total"):
+            self.assertIn(name + " ", metrics)
 
     def test_03_pull_api_warms_the_cache(self):
         layout, ref, img = self.push("warm", [8 * MiB, 4 * MiB])

@@ -85,6 +85,15 @@ struct source_counters {
   std::atomic<std::uint64_t> from_http{0};     // HTTP fallback ranges from registry-proxy
   std::atomic<std::uint64_t> served_local{0};  // bytes served to local clients
   std::atomic<std::uint64_t> uploaded{0};      // payload uploaded to peers (session total)
+  // libtorrent's session totals, every 5 s: every byte its peer connections received and sent
+  // (payload, protocol messages and TLS records; not TCP/IP headers), payload blocks received that
+  // were already had (end game, a piece verified from another peer first), and HAVE messages
+  // received.
+  std::atomic<std::uint64_t> wire_received{0}, wire_sent{0}, redundant{0}, haves_received{0};
+  // Why redundant payload arrived (libtorrent's ses.waste_piece_*): a block re-requested after its
+  // request timed out, one cancelled too late, end game, and the rest (unknown, seed, closing).
+  std::atomic<std::uint64_t> waste_timed_out{0}, waste_cancelled{0}, waste_end_game{0},
+      waste_other{0};
   // Pieces rejected (bad data from a peer or HTTP), and objects whose pieces all passed but whose
   // sha256 did not match (a poisoned metainfo).
   std::atomic<std::uint64_t> hash_failures{0};
