@@ -142,7 +142,9 @@ void describe(config::binder& b, swarm_config& c) {
           "Unload a seeded object no peer used for this long.", {.min = 1s});
   b.field("stall_timeout", c.stall_timeout,
           "When the swarm delivers no piece for this long, fetch missing ranges from "
-          "registry-proxy over HTTP.",
+          "registry-proxy over HTTP. Blocks still arriving hold it off (a piece can take longer "
+          "on a shared link) until a piece fails its hash, for at most 3 times this long (or "
+          "halfway to fallback_deadline).",
           {.min = 100ms});
   b.field("fallback_deadline", c.fallback_deadline,
           "When no byte arrives from any source for this long, fail the request so containerd "

@@ -228,6 +228,10 @@ void swarm_manager::on_hash_failed(lt::hash_failed_alert* hf) {
     quarantine(*seed_of, "piece " + std::to_string(static_cast<int>(hf->piece_index)) +
                              " failed its hash check");
   } else {
+    if (auto dl = by_hash(ih)) {
+      std::lock_guard lk(dl->mu_);
+      dl->hash_failed_ = true;  // blocks no longer count as progress (watch())
+    }
     log::warn("rejected a piece that failed its hash check", log::kv("info_hash", ih),
               log::kv("piece", static_cast<int>(hf->piece_index)));
   }
@@ -286,13 +290,15 @@ void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::siz
   for (auto& x : jobs) {
     std::lock_guard lk(x->mu_);
     if (x->h_ != th) continue;
+    x->last_block_ = now;
     if (x->type() == transfer::kind::group) {
       // Attributed per group download (the totals are counted above).
       auto* g = static_cast<group_download*>(x.get());
       (origin ? g->from_origin : g->from_peers).fetch_add(n);
     } else {
-      // Not progress yet: a peer sending garbage delivers blocks forever (a banned peer comes
-      // back from a new port). Only a piece that passes its hash moves last_progress_.
+      // Not progress: a peer sending garbage delivers blocks forever (a banned peer comes back
+      // from a new port). Only a piece that passes its hash moves last_progress_; blocks only
+      // hold off the fallback for a while, and not after a hash failure (watch()).
       static_cast<download*>(x.get())->last_peer_block_ = now;
     }
     return;

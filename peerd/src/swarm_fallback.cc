@@ -183,6 +183,19 @@ void swarm_manager::monitor() {
   }
 }
 
+// Blocks still arriving are not a stall: a piece may take longer than stall_timeout to come in
+// when many share a link (32 nodes each waiting for its first piece from registry-proxy,
+// docs/p2p.md "Scale curve"), and a range over HTTP then only loads registry-proxy's link more.
+// Blocks count until a piece of the job fails its hash (a peer sending garbage) and never for
+// more than 3 × stall_timeout (at most halfway to fallback_deadline) without a verified piece
+// (a peer dripping blocks of a piece it never finishes). Under the job's mu_.
+bool swarm_manager::blocks_flowing(const transfer& job, steady::time_point now) const {
+  auto stall = std::chrono::duration_cast<steady::duration>(cfg_.stall_timeout.get());
+  auto deadline = std::chrono::duration_cast<steady::duration>(cfg_.fallback_deadline.get());
+  const auto credit = std::min(3 * stall, (stall + deadline) / 2);
+  return !job.hash_failed_ && now - job.last_block_ <= stall && now - job.last_progress_ <= credit;
+}
+
 // One running job: its progress, an HTTP fallback when it stalled, failure past the deadline.
 void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_point now) {
   auto stall = std::chrono::duration_cast<steady::duration>(cfg_.stall_timeout.get());
@@ -212,7 +225,12 @@ void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_poi
                                          g->from_peers.load() + g->from_origin.load());
     }
     if (busy && !fallback) return;  // adopting its members
-    want_fallback = !busy && now - last > stall && !g->spec_.fallback_base.empty();
+    bool flowing = false;
+    {
+      std::lock_guard lk(g->mu_);
+      flowing = blocks_flowing(*g, now);
+    }
+    want_fallback = !busy && now - last > stall && !flowing && !g->spec_.fallback_base.empty();
     what = " for " + g->spec_.name;
   } else {
     auto* dl = static_cast<download*>(job.get());
@@ -222,7 +240,8 @@ void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_poi
     // The last range arrived and verified, and no peer sent anything meanwhile.
     bool chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&
                  dl->last_peer_block_ < dl->fallback_started_;
-    want_fallback = (now - last > stall || chain) && !dl->fallback_inflight_;
+    want_fallback =
+        ((now - last > stall && !blocks_flowing(*dl, now)) || chain) && !dl->fallback_inflight_;
   }
   if (now - last > deadline) {
     auto secs = std::chrono::duration_cast<std::chrono::seconds>(deadline).count();

@@ -281,6 +281,10 @@ bool swarm_manager::on_group_alert(lt::alert* a) {
   if (auto* hf = lt::alert_cast<lt::hash_failed_alert>(a)) {
     counters_.hash_failures.fetch_add(1);
     if (dl) {
+      {
+        std::lock_guard lk(dl->mu_);
+        dl->hash_failed_ = true;  // blocks no longer count as progress (watch())
+      }
       log::warn("rejected a dataset piece that failed its hash check",
                 log::kv("group", dl->spec_.name),
                 log::kv("piece", static_cast<int>(hf->piece_index)));

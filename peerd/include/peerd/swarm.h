@@ -21,7 +21,8 @@
 // piece verified, the torrent is removed, every member is adopted into the cache, the directory
 // goes and the group is added again as a verified seed from the cache's files.
 //
-// One monitor thread watches every running job. If nothing verifies for `stall_timeout`, the
+// One monitor thread watches every running job. If nothing verifies for `stall_timeout` (and no
+// block arrives either, for up to 3 × stall_timeout, until a piece fails its hash), the
 // missing bytes come from registry-proxy over HTTP: an object's missing pieces as Ranges injected
 // with add_piece (after a stall, ranges follow each other while each verifies and no peer sends
 // a block), a group's missing members each straight into the cache (its torrent is dropped). If
@@ -183,6 +184,10 @@ class transfer {
   // last_progress_: the last verified piece (or fallback byte of a group); stall and deadline are
   // measured from it.
   std::chrono::steady_clock::time_point started_, last_progress_;
+  // The last block received from any peer, and whether a piece failed its hash: blocks still
+  // arriving hold off the HTTP fallback until the first hash failure (blocks_flowing()).
+  std::chrono::steady_clock::time_point last_block_;
+  bool hash_failed_ = false;
 };
 
 // An object or a chunk.
@@ -512,6 +517,7 @@ class swarm_manager {
   // The monitor and the HTTP fallbacks of objects and groups (swarm_fallback.cc).
   void monitor();
   void watch(const std::shared_ptr<transfer>& job, steady::time_point now);
+  [[nodiscard]] bool blocks_flowing(const transfer& job, steady::time_point now) const;
   void start_fallback(const std::shared_ptr<download>& dl);
   void start_group_fallback(const std::shared_ptr<group_download>& dl);
   void group_http_fallback(const std::shared_ptr<group_download>& dl);
