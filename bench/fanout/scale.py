@@ -13,7 +13,8 @@ for the blob, the lower bound of every node's time), the machine's CPU share dur
 (/proc/stat; the rate must be low enough that the largest N stays under 80 %, or the curve
 measures the CPU, not the swarm), peerd's CPU per GiB received and where the bytes came from.
 Then bench/fanout/swarm_model.py fits its three parameters to the measured points (its simulated
-origin offers pieces as registry-proxy's `torrent.superseed_offers` says), reports how far each
+origin offers pieces as registry-proxy's `torrent.superseed_offers` and
+`torrent.superseed_max_in_flight` say), reports how far each
 point is from the model (also with that point left out of the fit) and predicts N to 1,000.
 
 Targets (docs/p2p.md, "Scale curve"): last ÷ S/B ≤ 1.3 at the largest N, growth from the smallest
@@ -266,7 +267,9 @@ def main(argv: list[str]) -> int:
               if torrent.get("super_seeding", True) not in (False, "false") else None)
     model = swarm_model.fit_and_check([(p["nodes"], p["last_s"]) for p in points if p["last_s"]],
                                       size=blob, piece=piece, rate_bps=rate_bits(args.rate),
-                                      offers=offers)
+                                      offers=offers,
+                                      max_in_flight=int(torrent.get("superseed_max_in_flight",
+                                                                    swarm_model.MAX_IN_FLIGHT)))
     growth = ratios[-1] - ratios[0] if all(r is not None for r in ratios) and len(ratios) > 1 else None
     targets = {
         "last_over_sb_at_max": target(ratios[-1], "<=", RATIO_BOUND, ok=all_ok,

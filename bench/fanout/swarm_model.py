@@ -4,8 +4,8 @@ The swarm part is a round-based piece simulation (the classic model of BitTorren
 upload and download capacity): the blob is P pieces; in one round every peer can receive one piece
 and send one, and the seed (registry-proxy) sends one piece's worth. The seed super-seeds as
 registry-proxy's origin plugin does (swarm/src/swarm.cc, superseed_peer): every node holds
-max(1, K // N) offers at once (K: `torrent.superseed_offers`, 8), pieces no node holds or has on
-offer first, a second copy only to a node that got nothing from the other nodes for
+max(1, K // N) offers at once (K: `torrent.superseed_offers`, 8), at most M on all nodes together
+(`torrent.superseed_max_in_flight`, 64), pieces no node holds or has on offer first, a second copy only to a node that got nothing from the other nodes for
 `duplicate_after` (2 s); its link sends every offer in flight side by side, so with k offers in
 flight each arrives k rounds after it was made. From 8 nodes on k = N: the last N first copies
 arrive together at the end and must spread from there, which grows with N (without it, the
@@ -39,6 +39,7 @@ from typing import Any
 MAX_NEIGHBOURS = 50
 SIM_PIECES = 256  # pieces of the simulation at most (a blob of more: scale in simulate_rounds)
 SUPERSEED_OFFERS = 8  # registry-proxy's torrent.superseed_offers default
+MAX_IN_FLIGHT = 64  # registry-proxy's torrent.superseed_max_in_flight default
 DUPLICATE_AFTER_S = 2.0  # swarm/src/swarm.cc superseed_peer::duplicate_after
 
 
@@ -51,19 +52,21 @@ def piece_size_for(size: int) -> int:
 
 
 def simulate_rounds(n: int, pieces: int, seed: int = 1, offers: int | None = None,
-                    dup_rounds: int = 1, scale: float = 1.0) -> int:
+                    dup_rounds: int = 1, scale: float = 1.0, max_in_flight: int = MAX_IN_FLIGHT) -> int:
     """Rounds until all n nodes hold all `pieces` (one piece per node and round each way; the seed
     sends one piece's worth per round, super-seeding).
 
     offers=None: the seed sends whole pieces one after the other, to one node per round.
     offers=K: as registry-proxy's origin plugin does (swarm/src/swarm.cc, superseed_peer with
-    `torrent.superseed_offers` K): every node holds max(1, K // n) offers at once, first copies
+    `torrent.superseed_offers` K): every node holds max(1, K // n) offers at once and all nodes
+    together at most max_in_flight (`torrent.superseed_max_in_flight`), first copies
     (a piece nobody holds or has on offer) while any are left, a second copy only to a node that
     got no piece from the other nodes for `dup_rounds` rounds (`duplicate_after`); the seed's link
     sends every offer in flight side by side, so each gets 1/k of the round with k offers in
     flight, and a piece reaches its node only when all of it has. `scale`: real pieces per
     simulated piece (a blob of more pieces than the simulation keeps): the offers in flight are
-    then at most max(1, round(n × max(1, K // n) / scale)), the same bytes in flight."""
+    then at most max(1, round(min(n × max(1, K // n), max_in_flight) / scale)), the same bytes in
+    flight."""
     rng = random.Random(seed * 1000003 + n)
     full = (1 << pieces) - 1
     have = [0] * n
@@ -72,7 +75,7 @@ def simulate_rounds(n: int, pieces: int, seed: int = 1, offers: int | None = Non
     for i in range(n):
         others = [j for j in range(n) if j != i]
         neigh.append(rng.sample(others, min(MAX_NEIGHBOURS, len(others))))
-    seed_st = _InFlight(n, pieces, offers, dup_rounds, scale) if offers else None
+    seed_st = _InFlight(n, pieces, offers, dup_rounds, scale, max_in_flight) if offers else None
     rounds = 0
     while any(h != full for h in have):
         rounds += 1
@@ -114,10 +117,11 @@ def simulate_rounds(n: int, pieces: int, seed: int = 1, offers: int | None = Non
 class _InFlight:
     """The seed's offers in flight (simulate_rounds with offers=K)."""
 
-    def __init__(self, n: int, pieces: int, offers: int, dup_rounds: int, scale: float):
+    def __init__(self, n: int, pieces: int, offers: int, dup_rounds: int, scale: float,
+                 max_in_flight: int = MAX_IN_FLIGHT):
         self.n, self.pieces, self.dup_rounds = n, pieces, dup_rounds
         self.per_node = max(1, offers // n)
-        self.cap = max(1, round(n * self.per_node / scale))
+        self.cap = max(1, round(min(n * self.per_node, max_in_flight) / scale))
         self.flight: list[dict[int, float]] = [{} for _ in range(n)]  # piece -> share received
         self.on_offer = [0] * pieces
         self.last_peer = [0] * n  # the round node i last got a piece from another node
@@ -229,9 +233,11 @@ def _fit(rows: list[tuple[float, float, float]]) -> list[float] | None:
 def fit_and_check(points: list[tuple[int, float]], *, size: int, piece: int, rate_bps: float,
                   predict: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1000),
                   offers: int | None = SUPERSEED_OFFERS,
-                  duplicate_after_s: float = DUPLICATE_AFTER_S) -> dict[str, Any]:
+                  duplicate_after_s: float = DUPLICATE_AFTER_S,
+                  max_in_flight: int = MAX_IN_FLIGHT) -> dict[str, Any]:
     """points: (nodes, measured last-node seconds). offers: registry-proxy's
-    `torrent.superseed_offers` (None: the seed sends whole pieces one after the other)."""
+    `torrent.superseed_offers` (None: the seed sends whole pieces one after the other);
+    max_in_flight: its `torrent.superseed_max_in_flight`."""
     if len(points) < 3:
         return {"summary": "fewer than 3 points: no fit"}
     sb = size * 8 / rate_bps
@@ -246,7 +252,7 @@ def fit_and_check(points: list[tuple[int, float]], *, size: int, piece: int, rat
         if n not in cache:
             runs = 3 if n <= 64 else 1
             r = sum(simulate_rounds(n, sim_pieces, seed=s, offers=offers, dup_rounds=dup_rounds,
-                                    scale=real_pieces / sim_pieces)
+                                    scale=real_pieces / sim_pieces, max_in_flight=max_in_flight)
                     for s in range(1, runs + 1)) / runs
             cache[n] = r / sim_pieces * sb
         return cache[n]
@@ -271,10 +277,12 @@ def fit_and_check(points: list[tuple[int, float]], *, size: int, piece: int, rat
     pred = {str(n): round(model(coef, n) / sb, 3) for n in predict}
     out = {
         "form": "T(N) = L + a*log2(N) + (R(N)/P)*(S/B)/e, R(N) from a round-based piece simulation"
-                + (f" whose seed sends its offers in flight side by side (superseed_offers {offers})" if offers
+                + (f" whose seed sends its offers in flight side by side (superseed_offers {offers}, "
+                   f"at most {max_in_flight} in flight)" if offers
                    else " whose seed sends one piece after the other"),
         "sim_pieces": sim_pieces, "real_pieces": real_pieces, "max_neighbours": MAX_NEIGHBOURS,
-        "superseed_offers": offers, "duplicate_after_rounds": dup_rounds,
+        "superseed_offers": offers, "superseed_max_in_flight": max_in_flight,
+        "duplicate_after_rounds": dup_rounds,
         "L_s": round(big_l, 3), "a_s": round(a, 3), "payload_share_e": round(1 / g, 3) if g else None,
         "sim_rounds_over_p": {str(n): round(swarm_s(n) / sb, 4) for n in sorted({p[0] for p in points} | set(predict))},
         "rel_error": {str(n): round(e, 4) for (n, _), e in zip(points, errors)},

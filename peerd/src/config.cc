@@ -197,6 +197,11 @@ void describe(config::binder& b, swarm_config& c) {
           "With superseed_published: pieces on offer at once, shared by the connected nodes: a "
           "lone node is offered this many, N nodes this many / N each, at least one.",
           {.min = 1, .max = 64});
+  b.field("superseed_max_in_flight", c.superseed_max_in_flight,
+          "With superseed_published: offers outstanding on all peer connections of an object "
+          "together; the peers beyond get pieces from each other until an offer is taken up "
+          "(registry-proxy's torrent.superseed_max_in_flight).",
+          {.min = 1, .max = 4096});
   b.field("libtorrent", c.libtorrent,
           "Raw libtorrent settings_pack overrides by libtorrent's key name (e.g. "
           "predictive_piece_announce: "

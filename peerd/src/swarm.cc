@@ -186,7 +186,8 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
   // Super seeding of the groups this node is the first holder of (group_spec::superseed): only
   // torrents added with swarm::superseed_userdata() are affected.
   if (cfg.superseed_published)
-    m->ses_->raw().add_extension(swarm::origin_superseed_plugin(cfg.superseed_offers, true));
+    m->ses_->raw().add_extension(
+        swarm::origin_superseed_plugin(cfg.superseed_offers, true, cfg.superseed_max_in_flight));
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
   m->monitor_ = std::thread([self] { self->monitor(); });

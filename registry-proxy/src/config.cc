@@ -160,6 +160,14 @@ void describe(config::binder& b, torrent_config& c) {
           "node is offered this many, N nodes this many / N each, at least one. Offered pieces "
           "share the origin's link, so fewer per node make each first copy arrive sooner.",
           {.min = 1, .max = 64});
+  b.field("superseed_max_in_flight", c.superseed_max_in_flight,
+          "With super_seeding: offers outstanding on all node connections of an object together. "
+          "Beyond this many nodes, the others get pieces from the nodes until an offer is taken "
+          "up; without a bound every piece of a small blob is on offer at once past its piece "
+          "count and none arrives before all of them. Keep it above the peers a node downloads "
+          "from (about 50), or the offers cannot fill the origin's link (docs/p2p.md, \"Scale "
+          "curve\").",
+          {.min = 1, .max = 4096});
   b.field("superseed_in_order", c.superseed_in_order,
           "With super_seeding: among equally rare pieces offer the lowest index first (else at "
           "random), so "

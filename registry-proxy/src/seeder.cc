@@ -36,8 +36,8 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
   if (!ses) return fail(ses.error());
   s->ses_ = std::move(*ses);
   if (cfg.super_seeding)
-    s->ses_->raw().add_extension(
-        swarm::origin_superseed_plugin(cfg.superseed_offers, cfg.superseed_in_order));
+    s->ses_->raw().add_extension(swarm::origin_superseed_plugin(
+        cfg.superseed_offers, cfg.superseed_in_order, cfg.superseed_max_in_flight));
   auto* self = s.get();
   static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
   s->ses_->on_alert([self](lt::alert* a) {

@@ -154,16 +154,23 @@ bool has_prefix(const lt::peer_id& pid, std::string_view prefix) {
 // Per origin torrent: which connected peers hold each piece and which pieces are on offer. Lives
 // on the network thread (every plugin callback runs there), so it needs no lock.
 struct superseed_state {
-  superseed_state(int n, int offers, bool ordered)
-      : pieces(n), offers_per_peer(offers), in_order(ordered), have(n), offered(n) {}
+  superseed_state(int n, int offers, bool ordered, int cap)
+      : pieces(n),
+        offers_per_peer(offers),
+        max_in_flight(cap),
+        in_order(ordered),
+        have(n),
+        offered(n) {}
   int pieces;
   // Pieces on offer at once, shared by the nodes: a lone node gets them all (its pipe stays full
-  // while it reports pieces), N nodes get offers_per_peer / N each, at least one. The origin's
-  // link sends every offered piece side by side, so a piece on offer to each of many nodes arrives
-  // only after all of them: with 8 offers per node the last 8 × N first copies reached their
-  // nodes together at the end and the swarm then spread them, which grew the fan-out time with N
-  // (1.46 × S/B at 8 nodes, 1.61 at 16); with one offer per node the curve was flat (1.23, 1.25).
+  // while it reports pieces), N nodes get offers_per_peer / N each, at least one, and all of them
+  // together at most max_in_flight. The origin's link sends every offered piece side by side, so
+  // each arrives only after all of them: with 8 offers per node 8 × N first copies reached their
+  // nodes together at the end (1.46 × S/B at 8 nodes, 1.61 at 16; one per node: 1.23, 1.25), and
+  // past the blob's piece count every piece would be on offer (docs/p2p.md "Scale curve").
   int offers_per_peer;
+  int max_in_flight;
+  int in_flight = 0;
   int nodes = 0;  // connected peers that take offers (Shoal nodes)
   bool in_order;
   std::vector<std::uint16_t> have;     // connected peers that hold the piece
@@ -228,6 +235,7 @@ class superseed_peer final : public lt::peer_plugin {
       if (has_[static_cast<std::size_t>(p)]) --st_->have[static_cast<std::size_t>(p)];
     }
     for (const auto& o : offers_) --st_->offered[static_cast<std::size_t>(o.piece)];
+    st_->in_flight -= static_cast<int>(offers_.size());
   }
 
   bool on_have_none() override {
@@ -254,6 +262,7 @@ class superseed_peer final : public lt::peer_plugin {
     if (it != offers_.end()) {
       offers_.erase(it);
       --st_->offered[static_cast<std::size_t>(p)];
+      --st_->in_flight;
       offer();
     } else {
       last_peer_piece_ = std::chrono::steady_clock::now();  // not ours: from another node
@@ -279,6 +288,7 @@ class superseed_peer final : public lt::peer_plugin {
       std::erase_if(offers_, [&](const offer_t& o) {
         if (now - o.at < (o.requested ? requested_expiry : offer_expiry)) return false;
         --st_->offered[static_cast<std::size_t>(o.piece)];
+        --st_->in_flight;
         return true;
       });
       offer();
@@ -305,7 +315,7 @@ class superseed_peer final : public lt::peer_plugin {
   void offer() {
     if (!enabled_ || h_.is_disconnecting()) return;
     const int limit = std::max(1, st_->offers_per_peer / std::max(1, st_->nodes));
-    while (static_cast<int>(offers_.size()) < limit) {
+    while (static_cast<int>(offers_.size()) < limit && st_->in_flight < st_->max_in_flight) {
       int p = st_->pick(has_, announced_);
       if (p < 0) return;
       // pick() prefers first copies: this is a second one. Only to a node short of other sources.
@@ -316,21 +326,16 @@ class superseed_peer final : public lt::peer_plugin {
       announced_[static_cast<std::size_t>(p)] = true;
       offers_.push_back(offer_t{p, std::chrono::steady_clock::now(), false});
       ++st_->offered[static_cast<std::size_t>(p)];
+      ++st_->in_flight;
       send_have(p);
     }
   }
 
   void send_have(int p) {
     // HAVE: length 5, id 4, piece index (big endian).
-    char msg[9] = {0,
-                   0,
-                   0,
-                   5,
-                   4,
-                   static_cast<char>((p >> 24) & 0xff),
-                   static_cast<char>((p >> 16) & 0xff),
-                   static_cast<char>((p >> 8) & 0xff),
-                   static_cast<char>(p & 0xff)};
+    char msg[9] = {0, 0, 0, 5, 4};
+    for (int k = 0; k < 4; ++k)
+      msg[5 + k] = static_cast<char>((static_cast<std::uint32_t>(p) >> (24 - 8 * k)) & 0xff);
     h_.send_buffer(msg, sizeof msg);
   }
 
@@ -368,19 +373,21 @@ class superseed_torrent final : public lt::torrent_plugin {
 
 class origin_superseed final : public lt::plugin {
  public:
-  origin_superseed(int offers, bool in_order) : offers_(offers), in_order_(in_order) {}
+  origin_superseed(int offers, bool in_order, int max_in_flight)
+      : offers_(offers), in_order_(in_order), max_in_flight_(max_in_flight) {}
   std::shared_ptr<lt::torrent_plugin> new_torrent(lt::torrent_handle const&,
                                                   lt::client_data_t ud) override {
     auto* tag = ud.get<superseed_tag>();
     auto pieces = reinterpret_cast<std::uintptr_t>(tag);
     if (pieces == 0 || pieces > (1u << 24)) return nullptr;
-    return std::make_shared<superseed_torrent>(
-        std::make_shared<superseed_state>(static_cast<int>(pieces), offers_, in_order_));
+    return std::make_shared<superseed_torrent>(std::make_shared<superseed_state>(
+        static_cast<int>(pieces), offers_, in_order_, max_in_flight_));
   }
 
  private:
   int offers_;
   bool in_order_;
+  int max_in_flight_;
 };
 
 // Node side: an origin that super-seeds claims every piece in its bitfield; the node ignores that
@@ -449,8 +456,10 @@ class node_superseed final : public lt::plugin {
 
 }  // namespace
 
-std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order) {
-  return std::make_shared<origin_superseed>(std::max(1, offers_per_peer), in_order);
+std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer, bool in_order,
+                                                    int max_in_flight) {
+  return std::make_shared<origin_superseed>(std::max(1, offers_per_peer), in_order,
+                                            std::max(1, max_in_flight));
 }
 
 // Every torrent of a super-seeding origin must carry it: nodes ignore such an origin's bitfield

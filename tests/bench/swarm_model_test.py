@@ -40,6 +40,18 @@ class SwarmModelTest(unittest.TestCase):
         # The same bytes in flight when a simulated piece stands for 4 real ones: 8 in flight.
         self.assertLess(swarm_model.simulate_rounds(32, 64, offers=8, dup_rounds=10, scale=4), r32 - 10)
 
+    def test_a_bound_on_offers_in_flight_keeps_many_nodes_from_all_waiting(self):
+        # 96 nodes, 32 pieces: one offer per node puts every piece on offer at once (second copies
+        # too, everyone short of sources) and none arrives before 96 rounds; with at most 16 in
+        # flight the first copies arrive 16 rounds after their offer and spread from there. At or
+        # below the bound nothing changes.
+        unbounded = swarm_model.simulate_rounds(96, 32, offers=8, dup_rounds=10, max_in_flight=4096)
+        bounded = swarm_model.simulate_rounds(96, 32, offers=8, dup_rounds=10, max_in_flight=16)
+        self.assertGreaterEqual(unbounded, 96)
+        self.assertLess(bounded, unbounded * 0.75)
+        self.assertEqual(swarm_model.simulate_rounds(16, 32, offers=8, dup_rounds=10, max_in_flight=16),
+                         swarm_model.simulate_rounds(16, 32, offers=8, dup_rounds=10, max_in_flight=4096))
+
     offers = None  # the serial seed: the fit's arithmetic is the same, the simulation faster
 
     def fit(self, big_l, a, e, counts=(4, 8, 16, 32)):
@@ -68,6 +80,7 @@ class SwarmModelTest(unittest.TestCase):
         r = swarm_model.fit_and_check([(4, 60.0), (8, 61.0), (16, 63.0)], size=16 * MIB, piece=65536,
                                       rate_bps=2.5e6, predict=(4,))
         self.assertEqual(r["superseed_offers"], 8)
+        self.assertEqual(r["superseed_max_in_flight"], 64)
         self.assertEqual(r["duplicate_after_rounds"], 10)
         self.assertLess(r["max_rel_error"], 0.05)
 

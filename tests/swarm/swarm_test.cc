@@ -310,6 +310,75 @@ lt::torrent_handle add_download(lt::session& ses, const std::string& torrent,
   return h;
 }
 
+// Offers outstanding on all of an origin's connections together stay within max_in_flight, and
+// nodes beyond it still complete (the slots move on as offers are taken up). 4 nodes that know
+// only the origin, each 16 pieces at 1 MiB/s from it: with 8 offers (2 per node) and no bound,
+// up to 8 are out at once, which is what the check must be able to see; with a bound of 2, two.
+// A node counts an offer as outstanding from the origin's HAVE until the piece is its own.
+int most_offers_in_flight(int max_in_flight, bool& all_completed) {
+  object_dir obj(16 * 64 * 1024, 31);
+  settings os;
+  os.listen = "127.0.0.1:0";
+  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  os.upload_rate_limit = 1 << 20;
+  auto origin = session::start(os);
+  if (!origin) {
+    ADD_FAILURE() << origin.error().message;
+    return -1;
+  }
+  (*origin)->raw().add_extension(origin_superseed_plugin(8, true, max_in_flight));
+  if (!(*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {})) return -1;
+  std::string torrent = obj.meta.torrent_file({});
+  std::vector<std::unique_ptr<lt::session>> nodes;
+  std::vector<lt::torrent_handle> hs;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(start_node());
+    hs.push_back(add_download(*nodes.back(), torrent,
+                              (obj.root / ("n" + std::to_string(i))).string(),
+                              (*origin)->listen_port()));
+  }
+  int most = 0;
+  all_completed = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!all_completed && std::chrono::steady_clock::now() < deadline) {
+    int out = 0;
+    all_completed = true;
+    for (auto& h : hs) {
+      auto st = h.status(lt::torrent_handle::query_pieces);
+      all_completed = all_completed && st.is_seeding;
+      std::vector<lt::peer_info> peers;
+      h.get_peer_info(peers);
+      for (const auto& pi : peers) {
+        if (!is_origin(pi.pid)) continue;
+        for (int p = 0; p < std::min(pi.pieces.size(), st.pieces.size()); ++p) {
+          lt::piece_index_t k(p);
+          if (pi.pieces[k] && !st.pieces[k]) ++out;
+        }
+      }
+    }
+    most = std::max(most, out);
+    for (auto& n : nodes) {
+      std::vector<lt::alert*> alerts;
+      n->pop_alerts(&alerts);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& n : nodes) n->abort();
+  (*origin)->stop();
+  return most;
+}
+
+TEST(SwarmSuperSeed, OffersInFlightAreBoundedForAllNodes) {
+  bool completed = false;
+  int unbounded = most_offers_in_flight(64, completed);
+  EXPECT_TRUE(completed) << "without a bound";
+  EXPECT_GT(unbounded, 2) << "the check cannot see offers in flight";
+  int bounded = most_offers_in_flight(2, completed);
+  EXPECT_TRUE(completed) << "nodes beyond the bound never got an offer";
+  EXPECT_GE(bounded, 1);
+  EXPECT_LE(bounded, 2);
+}
+
 std::int64_t downloaded(const lt::torrent_handle& h) {
   auto st = h.status();
   return st.total_payload_download + st.total_wanted_done;

@@ -87,10 +87,11 @@ struct swarm_config {
   config::byte_size range_direct_bytes =
       config::byte_size::mib(4);  // a small Range of a chunk not cut yet: from registry-proxy
   config::duration heartbeat_interval = 10s;
-  bool count_sources = true;        // per-block alerts attribute bytes to origin or peers
-  bool require_grants = true;       // with tls: pieces only to peers with registry-proxy's grant
-  bool superseed_published = true;  // super-seed what this node publishes (checkpoints)
-  int superseed_offers = 8;         // with it: pieces on offer per peer connection
+  bool count_sources = true;         // per-block alerts attribute bytes to origin or peers
+  bool require_grants = true;        // with tls: pieces only to peers with registry-proxy's grant
+  bool superseed_published = true;   // super-seed what this node publishes (checkpoints)
+  int superseed_offers = 8;          // with it: pieces on offer per peer connection
+  int superseed_max_in_flight = 64;  // with it: offers outstanding on all connections together
   std::map<std::string, std::string>
       libtorrent;  // raw settings_pack overrides (tuning escape hatch)
 };

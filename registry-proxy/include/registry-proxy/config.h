@@ -70,10 +70,11 @@ struct torrent_config {
   int fetch_queue_max = 1024;
   int fetch_queue_per_client = 64;
   config::byte_size chunk_size =
-      config::byte_size::mib(16);  // chunk objects of large blobs (0: off)
-  bool super_seeding = true;       // offer each node a few pieces at a time (docs/p2p.md)
-  int superseed_offers = 8;        // pieces on offer per node connection
-  bool superseed_in_order = true;  // offer pieces front to back (streaming readers)
+      config::byte_size::mib(16);    // chunk objects of large blobs (0: off)
+  bool super_seeding = true;         // offer each node a few pieces at a time (docs/p2p.md)
+  int superseed_offers = 8;          // pieces on offer per node connection
+  int superseed_max_in_flight = 64;  // offers outstanding on all connections together
+  bool superseed_in_order = true;    // offer pieces front to back (streaming readers)
   // With tls.enabled: sign a grant with every metainfo answer to a node, and upload pieces only
   // to nodes presenting one (common/grant.h, swarm/grants.h).
   bool require_grants = true;

@@ -148,8 +148,11 @@ void apply_tls(settings& s, const tls::tls_config& tls);
 // torrent.
 // `in_order`: among equally good pieces offer the lowest index first, so the swarm holds a growing
 // prefix of the object and peers streaming it in order are served as it arrives.
-[[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(int offers_per_peer,
-                                                                  bool in_order);
+// `max_in_flight`: offers outstanding on all connections of a torrent together (a node beyond it
+// gets its first offer when one is taken up or expires; until then it trades with the nodes).
+inline constexpr int superseed_max_in_flight_default = 64;
+[[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(
+    int offers_per_peer, bool in_order, int max_in_flight = superseed_max_in_flight_default);
 // add_torrent_params::userdata that makes origin_superseed_plugin super-seed a torrent of
 // `pieces` pieces (1 .. 2^24). A session with the plugin must give every torrent it seeds under
 // superseeding_origin_fingerprint this tag; under a node's peer id only the torrents it tags are
