@@ -48,7 +48,7 @@ from benchsets import parse_sets  # noqa: E402
 from shoal_fixtures import oci  # noqa: E402
 from shoal_fixtures.case import keep_tmp  # noqa: E402
 from shoal_fixtures.cluster import Cluster  # noqa: E402
-from shoal_fixtures.netns import Shape, rate_bits  # noqa: E402
+from shoal_fixtures.netns import rate_bits  # noqa: E402
 import swarm_model  # noqa: E402
 
 MIB = 1 << 20
@@ -142,8 +142,7 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ns = c.registry.host_port
         # registry-proxy fetches the blob and cuts its metainfo now, over unshaped links (the
         # upstream is not what this measures); then its link is B again like every node's.
-        c.net.nodes[0].set_shape(None)
-        c.net.nodes[1].set_shape(None)
+        c.shape_infra(False)
         deadline, code = time.monotonic() + 300, ""
         while time.monotonic() < deadline:
             warm = c.curl(None, "-o", "/dev/null", "-w", "%{http_code}",
@@ -155,8 +154,7 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             time.sleep(0.5)  # 202: still fetching
         if code != "200":
             raise RuntimeError(f"registry-proxy gave no metainfo in 300 s: HTTP {code}")
-        c.net.nodes[0].set_shape(Shape(args.rate, latency=args.link_latency))
-        c.net.nodes[1].set_shape(Shape(args.rate, latency=args.link_latency))
+        c.shape_infra()
         peerd_cpu0 = [proc_cpu_s(p.daemon.pid) for p in c.peerds]
         proxy_cpu0 = proc_cpu_s(c.proxy.daemon.pid)
         busy0, total0 = machine_jiffies()
@@ -170,9 +168,19 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         links = link_summary(links0, link_bytes(c), size)
         peerd_cpu = sum(proc_cpu_s(p.daemon.pid) for p in c.peerds) - sum(peerd_cpu0)
         proxy_cpu = proc_cpu_s(c.proxy.daemon.pid) - proxy_cpu0
-        time.sleep(5.5)  # peerd takes libtorrent's session totals every 5 s
+        # peerd takes libtorrent's session totals every 5 s: wait until every node's cover the
+        # payload it counted live (at most 6 s).
+        deadline = time.monotonic() + 6
+        while True:
+            statuses = [p.status() for p in c.peerds]
+            if time.monotonic() > deadline or all(
+                    st.get("swarm", {}).get("received", 0) >=
+                    st.get("bytes", {}).get("from_origin", 0) + st.get("bytes", {}).get("from_peers", 0)
+                    for st in statuses):
+                break
+            time.sleep(0.5)
         report = c.byte_report()
-        swarm_totals = swarm_summary([p.status() for p in c.peerds], size)
+        swarm_totals = swarm_summary(statuses, size)
         links["origin_payload_sent_over_blob"] = round(
             (c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0.0) - origin_payload0) / size, 4)
     finally:

@@ -271,6 +271,13 @@ class Cluster:
         """Parses a /metrics page fetched from node i (None: the infra node)."""
         return parse_metrics(self.curl(i, url + "/metrics", timeout=10).stdout)
 
+    def shape_infra(self, shaped: bool = True) -> None:
+        """Shapes the registry's and registry-proxy's links as start() did (infra_rate, else the
+        cluster's rate), or with shaped=False takes their shaping off."""
+        r = (self.infra_rate or self.rate) if shaped else None
+        for node in self.net.nodes[:2]:
+            node.set_shape(Shape(r, latency=self.link_latency) if r else None)
+
     def shape_node(self, i: int, rate: str | None) -> None:
         """Reshapes node i's link (None: back to the cluster's rate)."""
         r = rate or self.rate
