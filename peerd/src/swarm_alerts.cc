@@ -290,16 +290,14 @@ void swarm_manager::on_block(const lt::torrent_handle& th, bool origin, std::siz
   for (auto& x : jobs) {
     std::lock_guard lk(x->mu_);
     if (x->h_ != th) continue;
+    // Not progress: a peer sending garbage delivers blocks forever (a banned peer comes back
+    // from a new port). Only a piece that passes its hash moves last_progress_; blocks only hold
+    // off the fallback for a while, and not after a hash failure (watch()).
     x->last_block_ = now;
     if (x->type() == transfer::kind::group) {
       // Attributed per group download (the totals are counted above).
       auto* g = static_cast<group_download*>(x.get());
       (origin ? g->from_origin : g->from_peers).fetch_add(n);
-    } else {
-      // Not progress: a peer sending garbage delivers blocks forever (a banned peer comes back
-      // from a new port). Only a piece that passes its hash moves last_progress_; blocks only
-      // hold off the fallback for a while, and not after a hash failure (watch()).
-      static_cast<download*>(x.get())->last_peer_block_ = now;
     }
     return;
   }

@@ -207,13 +207,14 @@ void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_poi
   if (job->type() == transfer::kind::group) {
     g = std::static_pointer_cast<group_download>(job);
     lt::torrent_handle h;
-    bool busy, fallback;
+    bool busy, fallback, flowing;
     {
       std::lock_guard lk(g->mu_);
       h = g->h_;
       last = g->last_progress_;
       busy = g->finishing_ || g->fallback_;
       fallback = g->fallback_;
+      flowing = blocks_flowing(*g, now);
     }
     if (!busy && h.is_valid()) {
       auto st = h.status(lt::torrent_handle::query_accurate_download_counters);
@@ -225,11 +226,6 @@ void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_poi
                                          g->from_peers.load() + g->from_origin.load());
     }
     if (busy && !fallback) return;  // adopting its members
-    bool flowing = false;
-    {
-      std::lock_guard lk(g->mu_);
-      flowing = blocks_flowing(*g, now);
-    }
     want_fallback = !busy && now - last > stall && !flowing && !g->spec_.fallback_base.empty();
     what = " for " + g->spec_.name;
   } else {
@@ -239,7 +235,7 @@ void swarm_manager::watch(const std::shared_ptr<transfer>& job, steady::time_poi
     last = dl->last_progress_;
     // The last range arrived and verified, and no peer sent anything meanwhile.
     bool chain = dl->fallback_chain_ && dl->last_progress_ >= dl->fallback_started_ &&
-                 dl->last_peer_block_ < dl->fallback_started_;
+                 dl->last_block_ < dl->fallback_started_;
     want_fallback =
         ((now - last > stall && !blocks_flowing(*dl, now)) || chain) && !dl->fallback_inflight_;
   }

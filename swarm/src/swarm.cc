@@ -162,12 +162,11 @@ struct superseed_state {
         have(n),
         offered(n) {}
   int pieces;
-  // Pieces on offer at once, shared by the nodes: a lone node gets them all (its pipe stays full
-  // while it reports pieces), N nodes get offers_per_peer / N each, at least one, and all of them
-  // together at most max_in_flight. The origin's link sends every offered piece side by side, so
-  // each arrives only after all of them: with 8 offers per node 8 × N first copies reached their
-  // nodes together at the end (1.46 × S/B at 8 nodes, 1.61 at 16; one per node: 1.23, 1.25), and
-  // past the blob's piece count every piece would be on offer (docs/p2p.md "Scale curve").
+  // Pieces on offer at once: a lone node gets them all, N nodes offers_per_peer / N each (at least
+  // one), all together at most max_in_flight. The origin's link sends the offered pieces side by
+  // side, so each arrives only after all: 8 per node put 8 × N first copies at the end together
+  // (1.46 × S/B at 8 nodes, 1.61 at 16; one per node: 1.23, 1.25), and without the bound every
+  // piece of a small blob would be on offer in a large swarm (docs/p2p.md "Scale curve").
   int offers_per_peer;
   int max_in_flight;
   int in_flight = 0;
@@ -176,6 +175,16 @@ struct superseed_state {
   std::vector<std::uint16_t> have;     // connected peers that hold the piece
   std::vector<std::uint16_t> offered;  // outstanding offers of the piece
   std::minstd_rand rng{std::random_device{}()};
+
+  // An offer of piece p made, and one taken up, expired or dropped with its connection.
+  void hold(int p) {
+    ++offered[static_cast<std::size_t>(p)];
+    ++in_flight;
+  }
+  void release(int p) {
+    --offered[static_cast<std::size_t>(p)];
+    --in_flight;
+  }
 
   // A first copy: no connected peer holds the piece and nobody has it on offer.
   [[nodiscard]] bool first_copy(int p) const {
@@ -234,8 +243,7 @@ class superseed_peer final : public lt::peer_plugin {
     for (int p = 0; p < st_->pieces; ++p) {
       if (has_[static_cast<std::size_t>(p)]) --st_->have[static_cast<std::size_t>(p)];
     }
-    for (const auto& o : offers_) --st_->offered[static_cast<std::size_t>(o.piece)];
-    st_->in_flight -= static_cast<int>(offers_.size());
+    for (const auto& o : offers_) st_->release(o.piece);
   }
 
   bool on_have_none() override {
@@ -261,8 +269,7 @@ class superseed_peer final : public lt::peer_plugin {
                            [p](const offer_t& o) { return o.piece == p; });
     if (it != offers_.end()) {
       offers_.erase(it);
-      --st_->offered[static_cast<std::size_t>(p)];
-      --st_->in_flight;
+      st_->release(p);
       offer();
     } else {
       last_peer_piece_ = std::chrono::steady_clock::now();  // not ours: from another node
@@ -287,8 +294,7 @@ class superseed_peer final : public lt::peer_plugin {
       auto now = std::chrono::steady_clock::now();
       std::erase_if(offers_, [&](const offer_t& o) {
         if (now - o.at < (o.requested ? requested_expiry : offer_expiry)) return false;
-        --st_->offered[static_cast<std::size_t>(o.piece)];
-        --st_->in_flight;
+        st_->release(o.piece);
         return true;
       });
       offer();
@@ -325,8 +331,7 @@ class superseed_peer final : public lt::peer_plugin {
       // Announced for good: the peer may request it from us whenever it likes.
       announced_[static_cast<std::size_t>(p)] = true;
       offers_.push_back(offer_t{p, std::chrono::steady_clock::now(), false});
-      ++st_->offered[static_cast<std::size_t>(p)];
-      ++st_->in_flight;
+      st_->hold(p);
       send_have(p);
     }
   }

@@ -60,13 +60,18 @@ inline std::unique_ptr<lt::session> start_node() {
   return ses;
 }
 
-// An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order).
-inline result<std::unique_ptr<session>> start_superseeding_origin() {
+// An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order),
+// with at most `max_in_flight` offers out and uploading at most `upload_rate` bytes/s (0: no
+// limit).
+inline result<std::unique_ptr<session>> start_superseeding_origin(
+    int offers = 2, int max_in_flight = superseed_max_in_flight_default,
+    std::uint64_t upload_rate = 0) {
   settings os;
   os.listen = "127.0.0.1:0";
   os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  os.upload_rate_limit = upload_rate;
   auto origin = session::start(os);
-  if (origin) (*origin)->raw().add_extension(origin_superseed_plugin(2, true));
+  if (origin) (*origin)->raw().add_extension(origin_superseed_plugin(offers, true, max_in_flight));
   return origin;
 }
 

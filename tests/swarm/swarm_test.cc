@@ -317,16 +317,11 @@ lt::torrent_handle add_download(lt::session& ses, const std::string& torrent,
 // A node counts an offer as outstanding from the origin's HAVE until the piece is its own.
 int most_offers_in_flight(int max_in_flight, bool& all_completed) {
   object_dir obj(16 * 64 * 1024, 31);
-  settings os;
-  os.listen = "127.0.0.1:0";
-  os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  os.upload_rate_limit = 1 << 20;
-  auto origin = session::start(os);
+  auto origin = start_superseeding_origin(8, max_in_flight, 1 << 20);
   if (!origin) {
     ADD_FAILURE() << origin.error().message;
     return -1;
   }
-  (*origin)->raw().add_extension(origin_superseed_plugin(8, true, max_in_flight));
   if (!(*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {})) return -1;
   std::string torrent = obj.meta.torrent_file({});
   std::vector<std::unique_ptr<lt::session>> nodes;

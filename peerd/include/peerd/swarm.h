@@ -301,9 +301,10 @@ class download : public transfer, public std::enable_shared_from_this<download> 
   bool flushing_ = false, flushed_ = false;
   bool fallback_inflight_ = false;
   // Once the swarm has stalled, HTTP ranges follow each other without another stall_timeout
-  // while each range verifies and no peer delivers a block; a peer block ends the chain.
+  // while each range verifies and no peer delivers a block (last_block_); a peer block ends the
+  // chain.
   bool fallback_chain_ = false;
-  std::chrono::steady_clock::time_point fallback_started_, last_peer_block_;
+  std::chrono::steady_clock::time_point fallback_started_;
   std::uint32_t cursor_ = 0;  // lowest piece a reader waits for
 };
 
