@@ -81,6 +81,10 @@ def pull_all(c: Cluster, url_of, timeout: float) -> list[dict[str, Any]]:
         return list(ex.map(one, range(len(c.peerds))))
 
 
+def med_max(vals: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(vals), 4), "max": round(max(vals), 4)}
+
+
 def link_bytes(c: Cluster) -> list[tuple[int, int]]:
     """(received, sent) bytes of every namespace's link so far, read on the host's end of its veth
     (the host end's tx is what the namespace received): registry, registry-proxy, then the nodes."""
@@ -97,8 +101,8 @@ def link_summary(before: list[tuple[int, int]], after: list[tuple[int, int]], bl
     tx = [x[1] / blob for x in d[2:]]
     return {
         "origin_sent_over_blob": round(d[1][1] / blob, 4),
-        "node_received_over_blob": {"median": round(statistics.median(rx), 4), "max": round(max(rx), 4)},
-        "node_sent_over_blob": {"median": round(statistics.median(tx), 4), "max": round(max(tx), 4)},
+        "node_received_over_blob": med_max(rx),
+        "node_sent_over_blob": med_max(tx),
         "all_sent_over_nodes_blob": round(sum(x[1] for x in d[1:]) / (len(rx) * blob), 4),
     }
 
@@ -110,9 +114,6 @@ def swarm_summary(statuses: list[dict[str, Any]], blob: int) -> dict[str, Any]:
     rows = [s["swarm"] for s in statuses if "swarm" in s]
     if not rows:
         return {}
-
-    def med_max(vals: list[float]) -> dict[str, float]:
-        return {"median": round(statistics.median(vals), 4), "max": round(max(vals), 4)}
     return {
         "received_over_blob": med_max([x["received"] / blob for x in rows]),
         "redundant_over_blob": med_max([x["redundant"] / blob for x in rows]),
@@ -179,7 +180,7 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     for st in statuses):
                 break
             time.sleep(0.5)
-        report = c.byte_report()
+        report = c.byte_report(statuses)
         swarm_totals = swarm_summary(statuses, size)
         links["origin_payload_sent_over_blob"] = round(
             (c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0.0) - origin_payload0) / size, 4)

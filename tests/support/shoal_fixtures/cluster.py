@@ -191,9 +191,10 @@ class Cluster:
                 results[futs[f]] = f.result()
         return [results[i] for i in idx]
 
-    def byte_report(self) -> dict[str, Any]:
-        """Where the bytes came from, from every daemon's own counters."""
-        statuses = [p.status() for p in self.peerds]
+    def byte_report(self, statuses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Where the bytes came from, from every daemon's own counters (`statuses`: the peerds'
+        /v1/status answers, if the caller has just read them)."""
+        statuses = statuses if statuses is not None else [p.status() for p in self.peerds]
         from_origin = sum(s.get("bytes", {}).get("from_origin", 0) for s in statuses)
         from_http = sum(s.get("bytes", {}).get("from_http_fallback", 0) for s in statuses)
         from_peers = sum(s.get("bytes", {}).get("from_peers", 0) for s in statuses)
