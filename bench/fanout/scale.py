@@ -160,7 +160,7 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         proxy_cpu0 = proc_cpu_s(c.proxy.daemon.pid)
         busy0, total0 = machine_jiffies()
         links0 = link_bytes(c)
-        origin_payload0 = c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0.0)
+        origin0 = c.proxy_metrics()
         t_pull = time.monotonic()
         nodes = pull_all(c, lambda i: f"{c.peerds[i].url}/v2/bench/scale/blobs/{digest}?ns={ns}",
                          timeout=max(120.0, 20 * sb))
@@ -182,8 +182,15 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             time.sleep(0.5)
         report = c.byte_report(statuses)
         swarm_totals = swarm_summary(statuses, size)
-        links["origin_payload_sent_over_blob"] = round(
-            (c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0.0) - origin_payload0) / size, 4)
+        origin1 = c.proxy_metrics()
+
+        def grew(name: str) -> float:
+            return origin1.get(name, 0.0) - origin0.get(name, 0.0)
+        links["origin_payload_sent_over_blob"] = round(grew("shoal_proxy_p2p_uploaded_bytes_total") / size, 4)
+        superseed = {k: int(grew(f"shoal_proxy_superseed_{k}_total"))
+                     for k in ("first_offers", "second_offers", "expired_offers", "expired_requested_offers")}
+        for k in ("same_node", "other_node"):
+            superseed[f"repeat_{k}_over_blob"] = round(grew(f"shoal_proxy_superseed_repeat_{k}_bytes_total") / size, 4)
     finally:
         c.stop()
     for x in nodes:
@@ -208,6 +215,7 @@ def one_point(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "blob_bytes": size,
         "link_bytes": links,
         "swarm_bytes": swarm_totals,
+        "superseed": superseed,
         "bytes": {k: report.get(k) for k in ("from_registry_proxy_p2p", "from_peers", "from_registry_proxy_http",
                                               "upstream_bytes", "upstream_blob_gets")},
         "per_node_s": [x["seconds"] for x in nodes],
@@ -264,7 +272,9 @@ def main(argv: list[str]) -> int:
                   f"origin sent {p['link_bytes']['origin_sent_over_blob']} x blob, a node received "
                   f"{p['link_bytes']['node_received_over_blob']['median']} (max "
                   f"{p['link_bytes']['node_received_over_blob']['max']}), redundant "
-                  f"{p['swarm_bytes'].get('redundant_over_blob', {}).get('median')}, "
+                  f"{p['swarm_bytes'].get('redundant_over_blob', {}).get('median')}, origin payload "
+                  f"{p['link_bytes']['origin_payload_sent_over_blob']} (offers {p['superseed']}), "
+                  f"HTTP {p['bytes'].get('from_registry_proxy_http')} B, "
                   f"{'ok' if p['ok'] else 'FAILED: ' + '; '.join(p['errors'])}", flush=True)
     all_ok = all(p["ok"] for p in points)
     ratios = [p["last_over_sb"] for p in points]

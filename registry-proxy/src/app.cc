@@ -429,6 +429,32 @@ void app::register_metrics() {
                   [sd] { return static_cast<double>(sd->loaded()); });
     reg_.counter_fn("shoal_proxy_p2p_uploaded_bytes_total", "Payload bytes uploaded to the swarm.",
                     [sd] { return static_cast<double>(sd->uploaded_bytes()); });
+    // Super seeding (swarm::superseed_counters): where the origin's link goes beyond one copy.
+    const auto* ss = &sd->superseed();
+    auto ss_counter = [this](const char* name, const char* help,
+                             const std::atomic<std::uint64_t>* v) {
+      reg_.counter_fn(name, help, [v] { return static_cast<double>(v->load()); });
+    };
+    ss_counter("shoal_proxy_superseed_first_offers_total",
+               "Pieces offered to a node that no connected node held or had on offer.",
+               &ss->offers_first);
+    ss_counter("shoal_proxy_superseed_second_offers_total",
+               "Pieces offered to a node that another node already held or had on offer (only to "
+               "a node that got nothing from the other nodes for 2 s).",
+               &ss->offers_second);
+    ss_counter("shoal_proxy_superseed_expired_offers_total",
+               "Offers dropped because the node did not ask for the piece within 5 s.",
+               &ss->offers_expired);
+    ss_counter("shoal_proxy_superseed_expired_requested_offers_total",
+               "Offers the node asked for whose piece had not arrived after 120 s.",
+               &ss->offers_expired_requested);
+    ss_counter("shoal_proxy_superseed_repeat_same_node_bytes_total",
+               "Payload sent again to a node that had it already (it asked twice for a block, as "
+               "after a request timed out).",
+               &ss->repeat_bytes_same_node);
+    ss_counter("shoal_proxy_superseed_repeat_other_node_bytes_total",
+               "Payload of a piece sent to another node after one had it (second copies).",
+               &ss->repeat_bytes_other_node);
   }
 }
 

@@ -37,7 +37,7 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
   s->ses_ = std::move(*ses);
   if (cfg.super_seeding)
     s->ses_->raw().add_extension(swarm::origin_superseed_plugin(
-        cfg.superseed_offers, cfg.superseed_in_order, cfg.superseed_max_in_flight));
+        cfg.superseed_offers, cfg.superseed_in_order, cfg.superseed_max_in_flight, s->superseed_));
   auto* self = s.get();
   static const int sent_idx = lt::find_metric_idx("net.sent_payload_bytes");
   s->ses_->on_alert([self](lt::alert* a) {

@@ -142,7 +142,8 @@ class ClusterTest(ClusterCase):
         size = sum(b.size for b in img.blobs())
         mark = self.c.registry.mark()
         before = [self.bytes_of(i) for i in range(NODES)]
-        proxy_up0 = self.c.proxy_metrics().get("shoal_proxy_p2p_uploaded_bytes_total", 0)
+        proxy_m0 = self.c.proxy_metrics()
+        proxy_up0 = proxy_m0.get("shoal_proxy_p2p_uploaded_bytes_total", 0)
         t0 = time.monotonic()
         results = self.c.pull_all(ref, timeout=120)
         wall = time.monotonic() - t0
@@ -193,6 +194,19 @@ class ClusterTest(ClusterCase):
         # Without P2P registry-proxy would send 4 copies; without super seeding 1.5 or more.
         self.assertLessEqual(proxy_up, size * SUPERSEED_MAX_COPIES,
                              f"registry-proxy uploaded {proxy_up / size:.3f} copies: not super seeding")
+        # Its super-seeding counters: offers were made, and what it sent beyond one copy of each
+        # piece is counted as sent twice (to the same node again or to another).
+        proxy_m = self.c.proxy_metrics()
+
+        def grew(name: str) -> float:
+            return proxy_m.get(f"shoal_proxy_superseed_{name}_total", 0) - proxy_m0.get(f"shoal_proxy_superseed_{name}_total", 0)
+        repeats = grew("repeat_same_node_bytes") + grew("repeat_other_node_bytes")
+        print(f"01: offers first {grew('first_offers'):.0f}, second {grew('second_offers'):.0f}, expired "
+              f"{grew('expired_offers'):.0f}; sent twice {repeats / MiB:.2f} MiB", file=sys.stderr)
+        self.assertGreater(grew("first_offers"), 0)
+        self.assertLessEqual(proxy_up - repeats, size + 64 * 1024,
+                             f"registry-proxy sent {proxy_up} payload bytes of a {size}-byte image, "
+                             f"of which only {repeats} are counted as sent twice")
         # The scheduler learnt every holding from heartbeats.
         for i in range(NODES):
             self.wait(lambda i=i: self.node_record(f"node{i + 1}").get("objects", 0) >= len(img.blobs()), 15,

@@ -49,12 +49,15 @@ struct object_dir {
 };
 
 // A downloading node as peerd runs it: node fingerprint, node plugin, redundant connections kept.
-inline std::unique_ptr<lt::session> start_node() {
+// Without `libtorrent_plugins` it has none of libtorrent's default plugins (no peer exchange: it
+// knows only the peers it is given).
+inline std::unique_ptr<lt::session> start_node(bool libtorrent_plugins = true) {
   settings s;
   s.listen = "127.0.0.1:0";
   s.peer_fingerprint = std::string(superseed_node_fingerprint);
   s.close_redundant_connections = false;
   lt::session_params params(lan_settings(s));
+  if (!libtorrent_plugins) params.extensions.clear();
   auto ses = std::make_unique<lt::session>(std::move(params));
   ses->add_extension(node_superseed_plugin());
   return ses;
@@ -62,16 +65,18 @@ inline std::unique_ptr<lt::session> start_node() {
 
 // An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order),
 // with at most `max_in_flight` offers out and uploading at most `upload_rate` bytes/s (0: no
-// limit).
+// limit), counting what it does into `counters` when given.
 inline result<std::unique_ptr<session>> start_superseeding_origin(
     int offers = 2, int max_in_flight = superseed_max_in_flight_default,
-    std::uint64_t upload_rate = 0) {
+    std::uint64_t upload_rate = 0, std::shared_ptr<superseed_counters> counters = nullptr) {
   settings os;
   os.listen = "127.0.0.1:0";
   os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
   os.upload_rate_limit = upload_rate;
   auto origin = session::start(os);
-  if (origin) (*origin)->raw().add_extension(origin_superseed_plugin(offers, true, max_in_flight));
+  if (origin)
+    (*origin)->raw().add_extension(
+        origin_superseed_plugin(offers, true, max_in_flight, std::move(counters)));
   return origin;
 }
 

@@ -215,7 +215,8 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
 // so the node still completes what it wants from the origin alone.
 TEST(SwarmSuperSeed, OffersANodeDoesNotTakeUpExpire) {
   object_dir obj(24 * 64 * 1024, 13);  // 24 pieces of 64 KiB in one file
-  auto origin = start_superseeding_origin();
+  auto counters = std::make_shared<superseed_counters>();
+  auto origin = start_superseeding_origin(2, superseed_max_in_flight_default, 0, counters);
   ASSERT_TRUE(origin) << origin.error().message;
   ASSERT_TRUE((*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {}));
 
@@ -246,7 +247,50 @@ TEST(SwarmSuperSeed, OffersANodeDoesNotTakeUpExpire) {
   auto st = h.status(lt::torrent_handle::query_pieces);
   EXPECT_FALSE(st.pieces[lt::piece_index_t(0)]);
   EXPECT_TRUE(st.pieces[lt::piece_index_t(23)]);
+  // The two unwanted offers held both slots until they expired; every piece was offered once.
+  EXPECT_EQ(counters->offers_expired.load(), 2u);
+  EXPECT_EQ(counters->offers_first.load(), 24u);
+  EXPECT_EQ(counters->offers_second.load(), 0u);
+  EXPECT_EQ(counters->repeat_bytes_same_node.load() + counters->repeat_bytes_other_node.load(), 0u);
   node->abort();
+  (*origin)->stop();
+}
+
+// Two nodes that cannot reach each other (no tracker, no peer exchange) each need every piece
+// from the origin: it offers each piece once as a first copy, then to the other node as a second
+// one (a node that got nothing from other nodes), and counts every byte of the second copies as
+// sent to another node, none as sent twice to the same node.
+TEST(SwarmSuperSeed, SecondCopiesAreCounted) {
+  object_dir obj(20 * 64 * 1024 + 1000, 17);  // 21 pieces, the last one short
+  auto counters = std::make_shared<superseed_counters>();
+  auto origin = start_superseeding_origin(2, superseed_max_in_flight_default, 0, counters);
+  ASSERT_TRUE(origin) << origin.error().message;
+  ASSERT_TRUE((*origin)->add_seed(obj.meta, (obj.root / "origin").string(), {}));
+  std::string torrent = obj.meta.torrent_file({});
+  std::vector<std::unique_ptr<lt::session>> nodes;
+  std::vector<lt::torrent_handle> handles;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(start_node(false));
+    lt::error_code ec;
+    lt::add_torrent_params p;
+    p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    p.save_path = (obj.root / ("node" + std::to_string(i))).string();
+    p.peers.emplace_back(lt::make_address("127.0.0.1"), (*origin)->listen_port());
+    handles.push_back(nodes.back()->add_torrent(std::move(p), ec));
+    ASSERT_FALSE(ec) << ec.message();
+  }
+  for (std::size_t i = 0; i < 2; ++i)
+    ASSERT_TRUE(wait_finished(*nodes[i], handles[i], std::chrono::seconds(60))) << "node " << i;
+  // Every piece offered to each node once. Mostly as a second copy to the node that came second,
+  // but the first node to finish leaves the origin (two seeds), and what it held then counts as
+  // held by no connected node.
+  EXPECT_EQ(counters->offers_first.load() + counters->offers_second.load(), 42u);
+  EXPECT_GE(counters->offers_first.load(), 21u);
+  EXPECT_GE(counters->offers_second.load(), 10u);
+  EXPECT_EQ(counters->repeat_bytes_other_node.load(), obj.data.size());
+  EXPECT_EQ(counters->repeat_bytes_same_node.load(), 0u);
+  for (auto& n : nodes) n->abort();
   (*origin)->stop();
 }
 

@@ -56,6 +56,8 @@ class seeder {
   [[nodiscard]] std::string endpoint() const;
   [[nodiscard]] std::size_t loaded() const;
   [[nodiscard]] std::uint64_t uploaded_bytes() const { return uploaded_.load(); }
+  // What super seeding did (swarm::superseed_counters): offers, and payload sent twice.
+  [[nodiscard]] const swarm::superseed_counters& superseed() const { return *superseed_; }
   [[nodiscard]] std::vector<std::string> trackers() const;
   [[nodiscard]] const swarm::session& session() const { return *ses_; }
 
@@ -90,6 +92,8 @@ class seeder {
   std::map<digest, entry> loaded_;
   std::list<digest> lru_;  // front: most recently used
   std::atomic<std::uint64_t> uploaded_{0};
+  std::shared_ptr<swarm::superseed_counters> superseed_ =
+      std::make_shared<swarm::superseed_counters>();
   struct pack_entry {
     lt::torrent_handle h;
     std::chrono::steady_clock::time_point last_used;

@@ -150,9 +150,25 @@ void apply_tls(settings& s, const tls::tls_config& tls);
 // prefix of the object and peers streaming it in order are served as it arrives.
 // `max_in_flight`: offers outstanding on all connections of a torrent together (a node beyond it
 // gets its first offer when one is taken up or expires; until then it trades with the nodes).
+// `counters` (optional): what the plugin did, summed over its torrents, for a daemon's metrics.
 inline constexpr int superseed_max_in_flight_default = 64;
+struct superseed_counters {
+  // Offers made of a piece no connected node held or had on offer, and of one some node did
+  // (a second copy, only to a node that got nothing from the other nodes for a while).
+  std::atomic<std::uint64_t> offers_first{0};
+  std::atomic<std::uint64_t> offers_second{0};
+  // Offers dropped because the node did not ask for them in time, and offers it asked for that
+  // still had not arrived after the longer bound (their piece may then be offered elsewhere).
+  std::atomic<std::uint64_t> offers_expired{0};
+  std::atomic<std::uint64_t> offers_expired_requested{0};
+  // Payload sent more than once per piece: to the same node again (it asked twice for a block,
+  // as libtorrent does after a request times out) and to another node (a second copy).
+  std::atomic<std::uint64_t> repeat_bytes_same_node{0};
+  std::atomic<std::uint64_t> repeat_bytes_other_node{0};
+};
 [[nodiscard]] std::shared_ptr<lt::plugin> origin_superseed_plugin(
-    int offers_per_peer, bool in_order, int max_in_flight = superseed_max_in_flight_default);
+    int offers_per_peer, bool in_order, int max_in_flight = superseed_max_in_flight_default,
+    std::shared_ptr<superseed_counters> counters = nullptr);
 // add_torrent_params::userdata that makes origin_superseed_plugin super-seed a torrent of
 // `pieces` pieces (1 .. 2^24). A session with the plugin must give every torrent it seeds under
 // superseeding_origin_fingerprint this tag; under a node's peer id only the torrents it tags are
