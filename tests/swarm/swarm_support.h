@@ -72,8 +72,14 @@ inline result<std::unique_ptr<session>> start_superseeding_origin(
   settings os;
   os.listen = "127.0.0.1:0";
   os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
-  os.upload_rate_limit = upload_rate;
   auto origin = session::start(os);
+  if (origin && upload_rate > 0) {
+    // Loopback peers are in libtorrent's local peer class, which the session's rate limit
+    // (settings::upload_rate_limit, the global class) spares: cap that class instead.
+    auto pc = (*origin)->raw().get_peer_class(lt::session::local_peer_class_id);
+    pc.upload_limit = static_cast<int>(upload_rate);
+    (*origin)->raw().set_peer_class(lt::session::local_peer_class_id, pc);
+  }
   if (origin)
     (*origin)->raw().add_extension(
         origin_superseed_plugin(offers, true, max_in_flight, std::move(counters)));

@@ -358,7 +358,10 @@ lt::torrent_handle add_download(lt::session& ses, const std::string& torrent,
 // nodes beyond it still complete (the slots move on as offers are taken up). 4 nodes that know
 // only the origin, each 16 pieces at 1 MiB/s from it: with 8 offers (2 per node) and no bound,
 // up to 8 are out at once, which is what the check must be able to see; with a bound of 2, two.
-// A node counts an offer as outstanding from the origin's HAVE until the piece is its own.
+// A node counts an offer as outstanding from the origin's HAVE until the piece is its own. The
+// rate keeps each offer out for half a second. Until 2026-12-06 the cap was set on the global
+// peer class, which loopback peers are not in: the transfer ran unlimited, and once nodes asked
+// for an offer at once (the origin's UNCHOKE with it) a loaded machine's sampling saw 0 or 1.
 int most_offers_in_flight(int max_in_flight, bool& all_completed) {
   object_dir obj(16 * 64 * 1024, 31);
   auto origin = start_superseeding_origin(8, max_in_flight, 1 << 20);
