@@ -26,10 +26,7 @@ result<std::unique_ptr<session>> start_writer(std::uint64_t upload_rate) {
   s.close_redundant_connections = false;
   auto w = session::start(s);
   if (!w) return w;
-  // Loopback peers are in libtorrent's local peer class, which the session's rate limit spares.
-  auto pc = (*w)->raw().get_peer_class(lt::session::local_peer_class_id);
-  pc.upload_limit = static_cast<int>(upload_rate);
-  (*w)->raw().set_peer_class(lt::session::local_peer_class_id, pc);
+  cap_local_upload((*w)->raw(), upload_rate);
   (*w)->raw().add_extension(node_superseed_plugin());
   (*w)->raw().add_extension(origin_superseed_plugin(2, true));
   return w;
