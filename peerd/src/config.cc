@@ -131,8 +131,11 @@ void describe(config::binder& b, swarm_config& c) {
           "Directory of downloads in progress; must be on the cache's filesystem (empty: next to "
           "cache.dir).");
   b.field("upload_rate_limit", c.upload_rate_limit,
-          "Upload cap for seeding, bytes/s (0: unlimited).");
-  b.field("download_rate_limit", c.download_rate_limit, "Download cap, bytes/s (0: unlimited).");
+          "BitTorrent upload cap, bytes/s, for all peers together, on private and loopback "
+          "addresses too (0: unlimited).");
+  b.field("download_rate_limit", c.download_rate_limit,
+          "BitTorrent download cap, bytes/s, for all peers together, on private and loopback "
+          "addresses too (0: unlimited; the HTTP fallback is not capped).");
   b.field("connections_limit", c.connections_limit, "BitTorrent connections at most.", {.min = 10});
   b.field(
       "max_loaded_torrents", c.max_loaded_torrents,

@@ -111,7 +111,9 @@ void describe(config::binder& b, torrent_config& c) {
           "one and moves to the next when it is refused or hung for 3 s (docs/scheduler.md "
           "\"Clients fail over\").");
   b.field("node_name", c.node_name, "Name this origin announces to the tracker.");
-  b.field("upload_rate_limit", c.upload_rate_limit, "Upload cap in bytes/s (0: unlimited).");
+  b.field("upload_rate_limit", c.upload_rate_limit,
+          "BitTorrent upload cap, bytes/s, for all peers together, on private and loopback "
+          "addresses too (0: unlimited; HTTP answers are not capped).");
   b.field("max_loaded_torrents", c.max_loaded_torrents,
           "Objects seeded at once; the least recently requested beyond this are unloaded.",
           {.min = 1, .max = 1000000});

@@ -3,6 +3,7 @@
 #include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/alert_types.hpp>
 #include <libtorrent/error_code.hpp>
+#include <libtorrent/ip_filter.hpp>
 #include <libtorrent/peer_info.hpp>
 #include <libtorrent/settings_pack.hpp>
 #include <libtorrent/torrent_info.hpp>
@@ -175,6 +176,34 @@ std::string hash_hex(const lt::sha1_hash& h) {
   return out;
 }
 
+namespace {
+
+// libtorrent 2.0.8 puts a peer on a private, link-local or loopback address into its "local" peer
+// class instead of the "global" one (session_impl::init_peer_class_filter), and the session's
+// upload_rate_limit and download_rate_limit cap the global class: on a cluster's 10/8 network no
+// rate limit held. Such peers go into both classes: the global class's limits hold for them and
+// the local class keeps what it gives (no unchoke slots taken, 150 % of the connection limit).
+void cap_local_peers(lt::session& ses) {
+  const auto global = 1u << static_cast<std::uint32_t>(lt::session::global_peer_class_id);
+  const auto both = global | (1u << static_cast<std::uint32_t>(lt::session::local_peer_class_id));
+  lt::ip_filter f;
+  f.add_rule(lt::make_address("0.0.0.0"), lt::make_address("255.255.255.255"), global);
+  f.add_rule(lt::make_address("::"), lt::make_address("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+             global);
+  for (auto [first, last] : {std::pair{"10.0.0.0", "10.255.255.255"},
+                             {"172.16.0.0", "172.31.255.255"},
+                             {"192.168.0.0", "192.168.255.255"},
+                             {"169.254.0.0", "169.254.255.255"},
+                             {"127.0.0.0", "127.255.255.255"},
+                             {"fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+                             {"fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+                             {"::1", "::1"}})
+    f.add_rule(lt::make_address(first), lt::make_address(last), both);
+  ses.set_peer_class_filter(f);
+}
+
+}  // namespace
+
 result<std::unique_ptr<session>> session::start(const settings& s) {
   std::unique_ptr<session> out(new session());
   if (s.ssl) {
@@ -202,6 +231,7 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
     if (auto st = apply_overrides(pack, s.libtorrent); !st) return fail(st.error());
     lt::session_params params(std::move(pack));
     out->ses_ = std::make_unique<lt::session>(std::move(params));
+    cap_local_peers(*out->ses_);
   } catch (const std::exception& e) {
     return fail(errc::internal, std::string("start libtorrent session: ") + e.what());
   }

@@ -24,9 +24,9 @@ result<std::unique_ptr<session>> start_writer(std::uint64_t upload_rate) {
   s.listen = "127.0.0.1:0";
   s.peer_fingerprint = std::string(superseed_node_fingerprint);
   s.close_redundant_connections = false;
+  s.upload_rate_limit = upload_rate;
   auto w = session::start(s);
   if (!w) return w;
-  cap_local_upload((*w)->raw(), upload_rate);
   (*w)->raw().add_extension(node_superseed_plugin());
   (*w)->raw().add_extension(origin_superseed_plugin(2, true));
   return w;

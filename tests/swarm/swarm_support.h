@@ -63,15 +63,6 @@ inline std::unique_ptr<lt::session> start_node(bool libtorrent_plugins = true) {
   return ses;
 }
 
-// Loopback peers are in libtorrent's local peer class, which the session's rate limit
-// (settings::upload_rate_limit, the global class) spares: a test that caps an upload caps that
-// class instead.
-inline void cap_local_upload(lt::session& ses, std::uint64_t rate) {
-  auto pc = ses.get_peer_class(lt::session::local_peer_class_id);
-  pc.upload_limit = static_cast<int>(rate);
-  ses.set_peer_class(lt::session::local_peer_class_id, pc);
-}
-
 // An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order),
 // with at most `max_in_flight` offers out and uploading at most `upload_rate` bytes/s (0: no
 // limit), counting what it does into `counters` when given.
@@ -81,8 +72,8 @@ inline result<std::unique_ptr<session>> start_superseeding_origin(
   settings os;
   os.listen = "127.0.0.1:0";
   os.peer_fingerprint = std::string(superseeding_origin_fingerprint);
+  os.upload_rate_limit = upload_rate;
   auto origin = session::start(os);
-  if (origin && upload_rate > 0) cap_local_upload((*origin)->raw(), upload_rate);
   if (origin)
     (*origin)->raw().add_extension(
         origin_superseed_plugin(offers, true, max_in_flight, std::move(counters)));
