@@ -196,6 +196,10 @@ void app::register_metrics() {
                   "Announces refused because the caller's certificate does not name their node "
                   "(or, for role=origin, is not registry-proxy's).",
                   [t] { return static_cast<double>(t->stats().unauthorized_announces); });
+  reg_.counter_fn("shoal_tracker_stale_stops_total",
+                  "\"stopped\" announces ignored because the endpoint has announced since with "
+                  "another peer id (a finished download replaced by its seed).",
+                  [t] { return static_cast<double>(t->stats().stale_stops); });
   reg_.counter_fn("shoal_tracker_skipped_holdings_total",
                   "Heartbeat holdings not recorded in the tracker because of its caps.",
                   [t] { return static_cast<double>(t->stats().skipped_holdings); });

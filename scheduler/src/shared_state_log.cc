@@ -72,6 +72,9 @@ std::optional<announce_request> announce_of(const redis_reply& f) {
   a.zone = field_of(f, "zone");
   a.rack = field_of(f, "rack");
   a.origin = field_of(f, "o") == "1";
+  // The announcer's peer id (tracker: a stale "stopped" is told by it); absent in the entries
+  // of replicas before it, which leaves it unknown.
+  if (!parse_info_hash(field_of(f, "pid"), a.peer_id)) a.peer_id = {};
   return a;
 }
 
@@ -110,7 +113,9 @@ std::vector<std::string> announce_entry(const announce_request& a, const std::st
           "rack",
           a.rack,
           "o",
-          a.origin ? "1" : "0"};
+          a.origin ? "1" : "0",
+          "pid",
+          to_hex(a.peer_id)};
 }
 
 }  // namespace

@@ -236,6 +236,18 @@ void tracker::expire() {
 void tracker::record_locked(swarm& sw, const std::string& key, const announce_request& a,
                             clock::time_point now) {
   if (a.event == announce_request::event_t::stopped) {
+    // peerd replaces a finished download's torrent with a seed of the same info-hash (a new
+    // torrent, a new peer id): the old torrent's "stopped" and the seed's first announce race, and
+    // a stop that arrives second must not take the seed out of the swarm (with SSL torrents only
+    // announced peers are handed out, so the seed would be hidden until its next announce).
+    if (auto p = sw.peers.find(key); p != sw.peers.end() && p->second.announced) {
+      static constexpr std::array<std::uint8_t, 20> unknown{};
+      const auto& was = p->second.peer_id;
+      if (was != unknown && a.peer_id != unknown && was != a.peer_id) {
+        ++stats_.stale_stops;
+        return;
+      }
+    }
     auto h = holdings_.find(key);
     if (h != holdings_.end() && h->second.count(a.info_hash)) {
       auto& p = peer_locked(sw, key);
@@ -262,6 +274,7 @@ void tracker::record_locked(swarm& sw, const std::string& key, const announce_re
   p.origin = a.origin;
   p.holder = false;
   p.announced = true;
+  p.peer_id = a.peer_id;
   p.last_seen = now;
   schedule_locked(a.info_hash, key, p, now + opts_.peer_timeout);
 }

@@ -215,6 +215,10 @@ class ClusterTest(ClusterCase):
         # lists the origin first, then rack r1 holders, then rack r2, each once.
         sched = self.c.metrics_of(self.c.scheduler.url)
         self.assertGreater(sched.get("shoal_tracker_announces_total", 0), 4 * len(img.blobs()))
+        # A finished download's "stopped" that arrived after its seed's first announce (the
+        # tracker ignores it; before it did not, and the seed was missing from the handout below).
+        print(f"01: stale stops ignored by the tracker: {sched.get('shoal_tracker_stale_stops_total', 0):.0f}",
+              file=sys.stderr)
         layer = img.layers[0]
         t = self.torrent_of(layer.digest, "test/everywhere")
         probe = urllib.parse.quote_from_bytes(t.info_hash, safe="")

@@ -18,9 +18,11 @@ namespace {
 
 using testing::pct;
 
-http::request announce(std::uint16_t port, std::uint64_t left, const std::string& extra = "") {
+// `torrent` picks the peer id (libtorrent draws one per torrent): 0, one per port.
+http::request announce(std::uint16_t port, std::uint64_t left, const std::string& extra = "",
+                       char torrent = 0) {
   http::request r;
-  std::string ih(20, 'A'), pid(20, static_cast<char>('a' + port % 26));
+  std::string ih(20, 'A'), pid(20, torrent ? torrent : static_cast<char>('a' + port % 26));
   r.query = "node=n" + std::to_string(port) + "&" + extra + (extra.empty() ? "" : "&") +
             "info_hash=" + pct(ih) + "&peer_id=" + pct(pid) + "&port=" + std::to_string(port) +
             "&uploaded=0&downloaded=0&left=" + std::to_string(left) + "&compact=1";
@@ -65,6 +67,33 @@ TEST(TrackerMembers, OnlyPeersThatLoadedTheSwarmAreHandedOut) {
   EXPECT_EQ(handout(true), (std::vector<unsigned>{6002}));
   // Plain torrents: every holder is handed out (it loads the torrent on demand).
   EXPECT_EQ(handout(false), (std::vector<unsigned>{6001, 6002, 6003}));
+}
+
+// peerd replaces a finished download's torrent with a seed of the same info-hash, each with its
+// own peer id, and the two torrents' announces race: the download's "stopped" may arrive after
+// the seed's "started". It no longer speaks for the endpoint; a stop from the seed itself does.
+TEST(TrackerMembers, AStopFromAReplacedTorrentDoesNotHideItsSeed) {
+  tracker_options o;
+  o.announced_peers_only = true;
+  tracker trk(o);
+  std::array<std::uint8_t, 20> a{};
+  a.fill('A');
+  // 6002: download torrent 'd' started, seed torrent 's' started, then the download's stop.
+  EXPECT_EQ(trk.handle(announce(6002, 1000, "event=started", 'd')).status, 200u);
+  trk.set_holdings("n6002", "10.0.0.1", 6002, "", "", {a}, false);
+  EXPECT_EQ(trk.handle(announce(6002, 0, "event=started", 's')).status, 200u);
+  EXPECT_EQ(trk.handle(announce(6002, 0, "event=stopped", 'd')).status, 200u);
+  // 6003: the stop arrives first, then the seed's start (the order without a race).
+  EXPECT_EQ(trk.handle(announce(6003, 1000, "event=started", 'e')).status, 200u);
+  EXPECT_EQ(trk.handle(announce(6003, 0, "event=stopped", 'e')).status, 200u);
+  EXPECT_EQ(trk.handle(announce(6003, 0, "event=started", 't')).status, 200u);
+  EXPECT_EQ(ports_of(trk.handle(announce(6004, 1000, "event=started"))),
+            (std::vector<unsigned>{6002, 6003}));
+  EXPECT_EQ(trk.stats().stale_stops, 1u);
+  // The seed's own stop (it was unloaded) takes it out of the handouts.
+  EXPECT_EQ(trk.handle(announce(6002, 0, "event=stopped", 's')).status, 200u);
+  EXPECT_EQ(ports_of(trk.handle(announce(6004, 1000))), (std::vector<unsigned>{6003}));
+  EXPECT_EQ(trk.stats().stale_stops, 1u);
 }
 
 }  // namespace

@@ -87,6 +87,7 @@ struct tracker_stats {
   std::uint64_t refused_announces = 0;       // by max_swarms or max_peers_per_swarm
   std::uint64_t skipped_holdings = 0;        // heartbeat holdings beyond the caps
   std::uint64_t unauthorized_announces = 0;  // TLS: the certificate does not name the announcer
+  std::uint64_t stale_stops = 0;  // "stopped" from a torrent the endpoint has since replaced
 };
 
 // An announce's answer: the HTTP status and the bencoded body (peers, or a failure reason).
@@ -143,6 +144,9 @@ class tracker {
     bool origin = false;
     bool holder = false;     // from a heartbeat, not an announce
     bool announced = false;  // its last announce was not "stopped" (announced_peers_only)
+    // The peer id of its last announce (libtorrent draws one per torrent); all zero: unknown (a
+    // holder from a heartbeat, or an announce from an older replica's log entry).
+    std::array<std::uint8_t, 20> peer_id{};
     clock::time_point last_seen;
     std::vector<clock::time_point> handouts;  // recent handouts (load estimate)
     std::uint64_t ticket = 0;                 // its entry in expiries_ (announced peers), 0: none
