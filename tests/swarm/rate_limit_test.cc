@@ -5,9 +5,7 @@
 // 10/8 (every real one) or on loopback was never capped.
 
 #include <gtest/gtest.h>
-#include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/ip_filter.hpp>
-#include <libtorrent/torrent_info.hpp>
 #include <libtorrent/torrent_status.hpp>
 
 #include <chrono>
@@ -38,16 +36,10 @@ result<std::unique_ptr<session>> start(std::uint64_t up, std::uint64_t down) {
 // from `seed`, or a negative value when it did not finish within 30 s or got other bytes.
 double download_seconds(session& seed, session& node, const object_dir& obj) {
   if (!seed.add_seed(obj.meta, (obj.root / "origin").string(), {})) return -1;
-  std::string torrent = obj.meta.torrent_file({});
-  lt::error_code ec;
-  lt::add_torrent_params p;
-  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
-  if (ec) return -1;
-  p.save_path = (obj.root / "node").string();
-  p.peers.emplace_back(lt::make_address("127.0.0.1"), seed.listen_port());
   auto t0 = clk::now();
-  auto h = node.raw().add_torrent(std::move(p), ec);
-  if (ec) return -1;
+  auto h = add_download(node.raw(), obj.meta.torrent_file({}), (obj.root / "node").string(),
+                        seed.listen_port());
+  if (!h.is_valid()) return -1;
   while (!h.status().is_seeding) {
     if (clk::now() - t0 > std::chrono::seconds(30)) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

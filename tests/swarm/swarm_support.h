@@ -1,9 +1,13 @@
 // Shared by the swarm tests: a random object on disk with its metainfo, a node session as peerd
-// runs it, a super-seeding origin as registry-proxy runs it, and a bounded wait for completion.
+// runs it, a download added to a session, a super-seeding origin as registry-proxy runs it, and a
+// bounded wait for completion.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <libtorrent/add_torrent_params.hpp>
 #include <libtorrent/alert.hpp>
 #include <libtorrent/session.hpp>
+#include <libtorrent/torrent_info.hpp>
 #include <libtorrent/torrent_status.hpp>
 #include <stdlib.h>
 
@@ -61,6 +65,22 @@ inline std::unique_ptr<lt::session> start_node(bool libtorrent_plugins = true) {
   auto ses = std::make_unique<lt::session>(std::move(params));
   ses->add_extension(node_superseed_plugin());
   return ses;
+}
+
+// Adds `torrent` to a downloading session, dialling the seed at 127.0.0.1:port; an error is a
+// test failure.
+inline lt::torrent_handle add_download(lt::session& ses, const std::string& torrent,
+                                       const std::string& dir, std::uint16_t port) {
+  lt::error_code ec;
+  lt::add_torrent_params p;
+  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  p.save_path = dir;
+  p.flags = lt::torrent_flags::update_subscribe;
+  p.peers.emplace_back(lt::make_address("127.0.0.1"), port);
+  auto h = ses.add_torrent(std::move(p), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  return h;
 }
 
 // An origin as registry-proxy runs it when it super-seeds (here 2 offers per node, in order),

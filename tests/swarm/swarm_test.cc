@@ -338,21 +338,6 @@ settings ssl_settings(const std::string& who, std::string_view fingerprint) {
   return s;
 }
 
-// Adds `torrent` to a downloading session, dialling the seed at 127.0.0.1:port.
-lt::torrent_handle add_download(lt::session& ses, const std::string& torrent,
-                                const std::string& dir, std::uint16_t port) {
-  lt::error_code ec;
-  lt::add_torrent_params p;
-  p.ti = std::make_shared<lt::torrent_info>(torrent.data(), static_cast<int>(torrent.size()), ec);
-  EXPECT_FALSE(ec) << ec.message();
-  p.save_path = dir;
-  p.flags = lt::torrent_flags::update_subscribe;
-  p.peers.emplace_back(lt::make_address("127.0.0.1"), port);
-  auto h = ses.add_torrent(std::move(p), ec);
-  EXPECT_FALSE(ec) << ec.message();
-  return h;
-}
-
 // Offers outstanding on all of an origin's connections together stay within max_in_flight, and
 // nodes beyond it still complete (the slots move on as offers are taken up). 4 nodes that know
 // only the origin, each 16 pieces at 1 MiB/s from it: with 8 offers (2 per node) and no bound,
