@@ -256,6 +256,7 @@ json api::node_json(const node_summary& n,
   node_view nv;
   nv.name = n.name;
   nv.netsetup = n.netsetup;
+  nv.netsetup_rev = n.netsetup_rev;
   auto verdict = d_.place.network().verdict(nv);
   json gpus = json::array();
   std::uint32_t total = 0;

@@ -112,7 +112,10 @@ status app::init() {
         return fail(st.error().wrap("placement.netsetup_policy"));
       }
     }
-    network_ = std::make_unique<netsetup_network_model>(std::move(pol));
+    auto cached = std::make_unique<cached_network_model>(
+        std::make_unique<netsetup_network_model>(std::move(pol)));
+    verdicts_ = cached.get();
+    network_ = std::move(cached);
   }
 
   init_failover();
@@ -391,18 +394,7 @@ void app::init_failover() {
   fo.restart_grace = ms(cfg_.failover.restart_grace);
   fo.max_failed_fraction = cfg_.failover.max_failed_fraction;
   fo.max_events = cfg_.failover.max_events;
-  auto* net = network_.get();
-  // A node whose netsetup validation failed has failed (a misconfigured fabric is a node fault).
-  failures_ = std::make_unique<failure_detector>(
-      fo, [net](const node_summary& n) -> std::optional<std::string> {
-        if (n.netsetup.empty()) return std::nullopt;
-        node_view nv;
-        nv.name = n.name;
-        nv.netsetup = n.netsetup;
-        auto v = net->verdict(nv);
-        if (v.state != validation::failed) return std::nullopt;
-        return v.detail.empty() ? std::string("the node's validation failed") : v.detail;
-      });
+  failures_ = std::make_unique<failure_detector>(fo, netsetup_failures(*verdicts_, *index_));
 }
 
 void app::init_jobs() {

@@ -160,8 +160,22 @@ apply_outcome cluster_index::refused(const heartbeat::message& m) const {
   return out;
 }
 
-// Most heartbeats repeat the inventory: labels and health reasons are copied only when they
-// changed (a copy allocates every entry again; this was most of a delta's cost after decoding).
+namespace {
+
+bool same_gpus(const std::vector<heartbeat::gpu_group>& a,
+               const std::vector<heartbeat::gpu_group>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].model != b[i].model || a[i].count != b[i].count) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Most heartbeats repeat the inventory: labels, health reasons and the netsetup document are
+// copied only when they changed (a copy allocates every entry again; this was most of a delta's
+// cost after decoding).
 apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip,
                                    const apply_decision* decided) {
   auto now = now_() - (decided ? decided->age : std::chrono::milliseconds(0));
@@ -179,14 +193,6 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   node_entry& n = it->second;
   // Only what a node_view shows invalidates the shared node snapshot; the GPU list is compared
   // by what the view keeps of it (total count, first model).
-  auto same_gpus = [](const std::vector<heartbeat::gpu_group>& a,
-                      const std::vector<heartbeat::gpu_group>& b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      if (a[i].model != b[i].model || a[i].count != b[i].count) return false;
-    }
-    return true;
-  };
   // A node that was unreachable is reachable again: snapshots only expire by time for nodes
   // going the other way.
   bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
@@ -210,7 +216,10 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.cache_used = m.cache_used;
   n.inv.gpus = m.gpus;
   n.inv.rdma = m.rdma;
-  n.inv.netsetup = m.netsetup;
+  if (n.inv.netsetup != m.netsetup) {  // (no copy of the document when unchanged)
+    n.inv.netsetup = m.netsetup;
+    n.netsetup_rev = m.netsetup.empty() ? 0 : ++netsetup_revs_;
+  }
   n.inv.health = m.health;
   if (n.inv.health_reasons != m.health_reasons) n.inv.health_reasons = m.health_reasons;
   n.inv.datasets = m.datasets;
@@ -266,19 +275,28 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
 
 std::vector<dropped_node> cluster_index::expire() {
   auto now = now_();
-  std::unique_lock lk(mu_);
-  std::vector<dropped_node> out;
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
-    auto& n = it->second;
-    if (now - n.last_seen < opts_.drop_after) {
-      ++it;
-      continue;
+  // Looked for under the shared lock, which decisions share: the walk over every node (once a
+  // second) held the exclusive one and stopped them all. Exclusive only when a node goes.
+  std::vector<std::string> silent;
+  {
+    std::shared_lock lk(mu_);
+    for (const auto& [name, n] : nodes_) {
+      if (now - n.last_seen >= opts_.drop_after) silent.push_back(name);
     }
+  }
+  std::vector<dropped_node> out;
+  if (silent.empty()) return out;
+  std::unique_lock lk(mu_);
+  for (const auto& name : silent) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) continue;
+    auto& n = it->second;
+    if (now - n.last_seen < opts_.drop_after) continue;  // heard from meanwhile
     out.push_back({it->first, n.ip, n.inv.bt_port});
     std::vector<object_ptr> held(n.held.begin(), n.held.end());
     for (object_ptr p : held) remove_holder(n, p, nullptr);
     names_.erase(n.id);
-    it = nodes_.erase(it);
+    nodes_.erase(it);
     ++nodes_generation_;
   }
   return out;
@@ -293,7 +311,7 @@ void cluster_index::liveness_locked(node_summary& s, const node_entry& n,
   s.name = n.inv.node;
   s.ip = n.ip;
   s.bt_port = n.inv.bt_port;
-  s.netsetup = n.inv.netsetup;
+  s.netsetup_rev = n.netsetup_rev;
   s.health = n.inv.health;
   s.health_reasons = n.inv.health_reasons;
   s.healthy = healthy_locked(n, now);
@@ -311,6 +329,7 @@ node_summary cluster_index::summary_locked(const node_entry& n, clock::time_poin
   s.http_port = n.inv.http_port;
   s.gpus = n.inv.gpus;
   s.rdma = n.inv.rdma;
+  s.netsetup = n.inv.netsetup;
   s.datasets = n.inv.datasets;
   s.cache_capacity = n.inv.cache_capacity;
   s.cache_used = n.inv.cache_used;
@@ -417,6 +436,7 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
       if (nv.gpu_model.empty()) nv.gpu_model = g.model;
     }
     nv.netsetup = n.inv.netsetup;
+    nv.netsetup_rev = n.netsetup_rev;
     if (n.id < index_of.size()) index_of[n.id] = static_cast<std::uint32_t>(fresh->nodes.size());
     if (reachable)
       fresh->valid_until = std::min(fresh->valid_until, n.last_seen + opts_.unhealthy_after);

@@ -1,5 +1,7 @@
 #include "scheduler/network.h"
 
+#include <algorithm>
+
 #include "netsetup/affinity.h"
 #include "netsetup/inventory.h"
 #include "netsetup/job_outputs.h"
@@ -173,6 +175,42 @@ nlohmann::json netsetup_network_model::plan(const node_view& n, std::uint32_t gp
   out["nccl_env"] = vars;
   out["notes"] = env->notes;
   return out;
+}
+
+cached_network_model::cached_network_model(std::unique_ptr<network_model> inner,
+                                           std::size_t max_entries)
+    : inner_(std::move(inner)), max_entries_(std::max<std::size_t>(1, max_entries)) {}
+
+std::optional<network_verdict> cached_network_model::known(std::string_view node,
+                                                           std::uint64_t rev) const {
+  if (rev == 0) return std::nullopt;
+  std::shared_lock lk(mu_);
+  auto it = by_node_.find(node);
+  if (it == by_node_.end() || it->second.rev != rev) return std::nullopt;
+  return it->second.v;
+}
+
+network_verdict cached_network_model::verdict(const node_view& n) const {
+  if (n.netsetup_rev == 0) return inner_->verdict(n);
+  if (auto v = known(n.name, n.netsetup_rev)) return std::move(*v);
+  // Judged outside the lock: two callers may judge the same version at once, and keep the same.
+  auto v = inner_->verdict(n);
+  std::unique_lock lk(mu_);
+  ++judged_;
+  auto it = by_node_.find(n.name);
+  if (it == by_node_.end()) {
+    // Nodes the index dropped leave entries behind; past the bound all go and are judged again.
+    if (by_node_.size() >= max_entries_) by_node_.clear();
+    it = by_node_.emplace(n.name, entry{}).first;
+  }
+  // A newer version judged meanwhile stays (versions only grow).
+  if (it->second.rev <= n.netsetup_rev) it->second = entry{n.netsetup_rev, v};
+  return v;
+}
+
+std::uint64_t cached_network_model::judged() const {
+  std::shared_lock lk(mu_);
+  return judged_;
 }
 
 }  // namespace shoal::scheduler

@@ -78,7 +78,8 @@ TEST_F(IndexTest, LivenessCarriesWhatTheFailureDetectorReadsAndNoLabels) {
     EXPECT_EQ(live[i].healthy, full[i].healthy);
     EXPECT_EQ(live[i].leaving, full[i].leaving);
     EXPECT_DOUBLE_EQ(live[i].last_seen_s, full[i].last_seen_s);
-    EXPECT_EQ(live[i].netsetup, full[i].netsetup);
+    EXPECT_EQ(live[i].netsetup_rev, full[i].netsetup_rev);
+    EXPECT_TRUE(live[i].netsetup.empty());  // node() and nodes() carry the document
     EXPECT_EQ(live[i].seq, full[i].seq);
     EXPECT_EQ(live[i].synced, full[i].synced);
     EXPECT_TRUE(live[i].labels.empty());
@@ -90,6 +91,37 @@ TEST_F(IndexTest, LivenessCarriesWhatTheFailureDetectorReadsAndNoLabels) {
   EXPECT_TRUE(live[1].healthy);
   EXPECT_DOUBLE_EQ(live[0].last_seen_s, 40.0);
   EXPECT_EQ(live[0].health_reasons, std::vector<std::string>{"disk slow"});
+  EXPECT_EQ(full[0].netsetup, R"({"state":"ok"})");
+  EXPECT_NE(live[0].netsetup_rev, 0u);
+  EXPECT_EQ(live[1].netsetup_rev, 0u);  // n2 sent none
+}
+
+// Every version of a node's netsetup document gets its own number, the same text keeps it, no
+// document is 0, and the node snapshot carries it with the text (cached_network_model keys its
+// verdicts by it).
+TEST_F(IndexTest, NetsetupDocumentsAreVersioned) {
+  auto with_doc = [&](std::uint64_t seq, std::string doc) {
+    auto m = seq == 1 ? full_hb("n1", {}) : delta_hb("n1", seq, "epoch-1", {});
+    m.netsetup = std::move(doc);
+    EXPECT_FALSE(idx_.apply(m, "10.0.0.9").resync);
+    return idx_.node("n1")->netsetup_rev;
+  };
+  auto r1 = with_doc(1, R"({"schema":1,"a":1})");
+  EXPECT_NE(r1, 0u);
+  EXPECT_EQ(with_doc(2, R"({"schema":1,"a":1})"), r1);
+  auto r2 = with_doc(3, R"({"schema":1,"a":2})");
+  EXPECT_GT(r2, r1);
+  auto v = idx_.view({});
+  ASSERT_EQ(v.nodes.size(), 1u);
+  EXPECT_EQ(v.nodes[0].netsetup_rev, r2);
+  EXPECT_EQ(v.nodes[0].netsetup, R"({"schema":1,"a":2})");
+  EXPECT_EQ(with_doc(4, ""), 0u);
+  EXPECT_GT(with_doc(5, R"({"schema":1,"a":1})"), r2);  // the old text again: a new version
+  // Another node's first document is a version of its own.
+  auto m = full_hb("n2", {});
+  m.netsetup = R"({"schema":1,"a":2})";
+  ASSERT_FALSE(idx_.apply(m, "10.0.0.8").resync);
+  EXPECT_NE(idx_.node("n2")->netsetup_rev, idx_.node("n1")->netsetup_rev);
 }
 
 TEST_F(IndexTest, DeltaFromUnknownNodeAsksForResync) {

@@ -88,5 +88,57 @@ TEST(NetsetupNetworkModel, GarbageAndLegacyDocuments) {
   EXPECT_TRUE(m.plan(broken, 1).is_null());
 }
 
+// The failure detector asks for every node's verdict every second and a placement for every
+// candidate's: a version of a node's document is judged once, a new version again, a view
+// without a version (built by hand, no document) every time; the kept verdict is the inner
+// model's.
+TEST(CachedNetworkModel, JudgesEachVersionOfANodesDocumentOnce) {
+  cached_network_model m{std::make_unique<netsetup_network_model>(netsetup::policy{})};
+  auto good = view_of("a", netsetup::testing::h100(node_state::converged, 0).discover());
+  auto bad = view_of("a", netsetup::testing::h100(node_state::fresh, 0).discover());
+  good.netsetup_rev = 7;
+  EXPECT_FALSE(m.known("a", 7));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(m.verdict(good).state, validation::passed);
+  EXPECT_EQ(m.judged(), 1u);
+  ASSERT_TRUE(m.known("a", 7));
+  EXPECT_EQ(m.known("a", 7)->state, validation::passed);
+  EXPECT_FALSE(m.known("a", 8));
+  EXPECT_FALSE(m.known("b", 7));
+  // The node's document changed: judged again, and the failing checks are named.
+  bad.netsetup_rev = 9;
+  auto v = m.verdict(bad);
+  EXPECT_EQ(v.state, validation::failed);
+  EXPECT_NE(v.detail.find("qos."), std::string::npos) << v.detail;
+  EXPECT_EQ(m.judged(), 2u);
+  EXPECT_EQ(m.known("a", 9)->detail, v.detail);
+  EXPECT_FALSE(m.known("a", 7));
+  // A late caller with the older version gets its verdict but does not replace the newer one.
+  EXPECT_EQ(m.verdict(good).state, validation::passed);
+  EXPECT_EQ(m.known("a", 9)->state, validation::failed);
+  // No version: judged each time, nothing kept.
+  good.netsetup_rev = 0;
+  (void)m.verdict(good);
+  (void)m.verdict(good);
+  EXPECT_EQ(m.judged(), 3u);  // the late caller's; none for the unversioned views
+  EXPECT_FALSE(m.known("a", 0));
+}
+
+TEST(CachedNetworkModel, StaysBoundedAsNodesComeAndGo) {
+  cached_network_model m{std::make_unique<document_network_model>(), 4};
+  node_view n;
+  n.netsetup = R"({"validation":{"passed":true,"settings":{"mtu":9000}}})";
+  for (std::uint64_t i = 1; i <= 10; ++i) {
+    n.name = "n" + std::to_string(i);
+    n.netsetup_rev = i;
+    EXPECT_EQ(m.verdict(n).state, validation::passed);
+    EXPECT_TRUE(m.known(n.name, i));
+  }
+  // At most 4 kept: the oldest went.
+  int kept = 0;
+  for (std::uint64_t i = 1; i <= 10; ++i) kept += m.known("n" + std::to_string(i), i) ? 1 : 0;
+  EXPECT_LE(kept, 4);
+  EXPECT_GE(kept, 1);
+}
+
 }  // namespace
 }  // namespace shoal::scheduler

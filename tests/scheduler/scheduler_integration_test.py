@@ -346,6 +346,36 @@ class SchedulerIntegration(FixtureTestCase):
         wait_until(lambda: state("node4").get("state") == "healthy", 20, "node4 back")
         self.assertEqual(events("node4")[0]["event"], "recovered")
 
+    def test_9_a_failed_network_validation_fails_the_node_until_it_passes(self):
+        """The failure detector judges every node's netsetup document each second from verdicts
+        kept per document version (cached_network_model): a node whose validation failed is
+        failed at its first heartbeat, and recovers with the heartbeat that carries a new
+        document that passes, without a restart of anything."""
+        def state(node: str) -> dict:
+            return next((n["state"] for n in self.nodes() if n["node"] == node), {})
+
+        report = self.dir / "node5-netsetup.json"
+        report.write_text(json.dumps({"validation": {"passed": False, "error": "PFC is off on rail 3"}}))
+        p5 = self.start_peerd("node5", "r2", {"node": {"netsetup_report": str(report)}})
+        try:
+            wait_until(lambda: state("node5").get("state") == "failed", 20, "node5 failed by its netsetup report")
+            self.assertEqual(state("node5")["cause"], "netsetup")
+            self.assertIn("PFC is off on rail 3", state("node5")["detail"])
+            node5 = next(n for n in self.nodes() if n["node"] == "node5")
+            self.assertEqual(node5["netsetup"]["validation"]["passed"], False)
+            # The same document in every heartbeat: still failed, no second event.
+            time.sleep(2 * HEARTBEAT + 1)
+            self.assertEqual(state("node5")["state"], "failed")
+            events = http_json(self.scheduler.url + "/v1/events?node=node5")[1]["events"]
+            self.assertEqual([e["event"] for e in events], ["failed"], events)
+            # Fixed on the node: the next heartbeat's document is a new version, judged again.
+            report.write_text(json.dumps({"validation": {"passed": True, "settings": {"mtu": 4200}}}))
+            wait_until(lambda: state("node5").get("state") == "healthy", 20, "node5 healthy with a passing report")
+            events = http_json(self.scheduler.url + "/v1/events?node=node5")[1]["events"]
+            self.assertEqual([e["event"] for e in events], ["recovered", "failed"], events)
+        finally:
+            p5.stop()
+
     def test_7_metrics_pass_promtool(self):
         text = urllib.request.urlopen(self.scheduler.url + "/metrics", timeout=5).read().decode()
         for name in ("shoal_scheduler_nodes", "shoal_scheduler_nodes_healthy", "shoal_scheduler_index_objects",

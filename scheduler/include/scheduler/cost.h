@@ -59,6 +59,9 @@ struct node_view {
   std::uint32_t gpus = 0;  // capacity from the heartbeat
   std::string gpu_model;
   std::string netsetup;  // the node's netsetup document (JSON text), "" when none
+  // The index's version of that document: another number whenever it changes; 0 when there is
+  // none or the view was built by hand (cached_network_model keeps verdicts by it).
+  std::uint64_t netsetup_rev = 0;
 };
 
 // One object of a job and its holders (indexes into cluster_view::nodes, sorted).

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "scheduler/index.h"
+#include "scheduler/network.h"
 
 namespace shoal::scheduler {
 
@@ -114,5 +115,12 @@ class failure_detector {
   bool stale_ = true;
   std::map<failure_cause, std::uint64_t> failures_;
 };
+
+// The failure detector's `network_failure` as the daemon builds it: a node whose netsetup
+// validation failed has failed (a misconfigured fabric is a node fault). It is asked for every
+// node every second, so it answers from the verdict `net` keeps for the node's document version
+// and reads the document from `idx` only for a version not judged yet (liveness() carries none).
+[[nodiscard]] std::function<std::optional<std::string>(const node_summary&)> netsetup_failures(
+    const cached_network_model& net, const cluster_index& idx);
 
 }  // namespace shoal::scheduler

@@ -103,8 +103,9 @@ struct node_summary {
   std::string ip;
   std::uint16_t bt_port = 0, http_port = 0;
   std::vector<heartbeat::gpu_group> gpus;
-  std::string rdma, netsetup;  // JSON text
-  std::string health;          // as reported
+  std::string rdma, netsetup;      // JSON text (liveness() leaves netsetup out)
+  std::uint64_t netsetup_rev = 0;  // node_view::netsetup_rev
+  std::string health;              // as reported
   std::vector<std::string> health_reasons;
   std::vector<heartbeat::dataset_presence> datasets;  // as last reported (issue #7)
   bool healthy = false;    // reported ok/degraded, heard from recently, not leaving
@@ -165,9 +166,10 @@ class cluster_index {
 
   [[nodiscard]] std::vector<node_summary> nodes() const;
   // Every node with only what liveness needs: name, ip, bt_port, health, health_reasons,
-  // healthy, leaving, last_seen_s, netsetup, seq, synced (labels, GPUs and datasets left empty).
-  // The failure detector's input once a second: at 5,000 nodes, copying whole summaries was most
-  // of an idle scheduler's CPU.
+  // healthy, leaving, last_seen_s, netsetup_rev, seq, synced (labels, GPUs, datasets and the
+  // netsetup document itself left empty: node() has it). The failure detector's input once a
+  // second: at 5,000 nodes, copying whole summaries was most of an idle scheduler's CPU, and an
+  // H100 node's netsetup document alone is some 22 KB.
   [[nodiscard]] std::vector<node_summary> liveness() const;
   [[nodiscard]] std::optional<node_summary> node(std::string_view name) const;
   [[nodiscard]] bool healthy(std::string_view name) const;
@@ -242,6 +244,7 @@ class cluster_index {
     std::uint64_t bytes_held = 0;
     std::uint64_t seq = 0;
     bool synced = false;
+    std::uint64_t netsetup_rev = 0;  // node_view::netsetup_rev (from netsetup_revs_)
   };
 
   // Why the caps refuse `m` (sets out.refused), with mu_ held; `n` is null for a new node.
@@ -268,6 +271,7 @@ class cluster_index {
   std::map<std::string, node_entry, std::less<>> nodes_;
   std::unordered_map<std::uint32_t, std::string> names_;  // id → name
   std::uint32_t next_id_ = 1;
+  std::uint64_t netsetup_revs_ = 0;  // the last netsetup_rev given to a document
   object_map objects_;
   std::size_t holdings_ = 0;
   std::unordered_set<digest, keyed_hash> seen_;

@@ -12,12 +12,21 @@
 // "error": "..."}), calls every other node "unknown", checks consistency by comparing `settings`,
 // and returns no plan (JSON null).
 //
-// Threading: implementations are immutable and safe from any thread.
+// `cached_network_model` keeps each node's verdict until its document changes: a verdict parses
+// and validates the node's whole discovery document, and the failure detector asks for every node
+// every second, a placement for every candidate.
+//
+// Threading: implementations are safe from any thread (the cache behind its own lock).
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "scheduler/cost.h"
@@ -67,6 +76,47 @@ class netsetup_network_model final : public network_model {
  private:
   netsetup::policy pol_;
   document_network_model fallback_;
+};
+
+// Verdicts kept per node and document version (node_view::netsetup_rev, which the index bumps
+// when a node's document changes). Judging an 8-NIC H100 node's 22 KB netsetup inventory takes
+// about 0.6 ms here (nlohmann parse, inventory_from_json, validate_node): 3 s of CPU a second
+// for the failure detector at 5,000 nodes, and as much for every placement that evaluates them
+// all. A view without a version (netsetup_rev 0: no document, or built by hand) is judged each
+// time. Gang checks and plans look at the chosen nodes only and go straight to `inner`.
+class cached_network_model final : public network_model {
+ public:
+  explicit cached_network_model(std::unique_ptr<network_model> inner,
+                                std::size_t max_entries = std::size_t{1} << 17);
+  [[nodiscard]] network_verdict verdict(const node_view& n) const override;
+  [[nodiscard]] status gang_consistent(std::span<const node_view* const> nodes) const override {
+    return inner_->gang_consistent(nodes);
+  }
+  [[nodiscard]] nlohmann::json plan(const node_view& n, std::uint32_t gpus) const override {
+    return inner_->plan(n, gpus);
+  }
+  // The kept verdict of this version of the node's document, if any (no document needed).
+  [[nodiscard]] std::optional<network_verdict> known(std::string_view node,
+                                                     std::uint64_t rev) const;
+  // Documents judged (a version not kept yet), for the tests and a metric.
+  [[nodiscard]] std::uint64_t judged() const;
+
+ private:
+  struct name_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  struct entry {
+    std::uint64_t rev = 0;
+    network_verdict v;
+  };
+  std::unique_ptr<network_model> inner_;
+  std::size_t max_entries_;
+  mutable std::shared_mutex mu_;
+  mutable std::unordered_map<std::string, entry, name_hash, std::equal_to<>> by_node_;
+  mutable std::uint64_t judged_ = 0;
 };
 
 }  // namespace shoal::scheduler

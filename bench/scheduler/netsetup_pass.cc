@@ -1,0 +1,102 @@
+#include "bench/scheduler/netsetup_pass.h"
+
+#include <iostream>
+
+#include "bench/scheduler/util.h"
+#include "netsetup/inventory.h"
+#include "scheduler/failures.h"
+#include "scheduler/index.h"
+#include "scheduler/network.h"
+#include "scheduler/placement.h"
+#include "topologies.h"
+
+namespace shoal::scheduler_bench {
+
+using namespace shoal::scheduler;
+using json = nlohmann::json;
+
+json run_netsetup_pass(std::size_t nodes, bool& ok) {
+  // One converged H100 node's document for every node: the cost of a verdict does not depend on
+  // whose it is, and every node's document is a version of its own in the index.
+  auto fx = netsetup::testing::h100(netsetup::testing::node_state::converged, 0);
+  const std::string doc = netsetup::to_json(fx.discover()).dump();
+  index_options io;
+  cluster_index idx(io, "epoch-bench");
+  for (std::size_t i = 0; i < nodes; ++i) {
+    heartbeat::message m;
+    m.node = "node-" + std::to_string(i);
+    m.full = true;
+    m.seq = 1;
+    m.bt_port = 6881;
+    m.netsetup = doc;
+    m.labels = {{"zone", "z1"}, {"rack", "r" + std::to_string(i / 40)}, {"fabric", "f1"}};
+    m.gpus = {heartbeat::gpu_group{"H100", 8}};
+    if (idx.apply(m, "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1))
+            .refused) {
+      ok = false;
+      return {{"error", "the index refused a node"}};
+    }
+  }
+  netsetup::policy pol;
+  netsetup_network_model plain(pol);
+  cached_network_model cached(std::make_unique<netsetup_network_model>(pol));
+  failover_options fo;
+
+  // The failure detector's pass as the daemon runs it (app::maintenance): liveness(), then every
+  // node judged; the first pass judges every version, the next ones find them kept.
+  failure_detector fd(fo, netsetup_failures(cached, idx));
+  std::vector<double> pass_ms;
+  std::size_t failing = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto t0 = steady::now();
+    (void)fd.evaluate(idx.liveness());
+    pass_ms.push_back(ms_since(t0));
+  }
+  // The same before: the documents copied out with the liveness view, each judged again.
+  failure_detector before(fo, [&plain](const node_summary& n) -> std::optional<std::string> {
+    if (n.netsetup.empty()) return std::nullopt;
+    node_view nv;
+    nv.name = n.name;
+    nv.netsetup = n.netsetup;
+    auto v = plain.verdict(nv);
+    if (v.state != validation::failed) return std::nullopt;
+    return v.detail;
+  });
+  auto t0 = steady::now();
+  auto all = idx.nodes();  // liveness() no longer carries the documents
+  (void)before.evaluate(all);
+  const double before_ms = ms_since(t0);
+  failing = fd.failed_nodes() + before.failed_nodes();
+
+  // A placement's evaluation of every node (no objects: the network verdict is what differs).
+  job_spec job;
+  job.nodes = 1;
+  job.gpus = 8;
+  job_objects none;
+  auto cost = cost_model::from(cost_config{});
+  auto view = idx.view({});
+  auto eval_ms = [&](const network_model& net) {
+    auto t = steady::now();
+    auto evals = evaluate_nodes(view, none, job, cost, net, {}, {});
+    if (evals.size() != nodes) ok = false;
+    return ms_since(t);
+  };
+  const double place_plain_ms = eval_ms(plain);
+  const double place_cached_ms = eval_ms(cached);  // kept by the passes above
+  if (failing != 0) {
+    std::cerr << "scheduler_bench: netsetup: " << failing << " converged nodes judged failed\n";
+    ok = false;
+  }
+  return {
+      {"nodes", nodes},
+      {"document_bytes", doc.size()},
+      {"failure_pass_ms_first", round3(pass_ms[0])},
+      {"failure_pass_ms_kept", round3(std::min({pass_ms[1], pass_ms[2], pass_ms[3]}))},
+      {"failure_pass_ms_before", round3(before_ms)},
+      {"verdicts_judged", cached.judged()},
+      {"evaluate_nodes_ms_kept", round3(place_cached_ms)},
+      {"evaluate_nodes_ms_before", round3(place_plain_ms)},
+  };
+}
+
+}  // namespace shoal::scheduler_bench
