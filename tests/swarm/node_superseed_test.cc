@@ -111,9 +111,7 @@ TEST(NodeSuperSeed, NodesLearnItFromTheHandshakePerTorrent) {
   EXPECT_TRUE(wait_finished(*node, ht, std::chrono::seconds(60)))
       << "the node did not complete from the writer's offers";
   EXPECT_TRUE(wait_finished(*node, hp, std::chrono::seconds(60)));
-  std::ifstream f(tagged.root / "node" / tagged.meta.object.hex(), std::ios::binary);
-  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(got, tagged.data);
+  EXPECT_EQ(file_bytes(tagged.root / "node" / tagged.meta.object.hex()), tagged.data);
   node->abort();
   (*writer)->stop();
 }

@@ -45,9 +45,7 @@ double download_seconds(session& seed, session& node, const object_dir& obj) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   double s = std::chrono::duration<double>(clk::now() - t0).count();
-  std::ifstream f(obj.root / "node" / obj.meta.object.hex(), std::ios::binary);
-  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return got == obj.data ? s : -2;
+  return file_bytes(obj.root / "node" / obj.meta.object.hex()) == obj.data ? s : -2;
 }
 
 // libtorrent lets a rate-limited channel run a little ahead of its rate (the quota of a tick is

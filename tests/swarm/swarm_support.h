@@ -1,6 +1,6 @@
 // Shared by the swarm tests: a random object on disk with its metainfo, a node session as peerd
-// runs it, a download added to a session, a super-seeding origin as registry-proxy runs it, and a
-// bounded wait for completion.
+// runs it, a download added to a session, a super-seeding origin as registry-proxy runs it, a
+// bounded wait for completion, and a downloaded file's bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -51,6 +52,12 @@ struct object_dir {
     fs::remove_all(root, ec);
   }
 };
+
+// A downloaded file's bytes ("" when it cannot be opened: the comparison with the object fails).
+inline std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
 
 // A downloading node as peerd runs it: node fingerprint, node plugin, redundant connections kept.
 // Without `libtorrent_plugins` it has none of libtorrent's default plugins (no peer exchange: it

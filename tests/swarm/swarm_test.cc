@@ -118,10 +118,8 @@ TEST(SwarmSuperSeed, NodesCompleteFromOffersAlone) {
     ASSERT_TRUE(wait_finished(*nodes[static_cast<std::size_t>(i)],
                               handles[static_cast<std::size_t>(i)], std::chrono::seconds(30)))
         << "node " << i << " did not complete from the origin's offers";
-    std::ifstream f(obj.root / ("node" + std::to_string(i)) / obj.meta.object.hex(),
-                    std::ios::binary);
-    std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(got, obj.data);
+    EXPECT_EQ(file_bytes(obj.root / ("node" + std::to_string(i)) / obj.meta.object.hex()),
+              obj.data);
   }
   for (auto& n : nodes) n->abort();
   (*origin)->stop();
@@ -200,9 +198,7 @@ TEST(SwarmSuperSeed, PackSeedsAreAnnouncedToNodesInFull) {
   EXPECT_TRUE(wait_finished(*node, h, std::chrono::seconds(30)))
       << "the node got nothing from a pack seed";
   for (const auto& [d, s] : objs) {
-    std::ifstream f(root / "node" / "sha256" / d.hex().substr(0, 2) / d.hex(), std::ios::binary);
-    std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(got, s) << d.str();
+    EXPECT_EQ(file_bytes(root / "node" / "sha256" / d.hex().substr(0, 2) / d.hex()), s) << d.str();
   }
   node->abort();
   (*origin)->stop();
@@ -468,9 +464,7 @@ TEST(SwarmSsl, MembersDownloadNonMembersGetNothing) {
   auto ph = add_download(plain, obj.meta.torrent_file({}), (obj.root / "plain").string(), port);
 
   ASSERT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(20))) << "the member did not complete";
-  std::ifstream f(obj.root / "member" / obj.meta.object.hex(), std::ios::binary);
-  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(got, obj.data);
+  EXPECT_EQ(file_bytes(obj.root / "member" / obj.meta.object.hex()), obj.data);
   // The others had the same time plus a second and several reconnect rounds (2 s apart).
   std::this_thread::sleep_for(std::chrono::seconds(2));
   for (std::size_t i = 1; i < dls.size(); ++i)
@@ -598,9 +592,7 @@ TEST(SwarmGrants, OnlyHoldersOfAValidGrantGetPieces) {
 
   ASSERT_TRUE(wait_seeding(dls[0].h, std::chrono::seconds(60)))
       << "the granted member did not complete";
-  std::ifstream f(obj.root / "member" / obj.meta.object.hex(), std::ios::binary);
-  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(got, obj.data);
+  EXPECT_EQ(file_bytes(obj.root / "member" / obj.meta.object.hex()), obj.data);
   const auto* c = (*seed)->grant_stats();
   ASSERT_NE(c, nullptr);
   // The refused ones connect on their own schedule (seconds apart under a sanitizer on a busy
