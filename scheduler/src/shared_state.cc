@@ -240,9 +240,19 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
   }
   // While the reader has not reached Redis, do not make every heartbeat pay a connect timeout.
   if (!down) {
+    // The netsetup document goes apart (the script keeps it once per node; scripts.h).
     heartbeat::message inv = m;
     inv.objects.clear();
     inv.removed.clear();
+    inv.netsetup.clear();
+    std::string entry;
+    if (m.netsetup.empty()) {
+      entry = heartbeat::encode(m);
+    } else {
+      heartbeat::message bare = m;
+      bare.netsetup.clear();
+      entry = heartbeat::encode(bare);
+    }
     std::vector<std::string> args{"6",
                                   opts_.prefix + "n:" + m.node,
                                   opts_.prefix + "h:" + m.node,
@@ -256,9 +266,10 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
                                   m.full ? "1" : "0",
                                   m.bt_port != 0 ? m.ip + ":" + std::to_string(m.bt_port) : "",
                                   heartbeat::encode(inv),
-                                  heartbeat::encode(m),
+                                  std::move(entry),
                                   std::to_string(opts_.log_max_entries),
                                   opts_.replica_id,
+                                  m.netsetup,
                                   std::to_string(m.objects.size())};
     args.reserve(args.size() + 2 * m.objects.size() + m.removed.size() + 1);
     for (const auto& o : m.objects) {
@@ -500,6 +511,36 @@ void shared_state::announced(const announce_request& a) {
   }
   announces_.push_back(a);
   upkeep_cv_.notify_one();
+}
+
+void shared_state::publish_jobs(redis_conn& c) {
+  std::deque<std::string> ids;
+  {
+    std::lock_guard lk(mu_);
+    ids.swap(jobs_changed_);
+  }
+  if (ids.empty() || jobs_ == nullptr) return;
+  std::vector<std::vector<std::string>> cmds;
+  const auto log = opts_.prefix + "log", maxlen = std::to_string(opts_.log_max_entries);
+  for (const auto& id : ids) {
+    auto snap = jobs_->snapshot(id);
+    if (snap) {
+      cmds.push_back(
+          {"SET", opts_.prefix + "job:" + id, *snap, "PX", std::to_string(opts_.job_keep.count())});
+      cmds.push_back({"SADD", opts_.prefix + "jobs", id});
+    } else {
+      cmds.push_back({"DEL", opts_.prefix + "job:" + id});
+      cmds.push_back({"SREM", opts_.prefix + "jobs", id});
+    }
+    cmds.push_back({"XADD", log, "MAXLEN", "~", maxlen, "*", "f", shared_log_format, "t", "job",
+                    "r", opts_.replica_id, "id", id, "m", snap.value_or("")});
+  }
+  if (!c.pipeline(cmds)) {
+    announces_dropped_->inc(static_cast<double>(ids.size()));
+    log::warn("jobs not shared: redis unreachable", log::kv("jobs", ids.size()));
+    return;
+  }
+  replicated(c);
 }
 
 }  // namespace shoal::scheduler

@@ -18,12 +18,17 @@ namespace {
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
+const std::string* field_ptr(const redis_reply& flat, std::string_view field) {
+  for (std::size_t i = 0; i + 1 < flat.elements.size(); i += 2) {
+    if (flat.elements[i].str == field) return &flat.elements[i + 1].str;
+  }
+  return nullptr;
+}
+
 const std::string& field_of(const redis_reply& flat, std::string_view field) {
   static const std::string none;
-  for (std::size_t i = 0; i + 1 < flat.elements.size(); i += 2) {
-    if (flat.elements[i].str == field) return flat.elements[i + 1].str;
-  }
-  return none;
+  const auto* v = field_ptr(flat, field);
+  return v != nullptr ? *v : none;
 }
 
 std::uint64_t to_u64(std::string_view s) {
@@ -185,6 +190,9 @@ status shared_state::load_nodes(redis_conn& c, std::unordered_map<std::string, l
       const auto& rec = (*r)[k];
       auto m = heartbeat::decode(field_of(rec, "inv"), lim);
       if (!m) continue;  // expired meanwhile, or not ours
+      // The netsetup document is kept apart (scripts.h); a record of an older replica has it in
+      // its inventory.
+      if (const auto* ns = field_ptr(rec, "ns")) m->netsetup = *ns;
       m->full = true;
       m->seq = to_u64(field_of(rec, "seq"));
       const auto& held = (*r)[k + 1].elements;
@@ -314,7 +322,8 @@ status shared_state::reload(redis_conn& c, const std::string& why) {
 }
 
 bool shared_state::apply_heartbeat_entry(const std::string& id, const std::string& verdict,
-                                         const std::string& node, const std::string& body) {
+                                         const std::string& node, const std::string& body,
+                                         const std::string* netsetup) {
   auto lid = log_id::parse(id).value_or(log_id{});
   std::lock_guard ap(apply_mu_);
   // Applied already (by the replica that received it, or in the record loaded): skipped without
@@ -336,6 +345,10 @@ bool shared_state::apply_heartbeat_entry(const std::string& id, const std::strin
     return false;
   }
   if (node.empty() && applied_here(m->node)) return false;
+  // The entry's netsetup document: "=" the node's previous one (applied here before this entry:
+  // the log's order), otherwise the document itself; none in entries of older replicas, whose
+  // message has it.
+  if (netsetup != nullptr) m->netsetup = *netsetup == "=" ? index_.netsetup_of(m->node) : *netsetup;
   apply_heartbeat(*m, verdict);
   return true;
 }
@@ -460,7 +473,7 @@ void shared_state::apply_entry(const redis_reply& e) {
   if (type == "hb") {
     // Applied here already (received here, or in the record loaded): not counted.
     if (!apply_heartbeat_entry(e.elements[0].str, field_of(f, "v"), field_of(f, "n"),
-                               field_of(f, "m")))
+                               field_of(f, "m"), field_ptr(f, "ns")))
       return;
   } else if (type == "an") {
     if (field_of(f, "r") == opts_.replica_id) return;  // answered (and recorded) here
@@ -621,36 +634,6 @@ void shared_state::publish_announces(redis_conn& c) {
         announce_entry(a, opts_.prefix + "log", opts_.log_max_entries, opts_.replica_id));
   auto r = c.pipeline(cmds);
   if (!r) announces_dropped_->inc(static_cast<double>(batch.size()));
-}
-
-void shared_state::publish_jobs(redis_conn& c) {
-  std::deque<std::string> ids;
-  {
-    std::lock_guard lk(mu_);
-    ids.swap(jobs_changed_);
-  }
-  if (ids.empty() || jobs_ == nullptr) return;
-  std::vector<std::vector<std::string>> cmds;
-  const auto log = opts_.prefix + "log", maxlen = std::to_string(opts_.log_max_entries);
-  for (const auto& id : ids) {
-    auto snap = jobs_->snapshot(id);
-    if (snap) {
-      cmds.push_back(
-          {"SET", opts_.prefix + "job:" + id, *snap, "PX", std::to_string(opts_.job_keep.count())});
-      cmds.push_back({"SADD", opts_.prefix + "jobs", id});
-    } else {
-      cmds.push_back({"DEL", opts_.prefix + "job:" + id});
-      cmds.push_back({"SREM", opts_.prefix + "jobs", id});
-    }
-    cmds.push_back({"XADD", log, "MAXLEN", "~", maxlen, "*", "f", shared_log_format, "t", "job",
-                    "r", opts_.replica_id, "id", id, "m", snap.value_or("")});
-  }
-  if (!c.pipeline(cmds)) {
-    announces_dropped_->inc(static_cast<double>(ids.size()));
-    log::warn("jobs not shared: redis unreachable", log::kv("jobs", ids.size()));
-    return;
-  }
-  replicated(c);
 }
 
 void shared_state::upkeep_loop() {

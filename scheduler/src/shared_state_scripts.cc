@@ -5,7 +5,7 @@ namespace shoal::scheduler::scripts {
 const char* const heartbeat = R"lua(
 local epoch = redis.call('GET', KEYS[5])
 if not epoch then return {'noepoch'} end
-local rec = redis.call('HMGET', KEYS[1], 'seq', 'synced', 'endpoint', 'log')
+local rec = redis.call('HMGET', KEYS[1], 'seq', 'synced', 'endpoint', 'log', 'ns')
 local v
 if ARGV[4] == '1' then v = 'full'
 elseif not rec[1] or rec[2] ~= '1' then v = 'unknown_node'
@@ -13,7 +13,7 @@ elseif ARGV[2] ~= epoch then v = 'epoch'
 elseif tonumber(ARGV[3]) ~= tonumber(rec[1]) + 1 then v = 'gap'
 elseif rec[3] and rec[3] ~= '' and rec[3] ~= ARGV[5] then v = 'moved'
 else v = 'ok' end
-local base = 10
+local base = 11
 local nadd = tonumber(ARGV[base])
 local remat = base + 2 * nadd + 1
 if v == 'full' then redis.call('DEL', KEYS[2]) end
@@ -38,10 +38,16 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'endpoint', ARGV[5], 'inv', ARGV[6], 'seen', now)
+local ns = '='
+if rec[5] ~= ARGV[10] then
+  redis.call('HSET', KEYS[1], 'ns', ARGV[10])
+  ns = ARGV[10]
+end
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[6], now, ARGV[1])
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
-                      'f', '1', 't', 'hb', 'v', v, 'r', ARGV[9], 'n', ARGV[1], 'm', ARGV[7])
+                      'f', '1', 't', 'hb', 'v', v, 'r', ARGV[9], 'n', ARGV[1], 'm', ARGV[7],
+                      'ns', ns)
 redis.call('HSET', KEYS[1], 'log', id)
 return {v, id, epoch, rec[4] or ''}
 )lua";

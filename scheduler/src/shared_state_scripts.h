@@ -7,11 +7,16 @@ namespace shoal::scheduler::scripts {
 // and holdings, and appends it to the log with its verdict.
 // KEYS: record, holdings, log, node set, epoch.
 // ARGV: node, message epoch, seq, full ("1"/"0"), endpoint ("ip:port", "" without BitTorrent),
-//       inventory JSON, message JSON, log max length, replica id,
+//       inventory JSON, message JSON (both without the netsetup document), log max length,
+//       replica id, the netsetup document ("" for none),
 //       n added, n × (digest, "size kind info_hash"), n removed, n × digest.
 // Returns {verdict, log id, epoch, the node's previous log id or ""}, or {"noepoch"} when the
 // cluster has no epoch yet. The entry is written in format 1 (shared_log_format) and names its
-// node (field n) so that a reader skips what it applied already without decoding it.
+// node (field n) so that a reader skips what it applied already without decoding it. The
+// netsetup document (some 22 KB for an H100 node, in every heartbeat) is kept once per node, in
+// the record's field ns, and the entry carries it (field ns) only when it differs from the
+// node's previous one: "=" otherwise (the node's previous entry, which every reader applied
+// before this one, has it). Entries of older replicas have no ns and the document in m.
 extern const char* const heartbeat;
 
 // Takes or keeps the lease. KEYS: lease. ARGV: replica id, ttl ms. Returns 1 when held.

@@ -221,6 +221,68 @@ TEST(SharedStateRedis, AHeartbeatIsAppliedWhereReceivedAtOnceAndInTheLogsOrderEv
   EXPECT_EQ(b.idx.node("n1")->seq, 4u);
 }
 
+// A node's netsetup document (some 22 KB for an H100 node, in every heartbeat) is kept once per
+// node in Redis: the shared log carries it only when it changed ("=" otherwise), every replica
+// still has the node's current document, and a replica started later loads it from the record.
+TEST(SharedStateRedis, TheNetsetupDocumentTravelsOnceAndEveryReplicaHasIt) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
+  replica a(redis.address(), "a"), b(redis.address(), "b");
+  const std::string doc1 = R"({"validation":{"passed":true,"settings":{"mtu":4200}},"pad":")" +
+                           std::string(20000, 'x') + R"("})";
+  const std::string doc2 = R"({"validation":{"passed":false,"error":"PFC off"}})";
+  std::uint64_t seq = 1;
+  auto beat = [&](replica& r, const std::string& doc, const std::string& epoch) {
+    auto m = seq == 1 ? full_hb("n1", {held("l1", 100)}) : delta_hb("n1", seq, epoch, {});
+    ++seq;
+    m.netsetup = doc;
+    auto res = r.shared->heartbeat(m);
+    EXPECT_FALSE(res.stale);
+    EXPECT_FALSE(res.out.resync) << res.out.resync_reason;
+    return res.epoch;
+  };
+  auto epoch = beat(a, doc1, "");
+  beat(a, doc1, epoch);  // unchanged
+  beat(b, doc1, epoch);  // unchanged, through the other replica
+  beat(a, doc2, epoch);  // changed
+  beat(b, doc2, epoch);  // unchanged
+  for (auto* r : {&a, &b}) {
+    r->shared->catch_up();
+    EXPECT_EQ(r->idx.netsetup_of("n1"), doc2);
+  }
+  // The log: the document in the entries where it changed, "=" in the others.
+  redis_options o;
+  o.address = redis.address();
+  redis_conn c(o);
+  auto log = c.command({"XRANGE", "shoal:log", "-", "+"});
+  ASSERT_TRUE(log);
+  std::vector<std::string> ns;
+  for (const auto& e : log->elements) {
+    const auto& f = e.elements[1].elements;
+    for (std::size_t i = 0; i + 1 < f.size(); i += 2) {
+      if (f[i].str == "t" && f[i + 1].str != "hb") break;
+      if (f[i].str == "ns") ns.push_back(f[i + 1].str == "=" ? "=" : f[i + 1].str.substr(0, 30));
+      if (f[i].str == "m") {
+        EXPECT_EQ(f[i + 1].str.find("validation"), std::string::npos);
+      }
+    }
+  }
+  EXPECT_EQ(ns, (std::vector<std::string>{doc1.substr(0, 30), "=", "=", doc2.substr(0, 30), "="}));
+  // Back to the first document, then none: both travel, and every replica follows.
+  beat(b, doc1, epoch);
+  beat(a, "", epoch);
+  for (auto* r : {&a, &b}) {
+    r->shared->catch_up();
+    EXPECT_EQ(r->idx.netsetup_of("n1"), "");
+  }
+  beat(a, doc1, epoch);
+  // A replica started now loads the node with its document (the record's, not the inventory's).
+  replica late(redis.address(), "late");
+  EXPECT_EQ(late.idx.netsetup_of("n1"), doc1);
+  b.shared->catch_up();
+  EXPECT_EQ(b.idx.netsetup_of("n1"), doc1);
+}
+
 TEST(SharedStateRedis, AStartWaitsForALoadUnderWayBeyondTheRedisTimeouts) {
   RedisServer redis;
   if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";

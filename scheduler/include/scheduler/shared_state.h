@@ -203,7 +203,8 @@ class shared_state {
   void wait_applied(const log_id& id);
   // False when not applied: applied here before (node_log_), or it does not decode.
   bool apply_heartbeat_entry(const std::string& id, const std::string& verdict,
-                             const std::string& node, const std::string& body);
+                             const std::string& node, const std::string& body,
+                             const std::string* netsetup);
   // A heartbeat Redis judged (`verdict`) into the index, the tracker, prewarm and jobs. Caller
   // holds apply_mu_.
   void apply_heartbeat(const heartbeat::message& m, const std::string& verdict);
