@@ -125,7 +125,11 @@ TEST_F(ApiTest, NodesObjectsImagesAndDatasets) {
   EXPECT_EQ(nodes[0]["objects"], 1);
   EXPECT_EQ(nodes[0]["healthy"], true);
   EXPECT_EQ(nodes[0]["network"]["validation"], "passed");
-  EXPECT_EQ(nodes[0]["netsetup"]["schema"], 1);
+  // The list leaves the documents out unless asked; one node has them.
+  EXPECT_TRUE(nodes[0]["netsetup"].is_null());
+  EXPECT_EQ(js(call(http::verb::get, "/v1/nodes?documents=1"))[0]["netsetup"]["schema"], 1);
+  EXPECT_EQ(js(call(http::verb::get, "/v1/nodes/n1"))["netsetup"]["schema"], 1);
+  EXPECT_EQ(call(http::verb::get, "/v1/nodes?documents=yes").status, 400u);
   EXPECT_EQ(nodes[0]["platform"], "linux/amd64");
   EXPECT_EQ(js(call(http::verb::get, "/v1/nodes/n2"))["node"], "n2");
   EXPECT_EQ(call(http::verb::get, "/v1/nodes/nope").status, 404u);
@@ -353,7 +357,9 @@ TEST_F(ApiTest, RoutesOnTheirPools) {
   EXPECT_TRUE(api::heavy(r));
   r.path = "/v1/extender/filter";
   EXPECT_TRUE(api::heavy(r));
-  r.path = "/v1/nodes";
+  r.path = "/v1/nodes";  // every node's JSON
+  EXPECT_TRUE(api::heavy(r));
+  r.path = "/v1/nodes/n1";
   EXPECT_FALSE(api::heavy(r));
   r.path = "/v1/prewarm";
   r.method = http::verb::get;

@@ -361,8 +361,9 @@ class SchedulerIntegration(FixtureTestCase):
             wait_until(lambda: state("node5").get("state") == "failed", 20, "node5 failed by its netsetup report")
             self.assertEqual(state("node5")["cause"], "netsetup")
             self.assertIn("PFC is off on rail 3", state("node5")["detail"])
-            node5 = next(n for n in self.nodes() if n["node"] == "node5")
+            node5 = http_json(self.scheduler.url + "/v1/nodes/node5")[1]
             self.assertEqual(node5["netsetup"]["validation"]["passed"], False)
+            self.assertIsNone(next(n for n in self.nodes() if n["node"] == "node5")["netsetup"])
             # The same document in every heartbeat: still failed, no second event.
             time.sleep(2 * HEARTBEAT + 1)
             self.assertEqual(state("node5")["state"], "failed")

@@ -96,7 +96,7 @@ class api {
   // The address the node is reached at: the connection's, or (plain mode with
   // tracker.trust_announced_ip) the one its heartbeat claims.
   std::string node_address(const http::request& req, const std::string& claimed) const;
-  http::response on_nodes(std::string_view rest);
+  http::response on_nodes(const http::request& req, std::string_view rest);
   http::response on_events(const http::request& req);
   // /v1/checkpoints[/...] and its POST (api_checkpoints.cc).
   http::response on_checkpoints(const http::request& req);
@@ -153,7 +153,8 @@ class api {
                           const prewarm_sources& src, const std::string& id) const;
 
   nlohmann::json node_json(const node_summary& n,
-                           const std::map<std::string, std::uint32_t>& reserved) const;
+                           const std::map<std::string, std::uint32_t>& reserved,
+                           bool documents = true) const;
   nlohmann::json holders_json(std::span<const object_ref> objects,
                               const std::string& platform) const;
 
