@@ -83,6 +83,21 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
   };
   const double place_plain_ms = eval_ms(plain);
   const double place_cached_ms = eval_ms(cached);  // kept by the passes above
+  // The node snapshot placement reads is built again when a node's health (labels, document)
+  // changes: one node turns degraded, then the next view builds it, every node's document in it.
+  heartbeat::message flip;
+  flip.node = "node-0";
+  flip.full = true;
+  flip.seq = 2;
+  flip.bt_port = 6881;
+  flip.netsetup = doc;
+  flip.health = "degraded";
+  flip.health_reasons = {"bench"};
+  (void)idx.apply(flip, "10.0.0.1");
+  t0 = steady::now();
+  auto rebuilt = idx.view({});
+  const double snapshot_ms = ms_since(t0);
+  if (rebuilt.nodes.size() != nodes) ok = false;
   if (failing != 0) {
     std::cerr << "scheduler_bench: netsetup: " << failing << " converged nodes judged failed\n";
     ok = false;
@@ -96,6 +111,7 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
       {"verdicts_judged", cached.judged()},
       {"evaluate_nodes_ms_kept", round3(place_cached_ms)},
       {"evaluate_nodes_ms_before", round3(place_plain_ms)},
+      {"snapshot_rebuild_ms", round3(snapshot_ms)},
   };
 }
 

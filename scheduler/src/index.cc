@@ -196,7 +196,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   // A node that was unreachable is reachable again: snapshots only expire by time for nodes
   // going the other way.
   bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
-  if (!known || was_unreachable || n.inv.labels != m.labels || n.inv.netsetup != m.netsetup ||
+  if (!known || was_unreachable || n.inv.labels != m.labels || n.netsetup.str() != m.netsetup ||
       n.inv.health != m.health || n.inv.leaving != m.leaving || !same_gpus(n.inv.gpus, m.gpus)) {
     ++nodes_generation_;
   }
@@ -216,8 +216,8 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.cache_used = m.cache_used;
   n.inv.gpus = m.gpus;
   n.inv.rdma = m.rdma;
-  if (n.inv.netsetup != m.netsetup) {  // (no copy of the document when unchanged)
-    n.inv.netsetup = m.netsetup;
+  if (n.netsetup.str() != m.netsetup) {  // (no copy of the document when unchanged)
+    n.netsetup = shared_text(m.netsetup);
     n.netsetup_rev = m.netsetup.empty() ? 0 : ++netsetup_revs_;
   }
   n.inv.health = m.health;
@@ -329,7 +329,7 @@ node_summary cluster_index::summary_locked(const node_entry& n, clock::time_poin
   s.http_port = n.inv.http_port;
   s.gpus = n.inv.gpus;
   s.rdma = n.inv.rdma;
-  s.netsetup = n.inv.netsetup;
+  s.netsetup = n.netsetup.str();
   s.datasets = n.inv.datasets;
   s.cache_capacity = n.inv.cache_capacity;
   s.cache_used = n.inv.cache_used;
@@ -351,7 +351,7 @@ std::vector<node_summary> cluster_index::nodes() const {
 std::string cluster_index::netsetup_of(std::string_view node) const {
   std::shared_lock lk(mu_);
   auto it = nodes_.find(node);
-  return it == nodes_.end() ? std::string() : it->second.inv.netsetup;
+  return it == nodes_.end() ? std::string() : it->second.netsetup.str();
 }
 
 std::vector<node_summary> cluster_index::liveness() const {
@@ -441,7 +441,7 @@ std::shared_ptr<const cluster_index::node_snapshot> cluster_index::snapshot_lock
       nv.gpus += g.count;
       if (nv.gpu_model.empty()) nv.gpu_model = g.model;
     }
-    nv.netsetup = n.inv.netsetup;
+    nv.netsetup = n.netsetup;  // a pointer's copy
     nv.netsetup_rev = n.netsetup_rev;
     if (n.id < index_of.size()) index_of[n.id] = static_cast<std::uint32_t>(fresh->nodes.size());
     if (reachable)

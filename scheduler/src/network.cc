@@ -27,7 +27,7 @@ network_verdict document_network_model::verdict(const node_view& n) const {
     v.detail = "no netsetup document in the node's heartbeat";
     return v;
   }
-  auto doc = nlohmann::json::parse(n.netsetup, nullptr, false);
+  auto doc = nlohmann::json::parse(n.netsetup.str(), nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {
     v.detail = "netsetup document is not a JSON object";
     return v;
@@ -79,7 +79,7 @@ namespace {
 // anything else, so the caller can fall back to the simple validation member.
 std::optional<result<netsetup::node_inventory>> inventory_of(const node_view& n) {
   if (n.netsetup.empty()) return std::nullopt;
-  auto doc = nlohmann::json::parse(n.netsetup, nullptr, false);
+  auto doc = nlohmann::json::parse(n.netsetup.str(), nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("schema") || !doc.contains("nics"))
     return std::nullopt;
   return netsetup::inventory_from_json(doc);

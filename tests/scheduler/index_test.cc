@@ -115,8 +115,18 @@ TEST_F(IndexTest, NetsetupDocumentsAreVersioned) {
   ASSERT_EQ(v.nodes.size(), 1u);
   EXPECT_EQ(v.nodes[0].netsetup_rev, r2);
   EXPECT_EQ(v.nodes[0].netsetup, R"({"schema":1,"a":2})");
-  EXPECT_EQ(with_doc(4, ""), 0u);
-  EXPECT_GT(with_doc(5, R"({"schema":1,"a":1})"), r2);  // the old text again: a new version
+  // A snapshot built again (the node's health changed) shares the document, not a copy of it.
+  {
+    auto m = delta_hb("n1", 4, "epoch-1", {});
+    m.netsetup = R"({"schema":1,"a":2})";
+    m.health = "degraded";
+    ASSERT_FALSE(idx_.apply(m, "10.0.0.9").resync);
+    auto again = idx_.view({});
+    EXPECT_EQ(again.nodes[0].health, "degraded");
+    EXPECT_EQ(&again.nodes[0].netsetup.str(), &v.nodes[0].netsetup.str());
+  }
+  EXPECT_EQ(with_doc(5, ""), 0u);
+  EXPECT_GT(with_doc(6, R"({"schema":1,"a":1})"), r2);  // the old text again: a new version
   // Another node's first document is a version of its own.
   auto m = full_hb("n2", {});
   m.netsetup = R"({"schema":1,"a":2})";

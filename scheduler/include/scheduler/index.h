@@ -247,6 +247,8 @@ class cluster_index {
     std::uint64_t seq = 0;
     bool synced = false;
     std::uint64_t netsetup_rev = 0;  // node_view::netsetup_rev (from netsetup_revs_)
+    // The netsetup document, shared with the node snapshots (inv.netsetup stays empty).
+    shared_text netsetup;
   };
 
   // Why the caps refuse `m` (sets out.refused), with mu_ held; `n` is null for a new node.
