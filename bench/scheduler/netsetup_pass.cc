@@ -44,29 +44,19 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
 
   // The failure detector's pass as the daemon runs it (app::maintenance): liveness(), then every
   // node judged; the first pass judges every version, the next ones find them kept.
-  failure_detector fd(fo, netsetup_failures(cached, idx));
+  failure_detector fd(fo, netsetup_failures(cached));
   std::vector<double> pass_ms;
-  std::size_t failing = 0;
   for (int i = 0; i < 4; ++i) {
     auto t0 = steady::now();
     (void)fd.evaluate(idx.liveness());
     pass_ms.push_back(ms_since(t0));
   }
-  // The same before: the documents copied out with the liveness view, each judged again.
-  failure_detector before(fo, [&plain](const node_summary& n) -> std::optional<std::string> {
-    if (n.netsetup.empty()) return std::nullopt;
-    node_view nv;
-    nv.name = n.name;
-    nv.netsetup = n.netsetup;
-    auto v = plain.verdict(nv);
-    if (v.state != validation::failed) return std::nullopt;
-    return v.detail;
-  });
+  // The same before: every node's document judged again.
+  failure_detector before(fo, netsetup_failures(plain));
   auto t0 = steady::now();
-  auto all = idx.nodes();  // liveness() no longer carries the documents
-  (void)before.evaluate(all);
+  (void)before.evaluate(idx.liveness());
   const double before_ms = ms_since(t0);
-  failing = fd.failed_nodes() + before.failed_nodes();
+  const std::size_t failing = fd.failed_nodes() + before.failed_nodes();
 
   // A placement's evaluation of every node (no objects: the network verdict is what differs).
   job_spec job;

@@ -296,7 +296,7 @@ json api::node_json(const node_summary& n, const std::map<std::string, std::uint
           {"gpus_reserved", r == reserved.end() ? 0u : r->second},
           {"network", {{"validation", to_string(verdict.state)}, {"detail", verdict.detail}}},
           {"rdma", !documents || n.rdma.empty() ? json() : parse_doc(n.rdma)},
-          {"netsetup", !documents || n.netsetup.empty() ? json() : parse_doc(n.netsetup)},
+          {"netsetup", !documents || n.netsetup.empty() ? json() : parse_doc(n.netsetup.str())},
           {"seq", n.seq},
           {"synced", n.synced},
           {"schema", n.schema}};

@@ -112,10 +112,8 @@ status app::init() {
         return fail(st.error().wrap("placement.netsetup_policy"));
       }
     }
-    auto cached = std::make_unique<cached_network_model>(
+    network_ = std::make_unique<cached_network_model>(
         std::make_unique<netsetup_network_model>(std::move(pol)));
-    verdicts_ = cached.get();
-    network_ = std::move(cached);
   }
 
   init_failover();
@@ -394,7 +392,7 @@ void app::init_failover() {
   fo.restart_grace = ms(cfg_.failover.restart_grace);
   fo.max_failed_fraction = cfg_.failover.max_failed_fraction;
   fo.max_events = cfg_.failover.max_events;
-  failures_ = std::make_unique<failure_detector>(fo, netsetup_failures(*verdicts_, *index_));
+  failures_ = std::make_unique<failure_detector>(fo, netsetup_failures(*network_));
 }
 
 void app::init_jobs() {

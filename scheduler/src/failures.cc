@@ -229,21 +229,16 @@ std::map<failure_cause, std::uint64_t> failure_detector::failures() const {
 }
 
 std::function<std::optional<std::string>(const node_summary&)> netsetup_failures(
-    const cached_network_model& net, const cluster_index& idx) {
-  return [&net, &idx](const node_summary& n) -> std::optional<std::string> {
-    if (n.netsetup_rev == 0) return std::nullopt;
-    auto v = net.known(n.name, n.netsetup_rev);
-    if (!v) {
-      auto full = idx.node(n.name);
-      if (!full || full->netsetup.empty()) return std::nullopt;
-      node_view nv;
-      nv.name = full->name;
-      nv.netsetup = std::move(full->netsetup);
-      nv.netsetup_rev = full->netsetup_rev;
-      v = net.verdict(nv);
-    }
-    if (v->state != validation::failed) return std::nullopt;
-    return v->detail.empty() ? std::string("the node's validation failed") : v->detail;
+    const network_model& net) {
+  return [&net](const node_summary& n) -> std::optional<std::string> {
+    if (n.netsetup.empty()) return std::nullopt;
+    node_view nv;
+    nv.name = n.name;
+    nv.netsetup = n.netsetup;
+    nv.netsetup_rev = n.netsetup_rev;
+    auto v = net.verdict(nv);
+    if (v.state != validation::failed) return std::nullopt;
+    return v.detail.empty() ? std::string("the node's validation failed") : v.detail;
   };
 }
 

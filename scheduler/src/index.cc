@@ -196,7 +196,8 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   // A node that was unreachable is reachable again: snapshots only expire by time for nodes
   // going the other way.
   bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
-  if (!known || was_unreachable || n.inv.labels != m.labels || n.netsetup.str() != m.netsetup ||
+  const bool new_netsetup = n.netsetup.str() != m.netsetup;
+  if (!known || was_unreachable || n.inv.labels != m.labels || new_netsetup ||
       n.inv.health != m.health || n.inv.leaving != m.leaving || !same_gpus(n.inv.gpus, m.gpus)) {
     ++nodes_generation_;
   }
@@ -216,7 +217,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   n.inv.cache_used = m.cache_used;
   n.inv.gpus = m.gpus;
   n.inv.rdma = m.rdma;
-  if (n.netsetup.str() != m.netsetup) {  // (no copy of the document when unchanged)
+  if (new_netsetup) {  // (no copy of the document when unchanged)
     n.netsetup = shared_text(m.netsetup);
     n.netsetup_rev = m.netsetup.empty() ? 0 : ++netsetup_revs_;
   }
@@ -311,6 +312,7 @@ void cluster_index::liveness_locked(node_summary& s, const node_entry& n,
   s.name = n.inv.node;
   s.ip = n.ip;
   s.bt_port = n.inv.bt_port;
+  s.netsetup = n.netsetup;  // a pointer's copy
   s.netsetup_rev = n.netsetup_rev;
   s.health = n.inv.health;
   s.health_reasons = n.inv.health_reasons;
@@ -329,7 +331,6 @@ node_summary cluster_index::summary_locked(const node_entry& n, clock::time_poin
   s.http_port = n.inv.http_port;
   s.gpus = n.inv.gpus;
   s.rdma = n.inv.rdma;
-  s.netsetup = n.netsetup.str();
   s.datasets = n.inv.datasets;
   s.cache_capacity = n.inv.cache_capacity;
   s.cache_used = n.inv.cache_used;

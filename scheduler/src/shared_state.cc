@@ -240,19 +240,13 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
   }
   // While the reader has not reached Redis, do not make every heartbeat pay a connect timeout.
   if (!down) {
-    // The netsetup document goes apart (the script keeps it once per node; scripts.h).
+    // The netsetup document goes apart (the script keeps it once per node; scripts.h): the
+    // log entry is the message without it, the record's inventory that without the objects.
     heartbeat::message inv = m;
+    inv.netsetup.clear();
+    std::string entry = heartbeat::encode(inv);
     inv.objects.clear();
     inv.removed.clear();
-    inv.netsetup.clear();
-    std::string entry;
-    if (m.netsetup.empty()) {
-      entry = heartbeat::encode(m);
-    } else {
-      heartbeat::message bare = m;
-      bare.netsetup.clear();
-      entry = heartbeat::encode(bare);
-    }
     std::vector<std::string> args{"6",
                                   opts_.prefix + "n:" + m.node,
                                   opts_.prefix + "h:" + m.node,

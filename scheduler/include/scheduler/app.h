@@ -89,7 +89,6 @@ class app {
   std::unique_ptr<resolver> resolver_;
   std::unique_ptr<dataset_catalog> datasets_;
   std::unique_ptr<network_model> network_;
-  cached_network_model* verdicts_ = nullptr;  // network_ itself, for the failure detector
   std::unique_ptr<placer> placer_;
   std::unique_ptr<prewarm_manager> prewarm_;
   std::unique_ptr<extender> extender_;

@@ -48,7 +48,6 @@ inline constexpr std::size_t source_count = 6;
 [[nodiscard]] std::string_view to_string(source s) noexcept;
 using bytes_by_source = std::array<std::uint64_t, source_count>;
 
-// A node as placement sees it.
 // Text shared between copies: a node's netsetup document (some 22 KB for an H100 node) is in
 // every node snapshot, which is built again whenever a node's labels, health or document change
 // (77 ms at 5,000 such nodes when each snapshot copied every document). Copying one copies a
@@ -72,6 +71,7 @@ class shared_text {
   std::shared_ptr<const std::string> p_;
 };
 
+// A node as placement sees it.
 struct node_view {
   std::string name;
   std::map<std::string, std::string> labels;

@@ -118,9 +118,9 @@ class failure_detector {
 
 // The failure detector's `network_failure` as the daemon builds it: a node whose netsetup
 // validation failed has failed (a misconfigured fabric is a node fault). It is asked for every
-// node every second, so it answers from the verdict `net` keeps for the node's document version
-// and reads the document from `idx` only for a version not judged yet (liveness() carries none).
+// node every second: `net` is the daemon's cached_network_model, which judges each version of a
+// node's document once.
 [[nodiscard]] std::function<std::optional<std::string>(const node_summary&)> netsetup_failures(
-    const cached_network_model& net, const cluster_index& idx);
+    const network_model& net);
 
 }  // namespace shoal::scheduler

@@ -103,7 +103,8 @@ struct node_summary {
   std::string ip;
   std::uint16_t bt_port = 0, http_port = 0;
   std::vector<heartbeat::gpu_group> gpus;
-  std::string rdma, netsetup;      // JSON text (liveness() leaves netsetup out)
+  std::string rdma;                // JSON text
+  shared_text netsetup;            // JSON text, the index's copy (node_view::netsetup)
   std::uint64_t netsetup_rev = 0;  // node_view::netsetup_rev
   std::string health;              // as reported
   std::vector<std::string> health_reasons;
@@ -168,10 +169,10 @@ class cluster_index {
   // The node's netsetup document ("" for none or an unknown node).
   [[nodiscard]] std::string netsetup_of(std::string_view node) const;
   // Every node with only what liveness needs: name, ip, bt_port, health, health_reasons,
-  // healthy, leaving, last_seen_s, netsetup_rev, seq, synced (labels, GPUs, datasets and the
-  // netsetup document itself left empty: node() has it). The failure detector's input once a
-  // second: at 5,000 nodes, copying whole summaries was most of an idle scheduler's CPU, and an
-  // H100 node's netsetup document alone is some 22 KB.
+  // healthy, leaving, last_seen_s, netsetup (shared, not copied) and netsetup_rev, seq, synced
+  // (labels, GPUs and datasets left empty). The failure detector's input once a second: at 5,000
+  // nodes, copying whole summaries was most of an idle scheduler's CPU, and an H100 node's
+  // netsetup document alone is some 22 KB.
   [[nodiscard]] std::vector<node_summary> liveness() const;
   [[nodiscard]] std::optional<node_summary> node(std::string_view name) const;
   [[nodiscard]] bool healthy(std::string_view name) const;
