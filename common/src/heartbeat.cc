@@ -384,6 +384,7 @@ std::string encode(const message& m) {
   w.raw('}');
   if (m.leaving) w.key("leaving").boolean(true);
   document("netsetup", m.netsetup);
+  if (m.netsetup_unchanged) w.key("netsetup_unchanged").boolean(true);
   w.key("node").str(m.node);
   w.key("objects").array(m.objects, [&](const held_object& o) {
     w.raw('{').key("digest", true).str(o.id.str()).key("info_hash").str(o.info_hash);
@@ -532,6 +533,11 @@ status decode_inventory(const reader& r, message& m) {
   }));
   SHOAL_TRY(parse_document(r, "rdma", false, m.rdma));
   SHOAL_TRY(parse_document(r, "netsetup", true, m.netsetup));
+  SHOAL_TRY(r.boolean("netsetup_unchanged", m.netsetup_unchanged));
+  if (m.netsetup_unchanged && m.full)
+    return fail(errc::invalid_argument, "netsetup_unchanged in a full heartbeat");
+  if (m.netsetup_unchanged && !m.netsetup.empty())
+    return fail(errc::invalid_argument, "netsetup_unchanged beside a netsetup document");
   SHOAL_TRY(r.str("health", m.health, 16));
   if (m.health != "ok" && m.health != "degraded" && m.health != "failing") {
     return fail(errc::invalid_argument, "health must be ok, degraded or failing");
@@ -629,6 +635,7 @@ result<message> decode(std::string_view text, const decode_limits& limits) {
 
 std::string encode(const reply& r) {
   json j = {{"schema", r.schema}, {"epoch", r.epoch}, {"ack_seq", r.ack_seq}, {"resync", r.resync}};
+  if (r.keeps_netsetup) j["keeps_netsetup"] = true;
   json orders = json::array();
   for (const auto& o : r.orders) {
     json x = {{"id", o.id},
@@ -664,6 +671,7 @@ result<reply> decode_reply(std::string_view text) {
   if (auto s = r.u64("ack_seq", rep.ack_seq, std::uint64_t{1} << 62); !s)
     return fail(wrap(s.error()));
   if (auto s = r.boolean("resync", rep.resync); !s) return fail(wrap(s.error()));
+  if (auto s = r.boolean("keeps_netsetup", rep.keeps_netsetup); !s) return fail(wrap(s.error()));
   jv orders;
   if (auto s = r.array("orders", orders, max_orders); !s) return fail(wrap(s.error()));
   if (orders) {

@@ -86,6 +86,10 @@ class heartbeat_sender {
   // What the scheduler holds for this node after the last acknowledged message: digest → info-hash.
   std::map<digest, std::string> acked_;
   bool need_full_ = true;
+  // The netsetup document the scheduler holds after the last acknowledged message, and whether
+  // its reply said it keeps documents (then a delta says netsetup_unchanged instead of resending).
+  std::string acked_netsetup_;
+  bool keeps_netsetup_ = false;
   std::uint64_t seq_ = 0;
   std::string epoch_;
 

@@ -196,7 +196,8 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   // A node that was unreachable is reachable again: snapshots only expire by time for nodes
   // going the other way.
   bool was_unreachable = known && now - n.last_seen >= opts_.unhealthy_after;
-  const bool new_netsetup = n.netsetup.str() != m.netsetup;
+  // A delta may say its document is the one this node sent before (netsetup_unchanged).
+  const bool new_netsetup = !m.netsetup_unchanged && n.netsetup.str() != m.netsetup;
   if (!known || was_unreachable || n.inv.labels != m.labels || new_netsetup ||
       n.inv.health != m.health || n.inv.leaving != m.leaving || !same_gpus(n.inv.gpus, m.gpus)) {
     ++nodes_generation_;

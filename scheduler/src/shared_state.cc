@@ -244,6 +244,7 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
     // log entry is the message without it, the record's inventory that without the objects.
     heartbeat::message inv = m;
     inv.netsetup.clear();
+    inv.netsetup_unchanged = false;  // the script's "=" says it (ARGV[10], the entry's ns)
     std::string entry = heartbeat::encode(inv);
     inv.objects.clear();
     inv.removed.clear();
@@ -263,7 +264,7 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
                                   std::move(entry),
                                   std::to_string(opts_.log_max_entries),
                                   opts_.replica_id,
-                                  m.netsetup,
+                                  m.netsetup_unchanged ? std::string("=") : m.netsetup,
                                   std::to_string(m.objects.size())};
     args.reserve(args.size() + 2 * m.objects.size() + m.removed.size() + 1);
     for (const auto& o : m.objects) {

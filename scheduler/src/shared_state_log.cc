@@ -346,9 +346,12 @@ bool shared_state::apply_heartbeat_entry(const std::string& id, const std::strin
   }
   if (node.empty() && applied_here(m->node)) return false;
   // The entry's netsetup document: "=" the node's previous one (applied here before this entry:
-  // the log's order), otherwise the document itself; none in entries of older replicas, whose
-  // message has it.
-  if (netsetup != nullptr) m->netsetup = *netsetup == "=" ? index_.netsetup_of(m->node) : *netsetup;
+  // the log's order; the index keeps it, nothing copied), otherwise the document itself; none in
+  // entries of older replicas, whose message has it.
+  if (netsetup != nullptr && *netsetup == "=")
+    m->netsetup_unchanged = true;
+  else if (netsetup != nullptr)
+    m->netsetup = *netsetup;
   apply_heartbeat(*m, verdict);
   return true;
 }

@@ -39,7 +39,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'endpoint', ARGV[5], 'inv', ARGV[6], 'seen', now)
 local ns = '='
-if rec[5] ~= ARGV[10] then
+if ARGV[10] ~= '=' and rec[5] ~= ARGV[10] then
   redis.call('HSET', KEYS[1], 'ns', ARGV[10])
   ns = ARGV[10]
 end

@@ -8,7 +8,8 @@ namespace shoal::scheduler::scripts {
 // KEYS: record, holdings, log, node set, epoch.
 // ARGV: node, message epoch, seq, full ("1"/"0"), endpoint ("ip:port", "" without BitTorrent),
 //       inventory JSON, message JSON (both without the netsetup document), log max length,
-//       replica id, the netsetup document ("" for none),
+//       replica id, the netsetup document ("" for none, "=" the node's previous one: the
+//       message said netsetup_unchanged),
 //       n added, n × (digest, "size kind info_hash"), n removed, n × digest.
 // Returns {verdict, log id, epoch, the node's previous log id or ""}, or {"noepoch"} when the
 // cluster has no epoch yet. The entry is written in format 1 (shared_log_format) and names its

@@ -48,6 +48,7 @@ std::string reference_encode(const message& m) {
   j["health"] = m.health;
   j["health_reasons"] = m.health_reasons;
   if (m.leaving) j["leaving"] = true;
+  if (m.netsetup_unchanged) j["netsetup_unchanged"] = true;
   json orders = json::array();
   for (const auto& o : m.orders) {
     json x = {{"id", o.id},
@@ -129,6 +130,7 @@ message random_message(std::mt19937_64& rnd) {
       list->push_back({any_string(rnd), rnd(), rnd(), rnd() % 2 == 0});
   }
   m.leaving = rnd() % 2 == 0;
+  m.netsetup_unchanged = rnd() % 2 == 0;
   m.pods_known = rnd() % 2 == 0;
   for (auto i = rnd() % 3; i > 0; --i) m.pods.push_back({any_string(rnd), any_string(rnd)});
   return m;

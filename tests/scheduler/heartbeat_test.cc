@@ -206,6 +206,48 @@ TEST(Heartbeat, ReplyDecoderIsStrictToo) {
   EXPECT_NE(r2.error().message.find("objects[0].digest"), std::string::npos);
 }
 
+// A delta may leave its netsetup document out when it is the one the scheduler holds; the
+// scheduler's reply says whether it keeps documents (older ones do not: false when absent).
+TEST(Heartbeat, NetsetupUnchangedTravelsOnlyInDeltasAndKeepsNetsetupInReplies) {
+  auto m = sample();
+  m.netsetup.clear();
+  m.netsetup_unchanged = true;
+  auto text = encode(m);
+  EXPECT_EQ(text.find("\"schema\":1,\"validation\""), std::string::npos);
+  auto d = decode(text);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->netsetup_unchanged);
+  EXPECT_TRUE(d->netsetup.empty());
+  EXPECT_FALSE(json::parse(encode(sample())).contains("netsetup_unchanged"));
+  EXPECT_FALSE(decode(encode(sample()))->netsetup_unchanged);
+
+  auto j = json::parse(encode(sample()));
+  j["netsetup_unchanged"] = true;  // beside the document itself
+  auto both = decode(j.dump());
+  ASSERT_FALSE(both);
+  EXPECT_NE(both.error().message.find("netsetup_unchanged beside a netsetup document"),
+            std::string::npos);
+  m.full = true;
+  m.removed.clear();
+  auto full = decode(encode(m));
+  ASSERT_FALSE(full);
+  EXPECT_NE(full.error().message.find("netsetup_unchanged in a full heartbeat"), std::string::npos);
+  j.erase("netsetup");
+  j["netsetup_unchanged"] = "yes";
+  auto typed = decode(j.dump());
+  ASSERT_FALSE(typed);
+  EXPECT_NE(typed.error().message.find("netsetup_unchanged must be true or false"),
+            std::string::npos);
+
+  reply r;
+  r.epoch = "e";
+  EXPECT_FALSE(json::parse(encode(r)).contains("keeps_netsetup"));
+  EXPECT_FALSE(decode_reply(encode(r))->keeps_netsetup);
+  r.keeps_netsetup = true;
+  EXPECT_TRUE(decode_reply(encode(r))->keeps_netsetup);
+  EXPECT_FALSE(decode_reply(R"({"epoch":"e","keeps_netsetup":1})"));
+}
+
 // Bounded fuzz: 3000 mutated valid messages, 1000 random JSON documents, 1000 random byte
 // strings. Nothing may crash; every accepted message must re-encode and decode to the same.
 TEST(Heartbeat, FuzzDecoderWithBoundedRandomInputs) {

@@ -126,8 +126,18 @@ TEST_F(IndexTest, NetsetupDocumentsAreVersioned) {
     EXPECT_EQ(again.nodes[0].health, "degraded");
     EXPECT_EQ(&again.nodes[0].netsetup.str(), &v.nodes[0].netsetup.str());
   }
-  EXPECT_EQ(with_doc(5, ""), 0u);
-  EXPECT_GT(with_doc(6, R"({"schema":1,"a":1})"), r2);  // the old text again: a new version
+  // A delta saying its document is unchanged keeps the one held: same version, same object.
+  {
+    auto m = delta_hb("n1", 5, "epoch-1", {});
+    m.netsetup_unchanged = true;
+    ASSERT_FALSE(idx_.apply(m, "10.0.0.9").resync);
+    auto kept = idx_.view({});
+    EXPECT_EQ(kept.nodes[0].netsetup_rev, r2);
+    EXPECT_EQ(&kept.nodes[0].netsetup.str(), &v.nodes[0].netsetup.str());
+    EXPECT_EQ(idx_.netsetup_of("n1"), R"({"schema":1,"a":2})");
+  }
+  EXPECT_EQ(with_doc(6, ""), 0u);                       // none given (and not said unchanged): none
+  EXPECT_GT(with_doc(7, R"({"schema":1,"a":1})"), r2);  // the old text again: a new version
   // Another node's first document is a version of its own.
   auto m = full_hb("n2", {});
   m.netsetup = R"({"schema":1,"a":2})";

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -354,8 +355,15 @@ class SchedulerIntegration(FixtureTestCase):
         def state(node: str) -> dict:
             return next((n["state"] for n in self.nodes() if n["node"] == node), {})
 
+        def heartbeat_bytes() -> float:
+            text = urllib.request.urlopen(self.scheduler.url + "/metrics", timeout=5).read().decode()
+            return float(re.search(r"^shoal_scheduler_heartbeat_bytes_total (\S+)$", text, re.M).group(1))
+
+        # Padded to 300 KB (a big node's document is some 22 KB): whether it travels again shows
+        # in the scheduler's byte count beside the other nodes' small heartbeats.
+        pad = "x" * 300_000
         report = self.dir / "node5-netsetup.json"
-        report.write_text(json.dumps({"validation": {"passed": False, "error": "PFC is off on rail 3"}}))
+        report.write_text(json.dumps({"validation": {"passed": False, "error": "PFC is off on rail 3"}, "pad": pad}))
         p5 = self.start_peerd("node5", "r2", {"node": {"netsetup_report": str(report)}})
         try:
             wait_until(lambda: state("node5").get("state") == "failed", 20, "node5 failed by its netsetup report")
@@ -364,8 +372,14 @@ class SchedulerIntegration(FixtureTestCase):
             node5 = http_json(self.scheduler.url + "/v1/nodes/node5")[1]
             self.assertEqual(node5["netsetup"]["validation"]["passed"], False)
             self.assertIsNone(next(n for n in self.nodes() if n["node"] == "node5")["netsetup"])
-            # The same document in every heartbeat: still failed, no second event.
+            # The same document: still failed, no second event, and not sent again (peerd's deltas
+            # say netsetup_unchanged once the scheduler acknowledged it; the scheduler keeps it).
+            seq0, bytes0 = node5["seq"], heartbeat_bytes()
             time.sleep(2 * HEARTBEAT + 1)
+            node5 = http_json(self.scheduler.url + "/v1/nodes/node5")[1]
+            self.assertGreaterEqual(node5["seq"], seq0 + 2)
+            self.assertLess(heartbeat_bytes() - bytes0, len(pad))
+            self.assertEqual(node5["netsetup"]["pad"], pad)
             self.assertEqual(state("node5")["state"], "failed")
             events = http_json(self.scheduler.url + "/v1/events?node=node5")[1]["events"]
             self.assertEqual([e["event"] for e in events], ["failed"], events)

@@ -224,6 +224,7 @@ TEST(SharedStateRedis, AHeartbeatIsAppliedWhereReceivedAtOnceAndInTheLogsOrderEv
 // A node's netsetup document (some 22 KB for an H100 node, in every heartbeat) is kept once per
 // node in Redis: the shared log carries it only when it changed ("=" otherwise), every replica
 // still has the node's current document, and a replica started later loads it from the record.
+// A node's delta may say its document is unchanged (netsetup_unchanged, "=" below): the same.
 TEST(SharedStateRedis, TheNetsetupDocumentTravelsOnceAndEveryReplicaHasIt) {
   RedisServer redis;
   if (!redis.up()) GTEST_SKIP() << "redis-server did not start (not installed?)";
@@ -235,17 +236,18 @@ TEST(SharedStateRedis, TheNetsetupDocumentTravelsOnceAndEveryReplicaHasIt) {
   auto beat = [&](replica& r, const std::string& doc, const std::string& epoch) {
     auto m = seq == 1 ? full_hb("n1", {held("l1", 100)}) : delta_hb("n1", seq, epoch, {});
     ++seq;
-    m.netsetup = doc;
+    m.netsetup = doc == "=" ? "" : doc;
+    m.netsetup_unchanged = doc == "=";
     auto res = r.shared->heartbeat(m);
     EXPECT_FALSE(res.stale);
     EXPECT_FALSE(res.out.resync) << res.out.resync_reason;
     return res.epoch;
   };
   auto epoch = beat(a, doc1, "");
-  beat(a, doc1, epoch);  // unchanged
+  beat(a, "=", epoch);   // said unchanged
   beat(b, doc1, epoch);  // unchanged, through the other replica
   beat(a, doc2, epoch);  // changed
-  beat(b, doc2, epoch);  // unchanged
+  beat(b, "=", epoch);   // said unchanged, through the other replica
   for (auto* r : {&a, &b}) {
     r->shared->catch_up();
     EXPECT_EQ(r->idx.netsetup_of("n1"), doc2);
@@ -276,6 +278,7 @@ TEST(SharedStateRedis, TheNetsetupDocumentTravelsOnceAndEveryReplicaHasIt) {
     EXPECT_EQ(r->idx.netsetup_of("n1"), "");
   }
   beat(a, doc1, epoch);
+  beat(b, "=", epoch);
   // A replica started now loads the node with its document (the record's, not the inventory's).
   replica late(redis.address(), "late");
   EXPECT_EQ(late.idx.netsetup_of("n1"), doc1);

@@ -140,6 +140,11 @@ struct message {
   // Empty when the node has none.
   std::string rdma;
   std::string netsetup;
+  // Sent as "netsetup_unchanged": true in a delta, instead of `netsetup`, when the document is the
+  // one the scheduler acknowledged last and its reply said keeps_netsetup: the scheduler keeps
+  // the one it has. Never in a full message (which always carries its documents); an error
+  // beside a `netsetup` document.
+  bool netsetup_unchanged = false;
   std::string health = "ok";  // ok | degraded | failing
   std::vector<std::string> health_reasons;
   std::vector<order_report> orders;
@@ -185,6 +190,10 @@ struct reply {
   std::string epoch;
   std::uint64_t ack_seq = 0;
   bool resync = false;  // the scheduler wants a full list, now
+  // The scheduler keeps each node's netsetup document between messages: a delta may say
+  // netsetup_unchanged instead of carrying it again (22 KB for an 8-NIC node). Absent (false)
+  // from schedulers that predate it, which would take a missing document for none.
+  bool keeps_netsetup = false;
   std::vector<prewarm_order> orders;
 };
 

@@ -161,6 +161,7 @@ class api {
   api_deps d_;
   authorizer auth_;
   metrics::counter* heartbeats_;
+  metrics::counter* heartbeat_bytes_;
   metrics::counter* bad_heartbeats_;
   metrics::counter_family& resyncs_;
   metrics::histogram_family& latency_;
