@@ -15,6 +15,40 @@ namespace shoal::scheduler_bench {
 using namespace shoal::scheduler;
 using json = nlohmann::json;
 
+namespace {
+
+// One delta heartbeat from every node as the scheduler takes it (decode, then the index's apply),
+// each node's document in it or said unchanged: microseconds per heartbeat and its bytes.
+json heartbeat_cost(cluster_index& idx, std::size_t nodes, const std::string& doc,
+                    std::uint64_t seq, bool unchanged, bool& ok) {
+  std::vector<std::string> bodies;
+  bodies.reserve(nodes);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    heartbeat::message m;
+    m.node = "node-" + std::to_string(i);
+    m.epoch = "epoch-bench";
+    m.full = false;
+    m.seq = seq;
+    m.bt_port = 6881;
+    m.labels = {{"zone", "z1"}, {"rack", "r" + std::to_string(i / 40)}, {"fabric", "f1"}};
+    m.gpus = {heartbeat::gpu_group{"H100", 8}};
+    if (unchanged)
+      m.netsetup_unchanged = true;
+    else
+      m.netsetup = doc;
+    bodies.push_back(heartbeat::encode(m));
+  }
+  auto t0 = steady::now();
+  for (std::size_t i = 0; i < nodes; ++i) {
+    auto m = heartbeat::decode(bodies[i]);
+    if (!m || idx.apply(*m, "10.0.0.1").resync) ok = false;
+  }
+  const double us = ms_since(t0) * 1000 / static_cast<double>(nodes);
+  return {{"bytes", bodies[0].size()}, {"us", round3(us)}};
+}
+
+}  // namespace
+
 json run_netsetup_pass(std::size_t nodes, bool& ok) {
   // One converged H100 node's document for every node: the cost of a verdict does not depend on
   // whose it is, and every node's document is a version of its own in the index.
@@ -58,6 +92,11 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
   const double before_ms = ms_since(t0);
   const std::size_t failing = fd.failed_nodes() + before.failed_nodes();
 
+  // A heartbeat of every node: the document sent again (as peerd did), then said unchanged.
+  auto hb_doc = heartbeat_cost(idx, nodes, doc, 2, false, ok);
+  auto hb_kept = heartbeat_cost(idx, nodes, doc, 3, true, ok);
+  if (idx.netsetup_of("node-1") != doc) ok = false;
+
   // A placement's evaluation of every node (no objects: the network verdict is what differs).
   job_spec job;
   job.nodes = 1;
@@ -78,7 +117,7 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
   heartbeat::message flip;
   flip.node = "node-0";
   flip.full = true;
-  flip.seq = 2;
+  flip.seq = 4;
   flip.bt_port = 6881;
   flip.netsetup = doc;
   flip.health = "degraded";
@@ -102,6 +141,10 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
       {"evaluate_nodes_ms_kept", round3(place_cached_ms)},
       {"evaluate_nodes_ms_before", round3(place_plain_ms)},
       {"snapshot_rebuild_ms", round3(snapshot_ms)},
+      {"heartbeat_bytes_with_document", hb_doc["bytes"]},
+      {"heartbeat_us_with_document", hb_doc["us"]},
+      {"heartbeat_bytes_unchanged", hb_kept["bytes"]},
+      {"heartbeat_us_unchanged", hb_kept["us"]},
   };
 }
 

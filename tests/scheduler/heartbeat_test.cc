@@ -206,6 +206,28 @@ TEST(Heartbeat, ReplyDecoderIsStrictToo) {
   EXPECT_NE(r2.error().message.find("objects[0].digest"), std::string::npos);
 }
 
+// A document is kept as the text it came in (not parsed and dumped again: 0.45 ms for 22 KB),
+// whatever its spacing; what reads it parses it, and encode() writes it canonical again.
+TEST(Heartbeat, DocumentsAreKeptAsWritten) {
+  auto j = json::parse(encode(sample()));
+  j.erase("netsetup");
+  const std::string doc = R"({ "validation" : {"passed": true},  "nics":[1, 2,3] })";
+  auto text = j.dump();
+  text.insert(text.size() - 1, R"(,"netsetup":)" + doc);
+  auto d = decode(text);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->netsetup, doc);
+  EXPECT_EQ(json::parse(d->netsetup), json::parse(doc));
+  auto again = decode(encode(*d));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->netsetup, json::parse(doc).dump());
+  // Malformed inside a well-formed message cannot happen (the message would not parse); a
+  // document with bad UTF-8 or too deep is refused with the message.
+  auto bad = text;
+  bad.replace(bad.find("nics"), 4, std::string("n\xff") + "cs");
+  EXPECT_FALSE(decode(bad));
+}
+
 // A delta may leave its netsetup document out when it is the one the scheduler holds; the
 // scheduler's reply says whether it keeps documents (older ones do not: false when absent).
 TEST(Heartbeat, NetsetupUnchangedTravelsOnlyInDeltasAndKeepsNetsetupInReplies) {
