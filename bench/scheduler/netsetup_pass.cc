@@ -17,6 +17,11 @@ using json = nlohmann::json;
 
 namespace {
 
+// The address every node of the pass heartbeats from.
+std::string node_ip(std::size_t i) {
+  return "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+}
+
 // One delta heartbeat from every node as the scheduler takes it (decode, then the index's apply),
 // each node's document in it or said unchanged: microseconds per heartbeat and its bytes.
 json heartbeat_cost(cluster_index& idx, std::size_t nodes, const std::string& doc,
@@ -41,7 +46,7 @@ json heartbeat_cost(cluster_index& idx, std::size_t nodes, const std::string& do
   auto t0 = steady::now();
   for (std::size_t i = 0; i < nodes; ++i) {
     auto m = heartbeat::decode(bodies[i]);
-    if (!m || idx.apply(*m, "10.0.0.1").resync) ok = false;
+    if (!m || idx.apply(*m, node_ip(i)).resync) ok = false;
   }
   const double us = ms_since(t0) * 1000 / static_cast<double>(nodes);
   return {{"bytes", bodies[0].size()}, {"us", round3(us)}};
@@ -65,8 +70,7 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
     m.netsetup = doc;
     m.labels = {{"zone", "z1"}, {"rack", "r" + std::to_string(i / 40)}, {"fabric", "f1"}};
     m.gpus = {heartbeat::gpu_group{"H100", 8}};
-    if (idx.apply(m, "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1))
-            .refused) {
+    if (idx.apply(m, node_ip(i)).refused) {
       ok = false;
       return {{"error", "the index refused a node"}};
     }
