@@ -397,6 +397,11 @@ int most_offers_in_flight(int max_in_flight, bool& all_completed) {
 TEST(SwarmSuperSeed, OffersInFlightAreBoundedForAllNodes) {
   bool completed = false;
   int unbounded = most_offers_in_flight(64, completed);
+  // That the sampling can see more than two offers out is the check's precondition, not the
+  // property: under ASan beside other tests the 4 nodes may join the origin too far apart to have
+  // their offers out together (seen once in a clean-clone run, 2026-12-07), so once more then.
+  if (unbounded <= 2 && completed)
+    unbounded = std::max(unbounded, most_offers_in_flight(64, completed));
   EXPECT_TRUE(completed) << "without a bound";
   EXPECT_GT(unbounded, 2) << "the check cannot see offers in flight";
   int bounded = most_offers_in_flight(2, completed);
