@@ -22,6 +22,19 @@ std::string node_ip(std::size_t i) {
   return "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
 }
 
+// Node i's heartbeat without its document: its name, labels and GPUs, one seq.
+heartbeat::message node_message(std::size_t i, std::uint64_t seq, bool full) {
+  heartbeat::message m;
+  m.node = "node-" + std::to_string(i);
+  m.epoch = "epoch-bench";
+  m.full = full;
+  m.seq = seq;
+  m.bt_port = 6881;
+  m.labels = {{"zone", "z1"}, {"rack", "r" + std::to_string(i / 40)}, {"fabric", "f1"}};
+  m.gpus = {heartbeat::gpu_group{"H100", 8}};
+  return m;
+}
+
 // One delta heartbeat from every node as the scheduler takes it (decode, then the index's apply),
 // each node's document in it or said unchanged: microseconds per heartbeat and its bytes.
 json heartbeat_cost(cluster_index& idx, std::size_t nodes, const std::string& doc,
@@ -29,14 +42,7 @@ json heartbeat_cost(cluster_index& idx, std::size_t nodes, const std::string& do
   std::vector<std::string> bodies;
   bodies.reserve(nodes);
   for (std::size_t i = 0; i < nodes; ++i) {
-    heartbeat::message m;
-    m.node = "node-" + std::to_string(i);
-    m.epoch = "epoch-bench";
-    m.full = false;
-    m.seq = seq;
-    m.bt_port = 6881;
-    m.labels = {{"zone", "z1"}, {"rack", "r" + std::to_string(i / 40)}, {"fabric", "f1"}};
-    m.gpus = {heartbeat::gpu_group{"H100", 8}};
+    auto m = node_message(i, seq, false);
     if (unchanged)
       m.netsetup_unchanged = true;
     else
@@ -62,14 +68,8 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
   index_options io;
   cluster_index idx(io, "epoch-bench");
   for (std::size_t i = 0; i < nodes; ++i) {
-    heartbeat::message m;
-    m.node = "node-" + std::to_string(i);
-    m.full = true;
-    m.seq = 1;
-    m.bt_port = 6881;
+    auto m = node_message(i, 1, true);
     m.netsetup = doc;
-    m.labels = {{"zone", "z1"}, {"rack", "r" + std::to_string(i / 40)}, {"fabric", "f1"}};
-    m.gpus = {heartbeat::gpu_group{"H100", 8}};
     if (idx.apply(m, node_ip(i)).refused) {
       ok = false;
       return {{"error", "the index refused a node"}};
@@ -118,15 +118,11 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
   const double place_cached_ms = eval_ms(cached);  // kept by the passes above
   // The node snapshot placement reads is built again when a node's health (labels, document)
   // changes: one node turns degraded, then the next view builds it, every node's document in it.
-  heartbeat::message flip;
-  flip.node = "node-0";
-  flip.full = true;
-  flip.seq = 4;
-  flip.bt_port = 6881;
+  auto flip = node_message(0, 4, true);
   flip.netsetup = doc;
   flip.health = "degraded";
   flip.health_reasons = {"bench"};
-  (void)idx.apply(flip, "10.0.0.1");
+  (void)idx.apply(flip, node_ip(0));
   t0 = steady::now();
   auto rebuilt = idx.view({});
   const double snapshot_ms = ms_since(t0);
