@@ -99,7 +99,7 @@ json run_netsetup_pass(std::size_t nodes, bool& ok) {
   // A heartbeat of every node: the document sent again (as peerd did), then said unchanged.
   auto hb_doc = heartbeat_cost(idx, nodes, doc, 2, false, ok);
   auto hb_kept = heartbeat_cost(idx, nodes, doc, 3, true, ok);
-  if (idx.netsetup_of("node-1") != doc) ok = false;
+  if (auto n1 = idx.node("node-1"); !n1 || n1->netsetup.str() != doc) ok = false;
 
   // A placement's evaluation of every node (no objects: the network verdict is what differs).
   job_spec job;

@@ -350,12 +350,6 @@ std::vector<node_summary> cluster_index::nodes() const {
   return out;
 }
 
-std::string cluster_index::netsetup_of(std::string_view node) const {
-  std::shared_lock lk(mu_);
-  auto it = nodes_.find(node);
-  return it == nodes_.end() ? std::string() : it->second.netsetup.str();
-}
-
 std::vector<node_summary> cluster_index::liveness() const {
   auto now = now_();
   std::shared_lock lk(mu_);

@@ -134,7 +134,7 @@ TEST_F(IndexTest, NetsetupDocumentsAreVersioned) {
     auto kept = idx_.view({});
     EXPECT_EQ(kept.nodes[0].netsetup_rev, r2);
     EXPECT_EQ(&kept.nodes[0].netsetup.str(), &v.nodes[0].netsetup.str());
-    EXPECT_EQ(idx_.netsetup_of("n1"), R"({"schema":1,"a":2})");
+    EXPECT_EQ(idx_.node("n1")->netsetup.str(), R"({"schema":1,"a":2})");
   }
   EXPECT_EQ(with_doc(6, ""), 0u);                       // none given (and not said unchanged): none
   EXPECT_GT(with_doc(7, R"({"schema":1,"a":1})"), r2);  // the old text again: a new version

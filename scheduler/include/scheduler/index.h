@@ -166,8 +166,6 @@ class cluster_index {
   [[nodiscard]] std::vector<dropped_node> expire();
 
   [[nodiscard]] std::vector<node_summary> nodes() const;
-  // The node's netsetup document ("" for none or an unknown node).
-  [[nodiscard]] std::string netsetup_of(std::string_view node) const;
   // Every node with only what liveness needs: name, ip, bt_port, health, health_reasons,
   // healthy, leaving, last_seen_s, netsetup (shared, not copied) and netsetup_rev, seq, synced
   // (labels, GPUs and datasets left empty). The failure detector's input once a second: at 5,000
