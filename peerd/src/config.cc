@@ -24,7 +24,8 @@ void describe(config::binder& b, node_config& c) {
           "defaults to this machine's.");
   b.list("gpus", c.gpus, "GPUs of this node, reported to the scheduler (GPU fit of placements).");
   b.field("netsetup_report", c.netsetup_report,
-          "Path of netsetup's discovery document (JSON) attached to heartbeats; empty: none.");
+          "Path of netsetup's discovery document (JSON object, at most 1 MiB) attached to "
+          "heartbeats, read again when the file changes; empty: none.");
   b.field("health_command", c.health_command,
           "The node's health check, e.g. a GPU check: an argv run every health_interval without a "
           "shell. Exit 0 is ok, exit 1 degraded, anything else (another exit, a signal, "

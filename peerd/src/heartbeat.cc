@@ -3,9 +3,6 @@
 #include "peerd/health.h"
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/log.h"
 #include "common/platform.h"
@@ -15,6 +12,8 @@
 namespace shoal::peerd {
 
 heartbeat_sender::heartbeat_sender(deps d) : d_(std::move(d)), platform_(oci::host_platform()) {
+  if (!d_.cfg.node.netsetup_report.empty())
+    report_ = std::make_unique<netsetup_report>(d_.cfg.node.netsetup_report);
   for (const auto& u : scheduler_urls(d_.cfg.upstream)) url_ += (url_.empty() ? "" : ",") + u;
 }
 
@@ -57,22 +56,13 @@ heartbeat::message heartbeat_sender::build_message() {
   m.ip = ep.substr(0, ep.rfind(':'));
   m.bt_port = d_.swarm.listen_port();
   m.http_port = d_.http_port ? d_.http_port() : 0;
-  if (!node.netsetup_report.empty()) {
-    std::ifstream f(node.netsetup_report, std::ios::binary);
-    std::stringstream ss;
-    if (f) ss << f.rdbuf();
-    std::string text = ss.str();
-    auto doc = nlohmann::json::parse(text, nullptr, false);
-    if (!f) {
-      m.health = "degraded";
-      m.health_reasons.push_back("netsetup report " + node.netsetup_report + " cannot be read");
-    } else if (text.size() > heartbeat::max_document_bytes || doc.is_discarded() ||
-               !doc.is_object()) {
-      m.health = "degraded";
-      m.health_reasons.push_back("netsetup report " + node.netsetup_report +
-                                 " is not a JSON object of at most 1 MiB");
+  if (report_) {
+    const auto& r = report_->current();
+    if (r.ok) {
+      m.netsetup = r.text;
     } else {
-      m.netsetup = std::move(text);
+      m.health = "degraded";
+      m.health_reasons.push_back(r.reason);
     }
   }
   if (d_.health) {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "common/heartbeat.h"
 #include "common/http_client.h"
 #include "peerd/config.h"
+#include "peerd/netsetup_report.h"
 #include "peerd/swarm.h"
 
 namespace shoal::peerd {
@@ -90,6 +92,7 @@ class heartbeat_sender {
   // its reply said it keeps documents (then a delta says netsetup_unchanged instead of resending).
   std::string acked_netsetup_;
   bool keeps_netsetup_ = false;
+  std::unique_ptr<netsetup_report> report_;  // null without node.netsetup_report
   std::uint64_t seq_ = 0;
   std::string epoch_;
 
