@@ -192,12 +192,13 @@ struct ingest_counts {
   std::size_t bad = 0, resyncs = 0;
   std::uint64_t reply_bytes = 0;
 };
-void ingest(cluster_index& idx, const std::string& text, const std::string& epoch,
+// Returns whether it was a full list.
+bool ingest(cluster_index& idx, const std::string& text, const std::string& epoch,
             ingest_counts& c) {
   auto m = heartbeat::decode(text);
   if (!m) {
     ++c.bad;
-    return;
+    return false;
   }
   auto out = idx.apply(*m, "10.0.0.1");
   if (out.resync) ++c.resyncs;
@@ -206,6 +207,14 @@ void ingest(cluster_index& idx, const std::string& text, const std::string& epoc
   rep.ack_seq = m->seq;
   rep.resync = out.resync;
   c.reply_bytes += heartbeat::encode(rep).size();
+  return m->full;
+}
+
+json spread(const std::vector<double>& ms) {
+  return {{"count", ms.size()},
+          {"p50", round3(percentile(ms, 50))},
+          {"p99", round3(percentile(ms, 99))},
+          {"max", round3(percentile(ms, 100))}};
 }
 
 double thread_cpu_s() {
@@ -222,6 +231,7 @@ struct feed_result {
   ingest_counts counts;
   double seconds = 0, cpu_s = 0, max_lag_ms = 0;
   bool ran_out = false;
+  std::vector<double> full_ms, delta_ms;  // each heartbeat: decode, apply, reply
 };
 feed_result feed(cluster_index& idx, const std::vector<std::string>& payloads, double rate,
                  const std::atomic<bool>& stop, const std::string& epoch) {
@@ -238,7 +248,9 @@ feed_result feed(cluster_index& idx, const std::vector<std::string>& payloads, d
       break;
     }
     fr.max_lag_ms = std::max(fr.max_lag_ms, ms_since(due));
-    ingest(idx, payloads[i], epoch, fr.counts);
+    const auto t = steady::now();
+    const bool full = ingest(idx, payloads[i], epoch, fr.counts);
+    (full ? fr.full_ms : fr.delta_ms).push_back(ms_since(t));
     ++fr.applied;
   }
   fr.seconds = ms_since(t0) / 1000.0;
@@ -612,6 +624,9 @@ json run_scale(const scale_params& p, std::uint64_t seed, bool& ok) {
         {"heartbeats_s",
          std::round(fed.seconds > 0 ? static_cast<double>(fed.applied) / fed.seconds : 0)},
         {"max_lag_ms", round3(fed.max_lag_ms)},
+        // How long the heartbeats took (a full list holds the index's exclusive lock only for
+        // what it changes: cluster_index::plan_full).
+        {"heartbeat_ms", {{"full", spread(fed.full_ms)}, {"delta", spread(fed.delta_ms)}}},
         {"heartbeat_thread_cpu_s", round3(fed.cpu_s)},
         {"decision_thread_cpu_s", round3(dec_cpu_s)},
         {"soft_decisions_cpu_s", round3(soft_cpu_s)},

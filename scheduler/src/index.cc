@@ -71,6 +71,7 @@ cluster_index::object_ptr cluster_index::add_holder(node_entry& n, const heartbe
   if (!o.info_hash.empty()) e.info_hash = o.info_hash;
   if (!o.kind.empty()) e.kind = o.kind;
   if (n.held.insert(p).second) {
+    n.held_version = ++held_versions_;
     auto pos = std::lower_bound(e.holders.begin(), e.holders.end(), n.id);
     if (pos == e.holders.end() || *pos != n.id) e.holders.insert(pos, n.id);
     n.bytes_held += e.size;
@@ -89,6 +90,7 @@ void cluster_index::remove_holder(node_entry& n, const digest& d, std::vector<in
 
 void cluster_index::remove_holder(node_entry& n, object_ptr p, std::vector<info_hash>* hashes) {
   if (n.held.erase(p) == 0) return;
+  n.held_version = ++held_versions_;
   --holdings_;
   auto& e = p->second;
   n.bytes_held -= std::min(n.bytes_held, e.size);
@@ -176,9 +178,76 @@ bool same_gpus(const std::vector<heartbeat::gpu_group>& a,
 // Most heartbeats repeat the inventory: labels, health reasons and the netsetup document are
 // copied only when they changed (a copy allocates every entry again; this was most of a delta's
 // cost after decoding).
+std::optional<cluster_index::full_plan> cluster_index::plan_full(
+    const heartbeat::message& m) const {
+  std::shared_lock lk(mu_);
+  auto it = nodes_.find(m.node);
+  if (it == nodes_.end()) return std::nullopt;
+  const node_entry& n = it->second;
+  full_plan plan;
+  plan.version = n.held_version;
+  std::unordered_set<object_ptr> listed;
+  listed.reserve(m.objects.size());
+  for (std::uint32_t k = 0; k < m.objects.size(); ++k) {
+    const auto& o = m.objects[k];
+    auto found = objects_.find(o.id);
+    // held stores non-const pointers; the lookups only compare addresses.
+    auto p = found == objects_.end() ? nullptr : const_cast<object_ptr>(&*found);
+    if (!p || !n.held.count(p)) {
+      plan.fresh.push_back(k);
+      continue;
+    }
+    listed.insert(p);
+    const auto& e = p->second;
+    if ((o.size != 0 && o.size != e.size) || (!o.info_hash.empty() && o.info_hash != e.info_hash) ||
+        (!o.kind.empty() && o.kind != e.kind)) {
+      plan.fresh.push_back(k);  // held, with details to record
+      continue;
+    }
+    info_hash ih;
+    if (!e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) plan.kept_hashes.push_back(ih);
+  }
+  if (n.held.size() != listed.size()) {
+    for (object_ptr p : n.held) {
+      if (!listed.count(p)) plan.gone.push_back(p);
+    }
+  }
+  return plan;
+}
+
+void cluster_index::apply_full_locked(node_entry& n, const heartbeat::message& m,
+                                      const full_plan* plan, apply_outcome& out) {
+  if (plan) {
+    // Only the difference: what the node held at the plan it still holds (same held_version), so
+    // every pointer in `gone` is still in objects_.
+    for (std::uint32_t k : plan->fresh) add_holder(n, m.objects[k], &out.added);
+    out.added.insert(out.added.end(), plan->kept_hashes.begin(), plan->kept_hashes.end());
+    for (object_ptr p : plan->gone) remove_holder(n, p, nullptr);
+  } else {
+    std::unordered_set<object_ptr> listed;
+    listed.reserve(m.objects.size());
+    for (const auto& o : m.objects) listed.insert(add_holder(n, o, &out.added));
+    std::vector<object_ptr> gone;
+    if (n.held.size() != listed.size()) {  // else the node holds exactly what it listed
+      for (object_ptr p : n.held) {
+        if (!listed.count(p)) gone.push_back(p);
+      }
+    }
+    for (object_ptr p : gone) remove_holder(n, p, nullptr);
+  }
+  n.seq = m.seq;
+  n.synced = true;
+  out.full = true;
+}
+
 apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip,
                                    const apply_decision* decided) {
   auto now = now_() - (decided ? decided->age : std::chrono::milliseconds(0));
+  std::optional<full_plan> plan;
+  if (m.full) {
+    plan = plan_full(m);
+    if (opts_.between_plan_and_apply_for_test) opts_.between_plan_and_apply_for_test();
+  }
   std::unique_lock lk(mu_);
   apply_outcome out;
   auto it = nodes_.find(m.node);
@@ -231,19 +300,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   out.ip = n.ip;
 
   if (m.full) {
-    std::unordered_set<object_ptr> listed;
-    listed.reserve(m.objects.size());
-    for (const auto& o : m.objects) listed.insert(add_holder(n, o, &out.added));
-    std::vector<object_ptr> gone;
-    if (n.held.size() != listed.size()) {  // else the node holds exactly what it listed
-      for (object_ptr p : n.held) {
-        if (!listed.count(p)) gone.push_back(p);
-      }
-    }
-    for (object_ptr p : gone) remove_holder(n, p, nullptr);
-    n.seq = m.seq;
-    n.synced = true;
-    out.full = true;
+    apply_full_locked(n, m, plan && plan->version == n.held_version ? &*plan : nullptr, out);
     return out;
   }
   if (decided) {

@@ -2,6 +2,10 @@
 // and dropping of silent nodes, and the views placement uses.
 #include "scheduler/index.h"
 
+#include <algorithm>
+#include <functional>
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -466,6 +470,96 @@ TEST(IndexHoldings, FullListWithDuplicatesReplacesTheHoldings) {
   EXPECT_TRUE(v.objects.at(dg("a")).seen_before);
   EXPECT_EQ(v.objects.at(dg("b")).holders.size(), 2u);
   EXPECT_EQ(idx.expire().size(), 0u);
+}
+
+}  // namespace
+}  // namespace shoal::scheduler
+
+namespace shoal::scheduler {
+namespace {
+
+using namespace testing;
+
+std::vector<std::string> holder_names(const cluster_index& idx, std::string_view name) {
+  std::vector<std::string> out;
+  if (auto o = idx.object(dg(name))) {
+    for (const auto& h : o->holders) out.push_back(h.node);
+  }
+  return out;
+}
+
+std::size_t count_hash(const std::vector<info_hash>& v, std::string_view name) {
+  info_hash want;
+  EXPECT_TRUE(parse_info_hash(ih_of(name), want));
+  return static_cast<std::size_t>(std::count(v.begin(), v.end(), want));
+}
+
+// A known node's full list is planned under the shared lock and applied as its difference: what
+// it adds, what it leaves out, what it lists with new details; every listed info-hash is still
+// in the outcome, and the change log holds only the difference.
+TEST(IndexFullPlan, AFullListOfAKnownNodeAppliesOnlyItsDifference) {
+  fake_clock clock;
+  cluster_index idx(index_options{}, "e", clock.fn());
+  ASSERT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("b", 2), held("c", 3)}), "10.0.0.9")
+                .refused,
+            0u);
+  const auto log0 = idx.view({}).changes;
+  auto c = held("c", 30);  // a new size for c
+  auto out = idx.apply(full_hb("n1", {held("b", 2), c, held("d", 4)}, {}, 2), "10.0.0.9");
+  EXPECT_TRUE(out.full);
+  EXPECT_EQ(out.added.size(), 3u);
+  for (const char* n : {"b", "c", "d"}) EXPECT_EQ(count_hash(out.added, n), 1u) << n;
+  EXPECT_FALSE(idx.object(dg("a")));
+  EXPECT_EQ(holder_names(idx, "b"), std::vector<std::string>{"n1"});
+  EXPECT_EQ(idx.object(dg("c"))->ref.size, 30u);
+  EXPECT_EQ(holder_names(idx, "d"), std::vector<std::string>{"n1"});
+  EXPECT_EQ(idx.node("n1")->objects, 3u);
+  // Logged: a removed, d added (c's new size is no change of who holds it).
+  EXPECT_EQ(idx.view({}).changes, log0 + 2);
+
+  // The same list again changes nothing and still reports every info-hash.
+  out = idx.apply(full_hb("n1", {held("b", 2), c, held("d", 4)}, {}, 3), "10.0.0.9");
+  EXPECT_EQ(out.added.size(), 3u);
+  EXPECT_EQ(idx.view({}).changes, log0 + 2);
+}
+
+// The plan is made without the exclusive lock: the node's holdings may change before it is
+// applied (another heartbeat of it, another node dropping an object the list names). A plan
+// whose node changed is not used; the list is applied in full, and the result is the list.
+TEST(IndexFullPlan, APlanWhoseNodeChangedMeanwhileIsNotUsed) {
+  fake_clock clock;
+  std::function<void()> between;
+  index_options o;
+  o.between_plan_and_apply_for_test = [&] {
+    if (auto f = std::exchange(between, nullptr)) f();
+  };
+  cluster_index idx(o, "e", clock.fn());
+  ASSERT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("b", 2)}, {}, 1, "e"), "10.0.0.9").refused,
+            0u);
+  ASSERT_EQ(idx.apply(full_hb("n2", {held("y", 5)}, {}, 1, "e"), "10.0.0.8").refused, 0u);
+
+  // Between n1's plan and its apply: a delta of n1 adds x and drops a, and n2 leaves y (its
+  // last holder: y leaves the object table). Runs with no lock held (apply takes the exclusive
+  // one, so a held lock would deadlock here).
+  between = [&] {
+    ASSERT_FALSE(idx.apply(delta_hb("n1", 2, "e", {held("x", 7)}, {dg("a")}), "10.0.0.9").resync);
+    ASSERT_EQ(idx.apply(full_hb("n2", {}, {}, 2, "e"), "10.0.0.8").refused, 0u);
+    ASSERT_FALSE(idx.object(dg("y")));
+  };
+  auto out = idx.apply(full_hb("n1", {held("a", 1), held("y", 5)}, {}, 3, "e"), "10.0.0.9");
+  EXPECT_FALSE(between);  // it ran
+  EXPECT_TRUE(out.full);
+  EXPECT_EQ(holder_names(idx, "a"), std::vector<std::string>{"n1"});
+  EXPECT_EQ(holder_names(idx, "y"), std::vector<std::string>{"n1"});
+  EXPECT_FALSE(idx.object(dg("b")));
+  EXPECT_FALSE(idx.object(dg("x")));
+  EXPECT_EQ(idx.node("n1")->objects, 2u);
+  EXPECT_EQ(idx.node("n1")->bytes_held, 6u);
+  EXPECT_EQ(idx.stats().holdings, 2u);
+
+  // The next delta follows the full list's seq.
+  EXPECT_FALSE(idx.apply(delta_hb("n1", 4, "e", {held("z", 1)}), "10.0.0.9").resync);
+  EXPECT_EQ(idx.node("n1")->objects, 3u);
 }
 
 }  // namespace

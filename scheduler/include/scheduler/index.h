@@ -51,6 +51,9 @@ struct index_options {
   // Holding changes kept for changes_since() (about 40 bytes each; allocated on the first
   // change). At 10,000 heartbeats/s of 5 changes each, 131,072 reach back 2.6 s.
   std::size_t change_log = 1u << 17;
+  // Tests only: runs inside apply() between a full list's plan (made under the shared lock) and
+  // its application (under the exclusive one), with no lock held.
+  std::function<void()> between_plan_and_apply_for_test;
 };
 
 // One change of which node holds which object, as the change log keeps it: per-job scores
@@ -243,12 +246,30 @@ class cluster_index {
     // address, which no sender chooses.
     std::unordered_set<object_ptr> held;
     std::uint64_t bytes_held = 0;
+    // A value no other state of any node's `held` had (from held_versions_); a full list's plan
+    // is applied only while it is unchanged.
+    std::uint64_t held_version = 0;
     std::uint64_t seq = 0;
     bool synced = false;
     std::uint64_t netsetup_rev = 0;  // node_view::netsetup_rev (from netsetup_revs_)
     // The netsetup document, shared with the node snapshots (inv.netsetup stays empty).
     shared_text netsetup;
   };
+
+  // A full list of a known node, planned under the shared lock (decisions go on meanwhile):
+  // which of its objects the node does not hold yet, or holds with other details (`fresh`,
+  // indexes into m.objects, applied by add_holder), which held ones it leaves out (`gone`),
+  // and the info-hashes of the rest, which change nothing. Valid while the node's held_version
+  // is `version`; the exclusive section then applies only this difference.
+  struct full_plan {
+    std::uint64_t version = 0;
+    std::vector<std::uint32_t> fresh;
+    std::vector<object_ptr> gone;
+    std::vector<info_hash> kept_hashes;
+  };
+  [[nodiscard]] std::optional<full_plan> plan_full(const heartbeat::message& m) const;
+  void apply_full_locked(node_entry& n, const heartbeat::message& m, const full_plan* plan,
+                         apply_outcome& out);
 
   // Why the caps refuse `m` (sets out.refused), with mu_ held; `n` is null for a new node.
   [[nodiscard]] bool refuse_locked(const heartbeat::message& m, const node_entry* n,
@@ -285,6 +306,7 @@ class cluster_index {
   std::uint64_t log_next_ = 0;
   // Bumped (under the unique lock) by every change a node_snapshot shows, other than liveness.
   std::uint64_t nodes_generation_ = 1;
+  std::uint64_t held_versions_ = 0;  // node_entry::held_version's source
   // Guards snapshot_ only: readers under the shared lock may replace a stale snapshot.
   mutable std::mutex snapshot_mu_;
   mutable std::shared_ptr<const node_snapshot> snapshot_;
