@@ -500,9 +500,8 @@ std::size_t count_hash(const std::vector<info_hash>& v, std::string_view name) {
 TEST(IndexFullPlan, AFullListOfAKnownNodeAppliesOnlyItsDifference) {
   fake_clock clock;
   cluster_index idx(index_options{}, "e", clock.fn());
-  ASSERT_EQ(idx.apply(full_hb("n1", {held("a", 1), held("b", 2), held("c", 3)}), "10.0.0.9")
-                .refused,
-            0u);
+  ASSERT_EQ(
+      idx.apply(full_hb("n1", {held("a", 1), held("b", 2), held("c", 3)}), "10.0.0.9").refused, 0u);
   const auto log0 = idx.view({}).changes;
   auto c = held("c", 30);  // a new size for c
   auto out = idx.apply(full_hb("n1", {held("b", 2), c, held("d", 4)}, {}, 2), "10.0.0.9");
