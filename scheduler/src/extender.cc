@@ -210,7 +210,7 @@ job_objects extender::resolve_pod(const pod_info& pod, const std::vector<std::st
 }
 
 bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
-                             kept_answers& out, bool costs) {
+                             kept_answers& out, bool costs, bool states) {
   auto& idx = placer_.index();
   auto nodes_only = idx.view({});
   const auto& names = a.node_names();
@@ -231,11 +231,13 @@ bool extender::evaluate_kept(const extender_args& a, std::vector<std::string>& e
   const auto& at = pos->at;
   const std::size_t n = names.size();
   out.score.assign(n, 0);
-  out.state.assign(n, 0);
   if (costs) out.cost.assign(n, node_cost{});
-  for (std::size_t k = 0; k < n; ++k) {
-    const auto i = at[k];
-    if (i != no_node) out.state[k] = static_cast<std::uint8_t>(1 | (cls->healthy[i] ? 2 : 0));
+  if (states) {
+    out.state.assign(n, 0);
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto i = at[k];
+      if (i != no_node) out.state[k] = static_cast<std::uint8_t>(1 | (cls->healthy[i] ? 2 : 0));
+    }
   }
   // One kept state per platform with objects; the names of other platforms cost nothing.
   const bool one_platform = cls->platforms.size() == 1;
@@ -277,9 +279,9 @@ std::string extender::preferred_for(const pod_info& pod) const {
 }
 
 extender::kept_answers extender::answers(const extender_args& a, std::vector<std::string>& errors,
-                                         bool costs) {
+                                         bool costs, bool states) {
   kept_answers got;
-  if (evaluate_kept(a, errors, got, costs)) return got;
+  if (evaluate_kept(a, errors, got, costs, states)) return got;
   auto verdicts = evaluate(a, errors);
   got.score.assign(verdicts.size(), 0);
   got.state.assign(verdicts.size(), 0);
@@ -407,9 +409,10 @@ http::response extender::prioritize(std::string_view body) {
   }
   const auto& names = a->node_names();
   std::vector<std::string> errors;
-  auto got = answers(*a, errors, false);
+  const std::string preferred = preferred_for(a->pod);
+  auto got = answers(*a, errors, false, !preferred.empty());
   auto& score = got.score;
-  if (const std::string preferred = preferred_for(a->pod); !preferred.empty()) {
+  if (!preferred.empty()) {
     // A failover replacement comes first (jobs.h): 10 for it, at most 9 for the others.
     for (std::size_t k = 0; k < names.size(); ++k) {
       score[k] =

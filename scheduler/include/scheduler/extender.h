@@ -156,11 +156,11 @@ class extender {
   // node came or went meanwhile), having added nothing to `errors`: then evaluate() answers.
   struct kept_answers {
     std::vector<std::uint8_t> score;  // 0..10
-    std::vector<std::uint8_t> state;  // bit 0: known, bit 1: healthy
+    std::vector<std::uint8_t> state;  // bit 0: known, bit 1: healthy; with states only
     std::vector<node_cost> cost;      // with costs only
   };
   [[nodiscard]] bool evaluate_kept(const extender_args& a, std::vector<std::string>& errors,
-                                   kept_answers& out, bool costs);
+                                   kept_answers& out, bool costs, bool states);
 
   // The node a job's pods should go to (a failover replacement), or nullopt; set once at wiring,
   // before requests (job_registry::preferred_node). Unset: no preference.
@@ -175,9 +175,11 @@ class extender {
                                         std::vector<std::string>& errors);
   // The pod's job's preferred node, or "".
   [[nodiscard]] std::string preferred_for(const pod_info& pod) const;
-  // evaluate_kept()'s answers, else the same from evaluate(): what both verbs read.
+  // evaluate_kept()'s answers, else the same from evaluate(): what both verbs read. Without
+  // `states`, kept answers may leave `state` empty (prioritize reads it only for a failover
+  // replacement; at 20,000 nodes it is a pass over every name).
   [[nodiscard]] kept_answers answers(const extender_args& a, std::vector<std::string>& errors,
-                                     bool costs);
+                                     bool costs, bool states = true);
   // Hard mode's filter: the names that pass (indexes into a.node_names()) into `kept`, the
   // others with why into `failed`; or the error that stops the judgement.
   [[nodiscard]] std::string judge_hard(const extender_args& a, const threshold& limit,
