@@ -175,9 +175,6 @@ bool same_gpus(const std::vector<heartbeat::gpu_group>& a,
 
 }  // namespace
 
-// Most heartbeats repeat the inventory: labels, health reasons and the netsetup document are
-// copied only when they changed (a copy allocates every entry again; this was most of a delta's
-// cost after decoding).
 std::optional<cluster_index::full_plan> cluster_index::plan_full(
     const heartbeat::message& m) const {
   std::shared_lock lk(mu_);
@@ -240,6 +237,9 @@ void cluster_index::apply_full_locked(node_entry& n, const heartbeat::message& m
   out.full = true;
 }
 
+// Most heartbeats repeat the inventory: labels, health reasons and the netsetup document are
+// copied only when they changed (a copy allocates every entry again; this was most of a delta's
+// cost after decoding).
 apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view source_ip,
                                    const apply_decision* decided) {
   auto now = now_() - (decided ? decided->age : std::chrono::milliseconds(0));
