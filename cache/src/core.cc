@@ -184,6 +184,14 @@ std::vector<object_info> core::list() const {
   return out;
 }
 
+std::vector<held_info> core::list_held() const {
+  std::lock_guard lk(mu_);
+  std::vector<held_info> out;
+  out.reserve(table_.size());
+  for (const auto& [id, e] : table_) out.push_back({id, e.size, e.kind});
+  return out;
+}
+
 std::shared_ptr<inflight_object> core::find_inflight(const digest& id) const {
   std::lock_guard lk(mu_);
   auto it = inflight_.find(id);

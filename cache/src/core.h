@@ -93,6 +93,7 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] std::optional<object_info> stat(const digest& id) const;
   [[nodiscard]] bool contains(const digest& id) const;
   [[nodiscard]] std::vector<object_info> list() const;
+  [[nodiscard]] std::vector<held_info> list_held() const;
   [[nodiscard]] const layout& dirs() const noexcept { return layout_; }
 
   [[nodiscard]] status pin(const digest& id, std::string_view owner,

@@ -93,7 +93,7 @@ heartbeat::message heartbeat_sender::build_message() {
   std::map<digest, std::string> hashes;
   for (auto& [d, ih] : d_.swarm.holdings()) hashes.emplace(d, std::move(ih));
   std::map<digest, heartbeat::held_object> now;
-  for (const auto& info : d_.store.list()) {
+  for (const auto& info : d_.store.list_held()) {
     heartbeat::held_object o;
     o.id = info.id;
     o.size = info.size;

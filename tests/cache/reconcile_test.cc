@@ -42,6 +42,16 @@ struct CacheReconcile : ::testing::Test {
       EXPECT_EQ(sha256_of(data), info.id);
       indexed.push_back(info.id.hex().substr(0, 2) + "/" + info.id.hex());
     }
+    // What heartbeats list (list_held) is the same objects with the same sizes and kinds.
+    auto key = [](const digest& id, std::uint64_t size, object_kind kind) {
+      return id.str() + " " + std::to_string(size) + " " + std::string(to_string(kind));
+    };
+    std::vector<std::string> full, held;
+    for (const auto& info : all) full.push_back(key(info.id, info.size, info.kind));
+    for (const auto& h : s.list_held()) held.push_back(key(h.id, h.size, h.kind));
+    std::sort(full.begin(), full.end());
+    std::sort(held.begin(), held.end());
+    EXPECT_EQ(held, full);
     auto files = object_files(dir.path());
     std::sort(files.begin(), files.end());
     std::sort(indexed.begin(), indexed.end());

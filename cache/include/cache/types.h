@@ -34,6 +34,14 @@ struct pin_info {
   std::optional<time_point> expiry;  // nullopt: never expires
 };
 
+// What a node reports that it holds (peerd's heartbeat): a committed object without its history,
+// pins or labels.
+struct held_info {
+  digest id;
+  std::uint64_t size = 0;
+  object_kind kind = object_kind::blob;
+};
+
 // A committed object as the index knows it.
 struct object_info {
   digest id;
