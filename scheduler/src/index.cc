@@ -180,9 +180,18 @@ std::optional<cluster_index::full_plan> cluster_index::plan_full(
   std::shared_lock lk(mu_);
   auto it = nodes_.find(m.node);
   if (it == nodes_.end()) return std::nullopt;
-  const node_entry& n = it->second;
+  return plan_full_locked(it->second, m);
+}
+
+cluster_index::full_plan cluster_index::plan_full_locked(const node_entry& n,
+                                                         const heartbeat::message& m) const {
   full_plan plan;
   plan.version = n.held_version;
+  if (n.held.empty()) {  // a new node (every node after a restart): all of it is fresh
+    plan.fresh.resize(m.objects.size());
+    for (std::uint32_t k = 0; k < plan.fresh.size(); ++k) plan.fresh[k] = k;
+    return plan;
+  }
   std::unordered_set<object_ptr> listed;
   listed.reserve(m.objects.size());
   for (std::uint32_t k = 0; k < m.objects.size(); ++k) {
@@ -204,7 +213,7 @@ std::optional<cluster_index::full_plan> cluster_index::plan_full(
     info_hash ih;
     if (!e.info_hash.empty() && parse_info_hash(e.info_hash, ih)) plan.kept_hashes.push_back(ih);
   }
-  if (n.held.size() != listed.size()) {
+  if (n.held.size() != listed.size()) {  // else the node holds exactly what it listed
     for (object_ptr p : n.held) {
       if (!listed.count(p)) plan.gone.push_back(p);
     }
@@ -213,25 +222,13 @@ std::optional<cluster_index::full_plan> cluster_index::plan_full(
 }
 
 void cluster_index::apply_full_locked(node_entry& n, const heartbeat::message& m,
-                                      const full_plan* plan, apply_outcome& out) {
-  if (plan) {
-    // Only the difference: what the node held at the plan it still holds (same held_version), so
-    // every pointer in `gone` is still in objects_.
-    for (std::uint32_t k : plan->fresh) add_holder(n, m.objects[k], &out.added);
-    out.added.insert(out.added.end(), plan->kept_hashes.begin(), plan->kept_hashes.end());
-    for (object_ptr p : plan->gone) remove_holder(n, p, nullptr);
-  } else {
-    std::unordered_set<object_ptr> listed;
-    listed.reserve(m.objects.size());
-    for (const auto& o : m.objects) listed.insert(add_holder(n, o, &out.added));
-    std::vector<object_ptr> gone;
-    if (n.held.size() != listed.size()) {  // else the node holds exactly what it listed
-      for (object_ptr p : n.held) {
-        if (!listed.count(p)) gone.push_back(p);
-      }
-    }
-    for (object_ptr p : gone) remove_holder(n, p, nullptr);
-  }
+                                      std::optional<full_plan> plan, apply_outcome& out) {
+  // The plan made under the shared lock, if the node's holdings are still as it saw them (then
+  // every pointer in `gone` is still in objects_); else one made now.
+  if (!plan || plan->version != n.held_version) plan = plan_full_locked(n, m);
+  for (std::uint32_t k : plan->fresh) add_holder(n, m.objects[k], &out.added);
+  out.added.insert(out.added.end(), plan->kept_hashes.begin(), plan->kept_hashes.end());
+  for (object_ptr p : plan->gone) remove_holder(n, p, nullptr);
   n.seq = m.seq;
   n.synced = true;
   out.full = true;
@@ -300,7 +297,7 @@ apply_outcome cluster_index::apply(const heartbeat::message& m, std::string_view
   out.ip = n.ip;
 
   if (m.full) {
-    apply_full_locked(n, m, plan && plan->version == n.held_version ? &*plan : nullptr, out);
+    apply_full_locked(n, m, std::move(plan), out);
     return out;
   }
   if (decided) {

@@ -260,7 +260,8 @@ class cluster_index {
   // which of its objects the node does not hold yet, or holds with other details (`fresh`,
   // indexes into m.objects, applied by add_holder), which held ones it leaves out (`gone`),
   // and the info-hashes of the rest, which change nothing. Valid while the node's held_version
-  // is `version`; the exclusive section then applies only this difference.
+  // is `version`; the exclusive section then applies only this difference. The same plan, made
+  // under the exclusive lock, applies a list whose plan went stale or whose node is new.
   struct full_plan {
     std::uint64_t version = 0;
     std::vector<std::uint32_t> fresh;
@@ -268,7 +269,9 @@ class cluster_index {
     std::vector<info_hash> kept_hashes;
   };
   [[nodiscard]] std::optional<full_plan> plan_full(const heartbeat::message& m) const;
-  void apply_full_locked(node_entry& n, const heartbeat::message& m, const full_plan* plan,
+  [[nodiscard]] full_plan plan_full_locked(const node_entry& n, const heartbeat::message& m) const;
+  // Applies `plan`, or one made now when it is missing or the node's holdings changed since.
+  void apply_full_locked(node_entry& n, const heartbeat::message& m, std::optional<full_plan> plan,
                          apply_outcome& out);
 
   // Why the caps refuse `m` (sets out.refused), with mu_ held; `n` is null for a new node.
