@@ -3,8 +3,6 @@
 // clear reason for a missing, oversized or non-object file.
 #include "peerd/netsetup_report.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +10,7 @@
 
 #include "common/file.h"
 #include "common/heartbeat.h"
+#include "test_util.h"
 
 namespace shoal::peerd {
 namespace {
@@ -20,17 +19,11 @@ namespace fs = std::filesystem;
 
 class NetsetupReport : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("shoal-netsetup-report-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const char* name) const { return (dir_ / name).string(); }
+  std::string path(const char* name) const { return dir_.path() + "/" + name; }
   static void write(const std::string& p, const std::string& text) {
     std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
   }
-  fs::path dir_;
+  testing::temp_dir dir_;
 };
 
 TEST_F(NetsetupReport, IsReadOnceWhileTheFileIsUnchanged) {
