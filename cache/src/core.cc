@@ -204,6 +204,7 @@ void core::insert_locked(const digest& id, entry e) {
   by_kind_[k].bytes += e.size;
   committed_bytes_.fetch_add(e.size, std::memory_order_relaxed);
   table_.insert_or_assign(id, std::move(e));
+  held_generation_.fetch_add(1, std::memory_order_release);
 }
 
 // ---------------------------------------------------------------------------------------------

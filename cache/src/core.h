@@ -94,6 +94,9 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] bool contains(const digest& id) const;
   [[nodiscard]] std::vector<object_info> list() const;
   [[nodiscard]] std::vector<held_info> list_held() const;
+  [[nodiscard]] std::uint64_t held_generation() const noexcept {
+    return held_generation_.load(std::memory_order_acquire);
+  }
   [[nodiscard]] const layout& dirs() const noexcept { return layout_; }
 
   [[nodiscard]] status pin(const digest& id, std::string_view owner,
@@ -221,6 +224,8 @@ class core : public std::enable_shared_from_this<core> {
   reconcile_report reconcile_;
   std::atomic<std::uint64_t> capacity_{0};
   std::atomic<std::uint64_t> committed_bytes_{0};
+  // Bumped under mu_ with every change to table_'s members (insert_locked, take_locked).
+  std::atomic<std::uint64_t> held_generation_{1};
   std::atomic<std::uint64_t> reserved_bytes_{0};
   std::atomic<bool> closed_{false};
   counters ctr_;

@@ -24,6 +24,7 @@ core::victim core::take_locked(const digest& id) {
   by_kind_[k].bytes -= v.size;
   committed_bytes_.fetch_sub(v.size, std::memory_order_relaxed);
   table_.erase(it);
+  held_generation_.fetch_add(1, std::memory_order_release);
   removing_.insert(id);
   return v;
 }

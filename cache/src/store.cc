@@ -234,6 +234,7 @@ result<object_info> store::stat(std::string_view id) const {
 bool store::contains(const digest& id) const { return core_->contains(id); }
 std::vector<object_info> store::list() const { return core_->list(); }
 std::vector<held_info> store::list_held() const { return core_->list_held(); }
+std::uint64_t store::held_generation() const noexcept { return core_->held_generation(); }
 std::string store::object_path(const digest& id) const { return core_->dirs().object_path(id); }
 std::string store::shard_dir(const digest& id) const { return core_->dirs().shard_path(id); }
 std::string store::staging_dir() const { return core_->dirs().tmp_dir(); }

@@ -15,7 +15,7 @@
 #include "peerd/fetcher.h"
 #include "peerd/cri.h"
 #include "peerd/health.h"
-#include "heartbeat.h"
+#include "peerd/heartbeat_sender.h"
 #include "mirror.h"
 #include "prewarm.h"
 #include "proxy_link.h"

@@ -1,4 +1,4 @@
-#include "heartbeat.h"
+#include "peerd/heartbeat_sender.h"
 
 #include "peerd/health.h"
 
@@ -90,17 +90,6 @@ heartbeat::message heartbeat_sender::build_message() {
     }
   }
 
-  std::map<digest, std::string> hashes;
-  for (auto& [d, ih] : d_.swarm.holdings()) hashes.emplace(d, std::move(ih));
-  std::map<digest, heartbeat::held_object> now;
-  for (const auto& info : d_.store.list_held()) {
-    heartbeat::held_object o;
-    o.id = info.id;
-    o.size = info.size;
-    o.kind = std::string(cache::to_string(info.kind));
-    if (auto it = hashes.find(info.id); it != hashes.end()) o.info_hash = it->second;
-    now.emplace(info.id, std::move(o));
-  }
   m.epoch = epoch_;
   m.seq = seq_ + 1;
   m.full = need_full_;
@@ -110,23 +99,52 @@ heartbeat::message heartbeat_sender::build_message() {
     m.netsetup.clear();
     m.netsetup_unchanged = true;
   }
+  // Generations first, then the lists: a change in between is in the lists and moves the
+  // generation, so the next message walks again (never the other way round).
+  const generations gen{d_.store.held_generation(), d_.swarm.holdings_generation()};
+  built_gen_ = gen;
+  built_seq_ = m.seq;
+  if (!m.full && acked_gen_ && *acked_gen_ == gen) return m;  // nothing held changed
+  ++walks_;
+  // Both lists sorted by digest, then merged with acked_ (sorted too): no map of every object.
+  auto hashes = d_.swarm.holdings();  // sorted (the state index's map order)
+  auto held = d_.store.list_held();
+  std::sort(held.begin(), held.end(),
+            [](const cache::held_info& a, const cache::held_info& b) { return a.id < b.id; });
+  auto h = hashes.begin();
+  auto object_of = [&](const cache::held_info& info) {
+    heartbeat::held_object o;
+    o.id = info.id;
+    o.size = info.size;
+    o.kind = std::string(cache::to_string(info.kind));
+    while (h != hashes.end() && h->first < info.id) ++h;
+    if (h != hashes.end() && h->first == info.id) o.info_hash = std::move(h->second);
+    return o;
+  };
   if (m.full) {
-    m.objects.reserve(now.size());
-    for (auto& [d, o] : now) m.objects.push_back(o);
-  } else {
-    for (auto& [d, o] : now) {
-      auto it = acked_.find(d);
-      if (it == acked_.end() || it->second != o.info_hash) m.objects.push_back(o);
-    }
-    for (const auto& [d, ih] : acked_) {
-      if (!now.count(d)) m.removed.push_back(d);
-    }
+    m.objects.reserve(held.size());
+    for (const auto& info : held) m.objects.push_back(object_of(info));
+    return m;
   }
+  auto a = acked_.begin();
+  for (const auto& info : held) {
+    for (; a != acked_.end() && a->first < info.id; ++a) m.removed.push_back(a->first);
+    auto o = object_of(info);
+    const bool same = a != acked_.end() && a->first == info.id && a->second == o.info_hash;
+    if (a != acked_.end() && a->first == info.id) ++a;
+    if (!same) m.objects.push_back(std::move(o));
+  }
+  for (; a != acked_.end(); ++a) m.removed.push_back(a->first);
   return m;
 }
 
 bool heartbeat_sender::on_reply(const heartbeat::message& sent, const result<heartbeat::reply>& r) {
   seq_ = sent.seq;
+  // acked_ matches the generations read for this message only if it was the one built last
+  // and is applied below; anything else walks again.
+  const std::optional<generations> gen =
+      sent.seq == built_seq_ ? std::optional<generations>(built_gen_) : std::nullopt;
+  acked_gen_.reset();
   if (!r) {
     // The scheduler may or may not have applied it: only a full list is safe next.
     need_full_ = true;
@@ -146,6 +164,7 @@ bool heartbeat_sender::on_reply(const heartbeat::message& sent, const result<hea
   for (const auto& o : sent.objects) acked_[o.id] = o.info_hash;
   for (const auto& d : sent.removed) acked_.erase(d);
   need_full_ = false;
+  acked_gen_ = gen;
   // A scheduler that does not keep documents (an older replica behind the same address) took
   // the one left out for none: it goes again at once.
   return sent.netsetup_unchanged && !r->keeps_netsetup;

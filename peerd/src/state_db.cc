@@ -35,6 +35,7 @@ status state_db::put(const digest& d, const std::string& info_hash_hex,
   if (replaced) by_hash_.erase(old->second);
   by_hash_[info_hash_hex] = d;
   hash_of_[d] = info_hash_hex;
+  generation_.fetch_add(1, std::memory_order_release);
   return {};
 }
 
@@ -68,6 +69,7 @@ status state_db::forget(const digest& d) {
       h = it->second;
       by_hash_.erase(h);
       hash_of_.erase(it);
+      generation_.fetch_add(1, std::memory_order_release);
     }
   }
   cache::state_db::batch b;

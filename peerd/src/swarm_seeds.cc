@@ -243,6 +243,8 @@ void swarm_manager::seed_other_roots(const digest& d, const std::string& torrent
   }
 }
 
+std::uint64_t swarm_manager::holdings_generation() const noexcept { return d_.state.generation(); }
+
 std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {
   auto all = d_.state.all();
   std::vector<std::pair<digest, std::string>> out;

@@ -315,5 +315,30 @@ TEST_F(CacheEvict, BackgroundThreadKeepsUsageUnderTheHighWatermark) {
   s->stop();
 }
 
+// held_generation() moves with every commit, removal and eviction (what list_held() shows) and
+// with nothing else: reads, pins and labels leave it, so a steady node's heartbeat skips the walk.
+TEST_F(CacheEvict, TheHeldGenerationMovesOnlyWhenTheHeldSetChanges) {
+  open();
+  auto g = s->held_generation();
+  fill(0, 2);
+  EXPECT_NE(s->held_generation(), g);
+  g = s->held_generation();
+  ASSERT_TRUE(s->open_read(id_of(0)));
+  ASSERT_TRUE(s->pin(id_of(0), "test"));
+  ASSERT_TRUE(s->add_label(id_of(1), "ns/a"));
+  ASSERT_TRUE(s->unpin(id_of(0), "test"));
+  s->run_maintenance();  // under the watermark: nothing evicted
+  EXPECT_EQ(s->held_generation(), g);
+  ASSERT_TRUE(s->remove(id_of(1)));
+  EXPECT_NE(s->held_generation(), g);
+  g = s->held_generation();
+  fill(2, 10);  // 0 and 2..9: 900 > 850, evicted down to the low watermark below
+  auto before_evict = s->held_generation();
+  EXPECT_NE(before_evict, g);
+  s->run_maintenance();
+  EXPECT_NE(s->held_generation(), before_evict);
+  EXPECT_LT(present(10).size(), 9u);
+}
+
 }  // namespace
 }  // namespace shoal::cache

@@ -76,6 +76,25 @@ TEST(StateDb, ForgetRemovesBothDirectionsDurably) {
   ASSERT_EQ((*db)->all().size(), 1u);
 }
 
+// generation() moves with what all() lists (a put, a forget of a held object) and with nothing
+// else (heartbeats compare it to skip listing).
+TEST(StateDb, TheGenerationMovesWithEveryChangeOnly) {
+  temp_dir t;
+  auto db = state_db::open(t.path());
+  ASSERT_TRUE(db);
+  auto d = sha256_of("one");
+  auto g = (*db)->generation();
+  ASSERT_TRUE((*db)->put(d, ih('1'), "t1"));
+  EXPECT_NE((*db)->generation(), g);
+  g = (*db)->generation();
+  EXPECT_TRUE((*db)->torrent(d));
+  EXPECT_EQ((*db)->by_info_hash(ih('1')), d);
+  EXPECT_TRUE((*db)->forget(sha256_of("never stored")));
+  EXPECT_EQ((*db)->generation(), g);
+  ASSERT_TRUE((*db)->forget(d));
+  EXPECT_NE((*db)->generation(), g);
+}
+
 // The info-hash of an object changes only if the piece-size rule does (a new version); the old
 // mapping must not keep pointing at the object, in memory or after a restart.
 TEST(StateDb, PutWithANewInfoHashReplacesTheOldOne) {

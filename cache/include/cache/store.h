@@ -113,6 +113,10 @@ class store {
   // times, so the table's lock is held a fraction as long (heartbeats list it every interval:
   // 200,000 objects took list() 11-22 ms, blocking every cache call meanwhile).
   [[nodiscard]] std::vector<held_info> list_held() const;
+  // A number that changes whenever an object is committed or removed, i.e. whenever list_held()
+  // would give something else. Read it before list_held(): while it has not moved since, the
+  // list has not either (a steady node's heartbeat skips the walk).
+  [[nodiscard]] std::uint64_t held_generation() const noexcept;
 
   // ---- paths: the only place that knows the layout. Callers may read, hard-link and hand these
   // paths to libtorrent; they never build a path under the root themselves.

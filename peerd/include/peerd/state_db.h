@@ -6,6 +6,8 @@
 // info-hash>" → 64 hex digest. Thread-safe; put/torrent/forget block on RocksDB (worker
 // threads), the lookups by hash only read memory.
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,11 @@ class state_db {
   [[nodiscard]] status forget(const digest& d);
   // Every (digest, info-hash) known.
   [[nodiscard]] std::vector<std::pair<digest, std::string>> all() const;
+  // A number that changes with every put() and forget(), i.e. whenever all() may give something
+  // else. Read it before all(): while it has not moved since, neither has the list.
+  [[nodiscard]] std::uint64_t generation() const noexcept {
+    return generation_.load(std::memory_order_acquire);
+  }
 
  private:
   explicit state_db(std::unique_ptr<cache::state_db> db) : db_(std::move(db)) {}
@@ -41,6 +48,7 @@ class state_db {
   mutable std::mutex mu_;
   std::map<std::string, digest> by_hash_;
   std::map<digest, std::string> hash_of_;
+  std::atomic<std::uint64_t> generation_{1};  // bumped under mu_ with each change to the maps
 };
 
 }  // namespace shoal::peerd

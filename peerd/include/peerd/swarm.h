@@ -397,6 +397,9 @@ class swarm_manager {
 
   // Info-hashes of every complete object held here (for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
+  // Changes whenever the state index's info-hashes do (state_db::generation()); holdings() also
+  // depends on the cache (store::held_generation()).
+  [[nodiscard]] std::uint64_t holdings_generation() const noexcept;
   [[nodiscard]] const source_counters& counters() const { return counters_; }
   [[nodiscard]] source_counters& counters_mut() { return counters_; }
   // Objects and chunks: running, and running plus loaded as seeds.
