@@ -346,9 +346,15 @@ class writer {
 
 }  // namespace
 
-std::string encode(const message& m) {
-  writer w(512 + m.objects.size() * 170 + m.removed.size() * 80 + m.rdma.size() +
-           m.netsetup.size());
+std::string encode(const message& m) { return encode(m, encode_parts{}); }
+
+std::string encode(const message& m, const encode_parts& parts) {
+  static const std::vector<held_object> no_objects;
+  static const std::vector<digest> no_digests;
+  const auto& objects = parts.holdings ? m.objects : no_objects;
+  const auto& removed = parts.holdings ? m.removed : no_digests;
+  writer w(512 + objects.size() * 170 + removed.size() * 80 + m.rdma.size() +
+           (parts.netsetup ? m.netsetup.size() : 0));
   // Documents travel as JSON values, not strings; an unparsable one is dropped (never sent).
   auto document = [&](const char* key, const std::string& text) {
     if (text.empty()) return;
@@ -384,10 +390,12 @@ std::string encode(const message& m) {
   }
   w.raw('}');
   if (m.leaving) w.key("leaving").boolean(true);
-  document("netsetup", m.netsetup);
-  if (m.netsetup_unchanged) w.key("netsetup_unchanged").boolean(true);
+  if (parts.netsetup) {
+    document("netsetup", m.netsetup);
+    if (m.netsetup_unchanged) w.key("netsetup_unchanged").boolean(true);
+  }
   w.key("node").str(m.node);
-  w.key("objects").array(m.objects, [&](const held_object& o) {
+  w.key("objects").array(objects, [&](const held_object& o) {
     w.raw('{').key("digest", true).str(o.id.str()).key("info_hash").str(o.info_hash);
     w.key("kind").str(o.kind).key("size").num(o.size).raw('}');
   });
@@ -402,7 +410,7 @@ std::string encode(const message& m) {
     });
   }
   document("rdma", m.rdma);
-  w.key("removed").array(m.removed, [&](const digest& d) { w.str(d.str()); });
+  w.key("removed").array(removed, [&](const digest& d) { w.str(d.str()); });
   w.key("schema").num(m.schema).key("seq").num(m.seq).raw('}');
   return w.take();
 }

@@ -241,13 +241,9 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
   // While the reader has not reached Redis, do not make every heartbeat pay a connect timeout.
   if (!down) {
     // The netsetup document goes apart (the script keeps it once per node; scripts.h): the
-    // log entry is the message without it, the record's inventory that without the objects.
-    heartbeat::message inv = m;
-    inv.netsetup.clear();
-    inv.netsetup_unchanged = false;  // the script's "=" says it (ARGV[10], the entry's ns)
-    std::string entry = heartbeat::encode(inv);
-    inv.objects.clear();
-    inv.removed.clear();
+    // log entry is the message without it (the script's "=", ARGV[10] and the entry's ns, says
+    // whether it was unchanged), the record's inventory that without the objects either.
+    std::string entry = heartbeat::encode(m, {.netsetup = false});
     std::vector<std::string> args{"6",
                                   opts_.prefix + "n:" + m.node,
                                   opts_.prefix + "h:" + m.node,
@@ -260,7 +256,7 @@ shared_state::heartbeat_result shared_state::heartbeat(const heartbeat::message&
                                   std::to_string(m.seq),
                                   m.full ? "1" : "0",
                                   m.bt_port != 0 ? m.ip + ":" + std::to_string(m.bt_port) : "",
-                                  heartbeat::encode(inv),
+                                  heartbeat::encode(m, {.netsetup = false, .holdings = false}),
                                   std::move(entry),
                                   std::to_string(opts_.log_max_entries),
                                   opts_.replica_id,

@@ -172,5 +172,23 @@ TEST(HeartbeatEncode, DefaultAndRealisticMessagesRoundTrip) {
   EXPECT_FALSE(back->full);
 }
 
+// encode(m, parts) is encode() of a copy with those parts cleared (what the scheduler's Redis
+// path did before: a copy of a full list to clear its document).
+TEST(HeartbeatEncode, PartsLeftOutAreTheMessageWithThemCleared) {
+  std::mt19937_64 rnd(20261207);
+  for (int i = 0; i < 2000; ++i) {
+    auto m = random_message(rnd);
+    auto no_doc = m;
+    no_doc.netsetup.clear();
+    no_doc.netsetup_unchanged = false;
+    ASSERT_EQ(encode(m, {.netsetup = false}), encode(no_doc)) << "message " << i;
+    auto neither = no_doc;
+    neither.objects.clear();
+    neither.removed.clear();
+    ASSERT_EQ(encode(m, {.netsetup = false, .holdings = false}), encode(neither)) << i;
+    ASSERT_EQ(encode(m, encode_parts{}), encode(m)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace shoal::heartbeat

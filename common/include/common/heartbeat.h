@@ -198,6 +198,14 @@ struct reply {
 };
 
 [[nodiscard]] std::string encode(const message& m);
+// What encode(m, parts) leaves out: the netsetup document (and netsetup_unchanged), and the
+// holdings (objects and removed, written as empty lists). The scheduler's Redis path writes
+// the message without them where it keeps them apart, instead of copying it to clear them.
+struct encode_parts {
+  bool netsetup = true;
+  bool holdings = true;
+};
+[[nodiscard]] std::string encode(const message& m, const encode_parts& parts);
 // Strict: unknown schema, bad names, digests, info-hashes, sizes, ports, addresses, documents,
 // oversized lists and wrong JSON types are errors naming the field.
 // Too many objects or too many bytes for `limits` are errc::too_large.
