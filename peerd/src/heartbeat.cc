@@ -107,7 +107,7 @@ heartbeat::message heartbeat_sender::build_message() {
   if (!m.full && acked_gen_ && *acked_gen_ == gen) return m;  // nothing held changed
   ++walks_;
   // Both lists sorted by digest, then merged with acked_ (sorted too): no map of every object.
-  auto hashes = d_.swarm.holdings();  // sorted (the state index's map order)
+  auto hashes = d_.swarm.info_hashes();  // sorted (the state index's map order)
   auto held = d_.store.list_held();
   std::sort(held.begin(), held.end(),
             [](const cache::held_info& a, const cache::held_info& b) { return a.id < b.id; });

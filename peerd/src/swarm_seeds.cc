@@ -243,6 +243,10 @@ void swarm_manager::seed_other_roots(const digest& d, const std::string& torrent
   }
 }
 
+std::vector<std::pair<digest, std::string>> swarm_manager::info_hashes() const {
+  return d_.state.all();
+}
+
 std::uint64_t swarm_manager::holdings_generation() const noexcept { return d_.state.generation(); }
 
 std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {

@@ -34,7 +34,7 @@ class state_db {
   [[nodiscard]] std::optional<digest> by_info_hash(const std::string& info_hash_hex) const;
   [[nodiscard]] std::optional<std::string> info_hash(const digest& d) const;
   [[nodiscard]] status forget(const digest& d);
-  // Every (digest, info-hash) known.
+  // Every (digest, info-hash) known, sorted by digest.
   [[nodiscard]] std::vector<std::pair<digest, std::string>> all() const;
   // A number that changes with every put() and forget(), i.e. whenever all() may give something
   // else. Read it before all(): while it has not moved since, neither has the list.

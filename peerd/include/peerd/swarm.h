@@ -397,6 +397,10 @@ class swarm_manager {
 
   // Info-hashes of every complete object held here (for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
+  // Every (digest, info-hash) of the state index, sorted by digest, whether the cache still
+  // holds the object or not (holdings() without a cache lookup per entry, for a caller that
+  // matches them with the cache's own list, as the heartbeat does).
+  [[nodiscard]] std::vector<std::pair<digest, std::string>> info_hashes() const;
   // Changes whenever the state index's info-hashes do (state_db::generation()); holdings() also
   // depends on the cache (store::held_generation()).
   [[nodiscard]] std::uint64_t holdings_generation() const noexcept;
