@@ -64,16 +64,22 @@ void swarm_manager::on_alert(lt::alert* a) {
 }
 
 void swarm_manager::on_session_stats(lt::session_stats_alert* ss) {
-  static const std::pair<int, std::atomic<std::uint64_t>*> metrics[] = {
-      {lt::find_metric_idx("net.sent_payload_bytes"), &counters_.uploaded},
-      {lt::find_metric_idx("net.recv_bytes"), &counters_.wire_received},
-      {lt::find_metric_idx("net.sent_bytes"), &counters_.wire_sent},
-      {lt::find_metric_idx("net.recv_redundant_bytes"), &counters_.redundant},
-      {lt::find_metric_idx("ses.num_incoming_have"), &counters_.haves_received},
-      {lt::find_metric_idx("ses.waste_piece_timed_out"), &counters_.waste_timed_out},
-      {lt::find_metric_idx("ses.waste_piece_cancelled"), &counters_.waste_cancelled},
-      {lt::find_metric_idx("ses.waste_piece_end_game"), &counters_.waste_end_game},
-  };
+  // The metric indexes are the library's, found once; the counters are this manager's (a static
+  // table of pointers kept the first manager's, which every later one in the process wrote into,
+  // freed or not).
+  static const int index[] = {lt::find_metric_idx("net.sent_payload_bytes"),
+                              lt::find_metric_idx("net.recv_bytes"),
+                              lt::find_metric_idx("net.sent_bytes"),
+                              lt::find_metric_idx("net.recv_redundant_bytes"),
+                              lt::find_metric_idx("ses.num_incoming_have"),
+                              lt::find_metric_idx("ses.waste_piece_timed_out"),
+                              lt::find_metric_idx("ses.waste_piece_cancelled"),
+                              lt::find_metric_idx("ses.waste_piece_end_game")};
+  std::atomic<std::uint64_t>* const to[] = {&counters_.uploaded,        &counters_.wire_received,
+                                            &counters_.wire_sent,       &counters_.redundant,
+                                            &counters_.haves_received,  &counters_.waste_timed_out,
+                                            &counters_.waste_cancelled, &counters_.waste_end_game};
+  static_assert(std::size(index) == std::size(to));
   static const int other[] = {lt::find_metric_idx("ses.waste_piece_unknown"),
                               lt::find_metric_idx("ses.waste_piece_seed"),
                               lt::find_metric_idx("ses.waste_piece_closing")};
@@ -81,7 +87,7 @@ void swarm_manager::on_session_stats(lt::session_stats_alert* ss) {
   auto at = [&c](int idx) {
     return idx >= 0 && idx < c.size() ? static_cast<std::uint64_t>(c[idx]) : std::uint64_t{0};
   };
-  for (auto [idx, to] : metrics) to->store(at(idx));
+  for (std::size_t i = 0; i < std::size(index); ++i) to[i]->store(at(index[i]));
   std::uint64_t rest = 0;
   for (int idx : other) rest += at(idx);
   counters_.waste_other.store(rest);
