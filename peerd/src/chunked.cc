@@ -23,10 +23,13 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// Waits (at most 60 s) for another writer's copy of `d` to be committed.
-status wait_written_elsewhere(const cache::store& store, const digest& d, const std::string& what) {
-  for (int i = 0; i < 6000 && !store.contains(d); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+// Waits (at most 60 s, while `pause` says go on) for another writer's copy of `d` to be committed.
+template <typename Pause>
+status wait_written_elsewhere(const cache::store& store, const digest& d, const std::string& what,
+                              Pause&& pause) {
+  for (int i = 0; i < 6000 && !store.contains(d); ++i) {
+    if (!pause(std::chrono::milliseconds(10))) return fail(errc::cancelled, "peerd is stopping");
+  }
   if (!store.contains(d)) return fail(errc::timeout, what + " written elsewhere never committed");
   return {};
 }
@@ -102,6 +105,32 @@ void chunked_blob::start() {
   driver_ = std::thread([self] { self->drive(); });
 }
 
+void chunked_blob::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  finish(error{errc::cancelled, "peerd is stopping"});
+  // No range thread starts once the fetch ended (want_range), so these are all of them.
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [t, d] : direct_threads_) threads.push_back(std::move(t));
+    direct_threads_.clear();
+  }
+  // driver_ is set once by start(), before any other call can reach this object.
+  if (driver_.joinable() && driver_.get_id() != std::this_thread::get_id()) driver_.join();
+  for (auto& t : threads) {
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  }
+}
+
+bool chunked_blob::pause(std::chrono::milliseconds d) {
+  std::unique_lock lk(mu_);
+  return !cv_.wait_for(lk, d, [this] { return stopping_; });
+}
+
 chunked_blob::state chunked_blob::current() const {
   std::lock_guard lk(mu_);
   return st_;
@@ -141,7 +170,7 @@ result<http::full_response> chunked_blob::ask(const http::client_request& r, std
     auto f = call(std::move(once), max_body);
     bool flaky = !f || f->status == 502 || f->status == 503 || f->status == 504;
     if (flaky && retries-- > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!pause(std::chrono::milliseconds(200))) return fail(errc::cancelled, "peerd is stopping");
       continue;
     }
     if (!f) return fail(f.error().wrap(what + " from registry-proxy"));
@@ -152,7 +181,9 @@ result<http::full_response> chunked_blob::ask(const http::client_request& r, std
       retry_after_ = shed::retry_after(*f);
       return fail(errc::busy, what + ": " + shed::gave_up(*f, now - t0));
     }
-    std::this_thread::sleep_for(std::min(shed::retry_wait(*f), until - now));
+    const auto wait = std::min(shed::retry_wait(*f), until - now);
+    if (!pause(std::chrono::ceil<std::chrono::milliseconds>(wait)))
+      return fail(errc::cancelled, "peerd is stopping");
   }
   return fail(errc::timeout, what + ": registry-proxy never stopped shedding load");
 }
@@ -202,6 +233,10 @@ void chunked_blob::drive() {
 }
 
 void chunked_blob::record_metainfo() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+  }
   // The whole blob's metainfo, so this node seeds it to later pulls (which get whole-object
   // metainfo from registry-proxy once it holds the blob). registry-proxy has it once it
   // committed the blob, moments after its last chunk; hashing the blob here again is the
@@ -230,7 +265,14 @@ void chunked_blob::record_metainfo() {
 // has just verified the blob's sha256, and its torrent came from registry-proxy or was computed
 // from these bytes. Loaded on demand instead, each piece would be SHA-1 hashed before its first
 // upload (a seed's largest CPU cost in bench/peerd/run, docs/p2p.md).
-void chunked_blob::seed_whole() { d_.swarm.load_seed(id_, true); }
+void chunked_blob::seed_whole() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+  }
+  // stop() joins this thread before the swarm goes away.
+  d_.swarm.load_seed(id_, true);
+}
 
 status chunked_blob::learn_chunks(bool& lost) {
   auto last_progress = steady::now();
@@ -441,7 +483,9 @@ status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) 
   auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap(what));
   if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower) return wait_written_elsewhere(d_.store, c.id, what);
+  if (t->role == cache::write_role::follower)
+    return wait_written_elsewhere(d_.store, c.id, what,
+                                  [this](std::chrono::milliseconds d) { return pause(d); });
   auto& w = *t->writer;
   constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
   for (std::uint64_t off = 0; off < c.size;) {
@@ -512,7 +556,9 @@ status chunked_blob::assemble() {
   auto t = d_.store.begin_write(id_, size_, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap("cache"));
   if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower) return wait_written_elsewhere(d_.store, id_, "blob");
+  if (t->role == cache::write_role::follower)
+    return wait_written_elsewhere(d_.store, id_, "blob",
+                                  [this](std::chrono::milliseconds d) { return pause(d); });
   auto& w = *t->writer;
   {
     std::lock_guard lk(mu_);

@@ -65,7 +65,7 @@ status chunked_blob::write_tail(cache::object_writer& w, std::uint64_t from) {
       log::info("range of the blob failed; asking again", log::kv("digest", id_.str()),
                 log::kv("offset", off),
                 log::kv("error", f ? "HTTP " + std::to_string(f->status) : f.error().message));
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (!pause(std::chrono::milliseconds(500))) return fail(errc::cancelled, "peerd is stopping");
       continue;
     }
     if (!f) return fail(f.error());

@@ -68,7 +68,20 @@ fetcher::fetcher(deps d) : d_(d) {
   forward_errors_ = &forward_errors_counter(d_.metrics);
 }
 
-fetcher::~fetcher() = default;
+fetcher::~fetcher() {
+  // A chunked fetch's threads use the swarm, cache and HTTP client this fetcher was given: they
+  // end here, not after those are gone (app.cc stops the swarm and the client first, so each
+  // stop returns at once).
+  std::vector<std::shared_ptr<chunked_blob>> running;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& w : chunked_started_) {
+      if (auto cb = w.lock()) running.push_back(std::move(cb));
+    }
+    chunked_started_.clear();
+  }
+  for (const auto& cb : running) cb->stop();
+}
 
 std::string fetcher::proxy_url(const std::string& path_and_query) const {
   return peerd::proxy_url(d_.proxy, d_.cfg.upstream, path_and_query);
@@ -262,7 +275,14 @@ fetch_handle fetcher::start_chunked(const origin::object_ref& where, const diges
                                            p.chunk_size, auth);
   {
     std::lock_guard lk(mu_);
+    // Finished fetches leave the map here too (find_chunked() drops only the one it is asked
+    // for): each held its chunks' downloads for the rest of peerd's life.
+    std::erase_if(chunked_, [](const auto& e) {
+      return e.second->current() != chunked_blob::state::running;
+    });
     chunked_[d] = cb;
+    std::erase_if(chunked_started_, [](const auto& w) { return w.expired(); });
+    chunked_started_.push_back(cb);
   }
   cb->start();
   chunked_fetches_->inc();

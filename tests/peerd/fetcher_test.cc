@@ -408,6 +408,46 @@ TEST(Fetcher, AJoinedBlobIsSeededAtOnceWithItsPiecesTrusted) {
   EXPECT_TRUE(ts.verified_pieces.all_set()) << "pieces left to hash before their first upload";
 }
 
+// A chunked fetch's thread goes on after the blob is committed (it asks registry-proxy for the
+// whole blob's metainfo, then seeds the blob). A fetcher going away stops and joins it first: it
+// used the swarm, cache and HTTP client after they were gone (an ASan use-after-free in
+// swarm_manager::load_seed in a clean-clone run, when the metainfo answer came late).
+TEST(Fetcher, ChunkedFetchThreadsEndWithTheFetcher) {
+  chunked_origin o;
+  std::atomic<int> late_metainfo{0};
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    auto out = o.answer(r);
+    if (is_metainfo(r) && r.target.find(o.whole.object.str()) != std::string::npos &&
+        r.target.find("chunks=1") == std::string::npos &&
+        r.target.find("parent=") == std::string::npos) {  // not a chunk's (it names its blob)
+      ++late_metainfo;
+      out.head_delay = 1500ms;  // the fetch is committed; its thread waits for this answer
+    }
+    return out;
+  });
+  node n(srv.url(""));
+  auto s = join_and_wait(*n.fetch, o.whole.object);
+  ASSERT_TRUE(s) << s.error().why.message;
+  ASSERT_TRUE(s->chunked);
+  ASSERT_TRUE(s->chunked->wait());
+  std::weak_ptr<chunked_blob> blob = s->chunked;
+  s = std::unexpected(fetch_failure{0, error{errc::cancelled, "dropped"}});  // our reference
+  for (auto until = steady::now() + 5s; late_metainfo == 0 && steady::now() < until;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(late_metainfo, 1) << "the blob's metainfo was not asked for";
+  // The fetcher goes while its thread waits for that answer (every pool task of its join ran:
+  // the join answered and the blob is committed).
+  const auto t0 = steady::now();
+  n.fetch.reset();
+  // Its thread was joined: nothing holds the fetch any more. Before, the destructor returned at
+  // once and the thread went on to seed through whatever was left of the swarm.
+  EXPECT_TRUE(blob.expired());
+  EXPECT_LT(steady::now() - t0, 5s);
+  // It did not seed the blob after it was told to stop.
+  for (const auto& h : n.swarm->session()->raw().get_torrents())
+    EXPECT_NE(swarm::hash_hex(h), o.whole.info_hash_hex());
+}
+
 // A small Range inside a chunk registry-proxy has not listed yet is asked of registry-proxy at once
 // (a Range GET of the blob) and read from its answer (chunked.h, want_range): six of them, more
 // than the four a blob holds at once. An open-ended range is not asked. Once the chunk is listed

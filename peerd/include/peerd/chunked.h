@@ -104,6 +104,12 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   void want_in_order();
   // Blocks until the blob is committed to the cache or has failed.
   [[nodiscard]] status wait();
+  // Ends the fetch if it still runs (errc::cancelled), skips what the driver would still do
+  // after it (seeding the whole blob), and joins its threads, so none of them touches the swarm,
+  // cache or HTTP client given in deps after this returns. The owner (fetcher) calls it before
+  // those go away; with them stopped first (the swarm fails its downloads, the HTTP client its
+  // calls) it returns at once. Idempotent; not from one of the fetch's own threads.
+  void stop();
 
  private:
   struct chunk {
@@ -125,6 +131,8 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   static constexpr std::size_t max_direct = 4;  // held per blob, in flight or answered
 
   void drive();
+  // Sleeps `d`, or less when stop() is called; false when stopping.
+  bool pause(std::chrono::milliseconds d);
   // `lost`: set when the failure is registry-proxy no longer listing the chunks (the replica
   // cutting the blob died or restarted: 404 from another, no answer, 5xx), which take_tail()
   // survives.
@@ -195,6 +203,7 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
                                                                  // last, at most 16
   std::vector<std::shared_ptr<direct_range>> direct_;            // at most max_direct
   std::vector<std::pair<std::thread, std::shared_ptr<direct_range>>> direct_threads_;
+  bool stopping_ = false;  // stop() was called (under mu_)
 };
 
 }  // namespace shoal::peerd

@@ -161,6 +161,9 @@ class fetcher {
   std::mutex mu_;
   std::map<digest, std::shared_ptr<job>> jobs_;              // metainfo request in progress
   std::map<digest, std::shared_ptr<chunked_blob>> chunked_;  // chunked fetches (guarded by mu_)
+  // Every chunked fetch whose threads may still run (a finished one still seeds its blob), for
+  // the destructor to stop and join them before the swarm and cache go (guarded by mu_).
+  std::vector<std::weak_ptr<chunked_blob>> chunked_started_;
   metrics::counter* swarm_fetches_;
   metrics::counter* chunked_fetches_;
   metrics::counter* metainfo_retries_;
