@@ -23,17 +23,6 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// Waits (at most 60 s, while `pause` says go on) for another writer's copy of `d` to be committed.
-template <typename Pause>
-status wait_written_elsewhere(const cache::store& store, const digest& d, const std::string& what,
-                              Pause&& pause) {
-  for (int i = 0; i < 6000 && !store.contains(d); ++i) {
-    if (!pause(std::chrono::milliseconds(10))) return fail(errc::cancelled, "peerd is stopping");
-  }
-  if (!store.contains(d)) return fail(errc::timeout, what + " written elsewhere never committed");
-  return {};
-}
-
 // A read-only mapping of the first `size` bytes of a complete chunk file, so its bytes go to the
 // blob's writer without being copied into a buffer first. Chunk files are never truncated (the
 // cache's objects are read-only, a finished download's file is only ever removed), and the file
@@ -129,6 +118,15 @@ void chunked_blob::stop() {
 bool chunked_blob::pause(std::chrono::milliseconds d) {
   std::unique_lock lk(mu_);
   return !cv_.wait_for(lk, d, [this] { return stopping_; });
+}
+
+status chunked_blob::wait_written_elsewhere(const digest& d, const std::string& what) {
+  for (int i = 0; i < 6000 && !d_.store.contains(d); ++i) {
+    if (!pause(std::chrono::milliseconds(10))) return fail(errc::cancelled, "peerd is stopping");
+  }
+  if (!d_.store.contains(d))
+    return fail(errc::timeout, what + " written elsewhere never committed");
+  return {};
 }
 
 chunked_blob::state chunked_blob::current() const {
@@ -483,9 +481,7 @@ status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) 
   auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap(what));
   if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower)
-    return wait_written_elsewhere(d_.store, c.id, what,
-                                  [this](std::chrono::milliseconds d) { return pause(d); });
+  if (t->role == cache::write_role::follower) return wait_written_elsewhere(c.id, what);
   auto& w = *t->writer;
   constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
   for (std::uint64_t off = 0; off < c.size;) {
@@ -556,9 +552,7 @@ status chunked_blob::assemble() {
   auto t = d_.store.begin_write(id_, size_, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap("cache"));
   if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower)
-    return wait_written_elsewhere(d_.store, id_, "blob",
-                                  [this](std::chrono::milliseconds d) { return pause(d); });
+  if (t->role == cache::write_role::follower) return wait_written_elsewhere(id_, "blob");
   auto& w = *t->writer;
   {
     std::lock_guard lk(mu_);

@@ -133,6 +133,8 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   void drive();
   // Sleeps `d`, or less when stop() is called; false when stopping.
   bool pause(std::chrono::milliseconds d);
+  // Waits (at most 60 s, or until stop()) for another writer's copy of `d` to be committed.
+  [[nodiscard]] status wait_written_elsewhere(const digest& d, const std::string& what);
   // `lost`: set when the failure is registry-proxy no longer listing the chunks (the replica
   // cutting the blob died or restarted: 404 from another, no answer, 5xx), which take_tail()
   // survives.
