@@ -249,13 +249,4 @@ std::vector<std::pair<digest, std::string>> swarm_manager::info_hashes() const {
 
 std::uint64_t swarm_manager::holdings_generation() const noexcept { return d_.state.generation(); }
 
-std::vector<std::pair<digest, std::string>> swarm_manager::holdings() const {
-  auto all = d_.state.all();
-  std::vector<std::pair<digest, std::string>> out;
-  for (auto& e : all) {
-    if (d_.store.contains(e.first)) out.push_back(std::move(e));
-  }
-  return out;
-}
-
 }  // namespace shoal::peerd

@@ -122,9 +122,11 @@ TEST(Swarm, UnloadedHolderServesOnDemand) {
   EXPECT_EQ(a.swarm->loaded_torrents(), 1u);
   EXPECT_TRUE(a.store->contains(m.object));
   EXPECT_EQ(a.swarm->counters().quarantined.load(), 0u);
-  // The downloader now holds it too, and lists it for the scheduler.
-  auto h = b.swarm->holdings();
+  // The downloader now holds it too, and lists it for the scheduler (its cache and its index).
+  EXPECT_TRUE(b.store->contains(m.object));
+  auto h = b.swarm->info_hashes();
   ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].first, m.object);
   EXPECT_EQ(h[0].second, m.info_hash_hex());
 }
 
@@ -149,7 +151,7 @@ TEST(Swarm, CorruptUnloadedHolderQuarantinesAndNeverUploadsBadBytes) {
       << "holder kept a corrupt object";
   EXPECT_GE(a.swarm->counters().quarantined.load(), 1u);
   EXPECT_FALSE(a.state->by_info_hash(m.info_hash_hex()));
-  EXPECT_TRUE(a.swarm->holdings().empty());
+  EXPECT_TRUE(a.swarm->info_hashes().empty());
 }
 
 TEST(Swarm, BadPiecesFromALoadedSeedAreRejected) {

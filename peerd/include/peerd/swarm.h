@@ -395,14 +395,12 @@ class swarm_manager {
   [[nodiscard]] bool ssl() const { return ses_ && ses_->ssl(); }
   [[nodiscard]] const swarm::session* session() const { return ses_.get(); }
 
-  // Info-hashes of every complete object held here (for the scheduler's holder index).
-  [[nodiscard]] std::vector<std::pair<digest, std::string>> holdings() const;
   // Every (digest, info-hash) of the state index, sorted by digest, whether the cache still
-  // holds the object or not (holdings() without a cache lookup per entry, for a caller that
-  // matches them with the cache's own list, as the heartbeat does).
+  // holds the object or not: the caller matches them with the cache's own list (the heartbeat
+  // reports the objects both have, for the scheduler's holder index).
   [[nodiscard]] std::vector<std::pair<digest, std::string>> info_hashes() const;
-  // Changes whenever the state index's info-hashes do (state_db::generation()); holdings() also
-  // depends on the cache (store::held_generation()).
+  // Changes whenever info_hashes() does (state_db::generation()); what the cache holds moves
+  // store::held_generation().
   [[nodiscard]] std::uint64_t holdings_generation() const noexcept;
   [[nodiscard]] const source_counters& counters() const { return counters_; }
   [[nodiscard]] source_counters& counters_mut() { return counters_; }
