@@ -187,6 +187,15 @@ result<image_ref> parse_image_ref(std::string_view s) {
                                             ": invalid repository name " + quote_excerpt(rest));
   }
   r.repository = r.registry == "docker.io" ? normalize_docker_hub_name(rest) : std::string(rest);
+  // As containerd's and Docker's parsers: the whole name (host, '/', repository, after the
+  // Docker Hub normalisation adds "library/") is at most 255 characters. Without this, a name
+  // accepted here could be refused once normalised: "ubuntu" with 250 more characters.
+  if (r.registry.size() + 1 + r.repository.size() > max_name_length) {
+    return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": the name " +
+                                            quote_excerpt(r.registry + "/" + r.repository) +
+                                            " is longer than " + std::to_string(max_name_length) +
+                                            " characters");
+  }
   if (r.tag.empty() && !r.dig) r.tag = "latest";
   return r;
 }

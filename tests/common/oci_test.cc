@@ -85,6 +85,30 @@ TEST(OciImageRef, Normalization) {
   }
 }
 
+// The whole name is at most 255 characters, host and Docker Hub's "library/" included (as
+// containerd and Docker count it), so every reference accepted is accepted again as it prints:
+// a 250-character "ubuntu…" was accepted and its normalised form refused (found by fuzz_oci).
+TEST(OciImageRef, TheWholeNameIsAtMost255CharactersOnceNormalised) {
+  const std::string at_limit(255 - std::string("docker.io/library/").size(), 'a');
+  auto ok = parse_image_ref(at_limit);
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_EQ(ok->str().size(), 255 + std::string(":latest").size());
+  auto again = parse_image_ref(ok->str());
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->str(), ok->str());
+
+  auto over = parse_image_ref(at_limit + "a");
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message.find("longer than 255 characters"), std::string::npos)
+      << over.error().message;
+  std::string host = "registry.example.com:5000/";
+  EXPECT_TRUE(parse_image_ref(host + std::string(255 - host.size(), 'b')));
+  EXPECT_FALSE(parse_image_ref(host + std::string(256 - host.size(), 'b')));
+  // A name valid on its own (255 characters) is too long behind a host.
+  EXPECT_TRUE(valid_name(std::string(255, 'c')));
+  EXPECT_FALSE(parse_image_ref(host + std::string(255, 'c')));
+}
+
 TEST(OciImageRef, RandomInputNeverCrashes) {
   std::mt19937_64 rng(5);
   const std::string alpha = "abcAZ09:/@._-[]sha256:";
