@@ -37,7 +37,7 @@ test-release: build
 	@cd $(BUILD_DIR) && ctest $(CTEST_FLAGS)
 
 test-asan: build-asan
-	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
+	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L '^(unit|asan_daemons)$$'
 
 # The demo: a registry, registry-proxy, the scheduler and NODES peerd nodes with containerd, in
 # network namespaces with shaped links, all pulling one image at once. Needs root.
