@@ -189,7 +189,7 @@ result<image_ref> parse_image_ref(std::string_view s) {
   r.repository = r.registry == "docker.io" ? normalize_docker_hub_name(rest) : std::string(rest);
   // As containerd's and Docker's parsers: the whole name (host, '/', repository, after the
   // Docker Hub normalisation adds "library/") is at most 255 characters. Without this, a name
-  // accepted here could be refused once normalised: "ubuntu" with 250 more characters.
+  // accepted here could be refused once normalised: a 250-character name without a host.
   if (r.registry.size() + 1 + r.repository.size() > max_name_length) {
     return fail(errc::invalid_argument, "image reference " + quote_excerpt(s) + ": the name " +
                                             quote_excerpt(r.registry + "/" + r.repository) +
