@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 
-from .procs import Daemon, free_port
+from .procs import Daemon, free_port, start_on_free_ports
 from .shoal import _merge, binary, to_yaml
 
 
@@ -59,13 +59,16 @@ class Scheduler:
         self.tls, self.client = tls, client or tls
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host, self.netns = host, netns
-        self.port = port or free_port("127.0.0.1" if netns else host)
+        self._pick_host = "127.0.0.1" if netns else host
+        self._auto_port, self._started = port is None, False
+        self.port = port or free_port(self._pick_host)
         cfg: dict[str, Any] = {"http": {"listen": f"{host}:{self.port}"}, "log": {"level": log_level},
                                "tracker": {"interval": "5s", "min_interval": "2s"}}
         if tls is not None:
             cfg["tls"] = tls.section()
         if extra:
             _merge(cfg, extra)
+        self.config = cfg
         self.config_path = self.dir / "scheduler.yaml"
         self.config_path.write_text(to_yaml(cfg) + "\n")
         self.daemon = Daemon("scheduler", [str(binary("shoal-scheduler")), "-c", str(self.config_path)],
@@ -75,13 +78,24 @@ class Scheduler:
     def url(self) -> str:
         return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.port}"
 
+    def _repick(self) -> bool:
+        listen = f"{self.host}:{self.port}"
+        if not self._auto_port or self.config["http"].get("listen") != listen:
+            return False
+        self.port = free_port(self._pick_host)
+        self.config["http"]["listen"] = f"{self.host}:{self.port}"
+        self.config_path.write_text(to_yaml(self.config) + "\n")
+        return True
+
     def start(self, timeout: float = 20) -> "Scheduler":
-        self.daemon.start()
-        if self.netns:
-            self.daemon.wait_tcp(self.port, self.host, timeout=timeout)
-        else:
-            self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
-                                  client=self.client)
+        def wait():
+            if self.netns:
+                self.daemon.wait_tcp(self.port, self.host, timeout=timeout)
+            else:
+                self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
+                                      client=self.client)
+        start_on_free_ports(self.daemon, wait, self._repick, first=not self._started)
+        self._started = True
         return self
 
     def stop(self):
@@ -112,8 +126,10 @@ class Peerd:
         self.tls, self.metrics_port = tls, metrics_port
         self.dir.mkdir(parents=True, exist_ok=True)
         self.name, self.host, self.netns = name, host, netns
-        self.http_port = http_port or free_port("127.0.0.1" if netns else host)
-        self.bt_port = bt_port or free_port("127.0.0.1" if netns else host)
+        self._pick_host = "127.0.0.1" if netns else host
+        self._auto_ports, self._started = (http_port is None, bt_port is None), False
+        self.http_port = http_port or free_port(self._pick_host)
+        self.bt_port = bt_port or free_port(self._pick_host)
         cfg: dict[str, Any] = {
             "http": {"listen": f"{host}:{self.http_port}"},
             "log": {"level": log_level},
@@ -143,12 +159,28 @@ class Peerd:
         """The metrics listener's base URL (https with TLS on)."""
         return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.metrics_port}"
 
+    def _repick(self) -> bool:
+        moved = False
+        if self._auto_ports[0] and self.config["http"].get("listen") == f"{self.host}:{self.http_port}":
+            self.http_port = free_port(self._pick_host)
+            self.config["http"]["listen"] = f"{self.host}:{self.http_port}"
+            moved = True
+        if self._auto_ports[1] and self.config["swarm"].get("listen") == f"{self.host}:{self.bt_port}":
+            self.bt_port = free_port(self._pick_host)
+            self.config["swarm"]["listen"] = f"{self.host}:{self.bt_port}"
+            moved = True
+        if moved:
+            self.config_path.write_text(to_yaml(self.config) + "\n")
+        return moved
+
     def start(self, timeout: float = 20) -> "Peerd":
-        self.daemon.start()
-        if self.netns:
-            self.daemon.wait_tcp(self.http_port, self.host, timeout=timeout)
-        else:
-            self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200)
+        def wait():
+            if self.netns:
+                self.daemon.wait_tcp(self.http_port, self.host, timeout=timeout)
+            else:
+                self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200)
+        start_on_free_ports(self.daemon, wait, self._repick, first=not self._started)
+        self._started = True
         return self
 
     def stop(self):

@@ -33,15 +33,56 @@ class FixtureError(RuntimeError):
     """A fixture could not do what it was asked (a daemon did not start, a command failed)."""
 
 
+# Every port free_port() or free_port_in_netns() has handed out in this process. The kernel's
+# bind-to-0 draws from about 14,000 ports (one parity of the ephemeral range), so two draws for
+# the same fixture (a peerd's HTTP and swarm ports) met often enough to fail a CI run: peerd's
+# swarm took the port first and its HTTP listener then failed with "address already in use".
+_ISSUED: set[int] = set()
+
+
+def _fresh(draw: Callable[[], int], what: str) -> int:
+    for _ in range(64):
+        port = draw()
+        if port not in _ISSUED:
+            _ISSUED.add(port)
+            return port
+    raise FixtureError(f"no free port {what} that this process has not handed out already "
+                       f"({len(_ISSUED)} handed out)")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """Returns a TCP port that was free on `host` a moment ago (bind to 0, read, close).
+    """Returns a TCP port that was free on `host` a moment ago (bind to 0, read, close), and that
+    no earlier call in this process returned.
 
     There is a small window in which another process can take the port; fixtures that start a
     daemon on it retry on "address already in use".
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    def draw() -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    return _fresh(draw, f"on {host}")
+
+
+def start_on_free_ports(daemon: "Daemon", wait: Callable[[], object], repick: Callable[[], bool],
+                        first: bool, attempts: int = 3) -> None:
+    """Starts `daemon` and runs `wait` (its readiness probe). On a first start whose daemon died
+    with "address already in use" (another process took a port free_port() handed out, in the
+    moment before the daemon bound it), `repick()` draws new ports and rewrites the config, and the
+    start is tried again, `attempts` times in all. `repick` returns False when the ports were the
+    caller's, which are not changed. A restart (`first` False) keeps its ports: clients hold them."""
+    for attempt in range(attempts):
+        daemon.start()
+        try:
+            wait()
+            return
+        except FixtureError:
+            taken = "address already in use" in tail(daemon.log_path, 5).lower()
+            if not first or not taken or attempt == attempts - 1:
+                raise
+            daemon.stop()
+            if not repick():
+                raise
 
 
 def tail(path: str | os.PathLike | None, lines: int = 40) -> str:
@@ -416,8 +457,8 @@ def free_port_in_netns(netns: str, host: str) -> int:
     """Like free_port(), for an address inside a network namespace."""
     code = ("import socket\ns=socket.socket()\n"
             f"s.bind(({host!r},0))\nprint(s.getsockname()[1])\n")
-    return int(run([sys.executable, "-c", code], netns=netns, timeout=10,
-                   what=f"free port in {netns}").stdout)
+    return _fresh(lambda: int(run([sys.executable, "-c", code], netns=netns, timeout=10,
+                                  what=f"free port in {netns}").stdout), f"on {host} in {netns}")
 
 
 

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .procs import Daemon, FixtureError, free_port, run
+from .procs import Daemon, FixtureError, free_port, run, start_on_free_ports
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -110,8 +110,10 @@ class RegistryProxy:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.netns = netns
-        self.port = port or free_port(host if netns is None else "127.0.0.1")
-        self.bt_port = bt_port or free_port(host if netns is None else "127.0.0.1")
+        self._pick_host = host if netns is None else "127.0.0.1"
+        self._auto_ports, self._started = (port is None, bt_port is None), False
+        self.port = port or free_port(self._pick_host)
+        self.bt_port = bt_port or free_port(self._pick_host)
         cfg: dict[str, Any] = {
             "http": {"listen": f"{host}:{self.port}"},
             "log": {"level": log_level, "format": "text"},
@@ -149,10 +151,27 @@ class RegistryProxy:
         """The client SSL context for this instance's https URL (None when plain)."""
         return self.client.ssl_context() if self.tls is not None and self.client else None
 
+    def _repick(self) -> bool:
+        moved = False
+        if self._auto_ports[0] and self.config["http"].get("listen") == self.host_port:
+            self.port = free_port(self._pick_host)
+            self.config["http"]["listen"] = self.host_port
+            moved = True
+        if self._auto_ports[1] and self.config["torrent"].get("listen") == self.bt_endpoint:
+            self.bt_port = free_port(self._pick_host)
+            self.config["torrent"]["listen"] = self.bt_endpoint
+            moved = True
+        if moved:
+            self.config_path.write_text(to_yaml(self.config) + "\n")
+        return moved
+
     def start(self, timeout: float = 20) -> "RegistryProxy":
-        self.daemon.start()
-        self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
-                              client=self.client if self.tls is not None else None)
+        start_on_free_ports(
+            self.daemon,
+            lambda: self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
+                                          client=self.client if self.tls is not None else None),
+            self._repick, first=not self._started)
+        self._started = True
         return self
 
     def stop(self) -> int | None:
