@@ -125,7 +125,9 @@ std::vector<std::string> registry_proxy_urls(const upstream_config& c) {
 }
 
 void describe(config::binder& b, swarm_config& c) {
-  b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
+  b.field("listen", c.listen,
+          "BitTorrent listen address host:port (use the data-plane IP). A port another process "
+          "holds fails the start (port 0: one the kernel picks).");
   b.field("announce_ip", c.announce_ip,
           "Address announced to the tracker (empty: the tracker sees the source).");
   b.field("partial_dir", c.partial_dir,

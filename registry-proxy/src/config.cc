@@ -102,7 +102,9 @@ void describe(config::binder& b, access_config& c) {
 
 void describe(config::binder& b, torrent_config& c) {
   b.field("enabled", c.enabled, "Seed cached objects over BitTorrent and serve their metainfo.");
-  b.field("listen", c.listen, "BitTorrent listen address host:port (use the data-plane IP).");
+  b.field("listen", c.listen,
+          "BitTorrent listen address host:port (use the data-plane IP). A port another process "
+          "holds fails the start (port 0: one the kernel picks).");
   b.field("announce_ip", c.announce_ip,
           "Address announced to the tracker (empty: the tracker sees the source).");
   b.field("trackers", c.trackers,

@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "swarm_tls.h"
@@ -60,6 +63,11 @@ lt::settings_pack lan_settings(const settings& s) {
   p.set_int(sp::send_not_sent_low_watermark, 512 * 1024);
   p.set_int(sp::max_peer_recv_buffer_size, 8 << 20);
   p.set_int(sp::listen_queue_size, 3000);
+  // The configured port or none: libtorrent would otherwise try the next ten ports and then one
+  // the kernel picks, and the node would listen where no firewall rule, hostPort or
+  // NetworkPolicy expects it. session::start fails instead, naming the port.
+  p.set_int(sp::max_retry_port_bind, 0);
+  p.set_bool(sp::listen_system_port_fallback, false);
   p.set_int(sp::connection_speed, 500);
   p.set_int(sp::torrent_connect_boost, 100);
   p.set_int(sp::peer_connect_timeout, s.peer_connect_timeout_s);
@@ -178,6 +186,48 @@ std::string hash_hex(const lt::sha1_hash& h) {
 
 namespace {
 
+// The ports of a listen_interfaces value ("host:port[s],..." with "[v6]:port"); nullopt for an
+// entry whose port does not parse (libtorrent then reports it).
+std::vector<std::optional<std::uint16_t>> listen_ports(const std::string& listen) {
+  std::vector<std::optional<std::uint16_t>> out;
+  std::size_t start = 0;
+  while (start <= listen.size()) {
+    auto comma = listen.find(',', start);
+    std::string part =
+        listen.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!part.empty() && part.back() == 's') part.pop_back();
+    if (!part.empty()) {
+      auto colon = part.rfind(':');
+      std::optional<std::uint16_t> port;
+      if (colon != std::string::npos) {
+        unsigned v = 0;
+        auto* b = part.data() + colon + 1;
+        auto* e = part.data() + part.size();
+        auto [ptr, ec] = std::from_chars(b, e, v);
+        if (ec == std::errc{} && ptr == e && b != e && v <= 65535)
+          port = static_cast<std::uint16_t>(v);
+      }
+      out.push_back(port);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Logs an alert the way the pump does for the ones it does not hand on.
+void log_alert(lt::alert* a, bool trace) {
+  if (trace) log::trace("libtorrent", log::kv("type", a->what()), log::kv("message", a->message()));
+  if (lt::alert_cast<lt::listen_failed_alert>(a) || lt::alert_cast<lt::torrent_error_alert>(a) ||
+      lt::alert_cast<lt::file_error_alert>(a) || lt::alert_cast<lt::alerts_dropped_alert>(a)) {
+    log::error("libtorrent", log::kv("alert", a->what()), log::kv("message", a->message()));
+  } else if (lt::alert_cast<lt::listen_succeeded_alert>(a)) {
+    log::info("libtorrent listening", log::kv("message", a->message()));
+  } else if (lt::alert_cast<lt::performance_alert>(a)) {
+    log::debug("libtorrent performance", log::kv("message", a->message()));
+  }
+}
+
 // libtorrent 2.0.8 puts a peer on a private, link-local or loopback address into its "local" peer
 // class instead of the "global" one (session_impl::init_peer_class_filter), and the session's
 // upload_rate_limit and download_rate_limit cap the global class: on a cluster's 10/8 network no
@@ -226,14 +276,56 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
       slot.pair = std::make_shared<const cert_pair>(std::move(*pair));
     }
   }
+  bool exact_port = true;
   try {
     auto pack = lan_settings(s);
     if (auto st = apply_overrides(pack, s.libtorrent); !st) return fail(st.error());
+    exact_port = pack.get_int(lt::settings_pack::max_retry_port_bind) == 0 &&
+                 !pack.get_bool(lt::settings_pack::listen_system_port_fallback);
     lt::session_params params(std::move(pack));
     out->ses_ = std::make_unique<lt::session>(std::move(params));
     cap_local_peers(*out->ses_);
   } catch (const std::exception& e) {
     return fail(errc::internal, std::string("start libtorrent session: ") + e.what());
+  }
+  out->trace_ = log::enabled(log::level::trace);
+  {
+    // A port taken by another process fails the start with its cause rather than leave the node
+    // without a listener, or on a port nobody expects (lan_settings). listen_port() waits for the
+    // network thread, which has opened the listen sockets by then.
+    const auto ports = listen_ports(s.listen);
+    const std::uint16_t got = out->listen_port();
+    std::string why;
+    bool bad = got == 0;
+    if (!bad && exact_port && !ports.empty() && ports.front() && *ports.front() != 0 &&
+        got != *ports.front()) {
+      bad = true;
+      why = "listening on port " + std::to_string(got) + " instead of " +
+            std::to_string(*ports.front());
+    }
+    if (bad) {
+      // The cause is in a listen_failed alert, posted a moment later.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      std::vector<lt::alert*> alerts;
+      std::string cause;
+      while (cause.empty() && std::chrono::steady_clock::now() < until &&
+             out->ses_->wait_for_alert(lt::milliseconds(200))) {
+        alerts.clear();
+        out->ses_->pop_alerts(&alerts);
+        for (auto* a : alerts) {
+          log_alert(a, out->trace_);
+          if (auto* f = lt::alert_cast<lt::listen_failed_alert>(a);
+              f && cause.empty() &&
+              (f->socket_type == lt::socket_type_t::tcp ||
+               f->socket_type == lt::socket_type_t::tcp_ssl))
+            cause = f->message();
+        }
+      }
+      if (!cause.empty()) why = why.empty() ? cause : why + " (" + cause + ")";
+      out->stop();
+      return fail(errc::io_error,
+                  "BitTorrent listen " + s.listen + ": " + (why.empty() ? "no socket" : why));
+    }
   }
   if (s.ssl && s.require_grants) {
     auto check = grant::verifier::load(s.ca_file, s.reload_interval);
@@ -242,7 +334,6 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
     out->grant_counters_ = std::make_shared<grant_counters>();
     out->ses_->add_extension(grants_plugin(out->grants_, std::move(*check), out->grant_counters_));
   }
-  out->trace_ = log::enabled(log::level::trace);
   if (out->trace_) {
     // Connection-level alerts help debugging; they are too chatty otherwise.
     lt::settings_pack extra;
@@ -295,19 +386,8 @@ void session::pump() {
       cb = cb_;
     }
     for (auto* a : alerts) {
-      if (trace_)
-        log::trace("libtorrent", log::kv("type", a->what()), log::kv("message", a->message()));
-      if (lt::alert_cast<lt::listen_failed_alert>(a) ||
-          lt::alert_cast<lt::torrent_error_alert>(a) || lt::alert_cast<lt::file_error_alert>(a) ||
-          lt::alert_cast<lt::alerts_dropped_alert>(a)) {
-        log::error("libtorrent", log::kv("alert", a->what()), log::kv("message", a->message()));
-      } else if (lt::alert_cast<lt::listen_succeeded_alert>(a)) {
-        log::info("libtorrent listening", log::kv("message", a->message()));
-      } else if (lt::alert_cast<lt::performance_alert>(a)) {
-        log::debug("libtorrent performance", log::kv("message", a->message()));
-      } else if (auto* nc = lt::alert_cast<lt::torrent_need_cert_alert>(a)) {
-        set_certificate(nc->handle);
-      }
+      log_alert(a, trace_);
+      if (auto* nc = lt::alert_cast<lt::torrent_need_cert_alert>(a)) set_certificate(nc->handle);
       if (cb) {
         try {
           cb(a);

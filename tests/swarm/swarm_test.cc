@@ -9,7 +9,11 @@
 #include <libtorrent/session.hpp>
 #include <libtorrent/torrent_info.hpp>
 #include <libtorrent/torrent_status.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -73,6 +77,65 @@ TEST(SwarmSettings, SessionStartFailsOnABadOverride) {
   s.listen = "127.0.0.1:0";
   s.libtorrent = {{"no_such_setting", "1"}};
   EXPECT_FALSE(session::start(s));
+}
+
+// A listening TCP socket on 127.0.0.1, port chosen by the kernel; closed with the object.
+struct held_port {
+  int fd = -1;
+  std::uint16_t port = 0;
+  held_port() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(fd, 8) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      return;
+    port = ntohs(a.sin_port);
+  }
+  ~held_port() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// libtorrent by default moves to one of the next ten ports, then to any, when the configured one
+// is taken: the node then listens where no firewall rule or NetworkPolicy expects it, and says
+// so only in an info line. The start fails instead and names the port and the cause.
+TEST(SwarmSettings, SessionStartFailsWhenItsPortIsTaken) {
+  EXPECT_EQ(lan_settings(settings{}).get_int(sp::max_retry_port_bind), 0);
+  EXPECT_FALSE(lan_settings(settings{}).get_bool(sp::listen_system_port_fallback));
+  held_port taken;
+  ASSERT_NE(taken.port, 0) << std::strerror(errno);
+  settings s;
+  s.listen = "127.0.0.1:" + std::to_string(taken.port);
+  auto refused = session::start(s);
+  ASSERT_FALSE(refused) << "listening on " << (*refused)->listen_port();
+  EXPECT_NE(refused.error().message.find(s.listen), std::string::npos) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("in use"), std::string::npos) << refused.error().message;
+
+  // Port 0 is the kernel's choice, and a free port is taken as configured.
+  s.listen = "127.0.0.1:0";
+  auto any = session::start(s);
+  ASSERT_TRUE(any) << any.error().message;
+  EXPECT_NE((*any)->listen_port(), 0);
+  std::uint16_t freed;
+  {
+    held_port p;
+    freed = p.port;
+  }
+  s.listen = "127.0.0.1:" + std::to_string(freed);
+  auto exact = session::start(s);
+  ASSERT_TRUE(exact) << exact.error().message;
+  EXPECT_EQ((*exact)->listen_port(), freed);
+
+  // An operator who wants libtorrent's fallback back gets it through swarm.libtorrent.
+  held_port again;
+  s.listen = "127.0.0.1:" + std::to_string(again.port);
+  s.libtorrent = {{"max_retry_port_bind", "10"}};
+  auto moved = session::start(s);
+  ASSERT_TRUE(moved) << moved.error().message;
+  EXPECT_NE((*moved)->listen_port(), again.port);
 }
 
 TEST(SwarmIdentity, OriginPeerIdsAreRecognised) {
