@@ -120,6 +120,26 @@ status object_writer::hash_from_file(std::uint64_t from, std::uint64_t to) {
   return {};
 }
 
+status object_writer::write_whole_hashed(std::string_view data, const digest& sha256) {
+  if (done_) {
+    return ::shoal::fail(errc::invalid_argument,
+                         "write to " + id().str() + " after commit or abort");
+  }
+  if (contiguous_ != 0 || !pending_.empty()) {
+    return ::shoal::fail(errc::invalid_argument,
+                         "whole write of " + id().str() + " after other writes");
+  }
+  if (auto exp = inflight_->expected_size(); !exp || *exp != data.size()) {
+    return ::shoal::fail(errc::size_mismatch,
+                         "whole write of " + id().str() + ": " + std::to_string(data.size()) +
+                             " bytes, expected " + (exp ? std::to_string(*exp) : "a known size"));
+  }
+  prehashed_ = sha256;
+  auto st = write_bytes(0, std::as_bytes(std::span(data.data(), data.size())));
+  if (!st) prehashed_.reset();
+  return st;
+}
+
 status object_writer::write_bytes(std::uint64_t offset, std::span<const std::byte> data) {
   if (done_) {
     return ::shoal::fail(errc::invalid_argument,
@@ -150,7 +170,10 @@ status object_writer::write_bytes(std::uint64_t offset, std::span<const std::byt
   detail::io_pool* pool = core_->pool();
   io_outcome out;
   bool hashed = false;
-  if (pool && in_order && data.size() >= parallel_threshold) {
+  if (prehashed_) {
+    out = write_fully(fd, data, offset);
+    hashed = true;  // by the caller (write_whole_hashed)
+  } else if (pool && in_order && data.size() >= parallel_threshold) {
     std::future<void> done = pool->submit([&] { out = write_fully(fd, data, offset); });
     hasher_.update(data.data(), data.size());  // wasted only if the write fails for good
     hashed = true;
@@ -222,7 +245,7 @@ result<object_info> object_writer::commit() {
         fail(error{errc::size_mismatch, "commit " + id().str() + ": got " + std::to_string(size) +
                                             " bytes, expected " + std::to_string(*exp)}));
   }
-  digest got = hasher_.finish();
+  digest got = prehashed_ ? *prehashed_ : hasher_.finish();
   if (got != id()) {
     return std::unexpected(fail(
         error{errc::digest_mismatch, "commit " + id().str() + ": content hashes to " + got.str()}));

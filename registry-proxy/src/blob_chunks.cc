@@ -53,7 +53,8 @@ status blob_service::commit_chunk(const chunk_entry& e, const std::string& bytes
   auto t = store_.begin_write(e.id, e.size, cache::object_kind::blob);
   if (!t) return fail(t.error().wrap("cache chunk " + e.id.short_str()));
   if (t->role == cache::write_role::writer) {
-    if (auto st = t->writer->write(std::string_view(bytes)); !st)
+    // The chunker named the chunk by hashing these very bytes: not hashed again.
+    if (auto st = t->writer->write_whole_hashed(bytes, e.id); !st)
       return fail(st.error().wrap("write chunk"));
     if (auto info = t->writer->commit(); !info) return fail(info.error().wrap("commit chunk"));
   } else if (t->role == cache::write_role::follower) {

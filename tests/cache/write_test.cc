@@ -529,6 +529,56 @@ TEST(CacheWrite, ClosedStoreRefusesWrites) {
   EXPECT_TRUE(t2.error().is(errc::cancelled));
 }
 
+// A chunk cut in memory is named by hashing it; the cache takes that hash instead of hashing the
+// same bytes again. The caller's hash is still what commit checks, and the call is refused
+// where it could leave bytes unhashed (after other writes, at another size).
+TEST(CacheWrite, WholeWriteWithTheCallersHash) {
+  temp_dir dir;
+  auto s = open_store(test_options(dir.path()));
+  ASSERT_TRUE(s);
+  std::string content = random_bytes(3 << 20, 21);
+  digest id = sha256_of(content);
+
+  auto t = s->begin_write(id, content.size(), object_kind::blob);
+  ASSERT_TRUE(t && t->role == write_role::writer);
+  ASSERT_TRUE(t->writer->write_whole_hashed(content, id));
+  auto info = t->writer->commit();
+  ASSERT_TRUE(info) << info.error().to_string();
+  EXPECT_EQ(read_all(*s, id), content);
+
+  // A caller's hash that is not the id fails the commit as a mismatch, and nothing is kept.
+  std::string other = random_bytes(4096, 22);
+  digest other_id = sha256_of(other);
+  auto bad = s->begin_write(other_id, other.size(), object_kind::blob);
+  ASSERT_TRUE(bad && bad->role == write_role::writer);
+  ASSERT_TRUE(bad->writer->write_whole_hashed(other, sha256_of(std::string_view("x"))));
+  auto refused = bad->writer->commit();
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().is(errc::digest_mismatch)) << refused.error().to_string();
+  EXPECT_FALSE(s->contains(other_id));
+
+  // Not after a write (those bytes were hashed by the cache, the rest would not be), not at
+  // another size than expected, not when the size is unknown.
+  auto part = s->begin_write(other_id, other.size(), object_kind::blob);
+  ASSERT_TRUE(part && part->role == write_role::writer);
+  ASSERT_TRUE(part->writer->write(std::string_view(other).substr(0, 10)));
+  auto after = part->writer->write_whole_hashed(other, other_id);
+  ASSERT_FALSE(after);
+  EXPECT_TRUE(after.error().is(errc::invalid_argument));
+  part->writer->abort("test");
+  auto sized = s->begin_write(other_id, other.size() + 1, object_kind::blob);
+  ASSERT_TRUE(sized && sized->role == write_role::writer);
+  auto wrong = sized->writer->write_whole_hashed(other, other_id);
+  ASSERT_FALSE(wrong);
+  EXPECT_TRUE(wrong.error().is(errc::size_mismatch));
+  sized->writer->abort("test");
+  auto unknown = s->begin_write(other_id, std::nullopt, object_kind::blob);
+  ASSERT_TRUE(unknown && unknown->role == write_role::writer);
+  EXPECT_FALSE(unknown->writer->write_whole_hashed(other, other_id));
+  unknown->writer->abort("test");
+  EXPECT_TRUE(list_dir(dir.path() + "/tmp").empty());
+}
+
 TEST(CacheWrite, WriterOutlivingTheStoreFailsCleanly) {
   temp_dir dir;
   std::unique_ptr<object_writer> w;

@@ -42,6 +42,12 @@ class object_writer {
   // Followers see only the contiguous prefix. Rewriting bytes below bytes_written() is refused.
   [[nodiscard]] status write_at(std::uint64_t offset, std::span<const std::byte> data);
 
+  // The whole object in one call, from offset 0, for a caller that already hashed exactly these
+  // bytes in memory (`sha256`, e.g. registry-proxy naming a chunk it cut): they are not hashed a
+  // second time, and commit() checks `sha256` against the object's id instead. Refused after any
+  // other write, or when `data` is not the expected size.
+  [[nodiscard]] status write_whole_hashed(std::string_view data, const digest& sha256);
+
   // Verifies and publishes the object (see the class comment). On error the write has failed.
   [[nodiscard]] result<object_info> commit();
   // Gives up the write: followers see errc::cancelled with `reason`.
@@ -72,6 +78,7 @@ class object_writer {
   std::uint64_t reserved_ = 0;        // bytes accounted against capacity
   std::uint64_t writeback_from_ = 0;  // start of the range not yet handed to writeback
   std::map<std::uint64_t, std::uint64_t> pending_;  // out-of-order ranges: start -> end
+  std::optional<digest> prehashed_;                 // write_whole_hashed: the caller's sha256
   bool done_ = false;
 };
 
