@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 
-from .procs import Daemon, free_port, start_on_free_ports
-from .shoal import _merge, binary, to_yaml
+from .procs import Daemon, free_port
+from .shoal import ListenPorts, _merge, binary, to_yaml
 
 
 def _http_json(url: str, *, method: str = "GET", body: Any = None, timeout: float = 30,
@@ -48,7 +48,7 @@ def _http_json(url: str, *, method: str = "GET", body: Any = None, timeout: floa
             return e.code, raw.decode(errors="replace")
 
 
-class Scheduler:
+class Scheduler(ListenPorts):
     """shoal-scheduler. tls: its certs.TLSParty (serves HTTPS, calls registry-proxy with it);
     client: the party this fixture presents for its own requests (default: `tls`)."""
 
@@ -60,7 +60,7 @@ class Scheduler:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host, self.netns = host, netns
         self._pick_host = "127.0.0.1" if netns else host
-        self._auto_port, self._started = port is None, False
+        self._chosen = {"http"} if port is None else set()
         self.port = port or free_port(self._pick_host)
         cfg: dict[str, Any] = {"http": {"listen": f"{host}:{self.port}"}, "log": {"level": log_level},
                                "tracker": {"interval": "5s", "min_interval": "2s"}}
@@ -78,14 +78,7 @@ class Scheduler:
     def url(self) -> str:
         return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.port}"
 
-    def _repick(self) -> bool:
-        listen = f"{self.host}:{self.port}"
-        if not self._auto_port or self.config["http"].get("listen") != listen:
-            return False
-        self.port = free_port(self._pick_host)
-        self.config["http"]["listen"] = f"{self.host}:{self.port}"
-        self.config_path.write_text(to_yaml(self.config) + "\n")
-        return True
+    _PORT_ATTRS = {"http": "port"}
 
     def start(self, timeout: float = 20) -> "Scheduler":
         def wait():
@@ -94,8 +87,7 @@ class Scheduler:
             else:
                 self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
                                       client=self.client)
-        start_on_free_ports(self.daemon, wait, self._repick, first=not self._started)
-        self._started = True
+        self._launch(wait)
         return self
 
     def stop(self):
@@ -112,7 +104,7 @@ class Scheduler:
         return body if code == 200 else []
 
 
-class Peerd:
+class Peerd(ListenPorts):
     """shoal-peerd for one node. `host` is the node's address (inside `netns` when given).
     tls: the node's certs.TLSParty: its calls to registry-proxy and the scheduler (https URLs)
     present it, and the metrics listener serves with it. metrics_port: the metrics listener
@@ -127,7 +119,7 @@ class Peerd:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.name, self.host, self.netns = name, host, netns
         self._pick_host = "127.0.0.1" if netns else host
-        self._auto_ports, self._started = (http_port is None, bt_port is None), False
+        self._chosen = {s for s, given in (("http", http_port), ("swarm", bt_port)) if given is None}
         self.http_port = http_port or free_port(self._pick_host)
         self.bt_port = bt_port or free_port(self._pick_host)
         cfg: dict[str, Any] = {
@@ -159,19 +151,7 @@ class Peerd:
         """The metrics listener's base URL (https with TLS on)."""
         return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.metrics_port}"
 
-    def _repick(self) -> bool:
-        moved = False
-        if self._auto_ports[0] and self.config["http"].get("listen") == f"{self.host}:{self.http_port}":
-            self.http_port = free_port(self._pick_host)
-            self.config["http"]["listen"] = f"{self.host}:{self.http_port}"
-            moved = True
-        if self._auto_ports[1] and self.config["swarm"].get("listen") == f"{self.host}:{self.bt_port}":
-            self.bt_port = free_port(self._pick_host)
-            self.config["swarm"]["listen"] = f"{self.host}:{self.bt_port}"
-            moved = True
-        if moved:
-            self.config_path.write_text(to_yaml(self.config) + "\n")
-        return moved
+    _PORT_ATTRS = {"http": "http_port", "swarm": "bt_port"}
 
     def start(self, timeout: float = 20) -> "Peerd":
         def wait():
@@ -179,8 +159,7 @@ class Peerd:
                 self.daemon.wait_tcp(self.http_port, self.host, timeout=timeout)
             else:
                 self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200)
-        start_on_free_ports(self.daemon, wait, self._repick, first=not self._started)
-        self._started = True
+        self._launch(wait)
         return self
 
     def stop(self):

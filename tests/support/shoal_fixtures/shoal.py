@@ -12,7 +12,7 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .procs import Daemon, FixtureError, free_port, run, start_on_free_ports
 
@@ -84,7 +84,39 @@ def parse_metrics(text: str) -> dict[str, float]:
             pass
     return out
 
-class RegistryProxy:
+class ListenPorts:
+    """What the daemon fixtures share to start on ports they drew with free_port().
+
+    A subclass sets `_PORT_ATTRS` (a config section whose "listen" is "host:port" → the attribute
+    holding that port), and in __init__ `_chosen` (the sections whose port it drew itself, not the
+    caller's), `_pick_host` (where free_port draws), `config` and `config_path`, then starts with
+    `_launch(wait)`: a first start that lost a port is tried again on new ones
+    (procs.start_on_free_ports); a restart keeps its ports."""
+
+    _PORT_ATTRS: dict[str, str] = {}
+    _started = False
+
+    def _launch(self, wait: Callable[[], object]) -> None:
+        start_on_free_ports(self.daemon, wait, self._repick, first=not self._started)
+        self._started = True
+
+    def _repick(self) -> bool:
+        """Draws a new port for every drawn one the config still listens on (`extra` may have
+        set its own) and rewrites the config; False when none could move."""
+        moved = False
+        for section, attr in self._PORT_ATTRS.items():
+            if section not in self._chosen or \
+                    self.config[section].get("listen") != f"{self.host}:{getattr(self, attr)}":
+                continue
+            setattr(self, attr, free_port(self._pick_host))
+            self.config[section]["listen"] = f"{self.host}:{getattr(self, attr)}"
+            moved = True
+        if moved:
+            self.config_path.write_text(to_yaml(self.config) + "\n")
+        return moved
+
+
+class RegistryProxy(ListenPorts):
     """shoal-registry-proxy with a generated config.
 
     upstreams: list of dicts as in the config (name, url, auth, ...); see `upstream()`.
@@ -111,7 +143,7 @@ class RegistryProxy:
         self.host = host
         self.netns = netns
         self._pick_host = host if netns is None else "127.0.0.1"
-        self._auto_ports, self._started = (port is None, bt_port is None), False
+        self._chosen = {s for s, given in (("http", port), ("torrent", bt_port)) if given is None}
         self.port = port or free_port(self._pick_host)
         self.bt_port = bt_port or free_port(self._pick_host)
         cfg: dict[str, Any] = {
@@ -151,27 +183,12 @@ class RegistryProxy:
         """The client SSL context for this instance's https URL (None when plain)."""
         return self.client.ssl_context() if self.tls is not None and self.client else None
 
-    def _repick(self) -> bool:
-        moved = False
-        if self._auto_ports[0] and self.config["http"].get("listen") == self.host_port:
-            self.port = free_port(self._pick_host)
-            self.config["http"]["listen"] = self.host_port
-            moved = True
-        if self._auto_ports[1] and self.config["torrent"].get("listen") == self.bt_endpoint:
-            self.bt_port = free_port(self._pick_host)
-            self.config["torrent"]["listen"] = self.bt_endpoint
-            moved = True
-        if moved:
-            self.config_path.write_text(to_yaml(self.config) + "\n")
-        return moved
+    _PORT_ATTRS = {"http": "port", "torrent": "bt_port"}
 
     def start(self, timeout: float = 20) -> "RegistryProxy":
-        start_on_free_ports(
-            self.daemon,
-            lambda: self.daemon.wait_http(self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
-                                          client=self.client if self.tls is not None else None),
-            self._repick, first=not self._started)
-        self._started = True
+        self._launch(lambda: self.daemon.wait_http(
+            self.url + "/healthz", timeout=timeout, ok=lambda s: s == 200,
+            client=self.client if self.tls is not None else None))
         return self
 
     def stop(self) -> int | None:
