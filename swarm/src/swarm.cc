@@ -13,6 +13,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/log.h"
@@ -186,33 +187,19 @@ std::string hash_hex(const lt::sha1_hash& h) {
 
 namespace {
 
-// The ports of a listen_interfaces value ("host:port[s],..." with "[v6]:port"); nullopt for an
-// entry whose port does not parse (libtorrent then reports it).
-std::vector<std::optional<std::uint16_t>> listen_ports(const std::string& listen) {
-  std::vector<std::optional<std::uint16_t>> out;
-  std::size_t start = 0;
-  while (start <= listen.size()) {
-    auto comma = listen.find(',', start);
-    std::string part =
-        listen.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!part.empty() && part.back() == 's') part.pop_back();
-    if (!part.empty()) {
-      auto colon = part.rfind(':');
-      std::optional<std::uint16_t> port;
-      if (colon != std::string::npos) {
-        unsigned v = 0;
-        auto* b = part.data() + colon + 1;
-        auto* e = part.data() + part.size();
-        auto [ptr, ec] = std::from_chars(b, e, v);
-        if (ec == std::errc{} && ptr == e && b != e && v <= 65535)
-          port = static_cast<std::uint16_t>(v);
-      }
-      out.push_back(port);
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
+// The port of a listen_interfaces value's first entry ("host:port[s],..."; "[v6]:port");
+// nullopt when it does not parse (libtorrent then reports it).
+std::optional<std::uint16_t> first_listen_port(std::string_view listen) {
+  auto entry = listen.substr(0, listen.find(','));
+  if (entry.ends_with('s')) entry.remove_suffix(1);
+  auto colon = entry.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  auto digits = entry.substr(colon + 1);
+  unsigned v = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (digits.empty() || ec != std::errc{} || ptr != digits.data() + digits.size() || v > 65535)
+    return std::nullopt;
+  return static_cast<std::uint16_t>(v);
 }
 
 // Logs an alert the way the pump does for the ones it does not hand on.
@@ -293,15 +280,13 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
     // A port taken by another process fails the start with its cause rather than leave the node
     // without a listener, or on a port nobody expects (lan_settings). listen_port() waits for the
     // network thread, which has opened the listen sockets by then.
-    const auto ports = listen_ports(s.listen);
+    const auto want = first_listen_port(s.listen);
     const std::uint16_t got = out->listen_port();
     std::string why;
     bool bad = got == 0;
-    if (!bad && exact_port && !ports.empty() && ports.front() && *ports.front() != 0 &&
-        got != *ports.front()) {
+    if (!bad && exact_port && want && *want != 0 && got != *want) {
       bad = true;
-      why = "listening on port " + std::to_string(got) + " instead of " +
-            std::to_string(*ports.front());
+      why = "listening on port " + std::to_string(got) + " instead of " + std::to_string(*want);
     }
     if (bad) {
       // The cause is in a listen_failed alert, posted a moment later.
