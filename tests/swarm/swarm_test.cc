@@ -23,6 +23,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/http_client_test_util.h"
 #include "../common/support/test_pki.h"
 #include "common/sha256.h"
 #include "swarm/metainfo.h"
@@ -119,11 +120,7 @@ TEST(SwarmSettings, SessionStartFailsWhenItsPortIsTaken) {
   auto any = session::start(s);
   ASSERT_TRUE(any) << any.error().message;
   EXPECT_NE((*any)->listen_port(), 0);
-  std::uint16_t freed;
-  {
-    held_port p;
-    freed = p.port;
-  }
+  const std::uint16_t freed = http::client_test::closed_port();
   s.listen = "127.0.0.1:" + std::to_string(freed);
   auto exact = session::start(s);
   ASSERT_TRUE(exact) << exact.error().message;
