@@ -12,6 +12,7 @@
 #include <cerrno>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace shoal::cache::detail {
 
@@ -50,8 +51,15 @@ core::~core() { stop(); }
 void core::start_background() {
   std::lock_guard lk(bg_mu_);
   if (bg_stop_ || maintenance_thread_.joinable()) return;
-  maintenance_thread_ = std::thread([this] { maintenance_loop(); });
-  if (opts_.scrub_bytes_per_sec > 0) scrub_thread_ = std::thread([this] { scrub_loop(); });
+  maintenance_thread_ = std::thread([this] {
+    name_this_thread("cache-upkeep");
+    maintenance_loop();
+  });
+  if (opts_.scrub_bytes_per_sec > 0)
+    scrub_thread_ = std::thread([this] {
+      name_this_thread("cache-scrub");
+      scrub_loop();
+    });
 }
 
 void core::stop() {

@@ -1,9 +1,15 @@
 #include "io_pool.h"
 
+#include "common/thread_name.h"
+
 namespace shoal::cache::detail {
 
 io_pool::io_pool(unsigned threads) {
-  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  for (unsigned i = 0; i < threads; ++i)
+    threads_.emplace_back([this] {
+      name_this_thread("cache-io");
+      run();
+    });
 }
 
 io_pool::~io_pool() {

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace shoal::daemon {
 
@@ -169,7 +170,11 @@ void runtime::run(std::function<void()> on_signal, std::chrono::milliseconds dra
     begin_stop();
   });
   std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads_; ++i) pool.emplace_back([this] { io_.run(); });
+  for (unsigned i = 1; i < threads_; ++i)
+    pool.emplace_back([this] {
+      name_this_thread("io-pool");
+      io_.run();
+    });
   io_.run();
   for (auto& t : pool) t.join();
 }

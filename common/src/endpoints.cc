@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace shoal::endpoints {
 
@@ -161,6 +162,7 @@ void endpoint_set::refresh_locked(clock::time_point now) {
     n->pending = p;
     n->resolved_at = now;
     std::thread([p, host = n->host, fn = opts_.resolver] {
+      name_this_thread("resolve");
       auto r = fn(host);
       {
         std::lock_guard plk(p->mu);

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/tls.h"
+#include "common/thread_name.h"
 #include "common/utf8.h"
 #include "http_client_impl.h"
 #include "http_client_util.h"
@@ -51,7 +52,10 @@ client::impl::impl(client_options opts) : opts_(std::move(opts)) {
   } else {
     log::error("http client: curl_multi_init failed; every request will fail");
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    name_this_thread("http-client");
+    run();
+  });
 }
 
 client::impl::~impl() {

@@ -17,6 +17,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 
 namespace shoal::tls {
 
@@ -364,7 +365,10 @@ result<std::shared_ptr<tls_context>> tls_context::create(const tls_config& c, si
                     s == side::server ? (c.require_client_cert ? "required" : "optional") : "-"));
   i.warn_expiry();
   if (c.reload_interval.get().count() > 0) {
-    i.watcher = std::thread([&i] { i.watch(); });
+    i.watcher = std::thread([&i] {
+      name_this_thread("tls-reload");
+      i.watch();
+    });
   }
   return t;
 }

@@ -21,6 +21,7 @@
 #include "common/origin_protocol.h"
 #include "common/sha256.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 #include "swarm/metainfo.h"
 
 namespace shoal::peerd {
@@ -202,7 +203,10 @@ result<std::string> checkpoint_publisher::publish(publish_request r) {
   p->ranks = std::move(r.ranks);
   p->running = true;
   pubs_[key] = p;
-  threads_.emplace_back([this, p] { run(p); });
+  threads_.emplace_back([this, p] {
+    name_this_thread("ckpt-publish");
+    run(p);
+  });
   return key;
 }
 
@@ -465,6 +469,7 @@ void checkpoint_publisher::register_again() {
   }
   std::lock_guard lk(mu_);
   threads_.emplace_back([this] {
+    name_this_thread("ckpt-register");
     for (;;) {
       {
         std::lock_guard rl(register_mu_);

@@ -14,6 +14,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/origin_protocol.h"
+#include "common/thread_name.h"
 #include "shed.h"
 
 namespace shoal::peerd {
@@ -91,7 +92,10 @@ chunked_blob::~chunked_blob() {
 
 void chunked_blob::start() {
   auto self = shared_from_this();
-  driver_ = std::thread([self] { self->drive(); });
+  driver_ = std::thread([self] {
+    name_this_thread("chunked-blob");
+    self->drive();
+  });
 }
 
 void chunked_blob::stop() {
@@ -207,6 +211,7 @@ void chunked_blob::drive() {
   auto t0 = steady::now();
   // The chunk list is learnt on a thread of its own while this one joins the chunks.
   std::thread learner([this] {
+    name_this_thread("chunk-list");
     bool lost = false;
     if (auto st = learn_chunks(lost); !st && !(lost && take_tail(st.error()))) finish(st.error());
     {

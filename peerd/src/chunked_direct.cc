@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/origin_protocol.h"
+#include "common/thread_name.h"
 #include "peerd/chunked.h"
 
 namespace shoal::peerd {
@@ -45,8 +46,11 @@ void chunked_blob::start_direct(std::uint64_t off, std::uint64_t end) {
     d->off = off;
     d->end = end;
     direct_.push_back(d);
-    direct_threads_.emplace_back(
-        std::thread([self = shared_from_this(), d] { self->fetch_direct(d); }), d);
+    direct_threads_.emplace_back(std::thread([self = shared_from_this(), d] {
+                                   name_this_thread("chunk-range");
+                                   self->fetch_direct(d);
+                                 }),
+                                 d);
   }
   // Threads that set `exited` only return now.
   for (auto& t : exited) t.join();

@@ -10,6 +10,7 @@
 #include "common/checkpoint.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 
 namespace shoal::peerd::cri {
 
@@ -360,6 +361,7 @@ void pod_watcher::start() {
   if (cfg_.cri_socket.empty() || thread_.joinable()) return;
   list_once();
   thread_ = std::thread([this] {
+    name_this_thread("cri-images");
     std::unique_lock lk(mu_);
     for (;;) {
       if (cv_.wait_for(lk, cfg_.cri_interval.get(), [this] { return stop_; })) return;

@@ -3,6 +3,8 @@
 #include "datasets_internal.h"
 #include "scheduler_link.h"
 
+#include "common/thread_name.h"
+
 namespace shoal::peerd {
 
 using namespace datasets_detail;
@@ -198,7 +200,10 @@ status dataset_manager::start() {
     }
     (void)start_prefetch(ref, "", std::nullopt, ranks);
   }
-  expiry_thread_ = std::thread([this] { expiry_loop(); });
+  expiry_thread_ = std::thread([this] {
+    name_this_thread("dataset-expiry");
+    expiry_loop();
+  });
   return {};
 }
 
@@ -294,7 +299,10 @@ result<std::shared_ptr<dataset_manager::job>> dataset_manager::start_prefetch(
       j->error.clear();
       j->started = steady::now();
       spawn = true;
-      threads_.emplace_back([this, j] { run(j); });
+      threads_.emplace_back([this, j] {
+        name_this_thread("dataset-fetch");
+        run(j);
+      });
     }
   }
   (void)spawn;

@@ -15,6 +15,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 
 extern char** environ;
 
@@ -198,6 +199,7 @@ void health_monitor::start() {
   if (cfg_.health_command.empty() && cfg_.health_file.empty()) return;
   check_once();
   thread_ = std::thread([this] {
+    name_this_thread("health-check");
     std::unique_lock lk(mu_);
     while (!stop_) {
       cv_.wait_for(lk, cfg_.health_interval.get(), [&] { return stop_; });

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/platform.h"
+#include "common/thread_name.h"
 #include "prewarm.h"
 #include "scheduler_link.h"
 
@@ -20,7 +21,10 @@ heartbeat_sender::heartbeat_sender(deps d) : d_(std::move(d)), platform_(oci::ho
 heartbeat_sender::~heartbeat_sender() { stop(); }
 
 void heartbeat_sender::start() {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("heartbeat");
+    loop();
+  });
 }
 
 void heartbeat_sender::stop() {

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/origin_protocol.h"
+#include "common/thread_name.h"
 #include "datasets.h"
 #include "proxy_link.h"
 
@@ -14,7 +15,9 @@ namespace shoal::peerd {
 namespace {}  // namespace
 
 prewarm_executor::prewarm_executor(deps d, options o)
-    : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel)) {}
+    : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel)) {
+  name_pool_threads(pool_, std::max<std::size_t>(1, o.parallel), "prewarm-step");
+}
 
 prewarm_executor::~prewarm_executor() {
   request_stop();
@@ -23,7 +26,10 @@ prewarm_executor::~prewarm_executor() {
 }
 
 void prewarm_executor::start() {
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    name_this_thread("prewarm");
+    run();
+  });
 }
 
 void prewarm_executor::request_stop() {

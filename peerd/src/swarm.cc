@@ -21,6 +21,7 @@
 #include "common/grant.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "common/thread_name.h"
 
 namespace shoal::peerd {
 
@@ -190,7 +191,10 @@ result<std::unique_ptr<swarm_manager>> swarm_manager::start(const swarm_config& 
         swarm::origin_superseed_plugin(cfg.superseed_offers, true, cfg.superseed_max_in_flight));
   auto* self = m.get();
   m->ses_->on_alert([self](lt::alert* a) { self->on_alert(a); });
-  m->monitor_ = std::thread([self] { self->monitor(); });
+  m->monitor_ = std::thread([self] {
+    name_this_thread("swarm-monitor");
+    self->monitor();
+  });
   log::info("swarm started", log::kv("listen", cfg.listen), log::kv("port", m->ses_->listen_port()),
             log::kv("members_only", tls.enabled ? "true (SSL torrents, cluster CA)" : "false"));
   return m;

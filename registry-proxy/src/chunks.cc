@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/sha256.h"
+#include "common/thread_name.h"
 
 namespace shoal::proxy {
 
@@ -85,7 +86,10 @@ bool chunk_list::when_beyond(std::size_t have, std::function<void()> cb) {
 chunker::chunker(std::shared_ptr<chunk_list> list, commit_fn commit, std::size_t max_queued)
     : list_(std::move(list)), commit_(std::move(commit)), max_queued_(max_queued) {
   buf_.reserve(static_cast<std::size_t>(list_->chunk_length(list_->chunk_count() - 1)));
-  worker_ = std::thread([this] { run(); });
+  worker_ = std::thread([this] {
+    name_this_thread("chunk-cutter");
+    run();
+  });
 }
 
 chunker::~chunker() { abort("the upstream transfer ended"); }

@@ -2,6 +2,8 @@
 // the origin, fetch and hash every file into the cache, group small files into packs (datasets.h).
 #include "datasets_internal.h"
 
+#include "common/thread_name.h"
+
 namespace shoal::proxy {
 
 using namespace datasets_detail;
@@ -33,7 +35,10 @@ bool dataset_service::start_resolution(const std::shared_ptr<record>& r) {
 void dataset_service::start_resolvers() {
   std::lock_guard lk(mu_);
   for (int i = 0; i < std::max(1, opts_.max_resolving); ++i) {
-    resolvers_.emplace_back([this] { resolver_loop(); });
+    resolvers_.emplace_back([this] {
+      name_this_thread("dataset-resolve");
+      resolver_loop();
+    });
   }
 }
 

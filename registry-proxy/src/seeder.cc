@@ -5,6 +5,7 @@
 #include <libtorrent/torrent_status.hpp>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace shoal::proxy {
 
@@ -48,6 +49,7 @@ result<std::unique_ptr<seeder>> seeder::start(const torrent_config& cfg, cache::
     }
   });
   s->sweeper_ = std::thread([self] {
+    name_this_thread("seed-sweeper");
     std::unique_lock lk(self->sweep_mu_);
     while (!self->stop_.load()) {
       self->sweep_cv_.wait_for(lk, std::chrono::seconds(5));

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "scheduler/dataset_catalog.h"
 
 namespace shoal::scheduler {
@@ -27,7 +28,10 @@ app::app(const scheduler_config& cfg)
       rt_(static_cast<unsigned>(cfg.io_threads)),
       workers_(static_cast<std::size_t>(cfg.worker_threads)),
       heartbeat_pool_(2),
-      timer_(rt_.io()) {}
+      timer_(rt_.io()) {
+  name_pool_threads(workers_, static_cast<std::size_t>(cfg.worker_threads), "worker");
+  name_pool_threads(heartbeat_pool_, 2, "heartbeat-in");
+}
 
 result<std::unique_ptr<app>> app::build(const scheduler_config& cfg) {
   std::unique_ptr<app> a(new app(cfg));

@@ -7,6 +7,7 @@
 
 #include "common/digest.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "scheduler/ingest.h"
 #include "shared_state_scripts.h"
 
@@ -104,8 +105,14 @@ shared_state::shared_state(shared_state_options opts, cluster_index& index, trac
 shared_state::~shared_state() { stop(); }
 
 void shared_state::start() {
-  reader_ = std::thread([this] { reader_loop(); });
-  upkeep_ = std::thread([this] { upkeep_loop(); });
+  reader_ = std::thread([this] {
+    name_this_thread("redis-log");
+    reader_loop();
+  });
+  upkeep_ = std::thread([this] {
+    name_this_thread("redis-upkeep");
+    upkeep_loop();
+  });
   // Answer with the cluster's epoch and what Redis holds from the first request: wait (boundedly)
   // for the first load. Redis unreachable: start stale, the reader keeps trying.
   using steady = std::chrono::steady_clock;

@@ -22,6 +22,7 @@
 #include "common/bencode.h"
 #include "common/fd.h"
 #include "common/sha256.h"
+#include "common/thread_name.h"
 #include "common/tls.h"
 
 namespace shoal {
@@ -396,7 +397,10 @@ struct async_metainfo_builder::impl {
 
   impl(std::uint64_t size, bool hash_object, std::size_t maxq)
       : b(size, hash_object), max_queued(maxq) {
-    worker = std::thread([this] { run(); });
+    worker = std::thread([this] {
+      name_this_thread("piece-hash");
+      run();
+    });
   }
   void run() {
     std::unique_lock lk(mu);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "swarm_tls.h"
 
 namespace shoal::swarm {
@@ -241,6 +242,24 @@ void cap_local_peers(lt::session& ses) {
 
 }  // namespace
 
+namespace {
+
+// A new thread starts with its creator's name: the session's network thread, and the disk threads
+// that one starts later, are named "libtorrent" (libtorrent has no hook on its threads to name
+// them apart). The caller's name is restored, whatever the constructor does.
+std::unique_ptr<lt::session> new_session(lt::session_params params) {
+  struct restore_name {
+    std::string name = name_of_this_thread();
+    ~restore_name() {
+      if (!name.empty()) name_this_thread(name);
+    }
+  } caller;
+  name_this_thread("libtorrent");
+  return std::make_unique<lt::session>(std::move(params));
+}
+
+}  // namespace
+
 result<std::unique_ptr<session>> session::start(const settings& s) {
   std::unique_ptr<session> out(new session());
   if (s.ssl) {
@@ -270,7 +289,7 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
     exact_port = pack.get_int(lt::settings_pack::max_retry_port_bind) == 0 &&
                  !pack.get_bool(lt::settings_pack::listen_system_port_fallback);
     lt::session_params params(std::move(pack));
-    out->ses_ = std::make_unique<lt::session>(std::move(params));
+    out->ses_ = new_session(std::move(params));
     cap_local_peers(*out->ses_);
   } catch (const std::exception& e) {
     return fail(errc::internal, std::string("start libtorrent session: ") + e.what());
@@ -327,7 +346,10 @@ result<std::unique_ptr<session>> session::start(const settings& s) {
                       lt::alert_category::connect | lt::alert_category::peer);
     out->ses_->apply_settings(extra);
   }
-  out->pump_ = std::thread([p = out.get()] { p->pump(); });
+  out->pump_ = std::thread([p = out.get()] {
+    name_this_thread("lt-alerts");
+    p->pump();
+  });
   return out;
 }
 

@@ -501,6 +501,21 @@ class MirrorTest(FixtureTestCase):
                      "shoal_peerd_downloads_active", "shoal_cache_bytes"):
             self.assertIn(name, m)
 
+    def test_threads_carry_names(self):
+        # top -H and perf tell a daemon's parts apart by these (docs/operations.md, "Threads");
+        # the main thread keeps the process's name, which pgrep and ps match.
+        pid = self.peerd.daemon.pid
+        names = {}
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names[int(tid)] = f.read().strip()
+        self.assertEqual(names[pid], "shoal-peerd")
+        for want in ("io-pool", "worker", "http-client", "libtorrent", "lt-alerts", "swarm-monitor",
+                     "cache-upkeep"):
+            self.assertIn(want, names.values(), sorted(set(names.values())))
+        # Every worker thread got the name, not one thread twice.
+        self.assertEqual(sum(1 for n in names.values() if n == "worker"), 16)
+
     def test_poisoned_metainfo_never_completes_a_wrong_body(self):
         real = os.urandom(1536 << 10)
         junk = os.urandom(len(real))
