@@ -26,3 +26,41 @@ def machine_jiffies() -> tuple[int, int]:
         vals = [int(x) for x in f.readline().split()[1:9]]
     idle = vals[3] + vals[4]
     return sum(vals) - idle, sum(vals)
+
+
+def threads_cpu_s(pid: int | None) -> dict[int, tuple[str, float]]:
+    """Each live thread of one process: tid → (its name, utime + stime seconds). The daemons name
+    their threads (docs/operations.md, "Threads"); empty when the process is gone."""
+    out: dict[int, tuple[str, float]] = {}
+    if not pid:
+        return out
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            name = text[text.index("(") + 1:text.rindex(")")]
+            rest = text.rsplit(")", 1)[1].split()
+            out[int(tid)] = (name, (int(rest[11]) + int(rest[12])) / TICK)
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def cpu_by_thread_name(before: list[dict[int, tuple[str, float]]],
+                       after: list[dict[int, tuple[str, float]]],
+                       process_delta_s: float) -> dict[str, float]:
+    """CPU seconds per thread name between two threads_cpu_s() snapshots of the same processes
+    (one dict per process, in the same order), summed over the processes, largest first. Threads
+    that ended in between took their time with them: what the processes spent beyond the live
+    threads is "(threads that exited)". """
+    by: dict[str, float] = {}
+    for b, a in zip(before, after):
+        for tid, (name, cpu) in a.items():
+            by[name] = by.get(name, 0.0) + cpu - (b[tid][1] if tid in b else 0.0)
+    gone = process_delta_s - sum(by.values())
+    if gone > 0.005:
+        by["(threads that exited)"] = gone
+    return {k: round(v, 3) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}
