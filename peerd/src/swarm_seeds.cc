@@ -7,6 +7,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/log.h"
@@ -85,8 +86,9 @@ void swarm_manager::sweep_seeds(steady::time_point now) {
   }
   unloaded drop;
   std::vector<digest> keep;
+  const auto in_use = swarm::serving_peers(ses_->raw());
   for (auto& [ih, h] : snap) {
-    bool serving = swarm::serving_a_peer(h);
+    const bool serving = std::binary_search(in_use.begin(), in_use.end(), h);
     std::lock_guard g(mu_);
     auto it = seeds_.find(ih);
     if (it == seeds_.end()) continue;

@@ -7,6 +7,7 @@
 #include <libtorrent/peer_info.hpp>
 #include <libtorrent/settings_pack.hpp>
 #include <libtorrent/torrent_info.hpp>
+#include <libtorrent/torrent_status.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -157,6 +158,24 @@ bool serving_a_peer(const lt::torrent_handle& h) {
   return std::any_of(peers.begin(), peers.end(), [](const lt::peer_info& p) {
     return !(p.flags & lt::peer_info::seed) && !is_origin(p.pid);
   });
+}
+
+std::vector<lt::torrent_handle> serving_peers(lt::session& ses) {
+  std::vector<lt::torrent_status> st;
+  try {
+    // The predicate runs on the network thread and keeps only torrents with a non-seed peer
+    // connected (registry-proxy super-seeding counts as one: the peer lists tell it apart).
+    st = ses.get_torrent_status(
+        [](const lt::torrent_status& s) { return s.num_peers > s.num_seeds; }, {});
+  } catch (const std::exception&) {
+    return {};  // the session is going away
+  }
+  std::vector<lt::torrent_handle> out;
+  for (const auto& s : st) {
+    if (serving_a_peer(s.handle)) out.push_back(s.handle);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string tracker_url(const std::string& announce, const std::string& node,

@@ -3,6 +3,7 @@
 // addresses too. libtorrent puts such peers into its "local" peer class only, and its rate limit
 // settings cap the "global" class, so before session::start put them into both, a cluster on
 // 10/8 (every real one) or on loopback was never capped.
+// The same capped download shows swarm::serving_peers (peerd's idle-seed sweep) at work.
 
 #include <gtest/gtest.h>
 #include <libtorrent/ip_filter.hpp>
@@ -87,6 +88,53 @@ TEST(SwarmRateLimit, DownloadCapHoldsForALoopbackPeer) {
   double s = download_seconds(**seed, **node, obj);
   ASSERT_GT(s, 0) << "the node did not get the blob intact within 30 s";
   EXPECT_GE(s, min_capped_s) << "2 MiB at a 512 KiB/s download cap came in " << s << " s";
+}
+
+// serving_peers (peerd's idle-seed sweep): a seed serves while a node that is not yet a seed
+// downloads from it, and not before or after; a torrent nobody asks for never does. The upload
+// cap makes the download last a few seconds.
+TEST(SwarmServing, OnlyWhileANonSeedPeerDownloads) {
+  object_dir asked(size, 31), idle(size, 32);
+  auto seed = start(rate, 0);
+  ASSERT_TRUE(seed) << seed.error().message;
+  auto node = start(0, 0);
+  ASSERT_TRUE(node) << node.error().message;
+  auto h1 = (*seed)->add_seed(asked.meta, (asked.root / "origin").string(), {});
+  ASSERT_TRUE(h1) << h1.error().message;
+  auto h2 = (*seed)->add_seed(idle.meta, (idle.root / "origin").string(), {});
+  ASSERT_TRUE(h2) << h2.error().message;
+  EXPECT_TRUE(serving_peers((*seed)->raw()).empty());
+
+  auto d = add_download((*node)->raw(), asked.meta.torrent_file({}), (asked.root / "node").string(),
+                        (*seed)->listen_port());
+  ASSERT_TRUE(d.is_valid());
+  auto t0 = clk::now();
+  std::vector<lt::torrent_handle> during;
+  while (clk::now() - t0 < std::chrono::seconds(10)) {
+    auto st = d.status();
+    if (st.is_seeding) break;
+    if (st.total_wanted_done > 0) {
+      during = serving_peers((*seed)->raw());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(d.status().is_seeding) << "the capped download ended before it was looked at";
+  ASSERT_EQ(during.size(), 1u);
+  EXPECT_EQ(during[0], *h1);
+  EXPECT_EQ(serving_a_peer(*h1), true);
+  EXPECT_EQ(serving_a_peer(*h2), false);
+
+  // Once the node holds everything it is a seed too: nobody is served any more.
+  while (!d.status().is_seeding && clk::now() - t0 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(d.status().is_seeding);
+  std::vector<lt::torrent_handle> after{*h1};
+  while (!after.empty() && clk::now() - t0 < std::chrono::seconds(35)) {
+    after = serving_peers((*seed)->raw());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(after.empty());
 }
 
 }  // namespace

@@ -190,6 +190,11 @@ using block_callback =
 // that is not a seed. Connections between seeds stay open (close_redundant_connections is off
 // for super seeding), so "has peers" is not "in use". A sync call: never on the network thread.
 [[nodiscard]] bool serving_a_peer(const lt::torrent_handle& h);
+// Every torrent of `ses` that serves someone (serving_a_peer's rule), sorted (binary_search it):
+// one status call for all torrents, then the peer lists of only those with a non-seed peer
+// connected. A node sweeping its few hundred loaded seeds every few seconds made one sync call
+// into the network thread per seed. A sync call: never on the network thread.
+[[nodiscard]] std::vector<lt::torrent_handle> serving_peers(lt::session& ses);
 
 // For a seed-mode torrent of bytes this process has just verified: every piece marked verified
 // and held, so libtorrent does not hash a piece again before its first upload. Needs p.ti.
