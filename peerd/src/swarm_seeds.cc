@@ -74,7 +74,9 @@ void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torre
 }
 
 // Every 5 s (monitor thread): seeds nobody used for seed_idle_unload are unloaded; the pins of
-// the objects kept are renewed.
+// the cache objects kept are extended once per seed_idle_unload (a pin lasts three: it always has
+// two left). Each extension is two synced index writes, so not every 5 s, and never for a chunk,
+// whose file is not a cache object.
 void swarm_manager::sweep_seeds(steady::time_point now) {
   auto idle = std::chrono::duration_cast<steady::duration>(cfg_.seed_idle_unload.get());
   std::vector<std::pair<std::string, lt::torrent_handle>> snap;
@@ -95,7 +97,8 @@ void swarm_manager::sweep_seeds(steady::time_point now) {
     if (serving) it->second.last_used = now;
     if (now - it->second.last_used > idle) {
       erase_seed_locked(it, &drop);
-    } else if (it->second.type != transfer::kind::group) {
+    } else if (it->second.type == transfer::kind::object && now - it->second.pin_renewed >= idle) {
+      it->second.pin_renewed = now;
       keep.push_back(it->second.id);
     }
   }

@@ -538,8 +538,9 @@ class swarm_manager {
     lt::torrent_handle h;  // invalid while a group seed is being added
     steady::time_point last_used;
     std::list<std::string>::iterator lru;
-    bool lazy = false;           // loaded on demand: pieces verified on first upload
-    std::string transient_file;  // deleted once unloaded (transient downloads)
+    bool lazy = false;                 // loaded on demand: pieces verified on first upload
+    std::string transient_file;        // deleted once unloaded (transient downloads)
+    steady::time_point pin_renewed{};  // the object's "swarm" pin last extended (sweep_seeds)
   };
   struct unloaded {
     std::vector<lt::torrent_handle> handles;
