@@ -64,3 +64,13 @@ def cpu_by_thread_name(before: list[dict[int, tuple[str, float]]],
     if gone > 0.005:
         by["(threads that exited)"] = gone
     return {k: round(v, 3) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}
+
+
+def shares(by: dict[str, float], n: int = 6) -> str:
+    """The `n` largest entries of a cpu_by_thread_name() result as "name 71%, ..." ("" when it is
+    empty)."""
+    total = sum(by.values())
+    if total <= 0:
+        return ""
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k} {v / total * 100:.0f}%" for k, v in top)

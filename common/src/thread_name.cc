@@ -22,7 +22,8 @@ void name_this_thread(std::string_view name) noexcept {
   (void)::pthread_setname_np(::pthread_self(), buf.data());
 }
 
-void name_pool_threads(boost::asio::thread_pool& pool, std::size_t threads, std::string_view name) {
+named_thread_pool::named_thread_pool(std::size_t threads, std::string_view name)
+    : boost::asio::thread_pool(threads) {
   struct gate {
     std::mutex mu;
     std::condition_variable cv;
@@ -30,7 +31,7 @@ void name_pool_threads(boost::asio::thread_pool& pool, std::size_t threads, std:
   };
   auto g = std::make_shared<gate>();
   for (std::size_t i = 0; i < threads; ++i) {
-    boost::asio::post(pool, [g, threads, n = std::string(name)] {
+    boost::asio::post(*this, [g, threads, n = std::string(name)] {
       name_this_thread(n);
       std::unique_lock lk(g->mu);
       if (++g->arrived == threads) g->cv.notify_all();

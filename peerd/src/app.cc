@@ -9,7 +9,6 @@
 
 #include "cache/version.h"
 #include "common/log.h"
-#include "common/thread_name.h"
 #include "checkpoints.h"
 #include "datasets.h"
 #include "peerd/blob_access.h"
@@ -30,9 +29,7 @@ namespace shoal::peerd {
 app::app(const peerd_config& cfg)
     : cfg_(cfg),
       rt_(static_cast<unsigned>(cfg.io_threads)),
-      pool_(static_cast<std::size_t>(cfg.worker_threads)) {
-  name_pool_threads(pool_, static_cast<std::size_t>(cfg.worker_threads), "worker");
-}
+      pool_(static_cast<std::size_t>(cfg.worker_threads), "worker") {}
 
 app::~app() {
   if (prewarm_) prewarm_->request_stop();

@@ -15,9 +15,7 @@ namespace shoal::peerd {
 namespace {}  // namespace
 
 prewarm_executor::prewarm_executor(deps d, options o)
-    : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel)) {
-  name_pool_threads(pool_, std::max<std::size_t>(1, o.parallel), "prewarm-step");
-}
+    : d_(d), opts_(o), pool_(std::max<std::size_t>(1, o.parallel), "prewarm-step") {}
 
 prewarm_executor::~prewarm_executor() {
   request_stop();

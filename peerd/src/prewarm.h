@@ -16,7 +16,6 @@
 // executor thread plus a small pool for the objects of the running order.
 
 #include <atomic>
-#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -31,6 +30,7 @@
 #include "cache/store.h"
 #include "common/heartbeat.h"
 #include "common/http_client.h"
+#include "common/thread_name.h"
 #include "peerd/config.h"
 #include "peerd/fetcher.h"
 #include "peerd/swarm.h"
@@ -88,7 +88,7 @@ class prewarm_executor {
 
   deps d_;
   options opts_;
-  boost::asio::thread_pool pool_;
+  named_thread_pool pool_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<job>> jobs_;

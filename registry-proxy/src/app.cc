@@ -9,7 +9,6 @@
 #include "common/credential_hash.h"
 #include "cache/version.h"
 #include "common/log.h"
-#include "common/thread_name.h"
 #include "swarm/version.h"
 
 namespace shoal::proxy {
@@ -17,9 +16,7 @@ namespace shoal::proxy {
 app::app(const proxy_config& cfg)
     : cfg_(cfg),
       rt_(static_cast<unsigned>(cfg.io_threads)),
-      pool_(static_cast<std::size_t>(cfg.worker_threads)) {
-  name_pool_threads(pool_, static_cast<std::size_t>(cfg.worker_threads), "worker");
-}
+      pool_(static_cast<std::size_t>(cfg.worker_threads), "worker") {}
 
 app::~app() {
   stop();

@@ -4,8 +4,6 @@
 
 #include "datasets_internal.h"
 
-#include "common/thread_name.h"
-
 namespace shoal::proxy {
 
 using namespace datasets_detail;
@@ -21,9 +19,7 @@ dataset_service::dataset_service(dataset_service_options o, net::io_context& io,
       seeder_(sd),
       m_(m),
       budget_(store, opts_.staging_dir, 64u << 20),
-      pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches))) {
-  name_pool_threads(pool_, static_cast<std::size_t>(std::max(1, opts_.parallel_fetches)),
-                    "dataset-fetch");
+      pool_(static_cast<std::size_t>(std::max(1, opts_.parallel_fetches)), "dataset-fetch") {
   if (opts_.origin.allowed) {
     http::client_options co;
     co.policy = dataset_connect_policy(opts_.origin.allowed);

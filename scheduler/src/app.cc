@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "common/log.h"
-#include "common/thread_name.h"
 #include "scheduler/dataset_catalog.h"
 
 namespace shoal::scheduler {
@@ -26,12 +25,9 @@ std::chrono::milliseconds ms(const D& d) {
 app::app(const scheduler_config& cfg)
     : cfg_(cfg),
       rt_(static_cast<unsigned>(cfg.io_threads)),
-      workers_(static_cast<std::size_t>(cfg.worker_threads)),
-      heartbeat_pool_(2),
-      timer_(rt_.io()) {
-  name_pool_threads(workers_, static_cast<std::size_t>(cfg.worker_threads), "worker");
-  name_pool_threads(heartbeat_pool_, 2, "heartbeat-in");
-}
+      workers_(static_cast<std::size_t>(cfg.worker_threads), "worker"),
+      heartbeat_pool_(2, "heartbeat-in"),
+      timer_(rt_.io()) {}
 
 result<std::unique_ptr<app>> app::build(const scheduler_config& cfg) {
   std::unique_ptr<app> a(new app(cfg));

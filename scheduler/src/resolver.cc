@@ -8,7 +8,6 @@
 #include "common/oci.h"
 #include "common/sha256.h"
 #include "common/text.h"
-#include "common/thread_name.h"
 
 namespace shoal::scheduler {
 
@@ -140,9 +139,7 @@ resolver::resolver(manifest_source& src, resolver_options o, std::function<clock
     : src_(src),
       opts_(o),
       now_(std::move(now)),
-      pool_(static_cast<std::size_t>(std::max(1, o.threads))) {
-  name_pool_threads(pool_, static_cast<std::size_t>(std::max(1, o.threads)), "resolver");
-}
+      pool_(static_cast<std::size_t>(std::max(1, o.threads)), "resolver") {}
 
 resolver::~resolver() {
   pool_.stop();

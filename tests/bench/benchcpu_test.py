@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "lib"))
 
-from benchcpu import cpu_by_thread_name, proc_cpu_s, threads_cpu_s  # noqa: E402
+from benchcpu import cpu_by_thread_name, proc_cpu_s, shares, threads_cpu_s  # noqa: E402
 
 
 def spin(name: str, seconds: float, started: threading.Event | None = None,
@@ -51,6 +51,10 @@ class ThreadSplit(unittest.TestCase):
         self.assertGreaterEqual(by.get("(threads that exited)", 0), 0.2, by)
         self.assertGreaterEqual(by.get("busy-live", 0), 0.2, by)
         self.assertEqual(list(by.values()), sorted(by.values(), reverse=True))
+
+    def test_shares(self):
+        self.assertEqual(shares({"a": 1.0, "b": 3.0, "c": 0.0}, 2), "b 75%, a 25%")
+        self.assertEqual(shares({}), "")
 
     def test_gone_process(self):
         self.assertEqual(threads_cpu_s(None), {})

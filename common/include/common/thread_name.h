@@ -15,12 +15,15 @@ namespace shoal {
 // caller (a name is a diagnostic).
 void name_this_thread(std::string_view name) noexcept;
 
-// Names the threads of `pool`, made with `threads` threads and given no work yet: each thread
-// runs one naming task, held until all have run (at most a second, so a pool with fewer threads
-// than said only names fewer). Returns at once.
-void name_pool_threads(boost::asio::thread_pool& pool, std::size_t threads, std::string_view name);
-
 // The calling thread's name ("" when it cannot be read).
 [[nodiscard]] std::string name_of_this_thread();
+
+// An asio thread pool whose `threads` threads carry `name`: before any other work, each runs one
+// naming task, held until all have run (at most a second) so that no thread takes two of them.
+// The constructor returns at once.
+class named_thread_pool : public boost::asio::thread_pool {
+ public:
+  named_thread_pool(std::size_t threads, std::string_view name);
+};
 
 }  // namespace shoal

@@ -2,8 +2,6 @@
 // Wiring of the peerd daemon: builds every part in dependency order from the config and runs
 // it until a signal. Nothing here is global; tests build an app on temp dirs.
 
-#include <boost/asio/thread_pool.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +13,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "common/tls.h"
 #include "common/version.h"
 #include "peerd/config.h"
@@ -70,7 +69,7 @@ class app {
 
   peerd_config cfg_;
   daemon::runtime rt_;
-  boost::asio::thread_pool pool_;
+  named_thread_pool pool_;
   metrics::registry reg_;
   std::unique_ptr<http::client> http_client_;
   // The scheduler replicas (upstream.scheduler, upstream.schedulers); null without one.

@@ -2,8 +2,6 @@
 // Wiring of the registry-proxy daemon: builds every part in dependency order from the config and
 // runs it until a signal. Nothing here is global; tests build an app on temp dirs and port 0.
 
-#include <boost/asio/thread_pool.hpp>
-
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -17,6 +15,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "common/tls.h"
 #include "common/version.h"
 #include "registry-proxy/config.h"
@@ -65,7 +64,7 @@ class app {
 
   proxy_config cfg_;
   daemon::runtime rt_;
-  boost::asio::thread_pool pool_;
+  named_thread_pool pool_;
   metrics::registry reg_;
   std::unique_ptr<http::client> http_client_;
   std::unique_ptr<cache::store> store_;

@@ -30,7 +30,6 @@
 // preparation).
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -52,6 +51,7 @@
 #include "common/http_server.h"
 #include "swarm/metainfo.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "registry-proxy/dataset_origin.h"
 #include "registry-proxy/state_db.h"
 
@@ -221,7 +221,7 @@ class dataset_service {
   seeder* seeder_;
   dataset_metrics m_;
   staging_budget budget_;  // staging files against the cache's quota and the free space
-  boost::asio::thread_pool pool_;
+  named_thread_pool pool_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> stopped_{false};
 

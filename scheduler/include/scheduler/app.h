@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "common/http_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/thread_name.h"
 #include "common/version.h"
 #include "scheduler/checkpoints.h"
 #include "scheduler/config.h"
@@ -77,8 +77,8 @@ class app {
 
   scheduler_config cfg_;
   daemon::runtime rt_;
-  boost::asio::thread_pool workers_;
-  boost::asio::thread_pool heartbeat_pool_;
+  named_thread_pool workers_;
+  named_thread_pool heartbeat_pool_;
   std::shared_ptr<tls::tls_context> tls_;  // null when tls.enabled is false; outlives reg_
   metrics::registry reg_;
   std::unique_ptr<http::client> http_client_;

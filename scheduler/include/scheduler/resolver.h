@@ -12,7 +12,6 @@
 // Lifecycle: built by the app; owns a small thread pool for resolve_many(). Threading: every
 // public method is thread-safe; resolve() blocks (worker threads only, never an io thread).
 
-#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -28,6 +27,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/http_client.h"
+#include "common/thread_name.h"
 #include "scheduler/cost.h"
 
 namespace shoal::scheduler {
@@ -147,7 +147,7 @@ class resolver {
   std::map<std::string, tag_entry> tags_;
   std::map<std::string, std::shared_future<result<resolved_image>>> inflight_;
   resolver_stats stats_;
-  boost::asio::thread_pool pool_;
+  named_thread_pool pool_;
 };
 
 // Parses a manifest or index body (OCI or Docker v2). Errors name what is wrong.
