@@ -55,6 +55,7 @@
 #include "common/origin_protocol.h"
 #include "common/platform.h"
 #include "common/version.h"
+#include "common/json_text.h"
 #include "shoalctl_checkpoint.h"
 #include "shoalctl_cli.h"
 #include "shoalctl_output.h"
@@ -75,6 +76,7 @@ using ctl::pct;
 using ctl::report;
 using ctl::request;
 using ctl::response;
+using shoal::json_text;
 
 // ---- status, pull, nodes
 
@@ -214,8 +216,17 @@ int cmd_pull(const context& cx, const std::string& image, const std::string& pla
   if (auto blobs = image_blobs(cx, image, platform)) {
     progress = std::thread([&cx, b = std::move(*blobs), &done] { pull_progress(cx, b, done); });
   }
-  auto r = request(cx, "POST", cx.peerd + std::string(origin::paths::node_pull), body.dump(),
+  // peerd runs so many pulls at once (half its workers) and answers 429 beyond: wait and ask
+  // again, for up to 10 minutes.
+  auto r = request(cx, "POST", cx.peerd + std::string(origin::paths::node_pull), json_text(body),
                    std::chrono::minutes(30));
+  for (int i = 0; i < 600 && r && r->status == 429; ++i) {
+    if (i == 0)
+      std::fprintf(stderr, "shoalctl: pull %s: the node is busy; waiting\n", image.c_str());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    r = request(cx, "POST", cx.peerd + std::string(origin::paths::node_pull), json_text(body),
+                std::chrono::minutes(30));
+  }
   done = true;
   if (progress.joinable()) progress.join();
   if (!r) {
@@ -338,7 +349,8 @@ int cmd_place(const context& cx, const cmd_options& o) {
   json sel;
   if (!parse_selectors(o.selectors, sel)) return 2;
   if (!sel.empty()) body["selector"] = sel;
-  auto r = request(cx, "POST", cx.scheduler + "/v1/place", body.dump(), std::chrono::seconds(30));
+  auto r =
+      request(cx, "POST", cx.scheduler + "/v1/place", json_text(body), std::chrono::seconds(30));
   if (!r) return report("scheduler at " + cx.scheduler, r);
   auto j = json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return report("scheduler at " + cx.scheduler, r);
@@ -409,7 +421,7 @@ std::vector<std::string> prewarm_lines(const json& j, const ctl::rate_meter* met
   if (j.contains("replacements") && j["replacements"].is_object()) {
     for (const auto& [failed, by] : j["replacements"].items()) {
       out.push_back("  " + failed + " replaced by standby " +
-                    (by.is_string() ? by.get<std::string>() : by.dump()));
+                    (by.is_string() ? by.get<std::string>() : json_text(by)));
     }
   }
   return out;
@@ -513,8 +525,8 @@ int cmd_prewarm(const context& cx, const cmd_options& o) {
     return 1;
   }
   std::string key = "shoalctl-" + shoal::to_hex(std::span<const std::uint8_t>(rnd, sizeof rnd));
-  auto r = request(cx, "POST", cx.scheduler + "/v1/prewarm", body.dump(), std::chrono::seconds(30),
-                   {{"Idempotency-Key", key}});
+  auto r = request(cx, "POST", cx.scheduler + "/v1/prewarm", json_text(body),
+                   std::chrono::seconds(30), {{"Idempotency-Key", key}});
   auto j = r ? json::parse(r->body, nullptr, false) : json();
   if (!r || (r->status != 202 && r->status != 200) || !j.is_object()) return report("prewarm", r);
   std::string id = j.value("id", "");
@@ -590,7 +602,7 @@ int cmd_dataset_rm(const context& cx, const std::string& ref) {
 int cmd_dataset_renew(const context& cx, const std::string& ref, unsigned ttl) {
   json body = json::object();
   if (ttl > 0) body["ttl_seconds"] = ttl;
-  auto r = request(cx, "POST", cx.peerd + origin::dataset_target(ref) + "/renew", body.dump());
+  auto r = request(cx, "POST", cx.peerd + origin::dataset_target(ref) + "/renew", json_text(body));
   if (!r || r->status != 200) return report("dataset renew " + ref, r);
   auto j = json::parse(r->body, nullptr, false);
   if (ctl::print_document(j, cx.out)) return 0;
@@ -601,7 +613,7 @@ int cmd_dataset_renew(const context& cx, const std::string& ref, unsigned ttl) {
 int cmd_dataset_prefetch(const context& cx, const std::string& ref, const cmd_options& o) {
   json body = {{"dataset", ref}};
   auto r =
-      request(cx, "POST", cx.peerd + std::string(origin::paths::dataset_prefetch), body.dump());
+      request(cx, "POST", cx.peerd + std::string(origin::paths::dataset_prefetch), json_text(body));
   if (!r || (r->status != 200 && r->status != 202)) return report("dataset prefetch " + ref, r);
   if (!o.wait) {
     auto j = json::parse(r->body, nullptr, false);

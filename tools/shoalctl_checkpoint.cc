@@ -11,6 +11,7 @@
 
 #include "common/checkpoint.h"
 #include "common/text.h"
+#include "common/json_text.h"
 
 namespace shoal::tools::ctl {
 
@@ -62,8 +63,8 @@ int cmd_publish(const context& cx, const checkpoint_options& o) {
     body["ranks"] = std::move(r);
   }
   std::string key = checkpoint::key(o.job, o.step);
-  auto r = request(cx, "POST", cx.peerd + std::string(checkpoint::paths::node_publish), body.dump(),
-                   std::chrono::seconds(30), headers);
+  auto r = request(cx, "POST", cx.peerd + std::string(checkpoint::paths::node_publish),
+                   json_text(body), std::chrono::seconds(30), headers);
   if (!r || r->status != 202) return report("checkpoint publish " + key, r);
   std::string url = cx.peerd + std::string(checkpoint::paths::node_published) + "/" + key;
   std::optional<json> j = json::parse(r->body, nullptr, false);
@@ -99,8 +100,8 @@ int cmd_restore(const context& cx, const checkpoint_options& o) {
   }
   json body = {{"checkpoint", o.ref}};
   if (!o.ranks.empty()) body["ranks"] = o.ranks;
-  auto r = request(cx, "POST", cx.peerd + std::string(checkpoint::paths::node_restore), body.dump(),
-                   std::chrono::seconds(60), headers);
+  auto r = request(cx, "POST", cx.peerd + std::string(checkpoint::paths::node_restore),
+                   json_text(body), std::chrono::seconds(60), headers);
   if (!r || (r->status != 200 && r->status != 202)) return report("checkpoint restore " + o.ref, r);
   std::optional<json> j = json::parse(r->body, nullptr, false);
   std::string key = j->is_object() ? j->value("checkpoint", "") : "";

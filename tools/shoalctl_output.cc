@@ -1,4 +1,5 @@
 #include "shoalctl_output.h"
+#include "common/json_text.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -86,9 +87,7 @@ std::string to_yaml(const nlohmann::json& j) {
 
 bool print_document(const nlohmann::json& j, format f) {
   if (f == format::table) return false;
-  const std::string text =
-      f == format::json ? j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
-                        : to_yaml(j);
+  const std::string text = f == format::json ? json_text(j, 2) + "\n" : to_yaml(j);
   std::fputs(text.c_str(), stdout);
   return true;
 }

@@ -245,10 +245,10 @@ void core::flush_access() {
 // ---------------------------------------------------------------------------------------------
 // Pins and labels
 
-status core::pin(const digest& id, std::string_view owner, std::optional<time_point> expiry) {
+status core::change_pin(const digest& id, std::string_view owner, const char* what,
+                        const std::function<status(pin_rec& rec, bool live)>& change) {
   if (auto st = check_name("pin owner", owner); !st) return st;
   std::int64_t now_ms = to_ms(now());
-  std::int64_t exp = expiry ? std::max<std::int64_t>(to_ms(*expiry), 1) : 0;
   std::lock_guard dl(db_mu_);
   pin_rec before;
   bool existed = false;
@@ -258,22 +258,20 @@ status core::pin(const digest& id, std::string_view owner, std::optional<time_po
     auto& v = pins_[id];
     auto it = std::find_if(v.begin(), v.end(), [&](const pin_rec& p) { return p.owner == owner; });
     if (it == v.end()) {
-      v.push_back(pin_rec{std::string(owner), 1, exp});
+      v.push_back(pin_rec{std::string(owner), 0, 0});
       it = v.end() - 1;
     } else {
       existed = true;
       before = *it;
-      bool expired = it->expiry_ms != 0 && it->expiry_ms <= now_ms;
-      if (expired) {
-        it->count = 1;
-        it->expiry_ms = exp;
-      } else {
-        if (it->count == UINT32_MAX) {
-          return fail(errc::invalid_argument, "pin count overflow for " + id.str());
-        }
-        ++it->count;
-        it->expiry_ms = (exp == 0 || it->expiry_ms == 0) ? 0 : std::max(exp, it->expiry_ms);
-      }
+    }
+    const bool live = existed && (it->expiry_ms == 0 || it->expiry_ms > now_ms);
+    if (auto st = change(*it, live); !st) {
+      if (existed)
+        *it = before;
+      else
+        v.erase(it);
+      if (v.empty()) pins_.erase(id);
+      return st;
     }
     row = pin_row{it->count, it->expiry_ms};
   }
@@ -288,9 +286,34 @@ status core::pin(const digest& id, std::string_view owner, std::optional<time_po
         v.erase(it);
     }
     if (v.empty()) pins_.erase(id);
-    return std::unexpected(st.error().wrap("pin " + id.str()));
+    return std::unexpected(st.error().wrap(std::string(what) + " " + id.str()));
   }
   return {};
+}
+
+status core::pin(const digest& id, std::string_view owner, std::optional<time_point> expiry) {
+  std::int64_t exp = expiry ? std::max<std::int64_t>(to_ms(*expiry), 1) : 0;
+  return change_pin(id, owner, "pin", [&](pin_rec& p, bool live) -> status {
+    if (!live) {  // new, or expired: a fresh count of one
+      p.count = 1;
+      p.expiry_ms = exp;
+      return {};
+    }
+    if (p.count == UINT32_MAX)
+      return fail(errc::invalid_argument, "pin count overflow for " + id.str());
+    ++p.count;
+    p.expiry_ms = (exp == 0 || p.expiry_ms == 0) ? 0 : std::max(exp, p.expiry_ms);
+    return {};
+  });
+}
+
+status core::renew_pin(const digest& id, std::string_view owner, std::optional<time_point> expiry) {
+  std::int64_t exp = expiry ? std::max<std::int64_t>(to_ms(*expiry), 1) : 0;
+  return change_pin(id, owner, "renew pin", [&](pin_rec& p, bool live) -> status {
+    if (!live) p.count = 1;
+    p.expiry_ms = exp;
+    return {};
+  });
 }
 
 status core::unpin(const digest& id, std::string_view owner) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -102,6 +103,8 @@ class core : public std::enable_shared_from_this<core> {
   [[nodiscard]] status pin(const digest& id, std::string_view owner,
                            std::optional<time_point> expiry);
   [[nodiscard]] status unpin(const digest& id, std::string_view owner);
+  [[nodiscard]] status renew_pin(const digest& id, std::string_view owner,
+                                 std::optional<time_point> expiry);
   [[nodiscard]] status add_label(const digest& id, std::string_view label);
   [[nodiscard]] status remove_label(const digest& id, std::string_view label);
 
@@ -161,6 +164,11 @@ class core : public std::enable_shared_from_this<core> {
   void quarantine(const digest& id, int fd);
 
  private:
+  // Changes `owner`'s pin on `id` under mu_ with `change(rec, live)` (rec is a new record with a
+  // count of 0 when the owner has none; live: it has one that has not expired), writes the result
+  // and puts the record back as it was when the write fails. `what` names the operation in errors.
+  [[nodiscard]] status change_pin(const digest& id, std::string_view owner, const char* what,
+                                  const std::function<status(pin_rec& rec, bool live)>& change);
   explicit core(const options& opts) : opts_(opts) {}
 
   struct victim {

@@ -256,6 +256,10 @@ status store::pin(const digest& id, std::string_view owner, std::optional<time_p
   return core_->pin(id, owner, expiry);
 }
 status store::unpin(const digest& id, std::string_view owner) { return core_->unpin(id, owner); }
+status store::renew_pin(const digest& id, std::string_view owner,
+                        std::optional<time_point> expiry) {
+  return core_->renew_pin(id, owner, expiry);
+}
 status store::add_label(const digest& id, std::string_view label) {
   return core_->add_label(id, label);
 }

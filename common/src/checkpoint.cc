@@ -11,6 +11,7 @@
 #include "common/heartbeat.h"
 #include "common/sha256.h"
 #include "common/text.h"
+#include "common/json_text.h"
 
 namespace shoal::checkpoint {
 
@@ -207,7 +208,7 @@ std::string encode(const registration& r) {
   json groups = json::array();
   for (const auto& g : r.groups)
     groups.push_back({{"info_hash", g.info_hash}, {"torrent", base64_encode(g.torrent)}});
-  return json{{"manifest", r.manifest}, {"groups", std::move(groups)}}.dump();
+  return json_text(json{{"manifest", r.manifest}, {"groups", std::move(groups)}});
 }
 
 result<decoded_registration> decode_registration(std::string_view text) {
@@ -298,7 +299,7 @@ result<record> record_of(const json& j) {
 
 }  // namespace
 
-std::string encode(const record& r) { return record_json(r).dump(); }
+std::string encode(const record& r) { return json_text(record_json(r)); }
 
 result<record> decode_record(std::string_view text) {
   if (text.size() > (64u << 20) || heartbeat::json_too_deep(text))
@@ -311,7 +312,7 @@ result<record> decode_record(std::string_view text) {
 std::string encode(const std::vector<record>& rs) {
   json a = json::array();
   for (const auto& r : rs) a.push_back(record_json(r));
-  return json{{"checkpoints", std::move(a)}}.dump();
+  return json_text(json{{"checkpoints", std::move(a)}});
 }
 
 result<std::vector<record>> decode_records(std::string_view text) {

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/thread_name.h"
+#include "common/json_text.h"
 
 namespace shoal::daemon {
 
@@ -191,7 +192,7 @@ bool serve_ops(const http::request& req, const http::responder& resp, const metr
     nlohmann::json j = {{"status", h.status}, {"reasons", h.reasons}};
     unsigned code = h.status == "failing" ? 503 : 200;
     if (req.path == "/readyz" && h.status != "ok") code = 503;
-    resp.send(http::response::json(code, j.dump()));
+    resp.send(http::response::json(code, json_text(j)));
     return true;
   }
   return false;

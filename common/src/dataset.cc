@@ -9,6 +9,7 @@
 #include "common/sha256.h"
 #include "common/text.h"
 #include "common/siphash.h"
+#include "common/json_text.h"
 
 namespace shoal::dataset {
 
@@ -294,7 +295,7 @@ std::string to_json(const declaration& d) {
               {"credentials_file", d.origin.credentials_file}}},
             {"include", d.include},
             {"exclude", d.exclude}};
-  return j.dump();
+  return json_text(j);
 }
 
 std::uint64_t manifest::total_bytes() const {
@@ -356,7 +357,7 @@ std::string canonical_json(const manifest& m) {
   // Written directly rather than through a JSON document: a manifest of millions of files would
   // otherwise hold a DOM ten times its size. The bytes are exactly what nlohmann's dump() of the
   // same document gives (keys sorted, no whitespace, its string escaping).
-  auto str = [](std::string& out, const std::string& v) { out += json(v).dump(); };
+  auto str = [](std::string& out, const std::string& v) { out += json_text(json(v)); };
   std::string out;
   out.reserve(64 + m.files.size() * 140 + m.groups.size() * 64);
   out += "{\"files\":[";

@@ -2,6 +2,7 @@
 
 #include "common/checkpoint.h"
 #include "common/flat_json.h"
+#include "common/json_text.h"
 
 #include <arpa/inet.h>
 
@@ -16,9 +17,6 @@ using nlohmann::json;
 using jv = flat_json::value;
 
 namespace {
-
-// dump() that never throws: strings we did not parse ourselves may hold invalid UTF-8.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 bool is_hex40(std::string_view s) {
   if (s.size() != 40) return false;
@@ -306,7 +304,8 @@ class writer {
   writer& str(std::string_view s) {
     for (unsigned char c : s) {
       // Escapes and UTF-8 checks: nlohmann's own (rare in a heartbeat).
-      if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') return raw(dump(json(std::string(s))));
+      if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+        return raw(json_text(json(std::string(s))));
     }
     out_.push_back('"');
     out_.append(s);
@@ -359,7 +358,7 @@ std::string encode(const message& m, const encode_parts& parts) {
   auto document = [&](const char* key, const std::string& text) {
     if (text.empty()) return;
     auto doc = json::parse(text, nullptr, false);
-    if (!doc.is_discarded()) w.key(key).raw(dump(doc));
+    if (!doc.is_discarded()) w.key(key).raw(json_text(doc));
   };
   // Datasets and checkpoints held here: the same fields (absent when none).
   auto presence = [&](const char* key, const std::vector<dataset_presence>& list) {
@@ -465,7 +464,7 @@ status decode_identity(const reader& r, message& m) {
       std::string k(key);
       if (!valid_label_key(k))
         return fail(errc::invalid_argument,
-                    "label key \"" + dump(json(k.substr(0, 64))) + "\" is invalid");
+                    "label key \"" + json_text(json(k.substr(0, 64))) + "\" is invalid");
       if (!v.is_string() || v.as_string().size() > 256 || !printable(v.as_string())) {
         return fail(errc::invalid_argument,
                     "labels." + k + " must be a printable string of at most 256 bytes");
@@ -661,7 +660,7 @@ std::string encode(const reply& r) {
     orders.push_back(std::move(x));
   }
   j["orders"] = std::move(orders);
-  return dump(j);
+  return json_text(j);
 }
 
 result<reply> decode_reply(std::string_view text) {

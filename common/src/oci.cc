@@ -1,5 +1,6 @@
 #include "common/oci.h"
 #include "common/text.h"
+#include "common/json_text.h"
 
 #include <cctype>
 
@@ -259,7 +260,7 @@ std::string error_body(error_code c, std::string_view message, std::string_view 
     if (!d.is_discarded()) e["detail"] = d;
   }
   nlohmann::json body = {{"errors", nlohmann::json::array({e})}};
-  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return json_text(body);
 }
 
 }  // namespace shoal::oci

@@ -7,6 +7,7 @@
 #include "common/grant.h"
 #include "common/origin_protocol.h"
 #include "common/text.h"
+#include "common/json_text.h"
 #include "origin_text.h"
 
 namespace shoal::origin {
@@ -124,7 +125,7 @@ http::response encode(const progress& p) {
   json j = {{"status", "fetching"}, {"bytes", p.bytes}, {"size", p.size}};
   // The object is cut into chunk objects: the chunk list names them.
   if (p.chunk_size) j["chunk_size"] = p.chunk_size;
-  auto r = http::response::json(202, j.dump());
+  auto r = http::response::json(202, json_text(j));
   r.headers.set("Retry-After", p.retry_after.empty() ? "1" : p.retry_after);
   return r;
 }
@@ -163,7 +164,7 @@ std::string encode(const chunk_list& c) {
   auto& arr = j["chunks"] = json::array();
   for (const auto& e : c.chunks)
     arr.push_back({{"digest", e.id.str()}, {"offset", e.offset}, {"size", e.size}});
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return json_text(j);
 }
 
 namespace {
@@ -225,7 +226,7 @@ result<chunk_list> decode_chunk_list(std::string_view body) {
 // ---- Error bodies
 
 std::string plain_error_body(std::string_view message) {
-  return json{{"error", std::string(message)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return json_text(json{{"error", std::string(message)}});
 }
 
 http::response plain_error(unsigned status, std::string_view message) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/text.h"
+#include "common/json_text.h"
 #include "origin_text.h"
 
 namespace shoal::origin {
@@ -169,8 +170,8 @@ std::optional<http::response> check_version(const http::request& req) {
                             {{"requested", detail::printable(sent, 32)},
                              {"oldest", oldest_protocol_version},
                              {"current", protocol_version}}}};
-  auto r =
-      http::response::json(400, oci::error_body(oci::error_code::unsupported, msg, detail.dump()));
+  auto r = http::response::json(
+      400, oci::error_body(oci::error_code::unsupported, msg, json_text(detail)));
   r.headers.set(std::string(headers::api_version), std::string(headers::api_version_value));
   r.headers.set(std::string(headers::protocol), std::to_string(protocol_version));
   return r;

@@ -4,6 +4,8 @@
 
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace shoal::oci {
 
 std::string host_platform() {
@@ -23,6 +25,36 @@ std::string host_platform() {
       arch = m;  // ppc64le, s390x, riscv64 are already Go's names
   }
   return "linux/" + arch;
+}
+
+std::string index_manifest_for(const nlohmann::json& index, std::string_view platform) {
+  auto field = [](const nlohmann::json& o, const char* k) -> std::string {
+    auto it = o.find(k);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const auto slash = platform.find('/');
+  const std::string_view os = platform.substr(0, slash);
+  std::string_view arch = slash == std::string_view::npos ? "" : platform.substr(slash + 1);
+  std::string_view variant;
+  if (auto s2 = arch.find('/'); s2 != std::string_view::npos) {
+    variant = arch.substr(s2 + 1);
+    arch = arch.substr(0, s2);
+  }
+  if (!index.is_object()) return {};
+  auto ms = index.find("manifests");
+  if (ms == index.end() || !ms->is_array()) return {};
+  for (const auto& m : *ms) {
+    if (!m.is_object()) continue;
+    auto p = m.find("platform");
+    if (p == m.end() || !p->is_object()) continue;
+    if (field(*p, "os") != os || field(*p, "architecture") != arch) continue;
+    if (!variant.empty()) {
+      auto v = field(*p, "variant");
+      if (!v.empty() && v != variant) continue;
+    }
+    if (auto d = field(m, "digest"); !d.empty()) return d;
+  }
+  return {};
 }
 
 }  // namespace shoal::oci

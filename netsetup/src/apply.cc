@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "common/json_text.h"
 #include "json_text.h"
 #include "netsetup/errc.h"
 #include "netsetup/plan.h"
@@ -83,7 +84,7 @@ class journal {
   status append(nlohmann::json record) {
     if (!fd_) return {};
     detail::make_printable(record);
-    std::string line = record.dump() + "\n";
+    std::string line = json_text(record) + "\n";
     std::size_t off = 0;
     while (off < line.size()) {
       ssize_t n = ::write(fd_.get(), line.data() + off, line.size() - off);

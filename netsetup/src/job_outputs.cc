@@ -9,6 +9,7 @@
 #include "netsetup/affinity.h"
 #include "netsetup/discover.h"
 #include "netsetup/errc.h"
+#include "common/json_text.h"
 
 namespace shoal::netsetup {
 namespace {
@@ -181,15 +182,14 @@ result<json> network_attachment_definitions(const node_inventory& inv, const pol
                                  pol.cluster.sriov_resource_base + std::to_string(r.index);
     json cni{
         {"cniVersion", pol.cluster.cni_version}, {"name", name}, {"type", "sriov"}, {"ipam", ipam}};
-    out.push_back(
-        json{{"apiVersion", "k8s.cni.cncf.io/v1"},
-             {"kind", "NetworkAttachmentDefinition"},
-             {"metadata",
-              {{"name", name},
-               {"namespace", pol.cluster.network_namespace},
-               {"annotations", {{"k8s.v1.cni.cncf.io/resourceName", resource}}}}},
-             // spec.config is the CNI configuration as a JSON string, not an object.
-             {"spec", {{"config", cni.dump(-1, ' ', false, json::error_handler_t::replace)}}}});
+    out.push_back(json{{"apiVersion", "k8s.cni.cncf.io/v1"},
+                       {"kind", "NetworkAttachmentDefinition"},
+                       {"metadata",
+                        {{"name", name},
+                         {"namespace", pol.cluster.network_namespace},
+                         {"annotations", {{"k8s.v1.cni.cncf.io/resourceName", resource}}}}},
+                       // spec.config is the CNI configuration as a JSON string, not an object.
+                       {"spec", {{"config", json_text(cni)}}}});
   }
   detail::make_printable(out);
   return out;

@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/version.h"
+#include "common/json_text.h"
 #include "netsetup/command_runner.h"
 #include "netsetup/discover.h"
 #include "netsetup/errc.h"
@@ -23,6 +24,7 @@
 #include "netsetup/validate.h"
 
 namespace ns = shoal::netsetup;
+using shoal::json_text;
 
 namespace {
 
@@ -41,9 +43,7 @@ struct options {
 };
 
 // Never throws: strings that are not UTF-8 are replaced, not reported.
-std::string pretty(const nlohmann::json& j) {
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+std::string pretty(const nlohmann::json& j) { return json_text(j, 2); }
 
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "shoal-netsetup: %s\n", msg.c_str());

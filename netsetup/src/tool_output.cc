@@ -5,6 +5,7 @@
 
 #include "netsetup/errc.h"
 #include "netsetup/sysfs.h"
+#include "common/json_text.h"
 
 namespace shoal::netsetup {
 namespace {
@@ -200,7 +201,7 @@ std::string render_dcb_pfc(const dcb_pfc& p) {
   j["delay"] = p.delay;
   j["prio_pfc"] = json::array();
   for (bool b : p.enabled) j["prio_pfc"].push_back(b);
-  return j.dump();
+  return json_text(j);
 }
 
 std::string render_dcb_app(const dcb_app& a) {
@@ -208,14 +209,14 @@ std::string render_dcb_app(const dcb_app& a) {
   std::string s = "{";
   bool first = true;
   if (!a.default_prio.empty()) {
-    s += "\"default_prio\":" + json(a.default_prio).dump();
+    s += "\"default_prio\":" + json_text(json(a.default_prio));
     first = false;
   }
   if (!a.dscp_prio.empty()) {
     if (!first) s += ",";
     json arr = json::array();
     for (auto [d, p] : a.dscp_prio) arr.push_back(json::array({d, p}));
-    s += "\"dscp_prio\":" + arr.dump();
+    s += "\"dscp_prio\":" + json_text(arr);
   }
   return s + "}";
 }
@@ -233,11 +234,11 @@ std::string render_dcb_ets(const dcb_ets& e) {
   j["reco_tc_tsa"] = std::array<std::string, 8>{"strict", "strict", "strict", "strict",
                                                 "strict", "strict", "strict", "strict"};
   j["reco_prio_tc"] = std::array<int, 8>{};
-  return j.dump();
+  return json_text(j);
 }
 
 std::string render_dcb_apptrust(const std::vector<std::string>& order) {
-  return json{{"order", order}}.dump();
+  return json_text(json{{"order", order}});
 }
 
 std::string render_ethtool_pause(std::string_view ifname, const pause_state& p) {

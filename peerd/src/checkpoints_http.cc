@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/origin_protocol.h"
 #include "common/text.h"
+#include "common/json_text.h"
 
 namespace shoal::peerd {
 
@@ -58,12 +59,12 @@ std::optional<std::string> checkpoint_publisher::status_json(const std::string& 
     if (auto it = pubs_.find(key); it != pubs_.end()) p = it->second;
   }
   if (!p) return std::nullopt;
-  return record_json(*p, false).dump();
+  return json_text(record_json(*p, false));
 }
 
 void checkpoint_publisher::persist(const pub& p) const {
-  if (auto s =
-          write_atomic(opts_.dir + "/published/" + p.key + ".json", record_json(p, true).dump());
+  if (auto s = write_atomic(opts_.dir + "/published/" + p.key + ".json",
+                            json_text(record_json(p, true)));
       !s) {
     log::warn("cannot save a checkpoint record", log::kv("checkpoint", p.key),
               log::kv("error", s.error().message));

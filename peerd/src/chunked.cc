@@ -390,7 +390,12 @@ status chunked_blob::start_chunk(std::uint32_t i) {
       auto r2 = d_.swarm.fetch(c.id, a->torrent, *m, seeds, std::move(fb), true);
       if (r2) {
         dl = *r2;
-      } else if (!r2.error().is(errc::already_exists) || !d_.store.contains(c.id)) {
+      } else if (r2.error().is(errc::already_exists) && !d_.store.contains(c.id)) {
+        // Seeded from the file of an earlier fetch of this blob that failed after the chunk
+        // completed (a transient download is never committed): a retry takes it from there.
+        if (auto st = adopt_seeded_chunk(i, d_.swarm.transient_file_of(c.id)); !st) return st;
+        return chunk_ready(i, nullptr);
+      } else if (!r2.error().is(errc::already_exists)) {
         return fail(r2.error().wrap("chunk " + std::to_string(i)));
       }
     }
@@ -472,51 +477,36 @@ void chunked_blob::want_in_order() {
   for (const auto& dl : joined) dl->want_in_order();
 }
 
-status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) {
+status chunked_blob::adopt_seeded_chunk(std::uint32_t i, const std::string& path) {
   chunk c;
   {
     std::lock_guard lk(mu_);
     c = chunks_[i];
   }
   const std::string what = "chunk " + std::to_string(i);
-  log::warn("chunk has no swarm; fetching its range of the blob from registry-proxy",
-            log::kv("digest", id_.str()), log::kv("chunk", i), log::kv("bytes", c.size),
-            log::kv("why", why));
-  // Into the cache under the chunk's own digest: the commit verifies the bytes against it.
-  auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
-  if (!t) return fail(t.error().wrap(what));
-  if (t->role == cache::write_role::present) return {};
-  if (t->role == cache::write_role::follower) return wait_written_elsewhere(c.id, what);
-  auto& w = *t->writer;
-  constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
-  for (std::uint64_t off = 0; off < c.size;) {
-    const std::uint64_t n = std::min<std::uint64_t>(step, c.size - off);
-    const std::uint64_t from = c.offset + off, to = from + n - 1;
-    http::client_request r;
-    r.url = blob_path();
-    r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
-    if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
-    r.timeouts.connect = d_.connect_timeout;
-    r.timeouts.stall = d_.deadline;
-    r.max_retries = 1;
-    auto f = ask(r, static_cast<std::size_t>(n), steady::now() + d_.deadline, "range of " + what);
-    if (f && (f->status != 206 || f->body.size() != n)) {
-      f = fail(errc::upstream_error, "range of " + what + ": registry-proxy answered HTTP " +
-                                         std::to_string(f->status) + " with " +
-                                         std::to_string(f->body.size()) + " bytes, not 206 with " +
-                                         std::to_string(n));
+  auto copy = [&]() -> status {
+    if (path.empty()) return fail(errc::not_found, "seeded, but its file is gone");
+    unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return fail_errno(errno, "open " + path);
+    auto m = mapped_chunk::map(fd.get(), c.size, what);
+    if (!m) return fail(m.error());
+    // Under the chunk's own digest: the commit verifies the bytes.
+    auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
+    if (!t) return fail(t.error());
+    if (t->role == cache::write_role::present) return {};
+    if (t->role == cache::write_role::follower) return wait_written_elsewhere(c.id, what);
+    auto& w = *t->writer;
+    constexpr std::uint64_t step = 4u << 20;
+    for (std::uint64_t off = 0; off < c.size; off += step) {
+      if (auto st = w.write(m->bytes(off, std::min(step, c.size - off))); !st) return st;
     }
-    if (!f) {
-      w.abort(f.error().message);
-      return fail(f.error());
-    }
-    if (auto st = w.write(std::string_view(f->body)); !st) return fail(st.error().wrap(what));
-    d_.swarm.counters_mut().fallbacks.fetch_add(1);
-    d_.swarm.counters_mut().from_http.fetch_add(n);
-    off += n;
-  }
-  if (auto info = w.commit(); !info) return fail(info.error().wrap(what + " from its range"));
-  return {};
+    if (auto info = w.commit(); !info) return fail(info.error());
+    return {};
+  };
+  auto st = copy();
+  if (st) return {};
+  return fetch_chunk_range(i,
+                           "seeded from an earlier fetch, but not readable: " + st.error().message);
 }
 
 status chunked_blob::wait_chunk(std::uint32_t i) {

@@ -1,5 +1,6 @@
 // The rest of a blob fetched in chunks once registry-proxy no longer lists them (chunked.h,
-// take_tail): ranges of the blob from any replica, written after the listed chunks.
+// take_tail): ranges of the blob from any replica, written after the listed chunks. And one
+// chunk without a swarm, from its range of the blob (fetch_chunk_range).
 
 #include <thread>
 
@@ -106,6 +107,53 @@ void chunked_blob::read_written(std::uint64_t off, std::uint64_t n, read_cb cb) 
       cb(std::move(out));
     });
   });
+}
+
+status chunked_blob::fetch_chunk_range(std::uint32_t i, const std::string& why) {
+  chunk c;
+  {
+    std::lock_guard lk(mu_);
+    c = chunks_[i];
+  }
+  const std::string what = "chunk " + std::to_string(i);
+  log::warn("chunk has no swarm; fetching its range of the blob from registry-proxy",
+            log::kv("digest", id_.str()), log::kv("chunk", i), log::kv("bytes", c.size),
+            log::kv("why", why));
+  // Into the cache under the chunk's own digest: the commit verifies the bytes against it.
+  auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
+  if (!t) return fail(t.error().wrap(what));
+  if (t->role == cache::write_role::present) return {};
+  if (t->role == cache::write_role::follower) return wait_written_elsewhere(c.id, what);
+  auto& w = *t->writer;
+  constexpr std::uint64_t step = 8u << 20;  // bounded memory per request
+  for (std::uint64_t off = 0; off < c.size;) {
+    const std::uint64_t n = std::min<std::uint64_t>(step, c.size - off);
+    const std::uint64_t from = c.offset + off, to = from + n - 1;
+    http::client_request r;
+    r.url = blob_path();
+    r.headers.emplace_back("Range", "bytes=" + std::to_string(from) + "-" + std::to_string(to));
+    if (!auth_.empty()) r.headers.emplace_back("Authorization", auth_);
+    r.timeouts.connect = d_.connect_timeout;
+    r.timeouts.stall = d_.deadline;
+    r.max_retries = 1;
+    auto f = ask(r, static_cast<std::size_t>(n), steady::now() + d_.deadline, "range of " + what);
+    if (f && (f->status != 206 || f->body.size() != n)) {
+      f = fail(errc::upstream_error, "range of " + what + ": registry-proxy answered HTTP " +
+                                         std::to_string(f->status) + " with " +
+                                         std::to_string(f->body.size()) + " bytes, not 206 with " +
+                                         std::to_string(n));
+    }
+    if (!f) {
+      w.abort(f.error().message);
+      return fail(f.error());
+    }
+    if (auto st = w.write(std::string_view(f->body)); !st) return fail(st.error().wrap(what));
+    d_.swarm.counters_mut().fallbacks.fetch_add(1);
+    d_.swarm.counters_mut().from_http.fetch_add(n);
+    off += n;
+  }
+  if (auto info = w.commit(); !info) return fail(info.error().wrap(what + " from its range"));
+  return {};
 }
 
 }  // namespace shoal::peerd

@@ -4,6 +4,7 @@
 #include "scheduler_link.h"
 
 #include "common/thread_name.h"
+#include "common/json_text.h"
 
 namespace shoal::peerd {
 
@@ -174,8 +175,7 @@ status dataset_manager::start() {
       r->groups_done = r->groups;
     }
     if (unbounded && r->view_pinned && r->manifest) {
-      unpin_all(*r->manifest, "view:" + r->ref);
-      if (auto s = pin_all(*r->manifest, "view:" + r->ref, r->expires); !s) {
+      if (auto s = renew_pins(*r->manifest, "view:" + r->ref, *r->expires); !s) {
         log::warn("cannot give a dataset view's pins an expiry", log::kv("dataset", r->ref),
                   log::kv("error", s.error().message));
       }
@@ -242,7 +242,7 @@ void dataset_manager::persist(const job& j) {
          {"local_bytes", j.local_bytes.load()}};
     if (!j.ranks.empty()) r["ranks"] = j.ranks;
   }
-  if (auto s = write_atomic(opts_.dir + "/records/" + j.ref + ".json", r.dump(2)); !s) {
+  if (auto s = write_atomic(opts_.dir + "/records/" + j.ref + ".json", json_text(r, 2)); !s) {
     log::warn("cannot save a dataset record", log::kv("dataset", j.ref),
               log::kv("error", s.error().message));
   }
@@ -310,7 +310,7 @@ result<std::shared_ptr<dataset_manager::job>> dataset_manager::start_prefetch(
     // Blocking index writes: off the caller's thread (an HTTP handler may be calling).
     post([this, j, repin, view_until] {
       if (repin) {
-        if (auto s = repin_all(*repin, "view:" + j->ref, view_until); !s) {
+        if (auto s = renew_pins(*repin, "view:" + j->ref, view_until); !s) {
           log::warn("cannot renew a dataset view's pins", log::kv("dataset", j->ref),
                     log::kv("error", s.error().message));
         }
@@ -367,7 +367,7 @@ void dataset_manager::run(const std::shared_ptr<job>& j) {
     repin = extend_locked(*j, until);
   }
   if (repin) {
-    if (auto r = repin_all(*repin, "view:" + j->ref, until); !r) {
+    if (auto r = renew_pins(*repin, "view:" + j->ref, until); !r) {
       log::warn("cannot renew a dataset view's pins", log::kv("dataset", j->ref),
                 log::kv("error", r.error().message));
     }
@@ -468,7 +468,7 @@ result<std::shared_ptr<const dataset::manifest>> dataset_manager::fetch_manifest
     auto body = f ? json::parse(f->body, nullptr, false) : json();
     std::string why = f ? origin::error_message_of(f->body) : "";
     if (f && f->status == 200 && body.is_object()) {
-      auto d = digest::parse(body.value("manifest", ""));
+      auto d = digest::parse(json_string(body, "manifest"));
       if (!d)
         return fail(errc::protocol_error, "registry-proxy gave no manifest digest for " + j->ref);
       md = *d;

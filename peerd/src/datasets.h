@@ -183,9 +183,11 @@ class dataset_manager {
   [[nodiscard]] status pin_all(const dataset::manifest& m, const std::string& owner,
                                std::optional<cache::time_point> until);
   void unpin_all(const dataset::manifest& m, const std::string& owner);
-  // Moves `owner`'s pins (one count each) to expire at `until` (unpin then pin).
-  [[nodiscard]] status repin_all(const dataset::manifest& m, const std::string& owner,
-                                 cache::time_point until);
+  // Moves `owner`'s pins to expire at `until` (cache renew_pin: each keeps its count and its
+  // object stays protected; a missing or expired one comes back with one count). Renews every
+  // object even when one fails, and returns the first failure.
+  [[nodiscard]] status renew_pins(const dataset::manifest& m, const std::string& owner,
+                                  cache::time_point until);
   // Removes the view, unpins it and forgets the record; returns the objects unpinned.
   [[nodiscard]] result<std::size_t> drop(const std::string& ref);
   // Extends j's expiry to `until`; the manifest whose view pins must follow, if any.

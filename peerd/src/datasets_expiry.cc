@@ -20,16 +20,6 @@ std::shared_ptr<const dataset::manifest> dataset_manager::extend_locked(job& j,
   return j.view_pinned ? j.manifest : nullptr;
 }
 
-status dataset_manager::repin_all(const dataset::manifest& m, const std::string& owner,
-                                  cache::time_point until) {
-  // Unpin, then pin: pin() alone adds a count to a live pin (extending its expiry) but restarts
-  // an expired one at count 1, which a following unpin() would delete. This order leaves one
-  // count with the new expiry either way; an object evicted in between is fetched again by the
-  // swarm if needed (the view is a copy and does not lose it).
-  unpin_all(m, owner);
-  return pin_all(m, owner, until);
-}
-
 result<cache::time_point> dataset_manager::renew(const std::string& ref,
                                                  std::optional<std::chrono::seconds> ttl) {
   std::shared_ptr<job> j;
@@ -49,7 +39,7 @@ result<cache::time_point> dataset_manager::renew(const std::string& ref,
     now_expires = *j->expires;
   }
   if (repin) {
-    if (auto s = repin_all(*repin, "view:" + ref, now_expires); !s) return fail(s.error());
+    if (auto s = renew_pins(*repin, "view:" + ref, now_expires); !s) return fail(s.error());
   }
   persist(*j);
   log::info("dataset view renewed", log::kv("dataset", ref),

@@ -117,6 +117,24 @@ void dataset_manager::unpin_all(const dataset::manifest& m, const std::string& o
   });
 }
 
+status dataset_manager::renew_pins(const dataset::manifest& m, const std::string& owner,
+                                   cache::time_point until) {
+  // renew_pin, not unpin then pin: the objects stay protected while the expiry moves, and an
+  // expired pin comes back with one count either way.
+  auto objs = dataset::manifest_objects(m);
+  std::mutex mu;
+  std::optional<error> first;
+  parallel_for(objs.size(), [&](std::size_t i) {
+    auto s = d_.store.renew_pin(objs[i].first, owner, until);
+    if (s) return true;
+    std::lock_guard lk(mu);
+    if (!first) first = s.error().wrap("renew the pin of " + objs[i].first.str() + " for " + owner);
+    return true;  // renew the rest: each one renewed is protected longer
+  });
+  if (first) return fail(*first);
+  return {};
+}
+
 result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j,
                                                    const dataset::manifest& m, std::uint32_t g) {
   const auto& gr = m.groups[g];

@@ -1,5 +1,6 @@
 // The node's dataset API (datasets.h): list, status, prefetch and remove.
 #include "datasets_internal.h"
+#include "common/json_text.h"
 
 namespace shoal::peerd {
 
@@ -50,7 +51,7 @@ std::string dataset_manager::status_json(const job& j) const {
                                                       *j.expires - cache::clock::now())
                                                       .count()))
                  : json()}};
-  return out.dump();
+  return json_text(out);
 }
 
 bool dataset_manager::handle(const http::request& req, const http::responder& resp) {
@@ -224,8 +225,8 @@ void dataset_manager::remove(const std::string& ref, const http::responder& resp
   }
   std::size_t unpinned = *r;
   log::info("dataset view removed", log::kv("dataset", ref), log::kv("unpinned", unpinned));
-  resp.send(
-      json_answer(200, json{{"dataset", ref}, {"removed", true}, {"unpinned", unpinned}}.dump()));
+  resp.send(json_answer(
+      200, json_text(json{{"dataset", ref}, {"removed", true}, {"unpinned", unpinned}})));
 }
 
 }  // namespace shoal::peerd

@@ -14,8 +14,10 @@
 #include "common/http_range.h"
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/platform.h"
 #include "common/origin_protocol.h"
 #include "common/text.h"
+#include "common/json_text.h"
 #include "proxy_link.h"
 
 namespace shoal::peerd {
@@ -449,11 +451,11 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
     const origin::object_ref where{ns, repo};
     // Bytes held here (cached, or being fetched for someone) go only to a client registry-proxy
     // allows: a public blob, or this credential confirmed for this repository (blob_access.h).
-    if (d_.store.contains(d) || d_.fetch.find(d)) {
-      if (auto refused = d_.access.check(where, d, auth)) return resp.send(std::move(*refused));
-    }
+    // Checked on what is then served, the reader or the fetch in hand: an object committed or a
+    // fetch started by another client between a look and the answer is checked all the same.
     // 1. The local cache.
     if (auto rd = d_.store.open_read(d)) {
+      if (auto refused = d_.access.check(where, d, auth)) return resp.send(std::move(*refused));
       http::response r;
       r.status = 200;
       r.headers.set("Docker-Content-Digest", d.str());
@@ -466,7 +468,10 @@ void mirror::serve_blob(const std::string& ns, const std::string& repo, const di
       return resp.send(std::move(r));
     }
     // 2. A fetch in progress.
-    if (auto h = d_.fetch.find(d)) return respond_from(h, resp);
+    if (auto h = d_.fetch.find(d)) {
+      if (auto refused = d_.access.check(where, d, auth)) return resp.send(std::move(*refused));
+      return respond_from(h, resp);
+    }
     // 3. HEAD of something we do not have: registry-proxy knows.
     if (head) {
       http::request fake;
@@ -535,24 +540,6 @@ void mirror::respond_from(const fetch_handle& h, const http::responder& resp) {
   }));
 }
 
-namespace {
-
-// The digest of the manifest for `platform` ("os/arch") in an image index, or "".
-std::string platform_digest(const nlohmann::json& index, const std::string& platform) {
-  std::string want_os = platform.substr(0, platform.find('/'));
-  std::string want_arch = platform.substr(platform.find('/') + 1);
-  for (const auto& m : index["manifests"]) {
-    if (!m.is_object() || !m.contains("platform")) continue;
-    if (m["platform"].value("os", "") == want_os &&
-        m["platform"].value("architecture", "") == want_arch) {
-      return m.value("digest", "");
-    }
-  }
-  return {};
-}
-
-}  // namespace
-
 // One manifest of `ref` (by tag or digest) through registry-proxy, parsed; blocking.
 result<nlohmann::json> mirror::pull_manifest(const oci::image_ref& ref,
                                              const std::string& reference,
@@ -587,30 +574,51 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
   auto ref = oci::parse_image_ref(body["image"].get<std::string>());
   if (!ref) {
     nlohmann::json e = {{"error", ref.error().message}};
-    return resp.send(http::response::json(400, e.dump()));
+    return resp.send(http::response::json(400, json_text(e)));
   }
-  std::string platform = body.value("platform", "linux/amd64");
+  if (body.contains("platform") && !body["platform"].is_string())
+    return resp.send(http::response::json(400, R"({"error":"platform must be a string"})"));
+  std::string platform = json_string(body, "platform", "linux/amd64");
   std::string auth(req.header("Authorization"));
-  net::post(d_.pool, [this, ref = *ref, platform, auth, resp] {
+  // A pull holds a worker while it waits for each blob, and the last steps of a download (its
+  // hash check, its commit) run on the same pool: at most half the pool pulls at once, so those
+  // steps always find a thread. The rest are told to come back (shoalctl pull waits and asks
+  // again).
+  const int cap = std::max(1, d_.cfg.worker_threads / 2);
+  if (pulls_running_.fetch_add(1) >= cap) {
+    pulls_running_.fetch_sub(1);
+    auto busy = http::response::json(
+        429, json_text(nlohmann::json{{"error", std::to_string(cap) +
+                                                    " pulls are running on this node (half of "
+                                                    "worker_threads); try again"}}));
+    busy.headers.set("Retry-After", "1");
+    return resp.send(std::move(busy));
+  }
+  struct slot {
+    std::atomic<int>* n;
+    ~slot() { n->fetch_sub(1); }
+  };
+  auto held = std::make_shared<slot>(&pulls_running_);  // constructed once, never copied
+  net::post(d_.pool, [this, ref = *ref, platform, auth, resp, held] {
     auto t0 = steady::now();
     nlohmann::json out;
     auto top = pull_manifest(ref, ref.dig ? ref.dig->str() : ref.tag, auth);
     if (!top) {
       out["error"] = top.error().message;
-      return resp.send(http::response::json(502, out.dump()));
+      return resp.send(http::response::json(502, json_text(out)));
     }
     nlohmann::json manifest = *top;
     if (manifest.contains("manifests")) {
       // An index: pick the platform.
-      std::string chosen = platform_digest(manifest, platform);
+      std::string chosen = oci::index_manifest_for(manifest, platform);
       if (chosen.empty()) {
         out["error"] = "no manifest for platform " + platform;
-        return resp.send(http::response::json(404, out.dump()));
+        return resp.send(http::response::json(404, json_text(out)));
       }
       auto sub = pull_manifest(ref, chosen, auth);
       if (!sub) {
         out["error"] = sub.error().message;
-        return resp.send(http::response::json(502, out.dump()));
+        return resp.send(http::response::json(502, json_text(out)));
       }
       manifest = *sub;
     }
@@ -648,7 +656,7 @@ void mirror::handle_pull(const http::request& req, const http::responder& resp) 
     out["bytes"] = total;
     out["seconds"] = std::chrono::duration<double>(steady::now() - t0).count();
     out["ok"] = ok;
-    resp.send(http::response::json(ok ? 200 : 502, out.dump()));
+    resp.send(http::response::json(ok ? 200 : 502, json_text(out)));
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -77,6 +78,8 @@ class mirror {
   std::string proxy_url(const std::string& path_and_query) const;
 
   deps d_;
+  // POST pull requests running: each holds a worker for its whole length.
+  std::atomic<int> pulls_running_{0};
   metrics::counter* cache_hits_;
   metrics::counter* forward_errors_;
   metrics::counter* prefetches_;

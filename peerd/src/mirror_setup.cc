@@ -18,6 +18,7 @@
 #include "common/file.h"
 #include "common/oci.h"
 #include "common/sha256.h"
+#include "common/json_text.h"
 
 namespace shoal::peerd::mirror_setup {
 namespace {
@@ -273,7 +274,7 @@ std::string render_manifest(const manifest& m) {
     j["entries"].push_back(std::move(x));
   }
   j["created_dirs"] = m.created_dirs;
-  return j.dump(2) + "\n";
+  return json_text(j, 2) + "\n";
 }
 
 // Replaces the manifest with `next` (or removes it when `next` has no entry), journaled.

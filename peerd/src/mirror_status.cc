@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mirror.h"
+#include "common/json_text.h"
 
 namespace shoal::peerd {
 
@@ -61,7 +62,7 @@ void mirror::handle_status(const http::responder& resp) {
         {"downloads_ok", c.downloads_ok.load()},   {"downloads_failed", c.downloads_failed.load()},
         {"hash_failures", c.hash_failures.load()}, {"quarantined", c.quarantined.load()},
         {"http_fallbacks", c.fallbacks.load()},    {"chunked_fetches", fs.chunked_fetches}};
-    resp.send(http::response::json(200, j.dump()));
+    resp.send(http::response::json(200, json_text(j)));
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/platform.h"
 #include "common/origin_protocol.h"
 #include "common/thread_name.h"
 #include "datasets.h"
@@ -257,20 +258,8 @@ result<std::vector<heartbeat::order_object>> prewarm_executor::resolve_image(
   auto top = get(ref->dig ? ref->dig->str() : ref->tag);
   if (!top) return fail(top.error());
   nlohmann::json m = *top;
-  if (m.contains("manifests") && m["manifests"].is_array()) {
-    auto slash = platform.find('/');
-    std::string os = platform.substr(0, slash),
-                arch = slash == std::string::npos ? "" : platform.substr(slash + 1);
-    if (auto s2 = arch.find('/'); s2 != std::string::npos) arch = arch.substr(0, s2);
-    std::string chosen;
-    for (const auto& e : m["manifests"]) {
-      if (!e.is_object() || !e.contains("platform") || !e["platform"].is_object()) continue;
-      if (e["platform"].value("os", "") == os && e["platform"].value("architecture", "") == arch &&
-          e.contains("digest") && e["digest"].is_string()) {
-        chosen = e["digest"].get<std::string>();
-        break;
-      }
-    }
+  if (m.contains("manifests")) {
+    const std::string chosen = oci::index_manifest_for(m, platform);
     if (chosen.empty()) return fail(errc::not_found, image + " has no image for " + platform);
     auto sub = get(chosen);
     if (!sub) return fail(sub.error());

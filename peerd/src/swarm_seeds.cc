@@ -104,9 +104,15 @@ void swarm_manager::sweep_seeds(steady::time_point now) {
   }
   unload(drop);
   auto expiry = pin_expiry();
-  for (const auto& d : keep) {
-    if (d_.store.pin(d, "swarm", expiry)) (void)d_.store.unpin(d, "swarm");
+  for (const auto& d : keep) (void)d_.store.renew_pin(d, "swarm", expiry);
+}
+
+std::string swarm_manager::transient_file_of(const digest& d) const {
+  std::lock_guard lk(mu_);
+  for (const auto& [ih, e] : seeds_) {
+    if (e.id == d && !e.transient_file.empty()) return e.transient_file;
   }
+  return {};
 }
 
 std::optional<digest> swarm_manager::seed_digest(const std::string& ih) const {

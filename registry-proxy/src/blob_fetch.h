@@ -3,7 +3,8 @@
 // flight). blob_service (blobs.h) owns the fetches, admits them through its fetch queue and
 // serves clients from them; this class runs one: the upstream GET with retries, hashing into the
 // cache's in-flight object, metainfo and chunk objects on demand, and the waiters for its head
-// and its end. Private to registry-proxy's blob service (included by blobs.cc only).
+// and its end. Private to registry-proxy's blob service (included by blobs.cc and
+// blob_fetch_answers.cc only).
 //
 // Threading: every member is guarded by mu_; callbacks of the HTTP client arrive on its thread.
 
@@ -23,6 +24,7 @@
 #include "commit_pin.h"
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/origin_protocol.h"
 #include "common/text.h"
 
 namespace shoal::proxy {
@@ -388,72 +390,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
     return true;
   }
 
-  // Client thread: the answer to a continuation, whose writer holds resume_from_ bytes.
-  bool on_continuation(const http::response_head& h) {
-    if (h.status == 200) {
-      skip_ = resume_from_;  // the source ignored the Range: drop what we have
-      return true;
-    }
-    if (h.status == 206) {
-      auto cr = std::string(h.header("Content-Range").value_or(""));
-      std::string want = "bytes " + std::to_string(resume_from_) + "-";
-      if (cr.rfind(want, 0) == 0) return true;
-      capture_error(502, "resume at byte " + std::to_string(resume_from_) +
-                             ": source answered Content-Range " + quote_excerpt(cr));
-      return false;
-    }
-    capture_error(h.status >= 400 ? static_cast<unsigned>(h.status) : 502,
-                  "resume at byte " + std::to_string(resume_from_) + ": source answered HTTP " +
-                      std::to_string(h.status));
-    return false;
-  }
-
-  // Client thread: the answer of a ring member.
-  bool on_ring_response(const http::response_head& h) {
-    if (writer_) return on_continuation(h);
-    if (h.status == 200) return on_ok(h);
-    if (h.status == 421) {
-      // The member streams this object from us: we are the owner in its view; fetch upstream.
-      svc_.replica_ring()->stats().refused.fetch_add(1);
-      next_ = next_step::self_fetch;
-      return false;
-    }
-    if (h.status == 503 && h.header(ring::from_header)) {
-      next_ = next_step::take_over;  // the member is shutting down
-      return false;
-    }
-    return retry_as_client_or_pass_on(h);
-  }
-
-  // A refusal of registry-proxy itself, which the client's own credential may overcome (the
-  // request is sent again with it), or an answer passed on to the clients (its status and
-  // Retry-After kept; a bounded copy of the body goes to the log).
-  bool retry_as_client_or_pass_on(const http::response_head& h) {
-    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
-        !client_.anonymous()) {
-      next_ = next_step::retry_as_client;
-      return false;
-    }
-    capture_status_ = static_cast<unsigned>(h.status);
-    if (auto ra = h.header("Retry-After")) retry_after_capture_ = std::string(*ra);
-    return true;
-  }
-
-  // Client thread.
-  bool on_response(const http::response_head& h) {
-    next_ = next_step::none;
-    err_body_.clear();
-    if (!source().empty()) return on_ring_response(h);
-    if (writer_) return on_continuation(h);
-    if (h.status == 200) return on_ok(h);
-    if (h.status == 401 && auth_round_ == 0 &&
-        svc_.upstreams().note_challenge(*sel_.up, h.headers,
-                                        who_ == acting_as::client ? &client_ : nullptr)) {
-      next_ = next_step::retry_auth;
-      return false;
-    }
-    return retry_as_client_or_pass_on(h);
-  }
+  // The answers of upstream or a ring member (blob_fetch_answers.cc), on the client thread:
+  // whether the body is streamed here; otherwise next_ or the captured error says what follows.
+  bool on_continuation(const http::response_head& h);  // a continuation's writer has bytes
+  bool on_ring_response(const http::response_head& h);
+  bool retry_as_client_or_pass_on(const http::response_head& h);
+  bool on_response(const http::response_head& h);
 
   // libcurl delivers 16 KiB at a time: gather 256 KiB before handing bytes to the cache (and
   // to the piece hasher), so readers of the in-flight object wake up per batch.
@@ -545,7 +487,12 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
       return;
     }
     unsigned s = capture_status_;
-    std::string msg = "upstream " + sel_.up->cfg.name + " answered HTTP " + std::to_string(s);
+    const std::string from = source();
+    std::string msg = (from.empty() ? "upstream " + sel_.up->cfg.name : "ring member " + from) +
+                      " answered HTTP " + std::to_string(s);
+    // The answer's own reason (a rate limit, a quota, the member's upstream error), bounded and
+    // printable: without it the client and the log only had the status.
+    if (auto why = origin::error_message_of(err_body_); !why.empty()) msg += ": " + why;
     if (auto why = svc_.upstreams().realm_refused(*sel_.up); s == 401 && !why.empty())
       msg += " (" + why + ")";
     {
@@ -651,7 +598,8 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   digest id_;
   credential client_;
   const flight_key key_;
-  acting_as who_ = acting_as::proxy;
+  // Written by the fetch's own threads, read by snap() from any thread: atomic.
+  std::atomic<acting_as> who_{acting_as::proxy};
   bool gated_ = false;  // the client's credential passed (or was refused by) the gate
   int auth_round_ = 0;
   next_step next_ = next_step::none;

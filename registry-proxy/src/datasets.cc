@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "datasets_internal.h"
+#include "common/json_text.h"
 
 namespace shoal::proxy {
 
@@ -76,7 +77,7 @@ result<std::shared_ptr<dataset_service::record>> dataset_service::record_of(std:
   auto j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("declaration"))
     return fail(errc::invalid_argument, "not a dataset record");
-  auto decl = dataset::parse_declaration(j["declaration"].dump());
+  auto decl = dataset::parse_declaration(json_text(j["declaration"]));
   if (!decl) return fail(decl.error());
   auto r = std::make_shared<record>();
   r->decl = *decl;
@@ -173,7 +174,7 @@ std::string dataset_service::record_json(const record& r) const {
          {"resolve_seconds", r.resolve_seconds}};
     if (r.standby) j["standby"] = true;
   }
-  return safe_dump(j, 2);
+  return json_text(j, 2);
 }
 
 std::vector<std::pair<std::string, std::string>> dataset_service::own_records() const {

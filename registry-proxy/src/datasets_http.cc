@@ -1,5 +1,6 @@
 // The dataset service's HTTP API: declare, list, status, manifest and objects (datasets.h).
 #include "datasets_internal.h"
+#include "common/json_text.h"
 
 namespace shoal::proxy {
 
@@ -171,7 +172,7 @@ std::string dataset_service::list_json() {
     out.push_back(status_json(opts_, r->ref, r->state, r->manifest_digest, r->error, r->files,
                               r->bytes, r->groups, r->resolve_seconds));
   }
-  return safe_dump(out);
+  return json_text(out);
 }
 
 void dataset_service::status_of(const std::string& ref, const http::responder& resp) {

@@ -28,6 +28,7 @@
 #include "common/utf8.h"
 #include "registry-proxy/seeder.h"
 #include "common/siphash.h"
+#include "common/json_text.h"
 
 namespace shoal::proxy {
 
@@ -38,14 +39,8 @@ using steady = std::chrono::steady_clock;
 
 namespace datasets_detail {
 
-// JSON text of a value that may hold foreign strings (an origin's error, a URL): invalid UTF-8
-// becomes U+FFFD instead of throwing.
-inline std::string safe_dump(const json& j, int indent = -1) {
-  return j.dump(indent, ' ', false, json::error_handler_t::replace);
-}
-
 inline http::response json_answer(unsigned status, const json& j) {
-  return http::response::json(status, safe_dump(j));
+  return http::response::json(status, json_text(j));
 }
 
 inline http::response json_error(unsigned status, const std::string& message) {

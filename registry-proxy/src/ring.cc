@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/sha256.h"
+#include "common/json_text.h"
 
 namespace shoal::proxy {
 
@@ -266,7 +267,7 @@ void ring::announce() {
   http::client_request req;
   req.method = "POST";
   req.url = base + "/v1/origins";
-  req.body = nlohmann::json{{"url", cfg_.self}}.dump();
+  req.body = json_text(nlohmann::json{{"url", cfg_.self}});
   req.headers.emplace_back("Content-Type", "application/json");
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.probe_timeout.get());
   req.timeouts.connect = std::min(

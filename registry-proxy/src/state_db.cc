@@ -1,5 +1,6 @@
 // registry-proxy's records on the shared side index (see state_db.h).
 #include "registry-proxy/state_db.h"
+#include "common/json_text.h"
 
 #include <algorithm>
 #include <mutex>
@@ -47,7 +48,7 @@ status state_db::put_tag(const std::string& key, const tag_entry& e) {
                       {"mt", e.media_type},
                       {"at", e.fetched_ms},
                       {"pub", e.is_public}};
-  return put("t/" + key, j.dump());
+  return put("t/" + key, json_text(j));
 }
 
 result<std::size_t> state_db::sweep_tags(std::int64_t older_than_ms) {
@@ -101,7 +102,7 @@ status state_db::add_visibility(const digest& d, bool is_public, const std::stri
     v.repos.push_back(repo);
   }
   nlohmann::json j = {{"pub", v.is_public}, {"repos", v.repos}};
-  return put("v/" + d.hex(), j.dump());
+  return put("v/" + d.hex(), json_text(j));
 }
 
 std::optional<std::string> state_db::get_metainfo(const digest& d) const {

@@ -371,6 +371,8 @@ result<upstream_client::token> upstream_client::fetch_token(
   if (j.contains("expires_in") && j["expires_in"].is_number_integer())
     expires = j["expires_in"].get<long long>();
   if (expires < 60) expires = 60;  // the spec's minimum
+  // A day at most: a realm's 1e18 would overflow the clock and put the expiry in the past.
+  expires = std::min(expires, 86400LL);
   // Renew a little early so a token never expires in flight.
   t.expires = std::chrono::steady_clock::now() + std::chrono::seconds(expires) -
               std::chrono::seconds(std::min(expires / 5, 30LL));
@@ -415,7 +417,7 @@ result<std::optional<std::string>> upstream_client::authorization(const upstream
 result<http::full_response> upstream_client::call(
     const upstream& up, const std::string& repo, const credential* cred, std::string method,
     const std::string& path, std::vector<std::pair<std::string, std::string>> headers,
-    std::size_t max_body) {
+    std::size_t max_body, std::optional<std::chrono::steady_clock::time_point> deadline) {
   credential_gate::pass held;
   if (cred && !cred->anonymous()) {
     auto p = gate_.admit(cred->peer, cred->hash);
@@ -426,6 +428,14 @@ result<http::full_response> upstream_client::call(
     auto auth = authorization(up, repo, cred, attempt > 0);
     if (!auth) return fail(auth.error());
     auto r = make_request(up, method, path);
+    if (deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *deadline - std::chrono::steady_clock::now());
+      if (left <= std::chrono::milliseconds(0))
+        return fail(errc::timeout, "no time left for " + method + " " + path);
+      r.timeouts.total = left;
+      r.max_retries = 0;
+    }
     r.headers = headers;
     if (*auth) r.headers.emplace_back("Authorization", **auth);
     auto resp = http::fetch(http_, std::move(r), max_body);

@@ -45,10 +45,14 @@ void ask_upstream(range_state& s) {
       {"Accept", "*/*"},
       {"Range", "bytes=" + std::to_string(q.off) + "-" + std::to_string(q.off + q.len - 1)}};
   const auto max = static_cast<std::size_t>(q.len);
-  auto r = q.uc->call(*q.sel.up, q.sel.repo, nullptr, "GET", path, headers, max);
+  // Both calls end well within the server's source_timeout (60 s by default): a hung upstream
+  // then still leaves time to serve the range from the fetch, as promised, instead of cutting
+  // the client off, and holds one of ranges.upstream_concurrency for 15 s at most.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  auto r = q.uc->call(*q.sel.up, q.sel.repo, nullptr, "GET", path, headers, max, deadline);
   // As the fetch does: upstream refused the proxy's own credential, the client may have one.
   if (r && (r->status == 401 || r->status == 403 || r->status == 404) && !q.cred.anonymous())
-    r = q.uc->call(*q.sel.up, q.sel.repo, &q.cred, "GET", path, headers, max);
+    r = q.uc->call(*q.sel.up, q.sel.repo, &q.cred, "GET", path, headers, max, deadline);
   std::string why = check_answer(r, q);
   q.running->fetch_sub(1);
   std::unique_ptr<http::body_source> fb;

@@ -7,6 +7,7 @@
 #include "common/heartbeat.h"
 #include "common/log.h"
 #include "common/oci.h"
+#include "common/json_text.h"
 
 namespace shoal::scheduler {
 
@@ -68,10 +69,8 @@ std::string route_label(std::string_view path) {
 
 }  // namespace
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 http::response json_error(unsigned status, std::string_view msg) {
-  return http::response::json(status, dump(json{{"error", std::string(msg)}}));
+  return http::response::json(status, json_text(json{{"error", std::string(msg)}}));
 }
 
 std::string random_id(std::string_view prefix) {
@@ -121,7 +120,7 @@ bool api::heavy(const http::request& req) {
   return p == "/v1/place" || p == "/v1/nodes" || p.rfind("/v1/images/", 0) == 0 ||
          p.rfind("/v1/datasets/", 0) == 0 || p.rfind("/v1/extender/", 0) == 0 ||
          (p == "/v1/prewarm" && req.method == http::verb::post) || p == "/v1/checkpoints" ||
-         p.rfind("/v1/checkpoints/", 0) == 0;
+         p.rfind("/v1/checkpoints/", 0) == 0 || p == "/v1/origins";  // origins: a Redis call
 }
 
 bool api::is_heartbeat(const http::request& req) { return req.path == "/v1/heartbeat"; }
@@ -244,13 +243,13 @@ http::response api::on_nodes(const http::request& req, std::string_view rest) {
     if (docs != "0" && docs != "1") return json_error(400, "documents must be 0 or 1");
     json out = json::array();
     for (const auto& n : d_.index.nodes()) out.push_back(node_json(n, reserved, docs == "1"));
-    return http::response::json(200, dump(out));
+    return http::response::json(200, json_text(out));
   }
   if (rest.front() != '/') return json_error(404, "no such endpoint");
   rest.remove_prefix(1);
   auto n = d_.index.node(rest);
   if (!n) return json_error(404, "unknown node " + std::string(rest.substr(0, 253)));
-  return http::response::json(200, dump(node_json(*n, reserved)));
+  return http::response::json(200, json_text(node_json(*n, reserved)));
 }
 
 http::response api::on_object(std::string_view rest) {
@@ -272,7 +271,7 @@ http::response api::on_object(std::string_view rest) {
               {"holders", std::move(holders)},
               {"holder_count", o->holders.size()},
               {"healthy_holders", healthy}};
-  return http::response::json(200, dump(out));
+  return http::response::json(200, json_text(out));
 }
 
 json api::holders_json(std::span<const object_ref> objects, const std::string& platform) const {
@@ -313,7 +312,7 @@ http::response api::on_image(const http::request& req, std::string_view rest) {
               {"objects", std::move(objs)},
               {"bytes", r[0]->bytes()},
               {"nodes", holders_json(r[0]->objects, platform)}};
-  return http::response::json(200, dump(out));
+  return http::response::json(200, json_text(out));
 }
 
 http::response api::on_dataset(std::string_view rest) {
@@ -344,7 +343,7 @@ http::response api::on_dataset(std::string_view rest) {
               {"bytes", bytes},
               {"nodes", holders_json(*objs, "")},
               {"presence", std::move(presence)}};
-  return http::response::json(200, dump(out));
+  return http::response::json(200, json_text(out));
 }
 
 http::response api::on_place(const http::request& req) {
@@ -377,7 +376,7 @@ http::response api::on_place(const http::request& req) {
             log::kv("gpus", job->gpus),
             log::kv("chosen", r->p.chosen.empty() ? std::string() : r->p.chosen.front()),
             log::kv("segment", r->p.segment), log::kv("reason", r->p.reason));
-  return http::response::json(200, dump(out));
+  return http::response::json(200, json_text(out));
 }
 
 namespace {
@@ -490,8 +489,8 @@ api::or_response<api::prewarm_targets> api::job_targets(const json& job_doc, job
   out.job_answer = to_json(placed->p, placed->view, *job, d_.place.network());
   if (!placed->p.feasible) {
     return std::unexpected(http::response::json(
-        409, dump(json{{"error", "the job cannot be placed: " + placed->p.reason},
-                       {"placement", out.job_answer}})));
+        409, json_text(json{{"error", "the job cannot be placed: " + placed->p.reason},
+                            {"placement", out.job_answer}})));
   }
   for (const auto& n : placed->p.chosen) out.planned.push_back({n, "primary", {}});
   for (const auto& n : placed->p.standby) out.planned.push_back({n, "standby", {}});
@@ -593,7 +592,7 @@ http::response api::on_prewarm_create(const http::request& req) {
     auto st = d_.prewarm.progress(id);
     if (!st) return std::nullopt;
     (*st)["status_url"] = "/v1/prewarm/" + id;
-    auto r = http::response::json(200, dump(*st));
+    auto r = http::response::json(200, json_text(*st));
     r.headers.set("Idempotent-Replayed", "true");
     return r;
   };
@@ -627,7 +626,7 @@ http::response api::on_prewarm_create(const http::request& req) {
   json out = st ? *st : json::object();
   out["status_url"] = "/v1/prewarm/" + id;
   if (!targets->job_answer.is_null()) out["placement"] = std::move(targets->job_answer);
-  return http::response::json(202, dump(out));
+  return http::response::json(202, json_text(out));
 }
 
 }  // namespace shoal::scheduler

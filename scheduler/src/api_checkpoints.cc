@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/origin_protocol.h"
 #include "common/text.h"
+#include "common/json_text.h"
 #include "scheduler/api.h"
 
 namespace shoal::scheduler {
@@ -85,7 +86,7 @@ http::response api::on_checkpoints(const http::request& req) {
     if (d_.shared != nullptr) d_.shared->checkpoint_removed(which.str());
     log::info("checkpoint record removed", log::kv("checkpoint", which.str()),
               log::kv("by", req.peer.str()));
-    return http::response::json(200, dump(json{{"removed", which.str()}}));
+    return http::response::json(200, json_text(json{{"removed", which.str()}}));
   }
   switch (route->what) {
     case kind::record: {

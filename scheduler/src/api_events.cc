@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "scheduler/api.h"
+#include "common/json_text.h"
 
 namespace shoal::scheduler {
 
@@ -33,7 +34,7 @@ http::response api::on_events(const http::request& req) {
     out.push_back(std::move(ev));
   }
   return http::response::json(
-      200, dump(json{{"events", std::move(out)}, {"view_stale", d_.failures->view_stale()}}));
+      200, json_text(json{{"events", std::move(out)}, {"view_stale", d_.failures->view_stale()}}));
 }
 
 }  // namespace shoal::scheduler

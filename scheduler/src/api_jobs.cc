@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/checkpoint.h"
+#include "common/json_text.h"
 #include "scheduler/api.h"
 #include "scheduler/jobs.h"
 
@@ -131,7 +132,7 @@ http::response api::on_jobs(const http::request& req) {
     if (!get) return json_error(405, "use GET");
     json list = json::array();
     for (const auto& r : d_.jobs->list()) list.push_back(to_json(r, *d_.jobs));
-    return http::response::json(200, dump(json{{"jobs", std::move(list)}}));
+    return http::response::json(200, json_text(json{{"jobs", std::move(list)}}));
   }
   rest.remove_prefix(1);
   bool failover = false;
@@ -145,14 +146,14 @@ http::response api::on_jobs(const http::request& req) {
   const std::string id(rest);
   if (req.method == http::verb::delete_ && !failover) {
     if (!d_.jobs->forget(id)) return json_error(404, "unknown job " + id);
-    return http::response::json(200, dump(json{{"deleted", id}}));
+    return http::response::json(200, json_text(json{{"deleted", id}}));
   }
   if (!get) return json_error(405, failover ? "use GET" : "use GET or DELETE");
   auto r = d_.jobs->get(id);
   if (!r) return json_error(404, "unknown job " + id);
-  if (!failover) return http::response::json(200, dump(to_json(*r, *d_.jobs)));
+  if (!failover) return http::response::json(200, json_text(to_json(*r, *d_.jobs)));
   if (!r->failover) return json_error(404, "no failover for job " + id);
-  return http::response::json(200, dump(to_json(*r->failover, *d_.jobs)));
+  return http::response::json(200, json_text(to_json(*r->failover, *d_.jobs)));
 }
 
 }  // namespace shoal::scheduler

@@ -1,5 +1,6 @@
 // The registry-proxy ring's membership route (/v1/origins; scheduler/origins.h), beside api.cc.
 #include "scheduler/api.h"
+#include "common/json_text.h"
 
 namespace shoal::scheduler {
 
@@ -8,7 +9,7 @@ using nlohmann::json;
 http::response api::on_origins(const http::request& req) {
   auto answer = [&](const origin_members::listing& l) {
     json j = {{"members", l.members}, {"ttl_ms", origins_.ttl().count()}, {"stale", l.stale}};
-    return http::response::json(200, j.dump());
+    return http::response::json(200, json_text(j));
   };
   if (req.method == http::verb::get || req.method == http::verb::head)
     return answer(origins_.list());

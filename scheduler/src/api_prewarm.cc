@@ -2,6 +2,7 @@
 // (docs/scheduler.md, "Prewarm").
 #include "common/heartbeat.h"
 #include "common/sha256.h"
+#include "common/json_text.h"
 #include "scheduler/api.h"
 
 namespace shoal::scheduler {
@@ -23,13 +24,13 @@ std::expected<std::string, http::response> idempotent_prewarm_id(const http::req
 }
 
 http::response api::on_prewarm_get(std::string_view rest) {
-  if (rest.empty() || rest == "/") return http::response::json(200, dump(d_.prewarm.list()));
+  if (rest.empty() || rest == "/") return http::response::json(200, json_text(d_.prewarm.list()));
   if (rest.front() != '/') return json_error(404, "no such endpoint");
   rest.remove_prefix(1);
   if (!heartbeat::valid_order_id(rest)) return json_error(400, "invalid prewarm id");
   auto st = d_.prewarm.progress(std::string(rest));
   if (!st) return json_error(404, "unknown prewarm " + std::string(rest));
-  return http::response::json(200, dump(*st));
+  return http::response::json(200, json_text(*st));
 }
 
 }  // namespace shoal::scheduler

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/json_text.h"
 #include "scheduler/dataset_catalog.h"
 
 namespace shoal::scheduler {
@@ -479,7 +480,7 @@ void app::handle(http::request&& req, http::responder resp) {
     // docs/ha.md, "Degraded, not down"). /healthz says why.
     auto h = health();
     nlohmann::json j = {{"status", h.status}, {"reasons", h.reasons}};
-    resp.send(http::response::json(200, j.dump()));
+    resp.send(http::response::json(200, json_text(j)));
     return;
   }
   if (daemon::serve_ops(req, resp, reg_, health)) return;

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/sha256.h"
+#include "common/json_text.h"
 
 namespace shoal::scheduler {
 
@@ -275,8 +276,7 @@ std::optional<http::response> authorizer::check(const http::request& req) {
   nlohmann::json j = {{"error", r->error},
                       {"required", needs_text(need, token_ != nullptr)},
                       {"presented", req.peer.str()}};
-  auto resp = http::response::json(
-      r->status, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  auto resp = http::response::json(r->status, json_text(j));
   if (r->status == 401) resp.headers.set("WWW-Authenticate", "Bearer realm=\"shoal-scheduler\"");
   return resp;
 }

@@ -175,7 +175,8 @@ void describe(config::binder& b, placement_config& c) {
   b.field("reservation_ttl", c.reservation_ttl,
           "GPUs of the nodes /v1/place chooses are reserved this long (dry_run reserves nothing).");
   b.field("resolve_timeout", c.resolve_timeout,
-          "Longest wait for image resolution in /v1/place and /v1/prewarm.", {.min = 10ms});
+          "Longest wait for image and dataset resolution in /v1/place and /v1/prewarm.",
+          {.min = 10ms});
 }
 
 void describe(config::binder& b, extender_config& c) {

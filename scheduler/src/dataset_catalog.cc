@@ -1,21 +1,69 @@
 #include "scheduler/dataset_catalog.h"
 
+#include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/dataset.h"
+#include "common/json_text.h"
 #include "common/origin_protocol.h"
 
 namespace shoal::scheduler {
 
+registry_proxy_datasets::~registry_proxy_datasets() { pool_.join(); }
+
 result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::string& ref) {
+  return lookup_for(ref, std::nullopt);
+}
+
+result<std::vector<object_ref>> registry_proxy_datasets::lookup_within(
+    const std::string& ref, std::chrono::milliseconds wait) {
+  return lookup_for(ref, wait);
+}
+
+registry_proxy_datasets::answer registry_proxy_datasets::lookup_for(
+    const std::string& ref, std::optional<std::chrono::milliseconds> wait) {
   if (auto p = dataset::parse_ref(ref); !p) return fail(p.error());
+  std::shared_future<answer> flight;
   {
     std::lock_guard lk(mu_);
     if (auto it = cache_.find(ref); it != cache_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.second);
       return it->second.first;
     }
+    if (auto f = flights_.find(ref); f != flights_.end()) {
+      flight = f->second;
+    } else {
+      // One fetch per dataset however many ask; it runs to its end even when nobody waits.
+      auto done = std::make_shared<std::promise<answer>>();
+      flight = done->get_future().share();
+      flights_.emplace(ref, flight);
+      boost::asio::post(pool_, [this, ref, done] {
+        auto r = fetch(ref);
+        {
+          std::lock_guard lk(mu_);
+          flights_.erase(ref);
+          if (r && !cache_.count(ref)) {
+            lru_.push_front(ref);
+            cache_[ref] = {*r, lru_.begin()};
+            while (cache_.size() > opts_.max_datasets) {
+              cache_.erase(lru_.back());
+              lru_.pop_back();
+            }
+          }
+        }
+        done->set_value(std::move(r));
+      });
+    }
   }
+  if (wait && flight.wait_for(*wait) != std::future_status::ready) {
+    return fail(errc::timeout, "dataset " + ref + ": registry-proxy has not answered within " +
+                                   std::to_string(wait->count()) +
+                                   " ms (the lookup goes on; a later request finds it)");
+  }
+  return flight.get();
+}
+
+registry_proxy_datasets::answer registry_proxy_datasets::fetch(const std::string& ref) {
   std::string base = opts_.registry_proxy;
   while (!base.empty() && base.back() == '/') base.pop_back();
   auto get = [&](const std::string& path, std::size_t max) {
@@ -23,6 +71,7 @@ result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::strin
     r.url = base + path;
     r.timeouts.connect = opts_.connect_timeout;
     r.timeouts.stall = opts_.request_timeout;
+    r.timeouts.total = opts_.request_timeout * 4;
     r.max_retries = 1;
     return origin::call(client_, std::move(r), max);
   };
@@ -39,7 +88,7 @@ result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::strin
                                           std::to_string(st->status) +
                                           (why.empty() ? "" : ": " + why));
   }
-  auto md = digest::parse(sj.value("manifest", ""));
+  auto md = digest::parse(json_string(sj, "manifest"));
   if (!md)
     return fail(errc::protocol_error,
                 "dataset " + ref + ": registry-proxy gave no manifest digest");
@@ -53,15 +102,6 @@ result<std::vector<object_ref>> registry_proxy_datasets::lookup(const std::strin
   if (!m) return fail(m.error().wrap("manifest of " + ref));
   std::vector<object_ref> out;
   for (const auto& [d, size] : dataset::manifest_objects(*m)) out.push_back(object_ref{d, size});
-  std::lock_guard lk(mu_);
-  if (!cache_.count(ref)) {
-    lru_.push_front(ref);
-    cache_[ref] = {out, lru_.begin()};
-    while (cache_.size() > opts_.max_datasets) {
-      cache_.erase(lru_.back());
-      lru_.pop_back();
-    }
-  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "common/log.h"
+#include "common/json_text.h"
 #include "extender_json.h"
 
 namespace shoal::scheduler {
@@ -16,8 +17,6 @@ using nlohmann::json;
 namespace {
 
 using detail::append_json_string;
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json filter_error(const std::string& msg) {
   return {{"Nodes", nullptr},
@@ -328,14 +327,14 @@ http::response extender::filter(std::string_view body) {
   if (body.size() > opts_.max_request_bytes) {
     requests_.with({"filter", "bad_request"}).inc();
     return http::response::json(
-        413, dump(filter_error("request larger than " + std::to_string(opts_.max_request_bytes) +
-                               " bytes")));
+        413, json_text(filter_error("request larger than " +
+                                    std::to_string(opts_.max_request_bytes) + " bytes")));
   }
   auto a = parse_extender_args(body, 100'000, &names_);
   if (!a) {
     requests_.with({"filter", "bad_request"}).inc();
     return http::response::json(a.error().is(errc::too_large) ? 413 : 400,
-                                dump(filter_error(a.error().message)));
+                                json_text(filter_error(a.error().message)));
   }
   const auto& names = a->node_names();
   std::string mode = a->pod.mode.empty() ? opts_.mode : a->pod.mode;
@@ -351,13 +350,13 @@ http::response extender::filter(std::string_view body) {
   }
   std::string text;
   if (!err.empty()) {
-    text = dump(filter_error(err));
+    text = json_text(filter_error(err));
   } else if (a->names_form) {
-    // The same members dump() gives for the ExtenderFilterResult object (keys sorted), written
+    // The same members json_text() gives for the ExtenderFilterResult object (keys sorted), written
     // directly: NodeNames holds every passing node (a kept list's own bytes when all pass).
     text.reserve(96 + (a->listed ? a->listed->raw.size() : names.size() * 16));
     text += R"({"Error":"","FailedAndUnresolvableNodes":)";
-    text += dump(failed);
+    text += json_text(failed);
     text += R"(,"FailedNodes":{},"NodeNames":)";
     if (all_kept && a->listed) {
       text += a->listed->raw;
@@ -384,7 +383,7 @@ http::response extender::filter(std::string_view body) {
                 {"FailedNodes", json::object()},
                 {"FailedAndUnresolvableNodes", failed},
                 {"Error", ""}};
-    text = dump(out);
+    text = json_text(out);
   }
   requests_.with({"filter", err.empty() ? "ok" : "error"}).inc();
   log::debug("extender filter", log::kv("pod", a->pod.ns + "/" + a->pod.name),
@@ -398,14 +397,14 @@ http::response extender::prioritize(std::string_view body) {
   if (body.size() > opts_.max_request_bytes) {
     requests_.with({"prioritize", "bad_request"}).inc();
     return http::response::json(
-        413, dump(json{{"error", "request larger than " + std::to_string(opts_.max_request_bytes) +
-                                     " bytes"}}));
+        413, json_text(json{{"error", "request larger than " +
+                                          std::to_string(opts_.max_request_bytes) + " bytes"}}));
   }
   auto a = parse_extender_args(body, 100'000, &names_);
   if (!a) {
     requests_.with({"prioritize", "bad_request"}).inc();
     return http::response::json(a.error().is(errc::too_large) ? 413 : 400,
-                                dump(json{{"error", a.error().message}}));
+                                json_text(json{{"error", a.error().message}}));
   }
   const auto& names = a->node_names();
   std::vector<std::string> errors;
@@ -419,7 +418,7 @@ http::response extender::prioritize(std::string_view body) {
           names[k] == preferred && got.state[k] == 3 ? 10 : std::min<std::uint8_t>(score[k], 9);
     }
   }
-  // HostPriorityList, written directly: the bytes dump() gives for
+  // HostPriorityList, written directly: the bytes json_text() gives for
   // [{"Host": name, "Score": n}, ...] (keys sorted) without a json object per node. A kept list
   // has the answer ready with a two-byte slot per score: one copy, then the scores put in.
   std::string text;

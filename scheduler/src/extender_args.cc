@@ -5,6 +5,7 @@
 #include "common/checkpoint.h"
 #include "common/heartbeat.h"
 #include "common/oci.h"
+#include "common/json_text.h"
 #include "extender_json.h"
 #include "scheduler/extender.h"
 
@@ -21,7 +22,7 @@ namespace detail {
 void append_json_string(std::string& out, std::string_view s) {
   for (unsigned char c : s) {
     if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-      out += json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+      out += json_text(json(std::string(s)));
       return;
     }
   }

@@ -1,6 +1,7 @@
 // job_registry between scheduler replicas (shared_state.h): a job's record as one JSON document
 // for the shared log, and what a replica does with another's.
 #include "common/log.h"
+#include "common/json_text.h"
 #include "scheduler/jobs.h"
 
 namespace shoal::scheduler {
@@ -141,7 +142,7 @@ std::optional<std::string> job_registry::snapshot(const std::string& id) const {
             {"updated_age_ms", age_ms(now, r.updated_at)},
             {"pod_nodes", r.pod_nodes}};
   if (r.failover) j["failover"] = decision_json(*r.failover, now);
-  return j.dump();
+  return json_text(j);
 }
 
 status job_registry::put(const std::string& text) {

@@ -6,6 +6,8 @@
 #include "netsetup/inventory.h"
 #include "netsetup/job_outputs.h"
 #include "netsetup/validate.h"
+#include "common/json_text.h"
+#include "common/utf8.h"
 
 namespace shoal::scheduler {
 
@@ -44,10 +46,10 @@ network_verdict document_network_model::verdict(const node_view& n) const {
   }
   v.state = passed->get<bool>() ? validation::passed : validation::failed;
   if (auto s = it->find("settings"); s != it->end() && !s->is_null()) {
-    v.settings_key = s->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    v.settings_key = json_text(*s);
   }
   if (auto e = it->find("error"); e != it->end() && e->is_string())
-    v.detail = e->get<std::string>().substr(0, 512);
+    v.detail = utf8_safe(e->get<std::string>(), 512);
   return v;
 }
 
@@ -108,13 +110,13 @@ network_verdict netsetup_network_model::verdict(const node_view& n) const {
   network_verdict v;
   if (!*inv) {
     v.state = validation::failed;
-    v.detail = "netsetup document does not parse: " + inv->error().message.substr(0, 400);
+    v.detail = "netsetup document does not parse: " + utf8_safe(inv->error().message, 400);
     return v;
   }
   auto rs = netsetup::validate_node(**inv, pol_);
   v.state = netsetup::passed(rs) ? validation::passed : validation::failed;
   v.detail =
-      v.state == validation::passed ? "all netsetup checks passed" : failures(rs).substr(0, 1000);
+      v.state == validation::passed ? "all netsetup checks passed" : utf8_safe(failures(rs), 1000);
   // Consistency across nodes is netsetup's cluster validation (gang_consistent); the key only
   // separates nodes whose MTU or priority differ so mismatched nodes never share a gang.
   v.settings_key =

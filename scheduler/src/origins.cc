@@ -44,8 +44,11 @@ result<origin_members::listing> origin_members::announce(const std::string& url)
   if (!shared_) return mine;
   auto r = shared_->origins(url, ttl_, max_members);
   if (!r) {
-    log::warn("redis did not answer for the registry-proxy ring; answering this replica's view",
-              log::kv("error", r.error().message));
+    // Redis already known down was logged once, when the replica found it so.
+    if (!r.error().is(errc::unavailable)) {
+      log::warn("redis did not answer for the registry-proxy ring; answering this replica's view",
+                log::kv("error", r.error().message));
+    }
     if (!mine) return mine;
     mine->stale = true;
     return mine;

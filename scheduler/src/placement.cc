@@ -605,8 +605,12 @@ result<job_objects> placer::resolve(const job_spec& job, const std::vector<std::
   job_objects out;
   std::vector<object_ref> dataset_objects;
   std::vector<std::string> dataset_errors;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   for (const auto& d : job.datasets) {
-    auto r = ds_.lookup(d);
+    // The job's time limit holds for its datasets as for its images (resolve_many below).
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto r = ds_.lookup_within(d, std::max(left, std::chrono::milliseconds(0)));
     if (!r) {
       if (strict_datasets) return fail(r.error());
       dataset_errors.push_back(d + ": " + r.error().message);
@@ -650,6 +654,8 @@ result<placer::result_t> placer::place(const job_spec& job, std::uint32_t standb
     for (const auto& o : list) all.push_back(o.id);
   }
   result_t out;
+  std::unique_lock one_at_a_time(reserve_mu_, std::defer_lock);
+  if (reserve && job.gpus > 0) one_at_a_time.lock();
   out.view = idx_.view(all);
   auto evals = evaluate_nodes(out.view, *objs, job, opts_.cost, net_, reserved(),
                               {.require_validation = opts_.require_network_validation,

@@ -8,6 +8,7 @@
 #include "common/digest.h"
 #include "common/log.h"
 #include "common/thread_name.h"
+#include "common/json_text.h"
 #include "scheduler/ingest.h"
 #include "shared_state_scripts.h"
 
@@ -223,6 +224,12 @@ result<redis_reply> shared_state::eval(redis_conn& c, const char* script, const 
 result<shared_state::origins_answer> shared_state::origins(const std::string& url,
                                                            std::chrono::milliseconds ttl,
                                                            std::size_t cap) {
+  {
+    // As heartbeats: while the reader has not reached Redis, no request pays a connect timeout
+    // (registry-proxy replicas announce every few seconds; docs/ha.md "Degraded, not down").
+    std::lock_guard lk(mu_);
+    if (!stale_.empty()) return fail(errc::unavailable, "redis: " + stale_);
+  }
   auto c = pool_.get();
   auto r =
       eval(*c, scripts::origins, sha_origins_,
@@ -469,7 +476,7 @@ static std::string encode_prewarm_entry(const std::string& id,
     auto rj = nlohmann::json::parse(heartbeat::encode(r));
     j["nodes"].push_back({{"node", n.node}, {"role", n.role}, {"orders", rj["orders"]}});
   }
-  return j.dump();
+  return json_text(j);
 }
 
 status shared_state::share_prewarm(const std::string& id, const std::vector<planned_node>& nodes,

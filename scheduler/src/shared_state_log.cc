@@ -7,6 +7,7 @@
 #include "common/checkpoint.h"
 #include "common/digest.h"
 #include "common/log.h"
+#include "common/json_text.h"
 #include "scheduler/ingest.h"
 #include "scheduler/shared_state.h"
 #include "shared_state_scripts.h"
@@ -384,7 +385,7 @@ void shared_state::apply_prewarm_entry(const std::string& body) {
     p.node = n["node"].get<std::string>();
     if (n.contains("role") && n["role"].is_string()) p.role = n["role"].get<std::string>();
     base["orders"] = n.value("orders", nlohmann::json::array());
-    auto r = heartbeat::decode_reply(base.dump());
+    auto r = heartbeat::decode_reply(json_text(base));
     if (!r) {
       log::warn("shared log: prewarm orders do not decode", log::kv("error", r.error().message));
       return;

@@ -166,6 +166,54 @@ TEST_F(CacheEvict, ExpiryExtendsAndExpiredPinsRestart) {
   EXPECT_FALSE(s->stat(id_of(0))->pins[0].expiry);
 }
 
+TEST_F(CacheEvict, RenewPinSetsTheExpiryAndKeepsTheCount) {
+  open();
+  fill(0, 3);
+  // A live pin of count 2: the count stays, the expiry becomes the new one, later or earlier.
+  ASSERT_TRUE(s->pin(id_of(0), "o", clk->now() + 10s));
+  ASSERT_TRUE(s->pin(id_of(0), "o", clk->now() + 10s));
+  ASSERT_TRUE(s->renew_pin(id_of(0), "o", clk->now() + 60s));
+  auto i0 = s->stat(id_of(0));
+  ASSERT_EQ(i0->pins.size(), 1u);
+  EXPECT_EQ(i0->pins[0].count, 2u);
+  EXPECT_EQ(*i0->pins[0].expiry, clk->now() + 60s);
+  ASSERT_TRUE(s->renew_pin(id_of(0), "o", clk->now() + 20s));
+  EXPECT_EQ(*s->stat(id_of(0))->pins[0].expiry, clk->now() + 20s);
+  ASSERT_TRUE(s->renew_pin(id_of(0), "o", std::nullopt));
+  EXPECT_FALSE(s->stat(id_of(0))->pins[0].expiry);
+  EXPECT_EQ(s->stat(id_of(0))->pins[0].count, 2u);
+  // A never-expiring pin gets an expiry (what pin() cannot do: it keeps "never").
+  ASSERT_TRUE(s->renew_pin(id_of(0), "o", clk->now() + 5s));
+  EXPECT_EQ(*s->stat(id_of(0))->pins[0].expiry, clk->now() + 5s);
+
+  // Without a pin, or with an expired one, it makes one with a count of one.
+  ASSERT_TRUE(s->renew_pin(id_of(1), "o", clk->now() + 30s));
+  EXPECT_EQ(s->stat(id_of(1))->pins[0].count, 1u);
+  ASSERT_TRUE(s->pin(id_of(2), "o", clk->now() + 1s));
+  ASSERT_TRUE(s->pin(id_of(2), "o", clk->now() + 1s));
+  clk->advance(2s);
+  EXPECT_FALSE(s->stat(id_of(2))->pinned);
+  ASSERT_TRUE(s->renew_pin(id_of(2), "o", clk->now() + 30s));
+  EXPECT_TRUE(s->stat(id_of(2))->pinned);
+  EXPECT_EQ(s->stat(id_of(2))->pins[0].count, 1u);
+  ASSERT_TRUE(s->unpin(id_of(2), "o"));
+  EXPECT_FALSE(s->stat(id_of(2))->pinned);
+
+  EXPECT_FALSE(s->renew_pin(id_of(0), "", clk->now() + 5s));  // empty owner
+
+  // The renewed expiry protects, survives a reopen and then ends.
+  s->evict_to(0);
+  EXPECT_EQ(present(3), (std::set<int>{0, 1}));
+  sub.reset();
+  s.reset();
+  open();
+  EXPECT_EQ(*s->stat(id_of(1))->pins[0].expiry, clk->now() + 28s);
+  EXPECT_EQ(s->stat(id_of(0))->pins[0].count, 2u);
+  clk->advance(29s);
+  s->evict_to(0);
+  EXPECT_EQ(present(3), std::set<int>{});
+}
+
 TEST_F(CacheEvict, PinsSurviveReopen) {
   open();
   fill(0, 2);

@@ -4,6 +4,10 @@
 
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "common/platform.h"
+
 namespace shoal::oci {
 namespace {
 
@@ -143,6 +147,40 @@ TEST(OciMediaType, FromBody) {
             media::oci_manifest);
   EXPECT_FALSE(manifest_media_type_of("not json"));
   EXPECT_FALSE(manifest_media_type_of("[]"));
+}
+
+TEST(OciIndex, ManifestForPlatformSkipsWhatIsMalformed) {
+  using nlohmann::json;
+  const std::string amd = "sha256:" + std::string(64, 'a'), arm = "sha256:" + std::string(64, 'b'),
+                    v7 = "sha256:" + std::string(64, 'c');
+  // Every shape a hostile or broken index may take is skipped, not thrown on: a platform that
+  // is a string or null, os or architecture that are numbers, a digest that is not a string.
+  auto index = json::parse(R"({"manifests":[
+      7, null, "x",
+      {"platform":"linux/amd64","digest":"sha256:bad"},
+      {"platform":null,"digest":"sha256:bad"},
+      {"platform":{"os":1,"architecture":"amd64"},"digest":"sha256:bad"},
+      {"platform":{"os":"linux","architecture":["amd64"]},"digest":"sha256:bad"},
+      {"platform":{"os":"linux","architecture":"amd64"},"digest":42},
+      {"platform":{"os":"linux","architecture":"amd64"},"digest":")" +
+                           amd + R"("},
+      {"platform":{"os":"linux","architecture":"arm","variant":"v6"},"digest":"sha256:v6"},
+      {"platform":{"os":"linux","architecture":"arm","variant":"v7"},"digest":")" +
+                           v7 + R"("},
+      {"platform":{"os":"linux","architecture":"arm64"},"digest":")" +
+                           arm + R"("}]})");
+  EXPECT_EQ(index_manifest_for(index, "linux/amd64"), amd);
+  EXPECT_EQ(index_manifest_for(index, "linux/arm64"), arm);
+  EXPECT_EQ(index_manifest_for(index, "linux/arm64/v8"), arm);  // no variant listed: it matches
+  EXPECT_EQ(index_manifest_for(index, "linux/arm/v7"), v7);
+  EXPECT_EQ(index_manifest_for(index, "linux/arm"), "sha256:v6");  // the first of os and arch
+  EXPECT_EQ(index_manifest_for(index, "linux/s390x"), "");
+  EXPECT_EQ(index_manifest_for(index, "windows"), "");
+  EXPECT_EQ(index_manifest_for(index, ""), "");
+  for (const char* bad : {R"({"manifests":{"a":1}})", R"({"manifests":"x"})", R"([1,2])", "null",
+                          R"({"manifests":null})", "{}"}) {
+    EXPECT_EQ(index_manifest_for(json::parse(bad), "linux/amd64"), "") << bad;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
+
 namespace shoal {
 namespace {
 
@@ -38,6 +40,34 @@ TEST(Utf8Safe, BoundsOnCharacterBoundaries) {
   std::string cut = utf8_safe(euros, 10);
   EXPECT_TRUE(utf8_valid(cut));
   EXPECT_EQ(cut, "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac...");
+}
+
+TEST(JsonText, NeverThrowsOnContent) {
+  // What a cut at a byte count leaves: the first byte of a two-byte character. dump() throws
+  // type_error 316 on it; json_text writes U+FFFD.
+  nlohmann::json j = {{"detail", std::string(511, 'a') + "\xc3"}, {"n", 1}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::type_error);
+  const std::string text = json_text(j);
+  EXPECT_EQ(text, "{\"detail\":\"" + std::string(511, 'a') + "\xef\xbf\xbd\",\"n\":1}");
+  EXPECT_EQ(nlohmann::json::parse(text)["n"], 1);
+  EXPECT_EQ(json_text(nlohmann::json{{"a", {1, 2}}}, 2), "{\n  \"a\": [\n    1,\n    2\n  ]\n}");
+  // utf8_safe cuts on a character boundary, so what it keeps is whole characters.
+  const std::string cut = utf8_safe(std::string(511, 'a') + "\xc3\xa9", 512);
+  EXPECT_TRUE(utf8_valid(cut));
+  EXPECT_NO_THROW((void)nlohmann::json(cut).dump());
+}
+
+TEST(JsonText, StringMembersAreReadWithoutThrowing) {
+  auto j = nlohmann::json::parse(R"({"manifest":5,"name":"x","list":["a"],"nul":null})");
+  EXPECT_THROW((void)j.value("manifest", ""), nlohmann::json::type_error);
+  EXPECT_EQ(json_string(j, "manifest"), "");
+  EXPECT_EQ(json_string(j, "manifest", "fallback"), "fallback");
+  EXPECT_EQ(json_string(j, "name"), "x");
+  EXPECT_EQ(json_string(j, "list"), "");
+  EXPECT_EQ(json_string(j, "nul", "d"), "d");
+  EXPECT_EQ(json_string(j, "absent", "d"), "d");
+  EXPECT_EQ(json_string(nlohmann::json::array({1}), "name", "d"), "d");
+  EXPECT_EQ(json_string(nlohmann::json("text"), "name"), "");
 }
 
 }  // namespace

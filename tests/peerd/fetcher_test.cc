@@ -408,6 +408,51 @@ TEST(Fetcher, AJoinedBlobIsSeededAtOnceWithItsPiecesTrusted) {
   EXPECT_TRUE(ts.verified_pieces.all_set()) << "pieces left to hash before their first upload";
 }
 
+// A chunked fetch that fails after a chunk completed leaves that chunk seeded from its transient
+// file (never committed to the cache). A retry of the blob found the chunk "already held and
+// seeded" and failed at once, again and again while the seed stayed loaded; it now takes the
+// chunk's bytes from that file, with no range of it asked of registry-proxy.
+TEST(Fetcher, ARetryAfterAFailedChunkedFetchUsesTheChunkItAlreadyHas) {
+  chunked_origin o;
+  std::atomic<bool> break_chunk1{true};
+  auto is_chunk_meta = [](const ht::recorded_request& r) {
+    return is_metainfo(r) && r.target.find("parent=") != std::string::npos;
+  };
+  ht::test_http_server srv([&](const ht::recorded_request& r) {
+    if (is_chunk_meta(r) && r.target.find(o.parts[1].object.str()) != std::string::npos &&
+        break_chunk1) {
+      ht::reply out;
+      out.head_delay = 1500ms;  // chunk 0 completes meanwhile
+      out.status = 400;
+      out.body = R"({"errors":[{"code":"UNKNOWN","message":"broken"}]})";
+      return out;
+    }
+    return o.answer(r);
+  });
+  node n(srv.url(""));
+  auto first = chunked_fetch(*n.fetch, o.whole.object);
+  ASSERT_FALSE(first);
+  EXPECT_FALSE(n.store->contains(o.whole.object));
+  EXPECT_FALSE(n.store->contains(o.parts[0].object));  // transient: seeded, not cached
+  ASSERT_NE(n.swarm->transient_file_of(o.parts[0].object), "");
+  const auto boundary = srv.requests().size();
+  break_chunk1 = false;
+  auto second = chunked_fetch(*n.fetch, o.whole.object);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_TRUE(n.store->contains(o.whole.object));
+  // Chunk 1's bytes came by range (no seeds here); none of chunk 0's: they came from its file.
+  std::size_t ranges = 0, chunk0_ranges = 0;
+  for (const auto& r : srv.requests()) {
+    if (static_cast<std::size_t>(r.index) < boundary || is_metainfo(r) ||
+        chunked_origin::is_chunk_list(r))
+      continue;
+    ++ranges;
+    if (r.header("Range").value_or("").rfind("bytes=0-", 0) == 0) ++chunk0_ranges;
+  }
+  EXPECT_GE(ranges, 1u);
+  EXPECT_EQ(chunk0_ranges, 0u);
+}
+
 // A chunked fetch's thread goes on after the blob is committed (it asks registry-proxy for the
 // whole blob's metainfo, then seeds the blob). A fetcher going away stops and joins it first: it
 // used the swarm, cache and HTTP client after they were gone (an ASan use-after-free in

@@ -10,6 +10,8 @@ body (common/origin_protocol.h). Pinned down here:
     versions it speaks, instead of a bare "HTTP 400";
   - the other direction (this peerd against a registry-proxy that predates the header and
     ignores it) is mirror_test.py's whole run: fake_proxy.py never looks at the header.
+The pull API against a stand-in that sends image indexes whose entries are all malformed (a 404,
+the process lives) and with more pulls at once than half the workers (429 with Retry-After).
 """
 from __future__ import annotations
 
@@ -132,6 +134,102 @@ class PeerdProtocolTest(FixtureTestCase):
         self.assertEqual(status, 502, out[:300])
         self.assert_clear(out, secs)
 
+
+HOSTILE_INDEX = json.dumps({"schemaVersion": 2, "manifests": [
+    7, None, "x",
+    {"platform": "linux/amd64", "digest": DIGEST},
+    {"platform": None, "digest": DIGEST},
+    {"platform": {"os": 1, "architecture": "amd64"}, "digest": DIGEST},
+    {"platform": {"os": "linux", "architecture": ["amd64"]}, "digest": DIGEST},
+    {"platform": {"os": "linux", "architecture": "amd64"}, "digest": 42}]}).encode()
+
+
+class IndexProxy:
+    """A registry-proxy stand-in for the pull API: tag "hostile" is an image index whose every
+    entry is malformed, tag "slow" answers 404 after 3 s."""
+
+    def __init__(self):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if "/manifests/slow" in self.path:
+                    time.sleep(3)
+                    body, status, ct = b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}', 404, "application/json"
+                elif "/manifests/hostile" in self.path:
+                    body, status, ct = HOSTILE_INDEX, 200, "application/vnd.oci.image.index.v1+json"
+                else:
+                    body, status, ct = b'{"errors":[{"code":"NAME_UNKNOWN"}]}', 404, "application/json"
+                self.send_response(status)
+                self.send_header("Content-Type", ct)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_HEAD = do_GET
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        h, p = self.server.server_address[:2]
+        return f"http://{h}:{p}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PullApiTest(FixtureTestCase):
+    """The pull API against foreign indexes and under load, on a peerd with two workers."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-peerd-pull-api-")
+        cls.fake = cls.class_track(IndexProxy())
+        cls.peerd = cls.class_track(Peerd(d / "peerd", name="pull-api-node",
+                                          registry_proxy=cls.fake.url,
+                                          extra={"worker_threads": 2}).start())
+        cls.port = cls.peerd.http_port
+
+    def pull(self, tag: str) -> tuple[int, dict[str, str], bytes, float]:
+        body = json.dumps({"image": f"registry.example/team/app:{tag}"}).encode()
+        return request(self.port, "POST", "/shoal/v1/pull", body,
+                       {"Content-Type": "application/json"})
+
+    def test_a_malformed_index_is_a_404_not_a_crash(self):
+        """A platform that is a string or null, fields of other types, a digest that is a number:
+        before, nlohmann threw on a worker thread and the process aborted."""
+        status, _, out, _ = self.pull("hostile")
+        self.assertEqual(status, 404, out[:300])
+        self.assertIn("no manifest for platform linux/amd64", json.loads(out)["error"])
+        status, _, _, _ = request(self.port, "GET", "/healthz")
+        self.assertEqual(status, 200)
+        self.assertTrue(self.peerd.daemon.alive, "peerd exited")
+
+    def test_more_pulls_than_half_the_workers_are_told_to_come_back(self):
+        first: list = []
+        t = threading.Thread(target=lambda: first.append(self.pull("slow")))
+        t.start()
+        try:
+            time.sleep(0.8)  # the first pull holds its worker, waiting for the manifest
+            status, headers, out, secs = self.pull("slow")
+            self.assertEqual(status, 429, out[:300])
+            self.assertEqual(headers.get("retry-after"), "1")
+            self.assertIn("pulls are running on this node", json.loads(out)["error"])
+            self.assertLess(secs, 1.0)
+        finally:
+            t.join(30)
+        self.assertEqual(first[0][0], 502, first[0][2][:300])
+        # Its slot is free again.
+        status, _, out, _ = self.pull("hostile")
+        self.assertEqual(status, 404, out[:300])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

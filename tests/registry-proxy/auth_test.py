@@ -7,6 +7,8 @@ bob may pull nothing. registry-proxy itself is anonymous upstream. What must hol
   - private content fetched with alice's credentials is served from the cache to a later client
     only after upstream confirmed that client's own credentials (a HEAD with them, which the
     token issuer's log shows); anonymous clients get 401 and bob 401/403, never the bytes;
+  - a layer cached as private content of one repository is served to anonymous clients asking
+    in a repository upstream serves it from anonymously (one anonymous HEAD there);
   - skopeo (--src-creds) and containerd (ctr --user) send their credentials to registry-proxy
     after its 401 challenge and pull private images through it.
 With htpasswd every repository needs credentials; an upstream configured with registry-proxy's
@@ -185,6 +187,46 @@ class TokenAuthTest(FixtureTestCase, PrivateContentChecks):
         res = other.pull(f"{self.reg.host_port}/private/ctr:v1", check=False)
         self.assertEqual(res.content, {})
 
+
+    def test_8_a_layer_private_elsewhere_is_served_where_upstream_serves_it_anonymously(self):
+        """A base layer shared by a private image and a public one, cached by alice's pull of
+        the private one: an anonymous client asking for it in the public repository is served
+        (upstream confirms, anonymously, that this repository serves it), and is refused in the
+        private one without asking upstream. Before, every anonymous request for it was refused
+        until the object left the cache."""
+        shared = oci.make_image(self.tmpdir(), [oci.LayerSpec(size=120_000, seed="tok-shared")])
+        self.reg.push(shared, "private/shared")
+        self.reg.push(shared, "public/shared")
+        d = shared.images[0].layers[0].digest
+        s, _, body = self.proxy.get(f"/v2/private/shared/blobs/{d}",
+                                    headers=basic("alice", USERS["alice"]))
+        self.assertEqual((s, pc.sha256(body)), (200, d))
+        mark = self.reg.mark()
+        s, _, body = self.proxy.get(f"/v2/private/shared/blobs/{d}")
+        self.assertEqual((s, pc.error_code(body)), (401, "UNAUTHORIZED"))
+        # A repository upstream does not serve anonymously is asked once, then refused from
+        # what registry-proxy remembers.
+        for _ in range(3):
+            s, _, body = self.proxy.get(f"/v2/private/other/blobs/{d}")
+            self.assertEqual((s, pc.error_code(body)), (401, "UNAUTHORIZED"))
+        self.reg.wait_log_quiet()
+        log = self.reg.access_log(mark)
+        self.assertEqual([e.path for e in log if e.blob and "private/shared" in e.path], [],
+                         "the private repository must be refused without asking upstream")
+        heads = [e for e in log if e.method == "HEAD" and e.blob and e.status == 200]
+        self.assertEqual(heads, [])
+        self.assertLessEqual(len([e for e in log if e.blob and "private/other" in e.path]), 2,
+                             "a made-up repository must be asked once (a 401, then with a token)")
+        mark = self.reg.mark()
+        for _ in range(2):
+            s, _, body = self.proxy.get(f"/v2/public/shared/blobs/{d}")
+            self.assertEqual((s, pc.sha256(body)), (200, d), body[:200])
+        self.reg.wait_log_quiet()
+        log = self.reg.access_log(mark)
+        self.assertEqual([e for e in log if e.method == "GET" and e.blob], [],
+                         "the bytes must come from the cache")
+        self.assertEqual(len([e for e in log if e.method == "HEAD" and e.blob and
+                              e.status == 200]), 1, "one anonymous HEAD, then it is public")
 
 class HtpasswdAuthTest(FixtureTestCase, PrivateContentChecks):
     repo = "team/app"

@@ -208,6 +208,10 @@ class StubFaultsTest(FixtureTestCase):
                 self.assertEqual(h.get("retry-after"), "7")
                 if method == "GET":
                     self.assertEqual(pc.error_code(body), "TOOMANYREQUESTS")
+                    # The upstream's own reason travels with the status (stub_upstream's
+                    # message is "scripted"), not only "answered HTTP 429".
+                    msg = pc.error_message(body)
+                    self.assertIn("answered HTTP 429: scripted", msg)
                 s, h, body = self.proxy.get("/v2/team/x/manifests/busy?ns=noretry.test",
                                             method=method)
                 self.assertEqual(s, 429)

@@ -16,6 +16,9 @@ log is the judge of what reached upstream.
    cost one upstream GET, made by the owner; with the owner dead, the next member resolves a tag
    it owned, once.
 
+The same kill against a token-auth upstream, with fresh replicas: the member that takes over
+has no token yet, gets one at the 401 of its continuation and resumes with the Range.
+
 Private content through the ring (htpasswd registry, no network shaping): a client with
 credentials pulls a private blob through a replica that does not own it (the owner is asked
 anonymously first, refuses, and is asked again with the client's credential); a stranger and an
@@ -51,6 +54,7 @@ from shoal_fixtures.nodes import Scheduler
 from shoal_fixtures.proxy_ring import ProxyRing, ring_owner
 from shoal_fixtures.registry import Registry
 from shoal_fixtures.shoal import binary, upstream
+from shoal_fixtures.token_issuer import Rule, TokenIssuer
 
 MIB = 1 << 20
 CLIENTS = 50
@@ -301,6 +305,51 @@ class RingTest(FixtureTestCase):
         ups = [self.ring.proxies[i].metric("shoal_proxy_upstream_manifest_requests_total") - u
                for i, u in zip(alive, up0)]
         self.assertEqual(ups, [1 if i == nxt else 0 for i in alive])
+
+class RingTokenTakeoverTest(FixtureTestCase):
+    """A token-auth upstream (the test token issuer; anyone may pull public/*) and three fresh
+    replicas on a shaped link. The owner of a cold blob is killed mid-blob: the member that takes
+    over never talked to this upstream (its clients streamed from the owner), so its continuation
+    (`Range: bytes=N-`, no token yet) meets the 401 challenge first. It fetches a token and
+    resumes; before, it failed the continuation ("resume at byte N: source answered HTTP 401")
+    and cut every client off."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = cls.class_tmpdir("shoal-proxy-ring-token-")
+        net = cls.class_track(Network(1, shape=Shape("100mbit")).create())
+        # On the bridge: skopeo pushes from inside the registry's namespace, and registry-proxy
+        # asks for tokens from the root namespace; both reach it there.
+        cls.ti = cls.class_track(TokenIssuer(d / "issuer", users={},
+                                             rules=[Rule("*", "public/*")],
+                                             host=net.host_ip).start())
+        cls.reg = cls.class_track(Registry(d / "registry", host=net.nodes[0].ip,
+                                           netns=net.nodes[0].name, auth="token",
+                                           token_issuer=cls.ti).start())
+        cls.layout = oci.make_image(d / "img", [
+            oci.LayerSpec(size=24 * MIB, seed="ring-token", gzip_level=0)])
+        cls.reg.push(cls.layout, "public/ring")
+        cls.ns = cls.reg.host_port
+        cls.ring = cls.class_track(ProxyRing(d / "ring", 3, upstreams=[
+            upstream(cls.ns, cls.reg.url, token_realm_hosts=[net.host_ip])],
+            torrent=True).start())
+
+    def test_the_next_member_gets_a_token_and_resumes(self):
+        layer = self.layout.images[0].layers[0]
+        res = self.ring.kill_owner_mid_blob(self.reg, "public/ring", layer.digest, layer.size,
+                                            self.ns, clients_per_replica=2, kill_at=0.3)
+        survivors = [i for i in range(3) if i != res.owner]
+        for r in res.clients:
+            with self.subTest(replica=r.replica):
+                self.assertEqual((r.status, r.digest, r.size), (200, layer.digest, layer.size),
+                                 r.error)
+        served = [(s, b) for s, b in res.gets if s in (200, 206)]
+        self.assertLessEqual(len(served), 2, res.gets)
+        self.assertLessEqual(sum(b for _, b in served) - layer.size, layer.size, res.gets)
+        self.assertGreaterEqual(
+            self.ring.metric_sum("shoal_proxy_ring_takeovers_total", survivors), 1)
+
 
 class RingCrossedManifestsTest(FixtureTestCase):
     """Two members with one worker each, each asked at once for a tag the other owns: each

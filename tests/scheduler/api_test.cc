@@ -366,6 +366,8 @@ TEST_F(ApiTest, RoutesOnTheirPools) {
   EXPECT_FALSE(api::heavy(r));
   r.method = http::verb::post;
   EXPECT_TRUE(api::heavy(r));
+  r.path = "/v1/origins";  // a Redis call with replicas: never on the io threads
+  EXPECT_TRUE(api::heavy(r));
   r.path = "/v1/heartbeat";
   EXPECT_TRUE(api::is_heartbeat(r));
   EXPECT_EQ(call(http::verb::get, "/v1/extender/filter").status, 405u);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
 #include "netsetup/inventory.h"
 #include "scheduler/network.h"
 #include "topologies.h"
@@ -86,6 +87,23 @@ TEST(NetsetupNetworkModel, GarbageAndLegacyDocuments) {
   EXPECT_EQ(v.state, validation::failed);
   EXPECT_FALSE(v.detail.empty());
   EXPECT_TRUE(m.plan(broken, 1).is_null());
+}
+
+// A node's own error text is cut to a bound on a character boundary: the detail goes into job
+// records and failover decisions that replicas share as JSON, where a cut through a character
+// made nlohmann's dump() throw on the Redis upkeep thread and end the process.
+TEST(DocumentNetworkModel, ANodesErrorIsCutOnACharacterBoundary) {
+  document_network_model m;
+  node_view n;
+  n.name = "n";
+  n.netsetup = R"({"validation":{"passed":false,"error":")" + std::string(511, 'a') + "\xc3\xa9" +
+               std::string(100, 'b') + R"("}})";
+  auto v = m.verdict(n);
+  EXPECT_EQ(v.state, validation::failed);
+  EXPECT_TRUE(utf8_valid(v.detail)) << v.detail.size();
+  EXPECT_LE(v.detail.size(), 520u);
+  EXPECT_EQ(v.detail.substr(0, 511), std::string(511, 'a'));
+  EXPECT_NO_THROW((void)nlohmann::json(v.detail).dump());
 }
 
 // The failure detector asks for every node's verdict every second and a placement for every

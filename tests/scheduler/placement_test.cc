@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "test_util.h"
 
 namespace shoal::scheduler {
@@ -393,6 +397,36 @@ TEST_F(PlacerTest, ResolvesPerPlatformAndReservesGpus) {
   clock_.advance(61s);
   (void)idx_.apply(full_hb("x86", {}, {{"platform", "linux/amd64"}}, 2), "ip");
   EXPECT_TRUE(placer_.reserved().empty());
+}
+
+// Reserving placements at once on one replica: each looks at the reservations and then adds its
+// own, so two at once both found the same GPUs free and reserved them twice. The clock here
+// sleeps when read, which holds every thread between its look and its reservation.
+TEST_F(PlacerTest, ConcurrentPlacementsNeverReserveTheSameGpus) {
+  auto m = full_hb("only", {}, {{"platform", "linux/amd64"}, {"zone", "z"}, {"rack", "r"}});
+  m.gpus = {{"H100", 8}};
+  (void)idx_.apply(m, "ip");
+  placer slow(idx_, res_, ds_, net_, opts(), [this] {
+    std::this_thread::sleep_for(20ms);
+    return clock_.now();
+  });
+  job_spec job;
+  job.gpus = 8;
+  std::atomic<int> feasible{0}, errors{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) {
+    ts.emplace_back([&] {
+      auto r = slow.place(job, 0, true, 1s);
+      if (!r)
+        ++errors;
+      else if (r->p.feasible)
+        ++feasible;
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(feasible.load(), 1);
+  EXPECT_EQ(slow.reserved().at("only"), 8u);
 }
 
 TEST_F(PlacerTest, UnresolvableImagesMakeNodesIneligibleWithTheReason) {

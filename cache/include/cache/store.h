@@ -149,6 +149,11 @@ class store {
                            std::optional<time_point> expiry = std::nullopt);
   // Drops one count of `owner`'s pin; errc::not_found if it has none.
   [[nodiscard]] status unpin(const digest& id, std::string_view owner);
+  // Makes `owner`'s pin on `id` expire at `expiry` (nullopt: never), earlier or later than
+  // before, keeping its count; without a live pin it makes one with a count of one. Unlike
+  // unpin then pin, the object stays protected throughout, and it is one index write.
+  [[nodiscard]] status renew_pin(const digest& id, std::string_view owner,
+                                 std::optional<time_point> expiry);
   // Labels name what references an object (an image, a dataset); the object must be present.
   [[nodiscard]] status add_label(const digest& id, std::string_view label);
   [[nodiscard]] status remove_label(const digest& id, std::string_view label);

@@ -158,6 +158,9 @@ class chunked_blob : public std::enable_shared_from_this<chunked_blob> {
   // Deadlines in chunk `c`'s download for the part of [off, end) it holds.
   static void want_in_chunk(const chunk& c, std::uint64_t off, std::uint64_t end);
   [[nodiscard]] status fetch_chunk_range(std::uint32_t i, const std::string& why);
+  // Chunk `i`, seeded here from a transient file of an earlier fetch of this blob (`path`, ""
+  // when none), into the cache under its digest; its range from registry-proxy when that fails.
+  [[nodiscard]] status adopt_seeded_chunk(std::uint32_t i, const std::string& path);
   void start_direct(std::uint64_t off, std::uint64_t end);
   void fetch_direct(const std::shared_ptr<direct_range>& d);
   // Serves a read from an answered direct range that holds `off` (true), or queues it on one

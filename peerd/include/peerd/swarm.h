@@ -404,6 +404,10 @@ class swarm_manager {
   [[nodiscard]] std::uint64_t holdings_generation() const noexcept;
   [[nodiscard]] const source_counters& counters() const { return counters_; }
   [[nodiscard]] source_counters& counters_mut() { return counters_; }
+  // The file of a chunk this node downloaded and still seeds without holding it in the cache
+  // (a transient download of a blob fetched in chunks), or "": a later fetch of the same blob
+  // finds the chunk "already held and seeded" and takes its bytes from there.
+  [[nodiscard]] std::string transient_file_of(const digest& d) const;
   // Objects and chunks: running, and running plus loaded as seeds.
   [[nodiscard]] std::size_t active_downloads() const;
   [[nodiscard]] std::size_t loaded_torrents() const;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "registry-proxy/lru.h"
@@ -32,7 +33,11 @@ class access_checker {
  public:
   access_checker(upstream_client& uc, state_db& st, std::chrono::milliseconds positive_ttl,
                  std::size_t max_entries = 10000)
-      : uc_(uc), st_(st), ttl_(positive_ttl), positive_(max_entries) {}
+      : uc_(uc),
+        st_(st),
+        ttl_(positive_ttl),
+        positive_(max_entries),
+        anonymous_refused_(max_entries) {}
 
   // Blocking (worker thread). `object_path` is the upstream path to HEAD, e.g.
   // "/v2/<repo>/blobs/<digest>". `is_public`: the object is known to be served anonymously.
@@ -45,11 +50,20 @@ class access_checker {
   [[nodiscard]] counters get_counters() const;
 
  private:
+  // An anonymous client: refused, unless the object is private content of other repositories
+  // only, which upstream may serve anonymously in this one (asked once per repository).
+  [[nodiscard]] access_verdict check_anonymous(const selection& sel, const digest& d,
+                                               const std::string& object_path,
+                                               const credential& cred,
+                                               const std::optional<visibility>& vis,
+                                               const std::string& repo_key);
+
   upstream_client& uc_;
   state_db& st_;
   std::chrono::milliseconds ttl_;
   mutable std::mutex mu_;
-  lru_map<std::chrono::steady_clock::time_point> positive_;  // key → expiry (bounded)
+  lru_map<std::chrono::steady_clock::time_point> positive_;           // key → expiry (bounded)
+  lru_map<std::chrono::steady_clock::time_point> anonymous_refused_;  // "anon|repo|digest"
   counters counters_;
 };
 

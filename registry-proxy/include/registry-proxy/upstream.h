@@ -90,10 +90,13 @@ class upstream_client {
   // A whole (small) response with the auth dance: at most one retry after a challenge. Blocking.
   // With a client credential upstream has not accepted lately, the call first passes the
   // credential gate (credential_gate.h): refused with errc::busy (429) when over its limits.
+  // With a `deadline`, every request of the call must end by then (no retries beyond the auth
+  // dance): errc::timeout otherwise.
   [[nodiscard]] result<http::full_response> call(
       const upstream& up, const std::string& repo, const credential* cred, std::string method,
       const std::string& path, std::vector<std::pair<std::string, std::string>> headers,
-      std::size_t max_body);
+      std::size_t max_body,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
   [[nodiscard]] http::client& http() { return http_; }
 

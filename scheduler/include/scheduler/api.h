@@ -169,8 +169,6 @@ class api {
   origin_members origins_;
 };
 
-// JSON text of an answer; invalid UTF-8 (a node name from a heartbeat) replaced, never thrown.
-[[nodiscard]] std::string dump(const nlohmann::json& j);
 // {"error": msg} with the status.
 [[nodiscard]] http::response json_error(unsigned status, std::string_view msg);
 // The prewarm id a POST /v1/prewarm names with its Idempotency-Key header (api_prewarm.cc); empty

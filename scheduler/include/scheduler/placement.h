@@ -181,6 +181,9 @@ class placer {
   const network_model& net_;
   placer_options opts_;
   std::function<clock::time_point()> now_;
+  // Held by a reserving place() from its look at the reservations to its own: two at once would
+  // both find the same GPUs free. (Between replicas that race stays; shared_state.h.)
+  std::mutex reserve_mu_;
   std::mutex mu_;
   std::map<std::string, std::vector<reservation>> reservations_;
   std::uint64_t next_reservation_ = 1;

@@ -167,6 +167,14 @@ class dataset_catalog {
   virtual ~dataset_catalog() = default;
   [[nodiscard]] virtual result<std::vector<object_ref>> lookup(
       const std::string& name_at_version) = 0;
+  // As lookup(), but errc::timeout once `wait` has passed without the answer (placement's and
+  // the extender's time limits). A catalog that fetches goes on fetching, so a later lookup
+  // finds the answer. By default lookup(), which does not wait on anything.
+  [[nodiscard]] virtual result<std::vector<object_ref>> lookup_within(
+      const std::string& name_at_version, std::chrono::milliseconds wait) {
+    (void)wait;
+    return lookup(name_at_version);
+  }
 };
 
 class no_datasets final : public dataset_catalog {
