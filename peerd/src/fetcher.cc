@@ -307,28 +307,31 @@ status fetcher::ensure(const origin::object_ref& where, const digest& d,
   return wait_committed(h.dl);
 }
 
-// Blocks until a download's object is committed to the cache, or the download failed.
+// Blocks until a download's object is committed to the cache, or the download failed, or it
+// made no progress for ten minutes (a download ends by itself, by its stall fallback and
+// deadline: this bound is a backstop that frees the worker).
 status fetcher::wait_committed(const std::shared_ptr<download>& dl) {
   const digest& d = dl->id();
-  // Wait for the last piece: reading it completes only when it exists.
-  std::promise<status> p;
-  auto fut = p.get_future();
   if (dl->meta().piece_count() == 0) return {};
-  std::uint32_t last = dl->meta().piece_count() - 1;
-  dl->read_piece(last, [&p](result<piece_buffer> b) {
-    if (!b)
-      p.set_value(fail(b.error()));
-    else
-      p.set_value({});
-  });
-  auto st = fut.get();
-  if (!st) return st;
-  // Then until it is committed to the cache.
-  for (int i = 0; i < 6000 && !d_.store.contains(d); ++i) {
-    if (dl->current() == download::state::failed) return fail(*dl->failure());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Shared with the callback, which may run after a wait that gave up.
+  auto p = std::make_shared<std::promise<status>>();
+  auto fut = p->get_future();
+  dl->when_settled([p](status st) { p->set_value(std::move(st)); });
+  constexpr auto stall = std::chrono::minutes(10);
+  auto pieces = dl->pieces_done();
+  auto moved = std::chrono::steady_clock::now();
+  while (fut.wait_for(std::chrono::seconds(1)) != std::future_status::ready) {
+    const auto now = std::chrono::steady_clock::now();
+    if (auto n = dl->pieces_done(); n != pieces) {
+      pieces = n;
+      moved = now;
+    } else if (now - moved > stall) {
+      return fail(errc::timeout, "the download of " + d.short_str() + " made no progress for " +
+                                     std::to_string(stall.count()) + " minutes");
+    }
   }
-  if (!d_.store.contains(d)) return fail(errc::timeout, "object downloaded but not committed");
+  if (auto st = fut.get(); !st) return st;
+  if (!d_.store.contains(d)) return fail(errc::internal, "downloaded, but not in the cache");
   return {};
 }
 
