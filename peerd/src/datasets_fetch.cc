@@ -91,48 +91,46 @@ status check_room(const std::string& dir, std::uint64_t bytes) {
                                   " are free (5% kept in reserve)");
 }
 
-}  // namespace
-
-status dataset_manager::pin_all(const dataset::manifest& m, const std::string& owner,
-                                std::optional<cache::time_point> until) {
+// Runs `op` on every object of `m` (on up to 8 threads); the first error, wrapped with `what`
+// and the object. `keep_going`: the rest still run after an error.
+status pin_each(const dataset::manifest& m, const std::string& what, bool keep_going,
+                const std::function<status(const digest&)>& op) {
   auto objs = dataset::manifest_objects(m);
   std::mutex mu;
   std::optional<error> first;
   parallel_for(objs.size(), [&](std::size_t i) {
-    auto s = d_.store.pin(objs[i].first, owner, until);
+    auto s = op(objs[i].first);
     if (s) return true;
     std::lock_guard lk(mu);
-    if (!first) first = s.error().wrap("pin " + objs[i].first.str() + " for " + owner);
-    return false;
+    if (!first) first = s.error().wrap(what + " " + objs[i].first.str());
+    return keep_going;
   });
   if (first) return fail(*first);
   return {};
 }
 
+}  // namespace
+
+status dataset_manager::pin_all(const dataset::manifest& m, const std::string& owner,
+                                std::optional<cache::time_point> until) {
+  return pin_each(m, "pin for " + owner + ":", false,
+                  [&](const digest& d) { return d_.store.pin(d, owner, until); });
+}
+
 void dataset_manager::unpin_all(const dataset::manifest& m, const std::string& owner) {
-  auto objs = dataset::manifest_objects(m);
-  parallel_for(objs.size(), [&](std::size_t i) {
-    (void)d_.store.unpin(objs[i].first, owner);
-    return true;
+  (void)pin_each(m, "unpin", true, [&](const digest& d) {
+    (void)d_.store.unpin(d, owner);
+    return status{};
   });
 }
 
 status dataset_manager::renew_pins(const dataset::manifest& m, const std::string& owner,
                                    cache::time_point until) {
   // renew_pin, not unpin then pin: the objects stay protected while the expiry moves, and an
-  // expired pin comes back with one count either way.
-  auto objs = dataset::manifest_objects(m);
-  std::mutex mu;
-  std::optional<error> first;
-  parallel_for(objs.size(), [&](std::size_t i) {
-    auto s = d_.store.renew_pin(objs[i].first, owner, until);
-    if (s) return true;
-    std::lock_guard lk(mu);
-    if (!first) first = s.error().wrap("renew the pin of " + objs[i].first.str() + " for " + owner);
-    return true;  // renew the rest: each one renewed is protected longer
-  });
-  if (first) return fail(*first);
-  return {};
+  // expired pin comes back with one count either way. Every object is renewed even after an
+  // error: each one renewed is protected longer.
+  return pin_each(m, "renew the pin for " + owner + " of", true,
+                  [&](const digest& d) { return d_.store.renew_pin(d, owner, until); });
 }
 
 result<group_spec> dataset_manager::group_metainfo(const std::shared_ptr<job>& j,

@@ -277,6 +277,15 @@ struct chunked_origin {
   static bool is_chunk_list(const ht::recorded_request& r) {
     return r.target.rfind(std::string(origin::paths::chunks), 0) == 0;
   }
+  // An OCI error answer, `delay` after the request.
+  static ht::reply error(int status, const std::string& code, const std::string& message,
+                         std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
+    ht::reply out;
+    out.status = status;
+    out.head_delay = delay;
+    out.body = R"({"errors":[{"code":")" + code + R"(","message":")" + message + R"("}]})";
+    return out;
+  }
   static ht::reply shed() {
     ht::reply out;
     out.status = 429;
@@ -420,13 +429,9 @@ TEST(Fetcher, ARetryAfterAFailedChunkedFetchUsesTheChunkItAlreadyHas) {
   };
   ht::test_http_server srv([&](const ht::recorded_request& r) {
     if (is_chunk_meta(r) && r.target.find(o.parts[1].object.str()) != std::string::npos &&
-        break_chunk1) {
-      ht::reply out;
-      out.head_delay = 1500ms;  // chunk 0 completes meanwhile
-      out.status = 400;
-      out.body = R"({"errors":[{"code":"UNKNOWN","message":"broken"}]})";
-      return out;
-    }
+        break_chunk1)
+      return chunked_origin::error(400, "UNKNOWN", "broken",
+                                   1500ms);  // chunk 0 completes meanwhile
     return o.answer(r);
   });
   node n(srv.url(""));
@@ -631,12 +636,8 @@ TEST(Fetcher, AChunkWithoutSwarmIsFetchedByItsRange) {
   chunked_origin o;
   const std::string gone = o.parts[1].object.str();
   ht::test_http_server srv([&](const ht::recorded_request& r) {
-    if (is_metainfo(r) && r.target.find(gone) != std::string::npos) {
-      ht::reply out;
-      out.status = 404;
-      out.body = R"({"errors":[{"code":"BLOB_UNKNOWN","message":"evicted"}]})";
-      return out;
-    }
+    if (is_metainfo(r) && r.target.find(gone) != std::string::npos)
+      return chunked_origin::error(404, "BLOB_UNKNOWN", "evicted");
     return o.answer(r);
   });
   node n(srv.url(""));

@@ -53,11 +53,11 @@ def request(port: int, method: str, path: str, body: bytes | None = None,
         c.close()
 
 
-class NewerProxy:
-    """Answers everything as a registry-proxy serving majors 2 to 3 only; records the
-    Shoal-Protocol header of every request."""
+class StandIn:
+    """A registry-proxy stand-in on loopback: `answer(path)` gives (status, headers, body) for
+    every GET and HEAD; records each request's path and Shoal-Protocol header."""
 
-    def __init__(self):
+    def __init__(self, answer):
         self.seen: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         outer = self
@@ -71,12 +71,13 @@ class NewerProxy:
             def do_GET(self):
                 with outer.lock:
                     outer.seen.append((self.path, self.headers.get("Shoal-Protocol")))
-                self.send_response(400)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Shoal-Protocol", "3")
-                self.send_header("Content-Length", str(len(MISMATCH)))
+                status, headers, body = answer(self.path)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(MISMATCH)
+                self.wfile.write(body)
 
             do_HEAD = do_GET
 
@@ -94,12 +95,18 @@ class NewerProxy:
         self.server.server_close()
 
 
+def newer_proxy() -> StandIn:
+    """Answers everything as a registry-proxy serving majors 2 to 3 only."""
+    return StandIn(lambda path: (400, {"Content-Type": "application/json",
+                                       "Shoal-Protocol": "3"}, MISMATCH))
+
+
 class PeerdProtocolTest(FixtureTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         d = cls.class_tmpdir("shoal-peerd-protocol-")
-        cls.fake = cls.class_track(NewerProxy())
+        cls.fake = cls.class_track(newer_proxy())
         upstream = {"request_timeout": "2s", "metainfo_wait": "1s", "connect_timeout": "500ms"}
         cls.peerd = cls.class_track(Peerd(d / "peerd", name="protocol-node", registry_proxy=cls.fake.url,
                                           extra={"upstream": upstream}).start())
@@ -144,45 +151,19 @@ HOSTILE_INDEX = json.dumps({"schemaVersion": 2, "manifests": [
     {"platform": {"os": "linux", "architecture": "amd64"}, "digest": 42}]}).encode()
 
 
-class IndexProxy:
-    """A registry-proxy stand-in for the pull API: tag "hostile" is an image index whose every
-    entry is malformed, tag "slow" answers 404 after 3 s."""
+def index_proxy() -> StandIn:
+    """For the pull API: tag "hostile" is an image index whose every entry is malformed, tag
+    "slow" answers 404 after 3 s."""
 
-    def __init__(self):
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def answer(path: str):
+        if "/manifests/slow" in path:
+            time.sleep(3)
+            return 404, {"Content-Type": "application/json"}, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}'
+        if "/manifests/hostile" in path:
+            return 200, {"Content-Type": "application/vnd.oci.image.index.v1+json"}, HOSTILE_INDEX
+        return 404, {"Content-Type": "application/json"}, b'{"errors":[{"code":"NAME_UNKNOWN"}]}'
 
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                if "/manifests/slow" in self.path:
-                    time.sleep(3)
-                    body, status, ct = b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}', 404, "application/json"
-                elif "/manifests/hostile" in self.path:
-                    body, status, ct = HOSTILE_INDEX, 200, "application/vnd.oci.image.index.v1+json"
-                else:
-                    body, status, ct = b'{"errors":[{"code":"NAME_UNKNOWN"}]}', 404, "application/json"
-                self.send_response(status)
-                self.send_header("Content-Type", ct)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_HEAD = do_GET
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        h, p = self.server.server_address[:2]
-        return f"http://{h}:{p}"
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return StandIn(answer)
 
 
 class PullApiTest(FixtureTestCase):
@@ -192,7 +173,7 @@ class PullApiTest(FixtureTestCase):
     def setUpClass(cls):
         super().setUpClass()
         d = cls.class_tmpdir("shoal-peerd-pull-api-")
-        cls.fake = cls.class_track(IndexProxy())
+        cls.fake = cls.class_track(index_proxy())
         cls.peerd = cls.class_track(Peerd(d / "peerd", name="pull-api-node",
                                           registry_proxy=cls.fake.url,
                                           extra={"worker_threads": 2}).start())
