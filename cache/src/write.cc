@@ -121,24 +121,32 @@ status core::reserve(std::uint64_t bytes, bool may_evict) {
     return fail(errc::no_space, "no room to reserve " + std::to_string(bytes) + " bytes ahead");
   }
   if (usage() + bytes > cap) {
-    std::uint64_t target = std::min(low_bytes(), cap >= bytes ? cap - bytes : 0);
-    evict_pass(target, INT64_MIN, evict_reason::watermark);
-    if (usage() + bytes > cap) {
-      std::uint64_t protected_bytes = 0;
-      {
-        std::int64_t now_ms = to_ms(now());
-        std::lock_guard lk(mu_);
-        for (const auto& [id, v] : pins_) {
-          if (!pinned_locked(id, now_ms)) continue;
-          if (auto it = table_.find(id); it != table_.end()) protected_bytes += it->second.size;
-        }
+    auto pinned_bytes = [&] {
+      std::uint64_t n = 0;
+      std::int64_t now_ms = to_ms(now());
+      std::lock_guard lk(mu_);
+      for (const auto& [id, v] : pins_) {
+        if (!pinned_locked(id, now_ms)) continue;
+        if (auto it = table_.find(id); it != table_.end()) n += it->second.size;
       }
+      return n;
+    };
+    auto full = [&](std::uint64_t pinned, const char* evicted) {
       return fail(errc::no_space, "cache full: need " + std::to_string(bytes) +
                                       " more bytes; capacity " + std::to_string(cap) + ", used " +
-                                      std::to_string(usage()) + " (" +
-                                      std::to_string(protected_bytes) + " pinned, " +
-                                      std::to_string(reserved_bytes_.load()) + " in flight)");
-    }
+                                      std::to_string(usage()) + " (" + std::to_string(pinned) +
+                                      " pinned, " + std::to_string(reserved_bytes_.load()) +
+                                      " in flight)" + evicted);
+    };
+    // What eviction cannot free (pinned objects, writes in flight): when the write cannot fit
+    // beside it, fail before evicting anything. Emptying the cache first changed nothing but
+    // made the node fetch everything again (a layer larger than the cache, pulled again and
+    // again).
+    if (auto pinned = pinned_bytes(); pinned + reserved_bytes_.load() + bytes > cap)
+      return full(pinned, "; nothing evicted, since that could not make room");
+    std::uint64_t target = std::min(low_bytes(), cap - bytes);
+    evict_pass(target, INT64_MIN, evict_reason::watermark);
+    if (usage() + bytes > cap) return full(pinned_bytes(), "");
   }
   reserved_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (usage() > high_bytes()) wake_maintenance();
@@ -180,9 +188,13 @@ result<object_info> core::install(const std::shared_ptr<inflight_object>& in,
     }
   }
   // Nothing below may leave the file in objects/ without a row, except a crash (which start-up
-  // reconciliation repairs by re-verifying the orphan).
+  // reconciliation repairs by re-verifying the orphan). The file goes back where it came from:
+  // an adopted file is the caller's (store.h: "on failure the file is left where it was"), which
+  // it may keep for a resumable retry; a writer's temporary file is removed by abandon().
   auto undo = [&] {
-    if (!src.in_place) ::unlinkat(shard, hex.c_str(), 0);
+    if (src.in_place) return;
+    if (::renameat(shard, hex.c_str(), src.dirfd, src.name.c_str()) != 0)
+      ::unlinkat(shard, hex.c_str(), 0);
   };
   if (auto st = fsync_fd(shard, "fsync " + layout_.shard_path(id)); !st) {
     undo();

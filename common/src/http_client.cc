@@ -227,6 +227,7 @@ void client::impl::launch(transfer& t) {
   t.status = 0;
   t.reason.clear();
   t.headers.clear();
+  t.last_header.reset();
   t.head_done = false;
   t.header_bytes = 0;
   t.disp = disposition::undecided;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -105,6 +106,9 @@ struct transfer {
   int status = 0;
   std::string reason;
   header_map headers;
+  // The header the last line added (obsolete line folding continues it): headers is sorted by
+  // name, so its last element is not that one.
+  std::optional<header_map::iterator> last_header;
   bool head_done = false;
   std::size_t header_bytes = 0;
   disposition disp = disposition::undecided;

@@ -185,6 +185,7 @@ size_t client::impl::header_cb(char* data, size_t size, size_t n, void* user) {
     t.status = sl->status;
     t.reason = std::move(sl->reason);
     t.headers.clear();
+    t.last_header.reset();
     t.head_done = false;
     return len;
   }
@@ -195,17 +196,18 @@ size_t client::impl::header_cb(char* data, size_t size, size_t n, void* user) {
     t.head_done = true;
     return self(t).on_head_done(t) ? len : 0;
   }
-  if ((line.front() == ' ' || line.front() == '\t') && !t.headers.empty()) {
+  if (line.front() == ' ' || line.front() == '\t') {
     // Obsolete line folding: continues the previous header's value.
-    auto last = std::prev(t.headers.end());
-    last->second += " ";
-    last->second += content;
+    if (t.last_header) {
+      (*t.last_header)->second += " ";
+      (*t.last_header)->second += content;
+    }
     return len;
   }
   auto colon = content.find(':');
   if (colon == std::string_view::npos || colon == 0) return len;  // not a header; ignore
-  t.headers.emplace(std::string(detail::trim(content.substr(0, colon))),
-                    std::string(detail::trim(content.substr(colon + 1))));
+  t.last_header = t.headers.emplace(std::string(detail::trim(content.substr(0, colon))),
+                                    std::string(detail::trim(content.substr(colon + 1))));
   return len;
 }
 

@@ -279,23 +279,32 @@ void connection<Stream>::write_header(std::function<void()> next) {
 template <class Stream>
 void connection<Stream>::send_string(std::string body) {
   auto buf = std::make_shared<std::string>(std::move(body));
-  lowest().expires_after(srv_->opts.write_timeout);
-  net::async_write(stream_, net::buffer(*buf),
-                   [self = self(), buf](beast::error_code ec, std::size_t n) {
-                     self->sent_ += n;
-                     if (ec) return self->abort("write body: " + ec.message());
-                     self->finish();
-                   });
+  write_body(buf->data(), buf->size(), [self = self(), buf](beast::error_code ec) {
+    if (ec) return self->abort("write body: " + ec.message());
+    self->sent_ += buf->size();
+    self->finish();
+  });
 }
 
 template <class Stream>
 void connection<Stream>::write_body(const char* data, std::size_t len,
                                     std::function<void(beast::error_code)> done) {
+  // In slices of 64 KiB, each with its own write_timeout: the timeout is for a client that takes
+  // no bytes, not for a whole body (a large JSON answer, a 1 MiB stream chunk to a reader slower
+  // than 17 KiB/s, which a deadline for the whole write cut off while it was reading).
+  constexpr std::size_t slice = 64 * 1024;
+  const std::size_t n = std::min(len, slice);
+  auto next = [self = self(), data, len, n, done = std::move(done)](beast::error_code ec) mutable {
+    if (ec || n == len) return done(ec);
+    self->write_body(data + n, len - n, std::move(done));
+  };
+  lowest().expires_after(srv_->opts.write_timeout);
   if constexpr (is_tls) {
-    return write_sealed(data, len, std::move(done));
+    return write_sealed(data, n, std::move(next));
   }
-  net::async_write(stream_, net::buffer(data, len),
-                   [done = std::move(done)](beast::error_code ec, std::size_t) { done(ec); });
+  net::async_write(
+      stream_, net::buffer(data, n),
+      [next = std::move(next)](beast::error_code ec, std::size_t) mutable { next(ec); });
 }
 
 template <class Stream>
@@ -457,6 +466,8 @@ void connection<Stream>::on_chunk(result<chunk> c) {
         if (remaining_) *remaining_ -= len;
         if (chunked_) {
           auto crlf = std::make_shared<std::string>("\r\n");
+          // A deadline of its own: sendfile kept its own timer, so the stream's is stale.
+          lowest().expires_after(srv_->opts.write_timeout);
           net::async_write(stream_, net::buffer(*crlf),
                            [self = self(), crlf](beast::error_code ec, std::size_t) {
                              if (ec) return self->abort("write: " + ec.message());
@@ -473,6 +484,8 @@ void connection<Stream>::on_chunk(result<chunk> c) {
         *hdr = h;
         int fd = c->fd;
         std::uint64_t off = c->offset;
+        // As above: the stream's deadline is from the last write that set one, long ago.
+        lowest().expires_after(srv_->opts.write_timeout);
         net::async_write(
             stream_, net::buffer(*hdr),
             [self = self(), hdr, fd, off, len, after](beast::error_code ec, std::size_t) {

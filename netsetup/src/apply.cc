@@ -128,12 +128,9 @@ result<bool> check_state(const verify_spec& v, const sysfs& fs, command_runner& 
       auto x = fs.read(v.path);
       if (!x) return fail(x.error());
       actual = *x;
-      std::size_t start = x->size();
-      while (start > 0 && std::isdigit(static_cast<unsigned char>((*x)[start - 1]))) --start;
-      if (start == x->size()) return false;
-      auto n = parse_int(x->substr(start), fs.path(v.path));
+      auto n = parse_traffic_class(*x, fs.path(v.path));
       if (!n) return fail(n.error());
-      return *n == v.expect;
+      return *n && **n == v.expect;
     }
     case verify_spec::kind::link_up: {
       const std::string p = "/sys/class/net/" + v.netdev + "/flags";

@@ -393,16 +393,7 @@ result<std::optional<int>> read_traffic_class(const sysfs& fs, const std::string
   auto t = fs.read_optional(p);
   if (!t) return fail(t.error());
   if (!*t) return std::optional<int>{};
-  // Plain "106", or MLNX_OFED's "Global tclass=106": the value is the trailing number.
-  std::string_view s = **t;
-  std::size_t end = s.size();
-  std::size_t start = end;
-  while (start > 0 && std::isdigit(static_cast<unsigned char>(s[start - 1]))) --start;
-  auto v = small_index(s.substr(start, end - start));
-  if (!v || *v > 255) {
-    return garbage(fs.path(p), "expected a traffic class 0..255, got " + quote_excerpt(s));
-  }
-  return std::optional<int>{*v};
+  return parse_traffic_class(**t, fs.path(p));
 }
 
 result<rdma_device> read_rdma(const sysfs& fs, const std::string& name, const std::string& bdf,

@@ -105,6 +105,25 @@ result<std::int64_t> parse_int(std::string_view text, std::string_view where) {
   return v;
 }
 
+result<std::optional<int>> parse_traffic_class(std::string_view text, std::string_view where) {
+  std::string_view t = trim(text);
+  if (t.empty()) return std::optional<int>{};
+  auto bad = [&] {
+    return fail(make_error_code(errc::sysfs_garbage),
+                std::string(where) + ": expected a traffic class 0..255, got " + quote_excerpt(t));
+  };
+  // The first line holds the port's class; the others, per-destination rules.
+  std::string_view line = trim(t.substr(0, t.find('\n')));
+  constexpr std::string_view global = "Global tclass=";
+  if (line.starts_with(global)) line.remove_prefix(global.size());
+  if (line == "-1") return std::optional<int>{};
+  std::int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), v, 10);
+  if (line.empty() || ec != std::errc{} || ptr != line.data() + line.size() || v < 0 || v > 255)
+    return bad();
+  return std::optional<int>{static_cast<int>(v)};
+}
+
 result<std::uint32_t> parse_hex(std::string_view text, std::string_view where) {
   std::string_view t = trim(text);
   if (t.empty()) {

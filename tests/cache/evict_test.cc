@@ -327,6 +327,35 @@ TEST_F(CacheEvict, AWriteThatDoesNotFitEvictsFirstOrFailsClearly) {
   EXPECT_EQ(s->get_stats().inflight_bytes, 0u);
 }
 
+// A write that cannot fit even with every unpinned object gone fails before evicting anything.
+// It used to empty the cache first: a layer larger than a node's cache, pulled again and again,
+// wiped the node each time.
+TEST_F(CacheEvict, AWriteThatCannotFitEvictsNothing) {
+  open();
+  fill(0, 8);  // 800
+  std::string huge = random_bytes(1500, 80);
+  auto t = s->begin_write(sha256_of(huge), huge.size(), object_kind::blob);
+  ASSERT_FALSE(t);
+  EXPECT_TRUE(t.error().is(errc::no_space)) << t.error().to_string();
+  EXPECT_NE(t.error().message.find("nothing evicted"), std::string::npos) << t.error().message;
+  EXPECT_EQ(present(8).size(), 8u);
+  EXPECT_TRUE(events.empty());
+  // It fits only if pinned bytes went: the same.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->pin(id_of(i), "keep"));  // 400 pinned
+  std::string big = random_bytes(700, 81);
+  t = s->begin_write(sha256_of(big), big.size(), object_kind::blob);
+  ASSERT_FALSE(t);
+  EXPECT_TRUE(t.error().is(errc::no_space));
+  EXPECT_EQ(present(8).size(), 8u);
+  EXPECT_TRUE(events.empty());
+  // One that fits once unpinned objects go evicts as before, least recently used first.
+  std::string fits = random_bytes(500, 82);
+  t = s->begin_write(sha256_of(fits), fits.size(), object_kind::blob);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(present(4), (std::set<int>{0, 1, 2, 3}));
+  EXPECT_FALSE(events.empty());
+}
+
 TEST_F(CacheEvict, SmallWriteOfUnknownSizeEvictsNothing) {
   open();
   fill(0, 8);  // 800 of 1000

@@ -349,6 +349,23 @@ TEST(HttpClient, RetryAfterIsCapped) {
   EXPECT_LT(ms_between(reqs[0].at, reqs[1].at), 2000);
 }
 
+// Obsolete line folding continues the header just read. The headers are kept sorted by name, and
+// the continuation used to go to the last of them ("X-Z: 1 b" instead of "Location: /a b").
+TEST(HttpClient, AFoldedHeaderLineContinuesItsOwnHeader) {
+  test_http_server srv([](const recorded_request&) {
+    reply r;
+    r.body = "ok";
+    r.headers.emplace_back("Location", "/a\r\n b");  // a folded line after Location
+    r.headers.emplace_back("X-Z", "1");
+    return r;
+  });
+  client c;
+  auto res = fetch(c, get(srv.url("/folded")));
+  ASSERT_TRUE(res.has_value()) << res.error().to_string();
+  EXPECT_EQ(res->header("Location"), "/a b");
+  EXPECT_EQ(res->header("X-Z"), "1");
+}
+
 // Serves `body` honouring Range; the first answer is cut after `cut` bytes.
 TEST(HttpClient, HeadRequest) {
   test_http_server srv([](const recorded_request&) {

@@ -671,6 +671,76 @@ TEST(HttpServer, ClientThatStopsReadingIsDroppedAfterWriteTimeout) {
   EXPECT_LT(f.logs[0].body_bytes_sent, content.size());
 }
 
+// A body of unknown length made of regions of one file, as registry-proxy's in-flight source.
+class file_chunks_source final : public body_source {
+ public:
+  file_chunks_source(std::shared_ptr<unique_fd> fd, std::uint64_t size, std::uint64_t piece)
+      : fd_(std::move(fd)), size_(size), piece_(piece) {}
+  void next(std::size_t, std::function<void(result<chunk>)> done) override {
+    if (off_ >= size_) return done(chunk::end());
+    const std::uint64_t n = std::min(piece_, size_ - off_);
+    auto c = chunk::file_region(fd_->get(), off_, n);
+    off_ += n;
+    done(std::move(c));
+  }
+
+ private:
+  std::shared_ptr<unique_fd> fd_;
+  std::uint64_t size_, piece_, off_ = 0;
+};
+
+// write_timeout is for a client that takes no bytes, not for a whole body: a 16 MiB answer to a
+// client reading steadily but slower than 16 MiB per write_timeout used to be cut off (one
+// deadline for the whole write), as was a chunked stream of file chunks after its first
+// write_timeout (a chunk-size line written under a deadline long past).
+TEST(HttpServer, AClientReadingSteadilyIsNeverCutOffByWriteTimeout) {
+  const std::string content = pattern(16 << 20, 3);
+  temp_file tf(content);
+  server_options o;
+  o.write_timeout = 1000ms;
+  server_fixture f(
+      [&](request&& req, responder resp) {
+        if (req.path == "/string") return resp.send(text_ok(content));
+        response r;  // unknown length: chunked, every chunk a region of the file
+        auto fd = tf.open();
+        r.body =
+            stream_body{std::nullopt, [fd, &content](std::uint64_t, std::uint64_t) {
+                          return std::unique_ptr<body_source>(
+                              std::make_unique<file_chunks_source>(fd, content.size(), 512u << 10));
+                        }};
+        resp.send(std::move(r));
+      },
+      o);
+  for (const char* path : {"/string", "/chunked"}) {
+    SCOPED_TRACE(path);
+    const std::size_t logs_before = f.logs.size();
+    raw_conn c(f.port(), 64 << 10);
+    ASSERT_TRUE(c.send_all(get_req(path)));
+    std::size_t got = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      auto part = c.read_some(128 << 10, 3000ms);  // at most 12.8 MB/s: 16 MiB take > 1.3 s
+      if (part.empty()) break;
+      got += part.size();
+      if (got >= content.size()) {
+        // The rest (the last chunk's end) is small; read it without pausing.
+        while (!c.read_some(1 << 20, 300ms).empty()) {
+        }
+        break;
+      }
+      // Steady, and fast enough to drain half the server's send buffer within write_timeout:
+      // Linux wakes a blocked writer only then, so a much slower reader looks like one that
+      // stopped.
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_GT(std::chrono::steady_clock::now() - t0, 1100ms) << "the reader was not slow enough";
+    ASSERT_TRUE(f.wait_logs(logs_before + 1, 5000ms));
+    const auto& log = f.logs[logs_before];
+    EXPECT_FALSE(log.aborted) << log.error;
+    EXPECT_EQ(log.body_bytes_sent, content.size());
+  }
+}
+
 TEST(HttpServer, HandlerThatForgetsToAnswerGives500) {
   server_fixture f([&](request&&, responder) { /* drops the responder */ });
   raw_conn c(f.port());

@@ -96,6 +96,19 @@ TEST(NetsetupDiscover, RdmaDevicesMapToNetdevsWithTheRoceV2Ipv4GidIndex) {
   EXPECT_EQ(p.default_roce_tos, 106);
 }
 
+// A fresh MLNX_OFED node: traffic_class exists but is empty until a class is written.
+// Discovery used to fail on it ("expected a traffic class 0..255").
+TEST(NetsetupDiscover, AnUnsetOfedTrafficClassIsUnsetNotGarbage) {
+  auto f = h100(node_state::converged);
+  f.tree->write("/sys/class/infiniband/mlx5_5/tc/1/traffic_class", "\n");
+  auto inv = f.try_discover();
+  ASSERT_TRUE(inv) << inv.error().to_string();
+  const rdma_device* d = inv->find_rdma("mlx5_5");
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->ports.size(), 1u);
+  EXPECT_FALSE(d->ports[0].traffic_class.has_value());
+}
+
 TEST(NetsetupDiscover, GidIndexFollowsTheTableNotAConvention) {
   auto f = h100(node_state::converged);
   // An extra address (a VLAN netdev) puts a RoCE v2 IPv4 entry at 3 that is not on ens0np0;

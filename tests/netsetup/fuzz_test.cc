@@ -71,6 +71,10 @@ TEST(NetsetupFuzz, SysfsValueParsers) {
       EXPECT_EQ(i64.error().code, make_error_code(errc::sysfs_garbage));
       EXPECT_TRUE(i64.error().message.starts_with("/sys/f: ")) << i64.error().message;
     }
+    if (auto tc = parse_traffic_class(s, "/sys/f"); tc && *tc) {
+      EXPECT_GE(**tc, 0);
+      EXPECT_LE(**tc, 255);
+    }
     auto sp = parse_link_speed(s, "/sys/f");
     if (sp && *sp) {
       EXPECT_GT(**sp, 0.0);

@@ -141,6 +141,27 @@ TEST(NetsetupSysfs, LinkSpeedParsing) {
   EXPECT_FALSE(parse_link_speed("1e9 GT/s", "f"));
 }
 
+// An RDMA port's traffic class as the kernel and MLNX_OFED print it. OFED prints nothing until a
+// class is written (discovery of a fresh node failed on it as garbage), and per-destination
+// rules after the global line (the last number on the page was taken for the port's class).
+TEST(NetsetupSysfs, TrafficClassParsing) {
+  EXPECT_EQ(**parse_traffic_class("106", "f"), 106);
+  EXPECT_EQ(**parse_traffic_class("106\n", "f"), 106);
+  EXPECT_EQ(**parse_traffic_class("Global tclass=106", "f"), 106);
+  EXPECT_EQ(**parse_traffic_class("Global tclass=106\ndst_ip=10.0.0.0/24,tclass=96\n", "f"), 106);
+  EXPECT_EQ(**parse_traffic_class("Global tclass=0", "f"), 0);
+  EXPECT_FALSE(parse_traffic_class("", "f")->has_value());
+  EXPECT_FALSE(parse_traffic_class("\n", "f")->has_value());
+  EXPECT_FALSE(parse_traffic_class("Global tclass=-1", "f")->has_value());
+  for (const char* bad : {"Global tclass=256", "Global tclass=", "tclass=5", "x106", "-5",
+                          "Global tclass=1x", "99999999999999999999"}) {
+    auto r = parse_traffic_class(bad, "/sys/f");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_TRUE(has_code(r.error(), errc::sysfs_garbage));
+    EXPECT_TRUE(r.error().message.starts_with("/sys/f: ")) << r.error().message;
+  }
+}
+
 // Garbage in the files discovery needs, on a full topology: a clear error naming the file.
 struct broken_file {
   const char* what;

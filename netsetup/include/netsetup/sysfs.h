@@ -66,6 +66,12 @@ class sysfs {
 // "Unknown" (the kernel's word for a link it cannot read).
 [[nodiscard]] result<std::optional<double>> parse_link_speed(std::string_view text,
                                                              std::string_view where);
+// An RDMA port's tc/<port>/traffic_class: plain "106", or MLNX_OFED's "Global tclass=106", which
+// may be followed by per-destination lines ("dst_ip=10.0.0.0/24,tclass=96") that are not the
+// port's class. nullopt when none is set: MLNX_OFED prints nothing until one is written, and
+// "Global tclass=-1" is the same. Anything else, or a class past 255, is garbage.
+[[nodiscard]] result<std::optional<int>> parse_traffic_class(std::string_view text,
+                                                             std::string_view where);
 // A short, printable excerpt of untrusted text for error messages.
 [[nodiscard]] std::string quote_excerpt(std::string_view text);
 
