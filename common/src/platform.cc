@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
+
 namespace shoal::oci {
 
 std::string host_platform() {
@@ -28,10 +30,6 @@ std::string host_platform() {
 }
 
 std::string index_manifest_for(const nlohmann::json& index, std::string_view platform) {
-  auto field = [](const nlohmann::json& o, const char* k) -> std::string {
-    auto it = o.find(k);
-    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
   const auto slash = platform.find('/');
   const std::string_view os = platform.substr(0, slash);
   std::string_view arch = slash == std::string_view::npos ? "" : platform.substr(slash + 1);
@@ -47,12 +45,12 @@ std::string index_manifest_for(const nlohmann::json& index, std::string_view pla
     if (!m.is_object()) continue;
     auto p = m.find("platform");
     if (p == m.end() || !p->is_object()) continue;
-    if (field(*p, "os") != os || field(*p, "architecture") != arch) continue;
+    if (json_string(*p, "os") != os || json_string(*p, "architecture") != arch) continue;
     if (!variant.empty()) {
-      auto v = field(*p, "variant");
+      auto v = json_string(*p, "variant");
       if (!v.empty() && v != variant) continue;
     }
-    if (auto d = field(m, "digest"); !d.empty()) return d;
+    if (auto d = json_string(m, "digest"); !d.empty()) return d;
   }
   return {};
 }

@@ -486,21 +486,13 @@ status chunked_blob::adopt_seeded_chunk(std::uint32_t i, const std::string& path
   const std::string what = "chunk " + std::to_string(i);
   auto copy = [&]() -> status {
     if (path.empty()) return fail(errc::not_found, "seeded, but its file is gone");
-    unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return fail_errno(errno, "open " + path);
-    auto m = mapped_chunk::map(fd.get(), c.size, what);
-    if (!m) return fail(m.error());
     // Under the chunk's own digest: the commit verifies the bytes.
     auto t = d_.store.begin_write(c.id, c.size, cache::object_kind::blob);
     if (!t) return fail(t.error());
     if (t->role == cache::write_role::present) return {};
     if (t->role == cache::write_role::follower) return wait_written_elsewhere(c.id, what);
-    auto& w = *t->writer;
-    constexpr std::uint64_t step = 4u << 20;
-    for (std::uint64_t off = 0; off < c.size; off += step) {
-      if (auto st = w.write(m->bytes(off, std::min(step, c.size - off))); !st) return st;
-    }
-    if (auto info = w.commit(); !info) return fail(info.error());
+    if (auto st = append_chunk(*t->writer, i, c.id, path, c.size); !st) return st;
+    if (auto info = t->writer->commit(); !info) return fail(info.error());
     return {};
   };
   auto st = copy();

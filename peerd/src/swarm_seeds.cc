@@ -75,8 +75,8 @@ void swarm_manager::touch_seed(const std::string& ih, const digest& d, lt::torre
 
 // Every 5 s (monitor thread): seeds nobody used for seed_idle_unload are unloaded; the pins of
 // the cache objects kept are extended once per seed_idle_unload (a pin lasts three: it always has
-// two left). Each extension is two synced index writes, so not every 5 s, and never for a chunk,
-// whose file is not a cache object.
+// two left). Each extension is a synced index write (renew_pin), so not every 5 s, and never for
+// a chunk, whose file is not a cache object.
 void swarm_manager::sweep_seeds(steady::time_point now) {
   auto idle = std::chrono::duration_cast<steady::duration>(cfg_.seed_idle_unload.get());
   std::vector<std::pair<std::string, lt::torrent_handle>> snap;

@@ -77,14 +77,13 @@ access_verdict access_checker::check_anonymous(const selection& sel, const diges
   // so anonymous requests naming made-up repositories cost upstream little.
   const std::string key = "anon|" + repo_key + "|" + d.hex();
   const auto now = std::chrono::steady_clock::now();
+  bool refused_lately;
   {
     std::lock_guard lk(mu_);
     auto* until = anonymous_refused_.find(key);
-    if (until && *until > now) {
-      ++counters_.denied;
-      return {false, 401, "authentication required"};
-    }
+    refused_lately = until && *until > now;
   }
+  if (refused_lately) return refuse();
   auto pass = uc_.gate().admit(cred.peer, "anonymous");
   if (!pass) {
     std::lock_guard lk(mu_);
@@ -104,10 +103,11 @@ access_verdict access_checker::check_anonymous(const selection& sel, const diges
     ++counters_.upstream_allow;
     return {true, 0, {}};
   }
-  std::lock_guard lk(mu_);
-  anonymous_refused_.put(key, now + ttl_);
-  ++counters_.denied;
-  return {false, 401, "authentication required"};
+  {
+    std::lock_guard lk(mu_);
+    anonymous_refused_.put(key, now + ttl_);
+  }
+  return refuse();
 }
 
 access_checker::counters access_checker::get_counters() const {

@@ -394,6 +394,7 @@ class blob_fetch : public std::enable_shared_from_this<blob_fetch> {
   // whether the body is streamed here; otherwise next_ or the captured error says what follows.
   bool on_continuation(const http::response_head& h);  // a continuation's writer has bytes
   bool on_ring_response(const http::response_head& h);
+  bool retry_as_client(const http::response_head& h);  // true: next_ says so
   bool retry_as_client_or_pass_on(const http::response_head& h);
   bool on_response(const http::response_head& h);
 

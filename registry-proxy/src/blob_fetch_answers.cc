@@ -41,15 +41,21 @@ bool blob_fetch::on_ring_response(const http::response_head& h) {
   return retry_as_client_or_pass_on(h);
 }
 
+// A refusal of registry-proxy itself that the client's own credential may overcome: the
+// request is to be sent again with it (next_).
+bool blob_fetch::retry_as_client(const http::response_head& h) {
+  if ((h.status != 401 && h.status != 403 && h.status != 404) || who_ != acting_as::proxy ||
+      client_.anonymous())
+    return false;
+  next_ = next_step::retry_as_client;
+  return true;
+}
+
 // A refusal of registry-proxy itself, which the client's own credential may overcome (the
 // request is sent again with it), or an answer passed on to the clients (its status and
 // Retry-After kept; the reason in its body, bounded, goes into the failure's message).
 bool blob_fetch::retry_as_client_or_pass_on(const http::response_head& h) {
-  if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
-      !client_.anonymous()) {
-    next_ = next_step::retry_as_client;
-    return false;
-  }
+  if (retry_as_client(h)) return false;
   capture_status_ = static_cast<unsigned>(h.status);
   if (auto ra = h.header("Retry-After")) retry_after_capture_ = std::string(*ra);
   return true;
@@ -71,11 +77,7 @@ bool blob_fetch::on_response(const http::response_head& h) {
   }
   if (writer_) {
     // Refused as registry-proxy: the client's credential may do, for the rest as for the whole.
-    if ((h.status == 401 || h.status == 403 || h.status == 404) && who_ == acting_as::proxy &&
-        !client_.anonymous()) {
-      next_ = next_step::retry_as_client;
-      return false;
-    }
+    if (retry_as_client(h)) return false;
     return on_continuation(h);
   }
   if (h.status == 200) return on_ok(h);

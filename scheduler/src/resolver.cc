@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
 #include "common/heartbeat.h"
 #include "common/log.h"
 #include "common/oci.h"
@@ -91,11 +92,8 @@ result<manifest_content> parse_manifest(std::string_view body) {
       if (!d) return fail(d.error());
       auto p = m.find("platform");
       if (p == m.end() || !p->is_object()) continue;  // attestations and artifacts
-      auto str = [&](const char* k) {
-        auto x = p->find(k);
-        return x != p->end() && x->is_string() ? x->get<std::string>() : std::string();
-      };
-      std::string os = str("os"), arch = str("architecture"), variant = str("variant");
+      std::string os = json_string(*p, "os"), arch = json_string(*p, "architecture"),
+                  variant = json_string(*p, "variant");
       if (os.empty() || arch.empty() || os == "unknown") continue;
       out.platforms.emplace_back(d->id, os + "/" + arch + (variant.empty() ? "" : "/" + variant));
     }
